@@ -1,0 +1,247 @@
+#include "actors/engine.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/exit_reason.hpp>
+#include <random>
+#include <unordered_map>
+
+#include "actors/actor_system_setup.hpp"
+#include "actors/coordinator_actor.hpp"
+#include "actors/tokenizer_actor.hpp"
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "plugins/model_registry.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace actord {
+
+namespace {
+constexpr size_t kTokenizerActors = 2;
+using clock_type = std::chrono::steady_clock;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+struct Engine::Impl {
+  ModelRegistry registry = ModelRegistry::with_builtins();
+  ModelConfig model;
+  int max_model_len = 0;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  ActordSystemConfig caf_config{0};
+  std::unique_ptr<caf::actor_system> system;
+  caf::actor coordinator;
+  caf::actor scheduler;
+  std::vector<caf::actor> tokenizers;
+  std::atomic<uint64_t> next_id{1};
+
+  ~Impl() {
+    if (!system) return;
+    if (coordinator) caf::anon_send(coordinator, stop_atom::value);
+    for (auto& t : tokenizers) caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+    system.reset();  // waits for every actor to finish
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::model_config() const { return impl_->model; }
+int Engine::max_model_len() const { return impl_->max_model_len; }
+
+Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  auto model = ModelConfig::load(topology.model.path);
+  if (!model) return model.error();
+  impl->model = *model;
+  if (!impl->registry.contains(model->architecture)) {
+    return make_error(Errc::unsupported, topology.model.path.string() + "/config.json: architecture '" +
+                                             model->architecture + "' is not supported (known: " +
+                                             impl->registry.known_architectures() + ")");
+  }
+  const std::string where = topology.source.string() + ": ";
+  impl->max_model_len = topology.engine.max_model_len > 0 ? topology.engine.max_model_len
+                                                           : model->max_position_embeddings;
+  if (impl->max_model_len > model->max_position_embeddings) {
+    return make_error(Errc::invalid_config, where + "engine.max_model_len: " + std::to_string(impl->max_model_len) +
+                                                " exceeds the model's max_position_embeddings (" +
+                                                std::to_string(model->max_position_embeddings) + ")");
+  }
+  const uint64_t block_bytes = model->kv_bytes_per_token() * topology.engine.block_size;
+  const uint64_t num_blocks = topology.engine.kv_cache_memory / block_bytes;
+  if (num_blocks == 0) {
+    return make_error(Errc::invalid_config, where + "engine.kv_cache_memory: " +
+                                                std::to_string(topology.engine.kv_cache_memory) +
+                                                " bytes hold no KV block (one block takes " +
+                                                std::to_string(block_bytes) + " bytes)");
+  }
+  auto tokenizer = Tokenizer::load(topology.model.path);
+  if (!tokenizer) return tokenizer.error();
+  impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
+
+  CoordinatorParams params;
+  params.topology = topology;
+  params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
+                                  topology.engine.block_size, impl->max_model_len, model->vocab_size};
+  params.num_kv_blocks = static_cast<uint32_t>(std::min<uint64_t>(num_blocks, UINT32_MAX));
+  params.worker_executable = options.worker_executable;
+  if (params.worker_executable.empty()) {
+    std::error_code ec;
+    params.worker_executable = std::filesystem::read_symlink("/proc/self/exe", ec);
+  }
+  params.log_level = options.log_level;
+  params.worker_start_timeout = options.worker_start_timeout;
+  params.registry = &impl->registry;
+
+  impl->system = std::make_unique<caf::actor_system>(impl->caf_config);
+  for (size_t i = 0; i < kTokenizerActors; ++i) impl->tokenizers.push_back(spawn_tokenizer(*impl->system, impl->tokenizer));
+  impl->coordinator = spawn_coordinator(*impl->system, std::move(params));
+
+  std::optional<Error> failure;
+  {
+    caf::scoped_actor self{*impl->system};
+    self->request(impl->coordinator, caf::infinite, start_atom::value)
+        .receive(
+            [&](uint32_t code, std::string& error, caf::actor& scheduler) {
+              if (code == kCoordinatorOk) impl->scheduler = std::move(scheduler);
+              else failure = Error{static_cast<Errc>(code), std::move(error)};
+            },
+            [&](caf::error& err) { failure = Error{Errc::internal, impl->system->render(err)}; });
+  }
+  if (failure) return *failure;
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_special_tokens) {
+  caf::scoped_actor self{*impl_->system};
+  const uint64_t id = impl_->next_id.fetch_add(1);
+  wire_msg req = build<wire::TokenizeRequest>([&](wire::TokenizeRequest::Builder out) {
+    out.setCorrelationId(id);
+    out.setText(text);
+    out.setAddSpecialTokens(add_special_tokens);
+  });
+  Result<std::vector<int32_t>> result = Error{Errc::internal, "no reply from the tokenizer"};
+  self->request(impl_->tokenizers[id % impl_->tokenizers.size()], caf::infinite, tokenize_atom::value, std::move(req))
+      .receive(
+          [&](const wire_msg& reply) {
+            WireReader reader(reply);
+            auto r = reader.root<wire::TokenizeResult>();
+            if (has_error(r.getError())) result = get_error(r.getError());
+            else result = to_vector<int32_t>(r.getIds());
+          },
+          [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
+  return result;
+}
+
+Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateRequest>& requests,
+                                                     const TextCallback& on_text) {
+  std::vector<GenerateOutput> outputs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i].prompt) {
+      auto ids = tokenize(*requests[i].prompt);
+      if (!ids) return ids.error();
+      outputs[i].prompt_ids = std::move(*ids);
+    } else {
+      outputs[i].prompt_ids = requests[i].prompt_ids;
+    }
+  }
+
+  caf::scoped_actor self{*impl_->system};
+  std::unordered_map<uint64_t, size_t> index_of;  // request id -> index
+  std::vector<clock_type::time_point> submitted(requests.size()), first(requests.size()), last(requests.size());
+  std::random_device entropy;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    const uint64_t id = impl_->next_id.fetch_add(1);
+    index_of[id] = i;
+    SamplingOptions sampling = r.sampling;
+    if (sampling.seed == 0 && sampling.temperature > 0) sampling.seed = (uint64_t(entropy()) << 32) | entropy();
+    wire_msg submit = build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+      out.setCorrelationId(id);
+      out.setRequestId(id);
+      auto ids = out.initPromptIds(static_cast<uint32_t>(outputs[i].prompt_ids.size()));
+      for (uint32_t t = 0; t < outputs[i].prompt_ids.size(); ++t) ids.set(t, outputs[i].prompt_ids[t]);
+      out.setMaxTokens(r.max_tokens);
+      auto sp = out.initSampling();
+      sp.setTemperature(sampling.temperature);
+      sp.setTopP(sampling.top_p);
+      sp.setTopK(sampling.top_k);
+      sp.setSeed(sampling.seed);
+      const auto& stops = impl_->tokenizer->stop_ids();
+      auto stop_list = out.initStopIds(static_cast<uint32_t>(stops.size()));
+      for (uint32_t t = 0; t < stops.size(); ++t) stop_list.set(t, stops[t]);
+      out.setIgnoreEos(r.ignore_eos);
+    });
+    submitted[i] = clock_type::now();
+    self->send(impl_->scheduler, submit_atom::value, std::move(submit));
+  }
+
+  size_t remaining = requests.size();
+  std::optional<Error> failure;
+  while (remaining > 0 && !failure) {
+    self->receive(
+        [&](delta_atom, const wire_msg& msg) {
+          const auto now = clock_type::now();
+          WireReader reader(msg);
+          auto delta = reader.root<wire::StreamDelta>();
+          auto it = index_of.find(delta.getRequestId());
+          if (it == index_of.end()) return;
+          const size_t i = it->second;
+          GenerateOutput& out = outputs[i];
+          const auto ids = delta.getTokenIds();
+          if (ids.size() > 0) {
+            if (out.generated_ids.empty()) first[i] = now;
+            last[i] = now;
+            for (int32_t t : ids) out.generated_ids.push_back(t);
+          }
+          const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
+          if (has_error(delta.getError())) out.error = get_error(delta.getError());
+          // Incremental detokenization, always on the same tokenizer actor for one request.
+          wire_msg detok = build<wire::DetokenizeRequest>([&](wire::DetokenizeRequest::Builder d) {
+            d.setRequestId(it->first);
+            auto list = d.initIds(ids.size());
+            for (uint32_t t = 0; t < ids.size(); ++t) list.set(t, ids[t]);
+            d.setFinal(finished);
+          });
+          self->request(impl_->tokenizers[it->first % impl_->tokenizers.size()], caf::infinite, detok_atom::value,
+                        std::move(detok))
+              .receive(
+                  [&](const wire_msg& reply) {
+                    WireReader r(reply);
+                    std::string text = r.root<wire::DetokenizeResult>().getText();
+                    if (!text.empty() && on_text) on_text(i, text);
+                    out.text += text;
+                  },
+                  [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
+          if (finished) {
+            switch (delta.getFinishReason()) {
+              case wire::FinishReason::STOP: out.finish_reason = "stop"; break;
+              case wire::FinishReason::LENGTH: out.finish_reason = "length"; break;
+              case wire::FinishReason::CANCELLED: out.finish_reason = "cancelled"; break;
+              default: out.finish_reason = "error"; break;
+            }
+            out.total_ms = ms_between(submitted[i], now);
+            if (!out.generated_ids.empty()) {
+              out.ttft_ms = ms_between(submitted[i], first[i]);
+              const double decode_s = ms_between(first[i], last[i]) / 1000.0;
+              if (out.generated_ids.size() > 1 && decode_s > 0) {
+                out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
+              }
+            }
+            --remaining;
+          }
+        },
+        caf::after(std::chrono::minutes(30)) >>
+            [&] { failure = Error{Errc::internal, "no progress from the scheduler for 30 minutes"}; });
+  }
+  if (failure) return *failure;
+  return outputs;
+}
+
+}  // namespace actord

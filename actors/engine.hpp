@@ -1,0 +1,75 @@
+// actord's embedding API: start the actors of a topology, generate text, stop. Used by the CLI, the tests and
+// anyone embedding the engine in a C++ program.
+//
+// Contract: CAF-free header. start() validates the model folder and the topology against it, brings every actor up
+// (spawning worker processes where the topology says so) and returns an Error (never aborts) when anything is
+// wrong: missing model folder, unsupported architecture, bad weights, a worker that dies at start-up. generate() is
+// thread-safe; requests passed together are submitted together and batched by the scheduler. Per-request problems
+// (a prompt longer than the context) come back in GenerateOutput::error; the engine keeps serving. The destructor
+// stops every actor and worker process it started.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/topology_config.hpp"
+#include "executors/sampler.hpp"
+#include "plugins/model_config.hpp"
+
+namespace actord {
+
+struct EngineOptions {
+  std::filesystem::path worker_executable;  // for placement: process; empty: this process's own executable
+  std::string log_level = "warn";           // passed on to worker processes
+  std::chrono::seconds worker_start_timeout{120};
+};
+
+struct GenerateRequest {
+  std::optional<std::string> prompt;  // encoded by the tokenizer actor (with BOS) when set
+  std::vector<int32_t> prompt_ids;    // used as is when prompt is not set
+  uint32_t max_tokens = 16;
+  SamplingOptions sampling;           // seed 0 with temperature > 0: a seed is drawn per request
+  bool ignore_eos = false;
+};
+
+struct GenerateOutput {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::string text;                   // the detokenized generated ids
+  std::string finish_reason;          // stop | length | error | cancelled
+  std::optional<Error> error;
+  double ttft_ms = 0;                 // submit -> first token
+  double decode_tokens_per_s = 0;     // (generated - 1) / (last token - first token)
+  double total_ms = 0;
+};
+
+using TextCallback = std::function<void(size_t request_index, std::string_view text_delta)>;
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> start(const TopologyConfig& topology, const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& model_config() const;
+  int max_model_len() const;
+
+  Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
+  // Blocks until every request has finished. on_text, when set, receives text deltas as they are produced.
+  Result<std::vector<GenerateOutput>> generate(const std::vector<GenerateRequest>& requests,
+                                               const TextCallback& on_text = {});
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace actord

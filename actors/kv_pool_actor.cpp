@@ -1,0 +1,58 @@
+#include "actors/kv_pool_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "memory/block_allocator.hpp"
+
+namespace actord {
+namespace {
+
+struct kv_pool_state {
+  BlockAllocator blocks;
+  uint32_t block_size = 16;
+  static inline const char* name = "kv_pool";
+};
+
+caf::behavior kv_pool_impl(caf::stateful_actor<kv_pool_state>* self, uint32_t num_blocks, uint32_t block_size) {
+  self->state.blocks = BlockAllocator(num_blocks);
+  self->state.block_size = block_size;
+  return {
+      [=](lease_atom, const wire_msg& msg) -> wire_msg {
+        WireReader reader(msg);
+        auto req = reader.root<wire::KvLeaseRequest>();
+        auto& pool = self->state.blocks;
+        const size_t n = req.getNumBlocks() == 0 ? pool.num_free() : req.getNumBlocks();
+        std::vector<uint32_t> granted;
+        const bool ok = pool.allocate(n, granted);
+        return build<wire::KvLeaseGrant>([&](wire::KvLeaseGrant::Builder out) {
+          out.setCorrelationId(req.getCorrelationId());
+          out.setBlockSize(self->state.block_size);
+          if (!ok) {
+            set_error(out.initError(), Error{Errc::resource_exhausted,
+                                             "kv_pool: " + std::to_string(n) + " blocks asked, " +
+                                                 std::to_string(pool.num_free()) + " free"});
+            return;
+          }
+          auto ids = out.initBlockIds(static_cast<uint32_t>(granted.size()));
+          for (uint32_t i = 0; i < granted.size(); ++i) ids.set(i, granted[i]);
+        });
+      },
+      [=](release_atom, const wire_msg& msg) {
+        WireReader reader(msg);
+        auto ids = reader.root<wire::KvRelease>().getBlockIds();
+        self->state.blocks.free(to_vector<uint32_t>(ids));
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_kv_pool(caf::actor_system& system, uint32_t num_blocks, uint32_t block_size) {
+  return system.spawn(kv_pool_impl, num_blocks, block_size);
+}
+
+}  // namespace actord

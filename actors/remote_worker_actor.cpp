@@ -1,0 +1,97 @@
+#include "actors/remote_worker_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <deque>
+
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+namespace {
+
+struct pending_reply {
+  wire::MessageKind kind;  // what the reply will be: WORKER_READY or STEP_RESULT
+  caf::response_promise promise;
+};
+
+struct remote_worker_state {
+  std::unique_ptr<WorkerProcess> process;
+  std::deque<pending_reply> pending;
+  std::string down_reason;  // non-empty once the process is gone
+  static inline const char* name = "remote_worker";
+};
+
+using self_ptr = caf::stateful_actor<remote_worker_state>*;
+
+wire_msg failure_reply(wire::MessageKind kind, const std::string& reason) {
+  const Error err{Errc::worker_failed, reason};
+  if (kind == wire::MessageKind::WORKER_READY) {
+    return build<wire::WorkerReady>([&](wire::WorkerReady::Builder out) { set_error(out.initError(), err); });
+  }
+  return build<wire::StepResult>([&](wire::StepResult::Builder out) { set_error(out.initError(), err); });
+}
+
+caf::response_promise forward(self_ptr self, wire::MessageKind send_kind, wire::MessageKind reply_kind,
+                              const wire_msg& msg) {
+  auto promise = self->make_response_promise();
+  auto& st = self->state;
+  if (!st.down_reason.empty() || !st.process) {
+    promise.deliver(failure_reply(reply_kind, st.down_reason.empty() ? "worker process not started" : st.down_reason));
+    return promise;
+  }
+  st.pending.push_back({reply_kind, promise});
+  st.process->send(send_kind, msg);
+  return promise;
+}
+
+caf::behavior remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  auto started = WorkerProcess::start(
+      options,
+      [me](Envelope env) {
+        caf::anon_send(me, inbound_atom::value, static_cast<uint32_t>(env.kind), std::move(env.body));
+      },
+      [me](const std::string& reason) { caf::anon_send(me, link_down_atom::value, reason); });
+  if (started) {
+    self->state.process = std::move(*started);
+  } else {
+    self->state.down_reason = started.error().message;
+  }
+  // The receive thread holds a handle to this actor; the cycle breaks when the actor quits (its state, and with it
+  // the process and the thread, is destroyed then).
+  return {
+      [=](init_atom, const wire_msg& msg) {
+        return forward(self, wire::MessageKind::WORKER_INIT, wire::MessageKind::WORKER_READY, msg);
+      },
+      [=](step_atom, const wire_msg& msg) {
+        return forward(self, wire::MessageKind::EXECUTE_STEP, wire::MessageKind::STEP_RESULT, msg);
+      },
+      [=](inbound_atom, uint32_t /*kind*/, wire_msg& body) {
+        auto& pending = self->state.pending;
+        if (pending.empty()) return;  // a reply nobody waits for (should not happen): drop it
+        auto reply = std::move(pending.front());
+        pending.pop_front();
+        reply.promise.deliver(std::move(body));
+      },
+      [=](link_down_atom, const std::string& reason) {
+        auto& st = self->state;
+        st.down_reason = reason;
+        while (!st.pending.empty()) {
+          auto reply = std::move(st.pending.front());
+          st.pending.pop_front();
+          reply.promise.deliver(failure_reply(reply.kind, reason));
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_remote_worker(caf::actor_system& system, const WorkerProcessOptions& options) {
+  return system.spawn(remote_worker_impl, options);
+}
+
+}  // namespace actord

@@ -1,0 +1,188 @@
+#include "actors/scheduler_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+namespace {
+
+struct scheduler_state {
+  std::string actor_name;
+  BlockAllocator lease;                       // blocks leased from the kv_pool
+  std::unique_ptr<BatchScheduler> batcher;
+  caf::actor worker;
+  caf::actor kv_pool;
+  bool lease_ready = false;
+  std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
+  std::unordered_map<uint64_t, caf::actor> sinks;         // request id -> who submitted it
+  uint64_t next_step_id = 1;
+  uint64_t steps = 0;
+  static inline const char* name = "scheduler";
+};
+
+using self_ptr = caf::stateful_actor<scheduler_state>*;
+
+wire::FinishReason to_wire(Finish finish) {
+  switch (finish) {
+    case Finish::none: return wire::FinishReason::NONE;
+    case Finish::stop: return wire::FinishReason::STOP;
+    case Finish::length: return wire::FinishReason::LENGTH;
+    case Finish::error: return wire::FinishReason::ERROR;
+    case Finish::cancelled: return wire::FinishReason::CANCELLED;
+  }
+  return wire::FinishReason::ERROR;
+}
+
+void emit(self_ptr self, const SequenceUpdate& u) {
+  auto it = self->state.sinks.find(u.id);
+  if (it == self->state.sinks.end()) return;
+  wire_msg delta = build<wire::StreamDelta>([&](wire::StreamDelta::Builder out) {
+    out.setRequestId(u.id);
+    auto ids = out.initTokenIds(static_cast<uint32_t>(u.new_tokens.size()));
+    for (uint32_t i = 0; i < u.new_tokens.size(); ++i) ids.set(i, u.new_tokens[i]);
+    out.setFinishReason(to_wire(u.finish));
+    out.setPromptTokens(u.prompt_tokens);
+    if (u.finish == Finish::error) set_error(out.initError(), Error{u.error_code, u.error});
+  });
+  self->send(it->second, delta_atom::value, std::move(delta));
+  if (u.finish != Finish::none) self->state.sinks.erase(it);
+}
+
+void maybe_step(self_ptr self);
+
+void on_step_result(self_ptr self, const wire_msg& msg) {
+  WireReader reader(msg);
+  auto result = reader.root<wire::StepResult>();
+  std::vector<SequenceUpdate> updates;
+  if (has_error(result.getError())) {
+    const Error err = get_error(result.getError());
+    spdlog::error("{}: step failed: {}", self->state.actor_name, err.message);
+    updates = self->state.batcher->on_step_failed(err.message);
+  } else {
+    std::vector<std::pair<uint64_t, int32_t>> sampled;
+    sampled.reserve(result.getResults().size());
+    for (auto r : result.getResults()) sampled.emplace_back(r.getSeqId(), r.getTokenId());
+    updates = self->state.batcher->on_step_result(sampled);
+  }
+  for (const auto& u : updates) emit(self, u);
+  maybe_step(self);
+}
+
+void maybe_step(self_ptr self) {
+  auto& st = self->state;
+  if (!st.lease_ready || st.batcher->step_in_flight()) return;
+  auto plan = st.batcher->plan_step();
+  if (!plan) return;
+  const uint64_t step_id = st.next_step_id++;
+  wire_msg step = build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
+    out.setCorrelationId(step_id);
+    out.setStepId(step_id);
+    auto seqs = out.initSeqs(static_cast<uint32_t>(plan->slices.size()));
+    for (uint32_t i = 0; i < plan->slices.size(); ++i) {
+      const PlannedSlice& s = plan->slices[i];
+      auto b = seqs[i];
+      b.setSeqId(s.seq_id);
+      auto toks = b.initTokenIds(static_cast<uint32_t>(s.tokens.size()));
+      for (uint32_t t = 0; t < s.tokens.size(); ++t) toks.set(t, s.tokens[t]);
+      b.setStartPos(static_cast<uint32_t>(s.start_pos));
+      auto table = b.initBlockTable(static_cast<uint32_t>(s.block_table.size()));
+      for (uint32_t t = 0; t < s.block_table.size(); ++t) table.set(t, s.block_table[t]);
+      b.setSample(s.sample);
+      auto sp = b.initSampling();
+      sp.setTemperature(s.sampling.temperature);
+      sp.setTopP(s.sampling.top_p);
+      sp.setTopK(s.sampling.top_k);
+      sp.setSeed(s.sampling.seed);
+      b.setSampleIndex(s.sample_index);
+    }
+  });
+  ++st.steps;
+  self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
+      .then([=](const wire_msg& result) { on_step_result(self, result); },
+            [=](const caf::error& err) {
+              const std::string why = "worker unreachable: " + self->system().render(err);
+              spdlog::error("{}: {}", self->state.actor_name, why);
+              for (const auto& u : self->state.batcher->on_step_failed(why)) emit(self, u);
+              maybe_step(self);
+            });
+}
+
+void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
+  SequenceRequest req;
+  try {
+    WireReader reader(msg);
+    auto in = reader.root<wire::SubmitRequest>();
+    req.id = in.getRequestId();
+    req.prompt = to_vector<int32_t>(in.getPromptIds());
+    req.max_tokens = in.getMaxTokens();
+    auto sp = in.getSampling();
+    req.sampling = SamplingOptions{sp.getTemperature(), sp.getTopP(), sp.getTopK(), sp.getSeed()};
+    req.stop_ids = to_vector<int32_t>(in.getStopIds());
+    req.ignore_eos = in.getIgnoreEos();
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: malformed SubmitRequest dropped: {}", self->state.actor_name, e.what());
+    return;
+  }
+  self->state.sinks[req.id] = sink;
+  if (auto refused = self->state.batcher->add(std::move(req))) emit(self, *refused);
+  maybe_step(self);
+}
+
+caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor worker, caf::actor kv_pool,
+                             std::string name) {
+  auto& st = self->state;
+  st.actor_name = std::move(name);
+  st.worker = std::move(worker);
+  st.kv_pool = std::move(kv_pool);
+  st.batcher = std::make_unique<BatchScheduler>(limits, st.lease);
+  wire_msg lease_req = build<wire::KvLeaseRequest>([&](wire::KvLeaseRequest::Builder out) {
+    out.setCorrelationId(1);
+    out.setHolder(st.actor_name);
+    out.setNumBlocks(0);  // the whole pool: one scheduler per pool for now
+  });
+  self->request(st.kv_pool, caf::infinite, lease_atom::value, std::move(lease_req))
+      .then([=](const wire_msg& msg) {
+        WireReader reader(msg);
+        auto grant = reader.root<wire::KvLeaseGrant>();
+        if (has_error(grant.getError())) {
+          spdlog::error("{}: no KV lease: {}", self->state.actor_name, std::string(grant.getError().getMessage()));
+        }
+        auto ids = grant.getBlockIds();
+        self->state.lease.add(to_vector<uint32_t>(ids));
+        self->state.lease_ready = true;
+        spdlog::debug("{}: leased {} KV blocks", self->state.actor_name, ids.size());
+        auto pending = std::move(self->state.pending);
+        for (auto& [sink, m] : pending) handle_submit(self, sink, m);
+      });
+  return {
+      [=](submit_atom, const wire_msg& msg) {
+        auto sink = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!self->state.lease_ready) {
+          self->state.pending.emplace_back(std::move(sink), msg);
+          return;
+        }
+        handle_submit(self, sink, msg);
+      },
+      [=](cancel_atom, const wire_msg& msg) {
+        WireReader reader(msg);
+        const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();
+        if (auto done = self->state.batcher->cancel(id)) emit(self, *done);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, caf::actor worker,
+                           caf::actor kv_pool, std::string name) {
+  return system.spawn(scheduler_impl, limits, std::move(worker), std::move(kv_pool), std::move(name));
+}
+
+}  // namespace actord

@@ -1,0 +1,19 @@
+// The scheduler actor of one replica: continuous batching over its KV lease, one ExecuteStep per step.
+//
+// Messages in: (submit_atom, SubmitRequest) from a client, which then receives (delta_atom, StreamDelta) after
+// every step that produced tokens for that request, the last one with a finish reason; (cancel_atom,
+// CancelRequest). The scheduler asks its kv_pool for a lease once at start and allocates blocks from it locally, so
+// a step costs exactly one round trip: ExecuteStep to the worker, StepResult back.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <string>
+
+#include "scheduler/batch_scheduler.hpp"
+
+namespace actord {
+
+caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, caf::actor worker,
+                           caf::actor kv_pool, std::string name);
+
+}  // namespace actord

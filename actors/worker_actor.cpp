@@ -1,0 +1,50 @@
+#include "actors/worker_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/worker_core.hpp"
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+namespace {
+
+struct worker_state {
+  std::unique_ptr<WorkerCore> core;
+  static inline const char* name = "worker";
+};
+
+// A capnp reader throws kj::Exception on a malformed message; turn it into a reply instead of a dead actor.
+template <class Reply, class F>
+wire_msg guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return build<Reply>([&](typename Reply::Builder out) {
+      set_error(out.initError(), Error{Errc::invalid_argument, std::string("malformed message: ") + e.what()});
+    });
+  }
+}
+
+caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRegistry* registry) {
+  self->state.core = std::make_unique<WorkerCore>(*registry);
+  return {
+      [=](init_atom, const wire_msg& msg) -> wire_msg {
+        return guarded<wire::WorkerReady>([&] { return self->state.core->init(msg); });
+      },
+      [=](step_atom, const wire_msg& msg) -> wire_msg {
+        return guarded<wire::StepResult>([&] { return self->state.core->execute(msg); });
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry) {
+  // Detached: a forward pass runs for milliseconds and must not hold one of the scheduler's shared threads.
+  return system.spawn<caf::detached>(worker_impl, &registry);
+}
+
+}  // namespace actord

@@ -1,0 +1,130 @@
+#include "actors/worker_process.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace actord {
+namespace {
+
+// Unique per live WorkerProcess: the pid names the engine's process, the object's address the link within it.
+std::string ipc_endpoint(const void* owner, const std::string& tag) {
+  return "ipc:///tmp/actord-" + std::to_string(getpid()) + "-" +
+         std::to_string(reinterpret_cast<uintptr_t>(owner)) + "-" + tag;
+}
+
+void remove_ipc_file(const std::string& endpoint) {
+  const std::string prefix = "ipc://";
+  if (endpoint.rfind(prefix, 0) == 0) ::unlink(endpoint.c_str() + prefix.size());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessOptions& options,
+                                                            MessageHandler on_message, ExitHandler on_exit) {
+  std::unique_ptr<WorkerProcess> wp(new WorkerProcess());
+  wp->options_ = options;
+  wp->on_message_ = std::move(on_message);
+  wp->on_exit_ = std::move(on_exit);
+  wp->to_endpoint_ = ipc_endpoint(wp.get(), "to");
+  wp->from_endpoint_ = ipc_endpoint(wp.get(), "from");
+  try {
+    wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
+    wp->to_worker_.set(zmq::sockopt::linger, 0);
+    wp->to_worker_.bind(wp->to_endpoint_);
+    wp->from_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::pull);
+    wp->from_worker_.set(zmq::sockopt::linger, 0);
+    wp->from_worker_.bind(wp->from_endpoint_);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::internal, "cannot bind worker sockets: " + std::string(e.what()));
+  }
+
+  // Everything the child needs is prepared before fork: only async-signal-safe calls happen in between.
+  std::vector<std::string> args = {options.executable.string(), "worker",   "--name",      options.name,
+                                   "--to-worker",               wp->to_endpoint_, "--from-worker", wp->from_endpoint_,
+                                   "--log-level",               options.log_level};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return make_error(Errc::internal, std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the engine
+    if (getppid() != parent) _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  wp->pid_ = pid;
+  wp->receiver_ = std::thread([p = wp.get()] { p->receive_loop(); });
+  return wp;
+}
+
+void WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
+  send_envelope(to_worker_, kind, options_.name, body);
+}
+
+std::string WorkerProcess::describe_exit(int status) const {
+  std::string who = "worker process " + options_.name + " (pid " + std::to_string(pid_) + ")";
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    if (code == 127) return who + " could not execute " + options_.executable.string();
+    return who + " exited with status " + std::to_string(code);
+  }
+  if (WIFSIGNALED(status)) return who + " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")";
+  return who + " stopped";
+}
+
+void WorkerProcess::receive_loop() {
+  while (!stopping_.load()) {
+    auto got = recv_envelope(from_worker_, 20);
+    if (got.ok() && got->has_value()) on_message_(std::move(**got));
+    int status = 0;
+    if (!exited_.load() && waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_.store(true);
+      // Deliver what the child sent before it died (e.g. its WorkerReady with an error), then report the exit.
+      for (;;) {
+        auto rest = recv_envelope(from_worker_, 0);
+        if (!rest.ok() || !rest->has_value()) break;
+        on_message_(std::move(**rest));
+      }
+      if (!stopping_.load()) on_exit_(describe_exit(status));
+      return;
+    }
+  }
+}
+
+WorkerProcess::~WorkerProcess() {
+  stopping_.store(true);
+  if (!exited_.load()) {
+    try {
+      send(wire::MessageKind::SHUTDOWN, wire_msg{});
+    } catch (const zmq::error_t&) {
+    }
+  }
+  if (receiver_.joinable()) receiver_.join();
+  if (!exited_.load() && pid_ > 0) {
+    int status = 0;
+    bool reaped = false;
+    for (int i = 0; i < 200 && !reaped; ++i) {
+      reaped = waitpid(pid_, &status, WNOHANG) == pid_;
+      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!reaped) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+  }
+  to_worker_.close();
+  from_worker_.close();
+  remove_ipc_file(to_endpoint_);
+  remove_ipc_file(from_endpoint_);
+}
+
+}  // namespace actord

@@ -1,0 +1,61 @@
+// A worker that lives in its own OS process, seen from the engine's process: starts it (fork + exec of
+// `actord worker`), owns the two ZeroMQ ipc sockets to it, and reaps it.
+//
+// Contract: start() binds the sockets and launches the child, which dies with us (PR_SET_PDEATHSIG) so no orphan is
+// left even if this process is killed. send() may be called from one thread at a time (the proxy actor's). The
+// receive loop runs on its own thread and reports through callbacks: on_message for every envelope, on_exit once
+// when the child has exited (with a human-readable reason). The destructor asks the child to shut down, waits up to
+// two seconds, then kills it, and joins the receive thread. Linux only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "comms/zmq_link.hpp"
+
+namespace actord {
+
+struct WorkerProcessOptions {
+  std::filesystem::path executable;  // the actord binary (runs `actord worker ...`)
+  std::string name;                  // stable actor name, e.g. replica/0/worker/0
+  std::string log_level = "warn";
+};
+
+class WorkerProcess {
+ public:
+  using MessageHandler = std::function<void(Envelope)>;
+  using ExitHandler = std::function<void(const std::string& reason)>;
+
+  static Result<std::unique_ptr<WorkerProcess>> start(const WorkerProcessOptions& options, MessageHandler on_message,
+                                                      ExitHandler on_exit);
+  ~WorkerProcess();
+
+  void send(wire::MessageKind kind, const wire_msg& body);
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return options_.name; }
+
+ private:
+  WorkerProcess() = default;
+  void receive_loop();
+  std::string describe_exit(int status) const;
+
+  WorkerProcessOptions options_;
+  zmq::context_t context_{1};
+  zmq::socket_t to_worker_;    // PUSH, bound here
+  zmq::socket_t from_worker_;  // PULL, bound here; used by the receive thread only
+  std::string to_endpoint_, from_endpoint_;
+  pid_t pid_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> exited_{false};
+  MessageHandler on_message_;
+  ExitHandler on_exit_;
+  std::thread receiver_;
+};
+
+}  // namespace actord

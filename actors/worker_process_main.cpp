@@ -1,0 +1,89 @@
+#include "actors/worker_process_main.hpp"
+
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/scoped_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "actors/actor_system_setup.hpp"
+#include "actors/worker_actor.hpp"
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/zmq_link.hpp"
+#include "plugins/model_registry.hpp"
+
+namespace actord {
+
+int run_worker_process(const WorkerProcessArgs& args) {
+  const pid_t parent = getppid();
+  zmq::context_t context(1);
+  zmq::socket_t in(context, zmq::socket_type::pull);
+  zmq::socket_t out(context, zmq::socket_type::push);
+  try {
+    in.set(zmq::sockopt::linger, 0);
+    out.set(zmq::sockopt::linger, 1000);  // let the last reply leave before exit
+    in.connect(args.to_worker_endpoint);
+    out.connect(args.from_worker_endpoint);
+  } catch (const zmq::error_t& e) {
+    spdlog::error("{}: cannot connect: {}", args.name, e.what());
+    return 1;
+  }
+
+  const ModelRegistry registry = ModelRegistry::with_builtins();
+  ActordSystemConfig cfg(1);
+  caf::actor_system system(cfg);
+  caf::actor worker = spawn_worker(system, registry);
+  caf::scoped_actor self{system};
+  int exit_code = 0;
+  bool running = true;
+  while (running) {
+    auto got = recv_envelope(in, 200);
+    if (!got) {
+      spdlog::error("{}: {}", args.name, got.error().message);
+      continue;
+    }
+    if (!got->has_value()) {
+      if (getppid() != parent) {
+        spdlog::error("{}: the engine process went away", args.name);
+        exit_code = 1;
+        break;
+      }
+      continue;
+    }
+    Envelope env = std::move(**got);
+    wire::MessageKind reply_kind;
+    switch (env.kind) {
+      case wire::MessageKind::SHUTDOWN: running = false; continue;
+      case wire::MessageKind::WORKER_INIT: reply_kind = wire::MessageKind::WORKER_READY; break;
+      case wire::MessageKind::EXECUTE_STEP: reply_kind = wire::MessageKind::STEP_RESULT; break;
+      default:
+        spdlog::warn("{}: ignoring a message of kind {}", args.name, static_cast<int>(env.kind));
+        continue;
+    }
+    auto handle_reply = [&](const wire_msg& reply) {
+      send_envelope(out, reply_kind, args.name, reply);
+      if (reply_kind == wire::MessageKind::WORKER_READY) {
+        WireReader reader(reply);
+        if (has_error(reader.root<wire::WorkerReady>().getError())) {
+          exit_code = 3;
+          running = false;
+        }
+      }
+    };
+    auto on_error = [&](caf::error& err) {
+      spdlog::error("{}: worker actor failed: {}", args.name, system.render(err));
+      exit_code = 1;
+      running = false;
+    };
+    if (reply_kind == wire::MessageKind::WORKER_READY) {
+      self->request(worker, caf::infinite, init_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+    } else {
+      self->request(worker, caf::infinite, step_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+    }
+  }
+  self->send_exit(worker, caf::exit_reason::user_shutdown);
+  return exit_code;
+}
+
+}  // namespace actord

@@ -1,0 +1,21 @@
+// The body of `actord worker`: a worker actor in its own process, fed over ZeroMQ by a WorkerProcess in the engine.
+//
+// Contract: connects to the two endpoints, runs WorkerInit/ExecuteStep envelopes through a worker actor one at a
+// time and sends each reply back, until a Shutdown envelope arrives or the parent process goes away. Returns the
+// process exit code: 0 after a clean shutdown, 3 when the model failed to load (the error was already sent to the
+// engine in WorkerReady), 1 on a transport failure.
+#pragma once
+
+#include <string>
+
+namespace actord {
+
+struct WorkerProcessArgs {
+  std::string name;
+  std::string to_worker_endpoint;    // PULL side here
+  std::string from_worker_endpoint;  // PUSH side here
+};
+
+int run_worker_process(const WorkerProcessArgs& args);
+
+}  // namespace actord

@@ -1,0 +1,54 @@
+// Subcommands of the actord CLI. Each add_* registers its flags on the app; each run_* returns the exit code:
+// 0 success, 2 bad input (flags, topology, model folder, prompt), 1 a runtime failure (a worker died).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace actord::cli {
+
+struct CommonArgs {
+  std::string config;
+  std::string model;
+  std::vector<std::string> set;
+  std::string log_level;
+};
+
+struct GenerateArgs {
+  CommonArgs common;
+  std::vector<std::string> prompts;
+  std::string prompt_ids;
+  int max_tokens = 128;
+  float temperature = 0.8f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool json = false;
+  bool echo = false;
+  bool ignore_eos = false;
+};
+
+struct WorkerArgs {
+  std::string name;
+  std::string to_worker;
+  std::string from_worker;
+  std::string log_level = "warn";
+};
+
+// Adds CONFIG, --model, --set and --log-level to a subcommand that runs a topology.
+void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level);
+// Sets the spdlog level; false (and a message) for an unknown level name.
+bool apply_log_level(const std::string& level);
+int exit_code_for(const Error& error);
+void print_error(const Error& error);
+
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
+int run_generate(const GenerateArgs& args);
+
+CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
+int run_worker(const WorkerArgs& args);
+
+}  // namespace actord::cli

@@ -1,0 +1,50 @@
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "apps/actord/commands.hpp"
+
+namespace actord::cli {
+
+void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level) {
+  args.log_level = default_log_level;
+  cmd->add_option("config", args.config, "Topology file (YAML), e.g. configs/quickstart.yaml")->required();
+  cmd->add_option("--model", args.model, "Model folder (HF layout); overrides model.path of the topology");
+  cmd->add_option("--set", args.set,
+                  "Override a topology key by its dotted path, e.g. --set engine.max_num_seqs=8 "
+                  "or --set groups[0].placement=process (repeatable)")
+      ->take_last();
+  cmd->add_option("--log-level", args.log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+}
+
+bool apply_log_level(const std::string& level) {
+  const auto parsed = spdlog::level::from_str(level);
+  if (parsed == spdlog::level::off && level != "off") {
+    std::fprintf(stderr, "error: --log-level: unknown level '%s' (trace, debug, info, warn, error, critical, off)\n",
+                 level.c_str());
+    return false;
+  }
+  spdlog::set_level(parsed);
+  return true;
+}
+
+int exit_code_for(const Error& error) {
+  switch (error.code) {
+    case Errc::invalid_argument:
+    case Errc::invalid_config:
+    case Errc::not_found:
+    case Errc::unsupported:
+    case Errc::parse_error:
+    case Errc::resource_exhausted:
+      return 2;
+    case Errc::worker_failed:
+    case Errc::internal:
+      return 1;
+  }
+  return 1;
+}
+
+void print_error(const Error& error) { std::fprintf(stderr, "error: %s\n", error.message.c_str()); }
+
+}  // namespace actord::cli

@@ -1,0 +1,135 @@
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "actors/engine.hpp"
+#include "apps/actord/commands.hpp"
+
+namespace actord::cli {
+namespace {
+
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      return make_error(Errc::invalid_argument, "--prompt-ids: '" + item + "' is not a token id");
+    }
+  }
+  if (ids.empty()) return make_error(Errc::invalid_argument, "--prompt-ids: no token ids given");
+  return ids;
+}
+
+}  // namespace
+
+CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from prompts with the model of a topology");
+  add_common_options(cmd, args.common, "warn");
+  auto* prompt = cmd->add_option("--prompt", args.prompts,
+                                 "Prompt text (repeatable: several prompts are generated together, in one batch)");
+  auto* ids = cmd->add_option("--prompt-ids", args.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
+  prompt->excludes(ids);
+  cmd->add_option("--max-tokens", args.max_tokens, "Tokens to generate at most per prompt")->capture_default_str();
+  cmd->add_option("--temperature", args.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-p", args.top_p, "Nucleus sampling: keep the smallest set of tokens with this mass")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
+  cmd->add_option("--seed", args.seed, "Random seed; the same seed gives the same text (0: random)");
+  cmd->add_flag("--json", args.json, "Print one JSON object per prompt: generated_ids, text, ttft_ms, ...");
+  cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
+  cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
+  return cmd;
+}
+
+int run_generate(const GenerateArgs& args) {
+  if (!apply_log_level(args.common.log_level)) return 2;
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return exit_code_for(e);
+  };
+  if (args.max_tokens < 1) return fail({Errc::invalid_argument, "--max-tokens must be at least 1, got " +
+                                                                    std::to_string(args.max_tokens)});
+  if (args.temperature < 0) return fail({Errc::invalid_argument, "--temperature must be >= 0"});
+  if (!(args.top_p > 0 && args.top_p <= 1)) return fail({Errc::invalid_argument, "--top-p must be in (0, 1]"});
+  if (args.top_k < 0) return fail({Errc::invalid_argument, "--top-k must be >= 0"});
+  if (args.prompts.empty() && args.prompt_ids.empty()) {
+    return fail({Errc::invalid_argument, "give a prompt with --prompt TEXT or --prompt-ids 1,2,3"});
+  }
+
+  TopologyOverrides overrides;
+  overrides.set = args.common.set;
+  if (!args.common.model.empty()) overrides.model = args.common.model;
+  auto topology = load_topology(args.common.config, overrides);
+  if (!topology) return fail(topology.error());
+
+  std::vector<GenerateRequest> requests;
+  SamplingOptions sampling{args.temperature, args.top_p, args.top_k, args.seed};
+  if (!args.prompt_ids.empty()) {
+    auto ids = parse_ids(args.prompt_ids);
+    if (!ids) return fail(ids.error());
+    requests.push_back(GenerateRequest{std::nullopt, *ids, static_cast<uint32_t>(args.max_tokens), sampling,
+                                       args.ignore_eos});
+  }
+  for (const auto& p : args.prompts) {
+    requests.push_back(GenerateRequest{p, {}, static_cast<uint32_t>(args.max_tokens), sampling, args.ignore_eos});
+  }
+
+  EngineOptions options;
+  options.log_level = args.common.log_level;
+  auto engine = Engine::start(*topology, options);
+  if (!engine) return fail(engine.error());
+
+  // Streaming to the terminal only makes sense for one prompt in text mode.
+  const bool stream = !args.json && requests.size() == 1;
+  if (stream && args.echo && requests[0].prompt) {
+    std::fputs(requests[0].prompt->c_str(), stdout);
+    std::fflush(stdout);
+  }
+  TextCallback on_text;
+  if (stream) {
+    on_text = [](size_t, std::string_view delta) {
+      std::fwrite(delta.data(), 1, delta.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  auto outputs = (*engine)->generate(requests, on_text);
+  if (!outputs) return fail(outputs.error());
+
+  int code = 0;
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const GenerateOutput& out = (*outputs)[i];
+    if (out.error) {
+      print_error(*out.error);
+      code = std::max(code, exit_code_for(*out.error));
+      continue;
+    }
+    if (args.json) {
+      nlohmann::json j;
+      j["prompt_ids"] = out.prompt_ids;
+      j["generated_ids"] = out.generated_ids;
+      j["text"] = out.text;
+      j["finish_reason"] = out.finish_reason;
+      j["prompt_tokens"] = out.prompt_ids.size();
+      j["completion_tokens"] = out.generated_ids.size();
+      j["ttft_ms"] = out.ttft_ms;
+      j["decode_tokens_per_s"] = out.decode_tokens_per_s;
+      j["total_ms"] = out.total_ms;
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else if (stream) {
+      std::printf("\n");
+    } else {
+      if (args.echo && requests[i].prompt) std::fputs(requests[i].prompt->c_str(), stdout);
+      std::printf("%s\n", out.text.c_str());
+      if (i + 1 < outputs->size()) std::printf("---\n");
+    }
+  }
+  return code;
+}
+
+}  // namespace actord::cli

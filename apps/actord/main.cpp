@@ -1,0 +1,32 @@
+// actord: the command line. Subcommands: generate, worker (internal: started by the engine itself).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/actord/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"actord: an actor-based, elastic LLM inference engine"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+
+  auto logger = spdlog::stderr_color_mt("actord");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+
+  actord::cli::GenerateArgs generate_args;
+  auto* generate = actord::cli::add_generate_command(app, generate_args);
+  actord::cli::WorkerArgs worker_args;
+  auto* worker = actord::cli::add_worker_command(app, worker_args);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;  // usage errors are bad input: exit code 2
+  }
+  if (generate->parsed()) return actord::cli::run_generate(generate_args);
+  if (worker->parsed()) return actord::cli::run_worker(worker_args);
+  return 2;
+}

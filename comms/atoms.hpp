@@ -1,0 +1,23 @@
+// Atoms that tag actord messages: each message is (atom, wire_msg) where the atom says which capnp struct the
+// bytes hold. Light header (caf/atom.hpp only).
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace actord {
+
+using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;      // TokenizeRequest -> TokenizeResult
+using detok_atom = caf::atom_constant<caf::atom("detok")>;            // DetokenizeRequest -> DetokenizeResult
+using submit_atom = caf::atom_constant<caf::atom("submit")>;          // SubmitRequest; StreamDeltas follow
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;          // CancelRequest
+using delta_atom = caf::atom_constant<caf::atom("delta")>;            // StreamDelta, scheduler -> submitter
+using lease_atom = caf::atom_constant<caf::atom("lease")>;            // KvLeaseRequest -> KvLeaseGrant
+using release_atom = caf::atom_constant<caf::atom("release")>;        // KvRelease
+using init_atom = caf::atom_constant<caf::atom("init")>;              // WorkerInit -> WorkerReady
+using step_atom = caf::atom_constant<caf::atom("step")>;              // ExecuteStep -> StepResult
+using inbound_atom = caf::atom_constant<caf::atom("inbound")>;        // (kind, wire_msg) from a ZeroMQ link
+using link_down_atom = caf::atom_constant<caf::atom("linkdown")>;     // a remote worker process died
+using start_atom = caf::atom_constant<caf::atom("start")>;            // coordinator: bring the topology up
+using stop_atom = caf::atom_constant<caf::atom("stop")>;              // coordinator: take it down
+
+}  // namespace actord

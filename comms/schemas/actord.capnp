@@ -1,0 +1,183 @@
+# Messages exchanged between actord actors, in one process (CAF mailbox) or across processes (ZeroMQ).
+#
+# Wire rules (DESIGN.md §3): fields are only ever appended, never renumbered or removed; every request carries a
+# correlationId that its reply echoes; failures travel as a typed Error. Bulk tensors never go in here: they ride as
+# extra ZeroMQ frames referenced by id.
+@0xc1f3a8e4d2b7a901;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("actord::wire");
+
+enum ErrorCode {
+  none @0;
+  invalidArgument @1;
+  invalidConfig @2;
+  notFound @3;
+  unsupported @4;
+  parseError @5;
+  resourceExhausted @6;
+  workerFailed @7;
+  internal @8;
+}
+
+struct Error {
+  code @0 :ErrorCode;
+  message @1 :Text;
+}
+
+struct SamplingParams {
+  temperature @0 :Float32 = 1.0;   # 0 means greedy
+  topP @1 :Float32 = 1.0;          # 1 disables nucleus filtering
+  topK @2 :Int32 = 0;              # 0 disables top-k filtering
+  seed @3 :UInt64;                 # per-request seed; the same seed gives the same tokens whatever the batch
+}
+
+# tokenizer ------------------------------------------------------------------------------------------------------
+
+struct TokenizeRequest {
+  correlationId @0 :UInt64;
+  text @1 :Text;
+  addSpecialTokens @2 :Bool = true;
+}
+
+struct TokenizeResult {
+  correlationId @0 :UInt64;
+  ids @1 :List(Int32);
+  error @2 :Error;
+}
+
+# Incremental detokenization: the tokenizer keeps one decoder per requestId until a request with final = true.
+struct DetokenizeRequest {
+  correlationId @0 :UInt64;
+  requestId @1 :UInt64;
+  ids @2 :List(Int32);
+  final @3 :Bool;
+}
+
+struct DetokenizeResult {
+  correlationId @0 :UInt64;
+  requestId @1 :UInt64;
+  text @2 :Text;        # the text that became final with these ids (never a partial UTF-8 character)
+  error @3 :Error;
+}
+
+# scheduler ------------------------------------------------------------------------------------------------------
+
+struct SubmitRequest {
+  correlationId @0 :UInt64;
+  requestId @1 :UInt64;          # unique per engine; every StreamDelta of this request carries it
+  promptIds @2 :List(Int32);
+  maxTokens @3 :UInt32;
+  sampling @4 :SamplingParams;
+  stopIds @5 :List(Int32);       # generation ends after emitting one of these (the id is reported, not hidden)
+  ignoreEos @6 :Bool;
+}
+
+struct CancelRequest {
+  correlationId @0 :UInt64;
+  requestId @1 :UInt64;
+}
+
+enum FinishReason {
+  none @0;        # still running
+  stop @1;        # a stop id was generated
+  length @2;      # maxTokens or the model's context reached
+  error @3;       # see error
+  cancelled @4;
+}
+
+# Sent by the scheduler to whoever submitted the request, after every step that produced tokens for it.
+struct StreamDelta {
+  requestId @0 :UInt64;
+  tokenIds @1 :List(Int32);
+  finishReason @2 :FinishReason;
+  error @3 :Error;
+  promptTokens @4 :UInt32;
+}
+
+# kv_pool --------------------------------------------------------------------------------------------------------
+
+struct KvLeaseRequest {
+  correlationId @0 :UInt64;
+  holder @1 :Text;               # stable name of the leaseholder, e.g. replica/0/scheduler
+  numBlocks @2 :UInt32;          # 0 = all free blocks
+}
+
+struct KvLeaseGrant {
+  correlationId @0 :UInt64;
+  blockIds @1 :List(UInt32);
+  blockSize @2 :UInt32;
+  error @3 :Error;
+}
+
+struct KvRelease {
+  correlationId @0 :UInt64;
+  holder @1 :Text;
+  blockIds @2 :List(UInt32);
+}
+
+# worker ---------------------------------------------------------------------------------------------------------
+
+# One sequence's slice of a step: feed tokenIds at positions startPos.. ; its KV lives in blockTable.
+struct SeqStep {
+  seqId @0 :UInt64;
+  tokenIds @1 :List(Int32);
+  startPos @2 :UInt32;
+  blockTable @3 :List(UInt32);   # block i holds positions [i*blockSize, (i+1)*blockSize)
+  sample @4 :Bool;               # true when this slice ends the known tokens: sample the next one
+  sampling @5 :SamplingParams;
+  sampleIndex @6 :UInt32;        # how many tokens this sequence generated before: keys the seeded RNG
+}
+
+struct ExecuteStep {
+  correlationId @0 :UInt64;
+  stepId @1 :UInt64;
+  seqs @2 :List(SeqStep);
+}
+
+struct SeqResult {
+  seqId @0 :UInt64;
+  tokenId @1 :Int32;
+}
+
+struct StepResult {
+  correlationId @0 :UInt64;
+  stepId @1 :UInt64;
+  results @2 :List(SeqResult);   # one per SeqStep with sample = true, in the same order
+  error @3 :Error;
+  computeMicros @4 :UInt64;      # time the worker spent in the forward pass
+}
+
+# Sent by the coordinator to a worker (in a thread or a process) before its first step.
+struct WorkerInit {
+  correlationId @0 :UInt64;
+  name @1 :Text;                 # e.g. replica/0/worker/0
+  modelPath @2 :Text;
+  dtype @3 :Text;
+  numKvBlocks @4 :UInt32;
+  blockSize @5 :UInt32;
+  logLevel @6 :Text;
+}
+
+struct WorkerReady {
+  correlationId @0 :UInt64;
+  name @1 :Text;
+  error @2 :Error;
+  pid @3 :Int32;
+}
+
+# ZeroMQ envelope ------------------------------------------------------------------------------------------------
+
+enum MessageKind {
+  workerInit @0;
+  workerReady @1;
+  executeStep @2;
+  stepResult @3;
+  shutdown @4;
+}
+
+# First frame of every ZeroMQ message between processes; the second frame is the capnp body of `kind`.
+struct Envelope {
+  kind @0 :MessageKind;
+  target @1 :Text;               # stable actor name the body is for
+}

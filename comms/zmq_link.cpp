@@ -1,0 +1,44 @@
+#include "comms/zmq_link.hpp"
+
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+
+void send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body) {
+  wire_msg header = build<wire::Envelope>([&](wire::Envelope::Builder out) {
+    out.setKind(kind);
+    out.setTarget(target);
+  });
+  socket.send(zmq::buffer(header.bytes), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(body.bytes), zmq::send_flags::none);
+}
+
+Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout_ms) {
+  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return std::optional<Envelope>{};
+  zmq::message_t header;
+  zmq::message_t body;
+  if (!socket.recv(header, zmq::recv_flags::none)) return std::optional<Envelope>{};
+  if (!header.more()) return make_error(Errc::parse_error, "ZeroMQ envelope without a body frame");
+  if (!socket.recv(body, zmq::recv_flags::none)) return make_error(Errc::parse_error, "ZeroMQ body frame lost");
+  while (body.more()) {  // drain frames this version does not understand
+    zmq::message_t extra;
+    if (!socket.recv(extra, zmq::recv_flags::none)) break;
+    if (!extra.more()) break;
+  }
+  Envelope env;
+  try {
+    // Small frames live inside zmq_msg_t and may be unaligned: WireReader copies them when needed.
+    WireReader reader(static_cast<const uint8_t*>(header.data()), header.size());
+    auto h = reader.root<wire::Envelope>();
+    env.kind = h.getKind();
+    env.target = h.getTarget();
+  } catch (const std::exception& e) {
+    return make_error(Errc::parse_error, std::string("malformed ZeroMQ envelope: ") + e.what());
+  }
+  const auto* p = static_cast<const uint8_t*>(body.data());
+  env.body.bytes.assign(p, p + body.size());
+  return std::optional<Envelope>{std::move(env)};
+}
+
+}  // namespace actord

@@ -1,0 +1,29 @@
+// Envelopes over ZeroMQ: frame 1 is a capnp Envelope {kind, target}, frame 2 the capnp body (a wire_msg).
+//
+// Contract: a socket is used by one thread at a time (ZeroMQ's rule). recv_envelope() returns nothing on timeout
+// and an Error for a malformed envelope (wrong frame count, unreadable header); it never aborts on bad bytes.
+// Include only from .cpp files: it pulls in zmq.hpp and capnp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "comms/wire_msg.hpp"
+#include "core/status.hpp"
+#include "actord.capnp.h"
+
+namespace actord {
+
+struct Envelope {
+  wire::MessageKind kind = wire::MessageKind::SHUTDOWN;
+  std::string target;
+  wire_msg body;
+};
+
+void send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body);
+
+// Waits up to timeout_ms (-1: forever) for one envelope.
+Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout_ms);
+
+}  // namespace actord

@@ -1,0 +1,273 @@
+#include "core/topology_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace actord {
+namespace {
+
+struct ConfigError {
+  std::string path;
+  std::string message;
+};
+
+// Reads one YAML mapping, refusing keys it does not know.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path) : node_(node), path_(std::move(path)) {}
+
+  std::string child_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  void check_keys(const std::set<std::string>& known) const {
+    if (!node_ || node_.IsNull()) return;
+    if (!node_.IsMap()) throw ConfigError{path_, "must be a mapping"};
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.as<std::string>();
+      if (!known.count(key)) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        throw ConfigError{child_path(key), "unknown key (known keys: " + list + ")"};
+      }
+    }
+  }
+
+  YAML::Node get(const std::string& key) const {
+    if (!node_ || node_.IsNull()) return YAML::Node();
+    return node_[key];
+  }
+
+  template <class T>
+  void read(const std::string& key, T& out) const {
+    YAML::Node n = get(key);
+    if (!n || n.IsNull()) return;
+    if (!n.IsScalar()) throw ConfigError{child_path(key), "must be a scalar"};
+    try {
+      out = n.as<T>();
+    } catch (const YAML::Exception&) {
+      throw ConfigError{child_path(key), std::string("must be ") + type_name<T>() + ", got '" + n.Scalar() + "'"};
+    }
+  }
+
+ private:
+  template <class T>
+  static const char* type_name() {
+    if constexpr (std::is_same_v<T, int>) return "an integer";
+    else if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else return "a string";
+  }
+  YAML::Node node_;
+  std::string path_;
+};
+
+void require(bool ok, const std::string& path, const std::string& message) {
+  if (!ok) throw ConfigError{path, message};
+}
+
+// Splits "groups[0].tp" or "groups.0.tp" into {"groups", "0", "tp"}.
+std::vector<std::string> split_key_path(const std::string& key) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : key) {
+    if (c == '.' || c == '[' || c == ']') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  return parts;
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError{"--set " + assignment, "expected dotted.key=value"};
+  }
+  const std::string key = assignment.substr(0, eq);
+  const auto parts = split_key_path(key);
+  if (parts.empty()) throw ConfigError{"--set " + assignment, "expected dotted.key=value"};
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError{key, std::string("--set value is not valid YAML: ") + e.msg};
+  }
+  // yaml-cpp nodes are handles: walk down, creating maps as needed, then assign.
+  std::vector<YAML::Node> chain{root};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    YAML::Node next;
+    if (is_index(parts[i])) {
+      const size_t idx = std::stoul(parts[i]);
+      if (!cur.IsSequence() || idx >= cur.size()) throw ConfigError{key, "--set: no element " + parts[i] + " here"};
+      next = cur[idx];
+    } else {
+      if (cur.IsDefined() && !cur.IsNull() && !cur.IsMap()) throw ConfigError{key, "--set: not a mapping"};
+      next = cur[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  YAML::Node parent = chain.back();
+  const std::string& last = parts.back();
+  if (is_index(last)) {
+    const size_t idx = std::stoul(last);
+    if (!parent.IsSequence() || idx >= parent.size()) throw ConfigError{key, "--set: no element " + last + " here"};
+    parent[idx] = value;
+  } else {
+    parent[last] = value;
+  }
+}
+
+bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source,
+                     const TopologyOverrides& overrides) {
+  TopologyConfig cfg;
+  cfg.source = source;
+  require(root.IsMap(), "", "the topology must be a YAML mapping");
+  Section top(root, "");
+  top.check_keys({"model", "server", "engine", "scheduler", "groups"});
+
+  Section model(top.get("model"), "model");
+  model.check_keys({"path", "dtype"});
+  std::string model_path;
+  model.read("path", model_path);
+  if (overrides.model) {
+    cfg.model.path = *overrides.model;
+  } else {
+    require(!model_path.empty(), "model.path", "is required");
+    cfg.model.path = std::filesystem::path(model_path);
+    if (cfg.model.path.is_relative()) cfg.model.path = source.parent_path() / cfg.model.path;
+  }
+  cfg.model.path = cfg.model.path.lexically_normal();
+  model.read("dtype", cfg.model.dtype);
+  require(cfg.model.dtype == "float32", "model.dtype",
+          "only float32 is supported by the CPU backend yet, got '" + cfg.model.dtype + "'");
+
+  Section server(top.get("server"), "server");
+  server.check_keys({"host", "port"});
+  server.read("host", cfg.server.host);
+  server.read("port", cfg.server.port);
+  require(cfg.server.port > 0 && cfg.server.port < 65536, "server.port",
+          "must be between 1 and 65535, got " + std::to_string(cfg.server.port));
+
+  Section engine(top.get("engine"), "engine");
+  engine.check_keys({"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len"});
+  engine.read("max_num_seqs", cfg.engine.max_num_seqs);
+  require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
+          "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
+  engine.read("max_num_batched_tokens", cfg.engine.max_num_batched_tokens);
+  require(cfg.engine.max_num_batched_tokens >= 1, "engine.max_num_batched_tokens",
+          "must be at least 1, got " + std::to_string(cfg.engine.max_num_batched_tokens));
+  engine.read("block_size", cfg.engine.block_size);
+  require(is_power_of_two(cfg.engine.block_size) && cfg.engine.block_size <= 256, "engine.block_size",
+          "must be a power of two between 1 and 256, got " + std::to_string(cfg.engine.block_size));
+  std::string kv_mem;
+  engine.read("kv_cache_memory", kv_mem);
+  if (!kv_mem.empty()) {
+    auto bytes = parse_byte_size(kv_mem);
+    require(bytes.ok(), "engine.kv_cache_memory", bytes.ok() ? "" : bytes.error().message);
+    cfg.engine.kv_cache_memory = *bytes;
+  }
+  require(cfg.engine.kv_cache_memory > 0, "engine.kv_cache_memory", "must be positive");
+  engine.read("max_model_len", cfg.engine.max_model_len);
+  require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
+          "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
+
+  Section scheduler(top.get("scheduler"), "scheduler");
+  scheduler.check_keys({"policy"});
+  scheduler.read("policy", cfg.scheduler.policy);
+  require(cfg.scheduler.policy == "fcfs", "scheduler.policy",
+          "unknown policy '" + cfg.scheduler.policy + "' (known: fcfs)");
+
+  const YAML::Node groups = root["groups"];
+  require(groups && groups.IsSequence() && groups.size() > 0, "groups", "must be a non-empty list of groups");
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string p = "groups[" + std::to_string(i) + "]";
+    Section g(groups[i], p);
+    require(groups[i].IsMap(), p, "must be a mapping");
+    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement"});
+    GroupSection group;
+    g.read("name", group.name);
+    g.read("replicas", group.replicas);
+    g.read("tp", group.tp);
+    g.read("pp", group.pp);
+    g.read("device", group.device);
+    std::string placement = "thread";
+    g.read("placement", placement);
+    require(group.replicas >= 1, p + ".replicas", "must be at least 1, got " + std::to_string(group.replicas));
+    require(group.tp >= 1, p + ".tp", "must be at least 1, got " + std::to_string(group.tp));
+    require(group.pp >= 1, p + ".pp", "must be at least 1, got " + std::to_string(group.pp));
+    // Parallel groups arrive with the topology issue; refuse them plainly instead of running something else.
+    require(group.replicas == 1, p + ".replicas", "data parallelism is not supported yet (must be 1)");
+    require(group.tp == 1, p + ".tp", "tensor parallelism is not supported yet (must be 1)");
+    require(group.pp == 1, p + ".pp", "pipeline parallelism is not supported yet (must be 1)");
+    require(group.device == "cpu", p + ".device",
+            group.device == "cuda" ? "the cuda backend is not built yet (use cpu)"
+                                   : "unknown device '" + group.device + "' (known: cpu)");
+    if (placement == "thread") group.placement = Placement::thread;
+    else if (placement == "process") group.placement = Placement::process;
+    else throw ConfigError{p + ".placement", "must be thread or process, got '" + placement + "'"};
+    cfg.groups.push_back(group);
+  }
+  require(cfg.groups.size() == 1, "groups", "more than one group is not supported yet");
+  return cfg;
+}
+
+}  // namespace
+
+Result<uint64_t> parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0) return make_error(Errc::invalid_config, "must be a size such as 256MiB or 1GiB, got '" + text + "'");
+  uint64_t value = std::stoull(text.substr(0, i));
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  static const std::pair<const char*, uint64_t> units[] = {
+      {"", 1},           {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+      {"KB", 1000},      {"MB", 1000000},    {"GB", 1000000000},  {"K", 1ull << 10},   {"M", 1ull << 20},
+      {"G", 1ull << 30}};
+  for (const auto& [name, mult] : units) {
+    if (unit == name) return value * mult;
+  }
+  return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB)");
+}
+
+Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,
+                                      const TopologyOverrides& overrides) {
+  const std::string where = source.string() + ": ";
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return make_error(Errc::invalid_config, where + "malformed YAML: " + e.what());
+  }
+  try {
+    if (!root || root.IsNull()) return make_error(Errc::invalid_config, where + "the file is empty");
+    for (const auto& assignment : overrides.set) apply_override(root, assignment);
+    return parse(root, source, overrides);
+  } catch (const ConfigError& e) {
+    return make_error(Errc::invalid_config, where + (e.path.empty() ? "" : e.path + ": ") + e.message);
+  } catch (const YAML::Exception& e) {
+    return make_error(Errc::invalid_config, where + "invalid YAML: " + e.what());
+  }
+}
+
+Result<TopologyConfig> load_topology(const std::filesystem::path& file, const TopologyOverrides& overrides) {
+  std::ifstream in(file);
+  if (!in) return make_error(Errc::not_found, file.string() + ": cannot read topology file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_topology(ss.str(), file, overrides);
+}
+
+}  // namespace actord

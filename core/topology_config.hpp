@@ -1,0 +1,73 @@
+// The topology file (configs/*.yaml): one plain struct per section, parsed and validated once.
+//
+// Contract: load_topology() reads the YAML, applies `--set` overrides and a `--model` override, and validates every
+// key. Every error names its path in the file, e.g. "configs/q.yaml: engine.block_size: must be a power of two
+// between 1 and 256, got 3" or "configs/q.yaml: engine.max_num_seq: unknown key (known keys: ...)". Relative
+// model paths in the file are resolved against the file's folder; a --model override against the working directory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace actord {
+
+struct ModelSection {
+  std::filesystem::path path;
+  std::string dtype = "float32";
+};
+
+struct ServerSection {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+};
+
+struct EngineSection {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  uint64_t kv_cache_memory = 256ull << 20;  // bytes of KV cache per worker
+  int max_model_len = 0;                    // 0: the model's max_position_embeddings
+};
+
+struct SchedulerSection {
+  std::string policy = "fcfs";
+};
+
+enum class Placement { thread, process };
+
+struct GroupSection {
+  std::string name = "main";
+  int replicas = 1;
+  int tp = 1;
+  int pp = 1;
+  std::string device = "cpu";
+  Placement placement = Placement::thread;
+};
+
+struct TopologyConfig {
+  std::filesystem::path source;  // the YAML file it came from
+  ModelSection model;
+  ServerSection server;
+  EngineSection engine;
+  SchedulerSection scheduler;
+  std::vector<GroupSection> groups;
+};
+
+struct TopologyOverrides {
+  std::vector<std::string> set;               // "dotted.key=value", e.g. "engine.max_num_seqs=8", "groups[0].tp=2"
+  std::optional<std::filesystem::path> model;  // replaces model.path
+};
+
+Result<TopologyConfig> load_topology(const std::filesystem::path& file, const TopologyOverrides& overrides = {});
+Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,
+                                      const TopologyOverrides& overrides = {});
+
+// "256MiB", "1GiB", "512KB", "1048576" -> bytes.
+Result<uint64_t> parse_byte_size(const std::string& text);
+
+}  // namespace actord

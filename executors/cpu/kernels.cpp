@@ -1,0 +1,103 @@
+#include "executors/cpu/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace actord::cpu {
+
+void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim, float eps) {
+  for (int r = 0; r < n_rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * dim;
+    float* yr = y + static_cast<int64_t>(r) * dim;
+    float ss = 0.0f;
+    for (int i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int i = 0; i < dim; ++i) yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k) {
+  for (int i = 0; i < m; ++i) {
+    const float* xi = x + static_cast<int64_t>(i) * k;
+    float* yi = y + static_cast<int64_t>(i) * n;
+    for (int j = 0; j < n; ++j) {
+      const float* wj = w + static_cast<int64_t>(j) * k;
+      float acc = 0.0f;
+      for (int t = 0; t < k; ++t) acc += xi[t] * wj[t];
+      yi[j] = acc;
+    }
+  }
+}
+
+void add_bias(float* y, const float* bias, int m, int n) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) y[static_cast<int64_t>(i) * n + j] += bias[j];
+}
+
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float angle = static_cast<float>(pos) * inv_freq;
+    const float c = std::cos(angle);
+    const float s = std::sin(angle);
+    for (int h = 0; h < n_heads; ++h) {
+      float* xh = x + static_cast<int64_t>(h) * head_dim;
+      const float a = xh[i];
+      const float b = xh[i + half];
+      xh[i] = a * c - b * s;
+      xh[i + half] = b * c + a * s;
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int n) {
+  for (int i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void paged_attention(const PagedAttentionParams& p) {
+  const int q_row = p.n_heads * p.head_dim;
+  const int kv_row = p.n_kv_heads * p.head_dim;
+  const int group = p.n_heads / p.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  for (int t = 0; t < p.n_tokens; ++t) {
+    const int n_ctx = p.start_pos + t + 1;
+    for (int h = 0; h < p.n_heads; ++h) {
+      const float* q = p.q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
+      const int g = h / group;
+      float max_score = -INFINITY;
+      for (int j = 0; j < n_ctx; ++j) {
+        const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
+                             static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
+        const float* k = p.k_base + base;
+        float dot = 0.0f;
+        for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+        p.scratch[j] = dot * scale;
+        max_score = std::max(max_score, p.scratch[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < n_ctx; ++j) {
+        p.scratch[j] = std::exp(p.scratch[j] - max_score);
+        sum += p.scratch[j];
+      }
+      float* out = p.out + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
+      std::fill(out, out + p.head_dim, 0.0f);
+      for (int j = 0; j < n_ctx; ++j) {
+        const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
+                             static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
+        const float* v = p.v_base + base;
+        const float w = p.scratch[j] / sum;
+        for (int d = 0; d < p.head_dim; ++d) out[d] += w * v[d];
+      }
+    }
+  }
+}
+
+}  // namespace actord::cpu

@@ -1,0 +1,33 @@
+// Finds model weights by HF tensor name across `model.safetensors` or the shards listed in
+// `model.safetensors.index.json`, memory-mapped.
+//
+// Contract: open() fails with an Error naming the folder when neither file exists, or naming the shard when the
+// index points at a missing or broken one. load_f32() fails naming the tensor when it is missing or its shape
+// differs from the expected one ("expected [64, 512], found [64, 511]").
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/safetensors.hpp"
+
+namespace actord {
+
+class WeightLoader {
+ public:
+  static Result<WeightLoader> open(const std::filesystem::path& model_dir);
+
+  bool contains(const std::string& name) const;
+  Result<std::vector<float>> load_f32(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;  // tensor name -> view inside one of files_
+};
+
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
+}  // namespace actord

@@ -1,0 +1,76 @@
+#include "plugins/model_config.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace actord {
+
+size_t ModelConfig::kv_bytes_per_token() const {
+  return 2ull * num_layers * num_kv_heads * head_dim * sizeof(float);
+}
+
+Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return make_error(Errc::not_found, "model folder " + model_dir.string() + " does not exist or is not a folder");
+  }
+  const auto path = model_dir / "config.json";
+  std::ifstream in(path);
+  if (!in) return make_error(Errc::not_found, path.string() + ": missing or unreadable");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    return make_error(Errc::parse_error, path.string() + ": malformed JSON: " + e.what());
+  }
+  const std::string where = path.string() + ": ";
+  ModelConfig c;
+  try {
+    const auto& archs = j.at("architectures");
+    if (!archs.is_array() || archs.empty()) return make_error(Errc::parse_error, where + "'architectures' is empty");
+    c.architecture = archs[0].get<std::string>();
+    c.hidden_size = j.at("hidden_size").get<int>();
+    c.intermediate_size = j.at("intermediate_size").get<int>();
+    c.num_layers = j.at("num_hidden_layers").get<int>();
+    c.num_heads = j.at("num_attention_heads").get<int>();
+    c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
+    c.vocab_size = j.at("vocab_size").get<int>();
+    c.max_position_embeddings = j.value("max_position_embeddings", 2048);
+    c.rms_norm_eps = j.value("rms_norm_eps", 1e-5f);
+    c.rope_theta = j.value("rope_theta", 10000.0f);
+    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+    c.hidden_act = j.value("hidden_act", std::string("silu"));
+    if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+    if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+      c.head_dim = j["head_dim"].get<int>();
+    } else if (c.num_heads > 0) {
+      c.head_dim = c.hidden_size / c.num_heads;
+    }
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      return make_error(Errc::unsupported, where + "rope_scaling is not supported yet");
+    }
+  } catch (const std::exception& e) {
+    return make_error(Errc::parse_error, where + e.what());
+  }
+  auto positive = [&](int v, const char* name) -> Status {
+    if (v <= 0) return make_error(Errc::parse_error, where + name + " must be positive, got " + std::to_string(v));
+    return {};
+  };
+  ACTORD_TRY_STATUS(positive(c.hidden_size, "hidden_size"));
+  ACTORD_TRY_STATUS(positive(c.intermediate_size, "intermediate_size"));
+  ACTORD_TRY_STATUS(positive(c.num_layers, "num_hidden_layers"));
+  ACTORD_TRY_STATUS(positive(c.num_heads, "num_attention_heads"));
+  ACTORD_TRY_STATUS(positive(c.num_kv_heads, "num_key_value_heads"));
+  ACTORD_TRY_STATUS(positive(c.head_dim, "head_dim"));
+  ACTORD_TRY_STATUS(positive(c.vocab_size, "vocab_size"));
+  ACTORD_TRY_STATUS(positive(c.max_position_embeddings, "max_position_embeddings"));
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return make_error(Errc::parse_error, where + "num_attention_heads (" + std::to_string(c.num_heads) +
+                                             ") must be a multiple of num_key_value_heads (" +
+                                             std::to_string(c.num_kv_heads) + ")");
+  }
+  if (c.head_dim % 2 != 0) return make_error(Errc::parse_error, where + "head_dim must be even for RoPE");
+  return c;
+}
+
+}  // namespace actord

@@ -1,0 +1,36 @@
+// The shape of a model, read from an HF `config.json`.
+//
+// Contract: load() checks every field a forward pass relies on and returns an Error naming the file and the
+// field for missing, mistyped or inconsistent values. CAF-free.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "core/status.hpp"
+
+namespace actord {
+
+struct ModelConfig {
+  std::string architecture;  // HF architectures[0], the model registry key
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+  std::string torch_dtype = "float32";
+
+  // Bytes one token's K and V take over all layers, in f32.
+  size_t kv_bytes_per_token() const;
+
+  static Result<ModelConfig> load(const std::filesystem::path& model_dir);
+};
+
+}  // namespace actord

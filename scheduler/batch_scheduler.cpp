@@ -1,0 +1,221 @@
+#include "scheduler/batch_scheduler.hpp"
+
+#include <algorithm>
+
+#include "core/status.hpp"
+
+namespace actord {
+
+const char* finish_name(Finish finish) {
+  switch (finish) {
+    case Finish::none: return "none";
+    case Finish::stop: return "stop";
+    case Finish::length: return "length";
+    case Finish::error: return "error";
+    case Finish::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks) : limits_(limits), blocks_(blocks) {}
+
+std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
+  SequenceUpdate refused{request.id, {}, Finish::error, {}, Errc::invalid_argument,
+                         static_cast<uint32_t>(request.prompt.size())};
+  if (seqs_.count(request.id)) {
+    refused.error = "request id " + std::to_string(request.id) + " is already in use";
+    return refused;
+  }
+  if (request.prompt.empty()) {
+    refused.error = "the prompt is empty";
+    return refused;
+  }
+  if (static_cast<int>(request.prompt.size()) > limits_.max_model_len) {
+    refused.error = "the prompt has " + std::to_string(request.prompt.size()) +
+                    " tokens, more than the context length of " + std::to_string(limits_.max_model_len);
+    return refused;
+  }
+  for (int32_t id : request.prompt) {
+    if (id < 0 || (limits_.vocab_size > 0 && id >= limits_.vocab_size)) {
+      refused.error = "prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                      std::to_string(limits_.vocab_size) + ")";
+      return refused;
+    }
+  }
+  const size_t blocks_needed = (request.prompt.size() + limits_.block_size - 1) / limits_.block_size;
+  if (blocks_needed > blocks_.num_total()) {
+    refused.error = "the prompt needs " + std::to_string(blocks_needed) + " KV blocks, the cache has only " +
+                    std::to_string(blocks_.num_total());
+    return refused;
+  }
+  if (request.max_tokens == 0) {
+    refused.error = "max_tokens must be at least 1";
+    return refused;
+  }
+  Sequence seq;
+  seq.tokens = request.prompt;
+  seq.prompt_len = static_cast<uint32_t>(request.prompt.size());
+  seq.req = std::move(request);
+  const uint64_t id = seq.req.id;
+  seqs_.emplace(id, std::move(seq));
+  waiting_.push_back(id);
+  return std::nullopt;
+}
+
+std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return std::nullopt;
+  Sequence& seq = it->second;
+  const bool in_step = in_flight_ && std::any_of(in_flight_->slices.begin(), in_flight_->slices.end(),
+                                                 [&](const PlannedSlice& s) { return s.seq_id == id; });
+  if (in_step) {
+    seq.cancelled = true;  // finished when the step's result comes back
+    return std::nullopt;
+  }
+  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len};
+  release(seq);
+  seqs_.erase(it);
+  return update;
+}
+
+bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
+  const size_t needed = (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
+  if (needed <= seq.blocks.size()) return true;
+  return blocks_.allocate(needed - seq.blocks.size(), seq.blocks);
+}
+
+void BatchScheduler::release(Sequence& seq) {
+  if (!seq.blocks.empty()) blocks_.free(seq.blocks);
+  seq.blocks.clear();
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq.req.id), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), seq.req.id), running_.end());
+}
+
+void BatchScheduler::preempt(Sequence& seq) {
+  release(seq);
+  seq.num_computed = 0;
+  waiting_.push_front(seq.req.id);
+  ++preemptions_;
+}
+
+PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
+  PlannedSlice s;
+  s.seq_id = seq.req.id;
+  s.tokens.assign(seq.tokens.begin() + seq.num_computed, seq.tokens.begin() + seq.num_computed + chunk);
+  s.start_pos = seq.num_computed;
+  s.block_table = seq.blocks;
+  s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
+  s.sampling = seq.req.sampling;
+  s.sample_index = seq.generated;
+  return s;
+}
+
+std::optional<StepPlan> BatchScheduler::plan_step() {
+  if (in_flight_) return std::nullopt;
+  StepPlan plan;
+  int budget = limits_.max_num_batched_tokens;
+
+  // Running sequences first: one decode token each, or the next chunk of their prefill.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& seq = seqs_.at(running_[i]);
+    const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
+    bool placed = false;
+    while (!(placed = ensure_blocks(seq, seq.num_computed + chunk))) {
+      // Preempt the most recently admitted sequence that is not already in this step.
+      const uint64_t victim = running_.back();
+      preempt(seqs_.at(victim));
+      if (victim == seq.req.id) break;
+    }
+    if (!placed) break;  // seq itself was preempted: it was the last one
+    plan.slices.push_back(make_slice(seq, chunk));
+    budget -= chunk;
+    plan.num_tokens += chunk;
+    ++i;
+  }
+
+  // Then admit waiting sequences, FCFS, without preempting anyone for them.
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < limits_.max_num_seqs) {
+    Sequence& seq = seqs_.at(waiting_.front());
+    const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
+    if (!ensure_blocks(seq, seq.num_computed + chunk)) break;
+    waiting_.pop_front();
+    running_.push_back(seq.req.id);
+    plan.slices.push_back(make_slice(seq, chunk));
+    budget -= chunk;
+    plan.num_tokens += chunk;
+  }
+
+  if (plan.slices.empty()) return std::nullopt;
+  in_flight_ = plan;
+  return plan;
+}
+
+std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
+  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
+  if (seq.cancelled) {
+    update.finish = Finish::cancelled;
+  } else if (seq.generated > 0) {
+    const int32_t last = seq.tokens.back();
+    const bool stop_id = !seq.req.ignore_eos &&
+                         std::find(seq.req.stop_ids.begin(), seq.req.stop_ids.end(), last) != seq.req.stop_ids.end();
+    if (stop_id) update.finish = Finish::stop;
+    else if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= limits_.max_model_len)
+      update.finish = Finish::length;
+  }
+  if (update.finish == Finish::none) return std::nullopt;
+  return update;
+}
+
+std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled) {
+  ACTORD_CHECK(in_flight_.has_value());
+  StepPlan plan = std::move(*in_flight_);
+  in_flight_.reset();
+  std::vector<SequenceUpdate> updates;
+  size_t next_sample = 0;
+  for (const PlannedSlice& slice : plan.slices) {
+    auto it = seqs_.find(slice.seq_id);
+    ACTORD_CHECK(it != seqs_.end());
+    Sequence& seq = it->second;
+    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
+    // A sequence preempted while its slice was planned later in the same step recomputes from scratch.
+    const bool still_placed = std::find(running_.begin(), running_.end(), seq.req.id) != running_.end();
+    if (slice.sample) {
+      ACTORD_CHECK(next_sample < sampled.size() && sampled[next_sample].first == slice.seq_id);
+      const int32_t token = sampled[next_sample++].second;
+      if (still_placed) {
+        seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
+        seq.tokens.push_back(token);
+        ++seq.generated;
+        update.new_tokens.push_back(token);
+      }
+    } else if (still_placed) {
+      seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
+    }
+    if (auto done = check_finished(seq)) {
+      done->new_tokens = std::move(update.new_tokens);
+      updates.push_back(std::move(*done));
+      release(seq);
+      seqs_.erase(it);
+    } else if (!update.new_tokens.empty()) {
+      updates.push_back(std::move(update));
+    }
+  }
+  return updates;
+}
+
+std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
+  ACTORD_CHECK(in_flight_.has_value());
+  StepPlan plan = std::move(*in_flight_);
+  in_flight_.reset();
+  std::vector<SequenceUpdate> updates;
+  for (const PlannedSlice& slice : plan.slices) {
+    auto it = seqs_.find(slice.seq_id);
+    if (it == seqs_.end()) continue;
+    updates.push_back(SequenceUpdate{slice.seq_id, {}, Finish::error, error, Errc::worker_failed, it->second.prompt_len});
+    release(it->second);
+    seqs_.erase(it);
+  }
+  return updates;
+}
+
+}  // namespace actord

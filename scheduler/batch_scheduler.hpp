@@ -1,0 +1,118 @@
+// Continuous batching: which sequences run in the next step, with how many tokens, in which KV blocks.
+//
+// Contract: pure logic, no actors, no clocks; owned and called by one scheduler actor. plan_step() builds at most
+// one step at a time (the next plan waits for on_step_result of the previous one). Each step holds at most
+// max_num_batched_tokens tokens and max_num_seqs sequences; running sequences come first (decode, or the next chunk
+// of a chunked prefill), then waiting ones are admitted FCFS. When KV blocks run out, the most recently admitted
+// running sequence is preempted by recompute: its blocks are freed and it goes back to the front of the queue with
+// every token it has so far. No request is dropped for lack of memory unless it cannot fit even alone.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.hpp"
+#include "executors/sampler.hpp"
+#include "memory/block_allocator.hpp"
+
+namespace actord {
+
+struct SchedulerLimits {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int max_model_len = 512;
+  int vocab_size = 0;  // prompt ids must be below it; 0: not checked
+};
+
+struct SequenceRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  uint32_t max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<int32_t> stop_ids;
+  bool ignore_eos = false;
+};
+
+enum class Finish { none, stop, length, error, cancelled };
+const char* finish_name(Finish finish);
+
+struct PlannedSlice {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;        // [num tokens fed this step]
+  int start_pos = 0;
+  std::vector<uint32_t> block_table;  // [blocks covering start_pos + tokens.size()]
+  bool sample = false;
+  SamplingOptions sampling;
+  uint32_t sample_index = 0;
+};
+
+struct StepPlan {
+  std::vector<PlannedSlice> slices;
+  int num_tokens = 0;
+};
+
+// What happened to one sequence in a step: tokens it generated and whether it finished.
+struct SequenceUpdate {
+  uint64_t id = 0;
+  std::vector<int32_t> new_tokens;
+  Finish finish = Finish::none;
+  std::string error;
+  Errc error_code = Errc::internal;  // with Finish::error: invalid_argument for refused requests, else worker_failed
+  uint32_t prompt_tokens = 0;
+};
+
+class BatchScheduler {
+ public:
+  BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks);
+
+  // Queues a request. Returns an update with Finish::error when it can never run (empty prompt, longer than the
+  // context, more KV than the whole lease); nothing is queued then.
+  std::optional<SequenceUpdate> add(SequenceRequest request);
+  // Cancels a queued or running request; returns its final update, or nothing if the id is unknown. A sequence in
+  // the step in flight is finished when that step's result arrives.
+  std::optional<SequenceUpdate> cancel(uint64_t id);
+
+  bool step_in_flight() const { return in_flight_.has_value(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  std::optional<StepPlan> plan_step();
+  // sampled: one (seq id, token) per slice with sample = true, in plan order.
+  std::vector<SequenceUpdate> on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled);
+  // The step in flight failed: every sequence in it finishes with `error`.
+  std::vector<SequenceUpdate> on_step_failed(const std::string& error);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  uint64_t num_preemptions() const { return preemptions_; }
+
+ private:
+  struct Sequence {
+    SequenceRequest req;
+    std::vector<int32_t> tokens;        // prompt + generated
+    uint32_t prompt_len = 0;
+    uint32_t generated = 0;
+    int num_computed = 0;               // tokens whose KV is in the cache
+    std::vector<uint32_t> blocks;
+    bool cancelled = false;
+  };
+
+  bool ensure_blocks(Sequence& seq, int num_tokens);
+  void preempt(Sequence& seq);
+  void release(Sequence& seq);
+  std::optional<SequenceUpdate> check_finished(Sequence& seq);
+  PlannedSlice make_slice(Sequence& seq, int chunk);
+
+  SchedulerLimits limits_;
+  BlockAllocator& blocks_;
+  std::unordered_map<uint64_t, Sequence> seqs_;
+  std::deque<uint64_t> waiting_;
+  std::vector<uint64_t> running_;  // admission order
+  std::optional<StepPlan> in_flight_;
+  uint64_t preemptions_ = 0;
+};
+
+}  // namespace actord

@@ -1,0 +1,44 @@
+// actord::IncrementalDetokenizer: streaming decode of one generated sequence.
+//
+// Contract:
+// - push(ids) appends ids and returns the text that became final; finish() returns whatever was held back.
+//   The concatenation of every push() result plus finish() equals tok.decode(all ids, skip_special_tokens).
+// - A result never ends inside a UTF-8 character and never ends with U+FFFD that more tokens could still turn
+//   into a real character. Text is held back while the last token is a `<0xXX>` byte-fallback token (the
+//   ByteFallback decoder treats a run of byte tokens as one unit, so the run must be complete before any of it
+//   is final) or while the decoded window ends with U+FFFD; finish() emits it (invalid bytes as U+FFFD).
+// - Works on a window of previous tokens (prefix offset / read offset, as vLLM and HF text-generation-inference
+//   do): decode(ids[prefix:]) minus decode(ids[prefix:read]) is the new text, so decoder rules that depend on
+//   the first token (SentencePiece leading-space stripping) are applied the same way on both sides.
+// - finish() ends the sequence; push() after finish() is not supported.
+// - Keeps a pointer to `tok`: the Tokenizer must outlive the detokenizer. Not thread-safe (one per sequence).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.hpp"
+
+namespace actord {
+
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens = true);
+
+  std::string push(const std::vector<int32_t>& ids);
+  std::string finish();
+
+ private:
+  std::string window_text(std::size_t begin, std::size_t end) const;
+
+  const Tokenizer* tok_;
+  bool skip_special_;
+  std::vector<int32_t> ids_;  // every pushed id except skipped special tokens
+  std::size_t prefix_offset_ = 0;
+  std::size_t read_offset_ = 0;
+  std::size_t emitted_bytes_ = 0;  // total size of the text returned so far
+};
+
+}  // namespace actord

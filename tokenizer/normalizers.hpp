@@ -1,0 +1,46 @@
+// Normalizers of HF tokenizer.json (internal header).
+//
+// Contract: `Normalizer::from_json` accepts null, Sequence, Prepend, Replace (String pattern), Lowercase and
+// Strip, with the HF `tokenizers` semantics (Prepend only prepends to a non-empty string; Replace replaces every
+// non-overlapping occurrence left to right). Any other type, and Replace with a Regex pattern, gives
+// Errc::unsupported naming the type. Lowercase maps ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic only.
+// A Normalizer is immutable after construction and safe to share between threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.hpp"
+
+namespace actord::tok {
+
+class Normalizer {
+ public:
+  // `where` names the file for error messages (e.g. "tokenizer.json").
+  static Result<Normalizer> from_json(const nlohmann::json& j, const std::string& where);
+
+  std::string apply(std::string s) const;
+  bool empty() const { return steps_.empty(); }
+
+ private:
+  enum class Kind { prepend, replace, lowercase, strip };
+  struct Step {
+    Kind kind = Kind::prepend;
+    std::string a;  // prepend text / replace pattern
+    std::string b;  // replace content
+    bool left = false, right = false;
+  };
+  static Status parse_into(const nlohmann::json& j, const std::string& where, std::vector<Step>& steps);
+
+  std::vector<Step> steps_;  // a Sequence is flattened: applying steps in order is the same thing
+};
+
+// Replaces every non-overlapping occurrence of `from` in `s` by `to`, scanning left to right.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
+
+// Simple lowercase mapping (see contract above).
+std::string to_lower(std::string_view s);
+
+}  // namespace actord::tok
