@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <deque>
 
+#include "actors/worker_process.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 
@@ -42,8 +43,9 @@ caf::response_promise forward(self_ptr self, wire::MessageKind send_kind, wire::
     promise.deliver(failure_reply(reply_kind, st.down_reason.empty() ? "worker process not started" : st.down_reason));
     return promise;
   }
-  st.pending.push_back({reply_kind, promise});
+  // If the child exited before it took the message, link_down (already on its way) answers it with the reason.
   st.process->send(send_kind, msg);
+  st.pending.push_back({reply_kind, promise});
   return promise;
 }
 

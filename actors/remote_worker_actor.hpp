@@ -8,7 +8,7 @@
 
 #include <caf/fwd.hpp>
 
-#include "actors/worker_process.hpp"
+#include "actors/worker_process_options.hpp"
 
 namespace actord {
 

@@ -36,6 +36,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   try {
     wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
     wp->to_worker_.set(zmq::sockopt::linger, 0);
+    wp->to_worker_.set(zmq::sockopt::sndtimeo, 20);
     wp->to_worker_.bind(wp->to_endpoint_);
     wp->from_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::pull);
     wp->from_worker_.set(zmq::sockopt::linger, 0);
@@ -65,8 +66,12 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   return wp;
 }
 
-void WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
-  send_envelope(to_worker_, kind, options_.name, body);
+bool WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
+  // A PUSH socket holds a message only once its peer has connected: retry in short slices while the child lives.
+  while (!exited_.load() && !stopping_.load()) {
+    if (send_envelope(to_worker_, kind, options_.name, body)) return true;
+  }
+  return false;
 }
 
 std::string WorkerProcess::describe_exit(int status) const {
@@ -101,13 +106,13 @@ void WorkerProcess::receive_loop() {
 }
 
 WorkerProcess::~WorkerProcess() {
-  stopping_.store(true);
   if (!exited_.load()) {
     try {
-      send(wire::MessageKind::SHUTDOWN, wire_msg{});
+      send_envelope(to_worker_, wire::MessageKind::SHUTDOWN, options_.name, wire_msg{});
     } catch (const zmq::error_t&) {
     }
   }
+  stopping_.store(true);
   if (receiver_.joinable()) receiver_.join();
   if (!exited_.load() && pid_ > 0) {
     int status = 0;

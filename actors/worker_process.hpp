@@ -17,15 +17,10 @@
 #include <string>
 #include <thread>
 
+#include "actors/worker_process_options.hpp"
 #include "comms/zmq_link.hpp"
 
 namespace actord {
-
-struct WorkerProcessOptions {
-  std::filesystem::path executable;  // the actord binary (runs `actord worker ...`)
-  std::string name;                  // stable actor name, e.g. replica/0/worker/0
-  std::string log_level = "warn";
-};
 
 class WorkerProcess {
  public:
@@ -36,7 +31,8 @@ class WorkerProcess {
                                                       ExitHandler on_exit);
   ~WorkerProcess();
 
-  void send(wire::MessageKind kind, const wire_msg& body);
+  // Waits until the child has connected (it may still be starting); false once the child has exited.
+  bool send(wire::MessageKind kind, const wire_msg& body);
   pid_t pid() const { return pid_; }
   const std::string& name() const { return options_.name; }
 

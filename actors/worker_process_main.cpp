@@ -23,6 +23,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
   try {
     in.set(zmq::sockopt::linger, 0);
     out.set(zmq::sockopt::linger, 1000);  // let the last reply leave before exit
+    out.set(zmq::sockopt::sndtimeo, 5000);  // the engine binds first, so this only expires if it is gone
     in.connect(args.to_worker_endpoint);
     out.connect(args.from_worker_endpoint);
   } catch (const zmq::error_t& e) {

@@ -4,13 +4,15 @@
 
 namespace actord {
 
-void send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body) {
+bool send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body) {
   wire_msg header = build<wire::Envelope>([&](wire::Envelope::Builder out) {
     out.setKind(kind);
     out.setTarget(target);
   });
-  socket.send(zmq::buffer(header.bytes), zmq::send_flags::sndmore);
+  // Once the first frame of a multipart message is queued, the rest is accepted too.
+  if (!socket.send(zmq::buffer(header.bytes), zmq::send_flags::sndmore)) return false;
   socket.send(zmq::buffer(body.bytes), zmq::send_flags::none);
+  return true;
 }
 
 Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout_ms) {

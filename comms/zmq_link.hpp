@@ -2,7 +2,8 @@
 //
 // Contract: a socket is used by one thread at a time (ZeroMQ's rule). recv_envelope() returns nothing on timeout
 // and an Error for a malformed envelope (wrong frame count, unreadable header); it never aborts on bad bytes.
-// Include only from .cpp files: it pulls in zmq.hpp and capnp.
+// Include only from .cpp files and the headers of the few classes that own sockets (actors/worker_process.hpp):
+// it pulls in zmq.hpp and capnp.
 #pragma once
 
 #include <optional>
@@ -21,7 +22,9 @@ struct Envelope {
   wire_msg body;
 };
 
-void send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body);
+// Returns false when the socket could not take the message within its send timeout (ZMQ_SNDTIMEO; a PUSH socket
+// with no connected peer cannot); nothing was sent then.
+bool send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body);
 
 // Waits up to timeout_ms (-1: forever) for one envelope.
 Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout_ms);

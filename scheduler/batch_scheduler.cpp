@@ -150,6 +150,11 @@ std::optional<StepPlan> BatchScheduler::plan_step() {
   return plan;
 }
 
+int BatchScheduler::max_tokens_held() const {
+  const size_t capacity = blocks_.num_total() * static_cast<size_t>(limits_.block_size);
+  return static_cast<int>(std::min<size_t>(capacity, static_cast<size_t>(limits_.max_model_len)));
+}
+
 std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
   SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
   if (seq.cancelled) {
@@ -159,7 +164,7 @@ std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
     const bool stop_id = !seq.req.ignore_eos &&
                          std::find(seq.req.stop_ids.begin(), seq.req.stop_ids.end(), last) != seq.req.stop_ids.end();
     if (stop_id) update.finish = Finish::stop;
-    else if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= limits_.max_model_len)
+    else if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= max_tokens_held())
       update.finish = Finish::length;
   }
   if (update.finish == Finish::none) return std::nullopt;

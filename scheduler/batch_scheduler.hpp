@@ -104,6 +104,9 @@ class BatchScheduler {
   void preempt(Sequence& seq);
   void release(Sequence& seq);
   std::optional<SequenceUpdate> check_finished(Sequence& seq);
+  // A sequence ends (finish length) when it reaches the context length or fills the whole KV lease: it could not
+  // take another step even alone.
+  int max_tokens_held() const;
   PlannedSlice make_slice(Sequence& seq, int chunk);
 
   SchedulerLimits limits_;

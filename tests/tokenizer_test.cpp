@@ -359,7 +359,7 @@ TEST_CASE("Metaspace pre-tokenizer and added-token flags match HF tokenizers", "
   CHECK(tok->stop_ids().empty());
 }
 
-TEST_CASE("Strip and Lowercase normalizers, unk without byte fallback match HF tokenizers", "[tokenizer]") {
+TEST_CASE("Strip and Lowercase normalizers - unk without byte fallback match HF tokenizers", "[tokenizer]") {
   TempDir dir("lowercase");
   write_variant(dir, make_lowercase_variant);
   auto tok = actord::Tokenizer::load(dir.path);

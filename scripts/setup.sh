@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs actord's build dependencies (Debian 12 packages, only those missing; quiet when all are present) and
+# builds it in ./build (CMake, Release, one job per core). Safe to run again: it only does what is left to do.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config
+  libcaf-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
+  libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing+=("$p"); fi
+done
+if ((${#missing[@]})); then
+  echo "actord: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The CUDA toolkit lives at /usr/local/cuda on our machines; CMake builds the CUDA parts when it finds nvcc.
+if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
+
+BUILD_DIR="${ACTORD_BUILD_DIR:-build}"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR.configure.log" 2>&1 ||
+    { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" | grep -v '^\[' || true
+test "${PIPESTATUS[0]}" -eq 0

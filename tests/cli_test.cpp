@@ -1,0 +1,157 @@
+// The actord command line as a user runs it: output contract, exit codes, one-line errors, no orphans.
+#include <sys/wait.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs actord with args (each quoted) from the repo root; captures stdout and stderr.
+RunResult run_actord(const std::vector<std::string>& args) {
+  test::TempDir tmp;
+  std::string cmd = "cd " + shell_quote(test::source_dir().string()) + " && " + shell_quote(test::actord_binary());
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " >" + shell_quote((tmp.path() / "out").string()) + " 2>" + shell_quote((tmp.path() / "err").string()) +
+         " </dev/null";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream out(tmp.path() / "out"), err(tmp.path() / "err");
+  r.out.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
+  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
+  return r;
+}
+
+void check_one_line_error(const RunResult& r, const std::string& expected_part) {
+  INFO("stderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::StartsWith("error: ") && Catch::Contains(expected_part));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.out.empty());
+}
+
+}  // namespace
+
+TEST_CASE("generate --json reproduces the reference in one process and in two", "[cli][process]") {
+  for (const char* config : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
+    INFO(config);
+    auto r = run_actord({"generate", config, "--prompt-ids", "1", "--max-tokens", "256", "--temperature", "0",
+                         "--json"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    CHECK(j.at("generated_ids").get<std::vector<int32_t>>() == test::reference_ids());
+    CHECK(j.at("text").get<std::string>().rfind("Once upon a time, there was a little girl named Lily.", 0) == 0);
+    CHECK(j.at("ttft_ms").get<double>() > 0);
+    CHECK(j.at("decode_tokens_per_s").get<double>() > 0);
+    CHECK(r.err.empty());  // quiet by default
+  }
+}
+
+TEST_CASE("generate prints text - seeds make it reproducible - flags override the topology", "[cli]") {
+  auto a = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once upon a time", "--max-tokens", "30",
+                       "--seed", "11", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "40"});
+  auto b = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once upon a time", "--max-tokens", "30",
+                       "--seed", "11", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "40",
+                       "--set", "engine.max_num_seqs=2", "--model", "models/stories260K"});
+  REQUIRE(a.exit_code == 0);
+  CHECK(a.out == b.out);
+  CHECK(a.out.size() > 20);
+  auto greedy = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "", "--max-tokens", "15",
+                            "--temperature", "0"});
+  REQUIRE(greedy.exit_code == 0);
+  CHECK(greedy.out == "Once upon a time, there was a little girl named Lily.\n");
+}
+
+TEST_CASE("every subcommand has --help", "[cli]") {
+  for (const char* sub : {"generate", "worker"}) {
+    auto r = run_actord({sub, "--help"});
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("--help"));
+  }
+  auto top = run_actord({"--help"});
+  CHECK(top.exit_code == 0);
+  CHECK_THAT(top.out, Catch::Contains("generate"));
+}
+
+TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
+  test::TempDir tmp;
+  const auto yaml = [&](const std::string& name, const std::string& text) {
+    test::write_file(tmp.path() / name, text);
+    return (tmp.path() / name).string();
+  };
+  const std::vector<std::string> greedy = {"--prompt-ids", "1", "--max-tokens", "4", "--temperature", "0"};
+  auto gen = [&](std::vector<std::string> args) {
+    std::vector<std::string> all{"generate"};
+    all.insert(all.end(), args.begin(), args.end());
+    return run_actord(all);
+  };
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--model", (tmp.path() / "nope").string()}, greedy)),
+                       "does not exist");
+  auto bad_arch = test::copy_stories(tmp.path());
+  test::write_file(bad_arch / "config.json",
+                   R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64, "intermediate_size": 172,
+                       "num_hidden_layers": 5, "num_attention_heads": 8, "vocab_size": 512})");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--model", bad_arch.string()}, greedy)),
+                       "architecture 'FalconForCausalLM' is not supported");
+  check_one_line_error(gen(with({yaml("malformed.yaml", "model: {path: [x\n")}, greedy)), "malformed YAML");
+  check_one_line_error(gen(with({yaml("unknown.yaml", "model: {path: m}\nengine: {max_batch: 3}\ngroups: [{}]\n")},
+                                greedy)),
+                       "engine.max_batch: unknown key");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "groups[0].tp=2"}, greedy)),
+                       "groups[0].tp: tensor parallelism is not supported yet");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "engine.block_size=3"}, greedy)),
+                       "engine.block_size: must be a power of two");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--max-tokens", "0"}),
+                       "--max-tokens must be at least 1, got 0");
+  std::string long_ids = "1";
+  for (int i = 0; i < 600; ++i) long_ids += ",5";
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", long_ids, "--max-tokens", "4"}),
+                       "the prompt has 601 tokens, more than the context length of 512");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1,x"}), "'x' is not a token id");
+  check_one_line_error(gen({"configs/missing.yaml", "--prompt", "hi"}), "cannot read topology file");
+  check_one_line_error(gen({"configs/quickstart.yaml"}), "give a prompt");
+  auto unknown_flag = gen({"configs/quickstart.yaml", "--prompt", "x", "--frobnicate"});
+  CHECK(unknown_flag.exit_code == 2);
+}
+
+TEST_CASE("a worker process that dies at start-up - reported - non-zero exit - no orphan", "[cli][process]") {
+  test::TempDir tmp;
+  auto model = test::copy_stories(tmp.path());
+  std::filesystem::resize_file(model / "model.safetensors", 4096);
+  auto r = run_actord({"generate", "configs/quickstart-2proc.yaml", "--model", model.string(), "--prompt-ids", "1",
+                       "--max-tokens", "4"});
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::StartsWith("error: ") && Catch::Contains("truncated safetensors file"));
+  // No process started for this model folder is left behind.
+  int left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find("actord") != std::string::npos && cmd.find(tmp.path().string()) != std::string::npos) ++left;
+  }
+  CHECK(left == 0);
+}

@@ -1,0 +1,246 @@
+// The whole actor system through the Engine API: reference output in one process and in two, batching, chunked
+// prefill, preemption, bad requests, and worker processes that die.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "actors/engine.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+TopologyConfig quickstart(const std::string& file = "configs/quickstart.yaml", std::vector<std::string> set = {}) {
+  TopologyOverrides o;
+  o.set = std::move(set);
+  auto cfg = load_topology(test::source_dir() / file, o);
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+EngineOptions options() {
+  EngineOptions o;
+  o.worker_executable = test::actord_binary();
+  return o;
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, uint32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+std::unique_ptr<Engine> start(const TopologyConfig& cfg) {
+  auto engine = Engine::start(cfg, options());
+  if (!engine) FAIL(engine.error().message);
+  return std::move(*engine);
+}
+
+}  // namespace
+
+TEST_CASE("one process - greedy from BOS reproduces the 256-token reference", "[engine]") {
+  auto engine = start(quickstart());
+  auto out = engine->generate({greedy({1}, 256)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids == test::reference_ids());
+  CHECK((*out)[0].finish_reason == "length");
+  CHECK((*out)[0].ttft_ms > 0);
+  CHECK_THAT((*out)[0].text, Catch::StartsWith("Once upon a time, there was a little girl named Lily."));
+}
+
+TEST_CASE("two processes - the worker behind ZeroMQ gives the same 256 tokens", "[engine][process]") {
+  auto engine = start(quickstart("configs/quickstart-2proc.yaml"));
+  auto out = engine->generate({greedy({1}, 256)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids == test::reference_ids());
+}
+
+TEST_CASE("prompts submitted together are batched and each equals its solo run", "[engine]") {
+  const auto ref = test::reference_ids();
+  std::vector<GenerateRequest> requests;
+  // Prompts are prefixes of the reference: each continues it exactly.
+  for (int cut : {0, 3, 17, 40, 90, 5, 60, 120}) {
+    std::vector<int32_t> prompt{1};
+    prompt.insert(prompt.end(), ref.begin(), ref.begin() + cut);
+    requests.push_back(greedy(prompt, 24));
+  }
+  for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
+    INFO(file);
+    // A small token budget forces chunked prefill mixed with decode in the same steps.
+    auto engine = start(quickstart(file, {"engine.max_num_batched_tokens=32"}));
+    auto together = engine->generate(requests);
+    REQUIRE(together.ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto alone = engine->generate({requests[i]});
+      REQUIRE(alone.ok());
+      CHECK((*together)[i].generated_ids == (*alone)[0].generated_ids);
+      const size_t cut = requests[i].prompt_ids.size() - 1;
+      CHECK((*together)[i].generated_ids ==
+            std::vector<int32_t>(ref.begin() + cut, ref.begin() + cut + 24));
+    }
+  }
+}
+
+TEST_CASE("a KV cache too small for the batch preempts and still gives every request its exact output", "[engine]") {
+  // 8 blocks of 16 tokens = 128 token slots for 6 sequences of up to 1 + 10 + 40 tokens.
+  const auto ref = test::reference_ids();
+  auto cfg = quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=80KiB"});
+  auto engine = start(cfg);
+  std::vector<GenerateRequest> requests;
+  for (int cut = 0; cut < 6; ++cut) {
+    std::vector<int32_t> prompt{1};
+    prompt.insert(prompt.end(), ref.begin(), ref.begin() + cut * 2);
+    requests.push_back(greedy(prompt, 40));
+  }
+  auto out = engine->generate(requests);
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    REQUIRE_FALSE((*out)[i].error);
+    const size_t cut = i * 2;
+    CHECK((*out)[i].generated_ids == std::vector<int32_t>(ref.begin() + cut, ref.begin() + cut + 40));
+  }
+}
+
+TEST_CASE("seeded sampling is reproducible and independent of batching", "[engine]") {
+  auto engine = start(quickstart());
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.max_tokens = 40;
+  r.sampling = SamplingOptions{0.9f, 0.95f, 40, 1234};
+  auto a = engine->generate({r});
+  auto b = engine->generate({greedy({1, 403}, 30), r, greedy({1}, 10)});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK((*a)[0].generated_ids == (*b)[1].generated_ids);
+  CHECK((*a)[0].prompt_ids == std::vector<int32_t>{1, 403, 407, 261, 378});
+}
+
+TEST_CASE("streamed text deltas add up to the full text", "[engine]") {
+  auto engine = start(quickstart());
+  std::string streamed;
+  auto out = engine->generate({greedy({1}, 100)}, [&](size_t, std::string_view d) { streamed += d; });
+  REQUIRE(out.ok());
+  CHECK(streamed == (*out)[0].text);
+  CHECK(streamed.size() > 100);
+}
+
+TEST_CASE("bad requests get an error and the engine keeps serving", "[engine]") {
+  auto engine = start(quickstart());
+  std::vector<int32_t> too_long(600, 5);
+  too_long[0] = 1;
+  auto out = engine->generate({greedy(too_long, 4), greedy({1, 9999}, 4), greedy({1}, 8)});
+  REQUIRE(out.ok());
+  REQUIRE((*out)[0].error);
+  CHECK((*out)[0].error->message == "the prompt has 600 tokens, more than the context length of 512");
+  REQUIRE((*out)[1].error);
+  CHECK((*out)[1].error->code == Errc::invalid_argument);
+  REQUIRE_FALSE((*out)[2].error);
+  const auto ref = test::reference_ids();
+  CHECK((*out)[2].generated_ids == std::vector<int32_t>(ref.begin(), ref.begin() + 8));
+}
+
+TEST_CASE("engine start-up errors name the problem", "[engine]") {
+  test::TempDir tmp;
+  auto cfg = quickstart();
+  cfg.model.path = tmp.path() / "missing";
+  auto missing = Engine::start(cfg, options());
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code == Errc::not_found);
+
+  cfg.model.path = test::copy_stories(tmp.path());
+  {
+    std::ifstream in(cfg.model.path / "config.json");
+    auto j = nlohmann::json::parse(in);
+    j["architectures"] = {"BertModel"};
+    test::write_file(cfg.model.path / "config.json", j.dump());
+  }
+  auto arch = Engine::start(cfg, options());
+  REQUIRE_FALSE(arch.ok());
+  CHECK(arch.error().code == Errc::unsupported);
+  CHECK_THAT(arch.error().message, Catch::Contains("architecture 'BertModel' is not supported"));
+
+  auto tiny_kv = quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=1KiB"});
+  auto kv = Engine::start(tiny_kv, options());
+  REQUIRE_FALSE(kv.ok());
+  CHECK_THAT(kv.error().message, Catch::Contains("engine.kv_cache_memory: 1024 bytes hold no KV block"));
+}
+
+namespace {
+
+// Worker processes still alive whose command line mentions `marker`.
+int count_processes_with(const std::string& marker) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmd) if (c == '\0') c = ' ';
+    if (cmd.find(marker) != std::string::npos && cmd.find(" worker ") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a worker process that dies at start-up is reported - not waited for", "[engine][process]") {
+  auto cfg = quickstart("configs/quickstart-2proc.yaml");
+  EngineOptions o = options();
+  o.worker_executable = "/bin/false";  // exits at once with status 1
+  auto engine = Engine::start(cfg, o);
+  REQUIRE_FALSE(engine.ok());
+  CHECK(engine.error().code == Errc::worker_failed);
+  CHECK_THAT(engine.error().message, Catch::Matches("worker process replica/0/worker/0 \\(pid \\d+\\) exited with status 1"));
+}
+
+TEST_CASE("a worker process that fails to load the model reports why and leaves no process", "[engine][process]") {
+  test::TempDir tmp;
+  auto cfg = quickstart("configs/quickstart-2proc.yaml");
+  cfg.model.path = test::copy_stories(tmp.path());
+  std::filesystem::resize_file(cfg.model.path / "model.safetensors", 5000);  // truncated
+  auto engine = Engine::start(cfg, options());
+  REQUIRE_FALSE(engine.ok());
+  CHECK(engine.error().code == Errc::parse_error);
+  CHECK_THAT(engine.error().message, Catch::Contains("truncated safetensors file"));
+  // Our worker child is reaped before start() returns.
+  CHECK(count_processes_with(tmp.path().string()) == 0);
+}
+
+TEST_CASE("a worker process killed mid-run fails its requests instead of hanging", "[engine][process]") {
+  auto engine = start(quickstart("configs/quickstart-2proc.yaml"));
+  // Kill our worker child as soon as the first text arrives, while the request still has hundreds of steps to go.
+  bool killed = false;
+  auto kill_children = [&](size_t, std::string_view) {
+    if (killed) return;
+    killed = true;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string pid, comm, state;
+      long ppid = 0;
+      stat >> pid >> comm >> state >> ppid;
+      if (ppid == getpid()) kill(std::stoi(pid), SIGKILL);
+    }
+  };
+  auto out = engine->generate({greedy({1}, 500)}, kill_children);
+  REQUIRE(out.ok());
+  REQUIRE(killed);
+  const auto& r = (*out)[0];
+  CHECK(r.generated_ids.size() < 500);
+  REQUIRE(r.error);
+  CHECK(r.error->code == Errc::worker_failed);
+  CHECK_THAT(r.error->message, Catch::Contains("killed by signal 9"));
+  CHECK(r.finish_reason == "error");
+  // Later requests fail at once too: the engine answers instead of hanging.
+  auto again = engine->generate({greedy({1}, 4)});
+  REQUIRE(again.ok());
+  REQUIRE((*again)[0].error);
+  CHECK((*again)[0].error->code == Errc::worker_failed);
+}

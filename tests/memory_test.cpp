@@ -1,0 +1,104 @@
+// safetensors reading, weight lookup and block allocation, including damaged files.
+#include <catch2/catch.hpp>
+
+#include "memory/block_allocator.hpp"
+#include "memory/safetensors.hpp"
+#include "memory/weight_loader.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+
+TEST_CASE("stories260K's safetensors file reads with the shapes of its config", "[memory]") {
+  auto file = SafetensorsFile::open(test::stories_dir() / "model.safetensors");
+  REQUIRE(file.ok());
+  CHECK(file->tensors().size() == 47);
+  const auto& embed = file->tensors().at("model.embed_tokens.weight");
+  CHECK(embed.dtype == DType::f32);
+  CHECK(embed.shape == std::vector<int64_t>{512, 64});
+}
+
+TEST_CASE("damaged safetensors files are errors that name the problem", "[memory]") {
+  test::TempDir tmp;
+  auto missing = SafetensorsFile::open(tmp.path() / "nope.safetensors");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code == Errc::not_found);
+
+  // Truncated: keep the header, drop most of the data.
+  std::ifstream in(test::stories_dir() / "model.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  test::write_file(tmp.path() / "trunc.safetensors", bytes.substr(0, bytes.size() / 2));
+  auto trunc = SafetensorsFile::open(tmp.path() / "trunc.safetensors");
+  REQUIRE_FALSE(trunc.ok());
+  CHECK_THAT(trunc.error().message, Catch::Contains("truncated safetensors file"));
+
+  test::write_file(tmp.path() / "tiny.safetensors", "abc");
+  CHECK_THAT(SafetensorsFile::open(tmp.path() / "tiny.safetensors").error().message,
+             Catch::Contains("truncated safetensors file (3 bytes)"));
+
+  std::string bad_header = "{not json";
+  uint64_t n = bad_header.size();
+  test::write_file(tmp.path() / "bad.safetensors", std::string(reinterpret_cast<char*>(&n), 8) + bad_header);
+  CHECK_THAT(SafetensorsFile::open(tmp.path() / "bad.safetensors").error().message,
+             Catch::Contains("malformed safetensors header"));
+
+  std::string int8 = R"({"w":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})";
+  n = int8.size();
+  test::write_file(tmp.path() / "i8.safetensors", std::string(reinterpret_cast<char*>(&n), 8) + int8 + "x");
+  auto unsupported = SafetensorsFile::open(tmp.path() / "i8.safetensors");
+  REQUIRE_FALSE(unsupported.ok());
+  CHECK(unsupported.error().message == (tmp.path() / "i8.safetensors").string() +
+                                           ": tensor 'w' has unsupported dtype I8");
+}
+
+TEST_CASE("the weight loader names missing tensors and wrong shapes", "[memory]") {
+  auto loader = WeightLoader::open(test::stories_dir());
+  REQUIRE(loader.ok());
+  auto missing = loader->load_f32("lm_head.weight", {512, 64});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message == "missing tensor 'lm_head.weight'");
+  auto wrong = loader->load_f32("model.norm.weight", {65});
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message == "tensor 'model.norm.weight' has the wrong shape: expected [65], found [64]");
+  test::TempDir tmp;
+  CHECK(WeightLoader::open(tmp.path()).error().code == Errc::not_found);
+  test::write_file(tmp.path() / "model.safetensors.index.json", R"({"weight_map": {"a": "model-00001-of-00002.safetensors"}})");
+  CHECK_THAT(WeightLoader::open(tmp.path()).error().message, Catch::Contains("points at missing shard"));
+}
+
+TEST_CASE("f16 and bf16 convert to f32", "[memory]") {
+  const uint16_t f16[] = {0x3c00, 0xc000, 0x0001, 0x7bff};  // 1, -2, smallest subnormal, 65504
+  const uint16_t bf16[] = {0x3f80, 0xc040};                 // 1, -3
+  TensorView v;
+  v.dtype = DType::f16;
+  v.shape = {4};
+  v.data = reinterpret_cast<const std::byte*>(f16);
+  float out[4];
+  convert_to_f32(v, out);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == -2.0f);
+  CHECK(out[2] == Approx(5.960464477539063e-08f));
+  CHECK(out[3] == 65504.0f);
+  v.dtype = DType::bf16;
+  v.shape = {2};
+  v.data = reinterpret_cast<const std::byte*>(bf16);
+  convert_to_f32(v, out);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == -3.0f);
+}
+
+TEST_CASE("block allocator hands out - frees and lends ids", "[memory]") {
+  BlockAllocator a(4);
+  std::vector<uint32_t> got;
+  REQUIRE(a.allocate(3, got));
+  CHECK(got == std::vector<uint32_t>{0, 1, 2});
+  CHECK_FALSE(a.allocate(2, got));  // all or nothing
+  CHECK(got.size() == 3);
+  a.free({1});
+  CHECK(a.num_free() == 2);
+  auto lent = a.take_free(5);
+  CHECK(lent.size() == 2);
+  CHECK(a.num_total() == 2);
+  BlockAllocator lease;
+  lease.add(lent);
+  CHECK(lease.num_free() == 2);
+}
