@@ -245,3 +245,24 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
 }
 
 }  // namespace actord
+
+namespace actord {
+
+Result<EngineStats> Engine::stats() {
+  caf::scoped_actor self{*impl_->system};
+  wire_msg req = build<wire::StatsRequest>([&](wire::StatsRequest::Builder out) { out.setCorrelationId(1); });
+  Result<EngineStats> result = Error{Errc::internal, "no reply from the scheduler"};
+  self->request(impl_->scheduler, caf::infinite, stats_atom::value, std::move(req))
+      .receive(
+          [&](const wire_msg& reply) {
+            WireReader reader(reply);
+            auto s = reader.root<wire::SchedulerStats>();
+            result = EngineStats{s.getSteps(),          s.getTokens(),         s.getSampledTokens(),
+                                 s.getRoundTripMicros(), s.getWorkerComputeMicros(), s.getSchedulerMicros(),
+                                 s.getPreemptions(),    s.getMaxSeqsInStep()};
+          },
+          [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
+  return result;
+}
+
+}  // namespace actord

@@ -49,6 +49,18 @@ struct GenerateOutput {
   double total_ms = 0;
 };
 
+// Totals of the replica's scheduler since the engine started (see SchedulerStats in actord.capnp).
+struct EngineStats {
+  uint64_t steps = 0;
+  uint64_t tokens = 0;                // fed to the worker, prefill + decode
+  uint64_t sampled_tokens = 0;
+  uint64_t round_trip_us = 0;         // scheduler -> worker -> scheduler, summed over steps
+  uint64_t worker_compute_us = 0;     // inside the worker's forward pass, summed
+  uint64_t scheduler_us = 0;          // the scheduler's own work, summed
+  uint64_t preemptions = 0;
+  uint32_t max_seqs_in_step = 0;
+};
+
 using TextCallback = std::function<void(size_t request_index, std::string_view text_delta)>;
 
 class Engine {
@@ -65,6 +77,7 @@ class Engine {
   // Blocks until every request has finished. on_text, when set, receives text deltas as they are produced.
   Result<std::vector<GenerateOutput>> generate(const std::vector<GenerateRequest>& requests,
                                                const TextCallback& on_text = {});
+  Result<EngineStats> stats();
 
  private:
   struct Impl;

@@ -5,6 +5,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <unordered_map>
 
 #include "comms/atoms.hpp"
@@ -23,7 +24,10 @@ struct scheduler_state {
   std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
   std::unordered_map<uint64_t, caf::actor> sinks;         // request id -> who submitted it
   uint64_t next_step_id = 1;
-  uint64_t steps = 0;
+  // Statistics (see SchedulerStats).
+  uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_us = 0;
+  uint32_t max_seqs_in_step = 0;
+  std::chrono::steady_clock::time_point step_sent;
   static inline const char* name = "scheduler";
 };
 
@@ -57,7 +61,14 @@ void emit(self_ptr self, const SequenceUpdate& u) {
 
 void maybe_step(self_ptr self);
 
+uint64_t micros_since(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count());
+}
+
 void on_step_result(self_ptr self, const wire_msg& msg) {
+  const auto t0 = std::chrono::steady_clock::now();
+  self->state.round_trip_us += micros_since(self->state.step_sent);
   WireReader reader(msg);
   auto result = reader.root<wire::StepResult>();
   std::vector<SequenceUpdate> updates;
@@ -69,15 +80,19 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     std::vector<std::pair<uint64_t, int32_t>> sampled;
     sampled.reserve(result.getResults().size());
     for (auto r : result.getResults()) sampled.emplace_back(r.getSeqId(), r.getTokenId());
+    self->state.sampled += sampled.size();
+    self->state.compute_us += result.getComputeMicros();
     updates = self->state.batcher->on_step_result(sampled);
   }
   for (const auto& u : updates) emit(self, u);
+  self->state.own_us += micros_since(t0);
   maybe_step(self);
 }
 
 void maybe_step(self_ptr self) {
   auto& st = self->state;
   if (!st.lease_ready || st.batcher->step_in_flight()) return;
+  const auto t0 = std::chrono::steady_clock::now();
   auto plan = st.batcher->plan_step();
   if (!plan) return;
   const uint64_t step_id = st.next_step_id++;
@@ -104,6 +119,10 @@ void maybe_step(self_ptr self) {
     }
   });
   ++st.steps;
+  st.tokens += static_cast<uint64_t>(plan->num_tokens);
+  st.max_seqs_in_step = std::max<uint32_t>(st.max_seqs_in_step, static_cast<uint32_t>(plan->slices.size()));
+  st.step_sent = std::chrono::steady_clock::now();
+  st.own_us += micros_since(t0);
   self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
       .then([=](const wire_msg& result) { on_step_result(self, result); },
             [=](const caf::error& err) {
@@ -169,6 +188,22 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor w
           return;
         }
         handle_submit(self, sink, msg);
+      },
+      [=](stats_atom, const wire_msg& msg) -> wire_msg {
+        WireReader reader(msg);
+        const uint64_t correlation = reader.root<wire::StatsRequest>().getCorrelationId();
+        const auto& st = self->state;
+        return build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
+          out.setCorrelationId(correlation);
+          out.setSteps(st.steps);
+          out.setTokens(st.tokens);
+          out.setSampledTokens(st.sampled);
+          out.setRoundTripMicros(st.round_trip_us);
+          out.setWorkerComputeMicros(st.compute_us);
+          out.setSchedulerMicros(st.own_us);
+          out.setPreemptions(st.batcher->num_preemptions());
+          out.setMaxSeqsInStep(st.max_seqs_in_step);
+        });
       },
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);

@@ -18,6 +18,7 @@ using step_atom = caf::atom_constant<caf::atom("step")>;              // Execute
 using inbound_atom = caf::atom_constant<caf::atom("inbound")>;        // (kind, wire_msg) from a ZeroMQ link
 using link_down_atom = caf::atom_constant<caf::atom("linkdown")>;     // a remote worker process died
 using start_atom = caf::atom_constant<caf::atom("start")>;            // coordinator: bring the topology up
+using stats_atom = caf::atom_constant<caf::atom("stats")>;            // StatsRequest -> SchedulerStats
 using stop_atom = caf::atom_constant<caf::atom("stop")>;              // coordinator: take it down
 
 }  // namespace actord

@@ -101,6 +101,20 @@ int run_generate(const GenerateArgs& args) {
   auto outputs = (*engine)->generate(requests, on_text);
   if (!outputs) return fail(outputs.error());
 
+  nlohmann::json step_stats;
+  if (args.json) {
+    auto stats = (*engine)->stats();
+    if (!stats) return fail(stats.error());
+    const double steps = std::max<double>(1.0, static_cast<double>(stats->steps));
+    step_stats = {{"steps", stats->steps},
+                  {"tokens_fed", stats->tokens},
+                  {"max_seqs_in_step", stats->max_seqs_in_step},
+                  {"preemptions", stats->preemptions},
+                  {"round_trips_per_step", 1},
+                  {"round_trip_us_mean", stats->round_trip_us / steps},
+                  {"worker_compute_us_mean", stats->worker_compute_us / steps},
+                  {"scheduler_us_mean", stats->scheduler_us / steps}};
+  }
   int code = 0;
   for (size_t i = 0; i < outputs->size(); ++i) {
     const GenerateOutput& out = (*outputs)[i];
@@ -120,6 +134,7 @@ int run_generate(const GenerateArgs& args) {
       j["ttft_ms"] = out.ttft_ms;
       j["decode_tokens_per_s"] = out.decode_tokens_per_s;
       j["total_ms"] = out.total_ms;
+      j["scheduler"] = step_stats;  // for the whole run, shared by every prompt of it
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else if (stream) {
       std::printf("\n");

@@ -181,3 +181,22 @@ struct Envelope {
   kind @0 :MessageKind;
   target @1 :Text;               # stable actor name the body is for
 }
+
+# statistics -----------------------------------------------------------------------------------------------------
+
+struct StatsRequest {
+  correlationId @0 :UInt64;
+}
+
+# Totals since the scheduler started. One step is one ExecuteStep -> StepResult round trip (two messages).
+struct SchedulerStats {
+  correlationId @0 :UInt64;
+  steps @1 :UInt64;
+  tokens @2 :UInt64;               # tokens fed to the worker (prefill + decode)
+  sampledTokens @3 :UInt64;
+  roundTripMicros @4 :UInt64;      # ExecuteStep sent -> StepResult received, summed
+  workerComputeMicros @5 :UInt64;  # time inside the worker's forward pass and sampling, summed
+  schedulerMicros @6 :UInt64;      # the scheduler's own time per step (plan, encode, apply, emit), summed
+  preemptions @7 :UInt64;
+  maxSeqsInStep @8 :UInt32;
+}
