@@ -69,6 +69,9 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
           out.setNumKvBlocks(p.num_kv_blocks);
           out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
           out.setLogLevel(p.log_level);
+          out.setLoadFormat(p.topology.model.load_format);
+          out.setThreads(static_cast<uint32_t>(group.threads));
+          out.setSeed(p.topology.model.seed);
         });
         auto fail = [=](Errc code, const std::string& why) mutable {
           stop_all(self);

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "comms/capnp_codec.hpp"
 
@@ -21,12 +23,21 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     ok = false;
     failure = cfg.error();
   } else {
-    auto model = registry_.create(*cfg, ModelLoadOptions{model_dir, req.getDtype()});
+    ModelLoadOptions options;
+    options.model_dir = model_dir;
+    options.dtype = req.getDtype();
+    options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
+    options.seed = req.getSeed();
+    if (options.dtype.empty()) options.dtype = "auto";
+    auto model = registry_.create(*cfg, options);
     if (!model) {
       ok = false;
       failure = model.error();
     } else {
       model_ = std::move(*model);
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
+                                                                     : static_cast<int>(cores));
       kv_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
                                       static_cast<int>(req.getNumKvBlocks()), static_cast<int>(req.getBlockSize()));
     }
@@ -79,7 +90,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = tables_[i].data();
 
-  model_->forward(batch_, *kv_, logits_);
+  model_->forward(batch_, *kv_, logits_, *pool_);
 
   const auto t1 = std::chrono::steady_clock::now();
   return build<wire::StepResult>([&](wire::StepResult::Builder out) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comms/wire_msg.hpp"
+#include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
@@ -31,6 +32,7 @@ class WorkerCore {
   std::string name_ = "worker";
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
   Sampler sampler_;
   ForwardBatch batch_;                           // reused across steps
   std::vector<std::vector<uint32_t>> tables_;    // [n_seqs] block tables of the current step

@@ -138,7 +138,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   top.check_keys({"model", "server", "engine", "scheduler", "groups"});
 
   Section model(top.get("model"), "model");
-  model.check_keys({"path", "dtype"});
+  model.check_keys({"path", "dtype", "load_format", "seed"});
   std::string model_path;
   model.read("path", model_path);
   if (overrides.model) {
@@ -150,8 +150,16 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   }
   cfg.model.path = cfg.model.path.lexically_normal();
   model.read("dtype", cfg.model.dtype);
-  require(cfg.model.dtype == "float32", "model.dtype",
-          "only float32 is supported by the CPU backend yet, got '" + cfg.model.dtype + "'");
+  require(cfg.model.dtype == "auto" || cfg.model.dtype == "float32" || cfg.model.dtype == "bfloat16" ||
+              cfg.model.dtype == "float16",
+          "model.dtype", "must be auto, float32, bfloat16 or float16, got '" + cfg.model.dtype + "'");
+  model.read("load_format", cfg.model.load_format);
+  require(cfg.model.load_format == "auto" || cfg.model.load_format == "dummy", "model.load_format",
+          "must be auto or dummy, got '" + cfg.model.load_format + "'");
+  int seed = 0;
+  model.read("seed", seed);
+  require(seed >= 0, "model.seed", "must be >= 0");
+  cfg.model.seed = static_cast<uint64_t>(seed);
 
   Section server(top.get("server"), "server");
   server.check_keys({"host", "port"});
@@ -195,13 +203,16 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement"});
+    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads"});
     GroupSection group;
     g.read("name", group.name);
     g.read("replicas", group.replicas);
     g.read("tp", group.tp);
     g.read("pp", group.pp);
     g.read("device", group.device);
+    g.read("threads", group.threads);
+    require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
+            "must be 0 (one per core) to 1024, got " + std::to_string(group.threads));
     std::string placement = "thread";
     g.read("placement", placement);
     require(group.replicas >= 1, p + ".replicas", "must be at least 1, got " + std::to_string(group.replicas));

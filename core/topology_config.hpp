@@ -18,7 +18,9 @@ namespace actord {
 
 struct ModelSection {
   std::filesystem::path path;
-  std::string dtype = "float32";
+  std::string dtype = "auto";        // auto keeps the stored dtype | float32 | bfloat16 | float16
+  std::string load_format = "auto";  // auto (safetensors) | dummy (random weights of the configured shape)
+  uint64_t seed = 0;                 // dummy weights
 };
 
 struct ServerSection {
@@ -47,6 +49,7 @@ struct GroupSection {
   int pp = 1;
   std::string device = "cpu";
   Placement placement = Placement::thread;
+  int threads = 0;                   // CPU threads per worker; 0: one per core
 };
 
 struct TopologyConfig {

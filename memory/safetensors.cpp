@@ -11,17 +11,6 @@
 
 namespace actord {
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-  }
-  return "?";
-}
-
-size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
-
 size_t TensorView::num_elements() const {
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);
@@ -118,58 +107,6 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path)
     }
   }
   return file;
-}
-
-namespace {
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-}  // namespace
-
-void convert_to_f32(const TensorView& src, float* dst) {
-  const size_t n = src.num_elements();
-  switch (src.dtype) {
-    case DType::f32:
-      std::memcpy(dst, src.data, n * 4);
-      return;
-    case DType::f16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src.data + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
-      }
-      return;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src.data + 2 * i, 2);
-        dst[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-      }
-      return;
-  }
 }
 
 }  // namespace actord

@@ -12,13 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/status.hpp"
 
 namespace actord {
 
-enum class DType { f32, f16, bf16 };
-const char* dtype_name(DType dtype);
-size_t dtype_size(DType dtype);
 
 struct TensorView {
   DType dtype = DType::f32;
@@ -47,7 +45,9 @@ class SafetensorsFile {
   std::map<std::string, TensorView> tensors_;
 };
 
-// Converts n elements of `src` (any supported dtype) to f32.
-void convert_to_f32(const TensorView& src, float* dst);
+// Converts all elements of `src` (any supported dtype) to f32.
+inline void convert_to_f32(const TensorView& src, float* dst) {
+  convert_to_f32(src.dtype, src.data, dst, src.num_elements());
+}
 
 }  // namespace actord

@@ -48,8 +48,8 @@ Result<WeightLoader> WeightLoader::open(const std::filesystem::path& model_dir) 
 
 bool WeightLoader::contains(const std::string& name) const { return index_.count(name) > 0; }
 
-Result<std::vector<float>> WeightLoader::load_f32(const std::string& name,
-                                                  const std::vector<int64_t>& expected_shape) const {
+Result<const TensorView*> WeightLoader::view(const std::string& name,
+                                             const std::vector<int64_t>& expected_shape) const {
   auto it = index_.find(name);
   if (it == index_.end()) return make_error(Errc::not_found, "missing tensor '" + name + "'");
   const TensorView& view = *it->second;
@@ -57,8 +57,20 @@ Result<std::vector<float>> WeightLoader::load_f32(const std::string& name,
     return make_error(Errc::parse_error, "tensor '" + name + "' has the wrong shape: expected " +
                                              shape_to_string(expected_shape) + ", found " + shape_to_string(view.shape));
   }
-  std::vector<float> out(view.num_elements());
-  convert_to_f32(view, out.data());
+  return &view;
+}
+
+std::optional<DType> WeightLoader::first_dtype() const {
+  if (index_.empty()) return std::nullopt;
+  return index_.begin()->second->dtype;
+}
+
+Result<std::vector<float>> WeightLoader::load_f32(const std::string& name,
+                                                  const std::vector<int64_t>& expected_shape) const {
+  auto v = view(name, expected_shape);
+  if (!v) return v.error();
+  std::vector<float> out((*v)->num_elements());
+  convert_to_f32(**v, out.data());
   return out;
 }
 

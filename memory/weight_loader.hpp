@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ class WeightLoader {
   static Result<WeightLoader> open(const std::filesystem::path& model_dir);
 
   bool contains(const std::string& name) const;
+  // The tensor in its stored dtype, memory-mapped; valid while the loader lives.
+  Result<const TensorView*> view(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+  std::optional<DType> first_dtype() const;  // dtype of the first tensor, for "auto"
   Result<std::vector<float>> load_f32(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 
  private:

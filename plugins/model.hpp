@@ -13,6 +13,9 @@
 namespace actord {
 
 class KvCache;
+namespace cpu {
+class ThreadPool;
+}
 
 // One sequence's part of a step.
 struct SeqSlice {
@@ -32,8 +35,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // logits: [n_seqs_wanting_logits, vocab_size], in the order of batch.seqs.
-  virtual void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits) = 0;
+  // logits: [n_seqs_wanting_logits, vocab_size], in the order of batch.seqs. The pool runs the parallel parts.
+  virtual void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) = 0;
 };
 
 }  // namespace actord

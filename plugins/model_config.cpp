@@ -1,5 +1,6 @@
 #include "plugins/model_config.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,32 @@ namespace actord {
 
 size_t ModelConfig::kv_bytes_per_token() const {
   return 2ull * num_layers * num_kv_heads * head_dim * sizeof(float);
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) {
+    inv[i] = 1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  }
+  if (rope_scaling.type == "linear") {
+    for (float& f : inv) f /= rope_scaling.factor;
+  } else if (rope_scaling.type == "llama3") {
+    // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth blend in between.
+    const float old_len = static_cast<float>(rope_scaling.original_max_position_embeddings);
+    const float low_wavelen = old_len / rope_scaling.low_freq_factor;
+    const float high_wavelen = old_len / rope_scaling.high_freq_factor;
+    for (float& f : inv) {
+      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+      if (wavelen > low_wavelen) {
+        f = f / rope_scaling.factor;
+      } else if (wavelen >= high_wavelen) {
+        const float smooth = (old_len / wavelen - rope_scaling.low_freq_factor) /
+                             (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+        f = (1.0f - smooth) * f / rope_scaling.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
 }
 
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
@@ -46,8 +73,26 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
     } else if (c.num_heads > 0) {
       c.head_dim = c.hidden_size / c.num_heads;
     }
+    c.attention_bias = j.value("attention_bias", false) || c.architecture == "Qwen2ForCausalLM";
+    c.num_experts = j.value("num_local_experts", 0);
+    c.experts_per_token = j.value("num_experts_per_tok", 0);
+    if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
+        j.value("use_sliding_window", true)) {
+      c.sliding_window = j["sliding_window"].get<int>();
+    }
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-      return make_error(Errc::unsupported, where + "rope_scaling is not supported yet");
+      const auto& rs = j["rope_scaling"];
+      c.rope_scaling.type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
+                                                     : rs.value("type", std::string());
+      c.rope_scaling.factor = rs.value("factor", 1.0f);
+      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
+      c.rope_scaling.original_max_position_embeddings = rs.value("original_max_position_embeddings", 8192);
+      if (c.rope_scaling.type == "default") c.rope_scaling.type.clear();
+      if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
+        return make_error(Errc::unsupported,
+                          where + "rope_scaling type '" + c.rope_scaling.type + "' is not supported (linear, llama3)");
+      }
     }
   } catch (const std::exception& e) {
     return make_error(Errc::parse_error, where + e.what());
@@ -70,6 +115,9 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
                                              std::to_string(c.num_kv_heads) + ")");
   }
   if (c.head_dim % 2 != 0) return make_error(Errc::parse_error, where + "head_dim must be even for RoPE");
+  if (c.num_experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.num_experts)) {
+    return make_error(Errc::parse_error, where + "num_experts_per_tok must be between 1 and num_local_experts");
+  }
   return c;
 }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/status.hpp"
 
@@ -26,6 +27,21 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::string hidden_act = "silu";
   std::string torch_dtype = "float32";
+  bool attention_bias = false;        // q/k/v projections have biases (Qwen2: always)
+  int num_experts = 0;                // MoE (Mixtral num_local_experts); 0: dense MLP
+  int experts_per_token = 0;          // Mixtral num_experts_per_tok
+  int sliding_window = 0;             // Mistral; 0: none
+
+  struct RopeScaling {
+    std::string type;                 // empty (none) | linear | llama3
+    float factor = 1.0f;
+    float low_freq_factor = 1.0f;     // llama3
+    float high_freq_factor = 4.0f;    // llama3
+    int original_max_position_embeddings = 8192;  // llama3
+  } rope_scaling;
+
+  // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied.
+  std::vector<float> rope_inv_freq() const;
 
   // Bytes one token's K and V take over all layers, in f32.
   size_t kv_bytes_per_token() const;

@@ -1,12 +1,30 @@
 #include "plugins/model_registry.hpp"
 
-#include "plugins/llama/llama_model.hpp"
+#include "plugins/transformer/transformer_model.hpp"
 
 namespace actord {
 
+namespace {
+
+// The built-in families all run on TransformerModel; their differences come from config.json (qkv biases for
+// Qwen2, experts for Mixtral, a sliding window for Mistral).
+Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const ModelLoadOptions& options) {
+  if (config.hidden_act != "silu") {
+    return make_error(Errc::unsupported, "hidden_act '" + config.hidden_act + "' is not supported (silu only)");
+  }
+  if (config.architecture == "MixtralForCausalLM" && config.num_experts == 0) {
+    return make_error(Errc::parse_error, "MixtralForCausalLM needs num_local_experts in config.json");
+  }
+  return TransformerModel::create(config, options, transformer_spec_from_config(config));
+}
+
+}  // namespace
+
 ModelRegistry ModelRegistry::with_builtins() {
   ModelRegistry r;
-  r.add("LlamaForCausalLM", &LlamaModel::create);
+  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM"}) {
+    r.add(arch, &create_builtin);
+  }
   return r;
 }
 

@@ -11,13 +11,9 @@
 #include <string>
 
 #include "plugins/model.hpp"
+#include "plugins/weight_store.hpp"
 
 namespace actord {
-
-struct ModelLoadOptions {
-  std::filesystem::path model_dir;
-  std::string dtype = "float32";  // compute dtype; only float32 on the CPU backend for now
-};
 
 class ModelRegistry {
  public:

@@ -3,7 +3,11 @@
 #include <random>
 #include <vector>
 
+#include <atomic>
+
+#include "executors/cpu/gemm.hpp"
 #include "executors/cpu/kernels.hpp"
+#include "executors/cpu/thread_pool.hpp"
 #include "executors/cpu/reference_kernels.hpp"
 
 using namespace actord;
@@ -29,14 +33,71 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, flo
 
 }  // namespace
 
-TEST_CASE("matmul_nt matches the reference", "[kernels]") {
+TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and thread count", "[kernels]") {
   std::mt19937 rng(1);
-  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {16, 64, 172}, {5, 512, 64}}) {
-    auto x = random_vector(size_t(m) * k, rng), w = random_vector(size_t(n) * k, rng);
-    std::vector<float> y(size_t(m) * n), ref(size_t(m) * n);
-    cpu::matmul_nt(x.data(), w.data(), y.data(), m, n, k);
-    cpu::reference::matmul_nt(x.data(), w.data(), ref.data(), m, n, k);
-    require_close(y, ref);
+  std::vector<cpu::Isa> isas{cpu::Isa::portable};
+  if (cpu::detected_isa() == cpu::Isa::avx2) isas.push_back(cpu::Isa::avx2);
+  for (int threads : {1, 3}) {
+    cpu::ThreadPool pool(threads);
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {16, 64, 172}, {5, 512, 64}, {130, 37, 96}, {2, 9, 8}}) {
+      auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng),
+           bias = random_vector(n, rng);
+      for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+        // The weights as stored in `dtype`, and their exact f32 values for the reference.
+        std::vector<unsigned char> stored(w32.size() * dtype_size(dtype));
+        convert_from_f32(dtype, w32.data(), stored.data(), w32.size());
+        std::vector<float> exact(w32.size());
+        convert_to_f32(dtype, stored.data(), exact.data(), exact.size());
+        std::vector<float> ref(size_t(m) * n);
+        cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
+        cpu::WeightMatrix wm{dtype, stored.data(), n, k, 0};
+        for (cpu::Isa isa : isas) {
+          INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype) << " isa=" << cpu::isa_name(isa)
+                    << " threads=" << threads);
+          std::vector<float> y(size_t(m) * n, -1.0f);
+          cpu::gemm_nt(x.data(), wm, bias.data(), y.data(), m, pool, isa);
+          require_close(y, ref, 2e-5f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_nt reads a strided slice of a weight matrix", "[kernels]") {
+  std::mt19937 rng(5);
+  const int m = 3, n = 6, k = 16, stride = 40;
+  auto x = random_vector(size_t(m) * k, rng), w = random_vector(size_t(n) * stride, rng);
+  std::vector<float> dense(size_t(n) * k), ref(size_t(m) * n), y(size_t(m) * n);
+  for (int r = 0; r < n; ++r) std::copy_n(w.data() + r * stride + 8, k, dense.data() + r * k);
+  cpu::reference::matmul_nt(x.data(), dense.data(), ref.data(), m, n, k);
+  cpu::ThreadPool pool(2);
+  cpu::gemm_nt(x.data(), cpu::WeightMatrix{DType::f32, w.data() + 8, n, k, stride}, nullptr, y.data(), m, pool);
+  require_close(y, ref);
+}
+
+TEST_CASE("the thread pool runs every task exactly once", "[kernels]") {
+  cpu::ThreadPool pool(4);
+  for (int n : {0, 1, 3, 1000}) {
+    std::vector<std::atomic<int>> hits(n);
+    for (int round = 0; round < 20; ++round) pool.parallel_for(n, [&](int i) { hits[i].fetch_add(1); });
+    for (int i = 0; i < n; ++i) REQUIRE(hits[i].load() == 20);
+  }
+}
+
+TEST_CASE("dtype conversions round to nearest even and keep specials", "[kernels]") {
+  CHECK(f32_to_bf16(1.0f) == 0x3f80);
+  CHECK(bf16_to_f32(f32_to_bf16(3.140625f)) == 3.140625f);
+  CHECK(f32_to_bf16(1.00390625f) == 0x3f80);  // exactly halfway: to even
+  CHECK(f16_to_f32(f32_to_f16(65504.0f)) == 65504.0f);
+  CHECK(f32_to_f16(1e6f) == 0x7c00);           // overflow to inf
+  CHECK(f16_to_f32(f32_to_f16(5.960464477539063e-08f)) == 5.960464477539063e-08f);  // smallest subnormal
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  for (int i = 0; i < 1000; ++i) {
+    const float v = dist(rng);
+    CHECK(std::abs(f16_to_f32(f32_to_f16(v)) - v) <= std::abs(v) * 0.0005f);
+    CHECK(std::abs(bf16_to_f32(f32_to_bf16(v)) - v) <= std::abs(v) * 0.004f);
   }
 }
 
@@ -52,7 +113,9 @@ TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
   for (int head_dim : {2, 8, 64, 128}) {
     for (int pos : {0, 1, 17, 511}) {
       auto x = random_vector(size_t(4) * head_dim, rng), ref = x;
-      cpu::rope_rotate_half(x.data(), 4, head_dim, pos, 10000.0f);
+      std::vector<float> inv_freq(head_dim / 2);
+      cpu::rope_inv_freq(head_dim, 10000.0f, inv_freq.data());
+      cpu::rope_rotate_half(x.data(), 4, head_dim, pos, inv_freq.data());
       cpu::reference::rope_rotate_half(ref.data(), 4, head_dim, pos, 10000.0f);
       require_close(x, ref, 1e-4f);
     }

@@ -1,6 +1,7 @@
 // The Llama forward pass on stories260K, without actors: logits at BOS and the 256-token greedy reference.
 #include <catch2/catch.hpp>
 
+#include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
@@ -11,15 +12,16 @@ using namespace actord;
 TEST_CASE("stories260K logits at BOS match the reference values", "[model]") {
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir(), "float32"});
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
   REQUIRE(model.ok());
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
+  cpu::ThreadPool pool(2);
   std::vector<uint32_t> table{2};
   ForwardBatch batch;
   batch.tokens = {1};
   batch.seqs = {SeqSlice{0, 1, 0, table.data(), true}};
   std::vector<float> logits;
-  (*model)->forward(batch, kv, logits);
+  (*model)->forward(batch, kv, logits, pool);
   REQUIRE(logits.size() == 512);
   // From models/stories260K/README.md (independent fp64 implementation).
   CHECK(logits[403] == Approx(17.023515).epsilon(1e-5));
@@ -29,10 +31,11 @@ TEST_CASE("stories260K logits at BOS match the reference values", "[model]") {
 
 TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at once or token by token", "[model]") {
   auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir(), "float32"});
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
   REQUIRE(model.ok());
   const auto reference = test::reference_ids();
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8);
+  cpu::ThreadPool pool(2);
   // Blocks in a scrambled order, to exercise the paging.
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
@@ -44,7 +47,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
     ForwardBatch batch;
     batch.tokens = {next};
     batch.seqs = {SeqSlice{0, 1, pos, table.data(), true}};
-    (*model)->forward(batch, kv, logits);
+    (*model)->forward(batch, kv, logits, pool);
     next = sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, pos);
     generated.push_back(next);
   }
@@ -56,7 +59,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   ForwardBatch batch;
   batch.tokens = prompt;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
-  (*model)->forward(batch, kv, logits);
+  (*model)->forward(batch, kv, logits, pool);
   CHECK(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
 }
 
@@ -79,9 +82,10 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   test::write_file(dir / "config.json", j.dump());
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {dir, "float32"});
+  auto model = ModelRegistry::with_builtins().create(*cfg, {dir});
   REQUIRE_FALSE(model.ok());
-  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM)");
+  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM, MistralForCausalLM, "
+                                   "MixtralForCausalLM, Qwen2ForCausalLM)");
 }
 
 TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[model]") {

@@ -71,8 +71,12 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: groups[0].placement: must be thread or process, got 'moon'");
   CHECK(error_of("model: {path: m}\ngroups: [{device: cuda}]\n") ==
         "configs/t.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
-  CHECK(error_of("model: {path: m, dtype: bfloat16}\ngroups: [{}]\n") ==
-        "configs/t.yaml: model.dtype: only float32 is supported by the CPU backend yet, got 'bfloat16'");
+  CHECK(error_of("model: {path: m, dtype: int8}\ngroups: [{}]\n") ==
+        "configs/t.yaml: model.dtype: must be auto, float32, bfloat16 or float16, got 'int8'");
+  CHECK(error_of("model: {path: m, load_format: pickle}\ngroups: [{}]\n") ==
+        "configs/t.yaml: model.load_format: must be auto or dummy, got 'pickle'");
+  CHECK(error_of("model: {path: m}\ngroups: [{threads: -1}]\n") ==
+        "configs/t.yaml: groups[0].threads: must be 0 (one per core) to 1024, got -1");
 }
 
 TEST_CASE("set overrides any key by its path and is validated like the file", "[config]") {

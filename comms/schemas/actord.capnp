@@ -157,6 +157,9 @@ struct WorkerInit {
   numKvBlocks @4 :UInt32;
   blockSize @5 :UInt32;
   logLevel @6 :Text;
+  loadFormat @7 :Text;           # auto (safetensors) | dummy
+  threads @8 :UInt32;            # CPU threads of this worker; 0: one per core
+  seed @9 :UInt64;               # for dummy weights
 }
 
 struct WorkerReady {

@@ -16,29 +16,16 @@ void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim
   }
 }
 
-void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k) {
-  for (int i = 0; i < m; ++i) {
-    const float* xi = x + static_cast<int64_t>(i) * k;
-    float* yi = y + static_cast<int64_t>(i) * n;
-    for (int j = 0; j < n; ++j) {
-      const float* wj = w + static_cast<int64_t>(j) * k;
-      float acc = 0.0f;
-      for (int t = 0; t < k; ++t) acc += xi[t] * wj[t];
-      yi[j] = acc;
-    }
+void rope_inv_freq(int head_dim, float theta, float* inv_freq) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
   }
 }
 
-void add_bias(float* y, const float* bias, int m, int n) {
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) y[static_cast<int64_t>(i) * n + j] += bias[j];
-}
-
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta) {
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float* inv_freq) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-    const float angle = static_cast<float>(pos) * inv_freq;
+    const float angle = static_cast<float>(pos) * inv_freq[i];
     const float c = std::cos(angle);
     const float s = std::sin(angle);
     for (int h = 0; h < n_heads; ++h) {
@@ -49,6 +36,10 @@ void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta)
       xh[i + half] = b * c + a * s;
     }
   }
+}
+
+void embedding_row(const void* row, DType dtype, int dim, float* out) {
+  convert_to_f32(dtype, row, out, static_cast<size_t>(dim));
 }
 
 void silu_mul(float* gate, const float* up, int n) {
@@ -67,13 +58,15 @@ void paged_attention(const PagedAttentionParams& p) {
   const int kv_row = p.n_kv_heads * p.head_dim;
   const int group = p.n_heads / p.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  const int head_end = p.head_end > 0 ? p.head_end : p.n_heads;
   for (int t = 0; t < p.n_tokens; ++t) {
     const int n_ctx = p.start_pos + t + 1;
-    for (int h = 0; h < p.n_heads; ++h) {
+    const int first = p.sliding_window > 0 ? std::max(0, n_ctx - p.sliding_window) : 0;
+    for (int h = p.head_begin; h < head_end; ++h) {
       const float* q = p.q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
       const int g = h / group;
       float max_score = -INFINITY;
-      for (int j = 0; j < n_ctx; ++j) {
+      for (int j = first; j < n_ctx; ++j) {
         const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
                              static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
         const float* k = p.k_base + base;
@@ -83,13 +76,13 @@ void paged_attention(const PagedAttentionParams& p) {
         max_score = std::max(max_score, p.scratch[j]);
       }
       float sum = 0.0f;
-      for (int j = 0; j < n_ctx; ++j) {
+      for (int j = first; j < n_ctx; ++j) {
         p.scratch[j] = std::exp(p.scratch[j] - max_score);
         sum += p.scratch[j];
       }
       float* out = p.out + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
       std::fill(out, out + p.head_dim, 0.0f);
-      for (int j = 0; j < n_ctx; ++j) {
+      for (int j = first; j < n_ctx; ++j) {
         const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
                              static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
         const float* v = p.v_base + base;

@@ -1,6 +1,6 @@
-// CPU kernels of the forward pass, f32. Straightforward, portable C++ (the vectorised, multi-threaded versions
-// come with the fast CPU executor); each has a plain double-precision reference in reference_kernels.hpp and a
-// parity test against it.
+// CPU kernels of the forward pass besides the GEMMs (gemm.hpp), f32, portable C++. They cost a small fraction of
+// a step (the GEMMs dominate); attention is parallelised by its caller over (sequence, head) pairs. Each has a
+// plain double-precision reference in reference_kernels.hpp and a parity test against it.
 //
 // Contract: pointers are dense row-major arrays with the shapes written beside each parameter; outputs never
 // alias inputs unless stated. No allocation, no threads, no failure modes: shapes are the caller's invariant.
@@ -8,19 +8,22 @@
 
 #include <cstdint>
 
+#include "core/dtype.hpp"
+
 namespace actord::cpu {
 
 // y[r] = x[r] / rms(x[r]) * weight, for each of n_rows rows of dim floats. y may alias x.
 void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim, float eps);
 
-// y[m, n] = x[m, k] · w[n, k]^T  (HF Linear layout: weight rows are output features).
-void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k);
+// The RoPE inverse frequencies [head_dim / 2]: theta^(-2i / head_dim), computed in f32 as HF does.
+void rope_inv_freq(int head_dim, float theta, float* inv_freq);
 
-// y[m, n] += bias[n]
-void add_bias(float* y, const float* bias, int m, int n);
+// In place, HF "rotate half" RoPE for one token: x is [n_heads, head_dim]; pairs (i, i + head_dim/2) rotate by
+// pos * inv_freq[i].
+void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float* inv_freq);
 
-// In place, HF "rotate half" RoPE for one token: x is [n_heads, head_dim]; pairs (i, i + head_dim/2).
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta);
+// x[i] = table[id] row, converted to f32: one embedding lookup. row is [dim] elements of dtype.
+void embedding_row(const void* row, DType dtype, int dim, float* out);
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int n);
@@ -35,6 +38,9 @@ struct PagedAttentionParams {
   int start_pos = 0;                  // token t sits at position start_pos + t and sees positions 0..start_pos + t
   int n_heads = 0;
   int n_kv_heads = 0;                 // query head h reads kv head h / (n_heads / n_kv_heads)
+  int head_begin = 0;                 // only query heads [head_begin, head_end) are computed
+  int head_end = 0;                   // 0: all heads
+  int sliding_window = 0;             // > 0: position p sees only positions p - sliding_window + 1 .. p
   int head_dim = 0;
   int block_size = 0;
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + n_tokens) / block_size)]

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Convert a Hugging Face layout Llama folder to a GGUF file that llama.cpp can load.
+
+Input folder: config.json, model.safetensors (F32/F16/BF16 tensors), tokenizer.json
+(SentencePiece-style BPE with byte fallback), optionally tokenizer_config.json.
+Output: GGUF v3, architecture "llama", tokenizer embedded as a "llama" (SPM) vocab.
+
+The GGUF writer here is written from the format description (magic, version,
+tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
+it does not use llama.cpp's gguf-py.
+
+Usage: python3 bench/hf_to_gguf.py MODEL_DIR OUT.gguf [--outtype f16|f32]
+Requires numpy.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+GGUF_MAGIC = 0x46554747  # b"GGUF" little endian
+GGUF_VERSION = 3
+ALIGNMENT = 32
+
+# GGUF metadata value types
+T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY, \
+    T_UINT64, T_INT64, T_FLOAT64 = range(13)
+
+# ggml tensor types
+GGML_F32, GGML_F16 = 0, 1
+
+# llama file types
+FTYPE_ALL_F32, FTYPE_MOSTLY_F16 = 0, 1
+
+# tokenizer token types
+TOK_NORMAL, TOK_UNKNOWN, TOK_CONTROL, TOK_USER_DEFINED, TOK_UNUSED, TOK_BYTE = 1, 2, 3, 4, 5, 6
+
+
+# ----------------------------------------------------------------------------- safetensors
+
+def read_safetensors(path):
+    """Return {name: numpy array (float32 view/copy)} lazily via memmap."""
+    with open(path, "rb") as f:
+        (hlen,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(hlen))
+    base = 8 + hlen
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = info["dtype"]
+        shape = tuple(info["shape"])
+        b, e = info["data_offsets"]
+        raw = mm[base + b: base + e]
+        out[name] = (dt, shape, raw)
+    return out
+
+
+def to_f32(entry):
+    dt, shape, raw = entry
+    if dt == "F32":
+        a = raw.view("<f4")
+    elif dt == "F16":
+        a = raw.view("<f2").astype(np.float32)
+    elif dt == "BF16":
+        a = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+    else:
+        raise SystemExit(f"unsupported safetensors dtype {dt}")
+    return a.reshape(shape)
+
+
+# ----------------------------------------------------------------------------- GGUF writer
+
+class GGUFWriter:
+    def __init__(self):
+        self.kv = []        # (key, type, value[, elem_type])
+        self.tensors = []   # (name, shape(numpy order), ggml_type, producer)
+
+    def add(self, key, vtype, value, elem_type=None):
+        self.kv.append((key, vtype, value, elem_type))
+
+    def add_tensor(self, name, shape, ggml_type, producer):
+        self.tensors.append((name, tuple(shape), ggml_type, producer))
+
+    @staticmethod
+    def _str(s):
+        b = s.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    _scalar_fmt = {T_UINT8: "<B", T_INT8: "<b", T_UINT16: "<H", T_INT16: "<h", T_UINT32: "<I",
+                   T_INT32: "<i", T_FLOAT32: "<f", T_BOOL: "<?", T_UINT64: "<Q", T_INT64: "<q",
+                   T_FLOAT64: "<d"}
+    _np_fmt = {T_UINT8: "<u1", T_INT8: "<i1", T_UINT16: "<u2", T_INT16: "<i2", T_UINT32: "<u4",
+               T_INT32: "<i4", T_FLOAT32: "<f4", T_BOOL: "<u1", T_UINT64: "<u8", T_INT64: "<i8",
+               T_FLOAT64: "<f8"}
+
+    def _value(self, vtype, value, elem_type):
+        if vtype == T_STRING:
+            return self._str(value)
+        if vtype == T_ARRAY:
+            head = struct.pack("<IQ", elem_type, len(value))
+            if elem_type == T_STRING:
+                return head + b"".join(self._str(v) for v in value)
+            return head + np.asarray(value, dtype=self._np_fmt[elem_type]).tobytes()
+        return struct.pack(self._scalar_fmt[vtype], value)
+
+    @staticmethod
+    def _nbytes(shape, ggml_type):
+        n = 1
+        for d in shape:
+            n *= d
+        return n * (4 if ggml_type == GGML_F32 else 2)
+
+    def write(self, path):
+        with open(path, "wb") as f:
+            f.write(struct.pack("<IIQQ", GGUF_MAGIC, GGUF_VERSION, len(self.tensors), len(self.kv)))
+            for key, vtype, value, et in self.kv:
+                f.write(self._str(key) + struct.pack("<I", vtype) + self._value(vtype, value, et))
+            offset = 0
+            offsets = []
+            for name, shape, gt, _ in self.tensors:
+                ne = list(reversed(shape))  # ggml ne[0] is the fastest-varying (last numpy) dim
+                f.write(self._str(name) + struct.pack("<I", len(ne)))
+                f.write(struct.pack(f"<{len(ne)}Q", *ne))
+                f.write(struct.pack("<IQ", gt, offset))
+                offsets.append(offset)
+                offset += self._nbytes(shape, gt)
+                offset = (offset + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+            pad = (-f.tell()) % ALIGNMENT
+            f.write(b"\0" * pad)
+            data_start = f.tell()
+            for (name, shape, gt, producer), off in zip(self.tensors, offsets):
+                assert f.tell() == data_start + off
+                a = producer()
+                a = np.ascontiguousarray(a, dtype="<f4" if gt == GGML_F32 else "<f2")
+                assert a.shape == shape, (name, a.shape, shape)
+                a.tofile(f)
+                f.write(b"\0" * ((-f.tell()) % ALIGNMENT))
+
+
+# ----------------------------------------------------------------------------- conversion
+
+def hf_to_meta_rows(w, n_head):
+    """Undo HF's rotate-half row permutation of q/k projections (back to Meta's interleaved order).
+
+    HF row (j * hd/2 + i) of a head holds Meta row (2*i + j)."""
+    rows, cols = w.shape
+    hd = rows // n_head
+    return w.reshape(n_head, 2, hd // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def load_tokenizer(model_dir, cfg):
+    with open(os.path.join(model_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tcfg = {}
+    p = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(p):
+        with open(p, encoding="utf-8") as f:
+            tcfg = json.load(f)
+    model = tj["model"]
+    if model.get("type") != "BPE":
+        raise SystemExit("only BPE (SentencePiece-style) tokenizer.json is supported")
+    vocab = dict(model["vocab"])
+    added = {t["content"]: t for t in tj.get("added_tokens", [])}
+    for content, t in added.items():
+        vocab[content] = t["id"]
+    n = max(max(vocab.values()) + 1, cfg["vocab_size"])
+    tokens = [None] * n
+    for tok, i in vocab.items():
+        tokens[i] = tok
+    unk = model.get("unk_token")
+    scores, types = [], []
+    for i, tok in enumerate(tokens):
+        if tok is None:
+            tokens[i] = f"[PAD{i}]"
+            types.append(TOK_UNUSED)
+            scores.append(-1e9)
+            continue
+        if tok == unk:
+            types.append(TOK_UNKNOWN)
+            scores.append(0.0)
+        elif tok in added and added[tok].get("special", False):
+            types.append(TOK_CONTROL)
+            scores.append(0.0)
+        elif tok in added:
+            types.append(TOK_USER_DEFINED)
+            scores.append(0.0)
+        elif len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">"):
+            types.append(TOK_BYTE)
+            scores.append(0.0)
+        else:
+            # SentencePiece BPE vocabularies are ordered by merge priority: a monotone score.
+            types.append(TOK_NORMAL)
+            scores.append(float(-i))
+
+    def tok_id(key, fallback):
+        v = tcfg.get(key)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str) and v in vocab:
+            return vocab[v]
+        return fallback
+
+    def cfg_id(key):
+        v = cfg.get(key)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        return v
+
+    bos = tok_id("bos_token", cfg_id("bos_token_id"))
+    eos = tok_id("eos_token", cfg_id("eos_token_id"))
+    unk_id = vocab.get(unk) if unk is not None else None
+    norm = json.dumps(tj.get("normalizer"))
+    add_space_prefix = '"Prepend"' in norm
+    return dict(tokens=tokens, scores=scores, types=types, bos=bos, eos=eos, unk=unk_id,
+                add_bos=bool(tcfg.get("add_bos_token", True)),
+                add_eos=bool(tcfg.get("add_eos_token", False)),
+                add_space_prefix=add_space_prefix)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir")
+    ap.add_argument("out")
+    ap.add_argument("--outtype", choices=["f16", "f32"], default="f16")
+    args = ap.parse_args()
+
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("model_type", "llama") != "llama":
+        print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
+    if cfg.get("rope_scaling"):
+        raise SystemExit("rope_scaling is not supported by this converter")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise SystemExit("bias tensors are not supported by this converter")
+
+    hidden = cfg["hidden_size"]
+    n_layer = cfg["num_hidden_layers"]
+    n_head = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_head)
+    head_dim = cfg.get("head_dim") or hidden // n_head
+    ffn = cfg["intermediate_size"]
+    ctx = cfg.get("max_position_embeddings", 2048)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+
+    st_path = os.path.join(args.model_dir, "model.safetensors")
+    st = read_safetensors(st_path)
+    tied = cfg.get("tie_word_embeddings", False) or "lm_head.weight" not in st
+    tok = load_tokenizer(args.model_dir, cfg)
+
+    w = GGUFWriter()
+    w.add("general.architecture", T_STRING, "llama")
+    w.add("general.name", T_STRING, os.path.basename(os.path.normpath(args.model_dir)))
+    w.add("general.alignment", T_UINT32, ALIGNMENT)
+    w.add("general.file_type", T_UINT32, FTYPE_MOSTLY_F16 if args.outtype == "f16" else FTYPE_ALL_F32)
+    w.add("llama.context_length", T_UINT32, ctx)
+    w.add("llama.embedding_length", T_UINT32, hidden)
+    w.add("llama.block_count", T_UINT32, n_layer)
+    w.add("llama.feed_forward_length", T_UINT32, ffn)
+    w.add("llama.rope.dimension_count", T_UINT32, head_dim)
+    w.add("llama.attention.head_count", T_UINT32, n_head)
+    w.add("llama.attention.head_count_kv", T_UINT32, n_kv)
+    w.add("llama.attention.layer_norm_rms_epsilon", T_FLOAT32, float(eps))
+    w.add("llama.rope.freq_base", T_FLOAT32, float(theta))
+    if head_dim * n_head != hidden:
+        w.add("llama.attention.key_length", T_UINT32, head_dim)
+        w.add("llama.attention.value_length", T_UINT32, head_dim)
+    w.add("llama.vocab_size", T_UINT32, len(tok["tokens"]))
+
+    w.add("tokenizer.ggml.model", T_STRING, "llama")
+    w.add("tokenizer.ggml.tokens", T_ARRAY, tok["tokens"], T_STRING)
+    w.add("tokenizer.ggml.scores", T_ARRAY, tok["scores"], T_FLOAT32)
+    w.add("tokenizer.ggml.token_type", T_ARRAY, tok["types"], T_INT32)
+    for key, name in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("unk", "unknown_token_id")):
+        if tok[key] is not None:
+            w.add(f"tokenizer.ggml.{name}", T_UINT32, int(tok[key]))
+    w.add("tokenizer.ggml.add_bos_token", T_BOOL, tok["add_bos"])
+    w.add("tokenizer.ggml.add_eos_token", T_BOOL, tok["add_eos"])
+    w.add("tokenizer.ggml.add_space_prefix", T_BOOL, tok["add_space_prefix"])
+
+    wt = GGML_F16 if args.outtype == "f16" else GGML_F32
+
+    def add(gguf_name, hf_name, ttype, transform=None):
+        if hf_name not in st:
+            raise SystemExit(f"missing tensor {hf_name}")
+        entry = st[hf_name]
+
+        def producer():
+            a = to_f32(entry)
+            return transform(a) if transform else a
+        w.add_tensor(gguf_name, entry[1], ttype, producer)
+
+    add("token_embd.weight", "model.embed_tokens.weight", wt)
+    add("output_norm.weight", "model.norm.weight", GGML_F32)
+    if not tied:
+        add("output.weight", "lm_head.weight", wt)
+    for i in range(n_layer):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        add(b + "attn_norm.weight", p + "input_layernorm.weight", GGML_F32)
+        add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_head))
+        add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_kv))
+        add(b + "attn_v.weight", p + "self_attn.v_proj.weight", wt)
+        add(b + "attn_output.weight", p + "self_attn.o_proj.weight", wt)
+        add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", GGML_F32)
+        add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", wt)
+        add(b + "ffn_up.weight", p + "mlp.up_proj.weight", wt)
+        add(b + "ffn_down.weight", p + "mlp.down_proj.weight", wt)
+
+    w.write(args.out)
+    print(f"wrote {args.out}: {len(w.tensors)} tensors, {len(w.kv)} kv, outtype {args.outtype}, "
+          f"tied={tied}, vocab={len(tok['tokens'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Write a randomly initialised, Llama-shaped HF model folder for benchmarks.
+
+Default shape (~134M parameters): hidden 768, 12 layers, 12 heads (12 KV heads), FFN 2048,
+vocab 32000, context 2048, BF16 weights, untied lm_head. Weights are seeded normal(0, 0.02),
+norm weights 1.0. The folder gets config.json, generation_config.json, model.safetensors,
+tokenizer.json (trivial SentencePiece-style BPE: <unk>, <s>, </s>, 256 byte tokens, filler
+tokens tok_N, byte fallback, no merges) and tokenizer_config.json.
+
+The output is meaningless text; it only exists to measure speed.
+
+Usage: python3 bench/make_dummy_llama.py OUT_DIR [--seed 0] [--hidden 768] [--layers 12] ...
+Requires numpy.
+"""
+import argparse
+import json
+import os
+import struct
+
+import numpy as np
+
+
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bit pattern (uint16), round to nearest even."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    u = u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+    return (u >> np.uint32(16)).astype("<u2")
+
+
+def tokenizer_json(vocab_size):
+    specials = ["<unk>", "<s>", "</s>"]
+    vocab = {s: i for i, s in enumerate(specials)}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    while len(vocab) < vocab_size:
+        vocab[f"tok_{len(vocab)}"] = len(vocab)
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, s in enumerate(specials)]
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+                  "ignore_merges": False, "vocab": vocab, "merges": []},
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=12)
+    ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--std", type=float, default=0.02)
+    args = ap.parse_args()
+
+    h, L, nh, nkv, ffn, V = args.hidden, args.layers, args.heads, args.kv_heads, args.ffn, args.vocab
+    hd = h // nh
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": h, "intermediate_size": ffn, "num_hidden_layers": L,
+        "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd,
+        "vocab_size": V, "max_position_embeddings": args.ctx, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "bfloat16", "initializer_range": args.std, "pretraining_tp": 1,
+        "rope_scaling": None, "use_cache": True,
+    }
+    tensors = [("model.embed_tokens.weight", (V, h), False)]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        tensors += [
+            (p + "input_layernorm.weight", (h,), True),
+            (p + "self_attn.q_proj.weight", (nh * hd, h), False),
+            (p + "self_attn.k_proj.weight", (nkv * hd, h), False),
+            (p + "self_attn.v_proj.weight", (nkv * hd, h), False),
+            (p + "self_attn.o_proj.weight", (h, nh * hd), False),
+            (p + "post_attention_layernorm.weight", (h,), True),
+            (p + "mlp.gate_proj.weight", (ffn, h), False),
+            (p + "mlp.up_proj.weight", (ffn, h), False),
+            (p + "mlp.down_proj.weight", (h, ffn), False),
+        ]
+    tensors += [("model.norm.weight", (h,), True), ("lm_head.weight", (V, h), False)]
+
+    header, off, n_params = {}, 0, 0
+    for name, shape, _ in tensors:
+        n = int(np.prod(shape))
+        n_params += n
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + 2 * n]}
+        off += 2 * n
+    header["__metadata__"] = {"format": "pt"}
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((-len(hb)) % 8)
+
+    rng = np.random.default_rng(args.seed)
+    with open(os.path.join(args.out_dir, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for name, shape, is_norm in tensors:
+            if is_norm:
+                a = np.ones(shape, dtype=np.float32)
+            else:
+                a = rng.standard_normal(shape, dtype=np.float32) * np.float32(args.std)
+            to_bf16_bits(a).tofile(f)
+
+    def dump(name, obj):
+        with open(os.path.join(args.out_dir, name), "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+    dump("config.json", cfg)
+    dump("generation_config.json", {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False,
+                                     "max_length": args.ctx})
+    dump("tokenizer.json", tokenizer_json(V))
+    dump("tokenizer_config.json", {
+        "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "clean_up_tokenization_spaces": False, "legacy": False,
+        "model_max_length": args.ctx, "tokenizer_class": "LlamaTokenizer", "sp_model_kwargs": {},
+        "pad_token": None})
+    print(f"wrote {args.out_dir}: {n_params / 1e6:.1f}M parameters, {len(tensors)} tensors (BF16)")
+
+
+if __name__ == "__main__":
+    main()

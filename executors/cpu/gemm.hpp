@@ -1,0 +1,43 @@
+// Matrix products against weights that stay in their stored dtype (f32, bf16 or f16), converted to f32 in
+// registers on the fly: a bf16 model keeps its bf16 footprint in memory.
+//
+// Contract: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), the HF Linear layout (a weight row is an output feature).
+// x and y are dense f32, row-major; W rows are `row_stride` elements apart (a TP shard may be a slice). Splits the n
+// output features over the pool. Uses AVX2/FMA/F16C code when the CPU has them (checked once at run time), portable
+// C++ otherwise; both accumulate in f32 and differ from the double-precision reference only by rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+
+namespace actord::cpu {
+
+class ThreadPool;
+
+struct WeightMatrix {
+  DType dtype = DType::f32;
+  const void* data = nullptr;  // [rows, row_stride] elements of dtype
+  int64_t rows = 0;            // output features (n)
+  int64_t cols = 0;            // input features (k)
+  int64_t row_stride = 0;      // elements between rows; 0 means cols
+  int64_t stride() const { return row_stride ? row_stride : cols; }
+  const unsigned char* row(int64_t r) const {
+    return static_cast<const unsigned char*>(data) + r * stride() * static_cast<int64_t>(dtype_size(dtype));
+  }
+};
+
+enum class Isa { portable, avx2 };
+Isa detected_isa();       // what this CPU supports, checked once
+const char* isa_name(Isa isa);
+
+void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
+             Isa isa = detected_isa());
+
+// Per-ISA kernels over output features [n_begin, n_end); internal to gemm.cpp and its tests.
+void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* bias, float* y, int m,
+                           int64_t n_begin, int64_t n_end);
+void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                       int64_t n_end);
+
+}  // namespace actord::cpu

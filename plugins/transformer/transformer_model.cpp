@@ -1,0 +1,271 @@
+#include "plugins/transformer/transformer_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "executors/cpu/kernels.hpp"
+#include "executors/cpu/thread_pool.hpp"
+#include "memory/kv_cache.hpp"
+
+namespace actord {
+
+TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
+  TransformerSpec spec;
+  spec.qkv_bias = c.attention_bias;
+  spec.num_experts = c.num_experts;
+  spec.experts_per_token = c.experts_per_token;
+  spec.sliding_window = c.sliding_window;
+  return spec;
+}
+
+std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, const TransformerSpec& spec) {
+  const int64_t h = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim,
+                kv_dim = int64_t(c.num_kv_heads) * c.head_dim, ff = c.intermediate_size, vocab = c.vocab_size;
+  std::vector<WeightSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {vocab, h}, ShardKind::vocab});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, h}, ShardKind::vocab});
+  specs.push_back({"model.norm.weight", {h}, ShardKind::replicated});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}, ShardKind::replicated, l});
+    specs.push_back({p + "self_attn.q_proj.weight", {q_dim, h}, ShardKind::column, l});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv_dim, h}, ShardKind::column, l});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv_dim, h}, ShardKind::column, l});
+    if (spec.qkv_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q_dim}, ShardKind::column, l});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv_dim}, ShardKind::column, l});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv_dim}, ShardKind::column, l});
+    }
+    specs.push_back({p + "self_attn.o_proj.weight", {h, q_dim}, ShardKind::row, l});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}, ShardKind::replicated, l});
+    if (spec.num_experts == 0) {
+      specs.push_back({p + "mlp.gate_proj.weight", {ff, h}, ShardKind::column, l});
+      specs.push_back({p + "mlp.up_proj.weight", {ff, h}, ShardKind::column, l});
+      specs.push_back({p + "mlp.down_proj.weight", {h, ff}, ShardKind::row, l});
+    } else {
+      specs.push_back({p + "block_sparse_moe.gate.weight", {spec.num_experts, h}, ShardKind::replicated, l});
+      for (int e = 0; e < spec.num_experts; ++e) {
+        const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        specs.push_back({ep + "w1.weight", {ff, h}, ShardKind::expert, l, e});
+        specs.push_back({ep + "w3.weight", {ff, h}, ShardKind::expert, l, e});
+        specs.push_back({ep + "w2.weight", {h, ff}, ShardKind::expert, l, e});
+      }
+    }
+  }
+  return specs;
+}
+
+Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, const ModelLoadOptions& options,
+                                                        const TransformerSpec& spec) {
+  auto store = WeightStore::open(cfg, options);
+  if (!store) return store.error();
+  std::unique_ptr<TransformerModel> m(new TransformerModel(cfg, spec));
+  m->store_ = *store;
+  m->inv_freq_ = cfg.rope_inv_freq();
+
+  // Load exactly the declared weights: matrices as views, vectors as f32 copies.
+  std::map<std::string, cpu::WeightMatrix> matrices;
+  std::map<std::string, std::vector<float>> vectors;
+  for (const WeightSpec& w : weight_specs(cfg, spec)) {
+    if (w.shape.size() == 2) {
+      auto mat = m->store_->matrix(w.name, w.shape[0], w.shape[1]);
+      if (!mat) return Error{mat.error().code, options.model_dir.string() + ": " + mat.error().message};
+      matrices[w.name] = *mat;
+    } else {
+      auto vec = m->store_->vector_f32(w.name, w.shape[0]);
+      if (!vec) return Error{vec.error().code, options.model_dir.string() + ": " + vec.error().message};
+      vectors[w.name] = std::move(*vec);
+    }
+  }
+  m->embed_ = matrices.at("model.embed_tokens.weight");
+  m->lm_head_ = cfg.tie_word_embeddings ? m->embed_ : matrices.at("lm_head.weight");
+  m->final_norm_ = std::move(vectors.at("model.norm.weight"));
+  m->layers_.resize(cfg.num_layers);
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer& L = m->layers_[l];
+    L.attn_norm = std::move(vectors.at(p + "input_layernorm.weight"));
+    L.wq = matrices.at(p + "self_attn.q_proj.weight");
+    L.wk = matrices.at(p + "self_attn.k_proj.weight");
+    L.wv = matrices.at(p + "self_attn.v_proj.weight");
+    L.wo = matrices.at(p + "self_attn.o_proj.weight");
+    if (spec.qkv_bias) {
+      L.bq = std::move(vectors.at(p + "self_attn.q_proj.bias"));
+      L.bk = std::move(vectors.at(p + "self_attn.k_proj.bias"));
+      L.bv = std::move(vectors.at(p + "self_attn.v_proj.bias"));
+    }
+    L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
+    if (spec.num_experts == 0) {
+      L.mlp = {matrices.at(p + "mlp.gate_proj.weight"), matrices.at(p + "mlp.up_proj.weight"),
+               matrices.at(p + "mlp.down_proj.weight")};
+    } else {
+      L.router = matrices.at(p + "block_sparse_moe.gate.weight");
+      for (int e = 0; e < spec.num_experts; ++e) {
+        const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        L.experts.push_back(
+            {matrices.at(ep + "w1.weight"), matrices.at(ep + "w3.weight"), matrices.at(ep + "w2.weight")});
+      }
+    }
+  }
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+void TransformerModel::activate(float* gate, const float* up, int n) const {
+  switch (spec_.activation) {
+    case Activation::silu:
+      cpu::silu_mul(gate, up, n);
+      return;
+    case Activation::gelu_tanh:
+      for (int i = 0; i < n; ++i) {
+        const float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * up[i];
+      }
+      return;
+    case Activation::gelu:
+      for (int i = 0; i < n; ++i) gate[i] = 0.5f * gate[i] * (1.0f + std::erf(gate[i] * 0.70710678f)) * up[i];
+      return;
+  }
+}
+
+void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool) {
+  const int ff = cfg_.intermediate_size;
+  gate_.resize(size_t(n) * ff);
+  up_.resize(size_t(n) * ff);
+  cpu::gemm_nt(x, e.gate, nullptr, gate_.data(), n, pool);
+  cpu::gemm_nt(x, e.up, nullptr, up_.data(), n, pool);
+  activate(gate_.data(), up_.data(), n * ff);
+  cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool);
+}
+
+// Mixtral routing, as HF computes it: softmax over all experts in f32, keep the top k, renormalise them to 1.
+void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
+  const int h = cfg_.hidden_size, n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
+  router_logits_.resize(size_t(n) * n_exp);
+  cpu::gemm_nt(xn_.data(), L.router, nullptr, router_logits_.data(), n, pool);
+  routed_.assign(n_exp, {});
+  std::vector<std::pair<float, int>> probs(n_exp);
+  for (int t = 0; t < n; ++t) {
+    const float* lg = router_logits_.data() + size_t(t) * n_exp;
+    const float mx = *std::max_element(lg, lg + n_exp);
+    float sum = 0.0f;
+    for (int e = 0; e < n_exp; ++e) sum += (probs[e].first = std::exp(lg[e] - mx));
+    for (int e = 0; e < n_exp; ++e) {
+      probs[e].first /= sum;
+      probs[e].second = e;
+    }
+    std::partial_sort(probs.begin(), probs.begin() + top_k, probs.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    float kept = 0.0f;
+    for (int i = 0; i < top_k; ++i) kept += probs[i].first;
+    for (int i = 0; i < top_k; ++i) routed_[probs[i].second].emplace_back(t, probs[i].first / kept);
+  }
+  std::fill(tmp_.begin(), tmp_.begin() + size_t(n) * h, 0.0f);
+  for (int e = 0; e < n_exp; ++e) {
+    const auto& tokens = routed_[e];
+    if (tokens.empty()) continue;
+    const int ne = static_cast<int>(tokens.size());
+    xe_.resize(size_t(ne) * h);
+    ye_.resize(size_t(ne) * h);
+    for (int i = 0; i < ne; ++i) std::copy_n(xn_.data() + size_t(tokens[i].first) * h, h, xe_.data() + size_t(i) * h);
+    mlp(L.experts[e], xe_.data(), ye_.data(), ne, pool);
+    for (int i = 0; i < ne; ++i) {
+      float* dst = tmp_.data() + size_t(tokens[i].first) * h;
+      const float* src = ye_.data() + size_t(i) * h;
+      const float w = tokens[i].second;
+      for (int d = 0; d < h; ++d) dst[d] += w * src[d];
+    }
+  }
+}
+
+void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, cpu::ThreadPool& pool) {
+  const int hd = cfg_.head_dim, nh = cfg_.num_heads, nkv = cfg_.num_kv_heads;
+  const int q_dim = nh * hd, kv_dim = nkv * hd, bs = kv.block_size();
+  int max_ctx = 0;
+  for (const SeqSlice& s : batch.seqs) {
+    max_ctx = std::max(max_ctx, s.start_pos + s.num_tokens);
+    for (int i = 0; i < s.num_tokens; ++i) {
+      const int t = s.first_token + i, pos = s.start_pos + i;
+      cpu::rope_rotate_half(q_.data() + size_t(t) * q_dim, nh, hd, pos, inv_freq_.data());
+      cpu::rope_rotate_half(k_.data() + size_t(t) * kv_dim, nkv, hd, pos, inv_freq_.data());
+      const uint32_t block = s.block_table[pos / bs];
+      std::copy_n(k_.data() + size_t(t) * kv_dim, kv_dim, kv.key(l, block, pos % bs));
+      std::copy_n(v_.data() + size_t(t) * kv_dim, kv_dim, kv.value(l, block, pos % bs));
+    }
+  }
+  // One task per (sequence, query head), each with its own score scratch.
+  const int n_tasks = static_cast<int>(batch.seqs.size()) * nh;
+  scores_.resize(size_t(n_tasks) * max_ctx);
+  const int64_t block_stride = kv.num_blocks() > 1 ? kv.key(l, 1, 0) - kv.key(l, 0, 0) : 0;
+  pool.parallel_for(n_tasks, [&](int task) {
+    const SeqSlice& s = batch.seqs[task / nh];
+    const int h = task % nh;
+    cpu::PagedAttentionParams p;
+    p.q = q_.data() + size_t(s.first_token) * q_dim;
+    p.out = attn_.data() + size_t(s.first_token) * q_dim;
+    p.n_tokens = s.num_tokens;
+    p.start_pos = s.start_pos;
+    p.n_heads = nh;
+    p.n_kv_heads = nkv;
+    p.head_begin = h;
+    p.head_end = h + 1;
+    p.sliding_window = spec_.sliding_window;
+    p.head_dim = hd;
+    p.block_size = bs;
+    p.block_table = s.block_table;
+    p.k_base = kv.key(l, 0, 0);
+    p.v_base = kv.value(l, 0, 0);
+    p.block_stride = block_stride;
+    p.scratch = scores_.data() + size_t(task) * max_ctx;
+    cpu::paged_attention(p);
+  });
+}
+
+void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                               cpu::ThreadPool& pool) {
+  const int n = static_cast<int>(batch.tokens.size());
+  const int h = cfg_.hidden_size, q_dim = cfg_.num_heads * cfg_.head_dim, kv_dim = cfg_.num_kv_heads * cfg_.head_dim;
+  x_.resize(size_t(n) * h);
+  xn_.resize(size_t(n) * h);
+  tmp_.resize(size_t(n) * h);
+  q_.resize(size_t(n) * q_dim);
+  k_.resize(size_t(n) * kv_dim);
+  v_.resize(size_t(n) * kv_dim);
+  attn_.resize(size_t(n) * q_dim);
+
+  for (int t = 0; t < n; ++t) {
+    const int id = batch.tokens[t];
+    ACTORD_CHECK(id >= 0 && id < cfg_.vocab_size);
+    cpu::embedding_row(embed_.row(id), embed_.dtype, h, x_.data() + size_t(t) * h);
+  }
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
+    cpu::gemm_nt(xn_.data(), L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data(), n, pool);
+    cpu::gemm_nt(xn_.data(), L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data(), n, pool);
+    cpu::gemm_nt(xn_.data(), L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data(), n, pool);
+    attention(batch, kv, l, pool);
+    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool);
+    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
+    cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
+    if (spec_.num_experts == 0) {
+      mlp(L.mlp, xn_.data(), tmp_.data(), n, pool);
+    } else {
+      moe(L, n, pool);
+    }
+    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
+  }
+
+  // Final norm and LM head only for the rows that sample.
+  int n_out = 0;
+  for (const SeqSlice& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    cpu::rms_norm(x_.data() + size_t(s.first_token + s.num_tokens - 1) * h, final_norm_.data(),
+                  xn_.data() + size_t(n_out) * h, 1, h, cfg_.rms_norm_eps);
+    ++n_out;
+  }
+  logits.resize(size_t(n_out) * cfg_.vocab_size);
+  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, pool);
+}
+
+}  // namespace actord

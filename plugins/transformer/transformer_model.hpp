@@ -1,0 +1,78 @@
+// The decoder-only transformer that the built-in families share (Llama, Mistral, Qwen2, Mixtral): RMSNorm,
+// RoPE attention with GQA over the paged KV cache, and a SiLU-gated MLP or a sparse mixture of experts.
+//
+// Contract: a family plugin describes what differs (TransformerSpec) and this class declares its weights
+// (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore (matrices stay in their
+// stored dtype), and runs forward() in f32 on the CPU, multi-threaded through the caller's pool. Errors at load
+// name the tensor. forward() follows Model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executors/cpu/gemm.hpp"
+#include "plugins/model.hpp"
+#include "plugins/weight_spec.hpp"
+#include "plugins/weight_store.hpp"
+
+namespace actord {
+
+enum class Activation { silu, gelu_tanh, gelu };
+
+struct TransformerSpec {
+  bool qkv_bias = false;
+  int num_experts = 0;          // 0: dense MLP
+  int experts_per_token = 0;
+  int sliding_window = 0;       // 0: full causal attention
+  Activation activation = Activation::silu;
+};
+
+// The spec of the built-in families, from config.json's fields.
+TransformerSpec transformer_spec_from_config(const ModelConfig& config);
+
+class TransformerModel final : public Model {
+ public:
+  static std::vector<WeightSpec> weight_specs(const ModelConfig& config, const TransformerSpec& spec);
+  static Result<std::unique_ptr<Model>> create(const ModelConfig& config, const ModelLoadOptions& options,
+                                               const TransformerSpec& spec);
+
+  const ModelConfig& config() const override { return cfg_; }
+  void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) override;
+
+ private:
+  struct Expert {
+    cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]
+  };
+  struct Layer {
+    std::vector<float> attn_norm;       // [hidden]
+    cpu::WeightMatrix wq, wk, wv, wo;   // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+    std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
+    std::vector<float> ffn_norm;        // [hidden]
+    Expert mlp;                         // dense MLP
+    cpu::WeightMatrix router;           // [num_experts, hidden]
+    std::vector<Expert> experts;        // [num_experts]
+  };
+
+  TransformerModel(const ModelConfig& cfg, const TransformerSpec& spec) : cfg_(cfg), spec_(spec) {}
+  void attention(const ForwardBatch& batch, KvCache& kv, int layer, cpu::ThreadPool& pool);
+  void mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool);
+  void moe(const Layer& L, int n, cpu::ThreadPool& pool);
+  void activate(float* gate, const float* up, int n) const;
+
+  ModelConfig cfg_;
+  TransformerSpec spec_;
+  std::shared_ptr<WeightStore> store_;  // keeps the weight memory alive
+  std::vector<float> inv_freq_;         // [head_dim / 2]
+  cpu::WeightMatrix embed_;             // [vocab, hidden]
+  cpu::WeightMatrix lm_head_;           // [vocab, hidden]; the embedding when tied
+  std::vector<float> final_norm_;       // [hidden]
+  std::vector<Layer> layers_;
+
+  // Scratch reused across steps (forward runs on one thread at a time).
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, scores_;
+  std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
+  std::vector<std::vector<std::pair<int, float>>> routed_;  // [E] (token, weight)
+};
+
+}  // namespace actord

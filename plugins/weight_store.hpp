@@ -1,0 +1,55 @@
+// Where a model's weights come from: memory-mapped safetensors (single file or shards), or `load_format: dummy`
+// random values of the configured shape for benchmarks.
+//
+// Contract: matrices come back as views in their stored dtype (no copy) unless the topology asks for another dtype,
+// in which case the store owns a converted copy; small vectors (norms, biases) come back as f32 copies. Views stay
+// valid as long as the store lives: a model keeps a shared_ptr to it. Errors name the tensor: missing, or wrong
+// shape ("expected [64, 512], found [64, 511]"). Dummy weights are seeded: the same seed gives the same values.
+#pragma once
+
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executors/cpu/gemm.hpp"
+#include "memory/weight_loader.hpp"
+#include "plugins/model_config.hpp"
+
+namespace actord {
+
+struct ModelLoadOptions {
+  std::filesystem::path model_dir;
+  std::string dtype = "auto";         // auto keeps the stored dtype; float32 | bfloat16 | float16 convert at load
+  std::string load_format = "auto";   // auto (safetensors) | dummy
+  uint64_t seed = 0;                  // for dummy weights
+};
+
+class WeightStore {
+ public:
+  static Result<std::shared_ptr<WeightStore>> open(const ModelConfig& config, const ModelLoadOptions& options);
+
+  bool contains(const std::string& name) const;
+  Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols);
+  Result<std::vector<float>> vector_f32(const std::string& name, int64_t n);
+
+  // The dtype matrices are served in (the stored one, or the requested conversion).
+  DType served_dtype() const { return served_; }
+  size_t owned_bytes() const;  // memory this store allocated (dummy weights, dtype conversions)
+
+ private:
+  WeightStore() = default;
+  const void* own(std::vector<unsigned char> bytes);
+  std::vector<float> dummy_values(const std::string& name, size_t n) const;
+
+  std::optional<WeightLoader> file_;   // empty for dummy weights
+  std::optional<DType> convert_to_;    // set when the topology's dtype differs from the stored one
+  DType served_ = DType::f32;
+  uint64_t seed_ = 0;
+  bool tied_ = false;
+  std::deque<std::vector<unsigned char>> owned_;
+};
+
+}  // namespace actord

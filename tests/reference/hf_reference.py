@@ -1,0 +1,584 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for the forward pass of Hugging Face decoder models.
+
+Standalone: python3 standard library + torch only (Debian's python3-torch, run with
+/usr/bin/python3). No transformers, no safetensors package: the safetensors format is read and
+written here with json + struct.
+
+Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral.
+
+Subcommands
+-----------
+
+make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [--tokenizer-dir D]
+    Writes a random-weight model folder in the HF layout: config.json, model.safetensors (HF
+    tensor names), and tokenizer.json, tokenizer_config.json, generation_config.json copied from
+    --tokenizer-dir (default: ../../models/stories260K from this script), so vocab_size is 512.
+    Default dtype float32, default seed 0. Weights are drawn in float32 from a generator seeded
+    with (seed, KIND) and then cast to --dtype, so the same arguments give the same bytes (with
+    the same torch build) and a bfloat16 folder holds the rounded float32 weights. KIND is one of:
+      KIND               architectures[0]    hidden layers heads kv head_dim ff  notes
+      llama-gqa          LlamaForCausalLM     64     2     8     2   8       96  untied
+      llama-mha-hd128    LlamaForCausalLM    256     2     2     2   128     128 tied
+      llama-hd-decoupled LlamaForCausalLM     64     2     4     2   32      96  head_dim != 64/4
+      qwen2-bias         Qwen2ForCausalLM     64     2     4     2   (16)    96  q/k/v biases,
+                                                                                 theta 1e6
+      mixtral-4x2        MixtralForCausalLM   64     2     4     2   16      64  4 experts, top-2
+      mistral            MistralForCausalLM   64     2     4     1   16      96  sliding_window null
+    (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
+    qwen2-bias and mixtral-4x2 at 1e6; only llama-mha-hd128 ties lm_head to the embeddings)
+    or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
+    except llama-mha-hd128 (3.3 MB float32, 1.7 MB bfloat16).
+
+logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-logits]
+       [--compute-dtype float32|float64]
+    Loads DIR (any folder above, or models/stories260K), converts the weights to the compute
+    dtype (float32 by default) and greedily decodes N >= 1 tokens, recomputing the full forward
+    pass over the whole sequence at every step (no KV cache). Writes JSON to FILE (stdout if
+    absent):
+      {"model": DIR, "prompt_ids": [p_0..p_{P-1}],
+       "logits": [row_0, ..., row_{N-1}],     each row a list of vocab_size floats
+       "greedy_ids": [g_0, ..., g_{N-1}]}
+    row_0 is the logits at the last prompt position (input sequence = prompt);
+    row_k (k >= 1) is the logits at the last position of the sequence prompt + g_0..g_{k-1};
+    g_k = argmax(row_k), the lowest id on ties. So row k predicts greedy_ids[k]; there are exactly
+    N rows and N ids, and g_{N-1} is never fed back. Positions start at 0 for the first prompt
+    token. With --prompt-logits, "prompt_logits" is added: one row per prompt position
+    (row P-1 equals logits[0]). Floats are float32 (or float64) values printed exactly as doubles.
+
+suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N]
+    One process (torch is imported once, ~1-2 s): make-model for every kind into DIR/<KIND>/,
+    then logits for each into DIR/<KIND>/reference.json (same contract as "logits", with
+    "model" = KIND). Defaults: prompt 1,403,407,261,378,432,383,286,261,376,298,315 (12 tokens),
+    8 decode steps. Prefer this in test fixtures: separate processes pay the import every time.
+
+Errors (unknown model_type, rope_scaling other than default, hidden_act other than silu, a
+missing tensor or a wrong shape, a tensor the forward pass did not use) exit non-zero with a
+Python traceback.
+
+Forward pass (the HF modelling equations, written out):
+  x = embed_tokens[ids]
+  per layer:  h = rmsnorm(x, input_layernorm);  x += attn(h);
+              h = rmsnorm(x, post_attention_layernorm);  x += mlp(h)   (or the sparse MoE)
+  logits = rmsnorm(x, norm) @ W^T,  W = lm_head.weight, or embed_tokens.weight when tied
+  rmsnorm(x, w) = x * rsqrt(mean(x^2, -1) + eps) * w
+  attn: q = h Wq^T (+bq), k = h Wk^T (+bk), v = h Wv^T (+bv); split into heads of head_dim
+        (config head_dim, else hidden/heads); RoPE rotate_half on q and k with
+        inv_freq_i = theta^(-2i/head_dim), i < head_dim/2, angle = pos * inv_freq,
+        x' = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[d/2:], x[:d/2]);
+        query head h uses kv head h // (heads/kv_heads); softmax(q k^T / sqrt(head_dim) +
+        causal mask (and, when config sets sliding_window W, keys with i - j < W only)) v;
+        concat heads; @ Wo^T.
+  mlp: down(silu(gate(h)) * up(h)).
+  mixtral: r = h @ gate^T; p = softmax(r) in float32; top-k of p; renormalise the k weights to
+        sum 1; out = sum_j w_j * expert_j(h), expert = w2(silu(w1 h) * w3 h).
+  qwen2: q/k/v biases are always present; llama/mistral use attention_bias from config.json.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+import time
+import zlib
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STORIES_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "models", "stories260K"))
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
+
+# --------------------------------------------------------------------------------------------
+# safetensors (own reader / writer)
+
+ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+}
+ST_NAMES = {v: k for k, v in ST_DTYPES.items()}
+
+
+def read_safetensors(path):
+    """Returns {name: tensor} (tensors in the file's dtype, own memory)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: too short for a safetensors file")
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    base = 8 + hlen
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = info["dtype"]
+        if dt not in ST_DTYPES:
+            raise ValueError(f"{path}: tensor {name}: unsupported dtype {dt}")
+        begin, end = info["data_offsets"]
+        shape = list(info["shape"])
+        buf = bytearray(raw[base + begin:base + end])
+        n = math.prod(shape)
+        if n == 0:
+            t = torch.zeros(shape, dtype=ST_DTYPES[dt])
+        else:
+            t = torch.frombuffer(buf, dtype=ST_DTYPES[dt])
+            if t.numel() != n:
+                raise ValueError(f"{path}: tensor {name}: {t.numel()} elements, shape {shape}")
+            t = t.reshape(shape)
+        out[name] = t
+    return out
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: {name: tensor}. Written in sorted name order; header padded to 8 bytes."""
+    names = sorted(tensors)
+    header = {}
+    chunks = []
+    offset = 0
+    for name in names:
+        t = tensors[name].detach().contiguous().cpu()
+        if t.dtype not in ST_NAMES:
+            raise ValueError(f"tensor {name}: unsupported dtype {t.dtype}")
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": ST_NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    full = {"__metadata__": metadata or {"format": "pt"}}
+    full.update(header)
+    hbytes = json.dumps(full, separators=(",", ":")).encode("utf-8")
+    hbytes += b" " * ((8 - len(hbytes) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hbytes)))
+        f.write(hbytes)
+        for c in chunks:
+            f.write(c)
+
+
+def load_weights(model_dir):
+    single = os.path.join(model_dir, "model.safetensors")
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(single):
+        return read_safetensors(single)
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        out = {}
+        for shard in sorted(set(weight_map.values())):
+            out.update(read_safetensors(os.path.join(model_dir, shard)))
+        return out
+    raise FileNotFoundError(f"{model_dir}: no model.safetensors or model.safetensors.index.json")
+
+
+# --------------------------------------------------------------------------------------------
+# make-model
+
+KINDS = {
+    "llama-gqa": dict(arch="LlamaForCausalLM", model_type="llama", hidden=64, layers=2, heads=8,
+                      kv_heads=2, head_dim=8, ff=96, tied=False, theta=10000.0),
+    "llama-mha-hd128": dict(arch="LlamaForCausalLM", model_type="llama", hidden=256, layers=2,
+                            heads=2, kv_heads=2, head_dim=128, ff=128, tied=True, theta=10000.0),
+    "llama-hd-decoupled": dict(arch="LlamaForCausalLM", model_type="llama", hidden=64, layers=2,
+                               heads=4, kv_heads=2, head_dim=32, ff=96, tied=False,
+                               theta=10000.0),
+    "qwen2-bias": dict(arch="Qwen2ForCausalLM", model_type="qwen2", hidden=64, layers=2, heads=4,
+                       kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0),
+    "mixtral-4x2": dict(arch="MixtralForCausalLM", model_type="mixtral", hidden=64, layers=2,
+                        heads=4, kv_heads=2, head_dim=16, ff=64, tied=False, theta=1000000.0,
+                        experts=4, top_k=2),
+    "mistral": dict(arch="MistralForCausalLM", model_type="mistral", hidden=64, layers=2, heads=4,
+                    kv_heads=1, head_dim=16, ff=96, tied=False, theta=10000.0),
+}
+VOCAB = 512
+MAX_POS = 512
+EPS = 1e-5
+
+
+def make_config(spec, dtype_name):
+    mt = spec["model_type"]
+    cfg = {
+        "architectures": [spec["arch"]],
+        "model_type": mt,
+        "hidden_size": spec["hidden"],
+        "intermediate_size": spec["ff"],
+        "num_hidden_layers": spec["layers"],
+        "num_attention_heads": spec["heads"],
+        "num_key_value_heads": spec["kv_heads"],
+    }
+    # Qwen2Config has no head_dim field (always hidden/heads); the others carry it explicitly.
+    if mt != "qwen2":
+        cfg["head_dim"] = spec["head_dim"]
+    elif spec["head_dim"] * spec["heads"] != spec["hidden"]:
+        raise ValueError("qwen2: head_dim must be hidden/heads")
+    cfg.update({
+        "vocab_size": VOCAB,
+        "max_position_embeddings": MAX_POS,
+        "rms_norm_eps": EPS,
+        "rope_theta": spec["theta"],
+        "rope_scaling": None,
+        "hidden_act": "silu",
+        "tie_word_embeddings": spec["tied"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "initializer_range": 0.02,
+        "torch_dtype": dtype_name,
+        "use_cache": True,
+    })
+    if mt == "llama":
+        cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
+    elif mt == "mistral":
+        cfg.update({"sliding_window": None})
+    elif mt == "qwen2":
+        cfg.update({"use_sliding_window": False, "sliding_window": None,
+                    "max_window_layers": spec["layers"]})
+    elif mt == "mixtral":
+        cfg.update({"num_local_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
+                    "sliding_window": None, "output_router_logits": False,
+                    "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0})
+    return cfg
+
+
+def make_weights(kind, spec, seed):
+    """float32 tensors with HF names, drawn in a fixed order from one generator seeded with
+    (seed, kind): kinds with equal shapes (llama-gqa, mistral) still get different weights."""
+    g = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(kind.encode()))
+    h, ff, hd = spec["hidden"], spec["ff"], spec["head_dim"]
+    qd, kvd = spec["heads"] * hd, spec["kv_heads"] * hd
+    w = {}
+
+    def normal(shape, std):
+        return torch.randn(shape, generator=g, dtype=torch.float32) * std
+
+    def mat(out_f, in_f, gain=1.0):
+        # std gain/sqrt(fan_in) (0.125 for fan_in 64): every projection output has rms ~gain.
+        return normal((out_f, in_f), gain / math.sqrt(in_f))
+
+    def norm_w(n):
+        return 1.0 + normal((n,), 0.1)
+
+    # Logits std ~2 through the (tied or untied) output projection. The layers' outputs (gain 2
+    # on o_proj / down_proj) dominate the residual stream over the embedding (rms 2/sqrt(h)),
+    # so tied models do not just predict their last input token again.
+    emb_std = 2.0 / math.sqrt(h)
+    w["model.embed_tokens.weight"] = normal((VOCAB, h), emb_std)
+    for i in range(spec["layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm_w(h)
+        w[p + "self_attn.q_proj.weight"] = mat(qd, h)
+        w[p + "self_attn.k_proj.weight"] = mat(kvd, h)
+        w[p + "self_attn.v_proj.weight"] = mat(kvd, h)
+        if spec["model_type"] == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = normal((qd,), 0.3)
+            w[p + "self_attn.k_proj.bias"] = normal((kvd,), 0.3)
+            w[p + "self_attn.v_proj.bias"] = normal((kvd,), 0.3)
+        w[p + "self_attn.o_proj.weight"] = mat(h, qd, 2.0)
+        w[p + "post_attention_layernorm.weight"] = norm_w(h)
+        if spec["model_type"] == "mixtral":
+            m = p + "block_sparse_moe."
+            w[m + "gate.weight"] = normal((spec["experts"], h), 0.25)
+            for e in range(spec["experts"]):
+                w[m + f"experts.{e}.w1.weight"] = mat(ff, h)
+                w[m + f"experts.{e}.w3.weight"] = mat(ff, h)
+                w[m + f"experts.{e}.w2.weight"] = mat(h, ff, 2.0)
+        else:
+            w[p + "mlp.gate_proj.weight"] = mat(ff, h)
+            w[p + "mlp.up_proj.weight"] = mat(ff, h)
+            w[p + "mlp.down_proj.weight"] = mat(h, ff, 2.0)
+    w["model.norm.weight"] = norm_w(h)
+    if not spec["tied"]:
+        w["lm_head.weight"] = normal((VOCAB, h), emb_std)
+    return w
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def make_model(kind, out_dir, dtype_name="float32", seed=0, tokenizer_dir=STORIES_DIR):
+    spec = KINDS[kind]
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = make_config(spec, dtype_name)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    weights = {k: v.to(DTYPES[dtype_name]) for k, v in make_weights(kind, spec, seed).items()}
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), weights)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
+
+
+# --------------------------------------------------------------------------------------------
+# forward pass
+
+class Model:
+    def __init__(self, model_dir, compute_dtype=torch.float32):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            c = json.load(f)
+        self.cfg = c
+        self.mt = c.get("model_type")
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral"):
+            raise ValueError(f"unsupported model_type {self.mt!r}")
+        if c.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {c.get('hidden_act')!r}")
+        rs = c.get("rope_scaling")
+        if rs is not None and rs.get("rope_type", rs.get("type")) != "default":
+            raise ValueError(f"unsupported rope_scaling {rs!r}")
+        self.dt = compute_dtype
+        self.hidden = c["hidden_size"]
+        self.layers = c["num_hidden_layers"]
+        self.heads = c["num_attention_heads"]
+        self.kv_heads = c.get("num_key_value_heads") or self.heads
+        # Recent HF modelling code: getattr(config, "head_dim", None) or hidden // heads.
+        self.head_dim = c.get("head_dim") or self.hidden // self.heads
+        self.eps = c.get("rms_norm_eps", 1e-6)
+        self.theta = c.get("rope_theta", 10000.0)
+        self.vocab = c["vocab_size"]
+        sw = c.get("sliding_window")
+        if self.mt == "qwen2" and not c.get("use_sliding_window", False):
+            sw = None
+        if self.mt == "llama":
+            sw = None
+        self.sliding_window = sw
+        if self.mt == "mixtral":
+            self.experts = c["num_local_experts"]
+            self.top_k = c["num_experts_per_tok"]
+        self.qkv_bias = self.mt == "qwen2" or bool(c.get("attention_bias", False))
+        self.o_bias = self.mt in ("llama",) and bool(c.get("attention_bias", False))
+        self.mlp_bias = self.mt == "llama" and bool(c.get("mlp_bias", False))
+        self.tied = bool(c.get("tie_word_embeddings", False))  # HF default for these four
+
+        raw = load_weights(model_dir)
+        self.used = set()
+        self.raw = raw
+        self.W = {k: v.to(compute_dtype) for k, v in raw.items()}
+
+    def w(self, name, shape=None):
+        if name not in self.W:
+            raise KeyError(f"missing tensor {name}")
+        t = self.W[name]
+        if shape is not None and list(t.shape) != list(shape):
+            raise ValueError(f"tensor {name}: shape {list(t.shape)}, expected {list(shape)}")
+        self.used.add(name)
+        return t
+
+    def check_all_used(self):
+        unused = sorted(set(self.W) - self.used)
+        # HF checkpoints sometimes store these buffers; they carry no weights.
+        unused = [n for n in unused if not n.endswith("rotary_emb.inv_freq")]
+        if self.tied:
+            unused = [n for n in unused if n != "lm_head.weight"]
+        if unused:
+            raise ValueError(f"unused tensors in checkpoint: {unused[:8]}")
+
+    def rmsnorm(self, x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+
+    def rope(self, x, pos):
+        # x: [n_heads, T, d]; HF rotate_half convention, pairs (i, i + d/2).
+        d = self.head_dim
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(self.dt) / d))
+        freqs = pos.to(self.dt)[:, None] * inv_freq[None, :]          # [T, d/2]
+        emb = torch.cat((freqs, freqs), dim=-1)                        # [T, d]
+        cos, sin = emb.cos(), emb.sin()
+        rot = torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
+        return x * cos + rot * sin
+
+    def linear(self, x, name, out_f, in_f, bias=False):
+        y = x @ self.w(name + ".weight", (out_f, in_f)).T
+        if bias:
+            y = y + self.w(name + ".bias", (out_f,))
+        return y
+
+    def attention(self, h, p, pos):
+        T = h.shape[0]
+        H, KV, d = self.heads, self.kv_heads, self.head_dim
+        a = p + "self_attn."
+        q = self.linear(h, a + "q_proj", H * d, self.hidden, self.qkv_bias)
+        k = self.linear(h, a + "k_proj", KV * d, self.hidden, self.qkv_bias)
+        v = self.linear(h, a + "v_proj", KV * d, self.hidden, self.qkv_bias)
+        q = q.view(T, H, d).transpose(0, 1)   # [H, T, d]
+        k = k.view(T, KV, d).transpose(0, 1)  # [KV, T, d]
+        v = v.view(T, KV, d).transpose(0, 1)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        group = H // KV
+        k = k.repeat_interleave(group, dim=0)  # query head h -> kv head h // group
+        v = v.repeat_interleave(group, dim=0)
+        scores = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(d))  # [H, T, T]
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        allowed = j <= i
+        if self.sliding_window is not None:
+            allowed = allowed & (i - j < self.sliding_window)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        out = (probs @ v).transpose(0, 1).reshape(T, H * d)
+        return self.linear(out, a + "o_proj", self.hidden, H * d, self.o_bias)
+
+    def mlp(self, h, p):
+        ff = self.cfg["intermediate_size"]
+        m = p + "mlp."
+        gate = self.linear(h, m + "gate_proj", ff, self.hidden, self.mlp_bias)
+        up = self.linear(h, m + "up_proj", ff, self.hidden, self.mlp_bias)
+        return self.linear(torch.nn.functional.silu(gate) * up, m + "down_proj", self.hidden, ff,
+                           self.mlp_bias)
+
+    def moe(self, h, p):
+        ff = self.cfg["intermediate_size"]
+        m = p + "block_sparse_moe."
+        router = h @ self.w(m + "gate.weight", (self.experts, self.hidden)).T      # [T, E]
+        probs = torch.softmax(router.to(torch.float32), dim=-1)
+        top_w, top_i = torch.topk(probs, self.top_k, dim=-1)
+        top_w = (top_w / top_w.sum(dim=-1, keepdim=True)).to(self.dt)
+        out = torch.zeros_like(h)
+        for e in range(self.experts):  # touch every expert so the unused-tensor check is exact
+            x1 = self.w(m + f"experts.{e}.w1.weight", (ff, self.hidden))
+            x3 = self.w(m + f"experts.{e}.w3.weight", (ff, self.hidden))
+            x2 = self.w(m + f"experts.{e}.w2.weight", (self.hidden, ff))
+            for t in range(h.shape[0]):
+                for s in range(self.top_k):
+                    if int(top_i[t, s]) == e:
+                        y = (torch.nn.functional.silu(h[t] @ x1.T) * (h[t] @ x3.T)) @ x2.T
+                        out[t] += top_w[t, s] * y
+        return out
+
+    def forward(self, ids, all_positions=False):
+        """ids: list of ints. Returns logits [T, vocab] (or [1, vocab] for the last position)."""
+        T = len(ids)
+        pos = torch.arange(T)
+        x = self.w("model.embed_tokens.weight", (self.vocab, self.hidden))[torch.tensor(ids)]
+        for l in range(self.layers):
+            p = f"model.layers.{l}."
+            h = self.rmsnorm(x, self.w(p + "input_layernorm.weight", (self.hidden,)))
+            x = x + self.attention(h, p, pos)
+            h = self.rmsnorm(x, self.w(p + "post_attention_layernorm.weight", (self.hidden,)))
+            x = x + (self.moe(h, p) if self.mt == "mixtral" else self.mlp(h, p))
+        x = self.rmsnorm(x, self.w("model.norm.weight", (self.hidden,)))
+        if not all_positions:
+            x = x[-1:]
+        if self.tied:
+            head = self.w("model.embed_tokens.weight")
+        elif "lm_head.weight" in self.W:
+            head = self.w("lm_head.weight", (self.vocab, self.hidden))
+        else:
+            raise KeyError("lm_head.weight missing and tie_word_embeddings is false")
+        return x @ head.T
+
+
+def argmax_lowest(row):
+    m = row.max()
+    return int(torch.nonzero(row == m)[0, 0])
+
+
+def run_logits(model_dir, prompt_ids, steps, compute_dtype=torch.float32, prompt_logits=False):
+    if steps < 1:
+        raise ValueError("--decode-steps must be >= 1")
+    if not prompt_ids:
+        raise ValueError("--prompt-ids must not be empty")
+    model = Model(model_dir, compute_dtype)
+    for t in prompt_ids:
+        if not 0 <= t < model.vocab:
+            raise ValueError(f"prompt id {t} outside [0, {model.vocab})")
+    seq = list(prompt_ids)
+    rows, greedy = [], []
+    result = {"model": model_dir, "prompt_ids": list(prompt_ids)}
+    with torch.no_grad():
+        for k in range(steps):
+            if k == 0 and prompt_logits:
+                full = model.forward(seq, all_positions=True)
+                result["prompt_logits"] = [r.tolist() for r in full]
+                row = full[-1]
+            else:
+                row = model.forward(seq)[-1]
+            if k == 0:
+                model.check_all_used()
+            g = argmax_lowest(row)
+            rows.append(row.tolist())
+            greedy.append(g)
+            seq.append(g)
+    result["logits"] = rows
+    result["greedy_ids"] = greedy
+    return result
+
+
+def write_json(obj, out):
+    text = json.dumps(obj, separators=(",", ":")) + "\n"
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+DEFAULT_PROMPT = "1,403,407,261,378,432,383,286,261,376,298,315"
+COMPUTE = {"float32": torch.float32, "float64": torch.float64}
+
+
+def parse_ids(s):
+    return [int(t) for t in s.replace(" ", "").split(",") if t != ""]
+
+
+def main(argv=None):
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest and bitwise reproducible
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    mm = sub.add_parser("make-model", help="write a random-weight HF model folder")
+    mm.add_argument("--kind", required=True, choices=sorted(KINDS) + ["all"])
+    mm.add_argument("--out", required=True)
+    mm.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    mm.add_argument("--seed", type=int, default=0)
+    mm.add_argument("--tokenizer-dir", default=STORIES_DIR)
+
+    lg = sub.add_parser("logits", help="greedy decode with full recompute, dump logits as JSON")
+    lg.add_argument("--model", required=True)
+    lg.add_argument("--prompt-ids", required=True)
+    lg.add_argument("--decode-steps", type=int, required=True)
+    lg.add_argument("--out")
+    lg.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
+    lg.add_argument("--prompt-logits", action="store_true")
+
+    su = sub.add_parser("suite", help="make every kind and its reference.json in one process")
+    su.add_argument("--out", required=True)
+    su.add_argument("--prompt-ids", default=DEFAULT_PROMPT)
+    su.add_argument("--decode-steps", type=int, default=8)
+    su.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    su.add_argument("--seed", type=int, default=0)
+    su.add_argument("--tokenizer-dir", default=STORIES_DIR)
+    su.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
+
+    a = ap.parse_args(argv)
+    if a.cmd == "make-model":
+        if a.kind == "all":
+            for kind in sorted(KINDS):
+                make_model(kind, os.path.join(a.out, kind), a.dtype, a.seed, a.tokenizer_dir)
+        else:
+            make_model(a.kind, a.out, a.dtype, a.seed, a.tokenizer_dir)
+    elif a.cmd == "logits":
+        res = run_logits(a.model, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
+                         a.prompt_logits)
+        write_json(res, a.out)
+    elif a.cmd == "suite":
+        for kind in sorted(KINDS):
+            d = os.path.join(a.out, kind)
+            t0 = time.time()
+            make_model(kind, d, a.dtype, a.seed, a.tokenizer_dir)
+            res = run_logits(d, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype])
+            res["model"] = kind
+            write_json(res, os.path.join(d, "reference.json"))
+            print(f"{kind}: greedy {res['greedy_ids']} ({time.time() - t0:.3f} s)",
+                  file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
