@@ -72,6 +72,8 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
           out.setLoadFormat(p.topology.model.load_format);
           out.setThreads(static_cast<uint32_t>(group.threads));
           out.setSeed(p.topology.model.seed);
+          auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
+          for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
         });
         auto fail = [=](Errc code, const std::string& why) mutable {
           stop_all(self);

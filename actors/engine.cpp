@@ -16,6 +16,7 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "plugins/model_registry.hpp"
+#include "plugins/plugin_loader.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -57,6 +58,7 @@ int Engine::max_model_len() const { return impl_->max_model_len; }
 
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
+  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry));
   auto model = ModelConfig::load(topology.model.path);
   if (!model) return model.error();
   impl->model = *model;
@@ -257,9 +259,20 @@ Result<EngineStats> Engine::stats() {
           [&](const wire_msg& reply) {
             WireReader reader(reply);
             auto s = reader.root<wire::SchedulerStats>();
-            result = EngineStats{s.getSteps(),          s.getTokens(),         s.getSampledTokens(),
-                                 s.getRoundTripMicros(), s.getWorkerComputeMicros(), s.getSchedulerMicros(),
-                                 s.getPreemptions(),    s.getMaxSeqsInStep()};
+            EngineStats st;
+            st.steps = s.getSteps();
+            st.tokens = s.getTokens();
+            st.sampled_tokens = s.getSampledTokens();
+            st.round_trip_us = s.getRoundTripMicros();
+            st.worker_compute_us = s.getWorkerComputeMicros();
+            st.scheduler_us = s.getSchedulerMicros();
+            st.preemptions = s.getPreemptions();
+            st.max_seqs_in_step = s.getMaxSeqsInStep();
+            st.prefill_tokens = s.getPrefillTokens();
+            st.prefill_us = s.getPrefillMicros();
+            st.decode_tokens = s.getDecodeTokens();
+            st.decode_us = s.getDecodeMicros();
+            result = st;
           },
           [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
   return result;

@@ -59,6 +59,10 @@ struct EngineStats {
   uint64_t scheduler_us = 0;          // the scheduler's own work, summed
   uint64_t preemptions = 0;
   uint32_t max_seqs_in_step = 0;
+  uint64_t prefill_tokens = 0;        // fed in steps that carried prompt tokens
+  uint64_t prefill_us = 0;            // round trips of those steps
+  uint64_t decode_tokens = 0;         // sampled in decode-only steps
+  uint64_t decode_us = 0;             // round trips of decode-only steps
 };
 
 using TextCallback = std::function<void(size_t request_index, std::string_view text_delta)>;

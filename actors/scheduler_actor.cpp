@@ -26,8 +26,10 @@ struct scheduler_state {
   uint64_t next_step_id = 1;
   // Statistics (see SchedulerStats).
   uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_us = 0;
+  uint64_t prefill_tokens = 0, prefill_us = 0, decode_tokens = 0, decode_us = 0;
   uint32_t max_seqs_in_step = 0;
   std::chrono::steady_clock::time_point step_sent;
+  bool step_is_decode = false;  // the step in flight carries no prefill tokens
   static inline const char* name = "scheduler";
 };
 
@@ -68,7 +70,10 @@ uint64_t micros_since(std::chrono::steady_clock::time_point t) {
 
 void on_step_result(self_ptr self, const wire_msg& msg) {
   const auto t0 = std::chrono::steady_clock::now();
-  self->state.round_trip_us += micros_since(self->state.step_sent);
+  auto& st = self->state;
+  const uint64_t round_trip = micros_since(st.step_sent);
+  st.round_trip_us += round_trip;
+  (st.step_is_decode ? st.decode_us : st.prefill_us) += round_trip;
   WireReader reader(msg);
   auto result = reader.root<wire::StepResult>();
   std::vector<SequenceUpdate> updates;
@@ -81,6 +86,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     sampled.reserve(result.getResults().size());
     for (auto r : result.getResults()) sampled.emplace_back(r.getSeqId(), r.getTokenId());
     self->state.sampled += sampled.size();
+    if (st.step_is_decode) st.decode_tokens += sampled.size();
     self->state.compute_us += result.getComputeMicros();
     updates = self->state.batcher->on_step_result(sampled);
   }
@@ -120,6 +126,8 @@ void maybe_step(self_ptr self) {
   });
   ++st.steps;
   st.tokens += static_cast<uint64_t>(plan->num_tokens);
+  st.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
+  st.step_is_decode = plan->decode_only();
   st.max_seqs_in_step = std::max<uint32_t>(st.max_seqs_in_step, static_cast<uint32_t>(plan->slices.size()));
   st.step_sent = std::chrono::steady_clock::now();
   st.own_us += micros_since(t0);
@@ -203,6 +211,10 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor w
           out.setSchedulerMicros(st.own_us);
           out.setPreemptions(st.batcher->num_preemptions());
           out.setMaxSeqsInStep(st.max_seqs_in_step);
+          out.setPrefillTokens(st.prefill_tokens);
+          out.setPrefillMicros(st.prefill_us);
+          out.setDecodeTokens(st.decode_tokens);
+          out.setDecodeMicros(st.decode_us);
         });
       },
       [=](cancel_atom, const wire_msg& msg) {

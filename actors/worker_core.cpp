@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comms/capnp_codec.hpp"
+#include "plugins/plugin_loader.hpp"
 
 namespace actord {
 
@@ -18,8 +19,16 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   Error failure;
   bool ok = true;
   auto model_dir = std::filesystem::path(std::string(req.getModelPath()));
+  for (auto plugin : req.getPlugins()) {
+    if (!ok) break;
+    if (auto st = load_plugin(std::string(plugin), registry_); !st) {
+      ok = false;
+      failure = st.error();
+    }
+  }
   auto cfg = ModelConfig::load(model_dir);
-  if (!cfg) {
+  if (!ok) {
+  } else if (!cfg) {
     ok = false;
     failure = cfg.error();
   } else {

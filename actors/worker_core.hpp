@@ -20,7 +20,8 @@ namespace actord {
 
 class WorkerCore {
  public:
-  explicit WorkerCore(const ModelRegistry& registry) : registry_(registry) {}
+  // Takes a copy of the registry: plugins named in WorkerInit are added to the copy.
+  explicit WorkerCore(ModelRegistry registry) : registry_(std::move(registry)) {}
 
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
   wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
@@ -28,7 +29,7 @@ class WorkerCore {
   const std::string& name() const { return name_; }
 
  private:
-  const ModelRegistry& registry_;
+  ModelRegistry registry_;
   std::string name_ = "worker";
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;

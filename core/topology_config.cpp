@@ -135,7 +135,17 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   cfg.source = source;
   require(root.IsMap(), "", "the topology must be a YAML mapping");
   Section top(root, "");
-  top.check_keys({"model", "server", "engine", "scheduler", "groups"});
+  top.check_keys({"model", "server", "engine", "scheduler", "groups", "plugins"});
+  if (const YAML::Node plugins = root["plugins"]; plugins && !plugins.IsNull()) {
+    require(plugins.IsSequence(), "plugins", "must be a list of shared library paths");
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      require(plugins[i].IsScalar() && !plugins[i].Scalar().empty(), "plugins[" + std::to_string(i) + "]",
+              "must be a path");
+      std::filesystem::path p = plugins[i].Scalar();
+      if (p.is_relative()) p = source.parent_path() / p;
+      cfg.plugins.push_back(p.lexically_normal());
+    }
+  }
 
   Section model(top.get("model"), "model");
   model.check_keys({"path", "dtype", "load_format", "seed"});

@@ -59,6 +59,7 @@ struct TopologyConfig {
   EngineSection engine;
   SchedulerSection scheduler;
   std::vector<GroupSection> groups;
+  std::vector<std::filesystem::path> plugins;  // shared libraries (plugins/plugin_api.hpp), resolved like model.path
 };
 
 struct TopologyOverrides {

@@ -130,6 +130,7 @@ std::optional<StepPlan> BatchScheduler::plan_step() {
     plan.slices.push_back(make_slice(seq, chunk));
     budget -= chunk;
     plan.num_tokens += chunk;
+    if (!(chunk == 1 && plan.slices.back().sample && seq.generated > 0)) plan.num_prefill_tokens += chunk;
     ++i;
   }
 
@@ -143,6 +144,7 @@ std::optional<StepPlan> BatchScheduler::plan_step() {
     plan.slices.push_back(make_slice(seq, chunk));
     budget -= chunk;
     plan.num_tokens += chunk;
+    plan.num_prefill_tokens += chunk;
   }
 
   if (plan.slices.empty()) return std::nullopt;

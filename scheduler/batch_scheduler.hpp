@@ -54,6 +54,8 @@ struct PlannedSlice {
 struct StepPlan {
   std::vector<PlannedSlice> slices;
   int num_tokens = 0;
+  int num_prefill_tokens = 0;  // tokens whose KV is computed for the first time or again after a preemption
+  bool decode_only() const { return num_prefill_tokens == 0; }
 };
 
 // What happened to one sequence in a step: tokens it generated and whether it finished.

@@ -38,6 +38,23 @@ struct WorkerArgs {
   std::string log_level = "warn";
 };
 
+struct BenchArgs {
+  std::string config;
+  std::string model;
+  int num_prompts = 32;
+  int input_len = 128;
+  int output_len = 64;
+  int concurrency = 32;
+  int threads = 0;
+  std::string load_format = "auto";
+  std::string dtype = "auto";
+  uint64_t seed = 0;
+  std::vector<std::string> set;
+  std::string log_level = "warn";
+  bool json = false;
+  CLI::App* offline = nullptr;
+};
+
 // Adds CONFIG, --model, --set and --log-level to a subcommand that runs a topology.
 void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level);
 // Sets the spdlog level; false (and a message) for an unknown level name.
@@ -47,6 +64,9 @@ void print_error(const Error& error);
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 int run_generate(const GenerateArgs& args);
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
+int run_bench(const BenchArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
 int run_worker(const WorkerArgs& args);

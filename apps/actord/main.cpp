@@ -1,4 +1,4 @@
-// actord: the command line. Subcommands: generate, worker (internal: started by the engine itself).
+// actord: the command line. Subcommands: generate, bench offline, worker (internal: started by the engine itself).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
 
   actord::cli::GenerateArgs generate_args;
   auto* generate = actord::cli::add_generate_command(app, generate_args);
+  actord::cli::BenchArgs bench_args;
+  auto* bench = actord::cli::add_bench_command(app, bench_args);
   actord::cli::WorkerArgs worker_args;
   auto* worker = actord::cli::add_worker_command(app, worker_args);
 
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;  // usage errors are bad input: exit code 2
   }
   if (generate->parsed()) return actord::cli::run_generate(generate_args);
+  if (bench->parsed()) return actord::cli::run_bench(bench_args);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
   return 2;
 }

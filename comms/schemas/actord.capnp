@@ -160,6 +160,7 @@ struct WorkerInit {
   loadFormat @7 :Text;           # auto (safetensors) | dummy
   threads @8 :UInt32;            # CPU threads of this worker; 0: one per core
   seed @9 :UInt64;               # for dummy weights
+  plugins @10 :List(Text);       # out-of-tree plugin libraries to load before creating the model
 }
 
 struct WorkerReady {
@@ -202,4 +203,8 @@ struct SchedulerStats {
   schedulerMicros @6 :UInt64;      # the scheduler's own time per step (plan, encode, apply, emit), summed
   preemptions @7 :UInt64;
   maxSeqsInStep @8 :UInt32;
+  prefillTokens @9 :UInt64;        # prompt tokens fed (and recomputed ones after preemptions)
+  prefillMicros @10 :UInt64;       # round trips of steps that carried any prefill tokens
+  decodeTokens @11 :UInt64;        # tokens sampled in decode-only steps
+  decodeMicros @12 :UInt64;        # round trips of decode-only steps
 }

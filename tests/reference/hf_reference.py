@@ -52,7 +52,7 @@ suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N]
     "model" = KIND). Defaults: prompt 1,403,407,261,378,432,383,286,261,376,298,315 (12 tokens),
     8 decode steps. Prefer this in test fixtures: separate processes pay the import every time.
 
-Errors (unknown model_type, rope_scaling other than default, hidden_act other than silu, a
+Errors (unknown model_type, rope_scaling other than default, hidden_act other than silu or gelu(_pytorch_tanh), a
 missing tensor or a wrong shape, a tensor the forward pass did not use) exit non-zero with a
 Python traceback.
 
@@ -325,8 +325,13 @@ class Model:
         self.mt = c.get("model_type")
         if self.mt not in ("llama", "mistral", "qwen2", "mixtral"):
             raise ValueError(f"unsupported model_type {self.mt!r}")
-        if c.get("hidden_act", "silu") != "silu":
+        # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
+        acts = {"silu": torch.nn.functional.silu,
+                "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+                "gelu": torch.nn.functional.gelu}
+        if c.get("hidden_act", "silu") not in acts:
             raise ValueError(f"unsupported hidden_act {c.get('hidden_act')!r}")
+        self.act = acts[c.get("hidden_act", "silu")]
         rs = c.get("rope_scaling")
         if rs is not None and rs.get("rope_type", rs.get("type")) != "default":
             raise ValueError(f"unsupported rope_scaling {rs!r}")
@@ -426,7 +431,7 @@ class Model:
         m = p + "mlp."
         gate = self.linear(h, m + "gate_proj", ff, self.hidden, self.mlp_bias)
         up = self.linear(h, m + "up_proj", ff, self.hidden, self.mlp_bias)
-        return self.linear(torch.nn.functional.silu(gate) * up, m + "down_proj", self.hidden, ff,
+        return self.linear(self.act(gate) * up, m + "down_proj", self.hidden, ff,
                            self.mlp_bias)
 
     def moe(self, h, p):
@@ -444,7 +449,7 @@ class Model:
             for t in range(h.shape[0]):
                 for s in range(self.top_k):
                     if int(top_i[t, s]) == e:
-                        y = (torch.nn.functional.silu(h[t] @ x1.T) * (h[t] @ x3.T)) @ x2.T
+                        y = (self.act(h[t] @ x1.T) * (h[t] @ x3.T)) @ x2.T
                         out[t] += top_w[t, s] * y
         return out
 

@@ -1,0 +1,206 @@
+// actord bench offline: random prompts through the whole engine (actors, scheduler, worker), no server.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "actors/engine.hpp"
+#include "apps/actord/commands.hpp"
+#include "executors/cpu/gemm.hpp"
+
+namespace actord::cli {
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(rank);
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+nlohmann::json percentiles(const std::vector<double>& v) {
+  return {{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
+}
+
+double peak_rss_mb() {
+  rusage self{}, children{};
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &children);  // worker processes, once reaped
+  return static_cast<double>(std::max(self.ru_maxrss, children.ru_maxrss)) / 1024.0;
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* cmd = bench->add_subcommand("offline", "Throughput and latency of random prompts through the whole engine");
+  cmd->add_option("--config", args.config, "Topology file to start from (default: one CPU worker in this process)");
+  cmd->add_option("--model", args.model, "Model folder (HF layout)")->required();
+  cmd->add_option("--num-prompts", args.num_prompts, "Prompts in total")->capture_default_str();
+  cmd->add_option("--input-len", args.input_len, "Tokens per prompt")->capture_default_str();
+  cmd->add_option("--output-len", args.output_len, "Tokens generated per prompt")->capture_default_str();
+  cmd->add_option("--concurrency", args.concurrency, "Sequences running at once (engine.max_num_seqs)")
+      ->capture_default_str();
+  cmd->add_option("--threads", args.threads, "CPU threads of the worker (0: one per core)")->capture_default_str();
+  cmd->add_option("--load-format", args.load_format, "auto (safetensors) or dummy (random weights)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args.dtype, "auto, float32, bfloat16 or float16")->capture_default_str();
+  cmd->add_option("--seed", args.seed, "Seed of the random prompts")->capture_default_str();
+  cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
+  cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
+  cmd->add_flag("--json", args.json, "Print one JSON object instead of a table");
+  args.offline = cmd;
+  return bench;
+}
+
+int run_bench(const BenchArgs& args) {
+  if (!apply_log_level(args.log_level)) return 2;
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return exit_code_for(e);
+  };
+  if (args.num_prompts < 1 || args.input_len < 1 || args.output_len < 1 || args.concurrency < 1) {
+    return fail({Errc::invalid_argument, "--num-prompts, --input-len, --output-len and --concurrency must be >= 1"});
+  }
+  auto model = ModelConfig::load(args.model);
+  if (!model) return fail(model.error());
+
+  // The topology: the given file, or a single CPU worker; then what the benchmark needs, then --set.
+  TopologyOverrides overrides;
+  overrides.model = args.model;
+  const int64_t tokens_per_seq = args.input_len + args.output_len;
+  const int64_t kv_bytes =
+      static_cast<int64_t>(model->kv_bytes_per_token()) * (tokens_per_seq + 16) * args.concurrency + (16 << 20);
+  overrides.set = {"model.load_format=" + args.load_format,
+                   "model.dtype=" + args.dtype,
+                   "engine.max_num_seqs=" + std::to_string(args.concurrency),
+                   "engine.max_num_batched_tokens=" +
+                       std::to_string(std::max<int64_t>(args.input_len,
+                                                        std::min<int64_t>(args.concurrency * args.input_len, 16384))),
+                   "engine.kv_cache_memory=" + std::to_string(kv_bytes),
+                   "groups[0].threads=" + std::to_string(args.threads)};
+  overrides.set.insert(overrides.set.end(), args.set.begin(), args.set.end());
+  Result<TopologyConfig> topology =
+      args.config.empty() ? parse_topology("model: {path: .}\ngroups: [{name: bench}]\n", "<bench>", overrides)
+                          : load_topology(args.config, overrides);
+  if (!topology) return fail(topology.error());
+  if (tokens_per_seq > model->max_position_embeddings) {
+    return fail({Errc::invalid_argument, "--input-len + --output-len (" + std::to_string(tokens_per_seq) +
+                                             ") exceeds the model's context (" +
+                                             std::to_string(model->max_position_embeddings) + ")"});
+  }
+
+  EngineOptions options;
+  options.log_level = args.log_level;
+  auto engine = Engine::start(*topology, options);
+  if (!engine) return fail(engine.error());
+
+  std::mt19937_64 rng(args.seed);
+  std::uniform_int_distribution<int32_t> token(3, model->vocab_size - 1);
+  auto make_request = [&](int input_len, int output_len) {
+    GenerateRequest r;
+    for (int i = 0; i < input_len; ++i) r.prompt_ids.push_back(token(rng));
+    r.max_tokens = static_cast<uint32_t>(output_len);
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    return r;
+  };
+  // Warm-up: touches every weight page and every code path once.
+  if (auto warm = (*engine)->generate({make_request(std::min(args.input_len, 16), 2)}); !warm) return fail(warm.error());
+  auto before = (*engine)->stats();
+  if (!before) return fail(before.error());
+
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < args.num_prompts; ++i) requests.push_back(make_request(args.input_len, args.output_len));
+  const bool progress = !args.json && isatty(STDERR_FILENO);
+  const size_t expected = static_cast<size_t>(args.num_prompts) * static_cast<size_t>(args.output_len);
+  size_t deltas = 0;
+  auto last_draw = std::chrono::steady_clock::now();
+  TextCallback on_text;
+  if (progress) {
+    on_text = [&](size_t, std::string_view) {
+      ++deltas;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_draw < std::chrono::milliseconds(100)) return;
+      last_draw = now;
+      const int width = 40;
+      const int filled = static_cast<int>(width * std::min<double>(1.0, double(deltas) / double(expected)));
+      std::fprintf(stderr, "\r[%s%s] ~%zu/%zu tokens", std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), deltas, expected);
+    };
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto outputs = (*engine)->generate(requests, on_text);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (progress) std::fprintf(stderr, "\r%60s\r", "");
+  if (!outputs) return fail(outputs.error());
+  auto after = (*engine)->stats();
+  if (!after) return fail(after.error());
+
+  std::vector<double> ttft, tpot;
+  size_t output_tokens = 0;
+  for (const auto& out : *outputs) {
+    if (out.error) return fail(*out.error);
+    output_tokens += out.generated_ids.size();
+    ttft.push_back(out.ttft_ms);
+    if (out.generated_ids.size() > 1) {
+      tpot.push_back((out.total_ms - out.ttft_ms) / static_cast<double>(out.generated_ids.size() - 1));
+    }
+  }
+  const EngineStats& a = *after;
+  const EngineStats& b = *before;
+  auto rate = [](uint64_t tokens, uint64_t us) { return us ? double(tokens) / (double(us) / 1e6) : 0.0; };
+  const double steps = std::max<double>(1.0, double(a.steps - b.steps));
+  nlohmann::json j;
+  j["model"] = args.model;
+  j["architecture"] = model->architecture;
+  j["load_format"] = topology->model.load_format;
+  j["num_prompts"] = args.num_prompts;
+  j["input_len"] = args.input_len;
+  j["output_len"] = args.output_len;
+  j["concurrency"] = args.concurrency;
+  j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
+  j["isa"] = cpu::isa_name(cpu::detected_isa());
+  j["prefill_tokens_per_s"] = rate(a.prefill_tokens - b.prefill_tokens, a.prefill_us - b.prefill_us);
+  j["decode_tokens_per_s"] = rate(a.decode_tokens - b.decode_tokens, a.decode_us - b.decode_us);
+  j["output_tokens_per_s"] = double(output_tokens) / wall_s;
+  j["output_tokens"] = output_tokens;
+  j["wall_s"] = wall_s;
+  j["ttft_ms"] = percentiles(ttft);
+  j["tpot_ms"] = percentiles(tpot);
+  j["peak_rss_mb"] = peak_rss_mb();
+  j["steps"] = a.steps - b.steps;
+  j["round_trips_per_step"] = 1;
+  j["round_trip_us_mean"] = double(a.round_trip_us - b.round_trip_us) / steps;
+  j["worker_compute_us_mean"] = double(a.worker_compute_us - b.worker_compute_us) / steps;
+  j["scheduler_us_mean"] = double(a.scheduler_us - b.scheduler_us) / steps;
+  j["preemptions"] = a.preemptions - b.preemptions;
+  if (args.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("actord bench offline: %s (%s, %s weights), %d prompts x (%d in + %d out), concurrency %d, %d threads\n",
+              args.model.c_str(), model->architecture.c_str(), topology->model.load_format.c_str(), args.num_prompts,
+              args.input_len, args.output_len, args.concurrency, j["threads"].get<int>());
+  std::printf("  %-28s %10.1f\n", "prefill tokens/s", j["prefill_tokens_per_s"].get<double>());
+  std::printf("  %-28s %10.1f\n", "decode tokens/s (S_TG)", j["decode_tokens_per_s"].get<double>());
+  std::printf("  %-28s %10.1f\n", "output tokens/s (wall)", j["output_tokens_per_s"].get<double>());
+  std::printf("  %-28s %10.2f %10.2f %10.2f  (p50 p90 p99)\n", "TTFT ms", percentile(ttft, 50), percentile(ttft, 90),
+              percentile(ttft, 99));
+  std::printf("  %-28s %10.2f %10.2f %10.2f  (p50 p90 p99)\n", "TPOT ms", percentile(tpot, 50), percentile(tpot, 90),
+              percentile(tpot, 99));
+  std::printf("  %-28s %10.1f\n", "peak RSS MB", j["peak_rss_mb"].get<double>());
+  std::printf("  %-28s %10.1f / %.1f / %.1f\n", "per step us: trip/worker/sched", j["round_trip_us_mean"].get<double>(),
+              j["worker_compute_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>());
+  return 0;
+}
+
+}  // namespace actord::cli
