@@ -1,0 +1,49 @@
+// Microbenchmark of the CPU GEMM (executors/cpu/gemm.hpp) on the shapes of a 134M Llama (hidden 768, ffn 2048,
+// vocab 32000): GFLOP/s and weight bandwidth at decode (m = 1, 8, 32) and prefill (m = 128) sizes, bf16 and f32.
+// Usage: actord_gemm_bench [threads]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "executors/cpu/gemm.hpp"
+#include "executors/cpu/thread_pool.hpp"
+
+using namespace actord;
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  cpu::ThreadPool pool(threads);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  struct Shape { int n, k; const char* what; };
+  const Shape shapes[] = {{768, 768, "q/o proj"}, {2048, 768, "gate/up"}, {768, 2048, "down"}, {32000, 768, "lm_head"}};
+  std::printf("isa %s, %d threads\n", cpu::isa_name(cpu::detected_isa()), threads);
+  std::printf("%-10s %6s %6s %5s %5s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "us", "GFLOP/s", "GB/s(W)");
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    for (const Shape& s : shapes) {
+      std::vector<float> w32(size_t(s.n) * s.k);
+      for (auto& v : w32) v = dist(rng);
+      std::vector<unsigned char> w(w32.size() * dtype_size(dtype));
+      convert_from_f32(dtype, w32.data(), w.data(), w32.size());
+      const cpu::WeightMatrix wm{dtype, w.data(), s.n, s.k, 0};
+      for (int m : {1, 8, 32, 128}) {
+        std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
+        cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool);  // warm-up
+        int reps = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        do {
+          cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool);
+          ++reps;
+          elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        } while (elapsed < 0.3);
+        const double us = elapsed / reps * 1e6;
+        const double flops = 2.0 * m * s.n * s.k;
+        std::printf("%-10s %6d %6d %5s %5d %10.1f %10.1f %10.1f\n", s.what, s.n, s.k, dtype_name(dtype), m, us,
+                    flops / us / 1e3, double(w.size()) / us / 1e3);
+      }
+    }
+  }
+}
