@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   struct Shape { int n, k; const char* what; };
   const Shape shapes[] = {{768, 768, "q/o proj"}, {2048, 768, "gate/up"}, {768, 2048, "down"}, {32000, 768, "lm_head"}};
   std::printf("isa %s, %d threads\n", cpu::isa_name(cpu::detected_isa()), threads);
-  std::printf("%-10s %6s %6s %5s %5s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "us", "GFLOP/s", "GB/s(W)");
+  std::printf("%-10s %6s %6s %5s %5s %-8s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "path", "us", "GFLOP/s",
+              "GB/s(W)");
   for (DType dtype : {DType::bf16, DType::f32}) {
     for (const Shape& s : shapes) {
       std::vector<float> w32(size_t(s.n) * s.k);
@@ -28,20 +29,23 @@ int main(int argc, char** argv) {
       std::vector<unsigned char> w(w32.size() * dtype_size(dtype));
       convert_from_f32(dtype, w32.data(), w.data(), w32.size());
       const cpu::WeightMatrix wm{dtype, w.data(), s.n, s.k, 0};
-      for (int m : {1, 8, 32, 128}) {
+      for (int m : {1, 8, 32, 128})
+      for (cpu::Isa isa : {cpu::detected_isa(), cpu::Isa::blas}) {
+        if (isa == cpu::Isa::blas && !cpu::have_blas()) continue;
         std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
-        cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool);  // warm-up
+        cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, isa);  // warm-up
         int reps = 0;
         const auto t0 = std::chrono::steady_clock::now();
         double elapsed = 0;
         do {
-          cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool);
+          cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, isa);
           ++reps;
           elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         } while (elapsed < 0.3);
         const double us = elapsed / reps * 1e6;
         const double flops = 2.0 * m * s.n * s.k;
-        std::printf("%-10s %6d %6d %5s %5d %10.1f %10.1f %10.1f\n", s.what, s.n, s.k, dtype_name(dtype), m, us,
+        std::printf("%-10s %6d %6d %5s %5d %-8s %10.1f %10.1f %10.1f\n", s.what, s.n, s.k, dtype_name(dtype), m,
+                    cpu::isa_name(isa), us,
                     flops / us / 1e3, double(w.size()) / us / 1e3);
       }
     }

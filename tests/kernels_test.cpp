@@ -37,6 +37,7 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and threa
   std::mt19937 rng(1);
   std::vector<cpu::Isa> isas{cpu::Isa::portable};
   if (cpu::detected_isa() == cpu::Isa::avx2) isas.push_back(cpu::Isa::avx2);
+  if (cpu::have_blas()) isas.push_back(cpu::Isa::blas);
   for (int threads : {1, 3}) {
     cpu::ThreadPool pool(threads);
     for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {16, 64, 172}, {5, 512, 64}, {130, 37, 96}, {2, 9, 8}}) {

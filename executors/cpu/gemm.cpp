@@ -5,8 +5,13 @@
 
 #include "executors/cpu/thread_pool.hpp"
 
+#ifdef ACTORD_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
 namespace actord::cpu {
 
+// An explicit Isa::blas request (tests, benchmarks) is honoured at any m; detected_isa() never returns it.
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -18,7 +23,52 @@ Isa detected_isa() {
   return isa;
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::avx2 ? "avx2" : "portable"; }
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::portable: return "portable";
+    case Isa::avx2: return "avx2";
+    case Isa::blas: return "blas";
+  }
+  return "?";
+}
+
+#ifdef ACTORD_HAVE_OPENBLAS
+bool have_blas() { return true; }
+
+void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                       int64_t n_end) {
+  const int64_t k = w.cols, n = w.rows;
+  constexpr int64_t kPanelRows = 128;  // 128 x k f32 stays in L2 while sgemm sweeps x
+  std::vector<float> panel;
+  for (int64_t j = n_begin; j < n_end; j += kPanelRows) {
+    const int64_t rows = std::min(kPanelRows, n_end - j);
+    const float* b;
+    int64_t ldb;
+    if (w.dtype == DType::f32) {
+      b = reinterpret_cast<const float*>(w.row(j));
+      ldb = w.stride();
+    } else {
+      panel.resize(static_cast<size_t>(rows * k));
+      for (int64_t r = 0; r < rows; ++r) convert_to_f32(w.dtype, w.row(j + r), panel.data() + r * k, size_t(k));
+      b = panel.data();
+      ldb = k;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(rows), static_cast<int>(k), 1.0f, x,
+                static_cast<int>(k), b, static_cast<int>(ldb), 0.0f, y + j, static_cast<int>(n));
+    if (bias) {
+      for (int i = 0; i < m; ++i)
+        for (int64_t r = 0; r < rows; ++r) y[i * n + j + r] += bias[j + r];
+    }
+  }
+}
+#else
+bool have_blas() { return false; }
+
+void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                       int64_t n_end) {
+  gemm_nt_rows_portable(x, w, bias, y, m, n_begin, n_end);
+}
+#endif
 
 void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* bias, float* y, int m,
                            int64_t n_begin, int64_t n_end) {
@@ -44,7 +94,8 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
   const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
   const int64_t chunk = std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + 3) / 4 * 4);
   const int tasks = static_cast<int>((n + chunk - 1) / chunk);
-  auto kernel = isa == Isa::avx2 ? &gemm_nt_rows_avx2 : &gemm_nt_rows_portable;
+  if (isa != Isa::portable && m >= kBlasMinRows && have_blas()) isa = Isa::blas;
+  auto kernel = isa == Isa::blas ? &gemm_nt_rows_blas : isa == Isa::avx2 ? &gemm_nt_rows_avx2 : &gemm_nt_rows_portable;
   pool.parallel_for(tasks, [&](int t) {
     const int64_t begin = t * chunk;
     kernel(x, w, bias, y, m, begin, std::min(n, begin + chunk));

@@ -3,8 +3,10 @@
 //
 // Contract: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), the HF Linear layout (a weight row is an output feature).
 // x and y are dense f32, row-major; W rows are `row_stride` elements apart (a TP shard may be a slice). Splits the n
-// output features over the pool. Uses AVX2/FMA/F16C code when the CPU has them (checked once at run time), portable
-// C++ otherwise; both accumulate in f32 and differ from the double-precision reference only by rounding.
+// output features over the pool. With many rows of x (prefill, large batches: m >= kBlasMinRows) and OpenBLAS
+// available, each task converts a panel of weight rows to f32 and calls a single-threaded OpenBLAS sgemm on it;
+// otherwise (decode: memory-bound) the AVX2/FMA/F16C kernels run when the CPU has them (checked once at run time),
+// portable C++ otherwise. All accumulate in f32 and differ from the double-precision reference only by rounding.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,9 @@ struct WeightMatrix {
   }
 };
 
-enum class Isa { portable, avx2 };
+enum class Isa { portable, avx2, blas };  // blas: OpenBLAS sgemm on converted panels (not a CPU feature)
+constexpr int kBlasMinRows = 16;
+bool have_blas();         // whether this build links OpenBLAS
 Isa detected_isa();       // what this CPU supports, checked once
 const char* isa_name(Isa isa);
 
@@ -38,6 +42,8 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
 void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* bias, float* y, int m,
                            int64_t n_begin, int64_t n_end);
 void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                       int64_t n_end);
+void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end);
 
 }  // namespace actord::cpu

@@ -36,6 +36,8 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+constexpr int64_t kPrefetchBytes = 2048;
+
 // y[i, j + r] for i < MR, r < NR.
 template <DType D, int MR, int NR>
 void tile(const float* x, int64_t k, const WeightMatrix& w, int64_t j, const float* bias, float* y, int64_t ldy) {
@@ -48,6 +50,13 @@ void tile(const float* x, int64_t k, const WeightMatrix& w, int64_t j, const flo
   int64_t t = 0;
   for (; t + 8 <= k; t += 8) {
     __m256 wv[NR];
+    if constexpr (MR <= 2) {
+      // Decode reads each weight once, from DRAM: ask for it ahead of time, a cache line per row every 64 bytes.
+      if ((t * esize) % 64 == 0) {
+        for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + t * esize) + kPrefetchBytes,
+                                                  _MM_HINT_T0);
+      }
+    }
     for (int r = 0; r < NR; ++r) wv[r] = load8<D>(wr[r] + t * esize);
     for (int i = 0; i < MR; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + i * k + t);

@@ -53,7 +53,8 @@ void add_inplace(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void paged_attention(const PagedAttentionParams& p) {
+// Compiled twice (AVX2+FMA and baseline), picked at load time by the CPU; the head_dim loops are vectorised.
+__attribute__((target_clones("arch=haswell", "default"))) void paged_attention(const PagedAttentionParams& p) {
   const int q_row = p.n_heads * p.head_dim;
   const int kv_row = p.n_kv_heads * p.head_dim;
   const int group = p.n_heads / p.n_kv_heads;
@@ -71,6 +72,7 @@ void paged_attention(const PagedAttentionParams& p) {
                              static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
         const float* k = p.k_base + base;
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
         p.scratch[j] = dot * scale;
         max_score = std::max(max_score, p.scratch[j]);
@@ -87,6 +89,7 @@ void paged_attention(const PagedAttentionParams& p) {
                              static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
         const float* v = p.v_base + base;
         const float w = p.scratch[j] / sum;
+#pragma omp simd
         for (int d = 0; d < p.head_dim; ++d) out[d] += w * v[d];
       }
     }
