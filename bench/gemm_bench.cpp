@@ -30,8 +30,8 @@ int main(int argc, char** argv) {
       convert_from_f32(dtype, w32.data(), w.data(), w32.size());
       const cpu::WeightMatrix wm{dtype, w.data(), s.n, s.k, 0};
       for (int m : {1, 8, 32, 128})
-      for (cpu::Isa isa : {cpu::detected_isa(), cpu::Isa::blas}) {
-        if (isa == cpu::Isa::blas && !cpu::have_blas()) continue;
+      for (cpu::Isa isa : {cpu::detected_isa(), cpu::Isa::blas, cpu::Isa::automatic}) {
+        if (isa != cpu::detected_isa() && !cpu::have_blas()) continue;
         std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
         cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, isa);  // warm-up
         int reps = 0;

@@ -25,11 +25,17 @@ Isa detected_isa() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::automatic: return "automatic";
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
     case Isa::blas: return "blas";
   }
   return "?";
+}
+
+void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
+  if (detected_isa() == Isa::avx2) return convert_rows_to_f32_avx2(w, row_begin, rows, out);
+  for (int64_t r = 0; r < rows; ++r) convert_to_f32(w.dtype, w.row(row_begin + r), out + r * w.cols, size_t(w.cols));
 }
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -49,7 +55,7 @@ void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias,
       ldb = w.stride();
     } else {
       panel.resize(static_cast<size_t>(rows * k));
-      for (int64_t r = 0; r < rows; ++r) convert_to_f32(w.dtype, w.row(j + r), panel.data() + r * k, size_t(k));
+      convert_rows_to_f32(w, j, rows, panel.data());
       b = panel.data();
       ldb = k;
     }
@@ -94,7 +100,7 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
   const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
   const int64_t chunk = std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + 3) / 4 * 4);
   const int tasks = static_cast<int>((n + chunk - 1) / chunk);
-  if (isa != Isa::portable && m >= kBlasMinRows && have_blas()) isa = Isa::blas;
+  if (isa == Isa::automatic) isa = m >= kBlasMinRows && have_blas() ? Isa::blas : detected_isa();
   auto kernel = isa == Isa::blas ? &gemm_nt_rows_blas : isa == Isa::avx2 ? &gemm_nt_rows_avx2 : &gemm_nt_rows_portable;
   pool.parallel_for(tasks, [&](int t) {
     const int64_t begin = t * chunk;

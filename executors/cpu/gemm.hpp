@@ -29,14 +29,21 @@ struct WeightMatrix {
   }
 };
 
-enum class Isa { portable, avx2, blas };  // blas: OpenBLAS sgemm on converted panels (not a CPU feature)
+// Which code computes a product. `automatic` picks per call: blas for m >= kBlasMinRows when linked, else the best
+// kernels this CPU runs. The others force one path (tests and benchmarks); blas is OpenBLAS sgemm on converted
+// weight panels, not a CPU feature.
+enum class Isa { automatic, portable, avx2, blas };
 constexpr int kBlasMinRows = 16;
 bool have_blas();         // whether this build links OpenBLAS
-Isa detected_isa();       // what this CPU supports, checked once
+Isa detected_isa();       // avx2 or portable: what this CPU supports, checked once
 const char* isa_name(Isa isa);
 
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
-             Isa isa = detected_isa());
+             Isa isa = Isa::automatic);
+
+// out[r * w.cols + c] = W[row_begin + r, c] as f32, for `rows` rows (vectorised where the CPU allows).
+void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
+void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
 
 // Per-ISA kernels over output features [n_begin, n_end); internal to gemm.cpp and its tests.
 void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* bias, float* y, int m,

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "executors/cpu/gemm.hpp"
 
@@ -113,6 +114,28 @@ void rows(const float* x, const WeightMatrix& w, const float* bias, float* y, in
 }
 
 }  // namespace
+
+void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
+  const int64_t k = w.cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    const unsigned char* src = w.row(row_begin + r);
+    float* dst = out + r * k;
+    int64_t t = 0;
+    switch (w.dtype) {
+      case DType::f32:
+        std::memcpy(dst, src, size_t(k) * 4);
+        t = k;
+        break;
+      case DType::bf16:
+        for (; t + 8 <= k; t += 8) _mm256_storeu_ps(dst + t, load8<DType::bf16>(src + t * 2));
+        break;
+      case DType::f16:
+        for (; t + 8 <= k; t += 8) _mm256_storeu_ps(dst + t, load8<DType::f16>(src + t * 2));
+        break;
+    }
+    if (t < k) convert_to_f32(w.dtype, src + t * dtype_size(w.dtype), dst + t, size_t(k - t));
+  }
+}
 
 void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end) {
