@@ -36,7 +36,8 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, flo
 TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and thread count", "[kernels]") {
   std::mt19937 rng(1);
   std::vector<cpu::Isa> isas{cpu::Isa::portable};
-  if (cpu::detected_isa() == cpu::Isa::avx2) isas.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
   if (cpu::have_blas()) isas.push_back(cpu::Isa::blas);
   for (int threads : {1, 3}) {
     cpu::ThreadPool pool(threads);

@@ -15,9 +15,9 @@ namespace actord::cpu {
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
-      return Isa::avx2;
-    }
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return Isa::avx512;
+    if (avx2) return Isa::avx2;
     return Isa::portable;
   }();
   return isa;
@@ -28,12 +28,16 @@ const char* isa_name(Isa isa) {
     case Isa::automatic: return "automatic";
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
     case Isa::blas: return "blas";
   }
   return "?";
 }
 
+int blas_min_rows(Isa cpu_isa) { return cpu_isa == Isa::avx512 ? 64 : 16; }
+
 void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
+  if (detected_isa() == Isa::avx512) return convert_rows_to_f32_avx512(w, row_begin, rows, out);
   if (detected_isa() == Isa::avx2) return convert_rows_to_f32_avx2(w, row_begin, rows, out);
   for (int64_t r = 0; r < rows; ++r) convert_to_f32(w.dtype, w.row(row_begin + r), out + r * w.cols, size_t(w.cols));
 }
@@ -100,8 +104,13 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
   const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
   const int64_t chunk = std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + 3) / 4 * 4);
   const int tasks = static_cast<int>((n + chunk - 1) / chunk);
-  if (isa == Isa::automatic) isa = m >= kBlasMinRows && have_blas() ? Isa::blas : detected_isa();
-  auto kernel = isa == Isa::blas ? &gemm_nt_rows_blas : isa == Isa::avx2 ? &gemm_nt_rows_avx2 : &gemm_nt_rows_portable;
+  if (isa == Isa::automatic) {
+    isa = m >= blas_min_rows(detected_isa()) && have_blas() ? Isa::blas : detected_isa();
+  }
+  auto kernel = &gemm_nt_rows_portable;
+  if (isa == Isa::blas) kernel = &gemm_nt_rows_blas;
+  if (isa == Isa::avx2) kernel = &gemm_nt_rows_avx2;
+  if (isa == Isa::avx512) kernel = &gemm_nt_rows_avx512;
   pool.parallel_for(tasks, [&](int t) {
     const int64_t begin = t * chunk;
     kernel(x, w, bias, y, m, begin, std::min(n, begin + chunk));

@@ -3,7 +3,7 @@
 //
 // Contract: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), the HF Linear layout (a weight row is an output feature).
 // x and y are dense f32, row-major; W rows are `row_stride` elements apart (a TP shard may be a slice). Splits the n
-// output features over the pool. With many rows of x (prefill, large batches: m >= kBlasMinRows) and OpenBLAS
+// output features over the pool. With many rows of x (prefill, large batches: m >= blas_min_rows()) and OpenBLAS
 // available, each task converts a panel of weight rows to f32 and calls a single-threaded OpenBLAS sgemm on it;
 // otherwise (decode: memory-bound) the AVX2/FMA/F16C kernels run when the CPU has them (checked once at run time),
 // portable C++ otherwise. All accumulate in f32 and differ from the double-precision reference only by rounding.
@@ -29,13 +29,15 @@ struct WeightMatrix {
   }
 };
 
-// Which code computes a product. `automatic` picks per call: blas for m >= kBlasMinRows when linked, else the best
+// Which code computes a product. `automatic` picks per call: blas for m >= blas_min_rows() when linked, else the best
 // kernels this CPU runs. The others force one path (tests and benchmarks); blas is OpenBLAS sgemm on converted
 // weight panels, not a CPU feature.
-enum class Isa { automatic, portable, avx2, blas };
-constexpr int kBlasMinRows = 16;
+enum class Isa { automatic, portable, avx2, avx512, blas };
+// From this many rows of x on, automatic picks OpenBLAS (measured with bench/gemm_bench.cpp: the 16-wide AVX-512
+// tiles win up to ~32 rows, the 8-wide AVX2 ones up to ~16).
+int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS
-Isa detected_isa();       // avx2 or portable: what this CPU supports, checked once
+Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
 const char* isa_name(Isa isa);
 
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
@@ -44,12 +46,15 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
 // out[r * w.cols + c] = W[row_begin + r, c] as f32, for `rows` rows (vectorised where the CPU allows).
 void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
 void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
+void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
 
 // Per-ISA kernels over output features [n_begin, n_end); internal to gemm.cpp and its tests.
 void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* bias, float* y, int m,
                            int64_t n_begin, int64_t n_end);
 void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end);
+void gemm_nt_rows_avx512(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                         int64_t n_end);
 void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end);
 

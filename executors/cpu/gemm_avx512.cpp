@@ -1,0 +1,43 @@
+// 16-wide AVX-512 (F, BW) instances of the GEMM micro-kernels (gemm_tiles.inl). Compiled with -mavx512f
+// -mavx512bw -mfma -mf16c; gemm.cpp calls them only when the CPU has those features.
+#include <immintrin.h>
+
+#include "executors/cpu/gemm_tiles.inl"
+
+namespace actord::cpu {
+namespace {
+
+struct Avx512 {
+  static constexpr int kWidth = 16;
+  using V = __m512;
+  template <DType D>
+  static V load(const unsigned char* p) {
+    if constexpr (D == DType::f32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+    } else if constexpr (D == DType::bf16) {
+      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+    } else {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+  }
+  static V load_x(const float* p) { return _mm512_loadu_ps(p); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static float hsum(V v) { return _mm512_reduce_add_ps(v); }
+};
+
+}  // namespace
+
+// 32 registers: 1x6 tiles for decode, 4x6 (24 accumulators) otherwise.
+void gemm_nt_rows_avx512(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
+                         int64_t n_end) {
+  tiles::gemm_rows<Avx512, 6, 6>(x, w, bias, y, m, n_begin, n_end);
+}
+
+void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
+  tiles::convert_rows<Avx512>(w, row_begin, rows, out);
+}
+
+}  // namespace actord::cpu
