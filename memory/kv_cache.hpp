@@ -18,16 +18,26 @@ class KvCache {
   int num_blocks() const { return num_blocks_; }
   int row_size() const { return row_; }  // num_kv_heads * head_dim
 
-  // [num_kv_heads * head_dim] floats of the key (value) at `slot` of `block` in `layer`.
-  float* key(int layer, uint32_t block, int slot) { return data_.data() + offset(layer, block, slot, 0); }
-  float* value(int layer, uint32_t block, int slot) { return data_.data() + offset(layer, block, slot, 1); }
+  int head_dim() const { return head_dim_; }
+
+  // Stores one token's K and V rows ([num_kv_heads * head_dim] each) at `slot` of `block` in `layer`.
+  void write(int layer, uint32_t block, int slot, const float* k_row, const float* v_row);
+
+  // Layer bases and strides for attention (PagedAttentionParams): the row of kv head g at slot s of block b is at
+  // keys(layer) + b * block_stride() + g * head_stride() + s * head_dim(); values likewise from values(layer).
+  const float* keys(int layer) const { return data_.data() + offset(layer, 0, 0, 0); }
+  const float* values(int layer) const { return data_.data() + offset(layer, 0, 1, 0); }
+  int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
+  int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
 
  private:
-  size_t offset(int layer, uint32_t block, int slot, int kv) const {
-    return ((((static_cast<size_t>(layer) * num_blocks_ + block) * 2 + kv) * block_size_) + slot) * row_;
+  size_t offset(int layer, uint32_t block, int kv, int head) const {
+    return (((static_cast<size_t>(layer) * num_blocks_ + block) * 2 + kv) * num_kv_heads_ + head) *
+           static_cast<size_t>(block_size_) * head_dim_;
   }
-  int num_layers_, row_, num_blocks_, block_size_;
-  std::vector<float> data_;  // [layers, blocks, 2 (k|v), block_size, kv_heads * head_dim]
+  int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
+  // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim]: one head's keys in a block are contiguous.
+  std::vector<float> data_;
 };
 
 }  // namespace actord

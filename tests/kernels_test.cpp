@@ -138,13 +138,17 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
     // Blocks are scattered: sequence block i lives in pool block (2*i + 1) in reverse order.
     std::vector<uint32_t> table(n_blocks_used);
     for (int i = 0; i < n_blocks_used; ++i) table[i] = uint32_t(pool_blocks - 1 - 2 * i);
-    const int64_t block_stride = int64_t(2) * s.block_size * kv_row;  // k and v interleaved per block, as KvCache
+    // KvCache's layout: [blocks, 2 (k|v), kv_heads, block_size, head_dim].
+    const int64_t head_stride = int64_t(s.block_size) * s.head_dim;
+    const int64_t block_stride = 2 * s.n_kv_heads * head_stride;
     std::vector<float> pool(size_t(pool_blocks) * block_stride, 0.0f);
     auto k = random_vector(size_t(n_ctx) * kv_row, rng), v = random_vector(size_t(n_ctx) * kv_row, rng);
     for (int j = 0; j < n_ctx; ++j) {
-      float* kb = pool.data() + table[j / s.block_size] * block_stride + (j % s.block_size) * kv_row;
-      std::copy_n(k.data() + size_t(j) * kv_row, kv_row, kb);
-      std::copy_n(v.data() + size_t(j) * kv_row, kv_row, kb + s.block_size * kv_row);
+      for (int g = 0; g < s.n_kv_heads; ++g) {
+        float* kb = pool.data() + table[j / s.block_size] * block_stride + g * head_stride + (j % s.block_size) * s.head_dim;
+        std::copy_n(k.data() + size_t(j) * kv_row + g * s.head_dim, s.head_dim, kb);
+        std::copy_n(v.data() + size_t(j) * kv_row + g * s.head_dim, s.head_dim, kb + s.n_kv_heads * head_stride);
+      }
     }
     auto q = random_vector(size_t(s.n_tokens) * q_row, rng);
     std::vector<float> out(q.size()), ref(q.size()), scratch(n_ctx);
@@ -159,8 +163,9 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
     p.block_size = s.block_size;
     p.block_table = table.data();
     p.k_base = pool.data();
-    p.v_base = pool.data() + s.block_size * kv_row;
+    p.v_base = pool.data() + s.n_kv_heads * head_stride;
     p.block_stride = block_stride;
+    p.head_stride = head_stride;
     p.scratch = scratch.data();
     cpu::paged_attention(p);
     cpu::reference::attention(q.data(), k.data(), v.data(), ref.data(), s.n_tokens, s.start_pos, s.n_heads,

@@ -79,6 +79,7 @@ void tile_rows(const float* x, int mr, int64_t k, const WeightMatrix& w, int64_t
 // register file holds next to 4 x rows).
 template <class Vec, DType D, int NR_MANY, int NR_FEW>
 void rows(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin, int64_t n_end) {
+  static_assert(NR_MANY >= 1 && NR_MANY <= 6 && NR_FEW >= 1 && NR_FEW <= 6, "tile_rows covers 1..6 weight rows");
   const int64_t k = w.cols, n = w.rows;
   constexpr int kRowBlock = 64;  // rows of x kept hot in L2 while the weight rows stream past
   const int nr = m < 4 ? NR_MANY : NR_FEW;

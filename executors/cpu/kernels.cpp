@@ -54,44 +54,47 @@ void add_inplace(float* x, const float* y, int n) {
 }
 
 // Compiled twice (AVX2+FMA and baseline), picked at load time by the CPU; the head_dim loops are vectorised.
+// Keys are visited block by block: one head's keys in a block are contiguous ([block_size, head_dim]).
 __attribute__((target_clones("arch=haswell", "default"))) void paged_attention(const PagedAttentionParams& p) {
   const int q_row = p.n_heads * p.head_dim;
-  const int kv_row = p.n_kv_heads * p.head_dim;
+  const int hd = p.head_dim;
   const int group = p.n_heads / p.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int head_end = p.head_end > 0 ? p.head_end : p.n_heads;
+  // Calls f(j, pointer to head g's row at position j) for j in [first, n_ctx), walking the block table.
+  auto for_each_position = [&](const float* base, int g, int first, int n_ctx, auto&& f) {
+    for (int block = first / p.block_size; block * p.block_size < n_ctx; ++block) {
+      const float* rows = base + p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride;
+      const int begin = std::max(first, block * p.block_size), end = std::min(n_ctx, (block + 1) * p.block_size);
+      for (int j = begin; j < end; ++j) f(j, rows + static_cast<int64_t>(j - block * p.block_size) * hd);
+    }
+  };
   for (int t = 0; t < p.n_tokens; ++t) {
     const int n_ctx = p.start_pos + t + 1;
     const int first = p.sliding_window > 0 ? std::max(0, n_ctx - p.sliding_window) : 0;
     for (int h = p.head_begin; h < head_end; ++h) {
-      const float* q = p.q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
+      const float* q = p.q + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * hd;
       const int g = h / group;
       float max_score = -INFINITY;
-      for (int j = first; j < n_ctx; ++j) {
-        const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
-                             static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
-        const float* k = p.k_base + base;
+      for_each_position(p.k_base, g, first, n_ctx, [&](int j, const float* k) {
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int d = 0; d < p.head_dim; ++d) dot += q[d] * k[d];
+        for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
         p.scratch[j] = dot * scale;
         max_score = std::max(max_score, p.scratch[j]);
-      }
+      });
       float sum = 0.0f;
       for (int j = first; j < n_ctx; ++j) {
         p.scratch[j] = std::exp(p.scratch[j] - max_score);
         sum += p.scratch[j];
       }
-      float* out = p.out + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * p.head_dim;
-      std::fill(out, out + p.head_dim, 0.0f);
-      for (int j = first; j < n_ctx; ++j) {
-        const int64_t base = p.block_table[j / p.block_size] * p.block_stride +
-                             static_cast<int64_t>(j % p.block_size) * kv_row + static_cast<int64_t>(g) * p.head_dim;
-        const float* v = p.v_base + base;
+      float* out = p.out + static_cast<int64_t>(t) * q_row + static_cast<int64_t>(h) * hd;
+      std::fill(out, out + hd, 0.0f);
+      for_each_position(p.v_base, g, first, n_ctx, [&](int j, const float* v) {
         const float w = p.scratch[j] / sum;
 #pragma omp simd
-        for (int d = 0; d < p.head_dim; ++d) out[d] += w * v[d];
-      }
+        for (int d = 0; d < hd; ++d) out[d] += w * v[d];
+      });
     }
   }
 }

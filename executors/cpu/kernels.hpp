@@ -44,11 +44,12 @@ struct PagedAttentionParams {
   int head_dim = 0;
   int block_size = 0;
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + n_tokens) / block_size)]
-  // Base pointers into the paged cache of one layer; block b, slot s, kv head g starts at
-  // base + (b * block_stride + s * row) + g * head_dim.
+  // Base pointers into the paged cache of one layer (KvCache's layout): the row of kv head g at slot s of block b
+  // starts at base + b * block_stride + g * head_stride + s * head_dim.
   const float* k_base = nullptr;
   const float* v_base = nullptr;
   int64_t block_stride = 0;           // floats between consecutive blocks
+  int64_t head_stride = 0;            // floats between consecutive kv heads of a block (block_size * head_dim)
   float* scratch = nullptr;           // [start_pos + n_tokens] scores of one head
 };
 

@@ -188,15 +188,12 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
       const int t = s.first_token + i, pos = s.start_pos + i;
       cpu::rope_rotate_half(q_.data() + size_t(t) * q_dim, nh, hd, pos, inv_freq_.data());
       cpu::rope_rotate_half(k_.data() + size_t(t) * kv_dim, nkv, hd, pos, inv_freq_.data());
-      const uint32_t block = s.block_table[pos / bs];
-      std::copy_n(k_.data() + size_t(t) * kv_dim, kv_dim, kv.key(l, block, pos % bs));
-      std::copy_n(v_.data() + size_t(t) * kv_dim, kv_dim, kv.value(l, block, pos % bs));
+      kv.write(l, s.block_table[pos / bs], pos % bs, k_.data() + size_t(t) * kv_dim, v_.data() + size_t(t) * kv_dim);
     }
   }
   // One task per (sequence, query head), each with its own score scratch.
   const int n_tasks = static_cast<int>(batch.seqs.size()) * nh;
   scores_.resize(size_t(n_tasks) * max_ctx);
-  const int64_t block_stride = kv.num_blocks() > 1 ? kv.key(l, 1, 0) - kv.key(l, 0, 0) : 0;
   pool.parallel_for(n_tasks, [&](int task) {
     const SeqSlice& s = batch.seqs[task / nh];
     const int h = task % nh;
@@ -213,9 +210,10 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.head_dim = hd;
     p.block_size = bs;
     p.block_table = s.block_table;
-    p.k_base = kv.key(l, 0, 0);
-    p.v_base = kv.value(l, 0, 0);
-    p.block_stride = block_stride;
+    p.k_base = kv.keys(l);
+    p.v_base = kv.values(l);
+    p.block_stride = kv.block_stride();
+    p.head_stride = kv.head_stride();
     p.scratch = scores_.data() + size_t(task) * max_ctx;
     cpu::paged_attention(p);
   });
