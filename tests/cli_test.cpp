@@ -81,7 +81,7 @@ TEST_CASE("generate prints text - seeds make it reproducible - flags override th
 }
 
 TEST_CASE("every subcommand has --help", "[cli]") {
-  for (const char* sub : {"generate", "worker"}) {
+  for (const char* sub : {"generate", "worker", "bench"}) {
     auto r = run_actord({sub, "--help"});
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.out, Catch::Contains("--help"));
@@ -154,4 +154,25 @@ TEST_CASE("a worker process that dies at start-up - reported - non-zero exit - n
     if (cmd.find("actord") != std::string::npos && cmd.find(tmp.path().string()) != std::string::npos) ++left;
   }
   CHECK(left == 0);
+}
+
+TEST_CASE("bench offline prints one JSON object with throughput and latency figures", "[cli]") {
+  auto r = run_actord({"bench", "offline", "--model", "models/stories260K", "--num-prompts", "4", "--input-len", "16",
+                       "--output-len", "8", "--concurrency", "4", "--threads", "1", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "output_tokens_per_s", "peak_rss_mb"}) {
+    INFO(key);
+    CHECK(j.at(key).get<double>() > 0);
+  }
+  CHECK(j.at("output_tokens").get<int>() == 32);
+  for (const char* key : {"ttft_ms", "tpot_ms"}) {
+    CHECK(j.at(key).at("p50").get<double>() > 0);
+    CHECK(j.at(key).at("p99").get<double>() >= j.at(key).at("p50").get<double>());
+  }
+  auto bad = run_actord({"bench", "offline", "--model", "models/stories260K", "--input-len", "500", "--output-len",
+                         "100", "--json"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("exceeds the model's context (512)"));
 }

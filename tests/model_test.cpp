@@ -1,9 +1,11 @@
 // The Llama forward pass on stories260K, without actors: logits at BOS and the 256-token greedy reference.
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
+#include "memory/safetensors.hpp"
 #include "plugins/model_registry.hpp"
 #include "test_util.hpp"
 
@@ -104,4 +106,132 @@ TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[
     const int32_t t = s.sample(logits.data(), 4, {1.0f, 0.5f, 0, 9}, i);
     CHECK((t == 1 || t == 2));
   }
+}
+
+TEST_CASE("load_format dummy runs a config-only folder and is reproducible by seed", "[model]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path() / "dummy";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(test::stories_dir() / "config.json", dir / "config.json");
+  auto cfg = ModelConfig::load(dir);
+  REQUIRE(cfg.ok());
+  ModelLoadOptions options;
+  options.model_dir = dir;
+  options.load_format = "dummy";
+  options.dtype = "bfloat16";
+  options.seed = 7;
+  auto run = [&](uint64_t seed) {
+    options.seed = seed;
+    auto model = ModelRegistry::with_builtins().create(*cfg, options);
+    if (!model) FAIL(model.error().message);
+    KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
+    cpu::ThreadPool pool(2);
+    std::vector<uint32_t> table{0};
+    ForwardBatch batch;
+    batch.tokens = {1, 5, 9};
+    batch.seqs = {SeqSlice{0, 3, 0, table.data(), true}};
+    std::vector<float> logits;
+    (*model)->forward(batch, kv, logits, pool);
+    return logits;
+  };
+  const auto a = run(7), b = run(7), c = run(8);
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(std::all_of(a.begin(), a.end(), [](float v) { return std::isfinite(v); }));
+}
+
+TEST_CASE("model.dtype converts at load - bf16 logits stay close to f32", "[model]") {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  REQUIRE(cfg.ok());
+  auto logits_with = [&](const std::string& dtype) {
+    ModelLoadOptions options;
+    options.model_dir = test::stories_dir();
+    options.dtype = dtype;
+    auto model = ModelRegistry::with_builtins().create(*cfg, options);
+    if (!model) FAIL(model.error().message);
+    KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
+    cpu::ThreadPool pool(1);
+    std::vector<uint32_t> table{0};
+    ForwardBatch batch;
+    batch.tokens = {1};
+    batch.seqs = {SeqSlice{0, 1, 0, table.data(), true}};
+    std::vector<float> logits;
+    (*model)->forward(batch, kv, logits, pool);
+    return logits;
+  };
+  const auto f32 = logits_with("auto"), bf16 = logits_with("bfloat16"), f16 = logits_with("float16");
+  float max_err_bf16 = 0, max_err_f16 = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    max_err_bf16 = std::max(max_err_bf16, std::abs(bf16[i] - f32[i]));
+    max_err_f16 = std::max(max_err_f16, std::abs(f16[i] - f32[i]));
+  }
+  CHECK(max_err_bf16 > 0.0f);   // really converted
+  CHECK(max_err_bf16 < 0.5f);   // of logits up to ~17
+  CHECK(max_err_f16 < 0.05f);
+  CHECK(std::max_element(bf16.begin(), bf16.end()) - bf16.begin() == 403);
+}
+
+TEST_CASE("rope scaling - linear divides the frequencies and llama3 blends them by wavelength", "[model]") {
+  ModelConfig c;
+  c.head_dim = 128;
+  c.rope_theta = 500000.0f;
+  const auto plain = c.rope_inv_freq();
+  c.rope_scaling.type = "linear";
+  c.rope_scaling.factor = 4.0f;
+  const auto linear = c.rope_inv_freq();
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(linear[i] == Approx(plain[i] / 4.0f));
+  // Llama 3.1's published parameters: factor 8, low 1, high 4, original context 8192.
+  c.rope_scaling = {"llama3", 8.0f, 1.0f, 4.0f, 8192};
+  const auto l3 = c.rope_inv_freq();
+  int kept = 0, slowed = 0, blended = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double wavelen = 2 * M_PI / plain[i];
+    if (wavelen < 8192.0 / 4) {
+      CHECK(l3[i] == plain[i]);
+      ++kept;
+    } else if (wavelen > 8192.0) {
+      CHECK(l3[i] == Approx(plain[i] / 8.0f));
+      ++slowed;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      CHECK(l3[i] == Approx((1 - smooth) * plain[i] / 8.0 + smooth * plain[i]).epsilon(1e-5));
+      ++blended;
+    }
+  }
+  CHECK(kept > 0);
+  CHECK(slowed > 0);
+  CHECK(blended > 0);
+}
+
+TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path() / "model";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    std::filesystem::copy_file(test::stories_dir() / f, dir / f);
+  }
+  // A safetensors file holding only the embedding: everything else is missing.
+  auto src = SafetensorsFile::open(test::stories_dir() / "model.safetensors");
+  REQUIRE(src.ok());
+  const auto& embed = src->tensors().at("model.embed_tokens.weight");
+  const std::string header = R"({"model.embed_tokens.weight":{"dtype":"F32","shape":[512,64],"data_offsets":[0,131072]}})";
+  uint64_t n = header.size();
+  test::write_file(dir / "model.safetensors", std::string(reinterpret_cast<char*>(&n), 8) + header +
+                                                  std::string(reinterpret_cast<const char*>(embed.data), 131072));
+  auto cfg = ModelConfig::load(dir);
+  REQUIRE(cfg.ok());
+  auto model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.error().message == dir.string() + ": missing tensor 'model.norm.weight'");
+  // A config that disagrees with the weights' shapes.
+  std::ifstream in(test::stories_dir() / "config.json");
+  auto j = nlohmann::json::parse(in);
+  j["vocab_size"] = 500;
+  test::write_file(dir / "config.json", j.dump());
+  cfg = ModelConfig::load(dir);
+  model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.error().message == dir.string() +
+                                     ": tensor 'model.embed_tokens.weight' has the wrong shape: expected [500, 64], "
+                                     "found [512, 64]");
 }
