@@ -67,47 +67,43 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (v >> 13));
 }
 
+namespace {
+
+// The 16-bit formats differ only in their scalar conversion.
+template <class ToF32>
+void halves_to_f32(const unsigned char* p, float* dst, size_t n, ToF32 to_f32) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    dst[i] = to_f32(h);
+  }
+}
+
+template <class FromF32>
+void f32_to_halves(const float* src, unsigned char* p, size_t n, FromF32 from_f32) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = from_f32(src[i]);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+}  // namespace
+
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
   const auto* p = static_cast<const unsigned char*>(src);
   switch (dtype) {
-    case DType::f32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case DType::f16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        dst[i] = f16_to_f32(h);
-      }
-      return;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        dst[i] = bf16_to_f32(h);
-      }
-      return;
+    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f16: halves_to_f32(p, dst, n, f16_to_f32); return;
+    case DType::bf16: halves_to_f32(p, dst, n, bf16_to_f32); return;
   }
 }
 
 void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
   auto* p = static_cast<unsigned char*>(dst);
   switch (dtype) {
-    case DType::f32:
-      std::memcpy(dst, src, n * 4);
-      return;
-    case DType::f16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = f32_to_f16(src[i]);
-        std::memcpy(p + 2 * i, &h, 2);
-      }
-      return;
-    case DType::bf16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = f32_to_bf16(src[i]);
-        std::memcpy(p + 2 * i, &h, 2);
-      }
-      return;
+    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f16: f32_to_halves(src, p, n, f32_to_f16); return;
+    case DType::bf16: f32_to_halves(src, p, n, f32_to_bf16); return;
   }
 }
 
