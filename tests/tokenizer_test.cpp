@@ -419,11 +419,11 @@ TEST_CASE("tokenizer load errors", "[tokenizer]") {
       std::string message;
     };
     const std::vector<Bad> bads = {
-        {"normalizer", {{"type", "NFKD"}}, "tokenizer.json: normalizer type 'NFKD' is not supported"},
+        {"normalizer", {{"type", "BertNormalizer"}}, "tokenizer.json: normalizer type 'BertNormalizer' is not supported"},
         {"normalizer",
          {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}, {{"type", "Precompiled"}}}}},
          "tokenizer.json: normalizer type 'Precompiled' is not supported"},
-        {"pre_tokenizer", {{"type", "ByteLevel"}}, "tokenizer.json: pre_tokenizer type 'ByteLevel' is not supported"},
+        {"pre_tokenizer", {{"type", "Whitespace"}}, "tokenizer.json: pre_tokenizer type 'Whitespace' is not supported"},
         {"decoder", {{"type", "WordPiece"}}, "tokenizer.json: decoder type 'WordPiece' is not supported"},
         {"post_processor", {{"type", "RobertaProcessing"}},
          "tokenizer.json: post_processor type 'RobertaProcessing' is not supported"},

@@ -1,6 +1,8 @@
 #include "tokenizer/decoders.hpp"
 
+#include "tokenizer/byte_level.hpp"
 #include "tokenizer/normalizers.hpp"
+#include "tokenizer/unicode.hpp"
 #include "tokenizer/utf8.hpp"
 
 namespace actord::tok {
@@ -36,8 +38,11 @@ Status Decoder::parse_into(const nlohmann::json& j, const std::string& where, st
     const auto& pat = j.contains("pattern") ? j["pattern"] : nlohmann::json();
     if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
       st.a = pat["String"].get<std::string>();
-    } else if (pat.is_object() && pat.contains("Regex")) {
-      return make_error(Errc::unsupported, where + ": decoder type 'Replace' with a Regex pattern is not supported");
+    } else if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) {
+      st.kind = Kind::replace_regex;
+      auto re = Regex::compile(pat["Regex"].get<std::string>());
+      if (!re.ok()) return make_error(Errc::parse_error, where + ": decoder Replace: " + re.error().message);
+      st.regex = std::move(re).value();
     } else {
       return make_error(Errc::parse_error, where + ": decoder Replace has no String pattern");
     }
@@ -51,6 +56,8 @@ Status Decoder::parse_into(const nlohmann::json& j, const std::string& where, st
     st.a = j.value("content", std::string(" "));
     st.start = j.value("start", std::size_t{0});
     st.stop = j.value("stop", std::size_t{0});
+  } else if (type == "ByteLevel") {
+    st.kind = Kind::byte_level;
   } else if (type == "Metaspace") {
     st.kind = Kind::metaspace;
     st.a = j.value("replacement", std::string("\xE2\x96\x81"));
@@ -138,6 +145,17 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
       case Kind::replace:
         for (auto& t : tokens) t = replace_all(t, st.a, st.b);
         break;
+      case Kind::replace_regex:
+        for (auto& t : tokens) t = st.regex.replace_all(t, st.b);
+        break;
+      case Kind::byte_level: {
+        std::string bytes;
+        for (const auto& t : tokens) {
+          if (!byte_level_decode(t, bytes)) bytes += t;
+        }
+        tokens.assign(1, utf8_lossy(bytes));
+        break;
+      }
       case Kind::byte_fallback: {
         std::vector<std::string> out;
         std::string bytes;

@@ -1,11 +1,13 @@
 // Decoders of HF tokenizer.json (internal header).
 //
-// Contract: `Decoder::from_json` accepts null, Sequence, Replace (String pattern), ByteFallback, Fuse,
-// Strip (content, start, stop) and Metaspace, with tokenizers' decode_chain semantics; other types give
-// Errc::unsupported naming the type. `decode` turns token strings into text: each step maps the token list,
+// Contract: `Decoder::from_json` accepts null, Sequence, Replace (String or Regex pattern), ByteFallback, Fuse,
+// Strip (content, start, stop), Metaspace and ByteLevel, with tokenizers' decode_chain semantics; other types
+// give Errc::unsupported naming the type. `decode` turns token strings into text: each step maps the token list,
 // then the pieces are joined with "" (with no decoder at all, joined with " " as tokenizers does).
 // ByteFallback gathers consecutive `<0xXX>` tokens; a group that is not valid UTF-8 becomes one U+FFFD per byte.
-// Immutable after construction.
+// ByteLevel maps every token back through the GPT-2 byte table (a token with a character outside the table keeps
+// its own bytes), joins all bytes and decodes them as String::from_utf8_lossy (one U+FFFD per maximal invalid
+// subpart). Immutable after construction.
 #pragma once
 
 #include <string>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.hpp"
+#include "tokenizer/regex.hpp"
 
 namespace actord::tok {
 
@@ -26,12 +29,13 @@ class Decoder {
   bool has_byte_fallback() const;
 
  private:
-  enum class Kind { replace, byte_fallback, fuse, strip, metaspace };
+  enum class Kind { replace, replace_regex, byte_fallback, fuse, strip, metaspace, byte_level };
   struct Step {
     Kind kind = Kind::fuse;
     std::string a, b;  // replace pattern/content, strip content char, metaspace replacement
     std::size_t start = 0, stop = 0;
     bool prepend = true;  // metaspace: prepend_scheme != never
+    Regex regex;          // replace_regex
   };
   static Status parse_into(const nlohmann::json& j, const std::string& where, std::vector<Step>& steps);
 

@@ -101,12 +101,18 @@ Status Normalizer::parse_into(const nlohmann::json& j, const std::string& where,
     const auto& pat = j.contains("pattern") ? j["pattern"] : nlohmann::json();
     if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
       st.a = pat["String"].get<std::string>();
-    } else if (pat.is_object() && pat.contains("Regex")) {
-      return make_error(Errc::unsupported, where + ": normalizer type 'Replace' with a Regex pattern is not supported");
+    } else if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) {
+      st.kind = Kind::replace_regex;
+      auto re = Regex::compile(pat["Regex"].get<std::string>());
+      if (!re.ok()) return make_error(Errc::parse_error, where + ": normalizer Replace: " + re.error().message);
+      st.regex = std::move(re).value();
     } else {
       return make_error(Errc::parse_error, where + ": normalizer Replace has no String pattern");
     }
     st.b = j.value("content", std::string());
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    st.kind = Kind::unicode;
+    st.form = type == "NFC" ? NormalForm::nfc : type == "NFD" ? NormalForm::nfd : type == "NFKC" ? NormalForm::nfkc : NormalForm::nfkd;
   } else if (type == "Lowercase") {
     st.kind = Kind::lowercase;
   } else if (type == "Strip") {
@@ -130,6 +136,13 @@ Result<Normalizer> Normalizer::from_json(const nlohmann::json& j, const std::str
   return n;
 }
 
+bool Normalizer::needs_valid_utf8() const {
+  for (const Step& st : steps_) {
+    if (st.kind == Kind::replace_regex || st.kind == Kind::unicode) return true;
+  }
+  return false;
+}
+
 std::string Normalizer::apply(std::string s) const {
   for (const Step& st : steps_) {
     switch (st.kind) {
@@ -137,6 +150,8 @@ std::string Normalizer::apply(std::string s) const {
         if (!s.empty()) s.insert(0, st.a);
         break;
       case Kind::replace: s = replace_all(s, st.a, st.b); break;
+      case Kind::replace_regex: s = st.regex.replace_all(s, st.b); break;
+      case Kind::unicode: s = normalize(s, st.form); break;
       case Kind::lowercase: s = to_lower(s); break;
       case Kind::strip: s = strip_ws(s, st.left, st.right); break;
     }

@@ -1,9 +1,10 @@
 // Normalizers of HF tokenizer.json (internal header).
 //
-// Contract: `Normalizer::from_json` accepts null, Sequence, Prepend, Replace (String pattern), Lowercase and
-// Strip, with the HF `tokenizers` semantics (Prepend only prepends to a non-empty string; Replace replaces every
-// non-overlapping occurrence left to right). Any other type, and Replace with a Regex pattern, gives
-// Errc::unsupported naming the type. Lowercase maps ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic only.
+// Contract: `Normalizer::from_json` accepts null, Sequence, Prepend, Replace (String or Regex pattern, the regex
+// run by PCRE2 in Unicode mode), Lowercase, Strip and NFC / NFD / NFKC / NFKD (utf8proc), with the HF
+// `tokenizers` semantics (Prepend only prepends to a non-empty string; Replace replaces every non-overlapping
+// match left to right). Any other type gives Errc::unsupported naming the type; a bad regex Errc::parse_error.
+// Lowercase maps ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic only.
 // A Normalizer is immutable after construction and safe to share between threads.
 #pragma once
 
@@ -13,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.hpp"
+#include "tokenizer/regex.hpp"
+#include "tokenizer/unicode.hpp"
 
 namespace actord::tok {
 
@@ -23,14 +26,18 @@ class Normalizer {
 
   std::string apply(std::string s) const;
   bool empty() const { return steps_.empty(); }
+  // True when some step needs valid UTF-8 input (regex or Unicode normalization forms).
+  bool needs_valid_utf8() const;
 
  private:
-  enum class Kind { prepend, replace, lowercase, strip };
+  enum class Kind { prepend, replace, replace_regex, lowercase, strip, unicode };
   struct Step {
     Kind kind = Kind::prepend;
     std::string a;  // prepend text / replace pattern
     std::string b;  // replace content
     bool left = false, right = false;
+    Regex regex;                        // replace_regex
+    NormalForm form = NormalForm::nfc;  // unicode
   };
   static Status parse_into(const nlohmann::json& j, const std::string& where, std::vector<Step>& steps);
 

@@ -10,6 +10,8 @@
 #include "tokenizer/decoders.hpp"
 #include "tokenizer/normalizers.hpp"
 #include "tokenizer/pre_tokenizers.hpp"
+#include "tokenizer/unicode.hpp"
+#include "tokenizer/utf8.hpp"
 
 namespace actord {
 
@@ -35,6 +37,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> stop_ids;
   int32_t vocab_size = 0;
   bool byte_fallback_decoder = false;
+  bool needs_valid_utf8 = false;  // regex / Unicode steps: invalid input is repaired first (U+FFFD)
 
   std::optional<int32_t> lookup(std::string_view token) const {
     if (auto id = added.find_content(token)) return id;
@@ -81,6 +84,19 @@ bool config_flag(const json& cfg, const char* key, bool dflt) {
 Status parse_post_processor(const json& j, Tokenizer::Impl& impl, const std::string& where) {
   if (j.is_null()) return Status::success();
   const std::string type = j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  if (type == "ByteLevel") return Status::success();  // only trims offsets: no effect on ids
+  if (type == "Sequence") {
+    if (!j.contains("processors") || !j["processors"].is_array()) {
+      return make_error(Errc::parse_error, where + ": post_processor Sequence has no 'processors' list");
+    }
+    for (const json& sub : j["processors"]) {
+      if (sub.is_object() && sub.contains("type") && sub["type"] == "TemplateProcessing" && impl.has_template) {
+        return make_error(Errc::unsupported, where + ": post_processor Sequence with two TemplateProcessing is not supported");
+      }
+      ACTORD_TRY_STATUS(parse_post_processor(sub, impl, where));
+    }
+    return Status::success();
+  }
   if (type != "TemplateProcessing") {
     return make_error(Errc::unsupported, where + ": post_processor type '" + type + "' is not supported");
   }
@@ -163,6 +179,7 @@ Status load_impl(const fs::path& dir, Tokenizer::Impl& impl) {
     return make_error(Errc::parse_error, where + ": bad post_processor: " + e.what());
   }
 
+  impl.needs_valid_utf8 = impl.normalizer.needs_valid_utf8() || impl.pre_tokenizer.needs_valid_utf8();
   impl.vocab_size = impl.model.id_limit();
   for (const auto& a : impl.added.tokens()) impl.vocab_size = std::max(impl.vocab_size, a.id + 1);
 
@@ -204,6 +221,11 @@ Result<Tokenizer> Tokenizer::load(const fs::path& model_dir) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const Impl& m = *impl_;
+  std::string repaired;
+  if (m.needs_valid_utf8 && !tok::is_valid_utf8(text)) {
+    repaired = tok::utf8_lossy(text);
+    text = repaired;
+  }
   std::vector<int32_t> ids;
   std::vector<tok::Piece> raw, pieces;
   m.added.split(text, true, /*normalized_pass=*/false, raw);

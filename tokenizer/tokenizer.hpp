@@ -1,16 +1,21 @@
-// actord::Tokenizer: HF `tokenizer.json` tokenizers (SentencePiece-style BPE: Llama 2, Mistral, TinyLlama, ...).
+// actord::Tokenizer: HF `tokenizer.json` BPE tokenizers: SentencePiece-style (Llama 2, Mistral, TinyLlama, ...)
+// and byte-level (GPT-2, Llama 3, Qwen2/3, ...).
 //
 // Contract:
 // - `load` reads <model_dir>/tokenizer.json, plus tokenizer_config.json and generation_config.json when present.
 //   It never throws and never aborts: a missing file is Errc::not_found naming the path, malformed JSON is
 //   Errc::parse_error naming the file, and an unknown normalizer / pre_tokenizer / model / decoder /
 //   post_processor type is Errc::unsupported naming the type and the file.
-// - Supported: added_tokens; normalizers Sequence, Prepend, Replace (String), Lowercase, Strip; pre_tokenizers
-//   null, Metaspace, Sequence; model BPE (byte_fallback, unk/fuse_unk, ignore_merges, subword prefix/suffix);
-//   post_processor TemplateProcessing (single template) or null (then tokenizer_config add_bos_token /
-//   add_eos_token apply); decoders Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace.
-//   Not supported (load fails with Errc::unsupported): ByteLevel, Split/regex pre-tokenizers, Unicode
-//   normalization forms (NFC, NFKC, ...), Precompiled, Unigram / WordPiece / WordLevel models.
+// - Supported: added_tokens; normalizers Sequence, Prepend, Replace (String or Regex), Lowercase, Strip, NFC,
+//   NFD, NFKC, NFKD; pre_tokenizers null, Metaspace, ByteLevel, Split (String or Regex), Digits, Sequence; model
+//   BPE (byte_fallback, unk/fuse_unk, ignore_merges, subword prefix/suffix); post_processor TemplateProcessing
+//   (single template), ByteLevel (no effect on ids), Sequence of those, or null (then tokenizer_config
+//   add_bos_token / add_eos_token apply); decoders Sequence, Replace (String or Regex), ByteFallback, Fuse,
+//   Strip, Metaspace, ByteLevel. Regexes run on PCRE2 (Unicode mode), normalization forms on utf8proc.
+//   Not supported (load fails with Errc::unsupported): other pre-tokenizers (Whitespace, Punctuation, ...),
+//   Precompiled / Bert normalizers, Unigram / WordPiece / WordLevel models, other post-processors.
+// - encode takes UTF-8; when the pipeline uses regexes or normalization forms, invalid bytes are first replaced
+//   by U+FFFD (String::from_utf8_lossy), since tokenizers itself only accepts valid strings.
 // - encode/decode follow the HF `tokenizers` library: text is first split on added tokens (which map straight to
 //   their ids, special or not), each remaining piece is normalized, pre-tokenized and BPE-encoded; the
 //   post-processor runs only when add_special_tokens. decode maps ids to tokens (unknown ids dropped, special
