@@ -17,6 +17,7 @@
 #include "comms/capnp_codec.hpp"
 #include "plugins/model_registry.hpp"
 #include "plugins/plugin_loader.hpp"
+#include "tokenizer/stop_strings.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -157,6 +158,8 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
   caf::scoped_actor self{*impl_->system};
   std::unordered_map<uint64_t, size_t> index_of;  // request id -> index
   std::vector<clock_type::time_point> submitted(requests.size()), first(requests.size()), last(requests.size());
+  std::vector<StopStringMatcher> stops;
+  for (const auto& r : requests) stops.emplace_back(r.stop);
   std::random_device entropy;
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
@@ -186,6 +189,32 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
 
   size_t remaining = requests.size();
   std::optional<Error> failure;
+  // Records how request i ended and its timings.
+  auto close = [&](size_t i, clock_type::time_point now, std::string reason) {
+    GenerateOutput& out = outputs[i];
+    out.finish_reason = std::move(reason);
+    out.total_ms = ms_between(submitted[i], now);
+    if (out.generated_ids.empty()) return;
+    out.ttft_ms = ms_between(submitted[i], first[i]);
+    const double decode_s = ms_between(first[i], last[i]) / 1000.0;
+    if (out.generated_ids.size() > 1 && decode_s > 0) {
+      out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
+    }
+  };
+  // Incremental detokenization, always on the same tokenizer actor for one request; final forgets its decoder.
+  auto detokenize = [&](uint64_t request_id, const std::vector<int32_t>& ids, bool final) {
+    wire_msg detok = build<wire::DetokenizeRequest>([&](wire::DetokenizeRequest::Builder d) {
+      d.setRequestId(request_id);
+      fill_list(d.initIds(static_cast<uint32_t>(ids.size())), ids);
+      d.setFinal(final);
+    });
+    std::string text;
+    self->request(impl_->tokenizers[request_id % impl_->tokenizers.size()], caf::infinite, detok_atom::value,
+                  std::move(detok))
+        .receive([&](const wire_msg& reply) { text = WireReader(reply).root<wire::DetokenizeResult>().getText(); },
+                 [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
+    return text;
+  };
   while (remaining > 0 && !failure) {
     self->receive(
         [&](delta_atom, const wire_msg& msg) {
@@ -197,44 +226,43 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
           const size_t i = it->second;
           GenerateOutput& out = outputs[i];
           const auto ids = delta.getTokenIds();
-          if (ids.size() > 0) {
+          const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
+          if (stops[i].stopped()) {  // a stop string already ended it: wait for the scheduler's last word
+            if (finished) --remaining;
+            return;
+          }
+          const std::vector<int32_t> new_ids = to_vector<int32_t>(ids);
+          if (!new_ids.empty()) {
             if (out.generated_ids.empty()) first[i] = now;
             last[i] = now;
-            for (int32_t t : ids) out.generated_ids.push_back(t);
+            out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
           }
-          const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
           if (has_error(delta.getError())) out.error = get_error(delta.getError());
-          // Incremental detokenization, always on the same tokenizer actor for one request.
-          wire_msg detok = build<wire::DetokenizeRequest>([&](wire::DetokenizeRequest::Builder d) {
-            d.setRequestId(it->first);
-            auto list = d.initIds(ids.size());
-            for (uint32_t t = 0; t < ids.size(); ++t) list.set(t, ids[t]);
-            d.setFinal(finished);
-          });
-          self->request(impl_->tokenizers[it->first % impl_->tokenizers.size()], caf::infinite, detok_atom::value,
-                        std::move(detok))
-              .receive(
-                  [&](const wire_msg& reply) {
-                    WireReader r(reply);
-                    std::string text = r.root<wire::DetokenizeResult>().getText();
-                    if (!text.empty() && on_text) on_text(i, text);
-                    out.text += text;
-                  },
-                  [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
+          std::string text = detokenize(it->first, new_ids, finished);
+          if (!stops[i].empty()) {
+            text = stops[i].push(text);
+            if (finished) text += stops[i].finish();
+          }
+          if (!text.empty() && on_text) on_text(i, text);
+          out.text += text;
+          if (stops[i].stopped()) {
+            // A stop string ends it here: finish the output, stop the scheduler, drop what it still sends.
+            close(i, now, "stop");
+            if (!finished) {
+              detokenize(it->first, {}, true);
+              self->send(impl_->scheduler, cancel_atom::value,
+                         build<wire::CancelRequest>([&](wire::CancelRequest::Builder c) { c.setRequestId(it->first); }));
+            } else {
+              --remaining;
+            }
+            return;
+          }
           if (finished) {
             switch (delta.getFinishReason()) {
-              case wire::FinishReason::STOP: out.finish_reason = "stop"; break;
-              case wire::FinishReason::LENGTH: out.finish_reason = "length"; break;
-              case wire::FinishReason::CANCELLED: out.finish_reason = "cancelled"; break;
-              default: out.finish_reason = "error"; break;
-            }
-            out.total_ms = ms_between(submitted[i], now);
-            if (!out.generated_ids.empty()) {
-              out.ttft_ms = ms_between(submitted[i], first[i]);
-              const double decode_s = ms_between(first[i], last[i]) / 1000.0;
-              if (out.generated_ids.size() > 1 && decode_s > 0) {
-                out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
-              }
+              case wire::FinishReason::STOP: close(i, now, "stop"); break;
+              case wire::FinishReason::LENGTH: close(i, now, "length"); break;
+              case wire::FinishReason::CANCELLED: close(i, now, "cancelled"); break;
+              default: close(i, now, "error"); break;
             }
             --remaining;
           }

@@ -36,13 +36,14 @@ struct GenerateRequest {
   uint32_t max_tokens = 16;
   SamplingOptions sampling;           // seed 0 with temperature > 0: a seed is drawn per request
   bool ignore_eos = false;
+  std::vector<std::string> stop;      // generation ends at the first of these in the text, which is not emitted
 };
 
 struct GenerateOutput {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> generated_ids;
   std::string text;                   // the detokenized generated ids
-  std::string finish_reason;          // stop | length | error | cancelled
+  std::string finish_reason;          // stop (a stop id or stop string) | length | error | cancelled
   std::optional<Error> error;
   double ttft_ms = 0;                 // submit -> first token
   double decode_tokens_per_s = 0;     // (generated - 1) / (last token - first token)

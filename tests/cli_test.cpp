@@ -81,7 +81,7 @@ TEST_CASE("generate prints text - seeds make it reproducible - flags override th
 }
 
 TEST_CASE("every subcommand has --help", "[cli]") {
-  for (const char* sub : {"generate", "worker", "bench"}) {
+  for (const char* sub : {"generate", "worker", "bench", "tokenize", "detokenize"}) {
     auto r = run_actord({sub, "--help"});
     CHECK(r.exit_code == 0);
     CHECK_THAT(r.out, Catch::Contains("--help"));
@@ -175,4 +175,40 @@ TEST_CASE("bench offline prints one JSON object with throughput and latency figu
                          "100", "--json"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("exceeds the model's context (512)"));
+}
+
+TEST_CASE("tokenize and detokenize read and write JSON lines - bad lines get an error line", "[cli][tokenizer]") {
+  test::TempDir tmp;
+  test::write_file(tmp.path() / "in.jsonl", "{\"text\": \"Once upon a time\"}\nnot json\n{\"ids\": 3}\n");
+  const std::string cmd = "cd " + shell_quote(test::source_dir().string()) + " && " +
+                          shell_quote(test::actord_binary()) + " tokenize --model models/stories260K < " +
+                          shell_quote((tmp.path() / "in.jsonl").string()) + " > " +
+                          shell_quote((tmp.path() / "out.jsonl").string());
+  const int status = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(status) == 2);  // some lines were bad
+  std::ifstream out(tmp.path() / "out.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(out, line)) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].at("ids") == std::vector<int>{1, 403, 407, 261, 378});
+  CHECK(lines[1].contains("error"));
+  CHECK(lines[2].contains("error"));
+
+  test::write_file(tmp.path() / "ids.jsonl", "{\"ids\": [403, 407, 261, 378]}\n");
+  const std::string back = "cd " + shell_quote(test::source_dir().string()) + " && " +
+                           shell_quote(test::actord_binary()) + " detokenize --model models/stories260K < " +
+                           shell_quote((tmp.path() / "ids.jsonl").string()) + " > " +
+                           shell_quote((tmp.path() / "text.jsonl").string());
+  CHECK(std::system(back.c_str()) == 0);
+  std::ifstream text(tmp.path() / "text.jsonl");
+  std::getline(text, line);
+  CHECK(nlohmann::json::parse(line).at("text") == "Once upon a time");
+}
+
+TEST_CASE("generate --stop ends the text before the stop string", "[cli][stop]") {
+  auto r = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "", "--max-tokens", "60", "--temperature",
+                       "0", "--stop", "named Lily"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "Once upon a time, there was a little girl \n");
 }

@@ -244,3 +244,23 @@ TEST_CASE("a worker process killed mid-run fails its requests instead of hanging
   REQUIRE((*again)[0].error);
   CHECK((*again)[0].error->code == Errc::worker_failed);
 }
+
+TEST_CASE("a stop string spanning tokens ends generation and is not emitted", "[engine][stop]") {
+  auto engine = start(quickstart());
+  GenerateRequest r = greedy({1}, 100);
+  r.stop = {"named Lily"};  // "named" and " Lily" are separate tokens of the reference story
+  std::string streamed;
+  auto out = engine->generate({r, greedy({1}, 20)}, [&](size_t i, std::string_view d) {
+    if (i == 0) streamed += d;
+  });
+  REQUIRE(out.ok());
+  CHECK((*out)[0].text == "Once upon a time, there was a little girl ");
+  CHECK(streamed == (*out)[0].text);
+  CHECK((*out)[0].finish_reason == "stop");
+  CHECK((*out)[0].generated_ids.size() < 20);
+  // The other request in the batch is unaffected, and the engine serves the next call.
+  CHECK((*out)[1].generated_ids.size() == 20);
+  auto again = engine->generate({greedy({1}, 5)});
+  REQUIRE(again.ok());
+  CHECK((*again)[0].generated_ids.size() == 5);
+}

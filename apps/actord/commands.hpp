@@ -29,6 +29,7 @@ struct GenerateArgs {
   bool json = false;
   bool echo = false;
   bool ignore_eos = false;
+  std::vector<std::string> stop;
 };
 
 struct WorkerArgs {
@@ -55,6 +56,14 @@ struct BenchArgs {
   CLI::App* offline = nullptr;
 };
 
+struct TokenizeArgs {
+  std::string model;
+  bool no_special = false;
+  bool skip_special = false;
+  CLI::App* tokenize = nullptr;
+  CLI::App* detokenize = nullptr;
+};
+
 // Adds CONFIG, --model, --set and --log-level to a subcommand that runs a topology.
 void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level);
 // Sets the spdlog level; false (and a message) for an unknown level name.
@@ -67,6 +76,9 @@ int run_generate(const GenerateArgs& args);
 
 CLI::App* add_bench_command(CLI::App& app, BenchArgs& args);
 int run_bench(const BenchArgs& args);
+
+void add_tokenize_commands(CLI::App& app, TokenizeArgs& args);
+int run_tokenize(const TokenizeArgs& args, bool decode);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
 int run_worker(const WorkerArgs& args);

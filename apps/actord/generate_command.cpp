@@ -44,6 +44,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   cmd->add_flag("--json", args.json, "Print one JSON object per prompt: generated_ids, text, ttft_ms, ...");
   cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_option("--stop", args.stop, "Stop at this text, which is not printed (repeatable)")->take_all();
   return cmd;
 }
 
@@ -74,10 +75,11 @@ int run_generate(const GenerateArgs& args) {
     auto ids = parse_ids(args.prompt_ids);
     if (!ids) return fail(ids.error());
     requests.push_back(GenerateRequest{std::nullopt, *ids, static_cast<uint32_t>(args.max_tokens), sampling,
-                                       args.ignore_eos});
+                                       args.ignore_eos, args.stop});
   }
   for (const auto& p : args.prompts) {
-    requests.push_back(GenerateRequest{p, {}, static_cast<uint32_t>(args.max_tokens), sampling, args.ignore_eos});
+    requests.push_back(
+        GenerateRequest{p, {}, static_cast<uint32_t>(args.max_tokens), sampling, args.ignore_eos, args.stop});
   }
 
   EngineOptions options;

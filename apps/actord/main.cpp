@@ -1,4 +1,4 @@
-// actord: the command line. Subcommands: generate, bench offline, worker (internal: started by the engine itself).
+// actord: the command line. Subcommands: generate, bench offline, tokenize, detokenize, worker (internal: started by the engine itself).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   auto* generate = actord::cli::add_generate_command(app, generate_args);
   actord::cli::BenchArgs bench_args;
   auto* bench = actord::cli::add_bench_command(app, bench_args);
+  actord::cli::TokenizeArgs tokenize_args;
+  actord::cli::add_tokenize_commands(app, tokenize_args);
   actord::cli::WorkerArgs worker_args;
   auto* worker = actord::cli::add_worker_command(app, worker_args);
 
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
   }
   if (generate->parsed()) return actord::cli::run_generate(generate_args);
   if (bench->parsed()) return actord::cli::run_bench(bench_args);
+  if (tokenize_args.tokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, false);
+  if (tokenize_args.detokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, true);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
   return 2;
 }
