@@ -126,7 +126,7 @@ Result<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_
   const uint64_t id = impl_->next_id.fetch_add(1);
   wire_msg req = build<wire::TokenizeRequest>([&](wire::TokenizeRequest::Builder out) {
     out.setCorrelationId(id);
-    out.setText(text);
+    out.setText(text_of(text));
     out.setAddSpecialTokens(add_special_tokens);
   });
   Result<std::vector<int32_t>> result = Error{Errc::internal, "no reply from the tokenizer"};
@@ -211,7 +211,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
     std::string text;
     self->request(impl_->tokenizers[request_id % impl_->tokenizers.size()], caf::infinite, detok_atom::value,
                   std::move(detok))
-        .receive([&](const wire_msg& reply) { text = WireReader(reply).root<wire::DetokenizeResult>().getText(); },
+        .receive([&](const wire_msg& reply) { text = string_of(WireReader(reply).root<wire::DetokenizeResult>().getText()); },
                  [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
     return text;
   };

@@ -48,7 +48,7 @@ caf::behavior tokenizer_impl(caf::stateful_actor<tokenizer_state>* self, std::sh
         return build<wire::DetokenizeResult>([&](wire::DetokenizeResult::Builder out) {
           out.setCorrelationId(req.getCorrelationId());
           out.setRequestId(req.getRequestId());
-          out.setText(text);
+          out.setText(text_of(text));
         });
       },
   };

@@ -59,6 +59,11 @@ void fill_list(ListBuilder list, const std::vector<T>& values) {
   for (uint32_t i = 0; i < values.size(); ++i) list.set(i, values[i]);
 }
 
+// A capnp Text of all of `s`, embedded NUL characters included (the implicit conversion stops at the first NUL).
+inline capnp::Text::Reader text_of(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+// All of a capnp Text as a std::string, embedded NULs included.
+inline std::string string_of(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
 void set_error(wire::Error::Builder out, const Error& error);
 Error get_error(wire::Error::Reader in);  // code none -> Errc::internal with empty message; check has_error first
 inline bool has_error(wire::Error::Reader in) { return in.getCode() != wire::ErrorCode::NONE; }

@@ -264,3 +264,13 @@ TEST_CASE("a stop string spanning tokens ends generation and is not emitted", "[
   REQUIRE(again.ok());
   CHECK((*again)[0].generated_ids.size() == 5);
 }
+
+TEST_CASE("text with NUL characters travels whole between actors", "[engine]") {
+  auto engine = start(quickstart());
+  const std::string text("a\0b", 3);
+  auto ids = engine->tokenize(text);
+  REQUIRE(ids.ok());
+  // NUL is byte-fallback token <0x00> (id 3) in stories260K: both sides of it are encoded.
+  CHECK(std::count(ids->begin(), ids->end(), 3) == 1);
+  CHECK(ids->size() >= 4);
+}
