@@ -11,19 +11,30 @@
 
 using namespace actord;
 
+namespace {
+
+// Logits after one prefill of `tokens` (a fresh KV cache, block 0).
+std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& tokens, int threads = 2) {
+  const ModelConfig& cfg = model.config();
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 4, 16);
+  cpu::ThreadPool pool(threads);
+  std::vector<uint32_t> table{0, 1, 2, 3};
+  ForwardBatch batch;
+  batch.tokens = tokens;
+  batch.seqs = {SeqSlice{0, static_cast<int32_t>(tokens.size()), 0, table.data(), true}};
+  std::vector<float> logits;
+  model.forward(batch, kv, logits, pool);
+  return logits;
+}
+
+}  // namespace
+
 TEST_CASE("stories260K logits at BOS match the reference values", "[model]") {
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
   auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
   REQUIRE(model.ok());
-  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
-  cpu::ThreadPool pool(2);
-  std::vector<uint32_t> table{2};
-  ForwardBatch batch;
-  batch.tokens = {1};
-  batch.seqs = {SeqSlice{0, 1, 0, table.data(), true}};
-  std::vector<float> logits;
-  (*model)->forward(batch, kv, logits, pool);
+  const auto logits = prefill_logits(**model, {1});
   REQUIRE(logits.size() == 512);
   // From models/stories260K/README.md (independent fp64 implementation).
   CHECK(logits[403] == Approx(17.023515).epsilon(1e-5));
@@ -124,15 +135,7 @@ TEST_CASE("load_format dummy runs a config-only folder and is reproducible by se
     options.seed = seed;
     auto model = ModelRegistry::with_builtins().create(*cfg, options);
     if (!model) FAIL(model.error().message);
-    KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
-    cpu::ThreadPool pool(2);
-    std::vector<uint32_t> table{0};
-    ForwardBatch batch;
-    batch.tokens = {1, 5, 9};
-    batch.seqs = {SeqSlice{0, 3, 0, table.data(), true}};
-    std::vector<float> logits;
-    (*model)->forward(batch, kv, logits, pool);
-    return logits;
+    return prefill_logits(**model, {1, 5, 9});
   };
   const auto a = run(7), b = run(7), c = run(8);
   CHECK(a == b);
@@ -149,15 +152,7 @@ TEST_CASE("model.dtype converts at load - bf16 logits stay close to f32", "[mode
     options.dtype = dtype;
     auto model = ModelRegistry::with_builtins().create(*cfg, options);
     if (!model) FAIL(model.error().message);
-    KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 4, 16);
-    cpu::ThreadPool pool(1);
-    std::vector<uint32_t> table{0};
-    ForwardBatch batch;
-    batch.tokens = {1};
-    batch.seqs = {SeqSlice{0, 1, 0, table.data(), true}};
-    std::vector<float> logits;
-    (*model)->forward(batch, kv, logits, pool);
-    return logits;
+    return prefill_logits(**model, {1}, 1);
   };
   const auto f32 = logits_with("auto"), bf16 = logits_with("bfloat16"), f16 = logits_with("float16");
   float max_err_bf16 = 0, max_err_f16 = 0;
