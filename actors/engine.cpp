@@ -215,57 +215,60 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
                  [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
     return text;
   };
+  // One request's delta: its tokens, text (through the stop strings) and, at the end, how it finished.
+  auto on_delta = [&](wire::StreamDelta::Reader delta, clock_type::time_point now) {
+    auto it = index_of.find(delta.getRequestId());
+    if (it == index_of.end()) return;
+    const size_t i = it->second;
+    GenerateOutput& out = outputs[i];
+    const auto ids = delta.getTokenIds();
+    const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
+    if (stops[i].stopped()) {  // a stop string already ended it: wait for the scheduler's last word
+      if (finished) --remaining;
+      return;
+    }
+    const std::vector<int32_t> new_ids = to_vector<int32_t>(ids);
+    if (!new_ids.empty()) {
+      if (out.generated_ids.empty()) first[i] = now;
+      last[i] = now;
+      out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
+    }
+    if (has_error(delta.getError())) out.error = get_error(delta.getError());
+    std::string text = detokenize(it->first, new_ids, finished);
+    if (!stops[i].empty()) {
+      text = stops[i].push(text);
+      if (finished) text += stops[i].finish();
+    }
+    if (!text.empty() && on_text) on_text(i, text);
+    out.text += text;
+    if (stops[i].stopped()) {
+      // A stop string ends it here: finish the output, stop the scheduler, drop what it still sends.
+      close(i, now, "stop");
+      if (!finished) {
+        detokenize(it->first, {}, true);
+        self->send(impl_->scheduler, cancel_atom::value,
+                   build<wire::CancelRequest>([&](wire::CancelRequest::Builder c) { c.setRequestId(it->first); }));
+      } else {
+        --remaining;
+      }
+      return;
+    }
+    if (finished) {
+      switch (delta.getFinishReason()) {
+        case wire::FinishReason::STOP: close(i, now, "stop"); break;
+        case wire::FinishReason::LENGTH: close(i, now, "length"); break;
+        case wire::FinishReason::CANCELLED: close(i, now, "cancelled"); break;
+        default: close(i, now, "error"); break;
+      }
+      --remaining;
+    }
+  };
   while (remaining > 0 && !failure) {
     self->receive(
         [&](delta_atom, const wire_msg& msg) {
           const auto now = clock_type::now();
           WireReader reader(msg);
-          auto delta = reader.root<wire::StreamDelta>();
-          auto it = index_of.find(delta.getRequestId());
-          if (it == index_of.end()) return;
-          const size_t i = it->second;
-          GenerateOutput& out = outputs[i];
-          const auto ids = delta.getTokenIds();
-          const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
-          if (stops[i].stopped()) {  // a stop string already ended it: wait for the scheduler's last word
-            if (finished) --remaining;
-            return;
-          }
-          const std::vector<int32_t> new_ids = to_vector<int32_t>(ids);
-          if (!new_ids.empty()) {
-            if (out.generated_ids.empty()) first[i] = now;
-            last[i] = now;
-            out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
-          }
-          if (has_error(delta.getError())) out.error = get_error(delta.getError());
-          std::string text = detokenize(it->first, new_ids, finished);
-          if (!stops[i].empty()) {
-            text = stops[i].push(text);
-            if (finished) text += stops[i].finish();
-          }
-          if (!text.empty() && on_text) on_text(i, text);
-          out.text += text;
-          if (stops[i].stopped()) {
-            // A stop string ends it here: finish the output, stop the scheduler, drop what it still sends.
-            close(i, now, "stop");
-            if (!finished) {
-              detokenize(it->first, {}, true);
-              self->send(impl_->scheduler, cancel_atom::value,
-                         build<wire::CancelRequest>([&](wire::CancelRequest::Builder c) { c.setRequestId(it->first); }));
-            } else {
-              --remaining;
-            }
-            return;
-          }
-          if (finished) {
-            switch (delta.getFinishReason()) {
-              case wire::FinishReason::STOP: close(i, now, "stop"); break;
-              case wire::FinishReason::LENGTH: close(i, now, "length"); break;
-              case wire::FinishReason::CANCELLED: close(i, now, "cancelled"); break;
-              default: close(i, now, "error"); break;
-            }
-            --remaining;
-          }
+          for (auto delta : reader.root<wire::StreamDeltaBatch>().getDeltas()) on_delta(delta, now);
         },
         caf::after(std::chrono::minutes(30)) >>
             [&] { failure = Error{Errc::internal, "no progress from the scheduler for 30 minutes"}; });

@@ -5,6 +5,7 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -46,20 +47,36 @@ wire::FinishReason to_wire(Finish finish) {
   return wire::FinishReason::ERROR;
 }
 
-void emit(self_ptr self, const SequenceUpdate& u) {
-  auto it = self->state.sinks.find(u.id);
-  if (it == self->state.sinks.end()) return;
-  wire_msg delta = build<wire::StreamDelta>([&](wire::StreamDelta::Builder out) {
-    out.setRequestId(u.id);
-    auto ids = out.initTokenIds(static_cast<uint32_t>(u.new_tokens.size()));
-    for (uint32_t i = 0; i < u.new_tokens.size(); ++i) ids.set(i, u.new_tokens[i]);
-    out.setFinishReason(to_wire(u.finish));
-    out.setPromptTokens(u.prompt_tokens);
-    if (u.finish == Finish::error) set_error(out.initError(), Error{u.error_code, u.error});
-  });
-  self->send(it->second, delta_atom::value, std::move(delta));
-  if (u.finish != Finish::none) self->state.sinks.erase(it);
+// Sends the updates to their submitters: one StreamDeltaBatch per submitter.
+void emit(self_ptr self, const std::vector<SequenceUpdate>& updates) {
+  auto& sinks = self->state.sinks;
+  std::vector<std::pair<caf::actor, std::vector<const SequenceUpdate*>>> by_sink;
+  for (const auto& u : updates) {
+    auto it = sinks.find(u.id);
+    if (it == sinks.end()) continue;
+    auto group = std::find_if(by_sink.begin(), by_sink.end(), [&](const auto& g) { return g.first == it->second; });
+    if (group == by_sink.end()) group = by_sink.insert(by_sink.end(), {it->second, {}});
+    group->second.push_back(&u);
+    if (u.finish != Finish::none) sinks.erase(it);
+  }
+  for (auto& [sink, group] : by_sink) {
+    wire_msg batch = build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
+      auto deltas = out.initDeltas(static_cast<uint32_t>(group.size()));
+      for (uint32_t d = 0; d < group.size(); ++d) {
+        const SequenceUpdate& u = *group[d];
+        auto delta = deltas[d];
+        delta.setRequestId(u.id);
+        fill_list(delta.initTokenIds(static_cast<uint32_t>(u.new_tokens.size())), u.new_tokens);
+        delta.setFinishReason(to_wire(u.finish));
+        delta.setPromptTokens(u.prompt_tokens);
+        if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
+      }
+    });
+    self->send(sink, delta_atom::value, std::move(batch));
+  }
 }
+
+void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::vector<SequenceUpdate>{u}); }
 
 void maybe_step(self_ptr self);
 
@@ -90,7 +107,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     self->state.compute_us += result.getComputeMicros();
     updates = self->state.batcher->on_step_result(sampled);
   }
-  for (const auto& u : updates) emit(self, u);
+  emit(self, updates);
   self->state.own_us += micros_since(t0);
   maybe_step(self);
 }
@@ -136,7 +153,7 @@ void maybe_step(self_ptr self) {
             [=](const caf::error& err) {
               const std::string why = "worker unreachable: " + self->system().render(err);
               spdlog::error("{}: {}", self->state.actor_name, why);
-              for (const auto& u : self->state.batcher->on_step_failed(why)) emit(self, u);
+              emit(self, self->state.batcher->on_step_failed(why));
               maybe_step(self);
             });
 }

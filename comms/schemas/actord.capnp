@@ -95,6 +95,12 @@ struct StreamDelta {
   promptTokens @4 :UInt32;
 }
 
+# What the scheduler sends a submitter after a step: one StreamDelta per request of that submitter that produced
+# tokens or finished in the step (one message per submitter per step, not one per request).
+struct StreamDeltaBatch {
+  deltas @0 :List(StreamDelta);
+}
+
 # kv_pool --------------------------------------------------------------------------------------------------------
 
 struct KvLeaseRequest {
