@@ -5,6 +5,8 @@
 #include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <unordered_map>
@@ -26,7 +28,7 @@ struct scheduler_state {
   std::unordered_map<uint64_t, caf::actor> sinks;         // request id -> who submitted it
   uint64_t next_step_id = 1;
   // Statistics (see SchedulerStats).
-  uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_us = 0;
+  uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_ns = 0;
   uint64_t prefill_tokens = 0, prefill_us = 0, decode_tokens = 0, decode_us = 0;
   uint32_t max_seqs_in_step = 0;
   std::chrono::steady_clock::time_point step_sent;
@@ -80,13 +82,20 @@ void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::vector<Seque
 
 void maybe_step(self_ptr self);
 
+// CPU time of the calling thread, in nanoseconds: the scheduler's own cost, whatever else the cores are doing.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint64_t micros_since(std::chrono::steady_clock::time_point t) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count());
 }
 
 void on_step_result(self_ptr self, const wire_msg& msg) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
   const uint64_t round_trip = micros_since(st.step_sent);
   st.round_trip_us += round_trip;
@@ -108,14 +117,14 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     updates = self->state.batcher->on_step_result(sampled);
   }
   emit(self, updates);
-  self->state.own_us += micros_since(t0);
+  self->state.own_ns += thread_cpu_ns() - cpu0;
   maybe_step(self);
 }
 
 void maybe_step(self_ptr self) {
   auto& st = self->state;
   if (!st.lease_ready || st.batcher->step_in_flight()) return;
-  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t cpu0 = thread_cpu_ns();
   auto plan = st.batcher->plan_step();
   if (!plan) return;
   const uint64_t step_id = st.next_step_id++;
@@ -147,7 +156,7 @@ void maybe_step(self_ptr self) {
   st.step_is_decode = plan->decode_only();
   st.max_seqs_in_step = std::max<uint32_t>(st.max_seqs_in_step, static_cast<uint32_t>(plan->slices.size()));
   st.step_sent = std::chrono::steady_clock::now();
-  st.own_us += micros_since(t0);
+  st.own_ns += thread_cpu_ns() - cpu0;
   self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
       .then([=](const wire_msg& result) { on_step_result(self, result); },
             [=](const caf::error& err) {
@@ -225,7 +234,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor w
           out.setSampledTokens(st.sampled);
           out.setRoundTripMicros(st.round_trip_us);
           out.setWorkerComputeMicros(st.compute_us);
-          out.setSchedulerMicros(st.own_us);
+          out.setSchedulerMicros(st.own_ns / 1000);
           out.setPreemptions(st.batcher->num_preemptions());
           out.setMaxSeqsInStep(st.max_seqs_in_step);
           out.setPrefillTokens(st.prefill_tokens);

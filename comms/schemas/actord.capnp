@@ -206,7 +206,7 @@ struct SchedulerStats {
   sampledTokens @3 :UInt64;
   roundTripMicros @4 :UInt64;      # ExecuteStep sent -> StepResult received, summed
   workerComputeMicros @5 :UInt64;  # time inside the worker's forward pass and sampling, summed
-  schedulerMicros @6 :UInt64;      # the scheduler's own time per step (plan, encode, apply, emit), summed
+  schedulerMicros @6 :UInt64;      # the scheduler's own thread CPU time per step (plan, encode, apply, emit), summed
   preemptions @7 :UInt64;
   maxSeqsInStep @8 :UInt32;
   prefillTokens @9 :UInt64;        # prompt tokens fed (and recomputed ones after preemptions)
