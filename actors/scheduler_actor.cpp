@@ -125,7 +125,7 @@ void maybe_step(self_ptr self) {
   auto& st = self->state;
   if (!st.lease_ready || st.batcher->step_in_flight()) return;
   const uint64_t cpu0 = thread_cpu_ns();
-  auto plan = st.batcher->plan_step();
+  const StepPlan* plan = st.batcher->plan_step();
   if (!plan) return;
   const uint64_t step_id = st.next_step_id++;
   wire_msg step = build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {

@@ -110,8 +110,8 @@ PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
   return s;
 }
 
-std::optional<StepPlan> BatchScheduler::plan_step() {
-  if (in_flight_) return std::nullopt;
+const StepPlan* BatchScheduler::plan_step() {
+  if (in_flight_) return nullptr;
   StepPlan plan;
   int budget = limits_.max_num_batched_tokens;
 
@@ -147,9 +147,9 @@ std::optional<StepPlan> BatchScheduler::plan_step() {
     plan.num_prefill_tokens += chunk;
   }
 
-  if (plan.slices.empty()) return std::nullopt;
-  in_flight_ = plan;
-  return plan;
+  if (plan.slices.empty()) return nullptr;
+  in_flight_ = std::move(plan);
+  return &*in_flight_;
 }
 
 int BatchScheduler::max_tokens_held() const {
@@ -184,19 +184,14 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std
     ACTORD_CHECK(it != seqs_.end());
     Sequence& seq = it->second;
     SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
-    // A sequence preempted while its slice was planned later in the same step recomputes from scratch.
-    const bool still_placed = std::find(running_.begin(), running_.end(), seq.req.id) != running_.end();
+    // Planned sequences are never preempted within their step (plan_step only preempts unplanned ones).
+    seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
     if (slice.sample) {
       ACTORD_CHECK(next_sample < sampled.size() && sampled[next_sample].first == slice.seq_id);
       const int32_t token = sampled[next_sample++].second;
-      if (still_placed) {
-        seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
-        seq.tokens.push_back(token);
-        ++seq.generated;
-        update.new_tokens.push_back(token);
-      }
-    } else if (still_placed) {
-      seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
+      seq.tokens.push_back(token);
+      ++seq.generated;
+      update.new_tokens.push_back(token);
     }
     if (auto done = check_finished(seq)) {
       done->new_tokens = std::move(update.new_tokens);

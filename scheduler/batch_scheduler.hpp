@@ -81,7 +81,9 @@ class BatchScheduler {
 
   bool step_in_flight() const { return in_flight_.has_value(); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  std::optional<StepPlan> plan_step();
+  // The next step, or nullptr when there is nothing to run or a step is in flight. The plan stays owned by the
+  // scheduler and valid until on_step_result / on_step_failed.
+  const StepPlan* plan_step();
   // sampled: one (seq id, token) per slice with sample = true, in plan order.
   std::vector<SequenceUpdate> on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled);
   // The step in flight failed: every sequence in it finishes with `error`.
