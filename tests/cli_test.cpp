@@ -212,3 +212,26 @@ TEST_CASE("generate --stop ends the text before the stop string", "[cli][stop]")
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "Once upon a time, there was a little girl \n");
 }
+
+TEST_CASE("tokenize renders messages with the model's chat template", "[cli][tokenizer][chat_template]") {
+  test::TempDir tmp;
+  test::write_file(tmp.path() / "in.jsonl", R"({"messages": [{"role": "user", "content": "Hello!"}]})"
+                                            "\n"
+                                            R"({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false})"
+                                            "\n");
+  const std::string cmd = "cd " + shell_quote(test::source_dir().string()) + " && " +
+                          shell_quote(test::actord_binary()) +
+                          " tokenize --model tests/fixtures/tokenizers/qwen3 < " +
+                          shell_quote((tmp.path() / "in.jsonl").string()) + " > " +
+                          shell_quote((tmp.path() / "out.jsonl").string());
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream out(tmp.path() / "out.jsonl");
+  std::string line;
+  std::getline(out, line);
+  auto first = nlohmann::json::parse(line);
+  CHECK(first.at("text") == "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n");
+  // <|im_start|> and <|im_end|> are single special tokens, not spelled out.
+  CHECK(first.at("ids") == std::vector<int>{151644, 872, 198, 9707, 0, 151645, 198, 151644, 77091, 198});
+  std::getline(out, line);
+  CHECK(nlohmann::json::parse(line).at("text") == "<|im_start|>user\nHi<|im_end|>\n");
+}

@@ -1,9 +1,11 @@
 // actord tokenize / detokenize: JSON lines on stdin, JSON lines on stdout, with a model folder's tokenizer.
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "apps/actord/commands.hpp"
+#include "tokenizer/chat_template.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord::cli {
@@ -18,7 +20,7 @@ int for_each_json_line(Handle&& handle) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json out;
     try {
-      out = handle(nlohmann::json::parse(line));
+      out = handle(nlohmann::ordered_json::parse(line));
     } catch (const std::exception& e) {
       out = {{"error", std::string("bad input line: ") + e.what()}};
     }
@@ -48,13 +50,33 @@ int run_tokenize(const TokenizeArgs& args, bool decode) {
     return exit_code_for(tok.error());
   }
   if (!decode) {
-    return for_each_json_line([&](const nlohmann::json& in) -> nlohmann::json {
-      if (in.contains("messages")) return {{"error", "chat templates are not supported yet: send {\"text\": ...}"}};
+    std::optional<ChatTemplate> chat;  // loaded on the first {"messages": ...} line
+    nlohmann::json special_tokens;
+    return for_each_json_line([&](const nlohmann::ordered_json& in) -> nlohmann::json {
+      if (in.contains("messages")) {
+        // The model's chat template renders the conversation; its text already holds the special tokens, so it
+        // is encoded without adding more (as HF's apply_chat_template does).
+        if (!chat) {
+          nlohmann::json special;
+          auto loaded = load_chat_template(args.model, &special);
+          if (!loaded) return {{"error", loaded.error().message}};
+          chat.emplace(std::move(*loaded));
+          special_tokens = std::move(special);
+        }
+        nlohmann::ordered_json context = in;
+        if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = true;
+        for (const auto& [key, value] : special_tokens.items()) {
+          if (!context.contains(key)) context[key] = value;
+        }
+        auto text = chat->render(context);
+        if (!text) return {{"error", text.error().message}};
+        return {{"ids", tok->encode(*text, false)}, {"text", *text}};
+      }
       if (!in.contains("text") || !in["text"].is_string()) return {{"error", "expected {\"text\": \"...\"}"}};
       return {{"ids", tok->encode(in["text"].get<std::string>(), !args.no_special)}};
     });
   }
-  return for_each_json_line([&](const nlohmann::json& in) -> nlohmann::json {
+  return for_each_json_line([&](const nlohmann::ordered_json& in) -> nlohmann::json {
     if (!in.contains("ids") || !in["ids"].is_array()) return {{"error", "expected {\"ids\": [...]}"}};
     std::vector<int32_t> ids;
     for (const auto& v : in["ids"]) {
