@@ -274,3 +274,20 @@ TEST_CASE("text with NUL characters travels whole between actors", "[engine]") {
   CHECK(std::count(ids->begin(), ids->end(), 3) == 1);
   CHECK(ids->size() >= 4);
 }
+
+TEST_CASE("invalid UTF-8 in a prompt is encoded byte by byte and the engine keeps serving", "[engine][tokenizer]") {
+  auto engine = start(quickstart());
+  GenerateRequest bad;
+  bad.prompt = std::string("Once \xff\xfe upon", 12);
+  bad.max_tokens = 4;
+  bad.sampling.temperature = 0.0f;
+  auto out = engine->generate({bad, greedy({1}, 4)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids.size() == 4);
+  // Byte fallback: 0xFF and 0xFE are the tokens <0xFF> (258) and <0xFE> (257).
+  const auto& ids = (*out)[0].prompt_ids;
+  CHECK(std::find(ids.begin(), ids.end(), 258) != ids.end());
+  CHECK(std::find(ids.begin(), ids.end(), 257) != ids.end());
+  CHECK((*out)[1].generated_ids.size() == 4);
+}
