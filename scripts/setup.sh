@@ -33,5 +33,5 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR.configure.log" 2>&1 ||
     { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)" | grep -v '^\[' || true
+cmake --build "$BUILD_DIR" -j "$(nproc)" | grep -v -E '^\[|^ninja: no work to do' || true
 test "${PIPESTATUS[0]}" -eq 0
