@@ -30,8 +30,13 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="$PATH:/usr/local/cuda/bin"
 
 BUILD_DIR="${ACTORD_BUILD_DIR:-build}"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  echo "actord: configuring and building in $BUILD_DIR (a few minutes the first time)" >&2
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$BUILD_DIR.configure.log" 2>&1 ||
     { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
 fi
-cmake --build "$BUILD_DIR" -j "$(nproc)" | grep -v -E '^\[|^ninja: no work to do' || true
-test "${PIPESTATUS[0]}" -eq 0
+# Quiet on success; the whole log is printed when the build fails.
+if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1; then
+  cat "$BUILD_DIR.build.log" >&2
+  echo "actord: the build failed (log: $BUILD_DIR.build.log)" >&2
+  exit 1
+fi
