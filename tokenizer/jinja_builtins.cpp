@@ -12,18 +12,6 @@ void undefined_error(const Value& v, int line) {
   fail(Errc::invalid_argument, line, name.empty() ? "value is undefined" : "'" + name + "' is undefined");
 }
 
-bool as_number(const Value& v, double& d) {
-  if (v.is_int())
-    d = static_cast<double>(v.as_int());
-  else if (v.is_float())
-    d = v.as_float();
-  else if (v.is_bool())
-    d = v.as_bool() ? 1.0 : 0.0;
-  else
-    return false;
-  return true;
-}
-bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
 int64_t to_i(const Value& v) { return v.is_int() ? v.as_int() : int64_t{v.as_bool()}; }
 
 [[noreturn]] static void type_error(const std::string& op, const Value& a, const Value& b, int line) {

@@ -26,9 +26,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, int 
 bool apply_test(const std::string& name, const Value& v, const std::vector<Value>& args, int line);
 Value call_method(const Value& obj, const std::string& name, CallArgs& args, int line);
 
-// Helpers shared by jinja_builtins.cpp and jinja_filters.cpp.
-bool as_number(const Value& v, double& d);  // int, float or bool
-bool is_intlike(const Value& v);            // int or bool
+// Helpers shared by jinja_builtins.cpp and jinja_filters.cpp (as_number and is_intlike: jinja_value.hpp).
 int64_t to_i(const Value& v);
 const Value* arg(const CallArgs& a, size_t idx, std::string_view name);  // positional idx, else keyword name
 std::string str_arg(const CallArgs& a, size_t idx, std::string_view name, const char* what, int line);

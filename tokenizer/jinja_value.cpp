@@ -312,25 +312,28 @@ std::string to_json(const Value& v, int indent, int line) {
   return out;
 }
 
+bool as_number(const Value& v, double& d) {
+  if (v.is_int())
+    d = static_cast<double>(v.as_int());
+  else if (v.is_float())
+    d = v.as_float();
+  else if (v.is_bool())
+    d = v.as_bool() ? 1.0 : 0.0;
+  else
+    return false;
+  return true;
+}
+
+bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
+
 bool equal(const Value& a, const Value& b) {
-  const auto num = [](const Value& x, double& d) {
-    if (x.is_int())
-      d = static_cast<double>(x.as_int());
-    else if (x.is_float())
-      d = x.as_float();
-    else if (x.is_bool())
-      d = x.as_bool() ? 1.0 : 0.0;
-    else
-      return false;
-    return true;
-  };
-  if ((a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool())) {
+  if (is_intlike(a) && is_intlike(b)) {
     const int64_t x = a.is_int() ? a.as_int() : a.as_bool();
     const int64_t y = b.is_int() ? b.as_int() : b.as_bool();
     return x == y;
   }
   double x = 0, y = 0;
-  if (num(a, x) && num(b, y)) return x == y;
+  if (as_number(a, x) && as_number(b, y)) return x == y;
   if (a.v.index() != b.v.index()) return false;
   switch (a.v.index()) {
     case 0:

@@ -116,6 +116,8 @@ std::string format_float(double d);  // Python repr of a float
 std::string to_json(const Value& v, int indent, int line);
 // Python ==.
 bool equal(const Value& a, const Value& b);
+bool as_number(const Value& v, double& d);  // int, float or bool as a double; false for anything else
+bool is_intlike(const Value& v);            // int or bool
 
 Value from_json(const nlohmann::json& j);
 Value from_json(const nlohmann::ordered_json& j);
