@@ -4,6 +4,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "executors/cpu/kernels.hpp"
+
 namespace actord {
 
 size_t ModelConfig::kv_bytes_per_token() const {
@@ -12,9 +14,7 @@ size_t ModelConfig::kv_bytes_per_token() const {
 
 std::vector<float> ModelConfig::rope_inv_freq() const {
   std::vector<float> inv(static_cast<size_t>(head_dim / 2));
-  for (int i = 0; i < head_dim / 2; ++i) {
-    inv[i] = 1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-  }
+  cpu::rope_inv_freq(head_dim, rope_theta, inv.data());
   if (rope_scaling.type == "linear") {
     for (float& f : inv) f /= rope_scaling.factor;
   } else if (rope_scaling.type == "llama3") {
