@@ -22,21 +22,29 @@ Error to_error(const jinja::TemplateError& e) {
   return make_error(e.code, "chat_template: " + e.message);
 }
 
-template <class J>
-Result<std::string> render_impl(const ChatTemplate::Impl& impl, const J& context) {
+// Runs f (which returns a Result) and turns anything the engine throws into an Error; `doing` names the phase.
+template <class F>
+auto guarded(const char* doing, F&& f) -> decltype(f()) {
   try {
-    if (!context.is_object() && !context.is_null())
-      return make_error(Errc::invalid_argument, "chat_template: the render context must be a JSON object");
-    return jinja::render_body(impl.body, jinja::from_json(context));
+    return f();
   } catch (const jinja::TemplateError& e) {
     return to_error(e);
   } catch (const std::bad_alloc&) {
-    return make_error(Errc::resource_exhausted, "chat_template: out of memory while rendering");
+    return make_error(Errc::resource_exhausted, std::string("chat_template: out of memory while ") + doing);
   } catch (const std::exception& e) {
     return make_error(Errc::internal, std::string("chat_template: ") + e.what());
   } catch (...) {
-    return make_error(Errc::internal, "chat_template: unknown error while rendering");
+    return make_error(Errc::internal, std::string("chat_template: unknown error while ") + doing);
   }
+}
+
+template <class J>
+Result<std::string> render_impl(const ChatTemplate::Impl& impl, const J& context) {
+  return guarded("rendering", [&]() -> Result<std::string> {
+    if (!context.is_object() && !context.is_null())
+      return make_error(Errc::invalid_argument, "chat_template: the render context must be a JSON object");
+    return jinja::render_body(impl.body, jinja::from_json(context));
+  });
 }
 
 Result<std::string> read_file(const std::filesystem::path& p) {
@@ -70,20 +78,12 @@ const nlohmann::json* token_string(const nlohmann::json& v) {
 }  // namespace
 
 Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
-  try {
+  return guarded("parsing", [&]() -> Result<ChatTemplate> {
     auto impl = std::make_shared<Impl>();
     impl->source = std::string(source);
     impl->body = jinja::parse_template(source);
     return ChatTemplate(std::move(impl));
-  } catch (const jinja::TemplateError& e) {
-    return to_error(e);
-  } catch (const std::bad_alloc&) {
-    return make_error(Errc::resource_exhausted, "chat_template: out of memory while parsing");
-  } catch (const std::exception& e) {
-    return make_error(Errc::internal, std::string("chat_template: ") + e.what());
-  } catch (...) {
-    return make_error(Errc::internal, "chat_template: unknown error while parsing");
-  }
+  });
 }
 
 Result<std::string> ChatTemplate::render(const nlohmann::json& context) const { return render_impl(*impl_, context); }
