@@ -7,7 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libcaf-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
-  libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2 libopenblas-serial-dev
+  libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2 libopenblas-pthread-dev
   libpcre2-dev libutf8proc-dev
   python3-torch  # the independent PyTorch reference of tests/reference
 )

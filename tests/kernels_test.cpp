@@ -66,6 +66,27 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and threa
   }
 }
 
+// Each pool thread runs its own sgemm on a panel: the BLAS library must tolerate concurrent callers (a serial
+// OpenBLAS built without locking shares its scratch buffers between them and returns garbage now and then).
+TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {
+  if (!cpu::have_blas()) return;
+  std::mt19937 rng(11);
+  const int m = 96, n = 1024, k = 256;
+  auto x = random_vector(size_t(m) * k, rng), w = random_vector(size_t(n) * k, rng);
+  std::vector<unsigned char> stored(w.size() * dtype_size(DType::bf16));
+  convert_from_f32(DType::bf16, w.data(), stored.data(), w.size());
+  const cpu::WeightMatrix wm{DType::bf16, stored.data(), n, k, 0};
+  cpu::ThreadPool single(1), pool(4);
+  std::vector<float> expected(size_t(m) * n), y(size_t(m) * n);
+  cpu::gemm_nt(x.data(), wm, nullptr, expected.data(), m, single, cpu::Isa::blas);
+  for (int round = 0; round < 40; ++round) {
+    std::fill(y.begin(), y.end(), 0.0f);
+    cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, cpu::Isa::blas);
+    INFO("round " << round);
+    REQUIRE(y == expected);
+  }
+}
+
 TEST_CASE("gemm_nt reads a strided slice of a weight matrix", "[kernels]") {
   std::mt19937 rng(5);
   const int m = 3, n = 6, k = 16, stride = 40;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/status.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -43,10 +44,22 @@ void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows,
 }
 
 #ifdef ACTORD_HAVE_OPENBLAS
-bool have_blas() { return true; }
+// A serial OpenBLAS (no locking) picked up at run time in place of the pthread build would corrupt concurrent calls:
+// then the built-in kernels do the work.
+bool have_blas() {
+  static const bool usable = openblas_get_parallel() != 0;
+  return usable;
+}
 
 void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end) {
+  // Each call runs on its caller's thread; OpenBLAS's own threads would fight the pool for the cores.
+  static const bool single_threaded = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)single_threaded;
+  ACTORD_CHECK_MSG(have_blas(), "gemm: the OpenBLAS loaded is a serial build without locking; use the pthread build");
   const int64_t k = w.cols, n = w.rows;
   constexpr int64_t kPanelRows = 128;  // 128 x k f32 stays in L2 while sgemm sweeps x
   std::vector<float> panel;

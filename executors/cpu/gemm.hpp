@@ -36,7 +36,7 @@ enum class Isa { automatic, portable, avx2, avx512, blas };
 // From this many rows of x on, automatic picks OpenBLAS (measured with bench/gemm_bench.cpp: the 16-wide AVX-512
 // tiles win up to ~32 rows, the 8-wide AVX2 ones up to ~16).
 int blas_min_rows(Isa cpu_isa);
-bool have_blas();         // whether this build links OpenBLAS
+bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
 const char* isa_name(Isa isa);
 
