@@ -1,5 +1,6 @@
 // Parity of every CPU kernel against its double-precision reference, on random inputs of several shapes.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -33,15 +34,22 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, flo
 
 }  // namespace
 
-TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and thread count", "[kernels]") {
+TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel and thread count", "[kernels]") {
   std::mt19937 rng(1);
-  std::vector<cpu::Isa> isas{cpu::Isa::portable};
-  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
-  if (cpu::have_blas()) isas.push_back(cpu::Isa::blas);
+  std::vector<cpu::GemmPath> paths{{cpu::Isa::portable, cpu::Kernel::rows}};
+  std::vector<cpu::Isa> simd;
+  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) simd.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx512) simd.push_back(cpu::Isa::avx512);
+  for (cpu::Isa isa : simd) {
+    paths.push_back({isa, cpu::Kernel::rows});
+    paths.push_back({isa, cpu::Kernel::packed});
+  }
+  if (cpu::have_blas()) paths.push_back({cpu::Isa::automatic, cpu::Kernel::blas});
+  paths.push_back({});
   for (int threads : {1, 3}) {
     cpu::ThreadPool pool(threads);
-    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {16, 64, 172}, {5, 512, 64}, {130, 37, 96}, {2, 9, 8}}) {
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {16, 64, 172}, {5, 512, 64}, {130, 37, 96}, {2, 9, 8},
+                           {40, 100, 700}, {9, 30, 1100}, {33, 49, 17}}) {
       auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng),
            bias = random_vector(n, rng);
       for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
@@ -54,12 +62,12 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA and threa
         cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);
         for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
         cpu::WeightMatrix wm{dtype, stored.data(), n, k, 0};
-        for (cpu::Isa isa : isas) {
-          INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype) << " isa=" << cpu::isa_name(isa)
-                    << " threads=" << threads);
+        for (const cpu::GemmPath& path : paths) {
+          INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype) << " isa="
+                    << cpu::isa_name(path.isa) << " kernel=" << cpu::kernel_name(path.kernel) << " threads=" << threads);
           std::vector<float> y(size_t(m) * n, -1.0f);
-          cpu::gemm_nt(x.data(), wm, bias.data(), y.data(), m, pool, isa);
-          require_close(y, ref, 2e-5f);
+          cpu::gemm_nt(x.data(), wm, bias.data(), y.data(), m, pool, path);
+          require_close(y, ref, 2e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
         }
       }
     }
@@ -78,10 +86,10 @@ TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {
   const cpu::WeightMatrix wm{DType::bf16, stored.data(), n, k, 0};
   cpu::ThreadPool single(1), pool(4);
   std::vector<float> expected(size_t(m) * n), y(size_t(m) * n);
-  cpu::gemm_nt(x.data(), wm, nullptr, expected.data(), m, single, cpu::Isa::blas);
+  cpu::gemm_nt(x.data(), wm, nullptr, expected.data(), m, single, {cpu::Isa::automatic, cpu::Kernel::blas});
   for (int round = 0; round < 40; ++round) {
     std::fill(y.begin(), y.end(), 0.0f);
-    cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, cpu::Isa::blas);
+    cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, {cpu::Isa::automatic, cpu::Kernel::blas});
     INFO("round " << round);
     REQUIRE(y == expected);
   }
@@ -89,14 +97,19 @@ TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {
 
 TEST_CASE("gemm_nt reads a strided slice of a weight matrix", "[kernels]") {
   std::mt19937 rng(5);
-  const int m = 3, n = 6, k = 16, stride = 40;
+  const int m = 3, n = 30, k = 16, stride = 40;
   auto x = random_vector(size_t(m) * k, rng), w = random_vector(size_t(n) * stride, rng);
   std::vector<float> dense(size_t(n) * k), ref(size_t(m) * n), y(size_t(m) * n);
   for (int r = 0; r < n; ++r) std::copy_n(w.data() + r * stride + 8, k, dense.data() + r * k);
   cpu::reference::matmul_nt(x.data(), dense.data(), ref.data(), m, n, k);
   cpu::ThreadPool pool(2);
-  cpu::gemm_nt(x.data(), cpu::WeightMatrix{DType::f32, w.data() + 8, n, k, stride}, nullptr, y.data(), m, pool);
-  require_close(y, ref);
+  for (cpu::Kernel kernel : {cpu::Kernel::rows, cpu::Kernel::packed}) {
+    INFO("kernel=" << cpu::kernel_name(kernel));
+    std::fill(y.begin(), y.end(), 0.0f);
+    cpu::gemm_nt(x.data(), cpu::WeightMatrix{DType::f32, w.data() + 8, n, k, stride}, nullptr, y.data(), m, pool,
+                 {cpu::Isa::automatic, kernel});
+    require_close(y, ref);
+  }
 }
 
 TEST_CASE("the thread pool runs every task exactly once", "[kernels]") {

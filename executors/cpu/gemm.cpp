@@ -12,7 +12,6 @@
 
 namespace actord::cpu {
 
-// An explicit Isa::blas request (tests, benchmarks) is honoured at any m; detected_isa() never returns it.
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -30,12 +29,23 @@ const char* isa_name(Isa isa) {
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
-    case Isa::blas: return "blas";
   }
   return "?";
 }
 
-int blas_min_rows(Isa cpu_isa) { return cpu_isa == Isa::avx512 ? 64 : 16; }
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::automatic: return "automatic";
+    case Kernel::rows: return "rows";
+    case Kernel::packed: return "packed";
+    case Kernel::blas: return "blas";
+  }
+  return "?";
+}
+
+int packed_min_rows(Isa cpu_isa) { return cpu_isa == Isa::avx512 ? 32 : 16; }
+
+int blas_min_rows(Isa) { return 1 << 30; }
 
 void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
   if (detected_isa() == Isa::avx512) return convert_rows_to_f32_avx512(w, row_begin, rows, out);
@@ -108,25 +118,73 @@ void gemm_nt_rows_portable(const float* x, const WeightMatrix& w, const float* b
   }
 }
 
-void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool, Isa isa) {
-  const int64_t n = w.rows;
-  // Enough tasks to balance the threads, each a multiple of the 4-row micro-tile; tiny products (a few
+namespace {
+
+// data[(b * k + t) * block_rows + l] = x[b * block_rows + l, t]; blocks split over the pool.
+void pack_x(const float* x, int m, int64_t k, int block_rows, float* out, ThreadPool& pool) {
+  const int blocks = (m + block_rows - 1) / block_rows;
+  auto pack_block = [&](int b) {
+    float* dst = out + static_cast<int64_t>(b) * k * block_rows;
+    const int rows = std::min(block_rows, m - b * block_rows);
+    for (int l = 0; l < rows; ++l) {
+      const float* src = x + static_cast<int64_t>(b * block_rows + l) * k;
+      for (int64_t t = 0; t < k; ++t) dst[t * block_rows + l] = src[t];
+    }
+    for (int l = rows; l < block_rows; ++l)
+      for (int64_t t = 0; t < k; ++t) dst[t * block_rows + l] = 0.0f;
+  };
+  if (static_cast<int64_t>(m) * k < (1 << 16)) {
+    for (int b = 0; b < blocks; ++b) pack_block(b);
+  } else {
+    pool.parallel_for(blocks, pack_block);
+  }
+}
+
+}  // namespace
+
+void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
+             GemmPath path) {
+  const int64_t n = w.rows, k = w.cols;
+  Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
+  Kernel kernel = path.kernel;
+  if (kernel == Kernel::automatic) {
+    kernel = m >= blas_min_rows(isa) && have_blas() ? Kernel::blas
+             : m >= packed_min_rows(isa)             ? Kernel::packed
+                                                     : Kernel::rows;
+  }
+  if (kernel == Kernel::packed && isa == Isa::portable) kernel = Kernel::rows;
+  // Enough tasks to balance the threads; tiny products (a few
   // microseconds) run on the calling thread, where waking the pool would cost more than it saves.
   constexpr int64_t kMinMacsPerTask = 1 << 16;
-  const int64_t macs = static_cast<int64_t>(m) * n * w.cols;
+  const int64_t macs = static_cast<int64_t>(m) * n * k;
   const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
-  const int64_t chunk = std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + 3) / 4 * 4);
+  // Chunks are whole register blocks of weight rows (24 covers every packed shape; 4 the rows kernels).
+  const int64_t granule = kernel == Kernel::packed ? 24 : 4;
+  const int64_t chunk =
+      std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
   const int tasks = static_cast<int>((n + chunk - 1) / chunk);
-  if (isa == Isa::automatic) {
-    isa = m >= blas_min_rows(detected_isa()) && have_blas() ? Isa::blas : detected_isa();
+
+  if (kernel == Kernel::packed) {
+    const int block_rows = isa == Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
+    const int blocks = (m + block_rows - 1) / block_rows;
+    thread_local std::vector<float> packed;
+    packed.resize(static_cast<size_t>(blocks) * block_rows * k);
+    pack_x(x, m, k, block_rows, packed.data(), pool);
+    const PackedX px{packed.data(), m, k, block_rows};
+    auto run = isa == Isa::avx512 ? &gemm_nt_packed_avx512 : &gemm_nt_packed_avx2;
+    pool.parallel_for(tasks, [&](int t) {
+      const int64_t begin = t * chunk;
+      run(px, w, bias, y, begin, std::min(n, begin + chunk));
+    });
+    return;
   }
-  auto kernel = &gemm_nt_rows_portable;
-  if (isa == Isa::blas) kernel = &gemm_nt_rows_blas;
-  if (isa == Isa::avx2) kernel = &gemm_nt_rows_avx2;
-  if (isa == Isa::avx512) kernel = &gemm_nt_rows_avx512;
+  auto run = &gemm_nt_rows_portable;
+  if (kernel == Kernel::blas) run = &gemm_nt_rows_blas;
+  else if (isa == Isa::avx2) run = &gemm_nt_rows_avx2;
+  else if (isa == Isa::avx512) run = &gemm_nt_rows_avx512;
   pool.parallel_for(tasks, [&](int t) {
     const int64_t begin = t * chunk;
-    kernel(x, w, bias, y, m, begin, std::min(n, begin + chunk));
+    run(x, w, bias, y, m, begin, std::min(n, begin + chunk));
   });
 }
 

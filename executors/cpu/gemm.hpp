@@ -3,10 +3,10 @@
 //
 // Contract: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), the HF Linear layout (a weight row is an output feature).
 // x and y are dense f32, row-major; W rows are `row_stride` elements apart (a TP shard may be a slice). Splits the n
-// output features over the pool. With many rows of x (prefill, large batches: m >= blas_min_rows()) and OpenBLAS
-// available, each task converts a panel of weight rows to f32 and calls a single-threaded OpenBLAS sgemm on it;
-// otherwise (decode: memory-bound) the AVX2/FMA/F16C kernels run when the CPU has them (checked once at run time),
-// portable C++ otherwise. All accumulate in f32 and differ from the double-precision reference only by rounding.
+// output features over the pool. With few rows of x (decode: memory-bound) each weight row is streamed once
+// against all rows of x; with many (prefill, large batches: compute-bound) x is packed and multiplied by register
+// blocks of outer products. Both have AVX2/FMA/F16C and AVX-512 versions chosen at run time, portable C++ otherwise;
+// OpenBLAS sgemm on converted weight panels is a third option (see Kernel). All accumulate in f32 and differ from the double-precision reference only by rounding.
 #pragma once
 
 #include <cstdint>
@@ -29,19 +29,38 @@ struct WeightMatrix {
   }
 };
 
-// Which code computes a product. `automatic` picks per call: blas for m >= blas_min_rows() when linked, else the best
-// kernels this CPU runs. The others force one path (tests and benchmarks); blas is OpenBLAS sgemm on converted
-// weight panels, not a CPU feature.
-enum class Isa { automatic, portable, avx2, avx512, blas };
-// From this many rows of x on, automatic picks OpenBLAS (measured with bench/gemm_bench.cpp: the 16-wide AVX-512
-// tiles win up to ~32 rows, the 8-wide AVX2 ones up to ~16).
+// Which instruction set runs a product. `automatic` is the best this CPU runs (detected_isa()); the others force one
+// (tests and benchmarks). A forced ISA the CPU lacks is not checked: do not ask for one.
+enum class Isa { automatic, portable, avx2, avx512 };
+// Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
+// `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
+// compute-bound); `blas` is OpenBLAS sgemm on converted weight panels. `automatic` picks by m (packed_min_rows(),
+// blas_min_rows()). portable runs `rows` whatever is asked, except blas.
+enum class Kernel { automatic, rows, packed, blas };
+struct GemmPath {
+  Isa isa = Isa::automatic;
+  Kernel kernel = Kernel::automatic;
+};
+// From this many rows of x on, automatic picks `packed` (measured with bench/gemm_bench.cpp).
+int packed_min_rows(Isa cpu_isa);
+// From this many rows on, automatic picks OpenBLAS; a very large number when the packed kernel wins everywhere.
 int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
 const char* isa_name(Isa isa);
+const char* kernel_name(Kernel kernel);
+
+// x packed for the `packed` kernel: ceil(m / block_rows) blocks, block b holding rows [b * block_rows, +block_rows)
+// k-major: data[(b * k + t) * block_rows + l] = x[b * block_rows + l, t], zero past row m.
+struct PackedX {
+  const float* data = nullptr;
+  int m = 0;
+  int64_t k = 0;
+  int block_rows = 0;
+};
 
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
-             Isa isa = Isa::automatic);
+             GemmPath path = {});
 
 // out[r * w.cols + c] = W[row_begin + r, c] as f32, for `rows` rows (vectorised where the CPU allows).
 void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
@@ -55,6 +74,13 @@ void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias,
                        int64_t n_end);
 void gemm_nt_rows_avx512(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                          int64_t n_end);
+// Block sizes of the packed kernel: rows of x per block for an m-row product, and the packed kernels themselves.
+int packed_block_rows_avx2(int m);
+int packed_block_rows_avx512(int m);
+void gemm_nt_packed_avx2(const PackedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                         int64_t n_end);
+void gemm_nt_packed_avx512(const PackedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                           int64_t n_end);
 void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end);
 

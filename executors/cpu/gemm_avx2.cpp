@@ -2,6 +2,7 @@
 // -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include "executors/cpu/gemm_packed.inl"
 #include "executors/cpu/gemm_tiles.inl"
 
 namespace actord::cpu {
@@ -22,6 +23,7 @@ struct Avx2 {
     }
   }
   static V load_x(const float* p) { return _mm256_loadu_ps(p); }
+  static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static V zero() { return _mm256_setzero_ps(); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
@@ -39,6 +41,15 @@ struct Avx2 {
 void gemm_nt_rows_avx2(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end) {
   tiles::gemm_rows<Avx2, 4, 3>(x, w, bias, y, m, n_begin, n_end);
+}
+
+// 16 registers: blocks of 16 rows x 6 weight rows (12 accumulators), or 8 x 12 for at most 8 rows.
+int packed_block_rows_avx2(int m) { return m <= 8 ? 8 : 16; }
+
+void gemm_nt_packed_avx2(const PackedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                         int64_t n_end) {
+  if (x.block_rows == 8) return packed::rows<Avx2, 1, 12>(x, w, bias, y, n_begin, n_end);
+  packed::rows<Avx2, 2, 6>(x, w, bias, y, n_begin, n_end);
 }
 
 void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {

@@ -2,6 +2,7 @@
 // -mavx512bw -mfma -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include "executors/cpu/gemm_packed.inl"
 #include "executors/cpu/gemm_tiles.inl"
 
 namespace actord::cpu {
@@ -22,6 +23,7 @@ struct Avx512 {
     }
   }
   static V load_x(const float* p) { return _mm512_loadu_ps(p); }
+  static V broadcast(const float* p) { return _mm512_broadcastss_ps(_mm_load_ss(p)); }
   static V zero() { return _mm512_setzero_ps(); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
@@ -34,6 +36,15 @@ struct Avx512 {
 void gemm_nt_rows_avx512(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                          int64_t n_end) {
   tiles::gemm_rows<Avx512, 6, 6>(x, w, bias, y, m, n_begin, n_end);
+}
+
+// 32 registers: blocks of 32 rows x 12 weight rows (24 accumulators), or 16 x 24 for at most 16 rows.
+int packed_block_rows_avx512(int m) { return m <= 16 ? 16 : 32; }
+
+void gemm_nt_packed_avx512(const PackedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                         int64_t n_end) {
+  if (x.block_rows == 16) return packed::rows<Avx512, 1, 24>(x, w, bias, y, n_begin, n_end);
+  packed::rows<Avx512, 2, 12>(x, w, bias, y, n_begin, n_end);
 }
 
 void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
