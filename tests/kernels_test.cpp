@@ -164,9 +164,13 @@ TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
 
 TEST_CASE("paged attention over scattered blocks matches contiguous reference attention", "[kernels]") {
   std::mt19937 rng(3);
-  struct Shape { int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens; };
+  struct Shape { int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0; };
   for (Shape s : {Shape{8, 4, 8, 16, 0, 1}, Shape{8, 4, 8, 16, 0, 37}, Shape{4, 4, 64, 4, 9, 1},
-                  Shape{6, 2, 16, 8, 20, 5}, Shape{2, 1, 128, 1, 3, 3}}) {
+                  Shape{6, 2, 16, 8, 20, 5}, Shape{2, 1, 128, 1, 3, 3}, Shape{2, 2, 64, 16, 40, 50},
+                  Shape{3, 1, 24, 16, 100, 1}, Shape{2, 1, 32, 16, 0, 70, 7}, Shape{2, 2, 16, 4, 30, 20, 9},
+                  Shape{2, 2, 16, 16, 60, 1, 5}, Shape{1, 1, 8, 16, 0, 40, 1}}) {
+    INFO("heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim << " block " << s.block_size
+                  << " start " << s.start_pos << " tokens " << s.n_tokens << " window " << s.sliding_window);
     const int n_ctx = s.start_pos + s.n_tokens, kv_row = s.n_kv_heads * s.head_dim, q_row = s.n_heads * s.head_dim;
     const int n_blocks_used = (n_ctx + s.block_size - 1) / s.block_size, pool_blocks = n_blocks_used * 2 + 3;
     // Blocks are scattered: sequence block i lives in pool block (2*i + 1) in reverse order.
@@ -185,7 +189,7 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
       }
     }
     auto q = random_vector(size_t(s.n_tokens) * q_row, rng);
-    std::vector<float> out(q.size()), ref(q.size()), scratch(n_ctx);
+    std::vector<float> out(q.size()), ref(q.size());
     cpu::PagedAttentionParams p;
     p.q = q.data();
     p.out = out.data();
@@ -200,10 +204,10 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
     p.v_base = pool.data() + s.n_kv_heads * head_stride;
     p.block_stride = block_stride;
     p.head_stride = head_stride;
-    p.scratch = scratch.data();
+    p.sliding_window = s.sliding_window;
     cpu::paged_attention(p);
     cpu::reference::attention(q.data(), k.data(), v.data(), ref.data(), s.n_tokens, s.start_pos, s.n_heads,
-                              s.n_kv_heads, s.head_dim);
+                              s.n_kv_heads, s.head_dim, s.sliding_window);
     require_close(out, ref, 1e-5f);
   }
 }

@@ -50,10 +50,9 @@ struct PagedAttentionParams {
   const float* v_base = nullptr;
   int64_t block_stride = 0;           // floats between consecutive blocks
   int64_t head_stride = 0;            // floats between consecutive kv heads of a block (block_size * head_dim)
-  float* scratch = nullptr;           // [start_pos + n_tokens] scores of one head
 };
 
-// Causal scaled-dot-product attention over paged K/V.
+// Causal scaled-dot-product attention over paged K/V (attention.cpp); any head_dim, GQA ratio and block size.
 void paged_attention(const PagedAttentionParams& p);
 
 }  // namespace actord::cpu

@@ -1,5 +1,6 @@
 #include "executors/cpu/reference_kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace actord::cpu::reference {
@@ -38,20 +39,21 @@ void silu_mul(float* gate, const float* up, int n) {
 }
 
 void attention(const float* q, const float* k, const float* v, float* out, int n_tokens, int start_pos, int n_heads,
-               int n_kv_heads, int head_dim) {
+               int n_kv_heads, int head_dim, int sliding_window) {
   const int q_row = n_heads * head_dim, kv_row = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < n_heads; ++h) {
       const int n_ctx = start_pos + t + 1, g = h / group;
-      std::vector<double> s(n_ctx);
+      const int first = sliding_window > 0 ? std::max(0, n_ctx - sliding_window) : 0;
+      std::vector<double> s(n_ctx, -INFINITY);
       double mx = -INFINITY, sum = 0;
-      for (int j = 0; j < n_ctx; ++j) {
+      for (int j = first; j < n_ctx; ++j) {
         double dot = 0;
         for (int d = 0; d < head_dim; ++d) dot += double(q[t * q_row + h * head_dim + d]) * k[j * kv_row + g * head_dim + d];
         s[j] = dot / std::sqrt(double(head_dim));
         mx = std::max(mx, s[j]);
       }
-      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (double& x : s) sum += (x = std::exp(x - mx));  // exp(-inf) = 0 outside the window
       for (int d = 0; d < head_dim; ++d) {
         double acc = 0;
         for (int j = 0; j < n_ctx; ++j) acc += s[j] / sum * v[j * kv_row + g * head_dim + d];

@@ -13,7 +13,8 @@ void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta)
 void silu_mul(float* gate, const float* up, int n);
 
 // q: [n_tokens, n_heads * head_dim]; k, v: [start_pos + n_tokens, n_kv_heads * head_dim]; out like q.
+// sliding_window > 0: position p sees only positions p - sliding_window + 1 .. p.
 void attention(const float* q, const float* k, const float* v, float* out, int n_tokens, int start_pos, int n_heads,
-               int n_kv_heads, int head_dim);
+               int n_kv_heads, int head_dim, int sliding_window = 0);
 
 }  // namespace actord::cpu::reference

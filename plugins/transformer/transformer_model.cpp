@@ -181,9 +181,7 @@ void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
 void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, cpu::ThreadPool& pool) {
   const int hd = cfg_.head_dim, nh = cfg_.num_heads, nkv = cfg_.num_kv_heads;
   const int q_dim = nh * hd, kv_dim = nkv * hd, bs = kv.block_size();
-  int max_ctx = 0;
   for (const SeqSlice& s : batch.seqs) {
-    max_ctx = std::max(max_ctx, s.start_pos + s.num_tokens);
     for (int i = 0; i < s.num_tokens; ++i) {
       const int t = s.first_token + i, pos = s.start_pos + i;
       cpu::rope_rotate_half(q_.data() + size_t(t) * q_dim, nh, hd, pos, inv_freq_.data());
@@ -191,9 +189,8 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
       kv.write(l, s.block_table[pos / bs], pos % bs, k_.data() + size_t(t) * kv_dim, v_.data() + size_t(t) * kv_dim);
     }
   }
-  // One task per (sequence, query head), each with its own score scratch.
+  // One task per (sequence, query head).
   const int n_tasks = static_cast<int>(batch.seqs.size()) * nh;
-  scores_.resize(size_t(n_tasks) * max_ctx);
   pool.parallel_for(n_tasks, [&](int task) {
     const SeqSlice& s = batch.seqs[task / nh];
     const int h = task % nh;
@@ -214,7 +211,6 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.v_base = kv.values(l);
     p.block_stride = kv.block_stride();
     p.head_stride = kv.head_stride();
-    p.scratch = scores_.data() + size_t(task) * max_ctx;
     cpu::paged_attention(p);
   });
 }

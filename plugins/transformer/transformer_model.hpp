@@ -70,7 +70,7 @@ class TransformerModel final : public Model {
   std::vector<Layer> layers_;
 
   // Scratch reused across steps (forward runs on one thread at a time).
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, scores_;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
   std::vector<std::vector<std::pair<int, float>>> routed_;  // [E] (token, weight)
 };
