@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/dtype.hpp"
 #include "core/topology_config.hpp"
 #include "scheduler/batch_scheduler.hpp"
 
@@ -23,6 +24,7 @@ struct CoordinatorParams {
   TopologyConfig topology;
   SchedulerLimits limits;
   uint32_t num_kv_blocks = 0;
+  DType kv_dtype = DType::f32;
   std::filesystem::path worker_executable;  // for placement: process
   std::string log_level = "warn";
   std::chrono::seconds worker_start_timeout{120};

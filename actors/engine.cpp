@@ -76,7 +76,9 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
                                                 " exceeds the model's max_position_embeddings (" +
                                                 std::to_string(model->max_position_embeddings) + ")");
   }
-  const uint64_t block_bytes = model->kv_bytes_per_token() * topology.engine.block_size;
+  const DType kv_dtype =
+      ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, model->torch_dtype);
+  const uint64_t block_bytes = model->kv_bytes_per_token(kv_dtype) * topology.engine.block_size;
   const uint64_t num_blocks = topology.engine.kv_cache_memory / block_bytes;
   if (num_blocks == 0) {
     return make_error(Errc::invalid_config, where + "engine.kv_cache_memory: " +
@@ -93,6 +95,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
                                   topology.engine.block_size, impl->max_model_len, model->vocab_size};
   params.num_kv_blocks = static_cast<uint32_t>(std::min<uint64_t>(num_blocks, UINT32_MAX));
+  params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {
     std::error_code ec;

@@ -48,7 +48,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
                                                                      : static_cast<int>(cores));
       kv_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
-                                      static_cast<int>(req.getNumKvBlocks()), static_cast<int>(req.getBlockSize()));
+                                      static_cast<int>(req.getNumKvBlocks()), static_cast<int>(req.getBlockSize()),
+                                      parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32));
     }
   }
   return build<wire::WorkerReady>([&](wire::WorkerReady::Builder out) {

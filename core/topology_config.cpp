@@ -179,7 +179,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
           "must be between 1 and 65535, got " + std::to_string(cfg.server.port));
 
   Section engine(top.get("engine"), "engine");
-  engine.check_keys({"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len"});
+  engine.check_keys(
+      {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -196,6 +197,10 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(bytes.ok(), "engine.kv_cache_memory", bytes.ok() ? "" : bytes.error().message);
     cfg.engine.kv_cache_memory = *bytes;
   }
+  engine.read("kv_cache_dtype", cfg.engine.kv_cache_dtype);
+  require(cfg.engine.kv_cache_dtype == "auto" || cfg.engine.kv_cache_dtype == "float32" ||
+              cfg.engine.kv_cache_dtype == "bfloat16" || cfg.engine.kv_cache_dtype == "float16",
+          "engine.kv_cache_dtype", "must be auto, float32, bfloat16 or float16, got '" + cfg.engine.kv_cache_dtype + "'");
   require(cfg.engine.kv_cache_memory > 0, "engine.kv_cache_memory", "must be positive");
   engine.read("max_model_len", cfg.engine.max_model_len);
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",

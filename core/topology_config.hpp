@@ -34,6 +34,8 @@ struct EngineSection {
   int block_size = 16;
   uint64_t kv_cache_memory = 256ull << 20;  // bytes of KV cache per worker
   int max_model_len = 0;                    // 0: the model's max_position_embeddings
+  // auto: the model's compute dtype (model.dtype, else config.json's torch_dtype) | float32 | bfloat16 | float16
+  std::string kv_cache_dtype = "auto";
 };
 
 struct SchedulerSection {

@@ -1,4 +1,5 @@
-// Paged KV memory of one worker: `num_blocks` blocks of `block_size` token slots for every layer.
+// Paged KV memory of one worker: `num_blocks` blocks of `block_size` token slots for every layer, stored as f32,
+// bf16 or f16 (rows arrive in f32 and are rounded to nearest even on write).
 //
 // Contract: owned by a worker; which blocks belong to which sequence is decided elsewhere (kv_pool and the
 // scheduler's lease) and arrives with every step as block tables. Not thread-safe; the worker's thread only.
@@ -8,25 +9,29 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.hpp"
+
 namespace actord {
 
 class KvCache {
  public:
-  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size);
+  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype = DType::f32);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
   int row_size() const { return row_; }  // num_kv_heads * head_dim
 
   int head_dim() const { return head_dim_; }
+  DType dtype() const { return dtype_; }
 
   // Stores one token's K and V rows ([num_kv_heads * head_dim] each) at `slot` of `block` in `layer`.
   void write(int layer, uint32_t block, int slot, const float* k_row, const float* v_row);
 
   // Layer bases and strides for attention (PagedAttentionParams): the row of kv head g at slot s of block b is at
-  // keys(layer) + b * block_stride() + g * head_stride() + s * head_dim(); values likewise from values(layer).
-  const float* keys(int layer) const { return data_.data() + offset(layer, 0, 0, 0); }
-  const float* values(int layer) const { return data_.data() + offset(layer, 0, 1, 0); }
+  // keys(layer) + b * block_stride() + g * head_stride() + s * head_dim() elements of dtype(); values likewise
+  // from values(layer).
+  const void* keys(int layer) const { return data_.data() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
+  const void* values(int layer) const { return data_.data() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
   int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
   int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
 
@@ -36,8 +41,10 @@ class KvCache {
            static_cast<size_t>(block_size_) * head_dim_;
   }
   int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
-  // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim]: one head's keys in a block are contiguous.
-  std::vector<float> data_;
+  DType dtype_;
+  // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim] elements of dtype_: one head's keys in a block are
+  // contiguous.
+  std::vector<unsigned char> data_;
 };
 
 }  // namespace actord

@@ -8,8 +8,17 @@
 
 namespace actord {
 
-size_t ModelConfig::kv_bytes_per_token() const {
-  return 2ull * num_layers * num_kv_heads * head_dim * sizeof(float);
+size_t ModelConfig::kv_bytes_per_token(DType kv_dtype) const {
+  return 2ull * num_layers * num_kv_heads * head_dim * dtype_size(kv_dtype);
+}
+
+DType ModelConfig::kv_cache_dtype(const std::string& kv_setting, const std::string& model_dtype_setting,
+                                  const std::string& torch_dtype) {
+  for (const std::string* name : {&kv_setting, &model_dtype_setting, &torch_dtype}) {
+    if (*name == "auto") continue;
+    return parse_dtype(*name).value_or(DType::f32);
+  }
+  return DType::f32;
 }
 
 std::vector<float> ModelConfig::rope_inv_freq() const {

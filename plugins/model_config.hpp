@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/status.hpp"
 
 namespace actord {
@@ -44,7 +45,11 @@ struct ModelConfig {
   std::vector<float> rope_inv_freq() const;
 
   // Bytes one token's K and V take over all layers, in f32.
-  size_t kv_bytes_per_token() const;
+  size_t kv_bytes_per_token(DType kv_dtype) const;
+  // The KV cache's element type for engine.kv_cache_dtype and model.dtype (both may be "auto"): an explicit KV dtype
+  // wins, then the model's compute dtype, then config.json's torch_dtype (float32 when it names none we store).
+  static DType kv_cache_dtype(const std::string& kv_setting, const std::string& model_dtype_setting,
+                              const std::string& torch_dtype);
 
   static Result<ModelConfig> load(const std::filesystem::path& model_dir);
 };

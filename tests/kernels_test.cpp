@@ -176,38 +176,50 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
     // Blocks are scattered: sequence block i lives in pool block (2*i + 1) in reverse order.
     std::vector<uint32_t> table(n_blocks_used);
     for (int i = 0; i < n_blocks_used; ++i) table[i] = uint32_t(pool_blocks - 1 - 2 * i);
-    // KvCache's layout: [blocks, 2 (k|v), kv_heads, block_size, head_dim].
+    // KvCache's layout: [blocks, 2 (k|v), kv_heads, block_size, head_dim], in each KV dtype; the reference gets
+    // K and V rounded through that dtype.
     const int64_t head_stride = int64_t(s.block_size) * s.head_dim;
     const int64_t block_stride = 2 * s.n_kv_heads * head_stride;
-    std::vector<float> pool(size_t(pool_blocks) * block_stride, 0.0f);
     auto k = random_vector(size_t(n_ctx) * kv_row, rng), v = random_vector(size_t(n_ctx) * kv_row, rng);
-    for (int j = 0; j < n_ctx; ++j) {
-      for (int g = 0; g < s.n_kv_heads; ++g) {
-        float* kb = pool.data() + table[j / s.block_size] * block_stride + g * head_stride + (j % s.block_size) * s.head_dim;
-        std::copy_n(k.data() + size_t(j) * kv_row + g * s.head_dim, s.head_dim, kb);
-        std::copy_n(v.data() + size_t(j) * kv_row + g * s.head_dim, s.head_dim, kb + s.n_kv_heads * head_stride);
-      }
-    }
     auto q = random_vector(size_t(s.n_tokens) * q_row, rng);
-    std::vector<float> out(q.size()), ref(q.size());
-    cpu::PagedAttentionParams p;
-    p.q = q.data();
-    p.out = out.data();
-    p.n_tokens = s.n_tokens;
-    p.start_pos = s.start_pos;
-    p.n_heads = s.n_heads;
-    p.n_kv_heads = s.n_kv_heads;
-    p.head_dim = s.head_dim;
-    p.block_size = s.block_size;
-    p.block_table = table.data();
-    p.k_base = pool.data();
-    p.v_base = pool.data() + s.n_kv_heads * head_stride;
-    p.block_stride = block_stride;
-    p.head_stride = head_stride;
-    p.sliding_window = s.sliding_window;
-    cpu::paged_attention(p);
-    cpu::reference::attention(q.data(), k.data(), v.data(), ref.data(), s.n_tokens, s.start_pos, s.n_heads,
-                              s.n_kv_heads, s.head_dim, s.sliding_window);
-    require_close(out, ref, 1e-5f);
+    for (DType kv_dtype : {DType::f32, DType::bf16, DType::f16}) {
+      INFO("kv dtype " << dtype_name(kv_dtype));
+      const size_t esize = dtype_size(kv_dtype);
+      std::vector<unsigned char> pool(size_t(pool_blocks) * block_stride * esize, 0);
+      std::vector<float> k_exact(k.size()), v_exact(v.size());
+      for (int j = 0; j < n_ctx; ++j) {
+        for (int g = 0; g < s.n_kv_heads; ++g) {
+          const int64_t at = table[j / s.block_size] * block_stride + g * head_stride + (j % s.block_size) * s.head_dim;
+          const size_t src = size_t(j) * kv_row + g * s.head_dim;
+          convert_from_f32(kv_dtype, k.data() + src, pool.data() + at * esize, s.head_dim);
+          convert_from_f32(kv_dtype, v.data() + src, pool.data() + (at + s.n_kv_heads * head_stride) * esize,
+                           s.head_dim);
+          convert_to_f32(kv_dtype, pool.data() + at * esize, k_exact.data() + src, s.head_dim);
+          convert_to_f32(kv_dtype, pool.data() + (at + s.n_kv_heads * head_stride) * esize, v_exact.data() + src,
+                         s.head_dim);
+        }
+      }
+      std::vector<float> out(q.size()), ref(q.size());
+      cpu::PagedAttentionParams p;
+      p.q = q.data();
+      p.out = out.data();
+      p.n_tokens = s.n_tokens;
+      p.start_pos = s.start_pos;
+      p.n_heads = s.n_heads;
+      p.n_kv_heads = s.n_kv_heads;
+      p.head_dim = s.head_dim;
+      p.block_size = s.block_size;
+      p.block_table = table.data();
+      p.k_base = pool.data();
+      p.v_base = pool.data() + s.n_kv_heads * head_stride * esize;
+      p.kv_dtype = kv_dtype;
+      p.block_stride = block_stride;
+      p.head_stride = head_stride;
+      p.sliding_window = s.sliding_window;
+      cpu::paged_attention(p);
+      cpu::reference::attention(q.data(), k_exact.data(), v_exact.data(), ref.data(), s.n_tokens, s.start_pos,
+                                s.n_heads, s.n_kv_heads, s.head_dim, s.sliding_window);
+      require_close(out, ref, 1e-5f);
+    }
   }
 }

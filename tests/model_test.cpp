@@ -14,9 +14,10 @@ using namespace actord;
 namespace {
 
 // Logits after one prefill of `tokens` (a fresh KV cache, block 0).
-std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& tokens, int threads = 2) {
+std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& tokens, int threads = 2,
+                                  DType kv_dtype = DType::f32) {
   const ModelConfig& cfg = model.config();
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 4, 16);
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 4, 16, kv_dtype);
   cpu::ThreadPool pool(threads);
   std::vector<uint32_t> table{0, 1, 2, 3};
   ForwardBatch batch;
@@ -229,4 +230,37 @@ TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
   CHECK(model.error().message == dir.string() +
                                      ": tensor 'model.embed_tokens.weight' has the wrong shape: expected [500, 64], "
                                      "found [512, 64]");
+}
+
+TEST_CASE("a bf16 or f16 KV cache keeps the logits close to the f32 cache", "[model]") {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  REQUIRE(model.ok());
+  const auto reference = test::reference_ids();
+  std::vector<int32_t> prompt{1};
+  prompt.insert(prompt.end(), reference.begin(), reference.begin() + 40);
+  const auto exact = prefill_logits(**model, prompt, 2, DType::f32);
+  for (auto [kv_dtype, tolerance] : {std::pair{DType::f16, 2e-3f}, std::pair{DType::bf16, 2e-2f}}) {
+    INFO("kv dtype " << dtype_name(kv_dtype));
+    const auto logits = prefill_logits(**model, prompt, 2, kv_dtype);
+    REQUIRE(logits.size() == exact.size());
+    float max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+      max_abs = std::max(max_abs, std::abs(exact[i]));
+      max_diff = std::max(max_diff, std::abs(logits[i] - exact[i]));
+    }
+    CHECK(max_diff > 0.0f);  // the cache really stored the narrower type
+    CHECK(max_diff <= tolerance * max_abs);
+    // The greedy choice after the prompt is the reference's next token.
+    const auto* last = logits.data() + logits.size() - cfg->vocab_size;
+    CHECK(std::max_element(last, last + cfg->vocab_size) - last == reference[40]);
+  }
+}
+
+TEST_CASE("the KV cache dtype follows the setting - then the model dtype - then torch_dtype", "[model]") {
+  CHECK(ModelConfig::kv_cache_dtype("float16", "bfloat16", "float32") == DType::f16);
+  CHECK(ModelConfig::kv_cache_dtype("auto", "bfloat16", "float32") == DType::bf16);
+  CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "bfloat16") == DType::bf16);
+  CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float32") == DType::f32);
+  CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float64") == DType::f32);
 }

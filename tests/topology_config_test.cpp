@@ -46,8 +46,8 @@ TEST_CASE("defaults fill what the file leaves out - relative model paths follow 
 
 TEST_CASE("unknown keys are reported with their path", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seq: 3}\n") ==
-        "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, kv_cache_memory, max_model_len, "
-        "max_num_batched_tokens, max_num_seqs)");
+        "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, kv_cache_dtype, kv_cache_memory, "
+        "max_model_len, max_num_batched_tokens, max_num_seqs)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{name: a, colour: red}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].colour: unknown key"));
   CHECK_THAT(error_of("modle: {path: m}\n"), Catch::StartsWith("configs/t.yaml: modle: unknown key"));
@@ -61,6 +61,8 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: engine.block_size: must be a power of two between 1 and 256, got 3");
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seqs: lots}\n") ==
         "configs/t.yaml: engine.max_num_seqs: must be an integer, got 'lots'");
+  CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_dtype: int4}\n") ==
+        "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16 or float16, got 'int4'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 12 parsecs}\n") ==
         "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB)");
   CHECK(error_of("groups: [{name: a}]\n") == "configs/t.yaml: model.path: is required");

@@ -77,8 +77,10 @@ int run_bench(const BenchArgs& args) {
   TopologyOverrides overrides;
   overrides.model = args.model;
   const int64_t tokens_per_seq = args.input_len + args.output_len;
+  const DType kv_dtype = ModelConfig::kv_cache_dtype("auto", args.dtype, model->torch_dtype);
   const int64_t kv_bytes =
-      static_cast<int64_t>(model->kv_bytes_per_token()) * (tokens_per_seq + 16) * args.concurrency + (16 << 20);
+      static_cast<int64_t>(model->kv_bytes_per_token(kv_dtype)) * (tokens_per_seq + 16) * args.concurrency +
+      (16 << 20);
   overrides.set = {"model.load_format=" + args.load_format,
                    "model.dtype=" + args.dtype,
                    "engine.max_num_seqs=" + std::to_string(args.concurrency),

@@ -167,6 +167,7 @@ struct WorkerInit {
   threads @8 :UInt32;            # CPU threads of this worker; 0: one per core
   seed @9 :UInt64;               # for dummy weights
   plugins @10 :List(Text);       # out-of-tree plugin libraries to load before creating the model
+  kvDtype @11 :Text;             # element type of the KV cache: F32 | BF16 | F16
 }
 
 struct WorkerReady {

@@ -5,7 +5,9 @@
 // (decode) takes dot products. Portable C++ whose inner loops the compiler vectorises; compiled twice (AVX2+FMA and
 // baseline) and picked at load time.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "executors/cpu/kernels.hpp"
@@ -36,10 +38,29 @@ inline float exp_nonpositive(float x) {
   return underflows ? 0.0f : p * scale;
 }
 
+// dst[i] = src[i] as f32, for bf16 and f16 sources; branch-free so that it vectorises.
+void widen(DType dtype, const uint16_t* src, float* dst, int n) {
+  if (dtype == DType::bf16) {
+#pragma omp simd
+    for (int i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+    return;
+  }
+#pragma omp simd
+  for (int i = 0; i < n; ++i) {
+    // f16 -> f32: shift exponent and mantissa into place and rescale by 2^112 (normals and subnormals alike);
+    // infinities and NaNs keep an all-ones exponent.
+    const uint32_t h = src[i], magnitude = h & 0x7fffu, sign = (h & 0x8000u) << 16;
+    const float finite = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
+    const uint32_t bits = magnitude >= 0x7c00u ? (magnitude << 13) | 0x7f800000u : std::bit_cast<uint32_t>(finite);
+    dst[i] = std::bit_cast<float>(bits | sign);
+  }
+}
+
 struct TileState {
   std::vector<float> q_t;     // [head_dim][kQueryTile]: the tile's queries, transposed and pre-scaled
   std::vector<float> scores;  // [block_size][kQueryTile]
   std::vector<float> acc;     // [kQueryTile][head_dim]: unnormalised outputs
+  std::vector<float> k_f32, v_f32;  // [block_size][head_dim]: one block of a bf16/f16 cache, widened
   float max_score[kQueryTile];
   float denom[kQueryTile];
 };
@@ -59,6 +80,11 @@ __attribute__((target_clones("arch=haswell", "default"))) void paged_attention(c
   float* const q_t = st.q_t.data();
   float* const scores = st.scores.data();
   float* const acc = st.acc.data();
+  const int64_t esize = static_cast<int64_t>(dtype_size(p.kv_dtype));
+  if (p.kv_dtype != DType::f32) {
+    st.k_f32.resize(size_t(bs) * hd);
+    st.v_f32.resize(size_t(bs) * hd);
+  }
 
   for (int h = p.head_begin; h < head_end; ++h) {
     const int g = h / group;
@@ -78,10 +104,18 @@ __attribute__((target_clones("arch=haswell", "default"))) void paged_attention(c
       const int first = p.sliding_window > 0 ? std::max(0, pos0 - p.sliding_window + 1) : 0;
       const int end = pos0 + nt;  // keys [first, end) are visible to some query of the tile
       for (int block = first / bs; block * bs < end; ++block) {
-        const int64_t base = p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride;
-        const float* keys = p.k_base + base;
-        const float* values = p.v_base + base;
+        const int64_t base = (p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride) * esize;
         const int jb = block * bs, je = std::min(end, jb + bs);  // keys [jb, je) of this block
+        const float* keys = reinterpret_cast<const float*>(static_cast<const char*>(p.k_base) + base);
+        const float* values = reinterpret_cast<const float*>(static_cast<const char*>(p.v_base) + base);
+        if (p.kv_dtype != DType::f32) {
+          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.k_base) + base),
+                st.k_f32.data(), (je - jb) * hd);
+          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.v_base) + base),
+                st.v_f32.data(), (je - jb) * hd);
+          keys = st.k_f32.data();
+          values = st.v_f32.data();
+        }
         // scores[(j - jb) * stride + t] = q_t . k_j * scale, -inf where query t may not see key j; a single query
         // keeps its scores contiguous (stride 1), a tile interleaves them (stride kQueryTile) to vectorise over t.
         const int stride = nt == 1 ? 1 : kQueryTile;

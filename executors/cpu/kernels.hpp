@@ -45,11 +45,12 @@ struct PagedAttentionParams {
   int block_size = 0;
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + n_tokens) / block_size)]
   // Base pointers into the paged cache of one layer (KvCache's layout): the row of kv head g at slot s of block b
-  // starts at base + b * block_stride + g * head_stride + s * head_dim.
-  const float* k_base = nullptr;
-  const float* v_base = nullptr;
-  int64_t block_stride = 0;           // floats between consecutive blocks
-  int64_t head_stride = 0;            // floats between consecutive kv heads of a block (block_size * head_dim)
+  // starts at base + b * block_stride + g * head_stride + s * head_dim elements of kv_dtype.
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
+  DType kv_dtype = DType::f32;
+  int64_t block_stride = 0;           // elements between consecutive blocks
+  int64_t head_stride = 0;            // elements between consecutive kv heads of a block (block_size * head_dim)
 };
 
 // Causal scaled-dot-product attention over paged K/V (attention.cpp); any head_dim, GQA ratio and block size.

@@ -209,6 +209,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.block_table = s.block_table;
     p.k_base = kv.keys(l);
     p.v_base = kv.values(l);
+    p.kv_dtype = kv.dtype();
     p.block_stride = kv.block_stride();
     p.head_stride = kv.head_stride();
     cpu::paged_attention(p);
