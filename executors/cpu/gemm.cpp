@@ -43,7 +43,7 @@ const char* kernel_name(Kernel kernel) {
   return "?";
 }
 
-int packed_min_rows(Isa cpu_isa) { return cpu_isa == Isa::avx512 ? 32 : 16; }
+int packed_min_rows(Isa) { return 16; }
 
 int blas_min_rows(Isa) { return 1 << 30; }
 
