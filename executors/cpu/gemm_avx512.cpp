@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include "executors/cpu/gemm_packed.inl"
-#include "executors/cpu/gemm_tiles.inl"
 
 namespace actord::cpu {
 namespace {

@@ -14,25 +14,13 @@
 #include <vector>
 
 #include "executors/cpu/gemm.hpp"
+#include "executors/cpu/gemm_tiles.inl"
 
 namespace actord::cpu::packed {
 
 // Input features per weight panel: NR rows of KC floats (24-48 KB) stay in L1/L2 while x streams past.
 constexpr int64_t kKc = 512;
 constexpr int64_t kPanelStride = kKc + 16;
-
-// dst[c] = src[c] as f32 for c < count; src holds elements of dtype.
-template <class Vec>
-void convert_span(DType dtype, const unsigned char* src, float* dst, int64_t count) {
-  constexpr int64_t W = Vec::kWidth;
-  int64_t c = 0;
-  if (dtype == DType::bf16) {
-    for (; c + W <= count; c += W) Vec::store(dst + c, Vec::template load<DType::bf16>(src + c * 2));
-  } else if (dtype == DType::f16) {
-    for (; c + W <= count; c += W) Vec::store(dst + c, Vec::template load<DType::f16>(src + c * 2));
-  }
-  if (c < count) convert_to_f32(dtype, src + c * dtype_size(dtype), dst + c, size_t(count - c));
-}
 
 // acc[r * MB + l] (+)= sum_t xp[t * MB + l] * wp[r * ldw + t], for t < kc (MB = MRV * kWidth): starts from zero when
 // `first`, else adds to what acc holds.
@@ -89,7 +77,7 @@ void rows(const PackedX& xp, const WeightMatrix& w, const float* bias, float* y,
         for (int r = 0; r < NR; ++r) {
           float* dst = panel.data() + r * kPanelStride;
           if (r < nr) {
-            convert_span<Vec>(w.dtype, w.row(j0 + r) + t0 * dtype_size(w.dtype), dst, kc);
+            tiles::convert_span<Vec>(w.dtype, w.row(j0 + r) + t0 * dtype_size(w.dtype), dst, kc);
           } else {
             std::fill_n(dst, kc, 0.0f);
           }

@@ -114,23 +114,22 @@ void gemm_rows(const float* x, const WeightMatrix& w, const float* bias, float* 
   }
 }
 
+// dst[c] = src[c] as f32 for c < count; src holds elements of dtype.
+template <class Vec>
+void convert_span(DType dtype, const unsigned char* src, float* dst, int64_t count) {
+  constexpr int64_t W = Vec::kWidth;
+  int64_t c = 0;
+  if (dtype == DType::bf16) {
+    for (; c + W <= count; c += W) Vec::store(dst + c, Vec::template load<DType::bf16>(src + c * 2));
+  } else if (dtype == DType::f16) {
+    for (; c + W <= count; c += W) Vec::store(dst + c, Vec::template load<DType::f16>(src + c * 2));
+  }
+  if (c < count) convert_to_f32(dtype, src + c * dtype_size(dtype), dst + c, size_t(count - c));
+}
+
 template <class Vec>
 void convert_rows(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
-  const int64_t k = w.cols;
-  for (int64_t r = 0; r < rows; ++r) {
-    const unsigned char* src = w.row(row_begin + r);
-    float* dst = out + r * k;
-    int64_t t = 0;
-    if (w.dtype == DType::f32) {
-      std::memcpy(dst, src, size_t(k) * 4);
-      continue;
-    }
-    for (; t + Vec::kWidth <= k; t += Vec::kWidth) {
-      Vec::store(dst + t, w.dtype == DType::bf16 ? Vec::template load<DType::bf16>(src + t * 2)
-                                                 : Vec::template load<DType::f16>(src + t * 2));
-    }
-    if (t < k) convert_to_f32(w.dtype, src + t * 2, dst + t, size_t(k - t));
-  }
+  for (int64_t r = 0; r < rows; ++r) convert_span<Vec>(w.dtype, w.row(row_begin + r), out + r * w.cols, w.cols);
 }
 
 }  // namespace actord::cpu::tiles
