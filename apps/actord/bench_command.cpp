@@ -77,23 +77,29 @@ int run_bench(const BenchArgs& args) {
   TopologyOverrides overrides;
   overrides.model = args.model;
   const int64_t tokens_per_seq = args.input_len + args.output_len;
-  const DType kv_dtype = ModelConfig::kv_cache_dtype("auto", args.dtype, model->torch_dtype);
-  const int64_t kv_bytes =
-      static_cast<int64_t>(model->kv_bytes_per_token(kv_dtype)) * (tokens_per_seq + 16) * args.concurrency +
-      (16 << 20);
   overrides.set = {"model.load_format=" + args.load_format,
                    "model.dtype=" + args.dtype,
                    "engine.max_num_seqs=" + std::to_string(args.concurrency),
                    "engine.max_num_batched_tokens=" +
                        std::to_string(std::max<int64_t>(args.input_len,
                                                         std::min<int64_t>(args.concurrency * args.input_len, 16384))),
-                   "engine.kv_cache_memory=" + std::to_string(kv_bytes),
                    "groups[0].threads=" + std::to_string(args.threads)};
   overrides.set.insert(overrides.set.end(), args.set.begin(), args.set.end());
   Result<TopologyConfig> topology =
       args.config.empty() ? parse_topology("model: {path: .}\ngroups: [{name: bench}]\n", "<bench>", overrides)
                           : load_topology(args.config, overrides);
   if (!topology) return fail(topology.error());
+  // KV memory for every sequence's whole context, in the KV dtype the topology ends up with, unless --set sizes it.
+  const bool sized_by_user = std::any_of(args.set.begin(), args.set.end(), [](const std::string& s) {
+    return s.rfind("engine.kv_cache_memory=", 0) == 0;
+  });
+  if (!sized_by_user) {
+    const DType kv_dtype =
+        ModelConfig::kv_cache_dtype(topology->engine.kv_cache_dtype, topology->model.dtype, model->torch_dtype);
+    topology->engine.kv_cache_memory =
+        static_cast<uint64_t>(model->kv_bytes_per_token(kv_dtype)) * (tokens_per_seq + 16) * args.concurrency +
+        (16 << 20);
+  }
   if (tokens_per_seq > model->max_position_embeddings) {
     return fail({Errc::invalid_argument, "--input-len + --output-len (" + std::to_string(tokens_per_seq) +
                                              ") exceeds the model's context (" +
