@@ -106,13 +106,13 @@ __attribute__((target_clones("arch=haswell", "default"))) void paged_attention(c
       for (int block = first / bs; block * bs < end; ++block) {
         const int64_t base = (p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride) * esize;
         const int jb = block * bs, je = std::min(end, jb + bs);  // keys [jb, je) of this block
-        const float* keys = reinterpret_cast<const float*>(static_cast<const char*>(p.k_base) + base);
-        const float* values = reinterpret_cast<const float*>(static_cast<const char*>(p.v_base) + base);
+        const char* k_block = static_cast<const char*>(p.k_base) + base;
+        const char* v_block = static_cast<const char*>(p.v_base) + base;
+        const float* keys = reinterpret_cast<const float*>(k_block);
+        const float* values = reinterpret_cast<const float*>(v_block);
         if (p.kv_dtype != DType::f32) {
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.k_base) + base),
-                st.k_f32.data(), (je - jb) * hd);
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.v_base) + base),
-                st.v_f32.data(), (je - jb) * hd);
+          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(k_block), st.k_f32.data(), (je - jb) * hd);
+          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(v_block), st.v_f32.data(), (je - jb) * hd);
           keys = st.k_f32.data();
           values = st.v_f32.data();
         }

@@ -153,8 +153,8 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
                                                      : Kernel::rows;
   }
   if (kernel == Kernel::packed && isa == Isa::portable) kernel = Kernel::rows;
-  // Enough tasks to balance the threads; tiny products (a few
-  // microseconds) run on the calling thread, where waking the pool would cost more than it saves.
+  // Enough tasks to balance the threads; tiny products (a few microseconds) run on the calling thread, where waking
+  // the pool would cost more than it saves.
   constexpr int64_t kMinMacsPerTask = 1 << 16;
   const int64_t macs = static_cast<int64_t>(m) * n * k;
   const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
