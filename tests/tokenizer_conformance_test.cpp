@@ -1,4 +1,4 @@
-// Conformance of actord::Tokenizer with HF tokenizers (Rust) on real byte-level BPE tokenizers.
+// Conformance of actord::Tokenizer with HF tokenizers (Rust) on real byte-level and SentencePiece-style BPE tokenizers.
 //
 // Fixtures: tests/fixtures/tokenizers/ (see NOTICE.md and make_fixtures.js there). corpus.json is a list of
 // strings; each <name>/ folder holds tokenizer.json (+ tokenizer_config.json) and expected.json =
@@ -6,7 +6,8 @@
 // (encode with add_special_tokens = true, decode with skip_special_tokens = false).
 // variants.json lists patched copies of the GPT-2 tokenizer (other normalizers / pre-tokenizers / decoders); the
 // test writes each patched tokenizer.json to a temporary folder and checks it against variants/<name>/expected.json.
-// Extra fixture folders laid out the same way (e.g. Llama 3, whose tokenizer.json cannot be committed) are
+// stories260K/expected.json is checked against the embedded model's own tokenizer (models/stories260K).
+// Extra fixture folders laid out the same way (e.g. Llama 3 and Llama 2, whose tokenizer.json cannot be committed) are
 // checked too when the environment variable ACTORD_TOKENIZER_CONFORMANCE_EXTRA names their parent folder.
 #include <catch2/catch.hpp>
 
@@ -136,11 +137,14 @@ std::vector<std::string> load_corpus() {
 
 }  // namespace
 
-TEST_CASE("byte-level tokenizers match HF tokenizers on the corpus", "[tokenizer][conformance]") {
+TEST_CASE("real tokenizers match HF tokenizers on the corpus", "[tokenizer][conformance]") {
   const std::vector<std::string> corpus = load_corpus();
   REQUIRE(corpus.size() >= 1000);
   SECTION("gpt2") { check_fixture(kFixtures / "gpt2", corpus); }
   SECTION("qwen3") { check_fixture(kFixtures / "qwen3", corpus); }
+  SECTION("stories260K (SentencePiece-style, byte fallback)") {
+    check_fixture(fs::path(ACTORD_SOURCE_DIR) / "models/stories260K", corpus, kFixtures / "stories260K");
+  }
   SECTION("extra fixtures (ACTORD_TOKENIZER_CONFORMANCE_EXTRA)") {
     const char* extra = std::getenv("ACTORD_TOKENIZER_CONFORMANCE_EXTRA");
     if (!extra || !*extra) return;
