@@ -168,7 +168,8 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
   for (Shape s : {Shape{8, 4, 8, 16, 0, 1}, Shape{8, 4, 8, 16, 0, 37}, Shape{4, 4, 64, 4, 9, 1},
                   Shape{6, 2, 16, 8, 20, 5}, Shape{2, 1, 128, 1, 3, 3}, Shape{2, 2, 64, 16, 40, 50},
                   Shape{3, 1, 24, 16, 100, 1}, Shape{2, 1, 32, 16, 0, 70, 7}, Shape{2, 2, 16, 4, 30, 20, 9},
-                  Shape{2, 2, 16, 16, 60, 1, 5}, Shape{1, 1, 8, 16, 0, 40, 1}}) {
+                  Shape{2, 2, 16, 16, 60, 1, 5}, Shape{1, 1, 8, 16, 0, 40, 1}, Shape{4, 2, 128, 16, 203, 1},
+                  Shape{2, 2, 64, 16, 130, 1, 50}, Shape{2, 1, 80, 32, 66, 1}}) {
     INFO("heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim << " block " << s.block_size
                   << " start " << s.start_pos << " tokens " << s.n_tokens << " window " << s.sliding_window);
     const int n_ctx = s.start_pos + s.n_tokens, kv_row = s.n_kv_heads * s.head_dim, q_row = s.n_heads * s.head_dim;
@@ -216,10 +217,15 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
       p.block_stride = block_stride;
       p.head_stride = head_stride;
       p.sliding_window = s.sliding_window;
-      cpu::paged_attention(p);
       cpu::reference::attention(q.data(), k_exact.data(), v_exact.data(), ref.data(), s.n_tokens, s.start_pos,
                                 s.n_heads, s.n_kv_heads, s.head_dim, s.sliding_window);
-      require_close(out, ref, 1e-5f);
+      // Every instance this CPU can run (the others fall back to one it can).
+      for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
+        INFO("isa " << cpu::isa_name(isa));
+        std::fill(out.begin(), out.end(), 0.0f);
+        cpu::paged_attention(p, isa);
+        require_close(out, ref, 1e-5f);
+      }
     }
   }
 }

@@ -1,213 +1,26 @@
-// Causal attention over paged K/V, flash-attention style: queries go in tiles of up to kQueryTile, keys block by
-// block (one head's keys in a block are contiguous, [block_size, head_dim]), with an online softmax, so each key
-// block is read once per tile and no score row of the whole context is kept. Several queries (prefill) are
-// multiplied against a key as one vector over the queries (the tile's queries stored transposed); a single query
-// (decode) takes dot products. Portable C++ whose inner loops the compiler vectorises; compiled twice (AVX2+FMA and
-// baseline) and picked at load time.
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdint>
-#include <vector>
-
+// Picks the paged attention instance (attention_impl.inl) for the instruction set this CPU runs.
+#include "executors/cpu/gemm.hpp"
 #include "executors/cpu/kernels.hpp"
 
 namespace actord::cpu {
-namespace {
 
-constexpr int kQueryTile = 16;
-
-// e^x for x <= 0 (softmax arguments; -inf gives 0), relative error < 3e-7. Cody-Waite range reduction and a
-// degree-6 polynomial, branch-free so that loops over it vectorise (libm's expf is a call per element).
-inline float exp_nonpositive(float x) {
-  const bool underflows = x < -87.0f;
-  x = std::max(x, -87.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f;
-  r -= n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int bits = (static_cast<int>(n) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return underflows ? 0.0f : p * scale;
+namespace attention_avx512 {
+void paged_attention(const PagedAttentionParams& p);
+}
+namespace attention_avx2 {
+void paged_attention(const PagedAttentionParams& p);
+}
+namespace attention_portable {
+void paged_attention(const PagedAttentionParams& p);
 }
 
-// dst[i] = src[i] as f32, for bf16 and f16 sources; branch-free so that it vectorises.
-void widen(DType dtype, const uint16_t* src, float* dst, int n) {
-  if (dtype == DType::bf16) {
-#pragma omp simd
-    for (int i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
-    return;
-  }
-#pragma omp simd
-  for (int i = 0; i < n; ++i) {
-    // f16 -> f32: shift exponent and mantissa into place and rescale by 2^112 (normals and subnormals alike);
-    // infinities and NaNs keep an all-ones exponent.
-    const uint32_t h = src[i], magnitude = h & 0x7fffu, sign = (h & 0x8000u) << 16;
-    const float finite = std::bit_cast<float>(magnitude << 13) * 0x1p112f;
-    const uint32_t bits = magnitude >= 0x7c00u ? (magnitude << 13) | 0x7f800000u : std::bit_cast<uint32_t>(finite);
-    dst[i] = std::bit_cast<float>(bits | sign);
-  }
+void paged_attention(const PagedAttentionParams& p, Isa isa) {
+  if (isa == Isa::automatic) isa = detected_isa();
+  if (isa == Isa::avx512 && detected_isa() == Isa::avx512) return attention_avx512::paged_attention(p);
+  if (isa != Isa::portable && detected_isa() != Isa::portable) return attention_avx2::paged_attention(p);
+  attention_portable::paged_attention(p);
 }
 
-struct TileState {
-  std::vector<float> q_t;     // [head_dim][kQueryTile]: the tile's queries, transposed and pre-scaled
-  std::vector<float> scores;  // [block_size][kQueryTile]
-  std::vector<float> acc;     // [kQueryTile][head_dim]: unnormalised outputs
-  std::vector<float> k_f32, v_f32;  // [block_size][head_dim]: one block of a bf16/f16 cache, widened
-  float max_score[kQueryTile];
-  float denom[kQueryTile];
-};
-
-}  // namespace
-
-__attribute__((target_clones("arch=haswell", "default"))) void paged_attention(const PagedAttentionParams& p) {
-  const int hd = p.head_dim, bs = p.block_size;
-  const int q_row = p.n_heads * hd;
-  const int group = p.n_heads / p.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int head_end = p.head_end > 0 ? p.head_end : p.n_heads;
-  thread_local TileState st;
-  st.q_t.resize(size_t(hd) * kQueryTile);
-  st.scores.resize(size_t(bs) * kQueryTile);
-  st.acc.resize(size_t(kQueryTile) * hd);
-  float* const q_t = st.q_t.data();
-  float* const scores = st.scores.data();
-  float* const acc = st.acc.data();
-  const int64_t esize = static_cast<int64_t>(dtype_size(p.kv_dtype));
-  if (p.kv_dtype != DType::f32) {
-    st.k_f32.resize(size_t(bs) * hd);
-    st.v_f32.resize(size_t(bs) * hd);
-  }
-
-  for (int h = p.head_begin; h < head_end; ++h) {
-    const int g = h / group;
-    for (int t0 = 0; t0 < p.n_tokens; t0 += kQueryTile) {
-      const int nt = std::min(kQueryTile, p.n_tokens - t0);
-      const int pos0 = p.start_pos + t0;  // position of the tile's first query; query t sits at pos0 + t
-      for (int t = 0; t < kQueryTile; ++t) {
-        st.max_score[t] = -INFINITY;
-        st.denom[t] = 0.0f;
-      }
-      std::fill_n(acc, size_t(nt) * hd, 0.0f);
-      const float* q0 = p.q + static_cast<int64_t>(t0) * q_row + static_cast<int64_t>(h) * hd;
-      if (nt > 1) {
-        for (int d = 0; d < hd; ++d)
-          for (int t = 0; t < kQueryTile; ++t) q_t[d * kQueryTile + t] = t < nt ? q0[t * q_row + d] * scale : 0.0f;
-      }
-      const int first = p.sliding_window > 0 ? std::max(0, pos0 - p.sliding_window + 1) : 0;
-      const int end = pos0 + nt;  // keys [first, end) are visible to some query of the tile
-      for (int block = first / bs; block * bs < end; ++block) {
-        const int64_t base = (p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride) * esize;
-        const int jb = block * bs, je = std::min(end, jb + bs);  // keys [jb, je) of this block
-        const char* k_block = static_cast<const char*>(p.k_base) + base;
-        const char* v_block = static_cast<const char*>(p.v_base) + base;
-        const float* keys = reinterpret_cast<const float*>(k_block);
-        const float* values = reinterpret_cast<const float*>(v_block);
-        if (p.kv_dtype != DType::f32) {
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(k_block), st.k_f32.data(), (je - jb) * hd);
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(v_block), st.v_f32.data(), (je - jb) * hd);
-          keys = st.k_f32.data();
-          values = st.v_f32.data();
-        }
-        // scores[(j - jb) * stride + t] = q_t . k_j * scale, -inf where query t may not see key j; a single query
-        // keeps its scores contiguous (stride 1), a tile interleaves them (stride kQueryTile) to vectorise over t.
-        const int stride = nt == 1 ? 1 : kQueryTile;
-        for (int j = jb; j < je; ++j) {
-          const float* k = keys + static_cast<int64_t>(j - jb) * hd;
-          float* s = scores + (j - jb) * stride;
-          if (nt == 1) {
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int d = 0; d < hd; ++d) dot += q0[d] * k[d];
-            s[0] = dot * scale;
-          } else {
-            float row[kQueryTile] = {};
-            for (int d = 0; d < hd; ++d) {
-              const float kd = k[d];
-#pragma omp simd
-              for (int t = 0; t < kQueryTile; ++t) row[t] += kd * q_t[d * kQueryTile + t];
-            }
-            for (int t = 0; t < kQueryTile; ++t) s[t] = row[t];
-          }
-          if (j > pos0 || (p.sliding_window > 0 && j <= pos0 + nt - 1 - p.sliding_window)) {
-            for (int t = 0; t < nt; ++t) {
-              const int pos = pos0 + t;
-              if (j > pos || (p.sliding_window > 0 && j <= pos - p.sliding_window)) s[t] = -INFINITY;
-            }
-          }
-        }
-        // Online softmax: rescale what each query has accumulated to its new running maximum, then add this block.
-        float correction[kQueryTile];
-        if (nt == 1) {
-          float block_max = -INFINITY;
-          for (int j = 0; j < je - jb; ++j) block_max = std::max(block_max, scores[j]);
-          const float new_max = std::max(st.max_score[0], block_max);
-          correction[0] = exp_nonpositive(st.max_score[0] - new_max);
-          st.max_score[0] = new_max;
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < je - jb; ++j) {
-            scores[j] = exp_nonpositive(scores[j] - new_max);
-            sum += scores[j];
-          }
-          st.denom[0] = st.denom[0] * correction[0] + sum;
-        } else {
-          float new_max[kQueryTile], sum[kQueryTile] = {};
-          for (int t = 0; t < kQueryTile; ++t) new_max[t] = st.max_score[t];
-          for (int j = 0; j < je - jb; ++j)
-#pragma omp simd
-            for (int t = 0; t < kQueryTile; ++t) new_max[t] = std::max(new_max[t], scores[j * kQueryTile + t]);
-          // A query that has seen no key yet keeps max -inf: subtract 0 there so that its exps are 0, not NaN.
-          bool none_seen[kQueryTile];
-#pragma omp simd
-          for (int t = 0; t < kQueryTile; ++t) {
-            none_seen[t] = new_max[t] == -INFINITY;
-            if (none_seen[t]) new_max[t] = 0.0f;
-            correction[t] = exp_nonpositive(st.max_score[t] - new_max[t]);
-          }
-          for (int j = 0; j < je - jb; ++j)
-#pragma omp simd
-            for (int t = 0; t < kQueryTile; ++t) {
-              const float e = exp_nonpositive(scores[j * kQueryTile + t] - new_max[t]);
-              scores[j * kQueryTile + t] = e;
-              sum[t] += e;
-            }
-          for (int t = 0; t < kQueryTile; ++t) {
-            st.max_score[t] = none_seen[t] ? -INFINITY : new_max[t];
-            st.denom[t] = st.denom[t] * correction[t] + sum[t];
-          }
-        }
-        for (int t = 0; t < nt; ++t) {
-          float* out = acc + static_cast<int64_t>(t) * hd;
-          if (correction[t] != 1.0f) {
-#pragma omp simd
-            for (int d = 0; d < hd; ++d) out[d] *= correction[t];
-          }
-          for (int j = jb; j < je; ++j) {
-            const float w = scores[(j - jb) * stride + t];
-            if (w == 0.0f) continue;
-            const float* v = values + static_cast<int64_t>(j - jb) * hd;
-#pragma omp simd
-            for (int d = 0; d < hd; ++d) out[d] += w * v[d];
-          }
-        }
-      }
-      for (int t = 0; t < nt; ++t) {
-        float* out = p.out + static_cast<int64_t>(t0 + t) * q_row + static_cast<int64_t>(h) * hd;
-        const float inv = 1.0f / st.denom[t];
-        const float* a = acc + static_cast<int64_t>(t) * hd;
-#pragma omp simd
-        for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
-      }
-    }
-  }
-}
+void paged_attention(const PagedAttentionParams& p) { paged_attention(p, Isa::automatic); }
 
 }  // namespace actord::cpu

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -167,7 +168,7 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
   if (kernel == Kernel::packed) {
     const int block_rows = isa == Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
     const int blocks = (m + block_rows - 1) / block_rows;
-    thread_local std::vector<float> packed;
+    thread_local aligned_vector<float> packed;
     packed.resize(static_cast<size_t>(blocks) * block_rows * k);
     pack_x(x, m, k, block_rows, packed.data(), pool);
     const PackedX px{packed.data(), m, k, block_rows};

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/gemm_tiles.inl"
 
@@ -29,18 +30,26 @@ void micro_kernel(const float* xp, const float* wp, int64_t ldw, int64_t kc, boo
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   constexpr int MB = MRV * W;
+  // The loops over v and r must be unrolled for acc to live in registers (GCC leaves some shapes rolled otherwise).
   V acc[MRV][NR];
+#pragma GCC unroll 8
   for (int v = 0; v < MRV; ++v)
+#pragma GCC unroll 32
     for (int r = 0; r < NR; ++r) acc[v][r] = first ? Vec::zero() : Vec::load_x(acc_io + r * MB + v * W);
   for (int64_t t = 0; t < kc; ++t) {
     V xv[MRV];
+#pragma GCC unroll 8
     for (int v = 0; v < MRV; ++v) xv[v] = Vec::load_x(xp + t * MB + v * W);
+#pragma GCC unroll 32
     for (int r = 0; r < NR; ++r) {
       const V b = Vec::broadcast(wp + r * ldw + t);
+#pragma GCC unroll 8
       for (int v = 0; v < MRV; ++v) acc[v][r] = Vec::fma(xv[v], b, acc[v][r]);
     }
   }
+#pragma GCC unroll 32
   for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < MRV; ++v) Vec::store(acc_io + r * MB + v * W, acc[v][r]);
 }
 
@@ -64,7 +73,7 @@ void rows(const PackedX& xp, const WeightMatrix& w, const float* bias, float* y,
   constexpr int kChunkBlocks = std::max(1, 128 / MB);
   const int64_t k = w.cols, n = w.rows;
   const int blocks = (xp.m + MB - 1) / MB;
-  thread_local std::vector<float> panel, partial;
+  thread_local aligned_vector<float> panel, partial;
   panel.resize(static_cast<size_t>(NR * kPanelStride));
   partial.resize(static_cast<size_t>(kChunkBlocks) * NR * MB);
   for (int b0 = 0; b0 < blocks; b0 += kChunkBlocks) {

@@ -53,7 +53,13 @@ struct PagedAttentionParams {
   int64_t head_stride = 0;            // elements between consecutive kv heads of a block (block_size * head_dim)
 };
 
-// Causal scaled-dot-product attention over paged K/V (attention.cpp); any head_dim, GQA ratio and block size.
+// Causal scaled-dot-product attention over paged K/V (attention_impl.inl); any head_dim, GQA ratio and block size.
+// Runs the instance for the best instruction set this CPU has.
 void paged_attention(const PagedAttentionParams& p);
+
+enum class Isa;  // gemm.hpp
+// The same, forcing an instruction set (Isa::automatic: the best available; an ISA the CPU lacks falls back to the
+// best it has below it). For parity tests and benchmarks.
+void paged_attention(const PagedAttentionParams& p, Isa isa);
 
 }  // namespace actord::cpu
