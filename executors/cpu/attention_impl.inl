@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "executors/cpu/kernels.hpp"
+#include "executors/cpu/vector_math.hpp"
 
 #ifndef ACTORD_ATTENTION_NS
 #error "define ACTORD_ATTENTION_NS (the namespace of this instance) before including attention_impl.inl"
@@ -25,27 +26,6 @@ namespace actord::cpu::ACTORD_ATTENTION_NS {
 namespace {
 
 constexpr int kQueryTile = 16;
-
-// e^x for x <= 0 (softmax arguments; -inf gives 0), relative error < 3e-7. Cody-Waite range reduction and a
-// degree-6 polynomial, branch-free so that loops over it vectorise (libm's expf is a call per element).
-inline float exp_nonpositive(float x) {
-  const bool underflows = x < -87.0f;
-  x = std::max(x, -87.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = x - n * 0.693359375f;
-  r -= n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int bits = (static_cast<int>(n) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return underflows ? 0.0f : p * scale;
-}
 
 // One cache element as f32. Branch-free, so that loops over it vectorise.
 inline float to_f32(float x) { return x; }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "executors/cpu/vector_math.hpp"
+
 namespace actord::cpu {
 
 void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim, float eps) {
@@ -43,10 +45,8 @@ void embedding_row(const void* row, DType dtype, int dim, float* out) {
 }
 
 void silu_mul(float* gate, const float* up, int n) {
-  for (int i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+#pragma omp simd
+  for (int i = 0; i < n; ++i) gate[i] = silu(gate[i]) * up[i];
 }
 
 void add_inplace(float* x, const float* y, int n) {

@@ -1,0 +1,49 @@
+// Branch-free scalar math that the compiler vectorises inside `#pragma omp simd` loops (libm's expf is a call per
+// element and blocks vectorisation). Header-only: each ISA instance compiles it with its own flags.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace actord::cpu {
+
+// e^x for x <= 0 (softmax arguments; -inf gives 0), relative error < 3e-7. Cody-Waite range reduction and a
+// degree-6 polynomial, branch-free so that loops over it vectorise (libm's expf is a call per element).
+inline float exp_nonpositive(float x) {
+  // Selections are bit operations, not branches or float compares: GCC vectorises neither of those for SSE2.
+  // x < -87 (-inf included) <=> its bits, as unsigned, exceed those of -87.0f (so does a NaN with the sign bit
+  // set, which gives 0); keep is all ones elsewhere.
+  const uint32_t bits_x = std::bit_cast<uint32_t>(x);
+  const uint32_t keep = 0u - static_cast<uint32_t>(bits_x <= 0xC2AE0000u);
+  x = std::bit_cast<float>((bits_x & keep) | (0xC2AE0000u & ~keep));  // max(x, -87)
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (|x * log2 e| < 126): same result as nearbyint, but it
+  // vectorises on every instruction set (SSE2 has no rounding instruction).
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  float r = x - n * 0.693359375f;
+  r -= n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int bits = (static_cast<int>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof(scale));
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
+}
+
+// silu(g) = g * sigmoid(g), through e = exp(-|g|) so that the exponential never overflows.
+inline float silu(float g) {
+  const float e = exp_nonpositive(-std::fabs(g));
+  const float negative = static_cast<float>(std::bit_cast<uint32_t>(g) >> 31);  // 1 for g < 0 (and -0)
+  // sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) below; both products are exact, so is their sum.
+  const float numerator = negative * e + (1.0f - negative);
+  return g * (numerator / (1.0f + e));
+}
+
+}  // namespace actord::cpu
