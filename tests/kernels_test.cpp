@@ -95,6 +95,38 @@ TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {
   }
 }
 
+TEST_CASE("gemm_nt_multi equals one gemm_nt per output", "[kernels]") {
+  std::mt19937 rng(7);
+  cpu::ThreadPool pool(3);
+  const int k = 96;
+  const int widths[] = {64, 16, 200};  // q, k, v-like outputs of different widths; the second has a bias
+  std::vector<std::vector<unsigned char>> stored;
+  std::vector<cpu::WeightMatrix> weights;
+  for (int n : widths) {
+    auto w = random_vector(size_t(n) * k, rng);
+    stored.emplace_back(w.size() * 2);
+    convert_from_f32(DType::bf16, w.data(), stored.back().data(), w.size());
+  }
+  for (int o = 0; o < 3; ++o) weights.push_back({DType::bf16, stored[o].data(), widths[o], k, 0});
+  const auto bias = random_vector(widths[1], rng);
+  for (int m : {1, 5, 16, 40}) {
+    for (cpu::Kernel kernel : {cpu::Kernel::automatic, cpu::Kernel::rows, cpu::Kernel::packed}) {
+      INFO("m=" << m << " kernel=" << cpu::kernel_name(kernel));
+      const auto x = random_vector(size_t(m) * k, rng);
+      std::vector<std::vector<float>> multi(3), single(3);
+      cpu::GemmOutput outs[3];
+      for (int o = 0; o < 3; ++o) {
+        multi[o].assign(size_t(m) * widths[o], -1.0f);
+        single[o].assign(size_t(m) * widths[o], -2.0f);
+        outs[o] = {&weights[o], o == 1 ? bias.data() : nullptr, multi[o].data()};
+        cpu::gemm_nt(x.data(), weights[o], outs[o].bias, single[o].data(), m, pool, {cpu::Isa::automatic, kernel});
+      }
+      cpu::gemm_nt_multi(x.data(), outs, 3, m, pool, {cpu::Isa::automatic, kernel});
+      for (int o = 0; o < 3; ++o) REQUIRE(multi[o] == single[o]);
+    }
+  }
+}
+
 TEST_CASE("gemm_nt reads a strided slice of a weight matrix", "[kernels]") {
   std::mt19937 rng(5);
   const int m = 3, n = 30, k = 16, stride = 40;

@@ -145,7 +145,15 @@ void pack_x(const float* x, int m, int64_t k, int block_rows, float* out, Thread
 
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
              GemmPath path) {
-  const int64_t n = w.rows, k = w.cols;
+  const GemmOutput out{&w, bias, y};
+  gemm_nt_multi(x, &out, 1, m, pool, path);
+}
+
+void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int m, ThreadPool& pool,
+                   GemmPath path) {
+  if (n_outputs <= 0) return;
+  const int64_t k = outputs[0].w->cols;
+  for (int o = 1; o < n_outputs; ++o) ACTORD_CHECK(outputs[o].w->cols == k);
   Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
   Kernel kernel = path.kernel;
   if (kernel == Kernel::automatic) {
@@ -154,16 +162,30 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
                                                      : Kernel::rows;
   }
   if (kernel == Kernel::packed && isa == Isa::portable) kernel = Kernel::rows;
-  // Enough tasks to balance the threads; tiny products (a few microseconds) run on the calling thread, where waking
-  // the pool would cost more than it saves.
+
+  // Each output's rows go in chunks: enough tasks to balance the threads; tiny products (a few microseconds) in
+  // one chunk, where waking the pool would cost more than it saves. Chunks are whole register blocks of weight rows
+  // (24 covers every packed shape; 4 the rows kernels).
+  struct Task {
+    int output;
+    int64_t begin, end;
+  };
+  // The calling thread's list, named through a plain reference: the pool's threads read it in the lambdas below
+  // (a thread_local named there would be their own, empty, one).
+  thread_local std::vector<Task> task_storage;
+  std::vector<Task>& tasks = task_storage;
+  tasks.clear();
   constexpr int64_t kMinMacsPerTask = 1 << 16;
-  const int64_t macs = static_cast<int64_t>(m) * n * k;
-  const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
-  // Chunks are whole register blocks of weight rows (24 covers every packed shape; 4 the rows kernels).
   const int64_t granule = kernel == Kernel::packed ? 24 : 4;
-  const int64_t chunk =
-      std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
-  const int tasks = static_cast<int>((n + chunk - 1) / chunk);
+  for (int o = 0; o < n_outputs; ++o) {
+    const int64_t n = outputs[o].w->rows;
+    const int64_t macs = static_cast<int64_t>(m) * n * k;
+    const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
+    const int64_t chunk =
+        std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
+    for (int64_t begin = 0; begin < n; begin += chunk) tasks.push_back({o, begin, std::min(n, begin + chunk)});
+  }
+  const int n_tasks = static_cast<int>(tasks.size());
 
   if (kernel == Kernel::packed) {
     const int block_rows = isa == Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
@@ -173,9 +195,9 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
     pack_x(x, m, k, block_rows, packed.data(), pool);
     const PackedX px{packed.data(), m, k, block_rows};
     auto run = isa == Isa::avx512 ? &gemm_nt_packed_avx512 : &gemm_nt_packed_avx2;
-    pool.parallel_for(tasks, [&](int t) {
-      const int64_t begin = t * chunk;
-      run(px, w, bias, y, begin, std::min(n, begin + chunk));
+    pool.parallel_for(n_tasks, [&](int t) {
+      const GemmOutput& o = outputs[tasks[t].output];
+      run(px, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
     });
     return;
   }
@@ -183,9 +205,9 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
   if (kernel == Kernel::blas) run = &gemm_nt_rows_blas;
   else if (isa == Isa::avx2) run = &gemm_nt_rows_avx2;
   else if (isa == Isa::avx512) run = &gemm_nt_rows_avx512;
-  pool.parallel_for(tasks, [&](int t) {
-    const int64_t begin = t * chunk;
-    run(x, w, bias, y, m, begin, std::min(n, begin + chunk));
+  pool.parallel_for(n_tasks, [&](int t) {
+    const GemmOutput& o = outputs[tasks[t].output];
+    run(x, *o.w, o.bias, o.y, m, tasks[t].begin, tasks[t].end);
   });
 }
 

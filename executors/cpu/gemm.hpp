@@ -62,6 +62,18 @@ struct PackedX {
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
              GemmPath path = {});
 
+// One product of a multi-output GEMM: y [m, w.rows] = x W^T (+ bias).
+struct GemmOutput {
+  const WeightMatrix* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+// Several products of the same x (q/k/v, gate/up), each equal to gemm_nt(x, *o.w, o.bias, o.y, m, pool, path):
+// every weight must have x's width (w.cols). x is packed once and all the outputs' row chunks share one
+// parallel_for, which saves a pool wake-up and a pass over x per extra output.
+void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int m, ThreadPool& pool,
+                   GemmPath path = {});
+
 // out[r * w.cols + c] = W[row_begin + r, c] as f32, for `rows` rows (vectorised where the CPU allows).
 void convert_rows_to_f32(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);
 void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out);

@@ -132,8 +132,8 @@ void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, c
   const int ff = cfg_.intermediate_size;
   gate_.resize(size_t(n) * ff);
   up_.resize(size_t(n) * ff);
-  cpu::gemm_nt(x, e.gate, nullptr, gate_.data(), n, pool);
-  cpu::gemm_nt(x, e.up, nullptr, up_.data(), n, pool);
+  const cpu::GemmOutput gate_up[] = {{&e.gate, nullptr, gate_.data()}, {&e.up, nullptr, up_.data()}};
+  cpu::gemm_nt_multi(x, gate_up, 2, n, pool);
   activate(gate_.data(), up_.data(), n * ff);
   cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool);
 }
@@ -236,9 +236,10 @@ void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vect
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
     cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
-    cpu::gemm_nt(xn_.data(), L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data(), n, pool);
-    cpu::gemm_nt(xn_.data(), L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data(), n, pool);
-    cpu::gemm_nt(xn_.data(), L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data(), n, pool);
+    const cpu::GemmOutput qkv[] = {{&L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data()},
+                                   {&L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data()},
+                                   {&L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data()}};
+    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool);
     attention(batch, kv, l, pool);
     cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool);
     cpu::add_inplace(x_.data(), tmp_.data(), n * h);
