@@ -27,8 +27,7 @@ namespace {
 
 constexpr int kQueryTile = 16;
 
-// One cache element as f32. Branch-free, so that loops over it vectorise.
-inline float to_f32(float x) { return x; }
+// One bf16/f16 cache element as f32. Branch-free, so that loops over it vectorise.
 template <DType D>
 inline float to_f32(uint16_t h) {
   if constexpr (D == DType::bf16) {
@@ -77,19 +76,18 @@ struct TileState {
   float denom[kQueryTile];
 };
 
-// One query (decode) of head h against keys [first, start_pos]: scores four keys per pass (four independent dot
-// products), V accumulated four keys per pass, bf16/f16 K/V converted in registers.
+// One query (decode, or a prefill's last lone query) of head h at position pos: q and out are its head_dim
+// features. Keys [first, pos]: scores four keys per pass (four independent dot products), V accumulated four keys
+// per pass, bf16/f16 K/V converted in registers.
 template <DType D>
-void attend_single(const PagedAttentionParams& p, int h, TileState& st) {
+void attend_single(const PagedAttentionParams& p, int h, int pos, const float* q, float* out, TileState& st) {
   using E = typename Kv<D>::Elem;
   const int hd = p.head_dim, bs = p.block_size, g = h / (p.n_heads / p.n_kv_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* q = p.q + static_cast<int64_t>(h) * hd;
   float* const acc = st.acc.data();
   float* const scores = st.scores.data();
   std::fill_n(acc, hd, 0.0f);
   float max_score = -INFINITY, denom = 0.0f;
-  const int pos = p.start_pos;
   const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
   for (int block = first / bs; block * bs <= pos; ++block) {
     const int64_t base = p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride;
@@ -155,10 +153,15 @@ void attend_single(const PagedAttentionParams& p, int h, TileState& st) {
       for (int d = 0; d < hd; ++d) acc[d] += w * Kv<D>::f32(v[d]);
     }
   }
-  float* out = p.out + static_cast<int64_t>(h) * hd;
   const float inv = 1.0f / denom;
 #pragma omp simd
   for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+}
+
+void attend_single(const PagedAttentionParams& p, int h, int pos, const float* q, float* out, TileState& st) {
+  if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h, pos, q, out, st);
+  if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h, pos, q, out, st);
+  attend_single<DType::f32>(p, h, pos, q, out, st);
 }
 
 }  // namespace
@@ -182,33 +185,24 @@ void paged_attention(const PagedAttentionParams& p) {
     st.v_f32.resize(size_t(bs) * hd);
   }
 
-  if (p.n_tokens == 1) {
-    for (int h = p.head_begin; h < head_end; ++h) {
-      if (p.kv_dtype == DType::bf16) {
-        attend_single<DType::bf16>(p, h, st);
-      } else if (p.kv_dtype == DType::f16) {
-        attend_single<DType::f16>(p, h, st);
-      } else {
-        attend_single<DType::f32>(p, h, st);
-      }
-    }
-    return;
-  }
   for (int h = p.head_begin; h < head_end; ++h) {
     const int g = h / group;
     for (int t0 = 0; t0 < p.n_tokens; t0 += kQueryTile) {
       const int nt = std::min(kQueryTile, p.n_tokens - t0);
       const int pos0 = p.start_pos + t0;  // position of the tile's first query; query t sits at pos0 + t
+      const int64_t q_offset = static_cast<int64_t>(t0) * q_row + static_cast<int64_t>(h) * hd;
+      const float* q0 = p.q + q_offset;
+      if (nt == 1) {
+        attend_single(p, h, pos0, q0, p.out + q_offset, st);
+        continue;
+      }
       for (int t = 0; t < kQueryTile; ++t) {
         st.max_score[t] = -INFINITY;
         st.denom[t] = 0.0f;
       }
       std::fill_n(acc, size_t(nt) * hd, 0.0f);
-      const float* q0 = p.q + static_cast<int64_t>(t0) * q_row + static_cast<int64_t>(h) * hd;
-      if (nt > 1) {
-        for (int d = 0; d < hd; ++d)
-          for (int t = 0; t < kQueryTile; ++t) q_t[d * kQueryTile + t] = t < nt ? q0[t * q_row + d] * scale : 0.0f;
-      }
+      for (int d = 0; d < hd; ++d)
+        for (int t = 0; t < kQueryTile; ++t) q_t[d * kQueryTile + t] = t < nt ? q0[t * q_row + d] * scale : 0.0f;
       const int first = p.sliding_window > 0 ? std::max(0, pos0 - p.sliding_window + 1) : 0;
       const int end = pos0 + nt;  // keys [first, end) are visible to some query of the tile
       for (int block = first / bs; block * bs < end; ++block) {
@@ -224,26 +218,18 @@ void paged_attention(const PagedAttentionParams& p) {
           keys = st.k_f32.data();
           values = st.v_f32.data();
         }
-        // scores[(j - jb) * stride + t] = q_t . k_j * scale, -inf where query t may not see key j; a single query
-        // keeps its scores contiguous (stride 1), a tile interleaves them (stride kQueryTile) to vectorise over t.
-        const int stride = nt == 1 ? 1 : kQueryTile;
+        // scores[(j - jb) * kQueryTile + t] = q_t . k_j * scale, -inf where query t may not see key j (interleaved
+        // by query, to vectorise over t).
         for (int j = jb; j < je; ++j) {
           const float* k = keys + static_cast<int64_t>(j - jb) * hd;
-          float* s = scores + (j - jb) * stride;
-          if (nt == 1) {
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int d = 0; d < hd; ++d) dot += q0[d] * k[d];
-            s[0] = dot * scale;
-          } else {
-            float row[kQueryTile] = {};
-            for (int d = 0; d < hd; ++d) {
-              const float kd = k[d];
+          float* s = scores + (j - jb) * kQueryTile;
+          float row[kQueryTile] = {};
+          for (int d = 0; d < hd; ++d) {
+            const float kd = k[d];
 #pragma omp simd
-              for (int t = 0; t < kQueryTile; ++t) row[t] += kd * q_t[d * kQueryTile + t];
-            }
-            for (int t = 0; t < kQueryTile; ++t) s[t] = row[t];
+            for (int t = 0; t < kQueryTile; ++t) row[t] += kd * q_t[d * kQueryTile + t];
           }
+          for (int t = 0; t < kQueryTile; ++t) s[t] = row[t];
           if (j > pos0 || (p.sliding_window > 0 && j <= pos0 + nt - 1 - p.sliding_window)) {
             for (int t = 0; t < nt; ++t) {
               const int pos = pos0 + t;
@@ -253,44 +239,29 @@ void paged_attention(const PagedAttentionParams& p) {
         }
         // Online softmax: rescale what each query has accumulated to its new running maximum, then add this block.
         float correction[kQueryTile];
-        if (nt == 1) {
-          float block_max = -INFINITY;
-          for (int j = 0; j < je - jb; ++j) block_max = std::max(block_max, scores[j]);
-          const float new_max = std::max(st.max_score[0], block_max);
-          correction[0] = exp_nonpositive(st.max_score[0] - new_max);
-          st.max_score[0] = new_max;
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < je - jb; ++j) {
-            scores[j] = exp_nonpositive(scores[j] - new_max);
-            sum += scores[j];
-          }
-          st.denom[0] = st.denom[0] * correction[0] + sum;
-        } else {
-          float new_max[kQueryTile], sum[kQueryTile] = {};
-          for (int t = 0; t < kQueryTile; ++t) new_max[t] = st.max_score[t];
-          for (int j = 0; j < je - jb; ++j)
+        float new_max[kQueryTile], sum[kQueryTile] = {};
+        for (int t = 0; t < kQueryTile; ++t) new_max[t] = st.max_score[t];
+        for (int j = 0; j < je - jb; ++j)
 #pragma omp simd
-            for (int t = 0; t < kQueryTile; ++t) new_max[t] = std::max(new_max[t], scores[j * kQueryTile + t]);
-          // A query that has seen no key yet keeps max -inf: subtract 0 there so that its exps are 0, not NaN.
-          bool none_seen[kQueryTile];
+          for (int t = 0; t < kQueryTile; ++t) new_max[t] = std::max(new_max[t], scores[j * kQueryTile + t]);
+        // A query that has seen no key yet keeps max -inf: subtract 0 there so that its exps are 0, not NaN.
+        bool none_seen[kQueryTile];
+#pragma omp simd
+        for (int t = 0; t < kQueryTile; ++t) {
+          none_seen[t] = new_max[t] == -INFINITY;
+          if (none_seen[t]) new_max[t] = 0.0f;
+          correction[t] = exp_nonpositive(st.max_score[t] - new_max[t]);
+        }
+        for (int j = 0; j < je - jb; ++j)
 #pragma omp simd
           for (int t = 0; t < kQueryTile; ++t) {
-            none_seen[t] = new_max[t] == -INFINITY;
-            if (none_seen[t]) new_max[t] = 0.0f;
-            correction[t] = exp_nonpositive(st.max_score[t] - new_max[t]);
+            const float e = exp_nonpositive(scores[j * kQueryTile + t] - new_max[t]);
+            scores[j * kQueryTile + t] = e;
+            sum[t] += e;
           }
-          for (int j = 0; j < je - jb; ++j)
-#pragma omp simd
-            for (int t = 0; t < kQueryTile; ++t) {
-              const float e = exp_nonpositive(scores[j * kQueryTile + t] - new_max[t]);
-              scores[j * kQueryTile + t] = e;
-              sum[t] += e;
-            }
-          for (int t = 0; t < kQueryTile; ++t) {
-            st.max_score[t] = none_seen[t] ? -INFINITY : new_max[t];
-            st.denom[t] = st.denom[t] * correction[t] + sum[t];
-          }
+        for (int t = 0; t < kQueryTile; ++t) {
+          st.max_score[t] = none_seen[t] ? -INFINITY : new_max[t];
+          st.denom[t] = st.denom[t] * correction[t] + sum[t];
         }
         for (int t = 0; t < nt; ++t) {
           float* out = acc + static_cast<int64_t>(t) * hd;
@@ -299,7 +270,7 @@ void paged_attention(const PagedAttentionParams& p) {
             for (int d = 0; d < hd; ++d) out[d] *= correction[t];
           }
           for (int j = jb; j < je; ++j) {
-            const float w = scores[(j - jb) * stride + t];
+            const float w = scores[(j - jb) * kQueryTile + t];
             if (w == 0.0f) continue;
             const float* v = values + static_cast<int64_t>(j - jb) * hd;
 #pragma omp simd

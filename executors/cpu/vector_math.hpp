@@ -2,7 +2,6 @@
 // element and blocks vectorisation). Header-only: each ISA instance compiles it with its own flags.
 #pragma once
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
