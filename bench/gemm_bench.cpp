@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
@@ -30,18 +31,26 @@ int main(int argc, char** argv) {
       std::vector<unsigned char> w(w32.size() * dtype_size(dtype));
       convert_from_f32(dtype, w32.data(), w.data(), w32.size());
       const cpu::WeightMatrix wm{dtype, w.data(), s.n, s.k, 0};
+      std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, s.n, s.k));
+      const cpu::WeightMatrix blocked = cpu::pack_blocked(wm, blocked_storage.data());
       for (int m : {1, 8, 16, 32, 64, 128, 512})
-      for (cpu::Kernel kernel : {cpu::Kernel::rows, cpu::Kernel::packed, cpu::Kernel::blas, cpu::Kernel::automatic}) {
+      for (int variant = 0; variant < 5; ++variant) {
+        // The row-major kernels, then the blocked layout (what the engine loads models into).
+        const cpu::Kernel kernels[] = {cpu::Kernel::rows, cpu::Kernel::packed, cpu::Kernel::blas,
+                                       cpu::Kernel::automatic, cpu::Kernel::automatic};
+        const cpu::Kernel kernel = kernels[variant];
+        const bool use_blocked = variant == 4;
         if (kernel == cpu::Kernel::blas && !cpu::have_blas()) continue;
         const cpu::GemmPath path{cpu::Isa::automatic, kernel};
+        const cpu::WeightMatrix& wm_used = use_blocked ? blocked : wm;
         std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
-        cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, path);  // warm-up
+        cpu::gemm_nt(x.data(), wm_used, nullptr, y.data(), m, pool, path);  // warm-up
         // Best of many runs: this machine shares its cores, so averages mostly measure the neighbours.
         double best = 1e30, elapsed = 0;
         const auto start = std::chrono::steady_clock::now();
         do {
           const auto t0 = std::chrono::steady_clock::now();
-          cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, path);
+          cpu::gemm_nt(x.data(), wm_used, nullptr, y.data(), m, pool, path);
           const auto t1 = std::chrono::steady_clock::now();
           best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
           elapsed = std::chrono::duration<double>(t1 - start).count();
@@ -49,7 +58,7 @@ int main(int argc, char** argv) {
         const double us = best * 1e6;
         const double flops = 2.0 * m * s.n * s.k;
         std::printf("%-10s %6d %6d %5s %5d %-8s %10.1f %10.1f %10.1f\n", s.what, s.n, s.k, dtype_name(dtype), m,
-                    cpu::kernel_name(kernel), us,
+                    use_blocked ? "blocked" : cpu::kernel_name(kernel), us,
                     flops / us / 1e3, double(w.size()) / us / 1e3);
       }
     }

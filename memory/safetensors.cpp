@@ -34,6 +34,14 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) munmap(map_, map_size_);
 }
 
+void release_pages(const TensorView& view) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(view.data);
+  const uintptr_t end = begin + view.num_elements() * dtype_size(view.dtype);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string where = path.string();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

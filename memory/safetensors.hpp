@@ -25,6 +25,11 @@ struct TensorView {
   size_t num_elements() const;
 };
 
+// Drops the memory-mapped pages that lie wholly inside `view` from this process's resident memory (madvise
+// MADV_DONTNEED): for a tensor copied elsewhere at load time. The view stays valid; reading it again faults the pages
+// back in from the file.
+void release_pages(const TensorView& view);
+
 class SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const std::filesystem::path& path);

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/sampler.hpp"
 
 namespace actord {
@@ -62,7 +63,24 @@ std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) 
   return v;
 }
 
-Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
+Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols,
+                                              cpu::WeightLayout layout) {
+  const TensorView* from_file = nullptr;
+  auto m = row_major(name, rows, cols, &from_file);
+  if (!m || layout == cpu::WeightLayout::row_major) return m;
+  std::vector<unsigned char> bytes(cpu::blocked_bytes(m->dtype, rows, cols));
+  cpu::WeightMatrix blocked = cpu::pack_blocked(*m, bytes.data());
+  if (from_file) {
+    release_pages(*from_file);
+  } else {
+    owned_.pop_back();  // the converted or dummy row-major copy row_major() just made
+  }
+  blocked.data = own(std::move(bytes));
+  return blocked;
+}
+
+Result<cpu::WeightMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,
+                                                 const TensorView** from_file) {
   cpu::WeightMatrix m;
   m.rows = rows;
   m.cols = cols;
@@ -79,6 +97,7 @@ Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t r
   if (!convert_to_ || *convert_to_ == (*view)->dtype) {
     m.dtype = (*view)->dtype;
     m.data = (*view)->data;
+    *from_file = *view;
     return m;
   }
   std::vector<float> f32((*view)->num_elements());

@@ -1,8 +1,10 @@
 // Where a model's weights come from: memory-mapped safetensors (single file or shards), or `load_format: dummy`
 // random values of the configured shape for benchmarks.
 //
-// Contract: matrices come back as views in their stored dtype (no copy) unless the topology asks for another dtype,
-// in which case the store owns a converted copy; small vectors (norms, biases) come back as f32 copies. Views stay
+// Contract: matrices come back in their stored dtype (or the dtype the topology asks for), either as row-major views
+// of the file (no copy) or, when asked for the blocked layout (executors/cpu/blocked_weights.hpp), as a rearranged
+// copy the store owns; the file pages the copy came from are then released, so resident memory holds one copy.
+// Small vectors (norms, biases) come back as f32 copies. Views stay
 // valid as long as the store lives: a model keeps a shared_ptr to it. Errors name the tensor: missing, or wrong
 // shape ("expected [64, 512], found [64, 511]"). Dummy weights are seeded: the same seed gives the same values.
 #pragma once
@@ -32,16 +34,20 @@ class WeightStore {
   static Result<std::shared_ptr<WeightStore>> open(const ModelConfig& config, const ModelLoadOptions& options);
 
   bool contains(const std::string& name) const;
-  Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols);
+  Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
+                                   cpu::WeightLayout layout = cpu::WeightLayout::row_major);
   Result<std::vector<float>> vector_f32(const std::string& name, int64_t n);
 
   // The dtype matrices are served in (the stored one, or the requested conversion).
   DType served_dtype() const { return served_; }
-  size_t owned_bytes() const;  // memory this store allocated (dummy weights, dtype conversions)
+  size_t owned_bytes() const;  // memory this store allocated (dummy weights, dtype conversions, blocked copies)
 
  private:
   WeightStore() = default;
   const void* own(std::vector<unsigned char> bytes);
+  // The row-major matrix; `from_file` is the file's tensor when the result is a view of it.
+  Result<cpu::WeightMatrix> row_major(const std::string& name, int64_t rows, int64_t cols,
+                                      const TensorView** from_file);
   std::vector<float> dummy_values(const std::string& name, size_t n) const;
 
   std::optional<WeightLoader> file_;   // empty for dummy weights

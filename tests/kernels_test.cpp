@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -68,6 +69,51 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel 
           std::vector<float> y(size_t(m) * n, -1.0f);
           cpu::gemm_nt(x.data(), wm, bias.data(), y.data(), m, pool, path);
           require_close(y, ref, 2e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+        }
+      }
+    }
+  }
+}
+
+// Blocked weights: every ISA, dtype, a tail block, m across the register-block sizes (1..12 and their splits) and
+// an x chunk boundary (k = 1100: 59 rows per chunk), bias or not.
+TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
+  std::mt19937 rng(3);
+  std::vector<cpu::Isa> isas{cpu::Isa::portable};
+  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
+  for (int threads : {1, 3}) {
+    cpu::ThreadPool pool(threads);
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {12, 64, 172}, {13, 96, 64}, {32, 100, 33}, {7, 33, 8},
+                           {40, 160, 700}, {130, 37, 96}, {70, 30, 1100}}) {
+      auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng),
+           bias = random_vector(n, rng);
+      for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+        std::vector<unsigned char> stored(w32.size() * dtype_size(dtype));
+        convert_from_f32(dtype, w32.data(), stored.data(), w32.size());
+        std::vector<float> exact(w32.size());
+        convert_to_f32(dtype, stored.data(), exact.data(), exact.size());
+        const cpu::WeightMatrix row_major{dtype, stored.data(), n, k, 0};
+        std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, n, k));
+        const cpu::WeightMatrix blocked = cpu::pack_blocked(row_major, blocked_storage.data());
+        REQUIRE(blocked.layout == cpu::WeightLayout::blocked);
+        std::vector<float> row(k);
+        for (int r : {0, n / 2, n - 1}) {
+          cpu::weight_row_to_f32(blocked, r, row.data());
+          REQUIRE(std::equal(row.begin(), row.end(), exact.begin() + size_t(r) * k));
+        }
+        for (bool with_bias : {false, true}) {
+          std::vector<float> ref(size_t(m) * n);
+          cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);
+          if (with_bias)
+            for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
+          for (cpu::Isa isa : isas) {
+            INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype) << " isa="
+                      << cpu::isa_name(isa) << " threads=" << threads << " bias=" << with_bias);
+            std::vector<float> y(size_t(m) * n, -1.0f);
+            cpu::gemm_nt(x.data(), blocked, with_bias ? bias.data() : nullptr, y.data(), m, pool, {isa});
+            require_close(y, ref, 2e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+          }
         }
       }
     }

@@ -5,6 +5,7 @@
 
 #include "core/status.hpp"
 #include "executors/cpu/aligned_vector.hpp"
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -153,10 +154,17 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
                    GemmPath path) {
   if (n_outputs <= 0) return;
   const int64_t k = outputs[0].w->cols;
-  for (int o = 1; o < n_outputs; ++o) ACTORD_CHECK(outputs[o].w->cols == k);
+  const bool blocked = outputs[0].w->layout == WeightLayout::blocked;
+  for (int o = 1; o < n_outputs; ++o) {
+    ACTORD_CHECK(outputs[o].w->cols == k);
+    ACTORD_CHECK_MSG(blocked == (outputs[o].w->layout == WeightLayout::blocked),
+                     "gemm_nt_multi: all outputs must share one weight layout");
+  }
   Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
   Kernel kernel = path.kernel;
-  if (kernel == Kernel::automatic) {
+  if (blocked) {
+    kernel = Kernel::automatic;  // one kernel family serves every m on blocked weights
+  } else if (kernel == Kernel::automatic) {
     kernel = m >= blas_min_rows(isa) && have_blas() ? Kernel::blas
              : m >= packed_min_rows(isa)             ? Kernel::packed
                                                      : Kernel::rows;
@@ -176,17 +184,27 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   std::vector<Task>& tasks = task_storage;
   tasks.clear();
   constexpr int64_t kMinMacsPerTask = 1 << 16;
-  const int64_t granule = kernel == Kernel::packed ? 24 : 4;
+  const int64_t granule = blocked ? kBlockCols : kernel == Kernel::packed ? 24 : 4;
   for (int o = 0; o < n_outputs; ++o) {
     const int64_t n = outputs[o].w->rows;
     const int64_t macs = static_cast<int64_t>(m) * n * k;
     const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
     const int64_t chunk =
-        std::max<int64_t>(16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
+        std::max<int64_t>(blocked ? granule : 16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
     for (int64_t begin = 0; begin < n; begin += chunk) tasks.push_back({o, begin, std::min(n, begin + chunk)});
   }
   const int n_tasks = static_cast<int>(tasks.size());
 
+  if (blocked) {
+    auto run = isa == Isa::avx512 ? &gemm_nt_blocked_avx512
+               : isa == Isa::avx2 ? &gemm_nt_blocked_avx2
+                                  : &gemm_nt_blocked_portable;
+    pool.parallel_for(n_tasks, [&](int t) {
+      const GemmOutput& o = outputs[tasks[t].output];
+      run(x, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+    });
+    return;
+  }
   if (kernel == Kernel::packed) {
     const int block_rows = isa == Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
     const int blocks = (m + block_rows - 1) / block_rows;

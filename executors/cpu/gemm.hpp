@@ -17,14 +17,19 @@ namespace actord::cpu {
 
 class ThreadPool;
 
+// How a matrix's values are arranged: row_major ([rows, row_stride], the file's layout) or blocked (rearranged at
+// load time for the GEMM: see blocked_weights.hpp; row() and row_stride do not apply).
+enum class WeightLayout { row_major, blocked };
+
 struct WeightMatrix {
   DType dtype = DType::f32;
-  const void* data = nullptr;  // [rows, row_stride] elements of dtype
+  const void* data = nullptr;  // [rows, row_stride] elements of dtype when row_major
   int64_t rows = 0;            // output features (n)
   int64_t cols = 0;            // input features (k)
   int64_t row_stride = 0;      // elements between rows; 0 means cols
   int64_t stride() const { return row_stride ? row_stride : cols; }
-  const unsigned char* row(int64_t r) const {
+  WeightLayout layout = WeightLayout::row_major;
+  const unsigned char* row(int64_t r) const {  // row_major only
     return static_cast<const unsigned char*>(data) + r * stride() * static_cast<int64_t>(dtype_size(dtype));
   }
 };

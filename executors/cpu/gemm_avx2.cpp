@@ -2,6 +2,7 @@
 // -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
 
 namespace actord::cpu {
@@ -21,7 +22,21 @@ struct Avx2 {
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     }
   }
+  // Half `half` of one input feature of a weight block (blocked_weights.hpp): columns [8 half, +8) and [16 + 8 half, +8).
+  template <DType D>
+  static void load_block_cols(const unsigned char* p, int half, V& first, V& second) {
+    if constexpr (D == DType::bf16) {
+      const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + half * 32));
+      first = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      second = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+    } else {
+      constexpr int esize = D == DType::f32 ? 4 : 2;
+      first = load<D>(p + half * 8 * esize);
+      second = load<D>(p + (16 + half * 8) * esize);
+    }
+  }
   static V load_x(const float* p) { return _mm256_loadu_ps(p); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static V zero() { return _mm256_setzero_ps(); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -49,6 +64,12 @@ void gemm_nt_packed_avx2(const PackedX& x, const WeightMatrix& w, const float* b
                          int64_t n_end) {
   if (x.block_rows == 8) return packed::rows<Avx2, 1, 12>(x, w, bias, y, n_begin, n_end);
   packed::rows<Avx2, 2, 6>(x, w, bias, y, n_begin, n_end);
+}
+
+// 16 registers: 6 rows x 2 vectors (12 accumulators) per half block, its two weight vectors and a broadcast.
+void gemm_nt_blocked_avx2(const float* x, int m, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                          int64_t n_end) {
+  blocked::product_any<Avx2, 6>(x, m, w, bias, y, n_begin, n_end);
 }
 
 void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {

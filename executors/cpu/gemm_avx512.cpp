@@ -2,6 +2,7 @@
 // -mavx512bw -mfma -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
 
 namespace actord::cpu {
@@ -21,8 +22,21 @@ struct Avx512 {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
   }
+  // One input feature of a weight block (blocked_weights.hpp): all 32 columns, so `half` is always 0.
+  template <DType D>
+  static void load_block_cols(const unsigned char* p, int, V& first, V& second) {
+    if constexpr (D == DType::bf16) {
+      const __m512i pairs = _mm512_loadu_si512(p);
+      first = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      second = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+    } else {
+      first = load<D>(p);
+      second = load<D>(p + 16 * (D == DType::f32 ? 4 : 2));
+    }
+  }
   static V load_x(const float* p) { return _mm512_loadu_ps(p); }
   static V broadcast(const float* p) { return _mm512_broadcastss_ps(_mm_load_ss(p)); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V zero() { return _mm512_setzero_ps(); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
@@ -44,6 +58,12 @@ void gemm_nt_packed_avx512(const PackedX& x, const WeightMatrix& w, const float*
                          int64_t n_end) {
   if (x.block_rows == 16) return packed::rows<Avx512, 1, 24>(x, w, bias, y, n_begin, n_end);
   packed::rows<Avx512, 2, 12>(x, w, bias, y, n_begin, n_end);
+}
+
+// 32 registers: 12 rows x 2 vectors (24 accumulators), the block's two weight vectors and a broadcast.
+void gemm_nt_blocked_avx512(const float* x, int m, const WeightMatrix& w, const float* bias, float* y,
+                            int64_t n_begin, int64_t n_end) {
+  blocked::product_any<Avx512, 12>(x, m, w, bias, y, n_begin, n_end);
 }
 
 void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {

@@ -40,10 +40,6 @@ void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float*
   }
 }
 
-void embedding_row(const void* row, DType dtype, int dim, float* out) {
-  convert_to_f32(dtype, row, out, static_cast<size_t>(dim));
-}
-
 void silu_mul(float* gate, const float* up, int n) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) gate[i] = silu(gate[i]) * up[i];

@@ -22,9 +22,6 @@ void rope_inv_freq(int head_dim, float theta, float* inv_freq);
 // pos * inv_freq[i].
 void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float* inv_freq);
 
-// x[i] = table[id] row, converted to f32: one embedding lookup. row is [dim] elements of dtype.
-void embedding_row(const void* row, DType dtype, int dim, float* out);
-
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int n);
 

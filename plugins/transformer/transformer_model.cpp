@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "memory/kv_cache.hpp"
@@ -69,7 +70,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   std::map<std::string, std::vector<float>> vectors;
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (w.shape.size() == 2) {
-      auto mat = m->store_->matrix(w.name, w.shape[0], w.shape[1]);
+      // Every matrix the GEMM reads is blocked; an untied embedding is only looked up by row and stays a view.
+      const bool lookup_only = w.name == "model.embed_tokens.weight" && !cfg.tie_word_embeddings;
+      auto mat = m->store_->matrix(w.name, w.shape[0], w.shape[1],
+                                   lookup_only ? cpu::WeightLayout::row_major : cpu::WeightLayout::blocked);
       if (!mat) return Error{mat.error().code, options.model_dir.string() + ": " + mat.error().message};
       matrices[w.name] = *mat;
     } else {
@@ -231,7 +235,7 @@ void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vect
   for (int t = 0; t < n; ++t) {
     const int id = batch.tokens[t];
     ACTORD_CHECK(id >= 0 && id < cfg_.vocab_size);
-    cpu::embedding_row(embed_.row(id), embed_.dtype, h, x_.data() + size_t(t) * h);
+    cpu::weight_row_to_f32(embed_, id, x_.data() + size_t(t) * h);
   }
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];

@@ -1,0 +1,83 @@
+#include "executors/cpu/blocked_weights.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/status.hpp"
+
+namespace actord::cpu {
+namespace {
+
+// Position of column c (0..31) among the 32 values stored for one input feature.
+inline int slot(DType dtype, int c) {
+  if (dtype != DType::bf16) return c;
+  return c < 16 ? 2 * c + 1 : 2 * (c - 16);
+}
+
+inline const unsigned char* block_base(const WeightMatrix& w, int64_t block) {
+  return static_cast<const unsigned char*>(w.data) +
+         block * w.cols * kBlockCols * static_cast<int64_t>(dtype_size(w.dtype));
+}
+
+}  // namespace
+
+size_t blocked_bytes(DType dtype, int64_t rows, int64_t cols) {
+  const int64_t blocks = (rows + kBlockCols - 1) / kBlockCols;
+  return static_cast<size_t>(blocks * kBlockCols * cols) * dtype_size(dtype);
+}
+
+WeightMatrix pack_blocked(const WeightMatrix& src, void* dst) {
+  ACTORD_CHECK(src.layout == WeightLayout::row_major);
+  const size_t esize = dtype_size(src.dtype);
+  const int64_t blocks = (src.rows + kBlockCols - 1) / kBlockCols;
+  auto* out = static_cast<unsigned char*>(dst);
+  std::memset(out, 0, blocked_bytes(src.dtype, src.rows, src.cols));
+  for (int64_t b = 0; b < blocks; ++b) {
+    unsigned char* block = out + b * src.cols * kBlockCols * static_cast<int64_t>(esize);
+    const int cols_here = static_cast<int>(std::min<int64_t>(kBlockCols, src.rows - b * kBlockCols));
+    for (int c = 0; c < cols_here; ++c) {
+      const unsigned char* row = src.row(b * kBlockCols + c);
+      const size_t offset = static_cast<size_t>(slot(src.dtype, c)) * esize;
+      for (int64_t t = 0; t < src.cols; ++t) {
+        std::memcpy(block + static_cast<size_t>(t) * kBlockCols * esize + offset, row + t * esize, esize);
+      }
+    }
+  }
+  WeightMatrix view{src.dtype, dst, src.rows, src.cols, 0};
+  view.layout = WeightLayout::blocked;
+  return view;
+}
+
+void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
+  if (w.layout == WeightLayout::row_major) {
+    convert_to_f32(w.dtype, w.row(row), out, static_cast<size_t>(w.cols));
+    return;
+  }
+  const size_t esize = dtype_size(w.dtype);
+  const unsigned char* base =
+      block_base(w, row / kBlockCols) + static_cast<size_t>(slot(w.dtype, static_cast<int>(row % kBlockCols))) * esize;
+  for (int64_t t = 0; t < w.cols; ++t) convert_to_f32(w.dtype, base + t * kBlockCols * esize, out + t, 1);
+}
+
+void gemm_nt_blocked_portable(const float* x, int m, const WeightMatrix& w, const float* bias, float* y,
+                              int64_t n_begin, int64_t n_end) {
+  const int64_t k = w.cols, n = w.rows;
+  const size_t esize = dtype_size(w.dtype);
+  float wf[kBlockCols], acc[kBlockCols];
+  for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
+    const unsigned char* block = block_base(w, j0 / kBlockCols);
+    const int cols = static_cast<int>(std::min<int64_t>(kBlockCols, n_end - j0));
+    for (int i = 0; i < m; ++i) {
+      const float* xi = x + static_cast<int64_t>(i) * k;
+      std::fill_n(acc, kBlockCols, 0.0f);
+      for (int64_t t = 0; t < k; ++t) {
+        convert_to_f32(w.dtype, block + static_cast<size_t>(t) * kBlockCols * esize, wf, kBlockCols);
+        for (int c = 0; c < kBlockCols; ++c) acc[c] += xi[t] * wf[slot(w.dtype, c)];
+      }
+      float* yi = y + static_cast<int64_t>(i) * n + j0;
+      for (int c = 0; c < cols; ++c) yi[c] = acc[c] + (bias ? bias[j0 + c] : 0.0f);
+    }
+  }
+}
+
+}  // namespace actord::cpu
