@@ -305,7 +305,35 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
         std::fill(out.begin(), out.end(), 0.0f);
         cpu::paged_attention(p, isa);
         require_close(out, ref, 1e-5f);
+        // A task's share of the heads (the model splits heads over tasks): only [head_begin, head_end) is written.
+        if (s.n_heads > 1) {
+          cpu::PagedAttentionParams part = p;
+          part.head_begin = 1;
+          part.head_end = s.n_heads;
+          std::fill(out.begin(), out.end(), 0.0f);
+          cpu::paged_attention(part, isa);
+          for (int t = 0; t < s.n_tokens; ++t) {
+            for (int d = 0; d < s.head_dim; ++d) REQUIRE(out[size_t(t) * q_row + d] == 0.0f);
+            std::copy_n(ref.begin() + size_t(t) * q_row, s.head_dim, out.begin() + size_t(t) * q_row);
+          }
+          require_close(out, ref, 1e-5f);
+        }
       }
     }
   }
+}
+
+TEST_CASE("decode attention tasks take whole GQA groups and leave work for every thread", "[kernels]") {
+  CHECK(cpu::decode_heads_per_task(12, 12, 32, 2) == 12);  // 32 tasks of all heads for 2 threads
+  CHECK(cpu::decode_heads_per_task(12, 12, 1, 2) == 2);    // one sequence: 6 tasks
+  CHECK(cpu::decode_heads_per_task(32, 8, 1, 2) == 4);     // groups of 4 query heads per KV head stay together
+  CHECK(cpu::decode_heads_per_task(32, 8, 3, 16) == 4);
+  CHECK(cpu::decode_heads_per_task(14, 2, 2, 2) == 7);
+  for (int seqs : {1, 2, 5, 64})
+    for (int threads : {1, 2, 8}) {
+      const int h = cpu::decode_heads_per_task(12, 4, seqs, threads);
+      CHECK(h >= 3);
+      CHECK(h <= 12);
+      CHECK(h % 3 == 0);
+    }
 }

@@ -3,7 +3,7 @@
 // block is read once per tile and no score row of the whole context is kept. Several queries (prefill) are
 // multiplied against a key as one vector over the queries (the tile's queries stored transposed, the block's K/V
 // widened to f32 once); a single query (decode) takes dot products four keys at a time, converting bf16/f16 K/V in
-// registers. Portable C++ whose inner loops the compiler vectorises: included once per instruction set by
+// registers, for all the heads asked for block by block (one sequential pass over each block). Portable C++ whose inner loops the compiler vectorises: included once per instruction set by
 // attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define ACTORD_ATTENTION_NS to
 // the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
@@ -74,94 +74,115 @@ struct TileState {
   std::vector<float> k_f32, v_f32;  // [block_size][head_dim]: one block of a bf16/f16 cache, widened
   float max_score[kQueryTile];
   float denom[kQueryTile];
+  std::vector<float> head_acc, head_max, head_denom;  // a single query's state, per head: [heads][head_dim], [heads]
 };
 
-// One query (decode, or a prefill's last lone query) of head h at position pos: q and out are its head_dim
-// features. Keys [first, pos]: scores four keys per pass (four independent dot products), V accumulated four keys
-// per pass, bf16/f16 K/V converted in registers.
+// The keys [jb, jb + n) of one block for one query of one head: scores four keys per pass (four independent dot
+// products), folds them into the head's online softmax (acc, max_score, denom), then adds the values four keys per
+// pass, bf16/f16 K/V converted in registers.
 template <DType D>
-void attend_single(const PagedAttentionParams& p, int h, int pos, const float* q, float* out, TileState& st) {
+void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const typename Kv<D>::Elem* values, int n,
+                        int hd, float scale, float* scores, float* acc, float& max_score, float& denom) {
   using E = typename Kv<D>::Elem;
-  const int hd = p.head_dim, bs = p.block_size, g = h / (p.n_heads / p.n_kv_heads);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* const acc = st.acc.data();
-  float* const scores = st.scores.data();
-  std::fill_n(acc, hd, 0.0f);
-  float max_score = -INFINITY, denom = 0.0f;
-  const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
-  for (int block = first / bs; block * bs <= pos; ++block) {
-    const int64_t base = p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride;
-    const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;  // keys [jb, jb + n)
-    const int64_t skip = static_cast<int64_t>(jb - block * bs) * hd;
-    const E* keys = static_cast<const E*>(p.k_base) + base + skip;
-    const E* values = static_cast<const E*>(p.v_base) + base + skip;
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-      const E* k = keys + static_cast<int64_t>(j) * hd;
-      float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const E* k = keys + static_cast<int64_t>(j) * hd;
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
 #pragma omp simd reduction(+ : d0, d1, d2, d3)
-      for (int d = 0; d < hd; ++d) {
-        const float qd = q[d];
-        d0 += qd * Kv<D>::f32(k[d]);
-        d1 += qd * Kv<D>::f32(k[hd + d]);
-        d2 += qd * Kv<D>::f32(k[2 * hd + d]);
-        d3 += qd * Kv<D>::f32(k[3 * hd + d]);
-      }
-      scores[j] = d0 * scale;
-      scores[j + 1] = d1 * scale;
-      scores[j + 2] = d2 * scale;
-      scores[j + 3] = d3 * scale;
+    for (int d = 0; d < hd; ++d) {
+      const float qd = q[d];
+      d0 += qd * Kv<D>::f32(k[d]);
+      d1 += qd * Kv<D>::f32(k[hd + d]);
+      d2 += qd * Kv<D>::f32(k[2 * hd + d]);
+      d3 += qd * Kv<D>::f32(k[3 * hd + d]);
     }
-    for (; j < n; ++j) {
-      const E* k = keys + static_cast<int64_t>(j) * hd;
-      float dot = 0.0f;
+    scores[j] = d0 * scale;
+    scores[j + 1] = d1 * scale;
+    scores[j + 2] = d2 * scale;
+    scores[j + 3] = d3 * scale;
+  }
+  for (; j < n; ++j) {
+    const E* k = keys + static_cast<int64_t>(j) * hd;
+    float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int d = 0; d < hd; ++d) dot += q[d] * Kv<D>::f32(k[d]);
-      scores[j] = dot * scale;
-    }
-    // Online softmax, then this block's values.
-    float block_max = -INFINITY;
-    for (int i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
-    const float new_max = std::max(max_score, block_max);
-    const float correction = exp_nonpositive(max_score - new_max);
-    max_score = new_max;
-    float sum = 0.0f;
+    for (int d = 0; d < hd; ++d) dot += q[d] * Kv<D>::f32(k[d]);
+    scores[j] = dot * scale;
+  }
+  // Online softmax, then this block's values.
+  float block_max = -INFINITY;
+  for (int i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
+  const float new_max = std::max(max_score, block_max);
+  const float correction = exp_nonpositive(max_score - new_max);
+  max_score = new_max;
+  float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; ++i) {
-      scores[i] = exp_nonpositive(scores[i] - new_max);
-      sum += scores[i];
-    }
-    denom = denom * correction + sum;
-    if (correction != 1.0f) {
+  for (int i = 0; i < n; ++i) {
+    scores[i] = exp_nonpositive(scores[i] - new_max);
+    sum += scores[i];
+  }
+  denom = denom * correction + sum;
+  if (correction != 1.0f) {
 #pragma omp simd
-      for (int d = 0; d < hd; ++d) acc[d] *= correction;
-    }
-    j = 0;
-    for (; j + 4 <= n; j += 4) {
-      const E* v = values + static_cast<int64_t>(j) * hd;
-      const float w0 = scores[j], w1 = scores[j + 1], w2 = scores[j + 2], w3 = scores[j + 3];
+    for (int d = 0; d < hd; ++d) acc[d] *= correction;
+  }
+  j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const E* v = values + static_cast<int64_t>(j) * hd;
+    const float w0 = scores[j], w1 = scores[j + 1], w2 = scores[j + 2], w3 = scores[j + 3];
 #pragma omp simd
-      for (int d = 0; d < hd; ++d) {
-        acc[d] += w0 * Kv<D>::f32(v[d]) + w1 * Kv<D>::f32(v[hd + d]) + w2 * Kv<D>::f32(v[2 * hd + d]) +
-                  w3 * Kv<D>::f32(v[3 * hd + d]);
-      }
-    }
-    for (; j < n; ++j) {
-      const E* v = values + static_cast<int64_t>(j) * hd;
-      const float w = scores[j];
-#pragma omp simd
-      for (int d = 0; d < hd; ++d) acc[d] += w * Kv<D>::f32(v[d]);
+    for (int d = 0; d < hd; ++d) {
+      acc[d] += w0 * Kv<D>::f32(v[d]) + w1 * Kv<D>::f32(v[hd + d]) + w2 * Kv<D>::f32(v[2 * hd + d]) +
+                w3 * Kv<D>::f32(v[3 * hd + d]);
     }
   }
-  const float inv = 1.0f / denom;
+  for (; j < n; ++j) {
+    const E* v = values + static_cast<int64_t>(j) * hd;
+    const float w = scores[j];
 #pragma omp simd
-  for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+    for (int d = 0; d < hd; ++d) acc[d] += w * Kv<D>::f32(v[d]);
+  }
 }
 
-void attend_single(const PagedAttentionParams& p, int h, int pos, const float* q, float* out, TileState& st) {
-  if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h, pos, q, out, st);
-  if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h, pos, q, out, st);
-  attend_single<DType::f32>(p, h, pos, q, out, st);
+// One query (decode, or a prefill's last lone query) at position pos, for query heads [h_begin, h_end): q_row and
+// out_row are the token's rows of all heads. Keys [first, pos] go block by block, and within a block head by head,
+// so the heads' K (and V) of a block are read in address order: one sequential stream per block that the hardware
+// prefetcher follows, where head-at-a-time would jump between blocks every block_size keys.
+template <DType D>
+void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
+                   float* out_row, TileState& st) {
+  using E = typename Kv<D>::Elem;
+  const int hd = p.head_dim, bs = p.block_size, group = p.n_heads / p.n_kv_heads, heads = h_end - h_begin;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  st.head_acc.assign(static_cast<size_t>(heads) * hd, 0.0f);
+  st.head_max.assign(heads, -INFINITY);
+  st.head_denom.assign(heads, 0.0f);
+  const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+  for (int block = first / bs; block * bs <= pos; ++block) {
+    const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;  // keys [jb, jb + n)
+    const int64_t base = p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd;
+    for (int h = h_begin; h < h_end; ++h) {
+      const int64_t offset = base + static_cast<int64_t>(h / group) * p.head_stride;
+      const int i = h - h_begin;
+      single_query_block<D>(q_row + static_cast<int64_t>(h) * hd, static_cast<const E*>(p.k_base) + offset,
+                            static_cast<const E*>(p.v_base) + offset, n, hd, scale, st.scores.data(),
+                            st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
+    }
+  }
+  for (int h = h_begin; h < h_end; ++h) {
+    const int i = h - h_begin;
+    const float inv = 1.0f / st.head_denom[i];
+    const float* a = st.head_acc.data() + static_cast<int64_t>(i) * hd;
+    float* out = out_row + static_cast<int64_t>(h) * hd;
+#pragma omp simd
+    for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
+  }
+}
+
+void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
+                   float* out_row, TileState& st) {
+  if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h_begin, h_end, pos, q_row, out_row, st);
+  if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h_begin, h_end, pos, q_row, out_row, st);
+  attend_single<DType::f32>(p, h_begin, h_end, pos, q_row, out_row, st);
 }
 
 }  // namespace
@@ -185,6 +206,10 @@ void paged_attention(const PagedAttentionParams& p) {
     st.v_f32.resize(size_t(bs) * hd);
   }
 
+  if (p.n_tokens == 1) {  // decode: all the heads asked for, block by block
+    attend_single(p, p.head_begin, head_end, p.start_pos, p.q, p.out, st);
+    return;
+  }
   for (int h = p.head_begin; h < head_end; ++h) {
     const int g = h / group;
     for (int t0 = 0; t0 < p.n_tokens; t0 += kQueryTile) {
@@ -193,7 +218,8 @@ void paged_attention(const PagedAttentionParams& p) {
       const int64_t q_offset = static_cast<int64_t>(t0) * q_row + static_cast<int64_t>(h) * hd;
       const float* q0 = p.q + q_offset;
       if (nt == 1) {
-        attend_single(p, h, pos0, q0, p.out + q_offset, st);
+        const int64_t row = static_cast<int64_t>(t0) * q_row;
+        attend_single(p, h, h + 1, pos0, p.q + row, p.out + row, st);
         continue;
       }
       for (int t = 0; t < kQueryTile; ++t) {

@@ -50,6 +50,11 @@ struct PagedAttentionParams {
   int64_t head_stride = 0;            // elements between consecutive kv heads of a block (block_size * head_dim)
 };
 
+// How many query heads one decode attention task should take when n_seqs sequences decode on `threads` threads:
+// as many as still leaves about four tasks per thread (more heads per task read each K/V block in one sequential
+// pass), rounded up to whole GQA groups, at most n_heads.
+int decode_heads_per_task(int n_heads, int n_kv_heads, int n_seqs, int threads);
+
 // Causal scaled-dot-product attention over paged K/V (attention_impl.inl); any head_dim, GQA ratio and block size.
 // Runs the instance for the best instruction set this CPU has.
 void paged_attention(const PagedAttentionParams& p);

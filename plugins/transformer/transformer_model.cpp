@@ -193,11 +193,19 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
       kv.write(l, s.block_table[pos / bs], pos % bs, k_.data() + size_t(t) * kv_dim, v_.data() + size_t(t) * kv_dim);
     }
   }
-  // One task per (sequence, query head).
-  const int n_tasks = static_cast<int>(batch.seqs.size()) * nh;
-  pool.parallel_for(n_tasks, [&](int task) {
-    const SeqSlice& s = batch.seqs[task / nh];
-    const int h = task % nh;
+  // Tasks of (sequence, query heads): a prefill's heads one by one (each a tiled product), a decode's in groups (one
+  // sequential read of each K/V block for all of them).
+  int n_decode = 0;
+  for (const SeqSlice& s : batch.seqs) n_decode += s.num_tokens == 1;
+  const int decode_heads = cpu::decode_heads_per_task(nh, nkv, std::max(1, n_decode), pool.size());
+  attention_tasks_.clear();
+  for (int i = 0; i < static_cast<int>(batch.seqs.size()); ++i) {
+    const int step = batch.seqs[i].num_tokens == 1 ? decode_heads : 1;
+    for (int h = 0; h < nh; h += step) attention_tasks_.push_back({i, h, std::min(nh, h + step)});
+  }
+  pool.parallel_for(static_cast<int>(attention_tasks_.size()), [&](int task) {
+    const AttentionTask& at = attention_tasks_[task];
+    const SeqSlice& s = batch.seqs[at.seq];
     cpu::PagedAttentionParams p;
     p.q = q_.data() + size_t(s.first_token) * q_dim;
     p.out = attn_.data() + size_t(s.first_token) * q_dim;
@@ -205,8 +213,8 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.start_pos = s.start_pos;
     p.n_heads = nh;
     p.n_kv_heads = nkv;
-    p.head_begin = h;
-    p.head_end = h + 1;
+    p.head_begin = at.head_begin;
+    p.head_end = at.head_end;
     p.sliding_window = spec_.sliding_window;
     p.head_dim = hd;
     p.block_size = bs;

@@ -72,6 +72,10 @@ class TransformerModel final : public Model {
   // Scratch reused across steps (forward runs on one thread at a time).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
   std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
+  struct AttentionTask {
+    int seq, head_begin, head_end;  // batch.seqs index, query heads [head_begin, head_end)
+  };
+  std::vector<AttentionTask> attention_tasks_;
   std::vector<std::vector<std::pair<int, float>>> routed_;  // [E] (token, weight)
 };
 
