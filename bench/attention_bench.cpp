@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "core/large_buffer.hpp"
+
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
@@ -26,9 +28,14 @@ int main(int argc, char** argv) {
   const int64_t head_stride = int64_t(kBlock) * kHeadDim, block_stride = head_stride * kHeads;
   const int64_t layer_elems = int64_t(n_blocks) * block_stride;
   std::mt19937 rng(1);
-  std::vector<uint16_t> k(layer_elems * kLayers), v(layer_elems * kLayers);
-  for (auto& e : k) e = static_cast<uint16_t>(0x3c00 + rng() % 256);
-  for (auto& e : v) e = static_cast<uint16_t>(0x3c00 + rng() % 256);
+  // The cache as KvCache allocates it (huge pages).
+  LargeBuffer k_buffer(size_t(layer_elems) * kLayers * 2), v_buffer(size_t(layer_elems) * kLayers * 2);
+  auto* k = reinterpret_cast<uint16_t*>(k_buffer.data());
+  auto* v = reinterpret_cast<uint16_t*>(v_buffer.data());
+  for (int64_t i = 0; i < layer_elems * kLayers; ++i) {
+    k[i] = static_cast<uint16_t>(0x3c00 + rng() % 256);
+    v[i] = static_cast<uint16_t>(0x3c00 + rng() % 256);
+  }
   std::vector<uint32_t> order(n_blocks);
   std::iota(order.begin(), order.end(), 0u);
   std::shuffle(order.begin(), order.end(), rng);  // pages scattered, as after a while of serving
@@ -51,8 +58,8 @@ int main(int argc, char** argv) {
         p.head_dim = kHeadDim;
         p.block_size = kBlock;
         p.block_table = order.data() + size_t(s) * blocks_per_seq;
-        p.k_base = k.data() + l * layer_elems;
-        p.v_base = v.data() + l * layer_elems;
+        p.k_base = k + l * layer_elems;
+        p.v_base = v + l * layer_elems;
         p.kv_dtype = DType::bf16;
         p.block_stride = block_stride;
         p.head_stride = head_stride;

@@ -1,5 +1,6 @@
 // Microbenchmark of the CPU GEMM (executors/cpu/gemm.hpp) on the shapes of a 134M Llama (hidden 768, ffn 2048,
 // vocab 32000): GFLOP/s and weight bandwidth at decode (m = 1, 8, 32) and prefill (m = 128) sizes, bf16 and f32.
+// Then a whole decode step's products over all the model's matrices (weights streaming from DRAM).
 // Usage: actord_gemm_bench [threads]
 #include <algorithm>
 #include <chrono>
@@ -61,6 +62,53 @@ int main(int argc, char** argv) {
                     use_blocked ? "blocked" : cpu::kernel_name(kernel), us,
                     flops / us / 1e3, double(w.size()) / us / 1e3);
       }
+    }
+  }
+
+  // A decode step's products of the whole model (12 layers: q/k/v and gate/up as multi-output products, o and down,
+  // then lm_head), every matrix its own blocked bf16 copy, so the weights (268 MB) stream from DRAM as in serving.
+  {
+    constexpr int kLayers = 12, kHidden = 768, kFfn = 2048, kVocab = 32000;
+    std::vector<std::vector<unsigned char>> storage;
+    auto make = [&](int n, int k) {
+      std::vector<float> w32(size_t(n) * k);
+      for (auto& v : w32) v = dist(rng);
+      std::vector<unsigned char> raw(w32.size() * 2);
+      convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
+      storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
+      return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
+    };
+    struct Layer { cpu::WeightMatrix q, k, v, o, gate, up, down; };
+    std::vector<Layer> layers;
+    for (int l = 0; l < kLayers; ++l)
+      layers.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
+                        make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
+    const cpu::WeightMatrix lm_head = make(kVocab, kHidden);
+    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM)\n%5s %10s %10s\n", "m",
+                "ms/step", "GFLOP/s");
+    for (int m : {1, 8, 32, 64}) {
+      std::vector<float> x(size_t(m) * kFfn, 0.5f), a(size_t(m) * kFfn), b(size_t(m) * kFfn), c(size_t(m) * kHidden),
+          logits(size_t(m) * kVocab);
+      auto step = [&] {
+        for (const Layer& L : layers) {
+          const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a.data()}, {&L.k, nullptr, b.data()}, {&L.v, nullptr, c.data()}};
+          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool);
+          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool);
+          const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a.data()}, {&L.up, nullptr, b.data()}};
+          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool);
+          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool);
+        }
+        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool);
+      };
+      step();
+      double best = 1e30;
+      for (int r = 0; r < 8; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        step();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      const double flops = 2.0 * m * (kLayers * (4.0 * kHidden * kHidden + 3.0 * kFfn * kHidden) + double(kVocab) * kHidden);
+      std::printf("%5d %10.2f %10.1f\n", m, best * 1e3, flops / best / 1e9);
     }
   }
 }

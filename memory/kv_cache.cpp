@@ -12,8 +12,7 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks,
       num_blocks_(num_blocks),
       block_size_(block_size),
       dtype_(dtype),
-      data_(static_cast<size_t>(num_layers) * num_blocks * 2 * block_size * num_kv_heads * head_dim * dtype_size(dtype),
-            0) {}
+      data_(static_cast<size_t>(num_layers) * num_blocks * 2 * block_size * num_kv_heads * head_dim * dtype_size(dtype)) {}
 
 void KvCache::write(int layer, uint32_t block, int slot, const float* k_row, const float* v_row) {
   const size_t esize = dtype_size(dtype_);

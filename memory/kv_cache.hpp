@@ -7,9 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "core/dtype.hpp"
+#include "core/large_buffer.hpp"
 
 namespace actord {
 
@@ -43,8 +43,8 @@ class KvCache {
   int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
   DType dtype_;
   // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim] elements of dtype_: one head's keys in a block are
-  // contiguous.
-  std::vector<unsigned char> data_;
+  // contiguous. Huge pages: attention reads blocks scattered over the whole cache.
+  LargeBuffer data_;
 };
 
 }  // namespace actord

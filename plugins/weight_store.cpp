@@ -46,6 +46,7 @@ const void* WeightStore::own(std::vector<unsigned char> bytes) {
 size_t WeightStore::owned_bytes() const {
   size_t n = 0;
   for (const auto& b : owned_) n += b.size();
+  for (const auto& b : blocked_) n += b.size();
   return n;
 }
 
@@ -68,14 +69,13 @@ Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t r
   const TensorView* from_file = nullptr;
   auto m = row_major(name, rows, cols, &from_file);
   if (!m || layout == cpu::WeightLayout::row_major) return m;
-  std::vector<unsigned char> bytes(cpu::blocked_bytes(m->dtype, rows, cols));
-  cpu::WeightMatrix blocked = cpu::pack_blocked(*m, bytes.data());
+  blocked_.emplace_back(cpu::blocked_bytes(m->dtype, rows, cols));
+  const cpu::WeightMatrix blocked = cpu::pack_blocked(*m, blocked_.back().data());
   if (from_file) {
     release_pages(*from_file);
   } else {
     owned_.pop_back();  // the converted or dummy row-major copy row_major() just made
   }
-  blocked.data = own(std::move(bytes));
   return blocked;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/large_buffer.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "memory/weight_loader.hpp"
 #include "plugins/model_config.hpp"
@@ -55,7 +56,8 @@ class WeightStore {
   DType served_ = DType::f32;
   uint64_t seed_ = 0;
   bool tied_ = false;
-  std::deque<std::vector<unsigned char>> owned_;
+  std::deque<std::vector<unsigned char>> owned_;  // row-major copies (dummy weights, dtype conversions)
+  std::deque<LargeBuffer> blocked_;              // blocked copies, on huge pages
 };
 
 }  // namespace actord

@@ -8,6 +8,8 @@
 // the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -77,6 +79,71 @@ struct TileState {
   std::vector<float> head_acc, head_max, head_denom;  // a single query's state, per head: [heads][head_dim], [heads]
 };
 
+#if defined(__AVX512F__)
+// 16 keys' f32 values of one feature chunk: elements [0, 16) of p.
+template <DType D>
+inline __m512 load16(const typename Kv<D>::Elem* p) {
+  if constexpr (D == DType::f32) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (D == DType::bf16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+}
+
+// Sums each of 16 vectors across its lanes, in one vector: lane 4c + e of the result is the sum of v[4e + c] (a
+// butterfly of 256-bit, 128-bit and in-lane shuffles: 45 instructions instead of 16 separate reductions).
+inline __m512 sum_lanes_16(const __m512* v) {
+  __m512 r[8], s[4], u[2];
+  for (int i = 0; i < 8; ++i) {  // half h of r[i]: partial sums of v[2i + h]
+    r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int j = 0; j < 4; ++j) {  // 128-bit lane c of s[j]: partial sums of v[4j + c]
+    s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  for (int k = 0; k < 2; ++k) {  // lane c, elements {0, 1}: v[8k + c]; elements {2, 3}: v[8k + 4 + c]
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// scores[j] = q . k_j * scale for 16 keys, head_dim a multiple of 16: one accumulator per key, then one
+// butterfly reduction. Key j's products go to slot 4 (j % 4) + j / 4, so that sum_lanes_16 puts its sum in lane j.
+template <DType D>
+inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+  __m512 part[16];
+  for (int j = 0; j < 16; ++j) {
+    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
+    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), load16<D>(k));
+    for (int c = 16; c < hd; c += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16<D>(k + c), a);
+    part[(j % 4) * 4 + j / 4] = a;
+  }
+  _mm512_storeu_ps(scores, _mm512_mul_ps(sum_lanes_16(part), _mm512_set1_ps(scale)));
+}
+
+// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16; up to four 16-feature chunks stay in registers.
+template <DType D>
+inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+  for (int c0 = 0; c0 < hd; c0 += 64) {
+    const int chunks = std::min(4, (hd - c0) / 16);
+    __m512 a[4];
+    for (int c = 0; c < chunks; ++c) a[c] = _mm512_loadu_ps(acc + c0 + 16 * c);
+    for (int j = 0; j < n; ++j) {
+      const __m512 wj = _mm512_set1_ps(w[j]);
+      const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * hd + c0;
+      for (int c = 0; c < chunks; ++c) a[c] = _mm512_fmadd_ps(wj, load16<D>(v + 16 * c), a[c]);
+    }
+    for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(acc + c0 + 16 * c, a[c]);
+  }
+}
+#endif
+
 // The keys [jb, jb + n) of one block for one query of one head: scores four keys per pass (four independent dot
 // products), folds them into the head's online softmax (acc, max_score, denom), then adds the values four keys per
 // pass, bf16/f16 K/V converted in registers.
@@ -85,6 +152,12 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
                         int hd, float scale, float* scores, float* acc, float& max_score, float& denom) {
   using E = typename Kv<D>::Elem;
   int j = 0;
+#if defined(__AVX512F__)
+  const bool wide = hd % 16 == 0;
+  if (wide) {
+    for (; j + 16 <= n; j += 16) score_16_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  }
+#endif
   for (; j + 4 <= n; j += 4) {
     const E* k = keys + static_cast<int64_t>(j) * hd;
     float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
@@ -125,6 +198,12 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
 #pragma omp simd
     for (int d = 0; d < hd; ++d) acc[d] *= correction;
   }
+#if defined(__AVX512F__)
+  if (wide) {
+    accumulate_values<D>(scores, values, n, hd, acc);
+    return;
+  }
+#endif
   j = 0;
   for (; j + 4 <= n; j += 4) {
     const E* v = values + static_cast<int64_t>(j) * hd;
