@@ -7,6 +7,7 @@
 #include "memory/kv_cache.hpp"
 #include "memory/safetensors.hpp"
 #include "plugins/model_registry.hpp"
+#include "plugins/transformer/transformer_model.hpp"
 #include "test_util.hpp"
 
 using namespace actord;
@@ -75,6 +76,47 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
   (*model)->forward(batch, kv, logits, pool);
   CHECK(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
+}
+
+// A step of more tokens than one micro-batch runs in pieces; each sequence's logits must equal those of the same
+// sequence prefilled alone (a step below the micro-batch size). 3 x 300 tokens: 900 > 512, cut inside the second.
+TEST_CASE("a step larger than one micro-batch gives the logits of its sequences run alone", "[model]") {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  REQUIRE(model.ok());
+  const auto reference = test::reference_ids();
+  constexpr int kLen = 300, kSeqs = 3, kBlock = 16, kBlocksPerSeq = (kLen + kBlock - 1) / kBlock;
+  static_assert(kLen * kSeqs > TransformerModel::kMicroBatchTokens && kLen < TransformerModel::kMicroBatchTokens);
+  std::vector<std::vector<int32_t>> prompts(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    prompts[s].push_back(1);
+    for (int i = 1; i < kLen; ++i) prompts[s].push_back(reference[(i * (s + 1)) % reference.size()]);
+  }
+  std::vector<uint32_t> tables(kSeqs * kBlocksPerSeq);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = uint32_t((i * 5 + 2) % tables.size());
+  cpu::ThreadPool pool(2);
+  ForwardBatch big;
+  for (int s = 0; s < kSeqs; ++s) {
+    big.seqs.push_back(SeqSlice{s * kLen, kLen, 0, tables.data() + s * kBlocksPerSeq, s != 0});
+    big.tokens.insert(big.tokens.end(), prompts[s].begin(), prompts[s].end());
+  }
+  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, int(tables.size()), kBlock);
+  std::vector<float> logits;
+  (*model)->forward(big, kv, logits, pool);
+  REQUIRE(logits.size() == size_t(2) * cfg->vocab_size);  // sequences 1 (cut in two) and 2 want logits
+  int row = 0;
+  for (int s : {1, 2}) {
+    KvCache alone_kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, int(tables.size()), kBlock);
+    ForwardBatch alone;
+    alone.tokens = prompts[s];
+    alone.seqs = {SeqSlice{0, kLen, 0, tables.data() + s * kBlocksPerSeq, true}};
+    std::vector<float> expected;
+    (*model)->forward(alone, alone_kv, expected, pool);
+    INFO("sequence " << s);
+    for (int v = 0; v < cfg->vocab_size; ++v)
+      REQUIRE(logits[size_t(row) * cfg->vocab_size + v] == Approx(expected[v]).margin(1e-4));
+    ++row;
+  }
 }
 
 TEST_CASE("bad model folders give clear errors", "[model]") {

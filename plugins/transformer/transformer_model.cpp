@@ -230,6 +230,37 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
 
 void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                                cpu::ThreadPool& pool) {
+  if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens) return forward_micro_batch(batch, kv, logits, pool);
+  logits.clear();
+  micro_.tokens.clear();
+  micro_.seqs.clear();
+  auto flush = [&] {
+    if (micro_.tokens.empty()) return;
+    forward_micro_batch(micro_, kv, micro_logits_, pool);
+    logits.insert(logits.end(), micro_logits_.begin(), micro_logits_.end());
+    micro_.tokens.clear();
+    micro_.seqs.clear();
+  };
+  for (const SeqSlice& s : batch.seqs) {
+    for (int done = 0; done < s.num_tokens;) {
+      if (static_cast<int>(micro_.tokens.size()) == kMicroBatchTokens) flush();
+      const int take = std::min(s.num_tokens - done, kMicroBatchTokens - static_cast<int>(micro_.tokens.size()));
+      SeqSlice piece = s;
+      piece.first_token = static_cast<int32_t>(micro_.tokens.size());
+      piece.num_tokens = take;
+      piece.start_pos = s.start_pos + done;
+      piece.want_logits = s.want_logits && done + take == s.num_tokens;
+      micro_.tokens.insert(micro_.tokens.end(), batch.tokens.begin() + s.first_token + done,
+                           batch.tokens.begin() + s.first_token + done + take);
+      micro_.seqs.push_back(piece);
+      done += take;
+    }
+  }
+  flush();
+}
+
+void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                                           cpu::ThreadPool& pool) {
   const int n = static_cast<int>(batch.tokens.size());
   const int h = cfg_.hidden_size, q_dim = cfg_.num_heads * cfg_.head_dim, kv_dim = cfg_.num_kv_heads * cfg_.head_dim;
   x_.resize(size_t(n) * h);

@@ -38,9 +38,14 @@ class TransformerModel final : public Model {
                                                const TransformerSpec& spec);
 
   const ModelConfig& config() const override { return cfg_; }
+  // Steps of more than kMicroBatchTokens tokens (big prefills) run as consecutive micro-batches of at most that many,
+  // cutting sequences where needed (a later piece attends to the K/V the earlier one wrote): activations stay
+  // bounded by the micro-batch, whatever the scheduler's token budget.
   void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) override;
+  static constexpr int kMicroBatchTokens = 512;
 
  private:
+  void forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool);
   struct Expert {
     cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]
   };
@@ -77,6 +82,8 @@ class TransformerModel final : public Model {
   };
   std::vector<AttentionTask> attention_tasks_;
   std::vector<std::vector<std::pair<int, float>>> routed_;  // [E] (token, weight)
+  ForwardBatch micro_;                 // the current micro-batch of a big step
+  std::vector<float> micro_logits_;    // its logits
 };
 
 }  // namespace actord
