@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
 
 #include "comms/atoms.hpp"
+#include "actors/step_messages.hpp"
 #include "comms/capnp_codec.hpp"
 
 namespace actord {
@@ -25,7 +25,7 @@ struct scheduler_state {
   caf::actor kv_pool;
   bool lease_ready = false;
   std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
-  std::unordered_map<uint64_t, caf::actor> sinks;         // request id -> who submitted it
+  std::vector<caf::actor> submitters;  // SequenceRequest::owner indexes this: who gets a request's deltas
   uint64_t next_step_id = 1;
   // Statistics (see SchedulerStats).
   uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_ns = 0;
@@ -38,43 +38,16 @@ struct scheduler_state {
 
 using self_ptr = caf::stateful_actor<scheduler_state>*;
 
-wire::FinishReason to_wire(Finish finish) {
-  switch (finish) {
-    case Finish::none: return wire::FinishReason::NONE;
-    case Finish::stop: return wire::FinishReason::STOP;
-    case Finish::length: return wire::FinishReason::LENGTH;
-    case Finish::error: return wire::FinishReason::ERROR;
-    case Finish::cancelled: return wire::FinishReason::CANCELLED;
-  }
-  return wire::FinishReason::ERROR;
-}
-
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, const std::vector<SequenceUpdate>& updates) {
-  auto& sinks = self->state.sinks;
-  std::vector<std::pair<caf::actor, std::vector<const SequenceUpdate*>>> by_sink;
-  for (const auto& u : updates) {
-    auto it = sinks.find(u.id);
-    if (it == sinks.end()) continue;
-    auto group = std::find_if(by_sink.begin(), by_sink.end(), [&](const auto& g) { return g.first == it->second; });
-    if (group == by_sink.end()) group = by_sink.insert(by_sink.end(), {it->second, {}});
-    group->second.push_back(&u);
-    if (u.finish != Finish::none) sinks.erase(it);
-  }
-  for (auto& [sink, group] : by_sink) {
-    wire_msg batch = build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
-      auto deltas = out.initDeltas(static_cast<uint32_t>(group.size()));
-      for (uint32_t d = 0; d < group.size(); ++d) {
-        const SequenceUpdate& u = *group[d];
-        auto delta = deltas[d];
-        delta.setRequestId(u.id);
-        fill_list(delta.initTokenIds(static_cast<uint32_t>(u.new_tokens.size())), u.new_tokens);
-        delta.setFinishReason(to_wire(u.finish));
-        delta.setPromptTokens(u.prompt_tokens);
-        if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
-      }
-    });
-    self->send(sink, delta_atom::value, std::move(batch));
+  auto& st = self->state;
+  thread_local std::vector<std::vector<const SequenceUpdate*>> by_owner;
+  by_owner.resize(st.submitters.size());
+  for (const auto& u : updates) by_owner[u.owner].push_back(&u);
+  for (size_t owner = 0; owner < by_owner.size(); ++owner) {
+    if (by_owner[owner].empty()) continue;
+    self->send(st.submitters[owner], delta_atom::value, encode_stream_deltas(by_owner[owner]));
+    by_owner[owner].clear();
   }
 }
 
@@ -128,28 +101,7 @@ void maybe_step(self_ptr self) {
   const StepPlan* plan = st.batcher->plan_step();
   if (!plan) return;
   const uint64_t step_id = st.next_step_id++;
-  wire_msg step = build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
-    out.setCorrelationId(step_id);
-    out.setStepId(step_id);
-    auto seqs = out.initSeqs(static_cast<uint32_t>(plan->slices.size()));
-    for (uint32_t i = 0; i < plan->slices.size(); ++i) {
-      const PlannedSlice& s = plan->slices[i];
-      auto b = seqs[i];
-      b.setSeqId(s.seq_id);
-      auto toks = b.initTokenIds(static_cast<uint32_t>(s.tokens.size()));
-      for (uint32_t t = 0; t < s.tokens.size(); ++t) toks.set(t, s.tokens[t]);
-      b.setStartPos(static_cast<uint32_t>(s.start_pos));
-      auto table = b.initBlockTable(static_cast<uint32_t>(s.block_table.size()));
-      for (uint32_t t = 0; t < s.block_table.size(); ++t) table.set(t, s.block_table[t]);
-      b.setSample(s.sample);
-      auto sp = b.initSampling();
-      sp.setTemperature(s.sampling.temperature);
-      sp.setTopP(s.sampling.top_p);
-      sp.setTopK(s.sampling.top_k);
-      sp.setSeed(s.sampling.seed);
-      b.setSampleIndex(s.sample_index);
-    }
-  });
+  wire_msg step = encode_execute_step(*plan, step_id);
   ++st.steps;
   st.tokens += static_cast<uint64_t>(plan->num_tokens);
   st.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
@@ -183,7 +135,10 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
     spdlog::warn("{}: malformed SubmitRequest dropped: {}", self->state.actor_name, e.what());
     return;
   }
-  self->state.sinks[req.id] = sink;
+  auto& submitters = self->state.submitters;
+  auto known = std::find(submitters.begin(), submitters.end(), sink);
+  req.owner = static_cast<uint32_t>(known - submitters.begin());
+  if (known == submitters.end()) submitters.push_back(sink);
   if (auto refused = self->state.batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
 }

@@ -1,13 +1,19 @@
 #include "comms/capnp_codec.hpp"
 
+#include <kj/io.h>
+
 #include <capnp/serialize.h>
 
 namespace actord {
 
 wire_msg encode(capnp::MessageBuilder& builder) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
-  auto bytes = words.asBytes();
-  return wire_msg{std::vector<uint8_t>(bytes.begin(), bytes.end())};
+  // Straight into the wire_msg's bytes: one copy of the segments.
+  const auto segments = builder.getSegmentsForOutput();
+  wire_msg out;
+  out.bytes.resize(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word));
+  kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.bytes.data()), out.bytes.size()));
+  capnp::writeMessage(stream, segments);
+  return out;
 }
 
 WireReader::WireReader(const uint8_t* data, size_t size) {

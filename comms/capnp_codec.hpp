@@ -36,10 +36,11 @@ class WireReader {
   kj::Own<capnp::FlatArrayMessageReader> reader_;
 };
 
-// Builds a message of struct T with `fill(T::Builder)` and returns its bytes.
+// Builds a message of struct T with `fill(T::Builder)` and returns its bytes. `words_hint`: the expected size in
+// 8-byte words, for big messages (one first segment of that size instead of a chain of growing ones).
 template <class T, class Fill>
-wire_msg build(Fill&& fill) {
-  capnp::MallocMessageBuilder mb;
+wire_msg build(Fill&& fill, unsigned words_hint = capnp::SUGGESTED_FIRST_SEGMENT_WORDS) {
+  capnp::MallocMessageBuilder mb(words_hint);
   fill(mb.initRoot<T>());
   return encode(mb);
 }

@@ -21,7 +21,7 @@ BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks) :
 
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   SequenceUpdate refused{request.id, {}, Finish::error, {}, Errc::invalid_argument,
-                         static_cast<uint32_t>(request.prompt.size())};
+                         static_cast<uint32_t>(request.prompt.size()), request.owner};
   if (seqs_.count(request.id)) {
     refused.error = "request id " + std::to_string(request.id) + " is already in use";
     return refused;
@@ -66,13 +66,13 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return std::nullopt;
   Sequence& seq = it->second;
-  const bool in_step = in_flight_ && std::any_of(in_flight_->slices.begin(), in_flight_->slices.end(),
+  const bool in_step = in_flight_ && std::any_of(plan_.slices.begin(), plan_.slices.end(),
                                                  [&](const PlannedSlice& s) { return s.seq_id == id; });
   if (in_step) {
     seq.cancelled = true;  // finished when the step's result comes back
     return std::nullopt;
   }
-  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len};
+  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len, seq.req.owner};
   release(seq);
   seqs_.erase(it);
   return update;
@@ -101,7 +101,7 @@ void BatchScheduler::preempt(Sequence& seq) {
 PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
   PlannedSlice s;
   s.seq_id = seq.req.id;
-  s.tokens.assign(seq.tokens.begin() + seq.num_computed, seq.tokens.begin() + seq.num_computed + chunk);
+  s.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed), chunk);
   s.start_pos = seq.num_computed;
   s.block_table = seq.blocks;
   s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
@@ -112,7 +112,10 @@ PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
 
 const StepPlan* BatchScheduler::plan_step() {
   if (in_flight_) return nullptr;
-  StepPlan plan;
+  StepPlan& plan = plan_;
+  plan.slices.clear();
+  planned_.clear();
+  plan.num_tokens = plan.num_prefill_tokens = 0;
   int budget = limits_.max_num_batched_tokens;
 
   // Running sequences first: one decode token each, or the next chunk of their prefill.
@@ -128,6 +131,7 @@ const StepPlan* BatchScheduler::plan_step() {
     }
     if (!placed) break;  // seq itself was preempted: it was the last one
     plan.slices.push_back(make_slice(seq, chunk));
+    planned_.push_back(&seq);
     budget -= chunk;
     plan.num_tokens += chunk;
     if (!(chunk == 1 && plan.slices.back().sample && seq.generated > 0)) plan.num_prefill_tokens += chunk;
@@ -142,14 +146,15 @@ const StepPlan* BatchScheduler::plan_step() {
     waiting_.pop_front();
     running_.push_back(seq.req.id);
     plan.slices.push_back(make_slice(seq, chunk));
+    planned_.push_back(&seq);
     budget -= chunk;
     plan.num_tokens += chunk;
     plan.num_prefill_tokens += chunk;
   }
 
   if (plan.slices.empty()) return nullptr;
-  in_flight_ = std::move(plan);
-  return &*in_flight_;
+  in_flight_ = true;
+  return &plan_;
 }
 
 int BatchScheduler::max_tokens_held() const {
@@ -158,7 +163,7 @@ int BatchScheduler::max_tokens_held() const {
 }
 
 std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
-  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
+  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner};
   if (seq.cancelled) {
     update.finish = Finish::cancelled;
   } else if (seq.generated > 0) {
@@ -174,16 +179,15 @@ std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
 }
 
 std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled) {
-  ACTORD_CHECK(in_flight_.has_value());
-  StepPlan plan = std::move(*in_flight_);
-  in_flight_.reset();
+  ACTORD_CHECK(in_flight_);
+  in_flight_ = false;
   std::vector<SequenceUpdate> updates;
+  updates.reserve(plan_.slices.size());
   size_t next_sample = 0;
-  for (const PlannedSlice& slice : plan.slices) {
-    auto it = seqs_.find(slice.seq_id);
-    ACTORD_CHECK(it != seqs_.end());
-    Sequence& seq = it->second;
-    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len};
+  for (size_t i = 0; i < plan_.slices.size(); ++i) {
+    const PlannedSlice& slice = plan_.slices[i];
+    Sequence& seq = *planned_[i];
+    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner};
     // Planned sequences are never preempted within their step (plan_step only preempts unplanned ones).
     seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
     if (slice.sample) {
@@ -196,8 +200,9 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std
     if (auto done = check_finished(seq)) {
       done->new_tokens = std::move(update.new_tokens);
       updates.push_back(std::move(*done));
+      const uint64_t id = seq.req.id;
       release(seq);
-      seqs_.erase(it);
+      seqs_.erase(id);
     } else if (!update.new_tokens.empty()) {
       updates.push_back(std::move(update));
     }
@@ -206,14 +211,14 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std
 }
 
 std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
-  ACTORD_CHECK(in_flight_.has_value());
-  StepPlan plan = std::move(*in_flight_);
-  in_flight_.reset();
+  ACTORD_CHECK(in_flight_);
+  in_flight_ = false;
   std::vector<SequenceUpdate> updates;
-  for (const PlannedSlice& slice : plan.slices) {
+  for (const PlannedSlice& slice : plan_.slices) {
     auto it = seqs_.find(slice.seq_id);
     if (it == seqs_.end()) continue;
-    updates.push_back(SequenceUpdate{slice.seq_id, {}, Finish::error, error, Errc::worker_failed, it->second.prompt_len});
+    updates.push_back(SequenceUpdate{slice.seq_id, {}, Finish::error, error, Errc::worker_failed,
+                                     it->second.prompt_len, it->second.req.owner});
     release(it->second);
     seqs_.erase(it);
   }

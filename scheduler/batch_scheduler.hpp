@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,16 +37,19 @@ struct SequenceRequest {
   SamplingOptions sampling;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
+  uint32_t owner = 0;  // the caller's tag for who submitted it (the scheduler actor: an index of its submitters)
 };
 
 enum class Finish { none, stop, length, error, cancelled };
 const char* finish_name(Finish finish);
 
+// Views into the sequence's own token and block lists (no copies: planning a step allocates nothing per
+// sequence); valid while the plan is, i.e. until on_step_result / on_step_failed.
 struct PlannedSlice {
   uint64_t seq_id = 0;
-  std::vector<int32_t> tokens;        // [num tokens fed this step]
+  std::span<const int32_t> tokens;        // [num tokens fed this step]
   int start_pos = 0;
-  std::vector<uint32_t> block_table;  // [blocks covering start_pos + tokens.size()]
+  std::span<const uint32_t> block_table;  // [blocks covering start_pos + tokens.size()]
   bool sample = false;
   SamplingOptions sampling;
   uint32_t sample_index = 0;
@@ -66,6 +70,7 @@ struct SequenceUpdate {
   std::string error;
   Errc error_code = Errc::internal;  // with Finish::error: invalid_argument for refused requests, else worker_failed
   uint32_t prompt_tokens = 0;
+  uint32_t owner = 0;                // SequenceRequest::owner of its request
 };
 
 class BatchScheduler {
@@ -79,7 +84,7 @@ class BatchScheduler {
   // the step in flight is finished when that step's result arrives.
   std::optional<SequenceUpdate> cancel(uint64_t id);
 
-  bool step_in_flight() const { return in_flight_.has_value(); }
+  bool step_in_flight() const { return in_flight_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // The next step, or nullptr when there is nothing to run or a step is in flight. The plan stays owned by the
   // scheduler and valid until on_step_result / on_step_failed.
@@ -118,7 +123,9 @@ class BatchScheduler {
   std::unordered_map<uint64_t, Sequence> seqs_;
   std::deque<uint64_t> waiting_;
   std::vector<uint64_t> running_;  // admission order
-  std::optional<StepPlan> in_flight_;
+  std::vector<Sequence*> planned_;  // the sequence of each of plan_'s slices (map nodes are stable)
+  StepPlan plan_;            // the step in flight when in_flight_; its storage is reused step after step
+  bool in_flight_ = false;
   uint64_t preemptions_ = 0;
 };
 

@@ -45,7 +45,7 @@ TEST_CASE("prefill then decode - one step in flight at a time", "[scheduler]") {
 
   plan = s.plan_step();
   REQUIRE(plan);
-  CHECK(plan->slices[0].tokens == std::vector<int32_t>{99});
+  CHECK(std::vector<int32_t>(plan->slices[0].tokens.begin(), plan->slices[0].tokens.end()) == std::vector<int32_t>{99});
   CHECK(plan->slices[0].start_pos == 6);
   CHECK(plan->slices[0].sample_index == 1);
   answer(s, *plan, 98);
@@ -135,7 +135,7 @@ TEST_CASE("when blocks run out the newest sequence is preempted and recomputed l
     plan = s.plan_step();
     REQUIRE(plan);
     for (const auto& slice : plan->slices)
-      if (slice.seq_id == 2 && slice.start_pos == 0) seq2_prefill = slice.tokens;
+      if (slice.seq_id == 2 && slice.start_pos == 0) seq2_prefill.assign(slice.tokens.begin(), slice.tokens.end());
     answer(s, *plan, 6);
     if (!seq2_prefill.empty()) break;
   }
