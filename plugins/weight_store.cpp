@@ -79,6 +79,29 @@ Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t r
   return blocked;
 }
 
+Result<cpu::WeightMatrix> WeightStore::glu_matrix(const std::string& gate_name, const std::string& up_name,
+                                                  int64_t ff, int64_t cols) {
+  const TensorView* gate_file = nullptr;
+  const TensorView* up_file = nullptr;
+  auto gate = row_major(gate_name, ff, cols, &gate_file);
+  if (!gate) return gate;
+  auto up = row_major(up_name, ff, cols, &up_file);
+  if (!up) {
+    if (!gate_file) owned_.pop_back();
+    return up;
+  }
+  blocked_.emplace_back(cpu::glu_bytes(gate->dtype, ff, cols));
+  const cpu::WeightMatrix fused = cpu::pack_glu(*gate, *up, blocked_.back().data());
+  for (const TensorView* source : {gate_file, up_file}) {
+    if (source) {
+      release_pages(*source);
+    } else {
+      owned_.pop_back();  // a converted or dummy row-major copy row_major() made
+    }
+  }
+  return fused;
+}
+
 Result<cpu::WeightMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,
                                                  const TensorView** from_file) {
   cpu::WeightMatrix m;

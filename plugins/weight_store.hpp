@@ -38,6 +38,10 @@ class WeightStore {
   Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
                                    cpu::WeightLayout layout = cpu::WeightLayout::row_major);
   Result<std::vector<float>> vector_f32(const std::string& name, int64_t n);
+  // A gated MLP's gate and up matrices ([ff, cols] each) fused for cpu::gemm_nt_glu (cpu::pack_glu), owned by the
+  // store; the sources are released as for blocked matrices.
+  Result<cpu::WeightMatrix> glu_matrix(const std::string& gate_name, const std::string& up_name, int64_t ff,
+                                       int64_t cols);
 
   // The dtype matrices are served in (the stored one, or the requested conversion).
   DType served_dtype() const { return served_; }

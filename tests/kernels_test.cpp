@@ -120,6 +120,39 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
   }
 }
 
+TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[kernels]") {
+  std::mt19937 rng(9);
+  std::vector<cpu::Isa> isas{cpu::Isa::portable};
+  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
+  cpu::ThreadPool pool(3);
+  for (auto [m, ff, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {12, 16, 64}, {13, 33, 40}, {32, 100, 96}, {70, 64, 1100}}) {
+    auto x = random_vector(size_t(m) * k, rng), g32 = random_vector(size_t(ff) * k, rng),
+         u32 = random_vector(size_t(ff) * k, rng);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      std::vector<unsigned char> g(g32.size() * dtype_size(dtype)), u(u32.size() * dtype_size(dtype));
+      convert_from_f32(dtype, g32.data(), g.data(), g32.size());
+      convert_from_f32(dtype, u32.data(), u.data(), u32.size());
+      std::vector<float> g_exact(g32.size()), u_exact(u32.size());
+      convert_to_f32(dtype, g.data(), g_exact.data(), g_exact.size());
+      convert_to_f32(dtype, u.data(), u_exact.data(), u_exact.size());
+      std::vector<float> ref(size_t(m) * ff), up(size_t(m) * ff);
+      cpu::reference::matmul_nt(x.data(), g_exact.data(), ref.data(), m, ff, k);
+      cpu::reference::matmul_nt(x.data(), u_exact.data(), up.data(), m, ff, k);
+      cpu::reference::silu_mul(ref.data(), up.data(), m * ff);
+      std::vector<unsigned char> fused(cpu::glu_bytes(dtype, ff, k));
+      const cpu::WeightMatrix w = cpu::pack_glu(cpu::WeightMatrix{dtype, g.data(), ff, k, 0},
+                                                cpu::WeightMatrix{dtype, u.data(), ff, k, 0}, fused.data());
+      for (cpu::Isa isa : isas) {
+        INFO("m=" << m << " ff=" << ff << " k=" << k << " dtype=" << dtype_name(dtype) << " isa=" << cpu::isa_name(isa));
+        std::vector<float> y(size_t(m) * ff, -1.0f);
+        cpu::gemm_nt_glu(x.data(), w, ff, y.data(), m, pool, isa);
+        require_close(y, ref, 4e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+      }
+    }
+  }
+}
+
 // Each pool thread runs its own sgemm on a panel: the BLAS library must tolerate concurrent callers (a serial
 // OpenBLAS built without locking shares its scratch buffers between them and returns garbage now and then).
 TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {

@@ -142,7 +142,28 @@ void pack_x(const float* x, int m, int64_t k, int block_rows, float* out, Thread
   }
 }
 
+// Weight rows per task for an m x n x k product: enough tasks to balance the threads (up to four per thread), none
+// under ~65k multiply-adds (a tiny product stays in one task: waking the pool would cost more than it saves),
+// whole multiples of `granule` rows, at least `min_chunk`.
+int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chunk, int threads) {
+  constexpr int64_t kMinMacsPerTask = 1 << 16;
+  const int64_t target_tasks = std::clamp<int64_t>(static_cast<int64_t>(m) * n * k / kMinMacsPerTask, 1, threads * 4);
+  return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
+}
+
 }  // namespace
+
+void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,
+                 Isa isa) {
+  ACTORD_CHECK(gate_up.layout == WeightLayout::blocked);
+  if (isa == Isa::automatic) isa = detected_isa();
+  auto run = isa == Isa::avx512 ? &gemm_nt_glu_avx512 : isa == Isa::avx2 ? &gemm_nt_glu_avx2 : &gemm_nt_glu_portable;
+  const int64_t n = gate_up.rows;
+  const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
+  pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
+    run(x, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+  });
+}
 
 void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, ThreadPool& pool,
              GemmPath path) {
@@ -183,14 +204,10 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   thread_local std::vector<Task> task_storage;
   std::vector<Task>& tasks = task_storage;
   tasks.clear();
-  constexpr int64_t kMinMacsPerTask = 1 << 16;
   const int64_t granule = blocked ? kBlockCols : kernel == Kernel::packed ? 24 : 4;
   for (int o = 0; o < n_outputs; ++o) {
     const int64_t n = outputs[o].w->rows;
-    const int64_t macs = static_cast<int64_t>(m) * n * k;
-    const int64_t target_tasks = std::clamp<int64_t>(macs / kMinMacsPerTask, 1, pool.size() * 4);
-    const int64_t chunk =
-        std::max<int64_t>(blocked ? granule : 16, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
+    const int64_t chunk = task_chunk(m, n, k, granule, blocked ? granule : 16, pool.size());
     for (int64_t begin = 0; begin < n; begin += chunk) tasks.push_back({o, begin, std::min(n, begin + chunk)});
   }
   const int n_tasks = static_cast<int>(tasks.size());

@@ -66,6 +66,11 @@ void gemm_nt_blocked_avx512(const float* x, int m, const WeightMatrix& w, const 
   blocked::product_any<Avx512, 12>(x, m, w, bias, y, n_begin, n_end);
 }
 
+void gemm_nt_glu_avx512(const float* x, int m, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
+                      int64_t n_end) {
+  blocked::glu_any<Avx512, 12>(x, m, w, ff, y, n_begin, n_end);
+}
+
 void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
   tiles::convert_rows<Avx512>(w, row_begin, rows, out);
 }

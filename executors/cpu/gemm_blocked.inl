@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/vector_math.hpp"
 
 namespace actord::cpu::blocked {
 
@@ -24,9 +25,11 @@ constexpr int64_t kXChunkBytes = 256 * 1024;  // rows of x swept against a block
 // bench/gemm_bench.cpp: 4 to 16 all help, by 1.1-1.5x at m = 32 to 128).
 constexpr int64_t kAhead = 8;
 
-// out[i, half-columns] (+ bias) = x[i, :] . W-block columns, for i < MR; ldo is out's row stride. When kPrefetch,
-// also hints the next block (same offsets, `next`) into L2, one stored feature per feature computed.
-template <class Vec, DType D, int MR, bool kPrefetch>
+// The register block's results for MR rows of x against one weight block (half `half` of it when vectors are
+// narrower than 16): plain, out[i, c] (+ bias) for the block's columns c; or, when kGlu (a pack_glu block: columns
+// 0..15 gate, 16..31 up), out[i, c] = silu(gate c) * up c for its 16 outputs. ldo is out's row stride. When
+// kPrefetch, also hints the next block (`next`) into L2, one stored feature per feature computed.
+template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
 void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
                   const float* bias, float* out, int64_t ldo) {
   using V = typename Vec::V;
@@ -51,43 +54,51 @@ void micro_kernel(const float* x, int64_t k, const unsigned char* block, int hal
     }
   }
   const int c0 = half * W, c1 = 16 + half * W;
-  V b0 = Vec::zero(), b1 = Vec::zero();
-  if (bias) {
-    b0 = Vec::load_x(bias + c0);
-    b1 = Vec::load_x(bias + c1);
-  }
+  if constexpr (kGlu) {
+    alignas(64) float gate[W], up[W];
+    for (int i = 0; i < MR; ++i) {
+      Vec::store(gate, acc[i][0]);
+      Vec::store(up, acc[i][1]);
+      float* o = out + i * ldo + c0;
+#pragma omp simd
+      for (int l = 0; l < W; ++l) o[l] = silu(gate[l]) * up[l];
+    }
+  } else {
+    V b0 = Vec::zero(), b1 = Vec::zero();
+    if (bias) {
+      b0 = Vec::load_x(bias + c0);
+      b1 = Vec::load_x(bias + c1);
+    }
 #pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-    Vec::store(out + i * ldo + c0, Vec::add(acc[i][0], b0));
-    Vec::store(out + i * ldo + c1, Vec::add(acc[i][1], b1));
+    for (int i = 0; i < MR; ++i) {
+      Vec::store(out + i * ldo + c0, Vec::add(acc[i][0], b0));
+      Vec::store(out + i * ldo + c1, Vec::add(acc[i][1], b1));
+    }
   }
 }
 
-template <class Vec, DType D, int MR>
-void run_block(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
-               const float* bias, float* out, int64_t ldo) {
-  if (next) return micro_kernel<Vec, D, MR, true>(x, k, block, half, next, bias, out, ldo);
-  micro_kernel<Vec, D, MR, false>(x, k, block, half, next, bias, out, ldo);
-}
-
-// MR chosen at run time, 1 .. kMaxRows.
-template <class Vec, DType D, int kMaxRows>
+// MR chosen at run time, 1 .. kMaxRows; prefetching when `next` is set.
+template <class Vec, DType D, int kMaxRows, bool kGlu>
 void run_rows(int rows, const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
               const float* bias, float* out, int64_t ldo) {
   if constexpr (kMaxRows > 1) {
-    if (rows < kMaxRows) return run_rows<Vec, D, kMaxRows - 1>(rows, x, k, block, half, next, bias, out, ldo);
+    if (rows < kMaxRows) return run_rows<Vec, D, kMaxRows - 1, kGlu>(rows, x, k, block, half, next, bias, out, ldo);
   }
-  run_block<Vec, D, kMaxRows>(x, k, block, half, next, bias, out, ldo);
+  if (next) return micro_kernel<Vec, D, kMaxRows, true, kGlu>(x, k, block, half, next, bias, out, ldo);
+  micro_kernel<Vec, D, kMaxRows, false, kGlu>(x, k, block, half, next, bias, out, ldo);
 }
 
-// y[:, n_begin:n_end] (+ bias) = x W^T for a blocked W; n_begin is a multiple of kBlockCols. Rows of x go by in
-// chunks that fit half of L2; within a chunk, each weight block meets every row, in register blocks of at most
-// kMaxRows rows (balanced: 32 rows with kMaxRows 12 go as 11 + 11 + 10).
-template <class Vec, DType D, int kMaxRows>
-void product(const float* x, int m, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
-             int64_t n_end) {
+// y (row stride ldy) from x W^T for a blocked W, weight columns [n_begin, n_end) (n_begin a multiple of
+// kBlockCols): plain, y[:, j] (+ bias) = x . W[j]; or, when kGlu, the gated outputs y[:, j / 2 ...] of pack_glu
+// blocks, `outputs` (ff) in all. Rows of x go by in chunks that fit half of L2; within a chunk, each weight block
+// meets every row, in register blocks of at most kMaxRows rows (balanced: 32 rows with kMaxRows 12 go as
+// 11 + 11 + 10).
+template <class Vec, DType D, int kMaxRows, bool kGlu>
+void product(const float* x, int m, const WeightMatrix& w, const float* bias, float* y, int64_t ldy, int64_t outputs,
+             int64_t n_begin, int64_t n_end) {
   constexpr int kHalves = 16 / Vec::kWidth;
-  const int64_t k = w.cols, n = w.rows;
+  constexpr int kOutsPerBlock = kGlu ? kBlockCols / 2 : kBlockCols;
+  const int64_t k = w.cols;
   const int64_t block_bytes = k * kBlockCols * static_cast<int64_t>(dtype_size(D));
   const auto* base = static_cast<const unsigned char*>(w.data);
   const int chunk_rows = static_cast<int>(
@@ -99,23 +110,31 @@ void product(const float* x, int m, const WeightMatrix& w, const float* bias, fl
     for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
       const unsigned char* block = base + (j0 / kBlockCols) * block_bytes;
       const unsigned char* next = j0 + kBlockCols < n_end ? block + block_bytes : nullptr;
-      const int cols = static_cast<int>(std::min<int64_t>(kBlockCols, n - j0));
+      const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;  // first output of this block
+      const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
       int i = i0;
       for (int b = 0; b < n_blocks; ++b) {
         const int mr = rows / n_blocks + (b < rows % n_blocks ? 1 : 0);
         for (int h = 0; h < kHalves; ++h) {
           const unsigned char* pf = b == 0 && h == 0 ? next : nullptr;
-          if (cols == kBlockCols) {
-            run_rows<Vec, D, kMaxRows>(mr, x + i * k, k, block, h, pf, bias ? bias + j0 : nullptr,
-                                       y + static_cast<int64_t>(i) * n + j0, n);
-          } else {
-            run_rows<Vec, D, kMaxRows>(mr, x + i * k, k, block, h, pf, nullptr, tail, kBlockCols);
+          if (outs == kOutsPerBlock) {
+            run_rows<Vec, D, kMaxRows, kGlu>(mr, x + i * k, k, block, h, pf, bias ? bias + j0 : nullptr,
+                                             y + static_cast<int64_t>(i) * ldy + out0, ldy);
+          } else {  // the last, partial block: all 32 columns into `tail`, then the valid outputs
+            run_rows<Vec, D, kMaxRows, false>(mr, x + i * k, k, block, h, pf, nullptr, tail, kBlockCols);
           }
         }
-        if (cols < kBlockCols) {
+        if (outs < kOutsPerBlock) {
           for (int r = 0; r < mr; ++r) {
-            float* yr = y + static_cast<int64_t>(i + r) * n + j0;
-            for (int c = 0; c < cols; ++c) yr[c] = tail[r * kBlockCols + c] + (bias ? bias[j0 + c] : 0.0f);
+            float* yr = y + static_cast<int64_t>(i + r) * ldy + out0;
+            const float* tr = tail + r * kBlockCols;
+            for (int c = 0; c < outs; ++c) {
+              if constexpr (kGlu) {
+                yr[c] = silu(tr[c]) * tr[16 + c];
+              } else {
+                yr[c] = tr[c] + (bias ? bias[j0 + c] : 0.0f);
+              }
+            }
           }
         }
         i += mr;
@@ -128,12 +147,19 @@ template <class Vec, int kMaxRows>
 void product_any(const float* x, int m, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
                  int64_t n_end) {
   switch (w.dtype) {
-    case DType::f32: return product<Vec, DType::f32, kMaxRows>(x, m, w, bias, y, n_begin, n_end);
-    case DType::bf16: return product<Vec, DType::bf16, kMaxRows>(x, m, w, bias, y, n_begin, n_end);
-    case DType::f16: return product<Vec, DType::f16, kMaxRows>(x, m, w, bias, y, n_begin, n_end);
-    default: break;
+    case DType::f32: return product<Vec, DType::f32, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
+    case DType::bf16: return product<Vec, DType::bf16, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
+    case DType::f16: return product<Vec, DType::f16, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
   }
-  gemm_nt_blocked_portable(x, m, w, bias, y, n_begin, n_end);
+}
+
+template <class Vec, int kMaxRows>
+void glu_any(const float* x, int m, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin, int64_t n_end) {
+  switch (w.dtype) {
+    case DType::f32: return product<Vec, DType::f32, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
+    case DType::bf16: return product<Vec, DType::bf16, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
+    case DType::f16: return product<Vec, DType::f16, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
+  }
 }
 
 }  // namespace actord::cpu::blocked

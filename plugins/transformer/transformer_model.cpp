@@ -68,7 +68,19 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   // Load exactly the declared weights: matrices as views, vectors as f32 copies.
   std::map<std::string, cpu::WeightMatrix> matrices;
   std::map<std::string, std::vector<float>> vectors;
+  // SiLU-gated MLPs load gate and up fused (one product and no separate activation pass); other activations apply
+  // their own function between two plain products.
+  const bool fused_glu = spec.activation == Activation::silu;
+  auto is_gate_or_up = [](const std::string& name) {
+    auto ends_with = [&](const char* suffix) {
+      const std::string s(suffix);
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    return ends_with("mlp.gate_proj.weight") || ends_with("mlp.up_proj.weight") || ends_with(".w1.weight") ||
+           ends_with(".w3.weight");
+  };
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
+    if (fused_glu && is_gate_or_up(w.name)) continue;
     if (w.shape.size() == 2) {
       // Every matrix the GEMM reads is blocked; an untied embedding is only looked up by row and stays a view.
       const bool lookup_only = w.name == "model.embed_tokens.weight" && !cfg.tie_word_embeddings;
@@ -100,15 +112,31 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       L.bv = std::move(vectors.at(p + "self_attn.v_proj.bias"));
     }
     L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
+    // gate, up, down of one MLP (dense or an expert).
+    auto load_mlp = [&](const std::string& gate, const std::string& up, const std::string& down) -> Result<Expert> {
+      Expert e;
+      e.down = matrices.at(down);
+      if (!fused_glu) {
+        e.gate = matrices.at(gate);
+        e.up = matrices.at(up);
+        return e;
+      }
+      auto fused = m->store_->glu_matrix(gate, up, cfg.intermediate_size, cfg.hidden_size);
+      if (!fused) return Error{fused.error().code, options.model_dir.string() + ": " + fused.error().message};
+      e.gate_up = *fused;
+      return e;
+    };
     if (spec.num_experts == 0) {
-      L.mlp = {matrices.at(p + "mlp.gate_proj.weight"), matrices.at(p + "mlp.up_proj.weight"),
-               matrices.at(p + "mlp.down_proj.weight")};
+      auto mlp = load_mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight");
+      if (!mlp) return mlp.error();
+      L.mlp = *mlp;
     } else {
       L.router = matrices.at(p + "block_sparse_moe.gate.weight");
       for (int e = 0; e < spec.num_experts; ++e) {
         const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        L.experts.push_back(
-            {matrices.at(ep + "w1.weight"), matrices.at(ep + "w3.weight"), matrices.at(ep + "w2.weight")});
+        auto expert = load_mlp(ep + "w1.weight", ep + "w3.weight", ep + "w2.weight");
+        if (!expert) return expert.error();
+        L.experts.push_back(*expert);
       }
     }
   }
@@ -135,6 +163,11 @@ void TransformerModel::activate(float* gate, const float* up, int n) const {
 void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool) {
   const int ff = cfg_.intermediate_size;
   gate_.resize(size_t(n) * ff);
+  if (e.gate_up.data) {
+    cpu::gemm_nt_glu(x, e.gate_up, ff, gate_.data(), n, pool);
+    cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool);
+    return;
+  }
   up_.resize(size_t(n) * ff);
   const cpu::GemmOutput gate_up[] = {{&e.gate, nullptr, gate_.data()}, {&e.up, nullptr, up_.data()}};
   cpu::gemm_nt_multi(x, gate_up, 2, n, pool);

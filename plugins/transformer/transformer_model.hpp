@@ -47,7 +47,8 @@ class TransformerModel final : public Model {
  private:
   void forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool);
   struct Expert {
-    cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]
+    cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]; gate and up unset when fused
+    cpu::WeightMatrix gate_up;         // SiLU models: gate and up fused for cpu::gemm_nt_glu
   };
   struct Layer {
     std::vector<float> attn_norm;       // [hidden]
