@@ -2,11 +2,13 @@
 // registers on the fly: a bf16 model keeps its bf16 footprint in memory.
 //
 // Contract: y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]), the HF Linear layout (a weight row is an output feature).
-// x and y are dense f32, row-major; W rows are `row_stride` elements apart (a TP shard may be a slice). Splits the n
-// output features over the pool. With few rows of x (decode: memory-bound) each weight row is streamed once
-// against all rows of x; with many (prefill, large batches: compute-bound) x is packed and multiplied by register
-// blocks of outer products. Both have AVX2/FMA/F16C and AVX-512 versions chosen at run time, portable C++ otherwise;
-// OpenBLAS sgemm on converted weight panels is a third option (see Kernel). All accumulate in f32 and differ from the double-precision reference only by rounding.
+// x and y are dense f32, row-major. W is either blocked (rearranged at load time, blocked_weights.hpp: what models
+// use; one kernel family for every m) or row-major with rows `row_stride` elements apart (a view of a file, a TP
+// slice). For row-major W, few rows of x (decode: memory-bound) stream each weight row once against all rows of x,
+// many (prefill: compute-bound) pack x and multiply register blocks of outer products, or OpenBLAS sgemm on
+// converted panels (see Kernel). Every kernel has AVX2/FMA/F16C and AVX-512 versions chosen at run time, portable
+// C++ otherwise; the n output features are split over the pool. All accumulate in f32 and differ from the
+// double-precision reference only by rounding.
 #pragma once
 
 #include <cstdint>
