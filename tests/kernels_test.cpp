@@ -1,5 +1,6 @@
 // Parity of every CPU kernel against its double-precision reference, on random inputs of several shapes.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -102,6 +103,9 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
           cpu::weight_row_to_f32(blocked, r, row.data());
           REQUIRE(std::equal(row.begin(), row.end(), exact.begin() + size_t(r) * k));
         }
+        std::vector<float> untouched(n, -3.0f);  // no rows: nothing is written
+        cpu::gemm_nt(x.data(), blocked, bias.data(), untouched.data(), 0, pool);
+        REQUIRE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == -3.0f; }));
         for (bool with_bias : {false, true}) {
           std::vector<float> ref(size_t(m) * n);
           cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);

@@ -156,6 +156,7 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,
                  Isa isa) {
   ACTORD_CHECK(gate_up.layout == WeightLayout::blocked);
+  if (m <= 0) return;
   if (isa == Isa::automatic) isa = detected_isa();
   auto run = isa == Isa::avx512 ? &gemm_nt_glu_avx512 : isa == Isa::avx2 ? &gemm_nt_glu_avx2 : &gemm_nt_glu_portable;
   const int64_t n = gate_up.rows;
@@ -173,7 +174,7 @@ void gemm_nt(const float* x, const WeightMatrix& w, const float* bias, float* y,
 
 void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int m, ThreadPool& pool,
                    GemmPath path) {
-  if (n_outputs <= 0) return;
+  if (n_outputs <= 0 || m <= 0) return;
   const int64_t k = outputs[0].w->cols;
   const bool blocked = outputs[0].w->layout == WeightLayout::blocked;
   for (int o = 1; o < n_outputs; ++o) {

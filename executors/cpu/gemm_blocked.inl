@@ -2,7 +2,7 @@
 // gemm_avx2.cpp and gemm_avx512.cpp. The register block is MR rows of x times the 32 columns of one weight block:
 // per input feature, the block's 32 values are loaded and converted in registers (bf16: an AND and a shift), each x
 // value is broadcast, and 2 * MR accumulators take the FMAs. Weights are read in storage order (one sequential
-// stream per thread, the next block prefetched while the first rows of x use this one); x rows stay in L2 by chunks.
+// stream per thread, the next block prefetched a share per pass over this one); x rows stay in L2 by chunks.
 //
 // `Vec` provides: static constexpr int kWidth (8 or 16); using V; zero(), fma(a, b, c), broadcast(const float*),
 // load_x(const float*), store(float*, V), and
@@ -28,20 +28,27 @@ constexpr int64_t kAhead = 8;
 // The register block's results for MR rows of x against one weight block (half `half` of it when vectors are
 // narrower than 16): plain, out[i, c] (+ bias) for the block's columns c; or, when kGlu (a pack_glu block: columns
 // 0..15 gate, 16..31 up), out[i, c] = silu(gate c) * up c for its 16 outputs. ldo is out's row stride. When
-// kPrefetch, also hints the next block (`next`) into L2, one stored feature per feature computed.
+// kPrefetch, also hints the next block (`next`) into L2: the features t with t % pf_stride == pf_phase, so that the
+// pf_stride passes over a block (one per register block of rows) fetch the next one evenly between them.
 template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
 void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
-                  const float* bias, float* out, int64_t ldo) {
+                  int pf_phase, int pf_stride, const float* bias, float* out, int64_t ldo) {
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   constexpr int64_t kStep = kBlockCols * (D == DType::f32 ? 4 : 2);  // bytes stored per input feature
   V acc[MR][2];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero();
+  int pf_count = pf_stride - pf_phase - 1;  // reaches pf_stride at t = pf_phase, then every pf_stride features
   for (int64_t t = 0; t < k; ++t) {
     if constexpr (kPrefetch) {
+      if (++pf_count >= pf_stride) {
+        pf_count = 0;
 #pragma GCC unroll 2
-      for (int64_t b = 0; b < kStep; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + t * kStep + b), _MM_HINT_T1);
+        for (int64_t b = 0; b < kStep; b += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + t * kStep + b), _MM_HINT_T1);
+        }
+      }
     }
     _mm_prefetch(reinterpret_cast<const char*>(block + (t + kAhead) * kStep), _MM_HINT_T0);
     V w0, w1;
@@ -80,12 +87,14 @@ void micro_kernel(const float* x, int64_t k, const unsigned char* block, int hal
 // MR chosen at run time, 1 .. kMaxRows; prefetching when `next` is set.
 template <class Vec, DType D, int kMaxRows, bool kGlu>
 void run_rows(int rows, const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
-              const float* bias, float* out, int64_t ldo) {
+              int pf_phase, int pf_stride, const float* bias, float* out, int64_t ldo) {
   if constexpr (kMaxRows > 1) {
-    if (rows < kMaxRows) return run_rows<Vec, D, kMaxRows - 1, kGlu>(rows, x, k, block, half, next, bias, out, ldo);
+    if (rows < kMaxRows) {
+      return run_rows<Vec, D, kMaxRows - 1, kGlu>(rows, x, k, block, half, next, pf_phase, pf_stride, bias, out, ldo);
+    }
   }
-  if (next) return micro_kernel<Vec, D, kMaxRows, true, kGlu>(x, k, block, half, next, bias, out, ldo);
-  micro_kernel<Vec, D, kMaxRows, false, kGlu>(x, k, block, half, next, bias, out, ldo);
+  if (next) return micro_kernel<Vec, D, kMaxRows, true, kGlu>(x, k, block, half, next, pf_phase, pf_stride, bias, out, ldo);
+  micro_kernel<Vec, D, kMaxRows, false, kGlu>(x, k, block, half, next, pf_phase, pf_stride, bias, out, ldo);
 }
 
 // y (row stride ldy) from x W^T for a blocked W, weight columns [n_begin, n_end) (n_begin a multiple of
@@ -96,6 +105,7 @@ void run_rows(int rows, const float* x, int64_t k, const unsigned char* block, i
 template <class Vec, DType D, int kMaxRows, bool kGlu>
 void product(const float* x, int m, const WeightMatrix& w, const float* bias, float* y, int64_t ldy, int64_t outputs,
              int64_t n_begin, int64_t n_end) {
+  if (m <= 0) return;
   constexpr int kHalves = 16 / Vec::kWidth;
   constexpr int kOutsPerBlock = kGlu ? kBlockCols / 2 : kBlockCols;
   const int64_t k = w.cols;
@@ -118,12 +128,14 @@ void product(const float* x, int m, const WeightMatrix& w, const float* bias, fl
       for (int b = 0; b < n_blocks; ++b) {
         const int mr = rows / n_blocks + (b < rows % n_blocks ? 1 : 0);
         for (int h = 0; h < kHalves; ++h) {
-          const unsigned char* pf = b == 0 && h == 0 ? next : nullptr;
+          // Every pass over the block (row block b, half h) prefetches its share of the next block.
+          const int phase = b * kHalves + h, stride = n_blocks * kHalves;
           if (outs == kOutsPerBlock) {
-            run_rows<Vec, D, kMaxRows, kGlu>(mr, x + i * k, k, block, h, pf, bias ? bias + j0 : nullptr,
+            run_rows<Vec, D, kMaxRows, kGlu>(mr, x + i * k, k, block, h, next, phase, stride, bias ? bias + j0 : nullptr,
                                              y + static_cast<int64_t>(i) * ldy + out0, ldy);
           } else {  // the last, partial block: all 32 columns into `tail`, then the valid outputs
-            run_rows<Vec, D, kMaxRows, false>(mr, x + i * k, k, block, h, pf, nullptr, tail, kBlockCols);
+            run_rows<Vec, D, kMaxRows, false>(mr, x + i * k, k, block, h, next, phase, stride, nullptr, tail,
+                                              kBlockCols);
           }
         }
         if (outs < kOutsPerBlock) {
