@@ -24,6 +24,18 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f
   return v;
 }
 
+// Weights stored in `dtype`, and their exact f32 values (what a reference must multiply by).
+struct StoredWeights {
+  std::vector<unsigned char> bytes;
+  std::vector<float> exact;
+};
+StoredWeights store_as(DType dtype, const std::vector<float>& values) {
+  StoredWeights w{std::vector<unsigned char>(values.size() * dtype_size(dtype)), std::vector<float>(values.size())};
+  convert_from_f32(dtype, values.data(), w.bytes.data(), values.size());
+  convert_to_f32(dtype, w.bytes.data(), w.exact.data(), values.size());
+  return w;
+}
+
 void require_close(const std::vector<float>& a, const std::vector<float>& b, float rel = 1e-5f) {
   REQUIRE(a.size() == b.size());
   float max_ref = 0;
@@ -55,15 +67,11 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel 
       auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng),
            bias = random_vector(n, rng);
       for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-        // The weights as stored in `dtype`, and their exact f32 values for the reference.
-        std::vector<unsigned char> stored(w32.size() * dtype_size(dtype));
-        convert_from_f32(dtype, w32.data(), stored.data(), w32.size());
-        std::vector<float> exact(w32.size());
-        convert_to_f32(dtype, stored.data(), exact.data(), exact.size());
+        const StoredWeights w = store_as(dtype, w32);
         std::vector<float> ref(size_t(m) * n);
-        cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);
+        cpu::reference::matmul_nt(x.data(), w.exact.data(), ref.data(), m, n, k);
         for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
-        cpu::WeightMatrix wm{dtype, stored.data(), n, k, 0};
+        cpu::WeightMatrix wm{dtype, w.bytes.data(), n, k, 0};
         for (const cpu::GemmPath& path : paths) {
           INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype) << " isa="
                     << cpu::isa_name(path.isa) << " kernel=" << cpu::kernel_name(path.kernel) << " threads=" << threads);
@@ -90,11 +98,9 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
       auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng),
            bias = random_vector(n, rng);
       for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-        std::vector<unsigned char> stored(w32.size() * dtype_size(dtype));
-        convert_from_f32(dtype, w32.data(), stored.data(), w32.size());
-        std::vector<float> exact(w32.size());
-        convert_to_f32(dtype, stored.data(), exact.data(), exact.size());
-        const cpu::WeightMatrix row_major{dtype, stored.data(), n, k, 0};
+        const StoredWeights w = store_as(dtype, w32);
+        const std::vector<float>& exact = w.exact;
+        const cpu::WeightMatrix row_major{dtype, w.bytes.data(), n, k, 0};
         std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, n, k));
         const cpu::WeightMatrix blocked = cpu::pack_blocked(row_major, blocked_storage.data());
         REQUIRE(blocked.layout == cpu::WeightLayout::blocked);
@@ -134,19 +140,14 @@ TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[
     auto x = random_vector(size_t(m) * k, rng), g32 = random_vector(size_t(ff) * k, rng),
          u32 = random_vector(size_t(ff) * k, rng);
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      std::vector<unsigned char> g(g32.size() * dtype_size(dtype)), u(u32.size() * dtype_size(dtype));
-      convert_from_f32(dtype, g32.data(), g.data(), g32.size());
-      convert_from_f32(dtype, u32.data(), u.data(), u32.size());
-      std::vector<float> g_exact(g32.size()), u_exact(u32.size());
-      convert_to_f32(dtype, g.data(), g_exact.data(), g_exact.size());
-      convert_to_f32(dtype, u.data(), u_exact.data(), u_exact.size());
+      const StoredWeights g = store_as(dtype, g32), u = store_as(dtype, u32);
       std::vector<float> ref(size_t(m) * ff), up(size_t(m) * ff);
-      cpu::reference::matmul_nt(x.data(), g_exact.data(), ref.data(), m, ff, k);
-      cpu::reference::matmul_nt(x.data(), u_exact.data(), up.data(), m, ff, k);
+      cpu::reference::matmul_nt(x.data(), g.exact.data(), ref.data(), m, ff, k);
+      cpu::reference::matmul_nt(x.data(), u.exact.data(), up.data(), m, ff, k);
       cpu::reference::silu_mul(ref.data(), up.data(), m * ff);
       std::vector<unsigned char> fused(cpu::glu_bytes(dtype, ff, k));
-      const cpu::WeightMatrix w = cpu::pack_glu(cpu::WeightMatrix{dtype, g.data(), ff, k, 0},
-                                                cpu::WeightMatrix{dtype, u.data(), ff, k, 0}, fused.data());
+      const cpu::WeightMatrix w = cpu::pack_glu(cpu::WeightMatrix{dtype, g.bytes.data(), ff, k, 0},
+                                                cpu::WeightMatrix{dtype, u.bytes.data(), ff, k, 0}, fused.data());
       for (cpu::Isa isa : isas) {
         INFO("m=" << m << " ff=" << ff << " k=" << k << " dtype=" << dtype_name(dtype) << " isa=" << cpu::isa_name(isa));
         std::vector<float> y(size_t(m) * ff, -1.0f);

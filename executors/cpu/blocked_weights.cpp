@@ -87,22 +87,29 @@ void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
   for (int64_t t = 0; t < w.cols; ++t) convert_to_f32(w.dtype, base + t * kBlockCols * esize, out + t, 1);
 }
 
+namespace {
+
+// acc[c] = x_row . W[block column c], c < 32, for one blocked weight block (the portable kernels' core).
+void block_dot(const WeightMatrix& w, const unsigned char* block, const float* x_row, float* acc) {
+  const size_t esize = dtype_size(w.dtype);
+  float wf[kBlockCols];
+  std::fill_n(acc, kBlockCols, 0.0f);
+  for (int64_t t = 0; t < w.cols; ++t) {
+    convert_to_f32(w.dtype, block + static_cast<size_t>(t) * kBlockCols * esize, wf, kBlockCols);
+    for (int c = 0; c < kBlockCols; ++c) acc[c] += x_row[t] * wf[slot(w.dtype, c)];
+  }
+}
+
+}  // namespace
+
 void gemm_nt_blocked_portable(const float* x, int m, const WeightMatrix& w, const float* bias, float* y,
                               int64_t n_begin, int64_t n_end) {
-  const int64_t k = w.cols, n = w.rows;
-  const size_t esize = dtype_size(w.dtype);
-  float wf[kBlockCols], acc[kBlockCols];
+  float acc[kBlockCols];
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
-    const unsigned char* block = block_base(w, j0 / kBlockCols);
     const int cols = static_cast<int>(std::min<int64_t>(kBlockCols, n_end - j0));
     for (int i = 0; i < m; ++i) {
-      const float* xi = x + static_cast<int64_t>(i) * k;
-      std::fill_n(acc, kBlockCols, 0.0f);
-      for (int64_t t = 0; t < k; ++t) {
-        convert_to_f32(w.dtype, block + static_cast<size_t>(t) * kBlockCols * esize, wf, kBlockCols);
-        for (int c = 0; c < kBlockCols; ++c) acc[c] += xi[t] * wf[slot(w.dtype, c)];
-      }
-      float* yi = y + static_cast<int64_t>(i) * n + j0;
+      block_dot(w, block_base(w, j0 / kBlockCols), x + static_cast<int64_t>(i) * w.cols, acc);
+      float* yi = y + static_cast<int64_t>(i) * w.rows + j0;
       for (int c = 0; c < cols; ++c) yi[c] = acc[c] + (bias ? bias[j0 + c] : 0.0f);
     }
   }
@@ -110,20 +117,12 @@ void gemm_nt_blocked_portable(const float* x, int m, const WeightMatrix& w, cons
 
 void gemm_nt_glu_portable(const float* x, int m, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
                           int64_t n_end) {
-  const int64_t k = w.cols;
-  const size_t esize = dtype_size(w.dtype);
-  float wf[kBlockCols], acc[kBlockCols];
+  float acc[kBlockCols];
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
-    const unsigned char* block = block_base(w, j0 / kBlockCols);
     const int64_t out0 = j0 / 2;
     const int outs = static_cast<int>(std::min<int64_t>(16, ff - out0));
     for (int i = 0; i < m; ++i) {
-      const float* xi = x + static_cast<int64_t>(i) * k;
-      std::fill_n(acc, kBlockCols, 0.0f);
-      for (int64_t t = 0; t < k; ++t) {
-        convert_to_f32(w.dtype, block + static_cast<size_t>(t) * kBlockCols * esize, wf, kBlockCols);
-        for (int c = 0; c < kBlockCols; ++c) acc[c] += xi[t] * wf[slot(w.dtype, c)];
-      }
+      block_dot(w, block_base(w, j0 / kBlockCols), x + static_cast<int64_t>(i) * w.cols, acc);
       float* yi = y + static_cast<int64_t>(i) * ff + out0;
       for (int c = 0; c < outs; ++c) yi[c] = silu(acc[c]) * acc[16 + c];
     }

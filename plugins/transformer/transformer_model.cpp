@@ -72,12 +72,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   // their own function between two plain products.
   const bool fused_glu = spec.activation == Activation::silu;
   auto is_gate_or_up = [](const std::string& name) {
-    auto ends_with = [&](const char* suffix) {
-      const std::string s(suffix);
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    return ends_with("mlp.gate_proj.weight") || ends_with("mlp.up_proj.weight") || ends_with(".w1.weight") ||
-           ends_with(".w3.weight");
+    return name.ends_with("mlp.gate_proj.weight") || name.ends_with("mlp.up_proj.weight") ||
+           name.ends_with(".w1.weight") || name.ends_with(".w3.weight");
   };
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
