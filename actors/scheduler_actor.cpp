@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "comms/atoms.hpp"
 #include "actors/step_messages.hpp"
+#include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 
 namespace actord {
@@ -25,7 +25,9 @@ struct scheduler_state {
   caf::actor kv_pool;
   bool lease_ready = false;
   std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
-  std::vector<caf::actor> submitters;  // SequenceRequest::owner indexes this: who gets a request's deltas
+  // Who gets a request's deltas, indexed by SequenceRequest::owner: each distinct submitter once (engines and
+  // front ends are few and long-lived).
+  std::vector<caf::actor> submitters;
   uint64_t next_step_id = 1;
   // Statistics (see SchedulerStats).
   uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_ns = 0;

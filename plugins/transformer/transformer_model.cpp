@@ -65,7 +65,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->store_ = *store;
   m->inv_freq_ = cfg.rope_inv_freq();
 
-  // Load exactly the declared weights: matrices as views, vectors as f32 copies.
+  // Load exactly the declared weights: matrices blocked for the GEMM (see below), vectors as f32 copies.
   std::map<std::string, cpu::WeightMatrix> matrices;
   std::map<std::string, std::vector<float>> vectors;
   // SiLU-gated MLPs load gate and up fused (one product and no separate activation pass); other activations apply
