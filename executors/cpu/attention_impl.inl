@@ -93,10 +93,22 @@ inline __m512 load16(const typename Kv<D>::Elem* p) {
   }
 }
 
+// The last two levels of a 16-key butterfly: s[j]'s 128-bit lane c holds four partial sums of key 4j + c
+// (j < 4); the result's lane 4c + e is the sum of key 4e + c.
+inline __m512 sum_quads_16(const __m512* s) {
+  __m512 u[2];
+  for (int k = 0; k < 2; ++k) {  // lane c, elements {0, 1}: key 8k + c; elements {2, 3}: key 8k + 4 + c
+    u[k] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // Sums each of 16 vectors across its lanes, in one vector: lane 4c + e of the result is the sum of v[4e + c] (a
 // butterfly of 256-bit, 128-bit and in-lane shuffles: 45 instructions instead of 16 separate reductions).
 inline __m512 sum_lanes_16(const __m512* v) {
-  __m512 r[8], s[4], u[2];
+  __m512 r[8], s[4];
   for (int i = 0; i < 8; ++i) {  // half h of r[i]: partial sums of v[2i + h]
     r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -105,12 +117,45 @@ inline __m512 sum_lanes_16(const __m512* v) {
     s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
   }
-  for (int k = 0; k < 2; ++k) {  // lane c, elements {0, 1}: v[8k + c]; elements {2, 3}: v[8k + 4 + c]
-    u[k] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return sum_quads_16(s);
+}
+
+// scores[j] = q . k_j * scale for 16 keys of head_dim 8 (stories260K's): two keys per vector, one 128-bit
+// shuffle level brings each key's products into one lane of four, sum_quads_16 does the rest, and a permutation
+// puts key j in lane j.
+template <DType D>
+inline void score_16_keys_hd8(const float* q, const typename Kv<D>::Elem* keys, float scale, float* scores) {
+  const __m512 q8 = _mm512_castps256_ps512(_mm256_loadu_ps(q));
+  const __m512 qq = _mm512_shuffle_f32x4(q8, q8, _MM_SHUFFLE(1, 0, 1, 0));  // q in both halves
+  __m512 s[4];
+  for (int j = 0; j < 4; ++j) {  // keys 4j .. 4j + 3: lane c of s[j] holds key 4j + c's partial sums
+    const __m512 a = _mm512_mul_ps(load16<D>(keys + 32 * j), qq);
+    const __m512 b = _mm512_mul_ps(load16<D>(keys + 32 * j + 16), qq);
+    s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   }
-  return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i key_of_lane = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 sums = _mm512_permutexvar_ps(key_of_lane, sum_quads_16(s));
+  _mm512_storeu_ps(scores, _mm512_mul_ps(sums, _mm512_set1_ps(scale)));
+}
+
+// acc[0..8) += sum_j w[j] * v_j over n keys of head_dim 8: two keys per vector, halves added at the end.
+template <DType D>
+inline void accumulate_values_hd8(const float* w, const typename Kv<D>::Elem* values, int n, float* acc) {
+  __m512 a = _mm512_zextps256_ps512(_mm256_loadu_ps(acc));
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const __m512 wj = _mm512_shuffle_f32x4(_mm512_set1_ps(w[j]), _mm512_set1_ps(w[j + 1]), _MM_SHUFFLE(1, 0, 1, 0));
+    a = _mm512_fmadd_ps(wj, load16<D>(values + static_cast<int64_t>(j) * 8), a);
+  }
+  __m256 sum = _mm256_add_ps(_mm512_castps512_ps256(a),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+  if (j < n) {  // an odd last key
+    alignas(32) float v[8];
+    for (int d = 0; d < 8; ++d) v[d] = Kv<D>::f32(values[static_cast<int64_t>(j) * 8 + d]);
+    sum = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_load_ps(v), sum);
+  }
+  _mm256_storeu_ps(acc, sum);
 }
 
 // scores[j] = q . k_j * scale for 16 keys, head_dim a multiple of 16: one accumulator per key, then one
@@ -156,6 +201,8 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
   const bool wide = hd % 16 == 0;
   if (wide) {
     for (; j + 16 <= n; j += 16) score_16_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  } else if (hd == 8) {
+    for (; j + 16 <= n; j += 16) score_16_keys_hd8<D>(q, keys + static_cast<int64_t>(j) * hd, scale, scores + j);
   }
 #endif
   for (; j + 4 <= n; j += 4) {
@@ -201,6 +248,10 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
 #if defined(__AVX512F__)
   if (wide) {
     accumulate_values<D>(scores, values, n, hd, acc);
+    return;
+  }
+  if (hd == 8) {
+    accumulate_values_hd8<D>(scores, values, n, acc);
     return;
   }
 #endif
