@@ -88,7 +88,7 @@ void BatchScheduler::release(Sequence& seq) {
   if (!seq.blocks.empty()) blocks_.free(seq.blocks);
   seq.blocks.clear();
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq.req.id), waiting_.end());
-  running_.erase(std::remove(running_.begin(), running_.end(), seq.req.id), running_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), &seq), running_.end());
 }
 
 void BatchScheduler::preempt(Sequence& seq) {
@@ -99,6 +99,9 @@ void BatchScheduler::preempt(Sequence& seq) {
 }
 
 PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
+  // The step message reads these right after planning: start their (likely) cache misses now, all in parallel.
+  __builtin_prefetch(seq.tokens.data() + seq.num_computed);
+  for (size_t b = 0; b < seq.blocks.size(); b += 16) __builtin_prefetch(seq.blocks.data() + b);
   PlannedSlice s;
   s.seq_id = seq.req.id;
   s.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed), chunk);
@@ -120,14 +123,15 @@ const StepPlan* BatchScheduler::plan_step() {
 
   // Running sequences first: one decode token each, or the next chunk of their prefill.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence& seq = seqs_.at(running_[i]);
+    if (i + 4 < running_.size()) __builtin_prefetch(running_[i + 4]);  // cold after the step's compute
+    Sequence& seq = *running_[i];
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     bool placed = false;
     while (!(placed = ensure_blocks(seq, seq.num_computed + chunk))) {
       // Preempt the most recently admitted sequence that is not already in this step.
-      const uint64_t victim = running_.back();
-      preempt(seqs_.at(victim));
-      if (victim == seq.req.id) break;
+      Sequence* victim = running_.back();
+      preempt(*victim);
+      if (victim == &seq) break;
     }
     if (!placed) break;  // seq itself was preempted: it was the last one
     plan.slices.push_back(make_slice(seq, chunk));
@@ -144,7 +148,7 @@ const StepPlan* BatchScheduler::plan_step() {
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     if (!ensure_blocks(seq, seq.num_computed + chunk)) break;
     waiting_.pop_front();
-    running_.push_back(seq.req.id);
+    running_.push_back(&seq);
     plan.slices.push_back(make_slice(seq, chunk));
     planned_.push_back(&seq);
     budget -= chunk;

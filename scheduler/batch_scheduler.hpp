@@ -122,7 +122,7 @@ class BatchScheduler {
   BlockAllocator& blocks_;
   std::unordered_map<uint64_t, Sequence> seqs_;
   std::deque<uint64_t> waiting_;
-  std::vector<uint64_t> running_;  // admission order
+  std::vector<Sequence*> running_;  // admission order (seqs_ nodes: stable until erased, and released first)
   std::vector<Sequence*> planned_;  // the sequence of each of plan_'s slices (map nodes are stable)
   StepPlan plan_;            // the step in flight when in_flight_; its storage is reused step after step
   bool in_flight_ = false;
