@@ -71,11 +71,7 @@ Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t r
   if (!m || layout == cpu::WeightLayout::row_major) return m;
   blocked_.emplace_back(cpu::blocked_bytes(m->dtype, rows, cols));
   const cpu::WeightMatrix blocked = cpu::pack_blocked(*m, blocked_.back().data());
-  if (from_file) {
-    release_pages(*from_file);
-  } else {
-    owned_.pop_back();  // the converted or dummy row-major copy row_major() just made
-  }
+  drop_row_major(from_file);
   return blocked;
 }
 
@@ -87,19 +83,22 @@ Result<cpu::WeightMatrix> WeightStore::glu_matrix(const std::string& gate_name, 
   if (!gate) return gate;
   auto up = row_major(up_name, ff, cols, &up_file);
   if (!up) {
-    if (!gate_file) owned_.pop_back();
+    drop_row_major(gate_file);
     return up;
   }
   blocked_.emplace_back(cpu::glu_bytes(gate->dtype, ff, cols));
   const cpu::WeightMatrix fused = cpu::pack_glu(*gate, *up, blocked_.back().data());
-  for (const TensorView* source : {gate_file, up_file}) {
-    if (source) {
-      release_pages(*source);
-    } else {
-      owned_.pop_back();  // a converted or dummy row-major copy row_major() made
-    }
-  }
+  drop_row_major(up_file);
+  drop_row_major(gate_file);
   return fused;
+}
+
+void WeightStore::drop_row_major(const TensorView* from_file) {
+  if (from_file) {
+    release_pages(*from_file);
+  } else {
+    owned_.pop_back();
+  }
 }
 
 Result<cpu::WeightMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,

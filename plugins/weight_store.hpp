@@ -53,6 +53,9 @@ class WeightStore {
   // The row-major matrix; `from_file` is the file's tensor when the result is a view of it.
   Result<cpu::WeightMatrix> row_major(const std::string& name, int64_t rows, int64_t cols,
                                       const TensorView** from_file);
+  // Frees what backed a row_major() result once it has been copied: the file's pages when it was a view, else the
+  // store's row-major copy (the last one made).
+  void drop_row_major(const TensorView* from_file);
   std::vector<float> dummy_values(const std::string& name, size_t n) const;
 
   std::optional<WeightLoader> file_;   // empty for dummy weights

@@ -98,7 +98,7 @@ void BatchScheduler::preempt(Sequence& seq) {
   ++preemptions_;
 }
 
-PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
+const PlannedSlice& BatchScheduler::add_slice(Sequence& seq, int chunk) {
   // The step message reads these right after planning: start their (likely) cache misses now, all in parallel.
   __builtin_prefetch(seq.tokens.data() + seq.num_computed);
   for (size_t b = 0; b < seq.blocks.size(); b += 16) __builtin_prefetch(seq.blocks.data() + b);
@@ -110,7 +110,9 @@ PlannedSlice BatchScheduler::make_slice(Sequence& seq, int chunk) {
   s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
   s.sampling = seq.req.sampling;
   s.sample_index = seq.generated;
-  return s;
+  plan_.slices.push_back(s);
+  planned_.push_back(&seq);
+  return plan_.slices.back();
 }
 
 const StepPlan* BatchScheduler::plan_step() {
@@ -134,11 +136,10 @@ const StepPlan* BatchScheduler::plan_step() {
       if (victim == &seq) break;
     }
     if (!placed) break;  // seq itself was preempted: it was the last one
-    plan.slices.push_back(make_slice(seq, chunk));
-    planned_.push_back(&seq);
+    const PlannedSlice& slice = add_slice(seq, chunk);
     budget -= chunk;
     plan.num_tokens += chunk;
-    if (!(chunk == 1 && plan.slices.back().sample && seq.generated > 0)) plan.num_prefill_tokens += chunk;
+    if (!(chunk == 1 && slice.sample && seq.generated > 0)) plan.num_prefill_tokens += chunk;
     ++i;
   }
 
@@ -149,8 +150,7 @@ const StepPlan* BatchScheduler::plan_step() {
     if (!ensure_blocks(seq, seq.num_computed + chunk)) break;
     waiting_.pop_front();
     running_.push_back(&seq);
-    plan.slices.push_back(make_slice(seq, chunk));
-    planned_.push_back(&seq);
+    add_slice(seq, chunk);
     budget -= chunk;
     plan.num_tokens += chunk;
     plan.num_prefill_tokens += chunk;

@@ -116,7 +116,8 @@ class BatchScheduler {
   // A sequence ends (finish length) when it reaches the context length or fills the whole KV lease: it could not
   // take another step even alone.
   int max_tokens_held() const;
-  PlannedSlice make_slice(Sequence& seq, int chunk);
+  // Appends seq's next `chunk` tokens to the plan being built (slice and planned_ entry).
+  const PlannedSlice& add_slice(Sequence& seq, int chunk);
 
   SchedulerLimits limits_;
   BlockAllocator& blocks_;

@@ -36,6 +36,14 @@ StoredWeights store_as(DType dtype, const std::vector<float>& values) {
   return w;
 }
 
+// Every instruction set this CPU runs: portable, then avx2 and avx512 where available.
+std::vector<cpu::Isa> runnable_isas() {
+  std::vector<cpu::Isa> isas{cpu::Isa::portable};
+  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
+  return isas;
+}
+
 void require_close(const std::vector<float>& a, const std::vector<float>& b, float rel = 1e-5f) {
   REQUIRE(a.size() == b.size());
   float max_ref = 0;
@@ -51,10 +59,8 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, flo
 TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel and thread count", "[kernels]") {
   std::mt19937 rng(1);
   std::vector<cpu::GemmPath> paths{{cpu::Isa::portable, cpu::Kernel::rows}};
-  std::vector<cpu::Isa> simd;
-  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) simd.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() == cpu::Isa::avx512) simd.push_back(cpu::Isa::avx512);
-  for (cpu::Isa isa : simd) {
+  for (cpu::Isa isa : runnable_isas()) {
+    if (isa == cpu::Isa::portable) continue;
     paths.push_back({isa, cpu::Kernel::rows});
     paths.push_back({isa, cpu::Kernel::packed});
   }
@@ -88,9 +94,7 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel 
 // x chunk boundaries (k = 1100: at most 119 rows per chunk, so 130 rows go as 65 + 65), bias or not.
 TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
   std::mt19937 rng(3);
-  std::vector<cpu::Isa> isas{cpu::Isa::portable};
-  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
+  const std::vector<cpu::Isa> isas = runnable_isas();
   for (int threads : {1, 3}) {
     cpu::ThreadPool pool(threads);
     for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {12, 64, 172}, {13, 96, 64}, {32, 100, 33}, {7, 33, 8},
@@ -99,7 +103,6 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
            bias = random_vector(n, rng);
       for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
         const StoredWeights w = store_as(dtype, w32);
-        const std::vector<float>& exact = w.exact;
         const cpu::WeightMatrix row_major{dtype, w.bytes.data(), n, k, 0};
         std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, n, k));
         const cpu::WeightMatrix blocked = cpu::pack_blocked(row_major, blocked_storage.data());
@@ -107,14 +110,14 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
         std::vector<float> row(k);
         for (int r : {0, n / 2, n - 1}) {
           cpu::weight_row_to_f32(blocked, r, row.data());
-          REQUIRE(std::equal(row.begin(), row.end(), exact.begin() + size_t(r) * k));
+          REQUIRE(std::equal(row.begin(), row.end(), w.exact.begin() + size_t(r) * k));
         }
         std::vector<float> untouched(n, -3.0f);  // no rows: nothing is written
         cpu::gemm_nt(x.data(), blocked, bias.data(), untouched.data(), 0, pool);
         REQUIRE(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == -3.0f; }));
         for (bool with_bias : {false, true}) {
           std::vector<float> ref(size_t(m) * n);
-          cpu::reference::matmul_nt(x.data(), exact.data(), ref.data(), m, n, k);
+          cpu::reference::matmul_nt(x.data(), w.exact.data(), ref.data(), m, n, k);
           if (with_bias)
             for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
           for (cpu::Isa isa : isas) {
@@ -132,9 +135,7 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
 
 TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[kernels]") {
   std::mt19937 rng(9);
-  std::vector<cpu::Isa> isas{cpu::Isa::portable};
-  if (cpu::detected_isa() == cpu::Isa::avx2 || cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() == cpu::Isa::avx512) isas.push_back(cpu::Isa::avx512);
+  const std::vector<cpu::Isa> isas = runnable_isas();
   cpu::ThreadPool pool(3);
   for (auto [m, ff, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {12, 16, 64}, {13, 33, 40}, {32, 100, 96}, {70, 64, 1100}}) {
     auto x = random_vector(size_t(m) * k, rng), g32 = random_vector(size_t(ff) * k, rng),
