@@ -92,8 +92,13 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
                   }
                   spdlog::info("coordinator: {} ready (pid {})", worker_name, ready.getPid());
                   auto& s = self->state;
-                  s.scheduler = spawn_scheduler(self->system(), s.params.limits, worker, kv_pool,
-                                                replica + "/scheduler");
+                  auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
+                  if (!policy) {
+                    fail(policy.error().code, policy.error().message);
+                    return;
+                  }
+                  s.scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), worker,
+                                                kv_pool, replica + "/scheduler");
                   s.spawned.push_back(s.scheduler);
                   rp.deliver(kCoordinatorOk, std::string(), s.scheduler);
                 },

@@ -15,6 +15,7 @@
 #include "core/dtype.hpp"
 #include "core/topology_config.hpp"
 #include "scheduler/batch_scheduler.hpp"
+#include "scheduler/policy_registry.hpp"
 
 namespace actord {
 
@@ -29,6 +30,7 @@ struct CoordinatorParams {
   std::string log_level = "warn";
   std::chrono::seconds worker_start_timeout{120};
   const ModelRegistry* registry = nullptr;   // must outlive the coordinator
+  const PolicyRegistry* policies = nullptr;  // must outlive the coordinator; has topology.scheduler.policy
 };
 
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;

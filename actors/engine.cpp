@@ -15,6 +15,7 @@
 #include "actors/tokenizer_actor.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
 #include "plugins/model_registry.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "tokenizer/stop_strings.hpp"
@@ -33,6 +34,7 @@ double ms_between(clock_type::time_point a, clock_type::time_point b) {
 
 struct Engine::Impl {
   ModelRegistry registry = ModelRegistry::with_builtins();
+  PolicyRegistry policies = PolicyRegistry::with_builtins();
   ModelConfig model;
   int max_model_len = 0;
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -59,7 +61,12 @@ int Engine::max_model_len() const { return impl_->max_model_len; }
 
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
-  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry));
+  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry, &impl->policies));
+  if (!impl->policies.contains(topology.scheduler.policy)) {
+    return make_error(Errc::invalid_config, topology.source.string() + ": scheduler.policy: unknown policy '" +
+                                                topology.scheduler.policy + "' (known: " + impl->policies.known() +
+                                                "; plugins: may add more)");
+  }
   auto model = ModelConfig::load(topology.model.path);
   if (!model) return model.error();
   impl->model = *model;
@@ -93,7 +100,8 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   CoordinatorParams params;
   params.topology = topology;
   params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
-                                  topology.engine.block_size, impl->max_model_len, model->vocab_size};
+                                  topology.engine.block_size,   impl->max_model_len,
+                                  model->vocab_size,            topology.scheduler.plan_ahead};
   params.num_kv_blocks = static_cast<uint32_t>(std::min<uint64_t>(num_blocks, UINT32_MAX));
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
@@ -104,6 +112,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.log_level = options.log_level;
   params.worker_start_timeout = options.worker_start_timeout;
   params.registry = &impl->registry;
+  params.policies = &impl->policies;
 
   impl->system = std::make_unique<caf::actor_system>(impl->caf_config);
   for (size_t i = 0; i < kTokenizerActors; ++i) impl->tokenizers.push_back(spawn_tokenizer(*impl->system, impl->tokenizer));
@@ -176,15 +185,12 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
       auto ids = out.initPromptIds(static_cast<uint32_t>(outputs[i].prompt_ids.size()));
       for (uint32_t t = 0; t < outputs[i].prompt_ids.size(); ++t) ids.set(t, outputs[i].prompt_ids[t]);
       out.setMaxTokens(r.max_tokens);
-      auto sp = out.initSampling();
-      sp.setTemperature(sampling.temperature);
-      sp.setTopP(sampling.top_p);
-      sp.setTopK(sampling.top_k);
-      sp.setSeed(sampling.seed);
+      to_wire(sampling, out.initSampling());
       const auto& stops = impl_->tokenizer->stop_ids();
       auto stop_list = out.initStopIds(static_cast<uint32_t>(stops.size()));
       for (uint32_t t = 0; t < stops.size(); ++t) stop_list.set(t, stops[t]);
       out.setIgnoreEos(r.ignore_eos);
+      out.setPriority(r.priority);
     });
     submitted[i] = clock_type::now();
     self->send(impl_->scheduler, submit_atom::value, std::move(submit));
@@ -236,6 +242,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
       last[i] = now;
       out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
     }
+    for (auto lp : delta.getLogprobs()) out.logprobs.push_back(from_wire(lp));
     if (has_error(delta.getError())) out.error = get_error(delta.getError());
     std::string text = detokenize(it->first, new_ids, finished);
     if (!stops[i].empty()) {
@@ -292,20 +299,7 @@ Result<EngineStats> Engine::stats() {
       .receive(
           [&](const wire_msg& reply) {
             WireReader reader(reply);
-            auto s = reader.root<wire::SchedulerStats>();
-            EngineStats st;
-            st.steps = s.getSteps();
-            st.tokens = s.getTokens();
-            st.sampled_tokens = s.getSampledTokens();
-            st.round_trip_us = s.getRoundTripMicros();
-            st.worker_compute_us = s.getWorkerComputeMicros();
-            st.scheduler_us = s.getSchedulerMicros();
-            st.preemptions = s.getPreemptions();
-            st.max_seqs_in_step = s.getMaxSeqsInStep();
-            st.prefill_tokens = s.getPrefillTokens();
-            st.prefill_us = s.getPrefillMicros();
-            st.decode_tokens = s.getDecodeTokens();
-            st.decode_us = s.getDecodeMicros();
+            const EngineStats st = from_wire(reader.root<wire::SchedulerStats>());
             result = st;
           },
           [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });

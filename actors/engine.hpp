@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "core/topology_config.hpp"
-#include "executors/sampler.hpp"
+#include "core/sampling_options.hpp"
+#include "core/scheduler_stats.hpp"
 #include "plugins/model_config.hpp"
 
 namespace actord {
@@ -37,6 +38,7 @@ struct GenerateRequest {
   SamplingOptions sampling;           // seed 0 with temperature > 0: a seed is drawn per request
   bool ignore_eos = false;
   std::vector<std::string> stop;      // generation ends at the first of these in the text, which is not emitted
+  int32_t priority = 0;               // with scheduler.policy priority: lower runs first, and may preempt
 };
 
 struct GenerateOutput {
@@ -48,23 +50,11 @@ struct GenerateOutput {
   double ttft_ms = 0;                 // submit -> first token
   double decode_tokens_per_s = 0;     // (generated - 1) / (last token - first token)
   double total_ms = 0;
+  std::vector<TokenLogprobs> logprobs;  // one per generated id when sampling.logprobs >= 0
 };
 
-// Totals of the replica's scheduler since the engine started (see SchedulerStats in actord.capnp).
-struct EngineStats {
-  uint64_t steps = 0;
-  uint64_t tokens = 0;                // fed to the worker, prefill + decode
-  uint64_t sampled_tokens = 0;
-  uint64_t round_trip_us = 0;         // scheduler -> worker -> scheduler, summed over steps
-  uint64_t worker_compute_us = 0;     // inside the worker's forward pass, summed
-  uint64_t scheduler_us = 0;          // the scheduler's own work, summed
-  uint64_t preemptions = 0;
-  uint32_t max_seqs_in_step = 0;
-  uint64_t prefill_tokens = 0;        // fed in steps that carried prompt tokens
-  uint64_t prefill_us = 0;            // round trips of those steps
-  uint64_t decode_tokens = 0;         // sampled in decode-only steps
-  uint64_t decode_us = 0;             // round trips of decode-only steps
-};
+// Totals of the replica's scheduler since the engine started (core/scheduler_stats.hpp).
+using EngineStats = SchedulerStats;
 
 using TextCallback = std::function<void(size_t request_index, std::string_view text_delta)>;
 

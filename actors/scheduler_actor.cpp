@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 
 #include "actors/step_messages.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
 
 namespace actord {
 namespace {
@@ -29,12 +31,16 @@ struct scheduler_state {
   // front ends are few and long-lived).
   std::vector<caf::actor> submitters;
   uint64_t next_step_id = 1;
-  // Statistics (see SchedulerStats).
-  uint64_t steps = 0, tokens = 0, sampled = 0, round_trip_us = 0, compute_us = 0, own_ns = 0;
-  uint64_t prefill_tokens = 0, prefill_us = 0, decode_tokens = 0, decode_us = 0;
-  uint32_t max_seqs_in_step = 0;
-  std::chrono::steady_clock::time_point step_sent;
-  bool step_is_decode = false;  // the step in flight carries no prefill tokens
+  SchedulerStats stats;
+  uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
+  struct Sent {
+    std::chrono::steady_clock::time_point at;
+    bool decode_only;
+  };
+  std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
+  std::chrono::steady_clock::time_point last_result;
+  std::vector<StepSample> samples;            // scratch for decoding results
+  double compute_us_avg = 0;                  // moving average of the worker's time per step
   static inline const char* name = "scheduler";
 };
 
@@ -64,61 +70,91 @@ uint64_t thread_cpu_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t micros_since(std::chrono::steady_clock::time_point t) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t).count());
+uint64_t micros_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
+}
+
+// Books the oldest step's times: its round trip, and its share of the wall clock (from when it was sent or the
+// previous result came, whichever is later, to its result), so that overlapping steps are not counted twice.
+void account_result(scheduler_state& st, std::chrono::steady_clock::time_point now) {
+  const scheduler_state::Sent sent = st.in_flight.front();
+  st.in_flight.pop_front();
+  st.stats.round_trip_us += micros_between(sent.at, now);
+  const uint64_t wall = micros_between(std::max(sent.at, st.last_result), now);
+  (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += wall;
+  st.last_result = now;
+}
+
+// Steps that compute faster than a message round trip (~0.1-0.3 ms of thread wake-ups here) leave the worker
+// idle between them even with the next step queued, because the one after is planned only when a result comes
+// back: for those keep three steps in flight. Longer steps keep two, so a new request waits behind less queued work.
+void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
+  constexpr double kShortStepMicros = 2000;
+  st.compute_us_avg = st.compute_us_avg == 0 ? double(compute_us) : 0.9 * st.compute_us_avg + 0.1 * double(compute_us);
+  st.batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
 }
 
 void on_step_result(self_ptr self, const wire_msg& msg) {
   const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
-  const uint64_t round_trip = micros_since(st.step_sent);
-  st.round_trip_us += round_trip;
-  (st.step_is_decode ? st.decode_us : st.prefill_us) += round_trip;
-  WireReader reader(msg);
-  auto result = reader.root<wire::StepResult>();
+  const bool decode_only = st.in_flight.front().decode_only;
+  account_result(st, std::chrono::steady_clock::now());
   std::vector<SequenceUpdate> updates;
-  if (has_error(result.getError())) {
-    const Error err = get_error(result.getError());
-    spdlog::error("{}: step failed: {}", self->state.actor_name, err.message);
-    updates = self->state.batcher->on_step_failed(err.message);
+  StepResultInfo info;
+  try {
+    info = decode_step_result(msg, st.samples);
+  } catch (const std::exception& e) {
+    info.error = Error{Errc::worker_failed, std::string("malformed StepResult: ") + e.what()};
+  }
+  if (info.error) {
+    spdlog::error("{}: step failed: {}", st.actor_name, info.error->message);
+    updates = st.batcher->on_step_failed(info.error->message);
   } else {
-    std::vector<std::pair<uint64_t, int32_t>> sampled;
-    sampled.reserve(result.getResults().size());
-    for (auto r : result.getResults()) sampled.emplace_back(r.getSeqId(), r.getTokenId());
-    self->state.sampled += sampled.size();
-    if (st.step_is_decode) st.decode_tokens += sampled.size();
-    self->state.compute_us += result.getComputeMicros();
-    updates = self->state.batcher->on_step_result(sampled);
+    st.stats.sampled_tokens += st.samples.size();
+    if (decode_only) st.stats.decode_tokens += st.samples.size();
+    st.stats.worker_compute_us += info.compute_us;
+    st.stats.worker_idle_us += info.idle_us;
+    adapt_pipeline_depth(st, info.compute_us);
+    updates = st.batcher->on_step_result(st.samples);
   }
   emit(self, updates);
-  self->state.own_ns += thread_cpu_ns() - cpu0;
+  st.own_ns += thread_cpu_ns() - cpu0;
   maybe_step(self);
 }
 
+void on_step_unreachable(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  account_result(st, std::chrono::steady_clock::now());
+  const std::string why = "worker unreachable: " + self->system().render(err);
+  spdlog::error("{}: {}", st.actor_name, why);
+  emit(self, st.batcher->on_step_failed(why));
+  maybe_step(self);
+}
+
+// Plans and sends steps while the batcher has one to give: the next one right away, and one more ahead of it.
 void maybe_step(self_ptr self) {
   auto& st = self->state;
-  if (!st.lease_ready || st.batcher->step_in_flight()) return;
-  const uint64_t cpu0 = thread_cpu_ns();
-  const StepPlan* plan = st.batcher->plan_step();
-  if (!plan) return;
-  const uint64_t step_id = st.next_step_id++;
-  wire_msg step = encode_execute_step(*plan, step_id);
-  ++st.steps;
-  st.tokens += static_cast<uint64_t>(plan->num_tokens);
-  st.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
-  st.step_is_decode = plan->decode_only();
-  st.max_seqs_in_step = std::max<uint32_t>(st.max_seqs_in_step, static_cast<uint32_t>(plan->slices.size()));
-  st.step_sent = std::chrono::steady_clock::now();
-  st.own_ns += thread_cpu_ns() - cpu0;
-  self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
-      .then([=](const wire_msg& result) { on_step_result(self, result); },
-            [=](const caf::error& err) {
-              const std::string why = "worker unreachable: " + self->system().render(err);
-              spdlog::error("{}: {}", self->state.actor_name, why);
-              emit(self, self->state.batcher->on_step_failed(why));
-              maybe_step(self);
-            });
+  if (!st.lease_ready) return;
+  for (;;) {
+    const uint64_t cpu0 = thread_cpu_ns();
+    const StepPlan* plan = st.batcher->plan_step();
+    if (!plan) {
+      st.own_ns += thread_cpu_ns() - cpu0;
+      return;
+    }
+    const uint64_t step_id = st.next_step_id++;
+    wire_msg step = encode_execute_step(*plan, step_id);
+    ++st.stats.steps;
+    if (plan->planned_ahead) ++st.stats.steps_planned_ahead;
+    st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
+    st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
+    st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, plan->slices.size());
+    st.in_flight.push_back({std::chrono::steady_clock::now(), plan->decode_only()});
+    st.own_ns += thread_cpu_ns() - cpu0;
+    self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
+        .then([=](const wire_msg& result) { on_step_result(self, result); },
+              [=](const caf::error& err) { on_step_unreachable(self, err); });
+  }
 }
 
 void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
@@ -129,10 +165,10 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
     req.id = in.getRequestId();
     req.prompt = to_vector<int32_t>(in.getPromptIds());
     req.max_tokens = in.getMaxTokens();
-    auto sp = in.getSampling();
-    req.sampling = SamplingOptions{sp.getTemperature(), sp.getTopP(), sp.getTopK(), sp.getSeed()};
+    req.sampling = from_wire(in.getSampling());
     req.stop_ids = to_vector<int32_t>(in.getStopIds());
     req.ignore_eos = in.getIgnoreEos();
+    req.priority = in.getPriority();
   } catch (const std::exception& e) {
     spdlog::warn("{}: malformed SubmitRequest dropped: {}", self->state.actor_name, e.what());
     return;
@@ -145,13 +181,13 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   maybe_step(self);
 }
 
-caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor worker, caf::actor kv_pool,
-                             std::string name) {
+caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
+                             caf::actor worker, caf::actor kv_pool, std::string name) {
   auto& st = self->state;
   st.actor_name = std::move(name);
   st.worker = std::move(worker);
   st.kv_pool = std::move(kv_pool);
-  st.batcher = std::make_unique<BatchScheduler>(limits, st.lease);
+  st.batcher = std::make_unique<BatchScheduler>(limits, st.lease, std::move(policy));
   wire_msg lease_req = build<wire::KvLeaseRequest>([&](wire::KvLeaseRequest::Builder out) {
     out.setCorrelationId(1);
     out.setHolder(st.actor_name);
@@ -183,21 +219,12 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor w
       [=](stats_atom, const wire_msg& msg) -> wire_msg {
         WireReader reader(msg);
         const uint64_t correlation = reader.root<wire::StatsRequest>().getCorrelationId();
-        const auto& st = self->state;
+        SchedulerStats stats = self->state.stats;
+        stats.scheduler_us = self->state.own_ns / 1000;
+        stats.preemptions = self->state.batcher->num_preemptions();
         return build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
+          to_wire(stats, out);
           out.setCorrelationId(correlation);
-          out.setSteps(st.steps);
-          out.setTokens(st.tokens);
-          out.setSampledTokens(st.sampled);
-          out.setRoundTripMicros(st.round_trip_us);
-          out.setWorkerComputeMicros(st.compute_us);
-          out.setSchedulerMicros(st.own_ns / 1000);
-          out.setPreemptions(st.batcher->num_preemptions());
-          out.setMaxSeqsInStep(st.max_seqs_in_step);
-          out.setPrefillTokens(st.prefill_tokens);
-          out.setPrefillMicros(st.prefill_us);
-          out.setDecodeTokens(st.decode_tokens);
-          out.setDecodeMicros(st.decode_us);
         });
       },
       [=](cancel_atom, const wire_msg& msg) {
@@ -210,9 +237,13 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, caf::actor w
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, caf::actor worker,
-                           caf::actor kv_pool, std::string name) {
-  return system.spawn(scheduler_impl, limits, std::move(worker), std::move(kv_pool), std::move(name));
+caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
+                           std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
+                           std::string name) {
+  // CAF copies spawn arguments: the policy travels as a shared_ptr.
+  auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
+  return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
+                      std::move(name));
 }
 
 }  // namespace actord

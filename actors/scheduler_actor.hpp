@@ -3,17 +3,21 @@
 // Messages in: (submit_atom, SubmitRequest) from a client, which then receives (delta_atom, StreamDelta) after
 // every step that produced tokens for that request, the last one with a finish reason; (cancel_atom,
 // CancelRequest). The scheduler asks its kv_pool for a lease once at start and allocates blocks from it locally, so
-// a step costs exactly one round trip: ExecuteStep to the worker, StepResult back.
+// a step costs exactly one round trip: ExecuteStep to the worker, StepResult back. With plan_ahead the next step is
+// planned and sent while the current one executes (two in flight at most): the worker finds it queued and the
+// scheduler's work overlaps the compute instead of adding to each step.
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <memory>
 #include <string>
 
 #include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
 
-caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, caf::actor worker,
-                           caf::actor kv_pool, std::string name);
+caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
+                           std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
+                           std::string name);
 
 }  // namespace actord

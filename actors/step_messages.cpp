@@ -1,6 +1,7 @@
 #include "actors/step_messages.hpp"
 
 #include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
 
 namespace actord {
 namespace {
@@ -19,30 +20,64 @@ wire::FinishReason to_wire(Finish finish) {
 }  // namespace
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
-  size_t words = 16;  // root and list headers
-  for (const PlannedSlice& s : plan.slices) words += 12 + (s.tokens.size() + 1) / 2 + (s.block_table.size() + 1) / 2;
+  size_t words = 16 + (plan.released.size() + 1);  // root and list headers, released ids
+  for (const PlannedSlice& s : plan.slices) {
+    words += 15 + (s.tokens.size() + 1) / 2 + (s.new_blocks.size() + 1) / 2;
+    if (s.new_sequence) words += 10 + (s.request->stop_ids.size() + 1) / 2;
+  }
   return build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
     out.setCorrelationId(step_id);
     out.setStepId(step_id);
+    fill_list(out.initReleased(static_cast<uint32_t>(plan.released.size())), plan.released);
     auto seqs = out.initSeqs(static_cast<uint32_t>(plan.slices.size()));
     for (uint32_t i = 0; i < plan.slices.size(); ++i) {
       const PlannedSlice& s = plan.slices[i];
       auto b = seqs[i];
       b.setSeqId(s.seq_id);
-      auto toks = b.initTokenIds(static_cast<uint32_t>(s.tokens.size()));
-      for (uint32_t t = 0; t < s.tokens.size(); ++t) toks.set(t, s.tokens[t]);
+      if (s.from_previous >= 0) {
+        b.setFromPrevious(s.from_previous);
+        b.initTokenIds(1).set(0, -1);
+      } else {
+        auto toks = b.initTokenIds(static_cast<uint32_t>(s.tokens.size()));
+        for (uint32_t t = 0; t < s.tokens.size(); ++t) toks.set(t, s.tokens[t]);
+      }
       b.setStartPos(static_cast<uint32_t>(s.start_pos));
-      auto table = b.initBlockTable(static_cast<uint32_t>(s.block_table.size()));
-      for (uint32_t t = 0; t < s.block_table.size(); ++t) table.set(t, s.block_table[t]);
+      auto blocks = s.new_sequence ? b.initBlockTable(static_cast<uint32_t>(s.new_blocks.size()))
+                                   : b.initAppendBlocks(static_cast<uint32_t>(s.new_blocks.size()));
+      for (uint32_t t = 0; t < s.new_blocks.size(); ++t) blocks.set(t, s.new_blocks[t]);
       b.setSample(s.sample);
-      auto sp = b.initSampling();
-      sp.setTemperature(s.sampling.temperature);
-      sp.setTopP(s.sampling.top_p);
-      sp.setTopK(s.sampling.top_k);
-      sp.setSeed(s.sampling.seed);
       b.setSampleIndex(s.sample_index);
+      if (s.new_sequence) {
+        const SequenceRequest& req = *s.request;
+        b.setNewSequence(true);
+        to_wire(req.sampling, b.initSampling());
+        b.setPromptLen(static_cast<uint32_t>(req.prompt.size()));
+        if (req.sampling.min_tokens > 0 && !req.ignore_eos)
+          fill_list(b.initStopIds(static_cast<uint32_t>(req.stop_ids.size())), req.stop_ids);
+      }
     }
   }, static_cast<unsigned>(words));
+}
+
+StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& samples) {
+  StepResultInfo info;
+  samples.clear();
+  WireReader reader(msg);
+  auto result = reader.root<wire::StepResult>();
+  if (has_error(result.getError())) {
+    info.error = get_error(result.getError());
+    return info;
+  }
+  info.compute_us = result.getComputeMicros();
+  info.idle_us = result.getIdleMicros();
+  samples.reserve(result.getResults().size());
+  for (auto r : result.getResults()) {
+    StepSample& s = samples.emplace_back();
+    s.seq_id = r.getSeqId();
+    s.token = r.getTokenId();
+    if (r.hasLogprobs()) s.logprobs = from_wire(r.getLogprobs());
+  }
+  return info;
 }
 
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates) {
@@ -56,6 +91,10 @@ wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates)
       delta.setFinishReason(to_wire(u.finish));
       delta.setPromptTokens(u.prompt_tokens);
       if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
+      if (!u.logprobs.empty()) {
+        auto lps = delta.initLogprobs(static_cast<uint32_t>(u.logprobs.size()));
+        for (uint32_t t = 0; t < u.logprobs.size(); ++t) to_wire(u.logprobs[t], lps[t]);
+      }
     }
   });
 }

@@ -1,18 +1,28 @@
 // The scheduler's side of the step protocol, apart from the actor: a StepPlan as an ExecuteStep message, a
-// StepResult back into (sequence id, token) pairs, and sequence updates as a StreamDeltaBatch. Kept out of the actor
+// StepResult back into StepSamples, and sequence updates as a StreamDeltaBatch. Kept out of the actor
 // so that bench/scheduler_bench.cpp times exactly what the scheduler does per step.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "comms/wire_msg.hpp"
+#include "core/status.hpp"
 #include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id);
+
+// What a StepResult says: its samples (into `samples`, reused), its error, and the worker's timings.
+struct StepResultInfo {
+  std::optional<Error> error;
+  uint64_t compute_us = 0;
+  uint64_t idle_us = 0;
+};
+StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples);
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates);
 
 }  // namespace actord

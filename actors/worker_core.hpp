@@ -2,12 +2,19 @@
 // execute steps (ExecuteStep -> StepResult). The same code serves a worker actor in the engine's process and one
 // in a worker process behind ZeroMQ.
 //
-// Contract: not thread-safe (one worker actor owns it). Never throws on bad input: a failed init or a malformed
-// step comes back as a WorkerReady / StepResult carrying an Error.
+// Contract: not thread-safe (one worker actor owns it). Steps arrive in the order the scheduler planned them.
+// The worker keeps per-sequence state between steps: the sampling options and the whole block table (sent with a
+// sequence's first slice; later slices bring only the blocks added), the token history its penalties need, and the tokens the previous step sampled, which a slice planned
+// ahead of that step's result asks for (SeqStep.fromPrevious). A step whose previous step failed cannot resolve
+// those and fails too. Never throws on bad input: a failed init or a malformed step comes back as a WorkerReady /
+// StepResult carrying an Error.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "comms/wire_msg.hpp"
@@ -27,17 +34,32 @@ class WorkerCore {
   wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
 
   const std::string& name() const { return name_; }
+  size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:
+  struct SequenceState {
+    SamplingOptions sampling;
+    uint32_t prompt_len = 0;
+    std::vector<int32_t> masked_until_min_tokens;  // stop ids, while fewer than min_tokens were generated
+    PenaltyHistory history;                        // fed only when the sampling options have penalties
+    std::vector<uint32_t> blocks;                  // its KV block table
+  };
+
   ModelRegistry registry_;
   std::string name_ = "worker";
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<cpu::ThreadPool> pool_;
-  Sampler sampler_;
+  std::unordered_map<uint64_t, SequenceState> seqs_;
+  std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order
+  bool previous_failed_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_step_end_;
+  BatchSampler sampler_;
   ForwardBatch batch_;                           // reused across steps
-  std::vector<std::vector<uint32_t>> tables_;    // [n_seqs] block tables of the current step
+  std::vector<SequenceState*> states_;           // [n_seqs] their state
   std::vector<float> logits_;                    // [n_sampled, vocab]
+  std::vector<SampleRequest> sample_requests_;   // [n_sampled]
+  std::vector<SampledToken> samples_;            // [n_sampled]
 };
 
 }  // namespace actord

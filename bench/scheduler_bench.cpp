@@ -1,11 +1,12 @@
 // The scheduler's own CPU time per step, without actors: BatchScheduler planning, the ExecuteStep message, the
 // step's results applied, and the StreamDeltaBatch for the submitter; exactly the work scheduler_actor does between
-// two steps. 128 sequences (32-token prompts, 600 generated tokens each, 16-token blocks) decode together; the
+// two steps, with the next step planned ahead of each result (two in flight). 128 sequences (32-token prompts, 600 generated tokens each, 16-token blocks) decode together; the
 // figures are per decode step, averaged over all of them (contexts grow from 33 to 632 tokens).
 // Usage: actord_scheduler_bench [sequences] [generated tokens]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <vector>
 
 #include "actors/step_messages.hpp"
@@ -35,30 +36,45 @@ int main(int argc, char** argv) {
   double plan_ns = 0, encode_ns = 0, result_ns = 0, deltas_ns = 0;
   int steps = 0;
   size_t step_bytes = 0;
-  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  std::vector<StepSample> sampled;
   std::vector<const SequenceUpdate*> group;
-  for (bool first = true;; first = false) {
+  // As the scheduler actor runs it with plan_ahead: step N+1 is planned and encoded before step N's result is
+  // applied, so two steps are in flight; the sampled ids of each step in flight are remembered to answer it.
+  std::deque<std::vector<uint64_t>> in_flight;
+  auto plan_and_encode = [&](double* plan_acc, double* encode_acc) {
     const auto t0 = clock::now();
     const StepPlan* plan = scheduler.plan_step();
-    if (!plan) break;
     const auto t1 = clock::now();
+    if (!plan) return false;
     const wire_msg step = encode_execute_step(*plan, static_cast<uint64_t>(steps + 1));
     const auto t2 = clock::now();
-    sampled.clear();
+    std::vector<uint64_t> ids;
     for (const PlannedSlice& s : plan->slices)
-      if (s.sample) sampled.emplace_back(s.seq_id, 5);
+      if (s.sample) ids.push_back(s.seq_id);
+    in_flight.push_back(std::move(ids));
+    if (plan_acc) *plan_acc += std::chrono::duration<double, std::nano>(t1 - t0).count();
+    if (encode_acc) *encode_acc += std::chrono::duration<double, std::nano>(t2 - t1).count();
+    step_bytes += step.bytes.size();
+    return true;
+  };
+  plan_and_encode(nullptr, nullptr);  // the prefill step
+  for (bool first = true; !in_flight.empty(); first = false) {
+    const bool counted = !first;
+    plan_and_encode(counted ? &plan_ns : nullptr, counted ? &encode_ns : nullptr);
+    const auto t2 = clock::now();
+    sampled.clear();
+    for (uint64_t id : in_flight.front()) sampled.push_back(StepSample{id, 5, std::nullopt});
+    in_flight.pop_front();
     const auto updates = scheduler.on_step_result(sampled);
     const auto t3 = clock::now();
     group.clear();
     for (const auto& u : updates) group.push_back(&u);
     const wire_msg deltas = encode_stream_deltas(group);
     const auto t4 = clock::now();
-    if (first) continue;  // the prefill step
-    plan_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
-    encode_ns += std::chrono::duration<double, std::nano>(t2 - t1).count();
+    if (!counted) continue;
     result_ns += std::chrono::duration<double, std::nano>(t3 - t2).count();
     deltas_ns += std::chrono::duration<double, std::nano>(t4 - t3).count();
-    step_bytes += step.bytes.size() + deltas.bytes.size();
+    step_bytes += deltas.bytes.size();
     ++steps;
   }
   const double n = steps > 0 ? steps : 1;

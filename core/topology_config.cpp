@@ -207,10 +207,11 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 
   Section scheduler(top.get("scheduler"), "scheduler");
-  scheduler.check_keys({"policy"});
+  scheduler.check_keys({"policy", "plan_ahead"});
   scheduler.read("policy", cfg.scheduler.policy);
-  require(cfg.scheduler.policy == "fcfs", "scheduler.policy",
-          "unknown policy '" + cfg.scheduler.policy + "' (known: fcfs)");
+  scheduler.read("plan_ahead", cfg.scheduler.plan_ahead);
+  // Which names exist is known only once plugins are loaded: Engine::start checks it against the policy registry.
+  require(!cfg.scheduler.policy.empty(), "scheduler.policy", "must name a policy (fcfs, priority or a plugin's)");
 
   const YAML::Node groups = root["groups"];
   require(groups && groups.IsSequence() && groups.size() > 0, "groups", "must be a non-empty list of groups");

@@ -40,6 +40,7 @@ struct EngineSection {
 
 struct SchedulerSection {
   std::string policy = "fcfs";
+  bool plan_ahead = true;  // plan step N+1 while step N executes (two steps in flight)
 };
 
 enum class Placement { thread, process };

@@ -1,28 +1,91 @@
-// Token sampling from one row of logits: greedy, temperature, top-k, top-p.
+// Token sampling from rows of logits, per request: penalties, min_tokens masking, greedy or temperature, min-p,
+// top-k, top-p, a seeded draw, and logprobs (see core/sampling_options.hpp for each option's rule and the order).
 //
 // Contract: deterministic. The random draw is keyed by (seed, sample_index), the number of tokens the sequence had
 // generated before, so a seeded request gives the same tokens whatever it was batched with, and after a preemption
-// and recompute. Greedy (temperature 0) picks the highest logit, the lowest id on ties.
+// and recompute. Greedy (temperature 0) picks the highest logit after penalties and masking, the lowest id on ties.
+// Options are validated before they get here (SamplingOptions::validate); a Sampler never fails.
+// Cost: no sort of the vocabulary. Greedy is one vector pass (max, then the first index holding it). A draw is a
+// temperature pass, one vector pass of double exp() for the total weight, one pass gathering the head of the
+// distribution (every token whose weight could matter for top-p or for this draw, a bound from the total), and a
+// sort of only as much of that head as the walk reaches (chunks of 64, 256, ... picked with nth_element). top-k
+// selects its k tokens in about one pass (blocks whose maximum cannot enter are skipped). Logprobs add a max pass, an
+// exp pass and a top-N selection over the raw row. sample_rows spreads rows over a thread pool.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "core/sampling_options.hpp"
 
 namespace actord {
 
-struct SamplingOptions {
-  float temperature = 1.0f;  // 0: greedy
-  float top_p = 1.0f;        // (0, 1]
-  int top_k = 0;             // 0: off
-  uint64_t seed = 0;
+namespace cpu {
+class ThreadPool;
+}
+
+// The token history the penalties need, for one sequence: kept by the worker across its steps.
+class PenaltyHistory {
+ public:
+  void add_prompt(std::span<const int32_t> ids);  // tokens of the prompt (they count for the repetition penalty only)
+  void add_output(int32_t id);                    // one generated token (counts for all three penalties)
+  void clear();
+
+  // Distinct token ids seen in the prompt or the output.
+  const std::vector<int32_t>& seen() const { return seen_; }
+  // Generated token id -> how many times it was generated.
+  const std::unordered_map<int32_t, uint32_t>& output_counts() const { return output_counts_; }
+
+ private:
+  void mark_seen(int32_t id);
+  std::vector<int32_t> seen_;
+  std::unordered_map<int32_t, bool> seen_set_;
+  std::unordered_map<int32_t, uint32_t> output_counts_;
+};
+
+// One row's sampling job.
+struct SampleRequest {
+  const SamplingOptions* options = nullptr;
+  uint32_t sample_index = 0;                // tokens the sequence generated before this one
+  const PenaltyHistory* history = nullptr;  // null: no penalties applied
+  std::span<const int32_t> masked_ids;      // ids that must not be sampled (stop ids before min_tokens); may be empty
+};
+
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;                         // raw log-softmax of `token`, when options->logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;   // the options->logprobs best raw (id, logprob), best first
 };
 
 class Sampler {
  public:
+  // logits: [vocab_size]; penalties and masks are applied in place (temperature is not: logits / temperature is
+  // computed where it is needed).
+  SampledToken sample(float* logits, int vocab_size, const SampleRequest& request);
+  // Convenience for tests and simple callers: no penalties, no mask, no logprobs; logits left untouched.
   int32_t sample(const float* logits, int vocab_size, const SamplingOptions& options, uint32_t sample_index);
 
  private:
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+  // Greedy or the seeded draw over logits after penalties and masks; logits untouched.
+  int32_t choose(const float* logits, int vocab_size, const SamplingOptions& options, uint32_t sample_index);
+
+  std::vector<std::pair<float, int32_t>> candidates_;   // scratch: (logit, id) of the head or the top-k / top-N
+  std::vector<double> probs_;                           // scratch: weights of the candidates sorted so far
+  std::vector<std::pair<int32_t, float>> raw_saved_;    // scratch: (id, raw logit) of tokens changed in place
+};
+
+// Samples every row: logits [rows, vocab_size] (modified in place), requests/out [rows]. Rows are spread over the
+// pool's threads (one Sampler each, owned by this object).
+class BatchSampler {
+ public:
+  void sample_rows(float* logits, int vocab_size, std::span<const SampleRequest> requests,
+                   std::span<SampledToken> out, cpu::ThreadPool& pool);
+
+ private:
+  std::vector<Sampler> samplers_;  // [pool.size()]
 };
 
 // A uniform double in [0, 1) from a 64-bit key (splitmix64).

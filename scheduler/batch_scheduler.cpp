@@ -17,13 +17,25 @@ const char* finish_name(Finish finish) {
   return "?";
 }
 
-BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks) : limits_(limits), blocks_(blocks) {}
+BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
+                               std::shared_ptr<SchedulingPolicy> policy)
+    : limits_(limits), blocks_(blocks), policy_(policy ? std::move(policy) : make_fcfs_policy()) {
+  max_in_flight_ = limits_.plan_ahead ? 2 : 1;
+}
+
+void BatchScheduler::set_max_steps_in_flight(int n) {
+  max_in_flight_ = limits_.plan_ahead ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
+}
 
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   SequenceUpdate refused{request.id, {}, Finish::error, {}, Errc::invalid_argument,
-                         static_cast<uint32_t>(request.prompt.size()), request.owner};
+                         static_cast<uint32_t>(request.prompt.size()), request.owner, {}};
   if (seqs_.count(request.id)) {
     refused.error = "request id " + std::to_string(request.id) + " is already in use";
+    return refused;
+  }
+  if (auto valid = request.sampling.validate(limits_.vocab_size); !valid) {
+    refused.error = valid.error().message;
     return refused;
   }
   if (request.prompt.empty()) {
@@ -55,6 +67,7 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   Sequence seq;
   seq.tokens = request.prompt;
   seq.prompt_len = static_cast<uint32_t>(request.prompt.size());
+  seq.arrival = next_arrival_++;
   seq.req = std::move(request);
   const uint64_t id = seq.req.id;
   seqs_.emplace(id, std::move(seq));
@@ -64,17 +77,15 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
 
 std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end()) return std::nullopt;
+  if (it == seqs_.end() || it->second.finished) return std::nullopt;
   Sequence& seq = it->second;
-  const bool in_step = in_flight_ && std::any_of(plan_.slices.begin(), plan_.slices.end(),
-                                                 [&](const PlannedSlice& s) { return s.seq_id == id; });
-  if (in_step) {
-    seq.cancelled = true;  // finished when the step's result comes back
+  if (seq.in_flight > 0) {
+    seq.cancelled = true;  // finished when its step's result comes back
     return std::nullopt;
   }
-  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len, seq.req.owner};
+  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
   release(seq);
-  seqs_.erase(it);
+  erase(seq);
   return update;
 }
 
@@ -87,78 +98,221 @@ bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
 void BatchScheduler::release(Sequence& seq) {
   if (!seq.blocks.empty()) blocks_.free(seq.blocks);
   seq.blocks.clear();
+  if (seq.sent) released_.push_back(seq.req.id);
+  seq.sent = false;
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq.req.id), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), &seq), running_.end());
 }
 
+void BatchScheduler::erase(Sequence& seq) { seqs_.erase(seq.req.id); }
+
+void BatchScheduler::retire(Sequence& seq) {
+  seq.finished = true;
+  running_.erase(std::remove(running_.begin(), running_.end(), &seq), running_.end());
+  if (seq.in_flight == 0) {
+    release(seq);
+    erase(seq);
+  }
+}
+
 void BatchScheduler::preempt(Sequence& seq) {
+  ACTORD_CHECK(seq.in_flight == 0 && seq.pending == 0);
   release(seq);
   seq.num_computed = 0;
+  seq.fresh = true;
   waiting_.push_front(seq.req.id);
   ++preemptions_;
 }
 
-const PlannedSlice& BatchScheduler::add_slice(Sequence& seq, int chunk) {
+bool BatchScheduler::ends_by_length_after_pending(const Sequence& seq) const {
+  return seq.generated + static_cast<uint32_t>(seq.pending) >= seq.req.max_tokens ||
+         static_cast<int>(seq.tokens.size()) + seq.pending >= max_tokens_held();
+}
+
+void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous) {
   // The step message reads these right after planning: start their (likely) cache misses now, all in parallel.
   __builtin_prefetch(seq.tokens.data() + seq.num_computed);
   for (size_t b = 0; b < seq.blocks.size(); b += 16) __builtin_prefetch(seq.blocks.data() + b);
   PlannedSlice s;
   s.seq_id = seq.req.id;
-  s.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed), chunk);
+  s.num_tokens = chunk;
   s.start_pos = seq.num_computed;
+  if (from_previous < 0) {
+    s.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed), chunk);
+    s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
+  } else {
+    s.sample = true;
+    s.from_previous = from_previous;
+  }
   s.block_table = seq.blocks;
-  s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
-  s.sampling = seq.req.sampling;
-  s.sample_index = seq.generated;
-  plan_.slices.push_back(s);
-  planned_.push_back(&seq);
-  return plan_.slices.back();
+  s.new_blocks = std::span<const uint32_t>(seq.blocks).subspan(seq.fresh ? 0 : seq.blocks_sent);
+  s.sample_index = seq.generated + static_cast<uint32_t>(seq.pending);
+  s.new_sequence = seq.fresh;
+  s.request = &seq.req;
+  StepPlan& plan = step.plan;
+  plan.num_tokens += chunk;
+  const bool decode = chunk == 1 && s.sample && (from_previous >= 0 || seq.generated > 0);
+  if (!decode) plan.num_prefill_tokens += chunk;
+  plan.slices.push_back(s);
+  step.seqs.push_back(&seq);
+}
+
+void BatchScheduler::commit(Step& step) {
+  int32_t sample_slot = 0;
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const PlannedSlice& slice = step.plan.slices[i];
+    Sequence& seq = *step.seqs[i];
+    seq.num_computed = slice.start_pos + slice.num_tokens;
+    ++seq.in_flight;
+    seq.sent = true;
+    seq.fresh = false;
+    seq.blocks_sent = seq.blocks.size();
+    if (slice.sample) {
+      ++seq.pending;
+      seq.last_sample_slot = sample_slot++;
+      seq.last_sample_step = next_serial_;
+    }
+  }
+  step.plan.num_samples = sample_slot;
+  ++next_serial_;
 }
 
 const StepPlan* BatchScheduler::plan_step() {
-  if (in_flight_) return nullptr;
-  StepPlan& plan = plan_;
+  if (in_flight_ >= max_in_flight_) return nullptr;
+  const bool ahead = in_flight_ > 0;
+  if (ahead && needs_sync_) return nullptr;
+  const uint64_t newest_step = next_serial_ - 1;  // the step a placeholder refers to
+  Step& step = steps_[(head_ + in_flight_) % kMaxStepsInFlight];
+  StepPlan& plan = step.plan;
   plan.slices.clear();
-  planned_.clear();
-  plan.num_tokens = plan.num_prefill_tokens = 0;
+  plan.released.clear();
+  step.seqs.clear();
+  plan.num_tokens = plan.num_prefill_tokens = plan.num_samples = 0;
+  plan.planned_ahead = ahead;
   int budget = limits_.max_num_batched_tokens;
+  // The policy decides first: a preemption it asks for frees room before the running sequences are planned.
+  if (!consult_policy(ahead)) {
+    needs_sync_ = true;
+    return nullptr;
+  }
 
-  // Running sequences first: one decode token each, or the next chunk of their prefill.
+  // Running sequences first: one decode token each (known, or the one sampled in the step in flight), or the next
+  // chunk of their prefill.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     if (i + 4 < running_.size()) __builtin_prefetch(running_[i + 4]);  // cold after the step's compute
     Sequence& seq = *running_[i];
-    const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
+    int chunk = 0;
+    int32_t from_previous = -1;
+    if (seq.cancelled) {
+      ++i;  // finishes when its step comes back
+      continue;
+    }
+    if (seq.pending > 0) {
+      // Only the newest step's samples can be fed: a sequence it does not sample waits for its tokens.
+      if (seq.last_sample_step != newest_step || ends_by_length_after_pending(seq)) {
+        ++i;
+        continue;
+      }
+      chunk = 1;
+      from_previous = seq.last_sample_slot;
+    } else {
+      chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
+      if (chunk <= 0) {
+        ++i;
+        continue;
+      }
+    }
     bool placed = false;
     while (!(placed = ensure_blocks(seq, seq.num_computed + chunk))) {
-      // Preempt the most recently admitted sequence that is not already in this step.
-      Sequence* victim = running_.back();
+      // Preemption needs every sequence at rest: ahead of a step in flight, give up and plan after its result.
+      if (ahead) {
+        needs_sync_ = true;
+        return nullptr;
+      }
+      // Preempt the policy's victim among the sequences not already in this step.
+      Sequence* victim = pick_victim(i);
       preempt(*victim);
       if (victim == &seq) break;
     }
     if (!placed) break;  // seq itself was preempted: it was the last one
-    const PlannedSlice& slice = add_slice(seq, chunk);
+    add_slice(step, seq, chunk, from_previous);
     budget -= chunk;
-    plan.num_tokens += chunk;
-    if (!(chunk == 1 && slice.sample && seq.generated > 0)) plan.num_prefill_tokens += chunk;
     ++i;
   }
 
-  // Then admit waiting sequences, FCFS, without preempting anyone for them.
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < limits_.max_num_seqs) {
-    Sequence& seq = seqs_.at(waiting_.front());
+  // Then admit waiting sequences in the policy's order.
+  admit(step, budget);
+
+  if (plan.slices.empty()) return nullptr;  // released_ waits for the next plan
+  plan.released.swap(released_);
+  released_.clear();
+  commit(step);
+  ++in_flight_;
+  if (!ahead) needs_sync_ = false;
+  return &plan;
+}
+
+PolicySequence BatchScheduler::view_of(const Sequence& seq) const {
+  PolicySequence v;
+  v.id = seq.req.id;
+  v.priority = seq.req.priority;
+  v.arrival = seq.arrival;
+  v.prompt_len = seq.prompt_len;
+  v.num_tokens = static_cast<uint32_t>(seq.tokens.size()) + static_cast<uint32_t>(seq.pending);
+  v.max_tokens = seq.req.max_tokens;
+  v.blocks_held = static_cast<uint32_t>(seq.blocks.size());
+  v.blocks_needed = static_cast<uint32_t>((v.num_tokens + limits_.block_size - 1) / limits_.block_size);
+  return v;
+}
+
+bool BatchScheduler::consult_policy(bool ahead) {
+  decision_.clear();
+  if (waiting_.empty()) return true;
+  waiting_view_.clear();
+  running_view_.clear();
+  for (uint64_t id : waiting_) waiting_view_.push_back(view_of(seqs_.at(id)));
+  for (const Sequence* seq : running_) running_view_.push_back(view_of(*seq));
+  PolicySnapshot snapshot;
+  snapshot.waiting = waiting_view_;
+  snapshot.running = running_view_;
+  snapshot.free_blocks = blocks_.num_free();
+  snapshot.total_blocks = blocks_.num_total();
+  snapshot.token_budget = limits_.max_num_batched_tokens;
+  snapshot.max_num_seqs = limits_.max_num_seqs;
+  policy_->decide(snapshot, decision_);
+  if (decision_.preempt.empty()) return true;
+  if (ahead) return false;
+  for (uint64_t id : decision_.preempt) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || it->second.finished || it->second.in_flight > 0) continue;
+    if (std::find(running_.begin(), running_.end(), &it->second) == running_.end()) continue;
+    preempt(it->second);
+  }
+  return true;
+}
+
+BatchScheduler::Sequence* BatchScheduler::pick_victim(size_t first) {
+  running_view_.clear();
+  for (size_t i = first; i < running_.size(); ++i) running_view_.push_back(view_of(*running_[i]));
+  const size_t pick = policy_->victim(running_view_);
+  return running_[first + std::min(pick, running_view_.size() - 1)];
+}
+
+void BatchScheduler::admit(Step& step, int& budget) {
+  for (uint64_t id : decision_.admit) {
+    if (budget <= 0 || static_cast<int>(running_.size()) >= limits_.max_num_seqs) break;
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;
+    Sequence& seq = it->second;
+    auto queued = std::find(waiting_.begin(), waiting_.end(), id);
+    if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     if (!ensure_blocks(seq, seq.num_computed + chunk)) break;
-    waiting_.pop_front();
+    waiting_.erase(queued);
     running_.push_back(&seq);
-    add_slice(seq, chunk);
+    add_slice(step, seq, chunk, -1);
     budget -= chunk;
-    plan.num_tokens += chunk;
-    plan.num_prefill_tokens += chunk;
   }
-
-  if (plan.slices.empty()) return nullptr;
-  in_flight_ = true;
-  return &plan_;
 }
 
 int BatchScheduler::max_tokens_held() const {
@@ -167,7 +321,7 @@ int BatchScheduler::max_tokens_held() const {
 }
 
 std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
-  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner};
+  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
   if (seq.cancelled) {
     update.finish = Finish::cancelled;
   } else if (seq.generated > 0) {
@@ -182,56 +336,78 @@ std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
   return update;
 }
 
-std::vector<SequenceUpdate> BatchScheduler::on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled) {
-  ACTORD_CHECK(in_flight_);
-  in_flight_ = false;
+std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled) {
+  ACTORD_CHECK(in_flight_ > 0);
+  Step& step = oldest();
+  head_ = (head_ + 1) % kMaxStepsInFlight;
+  --in_flight_;
   std::vector<SequenceUpdate> updates;
-  updates.reserve(plan_.slices.size());
+  updates.reserve(step.seqs.size());
   // The sequences come back cold from the step's compute: ask for all of them first, so that their cache misses
   // overlap instead of coming one after the other in the loop below.
-  for (Sequence* seq : planned_) __builtin_prefetch(seq);
-  for (Sequence* seq : planned_) {
+  for (Sequence* seq : step.seqs) __builtin_prefetch(seq);
+  for (Sequence* seq : step.seqs) {
     __builtin_prefetch(seq->tokens.data() + seq->tokens.size(), 1);
     __builtin_prefetch(seq->req.stop_ids.data());
   }
   size_t next_sample = 0;
-  for (size_t i = 0; i < plan_.slices.size(); ++i) {
-    const PlannedSlice& slice = plan_.slices[i];
-    Sequence& seq = *planned_[i];
-    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner};
-    // Planned sequences are never preempted within their step (plan_step only preempts unplanned ones).
-    seq.num_computed = slice.start_pos + static_cast<int>(slice.tokens.size());
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    const PlannedSlice& slice = step.plan.slices[i];
+    Sequence& seq = *step.seqs[i];
+    --seq.in_flight;
+    const StepSample* sample = nullptr;
     if (slice.sample) {
-      ACTORD_CHECK(next_sample < sampled.size() && sampled[next_sample].first == slice.seq_id);
-      const int32_t token = sampled[next_sample++].second;
-      seq.tokens.push_back(token);
+      ACTORD_CHECK(next_sample < sampled.size() && sampled[next_sample].seq_id == slice.seq_id);
+      sample = &sampled[next_sample++];
+      --seq.pending;
+    }
+    if (seq.finished) {  // its final update went out earlier: this slice was planned ahead of its end
+      if (seq.in_flight == 0) {
+        release(seq);
+        erase(seq);
+      }
+      continue;
+    }
+    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+    if (sample) {
+      seq.tokens.push_back(sample->token);
       ++seq.generated;
-      update.new_tokens.push_back(token);
+      update.new_tokens.push_back(sample->token);
+      if (sample->logprobs) update.logprobs.push_back(*sample->logprobs);
     }
     if (auto done = check_finished(seq)) {
       done->new_tokens = std::move(update.new_tokens);
+      done->logprobs = std::move(update.logprobs);
       updates.push_back(std::move(*done));
-      const uint64_t id = seq.req.id;
-      release(seq);
-      seqs_.erase(id);
+      retire(seq);
     } else if (!update.new_tokens.empty()) {
       updates.push_back(std::move(update));
     }
   }
+  ACTORD_CHECK(next_sample == sampled.size());
   return updates;
 }
 
 std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
-  ACTORD_CHECK(in_flight_);
-  in_flight_ = false;
+  ACTORD_CHECK(in_flight_ > 0);
+  Step& step = oldest();
+  head_ = (head_ + 1) % kMaxStepsInFlight;
+  --in_flight_;
   std::vector<SequenceUpdate> updates;
-  for (const PlannedSlice& slice : plan_.slices) {
-    auto it = seqs_.find(slice.seq_id);
-    if (it == seqs_.end()) continue;
-    updates.push_back(SequenceUpdate{slice.seq_id, {}, Finish::error, error, Errc::worker_failed,
-                                     it->second.prompt_len, it->second.req.owner});
-    release(it->second);
-    seqs_.erase(it);
+  for (size_t i = 0; i < step.seqs.size(); ++i) {
+    Sequence& seq = *step.seqs[i];
+    --seq.in_flight;
+    if (step.plan.slices[i].sample) --seq.pending;
+    if (seq.finished) {
+      if (seq.in_flight == 0) {
+        release(seq);
+        erase(seq);
+      }
+      continue;
+    }
+    updates.push_back(SequenceUpdate{seq.req.id, {}, Finish::error, error, Errc::worker_failed, seq.prompt_len,
+                                     seq.req.owner, {}});
+    retire(seq);
   }
   return updates;
 }

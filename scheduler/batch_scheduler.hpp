@@ -1,24 +1,40 @@
 // Continuous batching: which sequences run in the next step, with how many tokens, in which KV blocks.
 //
-// Contract: pure logic, no actors, no clocks; owned and called by one scheduler actor. plan_step() builds at most
-// one step at a time (the next plan waits for on_step_result of the previous one). Each step holds at most
-// max_num_batched_tokens tokens and max_num_seqs sequences; running sequences come first (decode, or the next chunk
-// of a chunked prefill), then waiting ones are admitted FCFS. When KV blocks run out, the most recently admitted
-// running sequence is preempted by recompute: its blocks are freed and it goes back to the front of the queue with
-// every token it has so far. No request is dropped for lack of memory unless it cannot fit even alone.
+// Contract: pure logic, no actors, no clocks; owned and called by one scheduler actor. At most two steps are in
+// flight (three when asked: set_max_steps_in_flight). plan_step() with none in flight plans from what is known;
+// with steps in flight (and plan_ahead on) it plans the following step before their results are back, so the worker finds its next step queued when it
+// finishes one and the scheduler's own work overlaps the compute (vLLM's async scheduling, SGLang's overlap
+// scheduler). A sequence whose slice in the newest step in flight samples a token is planned ahead for one more
+// token whose value only the worker knows yet: its slice carries `from_previous`, the index of that sample in the
+// newest step in flight, and the worker feeds the token it sampled there. Results come back in step order (on_step_result /
+// on_step_failed answer the oldest step in flight).
+//
+// Each step holds at most max_num_batched_tokens tokens and max_num_seqs sequences; running sequences come first
+// (decode, or the next chunk of a chunked prefill), then waiting ones are admitted in the order the scheduling
+// policy gives (scheduling_policy.hpp: FCFS by default, or by priority, or a plugin's), which may also preempt
+// running ones for them. When KV blocks run out the policy's victim (FCFS: the most recently admitted running
+// sequence) is preempted by recompute: its blocks are freed and it goes back to the front of the queue with every
+// token it has so far. Preemption only happens with no step in flight: when planning ahead would need it,
+// plan_step() returns nothing and the next plan waits for the step in flight. A
+// sequence planned ahead that ends in the step before (a stop id) wastes that one slice: its result is dropped
+// and its blocks are freed only when no step in flight writes them any more. A sequence known to end by length is
+// never planned ahead. No request is dropped for lack of memory unless it cannot fit even alone.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/sampling_options.hpp"
 #include "core/status.hpp"
-#include "executors/sampler.hpp"
 #include "memory/block_allocator.hpp"
+#include "scheduler/scheduling_policy.hpp"
 
 namespace actord {
 
@@ -27,7 +43,8 @@ struct SchedulerLimits {
   int max_num_batched_tokens = 2048;
   int block_size = 16;
   int max_model_len = 512;
-  int vocab_size = 0;  // prompt ids must be below it; 0: not checked
+  int vocab_size = 0;       // prompt ids must be below it; 0: not checked
+  bool plan_ahead = true;   // plan step N+1 while step N executes
 };
 
 struct SequenceRequest {
@@ -37,6 +54,7 @@ struct SequenceRequest {
   SamplingOptions sampling;
   std::vector<int32_t> stop_ids;
   bool ignore_eos = false;
+  int32_t priority = 0;  // for the priority policy: lower runs first
   uint32_t owner = 0;  // the caller's tag for who submitted it (the scheduler actor: an index of its submitters)
 };
 
@@ -44,22 +62,40 @@ enum class Finish { none, stop, length, error, cancelled };
 const char* finish_name(Finish finish);
 
 // Views into the sequence's own token and block lists (no copies: planning a step allocates nothing per
-// sequence); valid while the plan is, i.e. until on_step_result / on_step_failed.
+// sequence). The spans are valid until the next plan_step(): encode the step right away.
 struct PlannedSlice {
   uint64_t seq_id = 0;
-  std::span<const int32_t> tokens;        // [num tokens fed this step]
+  std::span<const int32_t> tokens;        // [num_tokens] fed this step; empty when from_previous >= 0
+  int num_tokens = 0;
   int start_pos = 0;
-  std::span<const uint32_t> block_table;  // [blocks covering start_pos + tokens.size()]
+  std::span<const uint32_t> block_table;  // [blocks covering start_pos + num_tokens], all of them
+  // The blocks the worker does not know of yet: the whole table for a new sequence, else those added since its
+  // previous slice (the worker keeps each sequence's table).
+  std::span<const uint32_t> new_blocks;
   bool sample = false;
-  SamplingOptions sampling;
-  uint32_t sample_index = 0;
+  uint32_t sample_index = 0;              // tokens the sequence generated before the one sampled here
+  int32_t from_previous = -1;             // >= 0: one token, the one sampled at this index of the previous step
+  // First slice since the sequence was admitted (or re-admitted after a preemption): the worker (re)creates its
+  // state for it from `request` (sampling options, prompt length, stop ids).
+  bool new_sequence = false;
+  const SequenceRequest* request = nullptr;
 };
 
 struct StepPlan {
   std::vector<PlannedSlice> slices;
+  std::vector<uint64_t> released;  // sequences the worker may forget (ended or preempted); applied before slices
   int num_tokens = 0;
-  int num_prefill_tokens = 0;  // tokens whose KV is computed for the first time or again after a preemption
+  int num_prefill_tokens = 0;      // tokens whose KV is computed for the first time or again after a preemption
+  int num_samples = 0;             // slices with sample = true
+  bool planned_ahead = false;      // planned while the previous step was in flight
   bool decode_only() const { return num_prefill_tokens == 0; }
+};
+
+// One sampled token of a step's result, in plan order of the sampling slices.
+struct StepSample {
+  uint64_t seq_id = 0;
+  int32_t token = 0;
+  std::optional<TokenLogprobs> logprobs;
 };
 
 // What happened to one sequence in a step: tokens it generated and whether it finished.
@@ -71,27 +107,35 @@ struct SequenceUpdate {
   Errc error_code = Errc::internal;  // with Finish::error: invalid_argument for refused requests, else worker_failed
   uint32_t prompt_tokens = 0;
   uint32_t owner = 0;                // SequenceRequest::owner of its request
+  std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
 };
 
 class BatchScheduler {
  public:
-  BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks);
+  static constexpr int kMaxStepsInFlight = 3;
 
-  // Queues a request. Returns an update with Finish::error when it can never run (empty prompt, longer than the
-  // context, more KV than the whole lease); nothing is queued then.
+  // policy: null for FCFS. (Shared only so that actors can carry it; one scheduler uses it.)
+  BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks, std::shared_ptr<SchedulingPolicy> policy = nullptr);
+
+  // Queues a request. Returns an update with Finish::error when it can never run (bad sampling options, empty
+  // prompt, longer than the context, more KV than the whole lease); nothing is queued then.
   std::optional<SequenceUpdate> add(SequenceRequest request);
-  // Cancels a queued or running request; returns its final update, or nothing if the id is unknown. A sequence in
-  // the step in flight is finished when that step's result arrives.
+  // Cancels a queued or running request; returns its final update, or nothing if the id is unknown or a step in
+  // flight carries it (it is finished, as cancelled, when that step's result arrives).
   std::optional<SequenceUpdate> cancel(uint64_t id);
 
-  bool step_in_flight() const { return in_flight_; }
+  int steps_in_flight() const { return in_flight_; }
+  // How many steps may be in flight: 1, or with plan_ahead 2 (the default) or 3 (when a step computes faster than
+  // a message round trip, a third step keeps the worker busy). Takes effect at the next plan_step().
+  void set_max_steps_in_flight(int n);
+  int max_steps_in_flight() const { return max_in_flight_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  // The next step, or nullptr when there is nothing to run or a step is in flight. The plan stays owned by the
-  // scheduler and valid until on_step_result / on_step_failed.
+  // The next step, or nullptr when there is nothing to run, two steps are in flight, or one is and this step
+  // cannot be planned ahead of it. The plan stays owned by the scheduler until its result is reported.
   const StepPlan* plan_step();
-  // sampled: one (seq id, token) per slice with sample = true, in plan order.
-  std::vector<SequenceUpdate> on_step_result(const std::vector<std::pair<uint64_t, int32_t>>& sampled);
-  // The step in flight failed: every sequence in it finishes with `error`.
+  // The oldest step in flight came back: `sampled` has one entry per slice with sample = true, in plan order.
+  std::vector<SequenceUpdate> on_step_result(std::span<const StepSample> sampled);
+  // The oldest step in flight failed: every live sequence in it finishes with `error`.
   std::vector<SequenceUpdate> on_step_failed(const std::string& error);
 
   size_t num_waiting() const { return waiting_.size(); }
@@ -101,32 +145,67 @@ class BatchScheduler {
  private:
   struct Sequence {
     SequenceRequest req;
-    std::vector<int32_t> tokens;        // prompt + generated
+    std::vector<int32_t> tokens;        // prompt + generated tokens known so far
     uint32_t prompt_len = 0;
-    uint32_t generated = 0;
-    int num_computed = 0;               // tokens whose KV is in the cache
+    uint32_t generated = 0;             // generated tokens known so far
+    int pending = 0;                    // sampled in a step in flight, value not known yet
+    int num_computed = 0;               // positions whose KV is computed or being computed by a step in flight
+    int in_flight = 0;                  // steps in flight that carry it
+    int32_t last_sample_slot = -1;      // its last sample's index in the step that takes it
+    uint64_t last_sample_step = 0;      // that step's serial
     std::vector<uint32_t> blocks;
+    size_t blocks_sent = 0;             // blocks[0, blocks_sent) are in the worker's table for it
+    bool fresh = true;                  // not planned since its (re-)admission: the worker has no state for it
+    bool sent = false;                  // the worker may hold state for it
     bool cancelled = false;
+    bool finished = false;              // its final update went out; kept only while a step in flight writes it
+    uint64_t arrival = 0;               // submission order
+  };
+  struct Step {
+    StepPlan plan;
+    std::vector<Sequence*> seqs;        // the sequence of each slice (map nodes are stable until erased)
   };
 
   bool ensure_blocks(Sequence& seq, int num_tokens);
   void preempt(Sequence& seq);
   void release(Sequence& seq);
+  void erase(Sequence& seq);
+  // Ends seq after its final update: freed now, or once no step in flight carries it.
+  void retire(Sequence& seq);
   std::optional<SequenceUpdate> check_finished(Sequence& seq);
+  bool ends_by_length_after_pending(const Sequence& seq) const;
   // A sequence ends (finish length) when it reaches the context length or fills the whole KV lease: it could not
   // take another step even alone.
   int max_tokens_held() const;
-  // Appends seq's next `chunk` tokens to the plan being built (slice and planned_ entry).
-  const PlannedSlice& add_slice(Sequence& seq, int chunk);
+  // Appends seq's next `chunk` tokens (or its pending token when from_previous >= 0) to `step`.
+  void add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous);
+  PolicySequence view_of(const Sequence& seq) const;
+  // Asks the policy whom to admit (and preempt) into decision_; false when it wants a preemption while steps are
+  // in flight (the plan must wait for them).
+  bool consult_policy(bool ahead);
+  // With blocks short for running_[first]: the policy's victim among running_[first..].
+  Sequence* pick_victim(size_t first);
+  void admit(Step& step, int& budget);
+  // Makes the plan in `step` the newest step in flight: advances every planned sequence.
+  void commit(Step& step);
+  Step& oldest() { return steps_[head_]; }
 
   SchedulerLimits limits_;
   BlockAllocator& blocks_;
+  std::shared_ptr<SchedulingPolicy> policy_;
+  PolicyDecision decision_;                  // scratch
+  std::vector<PolicySequence> waiting_view_, running_view_;  // scratch
+  uint64_t next_arrival_ = 0;
   std::unordered_map<uint64_t, Sequence> seqs_;
   std::deque<uint64_t> waiting_;
-  std::vector<Sequence*> running_;  // admission order (seqs_ nodes: stable until erased, and released first)
-  std::vector<Sequence*> planned_;  // the sequence of each of plan_'s slices (map nodes are stable)
-  StepPlan plan_;            // the step in flight when in_flight_; its storage is reused step after step
-  bool in_flight_ = false;
+  std::vector<Sequence*> running_;  // admission order
+  std::array<Step, kMaxStepsInFlight> steps_;  // ring; storage reused step after step
+  int head_ = 0;                    // index of the oldest step in flight
+  int in_flight_ = 0;
+  int max_in_flight_ = 2;
+  uint64_t next_serial_ = 1;        // serial of the next step committed
+  bool needs_sync_ = false;         // planning ahead failed: wait for the step in flight, then plan
+  std::vector<uint64_t> released_;  // for the next plan's `released`
   uint64_t preemptions_ = 0;
 };
 

@@ -18,17 +18,23 @@ SequenceRequest request(uint64_t id, int prompt_len, uint32_t max_tokens, std::v
 
 // Answers every sampling slice of the plan with `token`.
 std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& plan, int32_t token) {
-  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  std::vector<StepSample> sampled;
   for (const auto& slice : plan.slices)
-    if (slice.sample) sampled.emplace_back(slice.seq_id, token);
+    if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
   return s.on_step_result(sampled);
+}
+
+// Limits with planning ahead off: one step in flight at a time.
+SchedulerLimits one_at_a_time(SchedulerLimits limits) {
+  limits.plan_ahead = false;
+  return limits;
 }
 
 }  // namespace
 
 TEST_CASE("prefill then decode - one step in flight at a time", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(one_at_a_time({8, 64, 4, 512, 0}), blocks);
   REQUIRE_FALSE(s.add(request(1, 6, 3)).has_value());
   auto plan = s.plan_step();
   REQUIRE(plan);
@@ -200,4 +206,175 @@ TEST_CASE("a failed step fails exactly the sequences in it", "[scheduler]") {
   CHECK(failed[0].id == 1);
   CHECK(failed[0].error_code == Errc::worker_failed);
   CHECK(s.num_waiting() == 1);
+}
+
+// --- planning ahead: the next step is planned before the previous one's result ----------------------------------
+
+namespace {
+
+// A plan's contents copied out (a plan's spans are valid only until the next plan_step).
+struct Planned {
+  uint64_t seq_id;
+  int start_pos, num_tokens;
+  int32_t from_previous;
+  uint32_t sample_index;
+  bool sample, new_sequence;
+};
+std::vector<Planned> copy_of(const StepPlan& plan) {
+  std::vector<Planned> out;
+  for (const auto& s : plan.slices)
+    out.push_back({s.seq_id, s.start_pos, s.num_tokens, s.from_previous, s.sample_index, s.sample, s.new_sequence});
+  return out;
+}
+std::vector<SequenceUpdate> answer_slices(BatchScheduler& s, const std::vector<Planned>& slices, int32_t token) {
+  std::vector<StepSample> sampled;
+  for (const auto& slice : slices)
+    if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
+  return s.on_step_result(sampled);
+}
+
+}  // namespace
+
+TEST_CASE("plan ahead - a decode slice feeds the token the step in flight samples", "[scheduler]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  s.add(request(1, 6, 4));
+  auto a = copy_of(*s.plan_step());
+  REQUIRE(a.size() == 1);
+  CHECK(a[0].new_sequence);
+  auto b_plan = s.plan_step();  // ahead of a
+  REQUIRE(b_plan);
+  CHECK(b_plan->planned_ahead);
+  auto b = copy_of(*b_plan);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0].from_previous == 0);
+  CHECK(b[0].start_pos == 6);
+  CHECK(b[0].num_tokens == 1);
+  CHECK(b[0].sample_index == 1);
+  CHECK_FALSE(b[0].new_sequence);
+  CHECK(b_plan->decode_only());
+  CHECK(s.steps_in_flight() == 2);
+  CHECK_FALSE(s.plan_step());  // two in flight at most
+
+  auto updates = answer_slices(s, a, 99);
+  REQUIRE(updates.size() == 1);
+  CHECK(updates[0].new_tokens == std::vector<int32_t>{99});
+  auto c = copy_of(*s.plan_step());  // ahead of b
+  CHECK(c[0].start_pos == 7);
+  CHECK(c[0].sample_index == 2);
+  answer_slices(s, b, 98);
+  auto d = copy_of(*s.plan_step());  // ahead of c: generates the 4th and last token
+  CHECK(d[0].sample_index == 3);
+  answer_slices(s, c, 97);
+  CHECK_FALSE(s.plan_step());  // known to end by length in d: nothing planned after it
+  updates = answer_slices(s, d, 96);
+  REQUIRE(updates.size() == 1);
+  CHECK(updates[0].finish == Finish::length);
+  CHECK(updates[0].new_tokens == std::vector<int32_t>{96});
+  CHECK(blocks.num_free() == 16);
+  CHECK_FALSE(s.has_work());
+}
+
+TEST_CASE("plan ahead - a stop id ends the sequence; the slice planned after it is dropped", "[scheduler]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  s.add(request(1, 3, 100, {2}));
+  auto a = copy_of(*s.plan_step());
+  auto b = copy_of(*s.plan_step());
+  auto updates = answer_slices(s, a, 2);
+  REQUIRE(updates.size() == 1);
+  CHECK(updates[0].finish == Finish::stop);
+  CHECK(blocks.num_free() < 16);  // b still writes its KV
+  CHECK_FALSE(s.has_work());
+  CHECK_FALSE(s.plan_step());
+  CHECK(answer_slices(s, b, 5).empty());  // the token sampled after the end is never reported
+  CHECK(blocks.num_free() == 16);
+  // The worker hears of it with the next step.
+  s.add(request(2, 3, 1));
+  auto next = s.plan_step();
+  REQUIRE(next);
+  CHECK(next->released == std::vector<uint64_t>{1});
+}
+
+TEST_CASE("plan ahead - a preemption waits for the step in flight", "[scheduler]") {
+  BlockAllocator blocks(3);  // block_size 2: 6 token slots
+  BatchScheduler s({8, 64, 2, 512, 0}, blocks);
+  s.add(request(1, 2, 10));
+  s.add(request(2, 2, 10));
+  auto a = copy_of(*s.plan_step());
+  REQUIRE(a.size() == 2);
+  // Both need a second block for position 2, one is free: planning ahead would have to preempt.
+  CHECK_FALSE(s.plan_step());
+  CHECK(s.num_preemptions() == 0);
+  answer_slices(s, a, 5);
+  auto b_plan = s.plan_step();  // no step in flight: preempts seq 2
+  REQUIRE(b_plan);
+  CHECK_FALSE(b_plan->planned_ahead);
+  REQUIRE(b_plan->slices.size() == 1);
+  CHECK(b_plan->slices[0].seq_id == 1);
+  CHECK(b_plan->released == std::vector<uint64_t>{2});  // the worker forgets it; it comes back as new
+  CHECK(s.num_preemptions() == 1);
+}
+
+TEST_CASE("plan ahead - cancel with two steps in flight", "[scheduler]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  s.add(request(1, 3, 10));
+  auto a = copy_of(*s.plan_step());
+  auto b = copy_of(*s.plan_step());
+  CHECK_FALSE(s.cancel(1).has_value());
+  auto updates = answer_slices(s, a, 4);
+  REQUIRE(updates.size() == 1);
+  CHECK(updates[0].finish == Finish::cancelled);
+  CHECK(updates[0].new_tokens == std::vector<int32_t>{4});
+  CHECK_FALSE(s.cancel(1).has_value());
+  CHECK(answer_slices(s, b, 4).empty());
+  CHECK(blocks.num_free() == 16);
+}
+
+TEST_CASE("plan ahead - a failed step fails its sequences once; the step after it is dropped", "[scheduler]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  s.add(request(1, 3, 10));
+  s.plan_step();
+  s.plan_step();
+  auto failed = s.on_step_failed("boom");
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].finish == Finish::error);
+  CHECK(s.on_step_failed("the previous step failed").empty());
+  CHECK(blocks.num_free() == 16);
+  CHECK(s.steps_in_flight() == 0);
+}
+
+TEST_CASE("plan ahead - chunked prefill continues ahead with known tokens", "[scheduler]") {
+  BlockAllocator blocks(64);
+  BatchScheduler s({8, 16, 4, 512, 0}, blocks);
+  s.add(request(1, 40, 2));
+  auto a = copy_of(*s.plan_step());
+  auto b = copy_of(*s.plan_step());
+  CHECK(a[0].num_tokens == 16);
+  CHECK_FALSE(a[0].sample);
+  CHECK(b[0].start_pos == 16);
+  CHECK(b[0].num_tokens == 16);
+  CHECK(b[0].from_previous == -1);
+  CHECK_FALSE(b[0].new_sequence);
+}
+
+TEST_CASE("sampling options are checked when a request is added", "[scheduler]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s({8, 64, 4, 512, 100}, blocks);
+  auto bad = [&](auto edit) {
+    auto r = request(1, 3, 4);
+    edit(r.sampling);
+    auto refused = s.add(r);
+    REQUIRE(refused);
+    CHECK(refused->error_code == Errc::invalid_argument);
+    return refused->error;
+  };
+  CHECK(bad([](SamplingOptions& o) { o.top_p = 0; }) == "top_p: must be in (0, 1], got 0");
+  CHECK(bad([](SamplingOptions& o) { o.temperature = -1; }) == "temperature: must be finite and >= 0, got -1");
+  CHECK(bad([](SamplingOptions& o) { o.top_k = 101; }) ==
+        "top_k: must be at most the vocabulary size (100), got 101");
+  CHECK(bad([](SamplingOptions& o) { o.logprobs = 21; }) == "logprobs: must be at most 20 (or -1 for none), got 21");
+  CHECK_FALSE(s.has_work());
 }

@@ -163,10 +163,8 @@ int run_bench(const BenchArgs& args) {
       tpot.push_back((out.total_ms - out.ttft_ms) / static_cast<double>(out.generated_ids.size() - 1));
     }
   }
-  const EngineStats& a = *after;
-  const EngineStats& b = *before;
+  const EngineStats run = stats_between(*before, *after);
   auto rate = [](uint64_t tokens, uint64_t us) { return us ? double(tokens) / (double(us) / 1e6) : 0.0; };
-  const double steps = std::max<double>(1.0, double(a.steps - b.steps));
   nlohmann::json j;
   j["model"] = args.model;
   j["architecture"] = model->architecture;
@@ -177,20 +175,15 @@ int run_bench(const BenchArgs& args) {
   j["concurrency"] = args.concurrency;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());
-  j["prefill_tokens_per_s"] = rate(a.prefill_tokens - b.prefill_tokens, a.prefill_us - b.prefill_us);
-  j["decode_tokens_per_s"] = rate(a.decode_tokens - b.decode_tokens, a.decode_us - b.decode_us);
+  j["prefill_tokens_per_s"] = rate(run.prefill_tokens, run.prefill_us);
+  j["decode_tokens_per_s"] = rate(run.decode_tokens, run.decode_us);
   j["output_tokens_per_s"] = double(output_tokens) / wall_s;
   j["output_tokens"] = output_tokens;
   j["wall_s"] = wall_s;
   j["ttft_ms"] = percentiles(ttft);
   j["tpot_ms"] = percentiles(tpot);
   j["peak_rss_mb"] = peak_rss_mb();
-  j["steps"] = a.steps - b.steps;
-  j["round_trips_per_step"] = 1;
-  j["round_trip_us_mean"] = double(a.round_trip_us - b.round_trip_us) / steps;
-  j["worker_compute_us_mean"] = double(a.worker_compute_us - b.worker_compute_us) / steps;
-  j["scheduler_us_mean"] = double(a.scheduler_us - b.scheduler_us) / steps;
-  j["preemptions"] = a.preemptions - b.preemptions;
+  j.update(step_stats_json(run));
   if (args.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -206,8 +199,9 @@ int run_bench(const BenchArgs& args) {
   std::printf("  %-28s %10.2f %10.2f %10.2f  (p50 p90 p99)\n", "TPOT ms", percentile(tpot, 50), percentile(tpot, 90),
               percentile(tpot, 99));
   std::printf("  %-28s %10.1f\n", "peak RSS MB", j["peak_rss_mb"].get<double>());
-  std::printf("  %-28s %10.1f / %.1f / %.1f\n", "per step us: trip/worker/sched", j["round_trip_us_mean"].get<double>(),
-              j["worker_compute_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>());
+  std::printf("  %-28s %10.1f / %.1f / %.1f / %.1f\n", "per step us: step/worker/idle/sched",
+              j["step_us_mean"].get<double>(), j["worker_compute_us_mean"].get<double>(),
+              j["worker_idle_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>());
   return 0;
 }
 

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/sampling_options.hpp"
+#include "core/scheduler_stats.hpp"
 #include "core/status.hpp"
 
 namespace actord::cli {
@@ -22,10 +25,7 @@ struct GenerateArgs {
   std::vector<std::string> prompts;
   std::string prompt_ids;
   int max_tokens = 128;
-  float temperature = 0.8f;
-  float top_p = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
+  SamplingOptions sampling{0.8f};  // the CLI's default temperature is 0.8
   bool json = false;
   bool echo = false;
   bool ignore_eos = false;
@@ -70,6 +70,8 @@ void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& defa
 bool apply_log_level(const std::string& level);
 int exit_code_for(const Error& error);
 void print_error(const Error& error);
+// A run's scheduler statistics as printed by generate --json and bench: totals and per-step means.
+nlohmann::json step_stats_json(const SchedulerStats& stats);
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args);
 int run_generate(const GenerateArgs& args);

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "apps/actord/commands.hpp"
@@ -46,5 +47,20 @@ int exit_code_for(const Error& error) {
 }
 
 void print_error(const Error& error) { std::fprintf(stderr, "error: %s\n", error.message.c_str()); }
+
+nlohmann::json step_stats_json(const SchedulerStats& s) {
+  const double steps = std::max<double>(1.0, static_cast<double>(s.steps));
+  return {{"steps", s.steps},
+          {"tokens_fed", s.tokens},
+          {"max_seqs_in_step", s.max_seqs_in_step},
+          {"preemptions", s.preemptions},
+          {"round_trips_per_step", 1},
+          {"steps_planned_ahead", s.steps_planned_ahead},
+          {"step_us_mean", double(s.prefill_us + s.decode_us) / steps},
+          {"round_trip_us_mean", double(s.round_trip_us) / steps},
+          {"worker_compute_us_mean", double(s.worker_compute_us) / steps},
+          {"worker_idle_us_mean", double(s.worker_idle_us) / steps},
+          {"scheduler_us_mean", double(s.scheduler_us) / steps}};
+}
 
 }  // namespace actord::cli

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -26,6 +27,17 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
+// [{"logprob": l, "top": [[id, logprob], ...]}, ...], one per generated token.
+nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& logprobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& lp : logprobs) {
+    nlohmann::json top = nlohmann::json::array();
+    for (size_t k = 0; k < lp.top_ids.size(); ++k) top.push_back({lp.top_ids[k], lp.top_logprobs[k]});
+    out.push_back({{"logprob", lp.logprob}, {"top", top}});
+  }
+  return out;
+}
+
 }  // namespace
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
@@ -36,11 +48,26 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   auto* ids = cmd->add_option("--prompt-ids", args.prompt_ids, "Prompt as comma-separated token ids, e.g. 1,403,407");
   prompt->excludes(ids);
   cmd->add_option("--max-tokens", args.max_tokens, "Tokens to generate at most per prompt")->capture_default_str();
-  cmd->add_option("--temperature", args.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
-  cmd->add_option("--top-p", args.top_p, "Nucleus sampling: keep the smallest set of tokens with this mass")
+  SamplingOptions& o = args.sampling;
+  cmd->add_option("--temperature", o.temperature, "Sampling temperature; 0 is greedy")->capture_default_str();
+  cmd->add_option("--top-p", o.top_p, "Nucleus sampling: keep the smallest set of tokens with this mass")
       ->capture_default_str();
-  cmd->add_option("--top-k", args.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
-  cmd->add_option("--seed", args.seed, "Random seed; the same seed gives the same text (0: random)");
+  cmd->add_option("--top-k", o.top_k, "Keep the k most likely tokens; 0 keeps all")->capture_default_str();
+  cmd->add_option("--min-p", o.min_p, "Drop tokens less likely than this fraction of the most likely one")
+      ->capture_default_str();
+  cmd->add_option("--repetition-penalty", o.repetition_penalty,
+                  "Penalise tokens already in the prompt or the output (> 1 discourages repeats)")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o.frequency_penalty,
+                  "Subtract this times each token's count in the output from its logit, in [-2, 2]")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o.presence_penalty,
+                  "Subtract this from the logit of every token already in the output, in [-2, 2]")
+      ->capture_default_str();
+  cmd->add_option("--min-tokens", o.min_tokens, "Never stop (end-of-sequence) before this many tokens");
+  cmd->add_option("--logprobs", o.logprobs,
+                  "With --json: each generated token's logprob and the N best alternatives (0-20)");
+  cmd->add_option("--seed", o.seed, "Random seed; the same seed gives the same text (0: random)");
   cmd->add_flag("--json", args.json, "Print one JSON object per prompt: generated_ids, text, ttft_ms, ...");
   cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
@@ -56,9 +83,13 @@ int run_generate(const GenerateArgs& args) {
   };
   if (args.max_tokens < 1) return fail({Errc::invalid_argument, "--max-tokens must be at least 1, got " +
                                                                     std::to_string(args.max_tokens)});
-  if (args.temperature < 0) return fail({Errc::invalid_argument, "--temperature must be >= 0"});
-  if (!(args.top_p > 0 && args.top_p <= 1)) return fail({Errc::invalid_argument, "--top-p must be in (0, 1]"});
-  if (args.top_k < 0) return fail({Errc::invalid_argument, "--top-k must be >= 0"});
+  if (auto valid = args.sampling.validate(); !valid) {
+    std::string message = valid.error().message;  // "top_p: must be ..." -> "--top-p: must be ..."
+    const size_t colon = message.find(':');
+    std::string flag = "--" + message.substr(0, colon);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return fail({Errc::invalid_argument, flag + message.substr(colon)});
+  }
   if (args.prompts.empty() && args.prompt_ids.empty()) {
     return fail({Errc::invalid_argument, "give a prompt with --prompt TEXT or --prompt-ids 1,2,3"});
   }
@@ -70,7 +101,7 @@ int run_generate(const GenerateArgs& args) {
   if (!topology) return fail(topology.error());
 
   std::vector<GenerateRequest> requests;
-  SamplingOptions sampling{args.temperature, args.top_p, args.top_k, args.seed};
+  const SamplingOptions& sampling = args.sampling;
   if (!args.prompt_ids.empty()) {
     auto ids = parse_ids(args.prompt_ids);
     if (!ids) return fail(ids.error());
@@ -107,15 +138,7 @@ int run_generate(const GenerateArgs& args) {
   if (args.json) {
     auto stats = (*engine)->stats();
     if (!stats) return fail(stats.error());
-    const double steps = std::max<double>(1.0, static_cast<double>(stats->steps));
-    step_stats = {{"steps", stats->steps},
-                  {"tokens_fed", stats->tokens},
-                  {"max_seqs_in_step", stats->max_seqs_in_step},
-                  {"preemptions", stats->preemptions},
-                  {"round_trips_per_step", 1},
-                  {"round_trip_us_mean", stats->round_trip_us / steps},
-                  {"worker_compute_us_mean", stats->worker_compute_us / steps},
-                  {"scheduler_us_mean", stats->scheduler_us / steps}};
+    step_stats = step_stats_json(*stats);
   }
   int code = 0;
   for (size_t i = 0; i < outputs->size(); ++i) {
@@ -136,6 +159,7 @@ int run_generate(const GenerateArgs& args) {
       j["ttft_ms"] = out.ttft_ms;
       j["decode_tokens_per_s"] = out.decode_tokens_per_s;
       j["total_ms"] = out.total_ms;
+      if (sampling.logprobs >= 0) j["logprobs"] = logprobs_json(out.logprobs);
       j["scheduler"] = step_stats;  // for the whole run, shared by every prompt of it
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else if (stream) {

@@ -30,6 +30,20 @@ struct SamplingParams {
   topP @1 :Float32 = 1.0;          # 1 disables nucleus filtering
   topK @2 :Int32 = 0;              # 0 disables top-k filtering
   seed @3 :UInt64;                 # per-request seed; the same seed gives the same tokens whatever the batch
+  minP @4 :Float32;                # 0 disables min-p filtering
+  repetitionPenalty @5 :Float32 = 1.0;
+  frequencyPenalty @6 :Float32;
+  presencePenalty @7 :Float32;
+  minTokens @8 :UInt32;            # stop ids are masked until this many tokens were generated
+  logprobs @9 :Int32 = -1;         # -1: none; 0: the sampled token's; N: and the N best alternatives
+}
+# (core/sampling_options.hpp is the C++ side; comms/codecs.hpp the one conversion between the two.)
+
+# The raw log-probabilities of one generated token, and of the best alternatives when asked for.
+struct TokenLogprobs {
+  logprob @0 :Float32;
+  topIds @1 :List(Int32);          # best first
+  topLogprobs @2 :List(Float32);
 }
 
 # tokenizer ------------------------------------------------------------------------------------------------------
@@ -71,6 +85,7 @@ struct SubmitRequest {
   sampling @4 :SamplingParams;
   stopIds @5 :List(Int32);       # generation ends after emitting one of these (the id is reported, not hidden)
   ignoreEos @6 :Bool;
+  priority @7 :Int32;            # for the priority policy: lower runs first
 }
 
 struct CancelRequest {
@@ -93,6 +108,7 @@ struct StreamDelta {
   finishReason @2 :FinishReason;
   error @3 :Error;
   promptTokens @4 :UInt32;
+  logprobs @5 :List(TokenLogprobs);  # one per token of tokenIds when the request asked for logprobs
 }
 
 # What the scheduler sends a submitter after a step: one StreamDelta per request of that submitter that produced
@@ -133,17 +149,27 @@ struct SeqStep {
   sample @4 :Bool;               # true when this slice ends the known tokens: sample the next one
   sampling @5 :SamplingParams;
   sampleIndex @6 :UInt32;        # how many tokens this sequence generated before: keys the seeded RNG
+  fromPrevious @7 :Int32 = -1;   # >= 0: tokenIds is one placeholder; feed the token this worker sampled at this
+                                 # index of the previous step's results (the step was planned before it returned)
+  newSequence @8 :Bool;          # first slice since the sequence was admitted: (re)create the worker's state for it
+                                 # from sampling, promptLen and stopIds (sent only then); it lasts until `released`
+  promptLen @9 :UInt32;          # with newSequence: positions below it are prompt (for the penalties)
+  stopIds @10 :List(Int32);      # with newSequence and minTokens > 0: ids masked until minTokens were generated
+  appendBlocks @11 :List(UInt32);  # without newSequence: blocks added to the table the worker keeps for it
+                                   # (blockTable is then empty: the whole table travels only with newSequence)
 }
 
 struct ExecuteStep {
   correlationId @0 :UInt64;
   stepId @1 :UInt64;
   seqs @2 :List(SeqStep);
+  released @3 :List(UInt64);     # sequences that ended or were preempted: the worker drops its state for them
 }
 
 struct SeqResult {
   seqId @0 :UInt64;
   tokenId @1 :Int32;
+  logprobs @2 :TokenLogprobs;    # set when the request asked for logprobs
 }
 
 struct StepResult {
@@ -152,6 +178,7 @@ struct StepResult {
   results @2 :List(SeqResult);   # one per SeqStep with sample = true, in the same order
   error @3 :Error;
   computeMicros @4 :UInt64;      # time the worker spent in the forward pass
+  idleMicros @5 :UInt64;         # time between the end of the worker's previous step and the start of this one
 }
 
 # Sent by the coordinator to a worker (in a thread or a process) before its first step.
@@ -214,4 +241,6 @@ struct SchedulerStats {
   prefillMicros @10 :UInt64;       # round trips of steps that carried any prefill tokens
   decodeTokens @11 :UInt64;        # tokens sampled in decode-only steps
   decodeMicros @12 :UInt64;        # round trips of decode-only steps
+  stepsPlannedAhead @13 :UInt64;   # steps sent while the previous one was still executing
+  workerIdleMicros @14 :UInt64;    # summed gaps between two steps at the worker with nothing queued
 }

@@ -1,0 +1,57 @@
+#include "comms/codecs.hpp"
+
+namespace actord {
+
+void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
+  out.setTemperature(in.temperature);
+  out.setTopP(in.top_p);
+  out.setTopK(in.top_k);
+  out.setSeed(in.seed);
+  out.setMinP(in.min_p);
+  out.setRepetitionPenalty(in.repetition_penalty);
+  out.setFrequencyPenalty(in.frequency_penalty);
+  out.setPresencePenalty(in.presence_penalty);
+  out.setMinTokens(in.min_tokens);
+  out.setLogprobs(in.logprobs);
+}
+
+SamplingOptions from_wire(wire::SamplingParams::Reader in) {
+  SamplingOptions o;
+  o.temperature = in.getTemperature();
+  o.top_p = in.getTopP();
+  o.top_k = in.getTopK();
+  o.seed = in.getSeed();
+  o.min_p = in.getMinP();
+  o.repetition_penalty = in.getRepetitionPenalty();
+  o.frequency_penalty = in.getFrequencyPenalty();
+  o.presence_penalty = in.getPresencePenalty();
+  o.min_tokens = in.getMinTokens();
+  o.logprobs = in.getLogprobs();
+  return o;
+}
+
+void to_wire(const TokenLogprobs& in, wire::TokenLogprobs::Builder out) {
+  out.setLogprob(in.logprob);
+  fill_list(out.initTopIds(static_cast<uint32_t>(in.top_ids.size())), in.top_ids);
+  fill_list(out.initTopLogprobs(static_cast<uint32_t>(in.top_logprobs.size())), in.top_logprobs);
+}
+
+TokenLogprobs from_wire(wire::TokenLogprobs::Reader in) {
+  return TokenLogprobs{in.getLogprob(), to_vector<int32_t>(in.getTopIds()), to_vector<float>(in.getTopLogprobs())};
+}
+
+void to_wire(const SchedulerStats& in, wire::SchedulerStats::Builder out) {
+#define ACTORD_STATS_SET(name, Wire) out.set##Wire(in.name);
+  ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_SET)
+#undef ACTORD_STATS_SET
+}
+
+SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
+  SchedulerStats s;
+#define ACTORD_STATS_GET(name, Wire) s.name = in.get##Wire();
+  ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_GET)
+#undef ACTORD_STATS_GET
+  return s;
+}
+
+}  // namespace actord

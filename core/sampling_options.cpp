@@ -1,0 +1,42 @@
+#include "core/sampling_options.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace actord {
+namespace {
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+Error refuse(const char* field, const std::string& rule, double got) {
+  return make_error(Errc::invalid_argument, std::string(field) + ": must be " + rule + ", got " + num(got));
+}
+
+}  // namespace
+
+Status SamplingOptions::validate(int vocab_size) const {
+  if (!std::isfinite(temperature) || temperature < 0.0f) return refuse("temperature", "finite and >= 0", temperature);
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return refuse("top_p", "in (0, 1]", top_p);
+  if (top_k < -1) return refuse("top_k", "-1 or 0 (off) or a positive count", top_k);
+  if (vocab_size > 0 && top_k > vocab_size)
+    return refuse("top_k", "at most the vocabulary size (" + std::to_string(vocab_size) + ")", top_k);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return refuse("min_p", "in [0, 1]", min_p);
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f)
+    return refuse("repetition_penalty", "finite and > 0", repetition_penalty);
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    return refuse("frequency_penalty", "in [-2, 2]", frequency_penalty);
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return refuse("presence_penalty", "in [-2, 2]", presence_penalty);
+  if (logprobs < -1 || logprobs > kMaxLogprobs)
+    return refuse("logprobs", "at most " + std::to_string(kMaxLogprobs) + " (or -1 for none)", logprobs);
+  return {};
+}
+
+}  // namespace actord

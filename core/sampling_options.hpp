@@ -1,0 +1,48 @@
+// Per-request sampling options, as users know them from vLLM and the OpenAI API. One plain struct seen by every
+// layer that carries them (engine, scheduler, step messages, worker); comms/ has the one codec to and from the wire.
+//
+// Contract: validate() is the only gate: a request whose options it refuses never reaches a worker, and the
+// message names the field and the rule. Semantics (applied by the worker's sampler, executors/sampler.hpp, in this
+// order): repetition / frequency / presence penalties on the raw logits, stop ids masked while fewer than
+// min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded draw.
+// Logprobs are those of the raw logits (log-softmax before any penalty, temperature or filter), as vLLM's default.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace actord {
+
+struct SamplingOptions {
+  float temperature = 1.0f;          // >= 0; 0: greedy (highest logit, lowest id on ties)
+  float top_p = 1.0f;                // (0, 1]; 1: off
+  int32_t top_k = 0;                 // 0 or -1: off; else 1..vocab
+  uint64_t seed = 0;                 // the draw is keyed by (seed, sample index): the batch does not matter
+  float min_p = 0.0f;                // [0, 1]; drop tokens whose probability is below min_p x the highest
+  float repetition_penalty = 1.0f;   // > 0; 1: off. Tokens seen in the prompt or the output: logit / r if > 0, else x r
+  float frequency_penalty = 0.0f;    // [-2, 2]; logit -= f x (times the token was generated)
+  float presence_penalty = 0.0f;     // [-2, 2]; logit -= p if the token was generated at all
+  uint32_t min_tokens = 0;           // stop ids cannot be sampled before this many tokens were generated
+  int32_t logprobs = -1;             // -1: none; 0: the sampled token's logprob; N (<= kMaxLogprobs): and the top N
+
+  static constexpr int32_t kMaxLogprobs = 20;
+
+  bool greedy() const { return temperature == 0.0f; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
+  // Checks every field against its rule; vocab_size > 0 also bounds top_k. The error is invalid_argument and names
+  // the field as users write it (`top_p: must be in (0, 1], got 0`).
+  Status validate(int vocab_size = 0) const;
+};
+
+// The raw log-probabilities of one generated token (when the request asked for logprobs).
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;      // best first, SamplingOptions::logprobs of them
+  std::vector<float> top_logprobs;
+};
+
+}  // namespace actord

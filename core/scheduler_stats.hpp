@@ -1,0 +1,45 @@
+// A scheduler's step statistics: totals since it started. One plain struct seen by the scheduler actor that fills
+// it, the Engine that returns it and the CLI that prints it; comms/codecs.hpp converts it to and from the wire.
+//
+// Contract: ACTORD_SCHEDULER_STATS_FIELDS lists every field once (name, the capnp field's CamelCase name, meaning);
+// the struct, the wire codec and the JSON printers are generated from it, so a new statistic is one line here and
+// one field in SchedulerStats of comms/schemas/actord.capnp.
+#pragma once
+
+#include <cstdint>
+
+namespace actord {
+
+#define ACTORD_SCHEDULER_STATS_FIELDS(X)                                                                         \
+  X(steps, Steps)                            /* ExecuteStep -> StepResult round trips */                        \
+  X(tokens, Tokens)                          /* tokens fed to the worker, prefill + decode */                  \
+  X(sampled_tokens, SampledTokens)                                                                              \
+  X(round_trip_us, RoundTripMicros)          /* ExecuteStep sent -> StepResult received, summed */             \
+  X(worker_compute_us, WorkerComputeMicros)  /* inside the worker's forward pass and sampling, summed */        \
+  X(scheduler_us, SchedulerMicros)           /* the scheduler's own thread CPU time per step, summed */         \
+  X(preemptions, Preemptions)                                                                                   \
+  X(max_seqs_in_step, MaxSeqsInStep)                                                                            \
+  X(prefill_tokens, PrefillTokens)           /* fed in steps that carried prompt (or recomputed) tokens */      \
+  X(prefill_us, PrefillMicros)               /* round trips of those steps */                                   \
+  X(decode_tokens, DecodeTokens)             /* sampled in decode-only steps */                                 \
+  X(decode_us, DecodeMicros)                 /* round trips of decode-only steps */                             \
+  X(steps_planned_ahead, StepsPlannedAhead)  /* sent while the previous step was still executing */             \
+  X(worker_idle_us, WorkerIdleMicros)        /* worker time between the end of a step and the start of the next */
+
+struct SchedulerStats {
+#define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
+  ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_MEMBER)
+#undef ACTORD_STATS_MEMBER
+};
+
+// What happened between two snapshots of the same scheduler (`later` - `earlier`); max_seqs_in_step is `later`'s.
+inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
+  SchedulerStats d;
+#define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
+  ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_DIFF)
+#undef ACTORD_STATS_DIFF
+  d.max_seqs_in_step = later.max_seqs_in_step;
+  return d;
+}
+
+}  // namespace actord

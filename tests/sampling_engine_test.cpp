@@ -1,0 +1,236 @@
+// Per-request sampling through the whole engine (scheduler, step messages, worker state, sampler), checked against
+// the model run directly with the sampler in a plain loop: penalties over the prompt and the output, min_tokens,
+// logprobs, seeds; steps planned ahead give the same tokens as steps one at a time; bad options are refused.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "actors/engine.hpp"
+#include "executors/cpu/thread_pool.hpp"
+#include "executors/sampler.hpp"
+#include "memory/kv_cache.hpp"
+#include "plugins/model_registry.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+TopologyConfig quickstart(std::vector<std::string> set = {}, const std::string& file = "configs/quickstart.yaml") {
+  TopologyOverrides o;
+  o.set = std::move(set);
+  auto cfg = load_topology(test::source_dir() / file, o);
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+std::unique_ptr<Engine> start(const TopologyConfig& cfg) {
+  EngineOptions o;
+  o.worker_executable = test::actord_binary();
+  auto engine = Engine::start(cfg, o);
+  if (!engine) FAIL(engine.error().message);
+  return std::move(*engine);
+}
+
+GenerateRequest request(std::vector<int32_t> prompt, uint32_t max_tokens, SamplingOptions sampling) {
+  GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = sampling;
+  r.ignore_eos = true;
+  return r;
+}
+
+// The model alone: prefill the prompt, then one token at a time, sampling with a history kept here.
+struct DirectRun {
+  std::vector<int32_t> generated;
+  std::vector<std::vector<double>> log_softmax;  // [generated] the raw row's log-softmax, in double
+};
+DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, const SamplingOptions& options) {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  REQUIRE(model.ok());
+  const int vocab = cfg->vocab_size;
+  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 16);
+  cpu::ThreadPool pool(2);
+  std::vector<uint32_t> table(64);
+  for (uint32_t i = 0; i < 64; ++i) table[i] = i;
+  Sampler sampler;
+  PenaltyHistory history;
+  history.add_prompt(prompt);
+  DirectRun run;
+  std::vector<float> logits;
+  ForwardBatch batch;
+  batch.tokens = prompt;
+  batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
+  int pos = static_cast<int>(prompt.size());
+  for (uint32_t i = 0; i < max_tokens; ++i) {
+    (*model)->forward(batch, kv, logits, pool);
+    double max = logits[0], sum = 0;
+    for (int v = 0; v < vocab; ++v) max = std::max<double>(max, logits[v]);
+    for (int v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - max);
+    std::vector<double> row(vocab);
+    for (int v = 0; v < vocab; ++v) row[v] = double(logits[v]) - max - std::log(sum);
+    run.log_softmax.push_back(std::move(row));
+    SampleRequest req;
+    req.options = &options;
+    req.sample_index = i;
+    if (options.has_penalties()) req.history = &history;
+    const int32_t next = sampler.sample(logits.data(), vocab, req).token;
+    run.generated.push_back(next);
+    history.add_output(next);
+    batch.tokens = {next};
+    batch.seqs = {SeqSlice{0, 1, pos++, table.data(), true}};
+  }
+  return run;
+}
+
+std::vector<int32_t> prompt_of(size_t n) {
+  std::vector<int32_t> p{1};
+  const auto ref = test::reference_ids();
+  p.insert(p.end(), ref.begin(), ref.begin() + static_cast<long>(n - 1));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("penalties over prompt and output match the model run directly - greedy and seeded", "[engine][sampling]") {
+  // Small token budget: the prompt arrives in chunks; the steps are planned ahead (placeholders for the tokens).
+  auto engine = start(quickstart({"engine.max_num_batched_tokens=8"}));
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  greedy.repetition_penalty = 1.3f;
+  greedy.frequency_penalty = 0.4f;
+  greedy.presence_penalty = 0.2f;
+  SamplingOptions seeded = greedy;
+  seeded.temperature = 0.8f;
+  seeded.top_p = 0.9f;
+  seeded.seed = 7;
+  const auto prompt = prompt_of(20);
+  auto out = engine->generate({request(prompt, 40, greedy), request(prompt, 40, seeded)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  REQUIRE_FALSE((*out)[1].error);
+  CHECK((*out)[0].generated_ids == run_directly(prompt, 40, greedy).generated);
+  CHECK((*out)[1].generated_ids == run_directly(prompt, 40, seeded).generated);
+  // And the penalties do something: without them greedy follows the reference story.
+  SamplingOptions plain;
+  plain.temperature = 0.0f;
+  CHECK((*out)[0].generated_ids != run_directly(prompt, 40, plain).generated);
+}
+
+TEST_CASE("logprobs are the raw log-softmax of the model - top-N best first", "[engine][sampling]") {
+  auto engine = start(quickstart());
+  SamplingOptions o;
+  o.temperature = 0.0f;
+  o.logprobs = 5;
+  const auto prompt = prompt_of(4);
+  auto out = engine->generate({request(prompt, 12, o)});
+  REQUIRE(out.ok());
+  const GenerateOutput& g = (*out)[0];
+  REQUIRE_FALSE(g.error);
+  const DirectRun direct = run_directly(prompt, 12, o);
+  REQUIRE(g.generated_ids == direct.generated);
+  REQUIRE(g.logprobs.size() == g.generated_ids.size());
+  for (size_t i = 0; i < g.logprobs.size(); ++i) {
+    const TokenLogprobs& lp = g.logprobs[i];
+    REQUIRE(lp.top_ids.size() == 5);
+    CHECK(lp.top_ids[0] == g.generated_ids[i]);  // greedy: the sampled token is the best one
+    CHECK(lp.logprob == Approx(direct.log_softmax[i][g.generated_ids[i]]).margin(1e-4));
+    for (size_t k = 0; k < 5; ++k) {
+      CHECK(lp.top_logprobs[k] == Approx(direct.log_softmax[i][lp.top_ids[k]]).margin(1e-4));
+      if (k > 0) CHECK(lp.top_logprobs[k] <= lp.top_logprobs[k - 1]);
+    }
+  }
+}
+
+TEST_CASE("min_tokens keeps the end-of-sequence token away until enough tokens were generated", "[engine][sampling]") {
+  auto engine = start(quickstart());
+  // Find a seeded story that ends on its own (end-of-sequence) early.
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  std::optional<std::pair<uint64_t, size_t>> ending;  // seed, tokens
+  for (uint64_t seed = 1; seed <= 64 && !ending; ++seed) {
+    o.seed = seed;
+    GenerateRequest r = request({1}, 200, o);
+    r.ignore_eos = false;
+    auto out = engine->generate({r});
+    REQUIRE(out.ok());
+    if ((*out)[0].finish_reason == "stop" && (*out)[0].generated_ids.size() < 150)
+      ending = std::make_pair(seed, (*out)[0].generated_ids.size());
+  }
+  REQUIRE(ending);
+  o.seed = ending->first;
+  o.min_tokens = static_cast<uint32_t>(ending->second + 20);
+  GenerateRequest r = request({1}, 400, o);
+  r.ignore_eos = false;
+  auto out = engine->generate({r});
+  REQUIRE(out.ok());
+  CHECK((*out)[0].generated_ids.size() >= o.min_tokens);
+}
+
+TEST_CASE("steps planned ahead give the same tokens as steps one at a time", "[engine][sampling]") {
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    SamplingOptions o;
+    o.temperature = i % 2 ? 0.9f : 0.0f;
+    o.seed = 100 + static_cast<uint64_t>(i);
+    o.top_k = i % 3 == 0 ? 0 : 40;
+    requests.push_back(request(prompt_of(3 + static_cast<size_t>(i) * 7), 30 + static_cast<uint32_t>(i) * 9, o));
+  }
+  std::vector<std::vector<int32_t>> outputs[2];
+  uint64_t ahead[2] = {0, 0};
+  for (int plan_ahead = 0; plan_ahead < 2; ++plan_ahead) {
+    auto engine = start(quickstart({std::string("scheduler.plan_ahead=") + (plan_ahead ? "true" : "false"),
+                                    "engine.max_num_batched_tokens=16"}));
+    auto out = engine->generate(requests);
+    REQUIRE(out.ok());
+    for (const auto& g : *out) {
+      REQUIRE_FALSE(g.error);
+      outputs[plan_ahead].push_back(g.generated_ids);
+    }
+    ahead[plan_ahead] = engine->stats()->steps_planned_ahead;
+  }
+  CHECK(outputs[0] == outputs[1]);
+  CHECK(ahead[0] == 0);
+  CHECK(ahead[1] > 0);
+}
+
+TEST_CASE("bad sampling options are refused with the field named - the engine keeps serving", "[engine][sampling]") {
+  auto engine = start(quickstart());
+  auto bad = [&](auto edit) {
+    SamplingOptions o;
+    o.temperature = 0.0f;
+    edit(o);
+    auto out = engine->generate({request({1}, 4, o)});
+    REQUIRE(out.ok());
+    REQUIRE((*out)[0].error);
+    CHECK((*out)[0].error->code == Errc::invalid_argument);
+    return (*out)[0].error->message;
+  };
+  CHECK(bad([](SamplingOptions& o) { o.top_p = 0.0f; }) == "top_p: must be in (0, 1], got 0");
+  CHECK(bad([](SamplingOptions& o) { o.top_p = 1.5f; }) == "top_p: must be in (0, 1], got 1.5");
+  CHECK(bad([](SamplingOptions& o) { o.temperature = -0.5f; }) == "temperature: must be finite and >= 0, got -0.5");
+  CHECK(bad([](SamplingOptions& o) { o.temperature = NAN; }) == "temperature: must be finite and >= 0, got nan");
+  CHECK(bad([](SamplingOptions& o) { o.top_k = 513; }) == "top_k: must be at most the vocabulary size (512), got 513");
+  CHECK(bad([](SamplingOptions& o) { o.logprobs = 21; }) == "logprobs: must be at most 20 (or -1 for none), got 21");
+  SamplingOptions ok;
+  ok.temperature = 0.0f;
+  auto out = engine->generate({request({1}, 8, ok)});
+  REQUIRE(out.ok());
+  CHECK_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids.size() == 8);
+}
+
+TEST_CASE("two processes - penalties and logprobs cross the process boundary", "[engine][sampling][process]") {
+  auto engine = start(quickstart({}, "configs/quickstart-2proc.yaml"));
+  SamplingOptions o;
+  o.temperature = 0.0f;
+  o.repetition_penalty = 1.2f;
+  o.logprobs = 2;
+  const auto prompt = prompt_of(10);
+  auto out = engine->generate({request(prompt, 24, o)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids == run_directly(prompt, 24, o).generated);
+  CHECK((*out)[0].logprobs.size() == 24);
+}
