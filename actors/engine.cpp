@@ -103,6 +103,12 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
                                   topology.engine.block_size,   impl->max_model_len,
                                   model->vocab_size,            topology.scheduler.plan_ahead};
   params.num_kv_blocks = static_cast<uint32_t>(std::min<uint64_t>(num_blocks, UINT32_MAX));
+  // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
+  // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
+  const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /
+                                                      topology.engine.block_size);
+  params.limits.pool_blocks = params.num_kv_blocks;
+  params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {

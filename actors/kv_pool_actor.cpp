@@ -8,6 +8,8 @@
 #include "comms/capnp_codec.hpp"
 #include "memory/block_allocator.hpp"
 
+#include <algorithm>
+
 namespace actord {
 namespace {
 
@@ -25,18 +27,13 @@ caf::behavior kv_pool_impl(caf::stateful_actor<kv_pool_state>* self, uint32_t nu
         WireReader reader(msg);
         auto req = reader.root<wire::KvLeaseRequest>();
         auto& pool = self->state.blocks;
-        const size_t n = req.getNumBlocks() == 0 ? pool.num_free() : req.getNumBlocks();
+        // Up to what was asked: a short grant tells the holder the pool is (nearly) exhausted.
+        const size_t asked = req.getNumBlocks() == 0 ? pool.num_free() : req.getNumBlocks();
         std::vector<uint32_t> granted;
-        const bool ok = pool.allocate(n, granted);
+        pool.allocate(std::min(asked, pool.num_free()), granted);
         return build<wire::KvLeaseGrant>([&](wire::KvLeaseGrant::Builder out) {
           out.setCorrelationId(req.getCorrelationId());
           out.setBlockSize(self->state.block_size);
-          if (!ok) {
-            set_error(out.initError(), Error{Errc::resource_exhausted,
-                                             "kv_pool: " + std::to_string(n) + " blocks asked, " +
-                                                 std::to_string(pool.num_free()) + " free"});
-            return;
-          }
           auto ids = out.initBlockIds(static_cast<uint32_t>(granted.size()));
           for (uint32_t i = 0; i < granted.size(); ++i) ids.set(i, granted[i]);
         });

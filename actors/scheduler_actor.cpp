@@ -26,6 +26,8 @@ struct scheduler_state {
   caf::actor worker;
   caf::actor kv_pool;
   bool lease_ready = false;
+  bool lease_growing = false;                 // a lease request is on its way to the kv_pool
+  bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
   std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
   // Who gets a request's deltas, indexed by SequenceRequest::owner: each distinct submitter once (engines and
   // front ends are few and long-lived).
@@ -131,6 +133,61 @@ void on_step_unreachable(self_ptr self, const caf::error& err) {
   maybe_step(self);
 }
 
+wire_msg lease_request(const std::string& holder, uint32_t blocks) {
+  return build<wire::KvLeaseRequest>([&](wire::KvLeaseRequest::Builder out) {
+    out.setCorrelationId(1);
+    out.setHolder(holder);
+    out.setNumBlocks(blocks);
+  });
+}
+
+// Grows the lease in bulk when the last plan ran short of blocks (one request at a time, never per step), and
+// gives back a large surplus when nothing waits.
+void tend_lease(self_ptr self) {
+  auto& st = self->state;
+  BatchScheduler& b = *st.batcher;
+  if (const size_t wanted = b.blocks_wanted(); wanted > 0 && !st.lease_growing && !st.pool_exhausted) {
+    const uint32_t ask = static_cast<uint32_t>(std::max<size_t>({wanted, st.lease.num_total() / 2, 16}));
+    st.lease_growing = true;
+    b.set_lease_growing(true);
+    self->request(st.kv_pool, caf::infinite, lease_atom::value, lease_request(st.actor_name, ask))
+        .then(
+            [=](const wire_msg& msg) {
+              auto& st = self->state;
+              WireReader reader(msg);
+              auto grant = reader.root<wire::KvLeaseGrant>();
+              auto ids = to_vector<uint32_t>(grant.getBlockIds());
+              if (!ids.empty()) {
+                st.lease.add(ids);
+                ++st.stats.lease_grows;
+              }
+              if (ids.size() < ask) st.pool_exhausted = true;
+              st.lease_growing = false;
+              st.batcher->set_lease_growing(false);
+              st.stats.lease_blocks = st.lease.num_total();
+              maybe_step(self);
+            },
+            [=](const caf::error& err) {
+              spdlog::error("{}: kv_pool unreachable: {}", self->state.actor_name, self->system().render(err));
+              self->state.lease_growing = false;
+              self->state.pool_exhausted = true;
+              self->state.batcher->set_lease_growing(false);
+              maybe_step(self);
+            });
+    return;
+  }
+  if (const size_t spare = b.blocks_spare(); spare > 0 && !st.lease_growing) {
+    std::vector<uint32_t> ids = st.lease.take_free(spare);
+    self->send(st.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
+                 out.setHolder(st.actor_name);
+                 fill_list(out.initBlockIds(static_cast<uint32_t>(ids.size())), ids);
+               }));
+    ++st.stats.lease_returns;
+    st.stats.lease_blocks = st.lease.num_total();
+    st.pool_exhausted = false;
+  }
+}
+
 // Plans and sends steps while the batcher has one to give: the next one right away, and one more ahead of it.
 void maybe_step(self_ptr self) {
   auto& st = self->state;
@@ -139,6 +196,7 @@ void maybe_step(self_ptr self) {
     const uint64_t cpu0 = thread_cpu_ns();
     const StepPlan* plan = st.batcher->plan_step();
     if (!plan) {
+      tend_lease(self);
       st.own_ns += thread_cpu_ns() - cpu0;
       return;
     }
@@ -154,6 +212,7 @@ void maybe_step(self_ptr self) {
     self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
         .then([=](const wire_msg& result) { on_step_result(self, result); },
               [=](const caf::error& err) { on_step_unreachable(self, err); });
+    if (st.batcher->blocks_wanted() > 0) tend_lease(self);
   }
 }
 
@@ -188,12 +247,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
   st.worker = std::move(worker);
   st.kv_pool = std::move(kv_pool);
   st.batcher = std::make_unique<BatchScheduler>(limits, st.lease, std::move(policy));
-  wire_msg lease_req = build<wire::KvLeaseRequest>([&](wire::KvLeaseRequest::Builder out) {
-    out.setCorrelationId(1);
-    out.setHolder(st.actor_name);
-    out.setNumBlocks(0);  // the whole pool: one scheduler per pool for now
-  });
-  self->request(st.kv_pool, caf::infinite, lease_atom::value, std::move(lease_req))
+  self->request(st.kv_pool, caf::infinite, lease_atom::value, lease_request(st.actor_name, limits.lease_reserve))
       .then([=](const wire_msg& msg) {
         WireReader reader(msg);
         auto grant = reader.root<wire::KvLeaseGrant>();
@@ -202,6 +256,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         }
         auto ids = grant.getBlockIds();
         self->state.lease.add(to_vector<uint32_t>(ids));
+        self->state.stats.lease_blocks = self->state.lease.num_total();
         self->state.lease_ready = true;
         spdlog::debug("{}: leased {} KV blocks", self->state.actor_name, ids.size());
         auto pending = std::move(self->state.pending);

@@ -24,7 +24,10 @@ namespace actord {
   X(decode_tokens, DecodeTokens)             /* sampled in decode-only steps */                                 \
   X(decode_us, DecodeMicros)                 /* round trips of decode-only steps */                             \
   X(steps_planned_ahead, StepsPlannedAhead)  /* sent while the previous step was still executing */             \
-  X(worker_idle_us, WorkerIdleMicros)        /* worker time between the end of a step and the start of the next */
+  X(worker_idle_us, WorkerIdleMicros)        /* worker time between the end of a step and the start of the next */ \
+  X(lease_blocks, LeaseBlocks)               /* KV blocks leased from the kv_pool now */                        \
+  X(lease_grows, LeaseGrows)                 /* grants that grew the lease */                                   \
+  X(lease_returns, LeaseReturns)             /* surpluses given back to the kv_pool */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -32,13 +35,15 @@ struct SchedulerStats {
 #undef ACTORD_STATS_MEMBER
 };
 
-// What happened between two snapshots of the same scheduler (`later` - `earlier`); max_seqs_in_step is `later`'s.
+// What happened between two snapshots of the same scheduler (`later` - `earlier`); max_seqs_in_step and
+// lease_blocks are `later`'s.
 inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
   SchedulerStats d;
 #define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
   ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_DIFF)
 #undef ACTORD_STATS_DIFF
   d.max_seqs_in_step = later.max_seqs_in_step;
+  d.lease_blocks = later.lease_blocks;
   return d;
 }
 

@@ -266,47 +266,32 @@ void select_top_scaled(const float* row, int n, float t, int k, std::vector<Cand
   keep_best(out, k);
 }
 
-// A logit floor that leaves out only tokens weighing less than `bound` (in e^(logit - max)), with a margin for the
-// float rounding of the logits; -inf when bound is not positive.
-float floor_for_weight(float max, double bound) {
-  if (!(bound > 0.0)) return -kInf;
-  return float(double(max) + std::log(bound) - 1e-3 - 1e-6 * std::fabs(double(max)));
-}
-
-// Where RankedCandidates takes more candidates from when its list is used up: band j of the row holds the tokens
-// scaled into [floors[j], floors[j - 1]).
-struct Bands {
-  const float* row = nullptr;
-  int n = 0;
-  float t = 1.0f;
-  std::array<float, 4> floors{};
-  size_t count = 0, next = 0;
-};
-
-// Band floors for a draw over the whole row. Tokens weighing less than safe_weight cannot reach the mass the walk
-// needs (together they weigh less than half of the rest). Optimistic floors first (4096 and 64 x safe_weight, unless
-// they would hold only the maximum), then the safe one, then the min-p cut (tokens below it are dropped anyway) or
-// -inf (for rounding only).
-void set_floors(Bands& bands, float max, double safe_weight, double min_weight) {
-  const float last = floor_for_weight(max, min_weight);
-  for (const double factor : {4096.0, 64.0, 1.0}) {
-    const float floor = floor_for_weight(max, factor * safe_weight);
-    if (floor <= last) break;
-    if (factor * safe_weight < 1.0 || factor == 1.0) bands.floors[bands.count++] = floor;
-  }
-  bands.floors[bands.count++] = last;
-}
-
 // The candidates in rank order, built lazily: the sorted part grows in chunks (64, then three times what is sorted)
-// picked with nth_element, so a walk that stops early costs a selection, not a sort; when the list is used up, the
-// next band is gathered (its tokens rank below all before). A walk ends after the last candidate or at the first
-// whose weight is 0 or below min_weight (those after it weigh no more). Weights: std::exp(double(logit - max)).
+// picked with nth_element, so a walk that stops early costs a selection, not a sort. Without a complete list
+// (top-k), candidates come from the row band by band, a band gathered when the list is used up (its tokens rank
+// below all before). A walk ends after the last candidate or at the first whose weight is 0 or below min_weight
+// (those after it weigh no more). Weights: std::exp(double(logit - max)), the old sampler's.
 class RankedCandidates {
  public:
-  RankedCandidates(std::vector<Candidate>& list, std::vector<double>& weights, float max, double min_weight,
-                   const Bands& bands)
-      : list_(list), weights_(weights), max_(max), min_weight_(min_weight), bands_(bands) {
+  RankedCandidates(std::vector<Candidate>& list, std::vector<double>& weights, float max, double min_weight)
+      : list_(list), weights_(weights), max_(max), min_weight_(min_weight) {
     weights_.clear();
+  }
+
+  // Empties the list, to be gathered from row / t by bands. Tokens weighing less than safe_weight cannot reach the
+  // mass the walk needs (together they weigh less than half of the rest). Band floors: optimistic ones first (4096 and
+  // 64 x safe_weight, unless they would hold only the maximum), then the safe one, then the min-p cut (tokens below
+  // it are dropped anyway) or -inf (for rounding only).
+  void gather_from(const float* row, int n, float t, double safe_weight) {
+    list_.clear();
+    row_ = row, n_ = n, t_ = t;
+    const float last = floor_for_weight(min_weight_);
+    for (const double factor : {4096.0, 64.0, 1.0}) {
+      const float floor = floor_for_weight(factor * safe_weight);
+      if (floor <= last) break;
+      if (factor * safe_weight < 1.0 || factor == 1.0) floors_[bands_++] = floor;
+    }
+    floors_[bands_++] = last;
   }
 
   // The weight of the i-th candidate in rank order; false when the walk has ended before it.
@@ -319,12 +304,18 @@ class RankedCandidates {
   int32_t id(size_t i) const { return list_[i].second; }
 
  private:
+  // The floor leaving out only tokens that weigh less than bound, with a margin for rounding; -inf for bound <= 0.
+  float floor_for_weight(double bound) const {
+    if (!(bound > 0.0)) return -kInf;
+    return float(double(max_) + std::log(bound) - 1e-3 - 1e-6 * std::fabs(double(max_)));
+  }
+
   bool extend() {
     const size_t from = weights_.size();
-    for (; !below_min_ && from == list_.size(); ++bands_.next) {
-      if (bands_.next == bands_.count) return false;
-      const float below = bands_.next == 0 ? kInf : bands_.floors[bands_.next - 1];
-      gather_band(bands_.row, bands_.n, bands_.t, bands_.floors[bands_.next], below, list_);
+    for (; !below_min_ && from == list_.size(); ++next_band_) {
+      if (next_band_ == bands_) return false;
+      const float below = next_band_ == 0 ? kInf : floors_[next_band_ - 1];
+      gather_band(row_, n_, t_, floors_[next_band_], below, list_);
     }
     if (below_min_) return false;
     const size_t to = std::min(list_.size(), from + std::max<size_t>(64, 3 * from));
@@ -343,8 +334,12 @@ class RankedCandidates {
   std::vector<double>& weights_;
   const float max_;
   const double min_weight_;
-  Bands bands_;
   bool below_min_ = false;
+  const float* row_ = nullptr;  // bands: [floors_[j], floors_[j - 1]) of row_ / t_
+  int n_ = 0;
+  float t_ = 1.0f;
+  std::array<float, 4> floors_{};
+  size_t bands_ = 0, next_band_ = 0;
 };
 
 // The old sampler's rule over ranked candidates (total: their summed weight): top-p keeps a candidate while the mass
@@ -376,8 +371,8 @@ int32_t draw(const float* row, int n, float t, float max, const SamplingOptions&
   const double u =
       uniform_from_key(o.seed * 0x100000001b3ull ^ (uint64_t(sample_index) + 1) * 0x9e3779b97f4a7c15ull);
   const double min_weight = o.min_p;  // p_i < min_p x p_max  <=>  e^(l_i - max) < min_p
+  RankedCandidates ranked(candidates, weights, max, min_weight);
   double total = 0.0;
-  Bands bands;
   if (o.top_k > 0 && o.top_k < n) {
     select_top_scaled(row, n, t, o.top_k, candidates);
     if (candidates.size() <= kSortWhole) std::sort(candidates.begin(), candidates.end(), ranks_before);
@@ -390,11 +385,8 @@ int32_t draw(const float* row, int n, float t, float max, const SamplingOptions&
     // (total - mass) / 2n each leave the head at least (total + mass) / 2.
     total = sum_weights(row, n, t, max, min_weight);
     const double mass = (o.top_p < 1.0f ? double(o.top_p) : u) * total;
-    bands = Bands{row, n, t};
-    set_floors(bands, max, (total - mass) / (2.0 * n), min_weight);
-    candidates.clear();
+    ranked.gather_from(row, n, t, (total - mass) / (2.0 * n));
   }
-  RankedCandidates ranked(candidates, weights, max, min_weight, bands);
   return walk(ranked, total, o.top_p, u);
 }
 
@@ -409,35 +401,25 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int n, int
   return top;
 }
 
-void save_raw(SavedLogits* saved, const float* logits, int32_t id) {
-  if (saved != nullptr) saved->emplace_back(id, logits[id]);
-}
-
-// Repetition, then frequency and presence penalties, in place (vLLM's order); ids outside the row are ignored.
-void apply_penalties(float* logits, int n, const SamplingOptions& o, const PenaltyHistory& history,
-                     SavedLogits* saved) {
+// Repetition, then frequency and presence penalties, then the masks, in place (vLLM's order); ids outside the row are
+// ignored. saved (when not null) gets (id, value before) for each change.
+void penalise_and_mask(float* logits, int n, const SampleRequest& request, SavedLogits* saved) {
+  const SamplingOptions& o = *request.options;
+  auto change = [&](int32_t id, auto&& update) {
+    if (id < 0 || id >= n) return;
+    if (saved != nullptr) saved->emplace_back(id, logits[id]);
+    logits[id] = update(logits[id]);
+  };
   const float r = o.repetition_penalty;
-  if (r != 1.0f) {
-    for (const int32_t id : history.seen()) {
-      if (id < 0 || id >= n) continue;
-      save_raw(saved, logits, id);
-      logits[id] = logits[id] > 0.0f ? logits[id] / r : logits[id] * r;
+  if (request.history != nullptr && r != 1.0f)
+    for (const int32_t id : request.history->seen()) change(id, [r](float l) { return l > 0.0f ? l / r : l * r; });
+  if (request.history != nullptr && (o.frequency_penalty != 0.0f || o.presence_penalty != 0.0f)) {
+    for (const auto& [id, count] : request.history->output_counts()) {
+      const float penalty = o.frequency_penalty * float(count) + (count > 0 ? o.presence_penalty : 0.0f);
+      change(id, [penalty](float l) { return l - penalty; });
     }
   }
-  if (o.frequency_penalty == 0.0f && o.presence_penalty == 0.0f) return;
-  for (const auto& [id, count] : history.output_counts()) {
-    if (id < 0 || id >= n) continue;
-    save_raw(saved, logits, id);
-    logits[id] -= o.frequency_penalty * float(count) + (count > 0 ? o.presence_penalty : 0.0f);
-  }
-}
-
-void mask_ids(float* logits, int n, std::span<const int32_t> ids, SavedLogits* saved) {
-  for (const int32_t id : ids) {
-    if (id < 0 || id >= n) continue;
-    save_raw(saved, logits, id);
-    logits[id] = -kInf;
-  }
+  for (const int32_t id : request.masked_ids) change(id, [](float) { return -kInf; });
 }
 
 // The raw logit of id: the first value saved before the row was changed there, else the row's.
@@ -472,8 +454,7 @@ SampledToken Sampler::sample(float* logits, int vocab_size, const SampleRequest&
   }
   raw_saved_.clear();
   SavedLogits* saved = with_logprobs ? &raw_saved_ : nullptr;
-  if (request.history != nullptr && o.has_penalties()) apply_penalties(logits, vocab_size, o, *request.history, saved);
-  mask_ids(logits, vocab_size, request.masked_ids, saved);
+  penalise_and_mask(logits, vocab_size, request, saved);
   out.token = choose(logits, vocab_size, o, request.sample_index);
   if (with_logprobs) out.logprob = float(double(raw_logit(logits, raw_saved_, out.token)) - lse);
   return out;

@@ -54,10 +54,10 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
       return refused;
     }
   }
-  const size_t blocks_needed = (request.prompt.size() + limits_.block_size - 1) / limits_.block_size;
-  if (blocks_needed > blocks_.num_total()) {
+  const size_t blocks_needed = blocks_for(static_cast<int>(request.prompt.size()));
+  if (blocks_needed > pool_blocks()) {
     refused.error = "the prompt needs " + std::to_string(blocks_needed) + " KV blocks, the cache has only " +
-                    std::to_string(blocks_.num_total());
+                    std::to_string(pool_blocks());
     return refused;
   }
   if (request.max_tokens == 0) {
@@ -189,6 +189,7 @@ const StepPlan* BatchScheduler::plan_step() {
   step.seqs.clear();
   plan.num_tokens = plan.num_prefill_tokens = plan.num_samples = 0;
   plan.planned_ahead = ahead;
+  shortfall_ = 0;
   int budget = limits_.max_num_batched_tokens;
   // The policy decides first: a preemption it asks for frees room before the running sequences are planned.
   if (!consult_policy(ahead)) {
@@ -222,17 +223,25 @@ const StepPlan* BatchScheduler::plan_step() {
         continue;
       }
     }
-    bool placed = false;
-    while (!(placed = ensure_blocks(seq, seq.num_computed + chunk))) {
+    bool placed = ensure_blocks(seq, seq.num_computed + chunk);
+    if (!placed) {
+      shortfall_ += blocks_for(seq.num_computed + chunk) - seq.blocks.size();
+      if (growing_) {  // more blocks are on their way: this sequence waits for them
+        ++i;
+        continue;
+      }
       // Preemption needs every sequence at rest: ahead of a step in flight, give up and plan after its result.
       if (ahead) {
         needs_sync_ = true;
         return nullptr;
       }
       // Preempt the policy's victim among the sequences not already in this step.
-      Sequence* victim = pick_victim(i);
-      preempt(*victim);
-      if (victim == &seq) break;
+      while (!placed) {
+        Sequence* victim = pick_victim(i);
+        preempt(*victim);
+        if (victim == &seq) break;
+        placed = ensure_blocks(seq, seq.num_computed + chunk);
+      }
     }
     if (!placed) break;  // seq itself was preempted: it was the last one
     add_slice(step, seq, chunk, from_previous);
@@ -307,7 +316,10 @@ void BatchScheduler::admit(Step& step, int& budget) {
     auto queued = std::find(waiting_.begin(), waiting_.end(), id);
     if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
-    if (!ensure_blocks(seq, seq.num_computed + chunk)) break;
+    if (!ensure_blocks(seq, seq.num_computed + chunk)) {
+      shortfall_ += blocks_for(static_cast<int>(seq.tokens.size())) - seq.blocks.size();
+      break;
+    }
     waiting_.erase(queued);
     running_.push_back(&seq);
     add_slice(step, seq, chunk, -1);
@@ -315,8 +327,17 @@ void BatchScheduler::admit(Step& step, int& budget) {
   }
 }
 
+size_t BatchScheduler::blocks_spare() const {
+  if (!waiting_.empty() || shortfall_ > 0) return 0;
+  // Keep the reserve, and two blocks per running sequence for its next tokens.
+  const size_t keep = std::max<size_t>(limits_.lease_reserve, 2 * running_.size());
+  const size_t free = blocks_.num_free();
+  // Give back only a sizeable surplus, so that a lease does not go back and forth block by block.
+  return free > 2 * keep ? free - keep : 0;
+}
+
 int BatchScheduler::max_tokens_held() const {
-  const size_t capacity = blocks_.num_total() * static_cast<size_t>(limits_.block_size);
+  const size_t capacity = pool_blocks() * static_cast<size_t>(limits_.block_size);
   return static_cast<int>(std::min<size_t>(capacity, static_cast<size_t>(limits_.max_model_len)));
 }
 

@@ -45,6 +45,10 @@ struct SchedulerLimits {
   int max_model_len = 512;
   int vocab_size = 0;       // prompt ids must be below it; 0: not checked
   bool plan_ahead = true;   // plan step N+1 while step N executes
+  // Blocks of the whole KV pool (the lease can grow up to it): what a request may need at most. 0: the lease
+  // given to the constructor is all there is.
+  uint32_t pool_blocks = 0;
+  uint32_t lease_reserve = 0;  // free blocks kept on lease when giving blocks back
 };
 
 struct SequenceRequest {
@@ -138,6 +142,14 @@ class BatchScheduler {
   // The oldest step in flight failed: every live sequence in it finishes with `error`.
   std::vector<SequenceUpdate> on_step_failed(const std::string& error);
 
+  // The KV lease. The scheduler allocates from the BlockAllocator it was given (its lease of the kv_pool's blocks)
+  // and never waits for the pool: its actor grows the lease in bulk when a plan ran short and gives back what it
+  // does not need. While a grant is on its way (set_lease_growing), a shortage stalls the sequences that lack
+  // blocks instead of preempting them.
+  size_t blocks_wanted() const { return shortfall_; }  // blocks the last plan lacked (0: none)
+  size_t blocks_spare() const;                         // free blocks beyond the reserve, when nothing waits
+  void set_lease_growing(bool growing) { growing_ = growing; }
+
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   uint64_t num_preemptions() const { return preemptions_; }
@@ -177,6 +189,10 @@ class BatchScheduler {
   // A sequence ends (finish length) when it reaches the context length or fills the whole KV lease: it could not
   // take another step even alone.
   int max_tokens_held() const;
+  size_t pool_blocks() const { return limits_.pool_blocks ? limits_.pool_blocks : blocks_.num_total(); }
+  size_t blocks_for(int num_tokens) const {
+    return (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
+  }
   // Appends seq's next `chunk` tokens (or its pending token when from_previous >= 0) to `step`.
   void add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous);
   PolicySequence view_of(const Sequence& seq) const;
@@ -205,6 +221,8 @@ class BatchScheduler {
   int max_in_flight_ = 2;
   uint64_t next_serial_ = 1;        // serial of the next step committed
   bool needs_sync_ = false;         // planning ahead failed: wait for the step in flight, then plan
+  bool growing_ = false;            // a lease grant is on its way
+  size_t shortfall_ = 0;            // blocks the last plan lacked
   std::vector<uint64_t> released_;  // for the next plan's `released`
   uint64_t preemptions_ = 0;
 };

@@ -378,3 +378,42 @@ TEST_CASE("sampling options are checked when a request is added", "[scheduler]")
   CHECK(bad([](SamplingOptions& o) { o.logprobs = 21; }) == "logprobs: must be at most 20 (or -1 for none), got 21");
   CHECK_FALSE(s.has_work());
 }
+
+TEST_CASE("lease - a short plan asks for blocks, a grant lets it continue, a surplus is given back", "[scheduler][lease]") {
+  BlockAllocator lease(2);  // block_size 4: 8 slots leased out of a pool of 64 blocks
+  SchedulerLimits limits{8, 64, 4, 512, 0};
+  limits.pool_blocks = 64;
+  limits.lease_reserve = 2;
+  BatchScheduler s(one_at_a_time(limits), lease);
+  s.add(request(1, 6, 20));    // 2 blocks: fits
+  s.add(request(2, 10, 20));   // 3 blocks: does not fit the lease, fits the pool (not refused)
+  auto plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 1);
+  CHECK(s.blocks_wanted() == 3);
+  s.set_lease_growing(true);   // the actor asked the kv_pool
+  answer(s, *plan, 5);
+  // Seq 1 decodes on within its 2 blocks; seq 2 still waits; at position 8 seq 1 needs a third block and stalls
+  // (no preemption while a grant is on its way).
+  int decoded = 0;
+  while ((plan = s.plan_step()) != nullptr) {
+    REQUIRE(plan->slices.size() == 1);
+    answer(s, *plan, 5);
+    REQUIRE(++decoded < 10);
+  }
+  CHECK(decoded == 2);  // positions 6 and 7
+  CHECK(s.num_preemptions() == 0);
+  CHECK(s.blocks_wanted() > 0);
+  std::vector<uint32_t> grant{10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  lease.add(grant);
+  s.set_lease_growing(false);
+  plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 2);
+  CHECK(s.blocks_wanted() == 0);
+  CHECK(s.blocks_spare() == 0);  // running sequences keep their share
+  answer(s, *plan, 5);
+  while (s.has_work()) answer(s, *s.plan_step(), 5);
+  CHECK(s.blocks_spare() == 12 - 2);  // nothing runs: all but the reserve goes back
+  auto back = lease.take_free(s.blocks_spare());
+  CHECK(back.size() == 10);
+  CHECK(lease.num_total() == 2);
+}

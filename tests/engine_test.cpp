@@ -291,3 +291,26 @@ TEST_CASE("invalid UTF-8 in a prompt is encoded byte by byte and the engine keep
   CHECK(std::find(ids.begin(), ids.end(), 257) != ids.end());
   CHECK((*out)[1].generated_ids.size() == 4);
 }
+
+TEST_CASE("the scheduler leases part of the KV pool - grows it under load - gives the surplus back", "[engine][lease]") {
+  auto engine = start(quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=4MiB"}));
+  REQUIRE(engine->generate({greedy({1}, 2)}).ok());  // the first lease is granted before the first step
+  auto before = engine->stats();
+  REQUIRE(before.ok());
+  const uint64_t initial = before->lease_blocks;
+  CHECK(initial > 0);
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 16; ++i) requests.push_back(greedy({1}, 200));
+  auto out = engine->generate(requests);
+  REQUIRE(out.ok());
+  const auto reference = test::reference_ids();
+  for (const auto& g : *out) {
+    REQUIRE_FALSE(g.error);
+    CHECK(g.generated_ids == std::vector<int32_t>(reference.begin(), reference.begin() + 200));
+  }
+  auto after = engine->stats();
+  REQUIRE(after.ok());
+  CHECK(after->lease_grows > 0);
+  CHECK(after->lease_returns > 0);
+  CHECK(after->lease_blocks < initial * 2);  // back near its reserve once idle
+}

@@ -137,7 +137,7 @@ TEST_CASE("allocation under pressure evicts LRU unreferenced leaves, children be
   CHECK(cache.stats().evictions == 3);
   CHECK(cache.stats().cached_blocks == 4);
 
-  // A matched prefix of X is referenced: only X1 is evictable below... nothing: X0 is held, X1 is its leaf.
+  // Matching what is left of X holds X0 and X1: with Z held too, nothing can be evicted.
   std::vector<uint32_t> held;
   REQUIRE(cache.match(run(0, 8), SIZE_MAX, held) == 2);
   CHECK(cache.num_free() == 0);

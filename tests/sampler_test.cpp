@@ -63,7 +63,8 @@ struct Ranked {
 std::vector<Ranked> reference_kept(const std::vector<double>& logits, const SamplingOptions& o) {
   std::vector<Ranked> c;
   for (int32_t i = 0; i < int32_t(logits.size()); ++i) c.push_back({logits[i] / o.temperature, i, 0.0});
-  std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
+  std::sort(c.begin(), c.end(),
+            [](auto& a, auto& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); });
   auto renormalise = [&] {
     double sum = 0.0;
     for (auto& r : c) sum += (r.p = std::exp(r.logit - c.front().logit));
@@ -136,7 +137,9 @@ int32_t previous_sample(const float* logits, int vocab_size, const SamplingOptio
   if (o.temperature <= 0.0f || o.top_k == 1) return reference_argmax(std::vector<double>(logits, logits + vocab_size));
   std::vector<std::pair<float, int32_t>> candidates(static_cast<size_t>(vocab_size));
   for (int32_t i = 0; i < vocab_size; ++i) candidates[i] = {logits[i] / o.temperature, i};
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = candidates.size();
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < keep) {
     keep = static_cast<size_t>(o.top_k);
@@ -306,12 +309,13 @@ TEST_CASE("sampler: top-p keeps a token while the mass before it is below p", "[
 
 TEST_CASE("sampler: min-p drops tokens below min_p x the best probability", "[sampler]") {
   const std::vector<float> logits = random_logits(1000, 2.0f, 10);
-  // min_p 0 changes nothing.
+  // min_p 0 drops nothing: the draws of a sampler without min-p (the previous one).
   Sampler s;
   for (uint32_t i = 0; i < 300; ++i)
-    CHECK(s.sample(logits.data(), 1000, options(0.8f, 1.0f, 0, 6, 0.0f), i) ==
-          s.sample(logits.data(), 1000, options(0.8f, 1.0f, 0, 6), i));
-  for (float min_p : {0.001f, 0.05f, 0.3f}) check_draws_against_reference(logits, options(0.8f, 1.0f, 0, 6, min_p), 1000);
+    CHECK(s.sample(logits.data(), 1000, options(0.8f, 0.9f, 0, 6, 0.0f), i) ==
+          previous_sample(logits.data(), 1000, options(0.8f, 0.9f, 0, 6), i));
+  for (float min_p : {0.001f, 0.05f, 0.3f})
+    check_draws_against_reference(logits, options(0.8f, 1.0f, 0, 6, min_p), 1000);
   check_draws_against_reference(logits, options(0.8f, 0.9f, 20, 6, 0.05f), 1000);
   check_draws_against_reference(random_logits(50000, 3.0f, 12), options(1.0f, 1.0f, 0, 6, 0.01f), 300);
   // min_p 1 keeps only the maxima, both tied ones.

@@ -122,7 +122,7 @@ struct StreamDeltaBatch {
 struct KvLeaseRequest {
   correlationId @0 :UInt64;
   holder @1 :Text;               # stable name of the leaseholder, e.g. replica/0/scheduler
-  numBlocks @2 :UInt32;          # 0 = all free blocks
+  numBlocks @2 :UInt32;          # up to this many (fewer when the pool has fewer free; 0 = all free blocks)
 }
 
 struct KvLeaseGrant {
@@ -243,4 +243,7 @@ struct SchedulerStats {
   decodeMicros @12 :UInt64;        # round trips of decode-only steps
   stepsPlannedAhead @13 :UInt64;   # steps sent while the previous one was still executing
   workerIdleMicros @14 :UInt64;    # summed gaps between two steps at the worker with nothing queued
+  leaseBlocks @15 :UInt64;         # KV blocks the scheduler holds on lease now
+  leaseGrows @16 :UInt64;          # grants that grew the lease
+  leaseReturns @17 :UInt64;        # surpluses given back to the kv_pool
 }
