@@ -108,6 +108,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /
                                                       topology.engine.block_size);
   params.limits.pool_blocks = params.num_kv_blocks;
+  params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;

@@ -277,6 +277,11 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         SchedulerStats stats = self->state.stats;
         stats.scheduler_us = self->state.own_ns / 1000;
         stats.preemptions = self->state.batcher->num_preemptions();
+        const PrefixCacheStats cache = self->state.batcher->prefix_cache_stats();
+        stats.prefix_query_blocks = cache.query_blocks;
+        stats.prefix_hit_blocks = cache.hit_blocks;
+        stats.prefix_evictions = cache.evictions;
+        stats.prefix_cached_blocks = cache.cached_blocks;
         return build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
           to_wire(stats, out);
           out.setCorrelationId(correlation);

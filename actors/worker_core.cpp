@@ -95,6 +95,13 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       fresh.sampling = from_wire(s.getSampling());
       fresh.prompt_len = s.getPromptLen();
       fresh.masked_until_min_tokens = to_vector<int32_t>(s.getStopIds());
+      if (fresh.sampling.has_penalties()) {  // the tokens of a cached prefix, which this worker is not fed
+        uint32_t pos = 0;
+        for (int32_t id : s.getContextTokens()) {
+          if (pos++ < fresh.prompt_len) fresh.history.add_prompt({&id, 1});
+          else fresh.history.add_output(id);
+        }
+      }
       seqs_[seq_id] = std::move(fresh);
     }
     auto state = seqs_.find(seq_id);

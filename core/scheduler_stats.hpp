@@ -27,7 +27,11 @@ namespace actord {
   X(worker_idle_us, WorkerIdleMicros)        /* worker time between the end of a step and the start of the next */ \
   X(lease_blocks, LeaseBlocks)               /* KV blocks leased from the kv_pool now */                        \
   X(lease_grows, LeaseGrows)                 /* grants that grew the lease */                                   \
-  X(lease_returns, LeaseReturns)             /* surpluses given back to the kv_pool */
+  X(lease_returns, LeaseReturns)             /* surpluses given back to the kv_pool */                          \
+  X(prefix_query_blocks, PrefixQueryBlocks)  /* full prompt blocks looked up in the prefix cache */             \
+  X(prefix_hit_blocks, PrefixHitBlocks)      /* of which cached: their prefill was skipped */                   \
+  X(prefix_evictions, PrefixEvictions)       /* cached blocks evicted to make room */                           \
+  X(prefix_cached_blocks, PrefixCachedBlocks) /* blocks in the prefix cache now */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -35,8 +39,8 @@ struct SchedulerStats {
 #undef ACTORD_STATS_MEMBER
 };
 
-// What happened between two snapshots of the same scheduler (`later` - `earlier`); max_seqs_in_step and
-// lease_blocks are `later`'s.
+// What happened between two snapshots of the same scheduler (`later` - `earlier`); the gauges
+// (max_seqs_in_step, lease_blocks, prefix_cached_blocks) are `later`'s.
 inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
   SchedulerStats d;
 #define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
@@ -44,6 +48,7 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
 #undef ACTORD_STATS_DIFF
   d.max_seqs_in_step = later.max_seqs_in_step;
   d.lease_blocks = later.lease_blocks;
+  d.prefix_cached_blocks = later.prefix_cached_blocks;
   return d;
 }
 

@@ -180,7 +180,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
 
   Section engine(top.get("engine"), "engine");
   engine.check_keys(
-      {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype"});
+      {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype",
+       "enable_prefix_caching"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -203,6 +204,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
           "engine.kv_cache_dtype", "must be auto, float32, bfloat16 or float16, got '" + cfg.engine.kv_cache_dtype + "'");
   require(cfg.engine.kv_cache_memory > 0, "engine.kv_cache_memory", "must be positive");
   engine.read("max_model_len", cfg.engine.max_model_len);
+  engine.read("enable_prefix_caching", cfg.engine.enable_prefix_caching);
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 

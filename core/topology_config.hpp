@@ -36,6 +36,7 @@ struct EngineSection {
   int max_model_len = 0;                    // 0: the model's max_position_embeddings
   // auto: the model's compute dtype (model.dtype, else config.json's torch_dtype) | float32 | bfloat16 | float16
   std::string kv_cache_dtype = "auto";
+  bool enable_prefix_caching = true;        // reuse the KV of cached full blocks of identical token prefixes
 };
 
 struct SchedulerSection {

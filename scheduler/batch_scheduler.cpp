@@ -19,7 +19,10 @@ const char* finish_name(Finish finish) {
 
 BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
                                std::shared_ptr<SchedulingPolicy> policy)
-    : limits_(limits), blocks_(blocks), policy_(policy ? std::move(policy) : make_fcfs_policy()) {
+    : limits_(limits),
+      blocks_(blocks),
+      cache_(blocks, limits.block_size, limits.enable_prefix_caching),
+      policy_(policy ? std::move(policy) : make_fcfs_policy()) {
   max_in_flight_ = limits_.plan_ahead ? 2 : 1;
 }
 
@@ -92,11 +95,11 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
 bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
   const size_t needed = (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
   if (needed <= seq.blocks.size()) return true;
-  return blocks_.allocate(needed - seq.blocks.size(), seq.blocks);
+  return cache_.allocate(needed - seq.blocks.size(), seq.blocks);
 }
 
 void BatchScheduler::release(Sequence& seq) {
-  if (!seq.blocks.empty()) blocks_.free(seq.blocks);
+  if (!seq.blocks.empty()) cache_.release(seq.blocks);
   seq.blocks.clear();
   if (seq.sent) released_.push_back(seq.req.id);
   seq.sent = false;
@@ -149,6 +152,7 @@ void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t fro
   s.sample_index = seq.generated + static_cast<uint32_t>(seq.pending);
   s.new_sequence = seq.fresh;
   s.request = &seq.req;
+  if (seq.fresh) s.context = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_computed));
   StepPlan& plan = step.plan;
   plan.num_tokens += chunk;
   const bool decode = chunk == 1 && s.sample && (from_previous >= 0 || seq.generated > 0);
@@ -284,7 +288,7 @@ bool BatchScheduler::consult_policy(bool ahead) {
   PolicySnapshot snapshot;
   snapshot.waiting = waiting_view_;
   snapshot.running = running_view_;
-  snapshot.free_blocks = blocks_.num_free();
+  snapshot.free_blocks = cache_.num_free();
   snapshot.total_blocks = blocks_.num_total();
   snapshot.token_budget = limits_.max_num_batched_tokens;
   snapshot.max_num_seqs = limits_.max_num_seqs;
@@ -315,6 +319,7 @@ void BatchScheduler::admit(Step& step, int& budget) {
     Sequence& seq = it->second;
     auto queued = std::find(waiting_.begin(), waiting_.end(), id);
     if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
+    if (seq.fresh && seq.blocks.empty()) reuse_cached_prefix(seq);
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     if (!ensure_blocks(seq, seq.num_computed + chunk)) {
       shortfall_ += blocks_for(static_cast<int>(seq.tokens.size())) - seq.blocks.size();
@@ -334,6 +339,21 @@ size_t BatchScheduler::blocks_spare() const {
   const size_t free = blocks_.num_free();
   // Give back only a sizeable surplus, so that a lease does not go back and forth block by block.
   return free > 2 * keep ? free - keep : 0;
+}
+
+void BatchScheduler::reuse_cached_prefix(Sequence& seq) {
+  if (!cache_.enabled()) return;
+  const size_t usable = (seq.tokens.size() - 1) / static_cast<size_t>(limits_.block_size);
+  const size_t hit = cache_.match(seq.tokens, usable, seq.blocks);
+  seq.num_computed = static_cast<int>(hit) * limits_.block_size;
+}
+
+void BatchScheduler::cache_full_blocks(Sequence& seq, int written_from, int written_to) {
+  const int bs = limits_.block_size;
+  const size_t full = static_cast<size_t>(written_to / bs);
+  if (!cache_.enabled() || written_to / bs == written_from / bs) return;  // no block filled up
+  cache_.insert(std::span<const int32_t>(seq.tokens).first(full * static_cast<size_t>(bs)),
+                std::span<const uint32_t>(seq.blocks).first(std::min(full, seq.blocks.size())));
 }
 
 int BatchScheduler::max_tokens_held() const {
@@ -389,6 +409,7 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       }
       continue;
     }
+    cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
     SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
     if (sample) {
       seq.tokens.push_back(sample->token);

@@ -16,6 +16,8 @@
 // sequence) is preempted by recompute: its blocks are freed and it goes back to the front of the queue with every
 // token it has so far. Preemption only happens with no step in flight: when planning ahead would need it,
 // plan_step() returns nothing and the next plan waits for the step in flight. A
+// Blocks come from a PrefixCache over the lease: a (re-)admitted sequence skips the prefill of its longest cached
+// prefix in whole blocks, and a block is cached once the step that wrote its last token has returned. A
 // sequence planned ahead that ends in the step before (a stop id) wastes that one slice: its result is dropped
 // and its blocks are freed only when no step in flight writes them any more. A sequence known to end by length is
 // never planned ahead. No request is dropped for lack of memory unless it cannot fit even alone.
@@ -34,6 +36,7 @@
 #include "core/sampling_options.hpp"
 #include "core/status.hpp"
 #include "memory/block_allocator.hpp"
+#include "memory/prefix_cache.hpp"
 #include "scheduler/scheduling_policy.hpp"
 
 namespace actord {
@@ -49,6 +52,7 @@ struct SchedulerLimits {
   // given to the constructor is all there is.
   uint32_t pool_blocks = 0;
   uint32_t lease_reserve = 0;  // free blocks kept on lease when giving blocks back
+  bool enable_prefix_caching = true;  // admissions reuse the KV of cached full blocks with the same tokens
 };
 
 struct SequenceRequest {
@@ -83,6 +87,7 @@ struct PlannedSlice {
   // state for it from `request` (sampling options, prompt length, stop ids).
   bool new_sequence = false;
   const SequenceRequest* request = nullptr;
+  std::span<const int32_t> context;       // the sequence's tokens before start_pos (with new_sequence: a cached prefix)
 };
 
 struct StepPlan {
@@ -150,6 +155,8 @@ class BatchScheduler {
   size_t blocks_spare() const;                         // free blocks beyond the reserve, when nothing waits
   void set_lease_growing(bool growing) { growing_ = growing; }
 
+  PrefixCacheStats prefix_cache_stats() const { return cache_.stats(); }
+
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   uint64_t num_preemptions() const { return preemptions_; }
@@ -202,12 +209,18 @@ class BatchScheduler {
   // With blocks short for running_[first]: the policy's victim among running_[first..].
   Sequence* pick_victim(size_t first);
   void admit(Step& step, int& budget);
+  // A fresh sequence takes the cached full blocks of its longest cached prefix (always leaving its last token to
+  // compute: its logits are needed) and starts computing after them.
+  void reuse_cached_prefix(Sequence& seq);
+  // After a step wrote positions [written_from, written_to): the sequence's full blocks become matchable.
+  void cache_full_blocks(Sequence& seq, int written_from, int written_to);
   // Makes the plan in `step` the newest step in flight: advances every planned sequence.
   void commit(Step& step);
   Step& oldest() { return steps_[head_]; }
 
   SchedulerLimits limits_;
   BlockAllocator& blocks_;
+  PrefixCache cache_;                        // every block is allocated and released through it
   std::shared_ptr<SchedulingPolicy> policy_;
   PolicyDecision decision_;                  // scratch
   std::vector<PolicySequence> waiting_view_, running_view_;  // scratch

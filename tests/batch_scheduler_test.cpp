@@ -24,10 +24,16 @@ std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& plan, int3
   return s.on_step_result(sampled);
 }
 
+// Limits without the prefix cache: every block a sequence frees goes straight back to the lease.
+SchedulerLimits plain(SchedulerLimits limits) {
+  limits.enable_prefix_caching = false;
+  return limits;
+}
+
 // Limits with planning ahead off: one step in flight at a time.
 SchedulerLimits one_at_a_time(SchedulerLimits limits) {
   limits.plan_ahead = false;
-  return limits;
+  return plain(limits);
 }
 
 }  // namespace
@@ -65,7 +71,7 @@ TEST_CASE("prefill then decode - one step in flight at a time", "[scheduler]") {
 
 TEST_CASE("several requests share one step - decode first - then admissions", "[scheduler]") {
   BlockAllocator blocks(64);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 5, 10));
   auto plan = s.plan_step();
   answer(s, *plan, 50);
@@ -82,7 +88,7 @@ TEST_CASE("several requests share one step - decode first - then admissions", "[
 
 TEST_CASE("long prompts are chunked by the token budget", "[scheduler]") {
   BlockAllocator blocks(64);
-  BatchScheduler s({8, 16, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 16, 4, 512, 0}), blocks);
   s.add(request(1, 40, 2));
   int steps = 0;
   int fed = 0;
@@ -102,7 +108,7 @@ TEST_CASE("long prompts are chunked by the token budget", "[scheduler]") {
 
 TEST_CASE("max_num_seqs caps the running set", "[scheduler]") {
   BlockAllocator blocks(64);
-  BatchScheduler s({2, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({2, 64, 4, 512, 0}), blocks);
   for (uint64_t id = 1; id <= 3; ++id) s.add(request(id, 2, 5));
   auto plan = s.plan_step();
   CHECK(plan->slices.size() == 2);
@@ -111,7 +117,7 @@ TEST_CASE("max_num_seqs caps the running set", "[scheduler]") {
 
 TEST_CASE("stop ids finish a sequence and report the id", "[scheduler]") {
   BlockAllocator blocks(8);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 100, {2}));
   auto plan = s.plan_step();
   auto updates = answer(s, *plan, 2);
@@ -122,7 +128,7 @@ TEST_CASE("stop ids finish a sequence and report the id", "[scheduler]") {
 
 TEST_CASE("when blocks run out the newest sequence is preempted and recomputed later", "[scheduler]") {
   BlockAllocator blocks(3);  // block_size 2: 6 token slots
-  BatchScheduler s({8, 64, 2, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 2, 512, 0}), blocks);
   s.add(request(1, 2, 10));
   s.add(request(2, 2, 10));
   auto plan = s.plan_step();
@@ -150,7 +156,7 @@ TEST_CASE("when blocks run out the newest sequence is preempted and recomputed l
 
 TEST_CASE("requests that can never run are refused with a reason", "[scheduler]") {
   BlockAllocator blocks(4);
-  BatchScheduler s({8, 64, 4, 32, 512}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 32, 512}), blocks);
   auto r = s.add(request(1, 0, 4));
   REQUIRE(r);
   CHECK(r->error == "the prompt is empty");
@@ -171,7 +177,7 @@ TEST_CASE("requests that can never run are refused with a reason", "[scheduler]"
 
 TEST_CASE("generation stops at the context length", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 8, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 8, 0}), blocks);
   s.add(request(1, 6, 100));
   std::vector<SequenceUpdate> last;
   while (s.has_work()) last = answer(s, *s.plan_step(), 1);
@@ -181,7 +187,7 @@ TEST_CASE("generation stops at the context length", "[scheduler]") {
 
 TEST_CASE("cancel removes queued requests at once and running ones after their step", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({1, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({1, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 10));
   s.add(request(2, 3, 10));
   auto plan = s.plan_step();
@@ -197,7 +203,7 @@ TEST_CASE("cancel removes queued requests at once and running ones after their s
 
 TEST_CASE("a failed step fails exactly the sequences in it", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({1, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({1, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 10));
   s.add(request(2, 3, 10));
   s.plan_step();
@@ -237,7 +243,7 @@ std::vector<SequenceUpdate> answer_slices(BatchScheduler& s, const std::vector<P
 
 TEST_CASE("plan ahead - a decode slice feeds the token the step in flight samples", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 6, 4));
   auto a = copy_of(*s.plan_step());
   REQUIRE(a.size() == 1);
@@ -277,7 +283,7 @@ TEST_CASE("plan ahead - a decode slice feeds the token the step in flight sample
 
 TEST_CASE("plan ahead - a stop id ends the sequence; the slice planned after it is dropped", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 100, {2}));
   auto a = copy_of(*s.plan_step());
   auto b = copy_of(*s.plan_step());
@@ -298,7 +304,7 @@ TEST_CASE("plan ahead - a stop id ends the sequence; the slice planned after it 
 
 TEST_CASE("plan ahead - a preemption waits for the step in flight", "[scheduler]") {
   BlockAllocator blocks(3);  // block_size 2: 6 token slots
-  BatchScheduler s({8, 64, 2, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 2, 512, 0}), blocks);
   s.add(request(1, 2, 10));
   s.add(request(2, 2, 10));
   auto a = copy_of(*s.plan_step());
@@ -318,7 +324,7 @@ TEST_CASE("plan ahead - a preemption waits for the step in flight", "[scheduler]
 
 TEST_CASE("plan ahead - cancel with two steps in flight", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 10));
   auto a = copy_of(*s.plan_step());
   auto b = copy_of(*s.plan_step());
@@ -334,7 +340,7 @@ TEST_CASE("plan ahead - cancel with two steps in flight", "[scheduler]") {
 
 TEST_CASE("plan ahead - a failed step fails its sequences once; the step after it is dropped", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 10));
   s.plan_step();
   s.plan_step();
@@ -348,7 +354,7 @@ TEST_CASE("plan ahead - a failed step fails its sequences once; the step after i
 
 TEST_CASE("plan ahead - chunked prefill continues ahead with known tokens", "[scheduler]") {
   BlockAllocator blocks(64);
-  BatchScheduler s({8, 16, 4, 512, 0}, blocks);
+  BatchScheduler s(plain({8, 16, 4, 512, 0}), blocks);
   s.add(request(1, 40, 2));
   auto a = copy_of(*s.plan_step());
   auto b = copy_of(*s.plan_step());
@@ -362,7 +368,7 @@ TEST_CASE("plan ahead - chunked prefill continues ahead with known tokens", "[sc
 
 TEST_CASE("sampling options are checked when a request is added", "[scheduler]") {
   BlockAllocator blocks(16);
-  BatchScheduler s({8, 64, 4, 512, 100}, blocks);
+  BatchScheduler s(plain({8, 64, 4, 512, 100}), blocks);
   auto bad = [&](auto edit) {
     auto r = request(1, 3, 4);
     edit(r.sampling);
@@ -416,4 +422,37 @@ TEST_CASE("lease - a short plan asks for blocks, a grant lets it continue, a sur
   auto back = lease.take_free(s.blocks_spare());
   CHECK(back.size() == 10);
   CHECK(lease.num_total() == 2);
+}
+
+TEST_CASE("prefix cache - a shared prompt is computed once - later requests start after it", "[scheduler][prefix_cache]") {
+  BlockAllocator blocks(32);
+  SchedulerLimits limits{8, 128, 4, 512, 0};
+  limits.plan_ahead = false;
+  BatchScheduler s(limits, blocks);
+  s.add(request(1, 14, 2));  // blocks: [10..13] [14..17] [18..21] [22,23]
+  auto plan = s.plan_step();
+  CHECK(plan->num_tokens == 14);
+  answer(s, *plan, 5);       // the three full blocks are cached now
+  s.add(request(2, 14, 2));  // the same prompt
+  s.add(request(3, 9, 2));   // its first two blocks
+  plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 3);
+  CHECK(plan->slices[1].start_pos == 12);  // 3 cached blocks; the last 2 tokens computed
+  CHECK(plan->slices[1].num_tokens == 2);
+  CHECK(plan->slices[2].start_pos == 8);   // 2 blocks; its last token always computed (its logits are needed)
+  CHECK(plan->slices[2].num_tokens == 1);
+  CHECK(plan->slices[1].new_sequence);
+  CHECK(plan->slices[1].block_table[0] == plan->slices[0].block_table[0]);  // shared, not copied
+  auto stats = s.prefix_cache_stats();
+  CHECK(stats.hit_blocks == 5);
+  answer(s, *plan, 5);
+  while (s.has_work()) answer(s, *s.plan_step(), 5);
+  // Everything finished: the blocks are either free or cached and evictable; none is held.
+  CHECK(blocks.num_free() + s.prefix_cache_stats().cached_blocks == 32);
+  // A request with another prompt that needs nearly the whole pool evicts the cached blocks.
+  auto big = request(4, 120, 1);
+  big.prompt[0] = 99;
+  s.add(big);
+  REQUIRE(s.plan_step());
+  CHECK(s.prefix_cache_stats().evictions > 0);
 }

@@ -112,6 +112,11 @@ TEST_CASE("penalties over prompt and output match the model run directly - greed
   REQUIRE_FALSE((*out)[1].error);
   CHECK((*out)[0].generated_ids == run_directly(prompt, 40, greedy).generated);
   CHECK((*out)[1].generated_ids == run_directly(prompt, 40, seeded).generated);
+  // Again: the prompt's full blocks now come from the prefix cache, and the worker gets their tokens as context.
+  auto again = engine->generate({request(prompt, 40, greedy)});
+  REQUIRE(again.ok());
+  CHECK((*again)[0].generated_ids == (*out)[0].generated_ids);
+  CHECK(engine->stats()->prefix_hit_blocks > 0);
   // And the penalties do something: without them greedy follows the reference story.
   SamplingOptions plain;
   plain.temperature = 0.0f;

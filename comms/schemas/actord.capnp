@@ -157,6 +157,8 @@ struct SeqStep {
   stopIds @10 :List(Int32);      # with newSequence and minTokens > 0: ids masked until minTokens were generated
   appendBlocks @11 :List(UInt32);  # without newSequence: blocks added to the table the worker keeps for it
                                    # (blockTable is then empty: the whole table travels only with newSequence)
+  contextTokens @12 :List(Int32);  # with newSequence, startPos > 0 (a cached prefix) and penalties: the tokens
+                                   # before startPos, for the penalty history
 }
 
 struct ExecuteStep {
@@ -246,4 +248,8 @@ struct SchedulerStats {
   leaseBlocks @15 :UInt64;         # KV blocks the scheduler holds on lease now
   leaseGrows @16 :UInt64;          # grants that grew the lease
   leaseReturns @17 :UInt64;        # surpluses given back to the kv_pool
+  prefixQueryBlocks @18 :UInt64;   # full prompt blocks looked up in the prefix cache at admissions
+  prefixHitBlocks @19 :UInt64;     # of which were cached (their prefill skipped)
+  prefixEvictions @20 :UInt64;     # cached blocks evicted to make room
+  prefixCachedBlocks @21 :UInt64;  # blocks in the prefix cache now
 }
