@@ -247,7 +247,7 @@ const StepPlan* BatchScheduler::plan_step() {
         placed = ensure_blocks(seq, seq.num_computed + chunk);
       }
     }
-    if (!placed) break;  // seq itself was preempted: it was the last one
+    if (!placed) continue;  // seq itself was the victim: running_[i] is now the next one
     add_slice(step, seq, chunk, from_previous);
     budget -= chunk;
     ++i;
