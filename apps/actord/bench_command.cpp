@@ -47,6 +47,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--num-prompts", args.num_prompts, "Prompts in total")->capture_default_str();
   cmd->add_option("--input-len", args.input_len, "Tokens per prompt")->capture_default_str();
   cmd->add_option("--output-len", args.output_len, "Tokens generated per prompt")->capture_default_str();
+  cmd->add_option("--shared-prefix-len", args.shared_prefix_len,
+                  "Tokens every prompt starts with (the same ones: a system prompt), before its --input-len own")
+      ->capture_default_str();
   cmd->add_option("--concurrency", args.concurrency, "Sequences running at once (engine.max_num_seqs)")
       ->capture_default_str();
   cmd->add_option("--threads", args.threads, "CPU threads of the worker (0: one per core)")->capture_default_str();
@@ -67,7 +70,8 @@ int run_bench(const BenchArgs& args) {
     print_error(e);
     return exit_code_for(e);
   };
-  if (args.num_prompts < 1 || args.input_len < 1 || args.output_len < 1 || args.concurrency < 1) {
+  if (args.num_prompts < 1 || args.input_len < 1 || args.output_len < 1 || args.concurrency < 1 ||
+      args.shared_prefix_len < 0) {
     return fail({Errc::invalid_argument, "--num-prompts, --input-len, --output-len and --concurrency must be >= 1"});
   }
   auto model = ModelConfig::load(args.model);
@@ -76,13 +80,14 @@ int run_bench(const BenchArgs& args) {
   // The topology: the given file, or a single CPU worker; then what the benchmark needs, then --set.
   TopologyOverrides overrides;
   overrides.model = args.model;
-  const int64_t tokens_per_seq = args.input_len + args.output_len;
+  const int64_t prompt_len = int64_t(args.shared_prefix_len) + args.input_len;
+  const int64_t tokens_per_seq = prompt_len + args.output_len;
   overrides.set = {"model.load_format=" + args.load_format,
                    "model.dtype=" + args.dtype,
                    "engine.max_num_seqs=" + std::to_string(args.concurrency),
                    "engine.max_num_batched_tokens=" +
-                       std::to_string(std::max<int64_t>(args.input_len,
-                                                        std::min<int64_t>(args.concurrency * args.input_len, 16384))),
+                       std::to_string(std::max<int64_t>(prompt_len,
+                                                        std::min<int64_t>(args.concurrency * prompt_len, 16384))),
                    "groups[0].threads=" + std::to_string(args.threads)};
   overrides.set.insert(overrides.set.end(), args.set.begin(), args.set.end());
   Result<TopologyConfig> topology =
@@ -113,6 +118,8 @@ int run_bench(const BenchArgs& args) {
 
   std::mt19937_64 rng(args.seed);
   std::uniform_int_distribution<int32_t> token(3, model->vocab_size - 1);
+  std::vector<int32_t> shared_prefix;
+  for (int i = 0; i < args.shared_prefix_len; ++i) shared_prefix.push_back(token(rng));
   auto make_request = [&](int input_len, int output_len) {
     GenerateRequest r;
     for (int i = 0; i < input_len; ++i) r.prompt_ids.push_back(token(rng));
@@ -127,7 +134,11 @@ int run_bench(const BenchArgs& args) {
   if (!before) return fail(before.error());
 
   std::vector<GenerateRequest> requests;
-  for (int i = 0; i < args.num_prompts; ++i) requests.push_back(make_request(args.input_len, args.output_len));
+  for (int i = 0; i < args.num_prompts; ++i) {
+    requests.push_back(make_request(args.input_len, args.output_len));
+    auto& ids = requests.back().prompt_ids;
+    ids.insert(ids.begin(), shared_prefix.begin(), shared_prefix.end());
+  }
   const bool progress = !args.json && isatty(STDERR_FILENO);
   const size_t expected = static_cast<size_t>(args.num_prompts) * static_cast<size_t>(args.output_len);
   size_t deltas = 0;
@@ -172,6 +183,9 @@ int run_bench(const BenchArgs& args) {
   j["num_prompts"] = args.num_prompts;
   j["input_len"] = args.input_len;
   j["output_len"] = args.output_len;
+  j["shared_prefix_len"] = args.shared_prefix_len;
+  j["prefix_cache_hit_rate"] =
+      run.prefix_query_blocks ? double(run.prefix_hit_blocks) / double(run.prefix_query_blocks) : 0.0;
   j["concurrency"] = args.concurrency;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());

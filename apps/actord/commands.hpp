@@ -45,6 +45,7 @@ struct BenchArgs {
   int num_prompts = 32;
   int input_len = 128;
   int output_len = 64;
+  int shared_prefix_len = 0;
   int concurrency = 32;
   int threads = 0;
   std::string load_format = "auto";
