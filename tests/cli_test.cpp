@@ -133,6 +133,18 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
   check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1,x"}), "'x' is not a token id");
   check_one_line_error(gen({"configs/missing.yaml", "--prompt", "hi"}), "cannot read topology file");
   check_one_line_error(gen({"configs/quickstart.yaml"}), "give a prompt");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--top-p", "0"}),
+                       "--top-p: must be in (0, 1], got 0");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--temperature", "nan"}),
+                       "--temperature: must be finite and >= 0, got nan");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--logprobs", "21"}),
+                       "--logprobs: must be at most 20");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--repetition-penalty", "0"}),
+                       "--repetition-penalty: must be finite and > 0, got 0");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--top-k", "600"}),
+                       "--top-k: must be at most the vocabulary size (512), got 600");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "scheduler.policy=lifo"}, greedy)),
+                       "scheduler.policy: unknown policy 'lifo' (known: fcfs, priority");
   auto unknown_flag = gen({"configs/quickstart.yaml", "--prompt", "x", "--frobnicate"});
   CHECK(unknown_flag.exit_code == 2);
 }

@@ -38,6 +38,18 @@ nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& logprobs) {
   return out;
 }
 
+// SamplingOptions::validate, its message naming the flag ("top_p: ..." -> "--top-p: ..."); vocab_size 0 skips the
+// checks that need the model.
+Status check_sampling_flags(const SamplingOptions& sampling, int vocab_size) {
+  auto valid = sampling.validate(vocab_size);
+  if (valid) return {};
+  std::string message = valid.error().message;
+  const size_t colon = message.find(':');
+  std::string flag = "--" + message.substr(0, colon);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return make_error(Errc::invalid_argument, flag + message.substr(colon));
+}
+
 }  // namespace
 
 CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
@@ -83,13 +95,7 @@ int run_generate(const GenerateArgs& args) {
   };
   if (args.max_tokens < 1) return fail({Errc::invalid_argument, "--max-tokens must be at least 1, got " +
                                                                     std::to_string(args.max_tokens)});
-  if (auto valid = args.sampling.validate(); !valid) {
-    std::string message = valid.error().message;  // "top_p: must be ..." -> "--top-p: must be ..."
-    const size_t colon = message.find(':');
-    std::string flag = "--" + message.substr(0, colon);
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    return fail({Errc::invalid_argument, flag + message.substr(colon)});
-  }
+  if (auto valid = check_sampling_flags(args.sampling, 0); !valid) return fail(valid.error());
   if (args.prompts.empty() && args.prompt_ids.empty()) {
     return fail({Errc::invalid_argument, "give a prompt with --prompt TEXT or --prompt-ids 1,2,3"});
   }
@@ -117,6 +123,8 @@ int run_generate(const GenerateArgs& args) {
   options.log_level = args.common.log_level;
   auto engine = Engine::start(*topology, options);
   if (!engine) return fail(engine.error());
+  if (auto valid = check_sampling_flags(args.sampling, (*engine)->model_config().vocab_size); !valid)
+    return fail(valid.error());
 
   // Streaming to the terminal only makes sense for one prompt in text mode.
   const bool stream = !args.json && requests.size() == 1;
