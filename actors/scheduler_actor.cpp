@@ -188,7 +188,8 @@ void tend_lease(self_ptr self) {
   }
 }
 
-// Plans and sends steps while the batcher has one to give: the next one right away, and one more ahead of it.
+// Plans and sends steps while the batcher has one to give: the next one right away, and up to two more ahead of
+// it; tends the lease when a plan ran short or nothing is left to plan.
 void maybe_step(self_ptr self) {
   auto& st = self->state;
   if (!st.lease_ready) return;
