@@ -62,11 +62,8 @@ int Engine::max_model_len() const { return impl_->max_model_len; }
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry, &impl->policies));
-  if (!impl->policies.contains(topology.scheduler.policy)) {
-    return make_error(Errc::invalid_config, topology.source.string() + ": scheduler.policy: unknown policy '" +
-                                                topology.scheduler.policy + "' (known: " + impl->policies.known() +
-                                                "; plugins: may add more)");
-  }
+  if (auto policy = impl->policies.check(topology.scheduler.policy); !policy)
+    return make_error(policy.error().code, topology.source.string() + ": " + policy.error().message);
   auto model = ModelConfig::load(topology.model.path);
   if (!model) return model.error();
   impl->model = *model;

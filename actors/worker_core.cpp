@@ -97,10 +97,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       fresh.masked_until_min_tokens = to_vector<int32_t>(s.getStopIds());
       if (fresh.sampling.has_penalties()) {  // the tokens of a cached prefix, which this worker is not fed
         uint32_t pos = 0;
-        for (int32_t id : s.getContextTokens()) {
-          if (pos++ < fresh.prompt_len) fresh.history.add_prompt({&id, 1});
-          else fresh.history.add_output(id);
-        }
+        for (int32_t id : s.getContextTokens()) fresh.remember(pos++, id);
       }
       seqs_[seq_id] = std::move(fresh);
     }
@@ -125,11 +122,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
     SequenceState& st = state->second;
     if (st.sampling.has_penalties()) {
-      for (int32_t t = 0; t < slice.num_tokens; ++t) {
-        const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)];
-        if (static_cast<uint32_t>(slice.start_pos + t) < st.prompt_len) st.history.add_prompt({&id, 1});
-        else st.history.add_output(id);
-      }
+      for (int32_t t = 0; t < slice.num_tokens; ++t)
+        st.remember(static_cast<uint32_t>(slice.start_pos + t), batch_.tokens[static_cast<size_t>(slice.first_token + t)]);
     }
     auto& table = st.blocks;
     for (uint32_t b : s.getNewSequence() ? s.getBlockTable() : s.getAppendBlocks()) {

@@ -43,6 +43,12 @@ class WorkerCore {
     std::vector<int32_t> masked_until_min_tokens;  // stop ids, while fewer than min_tokens were generated
     PenaltyHistory history;                        // fed only when the sampling options have penalties
     std::vector<uint32_t> blocks;                  // its KV block table
+
+    // Adds the token at `pos` to the penalty history: prompt below prompt_len, output from there on.
+    void remember(uint32_t pos, int32_t id) {
+      if (pos < prompt_len) history.add_prompt({&id, 1});
+      else history.add_output(id);
+    }
   };
 
   ModelRegistry registry_;

@@ -93,7 +93,7 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
 }
 
 bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
-  const size_t needed = (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
+  const size_t needed = blocks_for(num_tokens);
   if (needed <= seq.blocks.size()) return true;
   return cache_.allocate(needed - seq.blocks.size(), seq.blocks);
 }
@@ -274,7 +274,7 @@ PolicySequence BatchScheduler::view_of(const Sequence& seq) const {
   v.num_tokens = static_cast<uint32_t>(seq.tokens.size()) + static_cast<uint32_t>(seq.pending);
   v.max_tokens = seq.req.max_tokens;
   v.blocks_held = static_cast<uint32_t>(seq.blocks.size());
-  v.blocks_needed = static_cast<uint32_t>((v.num_tokens + limits_.block_size - 1) / limits_.block_size);
+  v.blocks_needed = static_cast<uint32_t>(blocks_for(static_cast<int>(v.num_tokens)));
   return v;
 }
 
@@ -377,11 +377,16 @@ std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
   return update;
 }
 
-std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled) {
+BatchScheduler::Step& BatchScheduler::pop_oldest() {
   ACTORD_CHECK(in_flight_ > 0);
-  Step& step = oldest();
+  Step& step = steps_[head_];
   head_ = (head_ + 1) % kMaxStepsInFlight;
   --in_flight_;
+  return step;
+}
+
+std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled) {
+  Step& step = pop_oldest();
   std::vector<SequenceUpdate> updates;
   updates.reserve(step.seqs.size());
   // The sequences come back cold from the step's compute: ask for all of them first, so that their cache misses
@@ -403,10 +408,7 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       --seq.pending;
     }
     if (seq.finished) {  // its final update went out earlier: this slice was planned ahead of its end
-      if (seq.in_flight == 0) {
-        release(seq);
-        erase(seq);
-      }
+      retire(seq);          // freed once no step in flight carries it
       continue;
     }
     cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
@@ -431,20 +433,14 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
 }
 
 std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
-  ACTORD_CHECK(in_flight_ > 0);
-  Step& step = oldest();
-  head_ = (head_ + 1) % kMaxStepsInFlight;
-  --in_flight_;
+  Step& step = pop_oldest();
   std::vector<SequenceUpdate> updates;
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     Sequence& seq = *step.seqs[i];
     --seq.in_flight;
     if (step.plan.slices[i].sample) --seq.pending;
     if (seq.finished) {
-      if (seq.in_flight == 0) {
-        release(seq);
-        erase(seq);
-      }
+      retire(seq);
       continue;
     }
     updates.push_back(SequenceUpdate{seq.req.id, {}, Finish::error, error, Errc::worker_failed, seq.prompt_len,

@@ -189,7 +189,7 @@ class BatchScheduler {
   void preempt(Sequence& seq);
   void release(Sequence& seq);
   void erase(Sequence& seq);
-  // Ends seq after its final update: freed now, or once no step in flight carries it.
+  // Ends seq after its final update: freed now, or once no step in flight carries it (call it again then).
   void retire(Sequence& seq);
   std::optional<SequenceUpdate> check_finished(Sequence& seq);
   bool ends_by_length_after_pending(const Sequence& seq) const;
@@ -216,7 +216,8 @@ class BatchScheduler {
   void cache_full_blocks(Sequence& seq, int written_from, int written_to);
   // Makes the plan in `step` the newest step in flight: advances every planned sequence.
   void commit(Step& step);
-  Step& oldest() { return steps_[head_]; }
+  // Takes the oldest step in flight off the ring (its storage stays valid until the ring comes round to it).
+  Step& pop_oldest();
 
   SchedulerLimits limits_;
   BlockAllocator& blocks_;

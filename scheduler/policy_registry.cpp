@@ -12,12 +12,15 @@ PolicyRegistry PolicyRegistry::with_builtins() {
 void PolicyRegistry::add(const std::string& name, Factory factory) { factories_[name] = std::move(factory); }
 
 Result<std::unique_ptr<SchedulingPolicy>> PolicyRegistry::create(const std::string& name) const {
-  auto it = factories_.find(name);
-  if (it == factories_.end())
-    return make_error(Errc::invalid_config, "scheduler.policy: unknown policy '" + name + "' (known: " + known() + ")");
-  auto policy = it->second();
+  ACTORD_TRY_STATUS(check(name));
+  auto policy = factories_.at(name)();
   if (!policy) return make_error(Errc::internal, "scheduler.policy: the factory of '" + name + "' returned nothing");
   return policy;
+}
+
+Status PolicyRegistry::check(const std::string& name) const {
+  if (contains(name)) return {};
+  return make_error(Errc::invalid_config, "scheduler.policy: unknown policy '" + name + "' (known: " + known() + ")");
 }
 
 std::string PolicyRegistry::known() const {

@@ -22,6 +22,8 @@ class PolicyRegistry {
 
   void add(const std::string& name, Factory factory);  // replaces a policy of the same name
   bool contains(const std::string& name) const { return factories_.count(name) > 0; }
+  // The error create() gives for an unknown name: "scheduler.policy: unknown policy 'x' (known: ...)".
+  Status check(const std::string& name) const;
   Result<std::unique_ptr<SchedulingPolicy>> create(const std::string& name) const;
   std::string known() const;  // "fcfs, priority, ..."
 
