@@ -2,27 +2,13 @@
 #include <catch2/catch.hpp>
 
 #include "scheduler/batch_scheduler.hpp"
+#include "scheduler_test_util.hpp"
 
 using namespace actord;
+using test::answer;
+using test::request;
 
 namespace {
-
-SequenceRequest request(uint64_t id, int prompt_len, uint32_t max_tokens, std::vector<int32_t> stop = {}) {
-  SequenceRequest r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
-  r.max_tokens = max_tokens;
-  r.stop_ids = std::move(stop);
-  return r;
-}
-
-// Answers every sampling slice of the plan with `token`.
-std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& plan, int32_t token) {
-  std::vector<StepSample> sampled;
-  for (const auto& slice : plan.slices)
-    if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
-  return s.on_step_result(sampled);
-}
 
 // Limits without the prefix cache: every block a sequence frees goes straight back to the lease.
 SchedulerLimits plain(SchedulerLimits limits) {

@@ -6,25 +6,12 @@
 #include <thread>
 
 #include "actors/engine.hpp"
-#include "test_util.hpp"
+#include "engine_test_util.hpp"
 
 using namespace actord;
+using test::quickstart;
 
 namespace {
-
-TopologyConfig quickstart(const std::string& file = "configs/quickstart.yaml", std::vector<std::string> set = {}) {
-  TopologyOverrides o;
-  o.set = std::move(set);
-  auto cfg = load_topology(test::source_dir() / file, o);
-  REQUIRE(cfg.ok());
-  return *cfg;
-}
-
-EngineOptions options() {
-  EngineOptions o;
-  o.worker_executable = test::actord_binary();
-  return o;
-}
 
 GenerateRequest greedy(std::vector<int32_t> prompt, uint32_t max_tokens) {
   GenerateRequest r;
@@ -34,16 +21,10 @@ GenerateRequest greedy(std::vector<int32_t> prompt, uint32_t max_tokens) {
   return r;
 }
 
-std::unique_ptr<Engine> start(const TopologyConfig& cfg) {
-  auto engine = Engine::start(cfg, options());
-  if (!engine) FAIL(engine.error().message);
-  return std::move(*engine);
-}
-
 }  // namespace
 
 TEST_CASE("one process - greedy from BOS reproduces the 256-token reference", "[engine]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   auto out = engine->generate({greedy({1}, 256)});
   REQUIRE(out.ok());
   REQUIRE_FALSE((*out)[0].error);
@@ -54,7 +35,7 @@ TEST_CASE("one process - greedy from BOS reproduces the 256-token reference", "[
 }
 
 TEST_CASE("two processes - the worker behind ZeroMQ gives the same 256 tokens", "[engine][process]") {
-  auto engine = start(quickstart("configs/quickstart-2proc.yaml"));
+  auto engine = test::start_engine(quickstart("configs/quickstart-2proc.yaml"));
   auto out = engine->generate({greedy({1}, 256)});
   REQUIRE(out.ok());
   REQUIRE_FALSE((*out)[0].error);
@@ -73,7 +54,7 @@ TEST_CASE("prompts submitted together are batched and each equals its solo run",
   for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
     INFO(file);
     // A small token budget forces chunked prefill mixed with decode in the same steps.
-    auto engine = start(quickstart(file, {"engine.max_num_batched_tokens=32"}));
+    auto engine = test::start_engine(quickstart(file, {"engine.max_num_batched_tokens=32"}));
     auto together = engine->generate(requests);
     REQUIRE(together.ok());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -91,7 +72,7 @@ TEST_CASE("a KV cache too small for the batch preempts and still gives every req
   // 8 blocks of 16 tokens = 128 token slots for 6 sequences of up to 1 + 10 + 40 tokens.
   const auto ref = test::reference_ids();
   auto cfg = quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=80KiB"});
-  auto engine = start(cfg);
+  auto engine = test::start_engine(cfg);
   std::vector<GenerateRequest> requests;
   for (int cut = 0; cut < 6; ++cut) {
     std::vector<int32_t> prompt{1};
@@ -108,7 +89,7 @@ TEST_CASE("a KV cache too small for the batch preempts and still gives every req
 }
 
 TEST_CASE("seeded sampling is reproducible and independent of batching", "[engine]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   GenerateRequest r;
   r.prompt = "Once upon a time";
   r.max_tokens = 40;
@@ -122,7 +103,7 @@ TEST_CASE("seeded sampling is reproducible and independent of batching", "[engin
 }
 
 TEST_CASE("streamed text deltas add up to the full text", "[engine]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   std::string streamed;
   auto out = engine->generate({greedy({1}, 100)}, [&](size_t, std::string_view d) { streamed += d; });
   REQUIRE(out.ok());
@@ -131,7 +112,7 @@ TEST_CASE("streamed text deltas add up to the full text", "[engine]") {
 }
 
 TEST_CASE("bad requests get an error and the engine keeps serving", "[engine]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   std::vector<int32_t> too_long(600, 5);
   too_long[0] = 1;
   auto out = engine->generate({greedy(too_long, 4), greedy({1, 9999}, 4), greedy({1}, 8)});
@@ -149,7 +130,7 @@ TEST_CASE("engine start-up errors name the problem", "[engine]") {
   test::TempDir tmp;
   auto cfg = quickstart();
   cfg.model.path = tmp.path() / "missing";
-  auto missing = Engine::start(cfg, options());
+  auto missing = Engine::start(cfg, test::engine_options());
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code == Errc::not_found);
 
@@ -160,13 +141,13 @@ TEST_CASE("engine start-up errors name the problem", "[engine]") {
     j["architectures"] = {"BertModel"};
     test::write_file(cfg.model.path / "config.json", j.dump());
   }
-  auto arch = Engine::start(cfg, options());
+  auto arch = Engine::start(cfg, test::engine_options());
   REQUIRE_FALSE(arch.ok());
   CHECK(arch.error().code == Errc::unsupported);
   CHECK_THAT(arch.error().message, Catch::Contains("architecture 'BertModel' is not supported"));
 
   auto tiny_kv = quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=1KiB"});
-  auto kv = Engine::start(tiny_kv, options());
+  auto kv = Engine::start(tiny_kv, test::engine_options());
   REQUIRE_FALSE(kv.ok());
   CHECK_THAT(kv.error().message, Catch::Contains("engine.kv_cache_memory: 1024 bytes hold no KV block"));
 }
@@ -191,7 +172,7 @@ int count_processes_with(const std::string& marker) {
 
 TEST_CASE("a worker process that dies at start-up is reported - not waited for", "[engine][process]") {
   auto cfg = quickstart("configs/quickstart-2proc.yaml");
-  EngineOptions o = options();
+  EngineOptions o = test::engine_options();
   o.worker_executable = "/bin/false";  // exits at once with status 1
   auto engine = Engine::start(cfg, o);
   REQUIRE_FALSE(engine.ok());
@@ -204,7 +185,7 @@ TEST_CASE("a worker process that fails to load the model reports why and leaves 
   auto cfg = quickstart("configs/quickstart-2proc.yaml");
   cfg.model.path = test::copy_stories(tmp.path());
   std::filesystem::resize_file(cfg.model.path / "model.safetensors", 5000);  // truncated
-  auto engine = Engine::start(cfg, options());
+  auto engine = Engine::start(cfg, test::engine_options());
   REQUIRE_FALSE(engine.ok());
   CHECK(engine.error().code == Errc::parse_error);
   CHECK_THAT(engine.error().message, Catch::Contains("truncated safetensors file"));
@@ -213,7 +194,7 @@ TEST_CASE("a worker process that fails to load the model reports why and leaves 
 }
 
 TEST_CASE("a worker process killed mid-run fails its requests instead of hanging", "[engine][process]") {
-  auto engine = start(quickstart("configs/quickstart-2proc.yaml"));
+  auto engine = test::start_engine(quickstart("configs/quickstart-2proc.yaml"));
   // Kill our worker child as soon as the first text arrives, while the request still has hundreds of steps to go.
   bool killed = false;
   auto kill_children = [&](size_t, std::string_view) {
@@ -246,7 +227,7 @@ TEST_CASE("a worker process killed mid-run fails its requests instead of hanging
 }
 
 TEST_CASE("a stop string spanning tokens ends generation and is not emitted", "[engine][stop]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   GenerateRequest r = greedy({1}, 100);
   r.stop = {"named Lily"};  // "named" and " Lily" are separate tokens of the reference story
   std::string streamed;
@@ -266,7 +247,7 @@ TEST_CASE("a stop string spanning tokens ends generation and is not emitted", "[
 }
 
 TEST_CASE("text with NUL characters travels whole between actors", "[engine]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   const std::string text("a\0b", 3);
   auto ids = engine->tokenize(text);
   REQUIRE(ids.ok());
@@ -276,7 +257,7 @@ TEST_CASE("text with NUL characters travels whole between actors", "[engine]") {
 }
 
 TEST_CASE("invalid UTF-8 in a prompt is encoded byte by byte and the engine keeps serving", "[engine][tokenizer]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(quickstart());
   GenerateRequest bad;
   bad.prompt = std::string("Once \xff\xfe upon", 12);
   bad.max_tokens = 4;
@@ -293,7 +274,7 @@ TEST_CASE("invalid UTF-8 in a prompt is encoded byte by byte and the engine keep
 }
 
 TEST_CASE("the scheduler leases part of the KV pool - grows it under load - gives the surplus back", "[engine][lease]") {
-  auto engine = start(quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=4MiB"}));
+  auto engine = test::start_engine(quickstart("configs/quickstart.yaml", {"engine.kv_cache_memory=4MiB"}));
   REQUIRE(engine->generate({greedy({1}, 2)}).ok());  // the first lease is granted before the first step
   auto before = engine->stats();
   REQUIRE(before.ok());

@@ -8,17 +8,16 @@
 #include "plugins/plugin_loader.hpp"
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler/policy_registry.hpp"
-#include "test_util.hpp"
+#include "scheduler_test_util.hpp"
+#include "engine_test_util.hpp"
 
 using namespace actord;
+using test::answer;
 
 namespace {
 
 SequenceRequest request(uint64_t id, int prompt_len, uint32_t max_tokens, int32_t priority = 0) {
-  SequenceRequest r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
-  r.max_tokens = max_tokens;
+  SequenceRequest r = test::request(id, prompt_len, max_tokens);
   r.priority = priority;
   return r;
 }
@@ -27,13 +26,6 @@ std::vector<uint64_t> ids_of(const StepPlan& plan) {
   std::vector<uint64_t> ids;
   for (const auto& s : plan.slices) ids.push_back(s.seq_id);
   return ids;
-}
-
-std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& plan, int32_t token) {
-  std::vector<StepSample> sampled;
-  for (const auto& slice : plan.slices)
-    if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
-  return s.on_step_result(sampled);
 }
 
 SchedulerLimits one_at_a_time(int max_seqs, int block_size) {
@@ -125,10 +117,7 @@ TEST_CASE("a topology runs the plugin policy and the priority policy - outputs s
                              ACTORD_SPF_PLUGIN + "]\ngroups: [{name: main}]\n";
     auto cfg = parse_topology(yaml, "inline.yaml", o);
     REQUIRE(cfg.ok());
-    EngineOptions eo;
-    eo.worker_executable = test::actord_binary();
-    auto engine = Engine::start(*cfg, eo);
-    REQUIRE(engine.ok());
+    auto engine = test::start_engine(*cfg);
     const auto reference = test::reference_ids();
     std::vector<GenerateRequest> requests;
     for (int i = 0; i < 5; ++i) {
@@ -140,7 +129,7 @@ TEST_CASE("a topology runs the plugin policy and the priority policy - outputs s
       r.priority = i % 3;
       requests.push_back(r);
     }
-    auto out = (*engine)->generate(requests);
+    auto out = engine->generate(requests);
     REQUIRE(out.ok());
     for (int i = 0; i < 5; ++i) {
       REQUIRE_FALSE((*out)[i].error);

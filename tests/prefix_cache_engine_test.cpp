@@ -3,21 +3,15 @@
 #include <catch2/catch.hpp>
 
 #include "actors/engine.hpp"
-#include "test_util.hpp"
+#include "engine_test_util.hpp"
 
 using namespace actord;
 
 namespace {
 
 std::vector<std::vector<int32_t>> run(const std::string& file, bool cache, EngineStats* stats) {
-  TopologyOverrides o;
-  o.set = {std::string("engine.enable_prefix_caching=") + (cache ? "true" : "false")};
-  auto cfg = load_topology(test::source_dir() / file, o);
-  REQUIRE(cfg.ok());
-  EngineOptions eo;
-  eo.worker_executable = test::actord_binary();
-  auto engine = Engine::start(*cfg, eo);
-  REQUIRE(engine.ok());
+  auto engine = test::start_engine(
+      test::quickstart(file, {std::string("engine.enable_prefix_caching=") + (cache ? "true" : "false")}));
   // A 100-token "system prompt" (the reference story) and a different question after it, in two waves: the
   // second wave finds the first wave's blocks cached.
   const auto story = test::reference_ids();
@@ -34,14 +28,14 @@ std::vector<std::vector<int32_t>> run(const std::string& file, bool cache, Engin
       r.sampling.seed = static_cast<uint64_t>(i + 1);
       requests.push_back(r);
     }
-    auto out = (*engine)->generate(requests);
+    auto out = engine->generate(requests);
     REQUIRE(out.ok());
     for (const auto& g : *out) {
       REQUIRE_FALSE(g.error);
       outputs.push_back(g.generated_ids);
     }
   }
-  *stats = *(*engine)->stats();
+  *stats = *engine->stats();
   return outputs;
 }
 

@@ -9,27 +9,11 @@
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
-#include "test_util.hpp"
+#include "engine_test_util.hpp"
 
 using namespace actord;
 
 namespace {
-
-TopologyConfig quickstart(std::vector<std::string> set = {}, const std::string& file = "configs/quickstart.yaml") {
-  TopologyOverrides o;
-  o.set = std::move(set);
-  auto cfg = load_topology(test::source_dir() / file, o);
-  REQUIRE(cfg.ok());
-  return *cfg;
-}
-
-std::unique_ptr<Engine> start(const TopologyConfig& cfg) {
-  EngineOptions o;
-  o.worker_executable = test::actord_binary();
-  auto engine = Engine::start(cfg, o);
-  if (!engine) FAIL(engine.error().message);
-  return std::move(*engine);
-}
 
 GenerateRequest request(std::vector<int32_t> prompt, uint32_t max_tokens, SamplingOptions sampling) {
   GenerateRequest r;
@@ -95,7 +79,7 @@ std::vector<int32_t> prompt_of(size_t n) {
 
 TEST_CASE("penalties over prompt and output match the model run directly - greedy and seeded", "[engine][sampling]") {
   // Small token budget: the prompt arrives in chunks; the steps are planned ahead (placeholders for the tokens).
-  auto engine = start(quickstart({"engine.max_num_batched_tokens=8"}));
+  auto engine = test::start_engine(test::quickstart("configs/quickstart.yaml", {"engine.max_num_batched_tokens=8"}));
   SamplingOptions greedy;
   greedy.temperature = 0.0f;
   greedy.repetition_penalty = 1.3f;
@@ -124,7 +108,7 @@ TEST_CASE("penalties over prompt and output match the model run directly - greed
 }
 
 TEST_CASE("logprobs are the raw log-softmax of the model - top-N best first", "[engine][sampling]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(test::quickstart());
   SamplingOptions o;
   o.temperature = 0.0f;
   o.logprobs = 5;
@@ -149,7 +133,7 @@ TEST_CASE("logprobs are the raw log-softmax of the model - top-N best first", "[
 }
 
 TEST_CASE("min_tokens keeps the end-of-sequence token away until enough tokens were generated", "[engine][sampling]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(test::quickstart());
   // Find a seeded story that ends on its own (end-of-sequence) early.
   SamplingOptions o;
   o.temperature = 1.0f;
@@ -185,8 +169,10 @@ TEST_CASE("steps planned ahead give the same tokens as steps one at a time", "[e
   std::vector<std::vector<int32_t>> outputs[2];
   uint64_t ahead[2] = {0, 0};
   for (int plan_ahead = 0; plan_ahead < 2; ++plan_ahead) {
-    auto engine = start(quickstart({std::string("scheduler.plan_ahead=") + (plan_ahead ? "true" : "false"),
-                                    "engine.max_num_batched_tokens=16"}));
+    auto engine = test::start_engine(
+        test::quickstart("configs/quickstart.yaml", {std::string("scheduler.plan_ahead=") +
+                                                         (plan_ahead ? "true" : "false"),
+                                                     "engine.max_num_batched_tokens=16"}));
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
     for (const auto& g : *out) {
@@ -201,7 +187,7 @@ TEST_CASE("steps planned ahead give the same tokens as steps one at a time", "[e
 }
 
 TEST_CASE("bad sampling options are refused with the field named - the engine keeps serving", "[engine][sampling]") {
-  auto engine = start(quickstart());
+  auto engine = test::start_engine(test::quickstart());
   auto bad = [&](auto edit) {
     SamplingOptions o;
     o.temperature = 0.0f;
@@ -227,7 +213,7 @@ TEST_CASE("bad sampling options are refused with the field named - the engine ke
 }
 
 TEST_CASE("two processes - penalties and logprobs cross the process boundary", "[engine][sampling][process]") {
-  auto engine = start(quickstart({}, "configs/quickstart-2proc.yaml"));
+  auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml"));
   SamplingOptions o;
   o.temperature = 0.0f;
   o.repetition_penalty = 1.2f;

@@ -5,22 +5,14 @@
 #include <random>
 
 #include "actors/engine.hpp"
-#include "test_util.hpp"
+#include "engine_test_util.hpp"
 
 using namespace actord;
 
 namespace {
 
 std::unique_ptr<Engine> start(std::vector<std::string> set) {
-  TopologyOverrides o;
-  o.set = std::move(set);
-  auto cfg = load_topology(test::source_dir() / "configs/quickstart.yaml", o);
-  REQUIRE(cfg.ok());
-  EngineOptions eo;
-  eo.worker_executable = test::actord_binary();
-  auto engine = Engine::start(*cfg, eo);
-  REQUIRE(engine.ok());
-  return std::move(*engine);
+  return test::start_engine(test::quickstart("configs/quickstart.yaml", std::move(set)));
 }
 
 std::vector<GenerateRequest> random_requests(size_t n, uint64_t seed) {

@@ -1,0 +1,39 @@
+// Helpers for tests that run the whole engine: a bundled topology with --set overrides, and an engine started
+// with the built actord binary as its worker executable (placement: process).
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "core/topology_config.hpp"
+#include "test_util.hpp"
+
+namespace actord::test {
+
+// configs/<file> with `set` applied (as `--set` does); fails the test if it does not load.
+inline TopologyConfig quickstart(const std::string& file = "configs/quickstart.yaml",
+                                 std::vector<std::string> set = {}) {
+  TopologyOverrides o;
+  o.set = std::move(set);
+  auto cfg = load_topology(source_dir() / file, o);
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+inline EngineOptions engine_options() {
+  EngineOptions o;
+  o.worker_executable = actord_binary();
+  return o;
+}
+
+// Starts an engine or fails the test with the start-up error.
+inline std::unique_ptr<Engine> start_engine(const TopologyConfig& cfg) {
+  auto engine = Engine::start(cfg, engine_options());
+  if (!engine) FAIL(engine.error().message);
+  return std::move(*engine);
+}
+
+}  // namespace actord::test
