@@ -67,6 +67,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
           out.setModelPath(p.topology.model.path.string());
           out.setDtype(p.topology.model.dtype);
           out.setNumKvBlocks(p.num_kv_blocks);
+          out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap ? p.limits.swap_blocks : 0);
           out.setKvDtype(dtype_name(p.kv_dtype));
           out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
           out.setLogLevel(p.log_level);

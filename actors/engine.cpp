@@ -107,6 +107,16 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits.pool_blocks = params.num_kv_blocks;
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
+  if (topology.engine.preemption_mode == "swap") {
+    params.limits.preemption_mode = PreemptionMode::swap;
+    const uint64_t swap_blocks = topology.engine.swap_space / block_bytes;
+    if (swap_blocks == 0) {
+      return make_error(Errc::invalid_config, where + "engine.swap_space: " + std::to_string(topology.engine.swap_space) +
+                                                  " bytes hold no KV block (one block takes " +
+                                                  std::to_string(block_bytes) + " bytes)");
+    }
+    params.limits.swap_blocks = static_cast<uint32_t>(std::min<uint64_t>(swap_blocks, UINT32_MAX));
+  }
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {

@@ -14,7 +14,7 @@ namespace actord {
 namespace {
 
 struct pending_reply {
-  wire::MessageKind kind;  // what the reply will be: WORKER_READY or STEP_RESULT
+  wire::MessageKind kind;  // what the reply will be: WORKER_READY, STEP_RESULT, KV_EXPORT or KV_IMPORTED
   caf::response_promise promise;
 };
 
@@ -31,6 +31,12 @@ wire_msg failure_reply(wire::MessageKind kind, const std::string& reason) {
   const Error err{Errc::worker_failed, reason};
   if (kind == wire::MessageKind::WORKER_READY) {
     return build<wire::WorkerReady>([&](wire::WorkerReady::Builder out) { set_error(out.initError(), err); });
+  }
+  if (kind == wire::MessageKind::KV_EXPORT) {
+    return build<wire::KvExport>([&](wire::KvExport::Builder out) { set_error(out.initError(), err); });
+  }
+  if (kind == wire::MessageKind::KV_IMPORTED) {
+    return build<wire::KvImported>([&](wire::KvImported::Builder out) { set_error(out.initError(), err); });
   }
   return build<wire::StepResult>([&](wire::StepResult::Builder out) { set_error(out.initError(), err); });
 }
@@ -70,6 +76,12 @@ caf::behavior remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
       },
       [=](step_atom, const wire_msg& msg) {
         return forward(self, wire::MessageKind::EXECUTE_STEP, wire::MessageKind::STEP_RESULT, msg);
+      },
+      [=](export_kv_atom, const wire_msg& msg) {
+        return forward(self, wire::MessageKind::EXPORT_KV, wire::MessageKind::KV_EXPORT, msg);
+      },
+      [=](import_kv_atom, const wire_msg& msg) {
+        return forward(self, wire::MessageKind::IMPORT_KV, wire::MessageKind::KV_IMPORTED, msg);
       },
       [=](inbound_atom, uint32_t /*kind*/, wire_msg& body) {
         auto& pending = self->state.pending;

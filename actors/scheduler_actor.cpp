@@ -278,6 +278,9 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         SchedulerStats stats = self->state.stats;
         stats.scheduler_us = self->state.own_ns / 1000;
         stats.preemptions = self->state.batcher->num_preemptions();
+        stats.swap_outs = self->state.batcher->num_swap_outs();
+        stats.swap_ins = self->state.batcher->num_swap_ins();
+        stats.swapped_blocks = self->state.batcher->swapped_blocks();
         const PrefixCacheStats cache = self->state.batcher->prefix_cache_stats();
         stats.prefix_query_blocks = cache.query_blocks;
         stats.prefix_hit_blocks = cache.hit_blocks;

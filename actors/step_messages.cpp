@@ -20,7 +20,8 @@ wire::FinishReason to_wire(Finish finish) {
 }  // namespace
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
-  size_t words = 16 + (plan.released.size() + 1);  // root and list headers, released ids
+  size_t words = 24 + (plan.released.size() + 1) +  // root and list headers, released ids, block copies
+                 plan.swap_out.size() + plan.swap_in.size() + plan.copies.size();
   for (const PlannedSlice& s : plan.slices) {
     words += 15 + (s.tokens.size() + 1) / 2 + (s.new_blocks.size() + 1) / 2;
     if (s.new_sequence) words += 10 + (s.request->stop_ids.size() + 1) / 2;
@@ -29,6 +30,15 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
     out.setCorrelationId(step_id);
     out.setStepId(step_id);
     fill_list(out.initReleased(static_cast<uint32_t>(plan.released.size())), plan.released);
+    auto copies = [](auto list, const std::vector<BlockCopy>& from) {
+      for (uint32_t i = 0; i < from.size(); ++i) {
+        list[i].setSrc(from[i].src);
+        list[i].setDst(from[i].dst);
+      }
+    };
+    if (!plan.swap_out.empty()) copies(out.initSwapOut(static_cast<uint32_t>(plan.swap_out.size())), plan.swap_out);
+    if (!plan.swap_in.empty()) copies(out.initSwapIn(static_cast<uint32_t>(plan.swap_in.size())), plan.swap_in);
+    if (!plan.copies.empty()) copies(out.initCopyBlocks(static_cast<uint32_t>(plan.copies.size())), plan.copies);
     auto seqs = out.initSeqs(static_cast<uint32_t>(plan.slices.size()));
     for (uint32_t i = 0; i < plan.slices.size(); ++i) {
       const PlannedSlice& s = plan.slices[i];

@@ -37,6 +37,12 @@ caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRe
       [=](step_atom, const wire_msg& msg) -> wire_msg {
         return guarded<wire::StepResult>([&] { return self->state.core->execute(msg); });
       },
+      [=](export_kv_atom, const wire_msg& msg) -> wire_msg {
+        return guarded<wire::KvExport>([&] { return self->state.core->export_kv(msg); });
+      },
+      [=](import_kv_atom, const wire_msg& msg) -> wire_msg {
+        return guarded<wire::KvImported>([&] { return self->state.core->import_kv(msg); });
+      },
   };
 }
 

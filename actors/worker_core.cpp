@@ -51,6 +51,11 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       kv_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
                                       static_cast<int>(req.getNumKvBlocks()), static_cast<int>(req.getBlockSize()),
                                       parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32));
+      if (req.getNumSwapBlocks() > 0) {
+        swap_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
+                                          static_cast<int>(req.getNumSwapBlocks()), static_cast<int>(req.getBlockSize()),
+                                          kv_->dtype());
+      }
     }
   }
   return build<wire::WorkerReady>([&](wire::WorkerReady::Builder out) {
@@ -60,6 +65,32 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (!ok) set_error(out.initError(), failure);
   });
 }
+
+namespace {
+
+// The step's swap-outs, swap-ins and block copies, in that order; an error message for a bad block id.
+std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* swap) {
+  const auto swap_out = step.getSwapOut();
+  const auto swap_in = step.getSwapIn();
+  const auto copies = step.getCopyBlocks();
+  if ((swap_out.size() > 0 || swap_in.size() > 0) && !swap) return "a swap without host swap space";
+  auto in_range = [](const KvCache& kv, uint32_t b) { return static_cast<int>(b) < kv.num_blocks(); };
+  for (auto c : swap_out) {
+    if (!in_range(kv, c.getSrc()) || !in_range(*swap, c.getDst())) return "swap-out block out of range";
+    kv.copy_block(c.getSrc(), *swap, c.getDst());
+  }
+  for (auto c : swap_in) {
+    if (!in_range(*swap, c.getSrc()) || !in_range(kv, c.getDst())) return "swap-in block out of range";
+    swap->copy_block(c.getSrc(), kv, c.getDst());
+  }
+  for (auto c : copies) {
+    if (!in_range(kv, c.getSrc()) || !in_range(kv, c.getDst())) return "block copy out of range";
+    kv.copy_block(c.getSrc(), kv, c.getDst());
+  }
+  return {};
+}
+
+}  // namespace
 
 wire_msg WorkerCore::execute(const wire_msg& msg) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -81,6 +112,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (!model_) return fail("step before the model was loaded");
 
   for (uint64_t id : step.getReleased()) seqs_.erase(id);
+  if (auto bad = copy_blocks(step, *kv_, swap_.get()); !bad.empty()) return fail(bad);
   const auto seqs = step.getSeqs();
   const int vocab = model_->config().vocab_size;
   const int block_size = kv_->block_size();
@@ -182,6 +214,92 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     out.setComputeMicros(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
     out.setIdleMicros(idle_us);
+  });
+}
+
+wire_msg WorkerCore::export_kv(const wire_msg& msg) {
+  WireReader reader(msg);
+  auto req = reader.root<wire::ExportKv>();
+  const uint64_t seq_id = req.getSeqId();
+  const uint32_t num_tokens = req.getNumTokens();
+  std::optional<Error> failure;
+  const SequenceState* state = nullptr;
+  size_t num_blocks = 0;
+  if (!kv_) {
+    failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
+  } else if (auto it = seqs_.find(seq_id); it == seqs_.end()) {
+    failure = Error{Errc::not_found, name_ + ": sequence " + std::to_string(seq_id) + " is not held by this worker"};
+  } else {
+    state = &it->second;
+    num_blocks = (static_cast<size_t>(num_tokens) + kv_->block_size() - 1) / kv_->block_size();
+    if (num_blocks > state->blocks.size()) {
+      failure = Error{Errc::invalid_argument, name_ + ": sequence " + std::to_string(seq_id) + " holds " +
+                                                  std::to_string(state->blocks.size()) + " blocks, fewer than " +
+                                                  std::to_string(num_tokens) + " tokens need"};
+    }
+  }
+  wire_msg out = build<wire::KvExport>([&](wire::KvExport::Builder b) {
+    b.setCorrelationId(req.getCorrelationId());
+    b.setSeqId(seq_id);
+    if (failure) {
+      set_error(b.initError(), *failure);
+      return;
+    }
+    b.setNumTokens(num_tokens);
+    auto layout = b.initLayout();
+    layout.setNumLayers(static_cast<uint32_t>(kv_->num_layers()));
+    layout.setNumKvHeads(static_cast<uint32_t>(kv_->num_kv_heads()));
+    layout.setHeadDim(static_cast<uint32_t>(kv_->head_dim()));
+    layout.setBlockSize(static_cast<uint32_t>(kv_->block_size()));
+    layout.setDtype(dtype_name(kv_->dtype()));
+    b.setBlockBytes(kv_->block_bytes());
+    b.setNumBlocks(static_cast<uint32_t>(num_blocks));
+  });
+  if (!failure) {
+    auto& bytes = out.bulk.emplace_back(num_blocks * kv_->block_bytes());
+    for (size_t i = 0; i < num_blocks; ++i) kv_->read_block(state->blocks[i], bytes.data() + i * kv_->block_bytes());
+  }
+  return out;
+}
+
+wire_msg WorkerCore::import_kv(const wire_msg& msg) {
+  WireReader reader(msg);
+  auto req = reader.root<wire::ImportKv>();
+  auto exp = req.getExport();
+  auto ids = req.getBlockIds();
+  std::optional<Error> failure;
+  auto refuse = [&](const std::string& why) { failure = Error{Errc::invalid_argument, name_ + ": KV import: " + why}; };
+  if (!kv_) {
+    failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
+  } else {
+    auto layout = exp.getLayout();
+    const std::string here = std::to_string(kv_->num_layers()) + " layers, " + std::to_string(kv_->num_kv_heads()) +
+                             " KV heads, head_dim " + std::to_string(kv_->head_dim()) + ", block_size " +
+                             std::to_string(kv_->block_size()) + ", " + dtype_name(kv_->dtype());
+    const std::string there = std::to_string(layout.getNumLayers()) + " layers, " +
+                              std::to_string(layout.getNumKvHeads()) + " KV heads, head_dim " +
+                              std::to_string(layout.getHeadDim()) + ", block_size " +
+                              std::to_string(layout.getBlockSize()) + ", " + std::string(layout.getDtype());
+    const size_t n = exp.getNumBlocks();
+    if (has_error(exp.getError())) {
+      refuse("the export failed: " + get_error(exp.getError()).message);
+    } else if (here != there || exp.getBlockBytes() != kv_->block_bytes()) {
+      refuse("the blocks have layout (" + there + "), this pool (" + here + ")");
+    } else if (msg.bulk.size() != 1 || msg.bulk[0].size() != n * kv_->block_bytes()) {
+      refuse("expected one bulk frame of " + std::to_string(n * kv_->block_bytes()) + " bytes");
+    } else if (ids.size() != n) {
+      refuse(std::to_string(n) + " blocks exported, " + std::to_string(ids.size()) + " block ids given");
+    } else {
+      for (uint32_t id : ids)
+        if (static_cast<int>(id) >= kv_->num_blocks()) refuse("block id " + std::to_string(id) + " out of range");
+    }
+    if (!failure) {
+      for (uint32_t i = 0; i < n; ++i) kv_->write_block(ids[i], msg.bulk[0].data() + i * kv_->block_bytes());
+    }
+  }
+  return build<wire::KvImported>([&](wire::KvImported::Builder b) {
+    b.setCorrelationId(req.getCorrelationId());
+    if (failure) set_error(b.initError(), *failure);
   });
 }
 

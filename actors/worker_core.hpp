@@ -32,6 +32,13 @@ class WorkerCore {
 
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
   wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
+  // A held sequence's KV blocks as one message: ExportKv -> KvExport with the bytes of its first
+  // ceil(numTokens / block_size) blocks in bulk[0]. The sequence keeps running here (the caller releases it).
+  wire_msg export_kv(const wire_msg& export_request);
+  // ImportKv (its export's bytes in bulk[0]) -> KvImported: writes the blocks into this worker's pool at the ids
+  // the caller (the scheduler that owns them) chose. The layout must match; nothing is written when it does not. A
+  // step that names the sequence as new, starting at the export's numTokens over these blocks, continues it.
+  wire_msg import_kv(const wire_msg& import_request);
 
   const std::string& name() const { return name_; }
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
@@ -55,6 +62,7 @@ class WorkerCore {
   std::string name_ = "worker";
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<KvCache> swap_;                // host swap space (WorkerInit.numSwapBlocks), same layout as kv_
   std::unique_ptr<cpu::ThreadPool> pool_;
   std::unordered_map<uint64_t, SequenceState> seqs_;
   std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order

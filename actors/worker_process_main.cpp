@@ -58,6 +58,8 @@ int run_worker_process(const WorkerProcessArgs& args) {
       case wire::MessageKind::SHUTDOWN: running = false; continue;
       case wire::MessageKind::WORKER_INIT: reply_kind = wire::MessageKind::WORKER_READY; break;
       case wire::MessageKind::EXECUTE_STEP: reply_kind = wire::MessageKind::STEP_RESULT; break;
+      case wire::MessageKind::EXPORT_KV: reply_kind = wire::MessageKind::KV_EXPORT; break;
+      case wire::MessageKind::IMPORT_KV: reply_kind = wire::MessageKind::KV_IMPORTED; break;
       default:
         spdlog::warn("{}: ignoring a message of kind {}", args.name, static_cast<int>(env.kind));
         continue;
@@ -77,10 +79,18 @@ int run_worker_process(const WorkerProcessArgs& args) {
       exit_code = 1;
       running = false;
     };
-    if (reply_kind == wire::MessageKind::WORKER_READY) {
-      self->request(worker, caf::infinite, init_atom::value, std::move(env.body)).receive(handle_reply, on_error);
-    } else {
-      self->request(worker, caf::infinite, step_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+    switch (reply_kind) {
+      case wire::MessageKind::WORKER_READY:
+        self->request(worker, caf::infinite, init_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+        break;
+      case wire::MessageKind::KV_EXPORT:
+        self->request(worker, caf::infinite, export_kv_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+        break;
+      case wire::MessageKind::KV_IMPORTED:
+        self->request(worker, caf::infinite, import_kv_atom::value, std::move(env.body)).receive(handle_reply, on_error);
+        break;
+      default:
+        self->request(worker, caf::infinite, step_atom::value, std::move(env.body)).receive(handle_reply, on_error);
     }
   }
   self->send_exit(worker, caf::exit_reason::user_shutdown);

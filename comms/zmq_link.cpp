@@ -11,7 +11,10 @@ bool send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::str
   });
   // Once the first frame of a multipart message is queued, the rest is accepted too.
   if (!socket.send(zmq::buffer(header.bytes), zmq::send_flags::sndmore)) return false;
-  socket.send(zmq::buffer(body.bytes), zmq::send_flags::none);
+  socket.send(zmq::buffer(body.bytes), body.bulk.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (size_t i = 0; i < body.bulk.size(); ++i) {
+    socket.send(zmq::buffer(body.bulk[i]), i + 1 < body.bulk.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
   return true;
 }
 
@@ -23,12 +26,14 @@ Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout
   if (!socket.recv(header, zmq::recv_flags::none)) return std::optional<Envelope>{};
   if (!header.more()) return make_error(Errc::parse_error, "ZeroMQ envelope without a body frame");
   if (!socket.recv(body, zmq::recv_flags::none)) return make_error(Errc::parse_error, "ZeroMQ body frame lost");
-  while (body.more()) {  // drain frames this version does not understand
-    zmq::message_t extra;
-    if (!socket.recv(extra, zmq::recv_flags::none)) break;
-    if (!extra.more()) break;
-  }
   Envelope env;
+  for (bool more = body.more(); more;) {  // bulk frames
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::none)) return make_error(Errc::parse_error, "ZeroMQ bulk frame lost");
+    const auto* p = static_cast<const uint8_t*>(frame.data());
+    env.body.bulk.emplace_back(p, p + frame.size());
+    more = frame.more();
+  }
   try {
     // Small frames live inside zmq_msg_t and may be unaligned: WireReader copies them when needed.
     WireReader reader(static_cast<const uint8_t*>(header.data()), header.size());

@@ -1,4 +1,5 @@
-// Envelopes over ZeroMQ: frame 1 is a capnp Envelope {kind, target}, frame 2 the capnp body (a wire_msg).
+// Envelopes over ZeroMQ: frame 1 is a capnp Envelope {kind, target}, frame 2 the capnp body (a wire_msg), then one
+// frame per bulk buffer of the wire_msg.
 //
 // Contract: a socket is used by one thread at a time (ZeroMQ's rule). recv_envelope() returns nothing on timeout
 // and an Error for a malformed envelope (wrong frame count, unreadable header); it never aborts on bad bytes.

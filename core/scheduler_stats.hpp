@@ -31,7 +31,10 @@ namespace actord {
   X(prefix_query_blocks, PrefixQueryBlocks)  /* full prompt blocks looked up in the prefix cache */             \
   X(prefix_hit_blocks, PrefixHitBlocks)      /* of which cached: their prefill was skipped */                   \
   X(prefix_evictions, PrefixEvictions)       /* cached blocks evicted to make room */                           \
-  X(prefix_cached_blocks, PrefixCachedBlocks) /* blocks in the prefix cache now */
+  X(prefix_cached_blocks, PrefixCachedBlocks) /* blocks in the prefix cache now */                          \
+  X(swap_outs, SwapOuts)                     /* sequences preempted by swapping their KV to host memory */      \
+  X(swap_ins, SwapIns)                       /* swapped sequences brought back */                               \
+  X(swapped_blocks, SwappedBlocks)           /* KV blocks in host swap space now */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -40,7 +43,7 @@ struct SchedulerStats {
 };
 
 // What happened between two snapshots of the same scheduler (`later` - `earlier`); the gauges
-// (max_seqs_in_step, lease_blocks, prefix_cached_blocks) are `later`'s.
+// (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks) are `later`'s.
 inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
   SchedulerStats d;
 #define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
@@ -49,6 +52,7 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   d.max_seqs_in_step = later.max_seqs_in_step;
   d.lease_blocks = later.lease_blocks;
   d.prefix_cached_blocks = later.prefix_cached_blocks;
+  d.swapped_blocks = later.swapped_blocks;
   return d;
 }
 

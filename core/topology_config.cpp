@@ -181,7 +181,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   Section engine(top.get("engine"), "engine");
   engine.check_keys(
       {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype",
-       "enable_prefix_caching"});
+       "enable_prefix_caching", "preemption_mode", "swap_space"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -205,6 +205,16 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   require(cfg.engine.kv_cache_memory > 0, "engine.kv_cache_memory", "must be positive");
   engine.read("max_model_len", cfg.engine.max_model_len);
   engine.read("enable_prefix_caching", cfg.engine.enable_prefix_caching);
+  engine.read("preemption_mode", cfg.engine.preemption_mode);
+  require(cfg.engine.preemption_mode == "recompute" || cfg.engine.preemption_mode == "swap", "engine.preemption_mode",
+          "must be recompute or swap, got '" + cfg.engine.preemption_mode + "'");
+  std::string swap_mem;
+  engine.read("swap_space", swap_mem);
+  if (!swap_mem.empty()) {
+    auto bytes = parse_byte_size(swap_mem);
+    require(bytes.ok(), "engine.swap_space", bytes.ok() ? "" : bytes.error().message);
+    cfg.engine.swap_space = *bytes;
+  }
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 

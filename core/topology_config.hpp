@@ -37,6 +37,10 @@ struct EngineSection {
   // auto: the model's compute dtype (model.dtype, else config.json's torch_dtype) | float32 | bfloat16 | float16
   std::string kv_cache_dtype = "auto";
   bool enable_prefix_caching = true;        // reuse the KV of cached full blocks of identical token prefixes
+  // How a running sequence makes room when KV blocks run out: recompute (free its blocks, prefill it again later)
+  // or swap (copy its KV blocks to host memory and back, byte-exact; recompute when swap_space is full).
+  std::string preemption_mode = "recompute";
+  uint64_t swap_space = 4ull << 30;         // bytes of host memory for swapped-out KV blocks (preemption_mode: swap)
 };
 
 struct SchedulerSection {

@@ -35,11 +35,26 @@ class KvCache {
   int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
   int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
 
+  int num_layers() const { return num_layers_; }
+  int num_kv_heads() const { return num_kv_heads_; }
+  // Bytes of one block over every layer: what a swap, a copy or an export moves per block.
+  size_t block_bytes() const { return static_cast<size_t>(num_layers_) * layer_block_bytes(); }
+  // Whether `other` stores blocks with the same shape and dtype (blocks can move between the two byte for byte).
+  bool same_layout(const KvCache& other) const;
+  // Copies block `src` of this cache, every layer, to block `dst` of `to` (this cache itself, or another one with
+  // the same layout, e.g. a host swap space). Byte-exact.
+  void copy_block(uint32_t src, KvCache& to, uint32_t dst) const;
+  // Block `block`'s bytes, every layer, to `out` [block_bytes()] in the order layer, k|v, kv head, slot, dim; and
+  // back. The export / import format of a block.
+  void read_block(uint32_t block, unsigned char* out) const;
+  void write_block(uint32_t block, const unsigned char* in);
+
  private:
   size_t offset(int layer, uint32_t block, int kv, int head) const {
     return (((static_cast<size_t>(layer) * num_blocks_ + block) * 2 + kv) * num_kv_heads_ + head) *
            static_cast<size_t>(block_size_) * head_dim_;
   }
+  size_t layer_block_bytes() const { return static_cast<size_t>(block_stride()) * dtype_size(dtype_); }
   int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
   DType dtype_;
   // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim] elements of dtype_: one head's keys in a block are

@@ -22,7 +22,8 @@ BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
     : limits_(limits),
       blocks_(blocks),
       cache_(blocks, limits.block_size, limits.enable_prefix_caching),
-      policy_(policy ? std::move(policy) : make_fcfs_policy()) {
+      policy_(policy ? std::move(policy) : make_fcfs_policy()),
+      swap_space_(limits.preemption_mode == PreemptionMode::swap ? limits.swap_blocks : 0) {
   max_in_flight_ = limits_.plan_ahead ? 2 : 1;
 }
 
@@ -101,6 +102,8 @@ bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
 void BatchScheduler::release(Sequence& seq) {
   if (!seq.blocks.empty()) cache_.release(seq.blocks);
   seq.blocks.clear();
+  if (!seq.host_blocks.empty()) swap_space_.free(seq.host_blocks);
+  seq.host_blocks.clear();
   if (seq.sent) released_.push_back(seq.req.id);
   seq.sent = false;
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq.req.id), waiting_.end());
@@ -120,8 +123,20 @@ void BatchScheduler::retire(Sequence& seq) {
 
 void BatchScheduler::preempt(Sequence& seq) {
   ACTORD_CHECK(seq.in_flight == 0 && seq.pending == 0);
+  const size_t computed = blocks_for(seq.num_computed);
+  const bool swap = limits_.preemption_mode == PreemptionMode::swap && computed > 0 &&
+                    swap_space_.num_free() >= computed;
+  std::vector<uint32_t> blocks;
+  if (swap) blocks.assign(seq.blocks.begin(), seq.blocks.begin() + static_cast<ptrdiff_t>(computed));
   release(seq);
-  seq.num_computed = 0;
+  if (swap) {
+    // The blocks are free for this scheduler now: the copies go in the next step sent, before anything it writes.
+    swap_space_.allocate(computed, seq.host_blocks);
+    for (size_t i = 0; i < computed; ++i) swap_out_.push_back(BlockCopy{blocks[i], seq.host_blocks[i]});
+    ++swap_outs_;
+  } else {
+    seq.num_computed = 0;
+  }
   seq.fresh = true;
   waiting_.push_front(seq.req.id);
   ++preemptions_;
@@ -190,6 +205,9 @@ const StepPlan* BatchScheduler::plan_step() {
   StepPlan& plan = step.plan;
   plan.slices.clear();
   plan.released.clear();
+  plan.swap_out.clear();
+  plan.swap_in.clear();
+  plan.copies.clear();
   step.seqs.clear();
   plan.num_tokens = plan.num_prefill_tokens = plan.num_samples = 0;
   plan.planned_ahead = ahead;
@@ -256,9 +274,11 @@ const StepPlan* BatchScheduler::plan_step() {
   // Then admit waiting sequences in the policy's order.
   admit(step, budget);
 
-  if (plan.slices.empty()) return nullptr;  // released_ waits for the next plan
+  if (plan.slices.empty()) return nullptr;  // released_ and swap_out_ wait for the next plan
   plan.released.swap(released_);
   released_.clear();
+  plan.swap_out.swap(swap_out_);
+  swap_out_.clear();
   commit(step);
   ++in_flight_;
   if (!ahead) needs_sync_ = false;
@@ -283,11 +303,19 @@ bool BatchScheduler::consult_policy(bool ahead) {
   if (waiting_.empty()) return true;
   waiting_view_.clear();
   running_view_.clear();
-  for (uint64_t id : waiting_) waiting_view_.push_back(view_of(seqs_.at(id)));
+  swapped_view_.clear();
+  for (uint64_t id : waiting_) {
+    const Sequence& seq = seqs_.at(id);
+    waiting_view_.push_back(view_of(seq));
+    if (!seq.host_blocks.empty()) swapped_view_.push_back(waiting_view_.back());
+  }
   for (const Sequence* seq : running_) running_view_.push_back(view_of(*seq));
   PolicySnapshot snapshot;
   snapshot.waiting = waiting_view_;
   snapshot.running = running_view_;
+  snapshot.swapped = swapped_view_;
+  snapshot.preemption_mode = limits_.preemption_mode;
+  snapshot.swap_free_blocks = swap_space_.num_free();
   snapshot.free_blocks = cache_.num_free();
   snapshot.total_blocks = blocks_.num_total();
   snapshot.token_budget = limits_.max_num_batched_tokens;
@@ -319,9 +347,10 @@ void BatchScheduler::admit(Step& step, int& budget) {
     Sequence& seq = it->second;
     auto queued = std::find(waiting_.begin(), waiting_.end(), id);
     if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
-    if (seq.fresh && seq.blocks.empty()) reuse_cached_prefix(seq);
+    const bool swapped = !seq.host_blocks.empty();
+    if (seq.fresh && seq.blocks.empty() && !swapped) reuse_cached_prefix(seq);
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
-    if (!ensure_blocks(seq, seq.num_computed + chunk)) {
+    if (swapped ? !swap_in(step, seq, chunk) : !ensure_blocks(seq, seq.num_computed + chunk)) {
       shortfall_ += blocks_for(static_cast<int>(seq.tokens.size())) - seq.blocks.size();
       break;
     }
@@ -330,6 +359,18 @@ void BatchScheduler::admit(Step& step, int& budget) {
     add_slice(step, seq, chunk, -1);
     budget -= chunk;
   }
+}
+
+bool BatchScheduler::swap_in(Step& step, Sequence& seq, int chunk) {
+  if (!ensure_blocks(seq, seq.num_computed + chunk)) return false;
+  ACTORD_CHECK(seq.blocks.size() >= seq.host_blocks.size());
+  for (size_t i = 0; i < seq.host_blocks.size(); ++i)
+    step.plan.swap_in.push_back(BlockCopy{seq.host_blocks[i], seq.blocks[i]});
+  // The host blocks may take another swap-out from the next step on: the worker copies in step order.
+  swap_space_.free(seq.host_blocks);
+  seq.host_blocks.clear();
+  ++swap_ins_;
+  return true;
 }
 
 size_t BatchScheduler::blocks_spare() const {
@@ -435,6 +476,20 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
 std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
   Step& step = pop_oldest();
   std::vector<SequenceUpdate> updates;
+  // Host copies this step was to make cannot be trusted: their sequences will recompute instead.
+  if (!step.plan.swap_out.empty()) {
+    for (uint64_t id : waiting_) {
+      Sequence& seq = seqs_.at(id);
+      if (seq.host_blocks.empty()) continue;
+      const uint32_t first = seq.host_blocks.front();
+      const bool lost = std::any_of(step.plan.swap_out.begin(), step.plan.swap_out.end(),
+                                    [&](const BlockCopy& c) { return c.dst == first; });
+      if (!lost) continue;
+      swap_space_.free(seq.host_blocks);
+      seq.host_blocks.clear();
+      seq.num_computed = 0;
+    }
+  }
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     Sequence& seq = *step.seqs[i];
     --seq.in_flight;

@@ -13,8 +13,10 @@
 // (decode, or the next chunk of a chunked prefill), then waiting ones are admitted in the order the scheduling
 // policy gives (scheduling_policy.hpp: FCFS by default, or by priority, or a plugin's), which may also preempt
 // running ones for them. When KV blocks run out the policy's victim (FCFS: the most recently admitted running
-// sequence) is preempted by recompute: its blocks are freed and it goes back to the front of the queue with every
-// token it has so far. Preemption only happens with no step in flight: when planning ahead would need it,
+// sequence) is preempted: by recompute (its blocks are freed and it goes back to the front of the queue with every
+// token it has so far, to prefill them again) or, with preemption_mode swap and room in the host swap space, by
+// swap (the next step copies its computed blocks to host blocks the scheduler assigns, and the step that admits it
+// again copies them back into fresh blocks, before either step's forward pass). Preemption only happens with no step in flight: when planning ahead would need it,
 // plan_step() returns nothing and the next plan waits for the step in flight. A
 // Blocks come from a PrefixCache over the lease: a (re-)admitted sequence skips the prefill of its longest cached
 // prefix in whole blocks, and a block is cached once the step that wrote its last token has returned. A
@@ -53,6 +55,8 @@ struct SchedulerLimits {
   uint32_t pool_blocks = 0;
   uint32_t lease_reserve = 0;  // free blocks kept on lease when giving blocks back
   bool enable_prefix_caching = true;  // admissions reuse the KV of cached full blocks with the same tokens
+  PreemptionMode preemption_mode = PreemptionMode::recompute;
+  uint32_t swap_blocks = 0;  // blocks of host swap space (the worker's); preemption_mode swap needs some
 };
 
 struct SequenceRequest {
@@ -90,9 +94,19 @@ struct PlannedSlice {
   std::span<const int32_t> context;       // the sequence's tokens before start_pos (with new_sequence: a cached prefix)
 };
 
+// A copy of one KV block to another (wire::BlockCopy).
+struct BlockCopy {
+  uint32_t src = 0;
+  uint32_t dst = 0;
+  bool operator==(const BlockCopy&) const = default;
+};
+
 struct StepPlan {
   std::vector<PlannedSlice> slices;
   std::vector<uint64_t> released;  // sequences the worker may forget (ended or preempted); applied before slices
+  // Block copies the worker makes before the forward pass, in this order: KV pool -> host swap space (preempted by
+  // swapping), host -> pool (swapped ones admitted again), pool -> pool (copy-on-write).
+  std::vector<BlockCopy> swap_out, swap_in, copies;
   int num_tokens = 0;
   int num_prefill_tokens = 0;      // tokens whose KV is computed for the first time or again after a preemption
   int num_samples = 0;             // slices with sample = true
@@ -159,7 +173,10 @@ class BatchScheduler {
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
-  uint64_t num_preemptions() const { return preemptions_; }
+  uint64_t num_preemptions() const { return preemptions_; }  // by recompute and by swap
+  uint64_t num_swap_outs() const { return swap_outs_; }
+  uint64_t num_swap_ins() const { return swap_ins_; }
+  size_t swapped_blocks() const { return swap_space_.num_total() - swap_space_.num_free(); }
 
  private:
   struct Sequence {
@@ -173,6 +190,7 @@ class BatchScheduler {
     int32_t last_sample_slot = -1;      // its last sample's index in the step that takes it
     uint64_t last_sample_step = 0;      // that step's serial
     std::vector<uint32_t> blocks;
+    std::vector<uint32_t> host_blocks;  // swapped out: its computed blocks [0, blocks_for(num_computed)) are there
     size_t blocks_sent = 0;             // blocks[0, blocks_sent) are in the worker's table for it
     bool fresh = true;                  // not planned since its (re-)admission: the worker has no state for it
     bool sent = false;                  // the worker may hold state for it
@@ -186,7 +204,11 @@ class BatchScheduler {
   };
 
   bool ensure_blocks(Sequence& seq, int num_tokens);
+  // Takes seq off the running list back to the front of the queue, by swap or recompute (limits_.preemption_mode).
   void preempt(Sequence& seq);
+  // A swapped-out seq admitted again: blocks for its computed tokens and the next `chunk`, its KV copied back into
+  // them by `step`. False (nothing changed) when the lease lacks the blocks.
+  bool swap_in(Step& step, Sequence& seq, int chunk);
   void release(Sequence& seq);
   void erase(Sequence& seq);
   // Ends seq after its final update: freed now, or once no step in flight carries it (call it again then).
@@ -238,7 +260,12 @@ class BatchScheduler {
   bool growing_ = false;            // a lease grant is on its way
   size_t shortfall_ = 0;            // blocks the last plan lacked
   std::vector<uint64_t> released_;  // for the next plan's `released`
+  std::vector<BlockCopy> swap_out_;  // for the next plan's `swap_out`
+  BlockAllocator swap_space_;        // host swap blocks (the worker holds the bytes)
+  std::vector<PolicySequence> swapped_view_;  // scratch
   uint64_t preemptions_ = 0;
+  uint64_t swap_outs_ = 0;
+  uint64_t swap_ins_ = 0;
 };
 
 }  // namespace actord

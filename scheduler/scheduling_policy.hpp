@@ -7,7 +7,8 @@
 // when requests are waiting (a decode-only step costs the policy nothing). The scheduler applies a decision in its
 // own terms: it admits in the given order and stops at the first request that does not fit (no skipping, so a
 // large request is never starved by smaller ones behind it); preemptions (by recompute) happen only with no step
-// in flight, so a decision to preempt drains the pipeline first. Ids not in the snapshot are ignored.
+// in flight, so a decision to preempt drains the pipeline first; the scheduler carries a preemption out by recompute
+// or by swap as engine.preemption_mode says. Ids not in the snapshot are ignored.
 #pragma once
 
 #include <cstdint>
@@ -30,19 +31,31 @@ struct PolicySequence {
   uint32_t blocks_needed = 0;  // KV blocks it needs to hold all its tokens (waiting: its whole prefill)
 };
 
+// How a preempted sequence gives its KV blocks back (engine.preemption_mode).
+enum class PreemptionMode {
+  recompute,  // its blocks are freed; it prefills its tokens again when admitted again
+  swap,       // its computed blocks are copied to host swap space and back on re-admission (recompute when full)
+};
+
 struct PolicySnapshot {
-  std::span<const PolicySequence> waiting;  // queue order (preempted ones at the front, then arrival order)
+  // Queue order (preempted ones at the front, then arrival order). Swapped-out sequences are waiting too: they are
+  // admitted like the others (their KV comes back from host memory instead of being recomputed).
+  std::span<const PolicySequence> waiting;
   std::span<const PolicySequence> running;  // admission order
-  std::span<const PolicySequence> swapped;  // (none until swap preemption exists)
+  std::span<const PolicySequence> swapped;  // the waiting sequences whose KV is in host swap space
   size_t free_blocks = 0;                   // of the scheduler's KV lease
   size_t total_blocks = 0;
+  PreemptionMode preemption_mode = PreemptionMode::recompute;
+  size_t swap_free_blocks = 0;              // host swap space left, in blocks
   int token_budget = 0;                     // max_num_batched_tokens of one step
   int max_num_seqs = 0;
 };
 
 struct PolicyDecision {
   std::vector<uint64_t> admit;    // waiting ids, in the order to admit them
-  std::vector<uint64_t> preempt;  // running ids to preempt (recompute) before admitting
+  // Running ids to preempt before admitting, in the snapshot's preemption_mode (swap falls back to recompute for a
+  // sequence whose computed blocks do not fit the host swap space left).
+  std::vector<uint64_t> preempt;
   void clear() {
     admit.clear();
     preempt.clear();

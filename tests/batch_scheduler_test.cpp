@@ -442,3 +442,103 @@ TEST_CASE("prefix cache - a shared prompt is computed once - later requests star
   REQUIRE(s.plan_step());
   CHECK(s.prefix_cache_stats().evictions > 0);
 }
+
+namespace {
+
+SchedulerLimits swapping(SchedulerLimits limits, uint32_t swap_blocks) {
+  limits.preemption_mode = PreemptionMode::swap;
+  limits.swap_blocks = swap_blocks;
+  return plain(limits);
+}
+
+}  // namespace
+
+TEST_CASE("swap - the victim's computed blocks go to host memory and come back before it continues",
+          "[scheduler][swap]") {
+  BlockAllocator blocks(3);  // block_size 2: 6 token slots
+  BatchScheduler s(swapping({8, 64, 2, 512, 0}, 4), blocks);
+  s.add(request(1, 2, 10));
+  s.add(request(2, 2, 10));
+  auto plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 2);
+  const uint32_t seq2_block = plan->slices[1].block_table[0];
+  answer(s, *plan, 5);
+  // Both need a second block; seq 2 (newest) is swapped out: the next step copies its one computed block out first.
+  plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 1);
+  CHECK(plan->slices[0].seq_id == 1);
+  CHECK(s.num_preemptions() == 1);
+  CHECK(s.num_swap_outs() == 1);
+  REQUIRE(plan->swap_out.size() == 1);
+  CHECK(plan->swap_out[0].src == seq2_block);
+  const uint32_t host_block = plan->swap_out[0].dst;
+  CHECK(plan->released == std::vector<uint64_t>{2});  // the worker forgets it; it comes back as a new sequence
+  CHECK(s.swapped_blocks() == 1);
+  answer(s, *plan, 6);
+  // Run seq 1 to the end; seq 2 comes back: its block is copied in and only its sampled token is computed.
+  std::optional<PlannedSlice> back;
+  std::vector<BlockCopy> swap_in;
+  while (s.has_work() && !back) {
+    plan = s.plan_step();
+    REQUIRE(plan);
+    CHECK(plan->swap_out.empty());
+    for (const auto& slice : plan->slices)
+      if (slice.seq_id == 2) {
+        back = slice;
+        swap_in = plan->swap_in;
+      }
+    if (!back) answer(s, *plan, 6);
+  }
+  REQUIRE(back);
+  CHECK(back->new_sequence);
+  CHECK(back->start_pos == 2);
+  CHECK(std::vector<int32_t>(back->tokens.begin(), back->tokens.end()) == std::vector<int32_t>{5});
+  REQUIRE(swap_in.size() == 1);
+  CHECK(swap_in[0].src == host_block);
+  CHECK(swap_in[0].dst == back->block_table[0]);
+  CHECK(s.num_swap_ins() == 1);
+  CHECK(s.swapped_blocks() == 0);
+  CHECK(s.num_preemptions() == 1);  // nothing was recomputed
+}
+
+TEST_CASE("swap - without room in the swap space the victim is recomputed", "[scheduler][swap]") {
+  BlockAllocator blocks(3);  // block_size 2
+  BatchScheduler s(swapping({8, 64, 2, 512, 0}, 1), blocks);
+  s.add(request(1, 1, 10));
+  s.add(request(2, 3, 10));  // 2 blocks computed when it is preempted: more than the one host block
+  answer(s, *s.plan_step(), 5);  // 1 + 2 blocks
+  answer(s, *s.plan_step(), 5);  // positions 1 and 3: no new block
+  auto plan = s.plan_step();     // seq 1 needs a block at position 2: seq 2 makes room, by recompute
+  REQUIRE(plan->slices.size() == 1);
+  CHECK(s.num_preemptions() == 1);
+  CHECK(s.num_swap_outs() == 0);
+  CHECK(plan->swap_out.empty());
+  answer(s, *plan, 5);
+  std::optional<PlannedSlice> back;
+  while (s.has_work() && !back) {
+    plan = s.plan_step();
+    REQUIRE(plan);
+    CHECK(plan->swap_in.empty());
+    for (const auto& slice : plan->slices)
+      if (slice.seq_id == 2) back = slice;
+    if (!back) answer(s, *plan, 5);
+  }
+  REQUIRE(back);
+  CHECK(back->start_pos == 0);  // its prompt and generated tokens are computed again
+  CHECK(back->num_tokens == 5);
+}
+
+TEST_CASE("swap - cancelling a swapped-out sequence frees its host blocks", "[scheduler][swap]") {
+  BlockAllocator blocks(3);
+  BatchScheduler s(swapping({8, 64, 2, 512, 0}, 4), blocks);
+  s.add(request(1, 2, 10));
+  s.add(request(2, 2, 10));
+  answer(s, *s.plan_step(), 5);
+  auto plan = s.plan_step();
+  REQUIRE(s.swapped_blocks() == 1);
+  auto cancelled = s.cancel(2);
+  REQUIRE(cancelled);
+  CHECK(cancelled->finish == Finish::cancelled);
+  CHECK(s.swapped_blocks() == 0);
+  answer(s, *plan, 5);
+}

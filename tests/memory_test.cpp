@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "memory/block_allocator.hpp"
+#include "memory/kv_cache.hpp"
 #include "memory/safetensors.hpp"
 #include "memory/weight_loader.hpp"
 #include "test_util.hpp"
@@ -101,4 +102,37 @@ TEST_CASE("block allocator hands out - frees and lends ids", "[memory]") {
   BlockAllocator lease;
   lease.add(lent);
   CHECK(lease.num_free() == 2);
+}
+
+TEST_CASE("KV blocks move byte for byte - to a swap space and back, and through export bytes", "[memory][swap]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    INFO("dtype " << dtype_name(dtype));
+    KvCache pool(3, 2, 8, 6, 4, dtype);
+    KvCache host(3, 2, 8, 2, 4, dtype);
+    std::vector<float> k(2 * 8), v(2 * 8);
+    for (int layer = 0; layer < 3; ++layer)
+      for (int slot = 0; slot < 4; ++slot) {
+        for (size_t i = 0; i < k.size(); ++i) {
+          k[i] = 0.37f * static_cast<float>(layer * 100 + slot * 10 + static_cast<int>(i)) - 11.0f;
+          v[i] = -k[i] * 1.7f;
+        }
+        pool.write(layer, 4, slot, k.data(), v.data());
+      }
+    std::vector<unsigned char> original(pool.block_bytes()), back(pool.block_bytes());
+    pool.read_block(4, original.data());
+    pool.copy_block(4, host, 1);  // swap out
+    pool.write_block(4, std::vector<unsigned char>(pool.block_bytes(), 0xAB).data());  // the block is reused
+    host.copy_block(1, pool, 2);  // swap in elsewhere
+    pool.read_block(2, back.data());
+    CHECK(back == original);
+    pool.copy_block(2, pool, 0);  // copy within the pool (copy-on-write)
+    pool.read_block(0, back.data());
+    CHECK(back == original);
+    KvCache other(3, 2, 8, 6, 4, dtype);
+    other.write_block(5, original.data());  // import
+    other.read_block(5, back.data());
+    CHECK(back == original);
+    CHECK(pool.same_layout(other));
+    CHECK_FALSE(pool.same_layout(KvCache(3, 2, 8, 6, 8, dtype)));
+  }
 }

@@ -1,5 +1,5 @@
 // 500 requests of random prompt and output lengths against stories260K with a KV pool far too small for them,
-// under FCFS and priority: every request completes, each output equals the same request run alone (greedy, and
+// under FCFS and priority, preempting by recompute and by swap: every request completes, each output equals the same request run alone (greedy, and
 // seeded at temperature 0.8), preemptions happened, and afterwards no block is held (nothing leaked).
 #include <catch2/catch.hpp>
 #include <random>
@@ -50,9 +50,12 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
     }
   }
   // 160 KiB of KV: 8 blocks of 16 tokens (stories260K: 20 KiB a block), for 500 requests of up to 108 tokens.
+  for (const std::string mode : {"recompute", "swap"})
   for (const std::string policy : {"fcfs", "priority"}) {
-    INFO("policy " << policy);
-    auto engine = start({"engine.kv_cache_memory=160KiB", "engine.max_num_seqs=32", "scheduler.policy=" + policy});
+    INFO("policy " << policy << ", preemption by " << mode);
+    // Swap space for 5 blocks: sequences that hold more are recomputed, the others swapped.
+    auto engine = start({"engine.kv_cache_memory=160KiB", "engine.max_num_seqs=32", "scheduler.policy=" + policy,
+                         "engine.preemption_mode=" + mode, "engine.swap_space=100KiB"});
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
     size_t mismatches = 0;
@@ -65,6 +68,13 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
     auto stats = engine->stats();
     REQUIRE(stats.ok());
     CHECK(stats->preemptions > 0);
+    if (mode == "swap") {
+      CHECK(stats->swap_outs > 0);
+      CHECK(stats->swap_ins == stats->swap_outs);
+    } else {
+      CHECK(stats->swap_outs == 0);
+    }
+    CHECK(stats->swapped_blocks == 0);
     // No leak: once idle, every block is free or cached-and-evictable; the whole pool fits one request again.
     GenerateRequest big;
     big.prompt_ids = {1};

@@ -161,11 +161,22 @@ struct SeqStep {
                                    # before startPos, for the penalty history
 }
 
+# A copy of one KV block's bytes (every layer) from one block to another.
+struct BlockCopy {
+  src @0 :UInt32;
+  dst @1 :UInt32;
+}
+
 struct ExecuteStep {
   correlationId @0 :UInt64;
   stepId @1 :UInt64;
   seqs @2 :List(SeqStep);
   released @3 :List(UInt64);     # sequences that ended or were preempted: the worker drops its state for them
+  # Block copies the worker makes before the forward pass, in this order (a block freed by a swap-out may be
+  # written again by this very step):
+  swapOut @4 :List(BlockCopy);   # KV pool block -> host swap block (a sequence preempted by swapping)
+  swapIn @5 :List(BlockCopy);    # host swap block -> KV pool block (a swapped sequence admitted again)
+  copyBlocks @6 :List(BlockCopy);  # KV pool block -> KV pool block (copy-on-write of a forked sequence's last block)
 }
 
 struct SeqResult {
@@ -197,6 +208,7 @@ struct WorkerInit {
   seed @9 :UInt64;               # for dummy weights
   plugins @10 :List(Text);       # out-of-tree plugin libraries to load before creating the model
   kvDtype @11 :Text;             # element type of the KV cache: F32 | BF16 | F16
+  numSwapBlocks @12 :UInt32;     # host blocks for swapped-out KV (engine.swap_space); 0: no swapping
 }
 
 struct WorkerReady {
@@ -214,9 +226,14 @@ enum MessageKind {
   executeStep @2;
   stepResult @3;
   shutdown @4;
+  exportKv @5;
+  kvExport @6;
+  importKv @7;
+  kvImported @8;
 }
 
-# First frame of every ZeroMQ message between processes; the second frame is the capnp body of `kind`.
+# First frame of every ZeroMQ message between processes; the second frame is the capnp body of `kind`; bulk
+# buffers the body refers to follow as further frames.
 struct Envelope {
   kind @0 :MessageKind;
   target @1 :Text;               # stable actor name the body is for
@@ -252,4 +269,47 @@ struct SchedulerStats {
   prefixHitBlocks @19 :UInt64;     # of which were cached (their prefill skipped)
   prefixEvictions @20 :UInt64;     # cached blocks evicted to make room
   prefixCachedBlocks @21 :UInt64;  # blocks in the prefix cache now
+  swapOuts @22 :UInt64;            # sequences preempted by swapping their KV to host memory
+  swapIns @23 :UInt64;             # swapped sequences brought back
+  swappedBlocks @24 :UInt64;       # KV blocks in host swap space now
+}
+
+# KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
+# disaggregation, live migration). The KV bytes ride as ONE bulk frame (wire_msg::bulk[0]), not in capnp: block i of
+# the export is bytes [i * blockBytes, (i+1) * blockBytes) of it, every layer of that block in the worker's layout
+# [layer][k|v][kv_head][slot][head_dim] of `dtype`.
+struct KvLayout {
+  numLayers @0 :UInt32;
+  numKvHeads @1 :UInt32;
+  headDim @2 :UInt32;
+  blockSize @3 :UInt32;
+  dtype @4 :Text;                # F32 | BF16 | F16
+}
+
+struct ExportKv {
+  correlationId @0 :UInt64;
+  seqId @1 :UInt64;              # a sequence this worker holds (its block table is the worker's)
+  numTokens @2 :UInt32;          # positions [0, numTokens) whose KV is exported
+}
+
+struct KvExport {
+  correlationId @0 :UInt64;
+  seqId @1 :UInt64;
+  numTokens @2 :UInt32;
+  layout @3 :KvLayout;
+  blockBytes @4 :UInt64;
+  numBlocks @5 :UInt32;          # ceil(numTokens / blockSize) blocks in the bulk frame
+  error @6 :Error;
+}
+
+# Writes an export's blocks into this worker's pool: block i of the export goes to blockIds[i]. The layout must match.
+struct ImportKv {
+  correlationId @0 :UInt64;
+  export @1 :KvExport;           # its bulk frame travels as this message's bulk[0]
+  blockIds @2 :List(UInt32);
+}
+
+struct KvImported {
+  correlationId @0 :UInt64;
+  error @1 :Error;
 }
