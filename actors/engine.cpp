@@ -170,47 +170,64 @@ Result<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_
 
 Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateRequest>& requests,
                                                      const TextCallback& on_text) {
-  std::vector<GenerateOutput> outputs(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i].prompt) {
-      auto ids = tokenize(*requests[i].prompt);
+  // Request r's samples take outputs first_output[r] .. + samples_of(r) - 1 (one when n is invalid: its error).
+  auto samples_of = [](const GenerateRequest& r) {
+    return r.sampling.n >= 1 && r.sampling.n <= SamplingOptions::kMaxSamples ? r.sampling.n : 1u;
+  };
+  std::vector<size_t> first_output;
+  size_t num_outputs = 0;
+  for (const auto& r : requests) {
+    first_output.push_back(num_outputs);
+    num_outputs += samples_of(r);
+  }
+  std::vector<GenerateOutput> outputs(num_outputs);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int32_t> prompt_ids = requests[r].prompt_ids;
+    if (requests[r].prompt) {
+      auto ids = tokenize(*requests[r].prompt);
       if (!ids) return ids.error();
-      outputs[i].prompt_ids = std::move(*ids);
-    } else {
-      outputs[i].prompt_ids = requests[i].prompt_ids;
+      prompt_ids = std::move(*ids);
+    }
+    for (uint32_t s = 0; s < samples_of(requests[r]); ++s) {
+      GenerateOutput& out = outputs[first_output[r] + s];
+      out.prompt_ids = prompt_ids;
+      out.request_index = r;
+      out.sample_index = s;
     }
   }
 
   caf::scoped_actor self{*impl_->system};
-  std::unordered_map<uint64_t, size_t> index_of;  // request id -> index
-  std::vector<clock_type::time_point> submitted(requests.size()), first(requests.size()), last(requests.size());
+  std::unordered_map<uint64_t, size_t> index_of;  // request id (one per sample) -> output index
+  std::vector<clock_type::time_point> submitted(num_outputs), first(num_outputs), last(num_outputs);
   std::vector<StopStringMatcher> stops;
-  for (const auto& r : requests) stops.emplace_back(r.stop);
+  for (const auto& out : outputs) stops.emplace_back(requests[out.request_index].stop);
   std::random_device entropy;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerateRequest& r = requests[i];
-    const uint64_t id = impl_->next_id.fetch_add(1);
-    index_of[id] = i;
-    SamplingOptions sampling = r.sampling;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const GenerateRequest& req = requests[r];
+    const size_t i = first_output[r];
+    const uint32_t n = samples_of(req);
+    const uint64_t id = impl_->next_id.fetch_add(n);  // sample s is id + s
+    for (uint32_t s = 0; s < n; ++s) index_of[id + s] = i + s;
+    SamplingOptions sampling = req.sampling;
     if (sampling.seed == 0 && sampling.temperature > 0) sampling.seed = (uint64_t(entropy()) << 32) | entropy();
     wire_msg submit = build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
       out.setCorrelationId(id);
       out.setRequestId(id);
       auto ids = out.initPromptIds(static_cast<uint32_t>(outputs[i].prompt_ids.size()));
       for (uint32_t t = 0; t < outputs[i].prompt_ids.size(); ++t) ids.set(t, outputs[i].prompt_ids[t]);
-      out.setMaxTokens(r.max_tokens);
+      out.setMaxTokens(req.max_tokens);
       to_wire(sampling, out.initSampling());
       const auto& stops = impl_->tokenizer->stop_ids();
       auto stop_list = out.initStopIds(static_cast<uint32_t>(stops.size()));
       for (uint32_t t = 0; t < stops.size(); ++t) stop_list.set(t, stops[t]);
-      out.setIgnoreEos(r.ignore_eos);
-      out.setPriority(r.priority);
+      out.setIgnoreEos(req.ignore_eos);
+      out.setPriority(req.priority);
     });
-    submitted[i] = clock_type::now();
+    for (uint32_t s = 0; s < n; ++s) submitted[i + s] = clock_type::now();
     self->send(impl_->scheduler, submit_atom::value, std::move(submit));
   }
 
-  size_t remaining = requests.size();
+  size_t remaining = num_outputs;
   std::optional<Error> failure;
   // Records how request i ended and its timings.
   auto close = [&](size_t i, clock_type::time_point now, std::string reason) {

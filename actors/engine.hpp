@@ -35,7 +35,8 @@ struct GenerateRequest {
   std::optional<std::string> prompt;  // encoded by the tokenizer actor (with BOS) when set
   std::vector<int32_t> prompt_ids;    // used as is when prompt is not set
   uint32_t max_tokens = 16;
-  SamplingOptions sampling;           // seed 0 with temperature > 0: a seed is drawn per request
+  SamplingOptions sampling;           // seed 0 with temperature > 0: a seed is drawn per request (n samples:
+                                      // sample i draws with that seed + i)
   bool ignore_eos = false;
   std::vector<std::string> stop;      // generation ends at the first of these in the text, which is not emitted
   int32_t priority = 0;               // with scheduler.policy priority: lower runs first, and may preempt
@@ -51,12 +52,14 @@ struct GenerateOutput {
   double decode_tokens_per_s = 0;     // (generated - 1) / (last token - first token)
   double total_ms = 0;
   std::vector<TokenLogprobs> logprobs;  // one per generated id when sampling.logprobs >= 0
+  size_t request_index = 0;           // the GenerateRequest this is a sample of
+  uint32_t sample_index = 0;          // which of its sampling.n samples (drawn with seed + sample_index)
 };
 
 // Totals of the replica's scheduler since the engine started (core/scheduler_stats.hpp).
 using EngineStats = SchedulerStats;
 
-using TextCallback = std::function<void(size_t request_index, std::string_view text_delta)>;
+using TextCallback = std::function<void(size_t output_index, std::string_view text_delta)>;
 
 class Engine {
  public:
@@ -69,7 +72,9 @@ class Engine {
   int max_model_len() const;
 
   Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
-  // Blocks until every request has finished. on_text, when set, receives text deltas as they are produced.
+  // Blocks until every request has finished. Returns one output per sample: a request of sampling.n samples
+  // gives n consecutive outputs (their prompt's KV computed once and shared). on_text, when set, receives text
+  // deltas as they are produced, with the output's index.
   Result<std::vector<GenerateOutput>> generate(const std::vector<GenerateRequest>& requests,
                                                const TextCallback& on_text = {});
   Result<EngineStats> stats();

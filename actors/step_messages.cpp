@@ -57,6 +57,7 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
       for (uint32_t t = 0; t < s.new_blocks.size(); ++t) blocks.set(t, s.new_blocks[t]);
       b.setSample(s.sample);
       b.setSampleIndex(s.sample_index);
+      if (s.forks > 1) b.setForks(s.forks);
       if (s.new_sequence) {
         const SequenceRequest& req = *s.request;
         b.setNewSequence(true);
@@ -95,19 +96,25 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
 }
 
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates) {
+  size_t count = 0;
+  for (const SequenceUpdate* u : updates) count += 1 + u->unforked_samples;
   return build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
-    auto deltas = out.initDeltas(static_cast<uint32_t>(updates.size()));
-    for (uint32_t d = 0; d < updates.size(); ++d) {
-      const SequenceUpdate& u = *updates[d];
-      auto delta = deltas[d];
-      delta.setRequestId(u.id);
-      fill_list(delta.initTokenIds(static_cast<uint32_t>(u.new_tokens.size())), u.new_tokens);
-      delta.setFinishReason(to_wire(u.finish));
-      delta.setPromptTokens(u.prompt_tokens);
-      if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
-      if (!u.logprobs.empty()) {
-        auto lps = delta.initLogprobs(static_cast<uint32_t>(u.logprobs.size()));
-        for (uint32_t t = 0; t < u.logprobs.size(); ++t) to_wire(u.logprobs[t], lps[t]);
+    auto deltas = out.initDeltas(static_cast<uint32_t>(count));
+    uint32_t d = 0;
+    for (const SequenceUpdate* update : updates) {
+      const SequenceUpdate& u = *update;
+      for (uint32_t sample = 0; sample <= u.unforked_samples; ++sample) {  // samples that never forked end alike
+        auto delta = deltas[d++];
+        delta.setRequestId(u.id + sample);
+        delta.setFinishReason(to_wire(u.finish));
+        delta.setPromptTokens(u.prompt_tokens);
+        if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
+        if (sample > 0) continue;
+        fill_list(delta.initTokenIds(static_cast<uint32_t>(u.new_tokens.size())), u.new_tokens);
+        if (!u.logprobs.empty()) {
+          auto lps = delta.initLogprobs(static_cast<uint32_t>(u.logprobs.size()));
+          for (uint32_t t = 0; t < u.logprobs.size(); ++t) to_wire(u.logprobs[t], lps[t]);
+        }
       }
     }
   });

@@ -68,13 +68,17 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
 
 namespace {
 
-// The step's swap-outs, swap-ins and block copies, in that order; an error message for a bad block id.
+// The step's copy-on-write copies, swap-outs and swap-ins, in that order; an error message for a bad block id.
 std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* swap) {
   const auto swap_out = step.getSwapOut();
   const auto swap_in = step.getSwapIn();
   const auto copies = step.getCopyBlocks();
   if ((swap_out.size() > 0 || swap_in.size() > 0) && !swap) return "a swap without host swap space";
   auto in_range = [](const KvCache& kv, uint32_t b) { return static_cast<int>(b) < kv.num_blocks(); };
+  for (auto c : copies) {
+    if (!in_range(kv, c.getSrc()) || !in_range(kv, c.getDst())) return "block copy out of range";
+    kv.copy_block(c.getSrc(), kv, c.getDst());
+  }
   for (auto c : swap_out) {
     if (!in_range(kv, c.getSrc()) || !in_range(*swap, c.getDst())) return "swap-out block out of range";
     kv.copy_block(c.getSrc(), *swap, c.getDst());
@@ -82,10 +86,6 @@ std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* sw
   for (auto c : swap_in) {
     if (!in_range(*swap, c.getSrc()) || !in_range(kv, c.getDst())) return "swap-in block out of range";
     swap->copy_block(c.getSrc(), kv, c.getDst());
-  }
-  for (auto c : copies) {
-    if (!in_range(kv, c.getSrc()) || !in_range(kv, c.getDst())) return "block copy out of range";
-    kv.copy_block(c.getSrc(), kv, c.getDst());
   }
   return {};
 }
@@ -172,6 +172,15 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   model_->forward(batch_, *kv_, logits_, *pool_);
 
   sample_requests_.clear();
+  sample_seq_ids_.clear();
+  fork_options_.clear();
+  size_t forked_rows = 0, sample_rows = 0;
+  for (uint32_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].getSample()) continue;
+    forked_rows += std::max<uint32_t>(seqs[i].getForks(), 1);
+    ++sample_rows;
+  }
+  fork_options_.reserve(forked_rows);  // stable addresses for the requests below
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].getSample()) continue;
     const SequenceState& st = *states_[i];
@@ -180,10 +189,28 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     r.sample_index = seqs[i].getSampleIndex();
     if (st.sampling.has_penalties()) r.history = &st.history;
     if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.masked_until_min_tokens;
-    sample_requests_.push_back(r);
+    const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
+    for (uint32_t f = 0; f < forks; ++f) {
+      if (forks > 1) r.options = &fork_options_.emplace_back(st.sampling.for_sample(f));
+      sample_requests_.push_back(r);
+      sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
+    }
+  }
+  float* rows = logits_.data();
+  if (forked_rows > sample_rows) {
+    // A forking slice's row is drawn from once per fork (the sampler changes a row in place): one copy each.
+    fork_logits_.resize(forked_rows * static_cast<size_t>(vocab));
+    size_t row = 0, out = 0;
+    for (uint32_t i = 0; i < seqs.size(); ++i) {
+      if (!seqs[i].getSample()) continue;
+      for (uint32_t f = 0; f < std::max<uint32_t>(seqs[i].getForks(), 1); ++f, ++out)
+        std::copy_n(logits_.data() + row * vocab, vocab, fork_logits_.data() + out * vocab);
+      ++row;
+    }
+    rows = fork_logits_.data();
   }
   samples_.resize(sample_requests_.size());
-  sampler_.sample_rows(logits_.data(), vocab, sample_requests_, samples_, *pool_);
+  sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
   previous_samples_.clear();
   for (const SampledToken& t : samples_) previous_samples_.push_back(t.token);
   previous_failed_ = false;
@@ -208,9 +235,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
         }
       }
     }
-    uint32_t r = 0;
-    for (auto s : seqs)
-      if (s.getSample()) results[r++].setSeqId(s.getSeqId());
+    for (uint32_t r = 0; r < samples_.size(); ++r) results[r].setSeqId(sample_seq_ids_[r]);
     out.setComputeMicros(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
     out.setIdleMicros(idle_us);

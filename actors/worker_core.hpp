@@ -74,6 +74,9 @@ class WorkerCore {
   std::vector<float> logits_;                    // [n_sampled, vocab]
   std::vector<SampleRequest> sample_requests_;   // [n_sampled]
   std::vector<SampledToken> samples_;            // [n_sampled]
+  std::vector<uint64_t> sample_seq_ids_;         // [n_sampled]: whose token each sample is (a fork: seqId + i)
+  std::vector<SamplingOptions> fork_options_;    // options of each fork of a forking slice (seed + i)
+  std::vector<float> fork_logits_;               // with forks: the sampled rows, a forking slice's once per fork
 };
 
 }  // namespace actord

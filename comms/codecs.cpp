@@ -13,6 +13,7 @@ void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
   out.setPresencePenalty(in.presence_penalty);
   out.setMinTokens(in.min_tokens);
   out.setLogprobs(in.logprobs);
+  out.setN(in.n);
 }
 
 SamplingOptions from_wire(wire::SamplingParams::Reader in) {
@@ -27,6 +28,7 @@ SamplingOptions from_wire(wire::SamplingParams::Reader in) {
   o.presence_penalty = in.getPresencePenalty();
   o.min_tokens = in.getMinTokens();
   o.logprobs = in.getLogprobs();
+  o.n = in.getN();
   return o;
 }
 

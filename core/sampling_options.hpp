@@ -26,8 +26,21 @@ struct SamplingOptions {
   float presence_penalty = 0.0f;     // [-2, 2]; logit -= p if the token was generated at all
   uint32_t min_tokens = 0;           // stop ids cannot be sampled before this many tokens were generated
   int32_t logprobs = -1;             // -1: none; 0: the sampled token's logprob; N (<= kMaxLogprobs): and the top N
+  // Samples of the prompt (1..kMaxSamples): they share the prompt's KV and fork at the first sampled token
+  // (copy-on-write of the partial last block). Sample i draws with seed + i (for_sample(i)), so sample i equals a
+  // request of one sample with that seed.
+  uint32_t n = 1;
 
   static constexpr int32_t kMaxLogprobs = 20;
+  static constexpr uint32_t kMaxSamples = 128;  // as the OpenAI API's n
+
+  // The options of sample i of n: seed + i, one sample.
+  SamplingOptions for_sample(uint32_t i) const {
+    SamplingOptions o = *this;
+    o.seed = seed + i;
+    o.n = 1;
+    return o;
+  }
 
   bool greedy() const { return temperature == 0.0f; }
   bool has_penalties() const {

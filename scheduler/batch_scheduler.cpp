@@ -34,12 +34,22 @@ void BatchScheduler::set_max_steps_in_flight(int n) {
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   SequenceUpdate refused{request.id, {}, Finish::error, {}, Errc::invalid_argument,
                          static_cast<uint32_t>(request.prompt.size()), request.owner, {}};
-  if (seqs_.count(request.id)) {
-    refused.error = "request id " + std::to_string(request.id) + " is already in use";
-    return refused;
-  }
+  const uint32_t n = request.sampling.n;
+  if (n >= 1 && n <= SamplingOptions::kMaxSamples) refused.unforked_samples = n - 1;
   if (auto valid = request.sampling.validate(limits_.vocab_size); !valid) {
     refused.error = valid.error().message;
+    return refused;
+  }
+  for (uint64_t id = request.id; id < request.id + n; ++id) {
+    if (seqs_.count(id) || reserved_ids_.count(id)) {
+      refused.unforked_samples = 0;  // the ids are someone else's
+      refused.error = "request id " + std::to_string(id) + " is already in use";
+      return refused;
+    }
+  }
+  if (static_cast<int>(n) > limits_.max_num_seqs) {
+    refused.error = "n: must be at most engine.max_num_seqs (" + std::to_string(limits_.max_num_seqs) +
+                    "): the samples run together, got " + std::to_string(n);
     return refused;
   }
   if (request.prompt.empty()) {
@@ -74,6 +84,7 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   seq.arrival = next_arrival_++;
   seq.req = std::move(request);
   const uint64_t id = seq.req.id;
+  for (uint64_t i = 1; i < n; ++i) reserved_ids_.insert(id + i);
   seqs_.emplace(id, std::move(seq));
   waiting_.push_back(id);
   return std::nullopt;
@@ -87,10 +98,27 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
     seq.cancelled = true;  // finished when its step's result comes back
     return std::nullopt;
   }
-  SequenceUpdate update{id, {}, Finish::cancelled, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+  SequenceUpdate update = final_update(seq, Finish::cancelled);
   release(seq);
   erase(seq);
   return update;
+}
+
+SequenceUpdate BatchScheduler::final_update(Sequence& seq, Finish finish) {
+  SequenceUpdate update{seq.req.id, {}, finish, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+  const uint32_t n = seq.req.sampling.n;
+  if (n > 1) {
+    update.unforked_samples = n - 1;
+    for (uint64_t i = 1; i < n; ++i) reserved_ids_.erase(seq.req.id + i);
+  }
+  return update;
+}
+
+void BatchScheduler::remove_from_running(Sequence& seq) {
+  auto it = std::find(running_.begin(), running_.end(), &seq);
+  if (it == running_.end()) return;
+  running_.erase(it);
+  if (seq.req.sampling.n > 1) fork_seats_ -= static_cast<int>(seq.req.sampling.n) - 1;
 }
 
 bool BatchScheduler::ensure_blocks(Sequence& seq, int num_tokens) {
@@ -107,14 +135,14 @@ void BatchScheduler::release(Sequence& seq) {
   if (seq.sent) released_.push_back(seq.req.id);
   seq.sent = false;
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq.req.id), waiting_.end());
-  running_.erase(std::remove(running_.begin(), running_.end(), &seq), running_.end());
+  remove_from_running(seq);
 }
 
 void BatchScheduler::erase(Sequence& seq) { seqs_.erase(seq.req.id); }
 
 void BatchScheduler::retire(Sequence& seq) {
   seq.finished = true;
-  running_.erase(std::remove(running_.begin(), running_.end(), &seq), running_.end());
+  remove_from_running(seq);
   if (seq.in_flight == 0) {
     release(seq);
     erase(seq);
@@ -167,6 +195,7 @@ void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t fro
   s.sample_index = seq.generated + static_cast<uint32_t>(seq.pending);
   s.new_sequence = seq.fresh;
   s.request = &seq.req;
+  if (s.sample && seq.req.sampling.n > 1) s.forks = seq.req.sampling.n;
   if (seq.fresh) s.context = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_computed));
   StepPlan& plan = step.plan;
   plan.num_tokens += chunk;
@@ -188,7 +217,8 @@ void BatchScheduler::commit(Step& step) {
     seq.blocks_sent = seq.blocks.size();
     if (slice.sample) {
       ++seq.pending;
-      seq.last_sample_slot = sample_slot++;
+      seq.last_sample_slot = sample_slot;
+      sample_slot += static_cast<int32_t>(std::max<uint32_t>(slice.forks, 1));
       seq.last_sample_step = next_serial_;
     }
   }
@@ -232,7 +262,8 @@ const StepPlan* BatchScheduler::plan_step() {
     }
     if (seq.pending > 0) {
       // Only the newest step's samples can be fed: a sequence it does not sample waits for its tokens.
-      if (seq.last_sample_step != newest_step || ends_by_length_after_pending(seq)) {
+      // A sample that forks the sequence is not planned past: the forks exist only once it is back.
+      if (seq.last_sample_step != newest_step || ends_by_length_after_pending(seq) || seq.req.sampling.n > 1) {
         ++i;
         continue;
       }
@@ -274,11 +305,13 @@ const StepPlan* BatchScheduler::plan_step() {
   // Then admit waiting sequences in the policy's order.
   admit(step, budget);
 
-  if (plan.slices.empty()) return nullptr;  // released_ and swap_out_ wait for the next plan
+  if (plan.slices.empty()) return nullptr;  // released_, swap_out_ and copies_ wait for the next plan
   plan.released.swap(released_);
   released_.clear();
   plan.swap_out.swap(swap_out_);
   swap_out_.clear();
+  plan.copies.swap(copies_);
+  copies_.clear();
   commit(step);
   ++in_flight_;
   if (!ahead) needs_sync_ = false;
@@ -341,10 +374,12 @@ BatchScheduler::Sequence* BatchScheduler::pick_victim(size_t first) {
 
 void BatchScheduler::admit(Step& step, int& budget) {
   for (uint64_t id : decision_.admit) {
-    if (budget <= 0 || static_cast<int>(running_.size()) >= limits_.max_num_seqs) break;
+    if (budget <= 0 || static_cast<int>(running_.size()) + fork_seats_ >= limits_.max_num_seqs) break;
     auto it = seqs_.find(id);
     if (it == seqs_.end()) continue;
     Sequence& seq = it->second;
+    const int seats = static_cast<int>(seq.req.sampling.n);
+    if (static_cast<int>(running_.size()) + fork_seats_ + seats > limits_.max_num_seqs) break;
     auto queued = std::find(waiting_.begin(), waiting_.end(), id);
     if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
     const bool swapped = !seq.host_blocks.empty();
@@ -356,6 +391,7 @@ void BatchScheduler::admit(Step& step, int& budget) {
     }
     waiting_.erase(queued);
     running_.push_back(&seq);
+    fork_seats_ += seats - 1;
     add_slice(step, seq, chunk, -1);
     budget -= chunk;
   }
@@ -403,19 +439,19 @@ int BatchScheduler::max_tokens_held() const {
 }
 
 std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
-  SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+  Finish finish = Finish::none;
   if (seq.cancelled) {
-    update.finish = Finish::cancelled;
+    finish = Finish::cancelled;
   } else if (seq.generated > 0) {
     const int32_t last = seq.tokens.back();
     const bool stop_id = !seq.req.ignore_eos &&
                          std::find(seq.req.stop_ids.begin(), seq.req.stop_ids.end(), last) != seq.req.stop_ids.end();
-    if (stop_id) update.finish = Finish::stop;
+    if (stop_id) finish = Finish::stop;
     else if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= max_tokens_held())
-      update.finish = Finish::length;
+      finish = Finish::length;
   }
-  if (update.finish == Finish::none) return std::nullopt;
-  return update;
+  if (finish == Finish::none) return std::nullopt;
+  return final_update(seq, finish);
 }
 
 BatchScheduler::Step& BatchScheduler::pop_oldest() {
@@ -443,9 +479,13 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
     Sequence& seq = *step.seqs[i];
     --seq.in_flight;
     const StepSample* sample = nullptr;
+    std::span<const StepSample> forks;
     if (slice.sample) {
-      ACTORD_CHECK(next_sample < sampled.size() && sampled[next_sample].seq_id == slice.seq_id);
-      sample = &sampled[next_sample++];
+      const size_t count = std::max<uint32_t>(slice.forks, 1);
+      ACTORD_CHECK(next_sample + count <= sampled.size() && sampled[next_sample].seq_id == slice.seq_id);
+      sample = &sampled[next_sample];
+      forks = sampled.subspan(next_sample + 1, count - 1);
+      next_sample += count;
       --seq.pending;
     }
     if (seq.finished) {  // its final update went out earlier: this slice was planned ahead of its end
@@ -453,6 +493,7 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       continue;
     }
     cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
+    if (!forks.empty() && !seq.cancelled) fork(seq, forks, updates);
     SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
     if (sample) {
       seq.tokens.push_back(sample->token);
@@ -498,11 +539,76 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& er
       retire(seq);
       continue;
     }
-    updates.push_back(SequenceUpdate{seq.req.id, {}, Finish::error, error, Errc::worker_failed, seq.prompt_len,
-                                     seq.req.owner, {}});
+    SequenceUpdate failed = final_update(seq, Finish::error);
+    failed.error = error;
+    failed.error_code = Errc::worker_failed;
+    updates.push_back(std::move(failed));
     retire(seq);
   }
+  // Samples whose copy-on-write block this step was to copy: their KV cannot be trusted.
+  for (const BlockCopy& copy : step.plan.copies) {
+    for (auto& [id, seq] : seqs_) {
+      if (seq.finished || std::find(seq.blocks.begin(), seq.blocks.end(), copy.dst) == seq.blocks.end()) continue;
+      SequenceUpdate failed = final_update(seq, Finish::error);
+      failed.error = error;
+      failed.error_code = Errc::worker_failed;
+      updates.push_back(std::move(failed));
+      retire(seq);
+      break;
+    }
+  }
   return updates;
+}
+
+void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples, std::vector<SequenceUpdate>& updates) {
+  const SamplingOptions options = parent.req.sampling;
+  const uint32_t n = options.n;
+  ACTORD_CHECK(samples.size() + 1 == n);
+  // The parent is sample 0 from now on: one seat, no reserved ids.
+  parent.req.sampling.n = 1;
+  fork_seats_ -= static_cast<int>(n) - 1;
+  for (uint64_t i = 1; i < n; ++i) reserved_ids_.erase(parent.req.id + i);
+  const size_t prompt_len = parent.prompt_len;
+  const size_t full = prompt_len / static_cast<size_t>(limits_.block_size);
+  const bool partial = prompt_len % static_cast<size_t>(limits_.block_size) != 0;
+  for (uint32_t f = 1; f < n; ++f) {
+    const StepSample& sample = samples[f - 1];
+    Sequence child;
+    child.req = parent.req;
+    child.req.id = parent.req.id + f;
+    child.req.sampling = options.for_sample(f);
+    child.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + static_cast<ptrdiff_t>(prompt_len));
+    child.tokens.push_back(sample.token);
+    child.prompt_len = parent.prompt_len;
+    child.generated = 1;
+    child.arrival = parent.arrival;
+    SequenceUpdate update{child.req.id, {sample.token}, Finish::none, {}, Errc::internal, child.prompt_len,
+                          child.req.owner, {}};
+    if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
+    auto [it, inserted] = seqs_.emplace(child.req.id, std::move(child));
+    ACTORD_CHECK(inserted);
+    Sequence& seq = it->second;
+    if (auto done = check_finished(seq)) {  // max_tokens 1, or a stop id
+      done->new_tokens = std::move(update.new_tokens);
+      done->logprobs = std::move(update.logprobs);
+      updates.push_back(std::move(*done));
+      erase(seq);
+      continue;
+    }
+    updates.push_back(std::move(update));
+    // The prompt's full blocks are shared; the partial last one is copied before the parent writes into it.
+    seq.blocks.assign(parent.blocks.begin(), parent.blocks.begin() + static_cast<ptrdiff_t>(full));
+    cache_.share(seq.blocks);
+    if (partial && !cache_.allocate(1, seq.blocks)) {
+      cache_.release(seq.blocks);  // no block for the copy: recompute its prompt when admitted
+      seq.blocks.clear();
+      waiting_.push_front(seq.req.id);
+      continue;
+    }
+    if (partial) copies_.push_back(BlockCopy{parent.blocks[full], seq.blocks.back()});
+    seq.num_computed = static_cast<int>(prompt_len);
+    running_.push_back(&seq);
+  }
 }
 
 }  // namespace actord

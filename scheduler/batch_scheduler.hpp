@@ -23,6 +23,13 @@
 // sequence planned ahead that ends in the step before (a stop id) wastes that one slice: its result is dropped
 // and its blocks are freed only when no step in flight writes them any more. A sequence known to end by length is
 // never planned ahead. No request is dropped for lack of memory unless it cannot fit even alone.
+//
+// A request of n > 1 samples (sampling.n) runs as one sequence (id) through its prompt: its prefill is computed
+// once and takes n seats of max_num_seqs from admission. The slice that samples its first token forks it (that
+// slice is never planned ahead): sample i (id + i, seed + i) shares the prompt's full blocks (reference counted)
+// and gets a copy of the partial last block, made by the next step sent before its forward pass (copy-on-write);
+// when no block is free for the copy, that sample recomputes its prompt instead. From then on the samples are
+// independent sequences. Ids id + 1 .. id + n - 1 are reserved for them from add().
 #pragma once
 
 #include <array>
@@ -33,6 +40,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/sampling_options.hpp"
@@ -92,6 +100,9 @@ struct PlannedSlice {
   bool new_sequence = false;
   const SequenceRequest* request = nullptr;
   std::span<const int32_t> context;       // the sequence's tokens before start_pos (with new_sequence: a cached prefix)
+  // > 1: this slice's sample is the first of a request of `forks` samples (sampling.n): the worker draws `forks`
+  // tokens from its last row, the i-th with sampling.for_sample(i), reported as seq_id + i.
+  uint32_t forks = 0;
 };
 
 // A copy of one KV block to another (wire::BlockCopy).
@@ -104,9 +115,10 @@ struct BlockCopy {
 struct StepPlan {
   std::vector<PlannedSlice> slices;
   std::vector<uint64_t> released;  // sequences the worker may forget (ended or preempted); applied before slices
-  // Block copies the worker makes before the forward pass, in this order: KV pool -> host swap space (preempted by
-  // swapping), host -> pool (swapped ones admitted again), pool -> pool (copy-on-write).
-  std::vector<BlockCopy> swap_out, swap_in, copies;
+  // Block copies the worker makes before the forward pass, in this order: `copies` pool -> pool (copy-on-write of
+  // forked samples, made before one of them may be swapped out), `swap_out` pool -> host swap space (preempted by
+  // swapping), `swap_in` host -> pool (swapped ones admitted again, possibly into blocks just swapped out).
+  std::vector<BlockCopy> copies, swap_out, swap_in;
   int num_tokens = 0;
   int num_prefill_tokens = 0;      // tokens whose KV is computed for the first time or again after a preemption
   int num_samples = 0;             // slices with sample = true
@@ -131,6 +143,9 @@ struct SequenceUpdate {
   uint32_t prompt_tokens = 0;
   uint32_t owner = 0;                // SequenceRequest::owner of its request
   std::vector<TokenLogprobs> logprobs;  // one per new token when the request asked for logprobs
+  // A final update of a request of n > 1 samples that ended before its first token (refused, cancelled, failed):
+  // samples id + 1 .. id + unforked_samples end the same way, with no tokens.
+  uint32_t unforked_samples = 0;
 };
 
 class BatchScheduler {
@@ -153,6 +168,7 @@ class BatchScheduler {
   void set_max_steps_in_flight(int n);
   int max_steps_in_flight() const { return max_in_flight_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  size_t num_pending_copies() const { return copies_.size(); }  // copy-on-write copies waiting for the next plan
   // The next step, or nullptr when there is nothing to run, two steps are in flight, or one is and this step
   // cannot be planned ahead of it. The plan stays owned by the scheduler until its result is reported.
   const StepPlan* plan_step();
@@ -204,6 +220,12 @@ class BatchScheduler {
   };
 
   bool ensure_blocks(Sequence& seq, int num_tokens);
+  // The fork slice of `parent` came back: samples[i] is sample i + 1's first token. Creates those sequences and
+  // appends their updates.
+  void fork(Sequence& parent, std::span<const StepSample> samples, std::vector<SequenceUpdate>& updates);
+  // A final update for seq: ends the samples it has not forked yet too, and frees their ids.
+  SequenceUpdate final_update(Sequence& seq, Finish finish);
+  void remove_from_running(Sequence& seq);
   // Takes seq off the running list back to the front of the queue, by swap or recompute (limits_.preemption_mode).
   void preempt(Sequence& seq);
   // A swapped-out seq admitted again: blocks for its computed tokens and the next `chunk`, its KV copied back into
@@ -261,6 +283,9 @@ class BatchScheduler {
   size_t shortfall_ = 0;            // blocks the last plan lacked
   std::vector<uint64_t> released_;  // for the next plan's `released`
   std::vector<BlockCopy> swap_out_;  // for the next plan's `swap_out`
+  std::vector<BlockCopy> copies_;    // for the next plan's `copies` (copy-on-write of forked samples)
+  int fork_seats_ = 0;               // seats of max_num_seqs held for the unforked samples of running sequences
+  std::unordered_set<uint64_t> reserved_ids_;  // ids of samples not forked yet
   BlockAllocator swap_space_;        // host swap blocks (the worker holds the bytes)
   std::vector<PolicySequence> swapped_view_;  // scratch
   uint64_t preemptions_ = 0;

@@ -1,5 +1,6 @@
 // Continuous batching, scripted step by step: what runs, chunking, preemption, finishing, refusals.
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler_test_util.hpp"
@@ -541,4 +542,156 @@ TEST_CASE("swap - cancelling a swapped-out sequence frees its host blocks", "[sc
   CHECK(cancelled->finish == Finish::cancelled);
   CHECK(s.swapped_blocks() == 0);
   answer(s, *plan, 5);
+}
+
+namespace {
+
+SequenceRequest samples_of(SequenceRequest r, uint32_t n) {
+  r.sampling.n = n;
+  r.sampling.seed = 40;
+  return r;
+}
+
+const PlannedSlice* slice_of(const StepPlan& plan, uint64_t id) {
+  for (const auto& s : plan.slices)
+    if (s.seq_id == id) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("n samples - the prompt is computed once - the samples fork at the first token and copy the partial block",
+          "[scheduler][fork]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s(one_at_a_time({8, 64, 2, 512, 0}), blocks);
+  REQUIRE_FALSE(s.add(samples_of(request(10, 5, 4), 3)));  // 5 tokens: 2 full blocks and a partial one
+  auto plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 1);
+  CHECK(plan->slices[0].forks == 3);
+  CHECK(plan->num_samples == 3);
+  const std::vector<uint32_t> prompt_blocks(plan->slices[0].block_table.begin(), plan->slices[0].block_table.end());
+  REQUIRE(prompt_blocks.size() == 3);
+  CHECK(blocks.num_free() == 13);
+  auto updates = answer(s, *plan, 70);  // samples 10, 11, 12 draw 70, 71, 72
+  REQUIRE(updates.size() == 3);
+  std::map<uint64_t, std::vector<int32_t>> first;
+  for (const auto& u : updates) first[u.id] = u.new_tokens;
+  CHECK(first == std::map<uint64_t, std::vector<int32_t>>{{10, {70}}, {11, {71}}, {12, {72}}});
+  CHECK(blocks.num_free() == 11);  // the two forks took one block each for their copy of the partial block
+
+  plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 3);
+  // The copies come first in the step, before sample 10 writes position 5 into its partial block.
+  REQUIRE(plan->copies.size() == 2);
+  for (uint64_t id : {11, 12}) {
+    const PlannedSlice* fork = slice_of(*plan, id);
+    REQUIRE(fork);
+    CHECK(fork->new_sequence);
+    CHECK(fork->start_pos == 5);
+    CHECK(fork->sample_index == 1);
+    CHECK(fork->request->sampling.seed == 40 + (id - 10));
+    CHECK(fork->request->sampling.n == 1);
+    CHECK(std::vector<int32_t>(fork->tokens.begin(), fork->tokens.end()) == std::vector<int32_t>{int32_t(70 + id - 10)});
+    REQUIRE(fork->block_table.size() == 3);
+    CHECK(fork->block_table[0] == prompt_blocks[0]);  // shared
+    CHECK(fork->block_table[1] == prompt_blocks[1]);
+    CHECK(fork->block_table[2] != prompt_blocks[2]);  // its own copy
+    CHECK(std::count(plan->copies.begin(), plan->copies.end(), BlockCopy{prompt_blocks[2], fork->block_table[2]}) == 1);
+  }
+  CHECK(slice_of(*plan, 10)->forks == 0);
+  CHECK(std::vector<uint32_t>(slice_of(*plan, 10)->block_table.begin(), slice_of(*plan, 10)->block_table.end()) ==
+        prompt_blocks);
+  answer(s, *plan, 5);
+  while (s.has_work()) answer(s, *s.plan_step(), 5);
+  CHECK(blocks.num_free() == 16);  // shared blocks freed once, by the last holder
+}
+
+TEST_CASE("n samples - seats of max_num_seqs are held from admission - n above it is refused", "[scheduler][fork]") {
+  BlockAllocator blocks(32);
+  BatchScheduler s(one_at_a_time({4, 64, 4, 512, 0}), blocks);
+  auto refused = s.add(samples_of(request(1, 3, 4), 5));
+  REQUIRE(refused);
+  CHECK(refused->error == "n: must be at most engine.max_num_seqs (4): the samples run together, got 5");
+  CHECK(refused->unforked_samples == 4);  // every sample gets its final update
+  REQUIRE_FALSE(s.add(samples_of(request(10, 3, 4), 3)));
+  REQUIRE_FALSE(s.add(request(20, 3, 4)));
+  REQUIRE_FALSE(s.add(request(21, 3, 4)));
+  auto plan = s.plan_step();
+  CHECK(plan->slices.size() == 2);  // 10 holds three seats, 20 the fourth; 21 waits
+  CHECK(slice_of(*plan, 21) == nullptr);
+  // Ids of samples not forked yet are taken.
+  auto clash = s.add(request(11, 3, 4));
+  REQUIRE(clash);
+  CHECK(clash->error == "request id 11 is already in use");
+  CHECK(clash->unforked_samples == 0);
+  answer(s, *plan, 70);
+  plan = s.plan_step();
+  CHECK(plan->slices.size() == 4);  // the three samples and 20: still full
+  CHECK(slice_of(*plan, 21) == nullptr);
+}
+
+TEST_CASE("n samples - cancelled before the fork - every sample ends", "[scheduler][fork]") {
+  BlockAllocator blocks(32);
+  BatchScheduler s(one_at_a_time({8, 64, 4, 512, 0}), blocks);
+  REQUIRE_FALSE(s.add(samples_of(request(10, 3, 4), 4)));
+  auto cancelled = s.cancel(10);
+  REQUIRE(cancelled);
+  CHECK(cancelled->finish == Finish::cancelled);
+  CHECK(cancelled->unforked_samples == 3);
+  CHECK_FALSE(s.has_work());
+  REQUIRE_FALSE(s.add(request(11, 3, 4)));  // the ids are free again
+}
+
+TEST_CASE("n samples - max_tokens 1 ends every sample at the fork - prompts on a block boundary copy nothing",
+          "[scheduler][fork]") {
+  BlockAllocator blocks(16);
+  BatchScheduler s(one_at_a_time({8, 64, 2, 512, 0}), blocks);
+  REQUIRE_FALSE(s.add(samples_of(request(10, 4, 1), 3)));
+  auto updates = answer(s, *s.plan_step(), 70);
+  REQUIRE(updates.size() == 3);
+  for (const auto& u : updates) CHECK(u.finish == Finish::length);
+  CHECK_FALSE(s.has_work());
+  CHECK(blocks.num_free() == 16);
+
+  REQUIRE_FALSE(s.add(samples_of(request(20, 4, 3), 2)));
+  answer(s, *s.plan_step(), 70);
+  auto plan = s.plan_step();
+  CHECK(plan->copies.empty());  // 4 tokens: two full blocks, shared; each sample's next token opens its own block
+  REQUIRE(plan->slices.size() == 2);
+  CHECK(plan->slices[0].block_table.size() == 3);
+  CHECK(plan->slices[1].block_table.size() == 3);
+  CHECK(plan->slices[0].block_table[2] != plan->slices[1].block_table[2]);
+  answer(s, *plan, 5);
+  while (s.has_work()) answer(s, *s.plan_step(), 5);
+  CHECK(blocks.num_free() == 16);
+}
+
+TEST_CASE("n samples - planned ahead - the fork is not planned past and later slots stay aligned",
+          "[scheduler][fork]") {
+  BlockAllocator blocks(32);
+  BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
+  REQUIRE_FALSE(s.add(request(1, 3, 8)));
+  answer(s, *s.plan_step(), 50);
+  REQUIRE_FALSE(s.add(samples_of(request(10, 3, 8), 3)));
+  auto first = s.plan_step();  // 1 decodes, 10 prefills and forks
+  REQUIRE(first->slices.size() == 2);
+  CHECK(first->num_samples == 4);
+  auto ahead = s.plan_step();  // planned ahead: 1 only (from the first step's slot 0); 10 waits for its forks
+  REQUIRE(ahead);
+  REQUIRE(ahead->slices.size() == 1);
+  CHECK(ahead->slices[0].seq_id == 1);
+  CHECK(ahead->slices[0].from_previous == 0);
+  answer(s, *first, 60);
+  auto after = s.plan_step();
+  REQUIRE(after);
+  CHECK(after->slices.size() == 4);  // 1 again (planned past the step in flight) and the three samples of 10
+  CHECK(slice_of(*after, 1)->from_previous == 0);
+  for (uint64_t id : {10, 11, 12}) CHECK(slice_of(*after, id)->from_previous == -1);
+  CHECK(slice_of(*after, 11)->new_sequence);
+  answer(s, *ahead, 61);
+  auto next = s.plan_step();
+  REQUIRE(next);
+  // The step in flight holds samples 10 (slot 1), 11 and 12 after 1 (slot 0): 1's next token is slot 0's.
+  CHECK(slice_of(*next, 1)->from_previous == 0);
+  CHECK(slice_of(*next, 12)->from_previous == 3);
 }

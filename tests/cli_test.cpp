@@ -4,6 +4,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <sstream>
 
 #include "test_util.hpp"
 
@@ -91,6 +92,26 @@ TEST_CASE("every subcommand has --help", "[cli]") {
   CHECK_THAT(top.out, Catch::Contains("generate"));
 }
 
+TEST_CASE("generate --n prints one object per sample - reproducible by seed", "[cli][fork]") {
+  const std::vector<std::string> args{"generate", "configs/quickstart.yaml", "--prompt", "Once upon a time",
+                                      "--max-tokens", "20", "--temperature", "0.9", "--seed", "5", "--n", "3",
+                                      "--json"};
+  auto r = run_actord(args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> samples;
+  for (std::string line; std::getline(lines, line);) samples.push_back(nlohmann::json::parse(line));
+  REQUIRE(samples.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(samples[i].at("sample_index").get<size_t>() == i);
+  CHECK(samples[0].at("generated_ids") != samples[1].at("generated_ids"));
+  // Sample 2 is what one sample seeded 5 + 2 gives.
+  auto alone = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once upon a time", "--max-tokens",
+                           "20", "--temperature", "0.9", "--seed", "7", "--json"});
+  REQUIRE(alone.exit_code == 0);
+  CHECK(nlohmann::json::parse(alone.out).at("generated_ids") == samples[2].at("generated_ids"));
+}
+
 TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
   test::TempDir tmp;
   const auto yaml = [&](const std::string& name, const std::string& text) {
@@ -141,6 +162,10 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
                        "--logprobs: must be at most 20");
   check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--repetition-penalty", "0"}),
                        "--repetition-penalty: must be finite and > 0, got 0");
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--n", "0"}),
+                       "--n: must be in [1, 128], got 0");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--n", "9", "--set", "engine.max_num_seqs=8"}, greedy)),
+                       "--n: must be at most engine.max_num_seqs (8): the samples run together, got 9");
   check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--top-k", "600"}),
                        "--top-k: must be at most the vocabulary size (512), got 600");
   check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "scheduler.policy=lifo"}, greedy)),

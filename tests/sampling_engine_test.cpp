@@ -3,6 +3,7 @@
 // logprobs, seeds; steps planned ahead give the same tokens as steps one at a time; bad options are refused.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <set>
 
 #include "actors/engine.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -204,6 +205,10 @@ TEST_CASE("bad sampling options are refused with the field named - the engine ke
   CHECK(bad([](SamplingOptions& o) { o.temperature = NAN; }) == "temperature: must be finite and >= 0, got nan");
   CHECK(bad([](SamplingOptions& o) { o.top_k = 513; }) == "top_k: must be at most the vocabulary size (512), got 513");
   CHECK(bad([](SamplingOptions& o) { o.logprobs = 21; }) == "logprobs: must be at most 20 (or -1 for none), got 21");
+  CHECK(bad([](SamplingOptions& o) { o.n = 0; }) == "n: must be in [1, 128], got 0");
+  CHECK(bad([](SamplingOptions& o) { o.n = 129; }) == "n: must be in [1, 128], got 129");
+  CHECK(bad([](SamplingOptions& o) { o.n = 100; }) ==
+        "n: must be at most engine.max_num_seqs (64): the samples run together, got 100");
   SamplingOptions ok;
   ok.temperature = 0.0f;
   auto out = engine->generate({request({1}, 8, ok)});
@@ -224,4 +229,65 @@ TEST_CASE("two processes - penalties and logprobs cross the process boundary", "
   REQUIRE_FALSE((*out)[0].error);
   CHECK((*out)[0].generated_ids == run_directly(prompt, 24, o).generated);
   CHECK((*out)[0].logprobs.size() == 24);
+}
+
+namespace {
+
+// A request of n samples equals n requests of one sample with seeds seed + i, each run alone; the prompt's
+// prefill is computed once.
+void check_samples_equal_separate_runs(Engine& engine) {
+  SamplingOptions o;
+  o.temperature = 0.8f;
+  o.top_p = 0.95f;
+  o.seed = 1234;
+  o.repetition_penalty = 1.1f;  // the forks' worker state starts from the prompt's history
+  o.logprobs = 1;
+  o.n = 4;
+  const auto prompt = prompt_of(21);  // one full block of 16 and a partial one: copied on write
+  const auto before = engine.stats();
+  auto out = engine.generate({request(prompt, 30, o)});
+  REQUIRE(out.ok());
+  REQUIRE(out->size() == 4);
+  const auto during = stats_between(*before, *engine.stats());
+  CHECK(during.prefill_tokens == prompt.size());  // once, not four times
+  std::set<std::vector<int32_t>> distinct;
+  for (uint32_t i = 0; i < 4; ++i) {
+    INFO("sample " << i);
+    const GenerateOutput& sample = (*out)[i];
+    REQUIRE_FALSE(sample.error);
+    CHECK(sample.request_index == 0);
+    CHECK(sample.sample_index == i);
+    CHECK(sample.prompt_ids == prompt);
+    CHECK(sample.generated_ids == run_directly(prompt, 30, o.for_sample(i)).generated);
+    CHECK(sample.logprobs.size() == 30);
+    distinct.insert(sample.generated_ids);
+  }
+  CHECK(distinct.size() == 4);
+}
+
+}  // namespace
+
+TEST_CASE("n samples share the prompt's KV and equal n requests seeded seed + i run alone", "[engine][sampling][fork]") {
+  auto engine = test::start_engine(test::quickstart());
+  check_samples_equal_separate_runs(*engine);
+  // Mixed with requests of one sample, greedy n = 3 gives three equal outputs.
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  greedy.n = 3;
+  SamplingOptions one;
+  one.temperature = 0.0f;
+  auto out = engine->generate({request(prompt_of(5), 12, one), request(prompt_of(9), 12, greedy),
+                               request(prompt_of(7), 12, one)});
+  REQUIRE(out.ok());
+  REQUIRE(out->size() == 5);
+  CHECK((*out)[0].request_index == 0);
+  CHECK((*out)[3].request_index == 1);
+  CHECK((*out)[4].request_index == 2);
+  for (size_t i = 1; i <= 3; ++i) CHECK((*out)[i].generated_ids == run_directly(prompt_of(9), 12, one).generated);
+  CHECK((*out)[4].generated_ids == run_directly(prompt_of(7), 12, one).generated);
+}
+
+TEST_CASE("two processes - n samples fork in the worker process", "[engine][sampling][fork][process]") {
+  auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml"));
+  check_samples_equal_separate_runs(*engine);
 }

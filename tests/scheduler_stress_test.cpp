@@ -1,6 +1,7 @@
 // 500 requests of random prompt and output lengths against stories260K with a KV pool far too small for them,
-// under FCFS and priority, preempting by recompute and by swap: every request completes, each output equals the same request run alone (greedy, and
-// seeded at temperature 0.8), preemptions happened, and afterwards no block is held (nothing leaked).
+// under FCFS and priority, preempting by recompute and by swap: every request completes, each output equals the
+// same request run alone (greedy, and seeded at temperature 0.8; some of n = 2 or 3 samples, each equal to one
+// sample seeded seed + i run alone), preemptions happened, and afterwards no block is held (nothing leaked).
 #include <catch2/catch.hpp>
 #include <random>
 
@@ -29,6 +30,7 @@ std::vector<GenerateRequest> random_requests(size_t n, uint64_t seed) {
     r.sampling.seed = 1000 + i;
     r.priority = priority(rng);
     r.ignore_eos = i % 3 == 0;
+    if (i % 10 == 3) r.sampling.n = 2 + static_cast<uint32_t>(i % 20 == 3);  // forks share the prompt's KV
   }
   return requests;
 }
@@ -38,15 +40,19 @@ std::vector<GenerateRequest> random_requests(size_t n, uint64_t seed) {
 TEST_CASE("stress - 500 requests through a KV pool far too small - all complete and equal their solo runs",
           "[engine][stress]") {
   const auto requests = random_requests(500, 42);
-  // Solo: one at a time, with plenty of KV and no prefix cache.
-  std::vector<std::vector<int32_t>> solo;
+  // Solo: one at a time, with plenty of KV and no prefix cache; sample i of a request alone, seeded seed + i.
+  std::vector<std::vector<int32_t>> solo;  // one per output
   {
     auto engine = start({"engine.enable_prefix_caching=false"});
     for (const auto& r : requests) {
-      auto out = engine->generate({r});
-      REQUIRE(out.ok());
-      REQUIRE_FALSE((*out)[0].error);
-      solo.push_back((*out)[0].generated_ids);
+      for (uint32_t sample = 0; sample < r.sampling.n; ++sample) {
+        GenerateRequest one = r;
+        one.sampling = r.sampling.for_sample(sample);
+        auto out = engine->generate({one});
+        REQUIRE(out.ok());
+        REQUIRE_FALSE((*out)[0].error);
+        solo.push_back((*out)[0].generated_ids);
+      }
     }
   }
   // 160 KiB of KV: 8 blocks of 16 tokens (stories260K: 20 KiB a block), for 500 requests of up to 108 tokens.
@@ -58,8 +64,9 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
                          "engine.preemption_mode=" + mode, "engine.swap_space=100KiB"});
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
+    REQUIRE(out->size() == solo.size());
     size_t mismatches = 0;
-    for (size_t i = 0; i < requests.size(); ++i) {
+    for (size_t i = 0; i < out->size(); ++i) {
       REQUIRE_FALSE((*out)[i].error);
       CHECK(((*out)[i].finish_reason == "stop" || (*out)[i].finish_reason == "length"));
       if ((*out)[i].generated_ids != solo[i]) ++mismatches;

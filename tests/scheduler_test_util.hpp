@@ -1,6 +1,7 @@
 // Helpers for scripted BatchScheduler timelines (no model, no actors).
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -19,11 +20,15 @@ inline SequenceRequest request(uint64_t id, int prompt_len, uint32_t max_tokens,
   return r;
 }
 
-// Answers every sampling slice of the plan (the oldest step in flight) with `token`.
+// Answers every sampling slice of the plan (the oldest step in flight) with `token`; a forking slice's sample i
+// (seq_id + i) with token + i.
 inline std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& plan, int32_t token) {
   std::vector<StepSample> sampled;
-  for (const auto& slice : plan.slices)
-    if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
+  for (const auto& slice : plan.slices) {
+    if (!slice.sample) continue;
+    for (uint32_t f = 0; f < std::max<uint32_t>(slice.forks, 1); ++f)
+      sampled.push_back(StepSample{slice.seq_id + f, token + static_cast<int32_t>(f), std::nullopt});
+  }
   return s.on_step_result(sampled);
 }
 

@@ -80,6 +80,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   cmd->add_option("--logprobs", o.logprobs,
                   "With --json: each generated token's logprob and the N best alternatives (0-20)");
   cmd->add_option("--seed", o.seed, "Random seed; the same seed gives the same text (0: random)");
+  cmd->add_option("--n", o.n, "Samples per prompt (1-128): the prompt is computed once, sample i uses seed + i")
+      ->capture_default_str();
   cmd->add_flag("--json", args.json, "Print one JSON object per prompt: generated_ids, text, ttft_ms, ...");
   cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
@@ -105,6 +107,11 @@ int run_generate(const GenerateArgs& args) {
   if (!args.common.model.empty()) overrides.model = args.common.model;
   auto topology = load_topology(args.common.config, overrides);
   if (!topology) return fail(topology.error());
+  if (static_cast<int64_t>(args.sampling.n) > topology->engine.max_num_seqs) {
+    return fail({Errc::invalid_argument, "--n: must be at most engine.max_num_seqs (" +
+                                             std::to_string(topology->engine.max_num_seqs) +
+                                             "): the samples run together, got " + std::to_string(args.sampling.n)});
+  }
 
   std::vector<GenerateRequest> requests;
   const SamplingOptions& sampling = args.sampling;
@@ -126,8 +133,8 @@ int run_generate(const GenerateArgs& args) {
   if (auto valid = check_sampling_flags(args.sampling, (*engine)->model_config().vocab_size); !valid)
     return fail(valid.error());
 
-  // Streaming to the terminal only makes sense for one prompt in text mode.
-  const bool stream = !args.json && requests.size() == 1;
+  // Streaming to the terminal only makes sense for one prompt of one sample in text mode.
+  const bool stream = !args.json && requests.size() == 1 && sampling.n == 1;
   if (stream && args.echo && requests[0].prompt) {
     std::fputs(requests[0].prompt->c_str(), stdout);
     std::fflush(stdout);
@@ -158,6 +165,7 @@ int run_generate(const GenerateArgs& args) {
     }
     if (args.json) {
       nlohmann::json j;
+      if (sampling.n > 1) j["sample_index"] = out.sample_index;
       j["prompt_ids"] = out.prompt_ids;
       j["generated_ids"] = out.generated_ids;
       j["text"] = out.text;
@@ -173,7 +181,7 @@ int run_generate(const GenerateArgs& args) {
     } else if (stream) {
       std::printf("\n");
     } else {
-      if (args.echo && requests[i].prompt) std::fputs(requests[i].prompt->c_str(), stdout);
+      if (args.echo && requests[out.request_index].prompt) std::fputs(requests[out.request_index].prompt->c_str(), stdout);
       std::printf("%s\n", out.text.c_str());
       if (i + 1 < outputs->size()) std::printf("---\n");
     }

@@ -36,6 +36,7 @@ struct SamplingParams {
   presencePenalty @7 :Float32;
   minTokens @8 :UInt32;            # stop ids are masked until this many tokens were generated
   logprobs @9 :Int32 = -1;         # -1: none; 0: the sampled token's; N: and the N best alternatives
+  n @10 :UInt32 = 1;               # samples of the prompt; sample i is request id + i and draws with seed + i
 }
 # (core/sampling_options.hpp is the C++ side; comms/codecs.hpp the one conversion between the two.)
 
@@ -159,6 +160,8 @@ struct SeqStep {
                                    # (blockTable is then empty: the whole table travels only with newSequence)
   contextTokens @12 :List(Int32);  # with newSequence, startPos > 0 (a cached prefix) and penalties: the tokens
                                    # before startPos, for the penalty history
+  forks @13 :UInt32;             # > 1 (with sample): draw this many tokens from the slice's last row, the i-th with
+                                 # the options' for_sample(i); results i > 0 carry seqId + i (the scheduler forks them)
 }
 
 # A copy of one KV block's bytes (every layer) from one block to another.
@@ -172,8 +175,8 @@ struct ExecuteStep {
   stepId @1 :UInt64;
   seqs @2 :List(SeqStep);
   released @3 :List(UInt64);     # sequences that ended or were preempted: the worker drops its state for them
-  # Block copies the worker makes before the forward pass, in this order (a block freed by a swap-out may be
-  # written again by this very step):
+  # Block copies the worker makes before the forward pass, in this order: copyBlocks, swapOut, swapIn (a fork's
+  # copy may be swapped out by the same step; a block freed by a swap-out may be written again by this very step):
   swapOut @4 :List(BlockCopy);   # KV pool block -> host swap block (a sequence preempted by swapping)
   swapIn @5 :List(BlockCopy);    # host swap block -> KV pool block (a swapped sequence admitted again)
   copyBlocks @6 :List(BlockCopy);  # KV pool block -> KV pool block (copy-on-write of a forked sequence's last block)
@@ -188,7 +191,7 @@ struct SeqResult {
 struct StepResult {
   correlationId @0 :UInt64;
   stepId @1 :UInt64;
-  results @2 :List(SeqResult);   # one per SeqStep with sample = true, in the same order
+  results @2 :List(SeqResult);   # one per SeqStep with sample = true (forks of them with forks > 1), in order
   error @3 :Error;
   computeMicros @4 :UInt64;      # time the worker spent in the forward pass
   idleMicros @5 :UInt64;         # time between the end of the worker's previous step and the start of this one
