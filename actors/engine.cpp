@@ -274,6 +274,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
       out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
     }
     for (auto lp : delta.getLogprobs()) out.logprobs.push_back(from_wire(lp));
+    for (auto lp : delta.getPromptLogprobs()) out.prompt_logprobs.push_back(from_wire(lp));
     if (has_error(delta.getError())) out.error = get_error(delta.getError());
     std::string text = detokenize(it->first, new_ids, finished);
     if (!stops[i].empty()) {
@@ -315,6 +316,10 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
             [&] { failure = Error{Errc::internal, "no progress from the scheduler for 30 minutes"}; });
   }
   if (failure) return *failure;
+  // A request's prompt logprobs come with its sample 0: every sample has the same prompt.
+  for (GenerateOutput& out : outputs) {
+    if (out.sample_index > 0) out.prompt_logprobs = outputs[first_output[out.request_index]].prompt_logprobs;
+  }
   return outputs;
 }
 

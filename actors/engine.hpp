@@ -52,6 +52,9 @@ struct GenerateOutput {
   double decode_tokens_per_s = 0;     // (generated - 1) / (last token - first token)
   double total_ms = 0;
   std::vector<TokenLogprobs> logprobs;  // one per generated id when sampling.logprobs >= 0
+  // With sampling.prompt_logprobs >= 0: one per prompt token from the second on (position 1 .. prompt length - 1),
+  // the same for every sample of a request.
+  std::vector<TokenLogprobs> prompt_logprobs;
   size_t request_index = 0;           // the GenerateRequest this is a sample of
   uint32_t sample_index = 0;          // which of its sampling.n samples (drawn with seed + sample_index)
 };

@@ -42,6 +42,7 @@ struct scheduler_state {
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;
   std::vector<StepSample> samples;            // scratch for decoding results
+  std::vector<StepPromptLogprobs> prompt_logprobs;  // scratch for decoding results
   double compute_us_avg = 0;                  // moving average of the worker's time per step
   static inline const char* name = "scheduler";
 };
@@ -104,7 +105,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   std::vector<SequenceUpdate> updates;
   StepResultInfo info;
   try {
-    info = decode_step_result(msg, st.samples);
+    info = decode_step_result(msg, st.samples, st.prompt_logprobs);
   } catch (const std::exception& e) {
     info.error = Error{Errc::worker_failed, std::string("malformed StepResult: ") + e.what()};
   }
@@ -117,7 +118,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     st.stats.worker_compute_us += info.compute_us;
     st.stats.worker_idle_us += info.idle_us;
     adapt_pipeline_depth(st, info.compute_us);
-    updates = st.batcher->on_step_result(st.samples);
+    updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
   }
   emit(self, updates);
   st.own_ns += thread_cpu_ns() - cpu0;

@@ -57,6 +57,10 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
       for (uint32_t t = 0; t < s.new_blocks.size(); ++t) blocks.set(t, s.new_blocks[t]);
       b.setSample(s.sample);
       b.setSampleIndex(s.sample_index);
+      if (s.prompt_logprobs_from >= 0) {
+        b.setPromptLogprobsFrom(s.prompt_logprobs_from);
+        b.setNextPromptToken(s.next_prompt_token);
+      }
       if (s.forks > 1) b.setForks(s.forks);
       if (s.new_sequence) {
         const SequenceRequest& req = *s.request;
@@ -74,9 +78,11 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
   }, static_cast<unsigned>(words));
 }
 
-StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& samples) {
+StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& samples,
+                                  std::vector<StepPromptLogprobs>& prompt) {
   StepResultInfo info;
   samples.clear();
+  prompt.clear();
   WireReader reader(msg);
   auto result = reader.root<wire::StepResult>();
   if (has_error(result.getError())) {
@@ -91,6 +97,12 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
     s.seq_id = r.getSeqId();
     s.token = r.getTokenId();
     if (r.hasLogprobs()) s.logprobs = from_wire(r.getLogprobs());
+  }
+  for (auto chunk : result.getPromptLogprobs()) {
+    StepPromptLogprobs& p = prompt.emplace_back();
+    p.seq_id = chunk.getSeqId();
+    p.first_pos = chunk.getFirstPos();
+    for (auto e : chunk.getEntries()) p.entries.push_back(from_wire(e));
   }
   return info;
 }
@@ -114,6 +126,11 @@ wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates)
         if (!u.logprobs.empty()) {
           auto lps = delta.initLogprobs(static_cast<uint32_t>(u.logprobs.size()));
           for (uint32_t t = 0; t < u.logprobs.size(); ++t) to_wire(u.logprobs[t], lps[t]);
+        }
+        if (!u.prompt_logprobs.empty()) {
+          delta.setPromptLogprobsFrom(u.prompt_logprobs_from);
+          auto lps = delta.initPromptLogprobs(static_cast<uint32_t>(u.prompt_logprobs.size()));
+          for (uint32_t t = 0; t < u.prompt_logprobs.size(); ++t) to_wire(u.prompt_logprobs[t], lps[t]);
         }
       }
     }

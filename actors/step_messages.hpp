@@ -22,7 +22,9 @@ struct StepResultInfo {
   uint64_t compute_us = 0;
   uint64_t idle_us = 0;
 };
-StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples);
+// `prompt` (reused) gets the step's prompt logprobs.
+StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples,
+                                  std::vector<StepPromptLogprobs>& prompt);
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates);
 
 }  // namespace actord

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "comms/capnp_codec.hpp"
@@ -118,6 +119,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   const int block_size = kv_->block_size();
   batch_.tokens.clear();
   batch_.seqs.clear();
+  prompt_slices_.clear();
   states_.resize(seqs.size());
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     auto s = seqs[i];
@@ -141,6 +143,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
     slice.start_pos = static_cast<int32_t>(s.getStartPos());
     slice.want_logits = s.getSample();
+    slice.all_logits = s.getPromptLogprobsFrom() >= 0;
+    prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken()});
     if (s.getFromPrevious() >= 0) {
       const auto index = static_cast<size_t>(s.getFromPrevious());
       if (previous_failed_ || index >= previous_samples_.size() || slice.num_tokens != 1)
@@ -170,6 +174,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
 
   model_->forward(batch_, *kv_, logits_, *pool_);
+  take_prompt_logprobs(vocab);
 
   sample_requests_.clear();
   sample_seq_ids_.clear();
@@ -236,10 +241,56 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       }
     }
     for (uint32_t r = 0; r < samples_.size(); ++r) results[r].setSeqId(sample_seq_ids_[r]);
+    if (!prompt_logprobs_.empty()) {
+      auto chunks = out.initPromptLogprobs(static_cast<uint32_t>(prompt_logprobs_.size()));
+      for (uint32_t c = 0; c < prompt_logprobs_.size(); ++c) {
+        const PromptLogprobsChunk& chunk = prompt_logprobs_[c];
+        chunks[c].setSeqId(chunk.seq_id);
+        chunks[c].setFirstPos(chunk.first_pos);
+        auto entries = chunks[c].initEntries(static_cast<uint32_t>(chunk.entries.size()));
+        for (uint32_t e = 0; e < chunk.entries.size(); ++e) to_wire(chunk.entries[e], entries[e]);
+      }
+    }
     out.setComputeMicros(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
     out.setIdleMicros(idle_us);
   });
+}
+
+void WorkerCore::take_prompt_logprobs(int vocab) {
+  prompt_logprobs_.clear();
+  bool any = false;
+  for (const SeqSlice& s : batch_.seqs) any = any || s.all_logits;
+  if (!any) return;
+  // Rows: num_tokens per all_logits slice, one per other sampling slice. The prompt rows are turned into
+  // logprobs; each sampling slice's last row is moved down so that logits_ holds the sampled rows only.
+  size_t row = 0, kept = 0;
+  for (size_t i = 0; i < batch_.seqs.size(); ++i) {
+    const SeqSlice& slice = batch_.seqs[i];
+    const size_t rows = slice.all_logits ? slice.num_tokens : (slice.want_logits ? 1 : 0);
+    if (slice.all_logits) {
+      const SequenceState& st = *states_[i];
+      const int64_t from = prompt_slices_[i].from;
+      PromptLogprobsChunk chunk;
+      chunk.seq_id = prompt_slices_[i].seq_id;
+      for (int32_t r = 0; r < slice.num_tokens; ++r) {
+        const int64_t target = slice.start_pos + r + 1;  // the position row r predicts
+        if (target < from || target >= static_cast<int64_t>(st.prompt_len)) continue;
+        const int32_t token = r + 1 < slice.num_tokens ? batch_.tokens[static_cast<size_t>(slice.first_token + r + 1)]
+                                                       : prompt_slices_[i].next_token;
+        if (chunk.entries.empty()) chunk.first_pos = static_cast<uint32_t>(target);
+        chunk.entries.push_back(prompt_sampler_.logprobs_of(logits_.data() + (row + r) * vocab, vocab, token,
+                                                            std::max(st.sampling.prompt_logprobs, 0)));
+      }
+      if (!chunk.entries.empty()) prompt_logprobs_.push_back(std::move(chunk));
+    }
+    if (slice.want_logits) {
+      std::memmove(logits_.data() + kept * vocab, logits_.data() + (row + rows - 1) * vocab, sizeof(float) * vocab);
+      ++kept;
+    }
+    row += rows;
+  }
+  logits_.resize(kept * static_cast<size_t>(vocab));
 }
 
 wire_msg WorkerCore::export_kv(const wire_msg& msg) {

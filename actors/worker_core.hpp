@@ -44,6 +44,9 @@ class WorkerCore {
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:
+  // After the forward pass: turns the rows of slices with prompt logprobs into prompt_logprobs_ and leaves in
+  // logits_ only the rows the step samples from.
+  void take_prompt_logprobs(int vocab);
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
@@ -77,6 +80,19 @@ class WorkerCore {
   std::vector<uint64_t> sample_seq_ids_;         // [n_sampled]: whose token each sample is (a fork: seqId + i)
   std::vector<SamplingOptions> fork_options_;    // options of each fork of a forking slice (seed + i)
   std::vector<float> fork_logits_;               // with forks: the sampled rows, a forking slice's once per fork
+  struct PromptLogprobsChunk {
+    uint64_t seq_id = 0;
+    uint32_t first_pos = 0;
+    std::vector<TokenLogprobs> entries;
+  };
+  std::vector<PromptLogprobsChunk> prompt_logprobs_;  // this step's, for StepResult.promptLogprobs
+  struct PromptSlice {
+    uint64_t seq_id = 0;
+    int32_t from = -1;        // SeqStep.promptLogprobsFrom
+    int32_t next_token = -1;  // SeqStep.nextPromptToken
+  };
+  std::vector<PromptSlice> prompt_slices_;       // [slices of the step]
+  Sampler prompt_sampler_;
 };
 
 }  // namespace actord

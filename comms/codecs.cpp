@@ -14,6 +14,7 @@ void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
   out.setMinTokens(in.min_tokens);
   out.setLogprobs(in.logprobs);
   out.setN(in.n);
+  out.setPromptLogprobs(in.prompt_logprobs);
 }
 
 SamplingOptions from_wire(wire::SamplingParams::Reader in) {
@@ -29,6 +30,7 @@ SamplingOptions from_wire(wire::SamplingParams::Reader in) {
   o.min_tokens = in.getMinTokens();
   o.logprobs = in.getLogprobs();
   o.n = in.getN();
+  o.prompt_logprobs = in.getPromptLogprobs();
   return o;
 }
 

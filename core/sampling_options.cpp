@@ -36,6 +36,8 @@ Status SamplingOptions::validate(int vocab_size) const {
     return refuse("presence_penalty", "in [-2, 2]", presence_penalty);
   if (logprobs < -1 || logprobs > kMaxLogprobs)
     return refuse("logprobs", "at most " + std::to_string(kMaxLogprobs) + " (or -1 for none)", logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > kMaxLogprobs)
+    return refuse("prompt_logprobs", "at most " + std::to_string(kMaxLogprobs) + " (or -1 for none)", prompt_logprobs);
   if (n < 1 || n > kMaxSamples) return refuse("n", "in [1, " + std::to_string(kMaxSamples) + "]", n);
   return {};
 }

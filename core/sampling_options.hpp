@@ -30,6 +30,9 @@ struct SamplingOptions {
   // (copy-on-write of the partial last block). Sample i draws with seed + i (for_sample(i)), so sample i equals a
   // request of one sample with that seed.
   uint32_t n = 1;
+  // -1: none; 0: the logprob of each prompt token given the ones before it (from the second on); N (<= 20): and the
+  // top N there. Such a request does not use the prefix cache (every prompt row must be computed).
+  int32_t prompt_logprobs = -1;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr uint32_t kMaxSamples = 128;  // as the OpenAI API's n

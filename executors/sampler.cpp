@@ -442,6 +442,18 @@ int32_t Sampler::sample(const float* logits, int vocab_size, const SamplingOptio
   return choose(logits, vocab_size, options, sample_index);
 }
 
+TokenLogprobs Sampler::logprobs_of(const float* logits, int vocab_size, int32_t token, int top_n) {
+  TokenLogprobs out;
+  const float max = max_of(logits, vocab_size);
+  const double lse = std::isfinite(max) ? max + std::log(sum_weights(logits, vocab_size, 1.0f, max, 0.0)) : max;
+  for (const auto& [id, logprob] : top_logprobs(logits, vocab_size, top_n, lse, candidates_)) {
+    out.top_ids.push_back(id);
+    out.top_logprobs.push_back(logprob);
+  }
+  out.logprob = token >= 0 && token < vocab_size ? float(double(logits[token]) - lse) : -kInf;
+  return out;
+}
+
 SampledToken Sampler::sample(float* logits, int vocab_size, const SampleRequest& request) {
   const SamplingOptions& o = *request.options;
   const bool with_logprobs = o.logprobs >= 0 && vocab_size > 0;

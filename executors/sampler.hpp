@@ -71,6 +71,8 @@ class Sampler {
   SampledToken sample(float* logits, int vocab_size, const SampleRequest& request);
   // Convenience for tests and simple callers: no penalties, no mask, no logprobs; logits left untouched.
   int32_t sample(const float* logits, int vocab_size, const SamplingOptions& options, uint32_t sample_index);
+  // The raw log-softmax of `token` in a row, and the top_n best (prompt logprobs); the row is left untouched.
+  TokenLogprobs logprobs_of(const float* logits, int vocab_size, int32_t token, int top_n);
 
  private:
   // Greedy or the seeded draw over logits after penalties and masks; logits untouched.

@@ -24,6 +24,7 @@ struct SeqSlice {
   int32_t start_pos = 0;              // position of its first token
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + num_tokens) / block_size)] KV block ids
   bool want_logits = false;           // logits for its last token go to the output
+  bool all_logits = false;            // logits for every one of its tokens go to the output (prompt logprobs)
 };
 
 struct ForwardBatch {
@@ -35,7 +36,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // logits: [n_seqs_wanting_logits, vocab_size], in the order of batch.seqs. The pool runs the parallel parts.
+  // logits: [rows, vocab_size]: per slice in the order of batch.seqs, num_tokens rows (its tokens in order) with
+  // all_logits, else one row (its last token) with want_logits, else none. The pool runs the parallel parts.
   virtual void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) = 0;
 };
 

@@ -196,6 +196,12 @@ void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t fro
   s.new_sequence = seq.fresh;
   s.request = &seq.req;
   if (s.sample && seq.req.sampling.n > 1) s.forks = seq.req.sampling.n;
+  const int prompt_len = static_cast<int>(seq.prompt_len);
+  if (seq.req.sampling.prompt_logprobs >= 0 && from_previous < 0 && seq.prompt_logprobs_planned < prompt_len &&
+      s.start_pos + chunk >= seq.prompt_logprobs_planned) {
+    s.prompt_logprobs_from = seq.prompt_logprobs_planned;
+    if (s.start_pos + chunk < prompt_len) s.next_prompt_token = seq.tokens[static_cast<size_t>(s.start_pos + chunk)];
+  }
   if (seq.fresh) s.context = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_computed));
   StepPlan& plan = step.plan;
   plan.num_tokens += chunk;
@@ -215,6 +221,8 @@ void BatchScheduler::commit(Step& step) {
     seq.sent = true;
     seq.fresh = false;
     seq.blocks_sent = seq.blocks.size();
+    if (slice.prompt_logprobs_from >= 0)
+      seq.prompt_logprobs_planned = std::min<int>(slice.start_pos + slice.num_tokens, static_cast<int>(seq.prompt_len)) + 1;
     if (slice.sample) {
       ++seq.pending;
       seq.last_sample_slot = sample_slot;
@@ -383,7 +391,8 @@ void BatchScheduler::admit(Step& step, int& budget) {
     auto queued = std::find(waiting_.begin(), waiting_.end(), id);
     if (queued == waiting_.end()) continue;  // preempted for it, or not waiting
     const bool swapped = !seq.host_blocks.empty();
-    if (seq.fresh && seq.blocks.empty() && !swapped) reuse_cached_prefix(seq);
+    // Prompt logprobs need every prompt row computed: no cached prefix for them.
+    if (seq.fresh && seq.blocks.empty() && !swapped && seq.req.sampling.prompt_logprobs < 0) reuse_cached_prefix(seq);
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     if (swapped ? !swap_in(step, seq, chunk) : !ensure_blocks(seq, seq.num_computed + chunk)) {
       shortfall_ += blocks_for(static_cast<int>(seq.tokens.size())) - seq.blocks.size();
@@ -462,7 +471,8 @@ BatchScheduler::Step& BatchScheduler::pop_oldest() {
   return step;
 }
 
-std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled) {
+std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled,
+                                                           std::span<StepPromptLogprobs> prompt) {
   Step& step = pop_oldest();
   std::vector<SequenceUpdate> updates;
   updates.reserve(step.seqs.size());
@@ -473,7 +483,7 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
     __builtin_prefetch(seq->tokens.data() + seq->tokens.size(), 1);
     __builtin_prefetch(seq->req.stop_ids.data());
   }
-  size_t next_sample = 0;
+  size_t next_sample = 0, next_prompt = 0;
   for (size_t i = 0; i < step.seqs.size(); ++i) {
     const PlannedSlice& slice = step.plan.slices[i];
     Sequence& seq = *step.seqs[i];
@@ -488,6 +498,8 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       next_sample += count;
       --seq.pending;
     }
+    StepPromptLogprobs* prompt_chunk = nullptr;  // the worker sends one per slice that predicted prompt tokens
+    if (next_prompt < prompt.size() && prompt[next_prompt].seq_id == slice.seq_id) prompt_chunk = &prompt[next_prompt++];
     if (seq.finished) {  // its final update went out earlier: this slice was planned ahead of its end
       retire(seq);          // freed once no step in flight carries it
       continue;
@@ -495,6 +507,10 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
     cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
     if (!forks.empty() && !seq.cancelled) fork(seq, forks, updates);
     SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+    if (prompt_chunk) {
+      update.prompt_logprobs_from = prompt_chunk->first_pos;
+      update.prompt_logprobs = std::move(prompt_chunk->entries);
+    }
     if (sample) {
       seq.tokens.push_back(sample->token);
       ++seq.generated;
@@ -504,9 +520,11 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
     if (auto done = check_finished(seq)) {
       done->new_tokens = std::move(update.new_tokens);
       done->logprobs = std::move(update.logprobs);
+      done->prompt_logprobs = std::move(update.prompt_logprobs);
+      done->prompt_logprobs_from = update.prompt_logprobs_from;
       updates.push_back(std::move(*done));
       retire(seq);
-    } else if (!update.new_tokens.empty()) {
+    } else if (!update.new_tokens.empty() || !update.prompt_logprobs.empty()) {
       updates.push_back(std::move(update));
     }
   }

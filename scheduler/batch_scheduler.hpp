@@ -103,6 +103,10 @@ struct PlannedSlice {
   // > 1: this slice's sample is the first of a request of `forks` samples (sampling.n): the worker draws `forks`
   // tokens from its last row, the i-th with sampling.for_sample(i), reported as seq_id + i.
   uint32_t forks = 0;
+  // >= 0 (prompt logprobs): report the logprob of each prompt token from this position on that the slice's rows
+  // predict; next_prompt_token is the prompt token after the slice's tokens (-1 when the prompt ends in it).
+  int32_t prompt_logprobs_from = -1;
+  int32_t next_prompt_token = -1;
 };
 
 // A copy of one KV block to another (wire::BlockCopy).
@@ -133,6 +137,13 @@ struct StepSample {
   std::optional<TokenLogprobs> logprobs;
 };
 
+// The logprobs of prompt tokens at positions first_pos, first_pos + 1, ... of one sequence, from one step.
+struct StepPromptLogprobs {
+  uint64_t seq_id = 0;
+  uint32_t first_pos = 0;
+  std::vector<TokenLogprobs> entries;
+};
+
 // What happened to one sequence in a step: tokens it generated and whether it finished.
 struct SequenceUpdate {
   uint64_t id = 0;
@@ -146,6 +157,10 @@ struct SequenceUpdate {
   // A final update of a request of n > 1 samples that ended before its first token (refused, cancelled, failed):
   // samples id + 1 .. id + unforked_samples end the same way, with no tokens.
   uint32_t unforked_samples = 0;
+  // Prompt logprobs of positions prompt_logprobs_from, ... (requests with sampling.prompt_logprobs >= 0; each
+  // position is reported once, in order, across the updates of the request).
+  std::vector<TokenLogprobs> prompt_logprobs;
+  uint32_t prompt_logprobs_from = 0;
 };
 
 class BatchScheduler {
@@ -172,8 +187,10 @@ class BatchScheduler {
   // The next step, or nullptr when there is nothing to run, two steps are in flight, or one is and this step
   // cannot be planned ahead of it. The plan stays owned by the scheduler until its result is reported.
   const StepPlan* plan_step();
-  // The oldest step in flight came back: `sampled` has one entry per slice with sample = true, in plan order.
-  std::vector<SequenceUpdate> on_step_result(std::span<const StepSample> sampled);
+  // The oldest step in flight came back: `sampled` has one entry per slice with sample = true (a forking slice:
+  // `forks` entries), in plan order; `prompt` the prompt logprobs of its slices that asked for them.
+  std::vector<SequenceUpdate> on_step_result(std::span<const StepSample> sampled,
+                                             std::span<StepPromptLogprobs> prompt = {});
   // The oldest step in flight failed: every live sequence in it finishes with `error`.
   std::vector<SequenceUpdate> on_step_failed(const std::string& error);
 
@@ -208,6 +225,7 @@ class BatchScheduler {
     std::vector<uint32_t> blocks;
     std::vector<uint32_t> host_blocks;  // swapped out: its computed blocks [0, blocks_for(num_computed)) are there
     size_t blocks_sent = 0;             // blocks[0, blocks_sent) are in the worker's table for it
+    int prompt_logprobs_planned = 1;    // prompt positions below it have their logprob asked for (position 0 has none)
     bool fresh = true;                  // not planned since its (re-)admission: the worker has no state for it
     bool sent = false;                  // the worker may hold state for it
     bool cancelled = false;

@@ -112,6 +112,20 @@ TEST_CASE("generate --n prints one object per sample - reproducible by seed", "[
   CHECK(nlohmann::json::parse(alone.out).at("generated_ids") == samples[2].at("generated_ids"));
 }
 
+TEST_CASE("generate --prompt-logprobs prints one entry per prompt token - the first null", "[cli][prompt_logprobs]") {
+  auto r = run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1,403,407,263", "--max-tokens", "2",
+                       "--temperature", "0", "--prompt-logprobs", "2", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto prompt = nlohmann::json::parse(r.out).at("prompt_logprobs");
+  REQUIRE(prompt.size() == 4);
+  CHECK(prompt[0].is_null());
+  for (size_t p = 1; p < 4; ++p) {
+    CHECK(prompt[p].at("logprob").get<double>() <= 0);
+    CHECK(prompt[p].at("top").size() == 2);
+  }
+}
+
 TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
   test::TempDir tmp;
   const auto yaml = [&](const std::string& name, const std::string& text) {

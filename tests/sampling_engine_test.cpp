@@ -206,6 +206,8 @@ TEST_CASE("bad sampling options are refused with the field named - the engine ke
   CHECK(bad([](SamplingOptions& o) { o.top_k = 513; }) == "top_k: must be at most the vocabulary size (512), got 513");
   CHECK(bad([](SamplingOptions& o) { o.logprobs = 21; }) == "logprobs: must be at most 20 (or -1 for none), got 21");
   CHECK(bad([](SamplingOptions& o) { o.n = 0; }) == "n: must be in [1, 128], got 0");
+  CHECK(bad([](SamplingOptions& o) { o.prompt_logprobs = 21; }) ==
+        "prompt_logprobs: must be at most 20 (or -1 for none), got 21");
   CHECK(bad([](SamplingOptions& o) { o.n = 129; }) == "n: must be in [1, 128], got 129");
   CHECK(bad([](SamplingOptions& o) { o.n = 100; }) ==
         "n: must be at most engine.max_num_seqs (64): the samples run together, got 100");
@@ -290,4 +292,85 @@ TEST_CASE("n samples share the prompt's KV and equal n requests seeded seed + i 
 TEST_CASE("two processes - n samples fork in the worker process", "[engine][sampling][fork][process]") {
   auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml"));
   check_samples_equal_separate_runs(*engine);
+}
+
+namespace {
+
+// The model alone, one prompt token per step: row p - 1's raw log-softmax, for each prompt position p >= 1.
+std::vector<std::vector<double>> prompt_rows_directly(const std::vector<int32_t>& prompt) {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  REQUIRE(model.ok());
+  const int vocab = cfg->vocab_size;
+  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 16);
+  cpu::ThreadPool pool(1);
+  std::vector<uint32_t> table(64);
+  for (uint32_t i = 0; i < 64; ++i) table[i] = i;
+  std::vector<std::vector<double>> rows;
+  std::vector<float> logits;
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    ForwardBatch batch;
+    batch.tokens = {prompt[p]};
+    batch.seqs = {SeqSlice{0, 1, static_cast<int32_t>(p), table.data(), true}};
+    (*model)->forward(batch, kv, logits, pool);
+    double max = logits[0], sum = 0;
+    for (int v = 0; v < vocab; ++v) max = std::max<double>(max, logits[v]);
+    for (int v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - max);
+    std::vector<double> row(vocab);
+    for (int v = 0; v < vocab; ++v) row[v] = double(logits[v]) - max - std::log(sum);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+void check_prompt_logprobs(const GenerateOutput& out, const std::vector<std::vector<double>>& rows, int top_n) {
+  const auto& prompt = out.prompt_ids;
+  REQUIRE(out.prompt_logprobs.size() == prompt.size() - 1);
+  for (size_t p = 1; p < prompt.size(); ++p) {
+    INFO("prompt position " << p);
+    const TokenLogprobs& lp = out.prompt_logprobs[p - 1];
+    const auto& row = rows[p - 1];
+    CHECK(lp.logprob == Approx(row[prompt[p]]).margin(1e-4));
+    REQUIRE(lp.top_ids.size() == static_cast<size_t>(top_n));
+    for (int k = 0; k < top_n; ++k) {
+      CHECK(lp.top_logprobs[k] == Approx(row[lp.top_ids[k]]).margin(1e-4));
+      if (k > 0) CHECK(lp.top_logprobs[k] <= lp.top_logprobs[k - 1]);
+    }
+    if (top_n > 0) CHECK(lp.top_logprobs[0] == Approx(*std::max_element(row.begin(), row.end())).margin(1e-4));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("prompt logprobs are the model's log-softmax of each prompt token - chunked, cached, forked, 2 processes",
+          "[engine][sampling][prompt_logprobs]") {
+  const auto prompt = prompt_of(37);  // chunks of 8: rows whose next prompt token is in the next chunk
+  const auto rows = prompt_rows_directly(prompt);
+  for (const char* config : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
+    INFO(config);
+    auto engine = test::start_engine(test::quickstart(config, {"engine.max_num_batched_tokens=8"}));
+    SamplingOptions o;
+    o.temperature = 0.0f;
+    o.prompt_logprobs = 3;
+    o.n = 2;
+    auto out = engine->generate({request(prompt, 5, o)});
+    REQUIRE(out.ok());
+    REQUIRE(out->size() == 2);
+    for (const auto& sample : *out) {
+      REQUIRE_FALSE(sample.error);
+      check_prompt_logprobs(sample, rows, 3);
+    }
+    // Again: the prompt's blocks are cached now, but a request with prompt logprobs computes every row.
+    o.n = 1;
+    o.prompt_logprobs = 0;
+    auto again = engine->generate({request(prompt, 5, o)});
+    REQUIRE(again.ok());
+    check_prompt_logprobs((*again)[0], rows, 0);
+    CHECK((*again)[0].generated_ids == (*out)[0].generated_ids);
+    // Without them, no prompt logprobs.
+    o.prompt_logprobs = -1;
+    auto none = engine->generate({request(prompt, 5, o)});
+    REQUIRE(none.ok());
+    CHECK((*none)[0].prompt_logprobs.empty());
+  }
 }

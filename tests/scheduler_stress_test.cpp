@@ -3,6 +3,7 @@
 // same request run alone (greedy, and seeded at temperature 0.8; some of n = 2 or 3 samples, each equal to one
 // sample seeded seed + i run alone), preemptions happened, and afterwards no block is held (nothing leaked).
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <random>
 
 #include "actors/engine.hpp"
@@ -31,6 +32,7 @@ std::vector<GenerateRequest> random_requests(size_t n, uint64_t seed) {
     r.priority = priority(rng);
     r.ignore_eos = i % 3 == 0;
     if (i % 10 == 3) r.sampling.n = 2 + static_cast<uint32_t>(i % 20 == 3);  // forks share the prompt's KV
+    if (i % 10 == 5) r.sampling.prompt_logprobs = 1;  // every prompt row, reported once despite preemptions
   }
   return requests;
 }
@@ -42,6 +44,7 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
   const auto requests = random_requests(500, 42);
   // Solo: one at a time, with plenty of KV and no prefix cache; sample i of a request alone, seeded seed + i.
   std::vector<std::vector<int32_t>> solo;  // one per output
+  std::vector<std::vector<TokenLogprobs>> solo_prompt_logprobs;
   {
     auto engine = start({"engine.enable_prefix_caching=false"});
     for (const auto& r : requests) {
@@ -52,6 +55,7 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
         REQUIRE(out.ok());
         REQUIRE_FALSE((*out)[0].error);
         solo.push_back((*out)[0].generated_ids);
+        solo_prompt_logprobs.push_back((*out)[0].prompt_logprobs);
       }
     }
   }
@@ -70,6 +74,13 @@ TEST_CASE("stress - 500 requests through a KV pool far too small - all complete 
       REQUIRE_FALSE((*out)[i].error);
       CHECK(((*out)[i].finish_reason == "stop" || (*out)[i].finish_reason == "length"));
       if ((*out)[i].generated_ids != solo[i]) ++mismatches;
+      const auto& prompt_logprobs = (*out)[i].prompt_logprobs;
+      REQUIRE(prompt_logprobs.size() == solo_prompt_logprobs[i].size());
+      for (size_t p = 0; p < prompt_logprobs.size(); ++p) {
+        if (prompt_logprobs[p].top_ids != solo_prompt_logprobs[i][p].top_ids ||
+            std::abs(prompt_logprobs[p].logprob - solo_prompt_logprobs[i][p].logprob) > 1e-4f)
+          ++mismatches;
+      }
     }
     CHECK(mismatches == 0);
     auto stats = engine->stats();

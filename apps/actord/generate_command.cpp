@@ -79,6 +79,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   cmd->add_option("--min-tokens", o.min_tokens, "Never stop (end-of-sequence) before this many tokens");
   cmd->add_option("--logprobs", o.logprobs,
                   "With --json: each generated token's logprob and the N best alternatives (0-20)");
+  cmd->add_option("--prompt-logprobs", o.prompt_logprobs,
+                  "With --json: each prompt token's logprob (the first is null) and the N best there (0-20)");
   cmd->add_option("--seed", o.seed, "Random seed; the same seed gives the same text (0: random)");
   cmd->add_option("--n", o.n, "Samples per prompt (1-128): the prompt is computed once, sample i uses seed + i")
       ->capture_default_str();
@@ -176,6 +178,11 @@ int run_generate(const GenerateArgs& args) {
       j["decode_tokens_per_s"] = out.decode_tokens_per_s;
       j["total_ms"] = out.total_ms;
       if (sampling.logprobs >= 0) j["logprobs"] = logprobs_json(out.logprobs);
+      if (sampling.prompt_logprobs >= 0) {
+        nlohmann::json prompt = logprobs_json(out.prompt_logprobs);
+        prompt.insert(prompt.begin(), nullptr);  // the first prompt token has no logprob
+        j["prompt_logprobs"] = prompt;
+      }
       j["scheduler"] = step_stats;  // for the whole run, shared by every prompt of it
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else if (stream) {

@@ -37,6 +37,7 @@ struct SamplingParams {
   minTokens @8 :UInt32;            # stop ids are masked until this many tokens were generated
   logprobs @9 :Int32 = -1;         # -1: none; 0: the sampled token's; N: and the N best alternatives
   n @10 :UInt32 = 1;               # samples of the prompt; sample i is request id + i and draws with seed + i
+  promptLogprobs @11 :Int32 = -1;  # -1: none; 0: each prompt token's logprob (from the second on); N: and the top N
 }
 # (core/sampling_options.hpp is the C++ side; comms/codecs.hpp the one conversion between the two.)
 
@@ -110,6 +111,8 @@ struct StreamDelta {
   error @3 :Error;
   promptTokens @4 :UInt32;
   logprobs @5 :List(TokenLogprobs);  # one per token of tokenIds when the request asked for logprobs
+  promptLogprobs @6 :List(TokenLogprobs);  # prompt positions promptLogprobsFrom.. (prompt logprobs, in order)
+  promptLogprobsFrom @7 :UInt32;
 }
 
 # What the scheduler sends a submitter after a step: one StreamDelta per request of that submitter that produced
@@ -160,6 +163,9 @@ struct SeqStep {
                                    # (blockTable is then empty: the whole table travels only with newSequence)
   contextTokens @12 :List(Int32);  # with newSequence, startPos > 0 (a cached prefix) and penalties: the tokens
                                    # before startPos, for the penalty history
+  promptLogprobsFrom @14 :Int32 = -1;  # >= 0: report the logprob of each prompt token at a position from this one
+                                 # that this slice's rows predict (a row at position p predicts p + 1)
+  nextPromptToken @15 :Int32 = -1;  # with promptLogprobsFrom: the prompt token after this slice's tokens, if any
   forks @13 :UInt32;             # > 1 (with sample): draw this many tokens from the slice's last row, the i-th with
                                  # the options' for_sample(i); results i > 0 carry seqId + i (the scheduler forks them)
 }
@@ -188,10 +194,18 @@ struct SeqResult {
   logprobs @2 :TokenLogprobs;    # set when the request asked for logprobs
 }
 
+# The logprobs of prompt tokens at positions firstPos, firstPos + 1, ... of one sequence.
+struct PromptLogprobs {
+  seqId @0 :UInt64;
+  firstPos @1 :UInt32;
+  entries @2 :List(TokenLogprobs);
+}
+
 struct StepResult {
   correlationId @0 :UInt64;
   stepId @1 :UInt64;
   results @2 :List(SeqResult);   # one per SeqStep with sample = true (forks of them with forks > 1), in order
+  promptLogprobs @6 :List(PromptLogprobs);  # one per SeqStep with promptLogprobsFrom >= 0 that predicted some
   error @3 :Error;
   computeMicros @4 :UInt64;      # time the worker spent in the forward pass
   idleMicros @5 :UInt64;         # time between the end of the worker's previous step and the start of this one

@@ -324,13 +324,14 @@ void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& k
     cpu::add_inplace(x_.data(), tmp_.data(), n * h);
   }
 
-  // Final norm and LM head only for the rows that sample.
+  // Final norm and LM head only for the rows asked for (xn_ has room for every token's row).
   int n_out = 0;
   for (const SeqSlice& s : batch.seqs) {
-    if (!s.want_logits) continue;
-    cpu::rms_norm(x_.data() + size_t(s.first_token + s.num_tokens - 1) * h, final_norm_.data(),
-                  xn_.data() + size_t(n_out) * h, 1, h, cfg_.rms_norm_eps);
-    ++n_out;
+    const int rows = s.all_logits ? s.num_tokens : (s.want_logits ? 1 : 0);
+    if (rows == 0) continue;
+    cpu::rms_norm(x_.data() + size_t(s.first_token + s.num_tokens - rows) * h, final_norm_.data(),
+                  xn_.data() + size_t(n_out) * h, rows, h, cfg_.rms_norm_eps);
+    n_out += rows;
   }
   logits.resize(size_t(n_out) * cfg_.vocab_size);
   cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, pool);
