@@ -35,6 +35,7 @@ struct scheduler_state {
   uint64_t next_step_id = 1;
   SchedulerStats stats;
   uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
+  uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
   struct Sent {
     std::chrono::steady_clock::time_point at;
     bool decode_only;
@@ -49,21 +50,43 @@ struct scheduler_state {
 
 using self_ptr = caf::stateful_actor<scheduler_state>*;
 
+uint64_t thread_cpu_ns();
+
+// Runs `send` (a CAF send or request) and books its CPU time as sending (handing the message to CAF, waking the
+// receiver's thread when it sleeps: a futex wake, an inter-processor interrupt in a VM), apart from the
+// scheduler's own work. CPU time, not wall time: a woken receiver may take the core for a while.
+template <class Send>
+void timed_send(scheduler_state& st, Send&& send) {
+  const uint64_t t0 = thread_cpu_ns();
+  send();
+  st.send_ns += thread_cpu_ns() - t0;
+}
+
+// Books one activation's CPU time as the scheduler's own, less what it spent sending.
+void book_own_time(scheduler_state& st, uint64_t cpu_ns, uint64_t send_ns_before) {
+  const uint64_t sending = st.send_ns - send_ns_before;
+  st.own_ns += cpu_ns > sending ? cpu_ns - sending : 0;
+}
+
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
-void emit(self_ptr self, const std::vector<SequenceUpdate>& updates) {
+void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
   auto& st = self->state;
   thread_local std::vector<std::vector<const SequenceUpdate*>> by_owner;
   by_owner.resize(st.submitters.size());
   for (const auto& u : updates) by_owner[u.owner].push_back(&u);
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    self->send(st.submitters[owner], delta_atom::value, encode_stream_deltas(by_owner[owner]));
+    wire_msg deltas = encode_stream_deltas(by_owner[owner]);
+    timed_send(st, [&] { self->send(st.submitters[owner], delta_atom::value, std::move(deltas)); });
     by_owner[owner].clear();
   }
 }
 
-void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::vector<SequenceUpdate>{u}); }
+void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::span<const SequenceUpdate>(&u, 1)); }
 
+// Plans and sends steps while the batcher has one to give; the scheduler's own time is booked by the caller.
+void plan_and_send(self_ptr self);
+// plan_and_send, booking its time.
 void maybe_step(self_ptr self);
 
 // CPU time of the calling thread, in nanoseconds: the scheduler's own cost, whatever else the cores are doing.
@@ -100,9 +123,10 @@ void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
 void on_step_result(self_ptr self, const wire_msg& msg) {
   const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
+  const uint64_t send0 = st.send_ns;
   const bool decode_only = st.in_flight.front().decode_only;
   account_result(st, std::chrono::steady_clock::now());
-  std::vector<SequenceUpdate> updates;
+  std::span<const SequenceUpdate> updates;
   StepResultInfo info;
   try {
     info = decode_step_result(msg, st.samples, st.prompt_logprobs);
@@ -121,8 +145,8 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
   }
   emit(self, updates);
-  st.own_ns += thread_cpu_ns() - cpu0;
-  maybe_step(self);
+  plan_and_send(self);
+  book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the result, the deltas, the next plans: one measurement
 }
 
 void on_step_unreachable(self_ptr self, const caf::error& err) {
@@ -189,17 +213,22 @@ void tend_lease(self_ptr self) {
   }
 }
 
-// Plans and sends steps while the batcher has one to give: the next one right away, and up to two more ahead of
-// it; tends the lease when a plan ran short or nothing is left to plan.
 void maybe_step(self_ptr self) {
+  const uint64_t cpu0 = thread_cpu_ns();
+  const uint64_t send0 = self->state.send_ns;
+  plan_and_send(self);
+  book_own_time(self->state, thread_cpu_ns() - cpu0, send0);
+}
+
+// The next step right away, and up to two more ahead of it; tends the lease when a plan ran short or nothing is
+// left to plan.
+void plan_and_send(self_ptr self) {
   auto& st = self->state;
   if (!st.lease_ready) return;
   for (;;) {
-    const uint64_t cpu0 = thread_cpu_ns();
     const StepPlan* plan = st.batcher->plan_step();
     if (!plan) {
       tend_lease(self);
-      st.own_ns += thread_cpu_ns() - cpu0;
       return;
     }
     const uint64_t step_id = st.next_step_id++;
@@ -210,10 +239,11 @@ void maybe_step(self_ptr self) {
     st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
     st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, plan->slices.size());
     st.in_flight.push_back({std::chrono::steady_clock::now(), plan->decode_only()});
-    st.own_ns += thread_cpu_ns() - cpu0;
-    self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
-        .then([=](const wire_msg& result) { on_step_result(self, result); },
-              [=](const caf::error& err) { on_step_unreachable(self, err); });
+    timed_send(st, [&] {
+      self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
+          .then([=](const wire_msg& result) { on_step_result(self, result); },
+                [=](const caf::error& err) { on_step_unreachable(self, err); });
+    });
     if (st.batcher->blocks_wanted() > 0) tend_lease(self);
   }
 }
@@ -278,6 +308,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         const uint64_t correlation = reader.root<wire::StatsRequest>().getCorrelationId();
         SchedulerStats stats = self->state.stats;
         stats.scheduler_us = self->state.own_ns / 1000;
+        stats.scheduler_send_us = self->state.send_ns / 1000;
         stats.preemptions = self->state.batcher->num_preemptions();
         stats.swap_outs = self->state.batcher->num_swap_outs();
         stats.swap_ins = self->state.batcher->num_swap_ins();

@@ -108,8 +108,12 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
 }
 
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates) {
-  size_t count = 0;
-  for (const SequenceUpdate* u : updates) count += 1 + u->unforked_samples;
+  size_t count = 0, words = 4;
+  for (const SequenceUpdate* u : updates) {
+    count += 1 + u->unforked_samples;
+    words += 8 * (1 + u->unforked_samples) + (u->new_tokens.size() + 1) / 2;  // the delta, its token list
+    if (!u->logprobs.empty() || !u->prompt_logprobs.empty() || u->finish == Finish::error) words += 256;
+  }
   return build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
     auto deltas = out.initDeltas(static_cast<uint32_t>(count));
     uint32_t d = 0;
@@ -134,7 +138,7 @@ wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates)
         }
       }
     }
-  });
+  }, static_cast<unsigned>(words));
 }
 
 }  // namespace actord

@@ -16,7 +16,8 @@ namespace actord {
   X(sampled_tokens, SampledTokens)                                                                              \
   X(round_trip_us, RoundTripMicros)          /* ExecuteStep sent -> StepResult received, summed */             \
   X(worker_compute_us, WorkerComputeMicros)  /* inside the worker's forward pass and sampling, summed */        \
-  X(scheduler_us, SchedulerMicros)           /* the scheduler's own thread CPU time per step, summed */         \
+  X(scheduler_us, SchedulerMicros)           /* the scheduler's own thread CPU time, sends excluded, summed */  \
+  X(scheduler_send_us, SchedulerSendMicros)  /* the scheduler's time handing messages to CAF (and waking), summed */ \
   X(preemptions, Preemptions)                                                                                   \
   X(max_seqs_in_step, MaxSeqsInStep)                                                                            \
   X(prefill_tokens, PrefillTokens)           /* fed in steps that carried prompt (or recomputed) tokens */      \

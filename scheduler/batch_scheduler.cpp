@@ -17,6 +17,11 @@ const char* finish_name(Finish finish) {
   return "?";
 }
 
+void BatchScheduler::prefetch(const Sequence* seq) {
+  const char* p = reinterpret_cast<const char*>(seq);
+  for (size_t line = 0; line < sizeof(Sequence); line += 64) __builtin_prefetch(p + line);
+}
+
 BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
                                std::shared_ptr<SchedulingPolicy> policy)
     : limits_(limits),
@@ -98,20 +103,37 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
     seq.cancelled = true;  // finished when its step's result comes back
     return std::nullopt;
   }
-  SequenceUpdate update = final_update(seq, Finish::cancelled);
+  SequenceUpdate update{id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+  finish_update(seq, update, Finish::cancelled);
   release(seq);
   erase(seq);
   return update;
 }
 
-SequenceUpdate BatchScheduler::final_update(Sequence& seq, Finish finish) {
-  SequenceUpdate update{seq.req.id, {}, finish, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+void BatchScheduler::finish_update(Sequence& seq, SequenceUpdate& update, Finish finish) {
+  update.finish = finish;
   const uint32_t n = seq.req.sampling.n;
   if (n > 1) {
     update.unforked_samples = n - 1;
     for (uint64_t i = 1; i < n; ++i) reserved_ids_.erase(seq.req.id + i);
   }
-  return update;
+}
+
+SequenceUpdate& UpdateList::add(uint64_t id, uint32_t prompt_tokens, uint32_t owner) {
+  if (size_ == items_.size()) items_.emplace_back();
+  SequenceUpdate& u = items_[size_++];
+  u.id = id;
+  u.new_tokens.clear();
+  u.finish = Finish::none;
+  u.error.clear();
+  u.error_code = Errc::internal;
+  u.prompt_tokens = prompt_tokens;
+  u.owner = owner;
+  u.logprobs.clear();
+  u.unforked_samples = 0;
+  u.prompt_logprobs.clear();
+  u.prompt_logprobs_from = 0;
+  return u;
 }
 
 void BatchScheduler::remove_from_running(Sequence& seq) {
@@ -177,8 +199,9 @@ bool BatchScheduler::ends_by_length_after_pending(const Sequence& seq) const {
 
 void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous) {
   // The step message reads these right after planning: start their (likely) cache misses now, all in parallel.
-  __builtin_prefetch(seq.tokens.data() + seq.num_computed);
-  for (size_t b = 0; b < seq.blocks.size(); b += 16) __builtin_prefetch(seq.blocks.data() + b);
+  if (from_previous < 0) __builtin_prefetch(seq.tokens.data() + seq.num_computed);
+  for (size_t b = seq.fresh ? 0 : seq.blocks_sent; b < seq.blocks.size(); b += 16)
+    __builtin_prefetch(seq.blocks.data() + b);
   PlannedSlice s;
   s.seq_id = seq.req.id;
   s.num_tokens = chunk;
@@ -260,7 +283,7 @@ const StepPlan* BatchScheduler::plan_step() {
   // Running sequences first: one decode token each (known, or the one sampled in the step in flight), or the next
   // chunk of their prefill.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    if (i + 4 < running_.size()) __builtin_prefetch(running_[i + 4]);  // cold after the step's compute
+    if (i + 6 < running_.size()) prefetch(running_[i + 6]);  // cold after the step's compute
     Sequence& seq = *running_[i];
     int chunk = 0;
     int32_t from_previous = -1;
@@ -447,20 +470,16 @@ int BatchScheduler::max_tokens_held() const {
   return static_cast<int>(std::min<size_t>(capacity, static_cast<size_t>(limits_.max_model_len)));
 }
 
-std::optional<SequenceUpdate> BatchScheduler::check_finished(Sequence& seq) {
-  Finish finish = Finish::none;
-  if (seq.cancelled) {
-    finish = Finish::cancelled;
-  } else if (seq.generated > 0) {
-    const int32_t last = seq.tokens.back();
-    const bool stop_id = !seq.req.ignore_eos &&
-                         std::find(seq.req.stop_ids.begin(), seq.req.stop_ids.end(), last) != seq.req.stop_ids.end();
-    if (stop_id) finish = Finish::stop;
-    else if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= max_tokens_held())
-      finish = Finish::length;
-  }
-  if (finish == Finish::none) return std::nullopt;
-  return final_update(seq, finish);
+Finish BatchScheduler::finish_of(const Sequence& seq) const {
+  if (seq.cancelled) return Finish::cancelled;
+  if (seq.generated == 0) return Finish::none;
+  const int32_t last = seq.tokens.back();
+  if (!seq.req.ignore_eos &&
+      std::find(seq.req.stop_ids.begin(), seq.req.stop_ids.end(), last) != seq.req.stop_ids.end())
+    return Finish::stop;
+  if (seq.generated >= seq.req.max_tokens || static_cast<int>(seq.tokens.size()) >= max_tokens_held())
+    return Finish::length;
+  return Finish::none;
 }
 
 BatchScheduler::Step& BatchScheduler::pop_oldest() {
@@ -471,14 +490,13 @@ BatchScheduler::Step& BatchScheduler::pop_oldest() {
   return step;
 }
 
-std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled,
-                                                           std::span<StepPromptLogprobs> prompt) {
+std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepSample> sampled,
+                                                               std::span<StepPromptLogprobs> prompt) {
   Step& step = pop_oldest();
-  std::vector<SequenceUpdate> updates;
-  updates.reserve(step.seqs.size());
+  updates_.reset();
   // The sequences come back cold from the step's compute: ask for all of them first, so that their cache misses
   // overlap instead of coming one after the other in the loop below.
-  for (Sequence* seq : step.seqs) __builtin_prefetch(seq);
+  for (Sequence* seq : step.seqs) prefetch(seq);
   for (Sequence* seq : step.seqs) {
     __builtin_prefetch(seq->tokens.data() + seq->tokens.size(), 1);
     __builtin_prefetch(seq->req.stop_ids.data());
@@ -505,8 +523,8 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       continue;
     }
     cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
-    if (!forks.empty() && !seq.cancelled) fork(seq, forks, updates);
-    SequenceUpdate update{seq.req.id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+    if (!forks.empty() && !seq.cancelled) fork(seq, forks);
+    SequenceUpdate& update = updates_.add(seq.req.id, seq.prompt_len, seq.req.owner);
     if (prompt_chunk) {
       update.prompt_logprobs_from = prompt_chunk->first_pos;
       update.prompt_logprobs = std::move(prompt_chunk->entries);
@@ -517,24 +535,27 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_result(std::span<const StepS
       update.new_tokens.push_back(sample->token);
       if (sample->logprobs) update.logprobs.push_back(*sample->logprobs);
     }
-    if (auto done = check_finished(seq)) {
-      done->new_tokens = std::move(update.new_tokens);
-      done->logprobs = std::move(update.logprobs);
-      done->prompt_logprobs = std::move(update.prompt_logprobs);
-      done->prompt_logprobs_from = update.prompt_logprobs_from;
-      updates.push_back(std::move(*done));
+    if (const Finish finish = finish_of(seq); finish != Finish::none) {
+      finish_update(seq, update, finish);
       retire(seq);
-    } else if (!update.new_tokens.empty() || !update.prompt_logprobs.empty()) {
-      updates.push_back(std::move(update));
+    } else if (update.new_tokens.empty() && update.prompt_logprobs.empty()) {
+      updates_.drop_last();  // nothing to say
     }
   }
   ACTORD_CHECK(next_sample == sampled.size());
-  return updates;
+  return updates_.view();
 }
 
-std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
+std::span<const SequenceUpdate> BatchScheduler::on_step_failed(const std::string& error) {
   Step& step = pop_oldest();
-  std::vector<SequenceUpdate> updates;
+  updates_.reset();
+  auto fail = [&](Sequence& seq) {
+    SequenceUpdate& failed = updates_.add(seq.req.id, seq.prompt_len, seq.req.owner);
+    finish_update(seq, failed, Finish::error);
+    failed.error = error;
+    failed.error_code = Errc::worker_failed;
+    retire(seq);
+  };
   // Host copies this step was to make cannot be trusted: their sequences will recompute instead.
   if (!step.plan.swap_out.empty()) {
     for (uint64_t id : waiting_) {
@@ -557,28 +578,20 @@ std::vector<SequenceUpdate> BatchScheduler::on_step_failed(const std::string& er
       retire(seq);
       continue;
     }
-    SequenceUpdate failed = final_update(seq, Finish::error);
-    failed.error = error;
-    failed.error_code = Errc::worker_failed;
-    updates.push_back(std::move(failed));
-    retire(seq);
+    fail(seq);
   }
   // Samples whose copy-on-write block this step was to copy: their KV cannot be trusted.
   for (const BlockCopy& copy : step.plan.copies) {
     for (auto& [id, seq] : seqs_) {
       if (seq.finished || std::find(seq.blocks.begin(), seq.blocks.end(), copy.dst) == seq.blocks.end()) continue;
-      SequenceUpdate failed = final_update(seq, Finish::error);
-      failed.error = error;
-      failed.error_code = Errc::worker_failed;
-      updates.push_back(std::move(failed));
-      retire(seq);
+      fail(seq);
       break;
     }
   }
-  return updates;
+  return updates_.view();
 }
 
-void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples, std::vector<SequenceUpdate>& updates) {
+void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples) {
   const SamplingOptions options = parent.req.sampling;
   const uint32_t n = options.n;
   ACTORD_CHECK(samples.size() + 1 == n);
@@ -600,20 +613,17 @@ void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples,
     child.prompt_len = parent.prompt_len;
     child.generated = 1;
     child.arrival = parent.arrival;
-    SequenceUpdate update{child.req.id, {sample.token}, Finish::none, {}, Errc::internal, child.prompt_len,
-                          child.req.owner, {}};
+    SequenceUpdate& update = updates_.add(child.req.id, child.prompt_len, child.req.owner);
+    update.new_tokens.push_back(sample.token);
     if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
     auto [it, inserted] = seqs_.emplace(child.req.id, std::move(child));
     ACTORD_CHECK(inserted);
     Sequence& seq = it->second;
-    if (auto done = check_finished(seq)) {  // max_tokens 1, or a stop id
-      done->new_tokens = std::move(update.new_tokens);
-      done->logprobs = std::move(update.logprobs);
-      updates.push_back(std::move(*done));
+    if (const Finish finish = finish_of(seq); finish != Finish::none) {  // max_tokens 1, or a stop id
+      finish_update(seq, update, finish);
       erase(seq);
       continue;
     }
-    updates.push_back(std::move(update));
     // The prompt's full blocks are shared; the partial last one is copied before the parent writes into it.
     seq.blocks.assign(parent.blocks.begin(), parent.blocks.begin() + static_cast<ptrdiff_t>(full));
     cache_.share(seq.blocks);

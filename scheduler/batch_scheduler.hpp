@@ -163,6 +163,21 @@ struct SequenceUpdate {
   uint32_t prompt_logprobs_from = 0;
 };
 
+// The updates of one call, kept from call to call so that their vectors keep their storage (no allocation per
+// sequence per step).
+class UpdateList {
+ public:
+  void reset() { size_ = 0; }
+  // A cleared entry for sequence `id` at the end of the list.
+  SequenceUpdate& add(uint64_t id, uint32_t prompt_tokens, uint32_t owner);
+  void drop_last() { --size_; }
+  std::span<const SequenceUpdate> view() const { return {items_.data(), size_}; }
+
+ private:
+  std::vector<SequenceUpdate> items_;
+  size_t size_ = 0;
+};
+
 class BatchScheduler {
  public:
   static constexpr int kMaxStepsInFlight = 3;
@@ -188,11 +203,12 @@ class BatchScheduler {
   // cannot be planned ahead of it. The plan stays owned by the scheduler until its result is reported.
   const StepPlan* plan_step();
   // The oldest step in flight came back: `sampled` has one entry per slice with sample = true (a forking slice:
-  // `forks` entries), in plan order; `prompt` the prompt logprobs of its slices that asked for them.
-  std::vector<SequenceUpdate> on_step_result(std::span<const StepSample> sampled,
-                                             std::span<StepPromptLogprobs> prompt = {});
-  // The oldest step in flight failed: every live sequence in it finishes with `error`.
-  std::vector<SequenceUpdate> on_step_failed(const std::string& error);
+  // `forks` entries), in plan order; `prompt` the prompt logprobs of its slices that asked for them. The updates
+  // stay valid until the next on_step_result / on_step_failed.
+  std::span<const SequenceUpdate> on_step_result(std::span<const StepSample> sampled,
+                                                 std::span<StepPromptLogprobs> prompt = {});
+  // The oldest step in flight failed: every live sequence in it finishes with `error` (valid as above).
+  std::span<const SequenceUpdate> on_step_failed(const std::string& error);
 
   // The KV lease. The scheduler allocates from the BlockAllocator it was given (its lease of the kv_pool's blocks)
   // and never waits for the pool: its actor grows the lease in bulk when a plan ran short and gives back what it
@@ -237,12 +253,15 @@ class BatchScheduler {
     std::vector<Sequence*> seqs;        // the sequence of each slice (map nodes are stable until erased)
   };
 
+  // Starts loading every cache line of seq (its fields are spread over several; it comes back cold from a step).
+  static void prefetch(const Sequence* seq);
   bool ensure_blocks(Sequence& seq, int num_tokens);
   // The fork slice of `parent` came back: samples[i] is sample i + 1's first token. Creates those sequences and
   // appends their updates.
-  void fork(Sequence& parent, std::span<const StepSample> samples, std::vector<SequenceUpdate>& updates);
-  // A final update for seq: ends the samples it has not forked yet too, and frees their ids.
-  SequenceUpdate final_update(Sequence& seq, Finish finish);
+  void fork(Sequence& parent, std::span<const StepSample> samples);
+  // Makes `update` seq's final one, with `finish`: it ends the samples seq has not forked yet too, whose ids are
+  // free again.
+  void finish_update(Sequence& seq, SequenceUpdate& update, Finish finish);
   void remove_from_running(Sequence& seq);
   // Takes seq off the running list back to the front of the queue, by swap or recompute (limits_.preemption_mode).
   void preempt(Sequence& seq);
@@ -253,7 +272,8 @@ class BatchScheduler {
   void erase(Sequence& seq);
   // Ends seq after its final update: freed now, or once no step in flight carries it (call it again then).
   void retire(Sequence& seq);
-  std::optional<SequenceUpdate> check_finished(Sequence& seq);
+  // How seq ends after its latest token (Finish::none: it goes on).
+  Finish finish_of(const Sequence& seq) const;
   bool ends_by_length_after_pending(const Sequence& seq) const;
   // A sequence ends (finish length) when it reaches the context length or fills the whole KV lease: it could not
   // take another step even alone.
@@ -300,6 +320,7 @@ class BatchScheduler {
   bool growing_ = false;            // a lease grant is on its way
   size_t shortfall_ = 0;            // blocks the last plan lacked
   std::vector<uint64_t> released_;  // for the next plan's `released`
+  UpdateList updates_;              // of the last on_step_result / on_step_failed
   std::vector<BlockCopy> swap_out_;  // for the next plan's `swap_out`
   std::vector<BlockCopy> copies_;    // for the next plan's `copies` (copy-on-write of forked samples)
   int fork_seats_ = 0;               // seats of max_num_seqs held for the unforked samples of running sequences

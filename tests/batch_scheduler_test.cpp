@@ -223,7 +223,8 @@ std::vector<SequenceUpdate> answer_slices(BatchScheduler& s, const std::vector<P
   std::vector<StepSample> sampled;
   for (const auto& slice : slices)
     if (slice.sample) sampled.push_back(StepSample{slice.seq_id, token, std::nullopt});
-  return s.on_step_result(sampled);
+  const auto updates = s.on_step_result(sampled);
+  return {updates.begin(), updates.end()};
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ inline std::vector<SequenceUpdate> answer(BatchScheduler& s, const StepPlan& pla
     for (uint32_t f = 0; f < std::max<uint32_t>(slice.forks, 1); ++f)
       sampled.push_back(StepSample{slice.seq_id + f, token + static_cast<int32_t>(f), std::nullopt});
   }
-  return s.on_step_result(sampled);
+  const auto updates = s.on_step_result(sampled);
+  return {updates.begin(), updates.end()};
 }
 
 }  // namespace actord::test

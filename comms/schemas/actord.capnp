@@ -289,6 +289,7 @@ struct SchedulerStats {
   swapOuts @22 :UInt64;            # sequences preempted by swapping their KV to host memory
   swapIns @23 :UInt64;             # swapped sequences brought back
   swappedBlocks @24 :UInt64;       # KV blocks in host swap space now
+  schedulerSendMicros @25 :UInt64; # time handing messages to CAF (sends, waking receivers), apart from schedulerMicros
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
