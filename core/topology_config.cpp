@@ -52,6 +52,16 @@ class Section {
     }
   }
 
+  // A byte size ("16MiB", "4GiB", a plain number of bytes) into `out`; left as it is when the key is absent.
+  void read_bytes(const std::string& key, uint64_t& out) const {
+    std::string text;
+    read(key, text);
+    if (text.empty()) return;
+    auto bytes = parse_byte_size(text);
+    if (!bytes.ok()) throw ConfigError{child_path(key), bytes.error().message};
+    out = *bytes;
+  }
+
  private:
   template <class T>
   static const char* type_name() {
@@ -191,13 +201,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   engine.read("block_size", cfg.engine.block_size);
   require(is_power_of_two(cfg.engine.block_size) && cfg.engine.block_size <= 256, "engine.block_size",
           "must be a power of two between 1 and 256, got " + std::to_string(cfg.engine.block_size));
-  std::string kv_mem;
-  engine.read("kv_cache_memory", kv_mem);
-  if (!kv_mem.empty()) {
-    auto bytes = parse_byte_size(kv_mem);
-    require(bytes.ok(), "engine.kv_cache_memory", bytes.ok() ? "" : bytes.error().message);
-    cfg.engine.kv_cache_memory = *bytes;
-  }
+  engine.read_bytes("kv_cache_memory", cfg.engine.kv_cache_memory);
   engine.read("kv_cache_dtype", cfg.engine.kv_cache_dtype);
   require(cfg.engine.kv_cache_dtype == "auto" || cfg.engine.kv_cache_dtype == "float32" ||
               cfg.engine.kv_cache_dtype == "bfloat16" || cfg.engine.kv_cache_dtype == "float16",
@@ -208,13 +212,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   engine.read("preemption_mode", cfg.engine.preemption_mode);
   require(cfg.engine.preemption_mode == "recompute" || cfg.engine.preemption_mode == "swap", "engine.preemption_mode",
           "must be recompute or swap, got '" + cfg.engine.preemption_mode + "'");
-  std::string swap_mem;
-  engine.read("swap_space", swap_mem);
-  if (!swap_mem.empty()) {
-    auto bytes = parse_byte_size(swap_mem);
-    require(bytes.ok(), "engine.swap_space", bytes.ok() ? "" : bytes.error().message);
-    cfg.engine.swap_space = *bytes;
-  }
+  engine.read_bytes("swap_space", cfg.engine.swap_space);
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 

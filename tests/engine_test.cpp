@@ -150,6 +150,11 @@ TEST_CASE("engine start-up errors name the problem", "[engine]") {
   auto kv = Engine::start(tiny_kv, test::engine_options());
   REQUIRE_FALSE(kv.ok());
   CHECK_THAT(kv.error().message, Catch::Contains("engine.kv_cache_memory: 1024 bytes hold no KV block"));
+
+  auto tiny_swap = quickstart("configs/quickstart.yaml", {"engine.preemption_mode=swap", "engine.swap_space=1KiB"});
+  auto swap = Engine::start(tiny_swap, test::engine_options());
+  REQUIRE_FALSE(swap.ok());
+  CHECK_THAT(swap.error().message, Catch::Contains("engine.swap_space: 1024 bytes hold no KV block"));
 }
 
 namespace {

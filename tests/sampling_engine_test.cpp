@@ -30,15 +30,39 @@ struct DirectRun {
   std::vector<int32_t> generated;
   std::vector<std::vector<double>> log_softmax;  // [generated] the raw row's log-softmax, in double
 };
+std::unique_ptr<Model> stories_model(const ModelConfig& cfg) {
+  auto created = ModelRegistry::with_builtins().create(cfg, {test::stories_dir()});
+  REQUIRE(created.ok());
+  return std::move(*created);
+}
+
+// stories260K alone with a KV cache of 64 blocks of 16, the table 0, 1, ..., 63 for its one sequence.
+struct DirectModel {
+  ModelConfig cfg = *ModelConfig::load(test::stories_dir());
+  std::unique_ptr<Model> model = stories_model(cfg);
+  KvCache kv{cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 64, 16};
+  cpu::ThreadPool pool{2};
+  std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(64);
+    for (uint32_t i = 0; i < 64; ++i) t[i] = i;
+    return t;
+  }();
+};
+
+// A row of logits as log-probabilities, in double.
+std::vector<double> log_softmax(const std::vector<float>& logits) {
+  double max = logits[0], sum = 0;
+  for (float l : logits) max = std::max<double>(max, l);
+  for (float l : logits) sum += std::exp(double(l) - max);
+  std::vector<double> row(logits.size());
+  for (size_t v = 0; v < logits.size(); ++v) row[v] = double(logits[v]) - max - std::log(sum);
+  return row;
+}
+
 DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, const SamplingOptions& options) {
-  auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
-  REQUIRE(model.ok());
-  const int vocab = cfg->vocab_size;
-  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 16);
-  cpu::ThreadPool pool(2);
-  std::vector<uint32_t> table(64);
-  for (uint32_t i = 0; i < 64; ++i) table[i] = i;
+  DirectModel direct;
+  auto& [cfg, model, kv, pool, table] = direct;
+  const int vocab = cfg.vocab_size;
   Sampler sampler;
   PenaltyHistory history;
   history.add_prompt(prompt);
@@ -49,13 +73,8 @@ DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, 
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
   int pos = static_cast<int>(prompt.size());
   for (uint32_t i = 0; i < max_tokens; ++i) {
-    (*model)->forward(batch, kv, logits, pool);
-    double max = logits[0], sum = 0;
-    for (int v = 0; v < vocab; ++v) max = std::max<double>(max, logits[v]);
-    for (int v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - max);
-    std::vector<double> row(vocab);
-    for (int v = 0; v < vocab; ++v) row[v] = double(logits[v]) - max - std::log(sum);
-    run.log_softmax.push_back(std::move(row));
+    model->forward(batch, kv, logits, pool);
+    run.log_softmax.push_back(log_softmax(logits));
     SampleRequest req;
     req.options = &options;
     req.sample_index = i;
@@ -298,27 +317,15 @@ namespace {
 
 // The model alone, one prompt token per step: row p - 1's raw log-softmax, for each prompt position p >= 1.
 std::vector<std::vector<double>> prompt_rows_directly(const std::vector<int32_t>& prompt) {
-  auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
-  REQUIRE(model.ok());
-  const int vocab = cfg->vocab_size;
-  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 16);
-  cpu::ThreadPool pool(1);
-  std::vector<uint32_t> table(64);
-  for (uint32_t i = 0; i < 64; ++i) table[i] = i;
+  DirectModel direct;
   std::vector<std::vector<double>> rows;
   std::vector<float> logits;
   for (size_t p = 0; p + 1 < prompt.size(); ++p) {
     ForwardBatch batch;
     batch.tokens = {prompt[p]};
-    batch.seqs = {SeqSlice{0, 1, static_cast<int32_t>(p), table.data(), true}};
-    (*model)->forward(batch, kv, logits, pool);
-    double max = logits[0], sum = 0;
-    for (int v = 0; v < vocab; ++v) max = std::max<double>(max, logits[v]);
-    for (int v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - max);
-    std::vector<double> row(vocab);
-    for (int v = 0; v < vocab; ++v) row[v] = double(logits[v]) - max - std::log(sum);
-    rows.push_back(std::move(row));
+    batch.seqs = {SeqSlice{0, 1, static_cast<int32_t>(p), direct.table.data(), true}};
+    direct.model->forward(batch, direct.kv, logits, direct.pool);
+    rows.push_back(log_softmax(logits));
   }
   return rows;
 }

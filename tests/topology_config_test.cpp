@@ -66,6 +66,10 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16 or float16, got 'int4'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 12 parsecs}\n") ==
         "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB)");
+  CHECK(error_of(std::string(kMinimal) + "engine: {swap_space: lots}\n") ==
+        "configs/t.yaml: engine.swap_space: must be a size such as 256MiB or 1GiB, got 'lots'");
+  CHECK(error_of(std::string(kMinimal) + "engine: {preemption_mode: evict}\n") ==
+        "configs/t.yaml: engine.preemption_mode: must be recompute or swap, got 'evict'");
   CHECK(error_of("groups: [{name: a}]\n") == "configs/t.yaml: model.path: is required");
   CHECK(error_of("model: {path: m}\n") == "configs/t.yaml: groups: must be a non-empty list of groups");
   CHECK(error_of("model: {path: m}\ngroups: [{tp: 3}]\n") ==
