@@ -419,6 +419,14 @@ void BatchScheduler::admit(Step& step, int& budget) {
     const int chunk = std::min(budget, static_cast<int>(seq.tokens.size()) - seq.num_computed);
     if (swapped ? !swap_in(step, seq, chunk) : !ensure_blocks(seq, seq.num_computed + chunk)) {
       shortfall_ += blocks_for(static_cast<int>(seq.tokens.size())) - seq.blocks.size();
+      // A waiting sequence holds no blocks: the cached prefix it matched goes back (evictable again, and matched
+      // anew when it is admitted), or sequences queued behind full blocks could starve the pool.
+      if (!seq.blocks.empty()) {
+        shortfall_ += seq.blocks.size();
+        cache_.release(seq.blocks);
+        seq.blocks.clear();
+        seq.num_computed = 0;
+      }
       break;
     }
     waiting_.erase(queued);

@@ -696,3 +696,29 @@ TEST_CASE("n samples - planned ahead - the fork is not planned past and later sl
   CHECK(slice_of(*next, 1)->from_previous == 0);
   CHECK(slice_of(*next, 12)->from_previous == 3);
 }
+
+TEST_CASE("prefix cache - a waiting request that does not fit holds none of the cached blocks it matched",
+          "[scheduler][prefix_cache]") {
+  BlockAllocator blocks(4);  // block_size 2: 8 token slots
+  SchedulerLimits limits{8, 64, 2, 512, 0};
+  limits.plan_ahead = false;
+  BatchScheduler s(limits, blocks);
+  s.add(request(1, 4, 1));  // [10,11] [12,13]: cached once it is done
+  answer(s, *s.plan_step(), 5);
+  REQUIRE_FALSE(s.has_work());
+  SequenceRequest running = request(2, 1, 10);
+  running.prompt = {50};
+  s.add(running);
+  s.add(request(3, 7, 4));  // matches the two cached blocks, needs two more than there are while 2 runs
+  // 2 grows to the whole pool: the blocks 3 matched and could not use stay evictable, so 2 never preempts.
+  while (s.has_work() && s.num_running() <= 1) {
+    const StepPlan* plan = s.plan_step();
+    REQUIRE(plan);
+    answer(s, *plan, 7);
+    if (s.num_running() == 0) break;
+  }
+  CHECK(s.num_preemptions() == 0);
+  while (s.has_work()) answer(s, *s.plan_step(), 7);
+  CHECK(s.num_preemptions() == 0);
+  CHECK(blocks.num_free() + s.prefix_cache_stats().cached_blocks == 4);
+}
