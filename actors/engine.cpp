@@ -18,7 +18,6 @@
 #include "comms/codecs.hpp"
 #include "plugins/model_registry.hpp"
 #include "plugins/plugin_loader.hpp"
-#include "tokenizer/stop_strings.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -144,6 +143,14 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
             [&](caf::error& err) { failure = Error{Errc::internal, impl->system->render(err)}; });
   }
   if (failure) return *failure;
+  {
+    caf::scoped_actor self{*impl->system};
+    for (auto& tokenizer : impl->tokenizers) {
+      self->request(tokenizer, caf::infinite, route_atom::value, impl->scheduler)
+          .receive([](bool) {}, [&](caf::error& err) { failure = Error{Errc::internal, impl->system->render(err)}; });
+    }
+  }
+  if (failure) return *failure;
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -182,25 +189,16 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
   }
   std::vector<GenerateOutput> outputs(num_outputs);
   for (size_t r = 0; r < requests.size(); ++r) {
-    std::vector<int32_t> prompt_ids = requests[r].prompt_ids;
-    if (requests[r].prompt) {
-      auto ids = tokenize(*requests[r].prompt);
-      if (!ids) return ids.error();
-      prompt_ids = std::move(*ids);
-    }
     for (uint32_t s = 0; s < samples_of(requests[r]); ++s) {
-      GenerateOutput& out = outputs[first_output[r] + s];
-      out.prompt_ids = prompt_ids;
-      out.request_index = r;
-      out.sample_index = s;
+      outputs[first_output[r] + s].request_index = r;
+      outputs[first_output[r] + s].sample_index = s;
     }
   }
 
+  // Each request goes to a tokenizer actor, which encodes it, submits it and sends back its deltas with their text.
   caf::scoped_actor self{*impl_->system};
   std::unordered_map<uint64_t, size_t> index_of;  // request id (one per sample) -> output index
   std::vector<clock_type::time_point> submitted(num_outputs), first(num_outputs), last(num_outputs);
-  std::vector<StopStringMatcher> stops;
-  for (const auto& out : outputs) stops.emplace_back(requests[out.request_index].stop);
   std::random_device entropy;
   for (size_t r = 0; r < requests.size(); ++r) {
     const GenerateRequest& req = requests[r];
@@ -210,100 +208,63 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
     for (uint32_t s = 0; s < n; ++s) index_of[id + s] = i + s;
     SamplingOptions sampling = req.sampling;
     if (sampling.seed == 0 && sampling.temperature > 0) sampling.seed = (uint64_t(entropy()) << 32) | entropy();
+    const size_t words = 64 + req.prompt_ids.size() / 2 + (req.prompt ? req.prompt->size() / 8 : 0);
     wire_msg submit = build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
       out.setCorrelationId(id);
       out.setRequestId(id);
-      auto ids = out.initPromptIds(static_cast<uint32_t>(outputs[i].prompt_ids.size()));
-      for (uint32_t t = 0; t < outputs[i].prompt_ids.size(); ++t) ids.set(t, outputs[i].prompt_ids[t]);
+      if (req.prompt) {
+        out.setPromptText(text_of(*req.prompt));
+        out.setTokenizePrompt(true);
+      } else {
+        fill_list(out.initPromptIds(static_cast<uint32_t>(req.prompt_ids.size())), req.prompt_ids);
+      }
       out.setMaxTokens(req.max_tokens);
       to_wire(sampling, out.initSampling());
-      const auto& stops = impl_->tokenizer->stop_ids();
-      auto stop_list = out.initStopIds(static_cast<uint32_t>(stops.size()));
-      for (uint32_t t = 0; t < stops.size(); ++t) stop_list.set(t, stops[t]);
       out.setIgnoreEos(req.ignore_eos);
       out.setPriority(req.priority);
-    });
+      auto stops = out.initStopStrings(static_cast<uint32_t>(req.stop.size()));
+      for (uint32_t s = 0; s < req.stop.size(); ++s) stops.set(s, text_of(req.stop[s]));
+    }, static_cast<unsigned>(words));
     for (uint32_t s = 0; s < n; ++s) submitted[i + s] = clock_type::now();
-    self->send(impl_->scheduler, submit_atom::value, std::move(submit));
+    self->send(impl_->tokenizers[id % impl_->tokenizers.size()], submit_atom::value, std::move(submit));
   }
 
   size_t remaining = num_outputs;
   std::optional<Error> failure;
-  // Records how request i ended and its timings.
-  auto close = [&](size_t i, clock_type::time_point now, std::string reason) {
-    GenerateOutput& out = outputs[i];
-    out.finish_reason = std::move(reason);
-    out.total_ms = ms_between(submitted[i], now);
-    if (out.generated_ids.empty()) return;
-    out.ttft_ms = ms_between(submitted[i], first[i]);
-    const double decode_s = ms_between(first[i], last[i]) / 1000.0;
-    if (out.generated_ids.size() > 1 && decode_s > 0) {
-      out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
-    }
-  };
-  // Incremental detokenization, always on the same tokenizer actor for one request; final forgets its decoder.
-  auto detokenize = [&](uint64_t request_id, const std::vector<int32_t>& ids, bool final) {
-    wire_msg detok = build<wire::DetokenizeRequest>([&](wire::DetokenizeRequest::Builder d) {
-      d.setRequestId(request_id);
-      fill_list(d.initIds(static_cast<uint32_t>(ids.size())), ids);
-      d.setFinal(final);
-    });
-    std::string text;
-    self->request(impl_->tokenizers[request_id % impl_->tokenizers.size()], caf::infinite, detok_atom::value,
-                  std::move(detok))
-        .receive([&](const wire_msg& reply) { text = string_of(WireReader(reply).root<wire::DetokenizeResult>().getText()); },
-                 [&](caf::error& err) { failure = Error{Errc::internal, impl_->system->render(err)}; });
-    return text;
-  };
-  // One request's delta: its tokens, text (through the stop strings) and, at the end, how it finished.
+  // One sample's delta: its prompt (first delta), tokens, text and, at the end, how it finished and its timings.
   auto on_delta = [&](wire::StreamDelta::Reader delta, clock_type::time_point now) {
     auto it = index_of.find(delta.getRequestId());
     if (it == index_of.end()) return;
     const size_t i = it->second;
     GenerateOutput& out = outputs[i];
+    if (delta.hasPromptIds()) out.prompt_ids = to_vector<int32_t>(delta.getPromptIds());
     const auto ids = delta.getTokenIds();
-    const bool finished = delta.getFinishReason() != wire::FinishReason::NONE;
-    if (stops[i].stopped()) {  // a stop string already ended it: wait for the scheduler's last word
-      if (finished) --remaining;
-      return;
-    }
-    const std::vector<int32_t> new_ids = to_vector<int32_t>(ids);
-    if (!new_ids.empty()) {
+    if (ids.size() > 0) {
       if (out.generated_ids.empty()) first[i] = now;
       last[i] = now;
-      out.generated_ids.insert(out.generated_ids.end(), new_ids.begin(), new_ids.end());
+      for (int32_t id : ids) out.generated_ids.push_back(id);
     }
     for (auto lp : delta.getLogprobs()) out.logprobs.push_back(from_wire(lp));
     for (auto lp : delta.getPromptLogprobs()) out.prompt_logprobs.push_back(from_wire(lp));
     if (has_error(delta.getError())) out.error = get_error(delta.getError());
-    std::string text = detokenize(it->first, new_ids, finished);
-    if (!stops[i].empty()) {
-      text = stops[i].push(text);
-      if (finished) text += stops[i].finish();
-    }
+    const std::string_view text(delta.getText().cStr(), delta.getText().size());
     if (!text.empty() && on_text) on_text(i, text);
     out.text += text;
-    if (stops[i].stopped()) {
-      // A stop string ends it here: finish the output, stop the scheduler, drop what it still sends.
-      close(i, now, "stop");
-      if (!finished) {
-        detokenize(it->first, {}, true);
-        self->send(impl_->scheduler, cancel_atom::value,
-                   build<wire::CancelRequest>([&](wire::CancelRequest::Builder c) { c.setRequestId(it->first); }));
-      } else {
-        --remaining;
-      }
-      return;
+    switch (delta.getFinishReason()) {
+      case wire::FinishReason::NONE: return;
+      case wire::FinishReason::STOP: out.finish_reason = "stop"; break;
+      case wire::FinishReason::LENGTH: out.finish_reason = "length"; break;
+      case wire::FinishReason::CANCELLED: out.finish_reason = "cancelled"; break;
+      default: out.finish_reason = "error"; break;
     }
-    if (finished) {
-      switch (delta.getFinishReason()) {
-        case wire::FinishReason::STOP: close(i, now, "stop"); break;
-        case wire::FinishReason::LENGTH: close(i, now, "length"); break;
-        case wire::FinishReason::CANCELLED: close(i, now, "cancelled"); break;
-        default: close(i, now, "error"); break;
-      }
-      --remaining;
+    out.total_ms = ms_between(submitted[i], now);
+    if (!out.generated_ids.empty()) {
+      out.ttft_ms = ms_between(submitted[i], first[i]);
+      const double decode_s = ms_between(first[i], last[i]) / 1000.0;
+      if (out.generated_ids.size() > 1 && decode_s > 0)
+        out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
     }
+    --remaining;
   };
   while (remaining > 0 && !failure) {
     self->receive(

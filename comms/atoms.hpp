@@ -7,10 +7,11 @@
 namespace actord {
 
 using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;      // TokenizeRequest -> TokenizeResult
-using detok_atom = caf::atom_constant<caf::atom("detok")>;            // DetokenizeRequest -> DetokenizeResult
 using submit_atom = caf::atom_constant<caf::atom("submit")>;          // SubmitRequest; StreamDeltas follow
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;          // CancelRequest
 using delta_atom = caf::atom_constant<caf::atom("delta")>;            // StreamDeltaBatch, scheduler -> submitter
+using route_atom = caf::atom_constant<caf::atom("route")>;            // (route, scheduler actor) -> bool: where a
+                                                                      // tokenizer actor submits requests
 using lease_atom = caf::atom_constant<caf::atom("lease")>;            // KvLeaseRequest -> KvLeaseGrant
 using release_atom = caf::atom_constant<caf::atom("release")>;        // KvRelease
 using init_atom = caf::atom_constant<caf::atom("init")>;              // WorkerInit -> WorkerReady

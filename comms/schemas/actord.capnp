@@ -62,32 +62,24 @@ struct TokenizeResult {
   error @2 :Error;
 }
 
-# Incremental detokenization: the tokenizer keeps one decoder per requestId until a request with final = true.
-struct DetokenizeRequest {
-  correlationId @0 :UInt64;
-  requestId @1 :UInt64;
-  ids @2 :List(Int32);
-  final @3 :Bool;
-}
-
-struct DetokenizeResult {
-  correlationId @0 :UInt64;
-  requestId @1 :UInt64;
-  text @2 :Text;        # the text that became final with these ids (never a partial UTF-8 character)
-  error @3 :Error;
-}
-
 # scheduler ------------------------------------------------------------------------------------------------------
 
+# A request's life: client -> tokenizer actor (encodes the prompt, keeps the request's text state) -> scheduler;
+# the scheduler's StreamDeltas -> that tokenizer actor (text, stop strings) -> the client. No round trip per token.
 struct SubmitRequest {
   correlationId @0 :UInt64;
-  requestId @1 :UInt64;          # unique per engine; every StreamDelta of this request carries it
+  requestId @1 :UInt64;          # unique per engine; every StreamDelta of this request carries it (sample i of
+                                 # sampling.n: requestId + i)
   promptIds @2 :List(Int32);
   maxTokens @3 :UInt32;
   sampling @4 :SamplingParams;
-  stopIds @5 :List(Int32);       # generation ends after emitting one of these (the id is reported, not hidden)
+  stopIds @5 :List(Int32);       # generation ends after emitting one of these (the id is reported, not hidden); the
+                                 # tokenizer actor adds the model's end-of-sequence ids
   ignoreEos @6 :Bool;
   priority @7 :Int32;            # for the priority policy: lower runs first
+  promptText @8 :Text;           # with tokenizePrompt: the prompt, encoded by the tokenizer actor (BOS added)
+  tokenizePrompt @9 :Bool;
+  stopStrings @10 :List(Text);   # the tokenizer actor ends generation at the first of these in the text (not emitted)
 }
 
 struct CancelRequest {
@@ -113,6 +105,8 @@ struct StreamDelta {
   logprobs @5 :List(TokenLogprobs);  # one per token of tokenIds when the request asked for logprobs
   promptLogprobs @6 :List(TokenLogprobs);  # prompt positions promptLogprobsFrom.. (prompt logprobs, in order)
   promptLogprobsFrom @7 :UInt32;
+  text @8 :Text;                 # set by the tokenizer actor: the text these tokens add (stop strings applied)
+  promptIds @9 :List(Int32);     # set by the tokenizer actor in each sample's first delta: the prompt's ids
 }
 
 # What the scheduler sends a submitter after a step: one StreamDelta per request of that submitter that produced
