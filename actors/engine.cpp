@@ -16,6 +16,8 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
+#include "memory/kv_sizing.hpp"
+#include "plugins/model_checks.hpp"
 #include "plugins/model_registry.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -66,29 +68,15 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   auto model = ModelConfig::load(topology.model.path);
   if (!model) return model.error();
   impl->model = *model;
-  if (!impl->registry.contains(model->architecture)) {
-    return make_error(Errc::unsupported, topology.model.path.string() + "/config.json: architecture '" +
-                                             model->architecture + "' is not supported (known: " +
-                                             impl->registry.known_architectures() + ")");
-  }
+  ACTORD_TRY_STATUS(check_supported(impl->registry, *model, topology.model.path));
   const std::string where = topology.source.string() + ": ";
-  impl->max_model_len = topology.engine.max_model_len > 0 ? topology.engine.max_model_len
-                                                           : model->max_position_embeddings;
-  if (impl->max_model_len > model->max_position_embeddings) {
-    return make_error(Errc::invalid_config, where + "engine.max_model_len: " + std::to_string(impl->max_model_len) +
-                                                " exceeds the model's max_position_embeddings (" +
-                                                std::to_string(model->max_position_embeddings) + ")");
-  }
+  auto max_model_len = max_model_len_for(*model, topology.engine.max_model_len, where);
+  if (!max_model_len) return max_model_len.error();
+  impl->max_model_len = *max_model_len;
   const DType kv_dtype =
       ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, model->torch_dtype);
-  const uint64_t block_bytes = model->kv_bytes_per_token(kv_dtype) * topology.engine.block_size;
-  const uint64_t num_blocks = topology.engine.kv_cache_memory / block_bytes;
-  if (num_blocks == 0) {
-    return make_error(Errc::invalid_config, where + "engine.kv_cache_memory: " +
-                                                std::to_string(topology.engine.kv_cache_memory) +
-                                                " bytes hold no KV block (one block takes " +
-                                                std::to_string(block_bytes) + " bytes)");
-  }
+  auto kv = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
+  if (!kv) return kv.error();
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
@@ -98,7 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
                                   topology.engine.block_size,   impl->max_model_len,
                                   model->vocab_size,            topology.scheduler.plan_ahead};
-  params.num_kv_blocks = static_cast<uint32_t>(std::min<uint64_t>(num_blocks, UINT32_MAX));
+  params.num_kv_blocks = kv->num_blocks;
   // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
   // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
   const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /
@@ -106,16 +94,8 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits.pool_blocks = params.num_kv_blocks;
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
-  if (topology.engine.preemption_mode == "swap") {
-    params.limits.preemption_mode = PreemptionMode::swap;
-    const uint64_t swap_blocks = topology.engine.swap_space / block_bytes;
-    if (swap_blocks == 0) {
-      return make_error(Errc::invalid_config, where + "engine.swap_space: " + std::to_string(topology.engine.swap_space) +
-                                                  " bytes hold no KV block (one block takes " +
-                                                  std::to_string(block_bytes) + " bytes)");
-    }
-    params.limits.swap_blocks = static_cast<uint32_t>(std::min<uint64_t>(swap_blocks, UINT32_MAX));
-  }
+  if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
+  params.limits.swap_blocks = kv->swap_blocks;
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {

@@ -3,6 +3,7 @@
 
 #include "memory/block_allocator.hpp"
 #include "memory/kv_cache.hpp"
+#include "memory/kv_sizing.hpp"
 #include "memory/safetensors.hpp"
 #include "memory/weight_loader.hpp"
 #include "test_util.hpp"
@@ -135,4 +136,25 @@ TEST_CASE("KV blocks move byte for byte - to a swap space and back, and through 
     CHECK(pool.same_layout(other));
     CHECK_FALSE(pool.same_layout(KvCache(3, 2, 8, 6, 8, dtype)));
   }
+}
+
+TEST_CASE("KV sizing - blocks from the memory settings - errors name the key", "[memory]") {
+  EngineSection engine;
+  engine.block_size = 16;
+  engine.kv_cache_memory = 1 << 20;
+  auto sized = size_kv_cache(engine, 1024, "t.yaml: ");  // 16 KiB a block
+  REQUIRE(sized.ok());
+  CHECK(sized->block_bytes == 16384);
+  CHECK(sized->num_blocks == 64);
+  CHECK(sized->swap_blocks == 0);  // recompute: no swap space
+  engine.preemption_mode = "swap";
+  engine.swap_space = 100000;
+  sized = size_kv_cache(engine, 1024, "t.yaml: ");
+  REQUIRE(sized.ok());
+  CHECK(sized->swap_blocks == 6);
+  engine.swap_space = 1000;
+  CHECK(size_kv_cache(engine, 1024, "t.yaml: ").error().message ==
+        "t.yaml: engine.swap_space: 1000 bytes hold no KV block (one block takes 16384 bytes)");
+  engine.kv_cache_memory = 5;
+  CHECK(size_kv_cache(engine, 1024, "t.yaml: ").error().code == Errc::invalid_config);
 }
