@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "actors/actor_system_setup.hpp"
+#include "actors/api_actor.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/tokenizer_actor.hpp"
 #include "comms/atoms.hpp"
@@ -31,6 +32,37 @@ using clock_type = std::chrono::steady_clock;
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
+
+// How many samples a request asks for (one when n is invalid: the scheduler refuses it with one error).
+uint32_t samples_of(const GenerateRequest& r) {
+  return r.sampling.n >= 1 && r.sampling.n <= SamplingOptions::kMaxSamples ? r.sampling.n : 1u;
+}
+
+// The SubmitRequest of `req` as request `id`; a seed is drawn when it samples at random without one.
+wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
+  SamplingOptions sampling = req.sampling;
+  if (sampling.seed == 0 && sampling.temperature > 0) {
+    thread_local std::random_device entropy;
+    sampling.seed = (uint64_t(entropy()) << 32) | entropy();
+  }
+  const size_t words = 64 + req.prompt_ids.size() / 2 + (req.prompt ? req.prompt->size() / 8 : 0);
+  return build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+    out.setCorrelationId(id);
+    out.setRequestId(id);
+    if (req.prompt) {
+      out.setPromptText(text_of(*req.prompt));
+      out.setTokenizePrompt(true);
+    } else {
+      fill_list(out.initPromptIds(static_cast<uint32_t>(req.prompt_ids.size())), req.prompt_ids);
+    }
+    out.setMaxTokens(req.max_tokens);
+    to_wire(sampling, out.initSampling());
+    out.setIgnoreEos(req.ignore_eos);
+    out.setPriority(req.priority);
+    auto stops = out.initStopStrings(static_cast<uint32_t>(req.stop.size()));
+    for (uint32_t s = 0; s < req.stop.size(); ++s) stops.set(s, text_of(req.stop[s]));
+  }, static_cast<unsigned>(words));
+}
 }  // namespace
 
 struct Engine::Impl {
@@ -44,10 +76,12 @@ struct Engine::Impl {
   caf::actor coordinator;
   caf::actor scheduler;
   std::vector<caf::actor> tokenizers;
+  std::unique_ptr<ApiClient> api;
   std::atomic<uint64_t> next_id{1};
 
   ~Impl() {
     if (!system) return;
+    api.reset();
     if (coordinator) caf::anon_send(coordinator, stop_atom::value);
     for (auto& t : tokenizers) caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
     system.reset();  // waits for every actor to finish
@@ -131,6 +165,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     }
   }
   if (failure) return *failure;
+  impl->api = std::make_unique<ApiClient>(*impl->system, impl->tokenizers);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -157,10 +192,7 @@ Result<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_
 
 Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateRequest>& requests,
                                                      const TextCallback& on_text) {
-  // Request r's samples take outputs first_output[r] .. + samples_of(r) - 1 (one when n is invalid: its error).
-  auto samples_of = [](const GenerateRequest& r) {
-    return r.sampling.n >= 1 && r.sampling.n <= SamplingOptions::kMaxSamples ? r.sampling.n : 1u;
-  };
+  // Request r's samples take outputs first_output[r] .. + samples_of(r) - 1.
   std::vector<size_t> first_output;
   size_t num_outputs = 0;
   for (const auto& r : requests) {
@@ -179,34 +211,13 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
   caf::scoped_actor self{*impl_->system};
   std::unordered_map<uint64_t, size_t> index_of;  // request id (one per sample) -> output index
   std::vector<clock_type::time_point> submitted(num_outputs), first(num_outputs), last(num_outputs);
-  std::random_device entropy;
   for (size_t r = 0; r < requests.size(); ++r) {
-    const GenerateRequest& req = requests[r];
     const size_t i = first_output[r];
-    const uint32_t n = samples_of(req);
+    const uint32_t n = samples_of(requests[r]);
     const uint64_t id = impl_->next_id.fetch_add(n);  // sample s is id + s
     for (uint32_t s = 0; s < n; ++s) index_of[id + s] = i + s;
-    SamplingOptions sampling = req.sampling;
-    if (sampling.seed == 0 && sampling.temperature > 0) sampling.seed = (uint64_t(entropy()) << 32) | entropy();
-    const size_t words = 64 + req.prompt_ids.size() / 2 + (req.prompt ? req.prompt->size() / 8 : 0);
-    wire_msg submit = build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
-      out.setCorrelationId(id);
-      out.setRequestId(id);
-      if (req.prompt) {
-        out.setPromptText(text_of(*req.prompt));
-        out.setTokenizePrompt(true);
-      } else {
-        fill_list(out.initPromptIds(static_cast<uint32_t>(req.prompt_ids.size())), req.prompt_ids);
-      }
-      out.setMaxTokens(req.max_tokens);
-      to_wire(sampling, out.initSampling());
-      out.setIgnoreEos(req.ignore_eos);
-      out.setPriority(req.priority);
-      auto stops = out.initStopStrings(static_cast<uint32_t>(req.stop.size()));
-      for (uint32_t s = 0; s < req.stop.size(); ++s) stops.set(s, text_of(req.stop[s]));
-    }, static_cast<unsigned>(words));
     for (uint32_t s = 0; s < n; ++s) submitted[i + s] = clock_type::now();
-    self->send(impl_->tokenizers[id % impl_->tokenizers.size()], submit_atom::value, std::move(submit));
+    self->send(impl_->tokenizers[id % impl_->tokenizers.size()], submit_atom::value, submit_message(requests[r], id));
   }
 
   size_t remaining = num_outputs;
@@ -267,6 +278,17 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
 }  // namespace actord
 
 namespace actord {
+
+uint64_t Engine::submit(const GenerateRequest& request, StreamCallback on_event) {
+  const uint32_t n = samples_of(request);
+  const uint64_t id = impl_->next_id.fetch_add(n);
+  impl_->api->submit(id, n, submit_message(request, id), std::move(on_event));
+  return id;
+}
+
+void Engine::cancel(uint64_t request_id) { impl_->api->cancel(request_id); }
+
+size_t Engine::num_in_flight() const { return impl_->api->num_in_flight(); }
 
 Result<EngineStats> Engine::stats() {
   caf::scoped_actor self{*impl_->system};

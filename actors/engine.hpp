@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/stream_event.hpp"
 #include "core/topology_config.hpp"
 #include "core/sampling_options.hpp"
 #include "core/scheduler_stats.hpp"
@@ -80,6 +81,13 @@ class Engine {
   // deltas as they are produced, with the output's index.
   Result<std::vector<GenerateOutput>> generate(const std::vector<GenerateRequest>& requests,
                                                const TextCallback& on_text = {});
+  // Submits one request and returns its id at once (sample i is id + i): on_event is called for every delta of
+  // its samples, on an engine thread, one call at a time, until each has finished (StreamEvent::finish_reason).
+  // For front ends that stream (the HTTP server); thread-safe.
+  uint64_t submit(const GenerateRequest& request, StreamCallback on_event);
+  // Cancels every sample of a submitted request still running; their final events say cancelled.
+  void cancel(uint64_t request_id);
+  size_t num_in_flight() const;  // submitted requests not finished yet
   Result<EngineStats> stats();
 
  private:

@@ -3,6 +3,9 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "actors/engine.hpp"
@@ -299,4 +302,75 @@ TEST_CASE("the scheduler leases part of the KV pool - grows it under load - give
   CHECK(after->lease_grows > 0);
   CHECK(after->lease_returns > 0);
   CHECK(after->lease_blocks < initial * 2);  // back near its reserve once idle
+}
+
+namespace {
+
+// The events of one submitted request, gathered until every sample finished.
+struct Collected {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<GenerateOutput> samples;
+  size_t finished = 0;
+  void add(const StreamEvent& e) {
+    std::lock_guard lock(mutex);
+    GenerateOutput& out = samples.at(e.sample_index);
+    if (!e.prompt_ids.empty()) out.prompt_ids = e.prompt_ids;
+    out.generated_ids.insert(out.generated_ids.end(), e.token_ids.begin(), e.token_ids.end());
+    out.text += e.text;
+    if (e.error) out.error = e.error;
+    if (e.finish_reason.empty()) return;
+    CHECK(out.finish_reason.empty());  // one final event per sample
+    out.finish_reason = e.finish_reason;
+    if (++finished == samples.size()) done.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex);
+    REQUIRE(done.wait_for(lock, std::chrono::seconds(60), [&] { return finished == samples.size(); }));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("submit streams events that add up to what generate returns - cancel ends a request", "[engine]") {
+  auto engine = test::start_engine(quickstart());
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.max_tokens = 40;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 9;
+  r.sampling.n = 2;
+  r.stop = {"park"};
+  auto expected = engine->generate({r});
+  REQUIRE(expected.ok());
+  Collected got;
+  got.samples.resize(2);
+  engine->submit(r, [&](const StreamEvent& e) { got.add(e); });
+  got.wait();
+  for (size_t s = 0; s < 2; ++s) {
+    CHECK(got.samples[s].prompt_ids == (*expected)[s].prompt_ids);
+    CHECK(got.samples[s].generated_ids == (*expected)[s].generated_ids);
+    CHECK(got.samples[s].text == (*expected)[s].text);
+    CHECK(got.samples[s].finish_reason == (*expected)[s].finish_reason);
+  }
+  CHECK(engine->num_in_flight() == 0);
+
+  // A long request cancelled once its first tokens arrived.
+  GenerateRequest endless;
+  endless.prompt_ids = {1};
+  endless.max_tokens = 400;
+  endless.ignore_eos = true;
+  endless.sampling.temperature = 0.0f;
+  Collected cancelled;
+  cancelled.samples.resize(1);
+  std::atomic<uint64_t> id{0};
+  std::atomic<bool> asked{false};
+  id = engine->submit(endless, [&](const StreamEvent& e) {
+    cancelled.add(e);
+    if (id != 0 && !asked.exchange(true)) engine->cancel(id);  // id is set once submit returned
+  });
+  cancelled.wait();
+  CHECK(cancelled.samples[0].finish_reason == "cancelled");
+  CHECK(cancelled.samples[0].generated_ids.size() < 400);
+  CHECK(engine->num_in_flight() == 0);
 }
