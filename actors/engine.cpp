@@ -69,6 +69,7 @@ struct Engine::Impl {
   ModelRegistry registry = ModelRegistry::with_builtins();
   PolicyRegistry policies = PolicyRegistry::with_builtins();
   ModelConfig model;
+  std::filesystem::path model_dir;
   int max_model_len = 0;
   std::shared_ptr<const Tokenizer> tokenizer;
   ActordSystemConfig caf_config{0};
@@ -93,6 +94,8 @@ Engine::~Engine() = default;
 
 const ModelConfig& Engine::model_config() const { return impl_->model; }
 int Engine::max_model_len() const { return impl_->max_model_len; }
+const std::filesystem::path& Engine::model_dir() const { return impl_->model_dir; }
+std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
 
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -102,6 +105,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   auto model = ModelConfig::load(topology.model.path);
   if (!model) return model.error();
   impl->model = *model;
+  impl->model_dir = topology.model.path;
   ACTORD_TRY_STATUS(check_supported(impl->registry, *model, topology.model.path));
   const std::string where = topology.source.string() + ": ";
   auto max_model_len = max_model_len_for(*model, topology.engine.max_model_len, where);

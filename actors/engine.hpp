@@ -26,6 +26,8 @@
 
 namespace actord {
 
+class Tokenizer;
+
 struct EngineOptions {
   std::filesystem::path worker_executable;  // for placement: process; empty: this process's own executable
   std::string log_level = "warn";           // passed on to worker processes
@@ -74,6 +76,8 @@ class Engine {
 
   const ModelConfig& model_config() const;
   int max_model_len() const;
+  const std::filesystem::path& model_dir() const;
+  std::shared_ptr<const Tokenizer> tokenizer() const;  // immutable: any thread may encode and decode with it
 
   Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
   // Blocks until every request has finished. Returns one output per sample: a request of sampling.n samples

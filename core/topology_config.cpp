@@ -182,11 +182,17 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   cfg.model.seed = static_cast<uint64_t>(seed);
 
   Section server(top.get("server"), "server");
-  server.check_keys({"host", "port"});
+  server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout"});
   server.read("host", cfg.server.host);
   server.read("port", cfg.server.port);
-  require(cfg.server.port > 0 && cfg.server.port < 65536, "server.port",
-          "must be between 1 and 65535, got " + std::to_string(cfg.server.port));
+  require(cfg.server.port >= 0 && cfg.server.port < 65536, "server.port",
+          "must be between 0 (any free port) and 65535, got " + std::to_string(cfg.server.port));
+  server.read("api_key", cfg.server.api_key);
+  server.read_bytes("max_request_body", cfg.server.max_request_body);
+  require(cfg.server.max_request_body > 0, "server.max_request_body", "must be positive");
+  server.read("shutdown_timeout", cfg.server.shutdown_timeout_s);
+  require(cfg.server.shutdown_timeout_s >= 0, "server.shutdown_timeout",
+          "must be 0 or more seconds, got " + std::to_string(cfg.server.shutdown_timeout_s));
 
   Section engine(top.get("engine"), "engine");
   engine.check_keys(

@@ -25,7 +25,10 @@ struct ModelSection {
 
 struct ServerSection {
   std::string host = "127.0.0.1";
-  int port = 8000;
+  int port = 8000;                          // 0: any free port (printed at start)
+  std::string api_key;                      // empty: none (ACTORD_API_KEY and --api-key also set it)
+  uint64_t max_request_body = 1ull << 20;   // bytes; larger bodies get 413
+  int shutdown_timeout_s = 30;              // SIGTERM/SIGINT: seconds for requests in flight to finish
 };
 
 struct EngineSection {

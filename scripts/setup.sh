@@ -8,7 +8,7 @@ PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   libcaf-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
   libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2 libopenblas-pthread-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libboost-dev
   python3-torch  # the independent PyTorch reference of tests/reference
 )
 

@@ -57,6 +57,14 @@ struct BenchArgs {
   CLI::App* offline = nullptr;
 };
 
+struct ServeArgs {
+  CommonArgs common;
+  std::string host;   // empty: the topology's server.host
+  int port = -1;      // -1: the topology's server.port
+  std::string api_key;
+  int http_threads = 2;
+};
+
 struct TokenizeArgs {
   std::string model;
   bool no_special = false;
@@ -82,6 +90,9 @@ int run_bench(const BenchArgs& args);
 
 void add_tokenize_commands(CLI::App& app, TokenizeArgs& args);
 int run_tokenize(const TokenizeArgs& args, bool decode);
+
+CLI::App* add_serve_command(CLI::App& app, ServeArgs& args);
+int run_serve(const ServeArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
 int run_worker(const WorkerArgs& args);

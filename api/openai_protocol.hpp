@@ -1,0 +1,48 @@
+// The OpenAI API's request bodies as actord requests: /v1/completions and /v1/chat/completions.
+//
+// Contract: parse_*() read a JSON body whatever it holds and never throw: a malformed body, a field of the wrong
+// type, a value out of range or an unknown field each give an ApiError with status 400, the field in `param` and
+// a message naming it (`temperature: must be finite and >= 0, got -1`). Sampling values go through
+// SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
+// template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "tokenizer/chat_template.hpp"
+
+namespace actord {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;                          // the field at fault, when there is one
+  std::string type = "invalid_request_error";
+};
+
+std::string error_body(const ApiError& error);  // OpenAI's {"error": {message, type, param, code}}
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;                       // as the client named it ("" when it did not)
+  std::vector<GenerateRequest> prompts;    // one per prompt (completions accept several); n samples each
+  bool stream = false;
+  bool include_usage = false;              // stream_options.include_usage
+  bool echo = false;                       // completions: the prompt's text before the completion
+  int logprobs = -1;                       // -1: none; else the top alternatives per token (chat: top_logprobs)
+};
+
+struct ParseContext {
+  int vocab_size = 0;
+  const Tokenizer* tokenizer = nullptr;    // for chat: encodes the rendered conversation
+  const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat requests are refused)
+  const nlohmann::json* special_tokens = nullptr;  // bos_token, eos_token, ... for the template
+};
+
+std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool chat, const ParseContext& context);
+
+}  // namespace actord

@@ -1,0 +1,335 @@
+#include "api/openai_server.hpp"
+
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "api/metrics.hpp"
+#include "api/openai_protocol.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace actord {
+namespace {
+
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int status_for(const Error& e) {
+  return e.code == Errc::invalid_argument || e.code == Errc::resource_exhausted ? 400 : 500;
+}
+
+// One API call in flight: its choices (prompt p's sample s is choice p * n + s) and how to answer.
+struct Call {
+  std::mutex mutex;
+  std::shared_ptr<HttpExchange> exchange;
+  ApiRequest request;
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  uint32_t n = 1;
+  clock_type::time_point start = clock_type::now();
+  struct Choice {
+    std::string text;
+    std::vector<int32_t> tokens;
+    std::vector<TokenLogprobs> logprobs;
+    std::vector<TokenLogprobs> prompt_logprobs;
+    std::vector<int32_t> prompt_ids;
+    std::string finish_reason;
+    std::optional<Error> error;
+    clock_type::time_point first_token, last_token;
+    bool announced = false;  // chat stream: the role chunk went out
+  };
+  std::vector<Choice> choices;
+  std::vector<uint64_t> request_ids;  // per prompt, for cancelling
+  size_t finished = 0;
+  bool streaming = false;             // events started
+  bool closed = false;                // the client went away, or the answer is out
+};
+
+class Server {
+ public:
+  Server(Engine& engine, OpenAiOptions options)
+      : engine_(engine), options_(std::move(options)), tokenizer_(engine.tokenizer()),
+        metrics_(options_.model_name) {
+    context_.vocab_size = engine.model_config().vocab_size;
+    context_.tokenizer = tokenizer_.get();
+    auto chat = load_chat_template(engine.model_dir(), &special_tokens_);
+    if (chat) chat_template_.emplace(std::move(*chat));
+    context_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
+    context_.special_tokens = &special_tokens_;
+  }
+
+  void handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex, bool ready) {
+    const std::string path = req.target.substr(0, req.target.find('?'));
+    if (path == "/health") return ex->respond(ready ? 200 : 503, "text/plain", ready ? "ok\n" : "starting\n");
+    if (path == "/version") return ex->respond(200, "application/json", dump({{"version", kVersion}}));
+    if (path == "/metrics") return ex->respond(200, "text/plain; version=0.0.4", metrics_text());
+    if (path.rfind("/v1/", 0) != 0) return error(ex, {404, "no route " + path, "", "not_found_error"});
+    if (!options_.api_key.empty() && req.authorization != "Bearer " + options_.api_key)
+      return error(ex, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
+    if (path == "/v1/models") {
+      if (req.method != "GET") return error(ex, {405, "use GET for " + path, "", "invalid_request_error"});
+      return ex->respond(200, "application/json",
+                         dump({{"object", "list"},
+                               {"data", json::array({{{"id", options_.model_name},
+                                                      {"object", "model"},
+                                                      {"created", 0},
+                                                      {"owned_by", "actord"},
+                                                      {"max_model_len", engine_.max_model_len()}}})}}));
+    }
+    const bool chat = path == "/v1/chat/completions";
+    if (!chat && path != "/v1/completions") return error(ex, {404, "no route " + path, "", "not_found_error"});
+    if (req.method != "POST") return error(ex, {405, "use POST for " + path, "", "invalid_request_error"});
+    if (!ready) return error(ex, {503, "the model is still loading", "", "server_error"});
+    auto parsed = parse_request(req.body, chat, context_);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return error(ex, *e);
+    ApiRequest& request = std::get<ApiRequest>(parsed);
+    if (!request.model.empty() && request.model != options_.model_name)
+      return error(ex, {404, "the model '" + request.model + "' does not exist (this server has '" +
+                                 options_.model_name + "')", "model", "not_found_error"});
+    start(std::move(request), ex);
+  }
+
+ private:
+  static constexpr const char* kVersion = "0.1.0";
+
+  void error(const std::shared_ptr<HttpExchange>& ex, const ApiError& e) {
+    metrics_.count_request(e.status >= 500 ? "error" : "refused");
+    ex->respond(e.status, "application/json", error_body(e));
+  }
+
+  void start(ApiRequest request, const std::shared_ptr<HttpExchange>& ex) {
+    auto call = std::make_shared<Call>();
+    call->exchange = ex;
+    call->model = options_.model_name;
+    call->created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
+    call->n = request.prompts[0].sampling.n;
+    call->choices.resize(request.prompts.size() * call->n);
+    call->id = (request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_call_++);
+    call->request = std::move(request);
+    if (call->request.stream) {
+      ex->on_close([this, call] {
+        std::lock_guard lock(call->mutex);
+        if (call->closed) return;
+        call->closed = true;
+        for (uint64_t id : call->request_ids) engine_.cancel(id);
+      });
+    }
+    std::lock_guard lock(call->mutex);  // the callbacks wait until every prompt is submitted
+    for (size_t p = 0; p < call->request.prompts.size(); ++p) {
+      call->request_ids.push_back(engine_.submit(call->request.prompts[p], [this, call, p](const StreamEvent& e) {
+        on_event(*call, p * call->n + e.sample_index, e);
+      }));
+    }
+  }
+
+  void on_event(Call& call, size_t index, const StreamEvent& e) {
+    std::lock_guard lock(call.mutex);
+    Call::Choice& c = call.choices[index];
+    const auto now = clock_type::now();
+    if (!e.prompt_ids.empty()) c.prompt_ids = e.prompt_ids;
+    if (!e.token_ids.empty()) {
+      if (c.tokens.empty()) {
+        c.first_token = now;
+        metrics_.observe_ttft(seconds_between(call.start, now));
+      } else {
+        metrics_.observe_itl(seconds_between(c.last_token, now));
+      }
+      c.last_token = now;
+    }
+    c.tokens.insert(c.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+    c.text += e.text;
+    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    c.prompt_logprobs.insert(c.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+    if (e.error) c.error = e.error;
+    if (!e.finish_reason.empty()) {
+      c.finish_reason = e.finish_reason;
+      ++call.finished;
+      if (!c.error) metrics_.count_tokens(index % call.n == 0 ? c.prompt_ids.size() : 0, c.tokens.size());
+      if (c.tokens.size() > 1) metrics_.observe_tpot(seconds_between(c.first_token, c.last_token) / double(c.tokens.size() - 1));
+    }
+    if (call.closed) return;
+    if (call.request.stream) stream_event(call, index, e);
+    if (call.finished == call.choices.size()) finish(call);
+  }
+
+  // The text of prompt p as the client sent it (echo).
+  std::string prompt_text(const Call& call, size_t index) const {
+    const GenerateRequest& r = call.request.prompts[index / call.n];
+    return r.prompt ? *r.prompt : tokenizer_->decode(call.choices[index].prompt_ids, false);
+  }
+
+  std::string token_text(int32_t id) const { return tokenizer_->decode({id}, false); }
+
+  json completion_logprobs(const Call& call, size_t index, size_t from) const {
+    const Call::Choice& c = call.choices[index];
+    json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
+    size_t offset = 0;
+    auto add = [&](int32_t id, const TokenLogprobs* lp) {
+      const std::string text = token_text(id);
+      tokens.push_back(text);
+      values.push_back(lp ? json(lp->logprob) : json(nullptr));
+      json top = json::object();
+      if (lp) for (size_t k = 0; k < lp->top_ids.size(); ++k) top[token_text(lp->top_ids[k])] = lp->top_logprobs[k];
+      tops.push_back(lp ? top : json(nullptr));
+      offsets.push_back(offset);
+      offset += text.size();
+    };
+    if (call.request.echo && from == 0) {
+      for (size_t t = 0; t < c.prompt_ids.size(); ++t)
+        add(c.prompt_ids[t], t > 0 && t - 1 < c.prompt_logprobs.size() ? &c.prompt_logprobs[t - 1] : nullptr);
+    }
+    for (size_t t = from; t < c.tokens.size(); ++t) add(c.tokens[t], t < c.logprobs.size() ? &c.logprobs[t] : nullptr);
+    return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  }
+
+  json chat_logprobs(const Call::Choice& c, size_t from) const {
+    auto entry = [&](int32_t id, float logprob) {
+      const std::string text = token_text(id);
+      return json{{"token", text}, {"logprob", logprob}, {"bytes", std::vector<uint8_t>(text.begin(), text.end())}};
+    };
+    json content = json::array();
+    for (size_t t = from; t < c.tokens.size() && t < c.logprobs.size(); ++t) {
+      json e = entry(c.tokens[t], c.logprobs[t].logprob);
+      json top = json::array();
+      for (size_t k = 0; k < c.logprobs[t].top_ids.size(); ++k)
+        top.push_back(entry(c.logprobs[t].top_ids[k], c.logprobs[t].top_logprobs[k]));
+      e["top_logprobs"] = top;
+      content.push_back(e);
+    }
+    return {{"content", content}};
+  }
+
+  json usage(const Call& call) const {
+    size_t prompt = 0, completion = 0;
+    for (size_t i = 0; i < call.choices.size(); ++i) {
+      if (i % call.n == 0) prompt += call.choices[i].prompt_ids.size();
+      completion += call.choices[i].tokens.size();
+    }
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  }
+
+  json chunk_base(const Call& call) const {
+    return {{"id", call.id},
+            {"object", call.request.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", call.created},
+            {"model", call.model},
+            {"system_fingerprint", std::string("actord-") + kVersion}};
+  }
+
+  void stream_event(Call& call, size_t index, const StreamEvent& e) {
+    Call::Choice& c = call.choices[index];
+    if (!call.streaming) {
+      if (e.error && !e.finish_reason.empty()) return;  // refused before any token: answered in finish()
+      call.streaming = true;
+      call.exchange->start_events();
+    }
+    if (e.error) {
+      call.exchange->event(dump({{"error", {{"message", e.error->message}, {"type", "server_error"}}}}));
+      return;
+    }
+    json choice{{"index", index}};
+    const size_t from = c.tokens.size() - e.token_ids.size();
+    if (call.request.chat) {
+      json delta = json::object();
+      if (!c.announced) delta["role"] = "assistant";
+      c.announced = true;
+      if (!e.text.empty()) delta["content"] = e.text;
+      choice["delta"] = delta;
+      choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(c, from) : json(nullptr);
+    } else {
+      std::string text = e.text;
+      if (call.request.echo && from == 0 && !e.prompt_ids.empty()) text = prompt_text(call, index) + text;
+      choice["text"] = text;
+      choice["logprobs"] = call.request.logprobs >= 0 ? completion_logprobs(call, index, from) : json(nullptr);
+    }
+    choice["finish_reason"] = e.finish_reason.empty() || e.finish_reason == "cancelled" ? json(nullptr)
+                                                                                       : json(e.finish_reason);
+    json chunk = chunk_base(call);
+    chunk["choices"] = json::array({choice});
+    if (call.request.include_usage) chunk["usage"] = nullptr;
+    call.exchange->event(dump(chunk));
+  }
+
+  void finish(Call& call) {
+    call.closed = true;
+    metrics_.observe_e2e(seconds_between(call.start, clock_type::now()));
+    // A request refused before it produced anything answers with its error (a prompt longer than the context).
+    for (const auto& c : call.choices) {
+      if (c.error && c.tokens.empty() && !call.streaming) {
+        metrics_.count_request(status_for(*c.error) >= 500 ? "error" : "refused");
+        return call.exchange->respond(status_for(*c.error), "application/json",
+                                      error_body({status_for(*c.error), c.error->message, "", "invalid_request_error"}));
+      }
+    }
+    metrics_.count_request("success");
+    if (call.request.stream) {
+      if (!call.streaming) call.exchange->start_events();
+      if (call.request.include_usage) {
+        json chunk = chunk_base(call);
+        chunk["choices"] = json::array();
+        chunk["usage"] = usage(call);
+        call.exchange->event(dump(chunk));
+      }
+      call.exchange->event("[DONE]");
+      return call.exchange->end_events();
+    }
+    json choices = json::array();
+    for (size_t i = 0; i < call.choices.size(); ++i) {
+      const Call::Choice& c = call.choices[i];
+      json choice{{"index", i}, {"finish_reason", c.finish_reason}};
+      if (call.request.chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(c, 0) : json(nullptr);
+      } else {
+        choice["text"] = call.request.echo ? prompt_text(call, i) + c.text : c.text;
+        choice["logprobs"] = call.request.logprobs >= 0 ? completion_logprobs(call, i, 0) : json(nullptr);
+      }
+      choices.push_back(choice);
+    }
+    json body = chunk_base(call);
+    body["object"] = call.request.chat ? "chat.completion" : "text_completion";
+    body["choices"] = choices;
+    body["usage"] = usage(call);
+    call.exchange->respond(200, "application/json", dump(body));
+  }
+
+  std::string metrics_text() {
+    auto stats = engine_.stats();
+    return metrics_.text(stats ? &*stats : nullptr, engine_.num_in_flight());
+  }
+
+  Engine& engine_;
+  OpenAiOptions options_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  nlohmann::json special_tokens_;
+  ParseContext context_;
+  ApiMetrics metrics_;
+  std::atomic<uint64_t> next_call_{1};
+};
+
+}  // namespace
+
+struct OpenAiServer::Impl {
+  Impl(Engine& engine, OpenAiOptions options) : server(engine, std::move(options)) {}
+  Server server;
+};
+
+OpenAiServer::OpenAiServer(Engine& engine, OpenAiOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+
+OpenAiServer::~OpenAiServer() = default;
+
+void OpenAiServer::handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange) {
+  impl_->server.handle(request, exchange, ready_);
+}
+
+}  // namespace actord

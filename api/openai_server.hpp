@@ -1,0 +1,41 @@
+// The OpenAI-compatible API over an Engine: the routes of `actord serve`.
+//
+// Routes: GET /health (200 once ready, else 503), GET /version, GET /v1/models, GET /metrics (Prometheus text),
+// POST /v1/completions and /v1/chat/completions (streaming as Server-Sent Events or not). With an API key every
+// /v1 route needs `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI's JSON error shape: 400 for a bad
+// body or field (naming it), 401, 404 for an unknown path or model, 405 for a wrong method, 413 for a body over the
+// limit (the HTTP server), and a request the engine refuses (a prompt longer than the context) 400 with its reason.
+// A client that disconnects mid-stream cancels its request.
+//
+// Contract: handle() never blocks on the engine: answers go out from the engine's callbacks. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "api/http_server.hpp"
+
+namespace actord {
+
+struct OpenAiOptions {
+  std::string model_name;   // what /v1/models lists and requests may name
+  std::string api_key;      // empty: no authentication
+};
+
+class OpenAiServer {
+ public:
+  OpenAiServer(Engine& engine, OpenAiOptions options);
+  ~OpenAiServer();
+  void handle(const HttpRequest& request, std::shared_ptr<HttpExchange> exchange);
+  void set_ready(bool ready) { ready_ = ready; }
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace actord

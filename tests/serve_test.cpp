@@ -1,0 +1,240 @@
+// The OpenAI-compatible HTTP API over loopback, as a client sees it: answers equal the engine's own, SSE framing,
+// n samples, errors with the right status and OpenAI's error shape for bad input (the server keeps serving), the
+// API key, body limits, a client that disconnects mid-stream, and `actord serve` stopping on SIGTERM.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <utility>  // before Boost 1.74 asio, whose awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "api/http_server.hpp"
+#include "api/openai_server.hpp"
+#include "engine_test_util.hpp"
+
+using namespace actord;
+using json = nlohmann::json;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+namespace {
+
+struct Reply {
+  int status = 0;
+  std::string body;
+};
+
+// One request on a fresh connection; the whole answer (an event stream until the server closes it).
+Reply call(int port, const std::string& method, const std::string& target, const std::string& body = "",
+           const std::string& key = "") {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  http::request<http::string_body> req(method == "POST" ? http::verb::post : http::verb::get, target, 11);
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
+  req.body() = body;
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 << 20);
+  beast::error_code ec;
+  http::read(stream, buffer, parser, ec);
+  REQUIRE((!ec || ec == http::error::end_of_stream || ec == http::error::partial_message));
+  return {static_cast<int>(parser.get().result_int()), parser.get().body()};
+}
+
+// The data lines of an event stream.
+std::vector<std::string> events_of(const std::string& body) {
+  std::vector<std::string> events;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    REQUIRE(end != std::string::npos);
+    events.push_back(body.substr(at + 6, end - at - 6));
+    at = end + 2;
+  }
+  return events;
+}
+
+struct Served {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<OpenAiServer> api;
+  HttpServer http;
+  int port = 0;
+  explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20) {
+    engine = test::start_engine(test::quickstart());
+    api = std::make_unique<OpenAiServer>(*engine, OpenAiOptions{"stories260K", key});
+    auto bound = http.start({"127.0.0.1", 0, 2, max_body},
+                            [this](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { api->handle(r, ex); });
+    REQUIRE(bound.ok());
+    port = *bound;
+    api->set_ready(true);
+  }
+  ~Served() { http.stop(); }
+};
+
+}  // namespace
+
+TEST_CASE("serve - completions equal the engine's generate - streamed and not - n samples", "[serve]") {
+  Served s;
+  CHECK(call(s.port, "GET", "/health").status == 200);
+  auto models = json::parse(call(s.port, "GET", "/v1/models").body);
+  CHECK(models["data"][0]["id"] == "stories260K");
+
+  GenerateRequest g;
+  g.prompt = "Once upon a time";
+  g.max_tokens = 30;
+  g.sampling.temperature = 0.8f;
+  g.sampling.seed = 11;
+  g.sampling.n = 2;
+  auto expected = s.engine->generate({g});
+  REQUIRE(expected.ok());
+
+  const std::string body = R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":30,"temperature":0.8,"seed":11,"n":2})";
+  auto plain = call(s.port, "POST", "/v1/completions", body);
+  REQUIRE(plain.status == 200);
+  auto j = json::parse(plain.body);
+  REQUIRE(j["choices"].size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(j["choices"][i]["index"] == i);
+    CHECK(j["choices"][i]["text"] == (*expected)[i].text);
+    CHECK(j["choices"][i]["finish_reason"] == (*expected)[i].finish_reason);
+  }
+  CHECK(j["usage"]["prompt_tokens"] == (*expected)[0].prompt_ids.size());
+  CHECK(j["usage"]["completion_tokens"] ==
+        (*expected)[0].generated_ids.size() + (*expected)[1].generated_ids.size());
+
+  auto streamed = call(s.port, "POST", "/v1/completions",
+                       body.substr(0, body.size() - 1) + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  REQUIRE(streamed.status == 200);
+  auto events = events_of(streamed.body);
+  REQUIRE(events.size() >= 3);
+  CHECK(events.back() == "[DONE]");
+  std::string text[2];
+  std::string finish[2];
+  for (size_t e = 0; e + 2 < events.size(); ++e) {
+    auto chunk = json::parse(events[e]);
+    CHECK(chunk["object"] == "text_completion");
+    const int index = chunk["choices"][0]["index"];
+    text[index] += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish[index] = chunk["choices"][0]["finish_reason"];
+  }
+  for (int i = 0; i < 2; ++i) {
+    CHECK(text[i] == (*expected)[i].text);
+    CHECK(finish[i] == (*expected)[i].finish_reason);
+  }
+  auto usage = json::parse(events[events.size() - 2]);
+  CHECK(usage["choices"].empty());
+  CHECK(usage["usage"] == j["usage"]);
+  CHECK(s.engine->num_in_flight() == 0);
+}
+
+TEST_CASE("serve - bad requests get OpenAI errors with the right status - the server keeps serving", "[serve]") {
+  Served s("sekrit", 4096);
+  auto status_of = [&](const std::string& target, const std::string& body, const std::string& key = "sekrit") {
+    return call(s.port, "POST", target, body, key);
+  };
+  auto error_of = [&](const Reply& r) { return json::parse(r.body)["error"]; };
+  CHECK(status_of("/v1/completions", R"({"prompt":"x"})", "").status == 401);
+  CHECK(status_of("/v1/completions", R"({"prompt":"x"})", "wrong").status == 401);
+  CHECK(call(s.port, "GET", "/health").status == 200);  // no key needed
+  auto bad = status_of("/v1/completions", R"({"prompt":"x","temperature":-1})");
+  CHECK(bad.status == 400);
+  CHECK(error_of(bad)["param"] == "temperature");
+  CHECK(error_of(bad)["message"] == "temperature: must be finite and >= 0, got -1");
+  CHECK(status_of("/v1/completions", "{not json").status == 400);
+  CHECK(status_of("/v1/completions", "[1,2]").status == 400);
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","max_tokens":"lots"})"))["param"] == "max_tokens");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","max_tokens":1e300})"))["param"] == "max_tokens");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","n":0})"))["param"] == "n");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","top_p":0})"))["param"] == "top_p");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","logprobs":21})"))["param"] == "logprobs");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":"x","frobnicate":1})"))["param"] == "frobnicate");
+  CHECK(error_of(status_of("/v1/completions", R"({"prompt":[1,99999]})"))["param"] == "prompt");
+  CHECK(error_of(status_of("/v1/completions", R"({"max_tokens":3})"))["param"] == "prompt");
+  CHECK(status_of("/v1/completions", "{\"prompt\":\"\xff\xfe\"}").status == 400);  // invalid UTF-8
+  CHECK(status_of("/v1/completions", std::string(2000, '[') + std::string(2000, ']')).status == 400);
+  CHECK(status_of("/v1/completions", R"({"prompt":")" + std::string(5000, 'a') + "\"}").status == 413);
+  auto missing = status_of("/v1/completions", R"({"prompt":"x","model":"gpt-4"})");
+  CHECK(missing.status == 404);
+  CHECK(error_of(missing)["param"] == "model");
+  CHECK(status_of("/v1/nothing", "{}").status == 404);
+  CHECK(call(s.port, "GET", "/v1/completions", "", "sekrit").status == 405);
+  CHECK(status_of("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})").status == 400);
+  std::string ids = "[1";
+  for (int i = 0; i < 600; ++i) ids += ",5";
+  auto long_prompt = status_of("/v1/completions", R"({"prompt":)" + ids + "]}");
+  CHECK(long_prompt.status == 400);
+  CHECK_THAT(error_of(long_prompt)["message"].get<std::string>(), Catch::Contains("more than the context length"));
+  // Still serving.
+  auto ok = status_of("/v1/completions", R"({"prompt":"Once","max_tokens":3,"temperature":0})");
+  CHECK(ok.status == 200);
+  CHECK(json::parse(ok.body)["choices"][0]["finish_reason"] == "length");
+}
+
+TEST_CASE("serve - a client that disconnects mid-stream cancels its request", "[serve]") {
+  Served s;
+  asio::io_context ioc;
+  {
+    beast::tcp_stream stream(ioc);
+    stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(s.port)));
+    http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = R"({"prompt":[1],"max_tokens":100000,"ignore_eos":true,"temperature":0,"stream":true})";
+    req.prepare_payload();
+    http::write(stream, req);
+    char buf[256];
+    stream.socket().read_some(asio::buffer(buf));  // the stream has started
+    CHECK(s.engine->num_in_flight() == 1);
+  }  // closed
+  for (int i = 0; i < 500 && s.engine->num_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(s.engine->num_in_flight() == 0);
+}
+
+TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with its worker process", "[serve][process]") {
+  test::TempDir tmp;
+  const auto out = tmp.path() / "out";
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    freopen(out.c_str(), "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    const std::string config = (test::source_dir() / "configs/quickstart-2proc.yaml").string();
+    execl(test::actord_binary().c_str(), "actord", "serve", config.c_str(), "--port", "0", nullptr);
+    _exit(127);
+  }
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(out);
+    std::string line;
+    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
+      port = std::stoi(line.substr(line.rfind(':') + 1));
+  }
+  REQUIRE(port > 0);
+  auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  CHECK(r.status == 200);
+  CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
+  kill(pid, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // Its worker process went with it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    CHECK(args.find("--to-worker ipc:///tmp/actord-" + std::to_string(pid)) == std::string::npos);
+  }
+}
