@@ -9,6 +9,7 @@ PACKAGES=(
   libcaf-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
   libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2 libopenblas-pthread-dev
   libpcre2-dev libutf8proc-dev libboost-dev
+  nodejs  # runs tests/openai_client with the official openai npm client
   python3-torch  # the independent PyTorch reference of tests/reference
 )
 
@@ -39,4 +40,14 @@ if ! cmake --build "$BUILD_DIR" -j "$(nproc)" >"$BUILD_DIR.build.log" 2>&1; then
   cat "$BUILD_DIR.build.log" >&2
   echo "actord: the build failed (log: $BUILD_DIR.build.log)" >&2
   exit 1
+fi
+
+# The official openai npm client, for the API's checks with a real client (tests/openai_client).
+if [ ! -d "$BUILD_DIR/npm/node_modules/openai" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  npm install --prefix "$BUILD_DIR/npm" --no-audit --no-fund --silent openai@4 >/dev/null
 fi

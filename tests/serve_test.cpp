@@ -70,8 +70,10 @@ struct Served {
   std::unique_ptr<OpenAiServer> api;
   HttpServer http;
   int port = 0;
-  explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20) {
-    engine = test::start_engine(test::quickstart());
+  explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20, const std::string& model_dir = "") {
+    auto cfg = test::quickstart();
+    if (!model_dir.empty()) cfg.model.path = model_dir;
+    engine = test::start_engine(cfg);
     api = std::make_unique<OpenAiServer>(*engine, OpenAiOptions{"stories260K", key});
     auto bound = http.start({"127.0.0.1", 0, 2, max_body},
                             [this](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { api->handle(r, ex); });
@@ -237,4 +239,27 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
     std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
     CHECK(args.find("--to-worker ipc:///tmp/actord-" + std::to_string(pid)) == std::string::npos);
   }
+}
+
+TEST_CASE("serve - the official openai client (npm) gets what it expects", "[serve][openai]") {
+  // stories260K with a chat template of our own, so that chat completions have one to render.
+  test::TempDir tmp;
+  const auto model = test::copy_stories(tmp.path());
+  test::write_file(model / "tokenizer_config.json",
+                   R"({"chat_template": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"})");
+  Served s("sekrit", 1 << 20, model.string());
+  const std::string npm = ACTORD_NPM_DIR;
+  INFO("the openai client is installed by scripts/setup.sh into " << npm);
+  REQUIRE(std::filesystem::exists(npm + "/node_modules/openai"));
+  const std::string out = (tmp.path() / "out").string();
+  const std::string cmd = "NODE_PATH='" + npm + "/node_modules' node '" +
+                          (test::source_dir() / "tests/openai_client/check.cjs").string() + "' http://127.0.0.1:" +
+                          std::to_string(s.port) + "/v1 sekrit stories260K >'" + out + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(out);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(log);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(log, Catch::Contains("all checks passed"));
 }

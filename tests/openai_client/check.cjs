@@ -1,0 +1,105 @@
+// Calls an actord server with the official `openai` npm client and checks what comes back.
+// Usage: NODE_PATH=<dir with node_modules/openai> node check.cjs BASE_URL API_KEY MODEL
+// Prints one line per check; exits 1 at the first failure (with what was expected and got).
+const OpenAI = require('openai');
+const [baseURL, apiKey, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+
+function check(name, ok, detail) {
+  if (!ok) {
+    console.log(`FAIL ${name}: ${detail === undefined ? '' : JSON.stringify(detail)}`);
+    process.exit(1);
+  }
+  console.log(`ok ${name}`);
+}
+
+async function main() {
+  const models = await client.models.list();
+  check('models list the served model', models.data.length === 1 && models.data[0].id === model, models.data);
+
+  const greedy = { model, prompt: 'Once upon a time', max_tokens: 12, temperature: 0 };
+  const c = await client.completions.create(greedy);
+  check('completion text', typeof c.choices[0].text === 'string' && c.choices[0].text.length > 0, c);
+  check('completion finish_reason length', c.choices[0].finish_reason === 'length', c.choices[0]);
+  check('completion usage', c.usage.completion_tokens === 12 && c.usage.prompt_tokens > 0 &&
+        c.usage.total_tokens === c.usage.prompt_tokens + 12, c.usage);
+  check('system_fingerprint', typeof c.system_fingerprint === 'string', c.system_fingerprint);
+
+  const stream = await client.completions.create({ ...greedy, stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.choices.length) {
+      text += chunk.choices[0].text;
+      if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  check('streamed completion equals the plain one', text === c.choices[0].text, { text, plain: c.choices[0].text });
+  check('stream finish_reason and usage', finish === 'length' && usage && usage.completion_tokens === 12, { finish, usage });
+
+  const seeded = { model, prompt: 'Once upon a time', max_tokens: 16, temperature: 0.9, seed: 42, n: 2 };
+  const a = await client.completions.create(seeded);
+  const b = await client.completions.create(seeded);
+  check('n=2 gives two choices', a.choices.length === 2 && a.choices[1].index === 1, a.choices);
+  check('a seed reproduces the samples', a.choices.map(x => x.text).join('|') === b.choices.map(x => x.text).join('|'),
+        [a.choices, b.choices]);
+
+  const lp = await client.completions.create({ ...greedy, max_tokens: 4, logprobs: 2 });
+  const l = lp.choices[0].logprobs;
+  check('completion logprobs shape', l.tokens.length === 4 && l.token_logprobs.length === 4 &&
+        l.top_logprobs.length === 4 && Object.keys(l.top_logprobs[0]).length <= 2 && l.text_offset[0] === 0, l);
+
+  const echo = await client.completions.create({ ...greedy, max_tokens: 3, echo: true });
+  check('echo starts with the prompt', echo.choices[0].text.startsWith('Once upon a time'), echo.choices[0]);
+
+  const stopped = await client.completions.create({ ...greedy, max_tokens: 40, stop: [' was'] });
+  check('stop string', stopped.choices[0].finish_reason === 'stop' && !stopped.choices[0].text.includes(' was'),
+        stopped.choices[0]);
+
+  const messages = [{ role: 'user', content: 'Tell me a story' }];
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0,
+                                                      logprobs: true, top_logprobs: 2 });
+  check('chat message', chat.choices[0].message.role === 'assistant' && typeof chat.choices[0].message.content === 'string',
+        chat.choices[0]);
+  check('chat logprobs shape', chat.choices[0].logprobs.content.length === 10 &&
+        chat.choices[0].logprobs.content[0].top_logprobs.length === 2 &&
+        Array.isArray(chat.choices[0].logprobs.content[0].bytes), chat.choices[0].logprobs.content[0]);
+  const chatStream = await client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 0, stream: true });
+  let chatText = '', role = null;
+  for await (const chunk of chatStream) {
+    const delta = chunk.choices[0]?.delta || {};
+    if (delta.role) role = delta.role;
+    if (delta.content) chatText += delta.content;
+  }
+  check('streamed chat equals the plain one', role === 'assistant' && chatText === chat.choices[0].message.content,
+        { chatText, plain: chat.choices[0].message.content });
+
+  for (const [name, body, param] of [
+    ['temperature -1', { ...greedy, temperature: -1 }, 'temperature'],
+    ['n 0', { ...greedy, n: 0 }, 'n'],
+    ['top_p 2', { ...greedy, top_p: 2 }, 'top_p'],
+  ]) {
+    try {
+      await client.completions.create(body);
+      check(`${name} is refused`, false, 'no error');
+    } catch (e) {
+      check(`${name} is refused with 400 naming ${param}`, e.status === 400 && e.param === param, { status: e.status, param: e.param, message: e.message });
+    }
+  }
+  try {
+    await client.completions.create({ ...greedy, model: 'no-such-model' });
+    check('an unknown model is refused', false, 'no error');
+  } catch (e) {
+    check('an unknown model is refused with 404', e.status === 404, { status: e.status, message: e.message });
+  }
+  const wrongKey = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
+  try {
+    await wrongKey.completions.create(greedy);
+    check('a wrong key is refused', false, 'no error');
+  } catch (e) {
+    check('a wrong key is refused with 401', e.status === 401, { status: e.status });
+  }
+  console.log('all checks passed');
+}
+
+main().catch(e => { console.log(`FAIL exception: ${e.stack || e}`); process.exit(1); });
