@@ -2,6 +2,7 @@
 // n samples, errors with the right status and OpenAI's error shape for bad input (the server keeps serving), the
 // API key, body limits, a client that disconnects mid-stream, and `actord serve` stopping on SIGTERM.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <utility>  // before Boost 1.74 asio, whose awaitable.hpp uses std::exchange without it
@@ -262,4 +263,89 @@ TEST_CASE("serve - the official openai client (npm) gets what it expects", "[ser
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK_THAT(log, Catch::Contains("all checks passed"));
+}
+
+namespace {
+
+size_t thread_count() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& t : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// One streaming client on the test's io_context: sends its request, reads the event stream to its end.
+struct StreamClient : std::enable_shared_from_this<StreamClient> {
+  beast::tcp_stream stream;
+  std::string request;
+  std::string received;
+  std::array<char, 4096> buffer{};
+  bool done = false;
+  StreamClient(asio::io_context& ioc, std::string req) : stream(ioc), request(std::move(req)) {}
+  void start(const asio::ip::tcp::endpoint& at) {
+    stream.async_connect(at, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return void(self->done = true);
+      asio::async_write(self->stream, asio::buffer(self->request),
+                        [self](beast::error_code ec, size_t) { ec ? void(self->done = true) : self->read(); });
+    });
+  }
+  void read() {
+    stream.async_read_some(asio::buffer(buffer), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->received.append(self->buffer.data(), n);
+      if (ec) return void(self->done = true);
+      self->read();
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("serve - 1,000 concurrent streaming clients all get every token on a bounded number of threads",
+          "[serve][load]") {
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 8192);
+  setrlimit(RLIMIT_NOFILE, &files);
+  const size_t clients = files.rlim_cur >= 2200 ? 1000 : (files.rlim_cur - 200) / 2;  // two descriptors per client
+  INFO(clients << " clients (descriptor limit " << files.rlim_cur << ")");
+  Served s;
+  GenerateRequest g;
+  g.prompt_ids = {1};
+  g.max_tokens = 16;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0.0f;
+  const auto expected = s.engine->generate({g});
+  REQUIRE(expected.ok());
+  const std::string body = R"({"prompt":[1],"max_tokens":16,"ignore_eos":true,"temperature":0,"stream":true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const size_t threads_before = thread_count();
+  asio::io_context ioc;
+  std::vector<std::shared_ptr<StreamClient>> all;
+  const asio::ip::tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(s.port));
+  for (size_t c = 0; c < clients; ++c) {
+    all.push_back(std::make_shared<StreamClient>(ioc, request));
+    all.back()->start(at);
+  }
+  size_t max_threads = threads_before;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  while (std::chrono::steady_clock::now() < deadline &&
+         std::any_of(all.begin(), all.end(), [](const auto& c) { return !c->done; })) {
+    ioc.run_for(std::chrono::milliseconds(50));
+    max_threads = std::max(max_threads, thread_count());
+  }
+  size_t complete = 0;
+  for (const auto& c : all) {
+    auto events = events_of(c->received.substr(std::min(c->received.size(), c->received.find("\r\n\r\n"))));
+    std::string text;
+    size_t chunks = 0;
+    for (const auto& e : events) {
+      if (e == "[DONE]") continue;
+      text += json::parse(e)["choices"][0]["text"].get<std::string>();
+      ++chunks;
+    }
+    complete += !events.empty() && events.back() == "[DONE]" && chunks == 16 && text == (*expected)[0].text;
+  }
+  CHECK(complete == clients);
+  CHECK(max_threads <= threads_before + 2);  // connections never cost threads
+  CHECK(s.engine->num_in_flight() == 0);
 }
