@@ -349,3 +349,26 @@ TEST_CASE("serve - 1,000 concurrent streaming clients all get every token on a b
   CHECK(max_threads <= threads_before + 2);  // connections never cost threads
   CHECK(s.engine->num_in_flight() == 0);
 }
+
+TEST_CASE("actord bench serve reports every request of a run against the server", "[serve][bench]") {
+  Served s;
+  test::TempDir tmp;
+  const std::string out = (tmp.path() / "out").string();
+  const std::string cmd = "'" + test::actord_binary().string() + "' bench serve --url http://127.0.0.1:" +
+                          std::to_string(s.port) + " --num-prompts 12 --concurrency 4 --request-rate 50" +
+                          " --input-len 8 --output-len 10 --warmup 2 --json >'" + out + "' 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(out);
+  const auto report = json::parse(in);
+  CHECK(report["completed"] == 12);
+  CHECK(report["failed"] == 0);
+  CHECK(report["output_tokens_per_s"].get<double>() > 0);
+  CHECK(report["ttft_ms"]["p99"].get<double>() >= report["ttft_ms"]["median"].get<double>());
+  // A server that is not there: every request fails, exit code 1, the reason reported.
+  const std::string down = "'" + test::actord_binary().string() + "' bench serve --url http://127.0.0.1:1 --num-prompts 2 --json >'" +
+                           out + "' 2>&1";
+  const int status = std::system(down.c_str());
+  CHECK(WEXITSTATUS(status) == 1);
+  std::ifstream again(out);
+  CHECK_THAT(json::parse(again)["first_error"].get<std::string>(), Catch::Contains("connect"));
+}

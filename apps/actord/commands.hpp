@@ -57,6 +57,22 @@ struct BenchArgs {
   CLI::App* offline = nullptr;
 };
 
+struct BenchServeArgs {
+  std::string url;
+  std::string model;
+  int num_prompts = 64;
+  int concurrency = 64;
+  double request_rate = 0;   // requests/s as a Poisson process; 0: all at once
+  int input_len = 32;
+  int output_len = 200;
+  int vocab = 512;
+  int warmup = 0;
+  bool no_ignore_eos = false;
+  uint64_t seed = 0;
+  std::string save;
+  bool json = false;
+};
+
 struct ServeArgs {
   CommonArgs common;
   std::string host;   // empty: the topology's server.host
@@ -90,6 +106,9 @@ int run_bench(const BenchArgs& args);
 
 void add_tokenize_commands(CLI::App& app, TokenizeArgs& args);
 int run_tokenize(const TokenizeArgs& args, bool decode);
+
+CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args);
+int run_bench_serve(const BenchServeArgs& args);
 
 CLI::App* add_serve_command(CLI::App& app, ServeArgs& args);
 int run_serve(const ServeArgs& args);

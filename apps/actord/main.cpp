@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   auto* generate = actord::cli::add_generate_command(app, generate_args);
   actord::cli::BenchArgs bench_args;
   auto* bench = actord::cli::add_bench_command(app, bench_args);
+  actord::cli::BenchServeArgs bench_serve_args;
+  auto* bench_serve = actord::cli::add_bench_serve_command(*bench, bench_serve_args);
   actord::cli::TokenizeArgs tokenize_args;
   actord::cli::add_tokenize_commands(app, tokenize_args);
   actord::cli::ServeArgs serve_args;
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;  // usage errors are bad input: exit code 2
   }
   if (generate->parsed()) return actord::cli::run_generate(generate_args);
+  if (bench_serve->parsed()) return actord::cli::run_bench_serve(bench_serve_args);
   if (bench->parsed()) return actord::cli::run_bench(bench_args);
   if (tokenize_args.tokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, false);
   if (tokenize_args.detokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, true);

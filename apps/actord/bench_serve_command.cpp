@@ -1,0 +1,266 @@
+// actord bench serve: load on an OpenAI-compatible server (actord serve, llama-server, vLLM...) in the spirit of
+// vLLM's `bench serve`: streaming completions of random token-id prompts at a fixed concurrency, arriving all at
+// once or as a Poisson process; request throughput, token throughput and TTFT / TPOT / ITL / E2E statistics.
+#include <utility>  // before Boost 1.74 asio, whose awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <utility>
+
+#include "apps/actord/commands.hpp"
+
+namespace actord::cli {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using json = nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(rank);
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
+
+json summary_ms(const std::vector<double>& seconds) {
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  const double mean = seconds.empty() ? 0 : sum / double(seconds.size());
+  return {{"mean", mean * 1e3}, {"median", percentile(seconds, 50) * 1e3}, {"p90", percentile(seconds, 90) * 1e3},
+          {"p99", percentile(seconds, 99) * 1e3}};
+}
+
+struct Target {
+  std::string host;
+  std::string port;
+  std::string path;  // base path, e.g. "" or "/v1" stripped to its prefix before /completions
+};
+
+// http://host:port[/prefix] -> its parts; the completions route is <prefix>/v1/completions.
+std::optional<Target> parse_url(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) return std::nullopt;
+  std::string rest = url.substr(scheme.size());
+  Target t;
+  const size_t slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  t.path = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!t.path.empty() && t.path.back() == '/') t.path.pop_back();
+  const size_t colon = hostport.rfind(':');
+  t.host = hostport.substr(0, colon);
+  t.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
+  if (t.host.empty()) return std::nullopt;
+  return t;
+}
+
+// One streaming request: the arrival time of its first byte of content and of every chunk.
+struct Stream : std::enable_shared_from_this<Stream> {
+  beast::tcp_stream socket;
+  std::string request;
+  std::string received;
+  std::array<char, 8192> buffer{};
+  clock_type::time_point sent;
+  std::vector<clock_type::time_point> chunks;  // one per data event with text
+  std::string error;
+  bool done = false;
+  size_t parsed_to = 0;
+  std::function<void()> on_done;
+  Stream(asio::io_context& ioc, std::string req) : socket(ioc), request(std::move(req)) {}
+
+  void start(const asio::ip::tcp::resolver::results_type& at) {
+    sent = clock_type::now();
+    socket.async_connect(at, [self = shared_from_this()](beast::error_code ec, auto) {
+      if (ec) return self->finish("connect: " + ec.message());
+      asio::async_write(self->socket, asio::buffer(self->request), [self](beast::error_code ec, size_t) {
+        if (ec) return self->finish("write: " + ec.message());
+        self->read();
+      });
+    });
+  }
+  void read() {
+    socket.async_read_some(asio::buffer(buffer), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->received.append(self->buffer.data(), n);
+      self->scan(clock_type::now());
+      if (self->done) return;
+      if (ec) return self->finish(self->received.find("[DONE]") == std::string::npos ? "closed early" : "");
+      self->read();
+    });
+  }
+  // Events seen so far: a chunk with text is a token (servers send one per token when streaming).
+  void scan(clock_type::time_point now) {
+    if (received.rfind("HTTP/1.1 200", 0) != 0 && received.size() >= 12) {
+      return finish("status " + received.substr(9, 3) + ": " + received.substr(received.find("\r\n\r\n") + 4, 300));
+    }
+    for (size_t at; (at = received.find("data: ", parsed_to)) != std::string::npos;) {
+      const size_t end = received.find("\n\n", at);
+      if (end == std::string::npos) return;
+      parsed_to = end + 2;
+      const std::string data = received.substr(at + 6, end - at - 6);
+      if (data == "[DONE]") return finish("");
+      const json chunk = json::parse(data, nullptr, false);
+      if (chunk.is_discarded() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+      const json& text = chunk["choices"][0]["text"];
+      if (text.is_string() && !text.get<std::string>().empty()) chunks.push_back(now);
+    }
+  }
+  void finish(std::string why) {
+    if (done) return;
+    done = true;
+    error = std::move(why);
+    beast::error_code ec;
+    socket.socket().close(ec);
+    if (on_done) on_done();
+  }
+};
+
+}  // namespace
+
+CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args) {
+  auto* cmd = bench.add_subcommand("serve", "Load on an OpenAI-compatible server: throughput, TTFT, TPOT, ITL, E2E");
+  cmd->add_option("--url", args.url, "Server base URL, e.g. http://127.0.0.1:8000")->required();
+  cmd->add_option("--model", args.model, "Model name sent in each request (default: none)");
+  cmd->add_option("--num-prompts", args.num_prompts, "Requests in total")->capture_default_str();
+  cmd->add_option("--concurrency", args.concurrency, "Requests in flight at most")->capture_default_str();
+  cmd->add_option("--request-rate", args.request_rate,
+                  "Requests per second, arriving as a Poisson process (0: all at once)")->capture_default_str();
+  cmd->add_option("--input-len", args.input_len, "Prompt tokens (random ids)")->capture_default_str();
+  cmd->add_option("--output-len", args.output_len, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--vocab", args.vocab, "Prompt ids are drawn from [3, vocab)")->capture_default_str();
+  cmd->add_option("--warmup", args.warmup, "Requests sent (and not counted) before the run")->capture_default_str();
+  cmd->add_flag("--no-ignore-eos", args.no_ignore_eos, "Let the model stop at end-of-sequence");
+  cmd->add_option("--seed", args.seed, "Seed of the prompts and arrivals")->capture_default_str();
+  cmd->add_option("--save", args.save, "Also write the report (JSON) to this file");
+  cmd->add_flag("--json", args.json, "Print the report as JSON instead of a table");
+  return cmd;
+}
+
+int run_bench_serve(const BenchServeArgs& args) {
+  auto target = parse_url(args.url);
+  if (!target) return print_error({Errc::invalid_argument, "--url: expected http://host:port, got " + args.url}), 2;
+  if (args.num_prompts < 1 || args.concurrency < 1 || args.input_len < 1 || args.output_len < 1 || args.vocab < 4)
+    return print_error({Errc::invalid_argument, "--num-prompts, --concurrency, --input-len, --output-len must be >= 1"}), 2;
+  std::mt19937_64 rng(args.seed);
+  std::uniform_int_distribution<int> token(3, args.vocab - 1);
+  auto request_text = [&] {
+    json body{{"prompt", json::array()}, {"max_tokens", args.output_len}, {"temperature", 0}, {"stream", true},
+              {"ignore_eos", !args.no_ignore_eos}};
+    if (!args.model.empty()) body["model"] = args.model;
+    for (int t = 0; t < args.input_len; ++t) body["prompt"].push_back(token(rng));
+    const std::string payload = body.dump();
+    return "POST " + target->path + "/v1/completions HTTP/1.1\r\nHost: " + target->host +
+           "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  };
+  asio::io_context ioc;
+  asio::ip::tcp::resolver resolver(ioc);
+  beast::error_code ec;
+  const auto at = resolver.resolve(target->host, target->port, ec);
+  if (ec) return print_error({Errc::invalid_argument, "--url: cannot resolve " + target->host}), 2;
+
+  // Runs `count` requests, at most `concurrency` at once, arrivals spaced by the Poisson process when a rate is given.
+  auto run = [&](int count, std::vector<std::shared_ptr<Stream>>& streams) {
+    std::exponential_distribution<double> gap(args.request_rate > 0 ? args.request_rate : 1.0);
+    int launched = 0, running = 0;
+    auto next_arrival = clock_type::now();
+    asio::steady_timer timer(ioc);
+    std::function<void()> launch = [&] {
+      while (launched < count && running < args.concurrency && clock_type::now() >= next_arrival) {
+        auto s = std::make_shared<Stream>(ioc, request_text());
+        s->on_done = [&] {
+          --running;
+          asio::post(ioc, launch);
+        };
+        streams.push_back(s);
+        ++launched;
+        ++running;
+        s->start(at);
+        if (args.request_rate > 0)
+          next_arrival += std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap(rng)));
+      }
+      if (launched < count && running < args.concurrency) {
+        timer.expires_at(next_arrival);
+        timer.async_wait([&](beast::error_code) { launch(); });
+      }
+    };
+    asio::post(ioc, launch);
+    ioc.restart();
+    ioc.run();
+  };
+
+  std::vector<std::shared_ptr<Stream>> warm, streams;
+  if (args.warmup > 0) run(args.warmup, warm);
+  const auto start = clock_type::now();
+  run(args.num_prompts, streams);
+  const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  size_t ok = 0, output_tokens = 0;
+  std::string first_error;
+  for (const auto& s : streams) {
+    if (!s->error.empty() || s->chunks.empty()) {
+      if (first_error.empty()) first_error = s->error.empty() ? "no tokens" : s->error;
+      continue;
+    }
+    ++ok;
+    output_tokens += s->chunks.size();
+    ttft.push_back(std::chrono::duration<double>(s->chunks.front() - s->sent).count());
+    e2e.push_back(std::chrono::duration<double>(s->chunks.back() - s->sent).count());
+    for (size_t c = 1; c < s->chunks.size(); ++c) itl.push_back(std::chrono::duration<double>(s->chunks[c] - s->chunks[c - 1]).count());
+    if (s->chunks.size() > 1)
+      tpot.push_back(std::chrono::duration<double>(s->chunks.back() - s->chunks.front()).count() /
+                     double(s->chunks.size() - 1));
+  }
+  json report{{"url", args.url},
+              {"num_prompts", args.num_prompts},
+              {"completed", ok},
+              {"failed", streams.size() - ok},
+              {"concurrency", args.concurrency},
+              {"request_rate", args.request_rate},
+              {"input_len", args.input_len},
+              {"output_len", args.output_len},
+              {"duration_s", wall},
+              {"request_throughput", double(ok) / wall},
+              {"input_tokens_per_s", double(ok) * args.input_len / wall},
+              {"output_tokens_per_s", double(output_tokens) / wall},
+              {"ttft_ms", summary_ms(ttft)},
+              {"tpot_ms", summary_ms(tpot)},
+              {"itl_ms", summary_ms(itl)},
+              {"e2e_ms", summary_ms(e2e)}};
+  if (!first_error.empty()) report["first_error"] = first_error;
+  if (!args.save.empty()) {
+    std::FILE* f = std::fopen(args.save.c_str(), "w");
+    if (f) {
+      std::fputs(report.dump(2).c_str(), f);
+      std::fclose(f);
+    }
+  }
+  if (args.json) {
+    std::printf("%s\n", report.dump().c_str());
+  } else {
+    std::printf("actord bench serve: %s, %d requests x (%d in + %d out), concurrency %d, rate %s\n", args.url.c_str(),
+                args.num_prompts, args.input_len, args.output_len, args.concurrency,
+                args.request_rate > 0 ? std::to_string(args.request_rate).c_str() : "all at once");
+    std::printf("  %-28s %zu / %zu\n", "completed / failed", ok, streams.size() - ok);
+    std::printf("  %-28s %10.2f\n", "duration s", wall);
+    std::printf("  %-28s %10.2f\n", "requests/s", double(ok) / wall);
+    std::printf("  %-28s %10.1f\n", "output tokens/s", double(output_tokens) / wall);
+    for (const char* name : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+      const json& m = report[name];
+      std::printf("  %-28s %10.2f %10.2f %10.2f %10.2f  (mean median p90 p99)\n", name, m["mean"].get<double>(),
+                  m["median"].get<double>(), m["p90"].get<double>(), m["p99"].get<double>());
+    }
+    if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
+  }
+  return ok == streams.size() ? 0 : 1;
+}
+
+}  // namespace actord::cli
