@@ -102,11 +102,10 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.socket().close(ec);
-    if (!complete_ && on_close_) {
-      auto callback = std::move(on_close_);
-      on_close_ = nullptr;
-      callback();
-    }
+    // Dropped in any case: the callback's owner usually holds this exchange (a cycle until it goes).
+    auto callback = std::move(on_close_);
+    on_close_ = nullptr;
+    if (!complete_ && callback) callback();
     std::lock_guard lock(server_->mutex);
     server_->sessions.erase(shared_from_this());
   }

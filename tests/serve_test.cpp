@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "api/http_server.hpp"
@@ -71,8 +72,9 @@ struct Served {
   std::unique_ptr<OpenAiServer> api;
   HttpServer http;
   int port = 0;
-  explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20, const std::string& model_dir = "") {
-    auto cfg = test::quickstart();
+  explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20, const std::string& model_dir = "",
+                  std::vector<std::string> set = {}) {
+    auto cfg = test::quickstart("configs/quickstart.yaml", std::move(set));
     if (!model_dir.empty()) cfg.model.path = model_dir;
     engine = test::start_engine(cfg);
     api = std::make_unique<OpenAiServer>(*engine, OpenAiOptions{"stories260K", key});
@@ -280,20 +282,25 @@ struct StreamClient : std::enable_shared_from_this<StreamClient> {
   std::string received;
   std::array<char, 4096> buffer{};
   bool done = false;
+  std::function<void()> on_done;  // optional
   StreamClient(asio::io_context& ioc, std::string req) : stream(ioc), request(std::move(req)) {}
   void start(const asio::ip::tcp::endpoint& at) {
     stream.async_connect(at, [self = shared_from_this()](beast::error_code ec) {
-      if (ec) return void(self->done = true);
+      if (ec) return self->finish();
       asio::async_write(self->stream, asio::buffer(self->request),
-                        [self](beast::error_code ec, size_t) { ec ? void(self->done = true) : self->read(); });
+                        [self](beast::error_code ec, size_t) { ec ? self->finish() : self->read(); });
     });
   }
   void read() {
     stream.async_read_some(asio::buffer(buffer), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->received.append(self->buffer.data(), n);
-      if (ec) return void(self->done = true);
+      if (ec) return self->finish();
       self->read();
     });
+  }
+  void finish() {
+    done = true;
+    if (on_done) on_done();
   }
 };
 
@@ -371,4 +378,99 @@ TEST_CASE("actord bench serve reports every request of a run against the server"
   CHECK(WEXITSTATUS(status) == 1);
   std::ifstream again(out);
   CHECK_THAT(json::parse(again)["first_error"].get<std::string>(), Catch::Contains("connect"));
+}
+
+namespace {
+
+size_t rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) / 1024;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("serve - load: 64 streaming clients for 60 s - no errors, no lost or duplicated tokens, memory back",
+          "[serve][load]") {
+  // A KV cache of 32 MiB (1,638 blocks): the prefix cache fills it within the first seconds, so that the pages it
+  // touches are part of the baseline.
+  Served s("", 1 << 20, "", {"engine.kv_cache_memory=32MiB"});
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> token(3, 511), prompt_len(1, 100), output_len(1, 100);
+  struct Finished {
+    GenerateRequest request;
+    std::string text;
+    size_t chunks = 0;
+    bool ok = false;  // 200, no error event, ended with [DONE]
+  };
+  std::vector<Finished> finished;
+  asio::io_context ioc;
+  const asio::ip::tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(s.port));
+  const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // The baseline is taken 20 s in, once the KV cache's pages and the allocator's arenas have been touched.
+  size_t rss_before = 0;
+  asio::steady_timer baseline(ioc, std::chrono::seconds(20));
+  baseline.async_wait([&](beast::error_code) { rss_before = rss_mb(); });
+  uint64_t next_seed = 1;
+  std::function<void()> launch = [&] {
+    if (std::chrono::steady_clock::now() >= stop_at) return;
+    GenerateRequest g;
+    g.prompt_ids = {1};
+    for (int t = prompt_len(rng); t > 1; --t) g.prompt_ids.push_back(token(rng));
+    g.max_tokens = static_cast<uint32_t>(output_len(rng));
+    g.ignore_eos = true;  // every stream must carry exactly max_tokens tokens
+    g.sampling.temperature = 0.8f;
+    g.sampling.seed = next_seed++;
+    json body{{"prompt", g.prompt_ids}, {"max_tokens", g.max_tokens}, {"temperature", 0.8},
+              {"seed", g.sampling.seed}, {"ignore_eos", true}, {"stream", true}};
+    const std::string text = body.dump();
+    auto client = std::make_shared<StreamClient>(
+        ioc, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text);
+    client->on_done = [&, g, weak = std::weak_ptr<StreamClient>(client)] {
+      auto c = weak.lock();
+      Finished f{g, {}, 0, c->received.rfind("HTTP/1.1 200", 0) == 0};
+      const size_t body_at = c->received.find("\r\n\r\n");
+      const auto events = events_of(body_at == std::string::npos ? "" : c->received.substr(body_at));
+      for (const auto& e : events) {
+        if (e == "[DONE]") continue;
+        auto chunk = json::parse(e);
+        if (chunk.contains("error")) f.ok = false;
+        else f.text += chunk["choices"][0]["text"].get<std::string>();
+        ++f.chunks;
+      }
+      f.ok = f.ok && !events.empty() && events.back() == "[DONE]";
+      finished.push_back(std::move(f));
+      asio::post(ioc, [&] { launch(); });  // the slot's next request
+    };
+    client->start(at);
+  };
+  for (int slot = 0; slot < 64; ++slot) launch();
+  ioc.run();
+  size_t errors = 0, wrong_counts = 0, tokens = 0;
+  std::vector<GenerateRequest> sample;  // every 16th stream is checked against the same request not streamed
+  std::vector<const Finished*> sampled;
+  for (const auto& f : finished) {
+    errors += !f.ok;
+    wrong_counts += f.chunks != f.request.max_tokens;
+    tokens += f.chunks;
+    if (sample.size() * 16 <= &f - finished.data()) {
+      sample.push_back(f.request);
+      sampled.push_back(&f);
+    }
+  }
+  auto expected = s.engine->generate(sample);
+  REQUIRE(expected.ok());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < sample.size(); ++i) mismatches += sampled[i]->text != (*expected)[i].text;
+  const size_t rss_after = rss_mb();
+  std::printf("load: %zu requests (%.1f/s), %zu tokens (%.0f/s), %zu checked against unstreamed runs, RSS %zu -> %zu MB\n",
+              finished.size(), double(finished.size()) / 60.0, tokens, double(tokens) / 60.0, sample.size(),
+              rss_before, rss_after);
+  CHECK(finished.size() > 64);
+  CHECK(errors == 0);
+  CHECK(wrong_counts == 0);
+  CHECK(mismatches == 0);
+  CHECK(s.engine->num_in_flight() == 0);
+  CHECK(rss_after < rss_before + 48);  // the test's own record of ~30k finished streams grows by ~15 MB
 }
