@@ -16,15 +16,6 @@
 namespace actord::cli {
 namespace {
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(rank);
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
 nlohmann::json percentiles(const std::vector<double>& v) {
   return {{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
 }

@@ -22,15 +22,6 @@ namespace beast = boost::beast;
 using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(rank);
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
 json summary_ms(const std::vector<double>& seconds) {
   double sum = 0;
   for (double s : seconds) sum += s;

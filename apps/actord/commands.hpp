@@ -10,6 +10,7 @@
 #include "core/sampling_options.hpp"
 #include "core/scheduler_stats.hpp"
 #include "core/status.hpp"
+#include "core/topology_config.hpp"
 
 namespace actord::cli {
 
@@ -91,10 +92,14 @@ struct TokenizeArgs {
 
 // Adds CONFIG, --model, --set and --log-level to a subcommand that runs a topology.
 void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level);
+// The topology of CONFIG with --set and --model applied, validated.
+Result<TopologyConfig> load_topology_of(const CommonArgs& args);
 // Sets the spdlog level; false (and a message) for an unknown level name.
 bool apply_log_level(const std::string& level);
 int exit_code_for(const Error& error);
 void print_error(const Error& error);
+// The p-th percentile (0-100) of v, interpolated between ranks; 0 for none.
+double percentile(std::vector<double> v, double p);
 // A run's scheduler statistics as printed by generate --json and bench: totals and per-step means.
 nlohmann::json step_stats_json(const SchedulerStats& stats);
 

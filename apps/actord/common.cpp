@@ -19,6 +19,13 @@ void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& defa
       ->capture_default_str();
 }
 
+Result<TopologyConfig> load_topology_of(const CommonArgs& args) {
+  TopologyOverrides overrides;
+  overrides.set = args.set;
+  if (!args.model.empty()) overrides.model = args.model;
+  return load_topology(args.config, overrides);
+}
+
 bool apply_log_level(const std::string& level) {
   const auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off") {
@@ -47,6 +54,15 @@ int exit_code_for(const Error& error) {
 }
 
 void print_error(const Error& error) { std::fprintf(stderr, "error: %s\n", error.message.c_str()); }
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(rank);
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
+}
 
 nlohmann::json step_stats_json(const SchedulerStats& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(s.steps));

@@ -104,10 +104,7 @@ int run_generate(const GenerateArgs& args) {
     return fail({Errc::invalid_argument, "give a prompt with --prompt TEXT or --prompt-ids 1,2,3"});
   }
 
-  TopologyOverrides overrides;
-  overrides.set = args.common.set;
-  if (!args.common.model.empty()) overrides.model = args.common.model;
-  auto topology = load_topology(args.common.config, overrides);
+  auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
   if (static_cast<int64_t>(args.sampling.n) > topology->engine.max_num_seqs) {
     return fail({Errc::invalid_argument, "--n: must be at most engine.max_num_seqs (" +

@@ -30,10 +30,7 @@ int run_serve(const ServeArgs& args) {
     print_error(e);
     return exit_code_for(e);
   };
-  TopologyOverrides overrides;
-  overrides.set = args.common.set;
-  if (!args.common.model.empty()) overrides.model = args.common.model;
-  auto topology = load_topology(args.common.config, overrides);
+  auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
   ServerSection server = topology->server;
   if (!args.host.empty()) server.host = args.host;
