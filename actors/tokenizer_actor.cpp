@@ -66,7 +66,9 @@ void on_submit(self_ptr self, const wire_msg& msg) {
   WireReader reader(msg);
   auto in = reader.root<wire::SubmitRequest>();
   const uint64_t id = in.getRequestId();
-  const uint32_t n = std::clamp<uint32_t>(in.getSampling().getN(), 1, SamplingOptions::kMaxSamples);
+  // An invalid n is refused by the scheduler with one final delta: the request is then one sample here too.
+  const uint32_t requested = in.getSampling().getN();
+  const uint32_t n = requested >= 1 && requested <= SamplingOptions::kMaxSamples ? requested : 1;
   if (!st.scheduler) return refuse(self, client, id, n, Error{Errc::internal, "the tokenizer has no scheduler"});
   for (uint32_t s = 0; s < n; ++s) {
     if (st.samples.count(id + s))
