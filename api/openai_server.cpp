@@ -87,6 +87,9 @@ class Server {
     if (!chat && path != "/v1/completions") return error(ex, {404, "no route " + path, "", "not_found_error"});
     if (req.method != "POST") return error(ex, {405, "use POST for " + path, "", "invalid_request_error"});
     if (!ready) return error(ex, {503, "the model is still loading", "", "server_error"});
+    if (engine_.num_in_flight() >= options_.max_queued_requests)
+      return error(ex, {429, "too many requests in flight (" + std::to_string(options_.max_queued_requests) +
+                                 ", server.max_queued_requests): retry later", "", "rate_limit_error"});
     auto parsed = parse_request(req.body, chat, context_);
     if (auto* e = std::get_if<ApiError>(&parsed)) return error(ex, *e);
     ApiRequest& request = std::get<ApiRequest>(parsed);

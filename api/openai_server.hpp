@@ -4,7 +4,8 @@
 // POST /v1/completions and /v1/chat/completions (streaming as Server-Sent Events or not). With an API key every
 // /v1 route needs `Authorization: Bearer KEY` (401 otherwise). Errors are OpenAI's JSON error shape: 400 for a bad
 // body or field (naming it), 401, 404 for an unknown path or model, 405 for a wrong method, 413 for a body over the
-// limit (the HTTP server), and a request the engine refuses (a prompt longer than the context) 400 with its reason.
+// limit (the HTTP server), 429 when max_queued_requests are in flight already, and a request the engine refuses
+// (a prompt longer than the context) 400 with its reason.
 // A client that disconnects mid-stream cancels its request.
 //
 // Contract: handle() never blocks on the engine: answers go out from the engine's callbacks. Thread-safe.
@@ -22,6 +23,7 @@ namespace actord {
 struct OpenAiOptions {
   std::string model_name;   // what /v1/models lists and requests may name
   std::string api_key;      // empty: no authentication
+  size_t max_queued_requests = 4096;  // requests in flight beyond which new ones get 429
 };
 
 class OpenAiServer {

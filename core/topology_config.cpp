@@ -182,7 +182,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   cfg.model.seed = static_cast<uint64_t>(seed);
 
   Section server(top.get("server"), "server");
-  server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout"});
+  server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout", "max_queued_requests"});
   server.read("host", cfg.server.host);
   server.read("port", cfg.server.port);
   require(cfg.server.port >= 0 && cfg.server.port < 65536, "server.port",
@@ -190,6 +190,9 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   server.read("api_key", cfg.server.api_key);
   server.read_bytes("max_request_body", cfg.server.max_request_body);
   require(cfg.server.max_request_body > 0, "server.max_request_body", "must be positive");
+  server.read("max_queued_requests", cfg.server.max_queued_requests);
+  require(cfg.server.max_queued_requests >= 1, "server.max_queued_requests",
+          "must be at least 1, got " + std::to_string(cfg.server.max_queued_requests));
   server.read("shutdown_timeout", cfg.server.shutdown_timeout_s);
   require(cfg.server.shutdown_timeout_s >= 0, "server.shutdown_timeout",
           "must be 0 or more seconds, got " + std::to_string(cfg.server.shutdown_timeout_s));

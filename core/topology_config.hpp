@@ -29,6 +29,7 @@ struct ServerSection {
   std::string api_key;                      // empty: none (ACTORD_API_KEY and --api-key also set it)
   uint64_t max_request_body = 1ull << 20;   // bytes; larger bodies get 413
   int shutdown_timeout_s = 30;              // SIGTERM/SIGINT: seconds for requests in flight to finish
+  int max_queued_requests = 4096;           // requests in flight (running or waiting) beyond which new ones get 429
 };
 
 struct EngineSection {

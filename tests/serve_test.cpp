@@ -73,11 +73,11 @@ struct Served {
   HttpServer http;
   int port = 0;
   explicit Served(const std::string& key = "", uint64_t max_body = 1 << 20, const std::string& model_dir = "",
-                  std::vector<std::string> set = {}) {
+                  std::vector<std::string> set = {}, size_t max_queued = 4096) {
     auto cfg = test::quickstart("configs/quickstart.yaml", std::move(set));
     if (!model_dir.empty()) cfg.model.path = model_dir;
     engine = test::start_engine(cfg);
-    api = std::make_unique<OpenAiServer>(*engine, OpenAiOptions{"stories260K", key});
+    api = std::make_unique<OpenAiServer>(*engine, OpenAiOptions{"stories260K", key, max_queued});
     auto bound = http.start({"127.0.0.1", 0, 2, max_body},
                             [this](const HttpRequest& r, std::shared_ptr<HttpExchange> ex) { api->handle(r, ex); });
     REQUIRE(bound.ok());
@@ -473,4 +473,53 @@ TEST_CASE("serve - load: 64 streaming clients for 60 s - no errors, no lost or d
   CHECK(mismatches == 0);
   CHECK(s.engine->num_in_flight() == 0);
   CHECK(rss_after < rss_before + 48);  // the test's own record of ~30k finished streams grows by ~15 MB
+}
+
+TEST_CASE("serve - a full queue answers 429 and frees up as requests finish", "[serve]") {
+  Served s("", 1 << 20, "", {}, 2);
+  // Two endless streams fill the queue.
+  std::vector<std::unique_ptr<beast::tcp_stream>> streams;
+  asio::io_context ioc;
+  for (int i = 0; i < 2; ++i) {
+    auto stream = std::make_unique<beast::tcp_stream>(ioc);
+    stream->connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(s.port)));
+    http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = R"({"prompt":[1],"max_tokens":100000,"ignore_eos":true,"stream":true})";
+    req.prepare_payload();
+    http::write(*stream, req);
+    char buf[64];
+    stream->socket().read_some(asio::buffer(buf));
+    streams.push_back(std::move(stream));
+  }
+  auto full = call(s.port, "POST", "/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  CHECK(full.status == 429);
+  CHECK(json::parse(full.body)["error"]["type"] == "rate_limit_error");
+  streams.clear();  // the clients go: their requests are cancelled
+  for (int i = 0; i < 500 && s.engine->num_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(call(s.port, "POST", "/v1/completions", R"({"prompt":"x","max_tokens":2})").status == 200);
+}
+
+TEST_CASE("serve - /metrics has every series the Grafana dashboard plots", "[serve][metrics]") {
+  Served s;
+  REQUIRE(call(s.port, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":4})").status == 200);
+  const std::string metrics = call(s.port, "GET", "/metrics").body;
+  CHECK_THAT(metrics, Catch::Contains("actord_time_to_first_token_seconds_bucket{model_name=\"stories260K\""));
+  CHECK_THAT(metrics, Catch::Contains("actord_request_success_total{model_name=\"stories260K\",replica=\"0\",outcome=\"success\"} 1"));
+  std::ifstream in(test::source_dir() / "examples/grafana/actord-dashboard.json");
+  const auto dashboard = json::parse(in);
+  size_t series = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      for (size_t at = expr.find("actord_"); at != std::string::npos; at = expr.find("actord_", at + 1)) {
+        const size_t end = expr.find_first_of("{[( ", at);
+        const std::string name = expr.substr(at, end - at);
+        INFO(name);
+        CHECK_THAT(metrics, Catch::Contains(name + "{"));
+        ++series;
+      }
+    }
+  }
+  CHECK(series >= 10);
 }

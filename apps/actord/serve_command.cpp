@@ -54,6 +54,7 @@ int run_serve(const ServeArgs& args) {
   api.model_name = topology->model.path.filename().string();
   if (api.model_name.empty()) api.model_name = topology->model.path.parent_path().filename().string();
   api.api_key = server.api_key;
+  api.max_queued_requests = static_cast<size_t>(server.max_queued_requests);
   OpenAiServer openai(**engine, api);
   HttpServer http;
   HttpServerOptions http_options{server.host, server.port, args.http_threads, server.max_request_body};
