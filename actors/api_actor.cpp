@@ -70,11 +70,12 @@ void on_deltas(self_ptr self, const wire_msg& msg) {
       request = it->second;
     }
     const StreamEvent event = event_of(delta, request->first_id);
+    if (!event.finish_reason.empty()) {  // forgotten first: whoever the last event wakes sees it finished
+      std::lock_guard lock(registry.mutex);
+      registry.by_sample.erase(id);
+      if (--request->samples_left == 0) --registry.in_flight;
+    }
     request->on_event(event);
-    if (event.finish_reason.empty()) continue;
-    std::lock_guard lock(registry.mutex);
-    registry.by_sample.erase(id);
-    if (--request->samples_left == 0) --registry.in_flight;
   }
 }
 
