@@ -13,14 +13,11 @@ namespace actord {
 namespace {
 
 // Unique per live WorkerProcess: the pid names the engine's process, the object's address the link within it.
+// Linux's abstract socket namespace ('@'): no file is created, so none is left behind whatever ends the engine
+// (SIGTERM, SIGKILL, a crash); the name goes with the last socket bound to it.
 std::string ipc_endpoint(const void* owner, const std::string& tag) {
-  return "ipc:///tmp/actord-" + std::to_string(getpid()) + "-" +
-         std::to_string(reinterpret_cast<uintptr_t>(owner)) + "-" + tag;
-}
-
-void remove_ipc_file(const std::string& endpoint) {
-  const std::string prefix = "ipc://";
-  if (endpoint.rfind(prefix, 0) == 0) ::unlink(endpoint.c_str() + prefix.size());
+  return "ipc://@actord-" + std::to_string(getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(owner)) +
+         "-" + tag;
 }
 
 }  // namespace
@@ -128,8 +125,6 @@ WorkerProcess::~WorkerProcess() {
   }
   to_worker_.close();
   from_worker_.close();
-  remove_ipc_file(to_endpoint_);
-  remove_ipc_file(from_endpoint_);
 }
 
 }  // namespace actord

@@ -240,7 +240,7 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     std::ifstream cmdline(entry.path() / "cmdline");
     std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    CHECK(args.find("--to-worker ipc:///tmp/actord-" + std::to_string(pid)) == std::string::npos);
+    CHECK(args.find("--to-worker ipc://@actord-" + std::to_string(pid)) == std::string::npos);
   }
 }
 
