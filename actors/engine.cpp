@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
@@ -194,85 +196,85 @@ Result<std::vector<int32_t>> Engine::tokenize(const std::string& text, bool add_
   return result;
 }
 
+void GenerateOutput::add(const StreamEvent& e) {
+  if (!e.prompt_ids.empty()) prompt_ids = e.prompt_ids;
+  generated_ids.insert(generated_ids.end(), e.token_ids.begin(), e.token_ids.end());
+  text += e.text;
+  logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+  prompt_logprobs.insert(prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
+  if (e.error) error = e.error;
+  if (!e.finish_reason.empty()) finish_reason = e.finish_reason;
+}
+
 Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateRequest>& requests,
                                                      const TextCallback& on_text) {
-  // Request r's samples take outputs first_output[r] .. + samples_of(r) - 1.
-  std::vector<size_t> first_output;
-  size_t num_outputs = 0;
-  for (const auto& r : requests) {
-    first_output.push_back(num_outputs);
-    num_outputs += samples_of(r);
-  }
-  std::vector<GenerateOutput> outputs(num_outputs);
-  for (size_t r = 0; r < requests.size(); ++r) {
-    for (uint32_t s = 0; s < samples_of(requests[r]); ++s) {
-      outputs[first_output[r] + s].request_index = r;
-      outputs[first_output[r] + s].sample_index = s;
-    }
-  }
-
-  // Each request goes to a tokenizer actor, which encodes it, submits it and sends back its deltas with their text.
-  caf::scoped_actor self{*impl_->system};
-  std::unordered_map<uint64_t, size_t> index_of;  // request id (one per sample) -> output index
-  std::vector<clock_type::time_point> submitted(num_outputs), first(num_outputs), last(num_outputs);
-  for (size_t r = 0; r < requests.size(); ++r) {
-    const size_t i = first_output[r];
-    const uint32_t n = samples_of(requests[r]);
-    const uint64_t id = impl_->next_id.fetch_add(n);  // sample s is id + s
-    for (uint32_t s = 0; s < n; ++s) index_of[id + s] = i + s;
-    for (uint32_t s = 0; s < n; ++s) submitted[i + s] = clock_type::now();
-    self->send(impl_->tokenizers[id % impl_->tokenizers.size()], submit_atom::value, submit_message(requests[r], id));
-  }
-
-  size_t remaining = num_outputs;
-  std::optional<Error> failure;
-  // One sample's delta: its prompt (first delta), tokens, text and, at the end, how it finished and its timings.
-  auto on_delta = [&](wire::StreamDelta::Reader delta, clock_type::time_point now) {
-    auto it = index_of.find(delta.getRequestId());
-    if (it == index_of.end()) return;
-    const size_t i = it->second;
-    GenerateOutput& out = outputs[i];
-    if (delta.hasPromptIds()) out.prompt_ids = to_vector<int32_t>(delta.getPromptIds());
-    const auto ids = delta.getTokenIds();
-    if (ids.size() > 0) {
-      if (out.generated_ids.empty()) first[i] = now;
-      last[i] = now;
-      for (int32_t id : ids) out.generated_ids.push_back(id);
-    }
-    for (auto lp : delta.getLogprobs()) out.logprobs.push_back(from_wire(lp));
-    for (auto lp : delta.getPromptLogprobs()) out.prompt_logprobs.push_back(from_wire(lp));
-    if (has_error(delta.getError())) out.error = get_error(delta.getError());
-    const std::string_view text(delta.getText().cStr(), delta.getText().size());
-    if (!text.empty() && on_text) on_text(i, text);
-    out.text += text;
-    switch (delta.getFinishReason()) {
-      case wire::FinishReason::NONE: return;
-      case wire::FinishReason::STOP: out.finish_reason = "stop"; break;
-      case wire::FinishReason::LENGTH: out.finish_reason = "length"; break;
-      case wire::FinishReason::CANCELLED: out.finish_reason = "cancelled"; break;
-      default: out.finish_reason = "error"; break;
-    }
-    out.total_ms = ms_between(submitted[i], now);
-    if (!out.generated_ids.empty()) {
-      out.ttft_ms = ms_between(submitted[i], first[i]);
-      const double decode_s = ms_between(first[i], last[i]) / 1000.0;
-      if (out.generated_ids.size() > 1 && decode_s > 0)
-        out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
-    }
-    --remaining;
+  // What the callbacks fill in; shared with them, so that a late event after a timeout touches nothing freed.
+  struct Run {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<GenerateOutput> outputs;  // request r's samples at first_output[r] ..
+    std::vector<clock_type::time_point> submitted, first, last;
+    size_t remaining = 0;
+    uint64_t events = 0;
   };
-  while (remaining > 0 && !failure) {
-    self->receive(
-        [&](delta_atom, const wire_msg& msg) {
-          const auto now = clock_type::now();
-          WireReader reader(msg);
-          for (auto delta : reader.root<wire::StreamDeltaBatch>().getDeltas()) on_delta(delta, now);
-        },
-        caf::after(std::chrono::minutes(30)) >>
-            [&] { failure = Error{Errc::internal, "no progress from the scheduler for 30 minutes"}; });
+  auto run = std::make_shared<Run>();
+  std::vector<size_t> first_output;
+  for (const auto& r : requests) {
+    first_output.push_back(run->outputs.size());
+    for (uint32_t s = 0; s < samples_of(r); ++s) {
+      GenerateOutput& out = run->outputs.emplace_back();
+      out.request_index = first_output.size() - 1;
+      out.sample_index = s;
+    }
   }
-  if (failure) return *failure;
+  const size_t num_outputs = run->outputs.size();
+  run->submitted.resize(num_outputs);
+  run->first.resize(num_outputs);
+  run->last.resize(num_outputs);
+  run->remaining = num_outputs;
+  std::vector<uint64_t> ids;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const size_t base = first_output[r];
+    {
+      std::lock_guard lock(run->mutex);
+      for (uint32_t s = 0; s < samples_of(requests[r]); ++s) run->submitted[base + s] = clock_type::now();
+    }
+    ids.push_back(submit(requests[r], [run, base, on_text](const StreamEvent& e) {
+      const auto now = clock_type::now();
+      std::lock_guard lock(run->mutex);
+      const size_t i = base + e.sample_index;
+      GenerateOutput& out = run->outputs[i];
+      if (!e.token_ids.empty()) {
+        if (out.generated_ids.empty()) run->first[i] = now;
+        run->last[i] = now;
+      }
+      out.add(e);
+      if (!e.text.empty() && on_text) on_text(i, e.text);
+      ++run->events;
+      if (!e.finish_reason.empty()) {
+        out.total_ms = ms_between(run->submitted[i], now);
+        if (!out.generated_ids.empty()) {
+          out.ttft_ms = ms_between(run->submitted[i], run->first[i]);
+          const double decode_s = ms_between(run->first[i], run->last[i]) / 1000.0;
+          if (out.generated_ids.size() > 1 && decode_s > 0)
+            out.decode_tokens_per_s = double(out.generated_ids.size() - 1) / decode_s;
+        }
+        --run->remaining;
+      }
+      run->changed.notify_all();
+    }));
+  }
+  std::unique_lock lock(run->mutex);
+  while (run->remaining > 0) {
+    const uint64_t seen = run->events;
+    if (!run->changed.wait_for(lock, std::chrono::minutes(30), [&] { return run->events != seen; })) {
+      lock.unlock();
+      for (uint64_t id : ids) cancel(id);
+      return Error{Errc::internal, "no progress from the scheduler for 30 minutes"};
+    }
+  }
   // A request's prompt logprobs come with its sample 0: every sample has the same prompt.
+  std::vector<GenerateOutput> outputs = std::move(run->outputs);
   for (GenerateOutput& out : outputs) {
     if (out.sample_index > 0) out.prompt_logprobs = outputs[first_output[out.request_index]].prompt_logprobs;
   }

@@ -60,6 +60,9 @@ struct GenerateOutput {
   std::vector<TokenLogprobs> prompt_logprobs;
   size_t request_index = 0;           // the GenerateRequest this is a sample of
   uint32_t sample_index = 0;          // which of its sampling.n samples (drawn with seed + sample_index)
+
+  // Adds one event of this sample (Engine::submit): prompt ids, tokens, text, logprobs, error, finish reason.
+  void add(const StreamEvent& event);
 };
 
 // Totals of the replica's scheduler since the engine started (core/scheduler_stats.hpp).
@@ -81,7 +84,8 @@ class Engine {
 
   Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
   // Blocks until every request has finished. Returns one output per sample: a request of sampling.n samples
-  // gives n consecutive outputs (their prompt's KV computed once and shared). on_text, when set, receives text
+  // gives n consecutive outputs (their prompt's KV computed once and shared). A client of submit(): on_text, when
+  // set, is called on an engine thread, one call at a time, and receives text
   // deltas as they are produced, with the output's index.
   Result<std::vector<GenerateOutput>> generate(const std::vector<GenerateRequest>& requests,
                                                const TextCallback& on_text = {});

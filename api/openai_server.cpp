@@ -34,14 +34,7 @@ struct Call {
   int64_t created = 0;
   uint32_t n = 1;
   clock_type::time_point start = clock_type::now();
-  struct Choice {
-    std::string text;
-    std::vector<int32_t> tokens;
-    std::vector<TokenLogprobs> logprobs;
-    std::vector<TokenLogprobs> prompt_logprobs;
-    std::vector<int32_t> prompt_ids;
-    std::string finish_reason;
-    std::optional<Error> error;
+  struct Choice : GenerateOutput {  // what came so far (GenerateOutput::add), and when
     clock_type::time_point first_token, last_token;
     bool announced = false;  // chat stream: the role chunk went out
   };
@@ -137,9 +130,8 @@ class Server {
     std::lock_guard lock(call.mutex);
     Call::Choice& c = call.choices[index];
     const auto now = clock_type::now();
-    if (!e.prompt_ids.empty()) c.prompt_ids = e.prompt_ids;
     if (!e.token_ids.empty()) {
-      if (c.tokens.empty()) {
+      if (c.generated_ids.empty()) {
         c.first_token = now;
         metrics_.observe_ttft(seconds_between(call.start, now));
       } else {
@@ -147,16 +139,11 @@ class Server {
       }
       c.last_token = now;
     }
-    c.tokens.insert(c.tokens.end(), e.token_ids.begin(), e.token_ids.end());
-    c.text += e.text;
-    c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-    c.prompt_logprobs.insert(c.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
-    if (e.error) c.error = e.error;
+    c.add(e);
     if (!e.finish_reason.empty()) {
-      c.finish_reason = e.finish_reason;
       ++call.finished;
-      if (!c.error) metrics_.count_tokens(index % call.n == 0 ? c.prompt_ids.size() : 0, c.tokens.size());
-      if (c.tokens.size() > 1) metrics_.observe_tpot(seconds_between(c.first_token, c.last_token) / double(c.tokens.size() - 1));
+      if (!c.error) metrics_.count_tokens(index % call.n == 0 ? c.prompt_ids.size() : 0, c.generated_ids.size());
+      if (c.generated_ids.size() > 1) metrics_.observe_tpot(seconds_between(c.first_token, c.last_token) / double(c.generated_ids.size() - 1));
     }
     if (call.closed) return;
     if (call.request.stream) stream_event(call, index, e);
@@ -189,7 +176,7 @@ class Server {
       for (size_t t = 0; t < c.prompt_ids.size(); ++t)
         add(c.prompt_ids[t], t > 0 && t - 1 < c.prompt_logprobs.size() ? &c.prompt_logprobs[t - 1] : nullptr);
     }
-    for (size_t t = from; t < c.tokens.size(); ++t) add(c.tokens[t], t < c.logprobs.size() ? &c.logprobs[t] : nullptr);
+    for (size_t t = from; t < c.generated_ids.size(); ++t) add(c.generated_ids[t], t < c.logprobs.size() ? &c.logprobs[t] : nullptr);
     return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
 
@@ -199,8 +186,8 @@ class Server {
       return json{{"token", text}, {"logprob", logprob}, {"bytes", std::vector<uint8_t>(text.begin(), text.end())}};
     };
     json content = json::array();
-    for (size_t t = from; t < c.tokens.size() && t < c.logprobs.size(); ++t) {
-      json e = entry(c.tokens[t], c.logprobs[t].logprob);
+    for (size_t t = from; t < c.generated_ids.size() && t < c.logprobs.size(); ++t) {
+      json e = entry(c.generated_ids[t], c.logprobs[t].logprob);
       json top = json::array();
       for (size_t k = 0; k < c.logprobs[t].top_ids.size(); ++k)
         top.push_back(entry(c.logprobs[t].top_ids[k], c.logprobs[t].top_logprobs[k]));
@@ -214,7 +201,7 @@ class Server {
     size_t prompt = 0, completion = 0;
     for (size_t i = 0; i < call.choices.size(); ++i) {
       if (i % call.n == 0) prompt += call.choices[i].prompt_ids.size();
-      completion += call.choices[i].tokens.size();
+      completion += call.choices[i].generated_ids.size();
     }
     return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
@@ -239,7 +226,7 @@ class Server {
       return;
     }
     json choice{{"index", index}};
-    const size_t from = c.tokens.size() - e.token_ids.size();
+    const size_t from = c.generated_ids.size() - e.token_ids.size();
     if (call.request.chat) {
       json delta = json::object();
       if (!c.announced) delta["role"] = "assistant";
@@ -266,7 +253,7 @@ class Server {
     metrics_.observe_e2e(seconds_between(call.start, clock_type::now()));
     // A request refused before it produced anything answers with its error (a prompt longer than the context).
     for (const auto& c : call.choices) {
-      if (c.error && c.tokens.empty() && !call.streaming) {
+      if (c.error && c.generated_ids.empty() && !call.streaming) {
         metrics_.count_request(status_for(*c.error) >= 500 ? "error" : "refused");
         return call.exchange->respond(status_for(*c.error), "application/json",
                                       error_body({status_for(*c.error), c.error->message, "", "invalid_request_error"}));

@@ -315,13 +315,9 @@ struct Collected {
   void add(const StreamEvent& e) {
     std::lock_guard lock(mutex);
     GenerateOutput& out = samples.at(e.sample_index);
-    if (!e.prompt_ids.empty()) out.prompt_ids = e.prompt_ids;
-    out.generated_ids.insert(out.generated_ids.end(), e.token_ids.begin(), e.token_ids.end());
-    out.text += e.text;
-    if (e.error) out.error = e.error;
+    if (!e.finish_reason.empty()) CHECK(out.finish_reason.empty());  // one final event per sample
+    out.add(e);
     if (e.finish_reason.empty()) return;
-    CHECK(out.finish_reason.empty());  // one final event per sample
-    out.finish_reason = e.finish_reason;
     if (++finished == samples.size()) done.notify_all();
   }
   void wait() {
