@@ -37,8 +37,12 @@ void BatchScheduler::set_max_steps_in_flight(int n) {
 }
 
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
-  SequenceUpdate refused{request.id, {}, Finish::error, {}, Errc::invalid_argument,
-                         static_cast<uint32_t>(request.prompt.size()), request.owner, {}};
+  SequenceUpdate refused;
+  refused.id = request.id;
+  refused.finish = Finish::error;
+  refused.error_code = Errc::invalid_argument;
+  refused.prompt_tokens = static_cast<uint32_t>(request.prompt.size());
+  refused.owner = request.owner;
   const uint32_t n = request.sampling.n;
   if (n >= 1 && n <= SamplingOptions::kMaxSamples) refused.unforked_samples = n - 1;
   if (auto valid = request.sampling.validate(limits_.vocab_size); !valid) {
@@ -103,7 +107,10 @@ std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
     seq.cancelled = true;  // finished when its step's result comes back
     return std::nullopt;
   }
-  SequenceUpdate update{id, {}, Finish::none, {}, Errc::internal, seq.prompt_len, seq.req.owner, {}};
+  SequenceUpdate update;
+  update.id = id;
+  update.prompt_tokens = seq.prompt_len;
+  update.owner = seq.req.owner;
   finish_update(seq, update, Finish::cancelled);
   release(seq);
   erase(seq);

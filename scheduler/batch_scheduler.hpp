@@ -198,7 +198,6 @@ class BatchScheduler {
   void set_max_steps_in_flight(int n);
   int max_steps_in_flight() const { return max_in_flight_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  size_t num_pending_copies() const { return copies_.size(); }  // copy-on-write copies waiting for the next plan
   // The next step, or nullptr when there is nothing to run, two steps are in flight, or one is and this step
   // cannot be planned ahead of it. The plan stays owned by the scheduler until its result is reported.
   const StepPlan* plan_step();
