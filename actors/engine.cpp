@@ -10,7 +10,6 @@
 #include <caf/send.hpp>
 #include <caf/exit_reason.hpp>
 #include <random>
-#include <unordered_map>
 
 #include "actors/actor_system_setup.hpp"
 #include "actors/api_actor.hpp"
