@@ -164,6 +164,8 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
     });
   }
 
+  // Writes everything queued so far in one gathered write (events that pile up while a write is in flight go out
+  // together in the next).
   void write_next() {
     if (writing_ || closed_) return;
     if (queue_.empty()) {
@@ -174,11 +176,13 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
       return;
     }
     writing_ = true;
-    asio::async_write(stream_.socket(), asio::buffer(queue_.front()),
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
+    in_flight_.clear();
+    for (const std::string& bytes : queue_) in_flight_.emplace_back(asio::buffer(bytes));
+    asio::async_write(stream_.socket(), in_flight_,
+                      [self = shared_from_this(), written = queue_.size()](beast::error_code ec, size_t) {
                         self->writing_ = false;
                         if (ec) return self->close();
-                        self->queue_.pop_front();
+                        self->queue_.erase(self->queue_.begin(), self->queue_.begin() + static_cast<long>(written));
                         self->write_next();
                       });
   }
@@ -199,6 +203,7 @@ class HttpSession : public HttpExchange, public std::enable_shared_from_this<Htt
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> queue_;  // bytes of the event stream not written yet
+  std::vector<asio::const_buffer> in_flight_;  // the write in progress: the first entries of queue_
   std::function<void()> on_close_;
   char watch_[512];
   bool keep_alive_ = false;
@@ -211,6 +216,10 @@ void HttpServer::Impl::accept() {
   acceptor->async_accept(asio::make_strand(*ioc), [this](beast::error_code ec, tcp::socket socket) {
     if (!acceptor->is_open()) return;
     if (!ec) {
+      // Events are small writes that must leave at once: Nagle's algorithm would hold one back until the client
+      // acknowledges the last (up to its delayed-ACK timeout).
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
       auto session = std::make_shared<HttpSession>(std::move(socket), this);
       {
         std::lock_guard lock(mutex);

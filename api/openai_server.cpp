@@ -42,6 +42,7 @@ struct Call {
   std::vector<uint64_t> request_ids;  // per prompt, for cancelling
   size_t finished = 0;
   bool streaming = false;             // events started
+  std::string chunk_head;             // a stream chunk's fixed fields, up to the choice's index
   bool closed = false;                // the client went away, or the answer is out
 };
 
@@ -225,27 +226,33 @@ class Server {
       call.exchange->event(dump({{"error", {{"message", e.error->message}, {"type", "server_error"}}}}));
       return;
     }
-    json choice{{"index", index}};
+    // The chunk is written as text around the call's fixed head (one per token per stream: the hot path); only
+    // logprobs, when asked for, go through a json object.
     const size_t from = c.generated_ids.size() - e.token_ids.size();
-    if (call.request.chat) {
-      json delta = json::object();
-      if (!c.announced) delta["role"] = "assistant";
-      c.announced = true;
-      if (!e.text.empty()) delta["content"] = e.text;
-      choice["delta"] = delta;
-      choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(c, from) : json(nullptr);
-    } else {
-      std::string text = e.text;
-      if (call.request.echo && from == 0 && !e.prompt_ids.empty()) text = prompt_text(call, index) + text;
-      choice["text"] = text;
-      choice["logprobs"] = call.request.logprobs >= 0 ? completion_logprobs(call, index, from) : json(nullptr);
+    if (call.chunk_head.empty()) {
+      std::string head = dump(chunk_base(call));
+      head.pop_back();  // the closing brace
+      call.chunk_head = head + ",\"choices\":[{\"index\":";
     }
-    choice["finish_reason"] = e.finish_reason.empty() || e.finish_reason == "cancelled" ? json(nullptr)
-                                                                                       : json(e.finish_reason);
-    json chunk = chunk_base(call);
-    chunk["choices"] = json::array({choice});
-    if (call.request.include_usage) chunk["usage"] = nullptr;
-    call.exchange->event(dump(chunk));
+    std::string chunk = call.chunk_head;
+    chunk += std::to_string(index);
+    if (call.request.chat) {
+      chunk += ",\"delta\":{";
+      if (!c.announced) chunk += e.text.empty() ? "\"role\":\"assistant\"" : "\"role\":\"assistant\",";
+      c.announced = true;
+      if (!e.text.empty()) chunk += "\"content\":" + dump(e.text);
+      chunk += "},\"logprobs\":";
+      chunk += call.request.logprobs >= 0 ? dump(chat_logprobs(c, from)) : "null";
+    } else {
+      const bool echo = call.request.echo && from == 0 && !e.prompt_ids.empty();
+      chunk += ",\"text\":" + dump(echo ? prompt_text(call, index) + e.text : e.text);
+      chunk += ",\"logprobs\":";
+      chunk += call.request.logprobs >= 0 ? dump(completion_logprobs(call, index, from)) : "null";
+    }
+    chunk += ",\"finish_reason\":";
+    chunk += e.finish_reason.empty() || e.finish_reason == "cancelled" ? "null" : dump(e.finish_reason);
+    chunk += call.request.include_usage ? "}],\"usage\":null}" : "}]}";
+    call.exchange->event(std::move(chunk));
   }
 
   void finish(Call& call) {

@@ -290,7 +290,10 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
                   // a prefill whose last query tile holds one query
                   Shape{4, 2, 64, 16, 5, 17}, Shape{2, 2, 16, 8, 3, 33, 6},
                   // head_dim 8 decode over full 16-key blocks and a partial one with an odd key count
-                  Shape{8, 4, 8, 16, 40, 1}, Shape{4, 2, 8, 16, 36, 1}, Shape{2, 2, 8, 32, 70, 1, 45}}) {
+                  Shape{8, 4, 8, 16, 40, 1}, Shape{4, 2, 8, 16, 36, 1}, Shape{2, 2, 8, 32, 70, 1, 45},
+                  // decode over several 256-key softmax spans: whole, ending mid-block, starting mid-span (window)
+                  Shape{8, 4, 8, 16, 511, 1}, Shape{4, 2, 8, 16, 600, 1}, Shape{2, 2, 64, 16, 700, 1, 333},
+                  Shape{2, 1, 24, 5, 530, 1}}) {
     INFO("heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim << " block " << s.block_size
                   << " start " << s.start_pos << " tokens " << s.n_tokens << " window " << s.sliding_window);
     const int n_ctx = s.start_pos + s.n_tokens, kv_row = s.n_kv_heads * s.head_dim, q_row = s.n_heads * s.head_dim;

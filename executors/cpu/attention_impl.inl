@@ -77,6 +77,7 @@ struct TileState {
   float max_score[kQueryTile];
   float denom[kQueryTile];
   std::vector<float> head_acc, head_max, head_denom;  // a single query's state, per head: [heads][head_dim], [heads]
+  std::vector<float> head_scores;                     // a single query's scores of one span, [heads][span]
 };
 
 #if defined(__AVX512F__)
@@ -187,22 +188,85 @@ inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values
     for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(acc + c0 + 16 * c, a[c]);
   }
 }
+#elif defined(__AVX2__)
+// 8 consecutive elements of a K/V row as f32 (F16C for f16).
+template <DType D>
+inline __m256 load8(const typename Kv<D>::Elem* p) {
+  if constexpr (D == DType::f32) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (D == DType::bf16) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
+
+// Sums each of 8 vectors across its lanes, in one vector: lane j of the result is the sum of v[j] (two levels of
+// horizontal adds, then the two 128-bit halves added).
+inline __m256 sum_lanes_8(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // half h: v[0..3] (u0), v[4..7] (u1)
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// scores[j] = q . k_j * scale for 8 keys, head_dim a multiple of 8: one accumulator per key, then one reduction.
+template <DType D>
+inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+  __m256 part[8];
+  for (int j = 0; j < 8; ++j) {
+    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
+    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), load8<D>(k));
+    for (int c = 8; c < hd; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8<D>(k + c), a);
+    part[j] = a;
+  }
+  _mm256_storeu_ps(scores, _mm256_mul_ps(sum_lanes_8(part), _mm256_set1_ps(scale)));
+}
+
+// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8. Up to eight 8-feature chunks stay in registers;
+// head_dim 8 (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
+template <DType D>
+inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+  if (hd == 8) {
+    __m256 a[4] = {_mm256_loadu_ps(acc), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (int u = 0; u < 4; ++u) a[u] = _mm256_fmadd_ps(_mm256_set1_ps(w[j + u]), load8<D>(values + (j + u) * 8), a[u]);
+    }
+    for (; j < n; ++j) a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8<D>(values + j * 8), a[0]);
+    _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    return;
+  }
+  for (int c0 = 0; c0 < hd; c0 += 64) {
+    const int chunks = std::min(8, (hd - c0) / 8);
+    __m256 a[8];
+    for (int c = 0; c < chunks; ++c) a[c] = _mm256_loadu_ps(acc + c0 + 8 * c);
+    for (int j = 0; j < n; ++j) {
+      const __m256 wj = _mm256_set1_ps(w[j]);
+      const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * hd + c0;
+      for (int c = 0; c < chunks; ++c) a[c] = _mm256_fmadd_ps(wj, load8<D>(v + 8 * c), a[c]);
+    }
+    for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(acc + c0 + 8 * c, a[c]);
+  }
+}
 #endif
 
-// The keys [jb, jb + n) of one block for one query of one head: scores four keys per pass (four independent dot
-// products), folds them into the head's online softmax (acc, max_score, denom), then adds the values four keys per
-// pass, bf16/f16 K/V converted in registers.
+// scores[j] = q . k_j * scale for the n keys of one head in one block: 16 (AVX-512) or 8 (AVX2) keys per pass when
+// head_dim allows, otherwise four independent dot products per pass, bf16/f16 K converted in registers.
 template <DType D>
-void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const typename Kv<D>::Elem* values, int n,
-                        int hd, float scale, float* scores, float* acc, float& max_score, float& denom) {
+void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd, float scale, float* scores) {
   using E = typename Kv<D>::Elem;
   int j = 0;
 #if defined(__AVX512F__)
-  const bool wide = hd % 16 == 0;
-  if (wide) {
+  if (hd % 16 == 0) {
     for (; j + 16 <= n; j += 16) score_16_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
   } else if (hd == 8) {
     for (; j + 16 <= n; j += 16) score_16_keys_hd8<D>(q, keys + static_cast<int64_t>(j) * hd, scale, scores + j);
+  }
+#elif defined(__AVX2__)
+  if (hd % 8 == 0) {
+    for (; j + 8 <= n; j += 8) score_8_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
   }
 #endif
   for (; j + 4 <= n; j += 4) {
@@ -228,10 +292,43 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
     for (int d = 0; d < hd; ++d) dot += q[d] * Kv<D>::f32(k[d]);
     scores[j] = dot * scale;
   }
-  // Online softmax, then this block's values.
-  float block_max = -INFINITY;
-  for (int i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
-  const float new_max = std::max(max_score, block_max);
+}
+
+// acc[0, hd) += sum_j w[j] * v_j over the n keys of one head in one block, bf16/f16 V converted in registers.
+template <DType D>
+void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+  using E = typename Kv<D>::Elem;
+#if defined(__AVX512F__)
+  if (hd % 16 == 0) return accumulate_values<D>(w, values, n, hd, acc);
+  if (hd == 8) return accumulate_values_hd8<D>(w, values, n, acc);
+#elif defined(__AVX2__)
+  if (hd % 8 == 0) return accumulate_values<D>(w, values, n, hd, acc);
+#endif
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const E* v = values + static_cast<int64_t>(j) * hd;
+    const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+#pragma omp simd
+    for (int d = 0; d < hd; ++d) {
+      acc[d] += w0 * Kv<D>::f32(v[d]) + w1 * Kv<D>::f32(v[hd + d]) + w2 * Kv<D>::f32(v[2 * hd + d]) +
+                w3 * Kv<D>::f32(v[3 * hd + d]);
+    }
+  }
+  for (; j < n; ++j) {
+    const E* v = values + static_cast<int64_t>(j) * hd;
+    const float wj = w[j];
+#pragma omp simd
+    for (int d = 0; d < hd; ++d) acc[d] += wj * Kv<D>::f32(v[d]);
+  }
+}
+
+// Folds n new scores into one head's online softmax: turns them into weights exp(s - max) in place and rescales the
+// head's accumulator and denominator when the running maximum grows.
+inline void softmax_update(float* scores, int n, int hd, float* acc, float& max_score, float& denom) {
+  float span_max = -INFINITY;
+#pragma omp simd reduction(max : span_max)
+  for (int i = 0; i < n; ++i) span_max = std::max(span_max, scores[i]);
+  const float new_max = std::max(max_score, span_max);
   const float correction = exp_nonpositive(max_score - new_max);
   max_score = new_max;
   float sum = 0.0f;
@@ -245,58 +342,75 @@ void single_query_block(const float* q, const typename Kv<D>::Elem* keys, const 
 #pragma omp simd
     for (int d = 0; d < hd; ++d) acc[d] *= correction;
   }
-#if defined(__AVX512F__)
-  if (wide) {
-    accumulate_values<D>(scores, values, n, hd, acc);
-    return;
-  }
-  if (hd == 8) {
-    accumulate_values_hd8<D>(scores, values, n, acc);
-    return;
-  }
-#endif
-  j = 0;
-  for (; j + 4 <= n; j += 4) {
-    const E* v = values + static_cast<int64_t>(j) * hd;
-    const float w0 = scores[j], w1 = scores[j + 1], w2 = scores[j + 2], w3 = scores[j + 3];
-#pragma omp simd
-    for (int d = 0; d < hd; ++d) {
-      acc[d] += w0 * Kv<D>::f32(v[d]) + w1 * Kv<D>::f32(v[hd + d]) + w2 * Kv<D>::f32(v[2 * hd + d]) +
-                w3 * Kv<D>::f32(v[3 * hd + d]);
-    }
-  }
-  for (; j < n; ++j) {
-    const E* v = values + static_cast<int64_t>(j) * hd;
-    const float w = scores[j];
-#pragma omp simd
-    for (int d = 0; d < hd; ++d) acc[d] += w * Kv<D>::f32(v[d]);
-  }
 }
 
+// Keys per online-softmax update of a single query: the softmax's fixed costs (maximum, rescaling) are paid once per
+// span of blocks instead of once per block, which is what bounds small heads (stories260K's head_dim 8).
+constexpr int kSingleQuerySpan = 256;
+// Software prefetch of the blocks ahead, for blocks small enough that the hardware prefetcher has no time to ramp up
+// within one (stories260K's 2 KiB); larger ones (a 134M model's 24 KiB) it follows well, and prefetching those
+// evicts the block being read.
+constexpr int kPrefetchAhead = 2;  // blocks
+constexpr int64_t kPrefetchMaxBytes = 4096;
+
 // One query (decode, or a prefill's last lone query) at position pos, for query heads [h_begin, h_end): q_row and
-// out_row are the token's rows of all heads. Keys [first, pos] go block by block, and within a block head by head,
-// so the heads' K (and V) of a block are read in address order: one sequential stream per block that the hardware
-// prefetcher follows, where head-at-a-time would jump between blocks every block_size keys.
+// out_row are the token's rows of all heads. Keys [first, pos] go in spans of whole blocks: the span's scores for
+// every head (block by block, and within a block head by head, so the heads' K of a block are read in address
+// order: one sequential stream per block that the hardware prefetcher follows), one softmax update per head, then
+// the span's values in the same order.
 template <DType D>
 void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
                    float* out_row, TileState& st) {
   using E = typename Kv<D>::Elem;
   const int hd = p.head_dim, bs = p.block_size, group = p.n_heads / p.n_kv_heads, heads = h_end - h_begin;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int span_blocks = std::max(1, kSingleQuerySpan / bs), span = span_blocks * bs;
   st.head_acc.assign(static_cast<size_t>(heads) * hd, 0.0f);
   st.head_max.assign(heads, -INFINITY);
   st.head_denom.assign(heads, 0.0f);
+  st.head_scores.resize(static_cast<size_t>(heads) * span);
+  const auto* k_base = static_cast<const E*>(p.k_base);
+  const auto* v_base = static_cast<const E*>(p.v_base);
   const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
-  for (int block = first / bs; block * bs <= pos; ++block) {
-    const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;  // keys [jb, jb + n)
-    const int64_t base = p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd;
-    for (int h = h_begin; h < h_end; ++h) {
-      const int64_t offset = base + static_cast<int64_t>(h / group) * p.head_stride;
-      const int i = h - h_begin;
-      single_query_block<D>(q_row + static_cast<int64_t>(h) * hd, static_cast<const E*>(p.k_base) + offset,
-                            static_cast<const E*>(p.v_base) + offset, n, hd, scale, st.scores.data(),
-                            st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
+  const int kv_begin = h_begin / group, kv_end = (h_end - 1) / group + 1;  // the KV heads read
+  const int64_t prefetch_bytes = ((kv_end - kv_begin - 1) * p.head_stride + int64_t(bs) * hd) * int64_t(sizeof(E));
+  const bool prefetch = prefetch_bytes <= kPrefetchMaxBytes;
+  for (int span_begin = first / bs; span_begin * bs <= pos; span_begin += span_blocks) {
+    const int span_end = std::min(span_begin + span_blocks, pos / bs + 1);  // blocks [span_begin, span_end)
+    const int span_first = std::max(first, span_begin * bs);                 // its first key
+    const int n_span = std::min(pos + 1, span_end * bs) - span_first;
+    // Keys [jb, jb + n) of a block, their element offset in the cache and their place in the span. Blocks are
+    // scattered, so the hardware prefetcher cannot guess the next: the heads' rows of the block kPrefetchAhead
+    // blocks on are asked for while this one is worked on.
+    auto for_each_block = [&](const E* cache, auto&& body) {
+      for (int block = span_begin; block < span_end; ++block) {
+        if (prefetch && block + kPrefetchAhead < span_end) {
+          const char* ahead = reinterpret_cast<const char*>(
+              cache + p.block_table[block + kPrefetchAhead] * p.block_stride + kv_begin * p.head_stride);
+          for (int64_t b = 0; b < prefetch_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+        }
+        const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;
+        body(p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd, n, jb - span_first);
+      }
+    };
+    for_each_block(k_base, [&](int64_t base, int n, int at) {
+      for (int h = h_begin; h < h_end; ++h) {
+        score_keys<D>(q_row + static_cast<int64_t>(h) * hd, k_base + base + static_cast<int64_t>(h / group) * p.head_stride,
+                      n, hd, scale, st.head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at);
+      }
+    });
+    for (int i = 0; i < heads; ++i) {
+      softmax_update(st.head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
+                     st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
     }
+    for_each_block(v_base, [&](int64_t base, int n, int at) {
+      for (int h = h_begin; h < h_end; ++h) {
+        const int i = h - h_begin;
+        add_values<D>(st.head_scores.data() + static_cast<int64_t>(i) * span + at,
+                      v_base + base + static_cast<int64_t>(h / group) * p.head_stride, n, hd,
+                      st.head_acc.data() + static_cast<int64_t>(i) * hd);
+      }
+    });
   }
   for (int h = h_begin; h < h_end; ++h) {
     const int i = h - h_begin;
