@@ -54,6 +54,7 @@ StreamEvent event_of(wire::StreamDelta::Reader delta, uint64_t first_id) {
     case wire::FinishReason::ERROR: e.finish_reason = "error"; break;
   }
   if (has_error(delta.getError())) e.error = get_error(delta.getError());
+  if (delta.getQueueMicros() > 0) e.queue_seconds = double(delta.getQueueMicros()) * 1e-6;
   return e;
 }
 

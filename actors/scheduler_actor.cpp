@@ -45,6 +45,10 @@ struct scheduler_state {
   std::vector<StepSample> samples;            // scratch for decoding results
   std::vector<StepPromptLogprobs> prompt_logprobs;  // scratch for decoding results
   double compute_us_avg = 0;                  // moving average of the worker's time per step
+  // Queue time (arrival -> first step that carries the request), reported in the request's next delta: arrivals
+  // of requests not scheduled yet, and times measured and not yet reported.
+  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> arrivals;
+  std::unordered_map<uint64_t, uint64_t> queue_micros;
   static inline const char* name = "scheduler";
 };
 
@@ -76,9 +80,15 @@ void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
   for (const auto& u : updates) by_owner[u.owner].push_back(&u);
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    wire_msg deltas = encode_stream_deltas(by_owner[owner]);
+    wire_msg deltas = encode_stream_deltas(by_owner[owner], st.queue_micros);
     timed_send(st, [&] { self->send(st.submitters[owner], delta_atom::value, std::move(deltas)); });
     by_owner[owner].clear();
+  }
+  if (!st.queue_micros.empty() || !st.arrivals.empty()) {
+    for (const auto& u : updates) {
+      st.queue_micros.erase(u.id);
+      if (u.finish != Finish::none) st.arrivals.erase(u.id);  // ended before it was scheduled
+    }
   }
 }
 
@@ -232,6 +242,15 @@ void plan_and_send(self_ptr self) {
       return;
     }
     const uint64_t step_id = st.next_step_id++;
+    if (!plan->decode_only() && !st.arrivals.empty()) {  // requests scheduled for the first time
+      const auto now = std::chrono::steady_clock::now();
+      for (const PlannedSlice& slice : plan->slices) {
+        auto arrival = st.arrivals.find(slice.seq_id);
+        if (arrival == st.arrivals.end()) continue;
+        st.queue_micros[slice.seq_id] = std::max<uint64_t>(1, micros_between(arrival->second, now));
+        st.arrivals.erase(arrival);
+      }
+    }
     wire_msg step = encode_execute_step(*plan, step_id);
     ++st.stats.steps;
     if (plan->planned_ahead) ++st.stats.steps_planned_ahead;
@@ -268,6 +287,7 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   auto known = std::find(submitters.begin(), submitters.end(), sink);
   req.owner = static_cast<uint32_t>(known - submitters.begin());
   if (known == submitters.end()) submitters.push_back(sink);
+  self->state.arrivals.emplace(req.id, std::chrono::steady_clock::now());
   if (auto refused = self->state.batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
 }
@@ -313,6 +333,9 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         stats.swap_outs = self->state.batcher->num_swap_outs();
         stats.swap_ins = self->state.batcher->num_swap_ins();
         stats.swapped_blocks = self->state.batcher->swapped_blocks();
+        stats.running_seqs = self->state.batcher->num_running();
+        stats.waiting_seqs = self->state.batcher->num_waiting() + self->state.pending.size();
+        stats.swapped_seqs = self->state.batcher->num_swapped();
         const PrefixCacheStats cache = self->state.batcher->prefix_cache_stats();
         stats.prefix_query_blocks = cache.query_blocks;
         stats.prefix_hit_blocks = cache.hit_blocks;

@@ -107,7 +107,8 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
   return info;
 }
 
-wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates) {
+wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates,
+                              const std::unordered_map<uint64_t, uint64_t>& queue_micros) {
   size_t count = 0, words = 4;
   for (const SequenceUpdate* u : updates) {
     count += 1 + u->unforked_samples;
@@ -126,6 +127,9 @@ wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates)
         delta.setPromptTokens(u.prompt_tokens);
         if (u.finish == Finish::error) set_error(delta.initError(), Error{u.error_code, u.error});
         if (sample > 0) continue;
+        if (!queue_micros.empty()) {
+          if (auto q = queue_micros.find(u.id); q != queue_micros.end()) delta.setQueueMicros(q->second);
+        }
         fill_list(delta.initTokenIds(static_cast<uint32_t>(u.new_tokens.size())), u.new_tokens);
         if (!u.logprobs.empty()) {
           auto lps = delta.initLogprobs(static_cast<uint32_t>(u.logprobs.size()));

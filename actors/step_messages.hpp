@@ -3,6 +3,8 @@
 // so that bench/scheduler_bench.cpp times exactly what the scheduler does per step.
 #pragma once
 
+#include <unordered_map>
+
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -25,6 +27,8 @@ struct StepResultInfo {
 // `prompt` (reused) gets the step's prompt logprobs.
 StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples,
                                   std::vector<StepPromptLogprobs>& prompt);
-wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates);
+// One StreamDeltaBatch of `updates`; a request found in `queue_micros` gets that queue time in its delta.
+wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates,
+                              const std::unordered_map<uint64_t, uint64_t>& queue_micros);
 
 }  // namespace actord

@@ -22,6 +22,7 @@ struct StreamEvent {
   std::vector<TokenLogprobs> logprobs;          // one per token when asked for
   std::vector<TokenLogprobs> prompt_logprobs;   // prompt positions 1.. (sample 0; may come in several events)
   std::string finish_reason;                    // empty while it runs; stop | length | cancelled | error
+  std::optional<double> queue_seconds;          // once per request (sample 0): arrival at the scheduler -> first step
   std::optional<Error> error;
 };
 using StreamCallback = std::function<void(const StreamEvent&)>;

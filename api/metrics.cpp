@@ -21,7 +21,7 @@ void ApiMetrics::Histogram::observe(double v) {
 }
 
 ApiMetrics::ApiMetrics(std::string model_name) : model_(std::move(model_name)) {
-  for (Histogram* h : {&ttft_, &itl_, &tpot_, &e2e_}) {
+  for (Histogram* h : {&ttft_, &itl_, &tpot_, &e2e_, &queue_}) {
     h->bounds = latency_bounds();
     h->counts.assign(h->bounds.size() + 1, 0);
   }
@@ -42,6 +42,7 @@ void ApiMetrics::observe_ttft(double s) { std::lock_guard lock(mutex_); ttft_.ob
 void ApiMetrics::observe_itl(double s) { std::lock_guard lock(mutex_); itl_.observe(s); }
 void ApiMetrics::observe_tpot(double s) { std::lock_guard lock(mutex_); tpot_.observe(s); }
 void ApiMetrics::observe_e2e(double s) { std::lock_guard lock(mutex_); e2e_.observe(s); }
+void ApiMetrics::observe_queue_time(double s) { std::lock_guard lock(mutex_); queue_.observe(s); }
 
 std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_flight) const {
   std::lock_guard lock(mutex_);
@@ -65,6 +66,11 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
   if (stats) {
     metric("actord_num_preemptions_total", "counter", "Sequences preempted (recompute or swap).", double(stats->preemptions));
     metric("actord_swapped_kv_blocks", "gauge", "KV blocks in host swap space.", double(stats->swapped_blocks));
+    metric("actord_num_seqs_running", "gauge", "Sequences admitted to the running batch.", double(stats->running_seqs));
+    metric("actord_num_seqs_waiting", "gauge", "Sequences waiting for admission (swapped ones included).",
+           double(stats->waiting_seqs));
+    metric("actord_num_seqs_swapped", "gauge", "Waiting sequences whose KV is in host swap space.",
+           double(stats->swapped_seqs));
     metric("actord_kv_lease_blocks", "gauge", "KV blocks leased by the scheduler.", double(stats->lease_blocks));
     metric("actord_prefix_cache_queries_total", "counter", "Prompt blocks looked up in the prefix cache.",
            double(stats->prefix_query_blocks));
@@ -89,6 +95,8 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
   histogram("actord_inter_token_latency_seconds", "Time between two tokens of a sequence.", itl_);
   histogram("actord_time_per_output_token_seconds", "Mean time per output token of a finished sequence.", tpot_);
   histogram("actord_e2e_request_latency_seconds", "Request latency, submission to last token.", e2e_);
+  histogram("actord_request_queue_time_seconds", "Time a request waited, arrival at the scheduler to its first step.",
+            queue_);
   return out.str();
 }
 

@@ -26,6 +26,7 @@ class ApiMetrics {
   void observe_itl(double seconds);
   void observe_tpot(double seconds);
   void observe_e2e(double seconds);
+  void observe_queue_time(double seconds);
 
   std::string text(const SchedulerStats* stats, size_t requests_in_flight) const;
 
@@ -41,7 +42,7 @@ class ApiMetrics {
   mutable std::mutex mutex_;
   std::map<std::string, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
-  Histogram ttft_, itl_, tpot_, e2e_;
+  Histogram ttft_, itl_, tpot_, e2e_, queue_;
 };
 
 }  // namespace actord

@@ -131,6 +131,7 @@ class Server {
     std::lock_guard lock(call.mutex);
     Call::Choice& c = call.choices[index];
     const auto now = clock_type::now();
+    if (e.queue_seconds) metrics_.observe_queue_time(*e.queue_seconds);
     if (!e.token_ids.empty()) {
       if (c.generated_ids.empty()) {
         c.first_token = now;

@@ -35,7 +35,10 @@ namespace actord {
   X(prefix_cached_blocks, PrefixCachedBlocks) /* blocks in the prefix cache now */                          \
   X(swap_outs, SwapOuts)                     /* sequences preempted by swapping their KV to host memory */      \
   X(swap_ins, SwapIns)                       /* swapped sequences brought back */                               \
-  X(swapped_blocks, SwappedBlocks)           /* KV blocks in host swap space now */
+  X(swapped_blocks, SwappedBlocks)           /* KV blocks in host swap space now */                           \
+  X(running_seqs, RunningSeqs)               /* sequences admitted and not finished, now */                     \
+  X(waiting_seqs, WaitingSeqs)               /* sequences waiting for admission (swapped ones included), now */ \
+  X(swapped_seqs, SwappedSeqs)               /* waiting sequences whose KV is in host swap space, now */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -44,7 +47,7 @@ struct SchedulerStats {
 };
 
 // What happened between two snapshots of the same scheduler (`later` - `earlier`); the gauges
-// (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks) are `later`'s.
+// (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks and the sequence counts) are `later`'s.
 inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
   SchedulerStats d;
 #define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
@@ -54,6 +57,9 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   d.lease_blocks = later.lease_blocks;
   d.prefix_cached_blocks = later.prefix_cached_blocks;
   d.swapped_blocks = later.swapped_blocks;
+  d.running_seqs = later.running_seqs;
+  d.waiting_seqs = later.waiting_seqs;
+  d.swapped_seqs = later.swapped_seqs;
   return d;
 }
 

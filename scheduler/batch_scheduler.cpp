@@ -654,4 +654,13 @@ void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples)
   }
 }
 
+size_t BatchScheduler::num_swapped() const {
+  size_t n = 0;
+  for (uint64_t id : waiting_) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end() && !it->second.host_blocks.empty()) ++n;
+  }
+  return n;
+}
+
 }  // namespace actord

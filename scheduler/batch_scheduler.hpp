@@ -221,6 +221,7 @@ class BatchScheduler {
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  size_t num_swapped() const;  // waiting sequences whose KV is in host swap space
   uint64_t num_preemptions() const { return preemptions_; }  // by recompute and by swap
   uint64_t num_swap_outs() const { return swap_outs_; }
   uint64_t num_swap_ins() const { return swap_ins_; }

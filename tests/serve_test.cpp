@@ -506,6 +506,10 @@ TEST_CASE("serve - /metrics has every series the Grafana dashboard plots", "[ser
   const std::string metrics = call(s.port, "GET", "/metrics").body;
   CHECK_THAT(metrics, Catch::Contains("actord_time_to_first_token_seconds_bucket{model_name=\"stories260K\""));
   CHECK_THAT(metrics, Catch::Contains("actord_request_success_total{model_name=\"stories260K\",replica=\"0\",outcome=\"success\"} 1"));
+  // The request was queued once (its queue time observed once) and nothing runs or waits any more.
+  CHECK_THAT(metrics, Catch::Contains("actord_request_queue_time_seconds_count{model_name=\"stories260K\",replica=\"0\"} 1"));
+  for (const char* gauge : {"actord_num_seqs_running", "actord_num_seqs_waiting", "actord_num_seqs_swapped"})
+    CHECK_THAT(metrics, Catch::Contains(std::string(gauge) + "{model_name=\"stories260K\",replica=\"0\"} 0\n"));
   std::ifstream in(test::source_dir() / "examples/grafana/actord-dashboard.json");
   const auto dashboard = json::parse(in);
   size_t series = 0;

@@ -107,6 +107,8 @@ struct StreamDelta {
   promptLogprobsFrom @7 :UInt32;
   text @8 :Text;                 # set by the tokenizer actor: the text these tokens add (stop strings applied)
   promptIds @9 :List(Int32);     # set by the tokenizer actor in each sample's first delta: the prompt's ids
+  queueMicros @10 :UInt64;       # in the first delta after the request was first scheduled: arrival at the
+                                 # scheduler -> first step that carried it (0: not in this delta)
 }
 
 # What the scheduler sends a submitter after a step: one StreamDelta per request of that submitter that produced
@@ -284,6 +286,9 @@ struct SchedulerStats {
   swapIns @23 :UInt64;             # swapped sequences brought back
   swappedBlocks @24 :UInt64;       # KV blocks in host swap space now
   schedulerSendMicros @25 :UInt64; # time handing messages to CAF (sends, waking receivers), apart from schedulerMicros
+  runningSeqs @26 :UInt64;         # sequences admitted and not finished, now
+  waitingSeqs @27 :UInt64;         # sequences waiting for admission (swapped ones included), now
+  swappedSeqs @28 :UInt64;         # waiting sequences whose KV is in host swap space, now
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
