@@ -18,6 +18,7 @@
 #include "api/http_server.hpp"
 #include "api/openai_server.hpp"
 #include "engine_test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
 using json = nlohmann::json;
@@ -378,6 +379,51 @@ TEST_CASE("actord bench serve reports every request of a run against the server"
   CHECK(WEXITSTATUS(status) == 1);
   std::ifstream again(out);
   CHECK_THAT(json::parse(again)["first_error"].get<std::string>(), Catch::Contains("connect"));
+}
+
+TEST_CASE("actord bench serve runs a JSONL dataset of conversations and draws the run", "[serve][bench]") {
+  Served s;
+  test::TempDir tmp;
+  const auto dataset = tmp.path() / "conversations.jsonl";
+  {
+    std::ofstream f(dataset);
+    f << R"({"conversations": [{"from": "human", "value": "Once upon a time there was a dog named Max."}, )"
+         R"({"from": "gpt", "value": "Max liked to play in the park with his red ball."}]})" << "\n"
+      << R"({"messages": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "Lily saw a big tree in the park."}, )"
+         R"({"role": "assistant", "content": "She sat under it."}]})" << "\n"
+      << "\n"
+      << R"({"conversations": [{"from": "gpt", "value": "no question here"}]})" << "\n"
+      << R"({"prompt": "Tom had a ball.", "output_len": 7})" << "\n";
+  }
+  const auto tokenizer = Tokenizer::load(test::stories_dir());
+  REQUIRE(tokenizer);
+  const size_t reply0 = tokenizer->encode("Max liked to play in the park with his red ball.", false).size();
+  const size_t reply1 = tokenizer->encode("She sat under it.", false).size();
+  const std::string out = (tmp.path() / "out").string(), svg = (tmp.path() / "run.svg").string();
+  const std::string base = "'" + test::actord_binary().string() + "' bench serve --url http://127.0.0.1:" +
+                           std::to_string(s.port) + " --concurrency 2 --dataset '" + dataset.string() + "'";
+  // Measured with the model's tokenizer: each reply's length is the number of tokens generated (ignore_eos), three
+  // usable lines cycled over six requests.
+  REQUIRE(std::system((base + " --tokenizer '" + test::stories_dir().string() + "' --num-prompts 6 --plot '" + svg +
+                       "' --json >'" + out + "' 2>&1").c_str()) == 0);
+  std::ifstream in(out);
+  const auto report = json::parse(in);
+  CHECK(report["completed"] == 6);
+  CHECK(report["total_output_tokens"] == 2 * (reply0 + reply1 + 7));
+  CHECK(report["total_input_tokens"].get<size_t>() > 6);
+  std::ifstream picture(svg);
+  const std::string text((std::istreambuf_iterator<char>(picture)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::StartsWith("<?xml") && Catch::Contains("<svg") && Catch::Contains("TTFT") &&
+                       Catch::Contains("<polyline") && Catch::EndsWith("</svg>\n"));
+  // A line that is not JSON: exit 2 naming the file and line; no request is sent.
+  {
+    std::ofstream f(dataset, std::ios::app);
+    f << "{not json\n";
+  }
+  const int status = std::system((base + " --num-prompts 100 >'" + out + "' 2>&1").c_str());
+  CHECK(WEXITSTATUS(status) == 2);
+  std::ifstream error(out);
+  CHECK_THAT(std::string(std::istreambuf_iterator<char>(error), {}), Catch::Contains("conversations.jsonl:6"));
 }
 
 namespace {

@@ -1,17 +1,24 @@
 // actord bench serve: load on an OpenAI-compatible server (actord serve, llama-server, vLLM...) in the spirit of
-// vLLM's `bench serve`: streaming completions of random token-id prompts at a fixed concurrency, arriving all at
-// once or as a Poisson process; request throughput, token throughput and TTFT / TPOT / ITL / E2E statistics.
+// vLLM's `bench serve`: streaming completions of random token-id prompts or of a JSONL dataset's prompts
+// (bench_serve_dataset.hpp) at a fixed concurrency, arriving all at once or as a Poisson process; request
+// throughput, token throughput and TTFT / TPOT / ITL / E2E statistics as a table, JSON and an SVG picture
+// (bench_serve_plot.hpp), with a progress bar on a terminal.
 #include <utility>  // before Boost 1.74 asio, whose awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <utility>
+#include <unistd.h>
 
+#include "apps/actord/bench_serve_dataset.hpp"
+#include "apps/actord/bench_serve_plot.hpp"
 #include "apps/actord/commands.hpp"
 
 namespace actord::cli {
@@ -61,6 +68,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
   std::array<char, 8192> buffer{};
   clock_type::time_point sent;
   std::vector<clock_type::time_point> chunks;  // one per data event with text
+  std::optional<int64_t> prompt_tokens, completion_tokens;  // the server's usage, when it sends one
   std::string error;
   bool done = false;
   size_t parsed_to = 0;
@@ -98,7 +106,14 @@ struct Stream : std::enable_shared_from_this<Stream> {
       const std::string data = received.substr(at + 6, end - at - 6);
       if (data == "[DONE]") return finish("");
       const json chunk = json::parse(data, nullptr, false);
-      if (chunk.is_discarded() || !chunk.contains("choices") || chunk["choices"].empty()) continue;
+      if (chunk.is_discarded()) continue;
+      if (auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
+        if (usage->contains("prompt_tokens") && (*usage)["prompt_tokens"].is_number_integer())
+          prompt_tokens = (*usage)["prompt_tokens"].get<int64_t>();
+        if (usage->contains("completion_tokens") && (*usage)["completion_tokens"].is_number_integer())
+          completion_tokens = (*usage)["completion_tokens"].get<int64_t>();
+      }
+      if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty()) continue;
       const json& text = chunk["choices"][0]["text"];
       if (text.is_string() && !text.get<std::string>().empty()) chunks.push_back(now);
     }
@@ -125,49 +140,107 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args) {
                   "Requests per second, arriving as a Poisson process (0: all at once)")->capture_default_str();
   cmd->add_option("--input-len", args.input_len, "Prompt tokens (random ids)")->capture_default_str();
   cmd->add_option("--output-len", args.output_len, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--random-range-ratio", args.range_ratio,
+                  "Random lengths: each drawn from [len * (1 - r), len * (1 + r)]")->capture_default_str();
   cmd->add_option("--vocab", args.vocab, "Prompt ids are drawn from [3, vocab)")->capture_default_str();
+  cmd->add_option("--dataset", args.dataset,
+                  "JSONL file of prompts: ShareGPT {\"conversations\"}, {\"messages\"} or {\"prompt\", \"output_len\"} lines");
+  cmd->add_option("--tokenizer", args.tokenizer,
+                  "Model folder whose tokenizer measures dataset prompts and replies (output length = reply's)");
+  cmd->add_option("--max-model-len", args.max_model_len,
+                  "With --tokenizer: skip dataset pairs longer than this in all")->capture_default_str();
   cmd->add_option("--warmup", args.warmup, "Requests sent (and not counted) before the run")->capture_default_str();
   cmd->add_flag("--no-ignore-eos", args.no_ignore_eos, "Let the model stop at end-of-sequence");
   cmd->add_option("--seed", args.seed, "Seed of the prompts and arrivals")->capture_default_str();
   cmd->add_option("--save", args.save, "Also write the report (JSON) to this file");
+  cmd->add_option("--plot", args.plot, "Also draw the run (latency CDFs, tokens/s over time) into this SVG file");
+  cmd->add_flag("--no-progress", args.no_progress, "No progress bar (there is none when stderr is not a terminal)");
   cmd->add_flag("--json", args.json, "Print the report as JSON instead of a table");
   return cmd;
 }
 
+namespace {
+
+// The requests of the run (warm-up ones first), as the options ask.
+Result<std::vector<BenchRequest>> make_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng) {
+  if (args.dataset.empty()) {
+    return random_requests({count, args.input_len, args.output_len, args.range_ratio, args.vocab}, rng);
+  }
+  std::optional<Tokenizer> tokenizer;
+  if (!args.tokenizer.empty()) {
+    auto loaded = Tokenizer::load(args.tokenizer);
+    if (!loaded) return make_error(Errc::invalid_argument, "--tokenizer: " + loaded.error().message);
+    tokenizer.emplace(std::move(*loaded));
+  }
+  return dataset_requests({args.dataset, count, args.output_len, args.max_model_len, tokenizer ? &*tokenizer : nullptr});
+}
+
+std::string http_request(const Target& target, const BenchServeArgs& args, const BenchRequest& r) {
+  json body{{"max_tokens", r.output_len},
+            {"temperature", 0},
+            {"stream", true},
+            {"stream_options", {{"include_usage", true}}},
+            {"ignore_eos", !args.no_ignore_eos}};
+  if (r.prompt_text) {
+    body["prompt"] = *r.prompt_text;
+  } else {
+    body["prompt"] = r.prompt_ids;
+  }
+  if (!args.model.empty()) body["model"] = args.model;
+  const std::string payload = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return "POST " + target.path + "/v1/completions HTTP/1.1\r\nHost: " + target.host +
+         "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+         std::to_string(payload.size()) + "\r\n\r\n" + payload;
+}
+
+// "[=====>     ]  37/128 requests  12,345 tok/s" on stderr, redrawn in place.
+void draw_progress(size_t done, size_t total, size_t tokens, double seconds) {
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
+  std::fprintf(stderr, "\r[%s] %zu/%zu requests  %.0f tok/s  %.1f s ", bar.c_str(), done, total,
+               seconds > 0 ? double(tokens) / seconds : 0.0, seconds);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int run_bench_serve(const BenchServeArgs& args) {
   auto target = parse_url(args.url);
   if (!target) return print_error({Errc::invalid_argument, "--url: expected http://host:port, got " + args.url}), 2;
-  if (args.num_prompts < 1 || args.concurrency < 1 || args.input_len < 1 || args.output_len < 1 || args.vocab < 4)
+  if (args.num_prompts < 1 || args.concurrency < 1 || args.input_len < 1 || args.output_len < 1 || args.vocab < 4 ||
+      args.warmup < 0)
     return print_error({Errc::invalid_argument, "--num-prompts, --concurrency, --input-len, --output-len must be >= 1"}), 2;
+  if (!(args.range_ratio >= 0 && args.range_ratio < 1))
+    return print_error({Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"}), 2;
+  if (!(args.request_rate >= 0) || std::isinf(args.request_rate))
+    return print_error({Errc::invalid_argument, "--request-rate must be a finite number >= 0"}), 2;
   std::mt19937_64 rng(args.seed);
-  std::uniform_int_distribution<int> token(3, args.vocab - 1);
-  auto request_text = [&] {
-    json body{{"prompt", json::array()}, {"max_tokens", args.output_len}, {"temperature", 0}, {"stream", true},
-              {"ignore_eos", !args.no_ignore_eos}};
-    if (!args.model.empty()) body["model"] = args.model;
-    for (int t = 0; t < args.input_len; ++t) body["prompt"].push_back(token(rng));
-    const std::string payload = body.dump();
-    return "POST " + target->path + "/v1/completions HTTP/1.1\r\nHost: " + target->host +
-           "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-           std::to_string(payload.size()) + "\r\n\r\n" + payload;
-  };
+  auto requests = make_requests(args, args.warmup + args.num_prompts, rng);
+  if (!requests) return print_error(requests.error()), 2;
   asio::io_context ioc;
   asio::ip::tcp::resolver resolver(ioc);
   beast::error_code ec;
   const auto at = resolver.resolve(target->host, target->port, ec);
   if (ec) return print_error({Errc::invalid_argument, "--url: cannot resolve " + target->host}), 2;
+  const bool progress = !args.json && !args.no_progress && isatty(STDERR_FILENO);
 
-  // Runs `count` requests, at most `concurrency` at once, arrivals spaced by the Poisson process when a rate is given.
-  auto run = [&](int count, std::vector<std::shared_ptr<Stream>>& streams) {
+  // Runs requests [first, first + count), at most `concurrency` at once, arrivals spaced by the Poisson process
+  // when a rate is given.
+  auto run = [&](int first, int count, std::vector<std::shared_ptr<Stream>>& streams) {
     std::exponential_distribution<double> gap(args.request_rate > 0 ? args.request_rate : 1.0);
     int launched = 0, running = 0;
-    auto next_arrival = clock_type::now();
-    asio::steady_timer timer(ioc);
+    size_t finished = 0;
+    const auto start = clock_type::now();
+    auto next_arrival = start;
+    asio::steady_timer timer(ioc), redraw(ioc);
     std::function<void()> launch = [&] {
       while (launched < count && running < args.concurrency && clock_type::now() >= next_arrival) {
-        auto s = std::make_shared<Stream>(ioc, request_text());
+        auto s = std::make_shared<Stream>(ioc, http_request(*target, args, (*requests)[size_t(first + launched)]));
         s->on_done = [&] {
           --running;
+          ++finished;
           asio::post(ioc, launch);
         };
         streams.push_back(s);
@@ -181,36 +254,61 @@ int run_bench_serve(const BenchServeArgs& args) {
         timer.expires_at(next_arrival);
         timer.async_wait([&](beast::error_code) { launch(); });
       }
+      if (launched == count && running == 0) redraw.cancel();
+    };
+    std::function<void()> draw = [&] {
+      size_t tokens = 0;
+      for (const auto& st : streams) tokens += st->chunks.size();
+      draw_progress(finished, size_t(count), tokens, std::chrono::duration<double>(clock_type::now() - start).count());
+      if (finished == size_t(count)) return;
+      redraw.expires_after(std::chrono::milliseconds(200));
+      redraw.async_wait([&](beast::error_code e) {
+        if (!e) draw();
+      });
     };
     asio::post(ioc, launch);
+    if (progress) asio::post(ioc, draw);
     ioc.restart();
     ioc.run();
+    if (progress) {
+      size_t tokens = 0;
+      for (const auto& st : streams) tokens += st->chunks.size();
+      draw_progress(finished, size_t(count), tokens, std::chrono::duration<double>(clock_type::now() - start).count());
+      std::fprintf(stderr, "\n");
+    }
   };
 
   std::vector<std::shared_ptr<Stream>> warm, streams;
-  if (args.warmup > 0) run(args.warmup, warm);
+  if (args.warmup > 0) run(0, args.warmup, warm);
   const auto start = clock_type::now();
-  run(args.num_prompts, streams);
+  run(args.warmup, args.num_prompts, streams);
   const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
 
-  std::vector<double> ttft, tpot, itl, e2e;
-  size_t ok = 0, output_tokens = 0;
+  std::vector<double> ttft, tpot, itl, e2e, token_times;
+  size_t ok = 0, output_tokens = 0, input_tokens = 0;
   std::string first_error;
-  for (const auto& s : streams) {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const auto& s = streams[i];
     if (!s->error.empty() || s->chunks.empty()) {
       if (first_error.empty()) first_error = s->error.empty() ? "no tokens" : s->error;
       continue;
     }
     ++ok;
-    output_tokens += s->chunks.size();
+    // The server's counts when it reports usage (a text chunk may hold several tokens, or none), else ours.
+    output_tokens += s->completion_tokens ? size_t(*s->completion_tokens) : s->chunks.size();
+    input_tokens += s->prompt_tokens ? size_t(*s->prompt_tokens)
+                                     : size_t((*requests)[size_t(args.warmup) + i].prompt_tokens);
     ttft.push_back(std::chrono::duration<double>(s->chunks.front() - s->sent).count());
     e2e.push_back(std::chrono::duration<double>(s->chunks.back() - s->sent).count());
     for (size_t c = 1; c < s->chunks.size(); ++c) itl.push_back(std::chrono::duration<double>(s->chunks[c] - s->chunks[c - 1]).count());
     if (s->chunks.size() > 1)
       tpot.push_back(std::chrono::duration<double>(s->chunks.back() - s->chunks.front()).count() /
                      double(s->chunks.size() - 1));
+    for (auto t : s->chunks) token_times.push_back(std::chrono::duration<double>(t - start).count());
   }
+  const std::string source = args.dataset.empty() ? "random" : args.dataset;
   json report{{"url", args.url},
+              {"dataset", source},
               {"num_prompts", args.num_prompts},
               {"completed", ok},
               {"failed", streams.size() - ok},
@@ -218,31 +316,50 @@ int run_bench_serve(const BenchServeArgs& args) {
               {"request_rate", args.request_rate},
               {"input_len", args.input_len},
               {"output_len", args.output_len},
+              {"total_input_tokens", input_tokens},
+              {"total_output_tokens", output_tokens},
               {"duration_s", wall},
               {"request_throughput", double(ok) / wall},
-              {"input_tokens_per_s", double(ok) * args.input_len / wall},
+              {"input_tokens_per_s", double(input_tokens) / wall},
               {"output_tokens_per_s", double(output_tokens) / wall},
               {"ttft_ms", summary_ms(ttft)},
               {"tpot_ms", summary_ms(tpot)},
               {"itl_ms", summary_ms(itl)},
               {"e2e_ms", summary_ms(e2e)}};
   if (!first_error.empty()) report["first_error"] = first_error;
-  if (!args.save.empty()) {
-    std::FILE* f = std::fopen(args.save.c_str(), "w");
-    if (f) {
-      std::fputs(report.dump(2).c_str(), f);
-      std::fclose(f);
-    }
+  auto write_file = [](const std::string& path, const std::string& text) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return print_error({Errc::invalid_argument, "cannot write " + path}), false;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return true;
+  };
+  bool written = true;
+  if (!args.save.empty()) written &= write_file(args.save, report.dump(2) + "\n");
+  if (!args.plot.empty()) {
+    auto to_ms = [](std::vector<double> v) {
+      for (double& x : v) x *= 1e3;
+      return v;
+    };
+    RunPlot plot{"actord bench serve: " + args.url + ", " + std::to_string(ok) + " requests (" + source +
+                     "), concurrency " + std::to_string(args.concurrency),
+                 {{"TTFT", to_ms(ttft)}, {"TPOT", to_ms(tpot)}, {"ITL", to_ms(itl)}, {"E2E", to_ms(e2e)}},
+                 token_times,
+                 wall};
+    written &= write_file(args.plot, plot_svg(plot));
   }
   if (args.json) {
     std::printf("%s\n", report.dump().c_str());
   } else {
-    std::printf("actord bench serve: %s, %d requests x (%d in + %d out), concurrency %d, rate %s\n", args.url.c_str(),
-                args.num_prompts, args.input_len, args.output_len, args.concurrency,
-                args.request_rate > 0 ? std::to_string(args.request_rate).c_str() : "all at once");
+    std::printf("actord bench serve: %s, %d requests (%s), concurrency %d, rate %s\n", args.url.c_str(),
+                args.num_prompts,
+                args.dataset.empty() ? (std::to_string(args.input_len) + " in + " + std::to_string(args.output_len) + " out").c_str()
+                                     : args.dataset.c_str(),
+                args.concurrency, args.request_rate > 0 ? std::to_string(args.request_rate).c_str() : "all at once");
     std::printf("  %-28s %zu / %zu\n", "completed / failed", ok, streams.size() - ok);
     std::printf("  %-28s %10.2f\n", "duration s", wall);
     std::printf("  %-28s %10.2f\n", "requests/s", double(ok) / wall);
+    std::printf("  %-28s %10.1f\n", "input tokens/s", double(input_tokens) / wall);
     std::printf("  %-28s %10.1f\n", "output tokens/s", double(output_tokens) / wall);
     for (const char* name : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
       const json& m = report[name];
@@ -251,7 +368,7 @@ int run_bench_serve(const BenchServeArgs& args) {
     }
     if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
   }
-  return ok == streams.size() ? 0 : 1;
+  return ok == streams.size() && written ? 0 : 1;
 }
 
 }  // namespace actord::cli

@@ -66,11 +66,17 @@ struct BenchServeArgs {
   double request_rate = 0;   // requests/s as a Poisson process; 0: all at once
   int input_len = 32;
   int output_len = 200;
+  double range_ratio = 0;    // random lengths in [len * (1 - r), len * (1 + r)]
   int vocab = 512;
+  std::string dataset;       // JSONL prompts instead of random ids
+  std::string tokenizer;     // model folder measuring dataset prompts and replies
+  int max_model_len = 4096;
   int warmup = 0;
   bool no_ignore_eos = false;
   uint64_t seed = 0;
   std::string save;
+  std::string plot;          // SVG file
+  bool no_progress = false;
   bool json = false;
 };
 
