@@ -13,6 +13,8 @@ worker, coordinator) on the CPU. Next:
   ./build/actord generate configs/quickstart-2proc.yaml --prompt "Once upon a time" --max-tokens 100
       the same, with the worker in its own process behind ZeroMQ
   ./build/actord generate --help          every flag; --json prints ids, text and timings
-Topology files live in configs/ (configs/README.md documents every key). The HTTP server (actord serve) is
-not built yet: it arrives with the API issue.
+  ./build/actord serve configs/quickstart.yaml
+      the OpenAI-compatible HTTP API on 127.0.0.1:8000 (completions, chat, streaming, /metrics); then
+      ./build/actord bench serve --url http://127.0.0.1:8000 drives it
+Topology files live in configs/ (configs/README.md documents every key).
 MSG

@@ -284,8 +284,16 @@ struct StreamClient : std::enable_shared_from_this<StreamClient> {
   std::array<char, 4096> buffer{};
   bool done = false;
   std::function<void()> on_done;  // optional
+  std::chrono::steady_clock::time_point sent;
+  std::vector<std::pair<size_t, std::chrono::steady_clock::time_point>> reads;  // bytes received by then
   StreamClient(asio::io_context& ioc, std::string req) : stream(ioc), request(std::move(req)) {}
+  // When the byte at `offset` of `received` arrived.
+  std::chrono::steady_clock::time_point arrival(size_t offset) const {
+    auto it = std::upper_bound(reads.begin(), reads.end(), offset, [](size_t o, const auto& r) { return o < r.first; });
+    return it == reads.end() ? reads.back().second : it->second;
+  }
   void start(const asio::ip::tcp::endpoint& at) {
+    sent = std::chrono::steady_clock::now();
     stream.async_connect(at, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return self->finish();
       asio::async_write(self->stream, asio::buffer(self->request),
@@ -295,6 +303,7 @@ struct StreamClient : std::enable_shared_from_this<StreamClient> {
   void read() {
     stream.async_read_some(asio::buffer(buffer), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->received.append(self->buffer.data(), n);
+      if (n > 0) self->reads.emplace_back(self->received.size(), std::chrono::steady_clock::now());
       if (ec) return self->finish();
       self->read();
     });
@@ -450,6 +459,7 @@ TEST_CASE("serve - load: 64 streaming clients for 60 s - no errors, no lost or d
     size_t chunks = 0;
     bool ok = false;  // 200, no error event, ended with [DONE]
   };
+  std::vector<double> ttft_ms, itl_ms;  // as the clients saw them: arrival of each token's event
   std::vector<Finished> finished;
   asio::io_context ioc;
   const asio::ip::tcp::endpoint at(asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(s.port));
@@ -478,11 +488,18 @@ TEST_CASE("serve - load: 64 streaming clients for 60 s - no errors, no lost or d
       Finished f{g, {}, 0, c->received.rfind("HTTP/1.1 200", 0) == 0};
       const size_t body_at = c->received.find("\r\n\r\n");
       const auto events = events_of(body_at == std::string::npos ? "" : c->received.substr(body_at));
+      size_t search = body_at == std::string::npos ? c->received.size() : body_at;
+      std::chrono::steady_clock::time_point last{};
       for (const auto& e : events) {
+        search = c->received.find("data: ", search) + 6;
         if (e == "[DONE]") continue;
         auto chunk = json::parse(e);
         if (chunk.contains("error")) f.ok = false;
         else f.text += chunk["choices"][0]["text"].get<std::string>();
+        const auto at = c->arrival(search);
+        if (f.chunks == 0) ttft_ms.push_back(std::chrono::duration<double, std::milli>(at - c->sent).count());
+        else itl_ms.push_back(std::chrono::duration<double, std::milli>(at - last).count());
+        last = at;
         ++f.chunks;
       }
       f.ok = f.ok && !events.empty() && events.back() == "[DONE]";
@@ -510,9 +527,15 @@ TEST_CASE("serve - load: 64 streaming clients for 60 s - no errors, no lost or d
   size_t mismatches = 0;
   for (size_t i = 0; i < sample.size(); ++i) mismatches += sampled[i]->text != (*expected)[i].text;
   const size_t rss_after = rss_mb();
-  std::printf("load: %zu requests (%.1f/s), %zu tokens (%.0f/s), %zu checked against unstreamed runs, RSS %zu -> %zu MB\n",
+  auto pct = [](std::vector<double> v, double p) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(p / 100 * double(v.size())))];
+  };
+  std::printf("load: %zu requests (%.1f/s), %zu tokens (%.0f/s), %zu checked against unstreamed runs, RSS %zu -> %zu MB; "
+              "TTFT p50 %.2f p99 %.2f ms, ITL p50 %.2f p99 %.2f ms\n",
               finished.size(), double(finished.size()) / 60.0, tokens, double(tokens) / 60.0, sample.size(),
-              rss_before, rss_after);
+              rss_before, rss_after, pct(ttft_ms, 50), pct(ttft_ms, 99), pct(itl_ms, 50), pct(itl_ms, 99));
   CHECK(finished.size() > 64);
   CHECK(errors == 0);
   CHECK(wrong_counts == 0);
