@@ -245,6 +245,54 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
   }
 }
 
+TEST_CASE("serve - plain curl sees Server-Sent Events framed as the spec says", "[serve][curl]") {
+  Served s;
+  test::TempDir tmp;
+  const auto out = tmp.path() / "sse";
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":12,"temperature":0,"stream":true,)"
+                           R"("stream_options":{"include_usage":true}})";
+  const std::string cmd = "curl -sS -N -i --max-time 60 -H 'Content-Type: application/json' -d '" + body +
+                          "' http://127.0.0.1:" + std::to_string(s.port) + "/v1/completions >'" + out.string() + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(out);
+  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t head_end = raw.find("\r\n\r\n");
+  REQUIRE(head_end != std::string::npos);
+  const std::string head = raw.substr(0, head_end), stream = raw.substr(head_end + 4);
+  CHECK_THAT(head, Catch::StartsWith("HTTP/1.1 200") && Catch::Contains("Content-Type: text/event-stream") &&
+                       Catch::Contains("Cache-Control: no-cache"));
+  // Every event is one "data: <json>" line and a blank line; the last is [DONE]; nothing else is in the stream.
+  std::string text;
+  size_t events = 0, at = 0;
+  bool usage = false, done = false;
+  while (at < stream.size()) {
+    REQUIRE(stream.compare(at, 6, "data: ") == 0);
+    const size_t end = stream.find("\n\n", at);
+    REQUIRE(end != std::string::npos);
+    const std::string data = stream.substr(at + 6, end - at - 6);
+    CHECK(data.find('\n') == std::string::npos);
+    at = end + 2;
+    ++events;
+    if (data == "[DONE]") {
+      done = true;
+      CHECK(at == stream.size());
+      break;
+    }
+    const auto chunk = json::parse(data);
+    CHECK(chunk["object"] == "text_completion");
+    if (chunk["choices"].empty()) {
+      usage = chunk["usage"]["completion_tokens"] == 12;
+    } else {
+      text += chunk["choices"][0]["text"].get<std::string>();
+    }
+  }
+  CHECK(done);
+  CHECK(usage);
+  CHECK(events >= 12 + 2);
+  const auto plain = call(s.port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":12,"temperature":0})");
+  CHECK(text == json::parse(plain.body)["choices"][0]["text"].get<std::string>());
+}
+
 TEST_CASE("serve - the official openai client (npm) gets what it expects", "[serve][openai]") {
   // stories260K with a chat template of our own, so that chat completions have one to render.
   test::TempDir tmp;

@@ -2,8 +2,10 @@
 // block (one head's keys in a block are contiguous, [block_size, head_dim]), with an online softmax, so each key
 // block is read once per tile and no score row of the whole context is kept. Several queries (prefill) are
 // multiplied against a key as one vector over the queries (the tile's queries stored transposed, the block's K/V
-// widened to f32 once); a single query (decode) takes dot products four keys at a time, converting bf16/f16 K/V in
-// registers, for all the heads asked for block by block (one sequential pass over each block). Portable C++ whose inner loops the compiler vectorises: included once per instruction set by
+// widened to f32 once); a single query (decode) goes in spans of blocks for all the heads asked for, scoring 16
+// (AVX-512) or 8 (AVX2) keys per pass where head_dim allows, converting bf16/f16 K/V in registers, with one
+// online-softmax update per head per span. Intrinsics where they pay, else portable C++ whose inner loops the
+// compiler vectorises: included once per instruction set by
 // attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define ACTORD_ATTENTION_NS to
 // the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
