@@ -172,11 +172,19 @@ TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {
   cpu::ThreadPool single(1), pool(4);
   std::vector<float> expected(size_t(m) * n), y(size_t(m) * n);
   cpu::gemm_nt(x.data(), wm, nullptr, expected.data(), m, single, {cpu::Isa::automatic, cpu::Kernel::blas});
+  // Split over the pool, a column's sum may differ in its last bits from the whole-matrix call (OpenBLAS picks its
+  // blocking by shape: seen on a Zen 3 EPYC), but the same split gives the same bits every time; callers racing on
+  // shared scratch buffers (the serial build) give different, wrong values.
+  std::vector<float> first;
   for (int round = 0; round < 40; ++round) {
     std::fill(y.begin(), y.end(), 0.0f);
     cpu::gemm_nt(x.data(), wm, nullptr, y.data(), m, pool, {cpu::Isa::automatic, cpu::Kernel::blas});
     INFO("round " << round);
-    REQUIRE(y == expected);
+    if (round == 0) {
+      require_close(y, expected, 1e-5f);
+      first = y;
+    }
+    REQUIRE(y == first);
   }
 }
 
