@@ -39,6 +39,7 @@ wire::ErrorCode to_wire(Errc code) {
     case Errc::unsupported: return wire::ErrorCode::UNSUPPORTED;
     case Errc::parse_error: return wire::ErrorCode::PARSE_ERROR;
     case Errc::resource_exhausted: return wire::ErrorCode::RESOURCE_EXHAUSTED;
+    case Errc::out_of_memory: return wire::ErrorCode::OUT_OF_MEMORY;
     case Errc::worker_failed: return wire::ErrorCode::WORKER_FAILED;
     case Errc::internal: return wire::ErrorCode::INTERNAL;
   }
@@ -53,6 +54,7 @@ Errc from_wire(wire::ErrorCode code) {
     case wire::ErrorCode::UNSUPPORTED: return Errc::unsupported;
     case wire::ErrorCode::PARSE_ERROR: return Errc::parse_error;
     case wire::ErrorCode::RESOURCE_EXHAUSTED: return Errc::resource_exhausted;
+    case wire::ErrorCode::OUT_OF_MEMORY: return Errc::out_of_memory;
     case wire::ErrorCode::WORKER_FAILED: return Errc::worker_failed;
     default: return Errc::internal;
   }

@@ -10,6 +10,7 @@ const char* errc_name(Errc code) {
     case Errc::unsupported: return "unsupported";
     case Errc::parse_error: return "parse_error";
     case Errc::resource_exhausted: return "resource_exhausted";
+    case Errc::out_of_memory: return "out_of_memory";
     case Errc::worker_failed: return "worker_failed";
     case Errc::internal: return "internal";
   }

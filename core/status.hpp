@@ -20,7 +20,8 @@ enum class Errc {
   not_found,           // missing file, tensor, model folder
   unsupported,         // understood but not implemented (architecture, dtype, topology shape)
   parse_error,         // malformed file contents (JSON, YAML, safetensors header)
-  resource_exhausted,  // KV blocks, context length
+  resource_exhausted,  // KV blocks, context length, memory asked for beyond what the machine has
+  out_of_memory,       // an allocation failed (std::bad_alloc, a mapping refused) despite the checks before it
   worker_failed,       // a worker actor or process died or reported a failure
   internal,            // a bug: should never reach a user
 };

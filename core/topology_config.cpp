@@ -2,7 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -97,6 +101,12 @@ bool is_index(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
+// The index a path part of digits names; one too large for size_t names no element (SIZE_MAX).
+size_t index_of(const std::string& digits) {
+  size_t idx = 0;
+  return std::from_chars(digits.data(), digits.data() + digits.size(), idx).ec == std::errc{} ? idx : SIZE_MAX;
+}
+
 void apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -117,7 +127,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     YAML::Node cur = chain.back();
     YAML::Node next;
     if (is_index(parts[i])) {
-      const size_t idx = std::stoul(parts[i]);
+      const size_t idx = index_of(parts[i]);
       if (!cur.IsSequence() || idx >= cur.size()) throw ConfigError{key, "--set: no element " + parts[i] + " here"};
       next = cur[idx];
     } else {
@@ -129,7 +139,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   YAML::Node parent = chain.back();
   const std::string& last = parts.back();
   if (is_index(last)) {
-    const size_t idx = std::stoul(last);
+    const size_t idx = index_of(last);
     if (!parent.IsSequence() || idx >= parent.size()) throw ConfigError{key, "--set: no element " + last + " here"};
     parent[idx] = value;
   } else {
@@ -272,20 +282,50 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
 }  // namespace
 
 Result<uint64_t> parse_byte_size(const std::string& text) {
+  auto bad = [&] { return make_error(Errc::invalid_config, "must be a size such as 256MiB or 1.5GiB, got '" + text + "'"); };
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0) return make_error(Errc::invalid_config, "must be a size such as 256MiB or 1GiB, got '" + text + "'");
-  uint64_t value = std::stoull(text.substr(0, i));
+  if (i == 0) return bad();
+  uint64_t whole = 0;
+  if (std::from_chars(text.data(), text.data() + i, whole).ec != std::errc{}) {
+    return make_error(Errc::invalid_config, "'" + text + "' is too large a size");
+  }
+  // An optional fraction: "1.5GiB".
+  std::string fraction;
+  if (i < text.size() && text[i] == '.') {
+    size_t j = i + 1;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j == i + 1) return bad();
+    fraction = text.substr(i + 1, std::min<size_t>(j - i - 1, 9));  // nanobyte precision is plenty
+    i = j;
+  }
   std::string unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   static const std::pair<const char*, uint64_t> units[] = {
       {"", 1},           {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-      {"KB", 1000},      {"MB", 1000000},    {"GB", 1000000000},  {"K", 1ull << 10},   {"M", 1ull << 20},
-      {"G", 1ull << 30}};
+      {"TiB", 1ull << 40}, {"KB", 1000},     {"MB", 1000000},     {"GB", 1000000000},  {"TB", 1000000000000},
+      {"K", 1ull << 10}, {"M", 1ull << 20},  {"G", 1ull << 30},   {"T", 1ull << 40}};
   for (const auto& [name, mult] : units) {
-    if (unit == name) return value * mult;
+    if (unit != name) continue;
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(whole, mult, &bytes)) {
+      return make_error(Errc::invalid_config, "'" + text + "' is too large a size");
+    }
+    if (!fraction.empty()) {
+      uint64_t scale = 1, digits = 0;
+      for (char c : fraction) {
+        scale *= 10;
+        digits = digits * 10 + static_cast<uint64_t>(c - '0');
+      }
+      // mult * digits / scale without overflow: mult <= 2^40, digits < 10^9 < 2^30.
+      const unsigned __int128 part = static_cast<unsigned __int128>(mult) * digits / scale;
+      if (__builtin_add_overflow(bytes, static_cast<uint64_t>(part), &bytes)) {
+        return make_error(Errc::invalid_config, "'" + text + "' is too large a size");
+      }
+    }
+    return bytes;
   }
-  return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB)");
+  return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB, TiB)");
 }
 
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,

@@ -65,9 +65,24 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_dtype: int4}\n") ==
         "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16 or float16, got 'int4'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 12 parsecs}\n") ==
-        "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB)");
+        "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB, TiB)");
   CHECK(error_of(std::string(kMinimal) + "engine: {swap_space: lots}\n") ==
-        "configs/t.yaml: engine.swap_space: must be a size such as 256MiB or 1GiB, got 'lots'");
+        "configs/t.yaml: engine.swap_space: must be a size such as 256MiB or 1.5GiB, got 'lots'");
+  // Sizes that do not fit 64 bits are refused, not wrapped; fractions are whole bytes.
+  CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 99999999999999999GiB}\n") ==
+        "configs/t.yaml: engine.kv_cache_memory: '99999999999999999GiB' is too large a size");
+  CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 184467440737095516160}\n") ==
+        "configs/t.yaml: engine.kv_cache_memory: '184467440737095516160' is too large a size");
+  CHECK(error_of(std::string(kMinimal) + "server: {max_request_body: 99999999999999999999999}\n") ==
+        "configs/t.yaml: server.max_request_body: '99999999999999999999999' is too large a size");
+  CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 1.GiB}\n") ==
+        "configs/t.yaml: engine.kv_cache_memory: must be a size such as 256MiB or 1.5GiB, got '1.GiB'");
+  CHECK(parse_byte_size("1.5GiB").value() == 3ull << 29);
+  CHECK(parse_byte_size("0.5 KiB").value() == 512);
+  CHECK(parse_byte_size("2TiB").value() == 2ull << 40);
+  CHECK(parse_byte_size("16EiB").error().message == "unknown size unit 'EiB' in '16EiB' (use KiB, MiB, GiB, TiB)");
+  CHECK(parse_byte_size("16777215TiB").value() == 16777215ull << 40);
+  CHECK(parse_byte_size("16777216TiB").error().message == "'16777216TiB' is too large a size");
   CHECK(error_of(std::string(kMinimal) + "engine: {preemption_mode: evict}\n") ==
         "configs/t.yaml: engine.preemption_mode: must be recompute or swap, got 'evict'");
   CHECK(error_of("groups: [{name: a}]\n") == "configs/t.yaml: model.path: is required");
@@ -96,6 +111,12 @@ TEST_CASE("set overrides any key by its path and is validated like the file", "[
   CHECK(cfg->server.port == 9001);
   CHECK(cfg->engine.kv_cache_memory == 1ull << 30);
 
+  // An index too large for any list is no element, not an abort.
+  o.set = {"groups[99999999999999999999].tp=2"};
+  CHECK(parse_topology(kMinimal, "t.yaml", o).error().message ==
+        "t.yaml: groups[99999999999999999999].tp: --set: no element 99999999999999999999 here");
+  o.set = {"groups[0]=99999999999999999999999"};
+  CHECK_THAT(parse_topology(kMinimal, "t.yaml", o).error().message, Catch::StartsWith("t.yaml: groups"));
   o.set = {"groups.0.name=other"};
   REQUIRE(parse_topology(kMinimal, "t.yaml", o)->groups[0].name == "other");
 

@@ -45,6 +45,7 @@ int exit_code_for(const Error& error) {
     case Errc::unsupported:
     case Errc::parse_error:
     case Errc::resource_exhausted:
+    case Errc::out_of_memory:
       return 2;
     case Errc::worker_failed:
     case Errc::internal:

@@ -18,6 +18,7 @@ enum ErrorCode {
   resourceExhausted @6;
   workerFailed @7;
   internal @8;
+  outOfMemory @9;
 }
 
 struct Error {
