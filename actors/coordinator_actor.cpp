@@ -54,7 +54,8 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
         caf::actor worker;
         if (group.placement == Placement::process) {
           worker = spawn_remote_worker(self->system(),
-                                       WorkerProcessOptions{p.worker_executable, worker_name, p.log_level});
+                                       WorkerProcessOptions{p.worker_executable, worker_name, p.log_level,
+                                                            p.topology.engine.step_timeout});
         } else {
           worker = spawn_worker(self->system(), *p.registry);
         }
@@ -99,7 +100,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
                     return;
                   }
                   s.scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), worker,
-                                                kv_pool, replica + "/scheduler");
+                                                kv_pool, replica + "/scheduler", s.params.topology.engine.step_timeout);
                   s.spawned.push_back(s.scheduler);
                   rp.deliver(kCoordinatorOk, std::string(), s.scheduler);
                 },

@@ -18,8 +18,11 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
+#include "core/host_memory.hpp"
 #include "memory/kv_sizing.hpp"
+#include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
+#include "plugins/model_footprint.hpp"
 #include "plugins/model_registry.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -116,6 +119,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
       ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, model->torch_dtype);
   auto kv = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
   if (!kv) return kv.error();
+  // Every byte the worker will hold, against what the machine has, before anything is allocated.
+  if (const auto available = options.available_memory ? options.available_memory : available_host_memory()) {
+    const DType weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, model->torch_dtype);
+    const MemoryAsk ask{estimated_weight_bytes(*model, weight_dtype), uint64_t(kv->num_blocks) * kv->block_bytes,
+                        uint64_t(kv->swap_blocks) * kv->block_bytes};
+    ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
+  }
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));

@@ -32,6 +32,9 @@ struct EngineOptions {
   std::filesystem::path worker_executable;  // for placement: process; empty: this process's own executable
   std::string log_level = "warn";           // passed on to worker processes
   std::chrono::seconds worker_start_timeout{120};
+  // Memory the workers may take (bytes); unset: what this machine has available now (MemAvailable). Weights, KV
+  // pool and swap space beyond it are refused at start with an error naming the key.
+  std::optional<uint64_t> available_memory;
 };
 
 struct GenerateRequest {

@@ -4,6 +4,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/exit_reason.hpp>
 #include <deque>
 
 #include "actors/worker_process.hpp"
@@ -68,6 +69,20 @@ caf::behavior remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
   } else {
     self->state.down_reason = started.error().message;
   }
+  // Stopped because it stopped answering (its scheduler sends exit_reason::unreachable): the process is killed at
+  // once rather than asked to shut down, and whoever waits for a reply gets a failure. Any other exit (the
+  // coordinator's shutdown) lets the destructor shut the process down cleanly.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto& st = self->state;
+    if (msg.reason == caf::exit_reason::unreachable && st.process) st.process->kill();
+    const std::string reason = "worker " + options.name + " stopped: " + self->system().render(msg.reason);
+    while (!st.pending.empty()) {
+      auto reply = std::move(st.pending.front());
+      st.pending.pop_front();
+      reply.promise.deliver(failure_reply(reply.kind, reason));
+    }
+    self->quit(msg.reason);
+  });
   // The receive thread holds a handle to this actor; the cycle breaks when the actor quits (its state, and with it
   // the process and the thread, is destroyed then).
   return {

@@ -3,6 +3,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/sec.hpp>
 #include <spdlog/spdlog.h>
 
 #include <time.h>
@@ -12,6 +14,7 @@
 #include <deque>
 
 #include "actors/step_messages.hpp"
+#include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
@@ -25,6 +28,8 @@ struct scheduler_state {
   std::unique_ptr<BatchScheduler> batcher;
   caf::actor worker;
   caf::actor kv_pool;
+  std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
+  std::string worker_failure;                 // non-empty once the worker was declared failed
   bool lease_ready = false;
   bool lease_growing = false;                 // a lease request is on its way to the kv_pool
   bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
@@ -39,6 +44,10 @@ struct scheduler_state {
   struct Sent {
     std::chrono::steady_clock::time_point at;
     bool decode_only;
+    uint64_t step_id = 0;
+    uint32_t prefill_tokens = 0;
+    uint32_t decode_tokens = 0;
+    std::optional<uint64_t> expected_us;     // its expected compute; nullopt: unknown
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;
@@ -134,7 +143,8 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
   const uint64_t send0 = st.send_ns;
-  const bool decode_only = st.in_flight.front().decode_only;
+  const scheduler_state::Sent sent = st.in_flight.front();
+  const bool decode_only = sent.decode_only;
   account_result(st, std::chrono::steady_clock::now());
   std::span<const SequenceUpdate> updates;
   StepResultInfo info;
@@ -152,6 +162,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     st.stats.worker_compute_us += info.compute_us;
     st.stats.worker_idle_us += info.idle_us;
     adapt_pipeline_depth(st, info.compute_us);
+    st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, info.compute_us);
     updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
   }
   emit(self, updates);
@@ -159,10 +170,25 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the result, the deltas, the next plans: one measurement
 }
 
+// The worker missed a step's deadline: it is declared failed and stopped (a worker process is killed with its proxy
+// actor), so that nothing more is asked of it; every step still in flight then fails through on_step_unreachable.
+void declare_worker_failed(self_ptr self, const scheduler_state::Sent& late) {
+  auto& st = self->state;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - late.at);
+  st.worker_failure = "worker stopped answering: step " + std::to_string(late.step_id) + " had no result after " +
+                      std::to_string(waited.count()) + " ms (expected compute " +
+                      std::to_string(late.expected_us.value_or(0) / 1000) + " ms, engine.step_timeout " +
+                      std::to_string(st.deadline->slack().count()) + " ms)";
+  spdlog::error("{}: {}", st.actor_name, st.worker_failure);
+  self->send_exit(st.worker, caf::exit_reason::unreachable);
+}
+
 void on_step_unreachable(self_ptr self, const caf::error& err) {
   auto& st = self->state;
+  if (err == caf::sec::request_timeout && st.worker_failure.empty()) declare_worker_failed(self, st.in_flight.front());
   account_result(st, std::chrono::steady_clock::now());
-  const std::string why = "worker unreachable: " + self->system().render(err);
+  const std::string why =
+      st.worker_failure.empty() ? "worker unreachable: " + self->system().render(err) : st.worker_failure;
   spdlog::error("{}: {}", st.actor_name, why);
   emit(self, st.batcher->on_step_failed(why));
   maybe_step(self);
@@ -257,9 +283,19 @@ void plan_and_send(self_ptr self) {
     st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
     st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
     st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, plan->slices.size());
-    st.in_flight.push_back({std::chrono::steady_clock::now(), plan->decode_only()});
+    const auto prefill = static_cast<uint32_t>(plan->num_prefill_tokens);
+    const auto decode = static_cast<uint32_t>(plan->num_tokens - plan->num_prefill_tokens);
+    std::optional<uint64_t> ahead_us = 0;
+    for (const auto& s : st.in_flight) {
+      if (!s.expected_us) ahead_us.reset();
+      if (ahead_us) *ahead_us += *s.expected_us;
+    }
+    const std::optional<uint64_t> own_us = st.deadline->expected_us(prefill, decode);
+    const auto wait = st.deadline->deadline(ahead_us, own_us);
+    const caf::duration timeout = wait ? caf::duration(*wait) : caf::duration(caf::infinite);
+    st.in_flight.push_back({std::chrono::steady_clock::now(), plan->decode_only(), step_id, prefill, decode, own_us});
     timed_send(st, [&] {
-      self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
+      self->request(st.worker, timeout, step_atom::value, std::move(step))
           .then([=](const wire_msg& result) { on_step_result(self, result); },
                 [=](const caf::error& err) { on_step_unreachable(self, err); });
     });
@@ -293,8 +329,10 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
-                             caf::actor worker, caf::actor kv_pool, std::string name) {
+                             caf::actor worker, caf::actor kv_pool, std::string name,
+                             std::chrono::milliseconds step_timeout) {
   auto& st = self->state;
+  st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   st.worker = std::move(worker);
   st.kv_pool = std::move(kv_pool);
@@ -358,11 +396,11 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
 
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name) {
+                           std::string name, std::chrono::milliseconds step_timeout) {
   // CAF copies spawn arguments: the policy travels as a shared_ptr.
   auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
   return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
-                      std::move(name));
+                      std::move(name), step_timeout);
 }
 
 }  // namespace actord

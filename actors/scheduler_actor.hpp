@@ -9,6 +9,7 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -16,8 +17,11 @@
 
 namespace actord {
 
+// `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
+// (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
+// is killed with it), and that step and every later one fail their sequences with a worker_failed error saying so.
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name);
+                           std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000));
 
 }  // namespace actord

@@ -8,6 +8,8 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 
+#include <kj/exception.h>
+
 namespace actord {
 namespace {
 
@@ -16,15 +18,22 @@ struct worker_state {
   static inline const char* name = "worker";
 };
 
-// A capnp reader throws kj::Exception on a malformed message; turn it into a reply instead of a dead actor.
+// Whatever escapes the core becomes a reply carrying its true cause instead of a dead actor: a capnp reader throws
+// kj::Exception on a malformed message (invalid_argument), an allocation std::bad_alloc (out_of_memory); anything
+// else is a bug (internal).
 template <class Reply, class F>
 wire_msg guarded(F&& f) {
+  auto reply = [](Errc code, const std::string& why) {
+    return build<Reply>([&](typename Reply::Builder out) { set_error(out.initError(), Error{code, why}); });
+  };
   try {
     return f();
+  } catch (const kj::Exception& e) {
+    return reply(Errc::invalid_argument, "malformed message: " + std::string(e.getDescription().cStr()));
+  } catch (const std::bad_alloc&) {
+    return reply(Errc::out_of_memory, "out of memory while handling the message");
   } catch (const std::exception& e) {
-    return build<Reply>([&](typename Reply::Builder out) {
-      set_error(out.initError(), Error{Errc::invalid_argument, std::string("malformed message: ") + e.what()});
-    });
+    return reply(Errc::internal, e.what());
   }
 }
 

@@ -40,8 +40,20 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
     options.seed = req.getSeed();
     if (options.dtype.empty()) options.dtype = "auto";
-    auto model = registry_.create(*cfg, options);
-    if (!model) {
+    // An allocation that fails despite the engine's check of the machine's memory is reported as out of memory
+    // under the key that asked for it.
+    auto out_of_memory = [&](const std::string& key, const std::string& what) {
+      ok = false;
+      failure = Error{Errc::out_of_memory, name_ + ": " + key + ": out of memory while allocating " + what};
+    };
+    Result<std::unique_ptr<Model>> model = Error{};
+    try {
+      model = registry_.create(*cfg, options);
+    } catch (const std::bad_alloc&) {
+      out_of_memory("model.path", "the weights of " + model_dir.string());
+    }
+    if (!ok) {
+    } else if (!model) {
       ok = false;
       failure = model.error();
     } else {
@@ -49,14 +61,20 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
       pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
                                                                      : static_cast<int>(cores));
-      kv_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
-                                      static_cast<int>(req.getNumKvBlocks()), static_cast<int>(req.getBlockSize()),
-                                      parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32));
-      if (req.getNumSwapBlocks() > 0) {
-        swap_ = std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
-                                          static_cast<int>(req.getNumSwapBlocks()), static_cast<int>(req.getBlockSize()),
-                                          kv_->dtype());
-      }
+      const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
+      auto make_cache = [&](uint32_t blocks, const char* key) -> std::unique_ptr<KvCache> {
+        try {
+          return std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, static_cast<int>(blocks),
+                                           static_cast<int>(req.getBlockSize()), kv_dtype);
+        } catch (const std::bad_alloc&) {
+          out_of_memory(key, std::to_string(blocks) + " KV blocks of " + std::to_string(req.getBlockSize()) +
+                                 " tokens");
+          return nullptr;
+        }
+      };
+      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory");
+      if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space");
+      if (!ok) model_.reset();
     }
   }
   return build<wire::WorkerReady>([&](wire::WorkerReady::Builder out) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -21,6 +22,10 @@ std::string ipc_endpoint(const void* owner, const std::string& tag) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds WorkerProcess::heartbeat_interval(const WorkerProcessOptions& options) {
+  return std::clamp(options.heartbeat_timeout / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+}
 
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessOptions& options,
                                                             MessageHandler on_message, ExitHandler on_exit) {
@@ -45,7 +50,8 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   // Everything the child needs is prepared before fork: only async-signal-safe calls happen in between.
   std::vector<std::string> args = {options.executable.string(), "worker",   "--name",      options.name,
                                    "--to-worker",               wp->to_endpoint_, "--from-worker", wp->from_endpoint_,
-                                   "--log-level",               options.log_level};
+                                   "--log-level",               options.log_level,
+                                   "--heartbeat-ms",            std::to_string(heartbeat_interval(options).count())};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -61,6 +67,10 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   wp->pid_ = pid;
   wp->receiver_ = std::thread([p = wp.get()] { p->receive_loop(); });
   return wp;
+}
+
+void WorkerProcess::kill() {
+  if (pid_ > 0 && !exited_.load()) ::kill(pid_, SIGKILL);
 }
 
 bool WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
@@ -84,9 +94,24 @@ std::string WorkerProcess::describe_exit(int status) const {
 }
 
 void WorkerProcess::receive_loop() {
+  using clock = std::chrono::steady_clock;
+  auto last_heard = clock::now();  // the child beats from its first moments, model loading included
+  auto deliver = [&](Envelope env) {
+    last_heard = clock::now();
+    if (env.kind != wire::MessageKind::HEARTBEAT) on_message_(std::move(env));
+  };
   while (!stopping_.load()) {
     auto got = recv_envelope(from_worker_, 20);
-    if (got.ok() && got->has_value()) on_message_(std::move(**got));
+    if (got.ok() && got->has_value()) deliver(std::move(**got));
+    if (!exited_.load() && silence_reason_.empty() && clock::now() - last_heard > options_.heartbeat_timeout) {
+      // Stopped (SIGSTOP), frozen or starved: declared failed, and killed so that it cannot come back half-way.
+      const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_heard);
+      silence_reason_ = "worker process " + options_.name + " (pid " + std::to_string(pid_) +
+                        ") stopped answering: no heartbeat for " + std::to_string(silent_ms.count()) +
+                        " ms (engine.step_timeout " + std::to_string(options_.heartbeat_timeout.count()) +
+                        " ms); killed it";
+      ::kill(pid_, SIGKILL);
+    }
     int status = 0;
     if (!exited_.load() && waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_.store(true);
@@ -94,9 +119,9 @@ void WorkerProcess::receive_loop() {
       for (;;) {
         auto rest = recv_envelope(from_worker_, 0);
         if (!rest.ok() || !rest->has_value()) break;
-        on_message_(std::move(**rest));
+        deliver(std::move(**rest));
       }
-      if (!stopping_.load()) on_exit_(describe_exit(status));
+      if (!stopping_.load()) on_exit_(silence_reason_.empty() ? describe_exit(status) : silence_reason_);
       return;
     }
   }
@@ -119,7 +144,7 @@ WorkerProcess::~WorkerProcess() {
       if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!reaped) {
-      kill(pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
       waitpid(pid_, &status, 0);
     }
   }

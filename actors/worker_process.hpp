@@ -4,13 +4,15 @@
 // Contract: start() binds the sockets and launches the child, which dies with us (PR_SET_PDEATHSIG) so no orphan is
 // left even if this process is killed. send() may be called from one thread at a time (the proxy actor's). The
 // receive loop runs on its own thread and reports through callbacks: on_message for every envelope, on_exit once
-// when the child has exited (with a human-readable reason). The destructor asks the child to shut down, waits up to
+// when the child has exited (with a human-readable reason). A child that sends nothing, not even its heartbeat, for
+// options.heartbeat_timeout is declared failed: killed (SIGKILL), and on_exit says it stopped answering. The destructor asks the child to shut down, waits up to
 // two seconds, then kills it, and joins the receive thread. Linux only.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -34,6 +36,10 @@ class WorkerProcess {
   // Waits until the child has connected (it may still be starting); false once the child has exited.
   bool send(wire::MessageKind kind, const wire_msg& body);
   pid_t pid() const { return pid_; }
+  // Kills the child now (SIGKILL), for one declared failed; the receive thread reaps it. Any thread.
+  void kill();
+  // How often the child beats: an eighth of options.heartbeat_timeout, between 10 and 250 ms.
+  static std::chrono::milliseconds heartbeat_interval(const WorkerProcessOptions& options);
   const std::string& name() const { return options_.name; }
 
  private:
@@ -49,6 +55,7 @@ class WorkerProcess {
   pid_t pid_ = -1;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
+  std::string silence_reason_;  // set (receive thread only) when the child went silent and was killed
   MessageHandler on_message_;
   ExitHandler on_exit_;
   std::thread receiver_;

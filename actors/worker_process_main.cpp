@@ -2,6 +2,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 #include <spdlog/spdlog.h>
@@ -30,6 +35,41 @@ int run_worker_process(const WorkerProcessArgs& args) {
     spdlog::error("{}: cannot connect: {}", args.name, e.what());
     return 1;
   }
+
+  // Heartbeats from a thread of their own (a socket is one thread's), so that a long step does not silence them.
+  std::atomic<bool> beating{args.heartbeat_ms > 0};
+  std::mutex beat_mutex;
+  std::condition_variable beat_stop;
+  std::thread heart;
+  if (beating) {
+    heart = std::thread([&] {
+      zmq::socket_t beat(context, zmq::socket_type::push);
+      beat.set(zmq::sockopt::linger, 0);
+      beat.set(zmq::sockopt::sndtimeo, 100);
+      beat.connect(args.from_worker_endpoint);
+      std::unique_lock lock(beat_mutex);
+      while (beating) {
+        lock.unlock();
+        send_envelope(beat, wire::MessageKind::HEARTBEAT, args.name, wire_msg{});
+        lock.lock();
+        beat_stop.wait_for(lock, std::chrono::milliseconds(args.heartbeat_ms), [&] { return !beating; });
+      }
+    });
+  }
+  struct StopHeart {
+    std::atomic<bool>& beating;
+    std::mutex& m;
+    std::condition_variable& cv;
+    std::thread& t;
+    ~StopHeart() {
+      {
+        std::lock_guard lock(m);
+        beating = false;
+      }
+      cv.notify_all();
+      if (t.joinable()) t.join();
+    }
+  } stop_heart{beating, beat_mutex, beat_stop, heart};
 
   const ModelRegistry registry = ModelRegistry::with_builtins();
   ActordSystemConfig cfg(1);

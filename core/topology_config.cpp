@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <charconv>
 #include <climits>
 #include <cstdint>
@@ -64,6 +65,16 @@ class Section {
     auto bytes = parse_byte_size(text);
     if (!bytes.ok()) throw ConfigError{child_path(key), bytes.error().message};
     out = *bytes;
+  }
+
+  // A duration ("2s", "500ms") into `out`; left as it is when the key is absent.
+  void read_duration(const std::string& key, std::chrono::milliseconds& out) const {
+    std::string text;
+    read(key, text);
+    if (text.empty()) return;
+    auto d = parse_duration(text);
+    if (!d.ok()) throw ConfigError{child_path(key), d.error().message};
+    out = *d;
   }
 
  private:
@@ -210,7 +221,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   Section engine(top.get("engine"), "engine");
   engine.check_keys(
       {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype",
-       "enable_prefix_caching", "preemption_mode", "swap_space"});
+       "enable_prefix_caching", "preemption_mode", "swap_space", "step_timeout"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -232,6 +243,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   require(cfg.engine.preemption_mode == "recompute" || cfg.engine.preemption_mode == "swap", "engine.preemption_mode",
           "must be recompute or swap, got '" + cfg.engine.preemption_mode + "'");
   engine.read_bytes("swap_space", cfg.engine.swap_space);
+  engine.read_duration("step_timeout", cfg.engine.step_timeout);
+  require(cfg.engine.step_timeout.count() > 0, "engine.step_timeout", "must be positive");
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 
@@ -326,6 +339,27 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
     return bytes;
   }
   return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB, TiB)");
+}
+
+Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
+  auto bad = [&] { return make_error(Errc::invalid_config, "must be a duration such as 2s or 500ms, got '" + text + "'"); };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0 || text.find('.') != text.rfind('.')) return bad();
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (ec != std::errc{} || end != text.data() + i || !std::isfinite(value)) return bad();
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  static const std::pair<const char*, double> units[] = {{"", 1e3}, {"s", 1e3}, {"ms", 1}, {"us", 1e-3}, {"m", 60e3},
+                                                         {"h", 3600e3}};
+  for (const auto& [name, ms_per_unit] : units) {
+    if (unit != name) continue;
+    const double ms = std::ceil(value * ms_per_unit);
+    if (ms > 1e12) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
+    return std::chrono::milliseconds(static_cast<int64_t>(ms));
+  }
+  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use ms, s, m, h)");
 }
 
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,

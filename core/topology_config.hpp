@@ -6,6 +6,7 @@
 // model paths in the file are resolved against the file's folder; a --model override against the working directory.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -45,6 +46,9 @@ struct EngineSection {
   // or swap (copy its KV blocks to host memory and back, byte-exact; recompute when swap_space is full).
   std::string preemption_mode = "recompute";
   uint64_t swap_space = 4ull << 30;         // bytes of host memory for swapped-out KV blocks (preemption_mode: swap)
+  // A worker that stops answering is declared failed when a step's result is this much later than its expected
+  // compute time, or when a worker process sends no heartbeat for this long.
+  std::chrono::milliseconds step_timeout{2000};
 };
 
 struct SchedulerSection {
@@ -85,5 +89,8 @@ Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::f
 
 // "256MiB", "1GiB", "512KB", "1048576" -> bytes.
 Result<uint64_t> parse_byte_size(const std::string& text);
+// "2s", "500ms", "1.5s", "2m", "100us" (rounded up to whole milliseconds), or a plain number of seconds; refuses
+// negative, non-finite and overflowing values.
+Result<std::chrono::milliseconds> parse_duration(const std::string& text);
 
 }  // namespace actord

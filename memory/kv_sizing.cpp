@@ -1,6 +1,7 @@
 #include "memory/kv_sizing.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace actord {
 
@@ -14,7 +15,7 @@ Result<KvSizing> size_kv_cache(const EngineSection& engine, uint64_t kv_bytes_pe
                                                   " bytes hold no KV block (one block takes " +
                                                   std::to_string(sizing.block_bytes) + " bytes)");
     }
-    return static_cast<uint32_t>(std::min<uint64_t>(blocks, UINT32_MAX));
+    return static_cast<uint32_t>(std::min<uint64_t>(blocks, INT32_MAX));  // KvCache counts blocks in int
   };
   auto pool = blocks_in("kv_cache_memory", engine.kv_cache_memory);
   if (!pool) return pool.error();

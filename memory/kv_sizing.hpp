@@ -2,7 +2,8 @@
 //
 // Contract: pure arithmetic on the topology's engine section and the model's KV bytes per token (K and V of every
 // layer, in the KV dtype). An error names the key and says how much one block takes; `where` prefixes it (the
-// topology file). Counts are capped at UINT32_MAX.
+// topology file). Counts are capped at INT32_MAX (whether
+// that much memory exists is memory/memory_budget's check).
 #pragma once
 
 #include <cstdint>

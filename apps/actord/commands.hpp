@@ -38,6 +38,7 @@ struct WorkerArgs {
   std::string to_worker;
   std::string from_worker;
   std::string log_level = "warn";
+  int heartbeat_ms = 0;
 };
 
 struct BenchArgs {

@@ -244,6 +244,7 @@ enum MessageKind {
   kvExport @6;
   importKv @7;
   kvImported @8;
+  heartbeat @9;                  # worker process -> engine, empty body, every heartbeat interval
 }
 
 # First frame of every ZeroMQ message between processes; the second frame is the capnp body of `kind`; bulk

@@ -1,0 +1,25 @@
+// Whether a worker's memory asks fit the machine, checked before anything is allocated.
+//
+// Contract: pure arithmetic. check_memory_fits() refuses an ask whose weights, KV pool and host swap space together
+// exceed `available` bytes (the caller reads it: core/host_memory.hpp's MemAvailable for CPU workers), with one
+// error that says how much was asked, how much is there and which key to change: the model (model.path) when the
+// weights alone do not fit, else engine.kv_cache_memory when weights and KV pool do not, else engine.swap_space.
+// `where` prefixes it (the topology file). Errc::resource_exhausted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.hpp"
+
+namespace actord {
+
+struct MemoryAsk {
+  uint64_t weights = 0;  // the model's weights as the worker holds them
+  uint64_t kv = 0;       // the KV block pool
+  uint64_t swap = 0;     // the host swap space (preemption_mode swap)
+};
+
+Status check_memory_fits(const MemoryAsk& ask, uint64_t available, const std::string& where);
+
+}  // namespace actord

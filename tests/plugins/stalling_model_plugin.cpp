@@ -1,0 +1,55 @@
+// A test model plugin: "StallingLlamaForCausalLM", a Llama that stalls. Its forward pass sleeps for config.json's
+// `stall_ms` whenever the step carries the token id `stall_token`, then runs as a Llama. It stands for a worker
+// that stops answering in the middle of a step (a hang, a livelock, a GPU that stopped) while its process is alive,
+// which only the scheduler's step deadline can catch. Loaded through a topology's `plugins:` like any plugin.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "plugins/plugin_api.hpp"
+#include "plugins/transformer/transformer_model.hpp"
+
+namespace {
+
+class StallingModel final : public actord::Model {
+ public:
+  StallingModel(std::unique_ptr<actord::Model> inner, int32_t token, int stall_ms)
+      : inner_(std::move(inner)), token_(token), stall_ms_(stall_ms) {}
+  const actord::ModelConfig& config() const override { return inner_->config(); }
+  void forward(const actord::ForwardBatch& batch, actord::KvCache& kv, std::vector<float>& logits,
+               actord::cpu::ThreadPool& pool) override {
+    if (std::find(batch.tokens.begin(), batch.tokens.end(), token_) != batch.tokens.end()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms_));
+    }
+    inner_->forward(batch, kv, logits, pool);
+  }
+
+ private:
+  std::unique_ptr<actord::Model> inner_;
+  int32_t token_;
+  int stall_ms_;
+};
+
+actord::Result<std::unique_ptr<actord::Model>> create(const actord::ModelConfig& config,
+                                                      const actord::ModelLoadOptions& options) {
+  std::ifstream in(options.model_dir / "config.json");
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("stall_token") || !j.contains("stall_ms")) {
+    return actord::make_error(actord::Errc::parse_error, "StallingLlamaForCausalLM: needs stall_token and stall_ms");
+  }
+  auto inner = actord::TransformerModel::create(config, options, actord::transformer_spec_from_config(config));
+  if (!inner) return inner.error();
+  return std::unique_ptr<actord::Model>(
+      new StallingModel(std::move(*inner), j["stall_token"].get<int32_t>(), j["stall_ms"].get<int>()));
+}
+
+int register_models(actord::ModelRegistry& registry) {
+  registry.add("StallingLlamaForCausalLM", &create);
+  return 0;
+}
+
+}  // namespace
+
+ACTORD_PLUGIN(register_models)
