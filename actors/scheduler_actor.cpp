@@ -4,7 +4,6 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/sec.hpp>
 #include <spdlog/spdlog.h>
 
 #include <time.h>
@@ -29,7 +28,9 @@ struct scheduler_state {
   caf::actor worker;
   caf::actor kv_pool;
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
+  bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   std::string worker_failure;                 // non-empty once the worker was declared failed
+  uint64_t abandoned_through = 0;             // results of steps up to this id are dropped (failed already)
   bool lease_ready = false;
   bool lease_growing = false;                 // a lease request is on its way to the kv_pool
   bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
@@ -48,6 +49,7 @@ struct scheduler_state {
     uint32_t prefill_tokens = 0;
     uint32_t decode_tokens = 0;
     std::optional<uint64_t> expected_us;     // its expected compute; nullopt: unknown
+    std::optional<std::chrono::steady_clock::time_point> deadline;  // nullopt: none
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;
@@ -171,9 +173,11 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
 }
 
 // The worker missed a step's deadline: it is declared failed and stopped (a worker process is killed with its proxy
-// actor), so that nothing more is asked of it; every step still in flight then fails through on_step_unreachable.
-void declare_worker_failed(self_ptr self, const scheduler_state::Sent& late) {
+// actor), every step in flight fails its sequences now, their late results are dropped, and no step is sent to it
+// again (plan_and_send fails them at once).
+void declare_worker_failed(self_ptr self) {
   auto& st = self->state;
+  const scheduler_state::Sent& late = st.in_flight.front();
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - late.at);
   st.worker_failure = "worker stopped answering: step " + std::to_string(late.step_id) + " had no result after " +
                       std::to_string(waited.count()) + " ms (expected compute " +
@@ -181,11 +185,38 @@ void declare_worker_failed(self_ptr self, const scheduler_state::Sent& late) {
                       std::to_string(st.deadline->slack().count()) + " ms)";
   spdlog::error("{}: {}", st.actor_name, st.worker_failure);
   self->send_exit(st.worker, caf::exit_reason::unreachable);
+  st.abandoned_through = st.next_step_id - 1;
+  while (!st.in_flight.empty()) {
+    account_result(st, std::chrono::steady_clock::now());
+    emit(self, st.batcher->on_step_failed(st.worker_failure));
+  }
+  maybe_step(self);
+}
+
+// Checks the oldest step's deadline every quarter of engine.step_timeout (at most every 250 ms) while steps are in
+// flight: one timer message per period, none per step.
+void arm_deadline_check(self_ptr self) {
+  auto& st = self->state;
+  if (st.deadline_check_armed || !st.worker_failure.empty()) return;
+  st.deadline_check_armed = true;
+  const auto period = std::clamp(st.deadline->slack() / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+  self->delayed_send(self, period, deadline_atom::value);
+}
+
+void check_deadline(self_ptr self) {
+  auto& st = self->state;
+  st.deadline_check_armed = false;
+  if (st.in_flight.empty() || !st.worker_failure.empty()) return;
+  const auto& oldest = st.in_flight.front();
+  if (oldest.deadline && std::chrono::steady_clock::now() > *oldest.deadline) {
+    declare_worker_failed(self);
+    return;
+  }
+  arm_deadline_check(self);
 }
 
 void on_step_unreachable(self_ptr self, const caf::error& err) {
   auto& st = self->state;
-  if (err == caf::sec::request_timeout && st.worker_failure.empty()) declare_worker_failed(self, st.in_flight.front());
   account_result(st, std::chrono::steady_clock::now());
   const std::string why =
       st.worker_failure.empty() ? "worker unreachable: " + self->system().render(err) : st.worker_failure;
@@ -292,13 +323,25 @@ void plan_and_send(self_ptr self) {
     }
     const std::optional<uint64_t> own_us = st.deadline->expected_us(prefill, decode);
     const auto wait = st.deadline->deadline(ahead_us, own_us);
-    const caf::duration timeout = wait ? caf::duration(*wait) : caf::duration(caf::infinite);
-    st.in_flight.push_back({std::chrono::steady_clock::now(), plan->decode_only(), step_id, prefill, decode, own_us});
+    const auto now = std::chrono::steady_clock::now();
+    st.in_flight.push_back({now, plan->decode_only(), step_id, prefill, decode, own_us,
+                            wait ? std::optional(now + *wait) : std::nullopt});
+    if (!st.worker_failure.empty()) {  // declared failed: nothing more goes to it
+      account_result(st, now);
+      emit(self, st.batcher->on_step_failed(st.worker_failure));
+      continue;
+    }
     timed_send(st, [&] {
-      self->request(st.worker, timeout, step_atom::value, std::move(step))
-          .then([=](const wire_msg& result) { on_step_result(self, result); },
-                [=](const caf::error& err) { on_step_unreachable(self, err); });
+      self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
+          .then(
+              [=](const wire_msg& result) {
+                if (step_id > self->state.abandoned_through) on_step_result(self, result);
+              },
+              [=](const caf::error& err) {
+                if (step_id > self->state.abandoned_through) on_step_unreachable(self, err);
+              });
     });
+    arm_deadline_check(self);
     if (st.batcher->blocks_wanted() > 0) tend_lease(self);
   }
 }
@@ -384,6 +427,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
           out.setCorrelationId(correlation);
         });
       },
+      [=](deadline_atom) { check_deadline(self); },
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);
         const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();

@@ -23,5 +23,6 @@ using link_down_atom = caf::atom_constant<caf::atom("linkdown")>;     // a remot
 using start_atom = caf::atom_constant<caf::atom("start")>;            // coordinator: bring the topology up
 using stats_atom = caf::atom_constant<caf::atom("stats")>;            // StatsRequest -> SchedulerStats
 using stop_atom = caf::atom_constant<caf::atom("stop")>;              // coordinator: take it down
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;      // scheduler to itself: check step deadlines
 
 }  // namespace actord
