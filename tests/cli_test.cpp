@@ -1,11 +1,15 @@
 // The actord command line as a user runs it: output contract, exit codes, one-line errors, no orphans.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <sstream>
 
+#include "process_util.hpp"
 #include "test_util.hpp"
 
 using namespace actord;
@@ -13,6 +17,7 @@ using namespace actord;
 namespace {
 
 struct RunResult {
+  pid_t pid = -1;  // the actord process, gone (reaped) once run_actord returns
   int exit_code = -1;
   std::string out;
   std::string err;
@@ -24,15 +29,43 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs actord with args (each quoted) from the repo root; captures stdout and stderr.
+// Starts actord with args from the repo root, stdin from /dev/null, stdout and stderr into files of `dir`.
+pid_t start_actord(const std::vector<std::string>& args, const std::filesystem::path& dir) {
+  const std::string binary = test::actord_binary().string(), root = test::source_dir().string();
+  const std::string out = (dir / "out").string(), err = (dir / "err").string();
+  std::vector<std::string> argv_strings{binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int in = open("/dev/null", O_RDONLY);
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || chdir(root.c_str()) != 0)
+      _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs actord with args from the repo root; captures stdout and stderr.
 RunResult run_actord(const std::vector<std::string>& args) {
   test::TempDir tmp;
-  std::string cmd = "cd " + shell_quote(test::source_dir().string()) + " && " + shell_quote(test::actord_binary());
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  cmd += " >" + shell_quote((tmp.path() / "out").string()) + " 2>" + shell_quote((tmp.path() / "err").string()) +
-         " </dev/null";
-  const int status = std::system(cmd.c_str());
   RunResult r;
+  r.pid = start_actord(args, tmp.path());
+  REQUIRE(r.pid > 0);
+  int status = 0;
+  // Bounded: a run that should have failed at once but goes on (serve on a port it should refuse) is killed.
+  const bool ended = test::eventually([&] { return waitpid(r.pid, &status, WNOHANG) == r.pid; },
+                                      std::chrono::seconds(300));
+  if (!ended) {
+    kill(r.pid, SIGKILL);
+    waitpid(r.pid, &status, 0);
+  }
+  CHECK(ended);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream out(tmp.path() / "out"), err(tmp.path() / "err");
   r.out.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
@@ -63,6 +96,9 @@ TEST_CASE("generate --json reproduces the reference in one process and in two", 
     CHECK(j.at("ttft_ms").get<double>() > 0);
     CHECK(j.at("decode_tokens_per_s").get<double>() > 0);
     CHECK(r.err.empty());  // quiet by default
+    // Normal exit: no worker process of that run, no socket of its links, is left.
+    CHECK(test::worker_processes_of(r.pid).empty());
+    CHECK(test::worker_sockets_of(r.pid).empty());
   }
 }
 
@@ -184,8 +220,74 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
                        "--top-k: must be at most the vocabulary size (512), got 600");
   check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "scheduler.policy=lifo"}, greedy)),
                        "scheduler.policy: unknown policy 'lifo' (known: fcfs, priority");
-  auto unknown_flag = gen({"configs/quickstart.yaml", "--prompt", "x", "--frobnicate"});
-  CHECK(unknown_flag.exit_code == 2);
+  check_one_line_error(gen({"configs/quickstart.yaml", "--prompt", "x", "--frobnicate"}),
+                       "The following argument was not expected: --frobnicate");
+}
+
+TEST_CASE("bad input to every subcommand - one clear line on stderr and exit code 2", "[cli]") {
+  test::TempDir tmp;
+  const std::string nowhere = (tmp.path() / "nowhere").string();
+  // The command line itself.
+  check_one_line_error(run_actord({}), "A subcommand is required");
+  check_one_line_error(run_actord({"frobnicate"}), "unknown subcommand 'frobnicate'");
+  check_one_line_error(run_actord({"worker"}), "--name is required");
+  // generate
+  check_one_line_error(run_actord({"generate", "--prompt", "x"}), "config is required");
+  check_one_line_error(run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--log-level",
+                                   "nonsense"}),
+                       "--log-level: unknown level 'nonsense' (trace, debug, info, warn, error, critical, off)");
+  check_one_line_error(run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--temperature",
+                                   "inf"}),
+                       "--temperature: must be finite and >= 0, got inf");
+  check_one_line_error(run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--top-p", "nan"}),
+                       "--top-p: must be in (0, 1], got nan");
+  check_one_line_error(run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--max-tokens",
+                                   "many"}),
+                       "Could not convert: --max-tokens = many");
+  // tokenize / detokenize
+  for (const char* sub : {"tokenize", "detokenize"}) {
+    INFO(sub);
+    check_one_line_error(run_actord({sub}), "--model is required");
+    check_one_line_error(run_actord({sub, "--model", nowhere}), "tokenizer file not found: " + nowhere);
+    check_one_line_error(run_actord({sub, "--model", "models/stories260K", "--frobnicate"}),
+                         "The following argument was not expected: --frobnicate");
+  }
+  // bench offline
+  const std::vector<std::string> offline{"bench", "offline", "--model", "models/stories260K"};
+  auto bench = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = offline;
+    all.insert(all.end(), more.begin(), more.end());
+    return run_actord(all);
+  };
+  check_one_line_error(run_actord({"bench"}), "A subcommand is required");
+  check_one_line_error(run_actord({"bench", "offline"}), "--model is required");
+  check_one_line_error(run_actord({"bench", "offline", "--model", nowhere}),
+                       "model folder " + nowhere + " does not exist");
+  check_one_line_error(bench({"--num-prompts", "0"}), "--num-prompts: must be at least 1, got 0");
+  check_one_line_error(bench({"--input-len", "-3"}), "--input-len: must be at least 1, got -3");
+  check_one_line_error(bench({"--output-len", "0"}), "--output-len: must be at least 1, got 0");
+  check_one_line_error(bench({"--shared-prefix-len", "-1"}), "--shared-prefix-len: must be at least 0, got -1");
+  check_one_line_error(bench({"--input-len", "500", "--output-len", "100"}),
+                       "--input-len + --output-len (600) exceeds the model's context (512)");
+  check_one_line_error(bench({"--log-level", "loud"}), "--log-level: unknown level 'loud'");
+  // bench serve: refused before any connection is tried
+  check_one_line_error(run_actord({"bench", "serve"}), "--url is required");
+  for (const char* url : {"ftp://127.0.0.1:8000", "http://", "http://127.0.0.1:port", "http://127.0.0.1:99999"}) {
+    check_one_line_error(run_actord({"bench", "serve", "--url", url}),
+                         std::string("--url: expected http://host[:port][/prefix] with a port in [1, 65535], got '") +
+                             url + "'");
+  }
+  check_one_line_error(run_actord({"bench", "serve", "--url", "http://127.0.0.1:8000", "--num-prompts", "0"}),
+                       "--num-prompts: must be at least 1, got 0");
+  check_one_line_error(run_actord({"bench", "serve", "--url", "http://127.0.0.1:8000", "--vocab", "2"}),
+                       "--vocab: must be at least 4, got 2");
+  // serve: refused before the engine starts
+  for (const char* port : {"70000", "-5", "http"}) {
+    check_one_line_error(run_actord({"serve", "configs/quickstart.yaml", "--port", port}),
+                         std::string("--port: must be a port number in [0, 65535], got '") + port + "'");
+  }
+  check_one_line_error(run_actord({"serve", "configs/quickstart.yaml", "--log-level", "nonsense"}),
+                       "--log-level: unknown level 'nonsense'");
 }
 
 TEST_CASE("a worker process that dies at start-up - reported - non-zero exit - no orphan", "[cli][process]") {
@@ -197,14 +299,41 @@ TEST_CASE("a worker process that dies at start-up - reported - non-zero exit - n
   INFO(r.err);
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::StartsWith("error: ") && Catch::Contains("truncated safetensors file"));
-  // No process started for this model folder is left behind.
-  int left = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find("actord") != std::string::npos && cmd.find(tmp.path().string()) != std::string::npos) ++left;
-  }
-  CHECK(left == 0);
+  // Error exit: no worker process of that run, no socket of its links, is left.
+  CHECK(test::worker_processes_of(r.pid).empty());
+  CHECK(test::worker_sockets_of(r.pid).empty());
+}
+
+TEST_CASE("actord killed with SIGKILL - its worker process goes with it - no socket left", "[cli][process]") {
+  // actord serve runs until it is stopped: its worker process is there for as long as the test looks for it.
+  test::TempDir tmp;
+  const pid_t pid = start_actord({"serve", "configs/quickstart-2proc.yaml", "--port", "0"}, tmp.path());
+  REQUIRE(pid > 0);
+  struct Reaper {  // kills and reaps actord if the test stops early
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0 && kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  std::vector<pid_t> workers;
+  bool ended = false;
+  test::eventually([&] {
+    workers = test::worker_processes_of(pid);
+    ended = workers.empty() && waitpid(pid, nullptr, WNOHANG) == pid;
+    return !workers.empty() || ended;
+  }, std::chrono::seconds(60));
+  if (ended) reaper.pid = -1;
+  REQUIRE_FALSE(ended);
+  REQUIRE(workers.size() == 1);
+  CHECK_FALSE(test::worker_sockets_of(pid).empty());
+  REQUIRE(kill(pid, SIGKILL) == 0);
+  REQUIRE(waitpid(pid, nullptr, 0) == pid);
+  reaper.pid = -1;
+  // The worker dies with its parent, and the sockets of their links with the parent.
+  const bool gone = test::eventually([&] { return test::worker_processes_of(pid).empty(); }, std::chrono::seconds(5));
+  CHECK(gone);
+  CHECK(test::worker_sockets_of(pid).empty());
+  for (pid_t w : test::worker_processes_of(pid)) kill(w, SIGKILL);  // never leave one behind, even on failure
 }
 
 TEST_CASE("bench offline prints one JSON object with throughput and latency figures", "[cli]") {

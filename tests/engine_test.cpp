@@ -1,6 +1,7 @@
 // The whole actor system through the Engine API: reference output in one process and in two, batching, chunked
 // prefill, preemption, bad requests, and worker processes that die.
 #include <signal.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <atomic>
@@ -10,6 +11,7 @@
 
 #include "actors/engine.hpp"
 #include "engine_test_util.hpp"
+#include "process_util.hpp"
 
 using namespace actord;
 using test::quickstart;
@@ -54,20 +56,41 @@ TEST_CASE("prompts submitted together are batched and each equals its solo run",
     prompt.insert(prompt.end(), ref.begin(), ref.begin() + cut);
     requests.push_back(greedy(prompt, 24));
   }
+  constexpr uint64_t kBudget = 32;
   for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
     INFO(file);
-    // A small token budget forces chunked prefill mixed with decode in the same steps.
-    auto engine = test::start_engine(quickstart(file, {"engine.max_num_batched_tokens=32"}));
+    // A small token budget forces chunked prefill mixed with decode in the same steps. No prefix cache: every
+    // prompt token is computed in every run, so the step counts below are those of the prompts' lengths.
+    auto engine = test::start_engine(quickstart(
+        file, {"engine.max_num_batched_tokens=" + std::to_string(kBudget), "engine.enable_prefix_caching=false"}));
+    const auto before = engine->stats();
     auto together = engine->generate(requests);
     REQUIRE(together.ok());
+    const EngineStats batched = stats_between(*before, *engine->stats());
+    uint64_t solo_steps = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
+      const auto start = engine->stats();
       auto alone = engine->generate({requests[i]});
       REQUIRE(alone.ok());
+      const EngineStats solo = stats_between(*start, *engine->stats());
+      solo_steps += solo.steps;
       CHECK((*together)[i].generated_ids == (*alone)[0].generated_ids);
       const size_t cut = requests[i].prompt_ids.size() - 1;
       CHECK((*together)[i].generated_ids ==
             std::vector<int32_t>(ref.begin() + cut, ref.begin() + cut + 24));
+      // Alone, a prompt longer than the budget is fed in chunks, one step each, before its 23 decode steps.
+      const uint64_t prompt_len = requests[i].prompt_ids.size();
+      INFO("prompt of " << prompt_len << " tokens alone: " << solo.steps << " steps");
+      CHECK(solo.prefill_tokens == prompt_len);
+      CHECK(solo.steps >= (prompt_len + kBudget - 1) / kBudget + 23);
     }
+    // Together, sequences shared steps, decode tokens rode in steps with prompt chunks, and the batch took far
+    // fewer steps than the requests one after the other.
+    INFO("batched: " << batched.steps << " steps, at most " << batched.max_seqs_in_step << " sequences in one; solo: "
+                     << solo_steps << " steps");
+    CHECK(batched.max_seqs_in_step > 1);
+    CHECK(test::decode_tokens_in_mixed_steps(batched) > 0);
+    CHECK(batched.steps * 2 < solo_steps);
   }
 }
 
@@ -89,6 +112,15 @@ TEST_CASE("a KV cache too small for the batch preempts and still gives every req
     const size_t cut = i * 2;
     CHECK((*out)[i].generated_ids == std::vector<int32_t>(ref.begin() + cut, ref.begin() + cut + 40));
   }
+  // The pool really was too small: sequences ran together, some were preempted and their prompts recomputed.
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  INFO("preemptions " << stats->preemptions << ", at most " << stats->max_seqs_in_step << " sequences in a step");
+  CHECK(stats->preemptions > 0);
+  CHECK(stats->max_seqs_in_step > 1);
+  uint64_t prompt_tokens = 0;
+  for (const auto& r : requests) prompt_tokens += r.prompt_ids.size();
+  CHECK(stats->prefill_tokens > prompt_tokens);
 }
 
 TEST_CASE("seeded sampling is reproducible and independent of batching", "[engine]") {
@@ -160,23 +192,20 @@ TEST_CASE("engine start-up errors name the problem", "[engine]") {
   CHECK_THAT(swap.error().message, Catch::Contains("engine.swap_space: 1024 bytes hold no KV block"));
 }
 
-namespace {
-
-// Worker processes still alive whose command line mentions `marker`.
-int count_processes_with(const std::string& marker) {
-  int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (char& c : cmd) if (c == '\0') c = ' ';
-    if (cmd.find(marker) != std::string::npos && cmd.find(" worker ") != std::string::npos) ++n;
-  }
-  return n;
+TEST_CASE("two processes - the worker process and its link sockets live exactly as long as the engine",
+          "[engine][process]") {
+  auto engine = test::start_engine(quickstart("configs/quickstart-2proc.yaml"));
+  REQUIRE(engine->generate({greedy({1}, 4)}).ok());
+  // While it runs: one worker, found by its command line, and the sockets the engine bound for it.
+  const std::vector<pid_t> workers = test::worker_processes_of(getpid());
+  REQUIRE(workers.size() == 1);
+  CHECK(test::worker_sockets_of(getpid()).size() >= 2);  // to-worker and from-worker
+  engine.reset();
+  // Stopping the engine reaps its worker and closes its sockets before it returns.
+  CHECK(test::worker_processes_of(getpid()).empty());
+  CHECK(test::worker_sockets_of(getpid()).empty());
+  CHECK(kill(workers[0], 0) == -1);
 }
-
-}  // namespace
 
 TEST_CASE("a worker process that dies at start-up is reported - not waited for", "[engine][process]") {
   auto cfg = quickstart("configs/quickstart-2proc.yaml");
@@ -186,6 +215,8 @@ TEST_CASE("a worker process that dies at start-up is reported - not waited for",
   REQUIRE_FALSE(engine.ok());
   CHECK(engine.error().code == Errc::worker_failed);
   CHECK_THAT(engine.error().message, Catch::Matches("worker process replica/0/worker/0 \\(pid \\d+\\) exited with status 1"));
+  CHECK(test::worker_processes_of(getpid()).empty());
+  CHECK(test::worker_sockets_of(getpid()).empty());
 }
 
 TEST_CASE("a worker process that fails to load the model reports why and leaves no process", "[engine][process]") {
@@ -197,29 +228,25 @@ TEST_CASE("a worker process that fails to load the model reports why and leaves 
   REQUIRE_FALSE(engine.ok());
   CHECK(engine.error().code == Errc::parse_error);
   CHECK_THAT(engine.error().message, Catch::Contains("truncated safetensors file"));
-  // Our worker child is reaped before start() returns.
-  CHECK(count_processes_with(tmp.path().string()) == 0);
+  // Our worker child is reaped and its sockets closed before start() returns.
+  CHECK(test::worker_processes_of(getpid()).empty());
+  CHECK(test::worker_sockets_of(getpid()).empty());
 }
 
 TEST_CASE("a worker process killed mid-run fails its requests instead of hanging", "[engine][process]") {
   auto engine = test::start_engine(quickstart("configs/quickstart-2proc.yaml"));
   // Kill our worker child as soon as the first text arrives, while the request still has hundreds of steps to go.
   bool killed = false;
+  size_t workers_seen = 0;
   auto kill_children = [&](size_t, std::string_view) {
-    if (killed) return;
-    killed = true;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream stat(entry.path() / "stat");
-      std::string pid, comm, state;
-      long ppid = 0;
-      stat >> pid >> comm >> state >> ppid;
-      if (ppid == getpid()) kill(std::stoi(pid), SIGKILL);
-    }
+    if (workers_seen > 0) return;
+    const std::vector<pid_t> workers = test::worker_processes_of(getpid());
+    workers_seen = workers.size();
+    killed = workers.size() == 1 && kill(workers[0], SIGKILL) == 0;
   };
   auto out = engine->generate({greedy({1}, 500)}, kill_children);
   REQUIRE(out.ok());
+  REQUIRE(workers_seen == 1);
   REQUIRE(killed);
   const auto& r = (*out)[0];
   CHECK(r.generated_ids.size() < 500);
@@ -232,6 +259,7 @@ TEST_CASE("a worker process killed mid-run fails its requests instead of hanging
   REQUIRE(again.ok());
   REQUIRE((*again)[0].error);
   CHECK((*again)[0].error->code == Errc::worker_failed);
+  CHECK(test::worker_processes_of(getpid()).empty());
 }
 
 TEST_CASE("a stop string spanning tokens ends generation and is not emitted", "[engine][stop]") {

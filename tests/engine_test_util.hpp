@@ -36,4 +36,11 @@ inline std::unique_ptr<Engine> start_engine(const TopologyConfig& cfg) {
   return std::move(*engine);
 }
 
+// Decode tokens (one per sequence continuing its output) fed in steps that also carried prompt tokens: > 0 shows
+// chunked prefill mixed with decode. tokens - prefill_tokens are the decode slices of every step, decode_tokens
+// those of decode-only steps (one sample each: requests of one sample). Read once the requests finished.
+inline int64_t decode_tokens_in_mixed_steps(const EngineStats& s) {
+  return static_cast<int64_t>(s.tokens - s.prefill_tokens) - static_cast<int64_t>(s.decode_tokens);
+}
+
 }  // namespace actord::test

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -213,6 +214,44 @@ std::map<int32_t, int> histogram(const std::vector<float>& logits, const Samplin
   return seen;
 }
 
+// The chi-square quantile of `df` degrees of freedom at the 0.1% upper tail (Wilson-Hilferty; within 3% of the
+// exact value for df >= 1, and above it for df = 1).
+double chi_square_0_001(int df) {
+  const double z = 3.0902;  // the standard normal's 0.1% upper quantile
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3);
+}
+
+// Draws sample indices [0, draws) with o's seed and compares the frequencies with the reference's kept tokens and
+// renormalised probabilities (reference_kept: sorted in double, filtered in vLLM's order): no token outside them
+// is drawn, the chi-square statistic over them is below its 0.1% quantile, and no frequency is off by more than
+// `max_deviation`. Deterministic: the seed is fixed, so a sampler that passes once always does.
+void check_frequencies(const std::vector<float>& logits, const SamplingOptions& o, uint32_t draws,
+                       double max_deviation = 0.01) {
+  const std::vector<Ranked> kept = reference_kept(to_double(logits), o);
+  const std::map<int32_t, int> seen = histogram(logits, o, draws);
+  INFO("temperature " << o.temperature << " top_k " << o.top_k << " top_p " << o.top_p << " min_p " << o.min_p
+                      << ": " << kept.size() << " tokens kept");
+  std::map<int32_t, double> expected;
+  for (const Ranked& r : kept) expected[r.id] = r.p;
+  for (auto [id, count] : seen) {
+    INFO("token " << id << " drawn " << count << " times");
+    CHECK(expected.count(id) == 1);
+  }
+  double chi2 = 0.0, worst = 0.0;
+  for (auto [id, p] : expected) {
+    const double count = seen.count(id) ? seen.at(id) : 0;
+    const double e = p * draws;
+    REQUIRE(e >= 5.0);  // the chi-square approximation needs it: pick logits and draws accordingly
+    chi2 += (count - e) * (count - e) / e;
+    worst = std::max(worst, std::fabs(count / draws - p));
+  }
+  const int df = int(expected.size()) - 1;
+  INFO("chi-square " << chi2 << " with " << df << " degrees of freedom; largest frequency error " << worst);
+  if (df > 0) CHECK(chi2 < chi_square_0_001(df));
+  CHECK(worst < max_deviation);
+}
+
 }  // namespace
 
 TEST_CASE("sampler: greedy picks the highest logit, lowest id on ties; top_k 1 is greedy", "[sampler]") {
@@ -252,6 +291,52 @@ TEST_CASE("sampler: temperature draw frequencies follow the softmax", "[sampler]
     INFO("token " << i);
     CHECK(std::fabs(got - expected) < 0.01);
   }
+}
+
+TEST_CASE("sampler: different seeds give different draws - the same seed the same ones", "[sampler]") {
+  // Eight tokens, none below 2%: argmax, or a draw that ignores the seed, fails this.
+  const std::vector<float> logits{0.5f, 1.5f, -0.2f, 1.0f, 0.0f, 2.0f, -1.0f, 0.7f};
+  Sampler s;
+  auto draws_of = [&](uint64_t seed) {
+    std::vector<int32_t> d;
+    for (uint32_t i = 0; i < 32; ++i) d.push_back(s.sample(logits.data(), 8, options(1.0f, 1.0f, 0, seed), i));
+    return d;
+  };
+  std::set<std::vector<int32_t>> sequences;
+  std::set<int32_t> first_draws;
+  for (uint64_t seed = 1; seed <= 64; ++seed) {
+    const std::vector<int32_t> d = draws_of(seed);
+    CHECK(draws_of(seed) == d);
+    sequences.insert(d);
+    first_draws.insert(d[0]);
+  }
+  CHECK(sequences.size() == 64);    // 32 draws: two seeds agreeing on all of them is beyond chance
+  CHECK(first_draws.size() >= 6);   // the first draw alone, over 64 seeds, takes most of the 8 values
+  // Truncation keeps the seed's effect within the kept tokens.
+  std::set<int32_t> kept_draws;
+  for (uint64_t seed = 1; seed <= 64; ++seed) kept_draws.insert(s.sample(logits.data(), 8, options(1.0f, 1.0f, 3, seed), 0));
+  CHECK(kept_draws == std::set<int32_t>{1, 3, 5});
+}
+
+TEST_CASE("sampler: draw frequencies follow the softmax at each temperature - chi-square", "[sampler]") {
+  // Twelve logits whose smallest probability still gives >= 5 expected draws at each temperature.
+  const std::vector<float> logits{2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.2f, 0.0f, -0.3f, -0.6f, -1.0f, -1.5f};
+  for (float temperature : {0.5f, 1.0f, 1.5f}) check_frequencies(logits, options(temperature, 1.0f, 0, 17), 40000);
+  // A temperature below 1 sharpens the distribution: the best token is drawn more often than at 1.
+  const auto sharp = histogram(logits, options(0.5f, 1.0f, 0, 17), 10000);
+  const auto plain = histogram(logits, options(1.0f, 1.0f, 0, 17), 10000);
+  CHECK(sharp.at(0) > plain.at(0) + 1000);
+}
+
+TEST_CASE("sampler: top-k - top-p - min-p draw from the truncated renormalised softmax - chi-square", "[sampler]") {
+  const std::vector<float> logits{2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.2f, 0.0f, -0.3f, -0.6f, -1.0f, -1.5f};
+  check_frequencies(logits, options(1.0f, 1.0f, 4, 23), 40000);               // top-k: 4 tokens
+  check_frequencies(logits, options(0.9f, 0.8f, 0, 29), 40000);               // top-p
+  check_frequencies(logits, options(1.0f, 1.0f, 0, 31, 0.2f), 40000);         // min-p
+  check_frequencies(logits, options(1.3f, 0.9f, 6, 37, 0.05f), 40000);        // all three, in vLLM's order
+  // A larger row: top-k 40 of 1000 at temperature 0.8 (more draws: 40 cells).
+  const std::vector<float> wide = random_logits(1000, 0.3f, 41);
+  check_frequencies(wide, options(0.8f, 1.0f, 40, 43), 100000, 0.005);
 }
 
 TEST_CASE("sampler: top-k keeps the k best, lower id first on ties", "[sampler]") {

@@ -110,10 +110,13 @@ TEST_CASE("penalties over prompt and output match the model run directly - greed
   seeded.top_p = 0.9f;
   seeded.seed = 7;
   const auto prompt = prompt_of(20);
+  const auto before = engine->stats();
   auto out = engine->generate({request(prompt, 40, greedy), request(prompt, 40, seeded)});
   REQUIRE(out.ok());
   REQUIRE_FALSE((*out)[0].error);
   REQUIRE_FALSE((*out)[1].error);
+  // The 20-token prompt took 3 steps of at most 8 tokens before each of its 39 decode steps (not 1).
+  CHECK(stats_between(*before, *engine->stats()).steps >= 3 + 39);
   CHECK((*out)[0].generated_ids == run_directly(prompt, 40, greedy).generated);
   CHECK((*out)[1].generated_ids == run_directly(prompt, 40, seeded).generated);
   // Again: the prompt's full blocks now come from the prefix cache, and the worker gets their tokens as context.
@@ -204,6 +207,32 @@ TEST_CASE("steps planned ahead give the same tokens as steps one at a time", "[e
   CHECK(outputs[0] == outputs[1]);
   CHECK(ahead[0] == 0);
   CHECK(ahead[1] > 0);
+}
+
+TEST_CASE("different seeds give different texts at temperature 1 - the same seed the same text", "[engine][sampling]") {
+  auto engine = test::start_engine(test::quickstart());
+  std::vector<GenerateRequest> requests;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SamplingOptions o;
+    o.temperature = 1.0f;
+    o.seed = seed;
+    requests.push_back(request(prompt_of(4), 24, o));
+  }
+  requests.push_back(requests[2]);  // seed 3 again, in the same batch
+  auto out = engine->generate(requests);
+  REQUIRE(out.ok());
+  std::set<std::string> texts;
+  for (size_t i = 0; i < 8; ++i) {
+    REQUIRE_FALSE((*out)[i].error);
+    texts.insert((*out)[i].text);
+  }
+  CHECK(texts.size() == 8);  // 24 tokens at temperature 1: no two seeds write the same text
+  CHECK((*out)[8].text == (*out)[2].text);
+  // At temperature 0 the seed does not matter.
+  for (auto& r : requests) r.sampling.temperature = 0.0f;
+  auto greedy = engine->generate({requests[0], requests[1]});
+  REQUIRE(greedy.ok());
+  CHECK((*greedy)[0].text == (*greedy)[1].text);
 }
 
 TEST_CASE("bad sampling options are refused with the field named - the engine keeps serving", "[engine][sampling]") {
@@ -360,9 +389,14 @@ TEST_CASE("prompt logprobs are the model's log-softmax of each prompt token - ch
     o.temperature = 0.0f;
     o.prompt_logprobs = 3;
     o.n = 2;
+    const auto before = engine->stats();
     auto out = engine->generate({request(prompt, 5, o)});
     REQUIRE(out.ok());
     REQUIRE(out->size() == 2);
+    // Chunked: 37 prompt tokens in 5 steps of at most 8, computed once for both samples, then 4 decode steps.
+    const EngineStats run = stats_between(*before, *engine->stats());
+    CHECK(run.prefill_tokens == prompt.size());
+    CHECK(run.steps >= 5 + 4);
     for (const auto& sample : *out) {
       REQUIRE_FALSE(sample.error);
       check_prompt_logprobs(sample, rows, 3);

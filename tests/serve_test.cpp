@@ -18,6 +18,7 @@
 #include "api/http_server.hpp"
 #include "api/openai_server.hpp"
 #include "engine_test_util.hpp"
+#include "process_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
@@ -227,6 +228,8 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
       port = std::stoi(line.substr(line.rfind(':') + 1));
   }
   REQUIRE(port > 0);
+  const std::vector<pid_t> workers = test::worker_processes_of(pid);
+  CHECK(workers.size() == 1);
   auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
   CHECK(r.status == 200);
   CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
@@ -236,13 +239,9 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  // Its worker process went with it.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    CHECK(args.find("--to-worker ipc://@actord-" + std::to_string(pid)) == std::string::npos);
-  }
+  // Its worker process went with it (reaped before actord exited), and the sockets of their links.
+  CHECK(test::worker_processes_of(pid).empty());
+  CHECK(test::worker_sockets_of(pid).empty());
 }
 
 TEST_CASE("serve - plain curl sees Server-Sent Events framed as the spec says", "[serve][curl]") {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "actors/engine.hpp"
 #include "apps/actord/commands.hpp"
@@ -61,9 +62,13 @@ int run_bench(const BenchArgs& args) {
     print_error(e);
     return exit_code_for(e);
   };
-  if (args.num_prompts < 1 || args.input_len < 1 || args.output_len < 1 || args.concurrency < 1 ||
-      args.shared_prefix_len < 0) {
-    return fail({Errc::invalid_argument, "--num-prompts, --input-len, --output-len and --concurrency must be >= 1"});
+  for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1}, {"--input-len", args.input_len, 1},
+                                    {"--output-len", args.output_len, 1}, {"--concurrency", args.concurrency, 1},
+                                    {"--shared-prefix-len", args.shared_prefix_len, 0}, {"--threads", args.threads, 0}}) {
+    if (value < least) {
+      return fail({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
+                                               ", got " + std::to_string(value)});
+    }
   }
   auto model = ModelConfig::load(args.model);
   if (!model) return fail(model.error());

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <utility>
 #include <unistd.h>
 
@@ -57,6 +58,9 @@ std::optional<Target> parse_url(const std::string& url) {
   t.host = hostport.substr(0, colon);
   t.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
   if (t.host.empty()) return std::nullopt;
+  if (t.port.empty() || t.port.size() > 5 || t.port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(t.port) < 1 || std::stoi(t.port) > 65535)
+    return std::nullopt;
   return t;
 }
 
@@ -208,10 +212,17 @@ void draw_progress(size_t done, size_t total, size_t tokens, double seconds) {
 
 int run_bench_serve(const BenchServeArgs& args) {
   auto target = parse_url(args.url);
-  if (!target) return print_error({Errc::invalid_argument, "--url: expected http://host:port, got " + args.url}), 2;
-  if (args.num_prompts < 1 || args.concurrency < 1 || args.input_len < 1 || args.output_len < 1 || args.vocab < 4 ||
-      args.warmup < 0)
-    return print_error({Errc::invalid_argument, "--num-prompts, --concurrency, --input-len, --output-len must be >= 1"}), 2;
+  if (!target)
+    return print_error({Errc::invalid_argument, "--url: expected http://host[:port][/prefix] with a port in "
+                                                "[1, 65535], got '" + args.url + "'"}), 2;
+  for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1},
+                                    {"--concurrency", args.concurrency, 1}, {"--input-len", args.input_len, 1},
+                                    {"--output-len", args.output_len, 1}, {"--vocab", args.vocab, 4},
+                                    {"--warmup", args.warmup, 0}, {"--max-model-len", args.max_model_len, 2}}) {
+    if (value < least)
+      return print_error({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
+                                                      ", got " + std::to_string(value)}), 2;
+  }
   if (!(args.range_ratio >= 0 && args.range_ratio < 1))
     return print_error({Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"}), 2;
   if (!(args.request_rate >= 0) || std::isinf(args.request_rate))

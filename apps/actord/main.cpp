@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include "apps/actord/commands.hpp"
 
@@ -10,6 +11,15 @@ int main(int argc, char** argv) {
   CLI::App app{"actord: an actor-based, elastic LLM inference engine"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  // Usage errors are one line, like every other error of the command line; a word that is no subcommand is named.
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    std::string what = e.what();
+    const auto extra = failed->remaining();
+    if (failed->get_subcommands().empty() && !extra.empty() && what == "A subcommand is required")
+      what = "unknown subcommand '" + extra.front() + "'";
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return "error: " + what + " (see --help)\n";
+  });
 
   auto logger = spdlog::stderr_color_mt("actord");
   spdlog::set_default_logger(logger);

@@ -17,7 +17,15 @@ CLI::App* add_serve_command(CLI::App& app, ServeArgs& args) {
   auto* cmd = app.add_subcommand("serve", "Serve the topology's model over an OpenAI-compatible HTTP API");
   add_common_options(cmd, args.common, "warn");
   cmd->add_option("--host", args.host, "Address to bind (default: server.host of the topology, 127.0.0.1)");
-  cmd->add_option("--port", args.port, "Port to bind; 0 picks a free one (default: server.port, 8000)");
+  cmd->add_option("--port", args.port, "Port to bind; 0 picks a free one (default: server.port, 8000)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            const bool digits =
+                !value.empty() && value.size() <= 5 && value.find_first_not_of("0123456789") == std::string::npos;
+            if (digits && std::stoi(value) <= 65535) return "";
+            return "must be a port number in [0, 65535], got '" + value + "'";
+          },
+          "PORT"));
   cmd->add_option("--api-key", args.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 routes (also server.api_key, ACTORD_API_KEY)");
   cmd->add_option("--threads", args.http_threads, "HTTP server threads")->capture_default_str();
@@ -37,7 +45,6 @@ int run_serve(const ServeArgs& args) {
   if (args.port >= 0) server.port = args.port;
   if (const char* key = std::getenv("ACTORD_API_KEY"); key && *key) server.api_key = key;
   if (!args.api_key.empty()) server.api_key = args.api_key;
-  if (server.port > 65535) return fail({Errc::invalid_argument, "--port: must be at most 65535"});
 
   // SIGINT and SIGTERM are waited for by this thread alone: every thread started from here inherits the mask.
   sigset_t signals;
