@@ -55,7 +55,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
         if (group.placement == Placement::process) {
           worker = spawn_remote_worker(self->system(),
                                        WorkerProcessOptions{p.worker_executable, worker_name, p.log_level,
-                                                            p.topology.engine.step_timeout});
+                                                            p.topology.engine.step_timeout, p.ipc_dir});
         } else {
           worker = spawn_worker(self->system(), *p.registry);
         }

@@ -27,6 +27,7 @@ struct CoordinatorParams {
   uint32_t num_kv_blocks = 0;
   DType kv_dtype = DType::f32;
   std::filesystem::path worker_executable;  // for placement: process
+  std::filesystem::path ipc_dir;            // for placement: process: the engine's private ipc folder
   std::string log_level = "warn";
   std::chrono::seconds worker_start_timeout{120};
   const ModelRegistry* registry = nullptr;   // must outlive the coordinator

@@ -13,12 +13,12 @@
 namespace actord {
 namespace {
 
-// Unique per live WorkerProcess: the pid names the engine's process, the object's address the link within it.
-// Linux's abstract socket namespace ('@'): no file is created, so none is left behind whatever ends the engine
-// (SIGTERM, SIGKILL, a crash); the name goes with the last socket bound to it.
-std::string ipc_endpoint(const void* owner, const std::string& tag) {
-  return "ipc://@actord-" + std::to_string(getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(owner)) +
-         "-" + tag;
+// A socket file in the engine's private ipc folder (mode 0700: only this user can connect), named after the
+// worker ("replica/0/worker/0" -> "replica-0-worker-0.to"); the folder goes with the engine (comms/ipc_directory).
+std::string ipc_endpoint(const WorkerProcessOptions& options, const std::string& tag) {
+  std::string name = options.name;
+  std::replace(name.begin(), name.end(), '/', '-');
+  return "ipc://" + (options.ipc_dir / (name + "." + tag)).string();
 }
 
 }  // namespace
@@ -33,8 +33,9 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   wp->options_ = options;
   wp->on_message_ = std::move(on_message);
   wp->on_exit_ = std::move(on_exit);
-  wp->to_endpoint_ = ipc_endpoint(wp.get(), "to");
-  wp->from_endpoint_ = ipc_endpoint(wp.get(), "from");
+  if (options.ipc_dir.empty()) return make_error(Errc::internal, "worker process " + options.name + ": no ipc folder");
+  wp->to_endpoint_ = ipc_endpoint(options, "to");
+  wp->from_endpoint_ = ipc_endpoint(options, "from");
   try {
     wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
     wp->to_worker_.set(zmq::sockopt::linger, 0);

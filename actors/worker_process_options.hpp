@@ -13,6 +13,7 @@ struct WorkerProcessOptions {
   std::string log_level = "warn";
   // The child sends a heartbeat every eighth of this; a child silent for this long is declared failed and killed.
   std::chrono::milliseconds heartbeat_timeout{2000};
+  std::filesystem::path ipc_dir;     // the engine's private ipc folder (comms/ipc_directory.hpp); required
 };
 
 }  // namespace actord

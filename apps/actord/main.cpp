@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "apps/actord/commands.hpp"
+#include "apps/actord/signal_cleanup.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"actord: an actor-based, elastic LLM inference engine"};
@@ -44,6 +45,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;  // usage errors are bad input: exit code 2
   }
+  // serve drains on SIGINT/SIGTERM itself (serve_command.cpp); the others that run an engine clean up and die.
+  if (generate->parsed() || (bench->parsed() && !bench_serve->parsed())) actord::cli::end_on_signals_after_cleanup();
   if (generate->parsed()) return actord::cli::run_generate(generate_args);
   if (bench_serve->parsed()) return actord::cli::run_bench_serve(bench_serve_args);
   if (bench->parsed()) return actord::cli::run_bench(bench_args);

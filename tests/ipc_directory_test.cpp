@@ -1,0 +1,140 @@
+// The private ipc folder of an engine's worker sockets: mode 0700, removed when the engine ends, on SIGTERM and
+// SIGINT of the command line too, and a folder left by a killed run removed at the next start.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "comms/ipc_directory.hpp"
+#include "engine_test_util.hpp"
+
+using namespace actord;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<fs::path> ipc_folders(const fs::path& base, pid_t pid) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(base)) {
+    if (e.path().filename().string().rfind("actord-" + std::to_string(pid) + "-", 0) == 0) found.push_back(e.path());
+  }
+  return found;
+}
+
+pid_t dead_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return child;
+}
+
+// `actord generate` on the two-process quickstart with TMPDIR=base, long enough to be caught running.
+pid_t start_generate(const fs::path& base) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("TMPDIR", base.c_str(), 1);
+    if (chdir(test::source_dir().c_str()) != 0) _exit(120);
+    const std::string bin = test::actord_binary().string();
+    execl(bin.c_str(), bin.c_str(), "generate", "configs/quickstart-2proc.yaml", "--prompt-ids", "1", "--n", "16",
+          "--max-tokens", "400", "--ignore-eos", "--temperature", "0.8", "--seed", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+template <class Pred>
+bool within(std::chrono::milliseconds limit, Pred&& pred) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST_CASE("an ipc folder is private, named after its process and removed with its owner", "[ipc]") {
+  test::TempDir base;
+  fs::path path;
+  {
+    auto dir = IpcDirectory::create(base.path());
+    REQUIRE(dir.ok());
+    path = (*dir)->path();
+    CHECK(path.parent_path() == base.path());
+    CHECK(ipc_folders(base.path(), getpid()) == std::vector<fs::path>{path});
+    struct stat st {};
+    REQUIRE(stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+    CHECK((*dir)->endpoint("w.to") == "ipc://" + (path / "w.to").string());
+    test::write_file(path / "leftover", "x");
+  }
+  CHECK_FALSE(fs::exists(path));
+}
+
+TEST_CASE("folders of dead processes are removed at the next start, others are left alone", "[ipc]") {
+  test::TempDir base;
+  const pid_t gone = dead_pid();
+  const fs::path stale = base.path() / ("actord-" + std::to_string(gone) + "-abcdef");
+  const fs::path live = base.path() / ("actord-" + std::to_string(getppid()) + "-abcdef");
+  const fs::path other = base.path() / "actord-notapid-abcdef";
+  for (const auto& p : {stale, live, other}) fs::create_directories(p / "sub");
+  auto dir = IpcDirectory::create(base.path());
+  REQUIRE(dir.ok());
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(other));
+  CHECK(IpcDirectory::remove_all_of(base.path(), getppid()) == 1);
+  CHECK_FALSE(fs::exists(live));
+}
+
+TEST_CASE("an engine's worker sockets live in its folder, gone when the engine ends", "[ipc][process]") {
+  test::TempDir base;
+  EngineOptions options = test::engine_options();
+  options.runtime_dir = base.path();
+  {
+    auto engine = Engine::start(test::quickstart("configs/quickstart-2proc.yaml"), options);
+    REQUIRE(engine.ok());
+    const auto folders = ipc_folders(base.path(), getpid());
+    REQUIRE(folders.size() == 1);
+    CHECK(fs::is_socket(folders[0] / "replica-0-worker-0.to"));
+    CHECK(fs::is_socket(folders[0] / "replica-0-worker-0.from"));
+  }
+  CHECK(ipc_folders(base.path(), getpid()).empty());
+  // A start that fails after the folder was made removes it too.
+  auto bad = Engine::start(test::quickstart("configs/quickstart-2proc.yaml", {"model.load_format=dummy",
+                                                                              "scheduler.policy=nonesuch"}),
+                           options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(ipc_folders(base.path(), getpid()).empty());
+}
+
+TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder; after SIGKILL the next start does",
+          "[ipc][process][cli]") {
+  test::TempDir base;
+  for (int sig : {SIGTERM, SIGINT, SIGKILL}) {
+    INFO("signal " << sig);
+    const pid_t pid = start_generate(base.path());
+    // Running: its folder holds the worker's sockets.
+    REQUIRE(within(std::chrono::seconds(20), [&] {
+      const auto f = ipc_folders(base.path(), pid);
+      return f.size() == 1 && fs::exists(f[0] / "replica-0-worker-0.from");
+    }));
+    REQUIRE(kill(pid, sig) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == sig);
+    if (sig == SIGKILL) {
+      REQUIRE(ipc_folders(base.path(), pid).size() == 1);  // nobody could clean up
+      auto next = IpcDirectory::create(base.path());        // what the next engine start does first
+      REQUIRE(next.ok());
+    }
+    CHECK(ipc_folders(base.path(), pid).empty());
+  }
+}
