@@ -1,8 +1,12 @@
 #include "plugins/model_config.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "executors/cpu/kernels.hpp"
 
@@ -45,6 +49,203 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return inv;
 }
 
+namespace {
+
+using nlohmann::json;
+
+// A config.json value that fails its check: the key's path and what is wrong. Thrown by Fields, caught by load().
+struct FieldError {
+  std::string key;
+  std::string message;
+  Errc code = Errc::parse_error;
+};
+
+// The fields of one JSON object of config.json (the top level, rope_scaling), each read with its checks. An absent
+// key and a null value both mean "not set", as in HF's config classes.
+class Fields {
+ public:
+  Fields(const json& object, std::string prefix) : j_(object), prefix_(std::move(prefix)) {}
+
+  bool has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  bool present(const std::string& key) const { return j_.contains(key); }
+  const json& at(const std::string& key) const { return j_.at(key); }
+  std::string path(const std::string& key) const { return prefix_ + key; }
+
+  // A JSON integer in [min, max]: `fallback` when not set, "missing" when there is none.
+  int64_t integer(const std::string& key, int64_t min, int64_t max, std::optional<int64_t> fallback = {}) const {
+    if (!has(key)) {
+      if (!fallback) throw FieldError{path(key), "missing"};
+      return *fallback;
+    }
+    const json& v = j_.at(key);
+    if (!v.is_number_integer()) throw FieldError{path(key), "must be an integer, got " + v.dump()};
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) : true;
+    const int64_t i = fits ? v.get<int64_t>() : INT64_MAX;
+    if (!fits || i < min || i > max) {
+      throw FieldError{path(key), "must be an integer between " + std::to_string(min) + " and " + std::to_string(max) +
+                                      ", got " + v.dump()};
+    }
+    return i;
+  }
+  int int32(const std::string& key, int64_t min, int64_t max, std::optional<int64_t> fallback = {}) const {
+    return static_cast<int>(integer(key, min, std::min<int64_t>(max, INT32_MAX), fallback));
+  }
+
+  // A JSON number that is finite as a float and passes `valid`, which `rule` describes ("must be ...").
+  float real(const std::string& key, float fallback, bool (*valid)(float), const char* rule) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_number()) throw FieldError{path(key), std::string(rule) + ", got " + v.dump()};
+    const double d = v.get<double>();
+    const bool finite = std::isfinite(d) && std::abs(d) <= std::numeric_limits<float>::max();
+    if (!finite || !valid(static_cast<float>(d))) throw FieldError{path(key), std::string(rule) + ", got " + v.dump()};
+    return static_cast<float>(d);
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) throw FieldError{path(key), "must be true or false, got " + v.dump()};
+    return v.get<bool>();
+  }
+
+  std::string text(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_string()) throw FieldError{path(key), "must be a string, got " + v.dump()};
+    return v.get<std::string>();
+  }
+
+ private:
+  const json& j_;
+  std::string prefix_;
+};
+
+bool positive(float v) { return v > 0.0f; }
+bool between_0_and_1(float v) { return v > 0.0f && v < 1.0f; }
+constexpr const char* kPositive = "must be a finite positive number";
+
+// config.json's `sliding_window`: 0 when null; `absent` when the key is missing.
+int window_value(const Fields& f, int absent) {
+  if (!f.present("sliding_window")) return absent;
+  return f.has("sliding_window") ? f.int32("sliding_window", 1, INT32_MAX) : 0;
+}
+
+// Each layer's attention window by HF's rule for the architecture (ModelConfig::sliding_window states it).
+std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int num_layers) {
+  std::vector<int> windows(static_cast<size_t>(num_layers), 0);
+  if (arch == "LlamaForCausalLM") return windows;
+  if (arch == "Qwen2ForCausalLM") {
+    // Qwen2Config: sliding_window only with use_sliding_window; layer_types, else layers from max_window_layers on.
+    if (!f.boolean("use_sliding_window", false)) return windows;
+    const int window = window_value(f, 4096);
+    if (window == 0) return windows;
+    if (f.has("layer_types")) {
+      const json& types = f.at("layer_types");
+      if (!types.is_array() || types.size() != static_cast<size_t>(num_layers)) {
+        throw FieldError{f.path("layer_types"), "must be a list of num_hidden_layers (" + std::to_string(num_layers) +
+                                                    ") names, got " + types.dump().substr(0, 200)};
+      }
+      for (int l = 0; l < num_layers; ++l) {
+        const json& t = types[static_cast<size_t>(l)];
+        if (t == "sliding_attention") windows[static_cast<size_t>(l)] = window;
+        else if (t != "full_attention") {
+          throw FieldError{f.path("layer_types") + "[" + std::to_string(l) + "]",
+                           "must be full_attention or sliding_attention, got " + t.dump(), Errc::unsupported};
+        }
+      }
+      return windows;
+    }
+    const int first = f.int32("max_window_layers", 0, INT32_MAX, 28);
+    for (int l = first; l < num_layers; ++l) windows[static_cast<size_t>(l)] = window;
+    return windows;
+  }
+  int window = 0;
+  if (arch == "MistralForCausalLM") window = window_value(f, 4096);  // MistralConfig's default
+  else if (arch == "MixtralForCausalLM") window = window_value(f, 0);
+  else if (f.boolean("use_sliding_window", true)) window = window_value(f, 0);
+  std::fill(windows.begin(), windows.end(), window);
+  return windows;
+}
+
+ModelConfig read_config(const json& j) {
+  const Fields f(j, "");
+  ModelConfig c;
+  if (!f.has("architectures")) throw FieldError{"architectures", "missing"};
+  const json& archs = j.at("architectures");
+  if (!archs.is_array() || archs.empty() || !archs[0].is_string()) {
+    throw FieldError{"architectures", "must be a non-empty list of names, got " + archs.dump().substr(0, 200)};
+  }
+  c.architecture = archs[0].get<std::string>();
+  c.hidden_size = f.int32("hidden_size", 1, ModelConfig::kMaxWidth);
+  c.intermediate_size = f.int32("intermediate_size", 1, ModelConfig::kMaxWidth);
+  c.num_layers = f.int32("num_hidden_layers", 1, ModelConfig::kMaxCount);
+  c.num_heads = f.int32("num_attention_heads", 1, ModelConfig::kMaxCount);
+  c.num_kv_heads = f.int32("num_key_value_heads", 1, c.num_heads, c.num_heads);
+  c.vocab_size = f.int32("vocab_size", 1, ModelConfig::kMaxVocab);
+  c.max_position_embeddings = f.int32("max_position_embeddings", 1, ModelConfig::kMaxPositions, 2048);
+  c.rms_norm_eps = f.real("rms_norm_eps", 1e-5f, &between_0_and_1, "must be a number above 0 and below 1");
+  c.rope_theta = f.real("rope_theta", 10000.0f, &positive, kPositive);
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  c.hidden_act = f.text("hidden_act", "silu");
+  if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+  // HF: head_dim when set, else hidden_size // num_attention_heads.
+  c.head_dim = f.int32("head_dim", 2, ModelConfig::kMaxCount, c.hidden_size / c.num_heads);
+  if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.head_dim > ModelConfig::kMaxCount) {
+    throw FieldError{f.has("head_dim") ? "head_dim" : "hidden_size",
+                     "the head dimension (head_dim, else hidden_size / num_attention_heads) must be even (RoPE) and "
+                     "between 2 and " + std::to_string(ModelConfig::kMaxCount) + ", got " + std::to_string(c.head_dim)};
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    throw FieldError{"num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.num_heads) +
+                                                "), got " + std::to_string(c.num_kv_heads)};
+  }
+  if (int64_t(c.num_heads) * c.head_dim > ModelConfig::kMaxWidth) {
+    throw FieldError{"num_attention_heads", "times head_dim (" + std::to_string(c.num_heads) + " x " +
+                                                std::to_string(c.head_dim) + ") must be at most " +
+                                                std::to_string(ModelConfig::kMaxWidth)};
+  }
+  c.attention_bias = f.boolean("attention_bias", false) || c.architecture == "Qwen2ForCausalLM";
+  c.num_experts = f.int32("num_local_experts", 0, ModelConfig::kMaxCount, 0);
+  if (c.num_experts > 0) c.experts_per_token = f.int32("num_experts_per_tok", 1, c.num_experts);
+  c.sliding_window = sliding_windows(f, c.architecture, c.num_layers);
+
+  if (f.has("rope_scaling")) {
+    const json& rs = j.at("rope_scaling");
+    if (!rs.is_object()) throw FieldError{"rope_scaling", "must be an object or null, got " + rs.dump().substr(0, 200)};
+    const Fields r(rs, "rope_scaling.");
+    c.rope_scaling.type = r.has("rope_type") ? r.text("rope_type", "") : r.text("type", "");
+    if (c.rope_scaling.type == "default") c.rope_scaling.type.clear();
+    if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
+      throw FieldError{"rope_scaling", "type '" + c.rope_scaling.type + "' is not supported (linear, llama3)",
+                       Errc::unsupported};
+    }
+    c.rope_scaling.factor = r.real("factor", 1.0f, &positive, kPositive);
+    c.rope_scaling.low_freq_factor = r.real("low_freq_factor", 1.0f, &positive, kPositive);
+    c.rope_scaling.high_freq_factor = r.real("high_freq_factor", 4.0f, &positive, kPositive);
+    c.rope_scaling.original_max_position_embeddings =
+        r.int32("original_max_position_embeddings", 1, ModelConfig::kMaxPositions, 8192);
+    if (c.rope_scaling.type == "llama3" && !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor)) {
+      throw FieldError{"rope_scaling.high_freq_factor", "must be greater than low_freq_factor (llama3 divides by "
+                                                        "their difference)"};
+    }
+  }
+
+  // Every weight element together (the families of plugins/transformer), in 128 bits: far below int64 when accepted.
+  using big = __int128;
+  const big h = c.hidden_size, q = big(c.num_heads) * c.head_dim, kv = big(c.num_kv_heads) * c.head_dim,
+            ff = c.intermediate_size, experts = std::max(1, c.num_experts);
+  const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 2 * h + q + 2 * kv;
+  const big total = 2 * big(c.vocab_size) * h + big(c.num_layers) * per_layer + h;
+  if (total > ModelConfig::kMaxParameters) {
+    throw FieldError{"hidden_size", "with intermediate_size, num_hidden_layers, the heads, vocab_size and the experts "
+                                    "this makes over 2^50 weights: not a model this engine can hold"};
+  }
+  return c;
+}
+
+}  // namespace
+
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(model_dir, ec)) {
@@ -53,81 +254,20 @@ Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   const auto path = model_dir / "config.json";
   std::ifstream in(path);
   if (!in) return make_error(Errc::not_found, path.string() + ": missing or unreadable");
-  nlohmann::json j;
+  json j;
   try {
     in >> j;
   } catch (const std::exception& e) {
     return make_error(Errc::parse_error, path.string() + ": malformed JSON: " + e.what());
   }
-  const std::string where = path.string() + ": ";
-  ModelConfig c;
+  if (!j.is_object()) return make_error(Errc::parse_error, path.string() + ": must be a JSON object");
   try {
-    const auto& archs = j.at("architectures");
-    if (!archs.is_array() || archs.empty()) return make_error(Errc::parse_error, where + "'architectures' is empty");
-    c.architecture = archs[0].get<std::string>();
-    c.hidden_size = j.at("hidden_size").get<int>();
-    c.intermediate_size = j.at("intermediate_size").get<int>();
-    c.num_layers = j.at("num_hidden_layers").get<int>();
-    c.num_heads = j.at("num_attention_heads").get<int>();
-    c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
-    c.vocab_size = j.at("vocab_size").get<int>();
-    c.max_position_embeddings = j.value("max_position_embeddings", 2048);
-    c.rms_norm_eps = j.value("rms_norm_eps", 1e-5f);
-    c.rope_theta = j.value("rope_theta", 10000.0f);
-    c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-    c.hidden_act = j.value("hidden_act", std::string("silu"));
-    if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
-    if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-      c.head_dim = j["head_dim"].get<int>();
-    } else if (c.num_heads > 0) {
-      c.head_dim = c.hidden_size / c.num_heads;
-    }
-    c.attention_bias = j.value("attention_bias", false) || c.architecture == "Qwen2ForCausalLM";
-    c.num_experts = j.value("num_local_experts", 0);
-    c.experts_per_token = j.value("num_experts_per_tok", 0);
-    if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
-        j.value("use_sliding_window", true)) {
-      c.sliding_window = j["sliding_window"].get<int>();
-    }
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-      const auto& rs = j["rope_scaling"];
-      c.rope_scaling.type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
-                                                     : rs.value("type", std::string());
-      c.rope_scaling.factor = rs.value("factor", 1.0f);
-      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
-      c.rope_scaling.original_max_position_embeddings = rs.value("original_max_position_embeddings", 8192);
-      if (c.rope_scaling.type == "default") c.rope_scaling.type.clear();
-      if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
-        return make_error(Errc::unsupported,
-                          where + "rope_scaling type '" + c.rope_scaling.type + "' is not supported (linear, llama3)");
-      }
-    }
+    return read_config(j);
+  } catch (const FieldError& e) {
+    return make_error(e.code, path.string() + ": " + e.key + ": " + e.message);
   } catch (const std::exception& e) {
-    return make_error(Errc::parse_error, where + e.what());
+    return make_error(Errc::parse_error, path.string() + ": " + e.what());
   }
-  auto positive = [&](int v, const char* name) -> Status {
-    if (v <= 0) return make_error(Errc::parse_error, where + name + " must be positive, got " + std::to_string(v));
-    return {};
-  };
-  ACTORD_TRY_STATUS(positive(c.hidden_size, "hidden_size"));
-  ACTORD_TRY_STATUS(positive(c.intermediate_size, "intermediate_size"));
-  ACTORD_TRY_STATUS(positive(c.num_layers, "num_hidden_layers"));
-  ACTORD_TRY_STATUS(positive(c.num_heads, "num_attention_heads"));
-  ACTORD_TRY_STATUS(positive(c.num_kv_heads, "num_key_value_heads"));
-  ACTORD_TRY_STATUS(positive(c.head_dim, "head_dim"));
-  ACTORD_TRY_STATUS(positive(c.vocab_size, "vocab_size"));
-  ACTORD_TRY_STATUS(positive(c.max_position_embeddings, "max_position_embeddings"));
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return make_error(Errc::parse_error, where + "num_attention_heads (" + std::to_string(c.num_heads) +
-                                             ") must be a multiple of num_key_value_heads (" +
-                                             std::to_string(c.num_kv_heads) + ")");
-  }
-  if (c.head_dim % 2 != 0) return make_error(Errc::parse_error, where + "head_dim must be even for RoPE");
-  if (c.num_experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.num_experts)) {
-    return make_error(Errc::parse_error, where + "num_experts_per_tok must be between 1 and num_local_experts");
-  }
-  return c;
 }
 
 }  // namespace actord

@@ -1,9 +1,12 @@
 // The shape of a model, read from an HF `config.json`.
 //
-// Contract: load() checks every field a forward pass relies on and returns an Error naming the file and the
-// field for missing, mistyped or inconsistent values. CAF-free.
+// Contract: load() checks every field a forward pass relies on and returns an Error naming the file and the key
+// for missing, mistyped, out-of-range or inconsistent values: integers must be JSON integers within the limits
+// below (nothing is cut to 32 bits), floats finite and within float's range, and the weight shapes they make must
+// stay far from overflowing 64-bit sizes. CAF-free.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +17,15 @@
 namespace actord {
 
 struct ModelConfig {
+  // Limits of the sizes load() accepts (inclusive); each is far beyond any published model, and together they keep
+  // every product the forward pass forms in int (a 512-token micro-batch times a width) and every weight's element
+  // count in int64.
+  static constexpr int64_t kMaxWidth = 1 << 20;       // hidden_size, intermediate_size, heads x head_dim
+  static constexpr int64_t kMaxVocab = 1 << 24;       // vocab_size
+  static constexpr int64_t kMaxCount = 1 << 16;       // num_hidden_layers, heads, head_dim, num_local_experts
+  static constexpr int64_t kMaxPositions = 1 << 30;   // max_position_embeddings, original_max_position_embeddings
+  static constexpr int64_t kMaxParameters = 1ll << 50;  // all weight elements together
+
   std::string architecture;  // HF architectures[0], the model registry key
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -31,7 +43,13 @@ struct ModelConfig {
   bool attention_bias = false;        // q/k/v projections have biases (Qwen2: always)
   int num_experts = 0;                // MoE (Mixtral num_local_experts); 0: dense MLP
   int experts_per_token = 0;          // Mixtral num_experts_per_tok
-  int sliding_window = 0;             // Mistral; 0: none
+  // [num_layers] each layer's attention window (0: full causal attention; W > 0: position p sees p - W + 1 .. p),
+  // by Hugging Face's rule for the architecture: Llama never; Mistral and Mixtral `sliding_window` on every layer
+  // unless null (absent: Mistral 4096, Mixtral none, as HF's config classes default); Qwen2 only with
+  // `use_sliding_window: true`, then `sliding_window` (absent: 4096) on the layers `layer_types` marks
+  // "sliding_attention", or without layer_types on layers >= `max_window_layers` (absent: 28); any other
+  // architecture (a plugin's) `sliding_window` on every layer when set and `use_sliding_window` is not false.
+  std::vector<int> sliding_window;
 
   struct RopeScaling {
     std::string type;                 // empty (none) | linear | llama3

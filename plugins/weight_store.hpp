@@ -28,6 +28,7 @@ struct ModelLoadOptions {
   std::string dtype = "auto";         // auto keeps the stored dtype; float32 | bfloat16 | float16 convert at load
   std::string load_format = "auto";   // auto (safetensors) | dummy
   uint64_t seed = 0;                  // for dummy weights
+  cpu::Isa isa = cpu::Isa::automatic; // the forward pass's kernels (groups[i].cpu_isa); one the CPU lacks is refused
 };
 
 class WeightStore {

@@ -306,3 +306,158 @@ TEST_CASE("the KV cache dtype follows the setting - then the model dtype - then 
   CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float32") == DType::f32);
   CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float64") == DType::f32);
 }
+
+namespace {
+
+// stories260K's config.json with `changes` merged in (a null value removes the key), loaded from a fresh folder.
+Result<ModelConfig> load_changed(const test::TempDir& tmp, const nlohmann::json& changes) {
+  std::ifstream in(test::stories_dir() / "config.json");
+  auto j = nlohmann::json::parse(in);
+  for (const auto& [key, value] : changes.items()) {
+    if (value.is_null()) j.erase(key);
+    else j[key] = value;
+  }
+  test::write_file(tmp.path() / "config.json", j.dump());
+  return ModelConfig::load(tmp.path());
+}
+
+std::string load_error(const test::TempDir& tmp, const nlohmann::json& changes) {
+  auto cfg = load_changed(tmp, changes);
+  if (cfg.ok()) return "(loaded)";
+  return cfg.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("config.json numbers are range-checked - never cut to 32 bits - and the error names the file and key",
+          "[model][config]") {
+  test::TempDir tmp;
+  const std::string file = (tmp.path() / "config.json").string() + ": ";
+  REQUIRE(load_changed(tmp, nlohmann::json::object()).ok());
+  // 4294967360 = 2^32 + 64: get<int>() made it 64, a working model of another shape.
+  CHECK(load_error(tmp, {{"hidden_size", 4294967360ull}}) ==
+        file + "hidden_size: must be an integer between 1 and 1048576, got 4294967360");
+  CHECK(load_error(tmp, {{"vocab_size", 18446744073709551615ull}}) ==
+        file + "vocab_size: must be an integer between 1 and 16777216, got 18446744073709551615");
+  CHECK(load_error(tmp, {{"num_hidden_layers", -1}}) ==
+        file + "num_hidden_layers: must be an integer between 1 and 65536, got -1");
+  CHECK(load_error(tmp, {{"num_hidden_layers", 0}}) ==
+        file + "num_hidden_layers: must be an integer between 1 and 65536, got 0");
+  CHECK(load_error(tmp, {{"hidden_size", 64.5}}) == file + "hidden_size: must be an integer, got 64.5");
+  CHECK(load_error(tmp, {{"intermediate_size", "172"}}) ==
+        file + "intermediate_size: must be an integer, got \"172\"");
+  CHECK(load_error(tmp, {{"max_position_embeddings", 2147483648ll}}) ==
+        file + "max_position_embeddings: must be an integer between 1 and 1073741824, got 2147483648");
+  CHECK(load_error(tmp, {{"num_key_value_heads", 16}}) ==
+        file + "num_key_value_heads: must be an integer between 1 and 8, got 16");
+  CHECK(load_error(tmp, {{"num_key_value_heads", 3}}) ==
+        file + "num_key_value_heads: must divide num_attention_heads (8), got 3");
+  CHECK_THAT(load_error(tmp, {{"head_dim", 7}}), Catch::StartsWith(file + "head_dim: the head dimension"));
+  CHECK_THAT(load_error(tmp, {{"head_dim", nullptr}, {"hidden_size", 8}}),
+             Catch::StartsWith(file + "hidden_size: the head dimension") && Catch::EndsWith("got 1"));
+  CHECK(load_error(tmp, {{"num_attention_heads", 65536}, {"num_key_value_heads", 1}, {"head_dim", 32}}) ==
+        file + "num_attention_heads: times head_dim (65536 x 32) must be at most 1048576");
+  CHECK_THAT(load_error(tmp, {{"hidden_size", 1 << 20}, {"intermediate_size", 1 << 20}, {"num_hidden_layers", 65536}}),
+             Catch::StartsWith(file + "hidden_size: with intermediate_size") && Catch::Contains("2^50"));
+  CHECK(load_error(tmp, {{"num_local_experts", 4}, {"num_experts_per_tok", 5}}) ==
+        file + "num_experts_per_tok: must be an integer between 1 and 4, got 5");
+  CHECK(load_error(tmp, {{"architectures", nlohmann::json::array()}}) ==
+        file + "architectures: must be a non-empty list of names, got []");
+  CHECK(load_error(tmp, {{"tie_word_embeddings", "yes"}}) ==
+        file + "tie_word_embeddings: must be true or false, got \"yes\"");
+  CHECK(load_error(tmp, {{"hidden_act", 3}}) == file + "hidden_act: must be a string, got 3");
+
+  // Floats: finite as a float (1e39 is beyond its range), positive, eps below 1.
+  CHECK(load_error(tmp, {{"rms_norm_eps", 0.0}}) == file + "rms_norm_eps: must be a number above 0 and below 1, got 0.0");
+  CHECK(load_error(tmp, {{"rms_norm_eps", 1e-60}}) ==
+        file + "rms_norm_eps: must be a number above 0 and below 1, got 1e-60");
+  CHECK(load_error(tmp, {{"rope_theta", 1e39}}) == file + "rope_theta: must be a finite positive number, got 1e+39");
+  CHECK(load_error(tmp, {{"rope_theta", -10000.0}}) ==
+        file + "rope_theta: must be a finite positive number, got -10000.0");
+  CHECK(load_error(tmp, {{"rope_theta", "1e4"}}) == file + "rope_theta: must be a finite positive number, got \"1e4\"");
+  CHECK(load_changed(tmp, {{"rope_theta", 500000}}).value().rope_theta == 500000.0f);  // an integer is a number
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.0}}}}) ==
+        file + "rope_scaling.factor: must be a finite positive number, got 0.0");
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "linear"}, {"factor", 1e300}}}}) ==
+        file + "rope_scaling.factor: must be a finite positive number, got 1e+300");
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                                           {"high_freq_factor", 4.0}}}}) ==
+        file + "rope_scaling.high_freq_factor: must be greater than low_freq_factor (llama3 divides by their "
+               "difference)");
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "llama3"}, {"original_max_position_embeddings", -8192}}}}) ==
+        file + "rope_scaling.original_max_position_embeddings: must be an integer between 1 and 1073741824, got -8192");
+  CHECK(load_error(tmp, {{"rope_scaling", "linear"}}) == file + "rope_scaling: must be an object or null, got \"linear\"");
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "yarn"}}}}) ==
+        file + "rope_scaling: type 'yarn' is not supported (linear, llama3)");
+
+  // Sliding-window fields, when the architecture uses them.
+  CHECK(load_error(tmp, {{"architectures", {"MistralForCausalLM"}}, {"sliding_window", 0}}) ==
+        file + "sliding_window: must be an integer between 1 and 2147483647, got 0");
+  CHECK(load_error(tmp, {{"architectures", {"MistralForCausalLM"}}, {"sliding_window", 4294967300ll}}) ==
+        file + "sliding_window: must be an integer between 1 and 2147483647, got 4294967300");
+  CHECK(load_error(tmp, {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true},
+                         {"sliding_window", 8}, {"max_window_layers", -1}}) ==
+        file + "max_window_layers: must be an integer between 0 and 2147483647, got -1");
+  CHECK(load_error(tmp, {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true},
+                         {"layer_types", {"full_attention"}}}) ==
+        file + "layer_types: must be a list of num_hidden_layers (5) names, got [\"full_attention\"]");
+  CHECK(load_error(tmp, {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", "yes"}}) ==
+        file + "use_sliding_window: must be true or false, got \"yes\"");
+
+  // A number beyond double's range is refused by the parser.
+  test::write_file(tmp.path() / "config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 1e400})");
+  CHECK_THAT(ModelConfig::load(tmp.path()).error().message, Catch::StartsWith(file + "malformed JSON") &&
+                                                                Catch::Contains("number overflow"));
+}
+
+TEST_CASE("sliding windows follow HF per architecture - Qwen2 only with use_sliding_window from max_window_layers on",
+          "[model][config]") {
+  test::TempDir tmp;
+  auto windows = [&](const std::string& arch, nlohmann::json changes) {
+    changes["architectures"] = {arch};
+    auto cfg = load_changed(tmp, changes);
+    if (!cfg) FAIL(cfg.error().message);
+    REQUIRE(cfg->sliding_window.size() == 5);  // stories260K has 5 layers
+    return cfg->sliding_window;
+  };
+  using W = std::vector<int>;
+  const W none(5, 0);
+  // Llama has no window, whatever the config says.
+  CHECK(windows("LlamaForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", true}}) == none);
+  // Mistral: every layer; absent is MistralConfig's default 4096, null none; it has no use_sliding_window.
+  CHECK(windows("MistralForCausalLM", {{"sliding_window", 4}}) == W(5, 4));
+  CHECK(windows("MistralForCausalLM", {}) == W(5, 4096));
+  {  // (load_changed removes a key set to null)
+    std::ifstream in(test::stories_dir() / "config.json");
+    auto j = nlohmann::json::parse(in);
+    j["architectures"] = {"MistralForCausalLM"};
+    j["sliding_window"] = nullptr;
+    test::write_file(tmp.path() / "config.json", j.dump());
+    CHECK(ModelConfig::load(tmp.path()).value().sliding_window == none);
+  }
+  CHECK(windows("MistralForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", false}}) == W(5, 4));
+  // Mixtral: every layer when set; MixtralConfig's default is none.
+  CHECK(windows("MixtralForCausalLM", {{"num_local_experts", 2}, {"num_experts_per_tok", 1}}) == none);
+  CHECK(windows("MixtralForCausalLM", {{"num_local_experts", 2}, {"num_experts_per_tok", 1}, {"sliding_window", 4}}) ==
+        W(5, 4));
+  // Qwen2: nothing without use_sliding_window (absent is false), even with sliding_window set.
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}}) == none);
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", false}}) == none);
+  // With it: layers >= max_window_layers (default 28, past stories' 5 layers).
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", true}, {"max_window_layers", 2}}) ==
+        W{0, 0, 4, 4, 4});
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", true}}) == none);
+  CHECK(windows("Qwen2ForCausalLM", {{"use_sliding_window", true}, {"max_window_layers", 4}}) ==
+        W{0, 0, 0, 0, 4096});
+  // layer_types, when listed, decides the layers instead.
+  const nlohmann::json types = {"sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                "full_attention"};
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", true}, {"max_window_layers", 0},
+                                     {"layer_types", types}}) == W{4, 0, 4, 0, 0});
+  CHECK(windows("Qwen2ForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", false}, {"layer_types", types}}) ==
+        none);
+  // Another architecture (a plugin's): sliding_window when set, unless use_sliding_window is false.
+  CHECK(windows("GeluLlamaForCausalLM", {{"sliding_window", 4}}) == W(5, 4));
+  CHECK(windows("GeluLlamaForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", false}}) == none);
+  CHECK(windows("GeluLlamaForCausalLM", {}) == none);
+}

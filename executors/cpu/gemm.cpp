@@ -35,6 +35,33 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+std::optional<Isa> parse_isa(std::string_view name) {
+  if (name == "auto") return Isa::automatic;
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+    if (name == isa_name(isa)) return isa;
+  }
+  return std::nullopt;
+}
+
+Result<Isa> isa_for(Isa requested, Isa cpu) {
+  if (requested == Isa::automatic) return cpu;
+  // portable < avx2 < avx512: a CPU that runs one runs those before it.
+  if (static_cast<int>(requested) <= static_cast<int>(cpu)) return requested;
+  const char* usable = cpu == Isa::portable ? "auto or portable" : "auto, portable or avx2";
+  return make_error(Errc::unsupported, std::string("instruction set ") + isa_name(requested) +
+                                           " is not available on this CPU (the best it runs is " + isa_name(cpu) +
+                                           "; use " + usable + ")");
+}
+
+Result<Isa> isa_for(std::string_view name, Isa cpu) {
+  const auto requested = parse_isa(name);
+  if (!requested) {
+    return make_error(Errc::invalid_config, "unknown instruction set '" + std::string(name) +
+                                                "' (known: auto, portable, avx2, avx512)");
+  }
+  return isa_for(*requested, cpu);
+}
+
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
     case Kernel::automatic: return "automatic";

@@ -12,8 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "core/dtype.hpp"
+#include "core/status.hpp"
 
 namespace actord::cpu {
 
@@ -37,7 +40,8 @@ struct WeightMatrix {
 };
 
 // Which instruction set runs a product. `automatic` is the best this CPU runs (detected_isa()); the others force one
-// (tests and benchmarks). A forced ISA the CPU lacks is not checked: do not ask for one.
+// (a worker's groups[i].cpu_isa, tests, benchmarks). A forced ISA the CPU lacks is not checked here: resolve a
+// requested one with isa_for() first.
 enum class Isa { automatic, portable, avx2, avx512 };
 // Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
 // `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
@@ -55,6 +59,13 @@ int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
 const char* isa_name(Isa isa);
+// The Isa of a configuration name: auto (automatic), portable, avx2, avx512; nullopt for any other.
+std::optional<Isa> parse_isa(std::string_view name);
+// `requested` resolved on a CPU that runs `cpu` at best (this one's by default): automatic becomes `cpu`; an ISA
+// `cpu` lacks (avx512 on an AVX2 machine, avx2 or avx512 on a portable one) is Errc::unsupported, naming both.
+Result<Isa> isa_for(Isa requested, Isa cpu = detected_isa());
+// The same for a configuration name; an unknown name is Errc::invalid_config listing the known ones.
+Result<Isa> isa_for(std::string_view name, Isa cpu = detected_isa());
 const char* kernel_name(Kernel kernel);
 
 // x packed for the `packed` kernel: ceil(m / block_rows) blocks, block b holding rows [b * block_rows, +block_rows)

@@ -59,9 +59,17 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
 
 Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, const ModelLoadOptions& options,
                                                         const TransformerSpec& spec) {
+  if (!spec.sliding_window.empty() && spec.sliding_window.size() != static_cast<size_t>(cfg.num_layers)) {
+    return make_error(Errc::invalid_argument,
+                      "TransformerSpec: sliding_window lists " + std::to_string(spec.sliding_window.size()) +
+                          " layers, the model has " + std::to_string(cfg.num_layers));
+  }
+  auto isa = cpu::isa_for(options.isa);
+  if (!isa) return isa.error();
   auto store = WeightStore::open(cfg, options);
   if (!store) return store.error();
   std::unique_ptr<TransformerModel> m(new TransformerModel(cfg, spec));
+  m->isa_ = *isa;
   m->store_ = *store;
   m->inv_freq_ = cfg.rope_inv_freq();
 
@@ -160,22 +168,22 @@ void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, c
   const int ff = cfg_.intermediate_size;
   gate_.resize(size_t(n) * ff);
   if (e.gate_up.data) {
-    cpu::gemm_nt_glu(x, e.gate_up, ff, gate_.data(), n, pool);
-    cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool);
+    cpu::gemm_nt_glu(x, e.gate_up, ff, gate_.data(), n, pool, isa_);
+    cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool, {isa_});
     return;
   }
   up_.resize(size_t(n) * ff);
   const cpu::GemmOutput gate_up[] = {{&e.gate, nullptr, gate_.data()}, {&e.up, nullptr, up_.data()}};
-  cpu::gemm_nt_multi(x, gate_up, 2, n, pool);
+  cpu::gemm_nt_multi(x, gate_up, 2, n, pool, {isa_});
   activate(gate_.data(), up_.data(), n * ff);
-  cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool);
+  cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool, {isa_});
 }
 
 // Mixtral routing, as HF computes it: softmax over all experts in f32, keep the top k, renormalise them to 1.
 void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
   const int h = cfg_.hidden_size, n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
   router_logits_.resize(size_t(n) * n_exp);
-  cpu::gemm_nt(xn_.data(), L.router, nullptr, router_logits_.data(), n, pool);
+  cpu::gemm_nt(xn_.data(), L.router, nullptr, router_logits_.data(), n, pool, {isa_});
   routed_.assign(n_exp, {});
   std::vector<std::pair<float, int>> probs(n_exp);
   for (int t = 0; t < n; ++t) {
@@ -227,6 +235,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
   int n_decode = 0;
   for (const SeqSlice& s : batch.seqs) n_decode += s.num_tokens == 1;
   const int decode_heads = cpu::decode_heads_per_task(nh, nkv, std::max(1, n_decode), pool.size());
+  const int window = spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(l)];
   attention_tasks_.clear();
   for (int i = 0; i < static_cast<int>(batch.seqs.size()); ++i) {
     const int step = batch.seqs[i].num_tokens == 1 ? decode_heads : 1;
@@ -244,7 +253,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.n_kv_heads = nkv;
     p.head_begin = at.head_begin;
     p.head_end = at.head_end;
-    p.sliding_window = spec_.sliding_window;
+    p.sliding_window = window;
     p.head_dim = hd;
     p.block_size = bs;
     p.block_table = s.block_table;
@@ -253,7 +262,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
     p.kv_dtype = kv.dtype();
     p.block_stride = kv.block_stride();
     p.head_stride = kv.head_stride();
-    cpu::paged_attention(p);
+    cpu::paged_attention(p, isa_);
   });
 }
 
@@ -311,9 +320,9 @@ void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& k
     const cpu::GemmOutput qkv[] = {{&L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data()},
                                    {&L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data()},
                                    {&L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data()}};
-    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool);
+    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool, {isa_});
     attention(batch, kv, l, pool);
-    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool);
+    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool, {isa_});
     cpu::add_inplace(x_.data(), tmp_.data(), n * h);
     cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
     if (spec_.num_experts == 0) {
@@ -334,7 +343,7 @@ void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& k
     n_out += rows;
   }
   logits.resize(size_t(n_out) * cfg_.vocab_size);
-  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, pool);
+  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, pool, {isa_});
 }
 
 }  // namespace actord

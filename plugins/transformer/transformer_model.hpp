@@ -3,8 +3,9 @@
 //
 // Contract: a family plugin describes what differs (TransformerSpec) and this class declares its weights
 // (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore (matrices stay in their
-// stored dtype), and runs forward() in f32 on the CPU, multi-threaded through the caller's pool. Errors at load
-// name the tensor. forward() follows Model.
+// stored dtype), and runs forward() in f32 on the CPU, multi-threaded through the caller's pool, with the kernels of
+// the instruction set ModelLoadOptions::isa names (refused at load when the CPU lacks it). Errors at load name the
+// tensor. forward() follows Model.
 #pragma once
 
 #include <memory>
@@ -24,7 +25,8 @@ struct TransformerSpec {
   bool qkv_bias = false;
   int num_experts = 0;          // 0: dense MLP
   int experts_per_token = 0;
-  int sliding_window = 0;       // 0: full causal attention
+  // [num_layers] each layer's attention window (ModelConfig::sliding_window); 0, or an empty list: full causal
+  std::vector<int> sliding_window;
   Activation activation = Activation::silu;
 };
 
@@ -68,6 +70,7 @@ class TransformerModel final : public Model {
 
   ModelConfig cfg_;
   TransformerSpec spec_;
+  cpu::Isa isa_ = cpu::Isa::automatic;  // the kernels' instruction set, resolved at load (never automatic after)
   std::shared_ptr<WeightStore> store_;  // keeps the weight memory alive
   std::vector<float> inv_freq_;         // [head_dim / 2]
   cpu::WeightMatrix embed_;             // [vocab, hidden]

@@ -25,13 +25,17 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
                                                                                  theta 1e6
       mixtral-4x2        MixtralForCausalLM   64     2     4     2   16      64  4 experts, top-2
       mistral            MistralForCausalLM   64     2     4     1   16      96  sliding_window null
+      mistral-window     MistralForCausalLM   64     2     4     1   16      96  sliding_window 5
+      qwen2-window       Qwen2ForCausalLM     64     3     4     2   (16)    96  use_sliding_window,
+                                                                                 window 5 from layer 1
+                                                                                 (max_window_layers 1)
     (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
     qwen2-bias and mixtral-4x2 at 1e6; only llama-mha-hd128 ties lm_head to the embeddings)
     or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
     except llama-mha-hd128 (3.3 MB float32, 1.7 MB bfloat16).
 
 logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-logits]
-       [--compute-dtype float32|float64]
+       [--compute-dtype float32|float64] [--kv-dtype float32|bfloat16|float16]
     Loads DIR (any folder above, or models/stories260K), converts the weights to the compute
     dtype (float32 by default) and greedily decodes N >= 1 tokens, recomputing the full forward
     pass over the whole sequence at every step (no KV cache). Writes JSON to FILE (stdout if
@@ -45,8 +49,10 @@ logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-lo
     N rows and N ids, and g_{N-1} is never fed back. Positions start at 0 for the first prompt
     token. With --prompt-logits, "prompt_logits" is added: one row per prompt position
     (row P-1 equals logits[0]). Floats are float32 (or float64) values printed exactly as doubles.
+    --kv-dtype rounds every K (after RoPE) and V through that dtype before attention, as a KV
+    cache of that element type stores them (default: the compute dtype, no rounding).
 
-suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N]
+suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N] [--kv-dtype ...]
     One process (torch is imported once, ~1-2 s): make-model for every kind into DIR/<KIND>/,
     then logits for each into DIR/<KIND>/reference.json (same contract as "logits", with
     "model" = KIND). Defaults: prompt 1,403,407,261,378,432,383,286,261,376,298,315 (12 tokens),
@@ -67,8 +73,14 @@ Forward pass (the HF modelling equations, written out):
         inv_freq_i = theta^(-2i/head_dim), i < head_dim/2, angle = pos * inv_freq,
         x' = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[d/2:], x[:d/2]);
         query head h uses kv head h // (heads/kv_heads); softmax(q k^T / sqrt(head_dim) +
-        causal mask (and, when config sets sliding_window W, keys with i - j < W only)) v;
+        causal mask (and, in a layer with a sliding window W, keys with i - j < W only)) v;
         concat heads; @ Wo^T.
+  sliding window per layer, as HF's config classes and modelling code decide it:
+        llama: none. mistral: config sliding_window on every layer; absent -> 4096 (MistralConfig's
+        default), null -> none. mixtral: sliding_window on every layer; absent or null -> none.
+        qwen2: none unless use_sliding_window (default false); then W = sliding_window (absent ->
+        4096, null -> none) on the layers layer_types marks "sliding_attention", or without
+        layer_types on layers i >= max_window_layers (default 28).
   mlp: down(silu(gate(h)) * up(h)).
   mixtral: r = h @ gate^T; p = softmax(r) in float32; top-k of p; renormalise the k weights to
         sum 1; out = sum_j w_j * expert_j(h), expert = w2(silu(w1 h) * w3 h).
@@ -195,6 +207,13 @@ KINDS = {
                         experts=4, top_k=2),
     "mistral": dict(arch="MistralForCausalLM", model_type="mistral", hidden=64, layers=2, heads=4,
                     kv_heads=1, head_dim=16, ff=96, tied=False, theta=10000.0),
+    # Windows shorter than the suite's 12-token prompt + 8 decode steps.
+    "mistral-window": dict(arch="MistralForCausalLM", model_type="mistral", hidden=64, layers=2,
+                           heads=4, kv_heads=1, head_dim=16, ff=96, tied=False, theta=10000.0,
+                           window=5),
+    "qwen2-window": dict(arch="Qwen2ForCausalLM", model_type="qwen2", hidden=64, layers=3, heads=4,
+                         kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0, window=5,
+                         max_window_layers=1),
 }
 VOCAB = 512
 MAX_POS = 512
@@ -235,10 +254,14 @@ def make_config(spec, dtype_name):
     if mt == "llama":
         cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
     elif mt == "mistral":
-        cfg.update({"sliding_window": None})
+        cfg.update({"sliding_window": spec.get("window")})
     elif mt == "qwen2":
-        cfg.update({"use_sliding_window": False, "sliding_window": None,
-                    "max_window_layers": spec["layers"]})
+        if "window" in spec:
+            cfg.update({"use_sliding_window": True, "sliding_window": spec["window"],
+                        "max_window_layers": spec["max_window_layers"]})
+        else:
+            cfg.update({"use_sliding_window": False, "sliding_window": None,
+                        "max_window_layers": spec["layers"]})
     elif mt == "mixtral":
         cfg.update({"num_local_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
                     "sliding_window": None, "output_router_logits": False,
@@ -317,8 +340,30 @@ def make_model(kind, out_dir, dtype_name="float32", seed=0, tokenizer_dir=STORIE
 # --------------------------------------------------------------------------------------------
 # forward pass
 
+def layer_windows(c, model_type, layers):
+    """Each layer's sliding window (None: full causal attention), following HF: MistralConfig
+    defaults sliding_window to 4096, MixtralConfig to None; Qwen2Config keeps it only with
+    use_sliding_window and marks layers >= max_window_layers "sliding_attention" unless the config
+    lists layer_types; LlamaAttention has no window."""
+    if model_type == "llama":
+        return [None] * layers
+    if model_type == "mistral":
+        return [c.get("sliding_window", 4096)] * layers
+    if model_type == "mixtral":
+        return [c.get("sliding_window")] * layers
+    if model_type == "qwen2":
+        w = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
+        types = c.get("layer_types")
+        if types is None:
+            first = c.get("max_window_layers", 28)
+            types = ["sliding_attention" if w is not None and i >= first else "full_attention"
+                     for i in range(layers)]
+        return [w if t == "sliding_attention" else None for t in types]
+    raise ValueError(f"no sliding-window rule for model_type {model_type!r}")
+
+
 class Model:
-    def __init__(self, model_dir, compute_dtype=torch.float32):
+    def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             c = json.load(f)
         self.cfg = c
@@ -345,12 +390,8 @@ class Model:
         self.eps = c.get("rms_norm_eps", 1e-6)
         self.theta = c.get("rope_theta", 10000.0)
         self.vocab = c["vocab_size"]
-        sw = c.get("sliding_window")
-        if self.mt == "qwen2" and not c.get("use_sliding_window", False):
-            sw = None
-        if self.mt == "llama":
-            sw = None
-        self.sliding_window = sw
+        self.windows = layer_windows(c, self.mt, self.layers)
+        self.kv_dt = kv_dtype or compute_dtype
         if self.mt == "mixtral":
             self.experts = c["num_local_experts"]
             self.top_k = c["num_experts_per_tok"]
@@ -401,7 +442,7 @@ class Model:
             y = y + self.w(name + ".bias", (out_f,))
         return y
 
-    def attention(self, h, p, pos):
+    def attention(self, h, p, pos, window):
         T = h.shape[0]
         H, KV, d = self.heads, self.kv_heads, self.head_dim
         a = p + "self_attn."
@@ -412,6 +453,8 @@ class Model:
         k = k.view(T, KV, d).transpose(0, 1)  # [KV, T, d]
         v = v.view(T, KV, d).transpose(0, 1)
         q, k = self.rope(q, pos), self.rope(k, pos)
+        # What a KV cache of kv_dt holds: K after RoPE and V, rounded to that type.
+        k, v = k.to(self.kv_dt).to(self.dt), v.to(self.kv_dt).to(self.dt)
         group = H // KV
         k = k.repeat_interleave(group, dim=0)  # query head h -> kv head h // group
         v = v.repeat_interleave(group, dim=0)
@@ -419,8 +462,8 @@ class Model:
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         allowed = j <= i
-        if self.sliding_window is not None:
-            allowed = allowed & (i - j < self.sliding_window)
+        if window is not None:
+            allowed = allowed & (i - j < window)
         scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         out = (probs @ v).transpose(0, 1).reshape(T, H * d)
@@ -461,7 +504,7 @@ class Model:
         for l in range(self.layers):
             p = f"model.layers.{l}."
             h = self.rmsnorm(x, self.w(p + "input_layernorm.weight", (self.hidden,)))
-            x = x + self.attention(h, p, pos)
+            x = x + self.attention(h, p, pos, self.windows[l])
             h = self.rmsnorm(x, self.w(p + "post_attention_layernorm.weight", (self.hidden,)))
             x = x + (self.moe(h, p) if self.mt == "mixtral" else self.mlp(h, p))
         x = self.rmsnorm(x, self.w("model.norm.weight", (self.hidden,)))
@@ -481,12 +524,13 @@ def argmax_lowest(row):
     return int(torch.nonzero(row == m)[0, 0])
 
 
-def run_logits(model_dir, prompt_ids, steps, compute_dtype=torch.float32, prompt_logits=False):
+def run_logits(model_dir, prompt_ids, steps, compute_dtype=torch.float32, prompt_logits=False,
+               kv_dtype=None):
     if steps < 1:
         raise ValueError("--decode-steps must be >= 1")
     if not prompt_ids:
         raise ValueError("--prompt-ids must not be empty")
-    model = Model(model_dir, compute_dtype)
+    model = Model(model_dir, compute_dtype, kv_dtype)
     for t in prompt_ids:
         if not 0 <= t < model.vocab:
             raise ValueError(f"prompt id {t} outside [0, {model.vocab})")
@@ -551,6 +595,7 @@ def main(argv=None):
     lg.add_argument("--out")
     lg.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
     lg.add_argument("--prompt-logits", action="store_true")
+    lg.add_argument("--kv-dtype", choices=sorted(DTYPES))
 
     su = sub.add_parser("suite", help="make every kind and its reference.json in one process")
     su.add_argument("--out", required=True)
@@ -560,6 +605,7 @@ def main(argv=None):
     su.add_argument("--seed", type=int, default=0)
     su.add_argument("--tokenizer-dir", default=STORIES_DIR)
     su.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
+    su.add_argument("--kv-dtype", choices=sorted(DTYPES))
 
     a = ap.parse_args(argv)
     if a.cmd == "make-model":
@@ -570,14 +616,15 @@ def main(argv=None):
             make_model(a.kind, a.out, a.dtype, a.seed, a.tokenizer_dir)
     elif a.cmd == "logits":
         res = run_logits(a.model, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
-                         a.prompt_logits)
+                         a.prompt_logits, DTYPES.get(a.kv_dtype))
         write_json(res, a.out)
     elif a.cmd == "suite":
         for kind in sorted(KINDS):
             d = os.path.join(a.out, kind)
             t0 = time.time()
             make_model(kind, d, a.dtype, a.seed, a.tokenizer_dir)
-            res = run_logits(d, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype])
+            res = run_logits(d, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
+                             kv_dtype=DTYPES.get(a.kv_dtype))
             res["model"] = kind
             write_json(res, os.path.join(d, "reference.json"))
             print(f"{kind}: greedy {res['greedy_ids']} ({time.time() - t0:.3f} s)",
