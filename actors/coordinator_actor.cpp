@@ -74,6 +74,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
           out.setLogLevel(p.log_level);
           out.setLoadFormat(p.topology.model.load_format);
           out.setThreads(static_cast<uint32_t>(group.threads));
+          out.setCpuIsa(group.cpu_isa);
           out.setSeed(p.topology.model.seed);
           auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
           for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());

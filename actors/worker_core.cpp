@@ -9,6 +9,7 @@
 
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
+#include "executors/cpu/gemm.hpp"
 #include "plugins/plugin_loader.hpp"
 
 namespace actord {
@@ -29,16 +30,21 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     }
   }
   auto cfg = ModelConfig::load(model_dir);
+  const auto isa = cpu::isa_for(req.getCpuIsa().size() ? std::string_view(req.getCpuIsa().cStr()) : "auto");
   if (!ok) {
   } else if (!cfg) {
     ok = false;
     failure = cfg.error();
+  } else if (!isa) {
+    ok = false;
+    failure = Error{isa.error().code, name_ + ": groups[].cpu_isa: " + isa.error().message};
   } else {
     ModelLoadOptions options;
     options.model_dir = model_dir;
     options.dtype = req.getDtype();
     options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
     options.seed = req.getSeed();
+    options.isa = *isa;
     if (options.dtype.empty()) options.dtype = "auto";
     // An allocation that fails despite the engine's check of the machine's memory is reported as out of memory
     // under the key that asked for it.

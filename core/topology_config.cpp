@@ -261,7 +261,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads"});
+    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa"});
     GroupSection group;
     g.read("name", group.name);
     g.read("replicas", group.replicas);
@@ -271,6 +271,10 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     g.read("threads", group.threads);
     require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
             "must be 0 (one per core) to 1024, got " + std::to_string(group.threads));
+    g.read("cpu_isa", group.cpu_isa);
+    require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
+                group.cpu_isa == "avx512",
+            p + ".cpu_isa", "must be auto, portable, avx2 or avx512, got '" + group.cpu_isa + "'");
     std::string placement = "thread";
     g.read("placement", placement);
     require(group.replicas >= 1, p + ".replicas", "must be at least 1, got " + std::to_string(group.replicas));

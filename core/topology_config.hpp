@@ -66,6 +66,9 @@ struct GroupSection {
   std::string device = "cpu";
   Placement placement = Placement::thread;
   int threads = 0;                   // CPU threads per worker; 0: one per core
+  // Instruction set of the workers' CPU kernels: auto (the best the CPU runs) | portable | avx2 | avx512. A worker
+  // refuses at start one its CPU lacks.
+  std::string cpu_isa = "auto";
 };
 
 struct TopologyConfig {

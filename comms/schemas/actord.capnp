@@ -223,6 +223,8 @@ struct WorkerInit {
   plugins @10 :List(Text);       # out-of-tree plugin libraries to load before creating the model
   kvDtype @11 :Text;             # element type of the KV cache: F32 | BF16 | F16
   numSwapBlocks @12 :UInt32;     # host blocks for swapped-out KV (engine.swap_space); 0: no swapping
+  cpuIsa @13 :Text;              # CPU kernels' instruction set (groups[i].cpu_isa): auto | portable | avx2 | avx512;
+                                 # empty: auto. The worker refuses one its CPU lacks.
 }
 
 struct WorkerReady {
