@@ -1,8 +1,9 @@
 // The worker processes of an engine and the sockets of their links, found through /proc (Linux), for tests that
 // check that no worker outlives its engine. An engine in process P starts each worker as
-// `<exe> worker --name ... --to-worker ipc://@actord-P-... --from-worker ipc://@actord-P-...` and binds both
-// endpoints (actors/worker_process.cpp): the worker is recognised by its command line, so it is found even after
-// P died and it was re-parented, and the bound sockets by their names in /proc/net/unix.
+// `<exe> worker --name ... --to-worker ipc://.../actord-P-XXXXXX/... --from-worker ...` and binds both endpoints
+// (actors/worker_process.cpp, in the private folder of comms/ipc_directory.hpp): a worker is recognised by its
+// command line, so it is found even after P died and it was re-parented, and the bound sockets (and the
+// connections accepted on them) by their names in /proc/net/unix.
 #pragma once
 
 #include <sys/types.h>
@@ -24,8 +25,8 @@ inline std::vector<std::string> process_args(const std::filesystem::path& proc_e
   return args;
 }
 
-// What every link endpoint of an engine in process engine_pid contains ("actord-P-", '-' so that P is not a
-// prefix of another pid).
+// What every link endpoint of an engine in process engine_pid contains ("actord-P-"; the '-' keeps P from
+// matching a longer pid).
 inline std::string worker_link_tag(pid_t engine_pid) { return "actord-" + std::to_string(engine_pid) + "-"; }
 
 // Live worker processes started by the engine of process engine_pid.
@@ -48,7 +49,7 @@ inline std::vector<pid_t> worker_processes_of(pid_t engine_pid) {
   return pids;
 }
 
-// Unix sockets (abstract ones are listed with a leading '@') whose name is one of the engine's link endpoints:
+// Unix sockets whose name is one of the engine's link endpoints (abstract names are listed with a leading '@'):
 // the listening sockets the engine bound and the connections it accepted on them.
 inline std::vector<std::string> worker_sockets_of(pid_t engine_pid) {
   const std::string tag = worker_link_tag(engine_pid);

@@ -110,13 +110,10 @@ TEST_CASE("penalties over prompt and output match the model run directly - greed
   seeded.top_p = 0.9f;
   seeded.seed = 7;
   const auto prompt = prompt_of(20);
-  const auto before = engine->stats();
   auto out = engine->generate({request(prompt, 40, greedy), request(prompt, 40, seeded)});
   REQUIRE(out.ok());
   REQUIRE_FALSE((*out)[0].error);
   REQUIRE_FALSE((*out)[1].error);
-  // The 20-token prompt took 3 steps of at most 8 tokens before each of its 39 decode steps (not 1).
-  CHECK(stats_between(*before, *engine->stats()).steps >= 3 + 39);
   CHECK((*out)[0].generated_ids == run_directly(prompt, 40, greedy).generated);
   CHECK((*out)[1].generated_ids == run_directly(prompt, 40, seeded).generated);
   // Again: the prompt's full blocks now come from the prefix cache, and the worker gets their tokens as context.
