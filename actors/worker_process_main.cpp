@@ -7,14 +7,10 @@
 #include <mutex>
 #include <thread>
 
-#include <caf/actor_system.hpp>
-#include <caf/scoped_actor.hpp>
 #include <spdlog/spdlog.h>
 
-#include "actors/actor_system_setup.hpp"
-#include "actors/worker_actor.hpp"
-#include "comms/atoms.hpp"
-#include "comms/capnp_codec.hpp"
+#include "actors/worker_core.hpp"
+#include "actors/worker_guard.hpp"
 #include "comms/zmq_link.hpp"
 #include "plugins/model_registry.hpp"
 
@@ -71,11 +67,9 @@ int run_worker_process(const WorkerProcessArgs& args) {
     }
   } stop_heart{beating, beat_mutex, beat_stop, heart};
 
-  const ModelRegistry registry = ModelRegistry::with_builtins();
-  ActordSystemConfig cfg(1);
-  caf::actor_system system(cfg);
-  caf::actor worker = spawn_worker(system, registry);
-  caf::scoped_actor self{system};
+  // The core runs on this thread: a step costs no hop to another thread inside this process, and the next step,
+  // sent ahead by the scheduler, is usually waiting in the socket when this one is done.
+  WorkerCore core(ModelRegistry::with_builtins());
   int exit_code = 0;
   bool running = true;
   while (running) {
@@ -94,46 +88,38 @@ int run_worker_process(const WorkerProcessArgs& args) {
     }
     Envelope env = std::move(**got);
     wire::MessageKind reply_kind;
+    wire_msg reply;
     switch (env.kind) {
       case wire::MessageKind::SHUTDOWN: running = false; continue;
-      case wire::MessageKind::WORKER_INIT: reply_kind = wire::MessageKind::WORKER_READY; break;
-      case wire::MessageKind::EXECUTE_STEP: reply_kind = wire::MessageKind::STEP_RESULT; break;
-      case wire::MessageKind::EXPORT_KV: reply_kind = wire::MessageKind::KV_EXPORT; break;
-      case wire::MessageKind::IMPORT_KV: reply_kind = wire::MessageKind::KV_IMPORTED; break;
+      case wire::MessageKind::WORKER_INIT:
+        reply_kind = wire::MessageKind::WORKER_READY;
+        reply = guarded<wire::WorkerReady>([&] { return core.init(env.body); });
+        break;
+      case wire::MessageKind::EXECUTE_STEP:
+        reply_kind = wire::MessageKind::STEP_RESULT;
+        reply = guarded<wire::StepResult>([&] { return core.execute(env.body); });
+        break;
+      case wire::MessageKind::EXPORT_KV:
+        reply_kind = wire::MessageKind::KV_EXPORT;
+        reply = guarded<wire::KvExport>([&] { return core.export_kv(env.body); });
+        break;
+      case wire::MessageKind::IMPORT_KV:
+        reply_kind = wire::MessageKind::KV_IMPORTED;
+        reply = guarded<wire::KvImported>([&] { return core.import_kv(env.body); });
+        break;
       default:
         spdlog::warn("{}: ignoring a message of kind {}", args.name, static_cast<int>(env.kind));
         continue;
     }
-    auto handle_reply = [&](const wire_msg& reply) {
-      send_envelope(out, reply_kind, args.name, reply);
-      if (reply_kind == wire::MessageKind::WORKER_READY) {
-        WireReader reader(reply);
-        if (has_error(reader.root<wire::WorkerReady>().getError())) {
-          exit_code = 3;
-          running = false;
-        }
+    send_envelope(out, reply_kind, args.name, reply);
+    if (reply_kind == wire::MessageKind::WORKER_READY) {
+      WireReader reader(reply);
+      if (has_error(reader.root<wire::WorkerReady>().getError())) {
+        exit_code = 3;
+        running = false;
       }
-    };
-    auto on_error = [&](caf::error& err) {
-      spdlog::error("{}: worker actor failed: {}", args.name, system.render(err));
-      exit_code = 1;
-      running = false;
-    };
-    switch (reply_kind) {
-      case wire::MessageKind::WORKER_READY:
-        self->request(worker, caf::infinite, init_atom::value, std::move(env.body)).receive(handle_reply, on_error);
-        break;
-      case wire::MessageKind::KV_EXPORT:
-        self->request(worker, caf::infinite, export_kv_atom::value, std::move(env.body)).receive(handle_reply, on_error);
-        break;
-      case wire::MessageKind::KV_IMPORTED:
-        self->request(worker, caf::infinite, import_kv_atom::value, std::move(env.body)).receive(handle_reply, on_error);
-        break;
-      default:
-        self->request(worker, caf::infinite, step_atom::value, std::move(env.body)).receive(handle_reply, on_error);
     }
   }
-  self->send_exit(worker, caf::exit_reason::user_shutdown);
   return exit_code;
 }
 
