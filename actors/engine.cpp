@@ -20,7 +20,9 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "comms/ipc_directory.hpp"
+#include "core/host_cpus.hpp"
 #include "core/host_memory.hpp"
+#include "core/topology_plan.hpp"
 #include "memory/kv_sizing.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
@@ -69,6 +71,24 @@ wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
     for (uint32_t s = 0; s < req.stop.size(); ++s) stops.set(s, text_of(req.stop[s]));
   }, static_cast<unsigned>(words));
 }
+
+// What the topology may describe but the engine cannot run yet (actord check plans it): one group of one rank in
+// this process or a process of its own. The error names the key.
+Status refuse_unbuilt(const TopologyConfig& topology) {
+  const std::string where = topology.source.string() + ": ";
+  if (topology.groups.size() != 1)
+    return make_error(Errc::unsupported, where + "groups: more than one group is not supported yet");
+  const GroupSection& g = topology.groups[0];
+  auto refuse = [&](const std::string& key, const std::string& what, const std::string& hint) {
+    return make_error(Errc::unsupported,
+                      where + "groups[0]." + key + ": " + what + " is not supported yet (" + hint + ")");
+  };
+  if (g.replicas != 1) return refuse("replicas", "data parallelism", "must be 1");
+  if (g.tp != 1) return refuse("tp", "tensor parallelism", "must be 1");
+  if (g.pp != 1) return refuse("pp", "pipeline parallelism", "must be 1");
+  if (g.placement == Placement::node) return refuse("placement", "placement on nodes", "use thread or process");
+  return {};
+}
 }  // namespace
 
 struct Engine::Impl {
@@ -105,6 +125,8 @@ const std::filesystem::path& Engine::model_dir() const { return impl_->model_dir
 std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
 
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
+  ACTORD_TRY_STATUS(refuse_unbuilt(topology));
+  ACTORD_TRY_STATUS(check_threads_fit(topology, usable_cpu_cores()));
   auto impl = std::make_unique<Impl>();
   for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry, &impl->policies));
   if (auto policy = impl->policies.check(topology.scheduler.policy); !policy)

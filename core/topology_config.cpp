@@ -160,13 +160,118 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
 
 bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// Bounds that keep a plan's rank list small enough to build and print.
+constexpr int kMaxGroupDimension = 4096;  // replicas, tp, pp
+constexpr uint64_t kMaxRanks = 65536;     // over all groups
+
+bool is_simple_name(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '.' || c == '-';
+  });
+}
+
+// "tcp://HOST:PORT" (HOST a name, an IPv4 address or a bracketed IPv6 one), the form ZeroMQ connects to.
+bool is_tcp_address(const std::string& a) {
+  const std::string scheme = "tcp://";
+  if (a.rfind(scheme, 0) != 0) return false;
+  const std::string rest = a.substr(scheme.size());
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+  if (host.front() == '[' ? host.back() != ']' || host.size() < 3 : host.find_first_of("[]:/ ") != std::string::npos)
+    return false;
+  const auto digit = [](unsigned char c) { return std::isdigit(c) != 0; };
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), digit)) return false;
+  const int number = std::stoi(port);
+  return number >= 1 && number <= 65535;
+}
+
+std::vector<NodeSection> parse_nodes(const YAML::Node& nodes) {
+  std::vector<NodeSection> out;
+  if (!nodes || nodes.IsNull()) return out;
+  require(nodes.IsSequence(), "nodes", "must be a list of {name, address}");
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string p = "nodes[" + std::to_string(i) + "]";
+    require(nodes[i].IsMap(), p, "must be a mapping");
+    Section n(nodes[i], p);
+    n.check_keys({"name", "address"});
+    NodeSection node;
+    n.read("name", node.name);
+    n.read("address", node.address);
+    require(!node.name.empty(), p + ".name", "is required");
+    require(is_simple_name(node.name), p + ".name",
+            "must be letters, digits, '_', '.' or '-', got '" + node.name + "'");
+    require(node.name != kLocalNode, p + ".name", "'local' is this machine, always there: do not list it");
+    require(!node.address.empty(), p + ".address", "is required");
+    require(is_tcp_address(node.address), p + ".address", "must be tcp://HOST:PORT, got '" + node.address + "'");
+    for (size_t j = 0; j < out.size(); ++j) {
+      const std::string other = "nodes[" + std::to_string(j) + "]";
+      require(out[j].name != node.name, p + ".name", "'" + node.name + "' is also the name of " + other);
+      require(out[j].address != node.address, p + ".address", "'" + node.address + "' is also the address of " + other);
+    }
+    out.push_back(node);
+  }
+  return out;
+}
+
+// `placement`: thread | process | node:NAME | a list of node:NAME (the group's replica stages spread over them).
+void parse_placement(const YAML::Node& value, const std::string& path, const std::vector<NodeSection>& nodes,
+                     GroupSection& group) {
+  if (!value || value.IsNull()) return;
+  auto node_of = [&](const std::string& text, const std::string& at) {
+    const std::string name = text.substr(5);
+    bool known = name == kLocalNode;
+    std::string list = kLocalNode;
+    for (const auto& n : nodes) {
+      known = known || n.name == name;
+      list += ", " + n.name;
+    }
+    require(!name.empty(), at, "node: needs a node's name (node:local or one of nodes[])");
+    require(known, at, "unknown node '" + name + "' (known nodes: " + list + ")");
+    return name;
+  };
+  auto names_node = [](const YAML::Node& n) { return n.IsScalar() && n.Scalar().rfind("node:", 0) == 0; };
+  if (value.IsScalar()) {
+    const std::string text = value.Scalar();
+    if (text == "thread") {
+      group.placement = Placement::thread;
+    } else if (text == "process") {
+      group.placement = Placement::process;
+    } else if (names_node(value)) {
+      group.placement = Placement::node;
+      group.placement_nodes = {node_of(text, path)};
+    } else {
+      throw ConfigError{path, "must be thread, process or node:<name>, got '" + text + "'"};
+    }
+    return;
+  }
+  require(value.IsSequence() && value.size() > 0, path,
+          "must be thread, process, node:<name> or a non-empty list of node:<name>");
+  group.placement = Placement::node;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string at = path + "[" + std::to_string(i) + "]";
+    require(names_node(value[i]), at,
+            "a list names nodes (node:<name>; node:local for a process on this machine), got '" +
+                (value[i].IsScalar() ? value[i].Scalar() : std::string("a collection")) + "'");
+    const std::string name = node_of(value[i].Scalar(), at);
+    require(std::find(group.placement_nodes.begin(), group.placement_nodes.end(), name) ==
+                group.placement_nodes.end(),
+            at, "node '" + name + "' is listed twice");
+    group.placement_nodes.push_back(name);
+  }
+  const uint64_t stages = uint64_t(group.replicas) * uint64_t(group.pp);
+  require(group.placement_nodes.size() <= stages, path,
+          "lists " + std::to_string(group.placement_nodes.size()) + " nodes, but the group has only " +
+              std::to_string(stages) + " replica stages (replicas x pp) to spread over them");
+}
+
 TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source,
                      const TopologyOverrides& overrides) {
   TopologyConfig cfg;
   cfg.source = source;
   require(root.IsMap(), "", "the topology must be a YAML mapping");
   Section top(root, "");
-  top.check_keys({"model", "server", "engine", "scheduler", "groups", "plugins"});
+  top.check_keys({"model", "server", "engine", "scheduler", "nodes", "groups", "plugins"});
   if (const YAML::Node plugins = root["plugins"]; plugins && !plugins.IsNull()) {
     require(plugins.IsSequence(), "plugins", "must be a list of shared library paths");
     for (size_t i = 0; i < plugins.size(); ++i) {
@@ -255,44 +360,51 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   // Which names exist is known only once plugins are loaded: Engine::start checks it against the policy registry.
   require(!cfg.scheduler.policy.empty(), "scheduler.policy", "must name a policy (fcfs, priority or a plugin's)");
 
+  cfg.nodes = parse_nodes(root["nodes"]);
+
   const YAML::Node groups = root["groups"];
   require(groups && groups.IsSequence() && groups.size() > 0, "groups", "must be a non-empty list of groups");
+  uint64_t total_ranks = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa"});
+    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa", "oversubscribe"});
     GroupSection group;
     g.read("name", group.name);
-    g.read("replicas", group.replicas);
-    g.read("tp", group.tp);
-    g.read("pp", group.pp);
+    require(is_simple_name(group.name), p + ".name",
+            "must be letters, digits, '_', '.' or '-', got '" + group.name + "'");
+    for (size_t j = 0; j < cfg.groups.size(); ++j) {
+      require(cfg.groups[j].name != group.name, p + ".name",
+              "'" + group.name + "' is also the name of groups[" + std::to_string(j) + "]");
+    }
+    using Dimension = std::pair<const char*, int*>;
+    for (auto [key, value] : {Dimension{"replicas", &group.replicas}, Dimension{"tp", &group.tp},
+                              Dimension{"pp", &group.pp}}) {
+      g.read(key, *value);
+      require(*value >= 1, p + "." + key, "must be at least 1, got " + std::to_string(*value));
+      require(*value <= kMaxGroupDimension, p + "." + key,
+              "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(*value));
+    }
+    total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp);
+    require(total_ranks <= kMaxRanks, p,
+            "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp), more than " +
+                std::to_string(kMaxRanks));
     g.read("device", group.device);
+    require(group.device == "cpu", p + ".device",
+            group.device == "cuda" ? "the cuda backend is not built yet (use cpu)"
+                                   : "unknown device '" + group.device + "' (known: cpu)");
     g.read("threads", group.threads);
     require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
-            "must be 0 (one per core) to 1024, got " + std::to_string(group.threads));
+            "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
+    g.read("oversubscribe", group.oversubscribe);
     g.read("cpu_isa", group.cpu_isa);
     require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
                 group.cpu_isa == "avx512",
             p + ".cpu_isa", "must be auto, portable, avx2 or avx512, got '" + group.cpu_isa + "'");
-    std::string placement = "thread";
-    g.read("placement", placement);
-    require(group.replicas >= 1, p + ".replicas", "must be at least 1, got " + std::to_string(group.replicas));
-    require(group.tp >= 1, p + ".tp", "must be at least 1, got " + std::to_string(group.tp));
-    require(group.pp >= 1, p + ".pp", "must be at least 1, got " + std::to_string(group.pp));
-    // Parallel groups arrive with the topology issue; refuse them plainly instead of running something else.
-    require(group.replicas == 1, p + ".replicas", "data parallelism is not supported yet (must be 1)");
-    require(group.tp == 1, p + ".tp", "tensor parallelism is not supported yet (must be 1)");
-    require(group.pp == 1, p + ".pp", "pipeline parallelism is not supported yet (must be 1)");
-    require(group.device == "cpu", p + ".device",
-            group.device == "cuda" ? "the cuda backend is not built yet (use cpu)"
-                                   : "unknown device '" + group.device + "' (known: cpu)");
-    if (placement == "thread") group.placement = Placement::thread;
-    else if (placement == "process") group.placement = Placement::process;
-    else throw ConfigError{p + ".placement", "must be thread or process, got '" + placement + "'"};
+    parse_placement(g.get("placement"), p + ".placement", cfg.nodes, group);
     cfg.groups.push_back(group);
   }
-  require(cfg.groups.size() == 1, "groups", "more than one group is not supported yet");
   return cfg;
 }
 

@@ -4,6 +4,8 @@
 // key. Every error names its path in the file, e.g. "configs/q.yaml: engine.block_size: must be a power of two
 // between 1 and 256, got 3" or "configs/q.yaml: engine.max_num_seq: unknown key (known keys: ...)". Relative
 // model paths in the file are resolved against the file's folder; a --model override against the working directory.
+// What needs the model (tp against the heads, pp against the layers) or the machine (threads against its cores) is
+// checked by core/topology_plan.hpp; what is not built yet (replicas, tp, pp > 1, nodes) is refused by Engine::start.
 #pragma once
 
 #include <chrono>
@@ -56,16 +58,34 @@ struct SchedulerSection {
   bool plan_ahead = true;  // plan step N+1 while step N executes (two steps in flight)
 };
 
-enum class Placement { thread, process };
+// Where a group's ranks run: threads of the engine's process, worker processes the engine starts on this machine,
+// or worker processes on the nodes `placement_nodes` names (started there by the node's agent).
+enum class Placement { thread, process, node };
+
+// The name of this machine among the nodes; it is implicit (never listed under `nodes:`).
+inline constexpr const char* kLocalNode = "local";
+
+// A machine of the fleet other than this one (`nodes:`).
+struct NodeSection {
+  std::string name;     // [A-Za-z0-9_.-]+, unique, not "local"
+  std::string address;  // tcp://HOST:PORT, where the node's agent is reached
+};
 
 struct GroupSection {
-  std::string name = "main";
-  int replicas = 1;
-  int tp = 1;
-  int pp = 1;
+  std::string name = "main";         // [A-Za-z0-9_.-]+, unique among the groups: the first part of its ranks' names
+  int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
+  int tp = 1;                        // tensor parallel ranks of one pipeline stage
+  int pp = 1;                        // pipeline stages of one replica
   std::string device = "cpu";
   Placement placement = Placement::thread;
-  int threads = 0;                   // CPU threads per worker; 0: one per core
+  // With Placement::node: the nodes ("local" or a nodes[] name) the group's replica stages (replicas x pp of them,
+  // replica-major) are spread over, in order, as evenly as possible (earlier nodes take the extra); the tp ranks of
+  // one stage always share a node. One entry for `placement: node:NAME`. Empty for thread and process.
+  std::vector<std::string> placement_nodes;
+  int threads = 0;                   // CPU threads per rank; 0: this machine's cores shared among its ranks
+  // Let the ranks on this machine use more threads than it has cores (each rank gets at least one); refused
+  // otherwise (core/topology_plan.hpp's check_threads_fit).
+  bool oversubscribe = false;
   // Instruction set of the workers' CPU kernels: auto (the best the CPU runs) | portable | avx2 | avx512. A worker
   // refuses at start one its CPU lacks.
   std::string cpu_isa = "auto";
@@ -77,6 +97,7 @@ struct TopologyConfig {
   ServerSection server;
   EngineSection engine;
   SchedulerSection scheduler;
+  std::vector<NodeSection> nodes;  // besides the implicit local node
   std::vector<GroupSection> groups;
   std::vector<std::filesystem::path> plugins;  // shared libraries (plugins/plugin_api.hpp), resolved like model.path
 };

@@ -87,10 +87,8 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: engine.preemption_mode: must be recompute or swap, got 'evict'");
   CHECK(error_of("groups: [{name: a}]\n") == "configs/t.yaml: model.path: is required");
   CHECK(error_of("model: {path: m}\n") == "configs/t.yaml: groups: must be a non-empty list of groups");
-  CHECK(error_of("model: {path: m}\ngroups: [{tp: 3}]\n") ==
-        "configs/t.yaml: groups[0].tp: tensor parallelism is not supported yet (must be 1)");
   CHECK(error_of("model: {path: m}\ngroups: [{placement: moon}]\n") ==
-        "configs/t.yaml: groups[0].placement: must be thread or process, got 'moon'");
+        "configs/t.yaml: groups[0].placement: must be thread, process or node:<name>, got 'moon'");
   CHECK(error_of("model: {path: m}\ngroups: [{device: cuda}]\n") ==
         "configs/t.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
   CHECK(error_of("model: {path: m, dtype: int8}\ngroups: [{}]\n") ==
@@ -98,7 +96,7 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
   CHECK(error_of("model: {path: m, load_format: pickle}\ngroups: [{}]\n") ==
         "configs/t.yaml: model.load_format: must be auto or dummy, got 'pickle'");
   CHECK(error_of("model: {path: m}\ngroups: [{threads: -1}]\n") ==
-        "configs/t.yaml: groups[0].threads: must be 0 (one per core) to 1024, got -1");
+        "configs/t.yaml: groups[0].threads: must be 0 (auto) to 1024, got -1");
 }
 
 TEST_CASE("set overrides any key by its path and is validated like the file", "[config]") {
@@ -144,4 +142,139 @@ TEST_CASE("byte sizes", "[config]") {
   CHECK(*parse_byte_size("1000") == 1000);
   CHECK(*parse_byte_size("5MB") == 5000000);
   CHECK_FALSE(parse_byte_size("MiB").ok());
+}
+
+TEST_CASE("bundled parallel topologies parse - what the engine cannot run yet is no parse error", "[config]") {
+  const std::filesystem::path root = ACTORD_SOURCE_DIR;
+  struct Expected {
+    const char* file;
+    int replicas, tp, pp;
+  };
+  for (const Expected& e : {Expected{"tp2.yaml", 1, 2, 1}, Expected{"pp2.yaml", 1, 1, 2},
+                            Expected{"tp2-pp2.yaml", 1, 2, 2}, Expected{"dp2.yaml", 2, 1, 1},
+                            Expected{"dp2-tp2.yaml", 2, 2, 1}, Expected{"two-node.yaml", 1, 2, 2}}) {
+    INFO(e.file);
+    auto cfg = load_topology(root / "configs" / e.file);
+    REQUIRE(cfg.ok());
+    REQUIRE(cfg->groups.size() == 1);
+    CHECK(cfg->groups[0].replicas == e.replicas);
+    CHECK(cfg->groups[0].tp == e.tp);
+    CHECK(cfg->groups[0].pp == e.pp);
+    CHECK(std::filesystem::equivalent(cfg->model.path, root / "models/stories260K"));
+  }
+  auto two = load_topology(root / "configs/two-node.yaml");
+  REQUIRE(two.ok());
+  REQUIRE(two->nodes.size() == 1);
+  CHECK(two->nodes[0].name == "node-b");
+  CHECK(two->groups[0].placement == Placement::node);
+  CHECK(two->groups[0].placement_nodes == std::vector<std::string>{"local", "node-b"});
+
+  // tp 3 on an 8-head model parses: the heads are checked by the plan, once the model is known.
+  auto tp3 = parse_topology("model: {path: m}\ngroups: [{tp: 3, replicas: 4, pp: 2}]\n", "t.yaml");
+  REQUIRE(tp3.ok());
+  CHECK(tp3->groups[0].tp == 3);
+  auto groups = parse_topology("model: {path: m}\ngroups: [{name: a}, {name: b}]\n", "t.yaml");
+  REQUIRE(groups.ok());
+  CHECK(groups->groups.size() == 2);
+}
+
+TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
+  auto cfg = parse_topology(kMinimal, "t.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->groups[0].replicas == 1);
+  CHECK(cfg->groups[0].tp == 1);
+  CHECK(cfg->groups[0].pp == 1);
+  CHECK(cfg->groups[0].threads == 0);
+  CHECK_FALSE(cfg->groups[0].oversubscribe);
+  CHECK(cfg->groups[0].placement_nodes.empty());
+  CHECK(cfg->nodes.empty());
+  auto over = parse_topology("model: {path: m}\ngroups: [{oversubscribe: true}]\n", "t.yaml");
+  REQUIRE(over.ok());
+  CHECK(over->groups[0].oversubscribe);
+
+  CHECK(error_of("model: {path: m}\ngroups: [{replicas: -1}]\n") ==
+        "configs/t.yaml: groups[0].replicas: must be at least 1, got -1");
+  CHECK(error_of("model: {path: m}\ngroups: [{tp: 0}]\n") == "configs/t.yaml: groups[0].tp: must be at least 1, got 0");
+  CHECK(error_of("model: {path: m}\ngroups: [{pp: 4097}]\n") ==
+        "configs/t.yaml: groups[0].pp: must be at most 4096, got 4097");
+  CHECK(error_of("model: {path: m}\ngroups: [{tp: two}]\n") ==
+        "configs/t.yaml: groups[0].tp: must be an integer, got 'two'");
+  CHECK(error_of("model: {path: m}\ngroups: [{replicas: 4096, tp: 16, pp: 2}]\n") ==
+        "configs/t.yaml: groups[0]: the groups so far have 131072 ranks (replicas x tp x pp), more than 65536");
+  CHECK(error_of("model: {path: m}\ngroups: [{oversubscribe: maybe}]\n") ==
+        "configs/t.yaml: groups[0].oversubscribe: must be true or false, got 'maybe'");
+  CHECK(error_of("model: {path: m}\ngroups: [{name: a}, {name: a}]\n") ==
+        "configs/t.yaml: groups[1].name: 'a' is also the name of groups[0]");
+  CHECK(error_of("model: {path: m}\ngroups: [{name: 'a/b'}]\n") ==
+        "configs/t.yaml: groups[0].name: must be letters, digits, '_', '.' or '-', got 'a/b'");
+  CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
+        "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu)");
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
+             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, name, "
+                               "oversubscribe, placement, pp, replicas, threads, tp)"));
+}
+
+TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spreading", "[config]") {
+  const std::string nodes =
+      "nodes:\n  - {name: b, address: 'tcp://10.0.0.2:7000'}\n  - {name: c, address: 'tcp://[::1]:7001'}\n";
+  auto cfg = parse_topology("model: {path: m}\n" + nodes +
+                                "groups: [{replicas: 2, pp: 2, placement: [node:local, node:b, 'node:c']}]\n",
+                            "t.yaml");
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->nodes.size() == 2);
+  CHECK(cfg->nodes[1].name == "c");
+  CHECK(cfg->nodes[1].address == "tcp://[::1]:7001");
+  CHECK(cfg->groups[0].placement == Placement::node);
+  CHECK(cfg->groups[0].placement_nodes == std::vector<std::string>{"local", "b", "c"});
+  auto one = parse_topology("model: {path: m}\n" + nodes + "groups: [{placement: 'node:b'}]\n", "t.yaml");
+  REQUIRE(one.ok());
+  CHECK(one->groups[0].placement_nodes == std::vector<std::string>{"b"});
+  auto local = parse_topology("model: {path: m}\ngroups: [{placement: 'node:local'}]\n", "t.yaml");
+  REQUIRE(local.ok());
+  CHECK(local->groups[0].placement == Placement::node);
+  // --set reaches placement and the nodes like any key.
+  TopologyOverrides o;
+  o.set = {"groups[0].placement=node:c", "nodes[0].address=tcp://b.example:7000"};
+  auto set = parse_topology("model: {path: m}\n" + nodes + "groups: [{}]\n", "t.yaml", o);
+  REQUIRE(set.ok());
+  CHECK(set->groups[0].placement_nodes == std::vector<std::string>{"c"});
+  CHECK(set->nodes[0].address == "tcp://b.example:7000");
+
+  auto err = [&](const std::string& yaml) { return error_of("model: {path: m}\n" + yaml); };
+  CHECK(err(nodes + "groups: [{placement: 'node:z'}]\n") ==
+        "configs/t.yaml: groups[0].placement: unknown node 'z' (known nodes: local, b, c)");
+  CHECK(err("groups: [{placement: 'node:b'}]\n") ==
+        "configs/t.yaml: groups[0].placement: unknown node 'b' (known nodes: local)");
+  CHECK(err("groups: [{placement: 'node:'}]\n") ==
+        "configs/t.yaml: groups[0].placement: node: needs a node's name (node:local or one of nodes[])");
+  CHECK(err(nodes + "groups: [{pp: 2, placement: [node:b, node:y]}]\n") ==
+        "configs/t.yaml: groups[0].placement[1]: unknown node 'y' (known nodes: local, b, c)");
+  CHECK(err(nodes + "groups: [{pp: 2, placement: [node:b, process]}]\n") ==
+        "configs/t.yaml: groups[0].placement[1]: a list names nodes (node:<name>; node:local for a process on this "
+        "machine), got 'process'");
+  CHECK(err(nodes + "groups: [{pp: 2, placement: [node:b, node:b]}]\n") ==
+        "configs/t.yaml: groups[0].placement[1]: node 'b' is listed twice");
+  CHECK(err(nodes + "groups: [{pp: 2, placement: [node:b, node:c, node:local]}]\n") ==
+        "configs/t.yaml: groups[0].placement: lists 3 nodes, but the group has only 2 replica stages (replicas x pp) "
+        "to spread over them");
+  CHECK(err("groups: [{placement: []}]\n") ==
+        "configs/t.yaml: groups[0].placement: must be thread, process, node:<name> or a non-empty list of "
+        "node:<name>");
+  CHECK(err("nodes: [{name: local, address: 'tcp://h:1'}]\ngroups: [{}]\n") ==
+        "configs/t.yaml: nodes[0].name: 'local' is this machine, always there: do not list it");
+  CHECK(err("nodes: [{name: b, address: 'tcp://h:1'}, {name: b, address: 'tcp://h:2'}]\ngroups: [{}]\n") ==
+        "configs/t.yaml: nodes[1].name: 'b' is also the name of nodes[0]");
+  CHECK(err("nodes: [{name: b, address: 'tcp://h:1'}, {name: c, address: 'tcp://h:1'}]\ngroups: [{}]\n") ==
+        "configs/t.yaml: nodes[1].address: 'tcp://h:1' is also the address of nodes[0]");
+  CHECK(err("nodes: [{address: 'tcp://h:1'}]\ngroups: [{}]\n") == "configs/t.yaml: nodes[0].name: is required");
+  CHECK(err("nodes: [{name: b}]\ngroups: [{}]\n") == "configs/t.yaml: nodes[0].address: is required");
+  for (const char* bad :
+       {"h:7000", "tcp://h", "tcp://:7000", "tcp://h:0", "tcp://h:65536", "tcp://h:x", "tcp://[::1:7"}) {
+    INFO(bad);
+    CHECK(err(std::string("nodes: [{name: b, address: '") + bad + "'}]\ngroups: [{}]\n") ==
+          std::string("configs/t.yaml: nodes[0].address: must be tcp://HOST:PORT, got '") + bad + "'");
+  }
+  CHECK_THAT(err("nodes: [{name: b, address: 'tcp://h:1', cores: 8}]\ngroups: [{}]\n"),
+             Catch::StartsWith("configs/t.yaml: nodes[0].cores: unknown key (known keys: address, name)"));
+  CHECK(err("nodes: {b: 1}\ngroups: [{}]\n") == "configs/t.yaml: nodes: must be a list of {name, address}");
 }

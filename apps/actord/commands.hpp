@@ -89,6 +89,11 @@ struct ServeArgs {
   int http_threads = 2;
 };
 
+struct CheckArgs {
+  CommonArgs common;
+  bool json = false;
+};
+
 struct TokenizeArgs {
   std::string model;
   bool no_special = false;
@@ -124,6 +129,9 @@ int run_bench_serve(const BenchServeArgs& args);
 
 CLI::App* add_serve_command(CLI::App& app, ServeArgs& args);
 int run_serve(const ServeArgs& args);
+
+CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
+int run_check(const CheckArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
 int run_worker(const WorkerArgs& args);

@@ -1,4 +1,5 @@
-// actord: the command line. Subcommands: serve, generate, bench offline, tokenize, detokenize, worker (internal: started by the engine itself).
+// actord: the command line. Subcommands: serve, generate, bench offline, check, tokenize, detokenize, worker (internal:
+// started by the engine itself).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
   actord::cli::add_tokenize_commands(app, tokenize_args);
   actord::cli::ServeArgs serve_args;
   auto* serve = actord::cli::add_serve_command(app, serve_args);
+  actord::cli::CheckArgs check_args;
+  auto* check = actord::cli::add_check_command(app, check_args);
   actord::cli::WorkerArgs worker_args;
   auto* worker = actord::cli::add_worker_command(app, worker_args);
 
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
   if (tokenize_args.tokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, false);
   if (tokenize_args.detokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, true);
   if (serve->parsed()) return actord::cli::run_serve(serve_args);
+  if (check->parsed()) return actord::cli::run_check(check_args);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
   return 2;
 }

@@ -1,0 +1,286 @@
+// actord check: validates a topology and its model folder and prints the resolved plan; starts nothing.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "apps/actord/commands.hpp"
+#include "core/host_cpus.hpp"
+#include "core/host_memory.hpp"
+#include "core/topology_plan.hpp"
+#include "memory/memory_budget.hpp"
+#include "plugins/model_checks.hpp"
+#include "plugins/model_footprint.hpp"
+#include "plugins/model_registry.hpp"
+#include "plugins/plugin_loader.hpp"
+#include "scheduler/policy_registry.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace actord::cli {
+namespace {
+
+// What check learns about the model folder besides its plan.
+struct CheckedModel {
+  ModelConfig config;
+  DType weight_dtype = DType::f32;
+  DType kv_dtype = DType::f32;
+  int max_model_len = 0;
+  uint64_t estimated_weight_bytes = 0;  // plugins/model_footprint's estimate, the engine's memory check
+};
+
+ModelShape shape_of(const CheckedModel& m) {
+  const ModelConfig& c = m.config;
+  ModelShape s;
+  s.num_layers = c.num_layers;
+  s.num_heads = c.num_heads;
+  s.num_kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.hidden_size = c.hidden_size;
+  s.intermediate_size = c.intermediate_size;
+  s.vocab_size = c.vocab_size;
+  s.num_experts = c.num_experts;
+  s.tie_word_embeddings = c.tie_word_embeddings;
+  s.attention_bias = c.attention_bias;
+  s.weight_bytes_per_param = dtype_size(m.weight_dtype);
+  s.kv_bytes_per_token = c.kv_bytes_per_token(m.kv_dtype);
+  return s;
+}
+
+// The checks Engine::start makes of the model folder, in its order, without loading weights or starting actors.
+Result<CheckedModel> check_model(const TopologyConfig& topology) {
+  ModelRegistry registry = ModelRegistry::with_builtins();
+  PolicyRegistry policies = PolicyRegistry::with_builtins();
+  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, registry, &policies));
+  if (auto policy = policies.check(topology.scheduler.policy); !policy)
+    return make_error(policy.error().code, topology.source.string() + ": " + policy.error().message);
+  CheckedModel m;
+  auto config = ModelConfig::load(topology.model.path);
+  if (!config) return config.error();
+  m.config = *config;
+  ACTORD_TRY_STATUS(check_supported(registry, m.config, topology.model.path));
+  auto max_len = max_model_len_for(m.config, topology.engine.max_model_len, topology.source.string() + ": ");
+  if (!max_len) return max_len.error();
+  m.max_model_len = *max_len;
+  auto tokenizer = Tokenizer::load(topology.model.path);
+  if (!tokenizer) return tokenizer.error();
+  m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
+  m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
+  m.estimated_weight_bytes = estimated_weight_bytes(m.config, m.weight_dtype);
+  return m;
+}
+
+std::string range_text(const Range& r) {
+  if (r.count == 0) return "-";
+  if (r.count == 1) return std::to_string(r.first);
+  return std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+}
+
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::thread: return "thread";
+    case Placement::process: return "process";
+    case Placement::node: return "node";
+  }
+  return "?";
+}
+
+std::string placement_text(const GroupSection& g) {
+  if (g.placement != Placement::node) return placement_name(g.placement);
+  std::string text;
+  for (const auto& n : g.placement_nodes) text += (text.empty() ? "node:" : ", node:") + n;
+  return text;
+}
+
+// The topology's spelling of a dtype (model.dtype, engine.kv_cache_dtype).
+const char* dtype_key(DType d) {
+  switch (d) {
+    case DType::f32: return "float32";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+  }
+  return "?";
+}
+
+std::string threads_text(int threads) { return threads == 0 ? "auto" : std::to_string(threads); }
+
+// Rows of cells, printed in columns two spaces apart; the first row is the header.
+void print_table(const std::vector<std::vector<std::string>>& rows, const char* indent) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPlan& plan,
+                std::optional<uint64_t> available) {
+  const ModelConfig& c = m.config;
+  std::printf("%s: valid (nothing started)\n", t.source.string().c_str());
+  std::printf("model    %s: %s, %d layers, %d heads, %d KV heads, hidden %d, intermediate %d, vocab %d\n",
+              t.model.path.string().c_str(), c.architecture.c_str(), c.num_layers, c.num_heads, c.num_kv_heads,
+              c.hidden_size, c.intermediate_size, c.vocab_size);
+  std::printf("         weights %s (%s), KV %s per token (%s), max_model_len %d\n",
+              format_bytes(m.estimated_weight_bytes).c_str(), dtype_key(m.weight_dtype),
+              format_bytes(c.kv_bytes_per_token(m.kv_dtype)).c_str(), dtype_key(m.kv_dtype), m.max_model_len);
+  std::printf("machine  %u cores, %s; ranks here: %d threads%s\n", plan.local_cores,
+              available ? (format_bytes(*available) + " available").c_str() : "available memory unknown",
+              plan.local_threads, plan.oversubscribed ? " (oversubscribed, as groups[].oversubscribe allows)" : "");
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const GroupPlan& g = plan.groups[gi];
+    const GroupSection& section = t.groups[gi];
+    std::printf("\ngroup %s: %d replica%s x tp %d x pp %d = %zu rank%s, device %s, placement %s\n", g.name.c_str(),
+                g.replicas, g.replicas == 1 ? "" : "s", g.tp, g.pp, g.ranks.size(), g.ranks.size() == 1 ? "" : "s",
+                section.device.c_str(), placement_text(section).c_str());
+    std::printf("  KV per replica: %u blocks of %d tokens (%llu tokens)%s", g.num_kv_blocks, t.engine.block_size,
+                static_cast<unsigned long long>(g.num_kv_blocks) * static_cast<unsigned long long>(t.engine.block_size),
+                g.kv_replication > 1 ? (", each KV head on " + std::to_string(g.kv_replication) + " tp ranks").c_str()
+                                     : "");
+    if (g.num_swap_blocks > 0) std::printf(", swap %u blocks", g.num_swap_blocks);
+    std::printf("\n\n");
+    std::vector<std::vector<std::string>> rows{{"rank", "node", "process", "threads", "layers", "heads", "kv heads",
+                                                "vocab", "weights", "KV/token", "KV pool", "memory"}};
+    for (const RankPlan& r : g.ranks) {
+      rows.push_back({r.name, r.node, r.placement == Placement::thread ? "engine" : "own", threads_text(r.threads),
+                      range_text(r.layers), range_text(r.heads), range_text(r.kv_heads), range_text(r.vocab),
+                      format_bytes(r.weight_bytes), format_bytes(r.kv_bytes_per_token), format_bytes(r.kv_pool_bytes),
+                      format_bytes(r.memory_bytes())});
+    }
+    print_table(rows, "  ");
+  }
+  std::printf("\n");
+  std::vector<std::vector<std::string>> rows{
+      {"node", "address", "ranks", "processes", "threads", "weights", "KV pool", "swap", "memory"}};
+  for (const NodePlan& n : plan.nodes) {
+    rows.push_back({n.name, n.address.empty() ? "(this machine)" : n.address, std::to_string(n.ranks),
+                    std::to_string(n.processes), n.name == kLocalNode ? std::to_string(n.threads) : "-",
+                    format_bytes(n.weight_bytes), format_bytes(n.kv_pool_bytes), format_bytes(n.swap_bytes),
+                    format_bytes(n.weight_bytes + n.kv_pool_bytes + n.swap_bytes)});
+  }
+  print_table(rows, "");
+}
+
+nlohmann::json range_json(const Range& r) { return {{"first", r.first}, {"count", r.count}}; }
+
+nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const TopologyPlan& plan,
+                         std::optional<uint64_t> available) {
+  const ModelConfig& c = m.config;
+  nlohmann::json j;
+  j["config"] = t.source.string();
+  j["valid"] = true;
+  j["model"] = {{"path", t.model.path.string()},
+                {"architecture", c.architecture},
+                {"num_layers", c.num_layers},
+                {"num_heads", c.num_heads},
+                {"num_kv_heads", c.num_kv_heads},
+                {"head_dim", c.head_dim},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.intermediate_size},
+                {"vocab_size", c.vocab_size},
+                {"num_experts", c.num_experts},
+                {"weight_dtype", dtype_key(m.weight_dtype)},
+                {"kv_dtype", dtype_key(m.kv_dtype)},
+                {"weight_bytes", m.estimated_weight_bytes},
+                {"kv_bytes_per_token", c.kv_bytes_per_token(m.kv_dtype)},
+                {"max_model_len", m.max_model_len}};
+  j["machine"] = {{"cores", plan.local_cores},
+                  {"available_memory", available ? nlohmann::json(*available) : nlohmann::json(nullptr)},
+                  {"threads", plan.local_threads},
+                  {"oversubscribed", plan.oversubscribed}};
+  j["groups"] = nlohmann::json::array();
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const GroupPlan& g = plan.groups[gi];
+    const GroupSection& section = t.groups[gi];
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankPlan& r : g.ranks) {
+      ranks.push_back({{"name", r.name},
+                       {"replica", r.replica},
+                       {"tp_rank", r.tp_rank},
+                       {"pp_rank", r.pp_rank},
+                       {"node", r.node},
+                       {"placement", placement_name(r.placement)},
+                       {"own_process", r.placement != Placement::thread},
+                       {"threads", r.threads},
+                       {"layers", range_json(r.layers)},
+                       {"heads", range_json(r.heads)},
+                       {"kv_heads", range_json(r.kv_heads)},
+                       {"vocab", range_json(r.vocab)},
+                       {"embedding", r.embedding},
+                       {"lm_head", r.lm_head},
+                       {"weight_params", r.weight_params},
+                       {"weight_bytes", r.weight_bytes},
+                       {"kv_bytes_per_token", r.kv_bytes_per_token},
+                       {"kv_pool_bytes", r.kv_pool_bytes},
+                       {"swap_bytes", r.swap_bytes},
+                       {"memory_bytes", r.memory_bytes()}});
+    }
+    j["groups"].push_back({{"name", g.name},
+                           {"replicas", g.replicas},
+                           {"tp", g.tp},
+                           {"pp", g.pp},
+                           {"device", section.device},
+                           {"placement", placement_name(section.placement)},
+                           {"placement_nodes", section.placement_nodes},
+                           {"kv_replication", g.kv_replication},
+                           {"block_size", t.engine.block_size},
+                           {"num_kv_blocks", g.num_kv_blocks},
+                           {"num_swap_blocks", g.num_swap_blocks},
+                           {"ranks", ranks}});
+  }
+  j["nodes"] = nlohmann::json::array();
+  for (const NodePlan& n : plan.nodes) {
+    j["nodes"].push_back({{"name", n.name},
+                          {"address", n.address},
+                          {"ranks", n.ranks},
+                          {"processes", n.processes},
+                          {"threads", n.threads},
+                          {"weight_bytes", n.weight_bytes},
+                          {"kv_pool_bytes", n.kv_pool_bytes},
+                          {"swap_bytes", n.swap_bytes}});
+  }
+  return j;
+}
+
+}  // namespace
+
+CLI::App* add_check_command(CLI::App& app, CheckArgs& args) {
+  auto* cmd = app.add_subcommand(
+      "check", "Validate a topology and its model folder and print the resolved plan (ranks, nodes, layers, shards, "
+               "memory per rank); starts nothing");
+  add_common_options(cmd, args.common, "warn");
+  cmd->add_flag("--json", args.json, "Print the plan as one JSON object");
+  return cmd;
+}
+
+int run_check(const CheckArgs& args) {
+  if (!apply_log_level(args.common.log_level)) return 2;
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return exit_code_for(e);
+  };
+  auto topology = load_topology_of(args.common);
+  if (!topology) return fail(topology.error());
+  auto model = check_model(*topology);
+  if (!model) return fail(model.error());
+  auto plan = plan_topology(*topology, shape_of(*model), usable_cpu_cores());
+  if (!plan) return fail(plan.error());
+  // What the ranks on this machine hold, against its available memory, as Engine::start checks one worker's.
+  const std::optional<uint64_t> available = available_host_memory();
+  if (available) {
+    const NodePlan& local = plan->nodes.front();
+    const MemoryAsk ask{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    if (auto fits = check_memory_fits(ask, *available, topology->source.string() + ": "); !fits)
+      return fail(fits.error());
+  }
+  if (args.json) std::printf("%s\n", plan_json(*topology, *model, *plan, available).dump(2).c_str());
+  else print_plan(*topology, *model, *plan, available);
+  return 0;
+}
+
+}  // namespace actord::cli

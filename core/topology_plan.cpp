@@ -1,0 +1,235 @@
+#include "core/topology_plan.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace actord {
+namespace {
+
+// Part `index` of `total` split into `parts` as evenly as possible, earlier parts taking the extra.
+Range split_evenly(int total, int parts, int index) {
+  const int base = total / parts, extra = total % parts;
+  return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+std::string group_path(size_t i) { return "groups[" + std::to_string(i) + "]"; }
+
+// The node replica stage `unit` (replica * pp + stage) of `group` runs on.
+std::string node_of_unit(const GroupSection& group, int unit) {
+  if (group.placement != Placement::node) return kLocalNode;
+  const int units = group.replicas * group.pp, parts = static_cast<int>(group.placement_nodes.size());
+  for (int p = 0; p < parts; ++p) {
+    const Range r = split_evenly(units, parts, p);
+    if (unit < r.first + r.count) return group.placement_nodes[static_cast<size_t>(p)];
+  }
+  return group.placement_nodes.back();
+}
+
+// Ranks of `group` on this machine.
+int local_ranks(const GroupSection& group) {
+  int stages = 0;
+  for (int unit = 0; unit < group.replicas * group.pp; ++unit) stages += node_of_unit(group, unit) == kLocalNode;
+  return stages * group.tp;
+}
+
+std::string plural(int n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+
+Error config_error(const TopologyConfig& t, const std::string& path, const std::string& message) {
+  return Error{Errc::invalid_config, t.source.string() + ": " + path + ": " + message};
+}
+
+// The rules of the model for group `i`, in the order a reader checks them.
+Status check_model_rules(const TopologyConfig& t, size_t i, const ModelShape& m) {
+  const GroupSection& g = t.groups[i];
+  const std::string tp = group_path(i) + ".tp", pp = group_path(i) + ".pp";
+  if (m.num_heads % g.tp != 0)
+    return config_error(t, tp, "must divide num_attention_heads (" + std::to_string(m.num_heads) + "), got " +
+                                   std::to_string(g.tp));
+  if (m.num_kv_heads % g.tp != 0 && g.tp % m.num_kv_heads != 0)
+    return config_error(t, tp, "must divide num_key_value_heads (" + std::to_string(m.num_kv_heads) +
+                                   ") or be a multiple of it (each KV head is then replicated), got " +
+                                   std::to_string(g.tp));
+  if (m.intermediate_size % g.tp != 0)
+    return config_error(t, tp, "must divide intermediate_size (" + std::to_string(m.intermediate_size) + "), got " +
+                                   std::to_string(g.tp));
+  if (g.tp > m.vocab_size)
+    return config_error(t, tp, "must be at most vocab_size (" + std::to_string(m.vocab_size) + "), got " +
+                                   std::to_string(g.tp));
+  if (g.pp > m.num_layers)
+    return config_error(t, pp, "must be at most num_hidden_layers (" + std::to_string(m.num_layers) + "), got " +
+                                   std::to_string(g.pp));
+  return {};
+}
+
+Status check_shape(const ModelShape& m) {
+  const std::pair<const char*, int> counts[] = {
+      {"num_layers", m.num_layers},   {"num_heads", m.num_heads},
+      {"num_kv_heads", m.num_kv_heads}, {"head_dim", m.head_dim},
+      {"hidden_size", m.hidden_size}, {"intermediate_size", m.intermediate_size},
+      {"vocab_size", m.vocab_size}};
+  for (const auto& [name, value] : counts) {
+    if (value <= 0)
+      return make_error(Errc::invalid_argument, std::string("model shape: ") + name + " must be positive, got " +
+                                                    std::to_string(value));
+  }
+  if (m.num_experts < 0 || m.weight_bytes_per_param == 0 || m.kv_bytes_per_token == 0 ||
+      m.kv_bytes_per_token % (uint64_t(m.num_layers) * uint64_t(m.num_kv_heads)) != 0)
+    return make_error(Errc::invalid_argument,
+                      "model shape: num_experts, weight_bytes_per_param or kv_bytes_per_token is inconsistent");
+  return {};
+}
+
+// Weight elements rank (heads, kv_heads, stage layers, vocab rows) holds; tp splits the MLP's intermediate rows.
+uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp) {
+  const uint64_t hidden = uint64_t(m.hidden_size), head_dim = uint64_t(m.head_dim);
+  const uint64_t q = uint64_t(r.heads.count) * head_dim, kv = uint64_t(r.kv_heads.count) * head_dim;
+  const uint64_t ff = uint64_t(m.intermediate_size / tp), experts = uint64_t(std::max(1, m.num_experts));
+  const uint64_t attention = 2 * hidden * q + 2 * hidden * kv + (m.attention_bias ? q + 2 * kv : 0);
+  const uint64_t mlp = experts * 3 * hidden * ff + (m.num_experts > 0 ? uint64_t(m.num_experts) * hidden : 0);
+  const uint64_t layer = attention + mlp + 2 * hidden;  // + input and post-attention norms
+  uint64_t params = uint64_t(r.layers.count) * layer;
+  const uint64_t vocab_rows = uint64_t(r.vocab.count) * hidden;
+  if (r.embedding) params += vocab_rows;
+  // The last stage's lm_head: its own rows, or the tied embedding's, which the first stage holds only when pp == 1.
+  if (r.lm_head) params += hidden + ((!m.tie_word_embeddings || pp > 1) ? vocab_rows : 0);
+  return params;
+}
+
+}  // namespace
+
+Status check_threads_fit(const TopologyConfig& t, unsigned local_cores) {
+  uint64_t demand = 0;
+  for (const auto& g : t.groups) demand += uint64_t(local_ranks(g)) * uint64_t(std::max(1, g.threads));
+  if (demand <= local_cores) return {};
+  for (size_t i = 0; i < t.groups.size(); ++i) {
+    const GroupSection& g = t.groups[i];
+    const int ranks = local_ranks(g);
+    if (ranks == 0 || g.oversubscribe) continue;
+    const uint64_t own = uint64_t(ranks) * uint64_t(std::max(1, g.threads));
+    const std::string others = demand == own ? "" : " (" + std::to_string(demand) + " with the other groups' ranks)";
+    return config_error(
+        t, group_path(i) + ".threads",
+        plural(ranks, "rank") + " x " + plural(std::max(1, g.threads), "thread") + " on this machine need " +
+            std::to_string(own) + " cores" + others + ", it has " + std::to_string(local_cores) +
+            "; lower threads, tp, pp or replicas, place ranks on other nodes, or set " + group_path(i) +
+            ".oversubscribe: true");
+  }
+  return {};
+}
+
+Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m, unsigned local_cores) {
+  ACTORD_TRY_STATUS(check_shape(m));
+  for (size_t i = 0; i < t.groups.size(); ++i) ACTORD_TRY_STATUS(check_model_rules(t, i, m));
+  ACTORD_TRY_STATUS(check_threads_fit(t, local_cores));
+
+  TopologyPlan plan;
+  plan.local_cores = local_cores;
+  {
+    RankPlan whole;
+    whole.layers = {0, m.num_layers};
+    whole.heads = {0, m.num_heads};
+    whole.kv_heads = {0, m.num_kv_heads};
+    whole.vocab = {0, m.vocab_size};
+    whole.embedding = whole.lm_head = true;
+    plan.model_weight_bytes = rank_params(m, whole, 1, 1) * m.weight_bytes_per_param;
+  }
+
+  // Threads on this machine: explicit ones as asked; the cores left are split as evenly as possible among the
+  // ranks with threads 0 (one each at least).
+  uint64_t explicit_threads = 0;
+  int auto_ranks = 0;
+  for (const auto& g : t.groups) {
+    if (g.threads > 0) explicit_threads += uint64_t(local_ranks(g)) * uint64_t(g.threads);
+    else auto_ranks += local_ranks(g);
+  }
+  const int cores_left = explicit_threads >= local_cores ? 0 : static_cast<int>(local_cores - explicit_threads);
+  int auto_index = 0;
+  auto auto_share = [&] {
+    return auto_ranks == 0 ? 1 : std::max(1, split_evenly(cores_left, auto_ranks, auto_index++).count);
+  };
+
+  const uint64_t kv_per_layer_head = m.kv_bytes_per_token / (uint64_t(m.num_layers) * uint64_t(m.num_kv_heads));
+  const std::string where = t.source.string() + ": ";
+  for (size_t gi = 0; gi < t.groups.size(); ++gi) {
+    const GroupSection& g = t.groups[gi];
+    GroupPlan gp;
+    gp.name = g.name;
+    gp.replicas = g.replicas;
+    gp.tp = g.tp;
+    gp.pp = g.pp;
+    gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
+    uint64_t largest_block = 0;
+    for (int r = 0; r < g.replicas; ++r) {
+      for (int s = 0; s < g.pp; ++s) {
+        for (int k = 0; k < g.tp; ++k) {
+          RankPlan rank;
+          rank.name = g.name + "/replica/" + std::to_string(r) + "/worker/tp" + std::to_string(k) + ".pp" +
+                      std::to_string(s);
+          rank.replica = r;
+          rank.tp_rank = k;
+          rank.pp_rank = s;
+          rank.placement = g.placement;
+          rank.node = node_of_unit(g, r * g.pp + s);
+          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share();
+          rank.layers = split_evenly(m.num_layers, g.pp, s);
+          rank.heads = {k * (m.num_heads / g.tp), m.num_heads / g.tp};
+          rank.kv_heads = g.tp > m.num_kv_heads ? Range{k / gp.kv_replication, 1}
+                                                : Range{k * (m.num_kv_heads / g.tp), m.num_kv_heads / g.tp};
+          rank.embedding = s == 0;
+          rank.lm_head = s == g.pp - 1;
+          if (rank.embedding || rank.lm_head) rank.vocab = split_evenly(m.vocab_size, g.tp, k);
+          rank.weight_params = rank_params(m, rank, g.tp, g.pp);
+          rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
+          rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);
+          largest_block = std::max(largest_block, rank.kv_bytes_per_token * uint64_t(t.engine.block_size));
+          gp.ranks.push_back(std::move(rank));
+        }
+      }
+    }
+    // A replica's ranks all hold the same blocks (one block table per sequence): its largest rank decides how many.
+    auto blocks_in = [&](const char* key, uint64_t bytes) -> Result<uint32_t> {
+      const uint64_t blocks = bytes / largest_block;
+      if (blocks == 0) {
+        return make_error(Errc::invalid_config, where + "engine." + key + ": " + std::to_string(bytes) +
+                                                    " bytes hold no KV block (one block takes " +
+                                                    std::to_string(largest_block) + " bytes)");
+      }
+      return static_cast<uint32_t>(std::min<uint64_t>(blocks, INT32_MAX));
+    };
+    auto pool = blocks_in("kv_cache_memory", t.engine.kv_cache_memory);
+    if (!pool) return pool.error();
+    gp.num_kv_blocks = *pool;
+    if (t.engine.preemption_mode == "swap") {
+      auto swap = blocks_in("swap_space", t.engine.swap_space);
+      if (!swap) return swap.error();
+      gp.num_swap_blocks = *swap;
+    }
+    for (auto& rank : gp.ranks) {
+      const uint64_t block = rank.kv_bytes_per_token * uint64_t(t.engine.block_size);
+      rank.kv_pool_bytes = block * gp.num_kv_blocks;
+      rank.swap_bytes = block * gp.num_swap_blocks;
+    }
+    plan.groups.push_back(std::move(gp));
+  }
+
+  plan.nodes.push_back(NodePlan{kLocalNode, ""});
+  for (const auto& n : t.nodes) plan.nodes.push_back(NodePlan{n.name, n.address});
+  for (const auto& gp : plan.groups) {
+    for (const auto& rank : gp.ranks) {
+      auto node = std::find_if(plan.nodes.begin(), plan.nodes.end(),
+                               [&](const NodePlan& n) { return n.name == rank.node; });
+      ACTORD_CHECK_MSG(node != plan.nodes.end(), "a rank on a node the topology does not list");
+      node->ranks += 1;
+      node->processes += rank.placement != Placement::thread;
+      node->threads += rank.threads;
+      node->weight_bytes += rank.weight_bytes;
+      node->kv_pool_bytes += rank.kv_pool_bytes;
+      node->swap_bytes += rank.swap_bytes;
+    }
+  }
+  plan.local_threads = plan.nodes.front().threads;
+  plan.oversubscribed = static_cast<unsigned>(plan.local_threads) > local_cores;
+  return plan;
+}
+
+}  // namespace actord

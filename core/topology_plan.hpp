@@ -1,0 +1,110 @@
+// The resolved plan of a topology for a model: every rank of every group and replica, where it runs, which layers,
+// heads and vocabulary rows it holds, and the memory it asks for. Made and checked before anything starts
+// (`actord check` prints it); TP/PP/DP execution builds its ranks from it.
+//
+// Contract: pure functions of their arguments (the machine's cores are one: core/host_cpus.hpp reads them). Errors
+// are Errc::invalid_config and name the topology file, the key path and the rule, e.g.
+// "configs/t.yaml: groups[0].tp: must divide num_attention_heads (8), got 3".
+//
+// Sharding follows the WeightSpec kinds the transformer plugins declare (plugins/weight_spec.hpp), as vLLM shards:
+// q/k/v and gate/up split by output columns (heads, intermediate rows), o and down by input columns, embedding and
+// lm_head by vocabulary rows, norms and MoE routers replicated. tp must divide the query heads and the intermediate
+// size, and divide the KV heads or be a multiple of them (then each KV head is replicated on tp / num_kv_heads
+// ranks). pp splits the layers as evenly as possible, earlier stages taking the extra; the first stage holds the
+// embedding, the last the final norm and lm_head (its own copy of a tied embedding when pp > 1).
+// CAF-free; core/ only: the caller turns a model's config.json into a ModelShape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "core/topology_config.hpp"
+
+namespace actord {
+
+// What the plan needs of a model (from plugins/model_config.hpp's ModelConfig and the dtypes the engine resolves).
+struct ModelShape {
+  int num_layers = 0;
+  int num_heads = 0;           // query heads
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;   // of the dense MLP, or of each expert
+  int vocab_size = 0;
+  int num_experts = 0;         // 0: dense MLP
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases
+  uint64_t weight_bytes_per_param = 4;  // element size of the weights as workers hold them
+  uint64_t kv_bytes_per_token = 0;      // K and V of every layer and KV head, in the KV cache's dtype
+};
+
+struct Range {
+  int first = 0;
+  int count = 0;  // [first, first + count)
+};
+
+struct RankPlan {
+  std::string name;  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"
+  int replica = 0;
+  int tp_rank = 0;
+  int pp_rank = 0;
+  Placement placement = Placement::thread;  // thread: inside the engine's process; process, node: its own process
+  std::string node = kLocalNode;            // "local" or a nodes[] name
+  int threads = 0;   // CPU threads, resolved on this machine; 0 for ranks on other nodes (their agent resolves it)
+  Range layers;      // this pipeline stage's layers
+  Range heads;       // query heads of each of its layers
+  Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
+  Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
+  bool embedding = false;  // first stage
+  bool lm_head = false;    // last stage
+  uint64_t weight_params = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes_per_token = 0;  // its layers and KV heads
+  uint64_t kv_pool_bytes = 0;       // its share of the replica's KV blocks
+  uint64_t swap_bytes = 0;          // host swap space (preemption_mode swap)
+  uint64_t memory_bytes() const { return weight_bytes + kv_pool_bytes + swap_bytes; }
+};
+
+struct GroupPlan {
+  std::string name;
+  int replicas = 1;
+  int tp = 1;
+  int pp = 1;
+  int kv_replication = 1;       // ranks holding each KV head: tp / num_kv_heads when tp exceeds it, else 1
+  uint32_t num_kv_blocks = 0;   // of each replica: every rank of it holds this many blocks of its own layers/heads
+  uint32_t num_swap_blocks = 0;
+  std::vector<RankPlan> ranks;  // replica-major, then pipeline stage, then tp rank
+};
+
+struct NodePlan {
+  std::string name;     // "local" first, then nodes[] in order (listed ones without ranks too)
+  std::string address;  // empty for local
+  int ranks = 0;
+  int processes = 0;    // worker processes; ranks placed as threads run inside the engine's process
+  int threads = 0;      // resolved threads of its ranks (local only)
+  uint64_t weight_bytes = 0;
+  uint64_t kv_pool_bytes = 0;
+  uint64_t swap_bytes = 0;
+};
+
+struct TopologyPlan {
+  unsigned local_cores = 0;
+  int local_threads = 0;         // every local rank's threads together
+  bool oversubscribed = false;   // more than local_cores: allowed by the groups' `oversubscribe`
+  uint64_t model_weight_bytes = 0;  // the whole model, unsharded
+  std::vector<GroupPlan> groups;
+  std::vector<NodePlan> nodes;
+};
+
+// The ranks placed on this machine ask for more threads than it has cores (a rank with threads 0 counts one), and a
+// group with ranks here does not set `oversubscribe`: an error naming that group's threads key and both numbers.
+Status check_threads_fit(const TopologyConfig& topology, unsigned local_cores);
+
+// The plan of `topology` for `model` on a machine of `local_cores` cores: check_threads_fit, the model's rules per
+// group (tp against heads, KV heads, intermediate size and vocabulary; pp against the layers), and the KV pool of
+// engine.kv_cache_memory per rank (as memory/kv_sizing sizes one: a replica's blocks are what its largest rank fits).
+Result<TopologyPlan> plan_topology(const TopologyConfig& topology, const ModelShape& model, unsigned local_cores);
+
+}  // namespace actord

@@ -1,0 +1,203 @@
+// `actord check CONFIG`: the bundled topologies pass and print their plan (a table, or JSON), bad ones exit 2 with
+// one line naming the key; the engine refuses what it cannot run yet, naming the key, while check plans it.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/host_cpus.hpp"
+#include "process_util.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs actord with args from the repo root, stdin from /dev/null; killed if it has not ended within 120 s.
+Run run_actord(const std::vector<std::string>& args) {
+  test::TempDir tmp;
+  const std::string out = (tmp.path() / "out").string(), err = (tmp.path() / "err").string();
+  std::vector<std::string> argv_strings{test::actord_binary().string()};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string root = test::source_dir().string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int in = open("/dev/null", O_RDONLY);
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || chdir(root.c_str()) != 0)
+      _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  REQUIRE(pid > 0);
+  int status = 0;
+  const bool ended =
+      test::eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(120));
+  if (!ended) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  REQUIRE(ended);
+  Run r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream o(out), e(err);
+  r.out.assign(std::istreambuf_iterator<char>(o), std::istreambuf_iterator<char>());
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  return r;
+}
+
+void check_refused(const Run& r, const std::string& message) {
+  INFO("stderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "error: " + message + "\n");
+  CHECK(r.out.empty());
+}
+
+const char* const kExamples[] = {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml", "configs/tp2.yaml",
+                                 "configs/pp2.yaml",        "configs/tp2-pp2.yaml",          "configs/dp2.yaml",
+                                 "configs/dp2-tp2.yaml",    "configs/two-node.yaml"};
+
+}  // namespace
+
+TEST_CASE("check passes every bundled topology and prints its plan as a table", "[cli][check]") {
+  for (const char* config : kExamples) {
+    INFO(config);
+    const Run r = run_actord({"check", config});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.empty());
+    CHECK_THAT(r.out, Catch::StartsWith(std::string(config) + ": valid (nothing started)\n"));
+    CHECK_THAT(r.out, Catch::Contains("LlamaForCausalLM, 5 layers, 8 heads, 4 KV heads, hidden 64"));
+    CHECK_THAT(r.out, Catch::Contains("rank  ") && Catch::Contains("layers  heads  kv heads  vocab"));
+    CHECK_THAT(r.out, Catch::Contains("main/replica/0/worker/tp0.pp0"));
+  }
+  const Run tp2pp2 = run_actord({"check", "configs/tp2-pp2.yaml"});
+  CHECK_THAT(tp2pp2.out,
+             Catch::Contains("group main: 1 replica x tp 2 x pp 2 = 4 ranks, device cpu, placement thread"));
+  // tp1.pp1: layers 3-4, query heads 4-7, KV heads 2-3, vocabulary rows 256-511 (lm_head of the last stage).
+  CHECK_THAT(tp2pp2.out, Catch::Contains("main/replica/0/worker/tp1.pp1  local  engine   1        3-4     4-7    2-3"
+                                         "       256-511"));
+  const Run two = run_actord({"check", "configs/two-node.yaml"});
+  CHECK_THAT(two.out, Catch::Contains("placement node:local, node:node-b"));
+  CHECK_THAT(two.out, Catch::Contains("node-b  tcp://10.77.0.2:7070  2      2"));
+}
+
+TEST_CASE("check --json is one object: ranks, layer ranges, shards, nodes, memory", "[cli][check]") {
+  const Run r = run_actord({"check", "configs/dp2-tp2.yaml", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j.at("valid") == true);
+  CHECK(j.at("config") == "configs/dp2-tp2.yaml");
+  CHECK(j.at("model").at("architecture") == "LlamaForCausalLM");
+  CHECK(j.at("model").at("weight_bytes") == 1040128);  // plugins/model_footprint's estimate, f32
+  CHECK(j.at("model").at("kv_bytes_per_token") == 1280);
+  REQUIRE(j.at("groups").size() == 1);
+  const auto& g = j.at("groups")[0];
+  CHECK(g.at("replicas") == 2);
+  CHECK(g.at("tp") == 2);
+  CHECK(g.at("num_kv_blocks") == (64u << 20) / (640 * 16));
+  const auto& ranks = g.at("ranks");
+  REQUIRE(ranks.size() == 4);
+  CHECK(ranks[3].at("name") == "main/replica/1/worker/tp1.pp0");
+  CHECK(ranks[3].at("replica") == 1);
+  CHECK(ranks[3].at("heads") == nlohmann::json{{"first", 4}, {"count", 4}});
+  CHECK(ranks[3].at("kv_heads") == nlohmann::json{{"first", 2}, {"count", 2}});
+  CHECK(ranks[3].at("vocab") == nlohmann::json{{"first", 256}, {"count", 256}});
+  CHECK(ranks[3].at("layers") == nlohmann::json{{"first", 0}, {"count", 5}});
+  CHECK(ranks[3].at("threads") == 1);
+  CHECK(ranks[3].at("own_process") == false);
+  CHECK(ranks[3].at("memory_bytes").get<uint64_t>() ==
+        ranks[3].at("weight_bytes").get<uint64_t>() + ranks[3].at("kv_pool_bytes").get<uint64_t>());
+  CHECK(j.at("machine").at("threads") == 4);
+  REQUIRE(j.at("nodes").size() == 1);
+  CHECK(j.at("nodes")[0].at("ranks") == 4);
+
+  const auto pp = nlohmann::json::parse(run_actord({"check", "configs/pp2.yaml", "--json"}).out);
+  const auto& stages = pp.at("groups")[0].at("ranks");
+  CHECK(stages[0].at("layers") == nlohmann::json{{"first", 0}, {"count", 3}});
+  CHECK(stages[1].at("layers") == nlohmann::json{{"first", 3}, {"count", 2}});
+  CHECK(stages[1].at("lm_head") == true);
+  CHECK(stages[1].at("own_process") == true);
+}
+
+TEST_CASE("check refuses bad topologies with one line naming the key - exit 2", "[cli][check]") {
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].tp=3"}),
+                "configs/quickstart.yaml: groups[0].tp: must divide num_attention_heads (8), got 3");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].pp=6"}),
+                "configs/quickstart.yaml: groups[0].pp: must be at most num_hidden_layers (5), got 6");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].replicas=-1"}),
+                "configs/quickstart.yaml: groups[0].replicas: must be at least 1, got -1");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].placement=node:gpu7"}),
+                "configs/quickstart.yaml: groups[0].placement: unknown node 'gpu7' (known nodes: local)");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].device=cuda"}),
+                "configs/quickstart.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
+  const std::string cores = std::to_string(usable_cpu_cores());
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
+                "configs/quickstart.yaml: groups[0].threads: 1 rank x 1024 threads on this machine need 1024 cores, "
+                "it has " + cores + "; lower threads, tp, pp or replicas, place ranks on other nodes, or set "
+                "groups[0].oversubscribe: true");
+  check_refused(run_actord({"check", "configs/tp2.yaml", "--set", "engine.kv_cache_memory=10000"}),
+                "configs/tp2.yaml: engine.kv_cache_memory: 10000 bytes hold no KV block (one block takes 10240 bytes)");
+
+  test::TempDir tmp;
+  const auto unknown = tmp.path() / "unknown.yaml";
+  test::write_file(unknown, "model: {path: m}\nnodes: [{name: b, adress: 'tcp://b:1'}]\ngroups: [{}]\n");
+  check_refused(run_actord({"check", unknown.string()}),
+                unknown.string() + ": nodes[0].adress: unknown key (known keys: address, name)");
+  const Run missing = run_actord({"check", "configs/quickstart.yaml", "--model", (tmp.path() / "nope").string()});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::StartsWith("error: ") && Catch::Contains("does not exist"));
+  CHECK(std::count(missing.err.begin(), missing.err.end(), '\n') == 1);
+}
+
+TEST_CASE("the engine refuses what check plans but it cannot run yet, naming the key", "[cli][check]") {
+  const std::vector<std::string> greedy = {"--prompt-ids", "1", "--max-tokens", "2", "--temperature", "0"};
+  auto generate = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "generate");
+    args.insert(args.end(), greedy.begin(), greedy.end());
+    return run_actord(args);
+  };
+  check_refused(generate({"configs/tp2.yaml"}),
+                "configs/tp2.yaml: groups[0].tp: tensor parallelism is not supported yet (must be 1)");
+  check_refused(generate({"configs/pp2.yaml"}),
+                "configs/pp2.yaml: groups[0].pp: pipeline parallelism is not supported yet (must be 1)");
+  check_refused(generate({"configs/dp2.yaml"}),
+                "configs/dp2.yaml: groups[0].replicas: data parallelism is not supported yet (must be 1)");
+  check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].placement=node:local"}),
+                "configs/quickstart.yaml: groups[0].placement: placement on nodes is not supported yet (use thread "
+                "or process)");
+  test::TempDir tmp;
+  const auto two_groups = tmp.path() / "two-groups.yaml";
+  test::write_file(two_groups, "model: {path: " + test::stories_dir().string() + "}\ngroups: [{name: a}, {name: b}]\n");
+  CHECK(run_actord({"check", two_groups.string()}).exit_code == 0);
+  check_refused(generate({two_groups.string()}),
+                two_groups.string() + ": groups: more than one group is not supported yet");
+  // A single rank with more threads than cores, unless oversubscribe allows it.
+  check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
+                "configs/quickstart.yaml: groups[0].threads: 1 rank x 1024 threads on this machine need 1024 cores, "
+                "it has " + std::to_string(usable_cpu_cores()) + "; lower threads, tp, pp or replicas, place ranks on "
+                "other nodes, or set groups[0].oversubscribe: true");
+}
+
+TEST_CASE("check --help names its flags", "[cli][check]") {
+  const Run r = run_actord({"check", "--help"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--json") && Catch::Contains("--model") && Catch::Contains("--set") &&
+                        Catch::Contains("starts nothing"));
+  check_refused(run_actord({"check"}), "config is required (see --help)");
+}
