@@ -33,18 +33,32 @@ pid_t dead_pid() {
   return child;
 }
 
-// `actord generate` on the two-process quickstart with TMPDIR=base, long enough to be caught running.
-pid_t start_generate(const fs::path& base) {
+// actord with `args` from the repo root with TMPDIR=base (its ipc folder goes there); output discarded.
+pid_t start_actord(const fs::path& base, std::vector<std::string> args) {
   const pid_t pid = fork();
   if (pid == 0) {
     setenv("TMPDIR", base.c_str(), 1);
     if (chdir(test::source_dir().c_str()) != 0) _exit(120);
-    const std::string bin = test::actord_binary().string();
-    execl(bin.c_str(), bin.c_str(), "generate", "configs/quickstart-2proc.yaml", "--prompt-ids", "1", "--n", "16",
-          "--max-tokens", "400", "--ignore-eos", "--temperature", "0.8", "--seed", "1", static_cast<char*>(nullptr));
+    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(121);
+    args.insert(args.begin(), test::actord_binary().string());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
     _exit(127);
   }
   return pid;
+}
+
+// `actord generate` on the two-process quickstart, long enough to be caught running.
+pid_t start_generate(const fs::path& base) {
+  return start_actord(base, {"generate", "configs/quickstart-2proc.yaml", "--prompt-ids", "1", "--n", "16",
+                             "--max-tokens", "400", "--ignore-eos", "--temperature", "0.8", "--seed", "1"});
+}
+
+bool has_worker_sockets(const fs::path& base, pid_t pid) {
+  const auto f = ipc_folders(base, pid);
+  return f.size() == 1 && fs::exists(f[0] / "replica-0-worker-0.from");
 }
 
 template <class Pred>
@@ -121,10 +135,7 @@ TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder; after SIGKIL
     INFO("signal " << sig);
     const pid_t pid = start_generate(base.path());
     // Running: its folder holds the worker's sockets.
-    REQUIRE(within(std::chrono::seconds(20), [&] {
-      const auto f = ipc_folders(base.path(), pid);
-      return f.size() == 1 && fs::exists(f[0] / "replica-0-worker-0.from");
-    }));
+    REQUIRE(within(std::chrono::seconds(20), [&] { return has_worker_sockets(base.path(), pid); }));
     REQUIRE(kill(pid, sig) == 0);
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid);
@@ -135,6 +146,21 @@ TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder; after SIGKIL
       auto next = IpcDirectory::create(base.path());        // what the next engine start does first
       REQUIRE(next.ok());
     }
+    CHECK(ipc_folders(base.path(), pid).empty());
+  }
+}
+
+TEST_CASE("serve drains on SIGTERM, SIGINT and SIGHUP, exits 0 and leaves no folder", "[ipc][process][cli]") {
+  test::TempDir base;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    INFO("signal " << sig);
+    const pid_t pid = start_actord(base.path(), {"serve", "configs/quickstart-2proc.yaml", "--port", "0"});
+    REQUIRE(within(std::chrono::seconds(20), [&] { return has_worker_sockets(base.path(), pid); }));
+    REQUIRE(kill(pid, sig) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    if (WIFEXITED(status)) CHECK(WEXITSTATUS(status) == 0);
     CHECK(ipc_folders(base.path(), pid).empty());
   }
 }

@@ -46,12 +46,15 @@ int run_serve(const ServeArgs& args) {
   if (const char* key = std::getenv("ACTORD_API_KEY"); key && *key) server.api_key = key;
   if (!args.api_key.empty()) server.api_key = args.api_key;
 
-  // SIGINT and SIGTERM are waited for by this thread alone: every thread started from here inherits the mask.
+  // SIGINT, SIGTERM and SIGHUP (a closed terminal) are waited for by this thread alone: every thread started from
+  // here inherits the mask. Each drains and ends normally, so the engine removes its worker processes and ipc folder.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error of that write, not the end of the server
 
   EngineOptions options;
   options.log_level = args.common.log_level;
