@@ -35,6 +35,7 @@ pid_t dead_pid() {
 
 // actord with `args` from the repo root with TMPDIR=base (its ipc folder goes there); output discarded.
 pid_t start_actord(const fs::path& base, std::vector<std::string> args) {
+  std::fflush(nullptr);  // the child must not write out this process's buffered output again
   const pid_t pid = fork();
   if (pid == 0) {
     setenv("TMPDIR", base.c_str(), 1);
