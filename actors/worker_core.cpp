@@ -99,7 +99,7 @@ std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* sw
   const auto swap_in = step.getSwapIn();
   const auto copies = step.getCopyBlocks();
   if ((swap_out.size() > 0 || swap_in.size() > 0) && !swap) return "a swap without host swap space";
-  auto in_range = [](const KvCache& kv, uint32_t b) { return static_cast<int>(b) < kv.num_blocks(); };
+  auto in_range = [](const KvCache& kv, uint32_t b) { return b < static_cast<uint32_t>(kv.num_blocks()); };
   for (auto c : copies) {
     if (!in_range(kv, c.getSrc()) || !in_range(kv, c.getDst())) return "block copy out of range";
     kv.copy_block(c.getSrc(), kv, c.getDst());
@@ -151,6 +151,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     if (s.getNewSequence()) {
       SequenceState fresh;
       fresh.sampling = from_wire(s.getSampling());
+      if (auto valid = fresh.sampling.validate(vocab); !valid)
+        return fail("sequence " + std::to_string(seq_id) + ": " + valid.error().message);
       fresh.prompt_len = s.getPromptLen();
       fresh.masked_until_min_tokens = to_vector<int32_t>(s.getStopIds());
       if (fresh.sampling.has_penalties()) {  // the tokens of a cached prefix, which this worker is not fed
@@ -162,6 +164,12 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     auto state = seqs_.find(seq_id);
     if (state == seqs_.end()) return fail("sequence " + std::to_string(seq_id) + " has no state (no first slice)");
     states_[i] = &state->second;
+    if (s.getTokenIds().size() == 0) return fail("sequence " + std::to_string(seq_id) + ": a slice without tokens");
+    if (uint64_t{s.getStartPos()} + s.getTokenIds().size() > static_cast<uint64_t>(INT32_MAX))
+      return fail("sequence " + std::to_string(seq_id) + ": positions past 2^31");
+    if (s.getForks() > SamplingOptions::kMaxSamples)
+      return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(s.getForks()) + " forks, more than " +
+                  std::to_string(SamplingOptions::kMaxSamples));
     SeqSlice slice;
     slice.first_token = static_cast<int32_t>(batch_.tokens.size());
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
@@ -187,7 +195,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
     auto& table = st.blocks;
     for (uint32_t b : s.getNewSequence() ? s.getBlockTable() : s.getAppendBlocks()) {
-      if (static_cast<int>(b) >= kv_->num_blocks()) return fail("block id " + std::to_string(b) + " out of range");
+      if (b >= static_cast<uint32_t>(kv_->num_blocks())) return fail("block id " + std::to_string(b) + " out of range");
       table.push_back(b);
     }
     const size_t needed = (static_cast<size_t>(slice.start_pos + slice.num_tokens) + block_size - 1) / block_size;
@@ -391,7 +399,7 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
       refuse(std::to_string(n) + " blocks exported, " + std::to_string(ids.size()) + " block ids given");
     } else {
       for (uint32_t id : ids)
-        if (static_cast<int>(id) >= kv_->num_blocks()) refuse("block id " + std::to_string(id) + " out of range");
+        if (id >= static_cast<uint32_t>(kv_->num_blocks())) refuse("block id " + std::to_string(id) + " out of range");
     }
     if (!failure) {
       for (uint32_t i = 0; i < n; ++i) kv_->write_block(ids[i], msg.bulk[0].data() + i * kv_->block_bytes());

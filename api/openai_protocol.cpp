@@ -19,35 +19,53 @@ struct Refusal {
   throw Refusal{ApiError{400, param + ": " + message, param}};
 }
 
+// A value as an error message quotes it: numbers, booleans and short strings as written, anything else by its type
+// (a deeply nested value would make dump() recurse as deep as the body nests). Non-finite numbers (1e999 parses as
+// inf) read as inf / -inf.
+std::string describe(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return v.get<double>() > 0 ? "inf" : "-inf";
+  if (v.is_number() || v.is_boolean() || v.is_null() || (v.is_string() && v.get_ref<const std::string&>().size() <= 40))
+    return v.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string type = v.type_name();
+  return (type == "array" || type == "object" ? "an " : "a ") + type;
+}
+
+// An integer field in [min, max]: floats (1.5, 1e300), out-of-range values and values beyond 64 bits are refused.
 int64_t integer(const json& body, const char* field, int64_t min, int64_t max) {
   const json& v = body.at(field);
-  if (!v.is_number_integer()) refuse(field, "must be an integer, got " + v.dump());
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(max) : v.get<int64_t>() > max ||
-                                                                                     v.get<int64_t>() < min)
-    refuse(field, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + v.dump());
+  if (!v.is_number_integer()) refuse(field, "must be an integer, got " + describe(v));
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= static_cast<uint64_t>(max) && (min <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(min))
+                            : v.get<int64_t>() >= min && v.get<int64_t>() <= max;
+  if (!in_range) refuse(field, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + describe(v));
   return v.get<int64_t>();
 }
 
+// A finite number that fits in a float; NaN cannot be written in JSON, inf (1e999) and 1e300 are refused here.
 float number(const json& body, const char* field) {
   const json& v = body.at(field);
-  if (!v.is_number()) refuse(field, "must be a number, got " + v.dump());
+  if (!v.is_number()) refuse(field, "must be a number, got " + describe(v));
   const double d = v.get<double>();
-  if (!std::isfinite(d) || std::abs(d) > std::numeric_limits<float>::max()) refuse(field, "must be finite, got " + v.dump());
+  if (!std::isfinite(d) || std::abs(d) > std::numeric_limits<float>::max())
+    refuse(field, "must be finite, got " + describe(v));
   return static_cast<float>(d);
 }
 
 bool boolean(const json& body, const char* field) {
   const json& v = body.at(field);
-  if (!v.is_boolean()) refuse(field, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) refuse(field, "must be true or false, got " + describe(v));
   return v.get<bool>();
 }
 
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
   std::vector<int32_t> ids;
+  const int64_t end = vocab_size > 0 ? vocab_size : int64_t{INT32_MAX} + 1;
   for (const json& t : list) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || (vocab_size > 0 && t.get<int64_t>() >= vocab_size))
-      refuse(field, "token id " + t.dump() + " is outside the vocabulary (size " + std::to_string(vocab_size) + ")");
-    ids.push_back(t.get<int32_t>());
+    const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() < static_cast<uint64_t>(end)
+                                           : t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < end;
+    if (!ok)
+      refuse(field, "token id " + describe(t) + " is outside the vocabulary (size " + std::to_string(vocab_size) + ")");
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   return ids;
 }
@@ -216,8 +234,34 @@ std::string error_body(const ApiError& error) {
 }
 
 std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool chat, const ParseContext& context) {
-  const json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return ApiError{400, "the body is not valid JSON", ""};
+  // Nesting is bounded while parsing: copying, comparing or printing a JSON value recurses once per level, and a
+  // body of a megabyte can nest half a million levels. The top-level field being read is remembered, so that a
+  // number beyond a double (1e999, valid JSON that nlohmann refuses) or a bad literal (NaN) is refused naming it.
+  struct TooDeep {};
+  std::string field;
+  json parsed;
+  try {
+    parsed = json::parse(body, [&](int depth, json::parse_event_t event, json& value) {
+      if (depth > kMaxBodyDepth) throw TooDeep{};
+      if (event == json::parse_event_t::key && depth == 1) field = value.get<std::string>();
+      return true;
+    });
+  } catch (const TooDeep&) {
+    return ApiError{400, "the body nests deeper than " + std::to_string(kMaxBodyDepth) + " levels", ""};
+  } catch (const json::out_of_range& e) {  // "number overflow parsing '1e999'"
+    const std::string what = e.what();
+    const size_t quote = what.find('\'');
+    const std::string number = quote == std::string::npos ? "a number beyond a double" : what.substr(quote);
+    if (field.empty()) return ApiError{400, "the body is not valid JSON: " + number + " is not finite", ""};
+    return ApiError{400, field + ": must be finite, got " + number, field};
+  } catch (const json::exception& e) {
+    const std::string what = e.what();
+    const size_t detail = what.find("] ");  // drop nlohmann's "[json.exception.parse_error.101] "
+    return ApiError{400,
+                    "the body is not valid JSON" + std::string(field.empty() ? "" : " (in " + field + ")") + ": " +
+                        (detail == std::string::npos ? what : what.substr(detail + 2)),
+                    field};
+  }
   try {
     return parse(parsed, chat, context);
   } catch (const Refusal& r) {

@@ -2,7 +2,9 @@
 //
 // Contract: parse_*() read a JSON body whatever it holds and never throw: a malformed body, a field of the wrong
 // type, a value out of range or an unknown field each give an ApiError with status 400, the field in `param` and
-// a message naming it (`temperature: must be finite and >= 0, got -1`). Sampling values go through
+// a message naming it (`temperature: must be finite and >= 0, got -1`). Numbers are range-checked as read:
+// integers beyond their field's range or 64 bits, floats for integer fields and non-finite or beyond-float numbers
+// (1e999 reads as inf, 1e300) are refused naming the field. Sampling values go through
 // SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
 // template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template.
 #pragma once
@@ -42,6 +44,9 @@ struct ParseContext {
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat requests are refused)
   const nlohmann::json* special_tokens = nullptr;  // bos_token, eos_token, ... for the template
 };
+
+// Bodies nested deeper than this (arrays and objects) are refused with a 400 while they are parsed.
+constexpr int kMaxBodyDepth = 64;
 
 std::variant<ApiRequest, ApiError> parse_request(const std::string& body, bool chat, const ParseContext& context);
 

@@ -92,7 +92,7 @@ void f32_to_halves(const float* src, unsigned char* p, size_t n, FromF32 from_f3
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
   const auto* p = static_cast<const unsigned char*>(src);
   switch (dtype) {
-    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f32: if (n) std::memcpy(dst, src, n * 4); return;  // an empty vector's data() may be null
     case DType::f16: halves_to_f32(p, dst, n, f16_to_f32); return;
     case DType::bf16: halves_to_f32(p, dst, n, bf16_to_f32); return;
   }
@@ -101,7 +101,7 @@ void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
 void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
   auto* p = static_cast<unsigned char*>(dst);
   switch (dtype) {
-    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::f32: if (n) std::memcpy(dst, src, n * 4); return;
     case DType::f16: f32_to_halves(src, p, n, f32_to_f16); return;
     case DType::bf16: f32_to_halves(src, p, n, f32_to_bf16); return;
   }

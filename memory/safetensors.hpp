@@ -30,6 +30,14 @@ struct TensorView {
 // back in from the file.
 void release_pages(const TensorView& view);
 
+// Validates a whole safetensors file image held in memory (`bytes`, `size` bytes: the 8-byte header length, the JSON
+// header, the data) and returns its tensors, whose views point into `bytes`. Rules: the header is a JSON object;
+// each entry but __metadata__ is an object with a supported dtype, a shape of integers in [0, 2^63) whose product
+// times the element size does not overflow, and data_offsets [begin, end] of integers with begin <= end <= the
+// data's size and end - begin the tensor's byte size. Errors name `where` and the tensor; nothing throws.
+Result<std::map<std::string, TensorView>> parse_safetensors(const std::byte* bytes, size_t size,
+                                                            const std::string& where);
+
 class SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const std::filesystem::path& path);

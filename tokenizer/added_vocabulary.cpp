@@ -1,5 +1,6 @@
 #include "tokenizer/added_vocabulary.hpp"
 
+#include "tokenizer/bpe_model.hpp"
 #include "tokenizer/utf8.hpp"
 
 namespace actord::tok {
@@ -29,7 +30,12 @@ Result<AddedVocabulary> AddedVocabulary::from_json(const nlohmann::json& added, 
     for (const auto& a : added) {
       AddedToken t;
       t.content = a.at("content").get<std::string>();
-      t.id = a.at("id").get<int32_t>();
+      const auto id = token_id_of(a.at("id"));
+      if (!id) {
+        return make_error(Errc::parse_error, where + ": added token '" + t.content + "' has a bad id (ids are integers from 0 to " +
+                                                 std::to_string(kMaxTokenId - 1) + ")");
+      }
+      t.id = *id;
       t.special = flag(a, "special", false);
       t.lstrip = flag(a, "lstrip", false);
       t.rstrip = flag(a, "rstrip", false);

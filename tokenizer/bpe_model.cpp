@@ -33,8 +33,12 @@ Result<BpeModel> BpeModel::from_json(const nlohmann::json& j, const std::string&
       return make_error(Errc::parse_error, where + ": BPE model has no 'vocab' object");
     }
     for (const auto& [tok, id_json] : j["vocab"].items()) {
-      const int64_t id = id_json.get<int64_t>();
-      if (id < 0 || id > (1 << 30)) return make_error(Errc::parse_error, where + ": bad id for token '" + tok + "'");
+      const auto token_id = token_id_of(id_json);
+      if (!token_id) {
+        return make_error(Errc::parse_error, where + ": bad id for token '" + tok + "' (ids are integers from 0 to " +
+                                                 std::to_string(kMaxTokenId - 1) + ")");
+      }
+      const int64_t id = *token_id;
       m.vocab_[tok] = static_cast<int32_t>(id);
       if (static_cast<std::size_t>(id) >= m.id_to_token_.size()) {
         m.id_to_token_.resize(id + 1);

@@ -22,6 +22,18 @@
 
 namespace actord::tok {
 
+// Token ids of a tokenizer.json (model vocab, added tokens, post-processor ids) are integers in [0, kMaxTokenId):
+// tables are sized by the largest id, and every real vocabulary is far smaller (the largest, ~262k).
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
+// A JSON value that is a valid token id (an integer, not a float, in [0, kMaxTokenId)).
+inline std::optional<int32_t> token_id_of(const nlohmann::json& v) {
+  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(kMaxTokenId)
+                             : !v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= kMaxTokenId)
+    return std::nullopt;
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
 class BpeModel {
  public:
   static Result<BpeModel> from_json(const nlohmann::json& j, const std::string& where);

@@ -264,21 +264,34 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   slice_indices(len, start, stop, step, line, b, e, st);
   if (obj.is_list()) {
     List out;
-    for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(obj.list()[static_cast<size_t>(i)]);
+    for (int64_t i = b; st > 0 ? i < e : i > e;) {
+      out.push_back(obj.list()[static_cast<size_t>(i)]);
+      if (__builtin_add_overflow(i, st, &i)) break;  // a step past int64 leaves the slice
+    }
     return out;
   }
   std::string out;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out += cs[static_cast<size_t>(i)];
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
+    out += cs[static_cast<size_t>(i)];
+    if (__builtin_add_overflow(i, st, &i)) break;
+  }
   return out;
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b, int line) {
   if (op == "~") return to_str(a) + to_str(b);
+  // Template integers are 64-bit (Python's have no bound): a result beyond that is an error, never a wrap-around.
+  // `r` by reference: the overflow builtin in the same call writes it (argument order is unspecified).
+  const auto checked = [&](bool overflowed, const int64_t& r) -> Value {
+    if (overflowed) fail(Errc::invalid_argument, line, "integer overflow in '" + op + "'");
+    return r;
+  };
+  int64_t r = 0;
   double x = 0, y = 0;
   const bool nums = as_number(a, x) && as_number(b, y);
   const bool ints = is_intlike(a) && is_intlike(b);
   if (op == "+") {
-    if (ints) return to_i(a) + to_i(b);
+    if (ints) return checked(__builtin_add_overflow(to_i(a), to_i(b), &r), r);
     if (nums) return x + y;
     if (a.is_string() && b.is_string()) return a.str() + b.str();
     if (a.is_list() && b.is_list()) {
@@ -289,19 +302,20 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, int line)
     type_error(op, a, b, line);
   }
   if (op == "-") {
-    if (ints) return to_i(a) - to_i(b);
+    if (ints) return checked(__builtin_sub_overflow(to_i(a), to_i(b), &r), r);
     if (nums) return x - y;
     type_error(op, a, b, line);
   }
   if (op == "*") {
-    if (ints) return to_i(a) * to_i(b);
+    if (ints) return checked(__builtin_mul_overflow(to_i(a), to_i(b), &r), r);
     if (nums) return x * y;
     const Value* seq = a.is_string() || a.is_list() ? &a : (b.is_string() || b.is_list() ? &b : nullptr);
     const Value* cnt = seq == &a ? &b : &a;
     if (seq && is_intlike(*cnt)) {
       const int64_t n = std::max<int64_t>(0, to_i(*cnt));
       const size_t unit = seq->is_string() ? seq->str().size() : seq->list().size();
-      if (unit * static_cast<size_t>(n) > (size_t{64} << 20))
+      size_t total = 0;
+      if (__builtin_mul_overflow(unit, static_cast<size_t>(n), &total) || total > (size_t{64} << 20))
         fail(Errc::invalid_argument, line, "repetition too large");
       if (seq->is_string()) {
         std::string out;
@@ -321,6 +335,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, int line)
     if (op == "/") return x / y;
     if (ints) {
       const int64_t p = to_i(a), q = to_i(b);
+      if (q == -1) return op == "//" ? checked(__builtin_sub_overflow(int64_t{0}, p, &r), r) : Value(int64_t{0});
       int64_t d = p / q, m = p % q;
       if (m != 0 && ((m < 0) != (q < 0))) {
         --d;
@@ -335,8 +350,11 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, int line)
   }
   if (op == "**") {
     if (ints && to_i(b) >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < to_i(b) && i < 64; ++i) r *= to_i(a);
+      const int64_t base = to_i(a), exp = to_i(b);
+      if (base == 0 || base == 1) return exp == 0 ? int64_t{1} : base;
+      if (base == -1) return exp % 2 == 0 ? int64_t{1} : int64_t{-1};
+      r = 1;  // |base| >= 2 overflows within 63 steps
+      for (int64_t i = 0; i < exp; ++i) checked(__builtin_mul_overflow(r, base, &r), r);
       return r;
     }
     if (nums) return std::pow(x, y);

@@ -35,9 +35,10 @@ Value global_range(CallArgs& a, int line) {
   }
   if (step == 0) fail(Errc::invalid_argument, line, "range() arg 3 must not be zero");
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (static_cast<int64_t>(out.size()) >= kMaxRange) fail(Errc::invalid_argument, line, "range() too large");
     out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // the next value is past any int64 stop
   }
   return out;
 }
@@ -54,8 +55,8 @@ Value global_dict(CallArgs& a, int line, bool is_namespace) {
 }
 
 Value global_raise(CallArgs& a, int line) {
-  std::string msg = a.pos.empty() ? std::string() : to_str(a.pos[0]);
-  (void)line;
+  if (a.pos.size() != 1 || !a.kw.empty()) fail(Errc::invalid_argument, line, "raise_exception() takes one message");
+  std::string msg = to_str(a.pos[0]);
   throw TemplateError{Errc::invalid_argument, 0, std::move(msg), true};
 }
 
@@ -322,7 +323,10 @@ class Interpreter {
         if (e.name == "not") return !truthy(v);
         if (v.is_undefined()) undefined_error(v, e.line);
         if (e.name == "+" && (v.is_number() || v.is_bool())) return v.is_bool() ? Value(int64_t{v.as_bool()}) : v;
-        if (v.is_int()) return Value(-v.as_int());
+        if (v.is_int()) {
+          if (v.as_int() == INT64_MIN) fail(Errc::invalid_argument, e.line, "integer overflow in unary '-'");
+          return Value(-v.as_int());
+        }
         if (v.is_bool()) return Value(-int64_t{v.as_bool()});
         if (v.is_float()) return Value(-v.as_float());
         fail(Errc::invalid_argument, e.line,

@@ -18,6 +18,15 @@ Value opt_arg(const CallArgs& a, size_t idx, std::string_view name) {
   return v ? *v : Value(None{});
 }
 
+// A finite float as the int filter makes it, truncated toward zero; one beyond 64 bits is an error (Python's int has
+// no bound, ours does).
+Value float_to_int(double d, int line, const Value& otherwise) {
+  if (!std::isfinite(d)) return otherwise;
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+    fail(Errc::invalid_argument, line, "integer overflow in int");
+  return static_cast<int64_t>(d);
+}
+
 // select / reject / selectattr / rejectattr.
 Value select_items(const Value& v, const CallArgs& a, bool by_attr, bool keep_when, int line) {
   size_t next = 0;
@@ -162,17 +171,19 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a, int lin
     const Value def = a.pos.empty() && !a.kwarg("default") ? Value(int64_t{0}) : opt_arg(a, 0, "default");
     if (v.is_int()) return v;
     if (v.is_bool()) return to_i(v);
-    if (v.is_float()) return std::isfinite(v.as_float()) ? Value(static_cast<int64_t>(v.as_float())) : def;
+    if (v.is_float()) return float_to_int(v.as_float(), line, def);
     if (v.is_string()) {
       const std::string s = py_strip(v.str(), true, true, std::nullopt);
+      std::optional<double> d;
       try {
         size_t used = 0;
         const long long i = std::stoll(s, &used, 10);
         if (used == s.size()) return static_cast<int64_t>(i);
-        const double d = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(d)) return static_cast<int64_t>(d);
+        const double f = std::stod(s, &used);
+        if (used == s.size()) d = f;
       } catch (...) {
       }
+      if (d) return float_to_int(*d, line, def);
     }
     return def;
   }
@@ -192,6 +203,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a, int lin
     return def;
   }
   if (name == "abs") {
+    if (v.is_int() && v.as_int() == INT64_MIN) fail(Errc::invalid_argument, line, "integer overflow in abs()");
     if (v.is_int()) return v.as_int() < 0 ? -v.as_int() : v.as_int();
     if (v.is_bool()) return to_i(v);
     if (v.is_float()) return std::fabs(v.as_float());

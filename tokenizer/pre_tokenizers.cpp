@@ -190,7 +190,8 @@ bool PreTokenizer::has_byte_level() const {
 }
 
 void PreTokenizer::apply(const Step& st, Word& word, std::vector<Word>& next) {
-  auto& [w, origin] = word;
+  std::string& w = word.first;  // not a structured binding: clang 14 (the fuzz build) cannot capture those
+  const bool origin = word.second;
   auto push_spans = [&](const std::string& s, const std::vector<Span>& spans) {
     for (const auto& [b, e] : spans) {
       if (e > b) next.emplace_back(s.substr(b, e - b), origin && b == 0);

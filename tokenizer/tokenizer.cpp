@@ -103,7 +103,14 @@ Status parse_post_processor(const json& j, Tokenizer::Impl& impl, const std::str
   const json specials = j.contains("special_tokens") ? j["special_tokens"] : json::object();
   auto special_ids = [&](const std::string& name, std::vector<int32_t>& ids) -> Status {
     if (specials.is_object() && specials.contains(name) && specials[name].contains("ids")) {
-      ids = specials[name]["ids"].get<std::vector<int32_t>>();
+      ids.clear();
+      const json& list = specials[name]["ids"];
+      if (!list.is_array()) return make_error(Errc::parse_error, where + ": post_processor special token '" + name + "': ids must be a list");
+      for (const json& v : list) {
+        const auto id = tok::token_id_of(v);
+        if (!id) return make_error(Errc::parse_error, where + ": post_processor special token '" + name + "' has a bad id");
+        ids.push_back(*id);
+      }
       return Status::success();
     }
     if (auto id = impl.lookup(name)) {
@@ -182,24 +189,33 @@ Status load_impl(const fs::path& dir, Tokenizer::Impl& impl) {
   impl.needs_valid_utf8 = impl.normalizer.needs_valid_utf8() || impl.pre_tokenizer.needs_valid_utf8();
   impl.vocab_size = impl.model.id_limit();
   for (const auto& a : impl.added.tokens()) impl.vocab_size = std::max(impl.vocab_size, a.id + 1);
+  for (const auto& item : impl.single) {
+    for (int32_t id : item.ids) {
+      if (id >= impl.vocab_size) {
+        return make_error(Errc::parse_error, where + ": post_processor special token id " + std::to_string(id) +
+                                                 " is outside the vocabulary (size " + std::to_string(impl.vocab_size) + ")");
+      }
+    }
+  }
 
   const json& c = *cfg;
   const json& g = *gen;
   if (auto b = config_token(c, "bos_token")) impl.bos = impl.lookup(*b);
-  if (!impl.bos && g.is_object() && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer()) {
-    impl.bos = g["bos_token_id"].get<int32_t>();
-  }
+  if (!impl.bos && g.is_object() && g.contains("bos_token_id")) impl.bos = tok::token_id_of(g["bos_token_id"]);
   if (auto e = config_token(c, "eos_token")) impl.eos = impl.lookup(*e);
   impl.add_bos = config_flag(c, "add_bos_token", false);
   impl.add_eos = config_flag(c, "add_eos_token", false);
 
   const json eos_gen = g.is_object() && g.contains("eos_token_id") ? g["eos_token_id"] : json();
-  if (eos_gen.is_number_integer()) {
-    impl.stop_ids.push_back(eos_gen.get<int32_t>());
+  if (eos_gen.is_number()) {
+    const auto id = tok::token_id_of(eos_gen);
+    if (!id) return make_error(Errc::parse_error, "generation_config.json: bad eos_token_id");
+    impl.stop_ids.push_back(*id);
   } else if (eos_gen.is_array()) {
     for (const json& v : eos_gen) {
-      if (!v.is_number_integer()) return make_error(Errc::parse_error, "generation_config.json: bad eos_token_id entry");
-      impl.stop_ids.push_back(v.get<int32_t>());
+      const auto id = tok::token_id_of(v);
+      if (!id) return make_error(Errc::parse_error, "generation_config.json: bad eos_token_id entry");
+      impl.stop_ids.push_back(*id);
     }
   } else if (impl.eos) {
     impl.stop_ids.push_back(*impl.eos);

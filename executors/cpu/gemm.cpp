@@ -1,5 +1,7 @@
 #include "executors/cpu/gemm.hpp"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -17,7 +19,10 @@ namespace actord::cpu {
 Isa detected_isa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // clang before 16 knows no "f16c" for __builtin_cpu_supports (the fuzz build uses clang 14): CPUID.1:ECX.F16C.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return Isa::avx512;
     if (avx2) return Isa::avx2;
     return Isa::portable;

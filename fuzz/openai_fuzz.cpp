@@ -1,0 +1,59 @@
+// The HTTP request bodies of the API (api/openai_protocol: parse_request), completions and chat, against the
+// stories260K tokenizer (vocabulary 512) and the ChatML tool-calling template of tests/fixtures.
+// Input: a request body; each input is parsed as a completions body and as a chat body.
+// Properties: parse_request never throws or crashes; a refusal is a 400 with a message; an accepted request has
+// valid sampling options, max_tokens in [1, 2^24], at least one prompt and token ids inside the vocabulary.
+#include <string>
+
+#include "api/openai_protocol.hpp"
+#include "fuzz_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actord;
+
+namespace {
+
+struct Context {
+  Tokenizer tokenizer;
+  ChatTemplate chat_template;
+  nlohmann::json special_tokens;
+  ParseContext parse;
+
+  static Context& get() {
+    static Context* c = [] {
+      auto tok = Tokenizer::load(fuzz::source_dir() / "models/stories260K");
+      nlohmann::json special;
+      auto tmpl = load_chat_template(fuzz::source_dir() / "tests/fixtures/chat_templates/chatml_tools", &special);
+      if (!tok || !tmpl) fuzz::fail("cannot load the stories260K tokenizer or the chatml_tools template");
+      auto* ctx = new Context{std::move(*tok), std::move(*tmpl), std::move(special), {}};
+      ctx->parse = ParseContext{ctx->tokenizer.vocab_size(), &ctx->tokenizer, &ctx->chat_template, &ctx->special_tokens};
+      return ctx;
+    }();
+    return *c;
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const Context& ctx = Context::get();
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  for (bool chat : {false, true}) {
+    auto parsed = parse_request(body, chat, ctx.parse);
+    if (const auto* error = std::get_if<ApiError>(&parsed)) {
+      fuzz::require(error->status == 400 && !error->message.empty(), "a refusal that is not a 400 with a message");
+      (void)error_body(*error);
+      continue;
+    }
+    const ApiRequest& request = std::get<ApiRequest>(parsed);
+    fuzz::require(!request.prompts.empty(), "an accepted request without prompts");
+    for (const GenerateRequest& r : request.prompts) {
+      fuzz::require(r.max_tokens >= 1 && r.max_tokens <= (1u << 24), "max_tokens out of range accepted");
+      fuzz::require(r.sampling.validate(ctx.parse.vocab_size).ok(), "invalid sampling options accepted");
+      for (int32_t id : r.prompt_ids)
+        fuzz::require(id >= 0 && id < ctx.parse.vocab_size, "token id " + std::to_string(id) + " accepted");
+      fuzz::require(r.prompt.has_value() || !r.prompt_ids.empty(), "an empty prompt accepted");
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,395 @@
+// Regressions of what the fuzzers (fuzz/) found, and the number rules of user input they check: every HTTP body
+// number and every safetensors header number is range-checked as read, with errors naming the field or tensor.
+// Each case failed (wrong acceptance, crash or sanitizer report) before its fix.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "actors/worker_core.hpp"
+#include "api/openai_protocol.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
+#include "memory/safetensors.hpp"
+#include "test_util.hpp"
+#include "tokenizer/chat_template.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actord;
+
+namespace {
+
+// --- safetensors ------------------------------------------------------------------------------------------------
+
+// A file image: 8-byte header length, the header, the data.
+std::vector<std::byte> safetensors_image(const std::string& header, size_t data_bytes) {
+  std::vector<std::byte> out(8 + header.size() + data_bytes, std::byte{0});
+  const uint64_t n = header.size();
+  std::memcpy(out.data(), &n, 8);
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  return out;
+}
+
+Error safetensors_error(const std::string& header, size_t data_bytes = 0) {
+  const auto image = safetensors_image(header, data_bytes);
+  auto parsed = parse_safetensors(image.data(), image.size(), "f.safetensors");
+  REQUIRE_FALSE(parsed.ok());
+  return parsed.error();
+}
+
+// --- HTTP bodies ------------------------------------------------------------------------------------------------
+
+struct Api {
+  Tokenizer tokenizer;
+  ParseContext context;
+  static const Api& get() {
+    static const Api api = [] {
+      auto tok = Tokenizer::load(test::stories_dir());
+      REQUIRE(tok.ok());
+      return Api{std::move(*tok), {}};
+    }();
+    return api;
+  }
+  ParseContext parse_context() const { return ParseContext{tokenizer.vocab_size(), &tokenizer, nullptr, nullptr}; }
+};
+
+ApiError refusal(const std::string& body, bool chat = false) {
+  auto parsed = parse_request(body, chat, Api::get().parse_context());
+  REQUIRE(std::holds_alternative<ApiError>(parsed));
+  const ApiError& e = std::get<ApiError>(parsed);
+  CHECK(e.status == 400);
+  return e;
+}
+
+ApiRequest accepted(const std::string& body) {
+  auto parsed = parse_request(body, false, Api::get().parse_context());
+  if (const auto* e = std::get_if<ApiError>(&parsed)) FAIL("refused: " << e->message);
+  return std::get<ApiRequest>(parsed);
+}
+
+// --- worker messages --------------------------------------------------------------------------------------------
+
+// A WorkerCore on stories260K: 4-token blocks, 16 KV blocks, 4 swap blocks.
+std::unique_ptr<WorkerCore> stories_worker() {
+  auto core = std::make_unique<WorkerCore>(ModelRegistry::with_builtins());
+  const wire_msg init = build<wire::WorkerInit>([](wire::WorkerInit::Builder out) {
+    out.setName("w");
+    out.setModelPath(test::stories_dir().string());
+    out.setNumKvBlocks(16);
+    out.setBlockSize(4);
+    out.setKvDtype("F32");
+    out.setNumSwapBlocks(4);
+    out.setThreads(1);
+  });
+  const wire_msg ready = core->init(init);
+  WireReader reader(ready);
+  REQUIRE_FALSE(has_error(reader.root<wire::WorkerReady>().getError()));
+  return core;
+}
+
+// One new sequence's first slice, changed by `edit` before it is sent; returns the step's error message ("" if none).
+template <class Edit>
+std::string step_error(WorkerCore& core, Edit&& edit) {
+  const wire_msg step = build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
+    auto s = out.initSeqs(1)[0];
+    s.setSeqId(1);
+    fill_list(s.initTokenIds(2), std::vector<int32_t>{1, 403});
+    s.setNewSequence(true);
+    SamplingOptions greedy;
+    greedy.temperature = 0.0f;
+    to_wire(greedy, s.initSampling());
+    s.setPromptLen(2);
+    fill_list(s.initBlockTable(1), std::vector<uint32_t>{0});
+    s.setSample(true);
+    edit(out, s);
+  });
+  const wire_msg reply = core.execute(step);
+  WireReader reader(reply);
+  auto result = reader.root<wire::StepResult>();
+  return has_error(result.getError()) ? get_error(result.getError()).message : "";
+}
+
+// --- chat templates ---------------------------------------------------------------------------------------------
+
+// The rendered text, or "error: <message>".
+std::string render(const std::string& source) {
+  auto tmpl = ChatTemplate::parse(source);
+  if (!tmpl) return "parse error: " + tmpl.error().message;
+  auto text = tmpl->render(nlohmann::json::object());
+  return text ? *text : "error: " + text.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: a shape whose byte size overflows 64 bits is refused naming the tensor", "[fuzz][memory]") {
+  // [2^62, 4] f32 is 2^66 bytes: it wrapped to 0 and matched data_offsets [0, 0].
+  const Error e = safetensors_error(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})");
+  CHECK(e.code == Errc::parse_error);
+  CHECK(e.message == "f.safetensors: tensor 'w': shape [4611686018427387904, 4] of F32 overflows 64 bits of bytes");
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"BF16","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})")
+                 .message,
+             Catch::Contains("tensor 'w': shape [4294967296, 4294967296, 0] of BF16 overflows"));
+}
+
+TEST_CASE("safetensors: dimensions and offsets must be non-negative integers", "[fuzz][memory]") {
+  // [2.5] was read as [2] and accepted.
+  CHECK(safetensors_error(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8).message ==
+        "f.safetensors: tensor 'w' has a bad dimension 2.5 (dimensions are integers from 0 to 2^63 - 1)");
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})").message,
+             Catch::Contains("tensor 'w' has a bad dimension -1"));
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,0]}})").message,
+             Catch::Contains("tensor 'w' has a bad dimension 9223372036854775808"));
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", 4).message,
+             Catch::Contains("tensor 'w' has a bad dimension an array"));
+  CHECK(safetensors_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4).message ==
+        "f.safetensors: tensor 'w' has bad data_offsets [-4, 0] (must be integers with begin <= end)");
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0.5,4]}})", 4).message,
+             Catch::Contains("tensor 'w' has bad data_offsets [0.5, 4]"));
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8).message,
+             Catch::Contains("tensor 'w' has bad data_offsets [8, 4]"));
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4).message,
+             Catch::Contains("tensor 'w' has bad data_offsets (must be [begin, end])"));
+  CHECK_THAT(safetensors_error(R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", 4).message,
+             Catch::Contains("tensor 'w': malformed entry: shape must be a list"));
+  CHECK_THAT(safetensors_error(R"({"w":[1,2]})").message, Catch::Contains("tensor 'w': malformed entry: not an object"));
+}
+
+TEST_CASE("safetensors: offsets past the file and sizes that do not match are refused naming the tensor",
+          "[fuzz][memory]") {
+  CHECK(safetensors_error(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8).message ==
+        "f.safetensors: truncated safetensors file: tensor 'w' ends at byte 16 of 8 data bytes");
+  CHECK(safetensors_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 8)
+            .message == "f.safetensors: truncated safetensors file: tensor 'w' ends at byte 18446744073709551615 of "
+                        "8 data bytes");
+  CHECK(safetensors_error(R"({"w":{"dtype":"F16","shape":[3],"data_offsets":[0,8]}})", 8).message ==
+        "f.safetensors: tensor 'w' size does not match its shape: [3] of F16 is 6 bytes, data_offsets span 8");
+  // A valid file still reads, scalars and empty tensors included.
+  const auto image = safetensors_image(
+      R"({"__metadata__":{"format":"pt"},"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
+      R"("e":{"dtype":"BF16","shape":[0,7],"data_offsets":[4,4]}})",
+      4);
+  auto ok = parse_safetensors(image.data(), image.size(), "f.safetensors");
+  REQUIRE(ok.ok());
+  CHECK(ok->at("s").num_elements() == 1);
+  CHECK(ok->at("e").num_elements() == 0);
+}
+
+TEST_CASE("HTTP bodies: integer fields refuse values below their minimum, floats and values beyond 64 bits",
+          "[fuzz][api]") {
+  // max_tokens 0 was accepted: an unsigned JSON number skipped the minimum.
+  ApiError e = refusal(R"({"prompt":"x","max_tokens":0})");
+  CHECK(e.param == "max_tokens");
+  CHECK(e.message == "max_tokens: must be in [1, 16777216], got 0");
+  CHECK(refusal(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})", true).param ==
+        "max_completion_tokens");
+  CHECK(refusal(R"({"prompt":"x","max_tokens":1.5})").message == "max_tokens: must be an integer, got 1.5");
+  CHECK(refusal(R"({"prompt":"x","max_tokens":16777217})").param == "max_tokens");
+  CHECK(refusal(R"({"prompt":"x","seed":18446744073709551615})").param == "seed");
+  CHECK(refusal(R"({"prompt":"x","seed":1e30})").param == "seed");
+  CHECK(refusal(R"({"prompt":"x","top_k":4294967296})").param == "top_k");
+  CHECK(refusal(R"({"prompt":"x","priority":-2147483649})").param == "priority");
+  CHECK(refusal(R"({"prompt":"x","min_tokens":-1})").param == "min_tokens");
+  CHECK(refusal(R"({"prompt":"x","best_of":0})").message == "best_of: must be in [1, 1], got 0");
+  CHECK(refusal(R"({"prompt":[1,18446744073709551615]})").param == "prompt");
+  CHECK(refusal(R"({"prompt":[1,-1]})").param == "prompt");
+  CHECK(refusal(R"({"prompt":[1,2.0]})").param == "prompt");
+  // The edges are accepted.
+  CHECK(accepted(R"({"prompt":"x","max_tokens":1})").prompts[0].max_tokens == 1);
+  CHECK(accepted(R"({"prompt":"x","max_tokens":16777216})").prompts[0].max_tokens == 1u << 24);
+  CHECK(accepted(R"({"prompt":"x","seed":-9223372036854775808})").prompts[0].sampling.seed == 1ull << 63);
+  CHECK(accepted(R"({"prompt":[0,511]})").prompts[0].prompt_ids == std::vector<int32_t>{0, 511});
+}
+
+TEST_CASE("HTTP bodies: non-finite numbers are refused with a 400 naming the field", "[fuzz][api]") {
+  for (const char* field : {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+                            "repetition_penalty", "max_tokens", "seed"}) {
+    INFO(field);
+    for (const char* value : {"1e999", "-1e999", "1e300", "-3.5e38", "NaN", "Infinity"}) {
+      INFO(value);
+      const ApiError e = refusal(std::string(R"({"prompt":"x",")") + field + "\":" + value + "}");
+      CHECK(e.param == field);
+    }
+  }
+  // 1e999 is valid JSON beyond a double: it was "the body is not valid JSON", naming no field.
+  CHECK(refusal(R"({"prompt":"x","temperature":1e999})").message == "temperature: must be finite, got '1e999'");
+  CHECK(refusal(R"({"prompt":"x","top_p":-1e999})").message == "top_p: must be finite, got '-1e999'");
+  CHECK(refusal(R"({"prompt":[1,1e400]})").message == "prompt: must be finite, got '1e400'");
+  CHECK(refusal(R"({"prompt":"x","temperature":1e300})").message == "temperature: must be finite, got 1e+300");
+  CHECK(refusal(R"({"prompt":"x","max_tokens":1e300})").message == "max_tokens: must be an integer, got 1e+300");
+  CHECK_THAT(refusal(R"({"prompt":"x","temperature":NaN})").message,
+             Catch::StartsWith("the body is not valid JSON (in temperature): "));
+  CHECK(refusal(R"({"prompt":"x","temperature":"nan"})").message == "temperature: must be a number, got \"nan\"");
+  CHECK(refusal("1e999").message == "the body is not valid JSON: '1e999' is not finite");
+  CHECK_THAT(refusal("{not json").message, Catch::StartsWith("the body is not valid JSON: "));
+}
+
+TEST_CASE("HTTP bodies: deep nesting is refused while parsing, never printed or copied", "[fuzz][api]") {
+  // A megabyte of '[' in a numeric field: printing it in the error message recursed once per level and overflowed
+  // the stack; a deep message content did the same when copied for the chat template.
+  const std::string deep = std::string(500000, '[') + std::string(500000, ']');
+  CHECK(refusal(R"({"prompt":"x","max_tokens":)" + deep + "}").message == "the body nests deeper than 64 levels");
+  CHECK(refusal(R"({"messages":[{"role":"user","content":)" + deep + "}]}", true).message ==
+        "the body nests deeper than 64 levels");
+  std::string ok = std::string(63, '[') + std::string(63, ']');
+  CHECK(refusal(R"({"prompt":"x","max_tokens":)" + ok + "}").message == "max_tokens: must be an integer, got an array");
+}
+
+TEST_CASE("worker: block ids past 2^31 are out of range, not negative", "[fuzz][worker]") {
+  auto core = stories_worker();
+  // 2^31 + 5 turned into a negative int that passed the range check; the attention kernel read far outside the pool.
+  CHECK(step_error(*core, [](auto, auto s) { fill_list(s.initBlockTable(1), std::vector<uint32_t>{2147483653u}); }) ==
+        "w: block id 2147483653 out of range");
+  CHECK(step_error(*core, [](auto out, auto) {
+          auto c = out.initCopyBlocks(1)[0];
+          c.setSrc(4294967295u);
+          c.setDst(1);
+        }) == "w: block copy out of range");
+  CHECK(step_error(*core, [](auto out, auto) {
+          auto c = out.initSwapIn(1)[0];
+          c.setSrc(0);
+          c.setDst(2147483648u);
+        }) == "w: swap-in block out of range");
+  // KV import at a block id past 2^31.
+  const wire_msg import = [&] {
+    wire_msg m = build<wire::ImportKv>([&](wire::ImportKv::Builder out) {
+      auto e = out.initExport();
+      e.setNumTokens(4);
+      auto layout = e.initLayout();
+      layout.setNumLayers(5);
+      layout.setNumKvHeads(4);
+      layout.setHeadDim(8);
+      layout.setBlockSize(4);
+      layout.setDtype("F32");
+      e.setBlockBytes(5 * 2 * 4 * 4 * 8 * 4);
+      e.setNumBlocks(1);
+      fill_list(out.initBlockIds(1), std::vector<uint32_t>{2147483648u});
+    });
+    m.bulk.emplace_back(5 * 2 * 4 * 4 * 8 * 4, uint8_t{0});
+    return m;
+  }();
+  const wire_msg reply = core->import_kv(import);
+  WireReader reader(reply);
+  CHECK(get_error(reader.root<wire::KvImported>().getError()).message ==
+        "w: KV import: block id 2147483648 out of range");
+  // A valid step still runs.
+  CHECK(step_error(*core, [](auto, auto) {}) == "");
+}
+
+TEST_CASE("worker: positions past 2^31, forks beyond n's maximum and invalid sampling options are refused",
+          "[fuzz][worker]") {
+  auto core = stories_worker();
+  // startPos 2^32 - 2 with 2 tokens: negative positions whose end, 0, needed no block.
+  CHECK(step_error(*core, [](auto, auto s) { s.setStartPos(4294967294u); }) == "w: sequence 1: positions past 2^31");
+  // 589,824 forks: as many copies of the logits row and draws, gigabytes for one message.
+  CHECK(step_error(*core, [](auto, auto s) { s.setForks(589824); }) ==
+        "w: sequence 1: 589824 forks, more than 128");
+  CHECK(step_error(*core, [](auto, auto s) {
+          SamplingOptions o;
+          o.top_k = 100000;
+          to_wire(o, s.initSampling());
+        }) == "w: sequence 1: top_k: must be at most the vocabulary size (512), got 100000");
+  CHECK(step_error(*core, [](auto, auto s) {
+          SamplingOptions o;
+          o.temperature = std::numeric_limits<float>::quiet_NaN();
+          to_wire(o, s.initSampling());
+        }) == "w: sequence 1: temperature: must be finite and >= 0, got nan");
+  CHECK(step_error(*core, [](auto, auto s) { s.setForks(128); }) == "");
+}
+
+TEST_CASE("worker: a slice without tokens is refused", "[fuzz][worker]") {
+  auto core = stories_worker();
+  // With sample set, the model took the last row of an empty slice: row -1, before its hidden states.
+  CHECK(step_error(*core, [](auto, auto s) { s.initTokenIds(0); }) == "w: sequence 1: a slice without tokens");
+  CHECK(step_error(*core, [](auto, auto s) {
+          s.initTokenIds(0);
+          s.setSample(false);
+        }) == "w: sequence 1: a slice without tokens");
+}
+
+TEST_CASE("chat templates: 64-bit integer arithmetic fails on overflow instead of wrapping", "[fuzz][chat_template]") {
+  // 2^62 * 2 was signed overflow (undefined behaviour; it printed a negative number).
+  CHECK(render("{{ 4611686018427387904 * 2 }}") == "error: chat_template line 1: integer overflow in '*'");
+  CHECK(render("{{ 9223372036854775807 + 1 }}") == "error: chat_template line 1: integer overflow in '+'");
+  CHECK(render("{{ -9223372036854775807 - 2 }}") == "error: chat_template line 1: integer overflow in '-'");
+  CHECK(render("{{ (-9223372036854775807 - 1) // -1 }}") == "error: chat_template line 1: integer overflow in '//'");
+  CHECK(render("{{ (-9223372036854775807 - 1) % -1 }}") == "0");
+  CHECK(render("{{ -(-9223372036854775807 - 1) }}") == "error: chat_template line 1: integer overflow in unary '-'");
+  CHECK(render("{{ (-9223372036854775807 - 1)|abs }}") == "error: chat_template line 1: integer overflow in abs()");
+  // ** multiplied at most 64 times: 2 ** 64 wrapped to 0 and (-1) ** 65 gave 1.
+  CHECK(render("{{ 2 ** 64 }}") == "error: chat_template line 1: integer overflow in '**'");
+  CHECK(render("{{ 2 ** 62 }}|{{ (-1) ** 65 }}|{{ 1 ** 1000 }}|{{ 0 ** 0 }}|{{ 7 ** 0 }}") ==
+        "4611686018427387904|-1|1|1|1");
+  // A float beyond 64 bits converted to int was undefined behaviour.
+  CHECK(render("{{ 1e300|int }}") == "error: chat_template line 1: integer overflow in int");
+  CHECK(render("{{ '1e19'|int }}") == "error: chat_template line 1: integer overflow in int");
+  CHECK(render("{{ -2.5|int }}|{{ '1e3'|int }}") == "-2|1000");
+}
+
+TEST_CASE("chat templates: huge counts and steps end instead of overflowing", "[fuzz][chat_template]") {
+  // The repetition check multiplied in size_t: 2 * 2^63 wrapped to 0 and the loop ran 2^63 times.
+  CHECK(render("{{ 'ab' * 9223372036854775807 }}") == "error: chat_template line 1: repetition too large");
+  // range() stepped past INT64_MAX (undefined behaviour, then a million negative numbers).
+  CHECK(render("{% for i in range(9223372036854775800, 9223372036854775807, 5) %}{{ i }},{% endfor %}") ==
+        "9223372036854775800,9223372036854775805,");
+  // A slice step past INT64_MAX wrapped to a negative index and read before the list.
+  CHECK(render("{{ [1, 2, 3][1::9223372036854775807] }}") == "[2]");
+  CHECK(render("{{ 'abc'[2::9223372036854775807] }}") == "c");
+  CHECK(render("{{ raise_exception() }}") == "error: chat_template line 1: raise_exception() takes one message");
+}
+
+namespace {
+
+// Loads a tokenizer.json made of stories260K's with `edit` applied; returns the load error ("" when it loads).
+template <class Edit>
+std::string tokenizer_error(Edit&& edit, std::vector<int32_t>* encoded = nullptr) {
+  std::ifstream in(test::stories_dir() / "tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  edit(j);
+  test::TempDir dir;
+  test::write_file(dir.path() / "tokenizer.json", j.dump());
+  auto tok = Tokenizer::load(dir.path());
+  if (!tok) return tok.error().message;
+  if (encoded) *encoded = tok->encode("hello", true);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json: token ids must be integers below 2^24", "[fuzz][tokenizer]") {
+  // A float id was converted to an integer unchecked (undefined behaviour past 2^63; 2.0 was read as 2).
+  CHECK(tokenizer_error([](nlohmann::json& j) { j["model"]["vocab"]["zzz"] = 2.0; }) ==
+        "tokenizer.json: bad id for token 'zzz' (ids are integers from 0 to 16777215)");
+  CHECK(tokenizer_error([](nlohmann::json& j) { j["model"]["vocab"]["zzz"] = 2.4e43; }) ==
+        "tokenizer.json: bad id for token 'zzz' (ids are integers from 0 to 16777215)");
+  // Ids up to 2^30 were accepted, and the id table sized by the largest: 32 GB of strings for one entry.
+  CHECK(tokenizer_error([](nlohmann::json& j) { j["model"]["vocab"]["zzz"] = 16777216; }) ==
+        "tokenizer.json: bad id for token 'zzz' (ids are integers from 0 to 16777215)");
+  // Added tokens: 1.5 was truncated to 1, 2^31 - 1 made the vocabulary size overflow.
+  CHECK(tokenizer_error([](nlohmann::json& j) { j["added_tokens"][0]["id"] = 1.5; }) ==
+        "tokenizer.json: added token '<unk>' has a bad id (ids are integers from 0 to 16777215)");
+  CHECK(tokenizer_error([](nlohmann::json& j) { j["added_tokens"][0]["id"] = 2147483647; }) ==
+        "tokenizer.json: added token '<unk>' has a bad id (ids are integers from 0 to 16777215)");
+  CHECK(tokenizer_error([](nlohmann::json&) {}) == "");
+}
+
+TEST_CASE("tokenizer.json: post-processor ids outside the vocabulary are refused", "[fuzz][tokenizer]") {
+  // encode() gave id 99999 of a 512-token vocabulary: the worker would have refused the prompt.
+  auto with_ids = [](nlohmann::json ids) {
+    return [ids](nlohmann::json& j) {
+      j["post_processor"] = {{"type", "TemplateProcessing"},
+                             {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                             {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", ids}}}}}};
+    };
+  };
+  CHECK(tokenizer_error(with_ids({99999})) ==
+        "tokenizer.json: post_processor special token id 99999 is outside the vocabulary (size 512)");
+  CHECK(tokenizer_error(with_ids({1.5})) == "tokenizer.json: post_processor special token '<s>' has a bad id");
+  CHECK(tokenizer_error(with_ids(-1)) == "tokenizer.json: post_processor special token '<s>': ids must be a list");
+  std::vector<int32_t> ids;
+  CHECK(tokenizer_error(with_ids({1}), &ids) == "");
+  REQUIRE_FALSE(ids.empty());
+  CHECK(ids[0] == 1);
+}
