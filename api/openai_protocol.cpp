@@ -163,7 +163,7 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("repetition_penalty")) o.repetition_penalty = number(body, "repetition_penalty");
   if (has("seed")) o.seed = static_cast<uint64_t>(integer(body, "seed", INT64_MIN, INT64_MAX));
   if (has("n")) o.n = static_cast<uint32_t>(integer(body, "n", 0, 1 << 20));
-  if (has("min_tokens")) o.min_tokens = static_cast<uint32_t>(integer(body, "min_tokens", 0, 1 << 24));
+  if (has("min_tokens")) o.min_tokens = static_cast<uint32_t>(integer(body, "min_tokens", 0, proto.max_tokens));
   if (has("priority")) proto.priority = static_cast<int32_t>(integer(body, "priority", INT32_MIN, INT32_MAX));
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
   if (has("stream")) request.stream = boolean(body, "stream");

@@ -15,6 +15,7 @@
 #include "memory/safetensors.hpp"
 #include "test_util.hpp"
 #include "tokenizer/chat_template.hpp"
+#include "tokenizer/incremental_detokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
@@ -191,6 +192,10 @@ TEST_CASE("HTTP bodies: integer fields refuse values below their minimum, floats
   CHECK(refusal(R"({"prompt":"x","top_k":4294967296})").param == "top_k");
   CHECK(refusal(R"({"prompt":"x","priority":-2147483649})").param == "priority");
   CHECK(refusal(R"({"prompt":"x","min_tokens":-1})").param == "min_tokens");
+  // min_tokens beyond max_tokens (vLLM refuses it too) was accepted.
+  CHECK(refusal(R"({"prompt":"x","max_tokens":4,"min_tokens":5})").message == "min_tokens: must be in [0, 4], got 5");
+  CHECK(refusal(R"({"prompt":"x","min_tokens":17})").message == "min_tokens: must be in [0, 16], got 17");
+  CHECK(accepted(R"({"prompt":"x","max_tokens":5,"min_tokens":5})").prompts[0].sampling.min_tokens == 5);
   CHECK(refusal(R"({"prompt":"x","best_of":0})").message == "best_of: must be in [1, 1], got 0");
   CHECK(refusal(R"({"prompt":[1,18446744073709551615]})").param == "prompt");
   CHECK(refusal(R"({"prompt":[1,-1]})").param == "prompt");
@@ -392,4 +397,21 @@ TEST_CASE("tokenizer.json: post-processor ids outside the vocabulary are refused
   CHECK(tokenizer_error(with_ids({1}), &ids) == "");
   REQUIRE_FALSE(ids.empty());
   CHECK(ids[0] == 1);
+}
+
+TEST_CASE("streaming detokenizer: ids without a token do not split a byte run", "[fuzz][tokenizer]") {
+  auto tok = Tokenizer::load(test::stories_dir());
+  REQUIRE(tok.ok());
+  // <0xD1> <0xA2> <0x9E> (ids 212, 165, 161) with ids past the vocabulary between them, as a model with padded
+  // logits can sample: decode() drops those ids and decodes one invalid run (three U+FFFD); the streaming
+  // detokenizer kept them, ended the run at each and emitted U+0462 from the first two bytes.
+  const std::vector<int32_t> ids = {403, 212, 600, 165, 600, 161, 407};
+  for (bool skip : {true, false}) {
+    IncrementalDetokenizer detok(*tok, skip);
+    std::string streamed;
+    for (int32_t id : ids) streamed += detok.push({id});
+    streamed += detok.finish();
+    CHECK(streamed == tok->decode(ids, skip));
+    CHECK(streamed == "Once\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD upon");
+  }
 }

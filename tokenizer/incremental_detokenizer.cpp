@@ -26,6 +26,9 @@ std::string IncrementalDetokenizer::window_text(std::size_t begin, std::size_t e
 std::string IncrementalDetokenizer::push(const std::vector<int32_t>& ids) {
   for (int32_t id : ids) {
     if (skip_special_ && tok_->is_special(id)) continue;  // decode would drop it anyway
+    // So would it an id without a token (past the vocabulary, a hole in it, a model's padded logits): kept, it would
+    // end a byte run here that decode() joins with the bytes after it.
+    if (!tok_->id_to_token(id)) continue;
     ids_.push_back(id);
   }
   if (ids_.size() == read_offset_) return {};
