@@ -1,0 +1,205 @@
+#include "comms/collectives/communicator.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace actord::coll {
+namespace {
+
+size_t sum(std::span<const size_t> counts) { return std::accumulate(counts.begin(), counts.end(), size_t{0}); }
+
+std::vector<size_t> times(std::span<const size_t> counts, size_t factor) {
+  std::vector<size_t> out(counts.begin(), counts.end());
+  for (size_t& c : out) c *= factor;
+  return out;
+}
+
+template <class T>
+std::span<const std::byte> bytes_of(std::span<T> s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size_bytes()};
+}
+template <class T>
+std::span<std::byte> writable_bytes_of(std::span<T> s) {
+  return {reinterpret_cast<std::byte*>(s.data()), s.size_bytes()};
+}
+
+}  // namespace
+
+std::vector<size_t> balanced_counts(size_t total, int parts) {
+  std::vector<size_t> counts(static_cast<size_t>(std::max(parts, 1)), total / static_cast<size_t>(std::max(parts, 1)));
+  for (size_t r = 0; r < total % counts.size(); ++r) ++counts[r];
+  return counts;
+}
+
+void sum_in_rank_order(const void* const* src, int n_src, float* dst, size_t count) {
+  // Blocks small enough for L1: each source's block is copied in (any alignment), added, then the sum stored.
+  constexpr size_t kBlock = 512;
+  alignas(64) float acc[kBlock];
+  alignas(64) float part[kBlock];
+  for (size_t b = 0; b < count; b += kBlock) {
+    const size_t m = std::min(kBlock, count - b);
+    std::memcpy(acc, static_cast<const std::byte*>(src[0]) + b * sizeof(float), m * sizeof(float));
+    for (int j = 1; j < n_src; ++j) {
+      std::memcpy(part, static_cast<const std::byte*>(src[j]) + b * sizeof(float), m * sizeof(float));
+      for (size_t i = 0; i < m; ++i) acc[i] += part[i];
+    }
+    std::memcpy(dst + b, acc, m * sizeof(float));
+  }
+}
+
+Result<std::span<std::byte>> Communicator::place(Sink& sink, std::span<const size_t> recv_bytes) {
+  const size_t total = sum(recv_bytes);
+  std::span<std::byte> out = sink.place(recv_bytes);
+  if (out.size() != total) {
+    return make_error(Errc::invalid_argument, "received " + std::to_string(total) +
+                                                  " bytes in all, not a whole number of elements (a peer called "
+                                                  "the byte variant where this rank called the float one?)");
+  }
+  return out;
+}
+
+template <class F>
+Status Communicator::run(std::string_view op, F&& body) {
+  auto where = [&] {
+    return describe(spec_) + ", rank " + std::to_string(rank_) + " of " + std::to_string(spec_.size) + ", " +
+           std::string(op) + ": ";
+  };
+  if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
+  Status st = body();
+  if (st.ok()) return st;
+  broken_ = true;
+  failure_ = st.error();
+  on_failure(std::string(op) + ": " + st.error().message);
+  return make_error(st.error().code, where() + st.error().message);
+}
+
+Status Communicator::refuse(std::string_view op, const std::string& why) {
+  return run(op, [&]() -> Status { return make_error(Errc::invalid_argument, why); });
+}
+
+Status Communicator::all_reduce(std::span<float> data) {
+  return run("all_reduce", [&] { return do_all_reduce(data); });
+}
+
+// Checks a partition's counts against the buffers (in elements): why they do not fit, or "".
+static std::string partition_problem(std::span<const size_t> counts, int size, int rank, size_t whole,
+                                     const char* whole_name, size_t part, const char* part_name) {
+  if (counts.size() != static_cast<size_t>(size)) {
+    return std::to_string(counts.size()) + " counts for " + std::to_string(size) + " ranks";
+  }
+  if (sum(counts) != whole) {
+    return "counts add up to " + std::to_string(sum(counts)) + ", " + whole_name + " holds " + std::to_string(whole);
+  }
+  if (part != counts[static_cast<size_t>(rank)]) {
+    return std::string(part_name) + " holds " + std::to_string(part) + ", this rank's count is " +
+           std::to_string(counts[static_cast<size_t>(rank)]);
+  }
+  return {};
+}
+
+Status Communicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out,
+                                      std::span<const size_t> counts) {
+  if (auto why = partition_problem(counts, size(), rank(), out.size(), "out", in.size(), "in"); !why.empty()) {
+    return refuse("all_gather", why);
+  }
+  return run("all_gather", [&] { return do_all_gather(in, out, counts); });
+}
+
+Status Communicator::all_gather(std::span<const float> in, std::span<float> out, std::span<const size_t> counts) {
+  if (auto why = partition_problem(counts, size(), rank(), out.size(), "out", in.size(), "in"); !why.empty()) {
+    return refuse("all_gather", why);
+  }
+  const std::vector<size_t> bytes = times(counts, sizeof(float));
+  return run("all_gather", [&] { return do_all_gather(bytes_of(in), writable_bytes_of(out), bytes); });
+}
+
+Status Communicator::all_gather(std::span<const float> in, std::span<float> out) {
+  return all_gather(in, out, balanced_counts(out.size(), size()));
+}
+
+Status Communicator::reduce_scatter(std::span<const float> in, std::span<float> out, std::span<const size_t> counts) {
+  if (auto why = partition_problem(counts, size(), rank(), in.size(), "in", out.size(), "out"); !why.empty()) {
+    return refuse("reduce_scatter", why);
+  }
+  return run("reduce_scatter", [&] { return do_reduce_scatter(in, out, counts); });
+}
+
+Status Communicator::reduce_scatter(std::span<const float> in, std::span<float> out) {
+  return reduce_scatter(in, out, balanced_counts(in.size(), size()));
+}
+
+Status Communicator::all_to_all_bytes(std::span<const std::byte> in, std::span<const size_t> send_counts,
+                                      std::vector<std::byte>& out, std::vector<size_t>& recv_counts) {
+  if (send_counts.size() != static_cast<size_t>(size())) {
+    return refuse("all_to_all",
+                  std::to_string(send_counts.size()) + " send counts for " + std::to_string(size()) + " ranks");
+  }
+  if (sum(send_counts) != in.size()) {
+    return refuse("all_to_all", "send counts add up to " + std::to_string(sum(send_counts)) + ", in holds " +
+                                    std::to_string(in.size()));
+  }
+  struct VectorSink final : Sink {
+    std::vector<std::byte>& out;
+    std::vector<size_t>& counts;
+    VectorSink(std::vector<std::byte>& o, std::vector<size_t>& c) : out(o), counts(c) {}
+    std::span<std::byte> place(std::span<const size_t> recv_bytes) override {
+      counts.assign(recv_bytes.begin(), recv_bytes.end());
+      out.resize(sum(recv_bytes));
+      return out;
+    }
+  } sink(out, recv_counts);
+  return run("all_to_all", [&] { return do_all_to_all(in, send_counts, sink); });
+}
+
+Status Communicator::all_to_all(std::span<const float> in, std::span<const size_t> send_counts, std::vector<float>& out,
+                                std::vector<size_t>& recv_counts) {
+  if (send_counts.size() != static_cast<size_t>(size())) {
+    return refuse("all_to_all",
+                  std::to_string(send_counts.size()) + " send counts for " + std::to_string(size()) + " ranks");
+  }
+  if (sum(send_counts) != in.size()) {
+    return refuse("all_to_all", "send counts add up to " + std::to_string(sum(send_counts)) + ", in holds " +
+                                    std::to_string(in.size()));
+  }
+  struct FloatSink final : Sink {
+    std::vector<float>& out;
+    std::vector<size_t>& counts;
+    FloatSink(std::vector<float>& o, std::vector<size_t>& c) : out(o), counts(c) {}
+    std::span<std::byte> place(std::span<const size_t> recv_bytes) override {
+      counts.resize(recv_bytes.size());
+      for (size_t r = 0; r < recv_bytes.size(); ++r) {
+        if (recv_bytes[r] % sizeof(float) != 0) return {};
+        counts[r] = recv_bytes[r] / sizeof(float);
+      }
+      out.resize(sum(counts));
+      return writable_bytes_of(std::span<float>(out));
+    }
+  } sink(out, recv_counts);
+  const std::vector<size_t> send_bytes = times(send_counts, sizeof(float));
+  return run("all_to_all", [&] { return do_all_to_all(bytes_of(in), send_bytes, sink); });
+}
+
+Status Communicator::send_bytes(int peer, std::span<const std::byte> data) {
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return refuse("send", "no peer rank " + std::to_string(peer) + " to send to");
+  }
+  return run("send", [&] { return do_send(peer, data); });
+}
+
+Status Communicator::send(int peer, std::span<const float> data) { return send_bytes(peer, bytes_of(data)); }
+
+Status Communicator::recv_bytes(int peer, std::span<std::byte> out) {
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return refuse("recv", "no peer rank " + std::to_string(peer) + " to receive from");
+  }
+  return run("recv", [&] { return do_recv(peer, out); });
+}
+
+Status Communicator::recv(int peer, std::span<float> out) { return recv_bytes(peer, writable_bytes_of(out)); }
+
+Status Communicator::barrier() {
+  return run("barrier", [&] { return do_barrier(); });
+}
+
+}  // namespace actord::coll
