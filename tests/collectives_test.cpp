@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include <thread>
 
 #include "comms/collectives/group_factory.hpp"
+#include "comms/collectives/phase_board.hpp"
 #include "comms/collectives/shm_segment.hpp"
 #include "test_util.hpp"
 
@@ -922,4 +924,41 @@ TEST_CASE("collectives: segments left by dead engines are removed, those of live
   CHECK(std::filesystem::exists("/dev/shm" + live));
   b->unlink();
   CHECK_FALSE(std::filesystem::exists("/dev/shm" + live));
+}
+
+TEST_CASE("collectives: a peer process that cannot be watched (no descriptor left) is not taken for dead",
+          "[collectives]") {
+  // Only pidfd_open's ESRCH means the peer is gone; EMFILE leaves it to the timeout.
+  const pid_t peer = fork();
+  REQUIRE(peer >= 0);
+  if (peer == 0) {
+    pause();
+    _exit(0);
+  }
+  auto judge = [](pid_t pid, bool exhaust) {  // in a child: 0 if the board takes `pid` for alive, 1 if for dead
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+      AbortState abort;
+      RankState ranks[2];
+      ranks[1].pid.store(pid);
+      PhaseBoard board(&abort, ranks, 2, 0, 1000ms);
+      if (exhaust) {
+        const rlimit few{64, 64};
+        setrlimit(RLIMIT_NOFILE, &few);
+        while (dup(0) >= 0) {
+        }
+      }
+      board.watch_peers();
+      _exit(board.failure(1).has_value() ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  CHECK(judge(peer, false) == 0);
+  CHECK(judge(peer, true) == 0);
+  kill(peer, SIGKILL);
+  waitpid(peer, nullptr, 0);
+  CHECK(judge(peer, false) == 1);
 }

@@ -1,6 +1,7 @@
 #include "comms/collectives/communicator.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -33,7 +34,9 @@ std::vector<size_t> balanced_counts(size_t total, int parts) {
 }
 
 void sum_in_rank_order(const void* const* src, int n_src, float* dst, size_t count) {
-  // Blocks small enough for L1: each source's block is copied in (any alignment), added, then the sum stored.
+  bool aligned = true;
+  for (int j = 0; j < n_src; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(src[j]) % alignof(float) == 0;
+  // Blocks small enough for L1; each element's sum is complete before it is stored, so dst may alias a source.
   constexpr size_t kBlock = 512;
   alignas(64) float acc[kBlock];
   alignas(64) float part[kBlock];
@@ -41,8 +44,14 @@ void sum_in_rank_order(const void* const* src, int n_src, float* dst, size_t cou
     const size_t m = std::min(kBlock, count - b);
     std::memcpy(acc, static_cast<const std::byte*>(src[0]) + b * sizeof(float), m * sizeof(float));
     for (int j = 1; j < n_src; ++j) {
-      std::memcpy(part, static_cast<const std::byte*>(src[j]) + b * sizeof(float), m * sizeof(float));
-      for (size_t i = 0; i < m; ++i) acc[i] += part[i];
+      const float* s;
+      if (aligned) {
+        s = static_cast<const float*>(src[j]) + b;
+      } else {  // a received frame at any address: copied first
+        std::memcpy(part, static_cast<const std::byte*>(src[j]) + b * sizeof(float), m * sizeof(float));
+        s = part;
+      }
+      for (size_t i = 0; i < m; ++i) acc[i] += s[i];
     }
     std::memcpy(dst + b, acc, m * sizeof(float));
   }

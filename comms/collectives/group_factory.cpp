@@ -19,13 +19,10 @@ Result<std::vector<std::unique_ptr<Communicator>>> create_local_group(const Grou
 Result<std::unique_ptr<Communicator>> join_group(const GroupSpec& spec, int rank) {
   ACTORD_TRY_STATUS(validate(spec));
   switch (resolve_backend(spec)) {
-    case Backend::shared_memory:
-      return join_shm_group(spec, rank);
-    case Backend::zmq:
-      return join_zmq_group(spec, rank);
+    case Backend::shared_memory: return join_shm_group(spec, rank);
+    case Backend::zmq: return join_zmq_group(spec, rank);
     case Backend::in_process:
-    case Backend::automatic:
-      break;
+    case Backend::automatic: break;
   }
   return make_error(Errc::invalid_argument,
                     describe(spec) + ": the in_process backend makes all ranks at once: call create_local_group");

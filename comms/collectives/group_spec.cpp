@@ -21,26 +21,19 @@ bool wildcard_port(const std::string& endpoint) {
 
 const char* placement_name(Placement placement) {
   switch (placement) {
-    case Placement::thread:
-      return "thread";
-    case Placement::process:
-      return "process";
-    case Placement::node:
-      return "node";
+    case Placement::thread: return "thread";
+    case Placement::process: return "process";
+    case Placement::node: return "node";
   }
   return "unknown";
 }
 
 const char* backend_name(Backend backend) {
   switch (backend) {
-    case Backend::automatic:
-      return "automatic";
-    case Backend::in_process:
-      return "in_process";
-    case Backend::shared_memory:
-      return "shared_memory";
-    case Backend::zmq:
-      return "zmq";
+    case Backend::automatic: return "automatic";
+    case Backend::in_process: return "in_process";
+    case Backend::shared_memory: return "shared_memory";
+    case Backend::zmq: return "zmq";
   }
   return "unknown";
 }
@@ -48,12 +41,9 @@ const char* backend_name(Backend backend) {
 Backend resolve_backend(const GroupSpec& spec) {
   if (spec.backend != Backend::automatic) return spec.backend;
   switch (spec.placement) {
-    case Placement::thread:
-      return Backend::in_process;
-    case Placement::process:
-      return Backend::shared_memory;
-    case Placement::node:
-      return Backend::zmq;
+    case Placement::thread: return Backend::in_process;
+    case Placement::process: return Backend::shared_memory;
+    case Placement::node: return Backend::zmq;
   }
   return Backend::in_process;
 }

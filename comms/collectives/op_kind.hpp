@@ -10,18 +10,12 @@ enum class OpKind : uint32_t { none = 0, all_reduce, all_gather, reduce_scatter,
 
 inline const char* op_name(OpKind kind) {
   switch (kind) {
-    case OpKind::none:
-      return "nothing";
-    case OpKind::all_reduce:
-      return "all_reduce";
-    case OpKind::all_gather:
-      return "all_gather";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::all_to_all:
-      return "all_to_all";
-    case OpKind::barrier:
-      return "barrier";
+    case OpKind::none: return "nothing";
+    case OpKind::all_reduce: return "all_reduce";
+    case OpKind::all_gather: return "all_gather";
+    case OpKind::reduce_scatter: return "reduce_scatter";
+    case OpKind::all_to_all: return "all_to_all";
+    case OpKind::barrier: return "barrier";
   }
   return "unknown";
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 namespace actord::coll {
@@ -29,8 +30,8 @@ void PhaseBoard::watch_peers() {
   for (int r = 0; r < size_; ++r) {
     const int32_t pid = ranks_[r].pid.load(std::memory_order_acquire);
     if (r == rank_ || pid <= 0 || pid == self || pidfds_[r] >= 0) continue;
-    pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // -1 (ESRCH) when already gone
-    if (pidfds_[r] < 0) pidfds_[r] = -2;
+    pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfds_[r] < 0) pidfds_[r] = errno == ESRCH ? -2 : -1;  // gone already; or not watched (left to the timeout)
   }
 }
 

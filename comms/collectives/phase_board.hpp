@@ -71,7 +71,7 @@ class PhaseBoard {
   int rank_;
   std::chrono::milliseconds timeout_;
   uint32_t published_;
-  std::vector<int> pidfds_;  // [size], -1 where not watched
+  std::vector<int> pidfds_;  // [size]: a pidfd, -1 where not watched, -2 for a peer already gone
 };
 
 // a - b as a signed distance between wrapping counters.

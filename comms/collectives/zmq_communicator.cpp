@@ -23,18 +23,12 @@ enum class Kind : uint8_t { hello = 1, table, coll, p2p, abort, bye };
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::hello:
-      return "hello";
-    case Kind::table:
-      return "table";
-    case Kind::coll:
-      return "collective";
-    case Kind::p2p:
-      return "send";
-    case Kind::abort:
-      return "abort";
-    case Kind::bye:
-      return "goodbye";
+    case Kind::hello: return "hello";
+    case Kind::table: return "table";
+    case Kind::coll: return "collective";
+    case Kind::p2p: return "send";
+    case Kind::abort: return "abort";
+    case Kind::bye: return "goodbye";
   }
   return "unknown";
 }
@@ -533,16 +527,12 @@ class ZmqCommunicator final : public Communicator {
                                          std::string(static_cast<const char*>(body.data()), body.size()) + ")");
           }
           break;
-        case Kind::bye:
-          left_[src] = true;
-          break;
+        case Kind::bye: left_[src] = true; break;
         case Kind::hello:
           hello_size_[src] = h.step;
           stash_[src].push_back({h, std::move(body)});
           break;
-        default:
-          stash_[src].push_back({h, std::move(body)});
-          break;
+        default: stash_[src].push_back({h, std::move(body)}); break;
       }
     }
   }
