@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "comms/ipc_directory.hpp"
@@ -40,7 +41,9 @@ pid_t start_actord(const fs::path& base, std::vector<std::string> args) {
   if (pid == 0) {
     setenv("TMPDIR", base.c_str(), 1);
     if (chdir(test::source_dir().c_str()) != 0) _exit(120);
-    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(121);
+    if (!freopen((base / ("out-" + std::to_string(getpid()))).c_str(), "w", stdout) ||
+        !freopen("/dev/null", "w", stderr))
+      _exit(121);
     args.insert(args.begin(), test::actord_binary().string());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -156,7 +159,13 @@ TEST_CASE("serve drains on SIGTERM, SIGINT and SIGHUP, exits 0 and leaves no fol
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
     INFO("signal " << sig);
     const pid_t pid = start_actord(base.path(), {"serve", "configs/quickstart-2proc.yaml", "--port", "0"});
-    REQUIRE(within(std::chrono::seconds(20), [&] { return has_worker_sockets(base.path(), pid); }));
+    // Serving (its first line says so), as an operator would see it before stopping it.
+    REQUIRE(within(std::chrono::seconds(20), [&] {
+      std::ifstream out(base.path() / ("out-" + std::to_string(pid)));
+      std::string line;
+      return std::getline(out, line) && line.rfind("actord: serving ", 0) == 0;
+    }));
+    CHECK(has_worker_sockets(base.path(), pid));
     REQUIRE(kill(pid, sig) == 0);
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid);
