@@ -25,19 +25,25 @@ namespace {
 // --- safetensors ------------------------------------------------------------------------------------------------
 
 // A file image: 8-byte header length, the header, the data.
-std::vector<std::byte> safetensors_image(const std::string& header, size_t data_bytes) {
-  std::vector<std::byte> out(8 + header.size() + data_bytes, std::byte{0});
+std::string safetensors_image(const std::string& header, size_t data_bytes) {
   const uint64_t n = header.size();
-  std::memcpy(out.data(), &n, 8);
-  std::memcpy(out.data() + 8, header.data(), header.size());
-  return out;
+  return std::string(reinterpret_cast<const char*>(&n), 8) + header + std::string(data_bytes, '\0');
+}
+
+// Opens the image as a file, as the weight loader does; the error's file name is shown as "f.safetensors".
+Result<SafetensorsFile> open_safetensors(const test::TempDir& dir, const std::string& header, size_t data_bytes) {
+  test::write_file(dir.path() / "f.safetensors", safetensors_image(header, data_bytes));
+  return SafetensorsFile::open(dir.path() / "f.safetensors");
 }
 
 Error safetensors_error(const std::string& header, size_t data_bytes = 0) {
-  const auto image = safetensors_image(header, data_bytes);
-  auto parsed = parse_safetensors(image.data(), image.size(), "f.safetensors");
-  REQUIRE_FALSE(parsed.ok());
-  return parsed.error();
+  test::TempDir dir;
+  auto opened = open_safetensors(dir, header, data_bytes);
+  REQUIRE_FALSE(opened.ok());
+  Error e = opened.error();
+  const std::string path = (dir.path() / "f.safetensors").string();
+  if (e.message.rfind(path, 0) == 0) e.message = "f.safetensors" + e.message.substr(path.size());
+  return e;
 }
 
 // --- HTTP bodies ------------------------------------------------------------------------------------------------
@@ -167,14 +173,14 @@ TEST_CASE("safetensors: offsets past the file and sizes that do not match are re
   CHECK(safetensors_error(R"({"w":{"dtype":"F16","shape":[3],"data_offsets":[0,8]}})", 8).message ==
         "f.safetensors: tensor 'w' size does not match its shape: [3] of F16 is 6 bytes, data_offsets span 8");
   // A valid file still reads, scalars and empty tensors included.
-  const auto image = safetensors_image(
-      R"({"__metadata__":{"format":"pt"},"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
-      R"("e":{"dtype":"BF16","shape":[0,7],"data_offsets":[4,4]}})",
-      4);
-  auto ok = parse_safetensors(image.data(), image.size(), "f.safetensors");
+  test::TempDir dir;
+  auto ok = open_safetensors(dir,
+                             R"({"__metadata__":{"format":"pt"},"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
+                             R"("e":{"dtype":"BF16","shape":[0,7],"data_offsets":[4,4]}})",
+                             4);
   REQUIRE(ok.ok());
-  CHECK(ok->at("s").num_elements() == 1);
-  CHECK(ok->at("e").num_elements() == 0);
+  CHECK(ok->tensors().at("s").num_elements() == 1);
+  CHECK(ok->tensors().at("e").num_elements() == 0);
 }
 
 TEST_CASE("HTTP bodies: integer fields refuse values below their minimum, floats and values beyond 64 bits",
