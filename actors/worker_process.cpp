@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +63,9 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the engine
     if (getppid() != parent) _exit(126);
+    // Nothing of the engine's but stdin/out/err: its sockets, files and locks (a `flock` held by whoever started the
+    // engine) must not live on in the worker.
+    syscall(SYS_close_range, 3u, ~0u, 0u);
     execv(argv[0], argv.data());
     _exit(127);
   }

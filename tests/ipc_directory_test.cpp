@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <cstdio>
 
 #include "comms/ipc_directory.hpp"
 #include "engine_test_util.hpp"
@@ -173,4 +175,34 @@ TEST_CASE("serve drains on SIGTERM, SIGINT and SIGHUP, exits 0 and leaves no fol
     if (WIFEXITED(status)) CHECK(WEXITSTATUS(status) == 0);
     CHECK(ipc_folders(base.path(), pid).empty());
   }
+}
+
+TEST_CASE("a worker process inherits no descriptor of its engine beyond stdin, stdout and stderr", "[ipc][process]") {
+  test::TempDir base;
+  // An inheritable descriptor, as a lock held by whoever started the engine (`flock ... actord serve`) would be.
+  const fs::path marker = base.path() / "lock";
+  test::write_file(marker, "");
+  FILE* held = std::fopen(marker.c_str(), "r");
+  REQUIRE(held != nullptr);
+  EngineOptions options = test::engine_options();
+  options.runtime_dir = base.path();
+  auto engine = Engine::start(test::quickstart("configs/quickstart-2proc.yaml"), options);
+  REQUIRE(engine.ok());
+  std::vector<std::string> targets;
+  pid_t worker = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream cmd(e.path() / "cmdline");
+    const std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (line.find((base.path() / "actord-").string() + std::to_string(getpid())) != std::string::npos) {
+      worker = std::stoi(e.path().filename().string());
+    }
+  }
+  REQUIRE(worker > 0);
+  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(worker) + "/fd")) {
+    std::error_code ec;
+    targets.push_back(fs::read_symlink(fd.path(), ec).string());
+  }
+  INFO("worker " << worker << " holds: " << [&] { std::string all; for (auto& t : targets) all += t + " "; return all; }());
+  CHECK(std::find(targets.begin(), targets.end(), marker.string()) == targets.end());
+  std::fclose(held);
 }

@@ -145,3 +145,19 @@ TEST_CASE("durations parse with units and refuse nonsense", "[config][limits]") 
   CHECK(load_topology(test::source_dir() / "configs/quickstart.yaml", o).error().message ==
         (test::source_dir() / "configs/quickstart.yaml").string() + ": engine.step_timeout: must be positive");
 }
+
+TEST_CASE("tokenize refuses a line nested too deep instead of overflowing its stack", "[limits][cli]") {
+  test::TempDir tmp;
+  test::write_file(tmp.path() / "in", std::string(200000, '[') + "\n{\"text\": \"hi\"}\n");
+  const std::string cmd = "'" + test::actord_binary().string() + "' tokenize --model '" + test::stories_dir().string() +
+                          "' < '" + (tmp.path() / "in").string() + "' > '" + (tmp.path() / "out").string() + "'";
+  const int status = std::system(cmd.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);  // a bad line makes the run exit 2; the others are answered
+  std::ifstream out(tmp.path() / "out");
+  std::string first, second;
+  std::getline(out, first);
+  std::getline(out, second);
+  CHECK(first == R"({"error":"bad input line: nested deeper than 64 levels"})");
+  CHECK(second == R"({"ids":[1,270,417]})");
+}

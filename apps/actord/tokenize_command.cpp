@@ -1,6 +1,7 @@
 // actord tokenize / detokenize: JSON lines on stdin, JSON lines on stdout, with a model folder's tokenizer.
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,7 +21,14 @@ int for_each_json_line(Handle&& handle) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json out;
     try {
-      out = handle(nlohmann::ordered_json::parse(line));
+      // A line nested deeper than any request needs is refused while parsing (the parser recurses per level).
+      constexpr int kMaxDepth = 64;
+      auto parsed = nlohmann::ordered_json::parse(line, [](int depth, nlohmann::ordered_json::parse_event_t,
+                                                           nlohmann::ordered_json&) {
+        if (depth > kMaxDepth) throw std::invalid_argument("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+        return true;
+      });
+      out = handle(parsed);
     } catch (const std::exception& e) {
       out = {{"error", std::string("bad input line: ") + e.what()}};
     }
