@@ -10,55 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "core/host_cpus.hpp"
-#include "process_util.hpp"
-#include "test_util.hpp"
+#include "cli_util.hpp"
 
 using namespace actord;
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Run = test::RunResult;
 
-// Runs actord with args from the repo root, stdin from /dev/null; killed if it has not ended within 120 s.
-Run run_actord(const std::vector<std::string>& args) {
-  test::TempDir tmp;
-  const std::string out = (tmp.path() / "out").string(), err = (tmp.path() / "err").string();
-  std::vector<std::string> argv_strings{test::actord_binary().string()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string root = test::source_dir().string();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int in = open("/dev/null", O_RDONLY);
-    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || chdir(root.c_str()) != 0)
-      _exit(126);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  REQUIRE(pid > 0);
-  int status = 0;
-  const bool ended =
-      test::eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }, std::chrono::seconds(120));
-  if (!ended) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  REQUIRE(ended);
-  Run r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream o(out), e(err);
-  r.out.assign(std::istreambuf_iterator<char>(o), std::istreambuf_iterator<char>());
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  return r;
-}
+// Runs actord with args from the repo root; killed if it has not ended within 120 s.
+Run run_actord(const std::vector<std::string>& args) { return test::run_actord(args, std::chrono::seconds(120)); }
 
 void check_refused(const Run& r, const std::string& message) {
   INFO("stderr: " << r.err << "\nstdout: " << r.out);

@@ -9,69 +9,16 @@
 #include <cstdio>
 #include <sstream>
 
-#include "process_util.hpp"
-#include "test_util.hpp"
+#include "cli_util.hpp"
 
 using namespace actord;
 
 namespace {
 
-struct RunResult {
-  pid_t pid = -1;  // the actord process, gone (reaped) once run_actord returns
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Starts actord with args from the repo root, stdin from /dev/null, stdout and stderr into files of `dir`.
-pid_t start_actord(const std::vector<std::string>& args, const std::filesystem::path& dir) {
-  const std::string binary = test::actord_binary().string(), root = test::source_dir().string();
-  const std::string out = (dir / "out").string(), err = (dir / "err").string();
-  std::vector<std::string> argv_strings{binary};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int in = open("/dev/null", O_RDONLY);
-    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || chdir(root.c_str()) != 0)
-      _exit(126);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// Runs actord with args from the repo root; captures stdout and stderr.
-RunResult run_actord(const std::vector<std::string>& args) {
-  test::TempDir tmp;
-  RunResult r;
-  r.pid = start_actord(args, tmp.path());
-  REQUIRE(r.pid > 0);
-  int status = 0;
-  // Bounded: a run that should have failed at once but goes on (serve on a port it should refuse) is killed.
-  const bool ended = test::eventually([&] { return waitpid(r.pid, &status, WNOHANG) == r.pid; },
-                                      std::chrono::seconds(300));
-  if (!ended) {
-    kill(r.pid, SIGKILL);
-    waitpid(r.pid, &status, 0);
-  }
-  CHECK(ended);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream out(tmp.path() / "out"), err(tmp.path() / "err");
-  r.out.assign(std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>());
-  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
-  return r;
-}
+using test::RunResult;
+using test::run_actord;
+using test::shell_quote;
+using test::start_actord;
 
 void check_one_line_error(const RunResult& r, const std::string& expected_part) {
   INFO("stderr: " << r.err << "\nstdout: " << r.out);
