@@ -107,6 +107,17 @@ static std::string partition_problem(std::span<const size_t> counts, int size, i
   return {};
 }
 
+// Checks all_to_all's send counts against its input (in elements): why they do not fit, or "".
+static std::string send_counts_problem(std::span<const size_t> send_counts, int size, size_t in_size) {
+  if (send_counts.size() != static_cast<size_t>(size)) {
+    return std::to_string(send_counts.size()) + " send counts for " + std::to_string(size) + " ranks";
+  }
+  if (sum(send_counts) != in_size) {
+    return "send counts add up to " + std::to_string(sum(send_counts)) + ", in holds " + std::to_string(in_size);
+  }
+  return {};
+}
+
 Status Communicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out,
                                       std::span<const size_t> counts) {
   if (auto why = partition_problem(counts, size(), rank(), out.size(), "out", in.size(), "in"); !why.empty()) {
@@ -140,14 +151,7 @@ Status Communicator::reduce_scatter(std::span<const float> in, std::span<float> 
 
 Status Communicator::all_to_all_bytes(std::span<const std::byte> in, std::span<const size_t> send_counts,
                                       std::vector<std::byte>& out, std::vector<size_t>& recv_counts) {
-  if (send_counts.size() != static_cast<size_t>(size())) {
-    return refuse("all_to_all",
-                  std::to_string(send_counts.size()) + " send counts for " + std::to_string(size()) + " ranks");
-  }
-  if (sum(send_counts) != in.size()) {
-    return refuse("all_to_all", "send counts add up to " + std::to_string(sum(send_counts)) + ", in holds " +
-                                    std::to_string(in.size()));
-  }
+  if (auto why = send_counts_problem(send_counts, size(), in.size()); !why.empty()) return refuse("all_to_all", why);
   struct VectorSink final : Sink {
     std::vector<std::byte>& out;
     std::vector<size_t>& counts;
@@ -163,14 +167,7 @@ Status Communicator::all_to_all_bytes(std::span<const std::byte> in, std::span<c
 
 Status Communicator::all_to_all(std::span<const float> in, std::span<const size_t> send_counts, std::vector<float>& out,
                                 std::vector<size_t>& recv_counts) {
-  if (send_counts.size() != static_cast<size_t>(size())) {
-    return refuse("all_to_all",
-                  std::to_string(send_counts.size()) + " send counts for " + std::to_string(size()) + " ranks");
-  }
-  if (sum(send_counts) != in.size()) {
-    return refuse("all_to_all", "send counts add up to " + std::to_string(sum(send_counts)) + ", in holds " +
-                                    std::to_string(in.size()));
-  }
+  if (auto why = send_counts_problem(send_counts, size(), in.size()); !why.empty()) return refuse("all_to_all", why);
   struct FloatSink final : Sink {
     std::vector<float>& out;
     std::vector<size_t>& counts;
