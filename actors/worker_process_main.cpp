@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -32,40 +31,23 @@ int run_worker_process(const WorkerProcessArgs& args) {
     return 1;
   }
 
-  // Heartbeats from a thread of their own (a socket is one thread's), so that a long step does not silence them.
-  std::atomic<bool> beating{args.heartbeat_ms > 0};
+  // Heartbeats from a thread of their own (a socket is one thread's), so that a long step does not silence them;
+  // stopped and joined when this function returns.
   std::mutex beat_mutex;
-  std::condition_variable beat_stop;
-  std::thread heart;
-  if (beating) {
-    heart = std::thread([&] {
+  std::condition_variable_any beat_wait;
+  std::jthread heart;
+  if (args.heartbeat_ms > 0) {
+    heart = std::jthread([&](std::stop_token stop) {
       zmq::socket_t beat(context, zmq::socket_type::push);
       beat.set(zmq::sockopt::linger, 0);
       beat.set(zmq::sockopt::sndtimeo, 100);
       beat.connect(args.from_worker_endpoint);
       std::unique_lock lock(beat_mutex);
-      while (beating) {
-        lock.unlock();
+      do {
         send_envelope(beat, wire::MessageKind::HEARTBEAT, args.name, wire_msg{});
-        lock.lock();
-        beat_stop.wait_for(lock, std::chrono::milliseconds(args.heartbeat_ms), [&] { return !beating; });
-      }
+      } while (!beat_wait.wait_for(lock, stop, std::chrono::milliseconds(args.heartbeat_ms), [] { return false; }));
     });
   }
-  struct StopHeart {
-    std::atomic<bool>& beating;
-    std::mutex& m;
-    std::condition_variable& cv;
-    std::thread& t;
-    ~StopHeart() {
-      {
-        std::lock_guard lock(m);
-        beating = false;
-      }
-      cv.notify_all();
-      if (t.joinable()) t.join();
-    }
-  } stop_heart{beating, beat_mutex, beat_stop, heart};
 
   // The core runs on this thread: a step costs no hop to another thread inside this process, and the next step,
   // sent ahead by the scheduler, is usually waiting in the socket when this one is done.
