@@ -26,9 +26,7 @@
 #include "memory/kv_sizing.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
-#include "plugins/model_footprint.hpp"
 #include "plugins/model_registry.hpp"
-#include "plugins/plugin_loader.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -128,26 +126,19 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   ACTORD_TRY_STATUS(refuse_unbuilt(topology));
   ACTORD_TRY_STATUS(check_threads_fit(topology, usable_cpu_cores()));
   auto impl = std::make_unique<Impl>();
-  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, impl->registry, &impl->policies));
-  if (auto policy = impl->policies.check(topology.scheduler.policy); !policy)
-    return make_error(policy.error().code, topology.source.string() + ": " + policy.error().message);
-  auto model = ModelConfig::load(topology.model.path);
-  if (!model) return model.error();
-  impl->model = *model;
+  auto checked = check_model(topology, impl->registry, impl->policies);
+  if (!checked) return checked.error();
+  const ModelConfig* model = &checked->config;
+  impl->model = checked->config;
   impl->model_dir = topology.model.path;
-  ACTORD_TRY_STATUS(check_supported(impl->registry, *model, topology.model.path));
+  impl->max_model_len = checked->max_model_len;
   const std::string where = topology.source.string() + ": ";
-  auto max_model_len = max_model_len_for(*model, topology.engine.max_model_len, where);
-  if (!max_model_len) return max_model_len.error();
-  impl->max_model_len = *max_model_len;
-  const DType kv_dtype =
-      ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, model->torch_dtype);
+  const DType kv_dtype = checked->kv_dtype;
   auto kv = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
   if (!kv) return kv.error();
   // Every byte the worker will hold, against what the machine has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory()) {
-    const DType weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, model->torch_dtype);
-    const MemoryAsk ask{estimated_weight_bytes(*model, weight_dtype), uint64_t(kv->num_blocks) * kv->block_bytes,
+    const MemoryAsk ask{checked->estimated_weight_bytes, uint64_t(kv->num_blocks) * kv->block_bytes,
                         uint64_t(kv->swap_blocks) * kv->block_bytes};
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
   }

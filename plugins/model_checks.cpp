@@ -1,5 +1,8 @@
 #include "plugins/model_checks.hpp"
 
+#include "plugins/model_footprint.hpp"
+#include "plugins/plugin_loader.hpp"
+
 namespace actord {
 
 Status check_supported(const ModelRegistry& registry, const ModelConfig& model, const std::filesystem::path& model_dir) {
@@ -16,6 +19,25 @@ Result<int> max_model_len_for(const ModelConfig& model, int configured, const st
                                                 std::to_string(model.max_position_embeddings) + ")");
   }
   return len;
+}
+
+Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& registry, PolicyRegistry& policies) {
+  const std::string where = topology.source.string() + ": ";
+  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, registry, &policies));
+  if (auto policy = policies.check(topology.scheduler.policy); !policy)
+    return make_error(policy.error().code, where + policy.error().message);
+  CheckedModel m;
+  auto config = ModelConfig::load(topology.model.path);
+  if (!config) return config.error();
+  m.config = *config;
+  ACTORD_TRY_STATUS(check_supported(registry, m.config, topology.model.path));
+  auto max_len = max_model_len_for(m.config, topology.engine.max_model_len, where);
+  if (!max_len) return max_len.error();
+  m.max_model_len = *max_len;
+  m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
+  m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
+  m.estimated_weight_bytes = estimated_weight_bytes(m.config, m.weight_dtype);
+  return m;
 }
 
 }  // namespace actord

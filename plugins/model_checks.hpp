@@ -1,7 +1,7 @@
 // Checks of a model folder against the plugins and the topology, made before anything starts.
 //
 // Contract: each returns an error that names the file and the key (config.json's architecture, the topology's
-// engine.max_model_len), never aborts.
+// engine.max_model_len, the scheduler.policy), never aborts.
 #pragma once
 
 #include <filesystem>
@@ -9,7 +9,9 @@
 
 #include "core/status.hpp"
 #include "plugins/model_config.hpp"
+#include "core/topology_config.hpp"
 #include "plugins/model_registry.hpp"
+#include "scheduler/policy_registry.hpp"
 
 namespace actord {
 
@@ -19,5 +21,20 @@ Status check_supported(const ModelRegistry& registry, const ModelConfig& model, 
 // The context length to serve: engine.max_model_len (`configured`; 0 = the model's max_position_embeddings),
 // refused above the model's. `where` prefixes the error (the topology file).
 Result<int> max_model_len_for(const ModelConfig& model, int configured, const std::string& where);
+
+// What the checks of a topology's model found: its shape, the dtypes its weights and KV cache are kept in, the
+// context length to serve and the weights' estimated size (plugins/model_footprint).
+struct CheckedModel {
+  ModelConfig config;
+  DType weight_dtype = DType::f32;
+  DType kv_dtype = DType::f32;
+  int max_model_len = 0;
+  uint64_t estimated_weight_bytes = 0;
+};
+
+// The checks every start of a topology makes before anything else (Engine::start, actord check), in this order:
+// the topology's plugins loaded into `registry` and `policies`, scheduler.policy known, config.json read, a plugin
+// for its architecture, engine.max_model_len. Errors from the topology are prefixed with its file.
+Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& registry, PolicyRegistry& policies);
 
 }  // namespace actord

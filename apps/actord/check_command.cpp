@@ -9,23 +9,12 @@
 #include "core/topology_plan.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
-#include "plugins/model_footprint.hpp"
 #include "plugins/model_registry.hpp"
-#include "plugins/plugin_loader.hpp"
 #include "scheduler/policy_registry.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord::cli {
 namespace {
-
-// What check learns about the model folder besides its plan.
-struct CheckedModel {
-  ModelConfig config;
-  DType weight_dtype = DType::f32;
-  DType kv_dtype = DType::f32;
-  int max_model_len = 0;
-  uint64_t estimated_weight_bytes = 0;  // plugins/model_footprint's estimate, the engine's memory check
-};
 
 ModelShape shape_of(const CheckedModel& m) {
   const ModelConfig& c = m.config;
@@ -49,22 +38,10 @@ ModelShape shape_of(const CheckedModel& m) {
 Result<CheckedModel> check_model(const TopologyConfig& topology) {
   ModelRegistry registry = ModelRegistry::with_builtins();
   PolicyRegistry policies = PolicyRegistry::with_builtins();
-  for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, registry, &policies));
-  if (auto policy = policies.check(topology.scheduler.policy); !policy)
-    return make_error(policy.error().code, topology.source.string() + ": " + policy.error().message);
-  CheckedModel m;
-  auto config = ModelConfig::load(topology.model.path);
-  if (!config) return config.error();
-  m.config = *config;
-  ACTORD_TRY_STATUS(check_supported(registry, m.config, topology.model.path));
-  auto max_len = max_model_len_for(m.config, topology.engine.max_model_len, topology.source.string() + ": ");
-  if (!max_len) return max_len.error();
-  m.max_model_len = *max_len;
+  auto m = actord::check_model(topology, registry, policies);
+  if (!m) return m;
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
-  m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
-  m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
-  m.estimated_weight_bytes = estimated_weight_bytes(m.config, m.weight_dtype);
   return m;
 }
 
