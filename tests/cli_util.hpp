@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "process_util.hpp"
@@ -31,8 +32,10 @@ inline std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// Starts actord with args from the repo root, stdin from /dev/null, stdout and stderr into `dir`/out and `dir`/err.
-inline pid_t start_actord(const std::vector<std::string>& args, const std::filesystem::path& dir) {
+// Starts actord with args from the repo root, stdin from /dev/null, stdout and stderr into `dir`/out and `dir`/err,
+// with `env` (name, value) set in its environment.
+inline pid_t start_actord(const std::vector<std::string>& args, const std::filesystem::path& dir,
+                          const std::vector<std::pair<std::string, std::string>>& env = {}) {
   const std::string binary = actord_binary().string(), root = source_dir().string();
   const std::string out = (dir / "out").string(), err = (dir / "err").string();
   std::vector<std::string> argv_strings{binary};
@@ -43,6 +46,7 @@ inline pid_t start_actord(const std::vector<std::string>& args, const std::files
   std::fflush(nullptr);  // the child must not write out this process's buffered output again
   const pid_t pid = fork();
   if (pid == 0) {
+    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     const int in = open("/dev/null", O_RDONLY);
     const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <thread>
 #include <cstdio>
 
 #include "comms/ipc_directory.hpp"
+#include "cli_util.hpp"
 #include "engine_test_util.hpp"
 
 using namespace actord;
@@ -23,7 +23,7 @@ namespace {
 std::vector<fs::path> ipc_folders(const fs::path& base, pid_t pid) {
   std::vector<fs::path> found;
   for (const auto& e : fs::directory_iterator(base)) {
-    if (e.path().filename().string().rfind("actord-" + std::to_string(pid) + "-", 0) == 0) found.push_back(e.path());
+    if (e.path().filename().string().rfind(test::worker_link_tag(pid), 0) == 0) found.push_back(e.path());
   }
   return found;
 }
@@ -36,45 +36,20 @@ pid_t dead_pid() {
   return child;
 }
 
-// actord with `args` from the repo root with TMPDIR=base (its ipc folder goes there); output discarded.
-pid_t start_actord(const fs::path& base, std::vector<std::string> args) {
-  std::fflush(nullptr);  // the child must not write out this process's buffered output again
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setenv("TMPDIR", base.c_str(), 1);
-    if (chdir(test::source_dir().c_str()) != 0) _exit(120);
-    if (!freopen((base / ("out-" + std::to_string(getpid()))).c_str(), "w", stdout) ||
-        !freopen("/dev/null", "w", stderr))
-      _exit(121);
-    args.insert(args.begin(), test::actord_binary().string());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  return pid;
+// actord with `args`, its ipc folder under `base` (TMPDIR), its output into `out`.
+pid_t start_actord(const fs::path& base, const fs::path& out, const std::vector<std::string>& args) {
+  return test::start_actord(args, out, {{"TMPDIR", base.string()}});
 }
 
 // `actord generate` on the two-process quickstart, long enough to be caught running.
-pid_t start_generate(const fs::path& base) {
-  return start_actord(base, {"generate", "configs/quickstart-2proc.yaml", "--prompt-ids", "1", "--n", "16",
-                             "--max-tokens", "400", "--ignore-eos", "--temperature", "0.8", "--seed", "1"});
+pid_t start_generate(const fs::path& base, const fs::path& out) {
+  return start_actord(base, out, {"generate", "configs/quickstart-2proc.yaml", "--prompt-ids", "1", "--n", "16",
+                                  "--max-tokens", "400", "--ignore-eos", "--temperature", "0.8", "--seed", "1"});
 }
 
 bool has_worker_sockets(const fs::path& base, pid_t pid) {
   const auto f = ipc_folders(base, pid);
   return f.size() == 1 && fs::exists(f[0] / "replica-0-worker-0.from");
-}
-
-template <class Pred>
-bool within(std::chrono::milliseconds limit, Pred&& pred) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return pred();
 }
 
 }  // namespace
@@ -139,9 +114,10 @@ TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder; after SIGKIL
   test::TempDir base;
   for (int sig : {SIGTERM, SIGINT, SIGKILL}) {
     INFO("signal " << sig);
-    const pid_t pid = start_generate(base.path());
+    test::TempDir out;
+    const pid_t pid = start_generate(base.path(), out.path());
     // Running: its folder holds the worker's sockets.
-    REQUIRE(within(std::chrono::seconds(20), [&] { return has_worker_sockets(base.path(), pid); }));
+    REQUIRE(test::eventually([&] { return has_worker_sockets(base.path(), pid); }, std::chrono::seconds(20)));
     REQUIRE(kill(pid, sig) == 0);
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid);
@@ -160,13 +136,14 @@ TEST_CASE("serve drains on SIGTERM, SIGINT and SIGHUP, exits 0 and leaves no fol
   test::TempDir base;
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
     INFO("signal " << sig);
-    const pid_t pid = start_actord(base.path(), {"serve", "configs/quickstart-2proc.yaml", "--port", "0"});
+    test::TempDir out;
+    const pid_t pid = start_actord(base.path(), out.path(), {"serve", "configs/quickstart-2proc.yaml", "--port", "0"});
     // Serving (its first line says so), as an operator would see it before stopping it.
-    REQUIRE(within(std::chrono::seconds(20), [&] {
-      std::ifstream out(base.path() / ("out-" + std::to_string(pid)));
+    REQUIRE(test::eventually([&] {
+      std::ifstream printed(out.path() / "out");
       std::string line;
-      return std::getline(out, line) && line.rfind("actord: serving ", 0) == 0;
-    }));
+      return std::getline(printed, line) && line.rfind("actord: serving ", 0) == 0;
+    }, std::chrono::seconds(20)));
     CHECK(has_worker_sockets(base.path(), pid));
     REQUIRE(kill(pid, sig) == 0);
     int status = 0;
@@ -188,16 +165,10 @@ TEST_CASE("a worker process inherits no descriptor of its engine beyond stdin, s
   options.runtime_dir = base.path();
   auto engine = Engine::start(test::quickstart("configs/quickstart-2proc.yaml"), options);
   REQUIRE(engine.ok());
+  const auto workers = test::worker_processes_of(getpid());
+  REQUIRE(workers.size() == 1);
+  const pid_t worker = workers[0];
   std::vector<std::string> targets;
-  pid_t worker = 0;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream cmd(e.path() / "cmdline");
-    const std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (line.find((base.path() / "actord-").string() + std::to_string(getpid())) != std::string::npos) {
-      worker = std::stoi(e.path().filename().string());
-    }
-  }
-  REQUIRE(worker > 0);
   for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(worker) + "/fd")) {
     std::error_code ec;
     targets.push_back(fs::read_symlink(fd.path(), ec).string());

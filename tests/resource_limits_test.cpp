@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "core/host_memory.hpp"
+#include "cli_util.hpp"
 #include "engine_test_util.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_config.hpp"
@@ -73,19 +74,14 @@ TEST_CASE("a KV cache larger than the machine is refused at start, quickly, nami
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string err;
-};
-
-// actord with `args` from the repo root under a shell prefix (e.g. a ulimit); stderr captured.
-Run run_actord(const std::string& prefix, const std::string& args) {
+// actord with `args` in a shell whose address space is capped at `kib` KiB (`ulimit -v`); its exit code and stderr.
+test::RunResult run_with_address_space(uint64_t kib, const std::string& args) {
   test::TempDir tmp;
-  const std::string cmd = "cd '" + test::source_dir().string() + "' && " + prefix + " '" +
-                          test::actord_binary().string() + "' " + args + " >/dev/null 2>'" +
-                          (tmp.path() / "err").string() + "' </dev/null";
-  const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
-  Run r;
+  const std::string cmd = "ulimit -v " + std::to_string(kib) + "; cd " + test::shell_quote(test::source_dir()) +
+                          " && " + test::shell_quote(test::actord_binary()) + " " + args + " >/dev/null 2>" +
+                          test::shell_quote((tmp.path() / "err").string()) + " </dev/null";
+  const int status = std::system(("sh -c " + test::shell_quote(cmd)).c_str());
+  test::RunResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream err(tmp.path() / "err");
   r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
@@ -95,21 +91,24 @@ Run run_actord(const std::string& prefix, const std::string& args) {
 }  // namespace
 
 TEST_CASE("huge sizes and indices from the command line are one clear line and exit 2", "[memory][limits][cli]") {
-  const std::string gen = "generate configs/quickstart.yaml --prompt-ids 1 --max-tokens 4 ";
-  auto wrap = run_actord("", gen + "--set engine.kv_cache_memory=99999999999999999GiB");
+  auto gen = [](const std::string& set) {
+    return test::run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--max-tokens", "4", "--set",
+                             set});
+  };
+  auto wrap = gen("engine.kv_cache_memory=99999999999999999GiB");
   CHECK(wrap.exit_code == 2);
   CHECK(wrap.err == "error: configs/quickstart.yaml: engine.kv_cache_memory: '99999999999999999GiB' is too large a "
                     "size\n");
-  auto digits = run_actord("", gen + "--set engine.kv_cache_memory=123456789012345678901");
+  auto digits = gen("engine.kv_cache_memory=123456789012345678901");
   CHECK(digits.exit_code == 2);
   CHECK_THAT(digits.err, Catch::Contains("is too large a size"));
-  auto index = run_actord("", gen + "--set groups[99999999999999999999].tp=2");
+  auto index = gen("groups[99999999999999999999].tp=2");
   CHECK(index.exit_code == 2);
   CHECK_THAT(index.err, Catch::Contains("groups[99999999999999999999].tp: --set: no element 99999999999999999999 here"));
-  auto big = run_actord("", gen + "--set engine.kv_cache_memory=10000GiB");
+  auto big = gen("engine.kv_cache_memory=10000GiB");
   CHECK(big.exit_code == 2);
   CHECK_THAT(big.err, Catch::Contains("engine.kv_cache_memory: the KV cache asks for 9.77 TiB"));
-  auto timeout = run_actord("", gen + "--set engine.step_timeout=-1s");
+  auto timeout = gen("engine.step_timeout=-1s");
   CHECK(timeout.exit_code == 2);
   CHECK_THAT(timeout.err, Catch::Contains("engine.step_timeout: must be a duration such as 2s or 500ms, got '-1s'"));
 }
@@ -118,8 +117,8 @@ TEST_CASE("an allocation that fails despite the check is out of memory under its
   // Address space capped below the KV pool: the machine-wide check passes, the worker's mapping is refused.
   for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
     INFO(file);
-    auto r = run_actord("ulimit -v 3000000;", std::string("generate ") + file +
-                                                   " --prompt-ids 1 --max-tokens 4 --set engine.kv_cache_memory=4GiB");
+    auto r = run_with_address_space(3000000, std::string("generate ") + file +
+                                                 " --prompt-ids 1 --max-tokens 4 --set engine.kv_cache_memory=4GiB");
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains("engine.kv_cache_memory: out of memory while allocating") &&
                           Catch::Contains("KV blocks of 16 tokens"));
@@ -149,8 +148,9 @@ TEST_CASE("durations parse with units and refuse nonsense", "[config][limits]") 
 TEST_CASE("tokenize refuses a line nested too deep instead of overflowing its stack", "[limits][cli]") {
   test::TempDir tmp;
   test::write_file(tmp.path() / "in", std::string(200000, '[') + "\n{\"text\": \"hi\"}\n");
-  const std::string cmd = "'" + test::actord_binary().string() + "' tokenize --model '" + test::stories_dir().string() +
-                          "' < '" + (tmp.path() / "in").string() + "' > '" + (tmp.path() / "out").string() + "'";
+  const std::string cmd = test::shell_quote(test::actord_binary()) + " tokenize --model " +
+                          test::shell_quote(test::stories_dir()) + " < " + test::shell_quote(tmp.path() / "in") + " > " +
+                          test::shell_quote(tmp.path() / "out");
   const int status = std::system(cmd.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 2);  // a bad line makes the run exit 2; the others are answered

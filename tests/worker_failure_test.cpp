@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -14,46 +15,22 @@
 #include <thread>
 
 #include "engine_test_util.hpp"
+#include "process_util.hpp"
 
 using namespace actord;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// The worker processes this process started (`actord worker ... --to-worker ...`).
-std::vector<pid_t> own_worker_processes() {
-  std::vector<pid_t> found;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != getpid() || state == 'Z') continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    const std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (cmdline.find("--to-worker") != std::string::npos) found.push_back(std::stoi(name));
-  }
-  return found;
-}
+// The worker processes of the engine in this process.
+std::vector<pid_t> own_worker_processes() { return test::worker_processes_of(getpid()); }
 
+// Whether worker `pid` has ended (it may still await its reaping) within `limit`.
 bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
-  const auto until = clock_type::now() + limit;
-  while (clock_type::now() < until) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) return true;
-    const auto close = line.rfind(')');
-    if (close != std::string::npos && line[close + 2] == 'Z') return true;  // dead, not yet reaped
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
+  return test::eventually([&] {
+    const auto live = own_worker_processes();
+    return std::find(live.begin(), live.end(), pid) == live.end();
+  }, limit);
 }
 
 // stories260K as a StallingLlamaForCausalLM that sleeps `stall_ms` in any step carrying token 400.
