@@ -70,8 +70,9 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
       auto make_cache = [&](uint32_t blocks, const char* key) -> std::unique_ptr<KvCache> {
         try {
-          return std::make_unique<KvCache>(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, static_cast<int>(blocks),
-                                           static_cast<int>(req.getBlockSize()), kv_dtype);
+          const KvShape shape = model_->kv_shape();
+          return std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                           static_cast<int>(blocks), static_cast<int>(req.getBlockSize()), kv_dtype);
         } catch (const std::bad_alloc&) {
           out_of_memory(key, std::to_string(blocks) + " KV blocks of " + std::to_string(req.getBlockSize()) +
                                  " tokens");
@@ -205,7 +206,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
 
-  model_->forward(batch_, *kv_, logits_, *pool_);
+  if (auto run = model_->forward(batch_, *kv_, logits_, *pool_); !run) return fail(run.error().message);
   take_prompt_logprobs(vocab);
 
   sample_requests_.clear();

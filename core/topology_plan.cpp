@@ -41,24 +41,10 @@ Error config_error(const TopologyConfig& t, const std::string& path, const std::
 // The rules of the model for group `i`, in the order a reader checks them.
 Status check_model_rules(const TopologyConfig& t, size_t i, const ModelShape& m) {
   const GroupSection& g = t.groups[i];
-  const std::string tp = group_path(i) + ".tp", pp = group_path(i) + ".pp";
-  if (m.num_heads % g.tp != 0)
-    return config_error(t, tp, "must divide num_attention_heads (" + std::to_string(m.num_heads) + "), got " +
-                                   std::to_string(g.tp));
-  if (m.num_kv_heads % g.tp != 0 && g.tp % m.num_kv_heads != 0)
-    return config_error(t, tp, "must divide num_key_value_heads (" + std::to_string(m.num_kv_heads) +
-                                   ") or be a multiple of it (each KV head is then replicated), got " +
-                                   std::to_string(g.tp));
-  if (m.intermediate_size % g.tp != 0)
-    return config_error(t, tp, "must divide intermediate_size (" + std::to_string(m.intermediate_size) + "), got " +
-                                   std::to_string(g.tp));
-  if (g.tp > m.vocab_size)
-    return config_error(t, tp, "must be at most vocab_size (" + std::to_string(m.vocab_size) + "), got " +
-                                   std::to_string(g.tp));
-  if (g.pp > m.num_layers)
-    return config_error(t, pp, "must be at most num_hidden_layers (" + std::to_string(m.num_layers) + "), got " +
-                                   std::to_string(g.pp));
-  return {};
+  const std::string problem = parallelism_problem(m, g.tp, g.pp);
+  if (problem.empty()) return {};
+  const bool about_pp = problem.starts_with("pp ");
+  return config_error(t, group_path(i) + (about_pp ? ".pp" : ".tp"), problem.substr(3));
 }
 
 Status check_shape(const ModelShape& m) {
@@ -96,6 +82,38 @@ uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp) {
 }
 
 }  // namespace
+
+std::string parallelism_problem(const ModelShape& m, int tp, int pp) {
+  const std::string got = ", got ";
+  if (tp < 1) return "tp must be at least 1" + got + std::to_string(tp);
+  if (pp < 1) return "pp must be at least 1" + got + std::to_string(pp);
+  if (m.num_heads % tp != 0)
+    return "tp must divide num_attention_heads (" + std::to_string(m.num_heads) + ")" + got + std::to_string(tp);
+  if (m.num_kv_heads % tp != 0 && tp % m.num_kv_heads != 0)
+    return "tp must divide num_key_value_heads (" + std::to_string(m.num_kv_heads) +
+           ") or be a multiple of it (each KV head is then replicated)" + got + std::to_string(tp);
+  if (m.intermediate_size % tp != 0)
+    return "tp must divide intermediate_size (" + std::to_string(m.intermediate_size) + ")" + got +
+           std::to_string(tp);
+  if (tp > m.vocab_size) return "tp must be at most vocab_size (" + std::to_string(m.vocab_size) + ")" + got + std::to_string(tp);
+  if (pp > m.num_layers)
+    return "pp must be at most num_hidden_layers (" + std::to_string(m.num_layers) + ")" + got + std::to_string(pp);
+  return {};
+}
+
+RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s) {
+  RankShard shard;
+  shard.layers = split_evenly(m.num_layers, pp, s);
+  shard.heads = {k * (m.num_heads / tp), m.num_heads / tp};
+  const int kv_replication = tp > m.num_kv_heads ? tp / m.num_kv_heads : 1;
+  shard.kv_heads = tp > m.num_kv_heads ? Range{k / kv_replication, 1}
+                                       : Range{k * (m.num_kv_heads / tp), m.num_kv_heads / tp};
+  shard.intermediate = {k * (m.intermediate_size / tp), m.intermediate_size / tp};
+  shard.embedding = s == 0;
+  shard.lm_head = s == pp - 1;
+  if (shard.embedding || shard.lm_head) shard.vocab = split_evenly(m.vocab_size, tp, k);
+  return shard;
+}
 
 Status check_threads_fit(const TopologyConfig& t, unsigned local_cores) {
   uint64_t demand = 0;
@@ -171,13 +189,13 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.placement = g.placement;
           rank.node = node_of_unit(g, r * g.pp + s);
           rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share();
-          rank.layers = split_evenly(m.num_layers, g.pp, s);
-          rank.heads = {k * (m.num_heads / g.tp), m.num_heads / g.tp};
-          rank.kv_heads = g.tp > m.num_kv_heads ? Range{k / gp.kv_replication, 1}
-                                                : Range{k * (m.num_kv_heads / g.tp), m.num_kv_heads / g.tp};
-          rank.embedding = s == 0;
-          rank.lm_head = s == g.pp - 1;
-          if (rank.embedding || rank.lm_head) rank.vocab = split_evenly(m.vocab_size, g.tp, k);
+          const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s);
+          rank.layers = shard.layers;
+          rank.heads = shard.heads;
+          rank.kv_heads = shard.kv_heads;
+          rank.vocab = shard.vocab;
+          rank.embedding = shard.embedding;
+          rank.lm_head = shard.lm_head;
           rank.weight_params = rank_params(m, rank, g.tp, g.pp);
           rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
           rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);

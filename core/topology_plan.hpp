@@ -45,6 +45,25 @@ struct Range {
   int count = 0;  // [first, first + count)
 };
 
+// What one rank of a tp x pp replica holds of a model: the rules of the header comment.
+struct RankShard {
+  Range layers;      // this pipeline stage's layers
+  Range heads;       // query heads of each of its layers
+  Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
+  Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
+  Range intermediate;  // rows of the MLP's (or each expert's) intermediate features
+  bool embedding = false;  // first stage
+  bool lm_head = false;    // last stage
+};
+
+// The shard of rank (tp_rank, pp_rank) in a replica of tp x pp ranks. Needs only the model's layers, heads, KV
+// heads, intermediate size and vocabulary; the caller has checked tp and pp against them (plan_topology does).
+RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank);
+
+// Why tp x pp does not fit the model (the rule, without a key path: "tp must divide num_attention_heads (8), got
+// 3"), or empty when it does.
+std::string parallelism_problem(const ModelShape& model, int tp, int pp);
+
 struct RankPlan {
   std::string name;  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"
   int replica = 0;

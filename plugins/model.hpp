@@ -1,13 +1,16 @@
 // The interface every model plugin implements, and the batch it runs.
 //
-// Contract: a Model is created once per worker (it owns its weights) and called from one thread at a time (the
-// worker actor's). forward() runs the tokens of one step for several sequences at once, writes their K/V into the
-// paged cache, and returns logits only for the rows the caller asks for. CAF-free.
+// Contract: a Model is created once per worker rank (it owns its shard of the weights: ModelLoadOptions::place says
+// which) and called from one thread at a time (the worker's). forward() runs the tokens of one step for several
+// sequences at once, writes their K/V into the paged cache, and returns logits only for the rows the caller asks
+// for. Every rank of a tensor/pipeline-parallel replica runs forward() on the same batch at the same time; the ranks
+// exchange what they must through the communicators of the ForwardContext. CAF-free.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/status.hpp"
 #include "plugins/model_config.hpp"
 
 namespace actord {
@@ -16,6 +19,24 @@ class KvCache;
 namespace cpu {
 class ThreadPool;
 }
+namespace coll {
+class Communicator;
+}
+
+// What a forward pass runs on: the rank's CPU threads and its links to the other ranks of its replica.
+struct ForwardContext {
+  ForwardContext(cpu::ThreadPool& thread_pool) : pool(thread_pool) {}  // NOLINT: a lone rank is just its pool
+  cpu::ThreadPool& pool;
+  coll::Communicator* tp = nullptr;        // the ranks of this pipeline stage (rank = tp rank); null when tp is 1
+  coll::Communicator* pipeline = nullptr;  // this tp rank of every stage (rank = stage); null when pp is 1
+};
+
+// The KV cache a rank's model writes: its stage's layers and its KV heads.
+struct KvShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
 
 // One sequence's part of a step.
 struct SeqSlice {
@@ -36,9 +57,14 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // The whole model's unless the model was loaded as a shard.
+  virtual KvShape kv_shape() const { return {config().num_layers, config().num_kv_heads, config().head_dim}; }
   // logits: [rows, vocab_size]: per slice in the order of batch.seqs, num_tokens rows (its tokens in order) with
-  // all_logits, else one row (its last token) with want_logits, else none. The pool runs the parallel parts.
-  virtual void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) = 0;
+  // all_logits, else one row (its last token) with want_logits, else none; on every rank of the last pipeline
+  // stage, and empty on the others. The context's pool runs the parallel parts. An Error only when a communicator
+  // failed (a peer rank died or timed out): the replica is broken.
+  virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                         const ForwardContext& context) = 0;
 };
 
 }  // namespace actord

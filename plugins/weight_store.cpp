@@ -64,29 +64,58 @@ std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) 
   return v;
 }
 
+namespace {
+
+// The slice resolved against the full shape (counts of -1 filled in), or an error naming the tensor.
+Result<MatrixSlice> resolve(const std::string& name, int64_t rows, int64_t cols, MatrixSlice s) {
+  if (s.row_count < 0) s.row_count = rows - s.row_first;
+  if (s.col_count < 0) s.col_count = cols - s.col_first;
+  if (s.row_first < 0 || s.col_first < 0 || s.row_count <= 0 || s.col_count <= 0 || s.row_first + s.row_count > rows ||
+      s.col_first + s.col_count > cols) {
+    return make_error(Errc::invalid_argument,
+                      name + ": shard rows [" + std::to_string(s.row_first) + ", +" + std::to_string(s.row_count) +
+                          ") cols [" + std::to_string(s.col_first) + ", +" + std::to_string(s.col_count) +
+                          ") is outside its shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  return s;
+}
+
+// The slice of a row-major [rows, cols] f32 matrix.
+std::vector<float> cut(const std::vector<float>& full, int64_t cols, const MatrixSlice& s) {
+  std::vector<float> out(static_cast<size_t>(s.row_count * s.col_count));
+  for (int64_t r = 0; r < s.row_count; ++r) {
+    std::copy_n(full.data() + (s.row_first + r) * cols + s.col_first, s.col_count,
+                out.data() + r * s.col_count);
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols,
-                                              cpu::WeightLayout layout) {
+                                              cpu::WeightLayout layout, MatrixSlice slice) {
   const TensorView* from_file = nullptr;
-  auto m = row_major(name, rows, cols, &from_file);
+  auto m = row_major(name, rows, cols, slice, &from_file);
   if (!m || layout == cpu::WeightLayout::row_major) return m;
-  blocked_.emplace_back(cpu::blocked_bytes(m->dtype, rows, cols));
+  blocked_.emplace_back(cpu::blocked_bytes(m->dtype, m->rows, m->cols));
   const cpu::WeightMatrix blocked = cpu::pack_blocked(*m, blocked_.back().data());
   drop_row_major(from_file);
   return blocked;
 }
 
 Result<cpu::WeightMatrix> WeightStore::glu_matrix(const std::string& gate_name, const std::string& up_name,
-                                                  int64_t ff, int64_t cols) {
+                                                  int64_t ff, int64_t cols, int64_t row_first, int64_t row_count) {
   const TensorView* gate_file = nullptr;
   const TensorView* up_file = nullptr;
-  auto gate = row_major(gate_name, ff, cols, &gate_file);
+  const MatrixSlice rows{row_first, row_count};
+  auto gate = row_major(gate_name, ff, cols, rows, &gate_file);
   if (!gate) return gate;
-  auto up = row_major(up_name, ff, cols, &up_file);
+  auto up = row_major(up_name, ff, cols, rows, &up_file);
   if (!up) {
     drop_row_major(gate_file);
     return up;
   }
-  blocked_.emplace_back(cpu::glu_bytes(gate->dtype, ff, cols));
+  blocked_.emplace_back(cpu::glu_bytes(gate->dtype, gate->rows, cols));
   const cpu::WeightMatrix fused = cpu::pack_glu(*gate, *up, blocked_.back().data());
   drop_row_major(up_file);
   drop_row_major(gate_file);
@@ -102,45 +131,58 @@ void WeightStore::drop_row_major(const TensorView* from_file) {
 }
 
 Result<cpu::WeightMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,
-                                                 const TensorView** from_file) {
+                                                 MatrixSlice slice, const TensorView** from_file) {
+  auto s = resolve(name, rows, cols, slice);
+  if (!s) return s.error();
+  const bool whole = s->row_count == rows && s->col_count == cols;
   cpu::WeightMatrix m;
-  m.rows = rows;
-  m.cols = cols;
-  if (!file_) {
-    const auto values = dummy_values(name, static_cast<size_t>(rows * cols));
-    std::vector<unsigned char> bytes(values.size() * dtype_size(served_));
-    convert_from_f32(served_, values.data(), bytes.data(), values.size());
-    m.dtype = served_;
+  m.rows = s->row_count;
+  m.cols = s->col_count;
+  auto own_f32 = [&](const std::vector<float>& values, DType dtype) {
+    std::vector<unsigned char> bytes(values.size() * dtype_size(dtype));
+    convert_from_f32(dtype, values.data(), bytes.data(), values.size());
+    m.dtype = dtype;
     m.data = own(std::move(bytes));
+  };
+  if (!file_) {
+    // The full matrix's values, then the slice: a shard holds exactly the values of the unsharded model.
+    const auto values = dummy_values(name, static_cast<size_t>(rows * cols));
+    own_f32(whole ? values : cut(values, cols, *s), served_);
     return m;
   }
   auto view = file_->view(name, {rows, cols});
   if (!view) return view.error();
-  if (!convert_to_ || *convert_to_ == (*view)->dtype) {
-    m.dtype = (*view)->dtype;
-    m.data = (*view)->data;
+  const DType stored = (*view)->dtype;
+  if ((!convert_to_ || *convert_to_ == stored) && s->col_count == cols) {
+    // Whole rows in the stored dtype: a view of the file.
+    m.dtype = stored;
+    m.data = (*view)->data + static_cast<size_t>(s->row_first * cols) * dtype_size(stored);
     *from_file = *view;
     return m;
   }
   std::vector<float> f32((*view)->num_elements());
   convert_to_f32(**view, f32.data());
-  std::vector<unsigned char> bytes(f32.size() * dtype_size(*convert_to_));
-  convert_from_f32(*convert_to_, f32.data(), bytes.data(), f32.size());
-  m.dtype = *convert_to_;
-  m.data = own(std::move(bytes));
+  own_f32(whole ? f32 : cut(f32, cols, *s), convert_to_ ? *convert_to_ : stored);
   return m;
 }
 
-Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int64_t n) {
+Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int64_t n, int64_t first, int64_t count) {
+  auto s = resolve(name, 1, n, MatrixSlice{0, 1, first, count});
+  if (!s) return s.error();
+  std::vector<float> v;
   if (!file_) {
-    auto v = dummy_values(name, static_cast<size_t>(n));
+    v = dummy_values(name, static_cast<size_t>(n));
     // Round through the served dtype so dummy models behave like files of that dtype.
     std::vector<unsigned char> bytes(v.size() * dtype_size(served_));
     convert_from_f32(served_, v.data(), bytes.data(), v.size());
     convert_to_f32(served_, bytes.data(), v.data(), v.size());
-    return v;
+  } else {
+    auto loaded = file_->load_f32(name, {n});
+    if (!loaded) return loaded.error();
+    v = std::move(*loaded);
   }
-  return file_->load_f32(name, {n});
+  if (s->col_count == n) return v;
+  return std::vector<float>(v.begin() + s->col_first, v.begin() + s->col_first + s->col_count);
 }
 
 }  // namespace actord

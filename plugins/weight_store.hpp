@@ -23,12 +23,29 @@
 
 namespace actord {
 
+// Which rank of a tensor x pipeline parallel replica a model is loaded for (core/topology_plan's shard_of_rank says
+// what it holds).
+struct RankPlace {
+  int tp = 1, pp = 1;
+  int tp_rank = 0, pp_rank = 0;
+  bool sharded() const { return tp > 1 || pp > 1; }
+};
+
 struct ModelLoadOptions {
   std::filesystem::path model_dir;
   std::string dtype = "auto";         // auto keeps the stored dtype; float32 | bfloat16 | float16 convert at load
   std::string load_format = "auto";   // auto (safetensors) | dummy
   uint64_t seed = 0;                  // for dummy weights
   cpu::Isa isa = cpu::Isa::automatic; // the forward pass's kernels (groups[i].cpu_isa); one the CPU lacks is refused
+  RankPlace place;                     // the shard to load
+};
+
+// The part of a stored matrix a rank loads (a tensor-parallel shard): rows [row_first, row_first + row_count) and
+// columns [col_first, col_first + col_count) of the full [rows, cols] matrix; a count of -1 takes everything from
+// its first index on.
+struct MatrixSlice {
+  int64_t row_first = 0, row_count = -1;
+  int64_t col_first = 0, col_count = -1;
 };
 
 class WeightStore {
@@ -36,13 +53,17 @@ class WeightStore {
   static Result<std::shared_ptr<WeightStore>> open(const ModelConfig& config, const ModelLoadOptions& options);
 
   bool contains(const std::string& name) const;
+  // rows, cols: the stored (full) shape, checked against the file; the result has the slice's shape. A slice of
+  // whole rows in the stored dtype stays a view of the file; other slices are copied.
   Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
-                                   cpu::WeightLayout layout = cpu::WeightLayout::row_major);
-  Result<std::vector<float>> vector_f32(const std::string& name, int64_t n);
-  // A gated MLP's gate and up matrices ([ff, cols] each) fused for cpu::gemm_nt_glu (cpu::pack_glu), owned by the
-  // store; the sources are released as for blocked matrices.
+                                   cpu::WeightLayout layout = cpu::WeightLayout::row_major, MatrixSlice slice = {});
+  // Elements [first, first + count) of a stored vector of n (count -1: to the end).
+  Result<std::vector<float>> vector_f32(const std::string& name, int64_t n, int64_t first = 0, int64_t count = -1);
+  // A gated MLP's gate and up matrices ([ff, cols] each; rows [row_first, row_first + row_count) of each, count -1:
+  // all) fused for cpu::gemm_nt_glu (cpu::pack_glu), owned by the store; the sources are released as for blocked
+  // matrices.
   Result<cpu::WeightMatrix> glu_matrix(const std::string& gate_name, const std::string& up_name, int64_t ff,
-                                       int64_t cols);
+                                       int64_t cols, int64_t row_first = 0, int64_t row_count = -1);
 
   // The dtype matrices are served in (the stored one, or the requested conversion).
   DType served_dtype() const { return served_; }
@@ -52,7 +73,7 @@ class WeightStore {
   WeightStore() = default;
   const void* own(std::vector<unsigned char> bytes);
   // The row-major matrix; `from_file` is the file's tensor when the result is a view of it.
-  Result<cpu::WeightMatrix> row_major(const std::string& name, int64_t rows, int64_t cols,
+  Result<cpu::WeightMatrix> row_major(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice,
                                       const TensorView** from_file);
   // Frees what backed a row_major() result once it has been copied: the file's pages when it was a view, else the
   // store's row-major copy (the last one made).

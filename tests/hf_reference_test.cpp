@@ -50,7 +50,7 @@ EngineRun run_model(const std::filesystem::path& dir, const std::vector<int32_t>
     batch.tokens = feed;
     batch.seqs = {SeqSlice{0, static_cast<int32_t>(feed.size()), pos, table.data(), true}};
     std::vector<float> logits;
-    (*model)->forward(batch, kv, logits, pool);
+    REQUIRE((*model)->forward(batch, kv, logits, pool));
     pos += static_cast<int>(feed.size());
     run.logits.push_back(logits);
     run.greedy.push_back(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0));

@@ -66,11 +66,11 @@ std::vector<float> model_logits(cpu::Isa isa) {
   batch.tokens = {1};
   batch.tokens.insert(batch.tokens.end(), reference.begin(), reference.begin() + 63);
   batch.seqs = {SeqSlice{0, 64, 0, table.data(), true}};
-  (*model)->forward(batch, kv, logits, pool);
+  REQUIRE((*model)->forward(batch, kv, logits, pool));
   all = logits;
   batch.tokens = {reference[63]};
   batch.seqs = {SeqSlice{0, 1, 64, table.data(), true}};
-  (*model)->forward(batch, kv, logits, pool);
+  REQUIRE((*model)->forward(batch, kv, logits, pool));
   all.insert(all.end(), logits.begin(), logits.end());
   return all;
 }

@@ -25,7 +25,7 @@ std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& toke
   batch.tokens = tokens;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(tokens.size()), 0, table.data(), true}};
   std::vector<float> logits;
-  model.forward(batch, kv, logits, pool);
+  REQUIRE(model.forward(batch, kv, logits, pool));
   return logits;
 }
 
@@ -62,7 +62,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
     ForwardBatch batch;
     batch.tokens = {next};
     batch.seqs = {SeqSlice{0, 1, pos, table.data(), true}};
-    (*model)->forward(batch, kv, logits, pool);
+    REQUIRE((*model)->forward(batch, kv, logits, pool));
     next = sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, pos);
     generated.push_back(next);
   }
@@ -74,7 +74,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   ForwardBatch batch;
   batch.tokens = prompt;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
-  (*model)->forward(batch, kv, logits, pool);
+  REQUIRE((*model)->forward(batch, kv, logits, pool));
   CHECK(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
 }
 
@@ -102,7 +102,7 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
   }
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, int(tables.size()), kBlock);
   std::vector<float> logits;
-  (*model)->forward(big, kv, logits, pool);
+  REQUIRE((*model)->forward(big, kv, logits, pool));
   REQUIRE(logits.size() == size_t(2) * cfg->vocab_size);  // sequences 1 (cut in two) and 2 want logits
   int row = 0;
   for (int s : {1, 2}) {
@@ -111,7 +111,7 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
     alone.tokens = prompts[s];
     alone.seqs = {SeqSlice{0, kLen, 0, tables.data() + s * kBlocksPerSeq, true}};
     std::vector<float> expected;
-    (*model)->forward(alone, alone_kv, expected, pool);
+    REQUIRE((*model)->forward(alone, alone_kv, expected, pool));
     INFO("sequence " << s);
     for (int v = 0; v < cfg->vocab_size; ++v)
       REQUIRE(logits[size_t(row) * cfg->vocab_size + v] == Approx(expected[v]).margin(1e-4));

@@ -73,7 +73,7 @@ DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, 
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
   int pos = static_cast<int>(prompt.size());
   for (uint32_t i = 0; i < max_tokens; ++i) {
-    model->forward(batch, kv, logits, pool);
+    REQUIRE(model->forward(batch, kv, logits, pool));
     run.log_softmax.push_back(log_softmax(logits));
     SampleRequest req;
     req.options = &options;
@@ -350,7 +350,7 @@ std::vector<std::vector<double>> prompt_rows_directly(const std::vector<int32_t>
     ForwardBatch batch;
     batch.tokens = {prompt[p]};
     batch.seqs = {SeqSlice{0, 1, static_cast<int32_t>(p), direct.table.data(), true}};
-    direct.model->forward(batch, direct.kv, logits, direct.pool);
+    REQUIRE(direct.model->forward(batch, direct.kv, logits, direct.pool));
     rows.push_back(log_softmax(logits));
   }
   return rows;

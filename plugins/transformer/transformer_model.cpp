@@ -6,6 +6,7 @@
 
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/kernels.hpp"
+#include "comms/collectives/communicator.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "memory/kv_cache.hpp"
 
@@ -57,12 +58,71 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
   return specs;
 }
 
+namespace {
+
+ModelShape shape_of(const ModelConfig& c) {
+  ModelShape m;
+  m.num_layers = c.num_layers;
+  m.num_heads = c.num_heads;
+  m.num_kv_heads = c.num_kv_heads;
+  m.head_dim = c.head_dim;
+  m.hidden_size = c.hidden_size;
+  m.intermediate_size = c.intermediate_size;
+  m.vocab_size = c.vocab_size;
+  return m;
+}
+
+bool ends_with_any(const std::string& name, std::initializer_list<const char*> suffixes) {
+  for (const char* s : suffixes)
+    if (name.ends_with(s)) return true;
+  return false;
+}
+
+// The rows and columns of `w` that the rank of `shard` holds (MatrixSlice's columns double as a vector's range).
+MatrixSlice slice_of(const WeightSpec& w, const RankShard& shard, int head_dim) {
+  MatrixSlice all;
+  const Range heads{shard.heads.first * head_dim, shard.heads.count * head_dim};
+  const Range kv{shard.kv_heads.first * head_dim, shard.kv_heads.count * head_dim};
+  const bool vector = w.shape.size() == 1;
+  auto rows = [&](Range r) {
+    // A vector (a bias of a column-split matrix) splits as the matrix's rows.
+    return vector ? MatrixSlice{0, -1, r.first, r.count} : MatrixSlice{r.first, r.count, 0, -1};
+  };
+  auto cols = [](Range r) { return MatrixSlice{0, -1, r.first, r.count}; };
+  switch (w.shard) {
+    case ShardKind::replicated:
+      return all;
+    case ShardKind::vocab:
+      return rows(shard.vocab);
+    case ShardKind::column:
+      if (ends_with_any(w.name, {"q_proj.weight", "q_proj.bias"})) return rows(heads);
+      if (ends_with_any(w.name, {"k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias"})) return rows(kv);
+      return rows(shard.intermediate);  // gate_proj, up_proj
+    case ShardKind::row:
+      return cols(w.name.ends_with("o_proj.weight") ? heads : shard.intermediate);  // o_proj, down_proj
+    case ShardKind::expert:  // TP splits every expert as a dense MLP: w1/w3 by rows, w2 by columns
+      return w.name.ends_with(".w2.weight") ? cols(shard.intermediate) : rows(shard.intermediate);
+  }
+  return all;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, const ModelLoadOptions& options,
                                                         const TransformerSpec& spec) {
   if (!spec.sliding_window.empty() && spec.sliding_window.size() != static_cast<size_t>(cfg.num_layers)) {
     return make_error(Errc::invalid_argument,
                       "TransformerSpec: sliding_window lists " + std::to_string(spec.sliding_window.size()) +
                           " layers, the model has " + std::to_string(cfg.num_layers));
+  }
+  const RankPlace& place = options.place;
+  const ModelShape shape = shape_of(cfg);
+  if (auto problem = parallelism_problem(shape, place.tp, place.pp); !problem.empty())
+    return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
+  if (place.tp_rank < 0 || place.tp_rank >= place.tp || place.pp_rank < 0 || place.pp_rank >= place.pp) {
+    return make_error(Errc::invalid_argument, "rank tp" + std::to_string(place.tp_rank) + ".pp" +
+                                                  std::to_string(place.pp_rank) + " is outside tp " +
+                                                  std::to_string(place.tp) + " x pp " + std::to_string(place.pp));
   }
   auto isa = cpu::isa_for(options.isa);
   if (!isa) return isa.error();
@@ -72,8 +132,16 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->isa_ = *isa;
   m->store_ = *store;
   m->inv_freq_ = cfg.rope_inv_freq();
+  m->place_ = place;
+  m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank);
+  for (int r = 0; r < place.tp; ++r)
+    m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
+  m->ff_ = m->shard_.intermediate.count;
+  const RankShard& shard = m->shard_;
+  auto in_stage = [&](int layer) { return layer >= shard.layers.first && layer < shard.layers.first + shard.layers.count; };
+  const bool tied_head = cfg.tie_word_embeddings && shard.lm_head;  // the embedding serves as this rank's lm_head
 
-  // Load exactly the declared weights: matrices blocked for the GEMM (see below), vectors as f32 copies.
+  // Load exactly the declared weights this rank holds: matrices blocked for the GEMM (see below), vectors as f32.
   std::map<std::string, cpu::WeightMatrix> matrices;
   std::map<std::string, std::vector<float>> vectors;
   // SiLU-gated MLPs load gate and up fused (one product and no separate activation pass); other activations apply
@@ -85,26 +153,32 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   };
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
+    if (w.layer >= 0 && !in_stage(w.layer)) continue;
+    if (w.name == "model.embed_tokens.weight" && !shard.embedding && !tied_head) continue;
+    if ((w.name == "lm_head.weight" || w.name == "model.norm.weight") && !shard.lm_head) continue;
+    const MatrixSlice slice = slice_of(w, shard, cfg.head_dim);
     if (w.shape.size() == 2) {
-      // Every matrix the GEMM reads is blocked; an untied embedding is only looked up by row and stays a view.
-      const bool lookup_only = w.name == "model.embed_tokens.weight" && !cfg.tie_word_embeddings;
+      // Every matrix the GEMM reads is blocked; an embedding that is only looked up by row stays a view.
+      const bool lookup_only = w.name == "model.embed_tokens.weight" && !tied_head;
       auto mat = m->store_->matrix(w.name, w.shape[0], w.shape[1],
-                                   lookup_only ? cpu::WeightLayout::row_major : cpu::WeightLayout::blocked);
+                                   lookup_only ? cpu::WeightLayout::row_major : cpu::WeightLayout::blocked, slice);
       if (!mat) return Error{mat.error().code, options.model_dir.string() + ": " + mat.error().message};
       matrices[w.name] = *mat;
     } else {
-      auto vec = m->store_->vector_f32(w.name, w.shape[0]);
+      auto vec = m->store_->vector_f32(w.name, w.shape[0], slice.col_first, slice.col_count);
       if (!vec) return Error{vec.error().code, options.model_dir.string() + ": " + vec.error().message};
       vectors[w.name] = std::move(*vec);
     }
   }
-  m->embed_ = matrices.at("model.embed_tokens.weight");
-  m->lm_head_ = cfg.tie_word_embeddings ? m->embed_ : matrices.at("lm_head.weight");
-  m->final_norm_ = std::move(vectors.at("model.norm.weight"));
-  m->layers_.resize(cfg.num_layers);
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Layer& L = m->layers_[l];
+  if (shard.embedding || tied_head) m->embed_ = matrices.at("model.embed_tokens.weight");
+  if (shard.lm_head) {
+    m->lm_head_ = tied_head ? m->embed_ : matrices.at("lm_head.weight");
+    m->final_norm_ = std::move(vectors.at("model.norm.weight"));
+  }
+  m->layers_.resize(static_cast<size_t>(shard.layers.count));
+  for (int local = 0; local < shard.layers.count; ++local) {
+    const std::string p = "model.layers." + std::to_string(shard.layers.first + local) + ".";
+    Layer& L = m->layers_[static_cast<size_t>(local)];
     L.attn_norm = std::move(vectors.at(p + "input_layernorm.weight"));
     L.wq = matrices.at(p + "self_attn.q_proj.weight");
     L.wk = matrices.at(p + "self_attn.k_proj.weight");
@@ -116,7 +190,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       L.bv = std::move(vectors.at(p + "self_attn.v_proj.bias"));
     }
     L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
-    // gate, up, down of one MLP (dense or an expert).
+    // gate, up, down of one MLP (dense or an expert), this rank's intermediate rows.
     auto load_mlp = [&](const std::string& gate, const std::string& up, const std::string& down) -> Result<Expert> {
       Expert e;
       e.down = matrices.at(down);
@@ -125,7 +199,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
         e.up = matrices.at(up);
         return e;
       }
-      auto fused = m->store_->glu_matrix(gate, up, cfg.intermediate_size, cfg.hidden_size);
+      auto fused = m->store_->glu_matrix(gate, up, cfg.intermediate_size, cfg.hidden_size, shard.intermediate.first,
+                                         shard.intermediate.count);
       if (!fused) return Error{fused.error().code, options.model_dir.string() + ": " + fused.error().message};
       e.gate_up = *fused;
       return e;
@@ -165,7 +240,7 @@ void TransformerModel::activate(float* gate, const float* up, int n) const {
 }
 
 void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool) {
-  const int ff = cfg_.intermediate_size;
+  const int ff = ff_;
   gate_.resize(size_t(n) * ff);
   if (e.gate_up.data) {
     cpu::gemm_nt_glu(x, e.gate_up, ff, gate_.data(), n, pool, isa_);
@@ -219,8 +294,9 @@ void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
   }
 }
 
+// l: the layer's index in this stage (its KV cache layer); its global index picks the sliding window.
 void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, cpu::ThreadPool& pool) {
-  const int hd = cfg_.head_dim, nh = cfg_.num_heads, nkv = cfg_.num_kv_heads;
+  const int hd = cfg_.head_dim, nh = shard_.heads.count, nkv = shard_.kv_heads.count;
   const int q_dim = nh * hd, kv_dim = nkv * hd, bs = kv.block_size();
   for (const SeqSlice& s : batch.seqs) {
     for (int i = 0; i < s.num_tokens; ++i) {
@@ -235,7 +311,8 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
   int n_decode = 0;
   for (const SeqSlice& s : batch.seqs) n_decode += s.num_tokens == 1;
   const int decode_heads = cpu::decode_heads_per_task(nh, nkv, std::max(1, n_decode), pool.size());
-  const int window = spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(l)];
+  const int window =
+      spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(shard_.layers.first + l)];
   attention_tasks_.clear();
   for (int i = 0; i < static_cast<int>(batch.seqs.size()); ++i) {
     const int step = batch.seqs[i].num_tokens == 1 ? decode_heads : 1;
@@ -266,22 +343,33 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, 
   });
 }
 
-void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
-                               cpu::ThreadPool& pool) {
-  if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens) return forward_micro_batch(batch, kv, logits, pool);
+Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                                 const ForwardContext& context) {
+  auto linked = [](const coll::Communicator* c, int size, int rank) {
+    return size == 1 || (c && c->size() == size && c->rank() == rank);
+  };
+  if (!linked(context.tp, place_.tp, place_.tp_rank) || !linked(context.pipeline, place_.pp, place_.pp_rank)) {
+    return make_error(Errc::invalid_argument, "forward: rank tp" + std::to_string(place_.tp_rank) + ".pp" +
+                                                  std::to_string(place_.pp_rank) + " of tp " + std::to_string(place_.tp) +
+                                                  " x pp " + std::to_string(place_.pp) +
+                                                  " needs its TP and pipeline communicators in the context");
+  }
+  if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens)
+    return forward_micro_batch(batch, kv, logits, context);
   logits.clear();
   micro_.tokens.clear();
   micro_.seqs.clear();
-  auto flush = [&] {
-    if (micro_.tokens.empty()) return;
-    forward_micro_batch(micro_, kv, micro_logits_, pool);
+  auto flush = [&]() -> Status {
+    if (micro_.tokens.empty()) return {};
+    ACTORD_TRY_STATUS(forward_micro_batch(micro_, kv, micro_logits_, context));
     logits.insert(logits.end(), micro_logits_.begin(), micro_logits_.end());
     micro_.tokens.clear();
     micro_.seqs.clear();
+    return {};
   };
   for (const SeqSlice& s : batch.seqs) {
     for (int done = 0; done < s.num_tokens;) {
-      if (static_cast<int>(micro_.tokens.size()) == kMicroBatchTokens) flush();
+      if (static_cast<int>(micro_.tokens.size()) == kMicroBatchTokens) ACTORD_TRY_STATUS(flush());
       const int take = std::min(s.num_tokens - done, kMicroBatchTokens - static_cast<int>(micro_.tokens.size()));
       SeqSlice piece = s;
       piece.first_token = static_cast<int32_t>(micro_.tokens.size());
@@ -294,47 +382,33 @@ void TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vect
       done += take;
     }
   }
-  flush();
+  return flush();
 }
 
-void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
-                                           cpu::ThreadPool& pool) {
-  const int n = static_cast<int>(batch.tokens.size());
-  const int h = cfg_.hidden_size, q_dim = cfg_.num_heads * cfg_.head_dim, kv_dim = cfg_.num_kv_heads * cfg_.head_dim;
-  x_.resize(size_t(n) * h);
-  xn_.resize(size_t(n) * h);
-  tmp_.resize(size_t(n) * h);
-  q_.resize(size_t(n) * q_dim);
-  k_.resize(size_t(n) * kv_dim);
-  v_.resize(size_t(n) * kv_dim);
-  attn_.resize(size_t(n) * q_dim);
-
+// x_ = the tokens' embeddings. Vocab-parallel: each TP rank writes the rows it holds (zeros elsewhere) and the sum
+// over ranks has every row.
+Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& context) {
+  const int n = static_cast<int>(batch.tokens.size()), h = cfg_.hidden_size;
+  const Range vocab = shard_.vocab;
   for (int t = 0; t < n; ++t) {
     const int id = batch.tokens[t];
     ACTORD_CHECK(id >= 0 && id < cfg_.vocab_size);
-    cpu::weight_row_to_f32(embed_, id, x_.data() + size_t(t) * h);
-  }
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
-    const cpu::GemmOutput qkv[] = {{&L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data()},
-                                   {&L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data()},
-                                   {&L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data()}};
-    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool, {isa_});
-    attention(batch, kv, l, pool);
-    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool, {isa_});
-    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
-    cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
-    if (spec_.num_experts == 0) {
-      mlp(L.mlp, xn_.data(), tmp_.data(), n, pool);
+    float* row = x_.data() + size_t(t) * h;
+    if (id >= vocab.first && id < vocab.first + vocab.count) {
+      cpu::weight_row_to_f32(embed_, id - vocab.first, row);
     } else {
-      moe(L, n, pool);
+      std::fill_n(row, h, 0.0f);
     }
-    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
   }
+  if (place_.tp == 1) return {};
+  return context.tp->all_reduce({x_.data(), size_t(n) * h});
+}
 
-  // Final norm and LM head only for the rows asked for (xn_ has room for every token's row).
-  int n_out = 0;
+// The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
+// rows.
+Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context) {
+  const int h = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  int n_out = 0;  // xn_ has room for every token's row
   for (const SeqSlice& s : batch.seqs) {
     const int rows = s.all_logits ? s.num_tokens : (s.want_logits ? 1 : 0);
     if (rows == 0) continue;
@@ -342,8 +416,80 @@ void TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& k
                   xn_.data() + size_t(n_out) * h, rows, h, cfg_.rms_norm_eps);
     n_out += rows;
   }
-  logits.resize(size_t(n_out) * cfg_.vocab_size);
-  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, pool, {isa_});
+  logits.resize(size_t(n_out) * vocab);
+  if (place_.tp == 1) {
+    cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, context.pool, {isa_});
+    return {};
+  }
+  if (n_out == 0) return {};
+  const size_t own = vocab_counts_[static_cast<size_t>(place_.tp_rank)];
+  gate_.resize(size_t(n_out) * own);
+  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, gate_.data(), n_out, context.pool, {isa_});
+  std::vector<size_t> counts(vocab_counts_.size());
+  for (size_t r = 0; r < counts.size(); ++r) counts[r] = size_t(n_out) * vocab_counts_[r];
+  gathered_.resize(size_t(n_out) * vocab);
+  ACTORD_TRY_STATUS(context.tp->all_gather({gate_.data(), gate_.size()}, gathered_, counts));
+  // gathered_: rank 0's [n_out, v0], then rank 1's [n_out, v1], ...; logits: [n_out, vocab].
+  size_t block = 0, column = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const size_t v = vocab_counts_[r];
+    for (int i = 0; i < n_out; ++i)
+      std::copy_n(gathered_.data() + block + size_t(i) * v, v, logits.data() + size_t(i) * vocab + column);
+    block += counts[r];
+    column += v;
+  }
+  return {};
+}
+
+Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                                             const ForwardContext& context) {
+  const int n = static_cast<int>(batch.tokens.size());
+  if (n == 0) {
+    logits.clear();
+    return {};
+  }
+  cpu::ThreadPool& pool = context.pool;
+  const int h = cfg_.hidden_size, q_dim = shard_.heads.count * cfg_.head_dim,
+            kv_dim = shard_.kv_heads.count * cfg_.head_dim;
+  x_.resize(size_t(n) * h);
+  xn_.resize(size_t(n) * h);
+  tmp_.resize(size_t(n) * h);
+  q_.resize(size_t(n) * q_dim);
+  k_.resize(size_t(n) * kv_dim);
+  v_.resize(size_t(n) * kv_dim);
+  attn_.resize(size_t(n) * q_dim);
+  const std::span<float> hidden(x_.data(), size_t(n) * h), partial(tmp_.data(), size_t(n) * h);
+
+  if (shard_.embedding) {
+    ACTORD_TRY_STATUS(embed(batch, context));
+  } else {
+    ACTORD_TRY_STATUS(context.pipeline->recv(place_.pp_rank - 1, hidden));
+  }
+  for (int l = 0; l < shard_.layers.count; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
+    const cpu::GemmOutput qkv[] = {{&L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data()},
+                                   {&L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data()},
+                                   {&L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data()}};
+    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool, {isa_});
+    attention(batch, kv, l, pool);
+    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool, {isa_});
+    if (place_.tp > 1) ACTORD_TRY_STATUS(context.tp->all_reduce(partial));
+    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
+    cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
+    if (spec_.num_experts == 0) {
+      mlp(L.mlp, xn_.data(), tmp_.data(), n, pool);
+    } else {
+      moe(L, n, pool);
+    }
+    if (place_.tp > 1) ACTORD_TRY_STATUS(context.tp->all_reduce(partial));
+    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
+  }
+  if (!shard_.lm_head) {
+    logits.clear();
+    return context.pipeline->send(place_.pp_rank + 1, hidden);
+  }
+  return lm_head(batch, logits, context);
 }
 
 }  // namespace actord

@@ -6,6 +6,14 @@
 // stored dtype), and runs forward() in f32 on the CPU, multi-threaded through the caller's pool, with the kernels of
 // the instruction set ModelLoadOptions::isa names (refused at load when the CPU lacks it). Errors at load name the
 // tensor. forward() follows Model.
+//
+// Tensor and pipeline parallelism (ModelLoadOptions::place, as Megatron and vLLM split a transformer): a rank loads
+// only its stage's layers, its query and KV heads (q/k/v rows, o_proj columns), its rows of the MLP's intermediate
+// features (gate/up rows, down columns; every expert's alike) and its vocabulary rows of the embedding and
+// lm_head. The partial sums of o_proj and down_proj are all-reduced over the stage's TP group, the embedding is
+// looked up where the rank holds the row and all-reduced (vocab-parallel), and the lm_head's vocabulary parts are
+// all-gathered, so every rank of the last stage has every logit. Stages hand the hidden states on (pipeline send /
+// recv). Sums over ranks run in rank order, so the result differs from one rank's only by float reassociation.
 #pragma once
 
 #include <memory>
@@ -13,6 +21,7 @@
 #include <vector>
 
 #include "executors/cpu/gemm.hpp"
+#include "core/topology_plan.hpp"
 #include "plugins/model.hpp"
 #include "plugins/weight_spec.hpp"
 #include "plugins/weight_store.hpp"
@@ -40,14 +49,19 @@ class TransformerModel final : public Model {
                                                const TransformerSpec& spec);
 
   const ModelConfig& config() const override { return cfg_; }
+  KvShape kv_shape() const override { return {shard_.layers.count, shard_.kv_heads.count, cfg_.head_dim}; }
   // Steps of more than kMicroBatchTokens tokens (big prefills) run as consecutive micro-batches of at most that many,
   // cutting sequences where needed (a later piece attends to the K/V the earlier one wrote): activations stay
   // bounded by the micro-batch, whatever the scheduler's token budget.
-  void forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool) override;
+  Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                 const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
 
  private:
-  void forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits, cpu::ThreadPool& pool);
+  Status forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                             const ForwardContext& context);
+  Status embed(const ForwardBatch& batch, const ForwardContext& context);
+  Status lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context);
   struct Expert {
     cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]; gate and up unset when fused
     cpu::WeightMatrix gate_up;         // SiLU models: gate and up fused for cpu::gemm_nt_glu
@@ -70,6 +84,10 @@ class TransformerModel final : public Model {
 
   ModelConfig cfg_;
   TransformerSpec spec_;
+  RankPlace place_;
+  RankShard shard_;                     // what this rank holds (the whole model when unsharded)
+  std::vector<size_t> vocab_counts_;    // [tp] vocabulary rows of each TP rank's lm_head part
+  int ff_ = 0;                          // intermediate rows this rank holds
   cpu::Isa isa_ = cpu::Isa::automatic;  // the kernels' instruction set, resolved at load (never automatic after)
   std::shared_ptr<WeightStore> store_;  // keeps the weight memory alive
   std::vector<float> inv_freq_;         // [head_dim / 2]
@@ -80,6 +98,7 @@ class TransformerModel final : public Model {
 
   // Scratch reused across steps (forward runs on one thread at a time).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
+  std::vector<float> gathered_;  // TP: every rank's lm_head part, rank after rank
   std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
   struct AttentionTask {
     int seq, head_begin, head_end;  // batch.seqs index, query heads [head_begin, head_end)

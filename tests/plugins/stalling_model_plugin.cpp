@@ -18,12 +18,13 @@ class StallingModel final : public actord::Model {
   StallingModel(std::unique_ptr<actord::Model> inner, int32_t token, int stall_ms)
       : inner_(std::move(inner)), token_(token), stall_ms_(stall_ms) {}
   const actord::ModelConfig& config() const override { return inner_->config(); }
-  void forward(const actord::ForwardBatch& batch, actord::KvCache& kv, std::vector<float>& logits,
-               actord::cpu::ThreadPool& pool) override {
+  actord::KvShape kv_shape() const override { return inner_->kv_shape(); }
+  actord::Status forward(const actord::ForwardBatch& batch, actord::KvCache& kv, std::vector<float>& logits,
+                         const actord::ForwardContext& context) override {
     if (std::find(batch.tokens.begin(), batch.tokens.end(), token_) != batch.tokens.end()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms_));
     }
-    inner_->forward(batch, kv, logits, pool);
+    return inner_->forward(batch, kv, logits, context);
   }
 
  private:
