@@ -82,8 +82,6 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
                       where + "groups[0]." + key + ": " + what + " is not supported yet (" + hint + ")");
   };
   if (g.replicas != 1) return refuse("replicas", "data parallelism", "must be 1");
-  if (g.tp != 1) return refuse("tp", "tensor parallelism", "must be 1");
-  if (g.pp != 1) return refuse("pp", "pipeline parallelism", "must be 1");
   if (g.placement == Placement::node) return refuse("placement", "placement on nodes", "use thread or process");
   return {};
 }
@@ -134,12 +132,28 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   impl->max_model_len = checked->max_model_len;
   const std::string where = topology.source.string() + ": ";
   const DType kv_dtype = checked->kv_dtype;
-  auto kv = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
+  // A lone worker holds the whole model; each rank of a tp x pp replica its shard (core/topology_plan), and
+  // engine.kv_cache_memory is then per rank: the replica's block count is what its largest rank fits.
+  const GroupSection& group = topology.groups[0];
+  std::optional<TopologyPlan> plan;
+  uint64_t kv_bytes_per_token = model->kv_bytes_per_token(kv_dtype);
+  if (group.tp * group.pp > 1) {
+    auto planned = plan_topology(topology, model_shape(*checked), usable_cpu_cores());
+    if (!planned) return planned.error();
+    plan = std::move(*planned);
+    kv_bytes_per_token = 0;
+    for (const RankPlan& r : plan->groups[0].ranks) kv_bytes_per_token = std::max(kv_bytes_per_token, r.kv_bytes_per_token);
+  }
+  auto kv = size_kv_cache(topology.engine, kv_bytes_per_token, where);
   if (!kv) return kv.error();
-  // Every byte the worker will hold, against what the machine has, before anything is allocated.
+  // Every byte the workers will hold, against what the machine has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory()) {
-    const MemoryAsk ask{checked->estimated_weight_bytes, uint64_t(kv->num_blocks) * kv->block_bytes,
-                        uint64_t(kv->swap_blocks) * kv->block_bytes};
+    MemoryAsk ask{checked->estimated_weight_bytes, uint64_t(kv->num_blocks) * kv->block_bytes,
+                  uint64_t(kv->swap_blocks) * kv->block_bytes};
+    if (plan) {
+      const NodePlan& local = plan->nodes.front();
+      ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    }
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
   }
   auto tokenizer = Tokenizer::load(topology.model.path);

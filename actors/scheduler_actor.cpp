@@ -4,6 +4,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 #include <spdlog/spdlog.h>
 
 #include <time.h>
@@ -25,7 +26,8 @@ struct scheduler_state {
   std::string actor_name;
   BlockAllocator lease;                       // blocks leased from the kv_pool
   std::unique_ptr<BatchScheduler> batcher;
-  caf::actor worker;
+  caf::actor worker;                          // the replica's driver rank: answers each step
+  std::vector<caf::actor> followers;          // its other tensor/pipeline parallel ranks: get each step too
   caf::actor kv_pool;
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
@@ -185,6 +187,7 @@ void declare_worker_failed(self_ptr self) {
                       std::to_string(st.deadline->slack().count()) + " ms)";
   spdlog::error("{}: {}", st.actor_name, st.worker_failure);
   self->send_exit(st.worker, caf::exit_reason::unreachable);
+  for (const auto& f : st.followers) self->send_exit(f, caf::exit_reason::unreachable);
   st.abandoned_through = st.next_step_id - 1;
   while (!st.in_flight.empty()) {
     account_result(st, std::chrono::steady_clock::now());
@@ -332,6 +335,7 @@ void plan_and_send(self_ptr self) {
       continue;
     }
     timed_send(st, [&] {
+      for (const auto& f : st.followers) caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
       self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
           .then(
               [=](const wire_msg& result) {
@@ -373,11 +377,12 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 
 caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
                              caf::actor worker, caf::actor kv_pool, std::string name,
-                             std::chrono::milliseconds step_timeout) {
+                             std::chrono::milliseconds step_timeout, std::vector<caf::actor> followers) {
   auto& st = self->state;
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   st.worker = std::move(worker);
+  st.followers = std::move(followers);
   st.kv_pool = std::move(kv_pool);
   st.batcher = std::make_unique<BatchScheduler>(limits, st.lease, std::move(policy));
   self->request(st.kv_pool, caf::infinite, lease_atom::value, lease_request(st.actor_name, limits.lease_reserve))
@@ -440,11 +445,12 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
 
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name, std::chrono::milliseconds step_timeout) {
+                           std::string name, std::chrono::milliseconds step_timeout,
+                           std::vector<caf::actor> followers) {
   // CAF copies spawn arguments: the policy travels as a shared_ptr.
   auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
   return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
-                      std::move(name), step_timeout);
+                      std::move(name), step_timeout, std::move(followers));
 }
 
 }  // namespace actord

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "scheduler/batch_scheduler.hpp"
 
@@ -20,8 +21,11 @@ namespace actord {
 // `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
 // (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
 // is killed with it), and that step and every later one fail their sequences with a worker_failed error saying so.
+// `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
+// ExecuteStep as well (without a reply) and are stopped with it.
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000));
+                           std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
+                           std::vector<caf::actor> followers = {});
 
 }  // namespace actord

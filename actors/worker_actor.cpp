@@ -16,8 +16,9 @@ struct worker_state {
   static inline const char* name = "worker";
 };
 
-caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRegistry* registry) {
-  self->state.core = std::make_unique<WorkerCore>(*registry);
+caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRegistry* registry,
+                          std::shared_ptr<RankLinks> links) {
+  self->state.core = std::make_unique<WorkerCore>(*registry, links ? std::move(*links) : RankLinks{});
   return {
       [=](init_atom, const wire_msg& msg) -> wire_msg {
         return guarded<wire::WorkerReady>([&] { return self->state.core->init(msg); });
@@ -36,9 +37,10 @@ caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRe
 
 }  // namespace
 
-caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry) {
-  // Detached: a forward pass runs for milliseconds and must not hold one of the scheduler's shared threads.
-  return system.spawn<caf::detached>(worker_impl, &registry);
+caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links) {
+  // Detached: a forward pass runs for milliseconds and must not hold one of the scheduler's shared threads (and the
+  // ranks of a replica, each on its own thread, wait for each other in their collectives).
+  return system.spawn<caf::detached>(worker_impl, &registry, std::make_shared<RankLinks>(std::move(links)));
 }
 
 }  // namespace actord

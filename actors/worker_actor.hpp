@@ -6,11 +6,13 @@
 
 #include <caf/fwd.hpp>
 
+#include "actors/rank_links.hpp"
+
 namespace actord {
 
 class ModelRegistry;
 
-// registry must outlive the actor.
-caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry);
+// registry must outlive the actor. links: a tensor/pipeline parallel rank's communicators (none for a lone worker).
+caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links = {});
 
 }  // namespace actord

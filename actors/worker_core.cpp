@@ -7,12 +7,35 @@
 #include <cstring>
 #include <thread>
 
+#include "actors/group_codec.hpp"
 #include "comms/capnp_codec.hpp"
+#include "comms/collectives/group_factory.hpp"
 #include "comms/codecs.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "plugins/plugin_loader.hpp"
 
 namespace actord {
+namespace {
+
+// The rank's communicator of one group: the one the coordinator handed over, else joined from the spec WorkerInit
+// carries. `what`: "TP" or "pipeline"; size: the group's size in the rank's place.
+Status link(std::unique_ptr<coll::Communicator>& comm, wire::CollectiveGroup::Reader group, int size, int rank,
+            const std::string& who, const char* what) {
+  if (size == 1 || comm) return {};
+  auto spec = from_wire(group);
+  if (!spec) return spec.error();
+  if (spec->size != size) {
+    return make_error(Errc::invalid_argument, who + ": a rank of a " + what + " group of " + std::to_string(size) +
+                                                  " without that group (WorkerInit names one of " +
+                                                  std::to_string(spec->size) + ")");
+  }
+  auto joined = coll::join_group(*spec, rank);
+  if (!joined) return Error{joined.error().code, who + ": " + joined.error().message};
+  comm = std::move(*joined);
+  return {};
+}
+
+}  // namespace
 
 wire_msg WorkerCore::init(const wire_msg& msg) {
   WireReader reader(msg);
@@ -27,6 +50,16 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (auto st = load_plugin(std::string(plugin), registry_); !st) {
       ok = false;
       failure = st.error();
+    }
+  }
+  place_ = RankPlace{static_cast<int>(std::max(1u, req.getTp())), static_cast<int>(std::max(1u, req.getPp())),
+                     static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank())};
+  if (ok) {
+    Status linked = link(links_.tp, req.getTpGroup(), place_.tp, place_.tp_rank, name_, "TP");
+    if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");
+    if (!linked) {
+      ok = false;
+      failure = linked.error();
     }
   }
   auto cfg = ModelConfig::load(model_dir);
@@ -45,6 +78,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
     options.seed = req.getSeed();
     options.isa = *isa;
+    options.place = place_;
     if (options.dtype.empty()) options.dtype = "auto";
     // An allocation that fails despite the engine's check of the machine's memory is reported as out of memory
     // under the key that asked for it.
@@ -145,6 +179,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   batch_.tokens.clear();
   batch_.seqs.clear();
   prompt_slices_.clear();
+  previous_slots_.clear();
   states_.resize(seqs.size());
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     auto s = seqs[i];
@@ -179,22 +214,17 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     slice.all_logits = s.getPromptLogprobsFrom() >= 0;
     prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken()});
     if (s.getFromPrevious() >= 0) {
-      const auto index = static_cast<size_t>(s.getFromPrevious());
-      if (previous_failed_ || index >= previous_samples_.size() || slice.num_tokens != 1)
+      if (slice.num_tokens != 1)
         return fail("sequence " + std::to_string(seq_id) + " asks for a token the previous step did not sample");
-      batch_.tokens.push_back(previous_samples_[index]);
+      previous_slots_.emplace_back(batch_.tokens.size(), static_cast<uint32_t>(s.getFromPrevious()));
+      batch_.tokens.push_back(-1);
     } else {
       for (int32_t id : s.getTokenIds()) {
         if (id < 0 || id >= vocab) return fail("token id " + std::to_string(id) + " is outside the vocabulary");
         batch_.tokens.push_back(id);
       }
     }
-    SequenceState& st = state->second;
-    if (st.sampling.has_penalties()) {
-      for (int32_t t = 0; t < slice.num_tokens; ++t)
-        st.remember(static_cast<uint32_t>(slice.start_pos + t), batch_.tokens[static_cast<size_t>(slice.first_token + t)]);
-    }
-    auto& table = st.blocks;
+    auto& table = state->second.blocks;
     for (uint32_t b : s.getNewSequence() ? s.getBlockTable() : s.getAppendBlocks()) {
       if (b >= static_cast<uint32_t>(kv_->num_blocks())) return fail("block id " + std::to_string(b) + " out of range");
       table.push_back(b);
@@ -205,8 +235,33 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
+  if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return fail(unresolved);
+  if (driver()) {  // the penalty history of the sampling rank
+    for (size_t i = 0; i < batch_.seqs.size(); ++i) {
+      SequenceState& st = *states_[i];
+      if (!st.sampling.has_penalties()) continue;
+      const SeqSlice& slice = batch_.seqs[i];
+      for (int32_t t = 0; t < slice.num_tokens; ++t)
+        st.remember(static_cast<uint32_t>(slice.start_pos + t), batch_.tokens[static_cast<size_t>(slice.first_token + t)]);
+    }
+  }
 
-  if (auto run = model_->forward(batch_, *kv_, logits_, *pool_); !run) return fail(run.error().message);
+  ForwardContext context(*pool_);
+  context.tp = links_.tp.get();
+  context.pipeline = links_.pipeline.get();
+  if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return fail(run.error().message);
+  if (!driver()) {  // a follower: its part is done; the driver answers for the replica
+    previous_failed_ = false;
+    const auto t1 = std::chrono::steady_clock::now();
+    last_step_end_ = t1;
+    return build<wire::StepResult>([&](wire::StepResult::Builder out) {
+      out.setCorrelationId(step.getCorrelationId());
+      out.setStepId(step.getStepId());
+      out.setComputeMicros(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
+      out.setIdleMicros(idle_us);
+    });
+  }
   take_prompt_logprobs(vocab);
 
   sample_requests_.clear();
@@ -290,6 +345,40 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   });
 }
 
+std::string WorkerCore::resolve_previous_tokens() {
+  if (previous_slots_.empty()) return {};
+  const size_t n = previous_slots_.size();
+  exchanged_.resize(n);
+  if (driver()) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t index = previous_slots_[i].second;
+      exchanged_[i] = !previous_failed_ && index < previous_samples_.size() ? previous_samples_[index] : -1;
+    }
+  }
+  // Only the first stage embeds tokens: the driver's values go to its tp rank 0 (pipeline), which hands them to
+  // the stage's other TP ranks (an all-gather in which only rank 0 contributes).
+  const std::span<float> as_floats(reinterpret_cast<float*>(exchanged_.data()), n);
+  static_assert(sizeof(float) == sizeof(int32_t));
+  if (place_.pp > 1 && place_.tp_rank == 0 && (driver() || place_.pp_rank == 0)) {
+    const Status moved = driver() ? links_.pipeline->send(0, as_floats) : links_.pipeline->recv(place_.pp - 1, as_floats);
+    if (!moved) return moved.error().message;
+  }
+  if (place_.tp > 1 && place_.pp_rank == 0) {
+    std::vector<size_t> counts(static_cast<size_t>(place_.tp), 0);
+    counts[0] = n * sizeof(int32_t);
+    const auto bytes = std::as_writable_bytes(std::span<int32_t>(exchanged_));
+    std::vector<std::byte> mine(place_.tp_rank == 0 ? bytes.begin() : bytes.end(), bytes.end());
+    const Status shared = links_.tp->all_gather_bytes(mine, bytes, counts);
+    if (!shared) return shared.error().message;
+  }
+  if (place_.pp_rank != 0 && !driver()) return {};  // a later stage's follower: it does not embed tokens
+  for (size_t i = 0; i < n; ++i) {
+    if (exchanged_[i] < 0) return "a slice asks for a token the previous step did not sample";
+    batch_.tokens[previous_slots_[i].first] = exchanged_[i];
+  }
+  return {};
+}
+
 void WorkerCore::take_prompt_logprobs(int vocab) {
   prompt_logprobs_.clear();
   bool any = false;
@@ -336,6 +425,8 @@ wire_msg WorkerCore::export_kv(const wire_msg& msg) {
   size_t num_blocks = 0;
   if (!kv_) {
     failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
+  } else if (place_.sharded()) {
+    failure = Error{Errc::unsupported, name_ + ": KV export from a rank of a tp x pp replica is not supported yet"};
   } else if (auto it = seqs_.find(seq_id); it == seqs_.end()) {
     failure = Error{Errc::not_found, name_ + ": sequence " + std::to_string(seq_id) + " is not held by this worker"};
   } else {
@@ -380,6 +471,8 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
   auto refuse = [&](const std::string& why) { failure = Error{Errc::invalid_argument, name_ + ": KV import: " + why}; };
   if (!kv_) {
     failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
+  } else if (place_.sharded()) {
+    failure = Error{Errc::unsupported, name_ + ": KV import into a rank of a tp x pp replica is not supported yet"};
   } else {
     auto layout = exp.getLayout();
     const std::string here = std::to_string(kv_->num_layers()) + " layers, " + std::to_string(kv_->num_kv_heads()) +

@@ -8,6 +8,14 @@
 // ahead of that step's result asks for (SeqStep.fromPrevious). A step whose previous step failed cannot resolve
 // those and fails too. Never throws on bad input: a failed init or a malformed step comes back as a WorkerReady /
 // StepResult carrying an Error.
+//
+// Ranks of a tensor x pipeline parallel replica (WorkerInit's tp, pp, tpRank, ppRank): every rank receives every
+// ExecuteStep and keeps the same per-sequence state, makes the same block copies in its own KV shard and runs its
+// shard of the forward pass in lockstep with the others (plugins/model.hpp). One rank, the driver (tp rank 0 of the
+// last stage, where the logits are), samples and answers with the StepResult the scheduler waits for; the others
+// (followers) answer with an empty one nobody reads. Tokens a slice takes from the previous step's samples reach
+// the first stage from the driver through the pipeline group (and its TP group) before the forward pass; the
+// driver sends -1 for one it cannot resolve, and every rank then fails the step alike.
 #pragma once
 
 #include <chrono>
@@ -17,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/rank_links.hpp"
 #include "comms/wire_msg.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
@@ -27,8 +36,10 @@ namespace actord {
 
 class WorkerCore {
  public:
-  // Takes a copy of the registry: plugins named in WorkerInit are added to the copy.
-  explicit WorkerCore(ModelRegistry registry) : registry_(std::move(registry)) {}
+  // Takes a copy of the registry: plugins named in WorkerInit are added to the copy. `links`: the communicators of a
+  // rank that is a thread of the engine (a rank in its own process joins the groups WorkerInit names).
+  explicit WorkerCore(ModelRegistry registry, RankLinks links = {})
+      : registry_(std::move(registry)), links_(std::move(links)) {}
 
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
   wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
@@ -41,9 +52,13 @@ class WorkerCore {
   wire_msg import_kv(const wire_msg& import_request);
 
   const std::string& name() const { return name_; }
+  bool driver() const { return place_.tp_rank == 0 && place_.pp_rank == place_.pp - 1; }
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:
+  // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed
+  // them; an error message when one cannot be resolved (on every rank alike).
+  std::string resolve_previous_tokens();
   // After the forward pass: turns the rows of slices with prompt logprobs into prompt_logprobs_ and leaves in
   // logits_ only the rows the step samples from.
   void take_prompt_logprobs(int vocab);
@@ -62,6 +77,8 @@ class WorkerCore {
   };
 
   ModelRegistry registry_;
+  RankLinks links_;
+  RankPlace place_;
   std::string name_ = "worker";
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
@@ -69,6 +86,8 @@ class WorkerCore {
   std::unique_ptr<cpu::ThreadPool> pool_;
   std::unordered_map<uint64_t, SequenceState> seqs_;
   std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order
+  std::vector<std::pair<size_t, uint32_t>> previous_slots_;  // this step's (batch token index, fromPrevious)
+  std::vector<int32_t> exchanged_;               // the resolved tokens of previous_slots_, as they travel
   bool previous_failed_ = false;
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
   BatchSampler sampler_;

@@ -40,4 +40,21 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
   return m;
 }
 
+ModelShape model_shape(const ModelConfig& c, DType weight_dtype, DType kv_dtype) {
+  ModelShape s;
+  s.num_layers = c.num_layers;
+  s.num_heads = c.num_heads;
+  s.num_kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.hidden_size = c.hidden_size;
+  s.intermediate_size = c.intermediate_size;
+  s.vocab_size = c.vocab_size;
+  s.num_experts = c.num_experts;
+  s.tie_word_embeddings = c.tie_word_embeddings;
+  s.attention_bias = c.attention_bias;
+  s.weight_bytes_per_param = dtype_size(weight_dtype);
+  s.kv_bytes_per_token = c.kv_bytes_per_token(kv_dtype);
+  return s;
+}
+
 }  // namespace actord

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.hpp"
+#include "core/topology_plan.hpp"
 #include "plugins/model_config.hpp"
 #include "core/topology_config.hpp"
 #include "plugins/model_registry.hpp"
@@ -36,5 +37,10 @@ struct CheckedModel {
 // the topology's plugins loaded into `registry` and `policies`, scheduler.policy known, config.json read, a plugin
 // for its architecture, engine.max_model_len. Errors from the topology are prefixed with its file.
 Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& registry, PolicyRegistry& policies);
+
+// What the topology plan (core/topology_plan.hpp) needs of a model: its sizes from config.json, and the element
+// sizes of its weights and KV cache as workers hold them (f32 when not given).
+ModelShape model_shape(const ModelConfig& config, DType weight_dtype = DType::f32, DType kv_dtype = DType::f32);
+inline ModelShape model_shape(const CheckedModel& m) { return model_shape(m.config, m.weight_dtype, m.kv_dtype); }
 
 }  // namespace actord

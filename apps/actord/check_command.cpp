@@ -16,24 +16,6 @@
 namespace actord::cli {
 namespace {
 
-ModelShape shape_of(const CheckedModel& m) {
-  const ModelConfig& c = m.config;
-  ModelShape s;
-  s.num_layers = c.num_layers;
-  s.num_heads = c.num_heads;
-  s.num_kv_heads = c.num_kv_heads;
-  s.head_dim = c.head_dim;
-  s.hidden_size = c.hidden_size;
-  s.intermediate_size = c.intermediate_size;
-  s.vocab_size = c.vocab_size;
-  s.num_experts = c.num_experts;
-  s.tie_word_embeddings = c.tie_word_embeddings;
-  s.attention_bias = c.attention_bias;
-  s.weight_bytes_per_param = dtype_size(m.weight_dtype);
-  s.kv_bytes_per_token = c.kv_bytes_per_token(m.kv_dtype);
-  return s;
-}
-
 // The checks Engine::start makes of the model folder, in its order, without loading weights or starting actors.
 Result<CheckedModel> check_model(const TopologyConfig& topology) {
   ModelRegistry registry = ModelRegistry::with_builtins();
@@ -245,7 +227,7 @@ int run_check(const CheckArgs& args) {
   if (!topology) return fail(topology.error());
   auto model = check_model(*topology);
   if (!model) return fail(model.error());
-  auto plan = plan_topology(*topology, shape_of(*model), usable_cpu_cores());
+  auto plan = plan_topology(*topology, model_shape(*model), usable_cpu_cores());
   if (!plan) return fail(plan.error());
   // What the ranks on this machine hold, against its available memory, as Engine::start checks one worker's.
   const std::optional<uint64_t> available = available_host_memory();

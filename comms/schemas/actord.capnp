@@ -225,6 +225,26 @@ struct WorkerInit {
   numSwapBlocks @12 :UInt32;     # host blocks for swapped-out KV (engine.swap_space); 0: no swapping
   cpuIsa @13 :Text;              # CPU kernels' instruction set (groups[i].cpu_isa): auto | portable | avx2 | avx512;
                                  # empty: auto. The worker refuses one its CPU lacks.
+  # Tensor x pipeline parallel replicas: this rank's place (tp, pp of 0 read as 1) and, for ranks in their own
+  # processes, the collective groups it joins (its stage's TP group, its tp rank's pipeline group). Ranks that are
+  # threads of the engine get their communicators from the coordinator instead.
+  tp @14 :UInt32;
+  pp @15 :UInt32;
+  tpRank @16 :UInt32;
+  ppRank @17 :UInt32;
+  tpGroup @18 :CollectiveGroup;
+  pipelineGroup @19 :CollectiveGroup;
+}
+
+# A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).
+struct CollectiveGroup {
+  name @0 :Text;
+  id @1 :UInt64;
+  size @2 :UInt32;
+  backend @3 :Text;              # in_process | shared_memory | zmq
+  timeoutMs @4 :UInt32;
+  enginePid @5 :Int64;
+  endpoints @6 :List(Text);      # zmq
 }
 
 struct WorkerReady {

@@ -9,6 +9,7 @@
 #include "comms/collectives/communicator.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "memory/kv_cache.hpp"
+#include "plugins/model_checks.hpp"
 
 namespace actord {
 
@@ -60,18 +61,6 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
 
 namespace {
 
-ModelShape shape_of(const ModelConfig& c) {
-  ModelShape m;
-  m.num_layers = c.num_layers;
-  m.num_heads = c.num_heads;
-  m.num_kv_heads = c.num_kv_heads;
-  m.head_dim = c.head_dim;
-  m.hidden_size = c.hidden_size;
-  m.intermediate_size = c.intermediate_size;
-  m.vocab_size = c.vocab_size;
-  return m;
-}
-
 bool ends_with_any(const std::string& name, std::initializer_list<const char*> suffixes) {
   for (const char* s : suffixes)
     if (name.ends_with(s)) return true;
@@ -116,7 +105,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
                           " layers, the model has " + std::to_string(cfg.num_layers));
   }
   const RankPlace& place = options.place;
-  const ModelShape shape = shape_of(cfg);
+  const ModelShape shape = model_shape(cfg);
   if (auto problem = parallelism_problem(shape, place.tp, place.pp); !problem.empty())
     return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
   if (place.tp_rank < 0 || place.tp_rank >= place.tp || place.pp_rank < 0 || place.pp_rank >= place.pp) {

@@ -1,0 +1,20 @@
+// A worker rank's links to the other ranks of its tensor x pipeline parallel replica: the communicators of its
+// stage's TP group and of its tp rank's pipeline group (group_codec.hpp: how their GroupSpecs travel in WorkerInit).
+//
+// Contract: ranks that are threads of the engine get communicators the coordinator made (create_local_group); ranks
+// in their own processes get the GroupSpec in WorkerInit and join the group (join_group, bounded by its timeout).
+// CAF-free.
+#pragma once
+
+#include <memory>
+
+#include "comms/collectives/communicator.hpp"
+
+namespace actord {
+
+struct RankLinks {
+  std::unique_ptr<coll::Communicator> tp;        // null when tp is 1
+  std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1
+};
+
+}  // namespace actord
