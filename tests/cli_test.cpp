@@ -138,8 +138,10 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
   check_one_line_error(gen(with({yaml("unknown.yaml", "model: {path: m}\nengine: {max_batch: 3}\ngroups: [{}]\n")},
                                 greedy)),
                        "engine.max_batch: unknown key");
-  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "groups[0].tp=2"}, greedy)),
-                       "groups[0].tp: tensor parallelism is not supported yet");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "groups[0].tp=3", "--set", "groups[0].oversubscribe=true"}, greedy)),
+                       "groups[0].tp: must divide num_attention_heads (8), got 3");
+  check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "groups[0].pp=6", "--set", "groups[0].oversubscribe=true"}, greedy)),
+                       "groups[0].pp: must be at most num_hidden_layers (5), got 6");
   check_one_line_error(gen(with({"configs/quickstart.yaml", "--set", "engine.block_size=3"}, greedy)),
                        "engine.block_size: must be a power of two");
   check_one_line_error(gen({"configs/quickstart.yaml", "--prompt-ids", "1", "--max-tokens", "0"}),

@@ -1,0 +1,117 @@
+// Tensor x pipeline parallel replicas through the whole engine: the bundled topologies tp2, pp2 and tp2-pp2, with
+// their ranks as threads of the engine and as worker processes (shared-memory collectives), give the same greedy
+// tokens as one worker for a batch of prompts over 64 tokens (a request with a repetition penalty and one with
+// logprobs among them: the driver rank keeps the penalty history and samples); the same for a random-weight ~50M
+// Llama with GQA (8 query heads, 2 KV heads). Also: a rank that fails to load stops the whole replica with its error.
+#include <catch2/catch.hpp>
+
+#include "engine_test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+std::vector<GenerateRequest> batch(bool text_prompts) {
+  const std::vector<std::string> texts = {"Once upon a time", "The little dog", "Lily and Tom went to the park",
+                                          "One day", "A big red ball", "The sun was hot and"};
+  std::vector<GenerateRequest> requests;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    GenerateRequest r;
+    if (text_prompts) {
+      r.prompt = texts[i];
+    } else {  // ids of a model without a tokenizer of its own vocabulary
+      r.prompt_ids = {1};
+      for (size_t j = 0; j <= i * 3; ++j) r.prompt_ids.push_back(static_cast<int32_t>((j * 37 + i * 11) % 500 + 3));
+    }
+    r.max_tokens = 64;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    if (i == 1) r.sampling.repetition_penalty = 1.3f;
+    if (i == 2) r.sampling.logprobs = 3;
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+std::vector<GenerateOutput> run(const TopologyConfig& cfg, const std::vector<GenerateRequest>& requests) {
+  auto engine = test::start_engine(cfg);
+  auto out = engine->generate(requests);
+  if (!out) FAIL(out.error().message);
+  return std::move(*out);
+}
+
+void check_same(const std::vector<GenerateOutput>& expected, const std::vector<GenerateOutput>& got) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE_FALSE(got[i].error.has_value());
+    CHECK(got[i].generated_ids.size() == 64);
+    CHECK(got[i].generated_ids == expected[i].generated_ids);
+    REQUIRE(got[i].logprobs.size() == expected[i].logprobs.size());
+    for (size_t t = 0; t < got[i].logprobs.size(); ++t) {
+      CHECK(got[i].logprobs[t].top_ids == expected[i].logprobs[t].top_ids);
+      CHECK(got[i].logprobs[t].logprob == Approx(expected[i].logprobs[t].logprob).margin(1e-4));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2 in threads and processes equal one worker",
+          "[engine][parallel]") {
+  const auto requests = batch(true);
+  const auto expected = run(test::quickstart(), requests);
+  for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml"}) {
+    for (const char* placement : {"thread", "process"}) {
+      DYNAMIC_SECTION(file << " placement " << placement) {
+        check_same(expected, run(test::quickstart(file, {std::string("groups[0].placement=") + placement}), requests));
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel engine: a random ~50M GQA Llama in tp2, pp2, tp2 x pp2 equals one worker", "[engine][parallel]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path() / "gqa50m";
+  std::filesystem::create_directories(dir);
+  // The stories260K tokenizer (512 ids) serves the random model's vocabulary of 512.
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
+  }
+  test::write_file(dir / "config.json",
+                   R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 16,
+                       "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1536,
+                       "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+                       "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+                       "bos_token_id": 1, "eos_token_id": 2})");
+  auto topology = [&](const std::string& file, std::vector<std::string> set) {
+    set.push_back("model.path=" + dir.string());
+    set.push_back("model.load_format=dummy");
+    set.push_back("model.seed=5");
+    return test::quickstart(file, set);
+  };
+  const auto requests = batch(false);
+  const auto expected = run(topology("configs/quickstart.yaml", {}), requests);
+  for (auto [file, placement] : {std::pair{"configs/tp2.yaml", "thread"}, {"configs/pp2.yaml", "process"},
+                                 {"configs/tp2-pp2.yaml", "process"}}) {
+    DYNAMIC_SECTION(file << " placement " << placement) {
+      check_same(expected, run(topology(file, {std::string("groups[0].placement=") + placement}), requests));
+    }
+  }
+}
+
+TEST_CASE("parallel engine: a rank that cannot load its shard stops the replica with its error", "[engine][parallel]") {
+  test::TempDir tmp;
+  const auto dir = test::copy_stories(tmp.path());
+  // A damaged weight file: every rank fails to load; the first error comes back and nothing keeps running.
+  std::filesystem::resize_file(dir / "model.safetensors", 1000);
+  for (const char* placement : {"thread", "process"}) {
+    DYNAMIC_SECTION("placement " << placement) {
+      auto cfg = test::quickstart("configs/tp2-pp2.yaml",
+                                  {"model.path=" + dir.string(), std::string("groups[0].placement=") + placement});
+      auto engine = Engine::start(cfg, test::engine_options());
+      REQUIRE_FALSE(engine.ok());
+      CHECK_THAT(engine.error().message, Catch::Contains("model.safetensors"));
+    }
+  }
+}
