@@ -165,6 +165,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     if (decode_only) st.stats.decode_tokens += st.samples.size();
     st.stats.worker_compute_us += info.compute_us;
     st.stats.worker_idle_us += info.idle_us;
+    st.stats.worker_comm_us += info.comm_us;
     adapt_pipeline_depth(st, info.compute_us);
     st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, info.compute_us);
     updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);

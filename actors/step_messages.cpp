@@ -91,6 +91,7 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
   }
   info.compute_us = result.getComputeMicros();
   info.idle_us = result.getIdleMicros();
+  info.comm_us = result.getCommMicros();
   samples.reserve(result.getResults().size());
   for (auto r : result.getResults()) {
     StepSample& s = samples.emplace_back();

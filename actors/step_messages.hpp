@@ -23,6 +23,7 @@ struct StepResultInfo {
   std::optional<Error> error;
   uint64_t compute_us = 0;
   uint64_t idle_us = 0;
+  uint64_t comm_us = 0;
 };
 // `prompt` (reused) gets the step's prompt logprobs.
 StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples,

@@ -249,6 +249,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   ForwardContext context(*pool_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
+  uint64_t comm_ns = 0;
+  context.comm_ns = &comm_ns;
   if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return fail(run.error().message);
   if (!driver()) {  // a follower: its part is done; the driver answers for the replica
     previous_failed_ = false;
@@ -260,6 +262,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setComputeMicros(
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);
+      out.setCommMicros(comm_ns / 1000);
     });
   }
   take_prompt_logprobs(vocab);
@@ -342,6 +345,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     out.setComputeMicros(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
     out.setIdleMicros(idle_us);
+    out.setCommMicros(comm_ns / 1000);
   });
 }
 

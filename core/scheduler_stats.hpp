@@ -16,6 +16,7 @@ namespace actord {
   X(sampled_tokens, SampledTokens)                                                                              \
   X(round_trip_us, RoundTripMicros)          /* ExecuteStep sent -> StepResult received, summed */             \
   X(worker_compute_us, WorkerComputeMicros)  /* inside the worker's forward pass and sampling, summed */        \
+  X(worker_comm_us, WorkerCommMicros)        /* of it, the driver rank's time in collectives (tp/pp), summed */ \
   X(scheduler_us, SchedulerMicros)           /* the scheduler's own thread CPU time, sends excluded, summed */  \
   X(scheduler_send_us, SchedulerSendMicros)  /* the scheduler's time handing messages to CAF (and waking), summed */ \
   X(preemptions, Preemptions)                                                                                   \

@@ -29,6 +29,7 @@ struct ForwardContext {
   cpu::ThreadPool& pool;
   coll::Communicator* tp = nullptr;        // the ranks of this pipeline stage (rank = tp rank); null when tp is 1
   coll::Communicator* pipeline = nullptr;  // this tp rank of every stage (rank = stage); null when pp is 1
+  uint64_t* comm_ns = nullptr;             // when set, the model adds the time it spends in collectives
 };
 
 // The KV cache a rank's model writes: its stage's layers and its KV heads.

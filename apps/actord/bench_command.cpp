@@ -209,8 +209,9 @@ int run_bench(const BenchArgs& args) {
   std::printf("  %-28s %10.2f %10.2f %10.2f  (p50 p90 p99)\n", "TPOT ms", percentile(tpot, 50), percentile(tpot, 90),
               percentile(tpot, 99));
   std::printf("  %-28s %10.1f\n", "peak RSS MB", j["peak_rss_mb"].get<double>());
-  std::printf("  %-28s %10.1f / %.1f / %.1f / %.1f / %.1f\n", "per step us: step/worker/idle/sched/send",
-              j["step_us_mean"].get<double>(), j["worker_compute_us_mean"].get<double>(),
+  std::printf("  %-28s %10.1f / %.1f / %.1f / %.1f / %.1f / %.1f\n",
+              "per step us: step/worker/comm/idle/sched/send", j["step_us_mean"].get<double>(),
+              j["worker_compute_us_mean"].get<double>(), j["worker_comm_us_mean"].get<double>(),
               j["worker_idle_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>(),
               j["scheduler_send_us_mean"].get<double>());
   return 0;

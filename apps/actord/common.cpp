@@ -77,6 +77,7 @@ nlohmann::json step_stats_json(const SchedulerStats& s) {
           {"round_trip_us_mean", double(s.round_trip_us) / steps},
           {"worker_compute_us_mean", double(s.worker_compute_us) / steps},
           {"worker_idle_us_mean", double(s.worker_idle_us) / steps},
+          {"worker_comm_us_mean", double(s.worker_comm_us) / steps},
           {"scheduler_us_mean", double(s.scheduler_us) / steps},
           {"scheduler_send_us_mean", double(s.scheduler_send_us) / steps}};
 }

@@ -206,6 +206,7 @@ struct StepResult {
   error @3 :Error;
   computeMicros @4 :UInt64;      # time the worker spent in the forward pass
   idleMicros @5 :UInt64;         # time between the end of the worker's previous step and the start of this one
+  commMicros @7 :UInt64;         # of computeMicros: time in collectives (waiting for peer ranks included)
 }
 
 # Sent by the coordinator to a worker (in a thread or a process) before its first step.
@@ -313,6 +314,7 @@ struct SchedulerStats {
   runningSeqs @26 :UInt64;         # sequences admitted and not finished, now
   waitingSeqs @27 :UInt64;         # sequences waiting for admission (swapped ones included), now
   swappedSeqs @28 :UInt64;         # waiting sequences whose KV is in host swap space, now
+  workerCommMicros @29 :UInt64;    # of workerComputeMicros: the driver rank's time in collectives
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode

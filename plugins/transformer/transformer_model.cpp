@@ -1,6 +1,7 @@
 #include "plugins/transformer/transformer_model.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -93,6 +94,17 @@ MatrixSlice slice_of(const WeightSpec& w, const RankShard& shard, int head_dim) 
       return w.name.ends_with(".w2.weight") ? cols(shard.intermediate) : rows(shard.intermediate);
   }
   return all;
+}
+
+// A collective call, its time added to context.comm_ns when that is set.
+template <class Call>
+Status timed(const ForwardContext& context, Call&& call) {
+  if (!context.comm_ns) return call();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = call();
+  *context.comm_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return st;
 }
 
 }  // namespace
@@ -390,7 +402,7 @@ Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& 
     }
   }
   if (place_.tp == 1) return {};
-  return context.tp->all_reduce({x_.data(), size_t(n) * h});
+  return timed(context, [&] { return context.tp->all_reduce({x_.data(), size_t(n) * h}); });
 }
 
 // The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
@@ -417,7 +429,7 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   std::vector<size_t> counts(vocab_counts_.size());
   for (size_t r = 0; r < counts.size(); ++r) counts[r] = size_t(n_out) * vocab_counts_[r];
   gathered_.resize(size_t(n_out) * vocab);
-  ACTORD_TRY_STATUS(context.tp->all_gather({gate_.data(), gate_.size()}, gathered_, counts));
+  ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_gather({gate_.data(), gate_.size()}, gathered_, counts); }));
   // gathered_: rank 0's [n_out, v0], then rank 1's [n_out, v1], ...; logits: [n_out, vocab].
   size_t block = 0, column = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
@@ -452,7 +464,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   if (shard_.embedding) {
     ACTORD_TRY_STATUS(embed(batch, context));
   } else {
-    ACTORD_TRY_STATUS(context.pipeline->recv(place_.pp_rank - 1, hidden));
+    ACTORD_TRY_STATUS(timed(context, [&] { return context.pipeline->recv(place_.pp_rank - 1, hidden); }));
   }
   for (int l = 0; l < shard_.layers.count; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
@@ -463,7 +475,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool, {isa_});
     attention(batch, kv, l, pool);
     cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool, {isa_});
-    if (place_.tp > 1) ACTORD_TRY_STATUS(context.tp->all_reduce(partial));
+    if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     cpu::add_inplace(x_.data(), tmp_.data(), n * h);
     cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
     if (spec_.num_experts == 0) {
@@ -471,12 +483,12 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     } else {
       moe(L, n, pool);
     }
-    if (place_.tp > 1) ACTORD_TRY_STATUS(context.tp->all_reduce(partial));
+    if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     cpu::add_inplace(x_.data(), tmp_.data(), n * h);
   }
   if (!shard_.lm_head) {
     logits.clear();
-    return context.pipeline->send(place_.pp_rank + 1, hidden);
+    return timed(context, [&] { return context.pipeline->send(place_.pp_rank + 1, hidden); });
   }
   return lm_head(batch, logits, context);
 }
