@@ -235,7 +235,14 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
-  if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return fail(unresolved);
+  // A rank that fails in one of its groups breaks the other too, so that no peer waits for it until a timeout
+  // (a stage whose TP peer died would otherwise leave the next stage waiting for its hidden states).
+  auto break_links = [&](const std::string& why) {
+    if (links_.tp) links_.tp->abort(name_ + ": " + why);
+    if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
+    return fail(why);
+  };
+  if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
       SequenceState& st = *states_[i];
@@ -251,7 +258,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   context.pipeline = links_.pipeline.get();
   uint64_t comm_ns = 0;
   context.comm_ns = &comm_ns;
-  if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return fail(run.error().message);
+  if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return break_links(run.error().message);
   if (!driver()) {  // a follower: its part is done; the driver answers for the replica
     previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();

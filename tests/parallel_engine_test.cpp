@@ -2,10 +2,16 @@
 // their ranks as threads of the engine and as worker processes (shared-memory collectives), give the same greedy
 // tokens as one worker for a batch of prompts over 64 tokens (a request with a repetition penalty and one with
 // logprobs among them: the driver rank keeps the penalty history and samples); the same for a random-weight ~50M
-// Llama with GQA (8 query heads, 2 KV heads). Also: a rank that fails to load stops the whole replica with its error.
+// Llama with GQA (8 query heads, 2 KV heads). Also: a rank that fails to load stops the whole replica with its
+// error, and a killed follower rank fails the replica's requests in bounded time instead of hanging it.
+#include <signal.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 
 #include "engine_test_util.hpp"
+#include "process_util.hpp"
 
 using namespace actord;
 
@@ -114,4 +120,47 @@ TEST_CASE("parallel engine: a rank that cannot load its shard stops the replica 
       CHECK_THAT(engine.error().message, Catch::Contains("model.safetensors"));
     }
   }
+}
+
+TEST_CASE("parallel engine: a follower rank killed mid-run fails the replica's requests in bounded time",
+          "[engine][parallel][failure]") {
+  auto engine = test::start_engine(test::quickstart("configs/tp2-pp2.yaml", {"groups[0].placement=process"}));
+  REQUIRE(test::worker_processes_of(getpid()).size() == 4);
+  // Kill tp rank 1 of the first stage (not the driver) once the first text arrives; the request has hundreds of
+  // steps to go. Its peers notice through their shared-memory groups and the driver's step fails.
+  bool killed = false;
+  auto kill_follower = [&](size_t, std::string_view) {
+    if (killed) return;
+    for (pid_t pid : test::worker_processes_of(getpid())) {
+      const auto args = test::process_args("/proc/" + std::to_string(pid));
+      if (std::find(args.begin(), args.end(), "replica/0/worker/tp1.pp0") != args.end())
+        killed = kill(pid, SIGKILL) == 0;
+    }
+  };
+  GenerateRequest r;
+  r.prompt_ids = {1};
+  r.max_tokens = 500;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = engine->generate({r}, kill_follower);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(out.ok());
+  REQUIRE(killed);
+  const GenerateOutput& first = (*out)[0];
+  INFO((first.error ? first.error->message : std::string("no error")));
+  CHECK(waited < std::chrono::seconds(5));
+  CHECK(first.generated_ids.size() < 500);
+  REQUIRE(first.error);
+  INFO(first.error->message);
+  CHECK(first.error->code == Errc::worker_failed);
+  CHECK(first.finish_reason == "error");
+  // The replica is broken (it is not rebuilt yet): later requests fail at once rather than hang.
+  r.max_tokens = 4;
+  auto again = engine->generate({r});
+  REQUIRE(again.ok());
+  REQUIRE((*again)[0].error);
+  CHECK((*again)[0].error->code == Errc::worker_failed);
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
 }
