@@ -259,19 +259,23 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   uint64_t comm_ns = 0;
   context.comm_ns = &comm_ns;
   if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return break_links(run.error().message);
-  if (!driver()) {  // a follower: its part is done; the driver answers for the replica
+  // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
+  auto result = [&](auto&& fill) {
     previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
     last_step_end_ = t1;
     return build<wire::StepResult>([&](wire::StepResult::Builder out) {
       out.setCorrelationId(step.getCorrelationId());
       out.setStepId(step.getStepId());
+      fill(out);
       out.setComputeMicros(
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);
       out.setCommMicros(comm_ns / 1000);
     });
-  }
+  };
+  // A follower: its part is done; the driver answers for the replica.
+  if (!driver()) return result([](wire::StepResult::Builder) {});
   take_prompt_logprobs(vocab);
 
   sample_requests_.clear();
@@ -316,13 +320,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
   previous_samples_.clear();
   for (const SampledToken& t : samples_) previous_samples_.push_back(t.token);
-  previous_failed_ = false;
 
-  const auto t1 = std::chrono::steady_clock::now();
-  last_step_end_ = t1;
-  return build<wire::StepResult>([&](wire::StepResult::Builder out) {
-    out.setCorrelationId(step.getCorrelationId());
-    out.setStepId(step.getStepId());
+  return result([&](wire::StepResult::Builder out) {
     auto results = out.initResults(static_cast<uint32_t>(samples_.size()));
     for (uint32_t r = 0; r < samples_.size(); ++r) {
       results[r].setTokenId(samples_[r].token);
@@ -349,10 +348,6 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
         for (uint32_t e = 0; e < chunk.entries.size(); ++e) to_wire(chunk.entries[e], entries[e]);
       }
     }
-    out.setComputeMicros(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
-    out.setIdleMicros(idle_us);
-    out.setCommMicros(comm_ns / 1000);
   });
 }
 
