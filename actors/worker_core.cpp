@@ -363,16 +363,15 @@ std::string WorkerCore::resolve_previous_tokens() {
   }
   // Only the first stage embeds tokens: the driver's values go to its tp rank 0 (pipeline), which hands them to
   // the stage's other TP ranks (an all-gather in which only rank 0 contributes).
-  const std::span<float> as_floats(reinterpret_cast<float*>(exchanged_.data()), n);
-  static_assert(sizeof(float) == sizeof(int32_t));
+  const auto bytes = std::as_writable_bytes(std::span<int32_t>(exchanged_));
   if (place_.pp > 1 && place_.tp_rank == 0 && (driver() || place_.pp_rank == 0)) {
-    const Status moved = driver() ? links_.pipeline->send(0, as_floats) : links_.pipeline->recv(place_.pp - 1, as_floats);
+    const Status moved =
+        driver() ? links_.pipeline->send_bytes(0, bytes) : links_.pipeline->recv_bytes(place_.pp - 1, bytes);
     if (!moved) return moved.error().message;
   }
   if (place_.tp > 1 && place_.pp_rank == 0) {
     std::vector<size_t> counts(static_cast<size_t>(place_.tp), 0);
-    counts[0] = n * sizeof(int32_t);
-    const auto bytes = std::as_writable_bytes(std::span<int32_t>(exchanged_));
+    counts[0] = bytes.size();
     std::vector<std::byte> mine(place_.tp_rank == 0 ? bytes.begin() : bytes.end(), bytes.end());
     const Status shared = links_.tp->all_gather_bytes(mine, bytes, counts);
     if (!shared) return shared.error().message;
