@@ -23,7 +23,7 @@
 #include "core/host_cpus.hpp"
 #include "core/host_memory.hpp"
 #include "core/topology_plan.hpp"
-#include "memory/kv_sizing.hpp"
+#include "core/kv_sizing.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
 #include "plugins/model_registry.hpp"
@@ -132,30 +132,28 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   impl->max_model_len = checked->max_model_len;
   const std::string where = topology.source.string() + ": ";
   const DType kv_dtype = checked->kv_dtype;
-  // A lone worker holds the whole model; each rank of a tp x pp replica its shard (core/topology_plan), and
-  // engine.kv_cache_memory is then per rank: the replica's block count is what its largest rank fits.
+  // A lone worker holds the whole model; each rank of a tp x pp replica its shard, and the topology plan sizes the
+  // replica's KV pool (engine.kv_cache_memory per rank: what its largest rank fits) and its ranks' memory.
   const GroupSection& group = topology.groups[0];
-  std::optional<TopologyPlan> plan;
-  uint64_t kv_bytes_per_token = model->kv_bytes_per_token(kv_dtype);
+  KvSizing kv;
+  MemoryAsk ask;
   if (group.tp * group.pp > 1) {
-    auto planned = plan_topology(topology, model_shape(*checked), usable_cpu_cores());
-    if (!planned) return planned.error();
-    plan = std::move(*planned);
-    kv_bytes_per_token = 0;
-    for (const RankPlan& r : plan->groups[0].ranks) kv_bytes_per_token = std::max(kv_bytes_per_token, r.kv_bytes_per_token);
+    auto plan = plan_topology(topology, model_shape(*checked), usable_cpu_cores());
+    if (!plan) return plan.error();
+    kv.num_blocks = plan->groups[0].num_kv_blocks;
+    kv.swap_blocks = plan->groups[0].num_swap_blocks;
+    const NodePlan& local = plan->nodes.front();
+    ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+  } else {
+    auto sized = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
+    if (!sized) return sized.error();
+    kv = *sized;
+    ask = MemoryAsk{checked->estimated_weight_bytes, uint64_t(kv.num_blocks) * kv.block_bytes,
+                    uint64_t(kv.swap_blocks) * kv.block_bytes};
   }
-  auto kv = size_kv_cache(topology.engine, kv_bytes_per_token, where);
-  if (!kv) return kv.error();
   // Every byte the workers will hold, against what the machine has, before anything is allocated.
-  if (const auto available = options.available_memory ? options.available_memory : available_host_memory()) {
-    MemoryAsk ask{checked->estimated_weight_bytes, uint64_t(kv->num_blocks) * kv->block_bytes,
-                  uint64_t(kv->swap_blocks) * kv->block_bytes};
-    if (plan) {
-      const NodePlan& local = plan->nodes.front();
-      ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
-    }
+  if (const auto available = options.available_memory ? options.available_memory : available_host_memory())
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
-  }
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
@@ -165,7 +163,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
                                   topology.engine.block_size,   impl->max_model_len,
                                   model->vocab_size,            topology.scheduler.plan_ahead};
-  params.num_kv_blocks = kv->num_blocks;
+  params.num_kv_blocks = kv.num_blocks;
   // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
   // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
   const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /
@@ -174,7 +172,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
   if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
-  params.limits.swap_blocks = kv->swap_blocks;
+  params.limits.swap_blocks = kv.swap_blocks;
   params.kv_dtype = kv_dtype;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {

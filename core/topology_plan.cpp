@@ -1,7 +1,8 @@
 #include "core/topology_plan.hpp"
 
 #include <algorithm>
-#include <climits>
+
+#include "core/kv_sizing.hpp"
 
 namespace actord {
 namespace {
@@ -176,7 +177,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     gp.tp = g.tp;
     gp.pp = g.pp;
     gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
-    uint64_t largest_block = 0;
+    uint64_t largest_per_token = 0;
     for (int r = 0; r < g.replicas; ++r) {
       for (int s = 0; s < g.pp; ++s) {
         for (int k = 0; k < g.tp; ++k) {
@@ -199,29 +200,16 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.weight_params = rank_params(m, rank, g.tp, g.pp);
           rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
           rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);
-          largest_block = std::max(largest_block, rank.kv_bytes_per_token * uint64_t(t.engine.block_size));
+          largest_per_token = std::max(largest_per_token, rank.kv_bytes_per_token);
           gp.ranks.push_back(std::move(rank));
         }
       }
     }
     // A replica's ranks all hold the same blocks (one block table per sequence): its largest rank decides how many.
-    auto blocks_in = [&](const char* key, uint64_t bytes) -> Result<uint32_t> {
-      const uint64_t blocks = bytes / largest_block;
-      if (blocks == 0) {
-        return make_error(Errc::invalid_config, where + "engine." + key + ": " + std::to_string(bytes) +
-                                                    " bytes hold no KV block (one block takes " +
-                                                    std::to_string(largest_block) + " bytes)");
-      }
-      return static_cast<uint32_t>(std::min<uint64_t>(blocks, INT32_MAX));
-    };
-    auto pool = blocks_in("kv_cache_memory", t.engine.kv_cache_memory);
-    if (!pool) return pool.error();
-    gp.num_kv_blocks = *pool;
-    if (t.engine.preemption_mode == "swap") {
-      auto swap = blocks_in("swap_space", t.engine.swap_space);
-      if (!swap) return swap.error();
-      gp.num_swap_blocks = *swap;
-    }
+    auto sizing = size_kv_cache(t.engine, largest_per_token, where);
+    if (!sizing) return sizing.error();
+    gp.num_kv_blocks = sizing->num_blocks;
+    gp.num_swap_blocks = sizing->swap_blocks;
     for (auto& rank : gp.ranks) {
       const uint64_t block = rank.kv_bytes_per_token * uint64_t(t.engine.block_size);
       rank.kv_pool_bytes = block * gp.num_kv_blocks;

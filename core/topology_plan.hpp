@@ -123,7 +123,7 @@ Status check_threads_fit(const TopologyConfig& topology, unsigned local_cores);
 
 // The plan of `topology` for `model` on a machine of `local_cores` cores: check_threads_fit, the model's rules per
 // group (tp against heads, KV heads, intermediate size and vocabulary; pp against the layers), and the KV pool of
-// engine.kv_cache_memory per rank (as memory/kv_sizing sizes one: a replica's blocks are what its largest rank fits).
+// engine.kv_cache_memory per rank (core/kv_sizing, as for one worker: a replica's blocks are what its largest rank fits).
 Result<TopologyPlan> plan_topology(const TopologyConfig& topology, const ModelShape& model, unsigned local_cores);
 
 }  // namespace actord

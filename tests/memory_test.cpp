@@ -3,7 +3,7 @@
 
 #include "memory/block_allocator.hpp"
 #include "memory/kv_cache.hpp"
-#include "memory/kv_sizing.hpp"
+#include "core/kv_sizing.hpp"
 #include "memory/safetensors.hpp"
 #include "memory/weight_loader.hpp"
 #include "test_util.hpp"

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "core/topology_plan.hpp"
-#include "memory/kv_sizing.hpp"
+#include "core/kv_sizing.hpp"
 #include "plugins/model_footprint.hpp"
 
 using namespace actord;
@@ -98,7 +98,7 @@ TEST_CASE("one rank holds the whole model - its weights are model_footprint's es
   CHECK(plan.nodes[0].ranks == 1);
   CHECK(plan.nodes[0].processes == 0);  // a thread of the engine's process
 
-  // The same arithmetic as plugins/model_footprint (the engine's memory check) and memory/kv_sizing.
+  // The same arithmetic as plugins/model_footprint (the engine's memory check) and core/kv_sizing.
   ModelConfig c;
   c.num_layers = 5, c.num_heads = 8, c.num_kv_heads = 4, c.head_dim = 8, c.hidden_size = 64;
   c.intermediate_size = 172, c.vocab_size = 512, c.tie_word_embeddings = true;

@@ -1,4 +1,4 @@
-#include "memory/kv_sizing.hpp"
+#include "core/kv_sizing.hpp"
 
 #include <algorithm>
 #include <cstdint>
