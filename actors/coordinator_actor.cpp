@@ -57,7 +57,6 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
           return n_ranks == 1 ? replica + "/worker/0"
                               : replica + "/worker/tp" + std::to_string(k) + ".pp" + std::to_string(s);
         };
-        const int driver = (pp - 1) * tp;  // tp rank 0 of the last stage samples and answers for the replica
 
         caf::actor kv_pool = spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size));
         st.spawned.push_back(kv_pool);
@@ -163,12 +162,16 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
             fail(policy.error().code, policy.error().message);
             return;
           }
+          caf::actor driver;
           std::vector<caf::actor> followers;
-          for (int r = 0; r < n_ranks; ++r)
-            if (r != driver) followers.push_back(workers[static_cast<size_t>(r)]);
-          s.scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy),
-                                        workers[static_cast<size_t>(driver)], kv_pool, replica + "/scheduler",
-                                        s.params.topology.engine.step_timeout, std::move(followers));
+          for (int r = 0; r < n_ranks; ++r) {
+            const caf::actor& worker = workers[static_cast<size_t>(r)];
+            if (is_driver(r % tp, r / tp, pp)) driver = worker;
+            else followers.push_back(worker);
+          }
+          s.scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), driver, kv_pool,
+                                        replica + "/scheduler", s.params.topology.engine.step_timeout,
+                                        std::move(followers));
           s.spawned.push_back(s.scheduler);
           rp.deliver(kCoordinatorOk, std::string(), s.scheduler);
         };

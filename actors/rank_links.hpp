@@ -12,6 +12,10 @@
 
 namespace actord {
 
+// The rank that samples and answers each step for its replica: tp rank 0 of the last pipeline stage, where the
+// logits are. The coordinator hands the scheduler this rank as the one to wait for; WorkerCore samples only there.
+constexpr bool is_driver(int tp_rank, int pp_rank, int pp) { return tp_rank == 0 && pp_rank == pp - 1; }
+
 struct RankLinks {
   std::unique_ptr<coll::Communicator> tp;        // null when tp is 1
   std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1

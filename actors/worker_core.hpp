@@ -52,7 +52,7 @@ class WorkerCore {
   wire_msg import_kv(const wire_msg& import_request);
 
   const std::string& name() const { return name_; }
-  bool driver() const { return place_.tp_rank == 0 && place_.pp_rank == place_.pp - 1; }
+  bool driver() const { return is_driver(place_.tp_rank, place_.pp_rank, place_.pp); }
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:
