@@ -424,12 +424,12 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   }
   if (n_out == 0) return {};
   const size_t own = vocab_counts_[static_cast<size_t>(place_.tp_rank)];
-  gate_.resize(size_t(n_out) * own);
-  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, gate_.data(), n_out, context.pool, {isa_});
+  vocab_part_.resize(size_t(n_out) * own);
+  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, vocab_part_.data(), n_out, context.pool, {isa_});
   std::vector<size_t> counts(vocab_counts_.size());
   for (size_t r = 0; r < counts.size(); ++r) counts[r] = size_t(n_out) * vocab_counts_[r];
   gathered_.resize(size_t(n_out) * vocab);
-  ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_gather({gate_.data(), gate_.size()}, gathered_, counts); }));
+  ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_gather(vocab_part_, gathered_, counts); }));
   // gathered_: rank 0's [n_out, v0], then rank 1's [n_out, v1], ...; logits: [n_out, vocab].
   size_t block = 0, column = 0;
   for (size_t r = 0; r < counts.size(); ++r) {

@@ -98,7 +98,8 @@ class TransformerModel final : public Model {
 
   // Scratch reused across steps (forward runs on one thread at a time).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
-  std::vector<float> gathered_;  // TP: every rank's lm_head part, rank after rank
+  std::vector<float> vocab_part_;  // TP: this rank's lm_head rows' logits [n_out, own vocabulary rows]
+  std::vector<float> gathered_;    // TP: every rank's vocab_part_, rank after rank
   std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
   struct AttentionTask {
     int seq, head_begin, head_end;  // batch.seqs index, query heads [head_begin, head_end)
