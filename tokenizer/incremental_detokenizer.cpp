@@ -39,7 +39,10 @@ std::string IncrementalDetokenizer::push(const std::vector<int32_t>& ids) {
     return {};
   }
   std::string out = full.substr(prefix.size());
-  prefix_offset_ = read_offset_;
+  // The emitted ids become the next window's prefix, unless alone they decode to nothing: then a start rule (a Strip
+  // decoder of more than one character) would strip through them into the next token, which it does not do in
+  // decode(), so the window keeps its older start.
+  if (!window_text(read_offset_, ids_.size()).empty()) prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   emitted_bytes_ += out.size();
   return out;

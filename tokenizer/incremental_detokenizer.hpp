@@ -9,7 +9,9 @@
 //   is final) or while the decoded window ends with U+FFFD; finish() emits it (invalid bytes as U+FFFD).
 // - Works on a window of previous tokens (prefix offset / read offset, as vLLM and HF text-generation-inference
 //   do): decode(ids[prefix:]) minus decode(ids[prefix:read]) is the new text, so decoder rules that depend on
-//   the first token (SentencePiece leading-space stripping) are applied the same way on both sides.
+//   the first token (SentencePiece leading-space stripping) are applied the same way on both sides. A window never
+//   starts at ids that decode to nothing by themselves (a lone space a Strip decoder removes), so such a rule never
+//   reaches past the window's first token.
 // - finish() ends the sequence; push() after finish() is not supported.
 // - Keeps a pointer to `tok`: the Tokenizer must outlive the detokenizer. Not thread-safe (one per sequence).
 #pragma once
