@@ -33,7 +33,8 @@ std::string IncrementalDetokenizer::push(const std::vector<int32_t>& ids) {
   }
   if (ids_.size() == read_offset_) return {};
   if (tok_->is_byte_token(ids_.back())) return {};  // a byte run may still grow
-  const std::string prefix = window_text(prefix_offset_, read_offset_);
+  if (!prefix_text_) prefix_text_ = window_text(prefix_offset_, read_offset_);
+  const std::string& prefix = *prefix_text_;
   const std::string full = window_text(prefix_offset_, ids_.size());
   if (full.size() <= prefix.size() || full.compare(0, prefix.size(), prefix) != 0 || ends_with(full, kReplacement)) {
     return {};
@@ -41,8 +42,14 @@ std::string IncrementalDetokenizer::push(const std::vector<int32_t>& ids) {
   std::string out = full.substr(prefix.size());
   // The emitted ids become the next window's prefix, unless alone they decode to nothing: then a start rule (a Strip
   // decoder of more than one character) would strip through them into the next token, which it does not do in
-  // decode(), so the window keeps its older start.
-  if (!window_text(read_offset_, ids_.size()).empty()) prefix_offset_ = read_offset_;
+  // decode(), so the window keeps its older start. Their text is the next push's prefix either way.
+  std::string emitted_alone = window_text(read_offset_, ids_.size());
+  if (emitted_alone.empty()) {
+    prefix_text_ = full;
+  } else {
+    prefix_offset_ = read_offset_;
+    prefix_text_ = std::move(emitted_alone);
+  }
   read_offset_ = ids_.size();
   emitted_bytes_ += out.size();
   return out;
@@ -53,6 +60,7 @@ std::string IncrementalDetokenizer::finish() {
   const std::string all = tok_->decode(ids_, skip_special_);
   std::string out = all.size() > emitted_bytes_ ? all.substr(emitted_bytes_) : std::string();
   prefix_offset_ = read_offset_ = ids_.size();
+  prefix_text_.reset();
   emitted_bytes_ = all.size();
   return out;
 }

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ class IncrementalDetokenizer {
   std::vector<int32_t> ids_;  // every pushed id except skipped special tokens
   std::size_t prefix_offset_ = 0;
   std::size_t read_offset_ = 0;
+  std::optional<std::string> prefix_text_;  // decode of ids [prefix_offset_, read_offset_), once known
   std::size_t emitted_bytes_ = 0;  // total size of the text returned so far
 };
 
