@@ -2,14 +2,19 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
-#include <caf/stateful_actor.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/stateful_actor.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <functional>
+#include <map>
+#include <optional>
 
 #include "actors/group_codec.hpp"
 #include "actors/kv_pool_actor.hpp"
 #include "actors/remote_worker_actor.hpp"
+#include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
 #include "comms/atoms.hpp"
@@ -19,185 +24,456 @@
 namespace actord {
 namespace {
 
+constexpr int kRebuildAttempts = 3;
+constexpr auto kRebuildRetryDelay = std::chrono::seconds(1);
+constexpr auto kLostAnswerTimeout = std::chrono::seconds(5);
+
+enum class ReplicaState { starting, serving, draining, rebuilding, failed };
+
+const char* state_name(ReplicaState s) {
+  switch (s) {
+    case ReplicaState::starting: return "starting";
+    case ReplicaState::serving: return "serving";
+    case ReplicaState::draining: return "draining";
+    case ReplicaState::rebuilding: return "rebuilding";
+    case ReplicaState::failed: return "failed";
+  }
+  return "?";
+}
+
+struct Replica {
+  int index = 0;
+  uint32_t incarnation = 0;
+  ReplicaState state = ReplicaState::starting;
+  caf::actor kv_pool;
+  caf::actor scheduler;
+  std::vector<caf::actor> ranks;  // stage-major, then tp rank
+  std::vector<std::string> rank_names;
+  std::vector<int32_t> pids;
+  std::string last_failure;
+  int failed_rebuilds = 0;
+};
+
 struct coordinator_state {
   CoordinatorParams params;
-  std::vector<caf::actor> spawned;  // everything this coordinator started, stopped in reverse order
-  caf::actor scheduler;
-  uint64_t next_group_id = 1;       // collective groups' generations: each group made gets a new id
+  caf::actor router;
+  std::map<int, Replica> replicas;
+  uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
+  uint32_t replacements = 0;
+  bool scaling = false;
   static inline const char* name = "coordinator";
 };
 
 using self_ptr = caf::stateful_actor<coordinator_state>*;
+using BuildDone = std::function<void(std::optional<Error>)>;
+
+// The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
+void stop_replica_actors(self_ptr self, Replica& r) {
+  auto stop = [&](caf::actor& a) {
+    if (!a) return;
+    self->demonitor(a);
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+    a = nullptr;
+  };
+  stop(r.scheduler);
+  for (auto it = r.ranks.rbegin(); it != r.ranks.rend(); ++it) stop(*it);
+  r.ranks.clear();
+  stop(r.kv_pool);
+}
 
 void stop_all(self_ptr self) {
-  auto& spawned = self->state.spawned;
-  for (auto it = spawned.rbegin(); it != spawned.rend(); ++it) {
-    self->demonitor(*it);
-    self->send_exit(*it, caf::exit_reason::user_shutdown);
+  auto& st = self->state;
+  for (auto& [index, r] : st.replicas) stop_replica_actors(self, r);
+  st.replicas.clear();
+  if (st.router) self->send_exit(st.router, caf::exit_reason::user_shutdown);
+  st.router = nullptr;
+}
+
+// Whether replica `index` is still the incarnation a callback was made for.
+Replica* current(self_ptr self, int index, uint32_t incarnation) {
+  auto it = self->state.replicas.find(index);
+  return it == self->state.replicas.end() || it->second.incarnation != incarnation ? nullptr : &it->second;
+}
+
+// Spawns replica `index`'s kv_pool and ranks (with their collective groups), loads the model in every rank at
+// once, and spawns its scheduler when all are ready; `done` gets nothing then, or the first error (the replica's
+// actors are stopped). It does not join the router: the caller does (join_router).
+void build_replica(self_ptr self, int index, BuildDone done) {
+  auto& st = self->state;
+  const auto& p = st.params;
+  Replica& r = st.replicas.at(index);
+  const uint32_t incarnation = r.incarnation;
+  const GroupSection& group = p.topology.groups.at(0);
+  const std::string replica = "replica/" + std::to_string(index);
+  const int tp = group.tp, pp = group.pp, n_ranks = tp * pp;
+  // One rank alone keeps the name "worker/0"; ranks of a tp x pp replica are "worker/tpT.ppP".
+  auto rank_name = [=](int k, int s) {
+    return n_ranks == 1 ? replica + "/worker/0"
+                        : replica + "/worker/tp" + std::to_string(k) + ".pp" + std::to_string(s);
+  };
+  r.kv_pool = spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size));
+
+  // The replica's collective groups: one TP group per stage, one pipeline group per tp rank. Threads get their
+  // communicators now; processes get the specs in WorkerInit and join them (shared memory on this node).
+  const bool in_processes = group.placement == Placement::process;
+  auto spec_of = [&](const std::string& name, int size) {
+    coll::GroupSpec spec;
+    spec.name = replica + "/" + name;
+    spec.id = st.next_group_id++;
+    spec.size = size;
+    spec.placement = in_processes ? coll::Placement::process : coll::Placement::thread;
+    spec.timeout = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 4 * p.topology.engine.step_timeout);
+    spec.engine_pid = static_cast<int64_t>(getpid());
+    return spec;
+  };
+  std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
+  std::vector<coll::GroupSpec> tp_specs, pipeline_specs;  // [stage], [tp rank]
+  if (tp > 1) {
+    for (int s = 0; s < pp; ++s) tp_specs.push_back(spec_of("pp" + std::to_string(s) + "/tp", tp));
   }
-  spawned.clear();
-  self->state.scheduler = nullptr;
+  if (pp > 1) {
+    for (int k = 0; k < tp; ++k) pipeline_specs.push_back(spec_of("tp" + std::to_string(k) + "/pipeline", pp));
+  }
+  if (!in_processes) {
+    for (int s = 0; s < static_cast<int>(tp_specs.size()); ++s) {
+      auto comms = coll::create_local_group(tp_specs[static_cast<size_t>(s)]);
+      if (!comms) {
+        stop_replica_actors(self, r);
+        return done(comms.error());
+      }
+      for (int k = 0; k < tp; ++k) links[static_cast<size_t>(s * tp + k)].tp = std::move((*comms)[static_cast<size_t>(k)]);
+    }
+    for (int k = 0; k < static_cast<int>(pipeline_specs.size()); ++k) {
+      auto comms = coll::create_local_group(pipeline_specs[static_cast<size_t>(k)]);
+      if (!comms) {
+        stop_replica_actors(self, r);
+        return done(comms.error());
+      }
+      for (int s = 0; s < pp; ++s)
+        links[static_cast<size_t>(s * tp + k)].pipeline = std::move((*comms)[static_cast<size_t>(s)]);
+    }
+  }
+
+  r.rank_names.clear();
+  r.pids.assign(static_cast<size_t>(n_ranks), 0);
+  for (int s = 0; s < pp; ++s) {
+    for (int k = 0; k < tp; ++k) {
+      const std::string name = rank_name(k, s);
+      WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout, p.ipc_dir};
+      options.incarnation = incarnation;
+      caf::actor worker = in_processes
+                              ? spawn_remote_worker(self->system(), options)
+                              : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));
+      self->monitor(worker);
+      r.ranks.push_back(worker);
+      r.rank_names.push_back(name);
+    }
+  }
+
+  auto init_of = [&](int k, int s) {
+    const size_t rank = static_cast<size_t>(s * tp + k);
+    const int threads = rank < p.rank_threads.size() ? p.rank_threads[rank] : group.threads;
+    return build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
+      out.setCorrelationId(1);
+      out.setName(rank_name(k, s));
+      out.setModelPath(p.topology.model.path.string());
+      out.setDtype(p.topology.model.dtype);
+      out.setNumKvBlocks(p.num_kv_blocks);
+      out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap ? p.limits.swap_blocks : 0);
+      out.setKvDtype(dtype_name(p.kv_dtype));
+      out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
+      out.setLogLevel(p.log_level);
+      out.setLoadFormat(p.topology.model.load_format);
+      out.setThreads(static_cast<uint32_t>(threads));
+      out.setCpuIsa(group.cpu_isa);
+      out.setSeed(p.topology.model.seed);
+      auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
+      for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
+      out.setTp(static_cast<uint32_t>(tp));
+      out.setPp(static_cast<uint32_t>(pp));
+      out.setTpRank(static_cast<uint32_t>(k));
+      out.setPpRank(static_cast<uint32_t>(s));
+      if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(s)], out.initTpGroup());
+      if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(k)], out.initPipelineGroup());
+    });
+  };
+  // Every rank loads its shard at once (ranks in processes meet in their groups while loading); the scheduler
+  // starts when all are ready, and the first failure stops them all.
+  struct Progress {
+    int waiting = 0;
+    bool over = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  progress->waiting = n_ranks;
+  auto fail = [=](Errc code, const std::string& why) {
+    if (progress->over) return;
+    progress->over = true;
+    if (Replica* r = current(self, index, incarnation)) stop_replica_actors(self, *r);
+    done(Error{code, why});
+  };
+  auto all_ready = [=]() {
+    progress->over = true;
+    Replica* r = current(self, index, incarnation);
+    if (!r) return;  // stopped meanwhile
+    auto& s = self->state;
+    auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
+    if (!policy) {
+      stop_replica_actors(self, *r);
+      return done(policy.error());
+    }
+    caf::actor driver;
+    std::vector<caf::actor> followers;
+    for (int k = 0; k < n_ranks; ++k) {
+      const caf::actor& worker = r->ranks[static_cast<size_t>(k)];
+      if (is_driver(k % tp, k / tp, pp)) driver = worker;
+      else followers.push_back(worker);
+    }
+    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), driver, r->kv_pool, s.router,
+                                   caf::actor_cast<caf::actor>(self), replica + "/scheduler", s.params.topology.engine.step_timeout, std::move(followers));
+    done(std::nullopt);
+  };
+  for (int s = 0; s < pp; ++s) {
+    for (int k = 0; k < tp; ++k) {
+      const std::string name = rank_name(k, s);
+      const size_t rank = static_cast<size_t>(s * tp + k);
+      self->request(r.ranks[rank], p.worker_start_timeout, init_atom::value, init_of(k, s))
+          .then(
+              [=](const wire_msg& reply) {
+                WireReader reader(reply);
+                auto ready = reader.root<wire::WorkerReady>();
+                if (has_error(ready.getError())) {
+                  const Error err = get_error(ready.getError());
+                  return fail(err.code, err.message);
+                }
+                spdlog::info("coordinator: {} ready (pid {})", name, ready.getPid());
+                if (Replica* r = current(self, index, incarnation)) r->pids[rank] = ready.getPid();
+                if (--progress->waiting == 0 && !progress->over) all_ready();
+              },
+              [=](const caf::error& err) {
+                fail(Errc::worker_failed, name + " did not become ready: " + self->system().render(err));
+              });
+    }
+  }
+}
+
+// The replica takes requests from the router from now on.
+void join_router(self_ptr self, Replica& r) {
+  r.state = ReplicaState::serving;
+  self->send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index), r.scheduler);
+}
+
+void rebuild(self_ptr self, int index, uint32_t incarnation);
+
+// A rank of replica `index` went down: its sequences go back to the router, and it is rebuilt.
+void recover(self_ptr self, int index, const std::string& why) {
+  auto& st = self->state;
+  Replica& r = st.replicas.at(index);
+  if (r.state == ReplicaState::draining) {  // its drain answers once the scheduler handed everything back
+    if (r.scheduler) self->send(r.scheduler, lost_atom::value, why);
+    return;
+  }
+  if (r.state != ReplicaState::serving) return;  // a failed start or rebuild is handled by its own callback
+  spdlog::error("coordinator: replica/{} lost a rank ({}): rebuilding it", index, why);
+  r.state = ReplicaState::rebuilding;
+  r.last_failure = why;
+  ++st.replacements;
+  self->send(st.router, leave_atom::value, r.scheduler);
+  const uint32_t incarnation = r.incarnation;
+  self->request(r.scheduler, kLostAnswerTimeout, lost_atom::value, why)
+      .then(
+          [=](const std::string& cause) {
+            if (Replica* r = current(self, index, incarnation)) r->last_failure = cause;
+            rebuild(self, index, incarnation);
+          },
+          [=](const caf::error&) { rebuild(self, index, incarnation); });
+}
+
+void rebuild(self_ptr self, int index, uint32_t incarnation) {
+  Replica* r = current(self, index, incarnation);
+  if (!r) return;
+  stop_replica_actors(self, *r);
+  ++r->incarnation;
+  r->state = ReplicaState::rebuilding;
+  const uint32_t next = r->incarnation;
+  build_replica(self, index, [=](std::optional<Error> failure) {
+    Replica* r = current(self, index, next);
+    if (!r) return;
+    if (!failure) {
+      r->failed_rebuilds = 0;
+      spdlog::info("coordinator: replica/{} rebuilt (incarnation {})", index, next);
+      join_router(self, *r);
+      return;
+    }
+    r->last_failure = failure->message;
+    if (++r->failed_rebuilds >= kRebuildAttempts) {
+      r->state = ReplicaState::failed;
+      spdlog::error("coordinator: replica/{} could not be rebuilt ({} attempts): {}", index, kRebuildAttempts,
+                    failure->message);
+      return;
+    }
+    spdlog::warn("coordinator: rebuilding replica/{} failed, again in {} s: {}", index,
+                 std::chrono::seconds(kRebuildRetryDelay).count(), failure->message);
+    self->delayed_send(self, kRebuildRetryDelay, rebuild_atom::value, index, next);
+  });
+}
+
+// Builds replicas `indices` together; `done` gets nothing when all are ready (none joined the router yet), or the
+// first error (every one of them stopped and forgotten).
+void build_replicas(self_ptr self, const std::vector<int>& indices, std::function<void(std::optional<Error>)> done) {
+  struct Gather {
+    size_t left = 0;
+    std::optional<Error> failure;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->left = indices.size();
+  for (int index : indices) {
+    Replica& r = self->state.replicas[index];
+    r.index = index;
+    r.state = ReplicaState::starting;
+  }
+  for (int index : indices) {
+    build_replica(self, index, [=](std::optional<Error> failure) {
+      if (failure && !gather->failure) gather->failure = failure;
+      if (--gather->left > 0) return;
+      if (gather->failure) {
+        for (int i : indices) {
+          auto it = self->state.replicas.find(i);
+          if (it == self->state.replicas.end()) continue;
+          stop_replica_actors(self, it->second);
+          self->state.replicas.erase(it);
+        }
+      }
+      done(gather->failure);
+    });
+  }
+}
+
+// Drains and removes replicas `indices`; `done` when all have stopped.
+void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done) {
+  auto left = std::make_shared<size_t>(indices.size());
+  for (int index : indices) {
+    Replica& r = self->state.replicas.at(index);
+    r.state = ReplicaState::draining;
+    auto finish = [=]() {
+      auto it = self->state.replicas.find(index);
+      if (it != self->state.replicas.end()) {
+        stop_replica_actors(self, it->second);
+        self->state.replicas.erase(it);
+      }
+      spdlog::info("coordinator: replica/{} drained and stopped", index);
+      if (--*left == 0) done();
+    };
+    if (!r.scheduler) {
+      finish();
+      continue;
+    }
+    self->send(self->state.router, leave_atom::value, r.scheduler);
+    self->request(r.scheduler, caf::infinite, drain_atom::value)
+        .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+  }
+}
+
+wire_msg fleet_status(self_ptr self) {
+  const auto& st = self->state;
+  return build<wire::FleetStatus>([&](wire::FleetStatus::Builder out) {
+    out.setGroup(st.params.topology.groups.at(0).name);
+    out.setReplacements(st.replacements);
+    out.setScaling(st.scaling);
+    auto list = out.initReplicas(static_cast<uint32_t>(st.replicas.size()));
+    uint32_t i = 0;
+    for (const auto& [index, r] : st.replicas) {
+      auto rs = list[i++];
+      rs.setIndex(static_cast<uint32_t>(index));
+      rs.setState(state_name(r.state));
+      rs.setIncarnation(r.incarnation);
+      auto names = rs.initRanks(static_cast<uint32_t>(r.rank_names.size()));
+      for (uint32_t k = 0; k < r.rank_names.size(); ++k) names.set(k, r.rank_names[k]);
+      fill_list(rs.initPids(static_cast<uint32_t>(r.pids.size())), r.pids);
+      rs.setLastFailure(r.last_failure);
+    }
+  });
 }
 
 caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
   self->state.params = std::move(params);
   self->set_down_handler([=](caf::down_msg& msg) {
-    spdlog::error("coordinator: actor {} went down: {}", caf::to_string(msg.source), self->system().render(msg.reason));
+    for (auto& [index, r] : self->state.replicas) {
+      const bool ours = std::any_of(r.ranks.begin(), r.ranks.end(), [&](const caf::actor& a) { return a.address() == msg.source; });
+      if (!ours) continue;
+      const std::string why = "rank " + caf::to_string(msg.source) + " went down: " + self->system().render(msg.reason);
+      recover(self, index, why);
+      return;
+    }
   });
   return {
       [=](start_atom) {
         auto rp = self->make_response_promise();
         auto& st = self->state;
-        const auto& p = st.params;
-        const GroupSection& group = p.topology.groups.at(0);
-        const std::string replica = "replica/0";
-        const int tp = group.tp, pp = group.pp, n_ranks = tp * pp;
-        // One rank alone keeps the name "worker/0"; ranks of a tp x pp replica are "worker/tpT.ppP".
-        auto rank_name = [&](int k, int s) {
-          return n_ranks == 1 ? replica + "/worker/0"
-                              : replica + "/worker/tp" + std::to_string(k) + ".pp" + std::to_string(s);
-        };
-
-        caf::actor kv_pool = spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size));
-        st.spawned.push_back(kv_pool);
-
-        // The replica's collective groups: one TP group per stage, one pipeline group per tp rank. Threads get their
-        // communicators now; processes get the specs in WorkerInit and join them (shared memory on this node).
-        const bool in_processes = group.placement == Placement::process;
-        auto spec_of = [&](const std::string& name, int size) {
-          coll::GroupSpec spec;
-          spec.name = replica + "/" + name;
-          spec.id = st.next_group_id++;
-          spec.size = size;
-          spec.placement = in_processes ? coll::Placement::process : coll::Placement::thread;
-          spec.timeout = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 4 * p.topology.engine.step_timeout);
-          spec.engine_pid = static_cast<int64_t>(getpid());
-          return spec;
-        };
-        std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
-        std::vector<coll::GroupSpec> tp_specs, pipeline_specs;  // [stage], [tp rank]
-        auto fail_now = [&](const Error& e) {
-          stop_all(self);
-          rp.deliver(static_cast<uint32_t>(e.code), e.message, caf::actor{});
-          return rp;
-        };
-        if (tp > 1) {
-          for (int s = 0; s < pp; ++s) tp_specs.push_back(spec_of("pp" + std::to_string(s) + "/tp", tp));
-        }
-        if (pp > 1) {
-          for (int k = 0; k < tp; ++k) pipeline_specs.push_back(spec_of("tp" + std::to_string(k) + "/pipeline", pp));
-        }
-        if (!in_processes) {
-          for (int s = 0; s < static_cast<int>(tp_specs.size()); ++s) {
-            auto comms = coll::create_local_group(tp_specs[static_cast<size_t>(s)]);
-            if (!comms) return fail_now(comms.error());
-            for (int k = 0; k < tp; ++k) links[static_cast<size_t>(s * tp + k)].tp = std::move((*comms)[static_cast<size_t>(k)]);
-          }
-          for (int k = 0; k < static_cast<int>(pipeline_specs.size()); ++k) {
-            auto comms = coll::create_local_group(pipeline_specs[static_cast<size_t>(k)]);
-            if (!comms) return fail_now(comms.error());
-            for (int s = 0; s < pp; ++s)
-              links[static_cast<size_t>(s * tp + k)].pipeline = std::move((*comms)[static_cast<size_t>(s)]);
-          }
-        }
-
-        std::vector<caf::actor> workers;
-        for (int s = 0; s < pp; ++s) {
-          for (int k = 0; k < tp; ++k) {
-            const std::string name = rank_name(k, s);
-            caf::actor worker =
-                in_processes ? spawn_remote_worker(self->system(),
-                                                   WorkerProcessOptions{p.worker_executable, name, p.log_level,
-                                                                        p.topology.engine.step_timeout, p.ipc_dir})
-                             : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));
-            st.spawned.push_back(worker);
-            self->monitor(worker);
-            workers.push_back(worker);
-          }
-        }
-
-        auto init_of = [&](int k, int s) {
-          return build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
-            out.setCorrelationId(1);
-            out.setName(rank_name(k, s));
-            out.setModelPath(p.topology.model.path.string());
-            out.setDtype(p.topology.model.dtype);
-            out.setNumKvBlocks(p.num_kv_blocks);
-            out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap ? p.limits.swap_blocks : 0);
-            out.setKvDtype(dtype_name(p.kv_dtype));
-            out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
-            out.setLogLevel(p.log_level);
-            out.setLoadFormat(p.topology.model.load_format);
-            out.setThreads(static_cast<uint32_t>(group.threads));
-            out.setCpuIsa(group.cpu_isa);
-            out.setSeed(p.topology.model.seed);
-            auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
-            for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
-            out.setTp(static_cast<uint32_t>(tp));
-            out.setPp(static_cast<uint32_t>(pp));
-            out.setTpRank(static_cast<uint32_t>(k));
-            out.setPpRank(static_cast<uint32_t>(s));
-            if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(s)], out.initTpGroup());
-            if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(k)], out.initPipelineGroup());
-          });
-        };
-        // Every rank loads its shard at once (ranks in processes meet in their groups while loading); the scheduler
-        // starts when all are ready, and the first failure stops them all.
-        struct Progress {
-          int waiting = 0;
-          bool failed = false;
-        };
-        auto progress = std::make_shared<Progress>();
-        progress->waiting = n_ranks;
-        auto fail = [=](Errc code, const std::string& why) mutable {
-          if (progress->failed) return;
-          progress->failed = true;
-          stop_all(self);
-          rp.deliver(static_cast<uint32_t>(code), why, caf::actor{});
-        };
-        auto all_ready = [=]() mutable {
-          auto& s = self->state;
-          auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
-          if (!policy) {
-            fail(policy.error().code, policy.error().message);
+        const GroupSection& group = st.params.topology.groups.at(0);
+        st.router = spawn_router(self->system(), st.params.route_policy, st.params.limits.block_size);
+        std::vector<int> indices;
+        for (int i = 0; i < group.replicas; ++i) indices.push_back(i);
+        build_replicas(self, indices, [=](std::optional<Error> failure) mutable {
+          if (failure) {
+            stop_all(self);
+            rp.deliver(static_cast<uint32_t>(failure->code), failure->message, caf::actor{});
             return;
           }
-          caf::actor driver;
-          std::vector<caf::actor> followers;
-          for (int r = 0; r < n_ranks; ++r) {
-            const caf::actor& worker = workers[static_cast<size_t>(r)];
-            if (is_driver(r % tp, r / tp, pp)) driver = worker;
-            else followers.push_back(worker);
-          }
-          s.scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), driver, kv_pool,
-                                        replica + "/scheduler", s.params.topology.engine.step_timeout,
-                                        std::move(followers));
-          s.spawned.push_back(s.scheduler);
-          rp.deliver(kCoordinatorOk, std::string(), s.scheduler);
-        };
-        for (int s = 0; s < pp; ++s) {
-          for (int k = 0; k < tp; ++k) {
-            const std::string name = rank_name(k, s);
-            self->request(workers[static_cast<size_t>(s * tp + k)], p.worker_start_timeout, init_atom::value, init_of(k, s))
-                .then(
-                    [=](const wire_msg& reply) mutable {
-                      WireReader reader(reply);
-                      auto ready = reader.root<wire::WorkerReady>();
-                      if (has_error(ready.getError())) {
-                        const Error err = get_error(ready.getError());
-                        fail(err.code, err.message);
-                        return;
-                      }
-                      spdlog::info("coordinator: {} ready (pid {})", name, ready.getPid());
-                      if (--progress->waiting == 0 && !progress->failed) all_ready();
-                    },
-                    [=](const caf::error& err) mutable {
-                      fail(Errc::worker_failed, name + " did not become ready: " + self->system().render(err));
-                    });
-          }
+          for (auto& [index, r] : self->state.replicas) join_router(self, r);
+          rp.deliver(kCoordinatorOk, std::string(), self->state.router);
+        });
+        return rp;
+      },
+      [=](scale_atom, const std::string& group_name, int32_t replicas) -> caf::result<uint32_t, std::string> {
+        auto& st = self->state;
+        const GroupSection& group = st.params.topology.groups.at(0);
+        if (group_name != group.name)
+          return {static_cast<uint32_t>(Errc::invalid_argument),
+                  "unknown group \"" + group_name + "\" (the topology has: " + group.name + ")"};
+        if (replicas < 1)
+          return {static_cast<uint32_t>(Errc::invalid_argument),
+                  "replicas: must be at least 1, got " + std::to_string(replicas)};
+        if (st.scaling)
+          return {static_cast<uint32_t>(Errc::invalid_argument), "a scale of group " + group.name + " is in progress"};
+        std::vector<int> active;
+        for (const auto& [index, r] : st.replicas)
+          if (r.state != ReplicaState::draining) active.push_back(index);
+        const int have = static_cast<int>(active.size());
+        if (replicas == have) return {kCoordinatorOk, "group " + group.name + " has " + std::to_string(have) + " replicas already"};
+        st.scaling = true;
+        auto rp = self->make_response_promise<uint32_t, std::string>();
+        if (replicas > have) {
+          std::vector<int> added;
+          for (int index = 0; static_cast<int>(added.size()) < replicas - have; ++index)
+            if (!st.replicas.count(index)) added.push_back(index);
+          for (int index : added) st.replicas[index].index = index;
+          build_replicas(self, added, [=](std::optional<Error> failure) mutable {
+            self->state.scaling = false;
+            if (failure) {
+              rp.deliver(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
+              return;
+            }
+            for (int index : added) join_router(self, self->state.replicas.at(index));
+            rp.deliver(kCoordinatorOk, "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas");
+          });
+        } else {
+          std::vector<int> removed(active.end() - (have - replicas), active.end());
+          drain_replicas(self, removed, [=]() mutable {
+            self->state.scaling = false;
+            rp.deliver(kCoordinatorOk, "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas");
+          });
         }
         return rp;
       },
+      [=](fleet_atom) { return fleet_status(self); },
+      // A scheduler lost its worker (a missed deadline, a failed step) before any rank went down.
+      [=](lost_atom, const std::string& why) {
+        const auto from = self->current_sender();
+        for (auto& [index, r] : self->state.replicas) {
+          if (r.scheduler && caf::actor_cast<caf::strong_actor_ptr>(r.scheduler) == from) return recover(self, index, why);
+        }
+      },
+      [=](rebuild_atom, int index, uint32_t incarnation) { rebuild(self, index, incarnation); },
       [=](stop_atom) {
         stop_all(self);
         self->quit();

@@ -1,21 +1,37 @@
-// The coordinator: turns a validated topology into running actors and supervises them.
+// The coordinator: turns a validated topology into running actors and keeps them running.
 //
-// Messages: (start_atom) -> (uint32_t errc_or_max, std::string error, caf::actor scheduler): spawns the kv_pool,
-// the worker (in a thread, or in its own process for placement: process), loads the model in the worker
-// (WorkerInit -> WorkerReady), then spawns the scheduler. On failure errc is the Errc of the error and nothing is
-// left running; on success errc is UINT32_MAX. (stop_atom) stops everything it spawned, worker processes included.
-// Worker deaths after start are logged here; the requests they carried fail through the scheduler.
+// It owns the router and one data parallel group's replicas; each replica is a kv_pool, its ranks (tp x pp
+// workers: threads, or processes of their own, with their collective groups) and a scheduler. Messages:
+// - (start_atom) -> (uint32_t errc_or_ok, std::string error, caf::actor router): spawns the router and every
+//   replica at once (each rank loads its shard: WorkerInit -> WorkerReady); a replica whose ranks are all ready
+//   gets its scheduler and joins the router. On failure errc is the Errc of the first error and nothing is left
+//   running; on success kCoordinatorOk.
+// - (scale_atom, std::string group, int32_t replicas) -> (uint32_t errc_or_ok, std::string message): adds
+//   replicas (built as at start, joining the router when ready; if one fails the added ones are stopped again
+//   and the fleet is as before) or removes the highest-numbered ones (each drains: the router sends it nothing
+//   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
+//   when done. One scale at a time; replicas < 1 or an unknown group is refused and changes nothing. The caller
+//   has checked the machine's cores and memory (Engine::scale).
+// - (fleet_atom) -> wire_msg FleetStatus: every replica's state, ranks and pids.
+// - (stop_atom): stops everything, worker processes included.
+// Supervision: every rank is monitored. When one goes down (a process killed, a thread's actor gone) its replica
+// is rebuilt: the router stops routing to it, its scheduler hands every sequence back to the router (they continue
+// on the other replicas, or on this one once it is back, recomputed from their tokens so far), its other ranks
+// are stopped, and the replica is started again (a new incarnation: new collective groups, new processes).
+// A rebuild that fails is retried kRebuildAttempts times, a second apart; then the replica is marked failed.
 #pragma once
 
 #include <caf/fwd.hpp>
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/topology_config.hpp"
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler/policy_registry.hpp"
+#include "scheduler/replica_router.hpp"
 
 namespace actord {
 
@@ -24,8 +40,12 @@ class ModelRegistry;
 struct CoordinatorParams {
   TopologyConfig topology;
   SchedulerLimits limits;
-  uint32_t num_kv_blocks = 0;
+  uint32_t num_kv_blocks = 0;               // of each replica (each of its ranks holds this many of its shard)
   DType kv_dtype = DType::f32;
+  // CPU threads of each rank of a replica (stage-major, then tp rank) as the topology plan resolved them; empty:
+  // groups[0].threads for every rank.
+  std::vector<int> rank_threads;
+  RoutePolicy route_policy = RoutePolicy::least_tokens;
   std::filesystem::path worker_executable;  // for placement: process
   std::filesystem::path ipc_dir;            // for placement: process: the engine's private ipc folder
   std::string log_level = "warn";

@@ -24,6 +24,7 @@
 #include "core/host_memory.hpp"
 #include "core/topology_plan.hpp"
 #include "core/kv_sizing.hpp"
+#include "core/route_policy.hpp"
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
 #include "plugins/model_registry.hpp"
@@ -81,7 +82,6 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
     return make_error(Errc::unsupported,
                       where + "groups[0]." + key + ": " + what + " is not supported yet (" + hint + ")");
   };
-  if (g.replicas != 1) return refuse("replicas", "data parallelism", "must be 1");
   if (g.placement == Placement::node) return refuse("placement", "placement on nodes", "use thread or process");
   return {};
 }
@@ -98,7 +98,10 @@ struct Engine::Impl {
   ActordSystemConfig caf_config{0};
   std::unique_ptr<caf::actor_system> system;
   caf::actor coordinator;
-  caf::actor scheduler;
+  caf::actor router;                      // where the tokenizer actors submit; it sums the replicas' stats
+  TopologyConfig topology;                // as started; groups[0].replicas follows scale()
+  ModelShape shape;
+  std::mutex scale_mutex;                 // one scale() at a time
   std::vector<caf::actor> tokenizers;
   std::unique_ptr<ApiClient> api;
   std::atomic<uint64_t> next_id{1};
@@ -135,15 +138,21 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   // A lone worker holds the whole model; each rank of a tp x pp replica its shard, and the topology plan sizes the
   // replica's KV pool (engine.kv_cache_memory per rank: what its largest rank fits) and its ranks' memory.
   const GroupSection& group = topology.groups[0];
+  auto route_policy = route_policy_from_name(group.router);
+  if (!route_policy) return Error{Errc::invalid_config, where + "groups[0].router: " + route_policy.error().message};
+  impl->topology = topology;
+  impl->shape = model_shape(*checked);
   KvSizing kv;
   MemoryAsk ask;
-  if (group.tp * group.pp > 1) {
-    auto plan = plan_topology(topology, model_shape(*checked), usable_cpu_cores());
+  std::vector<int> rank_threads;
+  if (group.replicas * group.tp * group.pp > 1) {
+    auto plan = plan_topology(topology, impl->shape, usable_cpu_cores());
     if (!plan) return plan.error();
     kv.num_blocks = plan->groups[0].num_kv_blocks;
     kv.swap_blocks = plan->groups[0].num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
     ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    for (int r = 0; r < group.tp * group.pp; ++r) rank_threads.push_back(plan->groups[0].ranks[static_cast<size_t>(r)].threads);
   } else {
     auto sized = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
     if (!sized) return sized.error();
@@ -174,6 +183,8 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
   params.limits.swap_blocks = kv.swap_blocks;
   params.kv_dtype = kv_dtype;
+  params.rank_threads = std::move(rank_threads);
+  params.route_policy = *route_policy;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {
     std::error_code ec;
@@ -202,8 +213,8 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     caf::scoped_actor self{*impl->system};
     self->request(impl->coordinator, caf::infinite, start_atom::value)
         .receive(
-            [&](uint32_t code, std::string& error, caf::actor& scheduler) {
-              if (code == kCoordinatorOk) impl->scheduler = std::move(scheduler);
+            [&](uint32_t code, std::string& error, caf::actor& router) {
+              if (code == kCoordinatorOk) impl->router = std::move(router);
               else failure = Error{static_cast<Errc>(code), std::move(error)};
             },
             [&](caf::error& err) { failure = Error{Errc::internal, impl->system->render(err)}; });
@@ -212,7 +223,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   {
     caf::scoped_actor self{*impl->system};
     for (auto& tokenizer : impl->tokenizers) {
-      self->request(tokenizer, caf::infinite, route_atom::value, impl->scheduler)
+      self->request(tokenizer, caf::infinite, route_atom::value, impl->router)
           .receive([](bool) {}, [&](caf::error& err) { failure = Error{Errc::internal, impl->system->render(err)}; });
     }
   }
@@ -346,12 +357,81 @@ Result<EngineStats> Engine::stats() {
   caf::scoped_actor self{*impl_->system};
   wire_msg req = build<wire::StatsRequest>([&](wire::StatsRequest::Builder out) { out.setCorrelationId(1); });
   Result<EngineStats> result = Error{Errc::internal, "no reply from the scheduler"};
-  self->request(impl_->scheduler, caf::infinite, stats_atom::value, std::move(req))
+  self->request(impl_->router, caf::infinite, stats_atom::value, std::move(req))
       .receive(
           [&](const wire_msg& reply) {
             WireReader reader(reply);
             const EngineStats st = from_wire(reader.root<wire::SchedulerStats>());
             result = st;
+          },
+          [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
+  return result;
+}
+
+Status Engine::scale(const std::string& group, int replicas) {
+  std::lock_guard lock(impl_->scale_mutex);
+  const TopologyConfig& now = impl_->topology;
+  const std::string where = now.source.string() + ": ";
+  if (group != now.groups[0].name)
+    return make_error(Errc::invalid_argument, "unknown group \"" + group + "\" (the topology has: " + now.groups[0].name + ")");
+  if (replicas < 1) return make_error(Errc::invalid_argument, "replicas: must be at least 1, got " + std::to_string(replicas));
+  if (replicas > kMaxGroupDimension)
+    return make_error(Errc::invalid_argument,
+                      "replicas: must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(replicas));
+  const int have = now.groups[0].replicas;
+  if (replicas > have) {
+    // The added replicas must fit the machine: cores (as at start) and the memory available now.
+    TopologyConfig grown = now;
+    grown.groups[0].replicas = replicas;
+    ACTORD_TRY_STATUS(check_threads_fit(grown, usable_cpu_cores()));
+    auto plan = plan_topology(grown, impl_->shape, usable_cpu_cores());
+    if (!plan) return plan.error();
+    const NodePlan& local = plan->nodes.front();
+    const uint64_t per = uint64_t(replicas);
+    const uint64_t added = uint64_t(replicas - have);
+    const MemoryAsk ask{local.weight_bytes / per * added, local.kv_pool_bytes / per * added,
+                        local.swap_bytes / per * added};
+    if (const auto available = available_host_memory())
+      ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "scale to " + std::to_string(replicas) + " replicas: "));
+  }
+  caf::scoped_actor self{*impl_->system};
+  Status result = make_error(Errc::internal, "no reply from the coordinator");
+  self->request(impl_->coordinator, caf::infinite, scale_atom::value, group, static_cast<int32_t>(replicas))
+      .receive(
+          [&](uint32_t code, std::string& message) {
+            if (code == kCoordinatorOk) {
+              result = {};
+              impl_->topology.groups[0].replicas = replicas;
+            } else {
+              result = make_error(static_cast<Errc>(code), std::move(message));
+            }
+          },
+          [&](caf::error& err) { result = make_error(Errc::internal, impl_->system->render(err)); });
+  return result;
+}
+
+Result<FleetInfo> Engine::fleet() {
+  caf::scoped_actor self{*impl_->system};
+  Result<FleetInfo> result = Error{Errc::internal, "no reply from the coordinator"};
+  self->request(impl_->coordinator, caf::infinite, fleet_atom::value)
+      .receive(
+          [&](const wire_msg& reply) {
+            WireReader reader(reply);
+            auto in = reader.root<wire::FleetStatus>();
+            FleetInfo info;
+            info.group = string_of(in.getGroup());
+            info.replacements = in.getReplacements();
+            info.scaling = in.getScaling();
+            for (auto r : in.getReplicas()) {
+              ReplicaInfo& out = info.replicas.emplace_back();
+              out.index = static_cast<int>(r.getIndex());
+              out.state = string_of(r.getState());
+              out.incarnation = r.getIncarnation();
+              for (auto name : r.getRanks()) out.ranks.push_back(string_of(name));
+              out.pids = to_vector<int32_t>(r.getPids());
+              out.last_failure = string_of(r.getLastFailure());
+            }
+            result = std::move(info);
           },
           [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
   return result;

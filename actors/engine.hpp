@@ -71,8 +71,26 @@ struct GenerateOutput {
   void add(const StreamEvent& event);
 };
 
-// Totals of the replica's scheduler since the engine started (core/scheduler_stats.hpp).
+// Totals of the replicas' schedulers since the engine started (core/scheduler_stats.hpp): summed over the
+// replicas (those removed or rebuilt count with what they had done when last asked).
 using EngineStats = SchedulerStats;
+
+// One data parallel replica as the coordinator sees it.
+struct ReplicaInfo {
+  int index = 0;                     // replica/INDEX
+  std::string state;                 // starting | serving | draining | rebuilding | failed
+  uint32_t incarnation = 0;          // one more each time it was rebuilt after losing a rank
+  std::vector<std::string> ranks;    // rank names, stage-major
+  std::vector<int32_t> pids;         // of each rank (this process's for thread ranks); 0 until ready
+  std::string last_failure;          // why it was last rebuilt
+};
+
+struct FleetInfo {
+  std::string group;
+  std::vector<ReplicaInfo> replicas;
+  uint32_t replacements = 0;         // rebuilds after a lost rank since the start
+  bool scaling = false;
+};
 
 using TextCallback = std::function<void(size_t output_index, std::string_view text_delta)>;
 
@@ -103,6 +121,13 @@ class Engine {
   void cancel(uint64_t request_id);
   size_t num_in_flight() const;  // submitted requests not finished yet
   Result<EngineStats> stats();
+
+  // Data parallel resize while serving: the group gets `replicas` replicas. Added ones start as at start-up and
+  // take requests once all are ready; removed ones (the highest-numbered) drain: no new requests, waiting ones go
+  // to the others, running ones finish. Returns when done. Refused, changing nothing: an unknown group, replicas
+  // < 1, more ranks than the machine's cores (without groups[].oversubscribe) or its memory, a scale in progress.
+  Status scale(const std::string& group, int replicas);
+  Result<FleetInfo> fleet();
 
  private:
   struct Impl;

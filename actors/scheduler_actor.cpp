@@ -31,7 +31,9 @@ struct scheduler_state {
   caf::actor kv_pool;
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
-  std::string worker_failure;                 // non-empty once the worker was declared failed
+  caf::actor supervisor;                      // told when the worker is lost (the coordinator)
+  caf::actor router;                          // where sequences go back when the worker is lost or it drains
+  std::string worker_failure;                 // non-empty once the worker was lost: everything goes back
   uint64_t abandoned_through = 0;             // results of steps up to this id are dropped (failed already)
   bool lease_ready = false;
   bool lease_growing = false;                 // a lease request is on its way to the kv_pool
@@ -62,8 +64,12 @@ struct scheduler_state {
   // of requests not scheduled yet, and times measured and not yet reported.
   std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> arrivals;
   std::unordered_map<uint64_t, uint64_t> queue_micros;
+  std::optional<caf::response_promise> drain;  // draining: answered once the running sequences are done
   static inline const char* name = "scheduler";
 };
+
+// A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
+constexpr uint32_t kMaxHandBacks = 3;
 
 using self_ptr = caf::stateful_actor<scheduler_state>*;
 
@@ -84,6 +90,8 @@ void book_own_time(scheduler_state& st, uint64_t cpu_ns, uint64_t send_ns_before
   const uint64_t sending = st.send_ns - send_ns_before;
   st.own_ns += cpu_ns > sending ? cpu_ns - sending : 0;
 }
+
+void account_result(scheduler_state& st, std::chrono::steady_clock::time_point now);
 
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
@@ -106,6 +114,64 @@ void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
 }
 
 void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::span<const SequenceUpdate>(&u, 1)); }
+
+// Tells the router how many tokens this replica still has to compute and generate (least_tokens routing), and
+// answers a drain once nothing is left.
+void report_load(self_ptr self) {
+  auto& st = self->state;
+  if (st.worker_failure.empty() && !st.drain)
+    timed_send(st, [&] { self->send(st.router, load_atom::value, st.batcher->outstanding_tokens()); });
+  if (st.drain && !st.batcher->has_work() && st.in_flight.empty()) {
+    st.drain->deliver(true);
+    st.drain.reset();
+  }
+}
+
+// Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones), as their
+// submitters; one handed back kMaxHandBacks times ends here with an error.
+void hand_back(self_ptr self, HandBack back, const std::string& why) {
+  auto& st = self->state;
+  for (const SequenceUpdate& u : back.cancelled) emit(self, u);
+  for (SequenceRequest& req : back.requests) {
+    if (++req.hand_backs > kMaxHandBacks) {
+      SequenceUpdate failed;
+      failed.id = req.id;
+      failed.finish = Finish::error;
+      failed.error_code = Errc::worker_failed;
+      failed.error = "handed back " + std::to_string(kMaxHandBacks) + " times, the last because " + why;
+      failed.prompt_tokens = static_cast<uint32_t>(req.prompt.size());
+      failed.owner = req.owner;
+      if (req.sampling.n > 1) failed.unforked_samples = req.sampling.n - 1;
+      emit(self, failed);
+      continue;
+    }
+    st.arrivals.erase(req.id);
+    self->send(st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
+  }
+}
+
+// The worker (or a rank of the replica) is gone: the router takes no new requests here, every sequence goes back
+// to it with its tokens so far (steps in flight are forgotten), the ranks are stopped (a worker process is killed),
+// and whatever arrives later goes back too. The coordinator rebuilds the replica.
+void lose_worker(self_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.worker_failure.empty()) return;
+  st.worker_failure = why;
+  spdlog::error("{}: worker lost, its sequences go back to the router: {}", st.actor_name, why);
+  self->send(st.router, leave_atom::value, caf::actor_cast<caf::actor>(self));
+  if (st.supervisor) self->send(st.supervisor, lost_atom::value, why);
+  self->send_exit(st.worker, caf::exit_reason::unreachable);
+  for (const auto& f : st.followers) self->send_exit(f, caf::exit_reason::unreachable);
+  st.abandoned_through = st.next_step_id - 1;
+  while (!st.in_flight.empty()) account_result(st, std::chrono::steady_clock::now());
+  hand_back(self, st.batcher->take_all(), why);
+  for (auto& [sink, m] : st.pending) self->send(st.router, requeue_atom::value, sink, std::move(m));
+  st.pending.clear();
+  if (st.drain) {
+    st.drain->deliver(true);
+    st.drain.reset();
+  }
+}
 
 // Plans and sends steps while the batcher has one to give; the scheduler's own time is booked by the caller.
 void plan_and_send(self_ptr self);
@@ -157,6 +223,11 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   } catch (const std::exception& e) {
     info.error = Error{Errc::worker_failed, std::string("malformed StepResult: ") + e.what()};
   }
+  if (info.error && info.error->code == Errc::worker_failed) {
+    lose_worker(self, info.error->message);
+    book_own_time(st, thread_cpu_ns() - cpu0, send0);
+    return;
+  }
   if (info.error) {
     spdlog::error("{}: step failed: {}", st.actor_name, info.error->message);
     updates = st.batcher->on_step_failed(info.error->message);
@@ -172,29 +243,20 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   }
   emit(self, updates);
   plan_and_send(self);
+  if (std::any_of(updates.begin(), updates.end(), [](const SequenceUpdate& u) { return u.finish != Finish::none; }))
+    report_load(self);
   book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the result, the deltas, the next plans: one measurement
 }
 
-// The worker missed a step's deadline: it is declared failed and stopped (a worker process is killed with its proxy
-// actor), every step in flight fails its sequences now, their late results are dropped, and no step is sent to it
-// again (plan_and_send fails them at once).
+// The worker missed a step's deadline: it is lost (lose_worker stops it; a worker process is killed).
 void declare_worker_failed(self_ptr self) {
   auto& st = self->state;
   const scheduler_state::Sent& late = st.in_flight.front();
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - late.at);
-  st.worker_failure = "worker stopped answering: step " + std::to_string(late.step_id) + " had no result after " +
-                      std::to_string(waited.count()) + " ms (expected compute " +
-                      std::to_string(late.expected_us.value_or(0) / 1000) + " ms, engine.step_timeout " +
-                      std::to_string(st.deadline->slack().count()) + " ms)";
-  spdlog::error("{}: {}", st.actor_name, st.worker_failure);
-  self->send_exit(st.worker, caf::exit_reason::unreachable);
-  for (const auto& f : st.followers) self->send_exit(f, caf::exit_reason::unreachable);
-  st.abandoned_through = st.next_step_id - 1;
-  while (!st.in_flight.empty()) {
-    account_result(st, std::chrono::steady_clock::now());
-    emit(self, st.batcher->on_step_failed(st.worker_failure));
-  }
-  maybe_step(self);
+  lose_worker(self, "worker stopped answering: step " + std::to_string(late.step_id) + " had no result after " +
+                        std::to_string(waited.count()) + " ms (expected compute " +
+                        std::to_string(late.expected_us.value_or(0) / 1000) + " ms, engine.step_timeout " +
+                        std::to_string(st.deadline->slack().count()) + " ms)");
 }
 
 // Checks the oldest step's deadline every quarter of engine.step_timeout (at most every 250 ms) while steps are in
@@ -220,13 +282,7 @@ void check_deadline(self_ptr self) {
 }
 
 void on_step_unreachable(self_ptr self, const caf::error& err) {
-  auto& st = self->state;
-  account_result(st, std::chrono::steady_clock::now());
-  const std::string why =
-      st.worker_failure.empty() ? "worker unreachable: " + self->system().render(err) : st.worker_failure;
-  spdlog::error("{}: {}", st.actor_name, why);
-  emit(self, st.batcher->on_step_failed(why));
-  maybe_step(self);
+  lose_worker(self, "worker unreachable: " + self->system().render(err));
 }
 
 wire_msg lease_request(const std::string& holder, uint32_t blocks) {
@@ -330,11 +386,6 @@ void plan_and_send(self_ptr self) {
     const auto now = std::chrono::steady_clock::now();
     st.in_flight.push_back({now, plan->decode_only(), step_id, prefill, decode, own_us,
                             wait ? std::optional(now + *wait) : std::nullopt});
-    if (!st.worker_failure.empty()) {  // declared failed: nothing more goes to it
-      account_result(st, now);
-      emit(self, st.batcher->on_step_failed(st.worker_failure));
-      continue;
-    }
     timed_send(st, [&] {
       for (const auto& f : st.followers) caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
       self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
@@ -354,15 +405,7 @@ void plan_and_send(self_ptr self) {
 void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   SequenceRequest req;
   try {
-    WireReader reader(msg);
-    auto in = reader.root<wire::SubmitRequest>();
-    req.id = in.getRequestId();
-    req.prompt = to_vector<int32_t>(in.getPromptIds());
-    req.max_tokens = in.getMaxTokens();
-    req.sampling = from_wire(in.getSampling());
-    req.stop_ids = to_vector<int32_t>(in.getStopIds());
-    req.ignore_eos = in.getIgnoreEos();
-    req.priority = in.getPriority();
+    req = decode_submit(msg);
   } catch (const std::exception& e) {
     spdlog::warn("{}: malformed SubmitRequest dropped: {}", self->state.actor_name, e.what());
     return;
@@ -377,9 +420,12 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
-                             caf::actor worker, caf::actor kv_pool, std::string name,
-                             std::chrono::milliseconds step_timeout, std::vector<caf::actor> followers) {
+                             caf::actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
+                             std::string name, std::chrono::milliseconds step_timeout,
+                             std::vector<caf::actor> followers) {
   auto& st = self->state;
+  st.router = std::move(router);
+  st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   st.worker = std::move(worker);
@@ -402,8 +448,12 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         for (auto& [sink, m] : pending) handle_submit(self, sink, m);
       });
   return {
-      [=](submit_atom, const wire_msg& msg) {
+      [=](submit_atom, wire_msg& msg) {
         auto sink = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!self->state.worker_failure.empty() || self->state.drain) {  // routed here before the router knew
+          self->send(self->state.router, requeue_atom::value, sink, std::move(msg));
+          return;
+        }
         if (!self->state.lease_ready) {
           self->state.pending.emplace_back(std::move(sink), msg);
           return;
@@ -434,6 +484,24 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         });
       },
       [=](deadline_atom) { check_deadline(self); },
+      // The coordinator saw a rank of this replica go down: everything goes back to the router.
+      [=](lost_atom, const std::string& why) {
+        lose_worker(self, why);
+        return self->state.worker_failure;  // the first cause seen, here or by the coordinator
+      },
+      // Scale-down: no new requests come (the router was told); what waits goes back to the router, what runs
+      // finishes here; answered when nothing is left.
+      [=](drain_atom) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.worker_failure.empty()) return true;
+        auto rp = self->make_response_promise<bool>();
+        st.drain = rp;
+        hand_back(self, st.batcher->take_waiting(), "its replica drains");
+        for (auto& [sink, m] : st.pending) self->send(st.router, requeue_atom::value, sink, std::move(m));
+        st.pending.clear();
+        report_load(self);
+        return rp;
+      },
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);
         const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();
@@ -446,12 +514,12 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
 
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name, std::chrono::milliseconds step_timeout,
-                           std::vector<caf::actor> followers) {
+                           caf::actor router, caf::actor supervisor, std::string name,
+                           std::chrono::milliseconds step_timeout, std::vector<caf::actor> followers) {
   // CAF copies spawn arguments: the policy travels as a shared_ptr.
   auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
   return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
-                      std::move(name), step_timeout, std::move(followers));
+                      std::move(router), std::move(supervisor), std::move(name), step_timeout, std::move(followers));
 }
 
 }  // namespace actord

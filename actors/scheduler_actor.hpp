@@ -21,11 +21,17 @@ namespace actord {
 // `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
 // (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
 // is killed with it), and that step and every later one fail their sequences with a worker_failed error saying so.
+// A lost worker (a step error of kind worker_failed, an unreachable worker, a missed deadline, or (lost_atom) from
+// the coordinator) fails nothing: the scheduler tells `router` to send it no more (leave_atom), hands every
+// sequence back to it as a continuation with the tokens reported so far (requeue_atom, as the sequence's
+// submitter; at most kMaxHandBacks = 3 times per request, then it ends with an error), stops its ranks, tells
+// `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers.
+// After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
 // ExecuteStep as well (without a reply) and are stopped with it.
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
-                           std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
+                           caf::actor router, caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                            std::vector<caf::actor> followers = {});
 
 }  // namespace actord

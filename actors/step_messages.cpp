@@ -146,4 +146,38 @@ wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates,
   }, static_cast<unsigned>(words));
 }
 
+SequenceRequest decode_submit(const wire_msg& submit) {
+  WireReader reader(submit);
+  auto in = reader.root<wire::SubmitRequest>();
+  SequenceRequest req;
+  req.id = in.getRequestId();
+  req.prompt = to_vector<int32_t>(in.getPromptIds());
+  req.max_tokens = in.getMaxTokens();
+  req.sampling = from_wire(in.getSampling());
+  req.stop_ids = to_vector<int32_t>(in.getStopIds());
+  req.ignore_eos = in.getIgnoreEos();
+  req.priority = in.getPriority();
+  req.resumed = to_vector<int32_t>(in.getResumeIds());
+  req.prompt_logprobs_reported = in.getPromptLogprobsReported();
+  req.hand_backs = in.getHandBacks();
+  return req;
+}
+
+wire_msg encode_submit(const SequenceRequest& req) {
+  const size_t words = 64 + (req.prompt.size() + req.resumed.size() + req.stop_ids.size()) / 2;
+  return build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+    out.setCorrelationId(req.id);
+    out.setRequestId(req.id);
+    fill_list(out.initPromptIds(static_cast<uint32_t>(req.prompt.size())), req.prompt);
+    out.setMaxTokens(req.max_tokens);
+    to_wire(req.sampling, out.initSampling());
+    fill_list(out.initStopIds(static_cast<uint32_t>(req.stop_ids.size())), req.stop_ids);
+    out.setIgnoreEos(req.ignore_eos);
+    out.setPriority(req.priority);
+    fill_list(out.initResumeIds(static_cast<uint32_t>(req.resumed.size())), req.resumed);
+    out.setPromptLogprobsReported(req.prompt_logprobs_reported);
+    out.setHandBacks(req.hand_backs);
+  }, static_cast<unsigned>(words));
+}
+
 }  // namespace actord

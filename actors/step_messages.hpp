@@ -28,6 +28,12 @@ struct StepResultInfo {
 // `prompt` (reused) gets the step's prompt logprobs.
 StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples,
                                   std::vector<StepPromptLogprobs>& prompt);
+// A SubmitRequest as the scheduler's SequenceRequest (owner left 0) and back: the scheduler reads submissions with
+// the first, and hands sequences back to the router (continuations, SequenceRequest::resumed) with the second.
+// decode_submit throws on a malformed message (capnp's exceptions).
+SequenceRequest decode_submit(const wire_msg& submit);
+wire_msg encode_submit(const SequenceRequest& request);
+
 // One StreamDeltaBatch of `updates`; a request found in `queue_micros` gets that queue time in its delta.
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates,
                               const std::unordered_map<uint64_t, uint64_t>& queue_micros);

@@ -19,6 +19,7 @@ namespace {
 std::string ipc_endpoint(const WorkerProcessOptions& options, const std::string& tag) {
   std::string name = options.name;
   std::replace(name.begin(), name.end(), '/', '-');
+  if (options.incarnation > 0) name += ".g" + std::to_string(options.incarnation);
   return "ipc://" + (options.ipc_dir / (name + "." + tag)).string();
 }
 

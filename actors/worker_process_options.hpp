@@ -14,6 +14,9 @@ struct WorkerProcessOptions {
   // The child sends a heartbeat every eighth of this; a child silent for this long is declared failed and killed.
   std::chrono::milliseconds heartbeat_timeout{2000};
   std::filesystem::path ipc_dir;     // the engine's private ipc folder (comms/ipc_directory.hpp); required
+  // Which start of this name it is (a replica rebuilt after a failure starts its ranks again): its sockets are
+  // named apart from those of an earlier one that may still be going away.
+  uint64_t incarnation = 0;
 };
 
 }  // namespace actord

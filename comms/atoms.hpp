@@ -24,5 +24,19 @@ using start_atom = caf::atom_constant<caf::atom("start")>;            // coordin
 using stats_atom = caf::atom_constant<caf::atom("stats")>;            // StatsRequest -> SchedulerStats
 using stop_atom = caf::atom_constant<caf::atom("stop")>;              // coordinator: take it down
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;      // scheduler to itself: check step deadlines
+using requeue_atom = caf::atom_constant<caf::atom("requeue")>;        // (requeue, owner actor, SubmitRequest):
+                                                                      // a continuation handed back to the router
+using join_atom = caf::atom_constant<caf::atom("join")>;              // (join, replica id, scheduler): the router
+                                                                      // routes to it from now on
+using leave_atom = caf::atom_constant<caf::atom("leave")>;            // (leave, scheduler): no new requests to it
+using load_atom = caf::atom_constant<caf::atom("load")>;              // (load, uint64 tokens): a scheduler's
+                                                                      // outstanding tokens, to the router
+using drain_atom = caf::atom_constant<caf::atom("drain")>;            // scheduler: hand back what waits, finish
+                                                                      // what runs, then answer
+using lost_atom = caf::atom_constant<caf::atom("lost")>;              // scheduler: its ranks are gone; hand back
+                                                                      // every sequence, then answer
+using scale_atom = caf::atom_constant<caf::atom("scale")>;            // coordinator: (scale, group, replicas)
+using fleet_atom = caf::atom_constant<caf::atom("fleet")>;            // coordinator: the replicas and their state
+using rebuild_atom = caf::atom_constant<caf::atom("rebuild")>;        // coordinator to itself: retry a rebuild
 
 }  // namespace actord

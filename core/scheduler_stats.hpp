@@ -64,4 +64,22 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   return d;
 }
 
+// Adds one scheduler's statistics to a total over several (data parallel replicas): counters and gauges add up,
+// max_seqs_in_step is the largest. With counters_only (a replica that is gone) the gauges are left out.
+inline void add_stats(SchedulerStats& total, const SchedulerStats& part, bool counters_only = false) {
+  const SchedulerStats before = total;
+#define ACTORD_STATS_ADD(name, Wire) total.name += part.name;
+  ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_ADD)
+#undef ACTORD_STATS_ADD
+  total.max_seqs_in_step = before.max_seqs_in_step > part.max_seqs_in_step ? before.max_seqs_in_step : part.max_seqs_in_step;
+  if (counters_only) {
+    total.lease_blocks = before.lease_blocks;
+    total.prefix_cached_blocks = before.prefix_cached_blocks;
+    total.swapped_blocks = before.swapped_blocks;
+    total.running_seqs = before.running_seqs;
+    total.waiting_seqs = before.waiting_seqs;
+    total.swapped_seqs = before.swapped_seqs;
+  }
+}
+
 }  // namespace actord

@@ -1,5 +1,7 @@
 #include "core/topology_config.hpp"
 
+#include "core/route_policy.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -161,7 +163,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
 bool is_power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // Bounds that keep a plan's rank list small enough to build and print.
-constexpr int kMaxGroupDimension = 4096;  // replicas, tp, pp
+
 constexpr uint64_t kMaxRanks = 65536;     // over all groups
 
 bool is_simple_name(const std::string& s) {
@@ -369,7 +371,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa", "oversubscribe"});
+    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa", "oversubscribe",
+                  "router"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -402,6 +405,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
                 group.cpu_isa == "avx512",
             p + ".cpu_isa", "must be auto, portable, avx2 or avx512, got '" + group.cpu_isa + "'");
+    g.read("router", group.router);
+    if (auto policy = route_policy_from_name(group.router); !policy) require(false, p + ".router", policy.error().message);
     parse_placement(g.get("placement"), p + ".placement", cfg.nodes, group);
     cfg.groups.push_back(group);
   }

@@ -5,7 +5,7 @@
 // between 1 and 256, got 3" or "configs/q.yaml: engine.max_num_seq: unknown key (known keys: ...)". Relative
 // model paths in the file are resolved against the file's folder; a --model override against the working directory.
 // What needs the model (tp against the heads, pp against the layers) or the machine (threads against its cores) is
-// checked by core/topology_plan.hpp; what is not built yet (replicas, tp, pp > 1, nodes) is refused by Engine::start.
+// checked by core/topology_plan.hpp; what is not built yet (several groups, nodes) is refused by Engine::start.
 #pragma once
 
 #include <chrono>
@@ -71,6 +71,8 @@ struct NodeSection {
   std::string address;  // tcp://HOST:PORT, where the node's agent is reached
 };
 
+inline constexpr int kMaxGroupDimension = 4096;  // the most replicas, tp or pp a group may have
+
 struct GroupSection {
   std::string name = "main";         // [A-Za-z0-9_.-]+, unique among the groups: the first part of its ranks' names
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
@@ -89,6 +91,10 @@ struct GroupSection {
   // Instruction set of the workers' CPU kernels: auto (the best the CPU runs) | portable | avx2 | avx512. A worker
   // refuses at start one its CPU lacks.
   std::string cpu_isa = "auto";
+  // How the group's router spreads requests over its replicas: least_tokens (fewest outstanding tokens) |
+  // round_robin | prefix_affinity (a prompt's leading blocks go where they went before: that replica's prefix
+  // cache has them). scheduler/replica_router.hpp.
+  std::string router = "least_tokens";
 };
 
 struct TopologyConfig {

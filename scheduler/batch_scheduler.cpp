@@ -70,14 +70,29 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
                     " tokens, more than the context length of " + std::to_string(limits_.max_model_len);
     return refused;
   }
-  for (int32_t id : request.prompt) {
-    if (id < 0 || (limits_.vocab_size > 0 && id >= limits_.vocab_size)) {
-      refused.error = "prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                      std::to_string(limits_.vocab_size) + ")";
+  for (const auto* ids : {&request.prompt, &request.resumed}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || (limits_.vocab_size > 0 && id >= limits_.vocab_size)) {
+        refused.error = std::string(ids == &request.prompt ? "prompt" : "resumed") + " token id " +
+                        std::to_string(id) + " is outside the vocabulary (size " + std::to_string(limits_.vocab_size) + ")";
+        return refused;
+      }
+    }
+  }
+  if (!request.resumed.empty()) {
+    // A continuation forked already (samples fork at their first token) and has a token left to generate.
+    if (n > 1) {
+      refused.error = "a continuation (resumed tokens) must be one sample, got n = " + std::to_string(n);
+      return refused;
+    }
+    if (request.resumed.size() >= request.max_tokens ||
+        static_cast<int>(request.prompt.size() + request.resumed.size()) >= max_tokens_held()) {
+      refused.error = "the continuation has generated " + std::to_string(request.resumed.size()) +
+                      " tokens already: nothing is left to generate";
       return refused;
     }
   }
-  const size_t blocks_needed = blocks_for(static_cast<int>(request.prompt.size()));
+  const size_t blocks_needed = blocks_for(static_cast<int>(request.prompt.size() + request.resumed.size()));
   if (blocks_needed > pool_blocks()) {
     refused.error = "the prompt needs " + std::to_string(blocks_needed) + " KV blocks, the cache has only " +
                     std::to_string(pool_blocks());
@@ -89,7 +104,12 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   }
   Sequence seq;
   seq.tokens = request.prompt;
+  seq.tokens.insert(seq.tokens.end(), request.resumed.begin(), request.resumed.end());
   seq.prompt_len = static_cast<uint32_t>(request.prompt.size());
+  seq.generated = static_cast<uint32_t>(request.resumed.size());
+  // Prompt logprobs reported before (all of them once a token was generated) are not asked for again.
+  seq.prompt_logprobs_reported = seq.generated > 0 ? seq.prompt_len : request.prompt_logprobs_reported;
+  seq.prompt_logprobs_planned = std::max<int>(1, static_cast<int>(seq.prompt_logprobs_reported));
   seq.arrival = next_arrival_++;
   seq.req = std::move(request);
   const uint64_t id = seq.req.id;
@@ -541,6 +561,7 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
     if (!forks.empty() && !seq.cancelled) fork(seq, forks);
     SequenceUpdate& update = updates_.add(seq.req.id, seq.prompt_len, seq.req.owner);
     if (prompt_chunk) {
+      seq.prompt_logprobs_reported = prompt_chunk->first_pos + static_cast<uint32_t>(prompt_chunk->entries.size());
       update.prompt_logprobs_from = prompt_chunk->first_pos;
       update.prompt_logprobs = std::move(prompt_chunk->entries);
     }
@@ -661,6 +682,84 @@ size_t BatchScheduler::num_swapped() const {
     if (it != seqs_.end() && !it->second.host_blocks.empty()) ++n;
   }
   return n;
+}
+
+}  // namespace actord
+
+namespace actord {
+
+SequenceRequest BatchScheduler::continuation_of(const Sequence& seq) const {
+  SequenceRequest r = seq.req;
+  r.resumed.assign(seq.tokens.begin() + seq.prompt_len, seq.tokens.begin() + seq.prompt_len + seq.generated);
+  r.prompt_logprobs_reported = seq.prompt_logprobs_reported;
+  return r;
+}
+
+HandBack BatchScheduler::take_all() {
+  HandBack out;
+  std::vector<const Sequence*> live;
+  for (const auto& [id, seq] : seqs_)
+    if (!seq.finished) live.push_back(&seq);
+  std::sort(live.begin(), live.end(), [](const Sequence* a, const Sequence* b) {
+    return a->arrival != b->arrival ? a->arrival < b->arrival : a->req.id < b->req.id;
+  });
+  for (const Sequence* seq : live) {
+    if (!seq->cancelled) {
+      out.requests.push_back(continuation_of(*seq));
+      continue;
+    }
+    SequenceUpdate& u = out.cancelled.emplace_back();
+    u.id = seq->req.id;
+    u.prompt_tokens = seq->prompt_len;
+    u.owner = seq->req.owner;
+    u.finish = Finish::cancelled;
+    if (seq->req.sampling.n > 1) u.unforked_samples = seq->req.sampling.n - 1;
+  }
+  // Every block back to the lease (shared ones once per holder), every step forgotten.
+  for (auto& [id, seq] : seqs_) {
+    if (!seq.blocks.empty()) cache_.release(seq.blocks);
+    if (!seq.host_blocks.empty()) swap_space_.free(seq.host_blocks);
+  }
+  seqs_.clear();
+  waiting_.clear();
+  running_.clear();
+  for (Step& step : steps_) {
+    step.plan = StepPlan{};
+    step.seqs.clear();
+  }
+  head_ = in_flight_ = 0;
+  needs_sync_ = false;
+  shortfall_ = 0;
+  released_.clear();
+  swap_out_.clear();
+  copies_.clear();
+  fork_seats_ = 0;
+  reserved_ids_.clear();
+  return out;
+}
+
+HandBack BatchScheduler::take_waiting() {
+  HandBack out;
+  const std::vector<uint64_t> waiting(waiting_.begin(), waiting_.end());
+  for (uint64_t id : waiting) {
+    Sequence& seq = seqs_.at(id);
+    if (seq.in_flight > 0 || seq.finished) continue;
+    out.requests.push_back(continuation_of(seq));
+    for (uint64_t i = 1; i < seq.req.sampling.n; ++i) reserved_ids_.erase(id + i);
+    release(seq);
+    erase(seq);
+  }
+  return out;
+}
+
+uint64_t BatchScheduler::outstanding_tokens() const {
+  uint64_t total = 0;
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.finished) continue;
+    total += seq.tokens.size() - std::min<size_t>(seq.tokens.size(), static_cast<size_t>(seq.num_computed));
+    total += uint64_t(seq.req.max_tokens - std::min(seq.req.max_tokens, seq.generated)) * seq.req.sampling.n;
+  }
+  return total;
 }
 
 }  // namespace actord

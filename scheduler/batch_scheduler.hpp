@@ -76,7 +76,14 @@ struct SequenceRequest {
   bool ignore_eos = false;
   int32_t priority = 0;  // for the priority policy: lower runs first
   uint32_t owner = 0;  // the caller's tag for who submitted it (the scheduler actor: an index of its submitters)
+  // A continuation (take_all / take_waiting elsewhere): the tokens it generated before, already reported to its
+  // client. They count against max_tokens and in the penalties, are recomputed with the prompt, and are never
+  // reported again; the draws go on at sample index resumed.size(), so a seeded request continues as it would have.
+  std::vector<int32_t> resumed;
+  uint32_t prompt_logprobs_reported = 0;  // prompt positions below it had their logprob reported (not again)
+  uint32_t hand_backs = 0;                // times it was handed back (the scheduler actor bounds it)
 };
+
 
 enum class Finish { none, stop, length, error, cancelled };
 const char* finish_name(Finish finish);
@@ -178,6 +185,13 @@ class UpdateList {
   size_t size_ = 0;
 };
 
+// What take_all() / take_waiting() give back: continuations of the live sequences (SequenceRequest::resumed), in
+// arrival order, and final updates of those cancelled while a lost step carried them.
+struct HandBack {
+  std::vector<SequenceRequest> requests;
+  std::vector<SequenceUpdate> cancelled;
+};
+
 class BatchScheduler {
  public:
   static constexpr int kMaxStepsInFlight = 3;
@@ -208,6 +222,17 @@ class BatchScheduler {
                                                  std::span<StepPromptLogprobs> prompt = {});
   // The oldest step in flight failed: every live sequence in it finishes with `error` (valid as above).
   std::span<const SequenceUpdate> on_step_failed(const std::string& error);
+
+  // Hand-back, for data parallel replicas. take_all(): the worker is lost; every live sequence leaves as a
+  // continuation with the tokens reported so far (those of steps in flight are forgotten: their results must not
+  // be reported), and the scheduler is left empty with every block back in the lease. take_waiting(): a replica
+  // drains; the sequences no step carries and not running (never admitted, or preempted) leave, the running ones
+  // stay to finish here.
+  HandBack take_all();
+  HandBack take_waiting();
+  // Tokens still to compute for the live sequences: prompt (and recompute) tokens not computed yet plus tokens
+  // still to generate. O(sequences): for load reports, not per step.
+  uint64_t outstanding_tokens() const;
 
   // The KV lease. The scheduler allocates from the BlockAllocator it was given (its lease of the kv_pool's blocks)
   // and never waits for the pool: its actor grows the lease in bulk when a plan ran short and gives back what it
@@ -242,6 +267,7 @@ class BatchScheduler {
     std::vector<uint32_t> host_blocks;  // swapped out: its computed blocks [0, blocks_for(num_computed)) are there
     size_t blocks_sent = 0;             // blocks[0, blocks_sent) are in the worker's table for it
     int prompt_logprobs_planned = 1;    // prompt positions below it have their logprob asked for (position 0 has none)
+    uint32_t prompt_logprobs_reported = 0;  // prompt positions below it had their logprob reported
     bool fresh = true;                  // not planned since its (re-)admission: the worker has no state for it
     bool sent = false;                  // the worker may hold state for it
     bool cancelled = false;
@@ -270,6 +296,8 @@ class BatchScheduler {
   bool swap_in(Step& step, Sequence& seq, int chunk);
   void release(Sequence& seq);
   void erase(Sequence& seq);
+  // seq as a request that continues it elsewhere (SequenceRequest::resumed).
+  SequenceRequest continuation_of(const Sequence& seq) const;
   // Ends seq after its final update: freed now, or once no step in flight carries it (call it again then).
   void retire(Sequence& seq);
   // How seq ends after its latest token (Finish::none: it goes on).

@@ -81,6 +81,11 @@ struct SubmitRequest {
   promptText @8 :Text;           # with tokenizePrompt: the prompt, encoded by the tokenizer actor (BOS added)
   tokenizePrompt @9 :Bool;
   stopStrings @10 :List(Text);   # the tokenizer actor ends generation at the first of these in the text (not emitted)
+  # A continuation of a request handed back by a replica that failed or drained (scheduler/batch_scheduler.hpp
+  # SequenceRequest::resumed): the tokens it generated there, already reported; never reported again.
+  resumeIds @11 :List(Int32);
+  promptLogprobsReported @12 :UInt32;  # prompt positions below it had their logprobs reported
+  handBacks @13 :UInt32;               # times it was handed back (bounded: a request that kills workers fails)
 }
 
 struct CancelRequest {
@@ -253,6 +258,23 @@ struct WorkerReady {
   name @1 :Text;
   error @2 :Error;
   pid @3 :Int32;
+}
+
+# The coordinator's view of a data parallel group (Engine::fleet, GET /admin/fleet, actord status).
+struct FleetStatus {
+  group @0 :Text;
+  replicas @1 :List(ReplicaStatus);
+  replacements @2 :UInt32;       # replicas rebuilt after losing a rank, since the start
+  scaling @3 :Bool;              # a scale is being carried out
+}
+
+struct ReplicaStatus {
+  index @0 :UInt32;              # replica/INDEX
+  state @1 :Text;                # starting | serving | draining | rebuilding | failed
+  incarnation @2 :UInt32;        # 0 at first, one more each time it is rebuilt
+  ranks @3 :List(Text);          # rank names, stage-major
+  pids @4 :List(Int32);          # of each rank (this process's for thread ranks); 0 until it is ready
+  lastFailure @5 :Text;          # why it was last rebuilt
 }
 
 # ZeroMQ envelope ------------------------------------------------------------------------------------------------

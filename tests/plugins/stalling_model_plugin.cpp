@@ -1,8 +1,10 @@
 // A test model plugin: "StallingLlamaForCausalLM", a Llama that stalls. Its forward pass sleeps for config.json's
-// `stall_ms` whenever the step carries the token id `stall_token`, then runs as a Llama. It stands for a worker
+// `stall_ms` whenever the step carries the token id `stall_token` (only the first `stall_times` times in this process
+// when config.json has it), then runs as a Llama. It stands for a worker
 // that stops answering in the middle of a step (a hang, a livelock, a GPU that stopped) while its process is alive,
 // which only the scheduler's step deadline can catch. Loaded through a topology's `plugins:` like any plugin.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,8 @@
 
 namespace {
 
+std::atomic<int64_t> stalls_left{-1};  // -1: no limit
+
 class StallingModel final : public actord::Model {
  public:
   StallingModel(std::unique_ptr<actord::Model> inner, int32_t token, int stall_ms)
@@ -22,7 +26,10 @@ class StallingModel final : public actord::Model {
   actord::Status forward(const actord::ForwardBatch& batch, actord::KvCache& kv, std::vector<float>& logits,
                          const actord::ForwardContext& context) override {
     if (std::find(batch.tokens.begin(), batch.tokens.end(), token_) != batch.tokens.end()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms_));
+      int64_t left = stalls_left.load();
+      while (left != 0 && !stalls_left.compare_exchange_weak(left, left < 0 ? left : left - 1)) {
+      }
+      if (left != 0) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms_));
     }
     return inner_->forward(batch, kv, logits, context);
   }
@@ -40,6 +47,7 @@ actord::Result<std::unique_ptr<actord::Model>> create(const actord::ModelConfig&
   if (j.is_discarded() || !j.contains("stall_token") || !j.contains("stall_ms")) {
     return actord::make_error(actord::Errc::parse_error, "StallingLlamaForCausalLM: needs stall_token and stall_ms");
   }
+  if (j.contains("stall_times") && stalls_left.load() < 0) stalls_left = j["stall_times"].get<int64_t>();
   auto inner = actord::TransformerModel::create(config, options, actord::transformer_spec_from_config(config));
   if (!inner) return inner.error();
   return std::unique_ptr<actord::Model>(

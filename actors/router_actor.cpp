@@ -1,0 +1,256 @@
+#include "actors/router_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
+#include "core/sampling_options.hpp"
+#include "core/scheduler_stats.hpp"
+
+namespace actord {
+namespace {
+
+constexpr size_t kRecentCancels = 4096;  // cancels remembered for continuations still on their way
+
+struct Known {
+  caf::actor scheduler;
+  uint64_t replica = 0;
+  bool routed = false;     // takes new requests
+  SchedulerStats last;     // its statistics when last asked
+};
+
+struct Waiting {
+  caf::actor owner;
+  wire_msg submit;
+  uint64_t id = 0;
+  uint32_t samples = 1;
+};
+
+struct router_state {
+  std::unique_ptr<ReplicaRouter> router;
+  std::vector<Known> known;               // every scheduler joined and not down
+  std::deque<Waiting> waiting;            // requests with no replica to go to yet
+  SchedulerStats gone;                    // counters of schedulers that went down
+  std::unordered_set<uint64_t> cancelled; // recent cancels (sample ids), in `cancel_order`
+  std::deque<uint64_t> cancel_order;
+  static inline const char* name = "router";
+};
+
+using self_ptr = caf::stateful_actor<router_state>*;
+
+Known* find(router_state& st, const caf::actor_addr& who) {
+  for (Known& k : st.known)
+    if (k.scheduler.address() == who) return &k;
+  return nullptr;
+}
+
+uint32_t samples_of(uint32_t n) { return n >= 1 && n <= SamplingOptions::kMaxSamples ? n : 1; }
+
+// One final delta per sample of request `id`, cancelled, to its owner.
+void end_cancelled(self_ptr self, const caf::actor& owner, uint64_t id, uint32_t samples) {
+  self->send(owner, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
+               auto deltas = out.initDeltas(samples);
+               for (uint32_t s = 0; s < samples; ++s) {
+                 deltas[s].setRequestId(id + s);
+                 deltas[s].setFinishReason(wire::FinishReason::CANCELLED);
+               }
+             }));
+}
+
+// Sends `submit` on to a replica as `owner`, or keeps it waiting when none takes requests.
+void route(self_ptr self, const caf::actor& owner, wire_msg submit) {
+  auto& st = self->state;
+  uint64_t id = 0;
+  uint32_t samples = 1;
+  std::optional<uint64_t> replica;
+  try {
+    WireReader reader(submit);
+    auto in = reader.root<wire::SubmitRequest>();
+    id = in.getRequestId();
+    samples = samples_of(in.getSampling().getN());
+    if (st.router->empty()) {
+      st.waiting.push_back(Waiting{owner, std::move(submit), id, samples});
+      return;
+    }
+    auto prompt = in.getPromptIds();
+    thread_local std::vector<int32_t> ids;
+    ids.clear();
+    const auto resumed = in.getResumeIds();
+    ids.reserve(prompt.size() + resumed.size());
+    for (int32_t t : prompt) ids.push_back(t);
+    for (int32_t t : resumed) ids.push_back(t);
+    replica = st.router->route(ids, in.getMaxTokens() - std::min<uint32_t>(in.getMaxTokens(), resumed.size()), samples);
+  } catch (const std::exception& e) {
+    spdlog::warn("router: malformed SubmitRequest dropped: {}", e.what());
+    return;
+  }
+  for (const Known& k : st.known) {
+    if (k.replica == *replica && k.routed) {
+      caf::send_as(owner, k.scheduler, submit_atom::value, std::move(submit));
+      return;
+    }
+  }
+  spdlog::error("router: replica {} chosen but not known", *replica);
+}
+
+void flush_waiting(self_ptr self) {
+  auto& st = self->state;
+  while (!st.waiting.empty() && !st.router->empty()) {
+    Waiting w = std::move(st.waiting.front());
+    st.waiting.pop_front();
+    route(self, w.owner, std::move(w.submit));
+  }
+}
+
+void remember_cancel(router_state& st, uint64_t id) {
+  if (!st.cancelled.insert(id).second) return;
+  st.cancel_order.push_back(id);
+  if (st.cancel_order.size() > kRecentCancels) {
+    st.cancelled.erase(st.cancel_order.front());
+    st.cancel_order.pop_front();
+  }
+}
+
+caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
+  self->state.router = std::make_unique<ReplicaRouter>(policy, block_size);
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto it = std::find_if(st.known.begin(), st.known.end(),
+                           [&](const Known& k) { return k.scheduler.address() == msg.source; });
+    if (it == st.known.end()) return;
+    if (it->routed) st.router->remove(it->replica);
+    add_stats(st.gone, it->last, /*counters_only=*/true);
+    st.known.erase(it);
+  });
+  return {
+      [=](submit_atom, wire_msg& msg) {
+        route(self, caf::actor_cast<caf::actor>(self->current_sender()), std::move(msg));
+      },
+      [=](requeue_atom, const caf::actor& owner, wire_msg& msg) {
+        auto& st = self->state;
+        uint64_t id = 0;
+        uint32_t samples = 1;
+        try {
+          WireReader reader(msg);
+          auto in = reader.root<wire::SubmitRequest>();
+          id = in.getRequestId();
+          samples = samples_of(in.getSampling().getN());
+        } catch (const std::exception& e) {
+          spdlog::warn("router: malformed continuation dropped: {}", e.what());
+          return;
+        }
+        if (st.cancelled.count(id)) {
+          end_cancelled(self, owner, id, samples);
+          return;
+        }
+        route(self, owner, std::move(msg));
+      },
+      [=](cancel_atom, const wire_msg& msg) {
+        auto& st = self->state;
+        uint64_t id = 0;
+        try {
+          WireReader reader(msg);
+          id = reader.root<wire::CancelRequest>().getRequestId();
+        } catch (const std::exception& e) {
+          spdlog::warn("router: malformed CancelRequest dropped: {}", e.what());
+          return;
+        }
+        remember_cancel(st, id);
+        for (auto w = st.waiting.begin(); w != st.waiting.end(); ++w) {
+          if (w->id != id) continue;
+          end_cancelled(self, w->owner, w->id, w->samples);
+          st.waiting.erase(w);
+          return;
+        }
+        for (const Known& k : st.known) caf::send_as(caf::actor_cast<caf::actor>(self->current_sender()),
+                                                     k.scheduler, cancel_atom::value, msg);
+      },
+      [=](join_atom, uint64_t replica, const caf::actor& scheduler) {
+        auto& st = self->state;
+        if (Known* k = find(st, scheduler.address())) {
+          k->routed = true;
+        } else {
+          st.known.push_back(Known{scheduler, replica, true, {}});
+          self->monitor(scheduler);
+        }
+        st.router->add(replica);
+        spdlog::info("router: replica {} takes requests ({} in all)", replica, st.router->size());
+        flush_waiting(self);
+      },
+      [=](leave_atom, const caf::actor& scheduler) {
+        auto& st = self->state;
+        Known* k = find(st, scheduler.address());
+        if (!k || !k->routed) return;
+        k->routed = false;
+        st.router->remove(k->replica);
+        spdlog::info("router: replica {} takes no new requests ({} left)", k->replica, st.router->size());
+      },
+      [=](load_atom, uint64_t tokens) {
+        auto& st = self->state;
+        if (Known* k = find(st, caf::actor_cast<caf::actor_addr>(self->current_sender())); k && k->routed) st.router->report_load(k->replica, tokens);
+      },
+      [=](stats_atom, const wire_msg& msg) -> caf::result<wire_msg> {
+        auto& st = self->state;
+        uint64_t correlation = 0;
+        try {
+          WireReader reader(msg);
+          correlation = reader.root<wire::StatsRequest>().getCorrelationId();
+        } catch (const std::exception&) {
+        }
+        struct Gather {
+          SchedulerStats total;
+          size_t left = 0;
+        };
+        auto gather = std::make_shared<Gather>();
+        gather->total = st.gone;
+        gather->left = st.known.size();
+        auto rp = self->make_response_promise<wire_msg>();
+        auto finish = [=]() mutable {
+          SchedulerStats total = gather->total;
+          total.waiting_seqs += self->state.waiting.size();
+          rp.deliver(build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
+            to_wire(total, out);
+            out.setCorrelationId(correlation);
+          }));
+        };
+        if (gather->left == 0) {
+          finish();
+          return rp;
+        }
+        for (const Known& k : st.known) {
+          const caf::actor_addr who = k.scheduler.address();
+          self->request(k.scheduler, std::chrono::seconds(10), stats_atom::value, msg)
+              .then(
+                  [=](const wire_msg& reply) mutable {
+                    WireReader reader(reply);
+                    const SchedulerStats s = from_wire(reader.root<wire::SchedulerStats>());
+                    if (Known* k = find(self->state, who)) k->last = s;
+                    add_stats(gather->total, s);
+                    if (--gather->left == 0) finish();
+                  },
+                  [=](const caf::error&) mutable {
+                    if (Known* k = find(self->state, who)) add_stats(gather->total, k->last, true);
+                    if (--gather->left == 0) finish();
+                  });
+        }
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size) {
+  return system.spawn(router_impl, policy, block_size);
+}
+
+}  // namespace actord

@@ -1,0 +1,28 @@
+// The router of a data parallel group: spreads requests over its replicas' schedulers (DESIGN.md §2: tokenizer ->
+// router -> scheduler), with scheduler/replica_router.hpp's policy.
+//
+// Messages:
+// - (submit_atom, SubmitRequest) from a tokenizer actor: forwarded as that actor (caf::send_as), so the
+//   scheduler's deltas go straight back to it: the router costs one hop per request, none per step. With no
+//   replica taking requests (the only one is being replaced) requests wait here in order until one joins.
+// - (requeue_atom, owner, SubmitRequest) from a scheduler: a continuation it handed back (its worker was lost, or
+//   it drains); routed like a submission, as `owner`. One whose request was cancelled lately ends here, cancelled.
+// - (cancel_atom, CancelRequest): to every scheduler known (taking requests or draining); a request waiting here
+//   ends here with a cancelled delta.
+// - (join_atom, uint64 replica, scheduler) from the coordinator: routes to it from now on (monitored: one that
+//   goes down is forgotten). (leave_atom, scheduler) from the coordinator or the scheduler itself: no new requests
+//   to it; it still gets cancels until it is down.
+// - (load_atom, uint64 outstanding tokens) from a scheduler: replaces the router's estimate for it.
+// - (stats_atom, StatsRequest) -> SchedulerStats: the sum over the schedulers known, plus the counters last seen
+//   of those gone (core/scheduler_stats.hpp add_stats).
+#pragma once
+
+#include <caf/fwd.hpp>
+
+#include "scheduler/replica_router.hpp"
+
+namespace actord {
+
+caf::actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size);
+
+}  // namespace actord

@@ -1,0 +1,112 @@
+#include "scheduler/replica_router.hpp"
+
+#include <algorithm>
+
+namespace actord {
+
+ReplicaRouter::ReplicaRouter(RoutePolicy policy, int block_size)
+    : policy_(policy), block_size_(std::max(1, block_size)) {}
+
+ReplicaRouter::Replica* ReplicaRouter::find(uint64_t replica) {
+  auto it = std::find_if(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; });
+  return it == replicas_.end() ? nullptr : &*it;
+}
+
+bool ReplicaRouter::contains(uint64_t replica) const {
+  return std::any_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; });
+}
+
+void ReplicaRouter::add(uint64_t replica) {
+  if (find(replica)) return;
+  auto at = std::lower_bound(replicas_.begin(), replicas_.end(), replica,
+                             [](const Replica& r, uint64_t id) { return r.id < id; });
+  replicas_.insert(at, Replica{replica, 0});
+}
+
+void ReplicaRouter::remove(uint64_t replica) {
+  replicas_.erase(std::remove_if(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; }),
+                  replicas_.end());
+  // Prefixes that went there are forgotten lazily: route() ignores entries of replicas no longer here.
+}
+
+void ReplicaRouter::report_load(uint64_t replica, uint64_t outstanding_tokens) {
+  if (Replica* r = find(replica)) r->load = outstanding_tokens;
+}
+
+uint64_t ReplicaRouter::load(uint64_t replica) const {
+  for (const Replica& r : replicas_)
+    if (r.id == replica) return r.load;
+  return 0;
+}
+
+ReplicaRouter::Replica* ReplicaRouter::least_loaded() {
+  Replica* best = nullptr;
+  for (Replica& r : replicas_)
+    if (!best || r.load < best->load) best = &r;
+  return best;
+}
+
+std::vector<uint64_t> ReplicaRouter::prefix_keys(std::span<const int32_t> prompt) const {
+  std::vector<uint64_t> keys;
+  const size_t blocks = std::min(prompt.size() / static_cast<size_t>(block_size_), kAffinityBlocks);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the token ids, chained block to block
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t i = 0; i < static_cast<size_t>(block_size_); ++i) {
+      uint32_t v = static_cast<uint32_t>(prompt[b * static_cast<size_t>(block_size_) + i]);
+      for (int byte = 0; byte < 4; ++byte) {
+        h ^= v & 0xffu;
+        h *= 1099511628211ull;
+        v >>= 8;
+      }
+    }
+    keys.push_back(h);
+  }
+  return keys;
+}
+
+void ReplicaRouter::remember(uint64_t key, uint64_t replica) {
+  auto it = affinity_.find(key);
+  if (it != affinity_.end()) {
+    lru_.erase(it->second.second);
+    affinity_.erase(it);
+  }
+  lru_.push_front(key);
+  affinity_.emplace(key, std::make_pair(replica, lru_.begin()));
+  if (affinity_.size() > kAffinityEntries) {
+    affinity_.erase(lru_.back());
+    lru_.pop_back();
+  }
+}
+
+std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples) {
+  if (replicas_.empty()) return std::nullopt;
+  Replica* chosen = nullptr;
+  switch (policy_) {
+    case RoutePolicy::round_robin:
+      chosen = &replicas_[next_++ % replicas_.size()];
+      break;
+    case RoutePolicy::least_tokens:
+      chosen = least_loaded();
+      break;
+    case RoutePolicy::prefix_affinity: {
+      const std::vector<uint64_t> keys = prefix_keys(prompt);
+      Replica* least = least_loaded();
+      for (auto key = keys.rbegin(); key != keys.rend() && !chosen; ++key) {
+        auto hit = affinity_.find(*key);
+        if (hit == affinity_.end()) continue;
+        Replica* r = find(hit->second.first);
+        if (!r) continue;  // that replica left
+        const bool overloaded = r->load > least->load + kAffinityMinGap &&
+                                double(r->load) > double(least->load) * (1.0 + kAffinitySlack);
+        chosen = overloaded ? least : r;
+      }
+      if (!chosen) chosen = least;
+      for (uint64_t key : keys) remember(key, chosen->id);
+      break;
+    }
+  }
+  chosen->load += prompt.size() + uint64_t(max_tokens) * std::max<uint32_t>(1, samples);
+  return chosen->id;
+}
+
+}  // namespace actord

@@ -1,0 +1,68 @@
+// Which data parallel replica takes a request (the router actor's logic, actors/router_actor.hpp).
+//
+// Contract: pure logic, no actors, no clocks. Replicas are named by the caller's ids; only those added and not
+// removed take requests. route() books the request's tokens (prompt + max_tokens x samples) on the replica it
+// picks, as an estimate until that replica reports its own count (report_load: the tokens its scheduler still has
+// to compute and generate), which replaces it. Policies:
+// - round_robin: replicas in turn.
+// - least_tokens: the replica with the fewest outstanding tokens (ties: the lowest id).
+// - prefix_affinity: a prompt whose leading blocks (block_size tokens each, up to kAffinityBlocks) were routed
+//   before goes where its longest such prefix went, so that replica's prefix cache serves it, unless that
+//   replica's load exceeds the least loaded one's by more than kAffinitySlack (relative) and kAffinityMinGap
+//   tokens (absolute); then, and for prompts shorter than a block, least_tokens. Remembers the last kAffinityEntries
+//   prefixes.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/route_policy.hpp"
+
+namespace actord {
+
+class ReplicaRouter {
+ public:
+  static constexpr size_t kAffinityBlocks = 8;
+  static constexpr size_t kAffinityEntries = 1 << 16;
+  static constexpr double kAffinitySlack = 0.5;
+  static constexpr uint64_t kAffinityMinGap = 2048;
+
+  ReplicaRouter(RoutePolicy policy, int block_size);
+
+  void add(uint64_t replica);     // takes requests from now on (load 0)
+  void remove(uint64_t replica);  // takes none from now on
+  bool empty() const { return replicas_.empty(); }
+  size_t size() const { return replicas_.size(); }
+  bool contains(uint64_t replica) const;
+
+  // The replica for a request, or nothing when none takes requests.
+  std::optional<uint64_t> route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples = 1);
+  void report_load(uint64_t replica, uint64_t outstanding_tokens);
+  uint64_t load(uint64_t replica) const;  // 0 for an unknown one
+
+ private:
+  struct Replica {
+    uint64_t id;
+    uint64_t load = 0;
+  };
+  Replica* find(uint64_t replica);
+  Replica* least_loaded();
+  // Chained hashes of the prompt's leading full blocks (up to kAffinityBlocks).
+  std::vector<uint64_t> prefix_keys(std::span<const int32_t> prompt) const;
+  void remember(uint64_t key, uint64_t replica);
+
+  RoutePolicy policy_;
+  int block_size_;
+  std::vector<Replica> replicas_;  // in id order
+  size_t next_ = 0;                // round_robin
+  // prefix_affinity: key -> replica, with the keys in least-recently-used order.
+  std::list<uint64_t> lru_;
+  std::unordered_map<uint64_t, std::pair<uint64_t, std::list<uint64_t>::iterator>> affinity_;
+};
+
+}  // namespace actord

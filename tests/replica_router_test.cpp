@@ -1,0 +1,97 @@
+// The data parallel router's choices, scripted: round robin, least outstanding tokens, prefix affinity, replicas
+// coming and going.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "scheduler/replica_router.hpp"
+
+using namespace actord;
+
+namespace {
+std::vector<int32_t> prompt(int first, int len) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("router - policies by name; an unknown one is refused with the choices", "[router]") {
+  CHECK(*route_policy_from_name("least_tokens") == RoutePolicy::least_tokens);
+  CHECK(*route_policy_from_name("round_robin") == RoutePolicy::round_robin);
+  CHECK(*route_policy_from_name("prefix_affinity") == RoutePolicy::prefix_affinity);
+  auto bad = route_policy_from_name("random");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("least_tokens") != std::string::npos);
+}
+
+TEST_CASE("router - nothing to route to without replicas", "[router]") {
+  ReplicaRouter r(RoutePolicy::least_tokens, 16);
+  CHECK_FALSE(r.route(prompt(0, 4), 8).has_value());
+  r.add(3);
+  CHECK(r.route(prompt(0, 4), 8) == 3u);
+  r.remove(3);
+  CHECK(r.empty());
+  CHECK_FALSE(r.route(prompt(0, 4), 8).has_value());
+}
+
+TEST_CASE("router - round robin takes replicas in turn, skipping removed ones", "[router]") {
+  ReplicaRouter r(RoutePolicy::round_robin, 16);
+  r.add(0);
+  r.add(1);
+  r.add(2);
+  std::vector<uint64_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(*r.route(prompt(0, 4), 8));
+  CHECK(got == std::vector<uint64_t>{0, 1, 2, 0, 1, 2});
+  r.remove(1);
+  for (int i = 0; i < 4; ++i) CHECK(*r.route(prompt(0, 4), 8) != 1u);
+}
+
+TEST_CASE("router - least tokens books each request and follows the replicas' reports", "[router]") {
+  ReplicaRouter r(RoutePolicy::least_tokens, 16);
+  r.add(0);
+  r.add(1);
+  CHECK(*r.route(prompt(0, 100), 100) == 0u);  // tie: lowest id; books 200
+  CHECK(r.load(0) == 200);
+  CHECK(*r.route(prompt(0, 10), 10) == 1u);    // books 20
+  CHECK(*r.route(prompt(0, 10), 10) == 1u);    // 40 < 200
+  CHECK(*r.route(prompt(0, 10), 10, 4) == 1u); // n = 4: 10 + 40
+  CHECK(r.load(1) == 90);
+  r.report_load(0, 5);                         // replica 0 finished most of its work
+  CHECK(*r.route(prompt(0, 10), 10) == 0u);
+  r.add(2);                                    // a new replica starts empty and takes the next one
+  CHECK(*r.route(prompt(0, 10), 10) == 2u);
+}
+
+TEST_CASE("router - prefix affinity keeps a shared prefix on one replica until it is overloaded", "[router]") {
+  ReplicaRouter r(RoutePolicy::prefix_affinity, 4);
+  r.add(0);
+  r.add(1);
+  const auto a = prompt(100, 12), b = prompt(500, 12);
+  const uint64_t ra = *r.route(a, 4);
+  const uint64_t rb = *r.route(b, 4);
+  CHECK(ra != rb);                             // least tokens for unseen prefixes
+  // Same 2 leading blocks, different tail: the replica that saw the prefix.
+  auto a2 = prompt(100, 8);
+  a2.push_back(7);
+  a2.push_back(7);
+  a2.push_back(7);
+  a2.push_back(7);
+  for (int i = 0; i < 3; ++i) CHECK(*r.route(a2, 4) == ra);
+  CHECK(*r.route(b, 4) == rb);
+  // Short prompts (under a block) have no affinity: least tokens.
+  r.report_load(ra, 0);
+  r.report_load(rb, 50);
+  CHECK(*r.route(prompt(0, 3), 1) == ra);
+  // Overloaded beyond both the relative slack and the absolute gap: the prefix goes to the least loaded.
+  r.report_load(ra, 10 * ReplicaRouter::kAffinityMinGap);
+  r.report_load(rb, 0);
+  CHECK(*r.route(a, 4) == rb);
+  // The prefix now follows rb.
+  r.report_load(ra, 0);
+  r.report_load(rb, 0);
+  CHECK(*r.route(a, 4) == rb);
+  // A removed replica's prefixes go elsewhere.
+  r.remove(rb);
+  CHECK(*r.route(a, 4) == ra);
+}
