@@ -4,6 +4,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "api/admin_routes.hpp"
 #include "api/metrics.hpp"
 #include "api/openai_protocol.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -50,7 +51,7 @@ class Server {
  public:
   Server(Engine& engine, OpenAiOptions options)
       : engine_(engine), options_(std::move(options)), tokenizer_(engine.tokenizer()),
-        metrics_(options_.model_name) {
+        metrics_(options_.model_name), admin_(engine, options_.api_key) {
     context_.vocab_size = engine.model_config().vocab_size;
     context_.tokenizer = tokenizer_.get();
     auto chat = load_chat_template(engine.model_dir(), &special_tokens_);
@@ -64,6 +65,7 @@ class Server {
     if (path == "/health") return ex->respond(ready ? 200 : 503, "text/plain", ready ? "ok\n" : "starting\n");
     if (path == "/version") return ex->respond(200, "application/json", dump({{"version", kVersion}}));
     if (path == "/metrics") return ex->respond(200, "text/plain; version=0.0.4", metrics_text());
+    if (admin_.handle(path, req, ex)) return;
     if (path.rfind("/v1/", 0) != 0) return error(ex, {404, "no route " + path, "", "not_found_error"});
     if (!options_.api_key.empty() && req.authorization != "Bearer " + options_.api_key)
       return error(ex, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
@@ -311,6 +313,7 @@ class Server {
   nlohmann::json special_tokens_;
   ParseContext context_;
   ApiMetrics metrics_;
+  AdminRoutes admin_;  // its thread calls engine_: declared last, stopped first
   std::atomic<uint64_t> next_call_{1};
 };
 

@@ -6,7 +6,7 @@
 // body or field (naming it), 401, 404 for an unknown path or model, 405 for a wrong method, 413 for a body over the
 // limit (the HTTP server), 429 when max_queued_requests are in flight already, and a request the engine refuses
 // (a prompt longer than the context) 400 with its reason.
-// A client that disconnects mid-stream cancels its request.
+// A client that disconnects mid-stream cancels its request. /admin/fleet and /admin/scale: api/admin_routes.hpp.
 //
 // Contract: handle() never blocks on the engine: answers go out from the engine's callbacks. Thread-safe.
 #pragma once

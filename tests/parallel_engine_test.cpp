@@ -1,9 +1,10 @@
-// Tensor x pipeline parallel replicas through the whole engine: the bundled topologies tp2, pp2 and tp2-pp2, with
+// Tensor x pipeline parallel replicas through the whole engine: the bundled topologies tp2, pp2, tp2-pp2, dp2 and
+// dp2-tp2, with
 // their ranks as threads of the engine and as worker processes (shared-memory collectives), give the same greedy
 // tokens as one worker for a batch of prompts over 64 tokens (a request with a repetition penalty and one with
 // logprobs among them: the driver rank keeps the penalty history and samples); the same for a random-weight ~50M
 // Llama with GQA (8 query heads, 2 KV heads). Also: a rank that fails to load stops the whole replica with its
-// error, and a killed follower rank fails the replica's requests in bounded time instead of hanging it.
+// error, and a killed follower rank has its whole replica rebuilt while its request continues, unchanged.
 #include <signal.h>
 #include <unistd.h>
 
@@ -63,11 +64,12 @@ void check_same(const std::vector<GenerateOutput>& expected, const std::vector<G
 
 }  // namespace
 
-TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2 in threads and processes equal one worker",
+TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2, dp2, dp2-tp2 in threads and processes equal one worker",
           "[engine][parallel]") {
   const auto requests = batch(true);
   const auto expected = run(test::quickstart(), requests);
-  for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml"}) {
+  for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml", "configs/dp2.yaml",
+                           "configs/dp2-tp2.yaml"}) {
     for (const char* placement : {"thread", "process"}) {
       DYNAMIC_SECTION(file << " placement " << placement) {
         check_same(expected, run(test::quickstart(file, {std::string("groups[0].placement=") + placement}), requests));
@@ -76,7 +78,8 @@ TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2 in threads and process
   }
 }
 
-TEST_CASE("parallel engine: a random ~50M GQA Llama in tp2, pp2, tp2 x pp2 equals one worker", "[engine][parallel]") {
+TEST_CASE("parallel engine: a random ~50M GQA Llama in tp2, pp2, tp2 x pp2, dp2, dp2 x tp2 equals one worker",
+          "[engine][parallel]") {
   test::TempDir tmp;
   const auto dir = tmp.path() / "gqa50m";
   std::filesystem::create_directories(dir);
@@ -99,7 +102,8 @@ TEST_CASE("parallel engine: a random ~50M GQA Llama in tp2, pp2, tp2 x pp2 equal
   const auto requests = batch(false);
   const auto expected = run(topology("configs/quickstart.yaml", {}), requests);
   for (auto [file, placement] : {std::pair{"configs/tp2.yaml", "thread"}, {"configs/pp2.yaml", "process"},
-                                 {"configs/tp2-pp2.yaml", "process"}}) {
+                                 {"configs/tp2-pp2.yaml", "process"}, {"configs/dp2.yaml", "process"},
+                                 {"configs/dp2-tp2.yaml", "thread"}}) {
     DYNAMIC_SECTION(file << " placement " << placement) {
       check_same(expected, run(topology(file, {std::string("groups[0].placement=") + placement}), requests));
     }

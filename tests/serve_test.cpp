@@ -18,6 +18,7 @@
 #include "api/http_server.hpp"
 #include "api/openai_server.hpp"
 #include "engine_test_util.hpp"
+#include "cli_util.hpp"
 #include "process_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -642,4 +643,68 @@ TEST_CASE("serve - /metrics has every series the Grafana dashboard plots", "[ser
     }
   }
   CHECK(series >= 10);
+}
+
+TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resizes are refused, it keeps serving",
+          "[serve][process][dp][scale]") {
+  test::TempDir tmp;
+  const pid_t pid = test::start_actord({"serve", "configs/dp2.yaml", "--port", "0"}, tmp.path());
+  REQUIRE(pid > 0);
+  int port = 0;
+  REQUIRE(test::eventually([&] {
+    std::ifstream in(tmp.path() / "out");
+    std::string line;
+    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
+      port = std::stoi(line.substr(line.rfind(':') + 1));
+    return port > 0;
+  }, std::chrono::seconds(30)));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto completion = [&] {
+    auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+    CHECK(r.status == 200);
+    CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
+  };
+  completion();
+  auto status = test::run_actord({"status", "--url", url});
+  CHECK(status.exit_code == 0);
+  CHECK_THAT(status.out, Catch::Contains("group main: 2 replicas") && Catch::Contains("replica/1/worker/0"));
+  CHECK(test::worker_processes_of(pid).size() == 2);
+
+  auto down = test::run_actord({"scale", "--url", url, "--replicas", "1"});
+  CHECK(down.exit_code == 0);
+  CHECK_THAT(down.out, Catch::Contains("group main: 1 replicas"));
+  CHECK(test::eventually([&] { return test::worker_processes_of(pid).size() == 1; }, std::chrono::seconds(5)));
+  completion();
+
+  // Refused, each with its reason; the fleet is untouched.
+  for (auto [replicas, group, why] : {std::tuple{"-1", "main", "replicas: must be at least 1, got -1"},
+                                     {"0", "main", "must be at least 1, got 0"},
+                                     {"2", "other", "unknown group \"other\""},
+                                     {"100", "main", "cores"}}) {
+    auto bad = test::run_actord({"scale", "--url", url, "--group", group, "--replicas", replicas});
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.err, Catch::Contains(why));
+  }
+  CHECK(call(port, "POST", "/admin/scale", "{").status == 400);
+  CHECK_THAT(call(port, "POST", "/admin/scale", R"({"replicas": "two"})").body, Catch::Contains("must be an integer"));
+  CHECK_THAT(call(port, "POST", "/admin/scale", R"({"replicas": 2, "size": 1})").body, Catch::Contains("unknown field 'size'"));
+  CHECK(call(port, "POST", "/admin/scale", R"({})").status == 400);
+  CHECK(call(port, "GET", "/admin/scale").status == 405);
+  CHECK(call(port, "GET", "/admin/nothing").status == 404);
+  CHECK(test::worker_processes_of(pid).size() == 1);
+  completion();
+
+  auto up = call(port, "POST", "/admin/scale", R"({"group": "main", "replicas": 2})");
+  CHECK(up.status == 200);
+  auto fleet = json::parse(call(port, "GET", "/admin/fleet").body);
+  CHECK(fleet["replicas"].size() == 2);
+  CHECK(fleet["replicas"][1]["state"] == "serving");
+  completion();
+  CHECK(test::run_actord({"status", "--url", "http://127.0.0.1:1"}).exit_code == 2);  // nothing listens there
+
+  kill(pid, SIGTERM);
+  int code = 0;
+  REQUIRE(test::eventually([&] { return waitpid(pid, &code, WNOHANG) == pid; }, std::chrono::seconds(30)));
+  CHECK(WIFEXITED(code));
+  CHECK(test::worker_processes_of(pid).empty());
 }

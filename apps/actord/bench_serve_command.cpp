@@ -21,6 +21,7 @@
 #include "apps/actord/bench_serve_dataset.hpp"
 #include "apps/actord/bench_serve_plot.hpp"
 #include "apps/actord/commands.hpp"
+#include "apps/actord/http_client.hpp"
 
 namespace actord::cli {
 namespace {
@@ -36,32 +37,6 @@ json summary_ms(const std::vector<double>& seconds) {
   const double mean = seconds.empty() ? 0 : sum / double(seconds.size());
   return {{"mean", mean * 1e3}, {"median", percentile(seconds, 50) * 1e3}, {"p90", percentile(seconds, 90) * 1e3},
           {"p99", percentile(seconds, 99) * 1e3}};
-}
-
-struct Target {
-  std::string host;
-  std::string port;
-  std::string path;  // base path, e.g. "" or "/v1" stripped to its prefix before /completions
-};
-
-// http://host:port[/prefix] -> its parts; the completions route is <prefix>/v1/completions.
-std::optional<Target> parse_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) return std::nullopt;
-  std::string rest = url.substr(scheme.size());
-  Target t;
-  const size_t slash = rest.find('/');
-  std::string hostport = rest.substr(0, slash);
-  t.path = slash == std::string::npos ? "" : rest.substr(slash);
-  while (!t.path.empty() && t.path.back() == '/') t.path.pop_back();
-  const size_t colon = hostport.rfind(':');
-  t.host = hostport.substr(0, colon);
-  t.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
-  if (t.host.empty()) return std::nullopt;
-  if (t.port.empty() || t.port.size() > 5 || t.port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(t.port) < 1 || std::stoi(t.port) > 65535)
-    return std::nullopt;
-  return t;
 }
 
 // One streaming request: the arrival time of its first byte of content and of every chunk.

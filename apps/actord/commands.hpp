@@ -89,6 +89,17 @@ struct ServeArgs {
   int http_threads = 2;
 };
 
+struct AdminArgs {
+  std::string url;
+  std::string group;
+  int replicas = 0;
+  std::string api_key;
+  int timeout_s = 600;
+  bool json = false;
+  CLI::App* scale = nullptr;
+  CLI::App* status = nullptr;
+};
+
 struct CheckArgs {
   CommonArgs common;
   bool json = false;
@@ -134,6 +145,10 @@ CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
 int run_check(const CheckArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
+
+void add_admin_commands(CLI::App& app, AdminArgs& args);
+int run_scale(const AdminArgs& args);
+int run_status(const AdminArgs& args);
 int run_worker(const WorkerArgs& args);
 
 }  // namespace actord::cli

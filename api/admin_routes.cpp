@@ -1,0 +1,121 @@
+#include "api/admin_routes.hpp"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "api/openai_protocol.hpp"
+
+namespace actord {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void refuse(const std::shared_ptr<HttpExchange>& ex, int status, const std::string& message, const std::string& param = "") {
+  ex->respond(status, "application/json", error_body(ApiError{status, message, param, "invalid_request_error"}));
+}
+
+json fleet_json(const FleetInfo& fleet) {
+  json replicas = json::array();
+  for (const ReplicaInfo& r : fleet.replicas) {
+    replicas.push_back({{"index", r.index},
+                        {"state", r.state},
+                        {"incarnation", r.incarnation},
+                        {"ranks", r.ranks},
+                        {"pids", r.pids},
+                        {"last_failure", r.last_failure}});
+  }
+  return {{"group", fleet.group}, {"replacements", fleet.replacements}, {"scaling", fleet.scaling},
+          {"replicas", replicas}};
+}
+
+}  // namespace
+
+AdminRoutes::AdminRoutes(Engine& engine, std::string api_key) : engine_(engine), api_key_(std::move(api_key)) {
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      // On a thread of its own that ends with it: a thread that used a CAF scoped_actor and lives on keeps the
+      // actor system from shutting down (~actor_system waits for it), and this one lives as long as the server.
+      std::thread(std::move(task)).join();
+      lock.lock();
+    }
+  });
+}
+
+AdminRoutes::~AdminRoutes() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    tasks_.clear();
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void AdminRoutes::post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_all();
+}
+
+bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
+  if (path.rfind("/admin/", 0) != 0) return false;
+  if (!api_key_.empty() && req.authorization != "Bearer " + api_key_) {
+    ex->respond(401, "application/json",
+                error_body(ApiError{401, "a valid API key is required (Authorization: Bearer KEY)", "",
+                                    "authentication_error"}));
+    return true;
+  }
+  if (path == "/admin/fleet") {
+    if (req.method != "GET") return refuse(ex, 405, "use GET for " + path), true;
+    post([this, ex] {
+      auto fleet = engine_.fleet();
+      if (!fleet) return refuse(ex, 500, fleet.error().message);
+      ex->respond(200, "application/json", dump(fleet_json(*fleet)));
+    });
+    return true;
+  }
+  if (path != "/admin/scale") return refuse(ex, 404, "no route " + path), true;
+  if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), true;
+  const json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return refuse(ex, 400, "the body must be a JSON object"), true;
+  for (const auto& [key, value] : body.items()) {
+    if (key != "group" && key != "replicas")
+      return refuse(ex, 400, "unknown field '" + key + "' (known: group, replicas)", key), true;
+  }
+  std::string group;
+  if (body.contains("group")) {
+    if (!body["group"].is_string()) return refuse(ex, 400, "group: must be a string", "group"), true;
+    group = body["group"].get<std::string>();
+  }
+  if (!body.contains("replicas")) return refuse(ex, 400, "replicas: required", "replicas"), true;
+  const json& replicas = body["replicas"];
+  if (!replicas.is_number_integer() || replicas.get<int64_t>() < INT32_MIN || replicas.get<int64_t>() > INT32_MAX)
+    return refuse(ex, 400, "replicas: must be an integer", "replicas"), true;
+  const int k = static_cast<int>(replicas.get<int64_t>());
+  post([this, ex, group, k] {
+    std::string name = group;
+    if (name.empty()) {
+      auto fleet = engine_.fleet();
+      if (!fleet) return refuse(ex, 500, fleet.error().message);
+      name = fleet->group;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status done = engine_.scale(name, k);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!done) return refuse(ex, done.error().code == Errc::internal ? 500 : 400, done.error().message, "replicas");
+    ex->respond(200, "application/json", dump({{"group", name}, {"replicas", k}, {"seconds", seconds}}));
+  });
+  return true;
+}
+
+}  // namespace actord
