@@ -126,23 +126,24 @@ TEST_CASE("check refuses bad topologies with one line naming the key - exit 2", 
   CHECK(std::count(missing.err.begin(), missing.err.end(), '\n') == 1);
 }
 
-TEST_CASE("the engine runs tp and pp, and refuses what check plans but it cannot run yet, naming the key", "[cli][check]") {
+TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it cannot run yet, naming the key", "[cli][check]") {
   const std::vector<std::string> greedy = {"--prompt-ids", "1", "--max-tokens", "2", "--temperature", "0"};
   auto generate = [&](std::vector<std::string> args) {
     args.insert(args.begin(), "generate");
     args.insert(args.end(), greedy.begin(), greedy.end());
     return run_actord(args);
   };
-  // tp and pp run (the same greedy tokens as one worker); replicas and nodes do not yet.
+  // tp, pp and replicas run (the same greedy tokens as one worker); nodes and several groups do not yet.
   const Run single = generate({"configs/quickstart.yaml"});
   REQUIRE(single.exit_code == 0);
-  for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml"}) {
+  for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml", "configs/dp2.yaml",
+                           "configs/dp2-tp2.yaml"}) {
     const Run parallel = generate({file});
     CHECK(parallel.exit_code == 0);
     CHECK(parallel.out == single.out);
   }
-  check_refused(generate({"configs/dp2.yaml"}),
-                "configs/dp2.yaml: groups[0].replicas: data parallelism is not supported yet (must be 1)");
+  check_refused(generate({"configs/dp2.yaml", "--set", "groups[0].router=random"}),
+                "configs/dp2.yaml: groups[0].router: must be round_robin, least_tokens or prefix_affinity, got 'random'");
   check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].placement=node:local"}),
                 "configs/quickstart.yaml: groups[0].placement: placement on nodes is not supported yet (use thread "
                 "or process)");

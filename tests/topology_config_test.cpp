@@ -207,11 +207,13 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
         "configs/t.yaml: groups[1].name: 'a' is also the name of groups[0]");
   CHECK(error_of("model: {path: m}\ngroups: [{name: 'a/b'}]\n") ==
         "configs/t.yaml: groups[0].name: must be letters, digits, '_', '.' or '-', got 'a/b'");
+  CHECK(error_of("model: {path: m}\ngroups: [{router: random}]\n") ==
+        "configs/t.yaml: groups[0].router: must be round_robin, least_tokens or prefix_affinity, got 'random'");
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, name, "
-                               "oversubscribe, placement, pp, replicas, threads, tp)"));
+                               "oversubscribe, placement, pp, replicas, router, threads, tp)"));
 }
 
 TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spreading", "[config]") {
