@@ -243,7 +243,8 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
   }
   emit(self, updates);
   plan_and_send(self);
-  if (std::any_of(updates.begin(), updates.end(), [](const SequenceUpdate& u) { return u.finish != Finish::none; }))
+  // A drain is answered once no step is in flight either (the last one may carry only slices planned past an end).
+  if (st.drain || std::any_of(updates.begin(), updates.end(), [](const SequenceUpdate& u) { return u.finish != Finish::none; }))
     report_load(self);
   book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the result, the deltas, the next plans: one measurement
 }

@@ -269,7 +269,7 @@ TEST_CASE("plan ahead - a decode slice feeds the token the step in flight sample
   CHECK_FALSE(s.has_work());
 }
 
-TEST_CASE("plan ahead - a stop id ends the sequence; the slice planned after it is dropped", "[scheduler]") {
+TEST_CASE("plan ahead - a stop id ends the sequence - the slice planned after it is dropped", "[scheduler]") {
   BlockAllocator blocks(16);
   BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 100, {2}));
@@ -326,7 +326,7 @@ TEST_CASE("plan ahead - cancel with two steps in flight", "[scheduler]") {
   CHECK(blocks.num_free() == 16);
 }
 
-TEST_CASE("plan ahead - a failed step fails its sequences once; the step after it is dropped", "[scheduler]") {
+TEST_CASE("plan ahead - a failed step fails its sequences once - the step after it is dropped", "[scheduler]") {
   BlockAllocator blocks(16);
   BatchScheduler s(plain({8, 64, 4, 512, 0}), blocks);
   s.add(request(1, 3, 10));

@@ -23,7 +23,7 @@ std::vector<int32_t> tokens_of(const PlannedSlice& s) { return {s.tokens.begin()
 
 }  // namespace
 
-TEST_CASE("take_all - continuations carry the reported tokens; steps in flight are forgotten", "[scheduler][hand_back]") {
+TEST_CASE("take_all - continuations carry the reported tokens - steps in flight are forgotten", "[scheduler][hand_back]") {
   BlockAllocator blocks(32);
   BatchScheduler s(limits(true), blocks);
   s.add(request(1, 5, 10));

@@ -109,7 +109,7 @@ TEST_CASE("an engine's worker sockets live in its folder, gone when the engine e
   CHECK(ipc_folders(base.path(), getpid()).empty());
 }
 
-TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder; after SIGKILL the next start does",
+TEST_CASE("generate killed by SIGTERM or SIGINT removes its folder - after SIGKILL the next start does",
           "[ipc][process][cli]") {
   test::TempDir base;
   for (int sig : {SIGTERM, SIGINT, SIGKILL}) {

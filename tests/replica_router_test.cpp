@@ -16,7 +16,7 @@ std::vector<int32_t> prompt(int first, int len) {
 }
 }  // namespace
 
-TEST_CASE("router - policies by name; an unknown one is refused with the choices", "[router]") {
+TEST_CASE("router - policies by name - an unknown one is refused with the choices", "[router]") {
   CHECK(*route_policy_from_name("least_tokens") == RoutePolicy::least_tokens);
   CHECK(*route_policy_from_name("round_robin") == RoutePolicy::round_robin);
   CHECK(*route_policy_from_name("prefix_affinity") == RoutePolicy::prefix_affinity);

@@ -254,7 +254,7 @@ void check_frequencies(const std::vector<float>& logits, const SamplingOptions& 
 
 }  // namespace
 
-TEST_CASE("sampler: greedy picks the highest logit, lowest id on ties; top_k 1 is greedy", "[sampler]") {
+TEST_CASE("sampler: greedy picks the highest logit, lowest id on ties - top_k 1 is greedy", "[sampler]") {
   Sampler s;
   const std::vector<float> logits{1.0f, 3.0f, 3.0f, -1.0f};
   CHECK(s.sample(logits.data(), 4, options(0.0f), 0) == 1);
@@ -493,7 +493,7 @@ TEST_CASE("sampler: frequency and presence penalties count generated tokens only
   }
 }
 
-TEST_CASE("sampler: masked ids are never sampled; ids outside the vocabulary are ignored", "[sampler]") {
+TEST_CASE("sampler: masked ids are never sampled - ids outside the vocabulary are ignored", "[sampler]") {
   const std::vector<float> raw{1.0f, 4.0f, 3.5f, 0.0f, 3.9f};
   SamplingOptions o = options(0.0f);
   Sampler s;

@@ -68,7 +68,7 @@ double seconds_since(clock_type::time_point t0) {
 
 }  // namespace
 
-TEST_CASE("a worker thread stuck in a step is declared failed by the step deadline; its request continues",
+TEST_CASE("a worker thread stuck in a step is declared failed by the step deadline - its request continues",
           "[failure]") {
   test::TempDir tmp;
   // The first step with token 400 in this process stalls 4 s; the rebuilt replica's worker does not.
