@@ -13,6 +13,7 @@
 
 #include "actors/group_codec.hpp"
 #include "actors/kv_pool_actor.hpp"
+#include "actors/node_agent.hpp"
 #include "actors/remote_worker_actor.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
@@ -114,25 +115,72 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   r.kv_pool = spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size));
 
   // The replica's collective groups: one TP group per stage, one pipeline group per tp rank. Threads get their
-  // communicators now; processes get the specs in WorkerInit and join them (shared memory on this node).
-  const bool in_processes = group.placement == Placement::process;
-  auto spec_of = [&](const std::string& name, int size) {
+  // communicators now; processes get the specs in WorkerInit and join them (shared memory on this node, ZeroMQ
+  // tcp where a group has a rank on another node: rank 0 at a port free now, the others at ports of their own).
+  const bool in_processes = group.placement != Placement::thread;
+  // The node agent of rank (k, s) of this replica; empty: this machine.
+  auto agent_of = [&](int k, int s) {
+    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(s * tp + k);
+    return at < p.rank_agents.size() ? p.rank_agents[at] : std::string();
+  };
+  std::optional<Error> group_failure;
+  auto spec_of = [&](const std::string& name, const std::vector<std::string>& agents) {
     coll::GroupSpec spec;
     spec.name = replica + "/" + name;
     spec.id = st.next_group_id++;
-    spec.size = size;
+    spec.size = static_cast<int>(agents.size());
     spec.placement = in_processes ? coll::Placement::process : coll::Placement::thread;
     spec.timeout = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 4 * p.topology.engine.step_timeout);
     spec.engine_pid = static_cast<int64_t>(getpid());
+    if (std::all_of(agents.begin(), agents.end(), [](const std::string& a) { return a.empty(); })) return spec;
+    spec.placement = coll::Placement::node;
+    spec.backend = coll::Backend::zmq;
+    std::string remote_host;
+    for (const auto& a : agents)
+      if (!a.empty()) remote_host = NodeAgentClient(a, std::chrono::seconds(2)).host();
+    for (size_t r = 0; r < agents.size(); ++r) {
+      std::string host;
+      Result<uint16_t> port = uint16_t{0};
+      if (agents[r].empty()) {
+        auto here = local_address_toward(remote_host);
+        if (!here) {
+          group_failure = here.error();
+          return spec;
+        }
+        host = *here;
+        if (r == 0) port = free_local_port(host);
+      } else {
+        NodeAgentClient agent(agents[r], std::chrono::seconds(2));
+        host = agent.host();
+        if (r == 0) port = agent.free_port();
+      }
+      if (!port) {
+        group_failure = port.error();
+        return spec;
+      }
+      spec.endpoints.push_back("tcp://" + host + ":" + (r == 0 ? std::to_string(*port) : std::string("*")));
+    }
     return spec;
   };
   std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
   std::vector<coll::GroupSpec> tp_specs, pipeline_specs;  // [stage], [tp rank]
   if (tp > 1) {
-    for (int s = 0; s < pp; ++s) tp_specs.push_back(spec_of("pp" + std::to_string(s) + "/tp", tp));
+    for (int s = 0; s < pp; ++s) {
+      std::vector<std::string> agents;
+      for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s));
+      tp_specs.push_back(spec_of("pp" + std::to_string(s) + "/tp", agents));
+    }
   }
   if (pp > 1) {
-    for (int k = 0; k < tp; ++k) pipeline_specs.push_back(spec_of("tp" + std::to_string(k) + "/pipeline", pp));
+    for (int k = 0; k < tp; ++k) {
+      std::vector<std::string> agents;
+      for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s));
+      pipeline_specs.push_back(spec_of("tp" + std::to_string(k) + "/pipeline", agents));
+    }
+  }
+  if (group_failure) {
+    stop_replica_actors(self, r);
+    return done(*group_failure);
   }
   if (!in_processes) {
     for (int s = 0; s < static_cast<int>(tp_specs.size()); ++s) {
@@ -161,6 +209,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       const std::string name = rank_name(k, s);
       WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout, p.ipc_dir};
       options.incarnation = incarnation;
+      options.node_agent = agent_of(k, s);
       caf::actor worker = in_processes
                               ? spawn_remote_worker(self->system(), options)
                               : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));

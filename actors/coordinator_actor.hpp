@@ -45,6 +45,9 @@ struct CoordinatorParams {
   // CPU threads of each rank of a replica (stage-major, then tp rank) as the topology plan resolved them; empty:
   // groups[0].threads for every rank.
   std::vector<int> rank_threads;
+  // With placement on nodes: the node agent's address of every rank of the initial replicas (replica-major, then
+  // stage, then tp rank), empty for a rank on this machine. Empty list: every rank here.
+  std::vector<std::string> rank_agents;
   RoutePolicy route_policy = RoutePolicy::least_tokens;
   std::filesystem::path worker_executable;  // for placement: process
   std::filesystem::path ipc_dir;            // for placement: process: the engine's private ipc folder

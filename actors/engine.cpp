@@ -82,7 +82,6 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
     return make_error(Errc::unsupported,
                       where + "groups[0]." + key + ": " + what + " is not supported yet (" + hint + ")");
   };
-  if (g.placement == Placement::node) return refuse("placement", "placement on nodes", "use thread or process");
   return {};
 }
 }  // namespace
@@ -145,14 +144,26 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   KvSizing kv;
   MemoryAsk ask;
   std::vector<int> rank_threads;
-  if (group.replicas * group.tp * group.pp > 1) {
+  std::vector<std::string> rank_agents;
+  if (group.replicas * group.tp * group.pp > 1 || group.placement == Placement::node) {
     auto plan = plan_topology(topology, impl->shape, usable_cpu_cores());
     if (!plan) return plan.error();
     kv.num_blocks = plan->groups[0].num_kv_blocks;
     kv.swap_blocks = plan->groups[0].num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
     ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
-    for (int r = 0; r < group.tp * group.pp; ++r) rank_threads.push_back(plan->groups[0].ranks[static_cast<size_t>(r)].threads);
+    for (int r = 0; r < group.tp * group.pp; ++r) {
+      const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
+      rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
+    }
+    if (group.placement == Placement::node) {
+      for (const RankPlan& rank : plan->groups[0].ranks) {
+        std::string agent;
+        for (const NodeSection& node : topology.nodes)
+          if (node.name == rank.node) agent = node.address;
+        rank_agents.push_back(agent);
+      }
+    }
   } else {
     auto sized = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
     if (!sized) return sized.error();
@@ -184,6 +195,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits.swap_blocks = kv.swap_blocks;
   params.kv_dtype = kv_dtype;
   params.rank_threads = std::move(rank_threads);
+  params.rank_agents = std::move(rank_agents);
   params.route_policy = *route_policy;
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {
@@ -191,7 +203,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     params.worker_executable = std::filesystem::read_symlink("/proc/self/exe", ec);
   }
   if (std::any_of(topology.groups.begin(), topology.groups.end(),
-                  [](const GroupSection& g) { return g.placement == Placement::process; })) {
+                  [](const GroupSection& g) { return g.placement != Placement::thread; })) {
     std::error_code ec;
     auto dir = IpcDirectory::create(options.runtime_dir.empty() ? std::filesystem::temp_directory_path(ec)
                                                                 : options.runtime_dir);
@@ -379,6 +391,8 @@ Status Engine::scale(const std::string& group, int replicas) {
     return make_error(Errc::invalid_argument,
                       "replicas: must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(replicas));
   const int have = now.groups[0].replicas;
+  if (now.groups[0].placement == Placement::node)
+    return make_error(Errc::unsupported, "groups[0].placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {
     // The added replicas must fit the machine: cores (as at start) and the memory available now.
     TopologyConfig grown = now;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 namespace actord {
 namespace {
 
@@ -35,9 +37,18 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   wp->options_ = options;
   wp->on_message_ = std::move(on_message);
   wp->on_exit_ = std::move(on_exit);
-  if (options.ipc_dir.empty()) return make_error(Errc::internal, "worker process " + options.name + ": no ipc folder");
-  wp->to_endpoint_ = ipc_endpoint(options, "to");
-  wp->from_endpoint_ = ipc_endpoint(options, "from");
+  const bool remote = !options.node_agent.empty();
+  if (remote) {
+    wp->agent_ = std::make_unique<NodeAgentClient>(options.node_agent, std::chrono::milliseconds(2000));
+    auto here = local_address_toward(wp->agent_->host());
+    if (!here) return here.error();
+    wp->to_endpoint_ = "tcp://" + *here + ":*";
+    wp->from_endpoint_ = wp->to_endpoint_;
+  } else {
+    if (options.ipc_dir.empty()) return make_error(Errc::internal, "worker process " + options.name + ": no ipc folder");
+    wp->to_endpoint_ = ipc_endpoint(options, "to");
+    wp->from_endpoint_ = ipc_endpoint(options, "from");
+  }
   try {
     wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
     wp->to_worker_.set(zmq::sockopt::linger, 0);
@@ -46,8 +57,20 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
     wp->from_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::pull);
     wp->from_worker_.set(zmq::sockopt::linger, 0);
     wp->from_worker_.bind(wp->from_endpoint_);
+    if (remote) {  // the ports the system gave
+      wp->to_endpoint_ = wp->to_worker_.get(zmq::sockopt::last_endpoint);
+      wp->from_endpoint_ = wp->from_worker_.get(zmq::sockopt::last_endpoint);
+    }
   } catch (const zmq::error_t& e) {
     return make_error(Errc::internal, "cannot bind worker sockets: " + std::string(e.what()));
+  }
+  if (remote) {
+    auto pid = wp->agent_->spawn(options.name, wp->to_endpoint_, wp->from_endpoint_, options.log_level,
+                                 static_cast<uint32_t>(heartbeat_interval(options).count()));
+    if (!pid) return pid.error();
+    wp->pid_ = *pid;
+    wp->receiver_ = std::thread([p = wp.get()] { p->receive_loop(); });
+    return wp;
   }
 
   // Everything the child needs is prepared before fork: only async-signal-safe calls happen in between.
@@ -76,7 +99,35 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
 }
 
 void WorkerProcess::kill() {
-  if (pid_ > 0 && !exited_.load()) ::kill(pid_, SIGKILL);
+  if (pid_ > 0 && !exited_.load()) kill_child();
+}
+
+void WorkerProcess::kill_child() {
+  if (!agent_) {
+    ::kill(pid_, SIGKILL);
+    return;
+  }
+  if (auto done = agent_->kill(pid_); !done) spdlog::warn("{}", done.error().message);
+}
+
+std::optional<std::string> WorkerProcess::check_exit() {
+  if (!agent_) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) return describe_exit(status);
+    return std::nullopt;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_agent_check_) return std::nullopt;
+  next_agent_check_ = now + std::chrono::milliseconds(250);
+  auto state = agent_->status(pid_);
+  if (!state) {
+    if (++agent_misses_ < 2) return std::nullopt;
+    return "worker process " + options_.name + " (pid " + std::to_string(pid_) + " on " + agent_->address() +
+           ") is lost: " + state.error().message;
+  }
+  agent_misses_ = 0;
+  if (state->running) return std::nullopt;
+  return state->exit;
 }
 
 bool WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
@@ -116,10 +167,10 @@ void WorkerProcess::receive_loop() {
                         ") stopped answering: no heartbeat for " + std::to_string(silent_ms.count()) +
                         " ms (engine.step_timeout " + std::to_string(options_.heartbeat_timeout.count()) +
                         " ms); killed it";
-      ::kill(pid_, SIGKILL);
+      kill_child();
     }
-    int status = 0;
-    if (!exited_.load() && waitpid(pid_, &status, WNOHANG) == pid_) {
+    std::optional<std::string> ended;
+    if (!exited_.load() && (ended = check_exit())) {
       exited_.store(true);
       // Deliver what the child sent before it died (e.g. its WorkerReady with an error), then report the exit.
       for (;;) {
@@ -127,7 +178,7 @@ void WorkerProcess::receive_loop() {
         if (!rest.ok() || !rest->has_value()) break;
         deliver(std::move(**rest));
       }
-      if (!stopping_.load()) on_exit_(silence_reason_.empty() ? describe_exit(status) : silence_reason_);
+      if (!stopping_.load()) on_exit_(silence_reason_.empty() ? *ended : silence_reason_);
       return;
     }
   }
@@ -142,7 +193,15 @@ WorkerProcess::~WorkerProcess() {
   }
   stopping_.store(true);
   if (receiver_.joinable()) receiver_.join();
-  if (!exited_.load() && pid_ > 0) {
+  if (!exited_.load() && pid_ > 0 && agent_) {
+    bool ended = false;
+    for (int i = 0; i < 40 && !ended; ++i) {
+      auto state = agent_->status(pid_);
+      ended = !state || !state->running;
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!ended) kill_child();
+  } else if (!exited_.load() && pid_ > 0) {
     int status = 0;
     bool reaped = false;
     for (int i = 0; i < 200 && !reaped; ++i) {

@@ -6,7 +6,9 @@
 // receive loop runs on its own thread and reports through callbacks: on_message for every envelope, on_exit once
 // when the child has exited (with a human-readable reason). A child that sends nothing, not even its heartbeat, for
 // options.heartbeat_timeout is declared failed: killed (SIGKILL), and on_exit says it stopped answering. The destructor asks the child to shut down, waits up to
-// two seconds, then kills it, and joins the receive thread. Linux only.
+// two seconds, then kills it, and joins the receive thread. Linux only. With options.node_agent the worker runs on
+// another machine, started by that node's agent: tcp sockets instead of ipc, and its end is learnt from the agent
+// (asked every 250 ms; an agent that does not answer twice in a row counts as the worker's end) or its silence.
 #pragma once
 
 #include <sys/types.h>
@@ -16,9 +18,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "actors/node_agent.hpp"
 #include "actors/worker_process_options.hpp"
 #include "comms/zmq_link.hpp"
 
@@ -46,6 +50,9 @@ class WorkerProcess {
   WorkerProcess() = default;
   void receive_loop();
   std::string describe_exit(int status) const;
+  // Whether the child has ended, and how: waitpid for a local one, the agent for a remote one.
+  std::optional<std::string> check_exit();
+  void kill_child();
 
   WorkerProcessOptions options_;
   zmq::context_t context_{1};
@@ -53,6 +60,9 @@ class WorkerProcess {
   zmq::socket_t from_worker_;  // PULL, bound here; used by the receive thread only
   std::string to_endpoint_, from_endpoint_;
   pid_t pid_ = -1;
+  std::unique_ptr<NodeAgentClient> agent_;  // a remote worker's node agent
+  int agent_misses_ = 0;
+  std::chrono::steady_clock::time_point next_agent_check_{};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
   std::string silence_reason_;  // set (receive thread only) when the child went silent and was killed

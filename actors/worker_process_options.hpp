@@ -17,6 +17,10 @@ struct WorkerProcessOptions {
   // Which start of this name it is (a replica rebuilt after a failure starts its ranks again): its sockets are
   // named apart from those of an earlier one that may still be going away.
   uint64_t incarnation = 0;
+  // Empty: a child of this process. Else tcp://HOST:PORT of the node agent (actors/node_agent.hpp) that starts the
+  // worker on its machine: the sockets are tcp ones on this machine's address toward it, and the agent is asked
+  // for the worker's liveness and to kill it.
+  std::string node_agent;
 };
 
 }  // namespace actord

@@ -89,6 +89,11 @@ struct ServeArgs {
   int http_threads = 2;
 };
 
+struct AgentArgs {
+  std::string listen;
+  std::string log_level = "info";
+};
+
 struct AdminArgs {
   std::string url;
   std::string group;
@@ -145,6 +150,9 @@ CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
 int run_check(const CheckArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
+
+CLI::App* add_agent_command(CLI::App& app, AgentArgs& args);
+int run_agent(const AgentArgs& args);
 
 void add_admin_commands(CLI::App& app, AdminArgs& args);
 int run_scale(const AdminArgs& args);

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   auto* check = actord::cli::add_check_command(app, check_args);
   actord::cli::WorkerArgs worker_args;
   auto* worker = actord::cli::add_worker_command(app, worker_args);
+  actord::cli::AgentArgs agent_args;
+  auto* agent = actord::cli::add_agent_command(app, agent_args);
   actord::cli::AdminArgs admin_args;
   actord::cli::add_admin_commands(app, admin_args);
 
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) return actord::cli::run_serve(serve_args);
   if (check->parsed()) return actord::cli::run_check(check_args);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
+  if (agent->parsed()) return actord::cli::run_agent(agent_args);
   if (admin_args.scale->parsed()) return actord::cli::run_scale(admin_args);
   if (admin_args.status->parsed()) return actord::cli::run_status(admin_args);
   return 2;

@@ -290,6 +290,32 @@ enum MessageKind {
   importKv @7;
   kvImported @8;
   heartbeat @9;                  # worker process -> engine, empty body, every heartbeat interval
+  agentSpawn @10;                # engine -> node agent: AgentSpawn; answered with agentReply
+  agentKill @11;                 # engine -> node agent: AgentPid
+  agentStatus @12;               # engine -> node agent: AgentPid
+  agentFreePort @13;             # engine -> node agent: empty; a free tcp port on the agent's address
+  agentReply @14;                # node agent -> engine: AgentReply
+}
+
+# A node agent (`actord agent`) starts `actord worker` processes on its machine for an engine elsewhere.
+struct AgentSpawn {
+  name @0 :Text;
+  toWorker @1 :Text;             # tcp:// endpoints the engine bound; the worker connects to them
+  fromWorker @2 :Text;
+  logLevel @3 :Text;
+  heartbeatMs @4 :UInt32;
+}
+
+struct AgentPid {
+  pid @0 :Int32;
+}
+
+struct AgentReply {
+  error @0 :Error;
+  pid @1 :Int32;                 # agentSpawn: the worker's pid on the agent's machine
+  running @2 :Bool;              # agentStatus
+  exit @3 :Text;                 # agentStatus of an ended worker: how it ended
+  port @4 :UInt32;               # agentFreePort
 }
 
 # First frame of every ZeroMQ message between processes; the second frame is the capnp body of `kind`; bulk

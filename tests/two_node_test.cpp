@@ -1,0 +1,179 @@
+// Two nodes on one machine: this test process (the engine's node, "local") and a network namespace of its own
+// joined to it by a veth pair, where `actord agent` runs as node-b. Ranks placed on node-b are started there by the
+// agent and reached over tcp, collective groups that cross the nodes run on the ZeroMQ backend; the greedy tokens
+// equal one worker's. A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
+// on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
+// otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "engine_test_util.hpp"
+#include "process_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+// A network namespace with one end of a veth pair, 10.77.N.2 there and 10.77.N.1 here; removed with the object.
+struct OtherNode {
+  std::string ns, here_dev, there_dev, here_ip, there_ip;
+  pid_t agent = 0;
+  bool ok = false;
+
+  OtherNode() {
+    const int n = static_cast<int>(getpid() % 200) + 20;
+    ns = "actord-node-" + std::to_string(getpid());
+    here_dev = "acta" + std::to_string(getpid() % 100000);
+    there_dev = "actb" + std::to_string(getpid() % 100000);
+    here_ip = "10.77." + std::to_string(n) + ".1";
+    there_ip = "10.77." + std::to_string(n) + ".2";
+    ok = geteuid() == 0 && sh("ip netns add " + ns) == 0 &&
+         sh("ip link add " + here_dev + " type veth peer name " + there_dev) == 0 &&
+         sh("ip link set " + there_dev + " netns " + ns) == 0 &&
+         sh("ip addr add " + here_ip + "/24 dev " + here_dev) == 0 && sh("ip link set " + here_dev + " up") == 0 &&
+         sh("ip -n " + ns + " addr add " + there_ip + "/24 dev " + there_dev) == 0 &&
+         sh("ip -n " + ns + " link set " + there_dev + " up") == 0 && sh("ip -n " + ns + " link set lo up") == 0;
+  }
+  std::string agent_address() const { return "tcp://" + there_ip + ":7070"; }
+  void start_agent() {
+    std::fflush(nullptr);  // the child must not write this process's buffered output again
+    agent = fork();
+    if (agent == 0) {
+      const std::string binary = test::actord_binary().string(), listen = "--listen=" + agent_address();
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execlp("ip", "ip", "netns", "exec", ns.c_str(), binary.c_str(), "agent", listen.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  void kill_agent() {
+    if (agent <= 0) return;
+    kill(agent, SIGKILL);
+    waitpid(agent, nullptr, 0);
+    agent = 0;
+  }
+  ~OtherNode() {
+    kill_agent();
+    sh("ip link del " + here_dev);
+    sh("ip netns del " + ns);
+  }
+};
+
+TopologyConfig two_nodes(const OtherNode& node, const std::string& group) {
+  test::TempDir tmp;
+  test::write_file(tmp.path() / "t.yaml", "model: {path: " + test::stories_dir().string() +
+                                              "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
+                                              node.agent_address() + "}]\ngroups: [" + group + "]\n");
+  auto cfg = load_topology(tmp.path() / "t.yaml");
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+std::vector<GenerateRequest> greedy_batch(size_t n, uint32_t max_tokens) {
+  std::vector<GenerateRequest> out;
+  for (size_t i = 0; i < n; ++i) {
+    GenerateRequest r;
+    r.prompt_ids = {1, static_cast<int32_t>(3 + (i * 53) % 500)};
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network namespace) equals one worker",
+          "[engine][node]") {
+  OtherNode node;
+  if (!node.ok) {
+    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
+    return;
+  }
+  node.start_agent();
+  const auto requests = greedy_batch(6, 64);
+  auto single = test::start_engine(test::quickstart());
+  auto expected = single->generate(requests);
+  REQUIRE(expected.ok());
+  single.reset();
+  auto engine = test::start_engine(two_nodes(node, "{tp: 2, pp: 2, threads: 1, placement: [node:local, node:node-b]}"));
+  CHECK(test::worker_processes_of(getpid()).size() == 2);  // stage 0 here; stage 1 is the agent's
+  auto got = engine->generate(requests);
+  REQUIRE(got.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE_FALSE((*got)[i].error);
+    CHECK((*got)[i].generated_ids == (*expected)[i].generated_ids);
+  }
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams finish on the other, unchanged",
+          "[engine][node][failure]") {
+  OtherNode node;
+  if (!node.ok) {
+    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
+    return;
+  }
+  node.start_agent();
+  auto engine = test::start_engine(two_nodes(node, "{replicas: 2, threads: 1, placement: [node:local, node:node-b]}"));
+  const auto requests = greedy_batch(32, 200);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  std::mutex m;
+  std::condition_variable cv;
+  size_t left = requests.size(), events = 0;
+  std::vector<std::vector<int32_t>> tokens(requests.size());
+  std::vector<std::optional<Error>> errors(requests.size());
+  std::optional<std::chrono::steady_clock::time_point> killed_at, last_done;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    engine->submit(requests[i], [&, i](const StreamEvent& e) {
+      std::lock_guard lock(m);
+      tokens[i].insert(tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.error) errors[i] = e.error;
+      if (++events == 200 && !killed_at) {
+        killed_at = std::chrono::steady_clock::now();
+        node.kill_agent();  // its workers die with it
+      }
+      if (!e.finish_reason.empty()) {
+        last_done = std::chrono::steady_clock::now();
+        --left;
+        cv.notify_all();
+      }
+    });
+  }
+  {
+    std::unique_lock lock(m);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return left == 0; }));
+  }
+  REQUIRE(killed_at);
+  size_t failures = 0, differ = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    failures += errors[i].has_value();
+    differ += tokens[i] != (*clean)[i].generated_ids;
+  }
+  CHECK(failures == 0);
+  CHECK(differ == 0);
+  WARN("killed node agent -> last stream complete " << std::chrono::duration<double>(*last_done - *killed_at).count()
+                                                   << " s");
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  CHECK(fleet->replacements >= 1);
+  CHECK(fleet->replicas.at(0).state == "serving");
+  CHECK(fleet->replicas.at(0).incarnation == 0);
+  CHECK(fleet->replicas.at(1).state != "serving");  // its node is gone: rebuilding until it gives up
+  // The local replica keeps serving.
+  auto after = engine->generate(greedy_batch(4, 16));
+  REQUIRE(after.ok());
+  for (const auto& o : *after) CHECK_FALSE(o.error);
+}
