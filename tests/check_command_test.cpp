@@ -133,7 +133,7 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
     args.insert(args.end(), greedy.begin(), greedy.end());
     return run_actord(args);
   };
-  // tp, pp and replicas run (the same greedy tokens as one worker); nodes and several groups do not yet.
+  // tp, pp, replicas and nodes run (the same greedy tokens as one worker); several groups do not yet.
   const Run single = generate({"configs/quickstart.yaml"});
   REQUIRE(single.exit_code == 0);
   for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml", "configs/dp2.yaml",
@@ -144,9 +144,9 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
   }
   check_refused(generate({"configs/dp2.yaml", "--set", "groups[0].router=random"}),
                 "configs/dp2.yaml: groups[0].router: must be round_robin, least_tokens or prefix_affinity, got 'random'");
-  check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].placement=node:local"}),
-                "configs/quickstart.yaml: groups[0].placement: placement on nodes is not supported yet (use thread "
-                "or process)");
+  const Run on_local_node = generate({"configs/quickstart.yaml", "--set", "groups[0].placement=node:local"});
+  CHECK(on_local_node.exit_code == 0);
+  CHECK(on_local_node.out == single.out);
   test::TempDir tmp;
   const auto two_groups = tmp.path() / "two-groups.yaml";
   test::write_file(two_groups, "model: {path: " + test::stories_dir().string() + "}\ngroups: [{name: a}, {name: b}]\n");

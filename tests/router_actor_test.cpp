@@ -1,0 +1,158 @@
+// The router actor, run deterministically on CAF's test coordinator (no threads, no sleeps): submissions reach a
+// replica's scheduler as the tokenizer actor that sent them, least_tokens spreads them, requests wait while no
+// replica takes any and go on when one joins, cancels reach every scheduler or end a waiting request, a
+// continuation of a request cancelled meanwhile ends cancelled, and stats are summed over the schedulers.
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+
+#include "actors/actor_system_setup.hpp"
+#include "actors/router_actor.hpp"
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
+
+using namespace actord;
+
+namespace {
+
+// What a stand-in actor received: the atom's name, the request id in the message, who sent it.
+struct Seen {
+  std::string what;
+  uint64_t id = 0;
+  caf::actor_addr from;
+  std::string finish;  // deltas: the first delta's finish reason
+};
+using Log = std::shared_ptr<std::vector<Seen>>;
+
+wire_msg submit(uint64_t id, uint32_t prompt_len, uint32_t max_tokens) {
+  return build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+    out.setRequestId(id);
+    auto ids = out.initPromptIds(prompt_len);
+    for (uint32_t i = 0; i < prompt_len; ++i) ids.set(i, static_cast<int32_t>(10 + i));
+    out.setMaxTokens(max_tokens);
+    out.initSampling().setN(1);
+  });
+}
+
+wire_msg cancel(uint64_t id) {
+  return build<wire::CancelRequest>([&](wire::CancelRequest::Builder out) { out.setRequestId(id); });
+}
+
+// A stand-in scheduler or tokenizer: logs what it gets; answers stats with `steps` steps.
+caf::behavior recorder(caf::event_based_actor* self, Log log, uint64_t steps) {
+  return {
+      [=](submit_atom, const wire_msg& m) {
+        WireReader r(m);
+        log->push_back({"submit", r.root<wire::SubmitRequest>().getRequestId(),
+                        caf::actor_cast<caf::actor_addr>(self->current_sender()), ""});
+      },
+      [=](cancel_atom, const wire_msg& m) {
+        WireReader r(m);
+        log->push_back({"cancel", r.root<wire::CancelRequest>().getRequestId(),
+                        caf::actor_cast<caf::actor_addr>(self->current_sender()), ""});
+      },
+      [=](delta_atom, const wire_msg& m) {
+        WireReader r(m);
+        auto deltas = r.root<wire::StreamDeltaBatch>().getDeltas();
+        log->push_back({"delta", deltas[0].getRequestId(), caf::actor_cast<caf::actor_addr>(self->current_sender()),
+                        deltas[0].getFinishReason() == wire::FinishReason::CANCELLED ? "cancelled" : "other"});
+      },
+      [=](stats_atom, const wire_msg&) -> wire_msg {
+        SchedulerStats s;
+        s.steps = steps;
+        s.running_seqs = 1;
+        return build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(s, out); });
+      },
+  };
+}
+
+struct Fixture {
+  ActordSystemConfig cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  Fixture() {
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+  }
+  size_t count(const Log& log, const std::string& what) const {
+    return static_cast<size_t>(std::count_if(log->begin(), log->end(), [&](const Seen& s) { return s.what == what; }));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues without replicas", "[router][actor]") {
+  Fixture f;
+  auto s0_log = std::make_shared<std::vector<Seen>>(), s1_log = std::make_shared<std::vector<Seen>>(),
+       tok_log = std::make_shared<std::vector<Seen>>();
+  auto s0 = f.sys->spawn(recorder, s0_log, 3), s1 = f.sys->spawn(recorder, s1_log, 4);
+  auto tokenizer = f.sys->spawn(recorder, tok_log, 0);
+  auto router = spawn_router(*f.sys, RoutePolicy::least_tokens, 16);
+
+  caf::anon_send(router, join_atom::value, uint64_t{0}, s0);
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1);
+  caf::send_as(tokenizer, router, submit_atom::value, submit(1, 100, 100));  // to replica 0 (tie: lowest id)
+  caf::send_as(tokenizer, router, submit_atom::value, submit(2, 10, 10));    // to replica 1: less booked
+  caf::send_as(tokenizer, router, submit_atom::value, submit(3, 10, 10));    // replica 1 again (20 < 200)
+  f.sched->run();
+  REQUIRE(s0_log->size() == 1);
+  CHECK(s0_log->at(0).id == 1);
+  CHECK(s0_log->at(0).from == tokenizer.address());  // the scheduler answers the tokenizer, not the router
+  REQUIRE(s1_log->size() == 2);
+  CHECK(s1_log->at(1).from == tokenizer.address());
+  caf::send_as(s0, router, load_atom::value, uint64_t{0});  // replica 0 finished its work
+  caf::send_as(tokenizer, router, submit_atom::value, submit(4, 10, 10));
+  f.sched->run();
+  CHECK(s0_log->back().id == 4);
+
+  // Both leave: a request waits in the router; a cancel ends it there.
+  caf::anon_send(router, leave_atom::value, s0);
+  caf::anon_send(router, leave_atom::value, s1);
+  caf::send_as(tokenizer, router, submit_atom::value, submit(5, 4, 4));
+  caf::send_as(tokenizer, router, submit_atom::value, submit(6, 4, 4));
+  f.sched->run();
+  CHECK(f.count(s0_log, "submit") + f.count(s1_log, "submit") == 4);
+  caf::send_as(tokenizer, router, cancel_atom::value, cancel(5));
+  f.sched->run();
+  REQUIRE(tok_log->size() == 1);
+  CHECK(tok_log->at(0).what == "delta");
+  CHECK(tok_log->at(0).id == 5);
+  CHECK(tok_log->at(0).finish == "cancelled");
+  // A replica joins again: the waiting request goes there.
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1);
+  f.sched->run();
+  CHECK(s1_log->back().what == "submit");
+  CHECK(s1_log->back().id == 6);
+  CHECK(s1_log->back().from == tokenizer.address());
+
+  // A cancel reaches every scheduler known (the left one too, until it is down).
+  caf::send_as(tokenizer, router, cancel_atom::value, cancel(6));
+  f.sched->run();
+  CHECK(s0_log->back().what == "cancel");
+  CHECK(s1_log->back().what == "cancel");
+  // The continuation of a request cancelled meanwhile (a scheduler handed it back) ends cancelled here.
+  caf::send_as(s1, router, requeue_atom::value, tokenizer, submit(6, 4, 4));
+  f.sched->run();
+  CHECK(tok_log->back().id == 6);
+  CHECK(tok_log->back().finish == "cancelled");
+  CHECK(f.count(s1_log, "submit") == 3);
+
+  // Stats: the sum over the schedulers known.
+  std::optional<SchedulerStats> total;
+  auto asker = f.sys->spawn([&](caf::event_based_actor* self) {
+    self->request(router, caf::infinite, stats_atom::value,
+                  build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(7); }))
+        .then([&](const wire_msg& reply) {
+          WireReader r(reply);
+          total = from_wire(r.root<wire::SchedulerStats>());
+        });
+  });
+  f.sched->run();
+  REQUIRE(total);
+  CHECK(total->steps == 3 + 4);
+  CHECK(total->running_seqs == 2);
+  for (auto* a : {&s0, &s1, &tokenizer, &router}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
+  f.sched->run();
+}
