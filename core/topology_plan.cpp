@@ -33,6 +33,19 @@ int local_ranks(const GroupSection& group) {
   return stages * group.tp;
 }
 
+// Ranks on this machine that compute at once: the pipeline stages of a replica take turns (a stage works when the
+// one before has handed it its activations, and a decode step needs the previous step's tokens), so a replica with
+// a stage here counts tp, however many of its stages are here.
+int local_slots(const GroupSection& group) {
+  int replicas = 0;
+  for (int r = 0; r < group.replicas; ++r) {
+    bool here = false;
+    for (int s = 0; s < group.pp; ++s) here = here || node_of_unit(group, r * group.pp + s) == kLocalNode;
+    replicas += here;
+  }
+  return replicas * group.tp;
+}
+
 std::string plural(int n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 Error config_error(const TopologyConfig& t, const std::string& path, const std::string& message) {
@@ -118,17 +131,17 @@ RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s) {
 
 Status check_threads_fit(const TopologyConfig& t, unsigned local_cores) {
   uint64_t demand = 0;
-  for (const auto& g : t.groups) demand += uint64_t(local_ranks(g)) * uint64_t(std::max(1, g.threads));
+  for (const auto& g : t.groups) demand += uint64_t(local_slots(g)) * uint64_t(std::max(1, g.threads));
   if (demand <= local_cores) return {};
   for (size_t i = 0; i < t.groups.size(); ++i) {
     const GroupSection& g = t.groups[i];
-    const int ranks = local_ranks(g);
-    if (ranks == 0 || g.oversubscribe) continue;
-    const uint64_t own = uint64_t(ranks) * uint64_t(std::max(1, g.threads));
+    const int slots = local_slots(g);
+    if (slots == 0 || g.oversubscribe) continue;
+    const uint64_t own = uint64_t(slots) * uint64_t(std::max(1, g.threads));
     const std::string others = demand == own ? "" : " (" + std::to_string(demand) + " with the other groups' ranks)";
     return config_error(
         t, group_path(i) + ".threads",
-        plural(ranks, "rank") + " x " + plural(std::max(1, g.threads), "thread") + " on this machine need " +
+        plural(slots, "rank") + " at once x " + plural(std::max(1, g.threads), "thread") + " on this machine need " +
             std::to_string(own) + " cores" + others + ", it has " + std::to_string(local_cores) +
             "; lower threads, tp, pp or replicas, place ranks on other nodes, or set " + group_path(i) +
             ".oversubscribe: true");
@@ -154,17 +167,18 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
   }
 
   // Threads on this machine: explicit ones as asked; the cores left are split as evenly as possible among the
-  // ranks with threads 0 (one each at least).
+  // ranks with threads 0 that compute at once (one each at least): every stage of a replica here gets the share of
+  // its (replica, tp rank), since the stages take turns (local_slots).
   uint64_t explicit_threads = 0;
-  int auto_ranks = 0;
+  int auto_slots = 0;
   for (const auto& g : t.groups) {
-    if (g.threads > 0) explicit_threads += uint64_t(local_ranks(g)) * uint64_t(g.threads);
-    else auto_ranks += local_ranks(g);
+    if (g.threads > 0) explicit_threads += uint64_t(local_slots(g)) * uint64_t(g.threads);
+    else auto_slots += local_slots(g);
   }
   const int cores_left = explicit_threads >= local_cores ? 0 : static_cast<int>(local_cores - explicit_threads);
-  int auto_index = 0;
-  auto auto_share = [&] {
-    return auto_ranks == 0 ? 1 : std::max(1, split_evenly(cores_left, auto_ranks, auto_index++).count);
+  int auto_index = 0;  // slots of the groups before
+  auto auto_share = [&](int slot) {
+    return auto_slots == 0 ? 1 : std::max(1, split_evenly(cores_left, auto_slots, auto_index + slot).count);
   };
 
   const uint64_t kv_per_layer_head = m.kv_bytes_per_token / (uint64_t(m.num_layers) * uint64_t(m.num_kv_heads));
@@ -189,7 +203,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.pp_rank = s;
           rank.placement = g.placement;
           rank.node = node_of_unit(g, r * g.pp + s);
-          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share();
+          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * g.tp + k);
           const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s);
           rank.layers = shard.layers;
           rank.heads = shard.heads;
@@ -215,6 +229,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
       rank.kv_pool_bytes = block * gp.num_kv_blocks;
       rank.swap_bytes = block * gp.num_swap_blocks;
     }
+    if (g.threads == 0) auto_index += local_slots(g);
     plan.groups.push_back(std::move(gp));
   }
 
@@ -227,7 +242,11 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
       ACTORD_CHECK_MSG(node != plan.nodes.end(), "a rank on a node the topology does not list");
       node->ranks += 1;
       node->processes += rank.placement != Placement::thread;
-      node->threads += rank.threads;
+      // Threads at once: a (replica, tp rank) counts its first stage on this node only (the stages take turns).
+      const bool first_here = std::none_of(gp.ranks.begin(), gp.ranks.end(), [&](const RankPlan& o) {
+        return o.replica == rank.replica && o.tp_rank == rank.tp_rank && o.node == rank.node && o.pp_rank < rank.pp_rank;
+      });
+      if (first_here) node->threads += rank.threads;
       node->weight_bytes += rank.weight_bytes;
       node->kv_pool_bytes += rank.kv_pool_bytes;
       node->swap_bytes += rank.swap_bytes;

@@ -102,7 +102,7 @@ struct NodePlan {
   std::string address;  // empty for local
   int ranks = 0;
   int processes = 0;    // worker processes; ranks placed as threads run inside the engine's process
-  int threads = 0;      // resolved threads of its ranks (local only)
+  int threads = 0;      // threads computing at once (local only): a replica's stages here take turns, counted once
   uint64_t weight_bytes = 0;
   uint64_t kv_pool_bytes = 0;
   uint64_t swap_bytes = 0;
@@ -110,15 +110,16 @@ struct NodePlan {
 
 struct TopologyPlan {
   unsigned local_cores = 0;
-  int local_threads = 0;         // every local rank's threads together
+  int local_threads = 0;         // the local ranks' threads computing at once (NodePlan::threads of local)
   bool oversubscribed = false;   // more than local_cores: allowed by the groups' `oversubscribe`
   uint64_t model_weight_bytes = 0;  // the whole model, unsharded
   std::vector<GroupPlan> groups;
   std::vector<NodePlan> nodes;
 };
 
-// The ranks placed on this machine ask for more threads than it has cores (a rank with threads 0 counts one), and a
-// group with ranks here does not set `oversubscribe`: an error naming that group's threads key and both numbers.
+// The ranks placed on this machine ask for more threads at once than it has cores (a rank with threads 0 counts
+// one; the pipeline stages of a replica take turns, so they count as one), and a group with ranks here does not set
+// `oversubscribe`: an error naming that group's threads key and both numbers.
 Status check_threads_fit(const TopologyConfig& topology, unsigned local_cores);
 
 // The plan of `topology` for `model` on a machine of `local_cores` cores: check_threads_fit, the model's rules per

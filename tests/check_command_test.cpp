@@ -109,7 +109,7 @@ TEST_CASE("check refuses bad topologies with one line naming the key - exit 2", 
                 "configs/quickstart.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
   const std::string cores = std::to_string(usable_cpu_cores());
   check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
-                "configs/quickstart.yaml: groups[0].threads: 1 rank x 1024 threads on this machine need 1024 cores, "
+                "configs/quickstart.yaml: groups[0].threads: 1 rank at once x 1024 threads on this machine need 1024 cores, "
                 "it has " + cores + "; lower threads, tp, pp or replicas, place ranks on other nodes, or set "
                 "groups[0].oversubscribe: true");
   check_refused(run_actord({"check", "configs/tp2.yaml", "--set", "engine.kv_cache_memory=10000"}),
@@ -155,7 +155,7 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
                 two_groups.string() + ": groups: more than one group is not supported yet");
   // A single rank with more threads than cores, unless oversubscribe allows it.
   check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
-                "configs/quickstart.yaml: groups[0].threads: 1 rank x 1024 threads on this machine need 1024 cores, "
+                "configs/quickstart.yaml: groups[0].threads: 1 rank at once x 1024 threads on this machine need 1024 cores, "
                 "it has " + std::to_string(usable_cpu_cores()) + "; lower threads, tp, pp or replicas, place ranks on "
                 "other nodes, or set groups[0].oversubscribe: true");
 }

@@ -230,23 +230,31 @@ TEST_CASE("threads 0 shares the cores left by explicit threads among the ranks o
   CHECK(threads_of(plan_of("  - {name: a, threads: 2}\n  - {name: b, tp: 2}\n", stories(), 6)) ==
         std::vector<int>{2, 2, 2});
   CHECK(threads_of(plan_of("  - {tp: 2, threads: 3}\n", stories(), 6)) == std::vector<int>{3, 3});
+  // A replica's pipeline stages take turns: each stage's ranks get the share of their tp rank, and count once.
+  const TopologyPlan staged = plan_of("  - {tp: 2, pp: 2}\n", stories(), 2);
+  CHECK(threads_of(staged) == std::vector<int>{1, 1, 1, 1});
+  CHECK_FALSE(staged.oversubscribed);
+  CHECK(staged.local_threads == 2);
+  CHECK(threads_of(plan_of("  - {pp: 2}\n", stories(), 2)) == std::vector<int>{2, 2});
+  CHECK(threads_of(plan_of("  - {replicas: 2, pp: 2}\n", stories(), 4)) == std::vector<int>{2, 2, 2, 2});
   // Oversubscribed where allowed: one thread each at least.
-  const TopologyPlan over = plan_of("  - {tp: 2, pp: 2, oversubscribe: true}\n", stories(), 2);
-  CHECK(threads_of(over) == std::vector<int>{1, 1, 1, 1});
+  const TopologyPlan over = plan_of("  - {replicas: 2, tp: 2, pp: 2, oversubscribe: true}\n", stories(), 2);
+  CHECK(threads_of(over) == std::vector<int>(8, 1));
   CHECK(over.oversubscribed);
   CHECK(over.local_threads == 4);
   CHECK_FALSE(plan_of("  - {tp: 2}\n", stories(), 2).oversubscribed);
 }
 
 TEST_CASE("threads that do not fit the machine are refused naming the key and both numbers", "[plan]") {
-  CHECK(error_of("  - {tp: 2, pp: 2}\n", stories(), 2) ==
-        "t.yaml: groups[0].threads: 4 ranks x 1 thread on this machine need 4 cores, it has 2; lower threads, tp, "
-        "pp or replicas, place ranks on other nodes, or set groups[0].oversubscribe: true");
+  CHECK(error_of("  - {replicas: 2, tp: 2, pp: 2}\n", stories(), 2) ==
+        "t.yaml: groups[0].threads: 4 ranks at once x 1 thread on this machine need 4 cores, it has 2; lower threads, "
+        "tp, pp or replicas, place ranks on other nodes, or set groups[0].oversubscribe: true");
+  CHECK(check_threads_fit(topology("  - {tp: 2, pp: 2}\n"), 2).ok());  // the two stages take turns
   CHECK(error_of("  - {threads: 8}\n", stories(), 4) ==
-        "t.yaml: groups[0].threads: 1 rank x 8 threads on this machine need 8 cores, it has 4; lower threads, tp, "
+        "t.yaml: groups[0].threads: 1 rank at once x 8 threads on this machine need 8 cores, it has 4; lower threads, tp, "
         "pp or replicas, place ranks on other nodes, or set groups[0].oversubscribe: true");
   CHECK(error_of("  - {name: a, threads: 2, oversubscribe: true}\n  - {name: b, tp: 2, threads: 2}\n", stories(), 4) ==
-        "t.yaml: groups[1].threads: 2 ranks x 2 threads on this machine need 4 cores (6 with the other groups' ranks), "
+        "t.yaml: groups[1].threads: 2 ranks at once x 2 threads on this machine need 4 cores (6 with the other groups' ranks), "
         "it has 4; lower threads, tp, pp or replicas, place ranks on other nodes, or set groups[1].oversubscribe: "
         "true");
   // Ranks on other nodes do not count here.
@@ -254,6 +262,7 @@ TEST_CASE("threads that do not fit the machine are refused naming the key and bo
   const TopologyConfig remote = topology("  - {pp: 2, threads: 2, placement: [node:local, node:b]}\n", nodes);
   CHECK(check_threads_fit(remote, 2).ok());
   CHECK(check_threads_fit(topology("  - {tp: 2, pp: 2, oversubscribe: true}\n"), 1).ok());
+  CHECK_FALSE(check_threads_fit(topology("  - {tp: 2, pp: 2}\n"), 1).ok());
   CHECK(check_threads_fit(topology("  - {tp: 2}\n"), 2).ok());
   CHECK_FALSE(check_threads_fit(topology("  - {tp: 2}\n"), 1).ok());
 }
