@@ -48,7 +48,7 @@ struct Replica {
   ReplicaState state = ReplicaState::starting;
   caf::actor kv_pool;
   caf::actor scheduler;
-  std::vector<caf::actor> ranks;  // stage-major, then tp rank
+  std::vector<worker_actor> ranks;  // stage-major, then tp rank
   std::vector<std::string> rank_names;
   std::vector<int32_t> pids;
   std::string last_failure;
@@ -70,9 +70,9 @@ using BuildDone = std::function<void(std::optional<Error>)>;
 
 // The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
 void stop_replica_actors(self_ptr self, Replica& r) {
-  auto stop = [&](caf::actor& a) {
+  auto stop = [&](auto& a) {
     if (!a) return;
-    self->demonitor(a);
+    self->demonitor(a.address());
     self->send_exit(a, caf::exit_reason::user_shutdown);
     a = nullptr;
   };
@@ -210,7 +210,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout, p.ipc_dir};
       options.incarnation = incarnation;
       options.node_agent = agent_of(k, s);
-      caf::actor worker = in_processes
+      worker_actor worker = in_processes
                               ? spawn_remote_worker(self->system(), options)
                               : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));
       self->monitor(worker);
@@ -270,10 +270,10 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       stop_replica_actors(self, *r);
       return done(policy.error());
     }
-    caf::actor driver;
-    std::vector<caf::actor> followers;
+    worker_actor driver;
+    std::vector<worker_actor> followers;
     for (int k = 0; k < n_ranks; ++k) {
-      const caf::actor& worker = r->ranks[static_cast<size_t>(k)];
+      const worker_actor& worker = r->ranks[static_cast<size_t>(k)];
       if (is_driver(k % tp, k / tp, pp)) driver = worker;
       else followers.push_back(worker);
     }
@@ -447,7 +447,8 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
   self->state.params = std::move(params);
   self->set_down_handler([=](caf::down_msg& msg) {
     for (auto& [index, r] : self->state.replicas) {
-      const bool ours = std::any_of(r.ranks.begin(), r.ranks.end(), [&](const caf::actor& a) { return a.address() == msg.source; });
+      const bool ours =
+          std::any_of(r.ranks.begin(), r.ranks.end(), [&](const worker_actor& a) { return a.address() == msg.source; });
       if (!ours) continue;
       const std::string why = "rank " + caf::to_string(msg.source) + " went down: " + self->system().render(msg.reason);
       recover(self, index, why);

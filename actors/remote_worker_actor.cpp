@@ -4,6 +4,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <deque>
 
@@ -16,8 +17,12 @@ namespace {
 
 struct pending_reply {
   wire::MessageKind kind;  // what the reply will be: WORKER_READY, STEP_RESULT, KV_EXPORT or KV_IMPORTED
-  caf::response_promise promise;
+  caf::typed_response_promise<wire_msg> promise;
 };
+
+// The worker interface, plus what its process's receive thread tells it.
+using remote_worker_actor = worker_actor::extend<caf::reacts_to<inbound_atom, uint32_t, wire_msg>,
+                                                 caf::reacts_to<link_down_atom, std::string>>;
 
 struct remote_worker_state {
   std::unique_ptr<WorkerProcess> process;
@@ -26,7 +31,7 @@ struct remote_worker_state {
   static inline const char* name = "remote_worker";
 };
 
-using self_ptr = caf::stateful_actor<remote_worker_state>*;
+using self_ptr = remote_worker_actor::stateful_pointer<remote_worker_state>;
 
 wire_msg failure_reply(wire::MessageKind kind, const std::string& reason) {
   const Error err{Errc::worker_failed, reason};
@@ -42,9 +47,9 @@ wire_msg failure_reply(wire::MessageKind kind, const std::string& reason) {
   return build<wire::StepResult>([&](wire::StepResult::Builder out) { set_error(out.initError(), err); });
 }
 
-caf::response_promise forward(self_ptr self, wire::MessageKind send_kind, wire::MessageKind reply_kind,
-                              const wire_msg& msg) {
-  auto promise = self->make_response_promise();
+caf::typed_response_promise<wire_msg> forward(self_ptr self, wire::MessageKind send_kind,
+                                              wire::MessageKind reply_kind, const wire_msg& msg) {
+  auto promise = self->make_response_promise<wire_msg>();
   auto& st = self->state;
   if (!st.down_reason.empty() || !st.process) {
     promise.deliver(failure_reply(reply_kind, st.down_reason.empty() ? "worker process not started" : st.down_reason));
@@ -56,8 +61,8 @@ caf::response_promise forward(self_ptr self, wire::MessageKind send_kind, wire::
   return promise;
 }
 
-caf::behavior remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
-  caf::actor me = caf::actor_cast<caf::actor>(self);
+remote_worker_actor::behavior_type remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
+  auto me = caf::actor_cast<remote_worker_actor>(self);
   auto started = WorkerProcess::start(
       options,
       [me](Envelope env) {
@@ -119,7 +124,7 @@ caf::behavior remote_worker_impl(self_ptr self, WorkerProcessOptions options) {
 
 }  // namespace
 
-caf::actor spawn_remote_worker(caf::actor_system& system, const WorkerProcessOptions& options) {
+worker_actor spawn_remote_worker(caf::actor_system& system, const WorkerProcessOptions& options) {
   return system.spawn(remote_worker_impl, options);
 }
 

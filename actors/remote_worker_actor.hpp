@@ -8,10 +8,11 @@
 
 #include <caf/fwd.hpp>
 
+#include "actors/worker_interface.hpp"
 #include "actors/worker_process_options.hpp"
 
 namespace actord {
 
-caf::actor spawn_remote_worker(caf::actor_system& system, const WorkerProcessOptions& options);
+worker_actor spawn_remote_worker(caf::actor_system& system, const WorkerProcessOptions& options);
 
 }  // namespace actord

@@ -26,8 +26,8 @@ struct scheduler_state {
   std::string actor_name;
   BlockAllocator lease;                       // blocks leased from the kv_pool
   std::unique_ptr<BatchScheduler> batcher;
-  caf::actor worker;                          // the replica's driver rank: answers each step
-  std::vector<caf::actor> followers;          // its other tensor/pipeline parallel ranks: get each step too
+  worker_actor worker;                        // the replica's driver rank: answers each step
+  std::vector<worker_actor> followers;        // its other tensor/pipeline parallel ranks: get each step too
   caf::actor kv_pool;
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
@@ -421,9 +421,9 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
-                             caf::actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
+                             worker_actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout,
-                             std::vector<caf::actor> followers) {
+                             std::vector<worker_actor> followers) {
   auto& st = self->state;
   st.router = std::move(router);
   st.supervisor = std::move(supervisor);
@@ -514,9 +514,9 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
 }  // namespace
 
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
-                           std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
+                           std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name,
-                           std::chrono::milliseconds step_timeout, std::vector<caf::actor> followers) {
+                           std::chrono::milliseconds step_timeout, std::vector<worker_actor> followers) {
   // CAF copies spawn arguments: the policy travels as a shared_ptr.
   auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
   return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/worker_interface.hpp"
 #include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
@@ -30,8 +31,8 @@ namespace actord {
 // `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
 // ExecuteStep as well (without a reply) and are stopped with it.
 caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
-                           std::unique_ptr<SchedulingPolicy> policy, caf::actor worker, caf::actor kv_pool,
+                           std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
-                           std::vector<caf::actor> followers = {});
+                           std::vector<worker_actor> followers = {});
 
 }  // namespace actord

@@ -3,6 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/worker_core.hpp"
 #include "comms/atoms.hpp"
@@ -16,8 +17,8 @@ struct worker_state {
   static inline const char* name = "worker";
 };
 
-caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRegistry* registry,
-                          std::shared_ptr<RankLinks> links) {
+worker_actor::behavior_type worker_impl(worker_actor::stateful_pointer<worker_state> self,
+                                        const ModelRegistry* registry, std::shared_ptr<RankLinks> links) {
   self->state.core = std::make_unique<WorkerCore>(*registry, links ? std::move(*links) : RankLinks{});
   return {
       [=](init_atom, const wire_msg& msg) -> wire_msg {
@@ -37,7 +38,7 @@ caf::behavior worker_impl(caf::stateful_actor<worker_state>* self, const ModelRe
 
 }  // namespace
 
-caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links) {
+worker_actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links) {
   // Detached: a forward pass runs for milliseconds and must not hold one of the scheduler's shared threads (and the
   // ranks of a replica, each on its own thread, wait for each other in their collectives).
   return system.spawn<caf::detached>(worker_impl, &registry, std::make_shared<RankLinks>(std::move(links)));

@@ -7,12 +7,13 @@
 #include <caf/fwd.hpp>
 
 #include "actors/rank_links.hpp"
+#include "actors/worker_interface.hpp"
 
 namespace actord {
 
 class ModelRegistry;
 
 // registry must outlive the actor. links: a tensor/pipeline parallel rank's communicators (none for a lone worker).
-caf::actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links = {});
+worker_actor spawn_worker(caf::actor_system& system, const ModelRegistry& registry, RankLinks links = {});
 
 }  // namespace actord

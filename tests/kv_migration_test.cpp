@@ -20,7 +20,7 @@ namespace {
 
 constexpr uint32_t kBlockSize = 4;
 
-wire_msg call(caf::scoped_actor& self, const caf::actor& worker, auto atom, const wire_msg& msg) {
+wire_msg call(caf::scoped_actor& self, const worker_actor& worker, auto atom, const wire_msg& msg) {
   wire_msg reply;
   self->request(worker, std::chrono::seconds(60), atom, msg)
       .receive([&](wire_msg& r) { reply = std::move(r); },
@@ -28,7 +28,7 @@ wire_msg call(caf::scoped_actor& self, const caf::actor& worker, auto atom, cons
   return reply;
 }
 
-void init(caf::scoped_actor& self, const caf::actor& worker, const std::string& name, uint32_t num_blocks) {
+void init(caf::scoped_actor& self, const worker_actor& worker, const std::string& name, uint32_t num_blocks) {
   wire_msg msg = build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
     out.setName(name);
     out.setModelPath(test::stories_dir().string());
@@ -55,7 +55,7 @@ struct Driver {
   bool sent = false;              // the worker has state for it
 
   // Feeds every token not computed yet, samples the next one.
-  void step(caf::scoped_actor& self, const caf::actor& worker) {
+  void step(caf::scoped_actor& self, const worker_actor& worker) {
     const uint32_t n = static_cast<uint32_t>(tokens.size()) - computed;
     std::vector<uint32_t> added;
     while (blocks.size() * kBlockSize < computed + n) {
@@ -93,7 +93,7 @@ struct Driver {
     computed += n;
     tokens.push_back(result.getResults()[0].getTokenId());
   }
-  void run_until(caf::scoped_actor& self, const caf::actor& worker, size_t num_tokens) {
+  void run_until(caf::scoped_actor& self, const worker_actor& worker, size_t num_tokens) {
     while (tokens.size() < num_tokens) step(self, worker);
   }
 };
@@ -123,7 +123,7 @@ wire_msg import_request(const wire_msg& exported, const std::vector<uint32_t>& b
   return msg;
 }
 
-std::optional<std::string> import_error(caf::scoped_actor& self, const caf::actor& worker, const wire_msg& msg) {
+std::optional<std::string> import_error(caf::scoped_actor& self, const worker_actor& worker, const wire_msg& msg) {
   const wire_msg reply = call(self, worker, import_kv_atom::value, msg);
   WireReader reader(reply);
   auto imported = reader.root<wire::KvImported>();
@@ -134,7 +134,7 @@ std::optional<std::string> import_error(caf::scoped_actor& self, const caf::acto
 // Stops the workers when the test case ends, failed or not (the actor system waits for them in its destructor).
 struct StopAtEnd {
   caf::scoped_actor& self;
-  std::vector<caf::actor> workers;
+  std::vector<worker_actor> workers;
   ~StopAtEnd() {
     for (const auto& w : workers) self->send_exit(w, caf::exit_reason::user_shutdown);
   }
@@ -152,8 +152,8 @@ TEST_CASE("kv migration - a running sequence moves to another pool and continues
   const ModelRegistry registry = ModelRegistry::with_builtins();
   WorkerProcessOptions process{test::actord_binary(), "test/worker/a", "warn"};
   process.ipc_dir = (*ipc)->path();
-  caf::actor source = spawn_remote_worker(system, process);
-  caf::actor target = spawn_worker(system, registry);
+  worker_actor source = spawn_remote_worker(system, process);
+  worker_actor target = spawn_worker(system, registry);
   StopAtEnd stop{self, {source, target}};
   init(self, source, "test/worker/a", 32);
   init(self, target, "test/worker/b", 64);
@@ -209,8 +209,8 @@ TEST_CASE("kv migration - imports with the wrong shape, size or ids are refused 
   caf::actor_system system(cfg);
   caf::scoped_actor self{system};
   const ModelRegistry registry = ModelRegistry::with_builtins();
-  caf::actor worker = spawn_worker(system, registry);
-  caf::actor other = spawn_worker(system, registry);
+  worker_actor worker = spawn_worker(system, registry);
+  worker_actor other = spawn_worker(system, registry);
   StopAtEnd stop{self, {worker, other}};
   init(self, worker, "test/worker/a", 16);
   Driver seq{3, {1, 2, 3, 4, 5, 6}, 6, 0, {}, ids(0, 16)};
