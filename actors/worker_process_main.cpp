@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstring>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -20,6 +22,26 @@ int run_worker_process(const WorkerProcessArgs& args) {
   zmq::context_t context(1);
   zmq::socket_t in(context, zmq::socket_type::pull);
   zmq::socket_t out(context, zmq::socket_type::push);
+  // Over tcp (a worker a node agent started: no parent to watch) the engine's end is seen as its connection
+  // closing: a monitor of the receiving socket reports the disconnect.
+  std::optional<zmq::socket_t> engine_link;
+  if (args.to_worker_endpoint.rfind("tcp://", 0) == 0) {
+    const std::string monitor = "inproc://engine-link";
+    if (zmq_socket_monitor(in.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+      engine_link.emplace(context, zmq::socket_type::pair);
+      engine_link->connect(monitor);
+    }
+  }
+  auto engine_gone = [&] {
+    if (!engine_link) return false;
+    zmq::message_t event;
+    if (!engine_link->recv(event, zmq::recv_flags::dontwait)) return false;
+    zmq::message_t address;
+    (void)engine_link->recv(address, zmq::recv_flags::dontwait);
+    uint16_t id = 0;
+    if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+    return id == ZMQ_EVENT_DISCONNECTED;
+  };
   try {
     in.set(zmq::sockopt::linger, 0);
     out.set(zmq::sockopt::linger, 1000);  // let the last reply leave before exit
@@ -45,7 +67,8 @@ int run_worker_process(const WorkerProcessArgs& args) {
       std::unique_lock lock(beat_mutex);
       do {
         send_envelope(beat, wire::MessageKind::HEARTBEAT, args.name, wire_msg{});
-      } while (!beat_wait.wait_for(lock, stop, std::chrono::milliseconds(args.heartbeat_ms), [] { return false; }));
+      } while (!beat_wait.wait_for(lock, stop, std::chrono::milliseconds(args.heartbeat_ms),
+                                   [&] { return stop.stop_requested(); }));
     });
   }
 
@@ -63,6 +86,11 @@ int run_worker_process(const WorkerProcessArgs& args) {
     if (!got->has_value()) {
       if (getppid() != parent) {
         spdlog::error("{}: the engine process went away", args.name);
+        exit_code = 1;
+        break;
+      }
+      if (engine_gone()) {
+        spdlog::error("{}: the engine's connection closed", args.name);
         exit_code = 1;
         break;
       }

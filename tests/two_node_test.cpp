@@ -11,7 +11,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "engine_test_util.hpp"
 #include "process_util.hpp"
@@ -19,6 +22,29 @@
 using namespace actord;
 
 namespace {
+
+// The `actord worker` processes whose parent is `agent`.
+std::vector<pid_t> workers_of_agent(pid_t agent) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto args = test::process_args(entry.path());
+    if (args.size() < 2 || args[1] != "worker") continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == agent) pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return pids;
+}
 
 int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
 
@@ -176,4 +202,37 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
   auto after = engine->generate(greedy_batch(4, 16));
   REQUIRE(after.ok());
   for (const auto& o : *after) CHECK_FALSE(o.error);
+}
+
+TEST_CASE("two nodes: the ranks a node agent started end when their engine is killed", "[engine][node][failure]") {
+  OtherNode node;
+  if (!node.ok) {
+    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
+    return;
+  }
+  node.start_agent();
+  test::TempDir tmp;
+  const auto yaml = tmp.path() / "two.yaml";
+  test::write_file(yaml, "model: {path: " + test::stories_dir().string() +
+                             "}\nengine: {kv_cache_memory: 64MiB}\nnodes: [{name: node-b, address: " +
+                             node.agent_address() + "}]\ngroups: [{pp: 2, threads: 1, placement: [node:local, node:node-b]}]\n");
+  // An engine in a process of its own (a server: it never ends by itself); killed once node-b's rank runs.
+  std::fflush(nullptr);
+  const pid_t engine = fork();
+  if (engine == 0) {
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    const std::string binary = test::actord_binary().string(), config = yaml.string();
+    execl(binary.c_str(), "actord", "serve", config.c_str(), "--port", "0", nullptr);
+    _exit(127);
+  }
+  REQUIRE(test::eventually([&] { return workers_of_agent(node.agent).size() == 1; }, std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(engine, SIGKILL);
+  waitpid(engine, nullptr, 0);
+  // Its worker here died with it (PR_SET_PDEATHSIG); node-b's sees the engine's connection close.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(test::eventually([&] { return workers_of_agent(node.agent).empty(); }, std::chrono::seconds(20)));
+  WARN("node-b's worker ended " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                                << " s after its engine was killed");
 }
