@@ -3,7 +3,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -65,7 +67,7 @@ struct coordinator_state {
   static inline const char* name = "coordinator";
 };
 
-using self_ptr = caf::stateful_actor<coordinator_state>*;
+using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 using BuildDone = std::function<void(std::optional<Error>)>;
 
 // The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
@@ -308,7 +310,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
 // The replica takes requests from the router from now on.
 void join_router(self_ptr self, Replica& r) {
   r.state = ReplicaState::serving;
-  self->send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index), r.scheduler);
+  caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index), r.scheduler);
 }
 
 void rebuild(self_ptr self, int index, uint32_t incarnation);
@@ -318,7 +320,7 @@ void recover(self_ptr self, int index, const std::string& why) {
   auto& st = self->state;
   Replica& r = st.replicas.at(index);
   if (r.state == ReplicaState::draining) {  // its drain answers once the scheduler handed everything back
-    if (r.scheduler) self->send(r.scheduler, lost_atom::value, why);
+    if (r.scheduler) caf::anon_send(r.scheduler, lost_atom::value, why);
     return;
   }
   if (r.state != ReplicaState::serving) return;  // a failed start or rebuild is handled by its own callback
@@ -326,7 +328,7 @@ void recover(self_ptr self, int index, const std::string& why) {
   r.state = ReplicaState::rebuilding;
   r.last_failure = why;
   ++st.replacements;
-  self->send(st.router, leave_atom::value, r.scheduler);
+  caf::anon_send(st.router, leave_atom::value, r.scheduler);
   const uint32_t incarnation = r.incarnation;
   self->request(r.scheduler, kLostAnswerTimeout, lost_atom::value, why)
       .then(
@@ -416,7 +418,7 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       finish();
       continue;
     }
-    self->send(self->state.router, leave_atom::value, r.scheduler);
+    caf::anon_send(self->state.router, leave_atom::value, r.scheduler);
     self->request(r.scheduler, caf::infinite, drain_atom::value)
         .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
   }
@@ -443,7 +445,7 @@ wire_msg fleet_status(self_ptr self) {
   });
 }
 
-caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
+coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorParams params) {
   self->state.params = std::move(params);
   self->set_down_handler([=](caf::down_msg& msg) {
     for (auto& [index, r] : self->state.replicas) {
@@ -457,7 +459,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
   });
   return {
       [=](start_atom) {
-        auto rp = self->make_response_promise();
+        auto rp = self->make_response_promise<uint32_t, std::string, caf::actor>();
         auto& st = self->state;
         const GroupSection& group = st.params.topology.groups.at(0);
         st.router = spawn_router(self->system(), st.params.route_policy, st.params.limits.block_size);
@@ -533,7 +535,7 @@ caf::behavior coordinator_impl(self_ptr self, CoordinatorParams params) {
 
 }  // namespace
 
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params) {
+coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params) {
   return system.spawn(coordinator_impl, std::move(params));
 }
 

@@ -22,11 +22,15 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 #include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "comms/atoms.hpp"
+#include "comms/wire_msg.hpp"
 #include "core/dtype.hpp"
 #include "core/topology_config.hpp"
 #include "scheduler/batch_scheduler.hpp"
@@ -59,6 +63,14 @@ struct CoordinatorParams {
 
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;
 
-caf::actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params);
+// The coordinator's typed interface (the messages above; lost_atom comes from its schedulers, rebuild_atom from
+// itself).
+using coordinator_actor =
+    caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, caf::actor>,
+                     caf::replies_to<scale_atom, std::string, int32_t>::with<uint32_t, std::string>,
+                     caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,
+                     caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<stop_atom>>;
+
+coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params);
 
 }  // namespace actord

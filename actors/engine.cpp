@@ -96,7 +96,7 @@ struct Engine::Impl {
   std::unique_ptr<IpcDirectory> ipc_dir;  // outlives the actor system: its sockets live in it
   ActordSystemConfig caf_config{0};
   std::unique_ptr<caf::actor_system> system;
-  caf::actor coordinator;
+  coordinator_actor coordinator;
   caf::actor router;                      // where the tokenizer actors submit; it sums the replicas' stats
   TopologyConfig topology;                // as started; groups[0].replicas follows scale()
   ModelShape shape;
