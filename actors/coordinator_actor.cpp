@@ -49,7 +49,7 @@ struct Replica {
   uint32_t incarnation = 0;
   ReplicaState state = ReplicaState::starting;
   caf::actor kv_pool;
-  caf::actor scheduler;
+  scheduler_actor scheduler;
   std::vector<worker_actor> ranks;  // stage-major, then tp rank
   std::vector<std::string> rank_names;
   std::vector<int32_t> pids;
@@ -310,7 +310,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
 // The replica takes requests from the router from now on.
 void join_router(self_ptr self, Replica& r) {
   r.state = ReplicaState::serving;
-  caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index), r.scheduler);
+  caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index),
+                 caf::actor_cast<caf::actor>(r.scheduler));
 }
 
 void rebuild(self_ptr self, int index, uint32_t incarnation);
@@ -328,7 +329,7 @@ void recover(self_ptr self, int index, const std::string& why) {
   r.state = ReplicaState::rebuilding;
   r.last_failure = why;
   ++st.replacements;
-  caf::anon_send(st.router, leave_atom::value, r.scheduler);
+  caf::anon_send(st.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
   const uint32_t incarnation = r.incarnation;
   self->request(r.scheduler, kLostAnswerTimeout, lost_atom::value, why)
       .then(
@@ -418,7 +419,7 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       finish();
       continue;
     }
-    caf::anon_send(self->state.router, leave_atom::value, r.scheduler);
+    caf::anon_send(self->state.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
     self->request(r.scheduler, caf::infinite, drain_atom::value)
         .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
   }

@@ -3,6 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <spdlog/spdlog.h>
@@ -64,14 +65,20 @@ struct scheduler_state {
   // of requests not scheduled yet, and times measured and not yet reported.
   std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> arrivals;
   std::unordered_map<uint64_t, uint64_t> queue_micros;
-  std::optional<caf::response_promise> drain;  // draining: answered once the running sequences are done
+  std::optional<caf::typed_response_promise<bool>> drain;  // draining: answered once the running sequences are done
   static inline const char* name = "scheduler";
 };
 
 // A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
 constexpr uint32_t kMaxHandBacks = 3;
 
-using self_ptr = caf::stateful_actor<scheduler_state>*;
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+// A message to an untyped actor (router, kv_pool, a submitter, the coordinator) with this scheduler as its sender.
+template <class... Ts>
+void tell(self_ptr self, const caf::actor& to, Ts&&... xs) {
+  caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
+}
 
 uint64_t thread_cpu_ns();
 
@@ -102,7 +109,7 @@ void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
   for (size_t owner = 0; owner < by_owner.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
     wire_msg deltas = encode_stream_deltas(by_owner[owner], st.queue_micros);
-    timed_send(st, [&] { self->send(st.submitters[owner], delta_atom::value, std::move(deltas)); });
+    timed_send(st, [&] { tell(self, st.submitters[owner], delta_atom::value, std::move(deltas)); });
     by_owner[owner].clear();
   }
   if (!st.queue_micros.empty() || !st.arrivals.empty()) {
@@ -120,7 +127,7 @@ void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::span<const S
 void report_load(self_ptr self) {
   auto& st = self->state;
   if (st.worker_failure.empty() && !st.drain)
-    timed_send(st, [&] { self->send(st.router, load_atom::value, st.batcher->outstanding_tokens()); });
+    timed_send(st, [&] { tell(self, st.router, load_atom::value, st.batcher->outstanding_tokens()); });
   if (st.drain && !st.batcher->has_work() && st.in_flight.empty()) {
     st.drain->deliver(true);
     st.drain.reset();
@@ -146,7 +153,7 @@ void hand_back(self_ptr self, HandBack back, const std::string& why) {
       continue;
     }
     st.arrivals.erase(req.id);
-    self->send(st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
+    tell(self, st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
   }
 }
 
@@ -158,14 +165,14 @@ void lose_worker(self_ptr self, const std::string& why) {
   if (!st.worker_failure.empty()) return;
   st.worker_failure = why;
   spdlog::error("{}: worker lost, its sequences go back to the router: {}", st.actor_name, why);
-  self->send(st.router, leave_atom::value, caf::actor_cast<caf::actor>(self));
-  if (st.supervisor) self->send(st.supervisor, lost_atom::value, why);
+  tell(self, st.router, leave_atom::value, caf::actor_cast<caf::actor>(self));
+  if (st.supervisor) tell(self, st.supervisor, lost_atom::value, why);
   self->send_exit(st.worker, caf::exit_reason::unreachable);
   for (const auto& f : st.followers) self->send_exit(f, caf::exit_reason::unreachable);
   st.abandoned_through = st.next_step_id - 1;
   while (!st.in_flight.empty()) account_result(st, std::chrono::steady_clock::now());
   hand_back(self, st.batcher->take_all(), why);
-  for (auto& [sink, m] : st.pending) self->send(st.router, requeue_atom::value, sink, std::move(m));
+  for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
   st.pending.clear();
   if (st.drain) {
     st.drain->deliver(true);
@@ -331,7 +338,7 @@ void tend_lease(self_ptr self) {
   }
   if (const size_t spare = b.blocks_spare(); spare > 0 && !st.lease_growing) {
     std::vector<uint32_t> ids = st.lease.take_free(spare);
-    self->send(st.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
+    tell(self, st.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
                  out.setHolder(st.actor_name);
                  fill_list(out.initBlockIds(static_cast<uint32_t>(ids.size())), ids);
                }));
@@ -420,7 +427,7 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   maybe_step(self);
 }
 
-caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
+scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
                              worker_actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout,
                              std::vector<worker_actor> followers) {
@@ -452,7 +459,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
       [=](submit_atom, wire_msg& msg) {
         auto sink = caf::actor_cast<caf::actor>(self->current_sender());
         if (!self->state.worker_failure.empty() || self->state.drain) {  // routed here before the router knew
-          self->send(self->state.router, requeue_atom::value, sink, std::move(msg));
+          tell(self, self->state.router, requeue_atom::value, sink, std::move(msg));
           return;
         }
         if (!self->state.lease_ready) {
@@ -498,7 +505,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
         auto rp = self->make_response_promise<bool>();
         st.drain = rp;
         hand_back(self, st.batcher->take_waiting(), "its replica drains");
-        for (auto& [sink, m] : st.pending) self->send(st.router, requeue_atom::value, sink, std::move(m));
+        for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
         st.pending.clear();
         report_load(self);
         return rp;
@@ -513,7 +520,7 @@ caf::behavior scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
+scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name,
                            std::chrono::milliseconds step_timeout, std::vector<worker_actor> followers) {

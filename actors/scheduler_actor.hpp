@@ -9,6 +9,8 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -18,6 +20,15 @@
 #include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
+
+// The scheduler's typed interface: submissions and cancels (from the router, as the tokenizer actor they came
+// from), stats (summed by the router), the lost worker and drain requests of the coordinator, and its own deadline
+// checks.
+using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, caf::reacts_to<cancel_atom, wire_msg>,
+                                         caf::replies_to<stats_atom, wire_msg>::with<wire_msg>,
+                                         caf::reacts_to<deadline_atom>,
+                                         caf::replies_to<lost_atom, std::string>::with<std::string>,
+                                         caf::replies_to<drain_atom>::with<bool>>;
 
 // `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
 // (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
@@ -30,7 +41,7 @@ namespace actord {
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
 // ExecuteStep as well (without a reply) and are stopped with it.
-caf::actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
+scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                            std::vector<worker_actor> followers = {});
