@@ -20,7 +20,11 @@ inline float exp_nonpositive(float x) {
   // Round to nearest by adding and subtracting 1.5 * 2^23 (|x * log2 e| < 126): same result as nearbyint, but it
   // vectorises on every instruction set (SSE2 has no rounding instruction).
   constexpr float kRound = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float shifted = x * 1.44269504088896341f + kRound;
+  const float n = shifted - kRound;
+  // n as an integer, read from the low mantissa bits of `shifted` (its exponent is kRound's for |n| < 2^22): no
+  // float-to-int conversion, which is undefined for a NaN argument.
+  const uint32_t n_int = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRound);
   float r = x - n * 0.693359375f;
   r -= n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -30,7 +34,7 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int bits = (static_cast<int>(n) + 127) << 23;
+  const uint32_t bits = (n_int + 127u) << 23;
   float scale;
   __builtin_memcpy(&scale, &bits, sizeof(scale));
   return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
