@@ -4,9 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <map>
 #include <vector>
 
+#include "actors/worker_launch.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/zmq_link.hpp"
 
@@ -100,30 +99,15 @@ int run_node_agent(const NodeAgentArgs& args) {
       switch (env.kind) {
         case wire::MessageKind::AGENT_SPAWN: {
           auto in = reader.root<wire::AgentSpawn>();
-          std::vector<std::string> argv_strings = {executable.string(), "worker", "--name", string_of(in.getName()),
-                                                   "--to-worker", string_of(in.getToWorker()), "--from-worker",
-                                                   string_of(in.getFromWorker()), "--log-level",
-                                                   string_of(in.getLogLevel()), "--heartbeat-ms",
-                                                   std::to_string(in.getHeartbeatMs())};
-          std::vector<char*> argv;
-          for (auto& a : argv_strings) argv.push_back(a.data());
-          argv.push_back(nullptr);
-          const pid_t parent = getpid();
-          const pid_t pid = fork();
-          if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the agent
-            if (getppid() != parent) _exit(126);
-            syscall(SYS_close_range, 3u, ~0u, 0u);
-            execv(argv[0], argv.data());
-            _exit(127);
-          }
-          if (pid < 0) {
-            answer = error_reply(Error{Errc::internal, std::string("fork failed: ") + std::strerror(errno)});
+          auto pid = launch_worker({executable, string_of(in.getName()), string_of(in.getToWorker()),
+                                    string_of(in.getFromWorker()), string_of(in.getLogLevel()), in.getHeartbeatMs()});
+          if (!pid) {
+            answer = error_reply(pid.error());
             break;
           }
-          running[pid] = string_of(in.getName());
-          spdlog::info("agent: started {} (pid {})", running[pid], pid);
-          answer = reply([&](wire::AgentReply::Builder out) { out.setPid(pid); });
+          running[*pid] = string_of(in.getName());
+          spdlog::info("agent: started {} (pid {})", running[*pid], *pid);
+          answer = reply([&](wire::AgentReply::Builder out) { out.setPid(*pid); });
           break;
         }
         case wire::MessageKind::AGENT_STATUS:

@@ -1,8 +1,6 @@
 #include "actors/worker_process.hpp"
 
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +10,8 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
+
+#include "actors/worker_launch.hpp"
 
 namespace actord {
 namespace {
@@ -64,36 +64,13 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
   } catch (const zmq::error_t& e) {
     return make_error(Errc::internal, "cannot bind worker sockets: " + std::string(e.what()));
   }
-  if (remote) {
-    auto pid = wp->agent_->spawn(options.name, wp->to_endpoint_, wp->from_endpoint_, options.log_level,
-                                 static_cast<uint32_t>(heartbeat_interval(options).count()));
-    if (!pid) return pid.error();
-    wp->pid_ = *pid;
-    wp->receiver_ = std::thread([p = wp.get()] { p->receive_loop(); });
-    return wp;
-  }
-
-  // Everything the child needs is prepared before fork: only async-signal-safe calls happen in between.
-  std::vector<std::string> args = {options.executable.string(), "worker",   "--name",      options.name,
-                                   "--to-worker",               wp->to_endpoint_, "--from-worker", wp->from_endpoint_,
-                                   "--log-level",               options.log_level,
-                                   "--heartbeat-ms",            std::to_string(heartbeat_interval(options).count())};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return make_error(Errc::internal, std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the engine
-    if (getppid() != parent) _exit(126);
-    // Nothing of the engine's but stdin/out/err: its sockets, files and locks (a `flock` held by whoever started the
-    // engine) must not live on in the worker.
-    syscall(SYS_close_range, 3u, ~0u, 0u);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  wp->pid_ = pid;
+  // Started here (a child of this process) or by the node's agent on its machine.
+  auto pid = remote ? wp->agent_->spawn(options.name, wp->to_endpoint_, wp->from_endpoint_, options.log_level,
+                                        static_cast<uint32_t>(heartbeat_interval(options).count()))
+                    : launch_worker({options.executable, options.name, wp->to_endpoint_, wp->from_endpoint_,
+                                     options.log_level, heartbeat_interval(options).count()});
+  if (!pid) return pid.error();
+  wp->pid_ = *pid;
   wp->receiver_ = std::thread([p = wp.get()] { p->receive_loop(); });
   return wp;
 }
