@@ -137,14 +137,13 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     if (std::all_of(agents.begin(), agents.end(), [](const std::string& a) { return a.empty(); })) return spec;
     spec.placement = coll::Placement::node;
     spec.backend = coll::Backend::zmq;
-    std::string remote_host;
-    for (const auto& a : agents)
-      if (!a.empty()) remote_host = NodeAgentClient(a, std::chrono::seconds(2)).host();
+    // This machine's ranks bind on its address toward the group's other node.
+    const auto remote = std::find_if(agents.begin(), agents.end(), [](const std::string& a) { return !a.empty(); });
+    const Result<std::string> here = local_address_toward(host_of_address(*remote));
     for (size_t r = 0; r < agents.size(); ++r) {
       std::string host;
       Result<uint16_t> port = uint16_t{0};
       if (agents[r].empty()) {
-        auto here = local_address_toward(remote_host);
         if (!here) {
           group_failure = here.error();
           return spec;
@@ -152,9 +151,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         host = *here;
         if (r == 0) port = free_local_port(host);
       } else {
-        NodeAgentClient agent(agents[r], std::chrono::seconds(2));
-        host = agent.host();
-        if (r == 0) port = agent.free_port();
+        host = host_of_address(agents[r]);
+        if (r == 0) port = NodeAgentClient(agents[r], std::chrono::seconds(2)).free_port();
       }
       if (!port) {
         group_failure = port.error();
@@ -209,9 +207,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   for (int s = 0; s < pp; ++s) {
     for (int k = 0; k < tp; ++k) {
       const std::string name = rank_name(k, s);
-      WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout, p.ipc_dir};
-      options.incarnation = incarnation;
-      options.node_agent = agent_of(k, s);
+      const WorkerProcessOptions options{p.worker_executable, name,        p.log_level, p.topology.engine.step_timeout,
+                                         p.ipc_dir,           incarnation, agent_of(k, s)};
       worker_actor worker = in_processes
                               ? spawn_remote_worker(self->system(), options)
                               : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));

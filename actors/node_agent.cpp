@@ -41,13 +41,6 @@ wire_msg error_reply(const Error& e) {
   return reply([&](wire::AgentReply::Builder out) { set_error(out.initError(), e); });
 }
 
-std::string host_of(const std::string& address) {
-  std::string rest = address.rfind("tcp://", 0) == 0 ? address.substr(6) : address;
-  const size_t colon = rest.rfind(':');
-  std::string host = rest.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
-}
 
 }  // namespace
 
@@ -123,7 +116,7 @@ int run_node_agent(const NodeAgentArgs& args) {
           break;
         }
         case wire::MessageKind::AGENT_FREE_PORT: {
-          auto port = free_local_port(host_of(args.listen));
+          auto port = free_local_port(host_of_address(args.listen));
           answer = port ? reply([&](wire::AgentReply::Builder out) { out.setPort(*port); }) : error_reply(port.error());
           break;
         }
@@ -140,7 +133,15 @@ int run_node_agent(const NodeAgentArgs& args) {
   return 0;
 }
 
-std::string NodeAgentClient::host() const { return host_of(address_); }
+std::string host_of_address(const std::string& address) {
+  std::string rest = address.rfind("tcp://", 0) == 0 ? address.substr(6) : address;
+  const size_t colon = rest.rfind(':');
+  std::string host = rest.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+std::string NodeAgentClient::host() const { return host_of_address(address_); }
 
 namespace {
 

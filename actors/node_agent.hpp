@@ -53,6 +53,8 @@ class NodeAgentClient {
   std::chrono::milliseconds timeout_;
 };
 
+// The host of a tcp://HOST:PORT address (brackets of an IPv6 one removed).
+std::string host_of_address(const std::string& address);
 // This machine's address on the route to `host` (an IPv4 address or a name), e.g. "10.77.0.1".
 Result<std::string> local_address_toward(const std::string& host);
 // A tcp port free on `address` of this machine now (bound and released: another process may take it before use).
