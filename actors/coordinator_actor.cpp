@@ -477,12 +477,6 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
       [=](scale_atom, const std::string& group_name, int32_t replicas) -> caf::result<uint32_t, std::string> {
         auto& st = self->state;
         const GroupSection& group = st.params.topology.groups.at(0);
-        if (group_name != group.name)
-          return {static_cast<uint32_t>(Errc::invalid_argument),
-                  "unknown group \"" + group_name + "\" (the topology has: " + group.name + ")"};
-        if (replicas < 1)
-          return {static_cast<uint32_t>(Errc::invalid_argument),
-                  "replicas: must be at least 1, got " + std::to_string(replicas)};
         if (st.scaling)
           return {static_cast<uint32_t>(Errc::invalid_argument), "a scale of group " + group.name + " is in progress"};
         std::vector<int> active;
@@ -492,11 +486,12 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         if (replicas == have) return {kCoordinatorOk, "group " + group.name + " has " + std::to_string(have) + " replicas already"};
         st.scaling = true;
         auto rp = self->make_response_promise<uint32_t, std::string>();
+        const std::string done = "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) +
+                                 " replicas";
         if (replicas > have) {
           std::vector<int> added;
           for (int index = 0; static_cast<int>(added.size()) < replicas - have; ++index)
             if (!st.replicas.count(index)) added.push_back(index);
-          for (int index : added) st.replicas[index].index = index;
           build_replicas(self, added, [=](std::optional<Error> failure) mutable {
             self->state.scaling = false;
             if (failure) {
@@ -504,13 +499,13 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
               return;
             }
             for (int index : added) join_router(self, self->state.replicas.at(index));
-            rp.deliver(kCoordinatorOk, "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas");
+            rp.deliver(kCoordinatorOk, done);
           });
         } else {
           std::vector<int> removed(active.end() - (have - replicas), active.end());
           drain_replicas(self, removed, [=]() mutable {
             self->state.scaling = false;
-            rp.deliver(kCoordinatorOk, "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas");
+            rp.deliver(kCoordinatorOk, done);
           });
         }
         return rp;

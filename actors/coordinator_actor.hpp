@@ -10,8 +10,8 @@
 //   replicas (built as at start, joining the router when ready; if one fails the added ones are stopped again
 //   and the fleet is as before) or removes the highest-numbered ones (each drains: the router sends it nothing
 //   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
-//   when done. One scale at a time; replicas < 1 or an unknown group is refused and changes nothing. The caller
-//   has checked the machine's cores and memory (Engine::scale).
+//   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
+//   name, replicas >= 1 and the machine's cores and memory (Engine::scale).
 // - (fleet_atom) -> wire_msg FleetStatus: every replica's state, ranks and pids.
 // - (stop_atom): stops everything, worker processes included.
 // Supervision: every rank is monitored. When one goes down (a process killed, a thread's actor gone) its replica

@@ -71,17 +71,12 @@ wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
   }, static_cast<unsigned>(words));
 }
 
-// What the topology may describe but the engine cannot run yet (actord check plans it): one group of one rank in
-// this process or a process of its own. The error names the key.
+// What the topology may describe but the engine cannot run yet (actord check plans it): more than one group. The
+// error names the key.
 Status refuse_unbuilt(const TopologyConfig& topology) {
-  const std::string where = topology.source.string() + ": ";
   if (topology.groups.size() != 1)
-    return make_error(Errc::unsupported, where + "groups: more than one group is not supported yet");
-  const GroupSection& g = topology.groups[0];
-  auto refuse = [&](const std::string& key, const std::string& what, const std::string& hint) {
     return make_error(Errc::unsupported,
-                      where + "groups[0]." + key + ": " + what + " is not supported yet (" + hint + ")");
-  };
+                      topology.source.string() + ": groups: more than one group is not supported yet");
   return {};
 }
 }  // namespace
@@ -394,10 +389,10 @@ Status Engine::scale(const std::string& group, int replicas) {
   if (now.groups[0].placement == Placement::node)
     return make_error(Errc::unsupported, "groups[0].placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {
-    // The added replicas must fit the machine: cores (as at start) and the memory available now.
+    // The added replicas must fit the machine: cores (plan_topology checks them as at start) and the memory
+    // available now.
     TopologyConfig grown = now;
     grown.groups[0].replicas = replicas;
-    ACTORD_TRY_STATUS(check_threads_fit(grown, usable_cpu_cores()));
     auto plan = plan_topology(grown, impl_->shape, usable_cpu_cores());
     if (!plan) return plan.error();
     const NodePlan& local = plan->nodes.front();
