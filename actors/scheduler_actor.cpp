@@ -122,16 +122,27 @@ void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
 
 void emit(self_ptr self, const SequenceUpdate& u) { emit(self, std::span<const SequenceUpdate>(&u, 1)); }
 
+// Answers the drain request, if one waits.
+void end_drain(scheduler_state& st) {
+  if (!st.drain) return;
+  st.drain->deliver(true);
+  st.drain.reset();
+}
+
+// Submissions that came before the lease go back to the router as they are.
+void requeue_pending(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
+  st.pending.clear();
+}
+
 // Tells the router how many tokens this replica still has to compute and generate (least_tokens routing), and
 // answers a drain once nothing is left.
 void report_load(self_ptr self) {
   auto& st = self->state;
   if (st.worker_failure.empty() && !st.drain)
     timed_send(st, [&] { tell(self, st.router, load_atom::value, st.batcher->outstanding_tokens()); });
-  if (st.drain && !st.batcher->has_work() && st.in_flight.empty()) {
-    st.drain->deliver(true);
-    st.drain.reset();
-  }
+  if (!st.batcher->has_work() && st.in_flight.empty()) end_drain(st);
 }
 
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones), as their
@@ -172,12 +183,8 @@ void lose_worker(self_ptr self, const std::string& why) {
   st.abandoned_through = st.next_step_id - 1;
   while (!st.in_flight.empty()) account_result(st, std::chrono::steady_clock::now());
   hand_back(self, st.batcher->take_all(), why);
-  for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
-  st.pending.clear();
-  if (st.drain) {
-    st.drain->deliver(true);
-    st.drain.reset();
-  }
+  requeue_pending(self);
+  end_drain(st);
 }
 
 // Plans and sends steps while the batcher has one to give; the scheduler's own time is booked by the caller.
@@ -505,8 +512,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         auto rp = self->make_response_promise<bool>();
         st.drain = rp;
         hand_back(self, st.batcher->take_waiting(), "its replica drains");
-        for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
-        st.pending.clear();
+        requeue_pending(self);
         report_load(self);
         return rp;
       },
