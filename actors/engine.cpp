@@ -40,11 +40,6 @@ double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// How many samples a request asks for (one when n is invalid: the scheduler refuses it with one error).
-uint32_t samples_of(const GenerateRequest& r) {
-  return r.sampling.n >= 1 && r.sampling.n <= SamplingOptions::kMaxSamples ? r.sampling.n : 1u;
-}
-
 // The SubmitRequest of `req` as request `id`; a seed is drawn when it samples at random without one.
 wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
   SamplingOptions sampling = req.sampling;
@@ -285,7 +280,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
   std::vector<size_t> first_output;
   for (const auto& r : requests) {
     first_output.push_back(run->outputs.size());
-    for (uint32_t s = 0; s < samples_of(r); ++s) {
+    for (uint32_t s = 0; s < SamplingOptions::samples_of(r.sampling.n); ++s) {
       GenerateOutput& out = run->outputs.emplace_back();
       out.request_index = first_output.size() - 1;
       out.sample_index = s;
@@ -301,7 +296,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
     const size_t base = first_output[r];
     {
       std::lock_guard lock(run->mutex);
-      for (uint32_t s = 0; s < samples_of(requests[r]); ++s) run->submitted[base + s] = clock_type::now();
+      for (uint32_t s = 0; s < SamplingOptions::samples_of(requests[r].sampling.n); ++s) run->submitted[base + s] = clock_type::now();
     }
     ids.push_back(submit(requests[r], [run, base, on_text](const StreamEvent& e) {
       const auto now = clock_type::now();
@@ -350,7 +345,7 @@ Result<std::vector<GenerateOutput>> Engine::generate(const std::vector<GenerateR
 namespace actord {
 
 uint64_t Engine::submit(const GenerateRequest& request, StreamCallback on_event) {
-  const uint32_t n = samples_of(request);
+  const uint32_t n = SamplingOptions::samples_of(request.sampling.n);
   const uint64_t id = impl_->next_id.fetch_add(n);
   impl_->api->submit(id, n, submit_message(request, id), std::move(on_event));
   return id;

@@ -53,7 +53,6 @@ Known* find(router_state& st, const caf::actor_addr& who) {
   return nullptr;
 }
 
-uint32_t samples_of(uint32_t n) { return n >= 1 && n <= SamplingOptions::kMaxSamples ? n : 1; }
 
 // One final delta per sample of request `id`, cancelled, to its owner.
 void end_cancelled(self_ptr self, const caf::actor& owner, uint64_t id, uint32_t samples) {
@@ -76,7 +75,7 @@ void route(self_ptr self, const caf::actor& owner, wire_msg submit) {
     WireReader reader(submit);
     auto in = reader.root<wire::SubmitRequest>();
     id = in.getRequestId();
-    samples = samples_of(in.getSampling().getN());
+    samples = SamplingOptions::samples_of(in.getSampling().getN());
     if (st.router->empty()) {
       st.waiting.push_back(Waiting{owner, std::move(submit), id, samples});
       return;
@@ -143,7 +142,7 @@ caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
           WireReader reader(msg);
           auto in = reader.root<wire::SubmitRequest>();
           id = in.getRequestId();
-          samples = samples_of(in.getSampling().getN());
+          samples = SamplingOptions::samples_of(in.getSampling().getN());
         } catch (const std::exception& e) {
           spdlog::warn("router: malformed continuation dropped: {}", e.what());
           return;

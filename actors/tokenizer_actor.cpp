@@ -67,8 +67,7 @@ void on_submit(self_ptr self, const wire_msg& msg) {
   auto in = reader.root<wire::SubmitRequest>();
   const uint64_t id = in.getRequestId();
   // An invalid n is refused by the scheduler with one final delta: the request is then one sample here too.
-  const uint32_t requested = in.getSampling().getN();
-  const uint32_t n = requested >= 1 && requested <= SamplingOptions::kMaxSamples ? requested : 1;
+  const uint32_t n = SamplingOptions::samples_of(in.getSampling().getN());
   if (!st.scheduler) return refuse(self, client, id, n, Error{Errc::internal, "the tokenizer has no scheduler"});
   for (uint32_t s = 0; s < n; ++s) {
     if (st.samples.count(id + s))

@@ -36,6 +36,9 @@ struct SamplingOptions {
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr uint32_t kMaxSamples = 128;  // as the OpenAI API's n
+  // How many samples a request asking for `n` has on the request path: n, or 1 when n is invalid (the scheduler
+  // refuses such a request with one error).
+  static constexpr uint32_t samples_of(uint32_t n) { return n >= 1 && n <= kMaxSamples ? n : 1; }
 
   // The options of sample i of n: seed + i, one sample.
   SamplingOptions for_sample(uint32_t i) const {

@@ -44,7 +44,7 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   refused.prompt_tokens = static_cast<uint32_t>(request.prompt.size());
   refused.owner = request.owner;
   const uint32_t n = request.sampling.n;
-  if (n >= 1 && n <= SamplingOptions::kMaxSamples) refused.unforked_samples = n - 1;
+  refused.unforked_samples = SamplingOptions::samples_of(n) - 1;
   if (auto valid = request.sampling.validate(limits_.vocab_size); !valid) {
     refused.error = valid.error().message;
     return refused;
