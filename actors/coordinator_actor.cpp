@@ -207,8 +207,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   for (int s = 0; s < pp; ++s) {
     for (int k = 0; k < tp; ++k) {
       const std::string name = rank_name(k, s);
-      const WorkerProcessOptions options{p.worker_executable, name,        p.log_level, p.topology.engine.step_timeout,
-                                         p.ipc_dir,           incarnation, agent_of(k, s)};
+      const WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout,
+                                         incarnation, agent_of(k, s)};
       worker_actor worker = in_processes
                               ? spawn_remote_worker(self->system(), options)
                               : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));

@@ -54,7 +54,6 @@ struct CoordinatorParams {
   std::vector<std::string> rank_agents;
   RoutePolicy route_policy = RoutePolicy::least_tokens;
   std::filesystem::path worker_executable;  // for placement: process
-  std::filesystem::path ipc_dir;            // for placement: process: the engine's private ipc folder
   std::string log_level = "warn";
   std::chrono::seconds worker_start_timeout{120};
   const ModelRegistry* registry = nullptr;   // must outlive the coordinator

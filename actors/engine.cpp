@@ -19,7 +19,6 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
-#include "comms/ipc_directory.hpp"
 #include "core/host_cpus.hpp"
 #include "core/host_memory.hpp"
 #include "core/topology_plan.hpp"
@@ -83,7 +82,6 @@ struct Engine::Impl {
   std::filesystem::path model_dir;
   int max_model_len = 0;
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::unique_ptr<IpcDirectory> ipc_dir;  // outlives the actor system: its sockets live in it
   ActordSystemConfig caf_config{0};
   std::unique_ptr<caf::actor_system> system;
   coordinator_actor coordinator;
@@ -191,15 +189,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   if (params.worker_executable.empty()) {
     std::error_code ec;
     params.worker_executable = std::filesystem::read_symlink("/proc/self/exe", ec);
-  }
-  if (std::any_of(topology.groups.begin(), topology.groups.end(),
-                  [](const GroupSection& g) { return g.placement != Placement::thread; })) {
-    std::error_code ec;
-    auto dir = IpcDirectory::create(options.runtime_dir.empty() ? std::filesystem::temp_directory_path(ec)
-                                                                : options.runtime_dir);
-    if (!dir) return dir.error();
-    impl->ipc_dir = std::move(*dir);
-    params.ipc_dir = impl->ipc_dir->path();
   }
   params.log_level = options.log_level;
   params.worker_start_timeout = options.worker_start_timeout;

@@ -35,9 +35,6 @@ struct EngineOptions {
   // Memory the workers may take (bytes); unset: what this machine has available now (MemAvailable). Weights, KV
   // pool and swap space beyond it are refused at start with an error naming the key.
   std::optional<uint64_t> available_memory;
-  // Where the private folder of the sockets to worker processes is made (actord-<pid>-XXXXXX, mode 0700, removed
-  // with the engine; stale ones of dead processes are removed at start); empty: the system's temp folder.
-  std::filesystem::path runtime_dir;
 };
 
 struct GenerateRequest {

@@ -1,5 +1,5 @@
 // A worker in another process, seen as a worker actor: same messages as worker_actor.hpp ((init_atom, WorkerInit)
-// -> WorkerReady; (step_atom, ExecuteStep) -> StepResult), forwarded over ZeroMQ ipc to `actord worker`.
+// -> WorkerReady; (step_atom, ExecuteStep) -> StepResult), forwarded over its link (worker_process.hpp) to `actord worker`.
 //
 // Contract: replies come back in request order. If the process dies, every pending and later request is answered
 // with an Error (kind worker_failed) naming the process and how it ended; the actor keeps running so its clients

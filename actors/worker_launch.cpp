@@ -20,6 +20,16 @@ Result<pid_t> launch_worker(const WorkerCommand& command) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment, with OpenBLAS told to start no threads of its own: the worker's pool owns the cores and calls
+  // sgemm on its threads (executors/cpu/gemm.cpp); an OpenBLAS thread started at load spins for its first ~0.1 s.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "OPENBLAS_NUM_THREADS=", 21) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.emplace_back("OPENBLAS_NUM_THREADS=1");
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return make_error(Errc::internal, std::string("fork failed: ") + std::strerror(errno));
@@ -29,7 +39,7 @@ Result<pid_t> launch_worker(const WorkerCommand& command) {
     // Nothing of the parent's but stdin/out/err: its sockets, files and locks (a `flock` held by whoever started it)
     // must not live on in the worker.
     syscall(SYS_close_range, 3u, ~0u, 0u);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   return pid;

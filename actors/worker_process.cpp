@@ -11,21 +11,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/shm_envelope.hpp"
 #include "actors/worker_launch.hpp"
 
 namespace actord {
-namespace {
-
-// A socket file in the engine's private ipc folder (mode 0700: only this user can connect), named after the
-// worker ("replica/0/worker/0" -> "replica-0-worker-0.to"); the folder goes with the engine (comms/ipc_directory).
-std::string ipc_endpoint(const WorkerProcessOptions& options, const std::string& tag) {
-  std::string name = options.name;
-  std::replace(name.begin(), name.end(), '/', '-');
-  if (options.incarnation > 0) name += ".g" + std::to_string(options.incarnation);
-  return "ipc://" + (options.ipc_dir / (name + "." + tag)).string();
-}
-
-}  // namespace
 
 std::chrono::milliseconds WorkerProcess::heartbeat_interval(const WorkerProcessOptions& options) {
   return std::clamp(options.heartbeat_timeout / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
@@ -45,24 +34,29 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::start(const WorkerProcessO
     wp->to_endpoint_ = "tcp://" + *here + ":*";
     wp->from_endpoint_ = wp->to_endpoint_;
   } else {
-    if (options.ipc_dir.empty()) return make_error(Errc::internal, "worker process " + options.name + ": no ipc folder");
-    wp->to_endpoint_ = ipc_endpoint(options, "to");
-    wp->from_endpoint_ = ipc_endpoint(options, "from");
+    // A worker on this machine: a shared memory link (no ZeroMQ I/O threads between the two ends).
+    std::string tag = options.name;
+    if (options.incarnation > 0) tag += ".g" + std::to_string(options.incarnation);
+    auto link = coll::ShmLink::create(coll::ShmLink::segment_name(getpid(), tag));
+    if (!link.ok()) return make_error(link.error().code, "worker process " + options.name + ": " + link.error().message);
+    wp->link_.emplace(std::move(*link));
+    wp->to_endpoint_ = std::string(kShmScheme) + wp->link_->name();
+    wp->from_endpoint_ = wp->to_endpoint_;
   }
-  try {
-    wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
-    wp->to_worker_.set(zmq::sockopt::linger, 0);
-    wp->to_worker_.set(zmq::sockopt::sndtimeo, 20);
-    wp->to_worker_.bind(wp->to_endpoint_);
-    wp->from_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::pull);
-    wp->from_worker_.set(zmq::sockopt::linger, 0);
-    wp->from_worker_.bind(wp->from_endpoint_);
-    if (remote) {  // the ports the system gave
-      wp->to_endpoint_ = wp->to_worker_.get(zmq::sockopt::last_endpoint);
+  if (remote) {
+    try {
+      wp->to_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::push);
+      wp->to_worker_.set(zmq::sockopt::linger, 0);
+      wp->to_worker_.set(zmq::sockopt::sndtimeo, 20);
+      wp->to_worker_.bind(wp->to_endpoint_);
+      wp->from_worker_ = zmq::socket_t(wp->context_, zmq::socket_type::pull);
+      wp->from_worker_.set(zmq::sockopt::linger, 0);
+      wp->from_worker_.bind(wp->from_endpoint_);
+      wp->to_endpoint_ = wp->to_worker_.get(zmq::sockopt::last_endpoint);  // the ports the system gave
       wp->from_endpoint_ = wp->from_worker_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t& e) {
+      return make_error(Errc::internal, "cannot bind worker sockets: " + std::string(e.what()));
     }
-  } catch (const zmq::error_t& e) {
-    return make_error(Errc::internal, "cannot bind worker sockets: " + std::string(e.what()));
   }
   // Started here (a child of this process) or by the node's agent on its machine.
   auto pid = remote ? wp->agent_->spawn(options.name, wp->to_endpoint_, wp->from_endpoint_, options.log_level,
@@ -108,6 +102,16 @@ std::optional<std::string> WorkerProcess::check_exit() {
 }
 
 bool WorkerProcess::send(wire::MessageKind kind, const wire_msg& body) {
+  if (link_) {
+    // Waits only while the ring is full (a large KV import while the worker computes); gives up when the child ends.
+    const auto sent = send_envelope(*link_, kind, body, coll::ShmLink::Clock::now() + std::chrono::minutes(10),
+                                    [this]() -> std::optional<Error> {
+                                      if (exited_.load() || stopping_.load())
+                                        return make_error(Errc::worker_failed, "worker process " + options_.name + " ended");
+                                      return std::nullopt;
+                                    });
+    return sent.ok();
+  }
   // A PUSH socket holds a message only once its peer has connected: retry in short slices while the child lives.
   while (!exited_.load() && !stopping_.load()) {
     if (send_envelope(to_worker_, kind, options_.name, body)) return true;
@@ -134,8 +138,35 @@ void WorkerProcess::receive_loop() {
     last_heard = clock::now();
     if (env.kind != wire::MessageKind::HEARTBEAT) on_message_(std::move(env));
   };
+  uint64_t beats = 0;
+  // A shared memory link's wait ends when we stop, or when the child went silent or ended (seen without reaping it:
+  // check_exit() does that), so that a child killed half-way through a message cannot hold this thread.
+  auto give_up = [&]() -> std::optional<Error> {
+    if (stopping_.load()) return make_error(Errc::worker_failed, "stopping");
+    if (const uint64_t b = link_->beats(); b != beats) {  // its heartbeat is a counter
+      beats = b;
+      last_heard = clock::now();
+    }
+    if (clock::now() - last_heard > options_.heartbeat_timeout) {
+      return make_error(Errc::worker_failed, "worker process " + options_.name + " went silent");
+    }
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) {
+      return make_error(Errc::worker_failed, "worker process " + options_.name + " ended");
+    }
+    return std::nullopt;
+  };
+  // What the child sent before it ended: whole messages only (a message that fits the ring is published at once),
+  // so any wait means there is no more.
+  auto never_wait = []() -> std::optional<Error> { return make_error(Errc::worker_failed, "nothing more"); };
+  auto receive = [&](int wait_ms) -> Result<std::optional<Envelope>> {
+    if (!link_) return recv_envelope(from_worker_, wait_ms);
+    if (wait_ms == 0) return recv_envelope(*link_, std::chrono::milliseconds(0), never_wait);
+    return recv_envelope(*link_, std::chrono::milliseconds(wait_ms), give_up);
+  };
   while (!stopping_.load()) {
-    auto got = recv_envelope(from_worker_, 20);
+    auto got = receive(20);
+    if (!got.ok() && got.error().code == Errc::parse_error) spdlog::warn("{}: {}", options_.name, got.error().message);
     if (got.ok() && got->has_value()) deliver(std::move(**got));
     if (!exited_.load() && silence_reason_.empty() && clock::now() - last_heard > options_.heartbeat_timeout) {
       // Stopped (SIGSTOP), frozen or starved: declared failed, and killed so that it cannot come back half-way.
@@ -151,7 +182,7 @@ void WorkerProcess::receive_loop() {
       exited_.store(true);
       // Deliver what the child sent before it died (e.g. its WorkerReady with an error), then report the exit.
       for (;;) {
-        auto rest = recv_envelope(from_worker_, 0);
+        auto rest = receive(0);
         if (!rest.ok() || !rest->has_value()) break;
         deliver(std::move(**rest));
       }
@@ -162,7 +193,13 @@ void WorkerProcess::receive_loop() {
 }
 
 WorkerProcess::~WorkerProcess() {
-  if (!exited_.load()) {
+  if (!exited_.load() && link_) {
+    (void)send_envelope(*link_, wire::MessageKind::SHUTDOWN, wire_msg{}, coll::ShmLink::Clock::now() + std::chrono::seconds(1),
+                        [this]() -> std::optional<Error> {
+                          if (exited_.load()) return make_error(Errc::worker_failed, "ended");
+                          return std::nullopt;
+                        });
+  } else if (!exited_.load()) {
     try {
       send_envelope(to_worker_, wire::MessageKind::SHUTDOWN, options_.name, wire_msg{});
     } catch (const zmq::error_t&) {
@@ -192,6 +229,7 @@ WorkerProcess::~WorkerProcess() {
   }
   to_worker_.close();
   from_worker_.close();
+  if (link_) link_->unlink();  // the worker unlinks it once mapped; this covers one that never got that far
 }
 
 }  // namespace actord

@@ -1,13 +1,13 @@
 // A worker that lives in its own OS process, seen from the engine's process: starts it (fork + exec of
-// `actord worker`), owns the two ZeroMQ ipc sockets to it, and reaps it.
+// `actord worker`), owns its link to it (shared memory, comms/collectives/shm_link.hpp), and reaps it.
 //
-// Contract: start() binds the sockets and launches the child, which dies with us (PR_SET_PDEATHSIG) so no orphan is
+// Contract: start() makes the link (or binds the sockets) and launches the child, which dies with us (PR_SET_PDEATHSIG) so no orphan is
 // left even if this process is killed. send() may be called from one thread at a time (the proxy actor's). The
 // receive loop runs on its own thread and reports through callbacks: on_message for every envelope, on_exit once
 // when the child has exited (with a human-readable reason). A child that sends nothing, not even its heartbeat, for
 // options.heartbeat_timeout is declared failed: killed (SIGKILL), and on_exit says it stopped answering. The destructor asks the child to shut down, waits up to
 // two seconds, then kills it, and joins the receive thread. Linux only. With options.node_agent the worker runs on
-// another machine, started by that node's agent: tcp sockets instead of ipc, and its end is learnt from the agent
+// another machine, started by that node's agent: two ZeroMQ tcp sockets instead, and its end is learnt from the agent
 // (asked every 250 ms; an agent that does not answer twice in a row counts as the worker's end) or its silence.
 #pragma once
 
@@ -24,6 +24,7 @@
 
 #include "actors/node_agent.hpp"
 #include "actors/worker_process_options.hpp"
+#include "comms/collectives/shm_link.hpp"
 #include "comms/zmq_link.hpp"
 
 namespace actord {
@@ -55,7 +56,8 @@ class WorkerProcess {
   void kill_child();
 
   WorkerProcessOptions options_;
-  zmq::context_t context_{1};
+  std::optional<coll::ShmLink> link_;  // a worker on this machine: shared memory
+  zmq::context_t context_{1};  // a worker on another node (tcp):
   zmq::socket_t to_worker_;    // PUSH, bound here
   zmq::socket_t from_worker_;  // PULL, bound here; used by the receive thread only
   std::string to_endpoint_, from_endpoint_;

@@ -4,6 +4,8 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <mutex>
 #include <thread>
@@ -11,62 +13,122 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/worker_core.hpp"
+#include "actors/shm_envelope.hpp"
 #include "actors/worker_guard.hpp"
 #include "comms/zmq_link.hpp"
 #include "plugins/model_registry.hpp"
 
 namespace actord {
 
-int run_worker_process(const WorkerProcessArgs& args) {
-  const pid_t parent = getppid();
-  zmq::context_t context(1);
-  zmq::socket_t in(context, zmq::socket_type::pull);
-  zmq::socket_t out(context, zmq::socket_type::push);
-  // Over tcp (a worker a node agent started: no parent to watch) the engine's end is seen as its connection
-  // closing: a monitor of the receiving socket reports the disconnect.
-  std::optional<zmq::socket_t> engine_link;
-  if (args.to_worker_endpoint.rfind("tcp://", 0) == 0) {
-    const std::string monitor = "inproc://engine-link";
-    if (zmq_socket_monitor(in.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
-      engine_link.emplace(context, zmq::socket_type::pair);
-      engine_link->connect(monitor);
+namespace {
+
+// The worker's end of its link to the engine: shared memory ("shm://NAME", a worker on the engine's machine) or two
+// ZeroMQ sockets (tcp, a worker a node agent started). Used by the main thread, except beat(), which the heartbeat
+// thread calls.
+class EngineLink {
+ public:
+  EngineLink(const WorkerProcessArgs& args) : args_(args), parent_(getppid()) {}
+
+  Status connect() {
+    if (args_.to_worker_endpoint.rfind(kShmScheme, 0) == 0) {
+      const std::string name = args_.to_worker_endpoint.substr(kShmScheme.size());
+      auto link = coll::ShmLink::open(name, coll::ShmLink::Clock::now() + std::chrono::seconds(10));
+      if (!link.ok()) return link.error();
+      shm_.emplace(std::move(*link));
+      shm_->unlink();  // mapped by both ends now: the memory goes with the last mapping
+      return Status::success();
     }
+    in_.emplace(context_, zmq::socket_type::pull);
+    out_.emplace(context_, zmq::socket_type::push);
+    // Over tcp (a worker a node agent started: no parent to watch) the engine's end is seen as its connection
+    // closing: a monitor of the receiving socket reports the disconnect.
+    if (args_.to_worker_endpoint.rfind("tcp://", 0) == 0) {
+      const std::string monitor = "inproc://engine-link";
+      if (zmq_socket_monitor(in_->handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+        monitor_.emplace(context_, zmq::socket_type::pair);
+        monitor_->connect(monitor);
+      }
+    }
+    try {
+      in_->set(zmq::sockopt::linger, 0);
+      out_->set(zmq::sockopt::linger, 1000);  // let the last reply leave before exit
+      out_->set(zmq::sockopt::sndtimeo, 5000);  // the engine binds first, so this only expires if it is gone
+      in_->connect(args_.to_worker_endpoint);
+      out_->connect(args_.from_worker_endpoint);
+    } catch (const zmq::error_t& e) {
+      return make_error(Errc::worker_failed, std::string("cannot connect: ") + e.what());
+    }
+    return Status::success();
   }
-  auto engine_gone = [&] {
-    if (!engine_link) return false;
-    zmq::message_t event;
-    if (!engine_link->recv(event, zmq::recv_flags::dontwait)) return false;
-    zmq::message_t address;
-    (void)engine_link->recv(address, zmq::recv_flags::dontwait);
-    uint16_t id = 0;
-    if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
-    return id == ZMQ_EVENT_DISCONNECTED;
-  };
-  try {
-    in.set(zmq::sockopt::linger, 0);
-    out.set(zmq::sockopt::linger, 1000);  // let the last reply leave before exit
-    out.set(zmq::sockopt::sndtimeo, 5000);  // the engine binds first, so this only expires if it is gone
-    in.connect(args.to_worker_endpoint);
-    out.connect(args.from_worker_endpoint);
-  } catch (const zmq::error_t& e) {
-    spdlog::error("{}: cannot connect: {}", args.name, e.what());
+
+  // Sends from a thread of its own (a ZeroMQ socket is one thread's; a shared memory link has a counter).
+  std::function<void()> beater() {
+    if (shm_) return [this] { shm_->beat(); };
+    auto beat = std::make_shared<zmq::socket_t>(context_, zmq::socket_type::push);
+    beat->set(zmq::sockopt::linger, 0);
+    beat->set(zmq::sockopt::sndtimeo, 100);
+    beat->connect(args_.from_worker_endpoint);
+    return [this, beat] { send_envelope(*beat, wire::MessageKind::HEARTBEAT, args_.name, wire_msg{}); };
+  }
+
+  Result<std::optional<Envelope>> recv(int timeout_ms) {
+    if (shm_) return recv_envelope(*shm_, std::chrono::milliseconds(timeout_ms), [this] { return engine_gone_error(); });
+    return recv_envelope(*in_, timeout_ms);
+  }
+
+  void send(wire::MessageKind kind, const wire_msg& body) {
+    if (shm_) {
+      auto sent = send_envelope(*shm_, kind, body, coll::ShmLink::Clock::now() + std::chrono::minutes(10),
+                                [this] { return engine_gone_error(); });
+      if (!sent.ok()) spdlog::error("{}: {}", args_.name, sent.error().message);
+      return;
+    }
+    send_envelope(*out_, kind, args_.name, body);
+  }
+
+  // Why the engine is gone (its process exited, or its tcp connection closed), if it is.
+  std::optional<Error> engine_gone_error() {
+    if (getppid() != parent_) return make_error(Errc::worker_failed, "the engine process went away");
+    if (monitor_) {
+      zmq::message_t event;
+      if (monitor_->recv(event, zmq::recv_flags::dontwait)) {
+        zmq::message_t address;
+        (void)monitor_->recv(address, zmq::recv_flags::dontwait);
+        uint16_t id = 0;
+        if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+        if (id == ZMQ_EVENT_DISCONNECTED) return make_error(Errc::worker_failed, "the engine's connection closed");
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const WorkerProcessArgs& args_;
+  const pid_t parent_;
+  std::optional<coll::ShmLink> shm_;
+  zmq::context_t context_{1};
+  std::optional<zmq::socket_t> in_, out_, monitor_;
+};
+
+}  // namespace
+
+int run_worker_process(const WorkerProcessArgs& args) {
+  EngineLink link(args);
+  if (auto connected = link.connect(); !connected.ok()) {
+    spdlog::error("{}: {}", args.name, connected.error().message);
     return 1;
   }
 
-  // Heartbeats from a thread of their own (a socket is one thread's), so that a long step does not silence them;
-  // stopped and joined when this function returns.
+  // Heartbeats from a thread of their own, so that a long step does not silence them; stopped and joined when this
+  // function returns.
   std::mutex beat_mutex;
   std::condition_variable_any beat_wait;
   std::jthread heart;
   if (args.heartbeat_ms > 0) {
-    heart = std::jthread([&](std::stop_token stop) {
-      zmq::socket_t beat(context, zmq::socket_type::push);
-      beat.set(zmq::sockopt::linger, 0);
-      beat.set(zmq::sockopt::sndtimeo, 100);
-      beat.connect(args.from_worker_endpoint);
+    heart = std::jthread([&, beat = link.beater()](std::stop_token stop) {
       std::unique_lock lock(beat_mutex);
       do {
-        send_envelope(beat, wire::MessageKind::HEARTBEAT, args.name, wire_msg{});
+        beat();
       } while (!beat_wait.wait_for(lock, stop, std::chrono::milliseconds(args.heartbeat_ms),
                                    [&] { return stop.stop_requested(); }));
     });
@@ -78,19 +140,18 @@ int run_worker_process(const WorkerProcessArgs& args) {
   int exit_code = 0;
   bool running = true;
   while (running) {
-    auto got = recv_envelope(in, 200);
+    auto got = link.recv(200);
     if (!got) {
       spdlog::error("{}: {}", args.name, got.error().message);
-      continue;
-    }
-    if (!got->has_value()) {
-      if (getppid() != parent) {
-        spdlog::error("{}: the engine process went away", args.name);
+      if (auto gone = link.engine_gone_error()) {
         exit_code = 1;
         break;
       }
-      if (engine_gone()) {
-        spdlog::error("{}: the engine's connection closed", args.name);
+      continue;
+    }
+    if (!got->has_value()) {
+      if (auto gone = link.engine_gone_error()) {
+        spdlog::error("{}: {}", args.name, gone->message);
         exit_code = 1;
         break;
       }
@@ -121,7 +182,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
         spdlog::warn("{}: ignoring a message of kind {}", args.name, static_cast<int>(env.kind));
         continue;
     }
-    send_envelope(out, reply_kind, args.name, reply);
+    link.send(reply_kind, reply);
     if (reply_kind == wire::MessageKind::WORKER_READY) {
       WireReader reader(reply);
       if (has_error(reader.root<wire::WorkerReady>().getError())) {

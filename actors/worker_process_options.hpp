@@ -13,12 +13,11 @@ struct WorkerProcessOptions {
   std::string log_level = "warn";
   // The child sends a heartbeat every eighth of this; a child silent for this long is declared failed and killed.
   std::chrono::milliseconds heartbeat_timeout{2000};
-  std::filesystem::path ipc_dir;     // the engine's private ipc folder (comms/ipc_directory.hpp); required
-  // Which start of this name it is (a replica rebuilt after a failure starts its ranks again): its sockets are
-  // named apart from those of an earlier one that may still be going away.
+  // Which start of this name it is (a replica rebuilt after a failure starts its ranks again): its link is named
+  // apart from that of an earlier one that may still be going away.
   uint64_t incarnation = 0;
   // Empty: a child of this process. Else tcp://HOST:PORT of the node agent (actors/node_agent.hpp) that starts the
-  // worker on its machine: the sockets are tcp ones on this machine's address toward it, and the agent is asked
+  // worker on its machine: the link is two tcp sockets on this machine's address toward it, and the agent is asked
   // for the worker's liveness and to kill it.
   std::string node_agent;
 };

@@ -924,6 +924,15 @@ TEST_CASE("collectives: segments left by dead engines are removed, those of live
   CHECK(std::filesystem::exists("/dev/shm" + live));
   b->unlink();
   CHECK_FALSE(std::filesystem::exists("/dev/shm" + live));
+  // What a process ending on a signal does: its own names go, others stay.
+  auto own = ShmSegment::create("/actord-coll-" + std::to_string(getpid()) + "-link-x", 4096);
+  auto other = ShmSegment::create("/actord-coll-" + std::to_string(getppid()) + "-98", 4096);
+  REQUIRE(own.ok());
+  REQUIRE(other.ok());
+  CHECK(ShmSegment::remove_all_of(getpid()) == 1);
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + own->name()));
+  CHECK(std::filesystem::exists("/dev/shm" + other->name()));
+  other->unlink();
 }
 
 TEST_CASE("collectives: a peer process that cannot be watched (no descriptor left) is not taken for dead",

@@ -192,18 +192,18 @@ TEST_CASE("engine start-up errors name the problem", "[engine]") {
   CHECK_THAT(swap.error().message, Catch::Contains("engine.swap_space: 1024 bytes hold no KV block"));
 }
 
-TEST_CASE("two processes - the worker process and its link sockets live exactly as long as the engine",
+TEST_CASE("two processes - the worker process and its link live exactly as long as the engine",
           "[engine][process]") {
   auto engine = test::start_engine(quickstart("configs/quickstart-2proc.yaml"));
   REQUIRE(engine->generate({greedy({1}, 4)}).ok());
-  // While it runs: one worker, found by its command line, and the sockets the engine bound for it.
+  // While it runs: one worker, found by its command line, and the shared memory link both ends map.
   const std::vector<pid_t> workers = test::worker_processes_of(getpid());
   REQUIRE(workers.size() == 1);
-  CHECK(test::worker_sockets_of(getpid()).size() >= 2);  // to-worker and from-worker
+  CHECK(test::worker_links_of(getpid()).size() == 2);  // the engine's mapping and the worker's
   engine.reset();
-  // Stopping the engine reaps its worker and closes its sockets before it returns.
+  // Stopping the engine reaps its worker and unmaps its link before it returns.
   CHECK(test::worker_processes_of(getpid()).empty());
-  CHECK(test::worker_sockets_of(getpid()).empty());
+  CHECK(test::worker_links_of(getpid()).empty());
   CHECK(kill(workers[0], 0) == -1);
 }
 
@@ -216,7 +216,7 @@ TEST_CASE("a worker process that dies at start-up is reported - not waited for",
   CHECK(engine.error().code == Errc::worker_failed);
   CHECK_THAT(engine.error().message, Catch::Matches("worker process replica/0/worker/0 \\(pid \\d+\\) exited with status 1"));
   CHECK(test::worker_processes_of(getpid()).empty());
-  CHECK(test::worker_sockets_of(getpid()).empty());
+  CHECK(test::worker_links_of(getpid()).empty());
 }
 
 TEST_CASE("a worker process that fails to load the model reports why and leaves no process", "[engine][process]") {
@@ -228,9 +228,9 @@ TEST_CASE("a worker process that fails to load the model reports why and leaves 
   REQUIRE_FALSE(engine.ok());
   CHECK(engine.error().code == Errc::parse_error);
   CHECK_THAT(engine.error().message, Catch::Contains("truncated safetensors file"));
-  // Our worker child is reaped and its sockets closed before start() returns.
+  // Our worker child is reaped and its link unmapped before start() returns.
   CHECK(test::worker_processes_of(getpid()).empty());
-  CHECK(test::worker_sockets_of(getpid()).empty());
+  CHECK(test::worker_links_of(getpid()).empty());
 }
 
 TEST_CASE("a worker process killed mid-run: its request continues on the rebuilt replica, unchanged",

@@ -10,7 +10,6 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
-#include "comms/ipc_directory.hpp"
 #include "plugins/model_registry.hpp"
 #include "test_util.hpp"
 
@@ -144,14 +143,11 @@ struct StopAtEnd {
 
 TEST_CASE("kv migration - a running sequence moves to another pool and continues with identical output",
           "[kv][migration]") {
-  auto ipc = IpcDirectory::create(std::filesystem::temp_directory_path());  // outlives the worker process's sockets
-  REQUIRE(ipc.ok());
   ActordSystemConfig cfg(2);
   caf::actor_system system(cfg);
   caf::scoped_actor self{system};
   const ModelRegistry registry = ModelRegistry::with_builtins();
   WorkerProcessOptions process{test::actord_binary(), "test/worker/a", "warn"};
-  process.ipc_dir = (*ipc)->path();
   worker_actor source = spawn_remote_worker(system, process);
   worker_actor target = spawn_worker(system, registry);
   StopAtEnd stop{self, {source, target}};

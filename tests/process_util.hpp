@@ -1,13 +1,14 @@
-// The worker processes of an engine and the sockets of their links, found through /proc (Linux), for tests that
-// check that no worker outlives its engine. An engine in process P starts each worker as
-// `<exe> worker --name ... --to-worker ipc://.../actord-P-XXXXXX/... --from-worker ...` and binds both endpoints
-// (actors/worker_process.cpp, in the private folder of comms/ipc_directory.hpp): a worker is recognised by its
-// command line, so it is found even after P died and it was re-parented, and the bound sockets (and the
-// connections accepted on them) by their names in /proc/net/unix.
+// The worker processes of an engine and the endpoints of their links, found through /proc (Linux), for tests that
+// check that no worker outlives its engine. An engine in process P starts each worker on its machine as
+// `<exe> worker --name ... --to-worker shm:///actord-coll-P-link-<name> ...` (a shared memory link,
+// actors/worker_process.cpp; the worker unlinks the segment's name once it mapped it, so while both live the
+// segment is seen in their memory maps as "(deleted)") and one a node agent started with tcp:// endpoints. A worker
+// is recognised by its command line, so it is found even after P died and it was re-parented.
 #pragma once
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -25,9 +26,11 @@ inline std::vector<std::string> process_args(const std::filesystem::path& proc_e
   return args;
 }
 
-// What every link endpoint of an engine in process engine_pid contains ("actord-P-"; the '-' keeps P from
-// matching a longer pid).
-inline std::string worker_link_tag(pid_t engine_pid) { return "actord-" + std::to_string(engine_pid) + "-"; }
+// What every link endpoint of an engine in process engine_pid contains: its shared memory link segments
+// ("actord-coll-P-link-"; the '-' keeps P from matching a longer pid).
+inline std::string worker_link_tag(pid_t engine_pid) {
+  return "actord-coll-" + std::to_string(engine_pid) + "-link-";
+}
 
 // Live worker processes started by the engine of process engine_pid.
 inline std::vector<pid_t> worker_processes_of(pid_t engine_pid) {
@@ -49,21 +52,32 @@ inline std::vector<pid_t> worker_processes_of(pid_t engine_pid) {
   return pids;
 }
 
-// Unix sockets whose name is one of the engine's link endpoints (abstract names are listed with a leading '@'):
-// the listening sockets the engine bound and the connections it accepted on them.
-inline std::vector<std::string> worker_sockets_of(pid_t engine_pid) {
+// The engine's link segments that still exist: names left in /dev/shm, and mappings in the memory of the engine
+// process (while it lives) or of any live process (a worker that outlived it). Empty once every link is gone.
+inline std::vector<std::string> worker_links_of(pid_t engine_pid) {
   const std::string tag = worker_link_tag(engine_pid);
-  std::ifstream in("/proc/net/unix");
-  std::vector<std::string> names;
-  std::string line;
-  std::getline(in, line);  // Num RefCount Protocol Flags Type St Inode Path
-  while (std::getline(in, line)) {
-    const size_t at = line.find(tag);
-    if (at == std::string::npos) continue;
-    const size_t start = line.rfind(' ', at) + 1;
-    names.push_back(line.substr(start));
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (entry.path().filename().string().find(tag) != std::string::npos) found.push_back(entry.path().string());
   }
-  return names;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream maps(entry.path() / "maps");
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find(tag) != std::string::npos) found.push_back(name + ": " + line.substr(line.find('/')));
+    }
+  }
+  return found;
+}
+
+// Whether an engine with one worker process has its link up: mapped by both, its name already unlinked.
+inline bool link_mapped_by_both(pid_t engine_pid) {
+  const std::vector<std::string> links = worker_links_of(engine_pid);
+  return links.size() == 2 && std::all_of(links.begin(), links.end(), [](const std::string& l) {
+           return l.find("(deleted)") != std::string::npos;
+         });
 }
 
 // Polls `done` every 10 ms until it holds or `limit` passed; whether it held. For events another process causes

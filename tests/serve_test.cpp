@@ -242,7 +242,7 @@ TEST_CASE("actord serve - answers on the port it prints - SIGTERM exits 0 with i
   CHECK(WEXITSTATUS(status) == 0);
   // Its worker process went with it (reaped before actord exited), and the sockets of their links.
   CHECK(test::worker_processes_of(pid).empty());
-  CHECK(test::worker_sockets_of(pid).empty());
+  CHECK(test::worker_links_of(pid).empty());
 }
 
 TEST_CASE("serve - plain curl sees Server-Sent Events framed as the spec says", "[serve][curl]") {

@@ -47,7 +47,7 @@ int run_serve(const ServeArgs& args) {
   if (!args.api_key.empty()) server.api_key = args.api_key;
 
   // SIGINT, SIGTERM and SIGHUP (a closed terminal) are waited for by this thread alone: every thread started from
-  // here inherits the mask. Each drains and ends normally, so the engine removes its worker processes and ipc folder.
+  // here inherits the mask. Each drains and ends normally, so the engine removes its worker processes and their links.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

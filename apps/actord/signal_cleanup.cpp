@@ -4,10 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <thread>
 
-#include "comms/ipc_directory.hpp"
+#include "comms/collectives/shm_segment.hpp"
 
 namespace actord::cli {
 
@@ -20,8 +19,7 @@ void end_on_signals_after_cleanup() {
   std::thread([signals] {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) return;
-    std::error_code ec;
-    IpcDirectory::remove_all_of(std::filesystem::temp_directory_path(ec), getpid());
+    coll::ShmSegment::remove_all_of(getpid());
     signal(sig, SIG_DFL);
     sigset_t just_this;
     sigemptyset(&just_this);

@@ -85,7 +85,11 @@ Result<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes,
   }
 }
 
-size_t ShmSegment::remove_stale() {
+namespace {
+
+// Unlinks this user's "/actord-coll-<pid>-*" segments whose pid `doomed` picks; returns how many.
+template <class Doomed>
+size_t remove_segments_of(Doomed&& doomed) {
   size_t removed = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
@@ -98,10 +102,20 @@ size_t ShmSegment::remove_stale() {
     if (err != std::errc{} || end == first || end == last || *end != '-' || pid <= 0) continue;
     struct stat st {};
     if (stat(entry.path().c_str(), &st) != 0 || st.st_uid != geteuid()) continue;
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (!doomed(pid)) continue;
     if (shm_unlink(("/" + file).c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+}  // namespace
+
+size_t ShmSegment::remove_stale() {
+  return remove_segments_of([](pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; });
+}
+
+size_t ShmSegment::remove_all_of(pid_t owner) {
+  return remove_segments_of([owner](pid_t pid) { return pid == owner; });
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept

@@ -8,6 +8,8 @@
 // Errors name the segment and the cause. Linux only.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -22,6 +24,8 @@ class ShmSegment {
   static Result<ShmSegment> open(const std::string& name, size_t bytes, std::chrono::steady_clock::time_point deadline);
   // Unlinks every "/actord-coll-<pid>-*" of this user whose process no longer exists; returns how many.
   static size_t remove_stale();
+  // Unlinks every "/actord-coll-<owner>-*" of this user (a process cleaning up after itself on a signal).
+  static size_t remove_all_of(pid_t owner);
 
   ShmSegment(ShmSegment&& other) noexcept;
   ShmSegment& operator=(ShmSegment&& other) noexcept;
