@@ -11,6 +11,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "comms/codecs.hpp"
+#include "executors/cpu/cpu_backend.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "plugins/plugin_loader.hpp"
 
@@ -77,8 +78,14 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     options.dtype = req.getDtype();
     options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
     options.seed = req.getSeed();
-    options.isa = *isa;
     options.place = place_;
+    model_.reset();  // a model loaded before goes with the backend that holds it
+    backend_.reset();
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
+                                                                   : static_cast<int>(cores));
+    backend_ = std::make_unique<cpu::CpuBackend>(*pool_, *isa);
+    options.backend = backend_.get();
     if (options.dtype.empty()) options.dtype = "auto";
     // An allocation that fails despite the engine's check of the machine's memory is reported as out of memory
     // under the key that asked for it.
@@ -98,9 +105,6 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       failure = model.error();
     } else {
       model_ = std::move(*model);
-      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-      pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
-                                                                     : static_cast<int>(cores));
       const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
       auto make_cache = [&](uint32_t blocks, const char* key) -> std::unique_ptr<KvCache> {
         try {
@@ -253,7 +257,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
   }
 
-  ForwardContext context(*pool_);
+  ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
   uint64_t comm_ns = 0;

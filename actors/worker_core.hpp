@@ -27,6 +27,7 @@
 
 #include "actors/rank_links.hpp"
 #include "comms/wire_msg.hpp"
+#include "executors/backend.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
@@ -80,10 +81,11 @@ class WorkerCore {
   RankLinks links_;
   RankPlace place_;
   std::string name_ = "worker";
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::unique_ptr<exec::Backend> backend_;       // the rank's executor backend (runs on pool_); holds the weights
+  std::unique_ptr<Model> model_;                 // loaded into backend_
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<KvCache> swap_;                // host swap space (WorkerInit.numSwapBlocks), same layout as kv_
-  std::unique_ptr<cpu::ThreadPool> pool_;
   std::unordered_map<uint64_t, SequenceState> seqs_;
   std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order
   std::vector<std::pair<size_t, uint32_t>> previous_slots_;  // this step's (batch token index, fromPrevious)

@@ -32,6 +32,8 @@ class KvCache {
   // from values(layer).
   const void* keys(int layer) const { return data_.data() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
   const void* values(int layer) const { return data_.data() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
+  void* keys(int layer) { return data_.data() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
+  void* values(int layer) { return data_.data() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
   int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
   int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
 

@@ -11,22 +11,22 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "executors/backend.hpp"
+#include "executors/forward_batch.hpp"
 #include "plugins/model_config.hpp"
 
 namespace actord {
 
 class KvCache;
-namespace cpu {
-class ThreadPool;
-}
 namespace coll {
 class Communicator;
 }
 
-// What a forward pass runs on: the rank's CPU threads and its links to the other ranks of its replica.
+// What a forward pass runs on: the rank's executor backend (its device and kernels: executors/backend.hpp) and its
+// links to the other ranks of its replica.
 struct ForwardContext {
-  ForwardContext(cpu::ThreadPool& thread_pool) : pool(thread_pool) {}  // NOLINT: a lone rank is just its pool
-  cpu::ThreadPool& pool;
+  ForwardContext(exec::Backend& rank_backend) : backend(rank_backend) {}  // NOLINT: a lone rank is just its backend
+  exec::Backend& backend;
   coll::Communicator* tp = nullptr;        // the ranks of this pipeline stage (rank = tp rank); null when tp is 1
   coll::Communicator* pipeline = nullptr;  // this tp rank of every stage (rank = stage); null when pp is 1
   uint64_t* comm_ns = nullptr;             // when set, the model adds the time it spends in collectives
@@ -39,21 +39,6 @@ struct KvShape {
   int head_dim = 0;
 };
 
-// One sequence's part of a step.
-struct SeqSlice {
-  int32_t first_token = 0;            // index of its first token in ForwardBatch::tokens
-  int32_t num_tokens = 0;
-  int32_t start_pos = 0;              // position of its first token
-  const uint32_t* block_table = nullptr;  // [ceil((start_pos + num_tokens) / block_size)] KV block ids
-  bool want_logits = false;           // logits for its last token go to the output
-  bool all_logits = false;            // logits for every one of its tokens go to the output (prompt logprobs)
-};
-
-struct ForwardBatch {
-  std::vector<int32_t> tokens;        // [n_tokens] token ids, sequences back to back
-  std::vector<SeqSlice> seqs;         // [n_seqs]
-};
-
 class Model {
  public:
   virtual ~Model() = default;
@@ -62,8 +47,9 @@ class Model {
   virtual KvShape kv_shape() const { return {config().num_layers, config().num_kv_heads, config().head_dim}; }
   // logits: [rows, vocab_size]: per slice in the order of batch.seqs, num_tokens rows (its tokens in order) with
   // all_logits, else one row (its last token) with want_logits, else none; on every rank of the last pipeline
-  // stage, and empty on the others. The context's pool runs the parallel parts. An Error only when a communicator
-  // failed (a peer rank died or timed out): the replica is broken.
+  // stage, and empty on the others. The context's backend runs it. An Error when a communicator failed (a peer rank
+  // died or timed out: the replica is broken), or when the context's backend is not the one the model was loaded
+  // into.
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
 };

@@ -43,13 +43,6 @@ const void* WeightStore::own(std::vector<unsigned char> bytes) {
   return owned_.back().data();
 }
 
-size_t WeightStore::owned_bytes() const {
-  size_t n = 0;
-  for (const auto& b : owned_) n += b.size();
-  for (const auto& b : blocked_) n += b.size();
-  return n;
-}
-
 // Seeded values: norm weights near 1, everything else small and centred, like a freshly initialised model.
 std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) const {
   const uint64_t key = std::hash<std::string>{}(name) ^ (seed_ * 0x9e3779b97f4a7c15ull);
@@ -92,33 +85,42 @@ std::vector<float> cut(const std::vector<float>& full, int64_t cols, const Matri
 
 }  // namespace
 
-Result<cpu::WeightMatrix> WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols,
-                                              cpu::WeightLayout layout, MatrixSlice slice) {
+namespace {
+
+exec::HostMatrix host_matrix(const cpu::WeightMatrix& m) { return {m.dtype, m.data, m.rows, m.cols, m.row_stride}; }
+
+Error named(const std::string& name, const Error& e) { return Error{e.code, name + ": " + e.message}; }
+
+}  // namespace
+
+Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
+                                         exec::WeightUse use, MatrixSlice slice) {
   const TensorView* from_file = nullptr;
   auto m = row_major(name, rows, cols, slice, &from_file);
-  if (!m || layout == cpu::WeightLayout::row_major) return m;
-  blocked_.emplace_back(cpu::blocked_bytes(m->dtype, m->rows, m->cols));
-  const cpu::WeightMatrix blocked = cpu::pack_blocked(*m, blocked_.back().data());
-  drop_row_major(from_file);
-  return blocked;
+  if (!m) return m.error();
+  auto w = backend.upload_matrix(host_matrix(*m), use);
+  if (!w) return named(name, w.error());
+  if (!backend.keeps_host_view(use)) drop_row_major(from_file);
+  return w;
 }
 
-Result<cpu::WeightMatrix> WeightStore::glu_matrix(const std::string& gate_name, const std::string& up_name,
-                                                  int64_t ff, int64_t cols, int64_t row_first, int64_t row_count) {
+Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::string& gate_name,
+                                             const std::string& up_name, int64_t ff, int64_t cols, int64_t row_first,
+                                             int64_t row_count) {
   const TensorView* gate_file = nullptr;
   const TensorView* up_file = nullptr;
   const MatrixSlice rows{row_first, row_count};
   auto gate = row_major(gate_name, ff, cols, rows, &gate_file);
-  if (!gate) return gate;
+  if (!gate) return gate.error();
   auto up = row_major(up_name, ff, cols, rows, &up_file);
   if (!up) {
     drop_row_major(gate_file);
-    return up;
+    return up.error();
   }
-  blocked_.emplace_back(cpu::glu_bytes(gate->dtype, gate->rows, cols));
-  const cpu::WeightMatrix fused = cpu::pack_glu(*gate, *up, blocked_.back().data());
+  auto fused = backend.upload_glu(host_matrix(*gate), host_matrix(*up));
   drop_row_major(up_file);
   drop_row_major(gate_file);
+  if (!fused) return named(gate_name, fused.error());
   return fused;
 }
 

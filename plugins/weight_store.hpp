@@ -1,11 +1,11 @@
 // Where a model's weights come from: memory-mapped safetensors (single file or shards), or `load_format: dummy`
 // random values of the configured shape for benchmarks.
 //
-// Contract: matrices come back in their stored dtype (or the dtype the topology asks for), either as row-major views
-// of the file (no copy) or, when asked for the blocked layout (executors/cpu/blocked_weights.hpp), as a rearranged
-// copy the store owns; the file pages the copy came from are then released, so resident memory holds one copy.
-// Small vectors (norms, biases) come back as f32 copies. Views stay
-// valid as long as the store lives: a model keeps a shared_ptr to it. Errors name the tensor: missing, or wrong
+// Contract: matrices go to the rank's executor backend (executors/backend.hpp) in their stored dtype (or the dtype
+// the topology asks for): the backend copies each into its own memory and layout, and the file pages (or the
+// store's converted copy) it came from are then released, so resident memory holds one copy; a matrix the backend
+// reads in place (Backend::keeps_host_view: the CPU's lookup-only embedding) stays a view of the file, valid as
+// long as the store lives (a model keeps a shared_ptr to it). Small vectors (norms, biases) come back as f32 copies. Errors name the tensor: missing, or wrong
 // shape ("expected [64, 512], found [64, 511]"). Dummy weights are seeded: the same seed gives the same values.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/large_buffer.hpp"
+#include "executors/backend.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "memory/weight_loader.hpp"
 #include "plugins/model_config.hpp"
@@ -36,7 +36,7 @@ struct ModelLoadOptions {
   std::string dtype = "auto";         // auto keeps the stored dtype; float32 | bfloat16 | float16 convert at load
   std::string load_format = "auto";   // auto (safetensors) | dummy
   uint64_t seed = 0;                  // for dummy weights
-  cpu::Isa isa = cpu::Isa::automatic; // the forward pass's kernels (groups[i].cpu_isa); one the CPU lacks is refused
+  exec::Backend* backend = nullptr;    // the rank's executor backend: the weights go to its memory (required)
   RankPlace place;                     // the shard to load
 };
 
@@ -53,21 +53,18 @@ class WeightStore {
   static Result<std::shared_ptr<WeightStore>> open(const ModelConfig& config, const ModelLoadOptions& options);
 
   bool contains(const std::string& name) const;
-  // rows, cols: the stored (full) shape, checked against the file; the result has the slice's shape. A slice of
-  // whole rows in the stored dtype stays a view of the file; other slices are copied.
-  Result<cpu::WeightMatrix> matrix(const std::string& name, int64_t rows, int64_t cols,
-                                   cpu::WeightLayout layout = cpu::WeightLayout::row_major, MatrixSlice slice = {});
+  // rows, cols: the stored (full) shape, checked against the file; the result has the slice's shape.
+  Result<exec::Weight> weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
+                              exec::WeightUse use = exec::WeightUse::gemm, MatrixSlice slice = {});
   // Elements [first, first + count) of a stored vector of n (count -1: to the end).
   Result<std::vector<float>> vector_f32(const std::string& name, int64_t n, int64_t first = 0, int64_t count = -1);
   // A gated MLP's gate and up matrices ([ff, cols] each; rows [row_first, row_first + row_count) of each, count -1:
-  // all) fused for cpu::gemm_nt_glu (cpu::pack_glu), owned by the store; the sources are released as for blocked
-  // matrices.
-  Result<cpu::WeightMatrix> glu_matrix(const std::string& gate_name, const std::string& up_name, int64_t ff,
-                                       int64_t cols, int64_t row_first = 0, int64_t row_count = -1);
+  // all) as one weight for Backend::gemm_glu.
+  Result<exec::Weight> glu_weight(exec::Backend& backend, const std::string& gate_name, const std::string& up_name,
+                                  int64_t ff, int64_t cols, int64_t row_first = 0, int64_t row_count = -1);
 
   // The dtype matrices are served in (the stored one, or the requested conversion).
   DType served_dtype() const { return served_; }
-  size_t owned_bytes() const;  // memory this store allocated (dummy weights, dtype conversions, blocked copies)
 
  private:
   WeightStore() = default;
@@ -86,7 +83,6 @@ class WeightStore {
   uint64_t seed_ = 0;
   bool tied_ = false;
   std::deque<std::vector<unsigned char>> owned_;  // row-major copies (dummy weights, dtype conversions)
-  std::deque<LargeBuffer> blocked_;              // blocked copies, on huge pages
 };
 
 }  // namespace actord

@@ -17,7 +17,7 @@
 
 #include "actors/engine.hpp"
 #include "engine_test_util.hpp"
-#include "executors/cpu/thread_pool.hpp"
+#include "cpu_rank.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
@@ -36,11 +36,11 @@ struct EngineRun {
 EngineRun run_model(const std::filesystem::path& dir, const std::vector<int32_t>& prompt, size_t steps, DType kv_dtype) {
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  test::CpuRank rank;
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   if (!model) FAIL(model.error().message);
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 8, 4, kv_dtype);
   std::vector<uint32_t> table{5, 1, 7, 0, 3, 2, 6, 4};  // scattered blocks
-  cpu::ThreadPool pool(2);
   Sampler sampler;
   EngineRun run;
   std::vector<int32_t> feed = prompt;
@@ -50,7 +50,7 @@ EngineRun run_model(const std::filesystem::path& dir, const std::vector<int32_t>
     batch.tokens = feed;
     batch.seqs = {SeqSlice{0, static_cast<int32_t>(feed.size()), pos, table.data(), true}};
     std::vector<float> logits;
-    REQUIRE((*model)->forward(batch, kv, logits, pool));
+    REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
     pos += static_cast<int>(feed.size());
     run.logits.push_back(logits);
     run.greedy.push_back(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0));

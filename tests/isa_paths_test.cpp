@@ -9,7 +9,7 @@
 #include "actors/engine.hpp"
 #include "engine_test_util.hpp"
 #include "executors/cpu/gemm.hpp"
-#include "executors/cpu/thread_pool.hpp"
+#include "cpu_rank.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
 
@@ -52,25 +52,22 @@ Greedy greedy_256(const std::string& isa, const std::string& placement) {
 std::vector<float> model_logits(cpu::Isa isa) {
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
-  ModelLoadOptions options;
-  options.model_dir = test::stories_dir();
-  options.isa = isa;
-  auto model = ModelRegistry::with_builtins().create(*cfg, options);
+  test::CpuRank rank(2, isa);
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(test::stories_dir()));
   if (!model) FAIL(model.error().message);
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 8, 16);
   std::vector<uint32_t> table{3, 0, 6, 1, 7};
-  cpu::ThreadPool pool(2);
   const auto reference = test::reference_ids();
   std::vector<float> logits, all;
   ForwardBatch batch;
   batch.tokens = {1};
   batch.tokens.insert(batch.tokens.end(), reference.begin(), reference.begin() + 63);
   batch.seqs = {SeqSlice{0, 64, 0, table.data(), true}};
-  REQUIRE((*model)->forward(batch, kv, logits, pool));
+  REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
   all = logits;
   batch.tokens = {reference[63]};
   batch.seqs = {SeqSlice{0, 1, 64, table.data(), true}};
-  REQUIRE((*model)->forward(batch, kv, logits, pool));
+  REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
   all.insert(all.end(), logits.begin(), logits.end());
   return all;
 }

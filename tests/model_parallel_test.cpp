@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "comms/collectives/group_factory.hpp"
-#include "executors/cpu/thread_pool.hpp"
+#include "cpu_rank.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
 #include "test_util.hpp"
@@ -28,14 +28,15 @@ class Replica {
     for (int s = 0; s < pp; ++s) {
       for (int k = 0; k < tp; ++k) {
         options.place = RankPlace{tp, pp, k, s};
+        Rank rank;
+        rank.cpu = std::make_unique<test::CpuRank>(1);
+        options.backend = &rank.cpu->backend;
         auto model = ModelRegistry::with_builtins().create(cfg, options);
         if (!model) FAIL(model.error().message);
         const KvShape shape = (*model)->kv_shape();
-        Rank rank;
         rank.kv = std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4 * kBlocksPerSeq,
                                             kBlockSize);
         rank.model = std::move(*model);
-        rank.pool = std::make_unique<cpu::ThreadPool>(1);
         ranks_.push_back(std::move(rank));
       }
     }
@@ -70,7 +71,7 @@ class Replica {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       threads.emplace_back([&, r] {
         Rank& rank = ranks_[r];
-        ForwardContext context(*rank.pool);
+        ForwardContext context(rank.cpu->backend);
         context.tp = rank.tp.get();
         context.pipeline = rank.pipeline.get();
         results[r] = rank.model->forward(batch, *rank.kv, logits[r], context);
@@ -89,9 +90,9 @@ class Replica {
 
  private:
   struct Rank {
+    std::unique_ptr<test::CpuRank> cpu;  // destroyed after the model loaded into it
     std::unique_ptr<Model> model;
     std::unique_ptr<KvCache> kv;
-    std::unique_ptr<cpu::ThreadPool> pool;
     std::unique_ptr<coll::Communicator> tp, pipeline;
   };
   Rank& at(int k, int s) { return ranks_[static_cast<size_t>(s * tp_ + k)]; }
@@ -202,8 +203,8 @@ TEST_CASE("model parallel: a shard that does not fit the model, or a rank withou
           "[model][parallel]") {
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
-  ModelLoadOptions options;
-  options.model_dir = test::stories_dir();
+  test::CpuRank rank(1);
+  ModelLoadOptions options = rank.load(test::stories_dir());
   options.place = RankPlace{3, 1, 0, 0};
   auto bad = ModelRegistry::with_builtins().create(*cfg, options);
   REQUIRE_FALSE(bad.ok());
@@ -219,13 +220,12 @@ TEST_CASE("model parallel: a shard that does not fit the model, or a rank withou
   const KvShape shape = (*model)->kv_shape();
   CHECK(shape.num_kv_heads == cfg->num_kv_heads / 2);
   KvCache kv(shape.num_layers, shape.num_kv_heads, shape.head_dim, 2, kBlockSize);
-  cpu::ThreadPool pool(1);
   std::vector<uint32_t> table{0, 1};
   ForwardBatch batch;
   batch.tokens = {1};
   batch.seqs = {SeqSlice{0, 1, 0, table.data(), true}};
   std::vector<float> logits;
-  const Status alone = (*model)->forward(batch, kv, logits, pool);
+  const Status alone = (*model)->forward(batch, kv, logits, rank.backend);
   REQUIRE_FALSE(alone.ok());
   CHECK(alone.error().message == "forward: rank tp0.pp0 of tp 2 x pp 1 needs its TP and pipeline communicators in the context");
 }

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "executors/cpu/thread_pool.hpp"
+#include "cpu_rank.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "memory/safetensors.hpp"
@@ -14,29 +14,29 @@ using namespace actord;
 
 namespace {
 
-// Logits after one prefill of `tokens` (a fresh KV cache, block 0).
-std::vector<float> prefill_logits(Model& model, const std::vector<int32_t>& tokens, int threads = 2,
+// Logits after one prefill of `tokens` (a fresh KV cache, block 0) on the rank the model was loaded into.
+std::vector<float> prefill_logits(Model& model, test::CpuRank& rank, const std::vector<int32_t>& tokens,
                                   DType kv_dtype = DType::f32) {
   const ModelConfig& cfg = model.config();
   KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 4, 16, kv_dtype);
-  cpu::ThreadPool pool(threads);
   std::vector<uint32_t> table{0, 1, 2, 3};
   ForwardBatch batch;
   batch.tokens = tokens;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(tokens.size()), 0, table.data(), true}};
   std::vector<float> logits;
-  REQUIRE(model.forward(batch, kv, logits, pool));
+  REQUIRE(model.forward(batch, kv, logits, rank.backend));
   return logits;
 }
 
 }  // namespace
 
 TEST_CASE("stories260K logits at BOS match the reference values", "[model]") {
+  test::CpuRank rank;
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(test::stories_dir()));
   REQUIRE(model.ok());
-  const auto logits = prefill_logits(**model, {1});
+  const auto logits = prefill_logits(**model, rank, {1});
   REQUIRE(logits.size() == 512);
   // From models/stories260K/README.md (independent fp64 implementation).
   CHECK(logits[403] == Approx(17.023515).epsilon(1e-5));
@@ -45,12 +45,12 @@ TEST_CASE("stories260K logits at BOS match the reference values", "[model]") {
 }
 
 TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at once or token by token", "[model]") {
+  test::CpuRank rank;
   auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(test::stories_dir()));
   REQUIRE(model.ok());
   const auto reference = test::reference_ids();
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8);
-  cpu::ThreadPool pool(2);
   // Blocks in a scrambled order, to exercise the paging.
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
@@ -62,7 +62,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
     ForwardBatch batch;
     batch.tokens = {next};
     batch.seqs = {SeqSlice{0, 1, pos, table.data(), true}};
-    REQUIRE((*model)->forward(batch, kv, logits, pool));
+    REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
     next = sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, pos);
     generated.push_back(next);
   }
@@ -74,15 +74,16 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   ForwardBatch batch;
   batch.tokens = prompt;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
-  REQUIRE((*model)->forward(batch, kv, logits, pool));
+  REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
   CHECK(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
 }
 
 // A step of more tokens than one micro-batch runs in pieces; each sequence's logits must equal those of the same
 // sequence prefilled alone (a step below the micro-batch size). 3 x 300 tokens: 900 > 512, cut inside the second.
 TEST_CASE("a step larger than one micro-batch gives the logits of its sequences run alone", "[model]") {
+  test::CpuRank rank;
   auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(test::stories_dir()));
   REQUIRE(model.ok());
   const auto reference = test::reference_ids();
   constexpr int kLen = 300, kSeqs = 3, kBlock = 16, kBlocksPerSeq = (kLen + kBlock - 1) / kBlock;
@@ -94,7 +95,6 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
   }
   std::vector<uint32_t> tables(kSeqs * kBlocksPerSeq);
   for (size_t i = 0; i < tables.size(); ++i) tables[i] = uint32_t((i * 5 + 2) % tables.size());
-  cpu::ThreadPool pool(2);
   ForwardBatch big;
   for (int s = 0; s < kSeqs; ++s) {
     big.seqs.push_back(SeqSlice{s * kLen, kLen, 0, tables.data() + s * kBlocksPerSeq, s != 0});
@@ -102,7 +102,7 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
   }
   KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, int(tables.size()), kBlock);
   std::vector<float> logits;
-  REQUIRE((*model)->forward(big, kv, logits, pool));
+  REQUIRE((*model)->forward(big, kv, logits, rank.backend));
   REQUIRE(logits.size() == size_t(2) * cfg->vocab_size);  // sequences 1 (cut in two) and 2 want logits
   int row = 0;
   for (int s : {1, 2}) {
@@ -111,7 +111,7 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
     alone.tokens = prompts[s];
     alone.seqs = {SeqSlice{0, kLen, 0, tables.data() + s * kBlocksPerSeq, true}};
     std::vector<float> expected;
-    REQUIRE((*model)->forward(alone, alone_kv, expected, pool));
+    REQUIRE((*model)->forward(alone, alone_kv, expected, rank.backend));
     INFO("sequence " << s);
     for (int v = 0; v < cfg->vocab_size; ++v)
       REQUIRE(logits[size_t(row) * cfg->vocab_size + v] == Approx(expected[v]).margin(1e-4));
@@ -120,6 +120,7 @@ TEST_CASE("a step larger than one micro-batch gives the logits of its sequences 
 }
 
 TEST_CASE("bad model folders give clear errors", "[model]") {
+  test::CpuRank rank;
   test::TempDir tmp;
   auto missing = ModelConfig::load(tmp.path() / "nope");
   REQUIRE_FALSE(missing.ok());
@@ -138,7 +139,7 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   test::write_file(dir / "config.json", j.dump());
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM, MistralForCausalLM, "
                                    "MixtralForCausalLM, Qwen2ForCausalLM)");
@@ -163,14 +164,14 @@ TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[
 }
 
 TEST_CASE("load_format dummy runs a config-only folder and is reproducible by seed", "[model]") {
+  test::CpuRank rank;
   test::TempDir tmp;
   const auto dir = tmp.path() / "dummy";
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(test::stories_dir() / "config.json", dir / "config.json");
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
-  ModelLoadOptions options;
-  options.model_dir = dir;
+  ModelLoadOptions options = rank.load(dir);
   options.load_format = "dummy";
   options.dtype = "bfloat16";
   options.seed = 7;
@@ -178,7 +179,7 @@ TEST_CASE("load_format dummy runs a config-only folder and is reproducible by se
     options.seed = seed;
     auto model = ModelRegistry::with_builtins().create(*cfg, options);
     if (!model) FAIL(model.error().message);
-    return prefill_logits(**model, {1, 5, 9});
+    return prefill_logits(**model, rank, {1, 5, 9});
   };
   const auto a = run(7), b = run(7), c = run(8);
   CHECK(a == b);
@@ -187,15 +188,15 @@ TEST_CASE("load_format dummy runs a config-only folder and is reproducible by se
 }
 
 TEST_CASE("model.dtype converts at load - bf16 logits stay close to f32", "[model]") {
+  test::CpuRank rank;
   auto cfg = ModelConfig::load(test::stories_dir());
   REQUIRE(cfg.ok());
   auto logits_with = [&](const std::string& dtype) {
-    ModelLoadOptions options;
-    options.model_dir = test::stories_dir();
+    ModelLoadOptions options = rank.load(test::stories_dir());
     options.dtype = dtype;
     auto model = ModelRegistry::with_builtins().create(*cfg, options);
     if (!model) FAIL(model.error().message);
-    return prefill_logits(**model, {1}, 1);
+    return prefill_logits(**model, rank, {1});
   };
   const auto f32 = logits_with("auto"), bf16 = logits_with("bfloat16"), f16 = logits_with("float16");
   float max_err_bf16 = 0, max_err_f16 = 0;
@@ -242,6 +243,7 @@ TEST_CASE("rope scaling - linear divides the frequencies and llama3 blends them 
 }
 
 TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
+  test::CpuRank rank;
   test::TempDir tmp;
   const auto dir = tmp.path() / "model";
   std::filesystem::create_directories(dir);
@@ -258,7 +260,7 @@ TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
                                                   std::string(reinterpret_cast<const char*>(embed.data), 131072));
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == dir.string() + ": missing tensor 'model.norm.weight'");
   // A config that disagrees with the weights' shapes.
@@ -267,7 +269,7 @@ TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
   j["vocab_size"] = 500;
   test::write_file(dir / "config.json", j.dump());
   cfg = ModelConfig::load(dir);
-  model = ModelRegistry::with_builtins().create(*cfg, {dir});
+  model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == dir.string() +
                                      ": tensor 'model.embed_tokens.weight' has the wrong shape: expected [500, 64], "
@@ -275,16 +277,17 @@ TEST_CASE("loading names the missing or misshapen tensor", "[model]") {
 }
 
 TEST_CASE("a bf16 or f16 KV cache keeps the logits close to the f32 cache", "[model]") {
+  test::CpuRank rank;
   auto cfg = ModelConfig::load(test::stories_dir());
-  auto model = ModelRegistry::with_builtins().create(*cfg, {test::stories_dir()});
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(test::stories_dir()));
   REQUIRE(model.ok());
   const auto reference = test::reference_ids();
   std::vector<int32_t> prompt{1};
   prompt.insert(prompt.end(), reference.begin(), reference.begin() + 40);
-  const auto exact = prefill_logits(**model, prompt, 2, DType::f32);
+  const auto exact = prefill_logits(**model, rank, prompt, DType::f32);
   for (auto [kv_dtype, tolerance] : {std::pair{DType::f16, 2e-3f}, std::pair{DType::bf16, 2e-2f}}) {
     INFO("kv dtype " << dtype_name(kv_dtype));
-    const auto logits = prefill_logits(**model, prompt, 2, kv_dtype);
+    const auto logits = prefill_logits(**model, rank, prompt, kv_dtype);
     REQUIRE(logits.size() == exact.size());
     float max_abs = 0, max_diff = 0;
     for (size_t i = 0; i < exact.size(); ++i) {

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "actors/engine.hpp"
-#include "executors/cpu/thread_pool.hpp"
+#include "cpu_rank.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_registry.hpp"
@@ -30,8 +30,8 @@ struct DirectRun {
   std::vector<int32_t> generated;
   std::vector<std::vector<double>> log_softmax;  // [generated] the raw row's log-softmax, in double
 };
-std::unique_ptr<Model> stories_model(const ModelConfig& cfg) {
-  auto created = ModelRegistry::with_builtins().create(cfg, {test::stories_dir()});
+std::unique_ptr<Model> stories_model(const ModelConfig& cfg, test::CpuRank& rank) {
+  auto created = ModelRegistry::with_builtins().create(cfg, rank.load(test::stories_dir()));
   REQUIRE(created.ok());
   return std::move(*created);
 }
@@ -39,9 +39,9 @@ std::unique_ptr<Model> stories_model(const ModelConfig& cfg) {
 // stories260K alone with a KV cache of 64 blocks of 16, the table 0, 1, ..., 63 for its one sequence.
 struct DirectModel {
   ModelConfig cfg = *ModelConfig::load(test::stories_dir());
-  std::unique_ptr<Model> model = stories_model(cfg);
+  test::CpuRank rank;
+  std::unique_ptr<Model> model = stories_model(cfg, rank);
   KvCache kv{cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, 64, 16};
-  cpu::ThreadPool pool{2};
   std::vector<uint32_t> table = [] {
     std::vector<uint32_t> t(64);
     for (uint32_t i = 0; i < 64; ++i) t[i] = i;
@@ -61,7 +61,7 @@ std::vector<double> log_softmax(const std::vector<float>& logits) {
 
 DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, const SamplingOptions& options) {
   DirectModel direct;
-  auto& [cfg, model, kv, pool, table] = direct;
+  auto& [cfg, rank, model, kv, table] = direct;
   const int vocab = cfg.vocab_size;
   Sampler sampler;
   PenaltyHistory history;
@@ -73,7 +73,7 @@ DirectRun run_directly(const std::vector<int32_t>& prompt, uint32_t max_tokens, 
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
   int pos = static_cast<int>(prompt.size());
   for (uint32_t i = 0; i < max_tokens; ++i) {
-    REQUIRE(model->forward(batch, kv, logits, pool));
+    REQUIRE(model->forward(batch, kv, logits, rank.backend));
     run.log_softmax.push_back(log_softmax(logits));
     SampleRequest req;
     req.options = &options;
@@ -350,7 +350,7 @@ std::vector<std::vector<double>> prompt_rows_directly(const std::vector<int32_t>
     ForwardBatch batch;
     batch.tokens = {prompt[p]};
     batch.seqs = {SeqSlice{0, 1, static_cast<int32_t>(p), direct.table.data(), true}};
-    REQUIRE(direct.model->forward(batch, direct.kv, logits, direct.pool));
+    REQUIRE(direct.model->forward(batch, direct.kv, logits, direct.rank.backend));
     rows.push_back(log_softmax(logits));
   }
   return rows;

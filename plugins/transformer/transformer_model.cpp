@@ -5,10 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "executors/cpu/blocked_weights.hpp"
-#include "executors/cpu/kernels.hpp"
 #include "comms/collectives/communicator.hpp"
-#include "executors/cpu/thread_pool.hpp"
 #include "memory/kv_cache.hpp"
 #include "plugins/model_checks.hpp"
 
@@ -125,14 +122,14 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
                                                   std::to_string(place.pp_rank) + " is outside tp " +
                                                   std::to_string(place.tp) + " x pp " + std::to_string(place.pp));
   }
-  auto isa = cpu::isa_for(options.isa);
-  if (!isa) return isa.error();
+  if (!options.backend) return make_error(Errc::invalid_argument, "ModelLoadOptions: no executor backend");
+  exec::Backend& backend = *options.backend;
   auto store = WeightStore::open(cfg, options);
   if (!store) return store.error();
   std::unique_ptr<TransformerModel> m(new TransformerModel(cfg, spec));
-  m->isa_ = *isa;
+  m->backend_ = &backend;
   m->store_ = *store;
-  m->inv_freq_ = cfg.rope_inv_freq();
+  m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
   m->place_ = place;
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank);
   for (int r = 0; r < place.tp; ++r)
@@ -142,9 +139,9 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   auto in_stage = [&](int layer) { return layer >= shard.layers.first && layer < shard.layers.first + shard.layers.count; };
   const bool tied_head = cfg.tie_word_embeddings && shard.lm_head;  // the embedding serves as this rank's lm_head
 
-  // Load exactly the declared weights this rank holds: matrices blocked for the GEMM (see below), vectors as f32.
-  std::map<std::string, cpu::WeightMatrix> matrices;
-  std::map<std::string, std::vector<float>> vectors;
+  // Load exactly the declared weights this rank holds into the backend: matrices in its layout, vectors as f32.
+  std::map<std::string, exec::Weight> matrices;
+  std::map<std::string, exec::Buffer> vectors;
   // SiLU-gated MLPs load gate and up fused (one product and no separate activation pass); other activations apply
   // their own function between two plain products.
   const bool fused_glu = spec.activation == Activation::silu;
@@ -159,16 +156,16 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     if ((w.name == "lm_head.weight" || w.name == "model.norm.weight") && !shard.lm_head) continue;
     const MatrixSlice slice = slice_of(w, shard, cfg.head_dim);
     if (w.shape.size() == 2) {
-      // Every matrix the GEMM reads is blocked; an embedding that is only looked up by row stays a view.
+      // An embedding that is only looked up by row is not multiplied.
       const bool lookup_only = w.name == "model.embed_tokens.weight" && !tied_head;
-      auto mat = m->store_->matrix(w.name, w.shape[0], w.shape[1],
-                                   lookup_only ? cpu::WeightLayout::row_major : cpu::WeightLayout::blocked, slice);
+      auto mat = m->store_->weight(backend, w.name, w.shape[0], w.shape[1],
+                                   lookup_only ? exec::WeightUse::lookup : exec::WeightUse::gemm, slice);
       if (!mat) return Error{mat.error().code, options.model_dir.string() + ": " + mat.error().message};
-      matrices[w.name] = *mat;
+      matrices[w.name] = std::move(*mat);
     } else {
       auto vec = m->store_->vector_f32(w.name, w.shape[0], slice.col_first, slice.col_count);
       if (!vec) return Error{vec.error().code, options.model_dir.string() + ": " + vec.error().message};
-      vectors[w.name] = std::move(*vec);
+      vectors[w.name] = backend.upload(*vec);
     }
   }
   if (shard.embedding || tied_head) m->embed_ = matrices.at("model.embed_tokens.weight");
@@ -200,8 +197,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
         e.up = matrices.at(up);
         return e;
       }
-      auto fused = m->store_->glu_matrix(gate, up, cfg.intermediate_size, cfg.hidden_size, shard.intermediate.first,
-                                         shard.intermediate.count);
+      auto fused = m->store_->glu_weight(backend, gate, up, cfg.intermediate_size, cfg.hidden_size,
+                                         shard.intermediate.first, shard.intermediate.count);
       if (!fused) return Error{fused.error().code, options.model_dir.string() + ": " + fused.error().message};
       e.gate_up = *fused;
       return e;
@@ -223,47 +220,38 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   return std::unique_ptr<Model>(std::move(m));
 }
 
-void TransformerModel::activate(float* gate, const float* up, int n) const {
-  switch (spec_.activation) {
-    case Activation::silu:
-      cpu::silu_mul(gate, up, n);
-      return;
-    case Activation::gelu_tanh:
-      for (int i = 0; i < n; ++i) {
-        const float g = gate[i];
-        gate[i] = 0.5f * g * (1.0f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * up[i];
-      }
-      return;
-    case Activation::gelu:
-      for (int i = 0; i < n; ++i) gate[i] = 0.5f * gate[i] * (1.0f + std::erf(gate[i] * 0.70710678f)) * up[i];
-      return;
-  }
-}
-
-void TransformerModel::mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool) {
-  const int ff = ff_;
-  gate_.resize(size_t(n) * ff);
-  if (e.gate_up.data) {
-    cpu::gemm_nt_glu(x, e.gate_up, ff, gate_.data(), n, pool, isa_);
-    cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool, {isa_});
+void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n) {
+  exec::Backend& be = *backend_;
+  const size_t ff = static_cast<size_t>(ff_);
+  be.reserve(gate_, size_t(n) * ff);
+  if (e.gate_up) {
+    be.gemm_glu(x, e.gate_up, ff_, gate_, n);
+    be.gemm(gate_, e.down, nullptr, out, n);
     return;
   }
-  up_.resize(size_t(n) * ff);
-  const cpu::GemmOutput gate_up[] = {{&e.gate, nullptr, gate_.data()}, {&e.up, nullptr, up_.data()}};
-  cpu::gemm_nt_multi(x, gate_up, 2, n, pool, {isa_});
-  activate(gate_.data(), up_.data(), n * ff);
-  cpu::gemm_nt(gate_.data(), e.down, nullptr, out, n, pool, {isa_});
+  be.reserve(up_, size_t(n) * ff);
+  const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
+  be.gemm_multi(x, gate_up, n);
+  const auto act = spec_.activation == Activation::gelu_tanh ? exec::GatedActivation::gelu_tanh
+                   : spec_.activation == Activation::gelu    ? exec::GatedActivation::gelu
+                                                             : exec::GatedActivation::silu;
+  be.gated_activation(act, gate_, up_, size_t(n) * ff);
+  be.gemm(gate_, e.down, nullptr, out, n);
 }
 
-// Mixtral routing, as HF computes it: softmax over all experts in f32, keep the top k, renormalise them to 1.
-void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
+// Mixtral routing, as HF computes it: softmax over all experts in f32, keep the top k, renormalise them to 1. The
+// decision is taken on the host from the router's logits; each expert's tokens are gathered, run and added back.
+void TransformerModel::moe(const Layer& L, int n) {
+  exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
-  router_logits_.resize(size_t(n) * n_exp);
-  cpu::gemm_nt(xn_.data(), L.router, nullptr, router_logits_.data(), n, pool, {isa_});
+  be.reserve(router_logits_, size_t(n) * n_exp);
+  be.gemm(xn_, L.router, nullptr, router_logits_, n);
+  router_host_.resize(size_t(n) * n_exp);
+  be.download(router_logits_, 0, router_host_);
   routed_.assign(n_exp, {});
   std::vector<std::pair<float, int>> probs(n_exp);
   for (int t = 0; t < n; ++t) {
-    const float* lg = router_logits_.data() + size_t(t) * n_exp;
+    const float* lg = router_host_.data() + size_t(t) * n_exp;
     const float mx = *std::max_element(lg, lg + n_exp);
     float sum = 0.0f;
     for (int e = 0; e < n_exp; ++e) sum += (probs[e].first = std::exp(lg[e] - mx));
@@ -277,75 +265,50 @@ void TransformerModel::moe(const Layer& L, int n, cpu::ThreadPool& pool) {
     for (int i = 0; i < top_k; ++i) kept += probs[i].first;
     for (int i = 0; i < top_k; ++i) routed_[probs[i].second].emplace_back(t, probs[i].first / kept);
   }
-  std::fill(tmp_.begin(), tmp_.begin() + size_t(n) * h, 0.0f);
+  be.zero(tmp_, size_t(n) * h);
   for (int e = 0; e < n_exp; ++e) {
     const auto& tokens = routed_[e];
     if (tokens.empty()) continue;
     const int ne = static_cast<int>(tokens.size());
-    xe_.resize(size_t(ne) * h);
-    ye_.resize(size_t(ne) * h);
-    for (int i = 0; i < ne; ++i) std::copy_n(xn_.data() + size_t(tokens[i].first) * h, h, xe_.data() + size_t(i) * h);
-    mlp(L.experts[e], xe_.data(), ye_.data(), ne, pool);
-    for (int i = 0; i < ne; ++i) {
-      float* dst = tmp_.data() + size_t(tokens[i].first) * h;
-      const float* src = ye_.data() + size_t(i) * h;
-      const float w = tokens[i].second;
-      for (int d = 0; d < h; ++d) dst[d] += w * src[d];
+    route_rows_.resize(tokens.size());
+    route_weights_.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      route_rows_[i] = tokens[i].first;
+      route_weights_[i] = tokens[i].second;
     }
+    be.reserve(xe_, size_t(ne) * h);
+    be.reserve(ye_, size_t(ne) * h);
+    be.gather_rows(xn_, route_rows_, h, xe_);
+    mlp(L.experts[e], xe_, ye_, ne);
+    be.scatter_add_rows(ye_, route_rows_, route_weights_, h, tmp_);
   }
 }
 
 // l: the layer's index in this stage (its KV cache layer); its global index picks the sliding window.
-void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l, cpu::ThreadPool& pool) {
-  const int hd = cfg_.head_dim, nh = shard_.heads.count, nkv = shard_.kv_heads.count;
-  const int q_dim = nh * hd, kv_dim = nkv * hd, bs = kv.block_size();
-  for (const SeqSlice& s : batch.seqs) {
-    for (int i = 0; i < s.num_tokens; ++i) {
-      const int t = s.first_token + i, pos = s.start_pos + i;
-      cpu::rope_rotate_half(q_.data() + size_t(t) * q_dim, nh, hd, pos, inv_freq_.data());
-      cpu::rope_rotate_half(k_.data() + size_t(t) * kv_dim, nkv, hd, pos, inv_freq_.data());
-      kv.write(l, s.block_table[pos / bs], pos % bs, k_.data() + size_t(t) * kv_dim, v_.data() + size_t(t) * kv_dim);
-    }
-  }
-  // Tasks of (sequence, query heads): a prefill's heads one by one (each a tiled product), a decode's in groups (one
-  // sequential read of each K/V block for all of them).
-  int n_decode = 0;
-  for (const SeqSlice& s : batch.seqs) n_decode += s.num_tokens == 1;
-  const int decode_heads = cpu::decode_heads_per_task(nh, nkv, std::max(1, n_decode), pool.size());
-  const int window =
+void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l) {
+  exec::AttentionShape shape;
+  shape.n_heads = shard_.heads.count;
+  shape.n_kv_heads = shard_.kv_heads.count;
+  shape.head_dim = cfg_.head_dim;
+  shape.sliding_window =
       spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(shard_.layers.first + l)];
-  attention_tasks_.clear();
-  for (int i = 0; i < static_cast<int>(batch.seqs.size()); ++i) {
-    const int step = batch.seqs[i].num_tokens == 1 ? decode_heads : 1;
-    for (int h = 0; h < nh; h += step) attention_tasks_.push_back({i, h, std::min(nh, h + step)});
-  }
-  pool.parallel_for(static_cast<int>(attention_tasks_.size()), [&](int task) {
-    const AttentionTask& at = attention_tasks_[task];
-    const SeqSlice& s = batch.seqs[at.seq];
-    cpu::PagedAttentionParams p;
-    p.q = q_.data() + size_t(s.first_token) * q_dim;
-    p.out = attn_.data() + size_t(s.first_token) * q_dim;
-    p.n_tokens = s.num_tokens;
-    p.start_pos = s.start_pos;
-    p.n_heads = nh;
-    p.n_kv_heads = nkv;
-    p.head_begin = at.head_begin;
-    p.head_end = at.head_end;
-    p.sliding_window = window;
-    p.head_dim = hd;
-    p.block_size = bs;
-    p.block_table = s.block_table;
-    p.k_base = kv.keys(l);
-    p.v_base = kv.values(l);
-    p.kv_dtype = kv.dtype();
-    p.block_stride = kv.block_stride();
-    p.head_stride = kv.head_stride();
-    cpu::paged_attention(p, isa_);
-  });
+  exec::KvLayer layer;
+  layer.k_base = kv.keys(l);
+  layer.v_base = kv.values(l);
+  layer.dtype = kv.dtype();
+  layer.block_size = kv.block_size();
+  layer.block_stride = kv.block_stride();
+  layer.head_stride = kv.head_stride();
+  backend_->rope_and_store_kv(batch, q_, k_, v_, shape, inv_freq_, layer);
+  backend_->paged_attention(batch, q_, attn_, shape, layer);
 }
 
 Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                                  const ForwardContext& context) {
+  if (&context.backend != backend_) {
+    return make_error(Errc::invalid_argument, "forward: the context's backend (" + context.backend.describe() +
+                                                  ") is not the one the model was loaded into");
+  }
   auto linked = [](const coll::Communicator* c, int size, int rank) {
     return size == 1 || (c && c->size() == size && c->rank() == rank);
   };
@@ -390,55 +353,58 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
 // over ranks has every row.
 Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& context) {
   const int n = static_cast<int>(batch.tokens.size()), h = cfg_.hidden_size;
-  const Range vocab = shard_.vocab;
-  for (int t = 0; t < n; ++t) {
-    const int id = batch.tokens[t];
-    ACTORD_CHECK(id >= 0 && id < cfg_.vocab_size);
-    float* row = x_.data() + size_t(t) * h;
-    if (id >= vocab.first && id < vocab.first + vocab.count) {
-      cpu::weight_row_to_f32(embed_, id - vocab.first, row);
-    } else {
-      std::fill_n(row, h, 0.0f);
-    }
-  }
+  for (const int32_t id : batch.tokens) ACTORD_CHECK(id >= 0 && id < cfg_.vocab_size);
+  backend_->embed(batch.tokens, embed_, shard_.vocab.first, x_);
   if (place_.tp == 1) return {};
-  return timed(context, [&] { return context.tp->all_reduce({x_.data(), size_t(n) * h}); });
+  return timed(context, [&] { return context.tp->all_reduce(x_.first(size_t(n) * h)); });
 }
 
 // The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
 // rows.
 Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context) {
+  exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, vocab = cfg_.vocab_size;
-  int n_out = 0;  // xn_ has room for every token's row
+  logit_rows_.clear();
   for (const SeqSlice& s : batch.seqs) {
     const int rows = s.all_logits ? s.num_tokens : (s.want_logits ? 1 : 0);
-    if (rows == 0) continue;
-    cpu::rms_norm(x_.data() + size_t(s.first_token + s.num_tokens - rows) * h, final_norm_.data(),
-                  xn_.data() + size_t(n_out) * h, rows, h, cfg_.rms_norm_eps);
-    n_out += rows;
+    for (int r = s.num_tokens - rows; r < s.num_tokens; ++r) logit_rows_.push_back(s.first_token + r);
   }
+  const int n_out = static_cast<int>(logit_rows_.size());
   logits.resize(size_t(n_out) * vocab);
+  if (n_out == 0) return {};
+  be.reserve(rows_, size_t(n_out) * h);
+  be.reserve(normed_rows_, size_t(n_out) * h);
+  be.gather_rows(x_, logit_rows_, h, rows_);
+  be.rms_norm(rows_, final_norm_, normed_rows_, n_out, h, cfg_.rms_norm_eps);
+  // The logits straight into the caller's vector where the backend computes in host memory.
+  std::optional<exec::Buffer> in_place = be.host_view(logits);
+  if (!in_place) be.reserve(out_logits_, size_t(n_out) * vocab);
+  exec::Buffer& out = in_place ? *in_place : out_logits_;
   if (place_.tp == 1) {
-    cpu::gemm_nt(xn_.data(), lm_head_, nullptr, logits.data(), n_out, context.pool, {isa_});
+    be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
+    if (!in_place) be.download(out_logits_, 0, logits);
     return {};
   }
-  if (n_out == 0) return {};
   const size_t own = vocab_counts_[static_cast<size_t>(place_.tp_rank)];
-  vocab_part_.resize(size_t(n_out) * own);
-  cpu::gemm_nt(xn_.data(), lm_head_, nullptr, vocab_part_.data(), n_out, context.pool, {isa_});
+  be.reserve(vocab_part_, size_t(n_out) * own);
+  be.gemm(normed_rows_, lm_head_, nullptr, vocab_part_, n_out);
   std::vector<size_t> counts(vocab_counts_.size());
   for (size_t r = 0; r < counts.size(); ++r) counts[r] = size_t(n_out) * vocab_counts_[r];
-  gathered_.resize(size_t(n_out) * vocab);
-  ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_gather(vocab_part_, gathered_, counts); }));
+  be.reserve(gathered_, size_t(n_out) * vocab);
+  ACTORD_TRY_STATUS(timed(context, [&] {
+    return context.tp->all_gather(vocab_part_.first(size_t(n_out) * own), gathered_.first(size_t(n_out) * vocab),
+                                  counts);
+  }));
   // gathered_: rank 0's [n_out, v0], then rank 1's [n_out, v1], ...; logits: [n_out, vocab].
-  size_t block = 0, column = 0;
+  size_t block = 0;
+  int column = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
-    const size_t v = vocab_counts_[r];
-    for (int i = 0; i < n_out; ++i)
-      std::copy_n(gathered_.data() + block + size_t(i) * v, v, logits.data() + size_t(i) * vocab + column);
+    const int v = static_cast<int>(vocab_counts_[r]);
+    be.copy_columns(gathered_, block, n_out, v, out, vocab, column);
     block += counts[r];
     column += v;
   }
+  if (!in_place) be.download(out_logits_, 0, logits);
   return {};
 }
 
@@ -449,17 +415,18 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     logits.clear();
     return {};
   }
-  cpu::ThreadPool& pool = context.pool;
+  exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, q_dim = shard_.heads.count * cfg_.head_dim,
             kv_dim = shard_.kv_heads.count * cfg_.head_dim;
-  x_.resize(size_t(n) * h);
-  xn_.resize(size_t(n) * h);
-  tmp_.resize(size_t(n) * h);
-  q_.resize(size_t(n) * q_dim);
-  k_.resize(size_t(n) * kv_dim);
-  v_.resize(size_t(n) * kv_dim);
-  attn_.resize(size_t(n) * q_dim);
-  const std::span<float> hidden(x_.data(), size_t(n) * h), partial(tmp_.data(), size_t(n) * h);
+  const size_t rows = static_cast<size_t>(n);
+  be.reserve(x_, rows * h);
+  be.reserve(xn_, rows * h);
+  be.reserve(tmp_, rows * h);
+  be.reserve(q_, rows * q_dim);
+  be.reserve(k_, rows * kv_dim);
+  be.reserve(v_, rows * kv_dim);
+  be.reserve(attn_, rows * q_dim);
+  const std::span<float> hidden = x_.first(rows * h), partial = tmp_.first(rows * h);
 
   if (shard_.embedding) {
     ACTORD_TRY_STATUS(embed(batch, context));
@@ -468,23 +435,21 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   }
   for (int l = 0; l < shard_.layers.count; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
-    const cpu::GemmOutput qkv[] = {{&L.wq, L.bq.empty() ? nullptr : L.bq.data(), q_.data()},
-                                   {&L.wk, L.bk.empty() ? nullptr : L.bk.data(), k_.data()},
-                                   {&L.wv, L.bv.empty() ? nullptr : L.bv.data(), v_.data()}};
-    cpu::gemm_nt_multi(xn_.data(), qkv, 3, n, pool, {isa_});
-    attention(batch, kv, l, pool);
-    cpu::gemm_nt(attn_.data(), L.wo, nullptr, tmp_.data(), n, pool, {isa_});
+    be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
+    const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
+    be.gemm_multi(xn_, qkv, n);
+    attention(batch, kv, l);
+    be.gemm(attn_, L.wo, nullptr, tmp_, n);
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
-    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
-    cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), n, h, cfg_.rms_norm_eps);
+    be.add(x_, tmp_, rows * h);
+    be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
     if (spec_.num_experts == 0) {
-      mlp(L.mlp, xn_.data(), tmp_.data(), n, pool);
+      mlp(L.mlp, xn_, tmp_, n);
     } else {
-      moe(L, n, pool);
+      moe(L, n);
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
-    cpu::add_inplace(x_.data(), tmp_.data(), n * h);
+    be.add(x_, tmp_, rows * h);
   }
   if (!shard_.lm_head) {
     logits.clear();

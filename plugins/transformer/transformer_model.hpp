@@ -2,10 +2,11 @@
 // RoPE attention with GQA over the paged KV cache, and a SiLU-gated MLP or a sparse mixture of experts.
 //
 // Contract: a family plugin describes what differs (TransformerSpec) and this class declares its weights
-// (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore (matrices stay in their
-// stored dtype), and runs forward() in f32 on the CPU, multi-threaded through the caller's pool, with the kernels of
-// the instruction set ModelLoadOptions::isa names (refused at load when the CPU lacks it). Errors at load name the
-// tensor. forward() follows Model.
+// (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore into the rank's executor
+// backend (ModelLoadOptions::backend: its memory and layout; matrices stay in their stored dtype), and runs forward()
+// as a sequence of that backend's primitives (executors/backend.hpp) in f32: no kernel is called directly, so the
+// same model runs on every backend. Errors at load name the tensor. forward() follows Model, and must be given the
+// backend the model was loaded into.
 //
 // Tensor and pipeline parallelism (ModelLoadOptions::place, as Megatron and vLLM split a transformer): a rank loads
 // only its stage's layers, its query and KV heads (q/k/v rows, o_proj columns), its rows of the MLP's intermediate
@@ -20,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "executors/cpu/gemm.hpp"
 #include "core/topology_plan.hpp"
+#include "executors/backend.hpp"
 #include "plugins/model.hpp"
 #include "plugins/weight_spec.hpp"
 #include "plugins/weight_store.hpp"
@@ -63,49 +64,51 @@ class TransformerModel final : public Model {
   Status embed(const ForwardBatch& batch, const ForwardContext& context);
   Status lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context);
   struct Expert {
-    cpu::WeightMatrix gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]; gate and up unset when fused
-    cpu::WeightMatrix gate_up;         // SiLU models: gate and up fused for cpu::gemm_nt_glu
+    exec::Weight gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]; gate and up unset when fused
+    exec::Weight gate_up;         // SiLU models: gate and up fused for Backend::gemm_glu
   };
   struct Layer {
-    std::vector<float> attn_norm;       // [hidden]
-    cpu::WeightMatrix wq, wk, wv, wo;   // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
-    std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
-    std::vector<float> ffn_norm;        // [hidden]
+    exec::Buffer attn_norm;             // [hidden]
+    exec::Weight wq, wk, wv, wo;        // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+    exec::Buffer bq, bk, bv;            // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
+    exec::Buffer ffn_norm;              // [hidden]
     Expert mlp;                         // dense MLP
-    cpu::WeightMatrix router;           // [num_experts, hidden]
+    exec::Weight router;                // [num_experts, hidden]
     std::vector<Expert> experts;        // [num_experts]
   };
 
   TransformerModel(const ModelConfig& cfg, const TransformerSpec& spec) : cfg_(cfg), spec_(spec) {}
-  void attention(const ForwardBatch& batch, KvCache& kv, int layer, cpu::ThreadPool& pool);
-  void mlp(const Expert& e, const float* x, float* out, int n, cpu::ThreadPool& pool);
-  void moe(const Layer& L, int n, cpu::ThreadPool& pool);
-  void activate(float* gate, const float* up, int n) const;
+  void attention(const ForwardBatch& batch, KvCache& kv, int layer);
+  // out [n, hidden] = the MLP of x [n, hidden].
+  void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n);
+  void moe(const Layer& L, int n);
 
   ModelConfig cfg_;
   TransformerSpec spec_;
+  exec::Backend* backend_ = nullptr;    // the backend holding the weights; forward() runs on it
   RankPlace place_;
   RankShard shard_;                     // what this rank holds (the whole model when unsharded)
   std::vector<size_t> vocab_counts_;    // [tp] vocabulary rows of each TP rank's lm_head part
   int ff_ = 0;                          // intermediate rows this rank holds
-  cpu::Isa isa_ = cpu::Isa::automatic;  // the kernels' instruction set, resolved at load (never automatic after)
-  std::shared_ptr<WeightStore> store_;  // keeps the weight memory alive
-  std::vector<float> inv_freq_;         // [head_dim / 2]
-  cpu::WeightMatrix embed_;             // [vocab, hidden]
-  cpu::WeightMatrix lm_head_;           // [vocab, hidden]; the embedding when tied
-  std::vector<float> final_norm_;       // [hidden]
+  std::shared_ptr<WeightStore> store_;  // keeps weight memory the backend reads in place alive
+  exec::Buffer inv_freq_;               // [head_dim / 2]
+  exec::Weight embed_;                  // [vocab rows of this rank, hidden]
+  exec::Weight lm_head_;                // [vocab rows of this rank, hidden]; the embedding when tied
+  exec::Buffer final_norm_;             // [hidden]
   std::vector<Layer> layers_;
 
-  // Scratch reused across steps (forward runs on one thread at a time).
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;
-  std::vector<float> vocab_part_;  // TP: this rank's lm_head rows' logits [n_out, own vocabulary rows]
-  std::vector<float> gathered_;    // TP: every rank's vocab_part_, rank after rank
-  std::vector<float> router_logits_, xe_, ye_;   // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
-  struct AttentionTask {
-    int seq, head_begin, head_end;  // batch.seqs index, query heads [head_begin, head_end)
-  };
-  std::vector<AttentionTask> attention_tasks_;
-  std::vector<std::vector<std::pair<int, float>>> routed_;  // [E] (token, weight)
+  // Scratch in the backend's memory, reused across steps (forward runs on one thread at a time).
+  exec::Buffer x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;  // [n, ...] activations
+  exec::Buffer rows_, normed_rows_;    // the rows logits are asked for, before and after the final norm
+  exec::Buffer out_logits_;            // [n_out, vocab]
+  exec::Buffer vocab_part_;            // TP: this rank's lm_head rows' logits [n_out, own vocabulary rows]
+  exec::Buffer gathered_;              // TP: every rank's vocab_part_, rank after rank
+  exec::Buffer router_logits_, xe_, ye_;  // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
+  std::vector<float> router_host_;     // MoE: router_logits_ on the host, for the routing decision
+  std::vector<std::vector<std::pair<int32_t, float>>> routed_;  // [E] (token, weight)
+  std::vector<int32_t> route_rows_;    // one expert's tokens
+  std::vector<float> route_weights_;   // and their weights
+  std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
 };

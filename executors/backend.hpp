@@ -1,0 +1,170 @@
+// The executor backend: the primitives a model builds its forward pass from, and the memory they work in. The CPU
+// backend (executors/cpu/cpu_backend.hpp) is one implementation; a device backend (CUDA) is another. A model never
+// reads a Buffer or a Weight itself: it hands them to these primitives and to the collectives of its ForwardContext
+// (whose spans point into the backend's memory), and reads results on the host only through download().
+//
+// Contract:
+// - One backend per worker rank, used by one thread at a time (the worker's). Primitives may run asynchronously on
+//   a device; download() and the collectives see every earlier primitive's result (a backend orders them).
+// - Shapes are row-major; n is the number of token rows. y = x W^T (+ b) is the HF Linear layout: a Weight is
+//   [rows = output features, cols = input features].
+// - A Weight is made once at load (upload_matrix, upload_glu) from a row-major host matrix in f32, bf16 or f16; the
+//   backend keeps its own copy in its own layout, except where keeps_host_view() says it reads the host matrix in
+//   place (the CPU backend's lookup-only embedding): that memory must then outlive the Weight.
+// - Buffers hold f32. reserve() grows a buffer to at least n elements (its contents are not kept when it grows).
+// - Programming errors (mismatched sizes) are CHECKed; the primitives return nothing. Errors are values only where
+//   input from outside arrives (upload of an unsupported dtype).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/status.hpp"
+#include "executors/forward_batch.hpp"
+
+namespace actord::exec {
+
+enum class DeviceKind { cpu, cuda };
+
+// f32 elements in the backend's memory (host memory on the CPU, device memory on a GPU).
+class Buffer {
+ public:
+  Buffer() = default;
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // The first n elements, for a collective (n <= size()).
+  std::span<float> first(size_t n) const { return {data_, n}; }
+
+ private:
+  friend class Backend;
+  float* data_ = nullptr;
+  size_t size_ = 0;
+  std::shared_ptr<void> owner_;  // frees the memory
+};
+
+// A row-major matrix in host memory, as a weight file (or a dtype conversion of it) holds it: rows row_stride
+// elements apart (0: cols).
+struct HostMatrix {
+  DType dtype = DType::f32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+};
+
+// What a Weight is used for: multiplied (gemm), or only read row by row (an untied embedding's lookups).
+enum class WeightUse { gemm, lookup };
+
+// A [rows, cols] matrix in the backend's memory and layout. impl is the backend's own description of it.
+struct Weight {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::f32;
+  std::shared_ptr<const void> impl;
+  explicit operator bool() const { return impl != nullptr; }
+};
+
+// One output of gemm_multi: y = x W^T (+ bias).
+struct GemmTarget {
+  const Weight* w = nullptr;
+  const Buffer* bias = nullptr;  // [w->rows] or null
+  Buffer* y = nullptr;           // [n, w->rows]
+};
+
+enum class GatedActivation { silu, gelu_tanh, gelu };
+
+// One layer of a paged KV cache (memory/kv_cache.hpp's layout, in the backend's memory): the row of kv head g at
+// slot s of block b starts at base + b * block_stride + g * head_stride + s * head_dim elements of dtype.
+struct KvLayer {
+  void* k_base = nullptr;
+  void* v_base = nullptr;
+  DType dtype = DType::f32;
+  int block_size = 0;
+  int64_t block_stride = 0;
+  int64_t head_stride = 0;
+};
+
+// The attention of one layer of one rank: its query and KV heads and the layer's window.
+struct AttentionShape {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int sliding_window = 0;  // > 0: position p sees only positions p - sliding_window + 1 .. p
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (avx512, 2 threads)"
+
+  // ---- memory ----
+  void reserve(Buffer& b, size_t n);
+  Buffer upload(std::span<const float> host);
+  virtual void download(const Buffer& b, size_t offset, std::span<float> host) = 0;
+  // A Buffer over the caller's host memory (no copy, not owned: valid while that memory is), when this backend
+  // computes in host memory; nullopt otherwise (then compute into a Buffer of its own and download()).
+  std::optional<Buffer> host_view(std::span<float> host) const;
+  // dst[dst_offset + i] = src[src_offset + i], i < n.
+  virtual void copy(const Buffer& src, size_t src_offset, Buffer& dst, size_t dst_offset, size_t n) = 0;
+
+  // ---- weights (at load) ----
+  virtual Result<Weight> upload_matrix(const HostMatrix& m, WeightUse use) = 0;
+  // A gated MLP's gate and up projections ([ff, cols] each, same dtype) as one weight for gemm_glu.
+  virtual Result<Weight> upload_glu(const HostMatrix& gate, const HostMatrix& up) = 0;
+  // Whether upload_matrix(m, use) reads m's memory in place afterwards (the caller then keeps it alive).
+  virtual bool keeps_host_view(WeightUse use) const = 0;
+
+  // ---- primitives ----
+  // out[n, h] = the rows of `table` for the tokens; a token outside [vocab_first, vocab_first + table.rows) (another
+  // TP rank's vocabulary part) gets a zero row.
+  virtual void embed(const std::vector<int32_t>& tokens, const Weight& table, int64_t vocab_first, Buffer& out) = 0;
+  // y[r] = x[r] / rms(x[r]) * w, r < n rows of dim elements.
+  virtual void rms_norm(const Buffer& x, const Buffer& w, Buffer& y, int n, int dim, float eps) = 0;
+  // y = x W^T (+ bias), x [n, W.cols].
+  virtual void gemm(const Buffer& x, const Weight& w, const Buffer* bias, Buffer& y, int n) = 0;
+  // Several products of the same x (q, k and v).
+  virtual void gemm_multi(const Buffer& x, std::span<const GemmTarget> targets, int n) = 0;
+  // y[n, ff] = silu(x gate^T) * (x up^T) for a weight of upload_glu.
+  virtual void gemm_glu(const Buffer& x, const Weight& gate_up, int64_t ff, Buffer& y, int n) = 0;
+  // gate[i] = act(gate[i]) * up[i], i < count.
+  virtual void gated_activation(GatedActivation act, Buffer& gate, const Buffer& up, size_t count) = 0;
+  // x[i] += y[i], i < count.
+  virtual void add(Buffer& x, const Buffer& y, size_t count) = 0;
+  // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
+  // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot.
+  virtual void rope_and_store_kv(const ForwardBatch& batch, Buffer& q, Buffer& k, const Buffer& v,
+                                 const AttentionShape& shape, const Buffer& inv_freq, const KvLayer& kv) = 0;
+  // out [n, n_heads * head_dim] = causal attention of q over each sequence's cached K/V.
+  virtual void paged_attention(const ForwardBatch& batch, const Buffer& q, Buffer& out, const AttentionShape& shape,
+                               const KvLayer& kv) = 0;
+  // dst[i] = src[rows[i]], rows of `dim` elements.
+  virtual void gather_rows(const Buffer& src, std::span<const int32_t> rows, int dim, Buffer& dst) = 0;
+  // dst[rows[i]] += weights[i] * src[i], rows of `dim` elements (rows may repeat; applied in order).
+  virtual void scatter_add_rows(const Buffer& src, std::span<const int32_t> rows, std::span<const float> weights,
+                                int dim, Buffer& dst) = 0;
+  // dst[r, col_offset + c] = src[r, c] for r < rows, c < width; dst rows dst_stride apart.
+  virtual void copy_columns(const Buffer& src, size_t src_offset, int rows, int width, Buffer& dst, int dst_stride,
+                            int col_offset) = 0;
+  // Zeroes the first count elements.
+  virtual void zero(Buffer& b, size_t count) = 0;
+
+ protected:
+  // Memory of n floats and what frees it (a backend's allocator).
+  struct Allocation {
+    float* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  virtual Allocation allocate(size_t n) = 0;
+  virtual bool computes_in_host_memory() const = 0;
+  virtual void upload_into(std::span<const float> host, Buffer& b) = 0;
+};
+
+}  // namespace actord::exec

@@ -1,0 +1,26 @@
+// One step's batch as a forward pass runs it: token ids, sequences back to back, each with its positions and its
+// KV block table. Plain data: what the scheduler's ExecuteStep becomes in the worker, and what every backend's
+// kernels read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace actord {
+
+// One sequence's part of a step.
+struct SeqSlice {
+  int32_t first_token = 0;            // index of its first token in ForwardBatch::tokens
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;              // position of its first token
+  const uint32_t* block_table = nullptr;  // [ceil((start_pos + num_tokens) / block_size)] KV block ids
+  bool want_logits = false;           // logits for its last token go to the output
+  bool all_logits = false;            // logits for every one of its tokens go to the output (prompt logprobs)
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;        // [n_tokens] token ids, sequences back to back
+  std::vector<SeqSlice> seqs;         // [n_seqs]
+};
+
+}  // namespace actord
