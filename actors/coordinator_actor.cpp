@@ -234,6 +234,10 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setLoadFormat(p.topology.model.load_format);
       out.setThreads(static_cast<uint32_t>(threads));
       out.setCpuIsa(group.cpu_isa);
+      // GPU of a cuda rank: its index among the group's ranks (on its machine: the worker takes it modulo the GPUs
+      // it sees).
+      const size_t rank_index = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + rank;
+      out.setDevice(group.device == "cuda" ? "cuda:" + std::to_string(rank_index) : "cpu");
       out.setSeed(p.topology.model.seed);
       auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
       for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());

@@ -1,5 +1,7 @@
 #include "actors/engine.hpp"
 
+#include "executors/cuda/cuda_backend.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +73,17 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
   if (topology.groups.size() != 1)
     return make_error(Errc::unsupported,
                       topology.source.string() + ": groups: more than one group is not supported yet");
+  const GroupSection& group = topology.groups[0];
+  if (group.device == "cuda") {
+    const std::string key = topology.source.string() + ": groups[0].device: cuda: ";
+    if (group.tp * group.pp > 1) {
+      return make_error(Errc::unsupported, key + "tp and pp > 1 need the NCCL collectives, which are not wired yet");
+    }
+    // A worker on another node looks for its own GPU; one on this machine needs one here.
+    if (group.placement != Placement::node && cuda::device_count() == 0) {
+      return make_error(Errc::unsupported, key + cuda::unavailable_reason());
+    }
+  }
   return {};
 }
 }  // namespace

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -12,10 +13,32 @@
 #include "comms/collectives/group_factory.hpp"
 #include "comms/codecs.hpp"
 #include "executors/cpu/cpu_backend.hpp"
+#include "executors/cuda/cuda_backend.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "plugins/plugin_loader.hpp"
 
 namespace actord {
+
+namespace {
+
+// The executor backend a WorkerInit's device names: "cpu" (or empty) on the worker's pool with the kernels of `isa`,
+// "cuda:N" on GPU N modulo the GPUs this machine has.
+Result<std::unique_ptr<exec::Backend>> make_backend(const std::string& device, cpu::ThreadPool& pool, cpu::Isa isa) {
+  if (device.empty() || device == "cpu") return std::unique_ptr<exec::Backend>(new cpu::CpuBackend(pool, isa));
+  if (device.rfind("cuda:", 0) == 0) {
+    const int gpus = cuda::device_count();
+    if (gpus == 0) return make_error(Errc::unsupported, "device: cuda: " + cuda::unavailable_reason());
+    int index = 0;
+    const auto [end, err] = std::from_chars(device.data() + 5, device.data() + device.size(), index);
+    if (err != std::errc{} || end != device.data() + device.size() || index < 0) {
+      return make_error(Errc::invalid_argument, "device: '" + device + "' is not cuda:N");
+    }
+    return cuda::make_backend(index % gpus);
+  }
+  return make_error(Errc::invalid_argument, "device: unknown device '" + device + "' (known: cpu, cuda:N)");
+}
+
+}  // namespace
 namespace {
 
 // The rank's communicator of one group: the one the coordinator handed over, else joined from the spec WorkerInit
@@ -84,8 +107,14 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<cpu::ThreadPool>(req.getThreads() > 0 ? static_cast<int>(req.getThreads())
                                                                    : static_cast<int>(cores));
-    backend_ = std::make_unique<cpu::CpuBackend>(*pool_, *isa);
-    options.backend = backend_.get();
+    auto backend = make_backend(std::string(req.getDevice().cStr()), *pool_, *isa);
+    if (backend) {
+      backend_ = std::move(*backend);
+      options.backend = backend_.get();
+    } else {
+      ok = false;
+      failure = Error{backend.error().code, name_ + ": " + backend.error().message};
+    }
     if (options.dtype.empty()) options.dtype = "auto";
     // An allocation that fails despite the engine's check of the machine's memory is reported as out of memory
     // under the key that asked for it.
@@ -95,7 +124,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     };
     Result<std::unique_ptr<Model>> model = Error{};
     try {
-      model = registry_.create(*cfg, options);
+      if (ok) model = registry_.create(*cfg, options);
     } catch (const std::bad_alloc&) {
       out_of_memory("model.path", "the weights of " + model_dir.string());
     }
@@ -106,19 +135,38 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     } else {
       model_ = std::move(*model);
       const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
-      auto make_cache = [&](uint32_t blocks, const char* key) -> std::unique_ptr<KvCache> {
+      // The KV cache in the backend's memory (a GPU's), or the host's; the swap space always on the host.
+      auto make_cache = [&](uint32_t blocks, const char* key, bool on_device) -> std::unique_ptr<KvCache> {
         try {
           const KvShape shape = model_->kv_shape();
+          const int block_size = static_cast<int>(req.getBlockSize());
+          if (on_device) {
+            const size_t bytes = KvCache::bytes_for(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                                    static_cast<int>(blocks), block_size, kv_dtype);
+            auto device = backend_->allocate_device_bytes(bytes);
+            if (!device) {
+              ok = false;
+              failure = Error{device.error().code, name_ + ": " + key + ": " + device.error().message};
+              return nullptr;
+            }
+            if (*device) {
+              exec::Backend* be = backend_.get();
+              KvStorage storage{(*device)->data, (*device)->owner,
+                                [be](void* dst, const void* src, size_t n) { be->copy_bytes(dst, src, n); }};
+              return std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim,
+                                               static_cast<int>(blocks), block_size, kv_dtype, std::move(storage));
+            }
+          }
           return std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim,
-                                           static_cast<int>(blocks), static_cast<int>(req.getBlockSize()), kv_dtype);
+                                           static_cast<int>(blocks), block_size, kv_dtype);
         } catch (const std::bad_alloc&) {
           out_of_memory(key, std::to_string(blocks) + " KV blocks of " + std::to_string(req.getBlockSize()) +
                                  " tokens");
           return nullptr;
         }
       };
-      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory");
-      if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space");
+      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true);
+      if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false);
       if (!ok) model_.reset();
     }
   }

@@ -394,9 +394,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp), more than " +
                 std::to_string(kMaxRanks));
     g.read("device", group.device);
-    require(group.device == "cpu", p + ".device",
-            group.device == "cuda" ? "the cuda backend is not built yet (use cpu)"
-                                   : "unknown device '" + group.device + "' (known: cpu)");
+    require(group.device == "cpu" || group.device == "cuda", p + ".device",
+            "unknown device '" + group.device + "' (known: cpu, cuda)");
     g.read("threads", group.threads);
     require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));

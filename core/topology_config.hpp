@@ -78,6 +78,8 @@ struct GroupSection {
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
   int tp = 1;                        // tensor parallel ranks of one pipeline stage
   int pp = 1;                        // pipeline stages of one replica
+  // cpu | cuda. A cuda rank runs on one GPU of its machine: the one its index among the group's ranks there picks
+  // (modulo the machine's GPUs); its KV cache is in that GPU's memory, its swap space on the host.
   std::string device = "cpu";
   Placement placement = Placement::thread;
   // With Placement::node: the nodes ("local" or a nodes[] name) the group's replica stages (replicas x pp of them,

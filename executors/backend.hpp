@@ -115,6 +115,19 @@ class Backend {
   // dst[dst_offset + i] = src[src_offset + i], i < n.
   virtual void copy(const Buffer& src, size_t src_offset, Buffer& dst, size_t dst_offset, size_t n) = 0;
 
+  // Zeroed memory of `bytes` in this backend's device, for a KV cache; nullopt when the backend computes in host
+  // memory (the caller then uses the host's). copy_bytes() moves bytes between it and the host, either way, in order
+  // with the primitives queued before it (it waits for them).
+  struct DeviceBytes {
+    unsigned char* data = nullptr;
+    std::shared_ptr<void> owner;
+  };
+  virtual Result<std::optional<DeviceBytes>> allocate_device_bytes(size_t bytes) {
+    (void)bytes;
+    return std::optional<DeviceBytes>{};
+  }
+  virtual void copy_bytes(void* dst, const void* src, size_t n) = 0;
+
   // ---- weights (at load) ----
   virtual Result<Weight> upload_matrix(const HostMatrix& m, WeightUse use) = 0;
   // A gated MLP's gate and up projections ([ff, cols] each, same dtype) as one weight for gemm_glu.
@@ -123,6 +136,10 @@ class Backend {
   virtual bool keeps_host_view(WeightUse use) const = 0;
 
   // ---- primitives ----
+  // The batch the following primitives run on, until the next begin_step (a device backend uploads its positions
+  // and block tables here once, instead of in every layer's primitives). The batch must stay alive and unchanged
+  // until then.
+  virtual void begin_step(const ForwardBatch& batch) { (void)batch; }
   // out[n, h] = the rows of `table` for the tokens; a token outside [vocab_first, vocab_first + table.rows) (another
   // TP rank's vocabulary part) gets a zero row.
   virtual void embed(const std::vector<int32_t>& tokens, const Weight& table, int64_t vocab_first, Buffer& out) = 0;
@@ -139,7 +156,8 @@ class Backend {
   // x[i] += y[i], i < count.
   virtual void add(Buffer& x, const Buffer& y, size_t count) = 0;
   // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
-  // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot.
+  // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot. `batch` is the
+  // one begin_step() named, as for paged_attention.
   virtual void rope_and_store_kv(const ForwardBatch& batch, Buffer& q, Buffer& k, const Buffer& v,
                                  const AttentionShape& shape, const Buffer& inv_freq, const KvLayer& kv) = 0;
   // out [n, n_heads * head_dim] = causal attention of q over each sequence's cached K/V.

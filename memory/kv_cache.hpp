@@ -1,21 +1,39 @@
 // Paged KV memory of one worker: `num_blocks` blocks of `block_size` token slots for every layer, stored as f32,
-// bf16 or f16 (rows arrive in f32 and are rounded to nearest even on write).
+// bf16 or f16 (the executor backend's primitives write them: Backend::rope_and_store_kv).
 //
 // Contract: owned by a worker; which blocks belong to which sequence is decided elsewhere (kv_pool and the
-// scheduler's lease) and arrives with every step as block tables. Not thread-safe; the worker's thread only.
+// scheduler's lease) and arrives with every step as block tables. Not thread-safe; the worker's thread only. The
+// bytes live in host memory (huge pages), or in a device's memory given as a KvStorage (a GPU backend's): then
+// keys()/values() are device addresses for the backend's kernels, and block copies, exports and imports go through
+// the storage's copy function (host <-> device, device <-> device).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "core/dtype.hpp"
 #include "core/large_buffer.hpp"
 
 namespace actord {
 
+// Memory for a KvCache that is not the host's: `bytes()` bytes at `data` (zeroed), kept alive by `owner`, and a
+// copy that takes host or device addresses on either side.
+struct KvStorage {
+  unsigned char* data = nullptr;
+  std::shared_ptr<void> owner;
+  std::function<void(void* dst, const void* src, size_t n)> copy;
+};
+
 class KvCache {
  public:
   KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype = DType::f32);
+  // The same in a device's memory, of bytes_for(...) bytes.
+  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype,
+          KvStorage storage);
+  static size_t bytes_for(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype);
+  bool on_host() const { return storage_.data == nullptr; }
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
@@ -24,16 +42,13 @@ class KvCache {
   int head_dim() const { return head_dim_; }
   DType dtype() const { return dtype_; }
 
-  // Stores one token's K and V rows ([num_kv_heads * head_dim] each) at `slot` of `block` in `layer`.
-  void write(int layer, uint32_t block, int slot, const float* k_row, const float* v_row);
-
   // Layer bases and strides for attention (PagedAttentionParams): the row of kv head g at slot s of block b is at
   // keys(layer) + b * block_stride() + g * head_stride() + s * head_dim() elements of dtype(); values likewise
   // from values(layer).
-  const void* keys(int layer) const { return data_.data() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
-  const void* values(int layer) const { return data_.data() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
-  void* keys(int layer) { return data_.data() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
-  void* values(int layer) { return data_.data() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
+  const void* keys(int layer) const { return base() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
+  const void* values(int layer) const { return base() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
+  void* keys(int layer) { return base() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
+  void* values(int layer) { return base() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
   int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
   int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
 
@@ -57,11 +72,15 @@ class KvCache {
            static_cast<size_t>(block_size_) * head_dim_;
   }
   size_t layer_block_bytes() const { return static_cast<size_t>(block_stride()) * dtype_size(dtype_); }
+  unsigned char* base() const { return storage_.data ? storage_.data : const_cast<unsigned char*>(data_.data()); }
+  // How bytes move between this cache and `other` (or the host): the device's copy when either is on a device.
+  void copy_bytes(const KvCache& other, void* dst, const void* src, size_t n) const;
   int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
   DType dtype_;
   // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim] elements of dtype_: one head's keys in a block are
-  // contiguous. Huge pages: attention reads blocks scattered over the whole cache.
+  // contiguous. Huge pages: attention reads blocks scattered over the whole cache. Empty with a device's storage.
   LargeBuffer data_;
+  KvStorage storage_;
 };
 
 }  // namespace actord

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/host_cpus.hpp"
+#include "executors/cuda/cuda_backend.hpp"
 #include "cli_util.hpp"
 
 using namespace actord;
@@ -105,8 +106,8 @@ TEST_CASE("check refuses bad topologies with one line naming the key - exit 2", 
                 "configs/quickstart.yaml: groups[0].replicas: must be at least 1, got -1");
   check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].placement=node:gpu7"}),
                 "configs/quickstart.yaml: groups[0].placement: unknown node 'gpu7' (known nodes: local)");
-  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].device=cuda"}),
-                "configs/quickstart.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].device=tpu"}),
+                "configs/quickstart.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   const std::string cores = std::to_string(usable_cpu_cores());
   check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
                 "configs/quickstart.yaml: groups[0].threads: 1 rank at once x 1024 threads on this machine need 1024 cores, "
@@ -153,6 +154,15 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
   CHECK(run_actord({"check", two_groups.string()}).exit_code == 0);
   check_refused(generate({two_groups.string()}),
                 two_groups.string() + ": groups: more than one group is not supported yet");
+  // A cuda group: refused before anything starts where this machine has no GPU (CI), and tp/pp on cuda for now.
+  CHECK(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].device=cuda"}).exit_code == 0);
+  if (cuda::device_count() == 0) {
+    check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].device=cuda"}),
+                  "configs/quickstart.yaml: groups[0].device: cuda: " + cuda::unavailable_reason());
+  }
+  check_refused(generate({"configs/tp2.yaml", "--set", "groups[0].device=cuda"}),
+                "configs/tp2.yaml: groups[0].device: cuda: tp and pp > 1 need the NCCL collectives, which are not "
+                "wired yet");
   // A single rank with more threads than cores, unless oversubscribe allows it.
   check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].threads=1024"}),
                 "configs/quickstart.yaml: groups[0].threads: 1 rank at once x 1024 threads on this machine need 1024 cores, "

@@ -89,8 +89,8 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
   CHECK(error_of("model: {path: m}\n") == "configs/t.yaml: groups: must be a non-empty list of groups");
   CHECK(error_of("model: {path: m}\ngroups: [{placement: moon}]\n") ==
         "configs/t.yaml: groups[0].placement: must be thread, process or node:<name>, got 'moon'");
-  CHECK(error_of("model: {path: m}\ngroups: [{device: cuda}]\n") ==
-        "configs/t.yaml: groups[0].device: the cuda backend is not built yet (use cpu)");
+  CHECK(error_of("model: {path: m}\ngroups: [{device: gpu}]\n") ==
+        "configs/t.yaml: groups[0].device: unknown device 'gpu' (known: cpu, cuda)");
   CHECK(error_of("model: {path: m, dtype: int8}\ngroups: [{}]\n") ==
         "configs/t.yaml: model.dtype: must be auto, float32, bfloat16 or float16, got 'int8'");
   CHECK(error_of("model: {path: m, load_format: pickle}\ngroups: [{}]\n") ==
@@ -210,7 +210,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
   CHECK(error_of("model: {path: m}\ngroups: [{router: random}]\n") ==
         "configs/t.yaml: groups[0].router: must be round_robin, least_tokens or prefix_affinity, got 'random'");
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
-        "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu)");
+        "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, name, "
                                "oversubscribe, placement, pp, replicas, router, threads, tp)"));

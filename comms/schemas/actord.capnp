@@ -240,6 +240,7 @@ struct WorkerInit {
   ppRank @17 :UInt32;
   tpGroup @18 :CollectiveGroup;
   pipelineGroup @19 :CollectiveGroup;
+  device @20 :Text;              # the executor backend: "cpu" (or empty), or "cuda:N" (GPU N of the worker's machine)
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).

@@ -74,6 +74,8 @@ void CpuBackend::copy(const exec::Buffer& src, size_t src_offset, exec::Buffer& 
   std::memmove(dst.data() + dst_offset, src.data() + src_offset, n * sizeof(float));
 }
 
+void CpuBackend::copy_bytes(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+
 Result<exec::Weight> CpuBackend::upload_matrix(const exec::HostMatrix& m, exec::WeightUse use) {
   auto w = std::make_shared<CpuWeight>();
   if (use == exec::WeightUse::lookup) {

@@ -416,6 +416,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     return {};
   }
   exec::Backend& be = *backend_;
+  be.begin_step(batch);
   const int h = cfg_.hidden_size, q_dim = shard_.heads.count * cfg_.head_dim,
             kv_dim = shard_.kv_heads.count * cfg_.head_dim;
   const size_t rows = static_cast<size_t>(n);

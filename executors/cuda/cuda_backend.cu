@@ -1,0 +1,372 @@
+#include "executors/cuda/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "executors/cuda/cuda_kernels.cuh"
+
+namespace actord::cuda {
+
+namespace {
+
+// A CUDA or cuBLAS failure inside a primitive is fatal for the worker (its process ends; the engine recovers the
+// replica), as a failed CPU kernel would be; at creation it is an Error.
+#define ACTORD_CUDA_CHECK(call)                                                                         \
+  do {                                                                                                  \
+    const cudaError_t err_ = (call);                                                                    \
+    if (err_ != cudaSuccess) {                                                                          \
+      std::fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__, cudaGetErrorString(err_), \
+                   #call);                                                                              \
+      std::abort();                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+#define ACTORD_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                           \
+    const cublasStatus_t st_ = (call);                                                           \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                          \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %d (%s)\n", __FILE__, __LINE__, int(st_), #call); \
+      std::abort();                                                                              \
+    }                                                                                            \
+  } while (0)
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+// What an exec::Weight of this backend points to: a row-major [rows, cols] matrix in device memory.
+struct CudaWeight {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t rows = 0, cols = 0;
+  ~CudaWeight() {
+    if (data) cudaFree(data);
+  }
+};
+
+const CudaWeight& weight_of(const exec::Weight& w) {
+  ACTORD_CHECK(w.impl != nullptr);
+  return *static_cast<const CudaWeight*>(w.impl.get());
+}
+
+// Device memory freed with its last owner.
+std::shared_ptr<void> device_memory(size_t bytes) {
+  void* p = nullptr;
+  ACTORD_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+class CudaBackend final : public exec::Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    ACTORD_CUDA_CHECK(cudaSetDevice(device_));
+    ACTORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ACTORD_CUBLAS_CHECK(cublasCreate(&blas_));
+    ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
+    ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  exec::DeviceKind kind() const override { return exec::DeviceKind::cuda; }
+  std::string describe() const override {
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device_);
+    return "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+  }
+
+  void download(const exec::Buffer& b, size_t offset, std::span<float> host) override {
+    ACTORD_CHECK(offset + host.size() <= b.size());
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(host.data(), b.data() + offset, host.size_bytes(), cudaMemcpyDeviceToHost, stream_));
+    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(const exec::Buffer& src, size_t src_offset, exec::Buffer& dst, size_t dst_offset, size_t n) override {
+    ACTORD_CHECK(src_offset + n <= src.size() && dst_offset + n <= dst.size());
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(dst.data() + dst_offset, src.data() + src_offset, n * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  Result<std::optional<DeviceBytes>> allocate_device_bytes(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return make_error(Errc::out_of_memory, "cuda:" + std::to_string(device_) + ": no room for " +
+                                                 std::to_string(bytes) + " bytes of KV cache");
+    }
+    ACTORD_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    DeviceBytes out;
+    out.data = static_cast<unsigned char*>(p);
+    out.owner = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    return std::optional<DeviceBytes>(std::move(out));
+  }
+  void copy_bytes(void* dst, const void* src, size_t n) override {
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream_));
+    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  Result<exec::Weight> upload_matrix(const exec::HostMatrix& m, exec::WeightUse) override {
+    return upload_rows({&m}, m.rows);
+  }
+  Result<exec::Weight> upload_glu(const exec::HostMatrix& gate, const exec::HostMatrix& up) override {
+    if (gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols) {
+      return make_error(Errc::invalid_argument, "upload_glu: gate and up differ in dtype or shape");
+    }
+    return upload_rows({&gate, &up}, gate.rows);  // [2 ff, cols]: gate rows, then up rows
+  }
+  bool keeps_host_view(exec::WeightUse) const override { return false; }
+
+  void begin_step(const ForwardBatch& batch) override {
+    const int n = static_cast<int>(batch.tokens.size());
+    host_meta_.assign(size_t(3) * n, 0);
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SeqSlice& slice = batch.seqs[s];
+      for (int i = 0; i < slice.num_tokens; ++i) {
+        const int t = slice.first_token + i;
+        host_meta_[size_t(t)] = batch.tokens[size_t(t)];
+        host_meta_[size_t(n + t)] = static_cast<int32_t>(s);
+        host_meta_[size_t(2 * n + t)] = slice.start_pos + i;
+      }
+    }
+    reserve_bytes(meta_, meta_bytes_, host_meta_.size() * sizeof(int32_t));
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), host_meta_.data(), host_meta_.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+    const auto* base = static_cast<const int32_t*>(meta_.get());
+    step_ = StepLayout{};
+    step_.tokens = base;
+    step_.token_seq = base + n;
+    step_.token_pos = base + 2 * n;
+    step_.n = n;
+    step_.n_seqs = static_cast<int>(batch.seqs.size());
+    batch_ = &batch;
+    tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
+  }
+
+  void embed(const std::vector<int32_t>& tokens, const exec::Weight& table, int64_t vocab_first,
+             exec::Buffer& out) override {
+    ACTORD_CHECK(batch_ && tokens.size() == size_t(step_.n));
+    const CudaWeight& w = weight_of(table);
+    launch_embed(step_, w.data, w.dtype, vocab_first, w.rows, static_cast<int>(w.cols), out.data(), stream_);
+  }
+  void rms_norm(const exec::Buffer& x, const exec::Buffer& w, exec::Buffer& y, int n, int dim, float eps) override {
+    launch_rms_norm(x.data(), w.data(), y.data(), n, dim, eps, stream_);
+  }
+  void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
+    const CudaWeight& cw = weight_of(w);
+    product(x, cw, y.data(), n);
+    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
+  }
+  void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
+    for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
+  }
+  void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
+    const CudaWeight& cw = weight_of(gate_up);
+    ACTORD_CHECK(cw.rows == 2 * ff);
+    reserve(glu_scratch_, size_t(n) * size_t(cw.rows));
+    product(x, cw, glu_scratch_.data(), n);
+    launch_silu_mul_halves(glu_scratch_.data(), y.data(), n, ff, stream_);
+  }
+  void gated_activation(exec::GatedActivation act, exec::Buffer& gate, const exec::Buffer& up, size_t count) override {
+    const int code = act == exec::GatedActivation::silu ? 0 : act == exec::GatedActivation::gelu_tanh ? 1 : 2;
+    launch_gated_activation(code, gate.data(), up.data(), count, stream_);
+  }
+  void add(exec::Buffer& x, const exec::Buffer& y, size_t count) override {
+    launch_add(x.data(), y.data(), count, stream_);
+  }
+  void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
+                         const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
+                         const exec::KvLayer& kv) override {
+    upload_tables(batch, kv.block_size);
+    launch_rope_store_kv(step_, q.data(), k.data(), v.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                         inv_freq.data(), view(kv), stream_);
+  }
+  void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,
+                       const exec::AttentionShape& shape, const exec::KvLayer& kv) override {
+    upload_tables(batch, kv.block_size);
+    launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                           shape.sliding_window, view(kv), stream_);
+  }
+  void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
+    const int32_t* idx = upload_indices(rows, {});
+    launch_gather_rows(src.data(), idx, static_cast<int>(rows.size()), dim, dst.data(), stream_);
+  }
+  void scatter_add_rows(const exec::Buffer& src, std::span<const int32_t> rows, std::span<const float> weights,
+                        int dim, exec::Buffer& dst) override {
+    ACTORD_CHECK(rows.size() == weights.size());
+    const int32_t* idx = upload_indices(rows, weights);
+    const auto* w = reinterpret_cast<const float*>(idx + rows.size());
+    launch_scatter_add_rows(src.data(), idx, w, static_cast<int>(rows.size()), dim, dst.data(), stream_);
+  }
+  void copy_columns(const exec::Buffer& src, size_t src_offset, int rows, int width, exec::Buffer& dst,
+                    int dst_stride, int col_offset) override {
+    launch_copy_columns(src.data() + src_offset, rows, width, dst.data(), dst_stride, col_offset, stream_);
+  }
+  void zero(exec::Buffer& b, size_t count) override {
+    ACTORD_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, count * sizeof(float), stream_));
+  }
+
+ protected:
+  Allocation allocate(size_t n) override {
+    std::shared_ptr<void> memory = device_memory(n * sizeof(float));
+    auto* data = static_cast<float*>(memory.get());
+    return {data, std::move(memory)};
+  }
+  bool computes_in_host_memory() const override { return false; }
+  void upload_into(std::span<const float> host, exec::Buffer& b) override {
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(b.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  // The matrices' rows one after the other, contiguous, in their dtype.
+  Result<exec::Weight> upload_rows(std::initializer_list<const exec::HostMatrix*> parts, int64_t weight_rows) {
+    auto w = std::make_shared<CudaWeight>();
+    const exec::HostMatrix& first = **parts.begin();
+    w->dtype = first.dtype;
+    w->cols = first.cols;
+    for (const exec::HostMatrix* m : parts) w->rows += m->rows;
+    const size_t esize = dtype_size(w->dtype);
+    const size_t row_bytes = size_t(w->cols) * esize;
+    if (cudaMalloc(&w->data, size_t(w->rows) * row_bytes) != cudaSuccess) {
+      cudaGetLastError();
+      return make_error(Errc::out_of_memory, "cuda:" + std::to_string(device_) + ": no room for a [" +
+                                                 std::to_string(w->rows) + ", " + std::to_string(w->cols) + "] matrix");
+    }
+    auto* dst = static_cast<unsigned char*>(w->data);
+    for (const exec::HostMatrix* m : parts) {
+      const size_t stride = size_t(m->row_stride ? m->row_stride : m->cols) * esize;
+      ACTORD_CUDA_CHECK(cudaMemcpy2D(dst, row_bytes, m->data, stride, row_bytes, size_t(m->rows), cudaMemcpyHostToDevice));
+      dst += size_t(m->rows) * row_bytes;
+    }
+    exec::Weight out;
+    out.rows = weight_rows;
+    out.cols = w->cols;
+    out.dtype = w->dtype;
+    out.impl = std::move(w);
+    return out;
+  }
+
+  // y [n, w.rows] = x [n, w.cols] w^T. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
+  // C (rows x n) = op(A) B with A = W stored column-major as [cols, rows] (transposed) and B = x as [cols, n].
+  void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n) {
+    if (n == 0) return;
+    const float alpha = 1.0f, beta = 0.0f;
+    const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
+    const void* b = x.data();
+    if (w.dtype != DType::f32) {  // activations rounded to the weights' 16-bit type
+      reserve_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(k) * dtype_size(w.dtype));
+      launch_round_to(x.data(), rounded_.get(), w.dtype, size_t(n) * size_t(k), stream_);
+      b = rounded_.get();
+    }
+    ACTORD_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, cuda_type(w.dtype), k, b,
+                                     cuda_type(w.dtype), k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Every sequence's block table (whole blocks of block_size up to its last position), once per step.
+  void upload_tables(const ForwardBatch& batch, int block_size) {
+    ACTORD_CHECK(&batch == batch_);
+    if (tables_block_size_ == block_size) return;
+    host_tables_.clear();
+    host_seq_table_.clear();
+    for (const SeqSlice& s : batch.seqs) {
+      host_seq_table_.push_back(static_cast<int32_t>(host_tables_.size()));
+      const int blocks = (s.start_pos + s.num_tokens + block_size - 1) / block_size;
+      host_tables_.insert(host_tables_.end(), s.block_table, s.block_table + blocks);
+    }
+    const size_t table_bytes = host_tables_.size() * sizeof(uint32_t);
+    const size_t offsets_bytes = host_seq_table_.size() * sizeof(int32_t);
+    reserve_bytes(tables_, tables_bytes_, table_bytes + offsets_bytes);
+    auto* base = static_cast<unsigned char*>(tables_.get());
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, host_seq_table_.data(), offsets_bytes, cudaMemcpyHostToDevice, stream_));
+    ACTORD_CUDA_CHECK(
+        cudaMemcpyAsync(base + offsets_bytes, host_tables_.data(), table_bytes, cudaMemcpyHostToDevice, stream_));
+    step_.seq_table = reinterpret_cast<const int32_t*>(base);
+    step_.tables = reinterpret_cast<const uint32_t*>(base + offsets_bytes);
+    tables_block_size_ = block_size;
+  }
+
+  // rows, then weights (as raw floats), in device scratch. One buffer serves every call: the copy is queued on the
+  // stream after the kernels that read the previous contents (and a pageable source is staged before this returns).
+  const int32_t* upload_indices(std::span<const int32_t> rows, std::span<const float> weights) {
+    const size_t bytes = rows.size_bytes() + weights.size_bytes();
+    host_indices_.resize((bytes + 3) / 4);
+    std::memcpy(host_indices_.data(), rows.data(), rows.size_bytes());
+    if (!weights.empty()) std::memcpy(host_indices_.data() + rows.size(), weights.data(), weights.size_bytes());
+    reserve_bytes(indices_, indices_bytes_, bytes);
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), host_indices_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    return static_cast<const int32_t*>(indices_.get());
+  }
+
+  static KvView view(const exec::KvLayer& kv) {
+    return KvView{kv.k_base, kv.v_base, kv.dtype, kv.block_size, kv.block_stride, kv.head_stride};
+  }
+
+  static void reserve_bytes(std::shared_ptr<void>& memory, size_t& have, size_t bytes) {
+    if (have >= bytes) return;
+    have = std::max(bytes, have + have / 2);
+    memory = device_memory(have);
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  const ForwardBatch* batch_ = nullptr;  // the batch of begin_step
+  StepLayout step_;
+  int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
+  std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
+  std::vector<uint32_t> host_tables_;
+  // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
+  std::shared_ptr<void> meta_, tables_, rounded_, indices_;
+  size_t meta_bytes_ = 0, tables_bytes_ = 0, rounded_bytes_ = 0, indices_bytes_ = 0;
+  exec::Buffer glu_scratch_;
+};
+
+}  // namespace
+
+bool built_with_cuda() { return true; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::string unavailable_reason() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device usable (no driver, or none this runtime accepts): ") + cudaGetErrorString(err);
+  }
+  return n == 0 ? "no CUDA device" : "";
+}
+
+Result<std::unique_ptr<exec::Backend>> make_backend(int device) {
+  const int n = device_count();
+  if (n == 0) return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
+  if (device < 0 || device >= n) {
+    return make_error(Errc::invalid_argument, "device: cuda:" + std::to_string(device) + " does not exist (" +
+                                                  std::to_string(n) + " device(s))");
+  }
+  return std::unique_ptr<exec::Backend>(new CudaBackend(device));
+}
+
+}  // namespace actord::cuda

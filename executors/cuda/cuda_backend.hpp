@@ -1,0 +1,26 @@
+// The CUDA executor backend: weights and activations in one GPU's memory, cuBLAS GEMMs (bf16/f16 weights with the
+// activations rounded to the weights' type, f32 accumulation; f32 weights in plain f32), and this folder's kernels
+// for everything else (cuda_kernels.cuh). Primitives are queued on one stream; download() waits for them.
+//
+// Contract: as exec::Backend's. This header needs no CUDA headers: a build without CUDA (ACTORD_WITH_CUDA off)
+// links no_cuda.cpp, whose make_backend() says so. device_count() is 0 when there is no driver or no device, and
+// never throws; make_backend() of a device that is not there is an Error naming why.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.hpp"
+#include "executors/backend.hpp"
+
+namespace actord::cuda {
+
+// Whether this build has the CUDA backend at all.
+bool built_with_cuda();
+// CUDA devices this process can use; 0 without a driver or a device (why: unavailable_reason()).
+int device_count();
+std::string unavailable_reason();
+// A backend on device `device` (its own stream and cuBLAS handle).
+Result<std::unique_ptr<exec::Backend>> make_backend(int device);
+
+}  // namespace actord::cuda

@@ -1,0 +1,296 @@
+#include "executors/cuda/cuda_kernels.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+namespace actord::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
+
+template <class T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+// Calls f.template operator()<T>() with T the element type of dtype.
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(float{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::f16: f(__half{}); return;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <class T>
+__global__ void embed_kernel(StepLayout step, const T* table, int64_t vocab_first, int64_t rows, int h, float* out) {
+  const int t = blockIdx.x;
+  const int64_t id = step.tokens[t] - vocab_first;
+  float* row = out + int64_t(t) * h;
+  for (int c = threadIdx.x; c < h; c += blockDim.x) row[c] = (id >= 0 && id < rows) ? to_f32(table[id * h + c]) : 0.0f;
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int dim, float eps) {
+  __shared__ float partial[32];
+  const float* xr = x + int64_t(blockIdx.x) * dim;
+  float* yr = y + int64_t(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / float(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+template <class T>
+__global__ void round_kernel(const float* src, T* dst, size_t count) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) dst[i] = from_f32<T>(src[i]);
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int n, int m) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < size_t(n) * m) y[i] += bias[i % m];
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+__global__ void silu_mul_halves_kernel(const float* gu, float* y, int n, int64_t ff) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(n) * ff) return;
+  const int64_t r = int64_t(i / ff), c = int64_t(i % ff);
+  y[i] = silu(gu[r * 2 * ff + c]) * gu[r * 2 * ff + ff + c];
+}
+
+__global__ void gated_activation_kernel(int act, float* gate, const float* up, size_t count) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const float g = gate[i];
+  float a;
+  if (act == 0) {
+    a = silu(g);
+  } else if (act == 1) {
+    a = 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+  } else {
+    a = 0.5f * g * (1.0f + erff(g * 0.70710678f));
+  }
+  gate[i] = a * up[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, size_t count) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] += y[i];
+}
+
+__device__ __forceinline__ int64_t kv_offset(const StepLayout& step, const KvView& kv, int seq, int pos, int g,
+                                             int head_dim) {
+  const uint32_t block = step.tables[step.seq_table[seq] + pos / kv.block_size];
+  return int64_t(block) * kv.block_stride + int64_t(g) * kv.head_stride + int64_t(pos % kv.block_size) * head_dim;
+}
+
+template <class T>
+__global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
+                                     int head_dim, const float* inv_freq, KvView kv) {
+  const int t = blockIdx.x;
+  const int pos = step.token_pos[t], seq = step.token_seq[t];
+  const int half = head_dim / 2;
+  float* qt = q + int64_t(t) * n_heads * head_dim;
+  float* kt = k + int64_t(t) * n_kv_heads * head_dim;
+  const float* vt = v + int64_t(t) * n_kv_heads * head_dim;
+  for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
+    const int head = j / half, i = j % half;
+    float* x = head < n_heads ? qt + head * head_dim : kt + (head - n_heads) * head_dim;
+    float s, c;
+    sincosf(float(pos) * inv_freq[i], &s, &c);
+    const float a = x[i], b = x[i + half];
+    x[i] = a * c - b * s;
+    x[i + half] = b * c + a * s;
+  }
+  __syncthreads();  // k rotated before it is stored
+  T* kc = static_cast<T*>(kv.k_base);
+  T* vc = static_cast<T*>(kv.v_base);
+  for (int j = threadIdx.x; j < n_kv_heads * head_dim; j += blockDim.x) {
+    const int g = j / head_dim, d = j % head_dim;
+    const int64_t at = kv_offset(step, kv, seq, pos, g, head_dim) + d;
+    kc[at] = from_f32<T>(kt[j]);
+    vc[at] = from_f32<T>(vt[j]);
+  }
+}
+
+constexpr int kMaxDimsPerLane = 8;  // head_dim up to 256
+
+template <class T>
+__global__ void paged_attention_kernel(StepLayout step, const float* q, float* out, int n_heads, int n_kv_heads,
+                                       int head_dim, int window, KvView kv) {
+  const int warps = blockDim.x / 32;
+  const int64_t pair = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+  if (pair >= int64_t(step.n) * n_heads) return;
+  const int lane = threadIdx.x & 31;
+  const int t = int(pair / n_heads), h = int(pair % n_heads);
+  const int seq = step.token_seq[t], pos = step.token_pos[t];
+  const int g = h / (n_heads / n_kv_heads);
+  const float scale = rsqrtf(float(head_dim));
+  const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;
+  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+  for (int e = 0; e < kMaxDimsPerLane; ++e) {
+    const int d = lane + 32 * e;
+    qv[e] = d < head_dim ? qh[d] * scale : 0.0f;
+    acc[e] = 0.0f;
+  }
+  const T* kc = static_cast<const T*>(kv.k_base);
+  const T* vc = static_cast<const T*>(kv.v_base);
+  float m = -INFINITY, l = 0.0f;
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  for (int j = first; j <= pos; ++j) {
+    const int64_t at = kv_offset(step, kv, seq, j, g, head_dim);
+    float dot = 0.0f;
+    for (int e = 0; e < kMaxDimsPerLane; ++e) {
+      const int d = lane + 32 * e;
+      if (d < head_dim) dot += qv[e] * to_f32(kc[at + d]);
+    }
+    const float s = warp_sum(dot);
+    const float m_new = fmaxf(m, s);
+    const float correction = __expf(m - m_new), p = __expf(s - m_new);
+    l = l * correction + p;
+    for (int e = 0; e < kMaxDimsPerLane; ++e) {
+      const int d = lane + 32 * e;
+      if (d < head_dim) acc[e] = acc[e] * correction + p * to_f32(vc[at + d]);
+    }
+    m = m_new;
+  }
+  float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
+  for (int e = 0; e < kMaxDimsPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < head_dim) oh[d] = acc[e] / l;
+  }
+}
+
+__global__ void gather_rows_kernel(const float* src, const int32_t* rows, int dim, float* dst) {
+  const int i = blockIdx.x;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) dst[int64_t(i) * dim + c] = src[int64_t(rows[i]) * dim + c];
+}
+
+__global__ void scatter_add_rows_kernel(const float* src, const int32_t* rows, const float* weights, int n, int dim,
+                                        float* dst) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  for (int i = 0; i < n; ++i) dst[int64_t(rows[i]) * dim + c] += weights[i] * src[int64_t(i) * dim + c];
+}
+
+__global__ void copy_columns_kernel(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows) * width) return;
+  const size_t r = i / width, c = i % width;
+  dst[r * dst_stride + col_offset + c] = src[i];
+}
+
+}  // namespace
+
+void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_t vocab_first, int64_t rows, int h,
+                  float* out, cudaStream_t stream) {
+  if (step.n == 0) return;
+  with_element_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    embed_kernel<T><<<step.n, kThreads, 0, stream>>>(step, static_cast<const T*>(table), vocab_first, rows, h, out);
+  });
+}
+
+void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream) {
+  if (n > 0) rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, w, y, dim, eps);
+}
+
+void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  with_element_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    round_kernel<T><<<blocks_for(count), kThreads, 0, stream>>>(src, static_cast<T*>(dst), count);
+  });
+}
+
+void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream) {
+  if (n > 0 && m > 0) add_bias_kernel<<<blocks_for(size_t(n) * m), kThreads, 0, stream>>>(y, bias, n, m);
+}
+
+void launch_silu_mul_halves(const float* gu, float* y, int n, int64_t ff, cudaStream_t stream) {
+  if (n > 0) silu_mul_halves_kernel<<<blocks_for(size_t(n) * ff), kThreads, 0, stream>>>(gu, y, n, ff);
+}
+
+void launch_gated_activation(int act, float* gate, const float* up, size_t count, cudaStream_t stream) {
+  if (count > 0) gated_activation_kernel<<<blocks_for(count), kThreads, 0, stream>>>(act, gate, up, count);
+}
+
+void launch_add(float* x, const float* y, size_t count, cudaStream_t stream) {
+  if (count > 0) add_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, y, count);
+}
+
+void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
+                          int head_dim, const float* inv_freq, const KvView& kv, cudaStream_t stream) {
+  if (step.n == 0) return;
+  with_element_type(kv.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    rope_store_kv_kernel<T><<<step.n, 128, 0, stream>>>(step, q, k, v, n_heads, n_kv_heads, head_dim, inv_freq, kv);
+  });
+}
+
+void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
+                            int head_dim, int window, const KvView& kv, cudaStream_t stream) {
+  const int64_t pairs = int64_t(step.n) * n_heads;
+  if (pairs == 0) return;
+  constexpr int kWarps = 4;
+  const unsigned grid = static_cast<unsigned>((pairs + kWarps - 1) / kWarps);
+  with_element_type(kv.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    paged_attention_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(step, q, out, n_heads, n_kv_heads, head_dim, window,
+                                                                 kv);
+  });
+}
+
+void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst, cudaStream_t stream) {
+  if (n > 0) gather_rows_kernel<<<n, kThreads, 0, stream>>>(src, rows, dim, dst);
+}
+
+void launch_scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int n, int dim, float* dst,
+                             cudaStream_t stream) {
+  if (n > 0) scatter_add_rows_kernel<<<blocks_for(size_t(dim)), kThreads, 0, stream>>>(src, rows, weights, n, dim, dst);
+}
+
+void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
+                         cudaStream_t stream) {
+  if (rows > 0 && width > 0) {
+    copy_columns_kernel<<<blocks_for(size_t(rows) * width), kThreads, 0, stream>>>(src, rows, width, dst, dst_stride,
+                                                                                     col_offset);
+  }
+}
+
+}  // namespace actord::cuda

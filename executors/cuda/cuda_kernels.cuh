@@ -1,0 +1,67 @@
+// The CUDA backend's own kernels (everything but the GEMMs, which are cuBLAS). Each launch_* queues one kernel on
+// `stream`; pointers are device memory. Elements of weights and KV blocks are f32, bf16 or f16 (DType); activations
+// are f32. Their references are the CPU backend's kernels (executors/cpu/), which tests/cuda_backend_test.cpp holds
+// them to on random inputs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.hpp"
+
+namespace actord::cuda {
+
+// The step's layout on the device (CudaBackend::begin_step): for each token its sequence and position, for each
+// sequence its first token, token count, start position and where its block table starts in `tables`.
+struct StepLayout {
+  const int32_t* tokens = nullptr;       // [n]
+  const int32_t* token_seq = nullptr;    // [n]
+  const int32_t* token_pos = nullptr;    // [n]
+  const int32_t* seq_table = nullptr;    // [n_seqs] offset of each sequence's block table in tables
+  const uint32_t* tables = nullptr;      // block tables back to back
+  int n = 0;
+  int n_seqs = 0;
+};
+
+struct KvView {
+  void* k_base = nullptr;
+  void* v_base = nullptr;
+  DType dtype = DType::f32;
+  int block_size = 0;
+  int64_t block_stride = 0;  // elements
+  int64_t head_stride = 0;   // elements
+};
+
+// out[t] = table[tokens[t] - vocab_first] as f32, or zeros outside [vocab_first, vocab_first + rows).
+void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_t vocab_first, int64_t rows, int h,
+                  float* out, cudaStream_t stream);
+void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream);
+// dst[i] = src[i] rounded to dtype (bf16 or f16), i < count: a GEMM's activations.
+void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream);
+// y[r, c] += bias[c], r < n, c < m.
+void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream);
+// y[r, c] = silu(gu[r, c]) * gu[r, ff + c]: the gate and up halves of one [n, 2 ff] product.
+void launch_silu_mul_halves(const float* gu, float* y, int n, int64_t ff, cudaStream_t stream);
+// gate[i] = act(gate[i]) * up[i]; act 0 silu, 1 gelu (tanh approximation), 2 gelu (erf).
+void launch_gated_activation(int act, float* gate, const float* up, size_t count, cudaStream_t stream);
+void launch_add(float* x, const float* y, size_t count, cudaStream_t stream);
+// Rotate-half RoPE of q [n, n_heads, hd] and k [n, n_kv_heads, hd] at each token's position; k and v stored into
+// the cache at the token's block and slot.
+void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
+                          int head_dim, const float* inv_freq, const KvView& kv, cudaStream_t stream);
+// out [n, n_heads * hd] = causal attention of each token's queries over its sequence's cached K/V (positions 0 ..
+// its own, or the last `window` of them), softmax scaled by 1/sqrt(hd), GQA (head h reads kv head
+// h / (n_heads / n_kv_heads)). One warp per (token, head) with an online softmax over the keys: any head_dim.
+void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
+                            int head_dim, int window, const KvView& kv, cudaStream_t stream);
+// dst[i] = src[rows[i]], rows of dim elements, i < n.
+void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst, cudaStream_t stream);
+// dst[rows[i]] += weights[i] * src[i] for i = 0 .. n-1 in order (one thread per column: repeated rows are safe).
+void launch_scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int n, int dim, float* dst,
+                             cudaStream_t stream);
+// dst[r * dst_stride + col_offset + c] = src[r * width + c].
+void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
+                         cudaStream_t stream);
+
+}  // namespace actord::cuda

@@ -1,0 +1,13 @@
+// A build without the CUDA toolkit: no device, and a clear error for whoever asks for one.
+#include "executors/cuda/cuda_backend.hpp"
+
+namespace actord::cuda {
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+std::string unavailable_reason() { return "actord was built without CUDA (no nvcc at configure time)"; }
+Result<std::unique_ptr<exec::Backend>> make_backend(int) {
+  return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
+}
+
+}  // namespace actord::cuda
