@@ -134,6 +134,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     spec.placement = in_processes ? coll::Placement::process : coll::Placement::thread;
     spec.timeout = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 4 * p.topology.engine.step_timeout);
     spec.engine_pid = static_cast<int64_t>(getpid());
+    spec.over_nccl = group.device == "cuda";  // its ranks' GPUs exchange device memory through NCCL
     if (std::all_of(agents.begin(), agents.end(), [](const std::string& a) { return a.empty(); })) return spec;
     spec.placement = coll::Placement::node;
     spec.backend = coll::Backend::zmq;

@@ -76,12 +76,15 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
   const GroupSection& group = topology.groups[0];
   if (group.device == "cuda") {
     const std::string key = topology.source.string() + ": groups[0].device: cuda: ";
-    if (group.tp * group.pp > 1) {
-      return make_error(Errc::unsupported, key + "tp and pp > 1 need the NCCL collectives, which are not wired yet");
-    }
-    // A worker on another node looks for its own GPU; one on this machine needs one here.
-    if (group.placement != Placement::node && cuda::device_count() == 0) {
-      return make_error(Errc::unsupported, key + cuda::unavailable_reason());
+    // A worker on another node looks for its own GPU; one on this machine needs one here, and the ranks of one
+    // replica (an NCCL group) one each.
+    if (group.placement != Placement::node) {
+      const int gpus = cuda::device_count();
+      if (gpus == 0) return make_error(Errc::unsupported, key + cuda::unavailable_reason());
+      if (group.tp * group.pp > gpus) {
+        return make_error(Errc::unsupported, key + "tp x pp = " + std::to_string(group.tp * group.pp) +
+                                                 " ranks need a GPU each, this machine has " + std::to_string(gpus));
+      }
     }
   }
   return {};

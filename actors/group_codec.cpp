@@ -11,6 +11,7 @@ void to_wire(const coll::GroupSpec& spec, wire::CollectiveGroup::Builder out) {
   out.setEnginePid(spec.engine_pid);
   auto endpoints = out.initEndpoints(static_cast<uint32_t>(spec.endpoints.size()));
   for (uint32_t i = 0; i < spec.endpoints.size(); ++i) endpoints.set(i, spec.endpoints[i]);
+  out.setOverNccl(spec.over_nccl);
 }
 
 Result<coll::GroupSpec> from_wire(wire::CollectiveGroup::Reader in) {
@@ -35,6 +36,7 @@ Result<coll::GroupSpec> from_wire(wire::CollectiveGroup::Reader in) {
   spec.timeout = std::chrono::milliseconds(in.getTimeoutMs());
   spec.engine_pid = in.getEnginePid();
   for (auto e : in.getEndpoints()) spec.endpoints.emplace_back(e);
+  spec.over_nccl = in.getOverNccl();
   return spec;
 }
 

@@ -14,6 +14,7 @@
 #include "comms/codecs.hpp"
 #include "executors/cpu/cpu_backend.hpp"
 #include "executors/cuda/cuda_backend.hpp"
+#include "comms/nccl/nccl_communicator.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "plugins/plugin_loader.hpp"
 
@@ -111,6 +112,17 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (backend) {
       backend_ = std::move(*backend);
       options.backend = backend_.get();
+      // CUDA ranks: the groups joined above only bootstrap the NCCL communicators their device memory goes through.
+      for (auto [comm, what] : {std::pair{&links_.tp, "TP"}, {&links_.pipeline, "pipeline"}}) {
+        if (!ok || !*comm || !(*comm)->spec().over_nccl) continue;
+        auto nccl = coll::join_nccl_group(std::move(*comm), cuda::device_of(*backend_), cuda::stream_of(*backend_));
+        if (!nccl) {
+          ok = false;
+          failure = Error{nccl.error().code, name_ + ": " + what + " group: " + nccl.error().message};
+        } else {
+          *comm = std::move(*nccl);
+        }
+      }
     } else {
       ok = false;
       failure = Error{backend.error().code, name_ + ": " + backend.error().message};

@@ -21,6 +21,9 @@ Result<std::unique_ptr<Communicator>> join_group(const GroupSpec& spec, int rank
   switch (resolve_backend(spec)) {
     case Backend::shared_memory: return join_shm_group(spec, rank);
     case Backend::zmq: return join_zmq_group(spec, rank);
+    case Backend::nccl:
+      return make_error(Errc::invalid_argument, describe(spec) + ": an NCCL group is joined on a CUDA rank's device "
+                                                                  "over a CPU group (comms/nccl/join_nccl_group)");
     case Backend::in_process:
     case Backend::automatic: break;
   }

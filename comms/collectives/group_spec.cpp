@@ -34,6 +34,7 @@ const char* backend_name(Backend backend) {
     case Backend::in_process: return "in_process";
     case Backend::shared_memory: return "shared_memory";
     case Backend::zmq: return "zmq";
+    case Backend::nccl: return "nccl";
   }
   return "unknown";
 }

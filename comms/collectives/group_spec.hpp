@@ -30,6 +30,7 @@ enum class Backend {
   in_process,     // shared buffers and a barrier between threads
   shared_memory,  // a POSIX shared memory segment between processes of one node
   zmq,            // ZeroMQ sockets (tcp:// between nodes, also ipc:// or tcp:// loopback on one node)
+  nccl,           // NCCL between CUDA ranks, over a group of one of the above (comms/nccl/; never from a placement)
 };
 
 const char* placement_name(Placement placement);
@@ -54,6 +55,10 @@ struct GroupSpec {
   // may leave the port to the system ("tcp://10.0.0.2:*") and announce the one they got through rank 0.
   std::vector<std::string> endpoints;
   size_t piece_bytes = size_t{1} << 20;  // large transfers go as frames of at most this size
+
+  // CUDA ranks: this group (of the backend above) only bootstraps an NCCL communicator that carries device memory
+  // (comms/nccl/); each rank joins it once its GPU is set up.
+  bool over_nccl = false;
 };
 
 // The backend `spec` runs on (backend, or the placement's when automatic).
@@ -65,7 +70,7 @@ Status validate(const GroupSpec& spec);
 // "collective group 'NAME' (id ID)": how errors name a group.
 std::string describe(const GroupSpec& spec);
 
-// One ipc:// endpoint per rank in `folder` (a private folder such as comms/ipc_directory's):
+// One ipc:// endpoint per rank in `folder` (a private folder of the caller's):
 // "ipc://<folder>/coll-<id>-<rank>".
 std::vector<std::string> ipc_endpoints(const std::filesystem::path& folder, uint64_t id, int size);
 

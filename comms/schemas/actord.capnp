@@ -252,6 +252,7 @@ struct CollectiveGroup {
   timeoutMs @4 :UInt32;
   enginePid @5 :Int64;
   endpoints @6 :List(Text);      # zmq
+  overNccl @7 :Bool;             # CUDA ranks: device memory goes through NCCL, bootstrapped over this group
 }
 
 struct WorkerReady {

@@ -84,6 +84,8 @@ class CudaBackend final : public exec::Backend {
   }
 
   exec::DeviceKind kind() const override { return exec::DeviceKind::cuda; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device_);
@@ -339,6 +341,16 @@ class CudaBackend final : public exec::Backend {
 }  // namespace
 
 bool built_with_cuda() { return true; }
+
+int device_of(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->device() : -1;
+}
+
+void* stream_of(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
 
 int device_count() {
   int n = 0;

@@ -22,5 +22,8 @@ int device_count();
 std::string unavailable_reason();
 // A backend on device `device` (its own stream and cuBLAS handle).
 Result<std::unique_ptr<exec::Backend>> make_backend(int device);
+// The device and the cudaStream_t (as void*) of a backend make_backend() made; -1 and null for any other.
+int device_of(const exec::Backend& backend);
+void* stream_of(const exec::Backend& backend);
 
 }  // namespace actord::cuda
