@@ -1,5 +1,7 @@
 #include "comms/collectives/shm_communicator.hpp"
 
+#include "comms/collectives/byte_ring.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,12 +42,7 @@ struct alignas(64) DescPair {
 };
 
 // A byte stream from one rank to another: the sender owns head, the receiver tail.
-struct alignas(64) Channel {
-  SyncWord written;  // signalled after head moved
-  SyncWord read;     // signalled after tail moved
-  alignas(64) std::atomic<uint64_t> head{0};
-  alignas(64) std::atomic<uint64_t> tail{0};
-};
+using Channel = RingCounters;
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -309,54 +306,19 @@ class ShmCommunicator final : public Communicator {
 
   // Streams n bytes into the ring towards `to`, waiting for room when it is full.
   Status put(int to, const std::byte* p, size_t n) {
-    Channel& ch = channel(rank(), to);
-    std::byte* buf = ring(rank(), to);
-    const uint64_t cap = spec().channel_bytes;
-    uint64_t head = ch.head.load(std::memory_order_relaxed);
-    while (n > 0) {
-      ACTORD_TRY_STATUS(wait_until(
-          ch.read, [&] { return head - ch.tail.load(std::memory_order_acquire) < cap; },
-          [&] { return board_.failure(to); }, board_.deadline(),
-          [&] { return board_.timeout_error(to, "did not receive"); }));
-      const uint64_t room = cap - (head - ch.tail.load(std::memory_order_acquire));
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(room, n));
-      const size_t at = static_cast<size_t>(head % cap);
-      const size_t first = std::min(chunk, static_cast<size_t>(cap) - at);
-      std::memcpy(buf + at, p, first);
-      if (chunk > first) std::memcpy(buf, p + first, chunk - first);
-      head += chunk;
-      p += chunk;
-      n -= chunk;
-      ch.head.store(head, std::memory_order_release);
-      signal(ch.written);
-    }
-    return Status::success();
+    return ring_put(channel(rank(), to), ring(rank(), to), spec().channel_bytes, p, n, [&](SyncWord& w, auto ready) {
+      return wait_until(w, ready, [&] { return board_.failure(to); }, board_.deadline(),
+                        [&] { return board_.timeout_error(to, "did not receive"); });
+    });
   }
 
   // Takes n bytes from the ring from `from`, waiting for them.
   Status get(int from, std::byte* p, size_t n) {
-    Channel& ch = channel(from, rank());
-    const std::byte* buf = ring(from, rank());
-    const uint64_t cap = spec().channel_bytes;
-    uint64_t tail = ch.tail.load(std::memory_order_relaxed);
-    while (n > 0) {
-      ACTORD_TRY_STATUS(wait_until(
-          ch.written, [&] { return ch.head.load(std::memory_order_acquire) != tail; },
-          [&] { return board_.failure(from); }, board_.deadline(),
-          [&] { return board_.timeout_error(from, "sent nothing"); }));
-      const uint64_t avail = ch.head.load(std::memory_order_acquire) - tail;
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(avail, n));
-      const size_t at = static_cast<size_t>(tail % cap);
-      const size_t first = std::min(chunk, static_cast<size_t>(cap) - at);
-      std::memcpy(p, buf + at, first);
-      if (chunk > first) std::memcpy(p + first, buf, chunk - first);
-      tail += chunk;
-      p += chunk;
-      n -= chunk;
-      ch.tail.store(tail, std::memory_order_release);
-      signal(ch.read);
-    }
-    return Status::success();
+    return ring_take(channel(from, rank()), ring(from, rank()), spec().channel_bytes, p, n,
+                     [&](SyncWord& w, auto ready) {
+                       return wait_until(w, ready, [&] { return board_.failure(from); }, board_.deadline(),
+                                         [&] { return board_.timeout_error(from, "sent nothing"); });
+                     });
   }
 
   ShmSegment seg_;

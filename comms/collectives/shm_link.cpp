@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "comms/collectives/byte_ring.hpp"
 #include "comms/collectives/futex_sync.hpp"
 
 namespace actord::coll {
@@ -19,12 +20,7 @@ constexpr uint32_t kMaxFrames = 1u << 16;
 
 }  // namespace
 
-struct alignas(64) ShmLink::Ring {
-  std::atomic<uint64_t> head{0};  // bytes written so far (the writer's)
-  SyncWord written;               // signalled after head moved
-  alignas(64) std::atomic<uint64_t> tail{0};  // bytes read so far (the reader's)
-  SyncWord read;                  // signalled after tail moved
-};
+struct ShmLink::Ring : RingCounters {};
 
 namespace {
 
@@ -114,51 +110,21 @@ uint64_t ShmLink::beats() const {
 }
 
 Status ShmLink::put(const std::byte* p, size_t n, Clock::time_point deadline, const GiveUp& give_up) {
-  Ring& r = *out_;
-  const uint64_t cap = ring_bytes_;
-  uint64_t head = r.head.load(std::memory_order_relaxed);
-  while (n > 0) {
-    Result<bool> room =
-        wait_for(r.read, [&] { return head - r.tail.load(std::memory_order_acquire) < cap; }, deadline, give_up);
+  return ring_put(*out_, out_data_, ring_bytes_, p, n, [&](SyncWord& w, auto ready) -> Status {
+    Result<bool> room = wait_for(w, ready, deadline, give_up);
     if (!room.ok()) return room.error();
     if (!*room) return make_error(Errc::worker_failed, "shared memory link " + name() + ": the peer takes nothing");
-    const uint64_t free_bytes = cap - (head - r.tail.load(std::memory_order_acquire));
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(free_bytes, n));
-    const size_t at = static_cast<size_t>(head % cap);
-    const size_t first = std::min(chunk, static_cast<size_t>(cap) - at);
-    std::memcpy(out_data_ + at, p, first);
-    if (chunk > first) std::memcpy(out_data_, p + first, chunk - first);
-    head += chunk;
-    p += chunk;
-    n -= chunk;
-    r.head.store(head, std::memory_order_release);
-    signal(r.written);
-  }
-  return Status::success();
+    return Status::success();
+  });
 }
 
 Status ShmLink::take(std::byte* p, size_t n, Clock::time_point deadline, const GiveUp& give_up) {
-  Ring& r = *in_;
-  const uint64_t cap = ring_bytes_;
-  uint64_t tail = r.tail.load(std::memory_order_relaxed);
-  while (n > 0) {
-    Result<bool> some =
-        wait_for(r.written, [&] { return r.head.load(std::memory_order_acquire) != tail; }, deadline, give_up);
+  return ring_take(*in_, in_data_, ring_bytes_, p, n, [&](SyncWord& w, auto ready) -> Status {
+    Result<bool> some = wait_for(w, ready, deadline, give_up);
     if (!some.ok()) return some.error();
     if (!*some) return make_error(Errc::worker_failed, "shared memory link " + name() + ": a message stopped half-way");
-    const uint64_t avail = r.head.load(std::memory_order_acquire) - tail;
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(avail, n));
-    const size_t at = static_cast<size_t>(tail % cap);
-    const size_t first = std::min(chunk, static_cast<size_t>(cap) - at);
-    std::memcpy(p, in_data_ + at, first);
-    if (chunk > first) std::memcpy(p + first, in_data_, chunk - first);
-    tail += chunk;
-    p += chunk;
-    n -= chunk;
-    r.tail.store(tail, std::memory_order_release);
-    signal(r.read);
-  }
-  return Status::success();
+    return Status::success();
+  });
 }
 
 // A message: the frame count (u32), each frame's length (u64), then the frames' bytes, back to back. A message that
@@ -189,10 +155,7 @@ Status ShmLink::send(std::span<const std::span<const std::byte>> frames, Clock::
   if (!room.ok()) return room.error();
   if (!*room) return make_error(Errc::worker_failed, "shared memory link " + name() + ": the peer takes nothing");
   auto copy = [&](const std::byte* p, size_t n) {
-    const size_t pos = static_cast<size_t>(at % cap);
-    const size_t first = std::min(n, static_cast<size_t>(cap) - pos);
-    std::memcpy(out_data_ + pos, p, first);
-    if (n > first) std::memcpy(out_data_, p + first, n - first);
+    ring_copy_in(out_data_, cap, at, p, n);
     at += n;
   };
   copy(head.data(), head.size());
