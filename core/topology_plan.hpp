@@ -31,7 +31,8 @@ struct ModelShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int hidden_size = 0;
-  int intermediate_size = 0;   // of the dense MLP, or of each expert
+  int intermediate_size = 0;   // of the dense MLP (and of each expert unless moe_intermediate_size is set)
+  int moe_intermediate_size = 0;  // of each expert when it differs (Qwen3-MoE); 0: intermediate_size
   int vocab_size = 0;
   int num_experts = 0;         // 0: dense MLP
   bool tie_word_embeddings = false;
@@ -51,7 +52,8 @@ struct RankShard {
   Range heads;       // query heads of each of its layers
   Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
   Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
-  Range intermediate;  // rows of the MLP's (or each expert's) intermediate features
+  Range intermediate;  // rows of the dense MLP's intermediate features
+  Range expert_intermediate;  // rows of each expert's intermediate features (== intermediate unless they differ)
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
 };

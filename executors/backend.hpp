@@ -143,7 +143,7 @@ class Backend {
   // out[n, h] = the rows of `table` for the tokens; a token outside [vocab_first, vocab_first + table.rows) (another
   // TP rank's vocabulary part) gets a zero row.
   virtual void embed(const std::vector<int32_t>& tokens, const Weight& table, int64_t vocab_first, Buffer& out) = 0;
-  // y[r] = x[r] / rms(x[r]) * w, r < n rows of dim elements.
+  // y[r] = x[r] / rms(x[r]) * w, r < n rows of dim elements. y may be x.
   virtual void rms_norm(const Buffer& x, const Buffer& w, Buffer& y, int n, int dim, float eps) = 0;
   // y = x W^T (+ bias), x [n, W.cols].
   virtual void gemm(const Buffer& x, const Weight& w, const Buffer* bias, Buffer& y, int n) = 0;

@@ -48,6 +48,8 @@ ModelShape model_shape(const ModelConfig& c, DType weight_dtype, DType kv_dtype)
   s.head_dim = c.head_dim;
   s.hidden_size = c.hidden_size;
   s.intermediate_size = c.intermediate_size;
+  s.moe_intermediate_size =
+      c.moe_intermediate_size > 0 && c.moe_intermediate_size != c.intermediate_size ? c.moe_intermediate_size : 0;
   s.vocab_size = c.vocab_size;
   s.num_experts = c.num_experts;
   s.tie_word_embeddings = c.tie_word_embeddings;

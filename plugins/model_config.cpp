@@ -135,7 +135,7 @@ int window_value(const Fields& f, int absent) {
 std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int num_layers) {
   std::vector<int> windows(static_cast<size_t>(num_layers), 0);
   if (arch == "LlamaForCausalLM") return windows;
-  if (arch == "Qwen2ForCausalLM") {
+  if (arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM") {
     // Qwen2Config: sliding_window only with use_sliding_window; layer_types, else layers from max_window_layers on.
     if (!f.boolean("use_sliding_window", false)) return windows;
     const int window = window_value(f, 4096);
@@ -206,8 +206,35 @@ ModelConfig read_config(const json& j) {
                                                 std::to_string(ModelConfig::kMaxWidth)};
   }
   c.attention_bias = f.boolean("attention_bias", false) || c.architecture == "Qwen2ForCausalLM";
-  c.num_experts = f.int32("num_local_experts", 0, ModelConfig::kMaxCount, 0);
-  if (c.num_experts > 0) c.experts_per_token = f.int32("num_experts_per_tok", 1, c.num_experts);
+  const bool qwen_moe = c.architecture == "Qwen3MoeForCausalLM";
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || qwen_moe;
+  c.num_experts = qwen_moe ? f.int32("num_experts", 0, ModelConfig::kMaxCount, 0)
+                           : f.int32("num_local_experts", 0, ModelConfig::kMaxCount, 0);
+  c.moe_intermediate_size = c.intermediate_size;
+  c.sparse_layers.assign(static_cast<size_t>(c.num_layers), c.num_experts > 0);
+  if (c.num_experts > 0) {
+    c.experts_per_token = f.int32("num_experts_per_tok", 1, c.num_experts);
+    if (qwen_moe) {
+      // Qwen3MoeConfig's defaults: norm_topk_prob false, decoder_sparse_step 1, no mlp_only_layers.
+      c.moe_intermediate_size = f.int32("moe_intermediate_size", 1, ModelConfig::kMaxWidth, c.intermediate_size);
+      c.norm_topk_prob = f.boolean("norm_topk_prob", false);
+      const int step = f.int32("decoder_sparse_step", 1, ModelConfig::kMaxCount, 1);
+      for (int l = 0; l < c.num_layers; ++l) c.sparse_layers[static_cast<size_t>(l)] = (l + 1) % step == 0;
+      if (f.has("mlp_only_layers")) {
+        const json& dense = j.at("mlp_only_layers");
+        if (!dense.is_array()) {
+          throw FieldError{"mlp_only_layers", "must be a list of layer indices, got " + dense.dump().substr(0, 200)};
+        }
+        for (const json& l : dense) {
+          if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.num_layers) {
+            throw FieldError{"mlp_only_layers", "must hold layer indices below num_hidden_layers (" +
+                                                    std::to_string(c.num_layers) + "), got " + l.dump()};
+          }
+          c.sparse_layers[static_cast<size_t>(l.get<int64_t>())] = false;
+        }
+      }
+    }
+  }
   c.sliding_window = sliding_windows(f, c.architecture, c.num_layers);
 
   if (f.has("rope_scaling")) {
@@ -234,8 +261,9 @@ ModelConfig read_config(const json& j) {
   // Every weight element together (the families of plugins/transformer), in 128 bits: far below int64 when accepted.
   using big = __int128;
   const big h = c.hidden_size, q = big(c.num_heads) * c.head_dim, kv = big(c.num_kv_heads) * c.head_dim,
-            ff = c.intermediate_size, experts = std::max(1, c.num_experts);
-  const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 2 * h + q + 2 * kv;
+            ff = std::max(c.intermediate_size, c.moe_intermediate_size), experts = std::max(1, c.num_experts);
+  const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 2 * h + q + 2 * kv +
+                        2 * big(c.head_dim);
   const big total = 2 * big(c.vocab_size) * h + big(c.num_layers) * per_layer + h;
   if (total > ModelConfig::kMaxParameters) {
     throw FieldError{"hidden_size", "with intermediate_size, num_hidden_layers, the heads, vocab_size and the experts "

@@ -41,8 +41,14 @@ struct ModelConfig {
   std::string hidden_act = "silu";
   std::string torch_dtype = "float32";
   bool attention_bias = false;        // q/k/v projections have biases (Qwen2: always)
-  int num_experts = 0;                // MoE (Mixtral num_local_experts); 0: dense MLP
-  int experts_per_token = 0;          // Mixtral num_experts_per_tok
+  bool qk_norm = false;               // RMSNorm of each query and key head before RoPE (Qwen3, Qwen3-MoE)
+  int num_experts = 0;                // MoE (Mixtral num_local_experts, Qwen3-MoE num_experts); 0: dense MLP
+  int experts_per_token = 0;          // num_experts_per_tok
+  int moe_intermediate_size = 0;      // an expert's width (Qwen3-MoE moe_intermediate_size; else intermediate_size)
+  bool norm_topk_prob = true;         // renormalise the top-k routing weights to 1 (Mixtral: always; Qwen: the key)
+  // [num_layers] whether a layer's MLP is the sparse mixture of experts: Mixtral every layer; Qwen3-MoE the layers
+  // not in mlp_only_layers with (layer + 1) % decoder_sparse_step == 0 (the others are dense, intermediate_size).
+  std::vector<bool> sparse_layers;
   // [num_layers] each layer's attention window (0: full causal attention; W > 0: position p sees p - W + 1 .. p),
   // by Hugging Face's rule for the architecture: Llama never; Mistral and Mixtral `sliding_window` on every layer
   // unless null (absent: Mistral 4096, Mixtral none, as HF's config classes default); Qwen2 only with

@@ -35,8 +35,12 @@ uint64_t estimated_num_parameters(const ModelConfig& m) {
   const uint64_t attention = add({mul({hidden, q}), mul({2, hidden, kv}), mul({q, hidden}),
                                   m.attention_bias ? add({q, mul({2, kv})}) : 0});
   const uint64_t experts = std::max<uint64_t>(1, u(m.num_experts));
-  const uint64_t mlp = add({mul({experts, 3, hidden, u(m.intermediate_size)}),
-                            m.num_experts > 0 ? mul({u(m.num_experts), hidden}) : 0});
+  // A layer holds its experts (of moe_intermediate_size) or a dense MLP: the larger, per layer.
+  const uint64_t expert_ff = u(m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size);
+  const uint64_t sparse = m.num_experts > 0 ? add({mul({experts, 3, hidden, expert_ff}),
+                                                   mul({u(m.num_experts), hidden})})
+                                            : 0;
+  const uint64_t mlp = std::max(sparse, mul({3, hidden, u(m.intermediate_size)}));
   const uint64_t layer = add({attention, mlp, mul({2, hidden})});
   return add({embedding, lm_head, mul({u(m.num_layers), layer}), hidden});
 }

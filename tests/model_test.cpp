@@ -142,7 +142,7 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM, MistralForCausalLM, "
-                                   "MixtralForCausalLM, Qwen2ForCausalLM)");
+                                   "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
 
 TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[model]") {
@@ -406,6 +406,29 @@ TEST_CASE("config.json numbers are range-checked - never cut to 32 bits - and th
         file + "layer_types: must be a list of num_hidden_layers (5) names, got [\"full_attention\"]");
   CHECK(load_error(tmp, {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", "yes"}}) ==
         file + "use_sliding_window: must be true or false, got \"yes\"");
+
+  // Qwen3-MoE's expert fields.
+  const nlohmann::json qwen_moe = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_experts", 4},
+                                   {"num_experts_per_tok", 2}};
+  auto with = [&](nlohmann::json more) {
+    nlohmann::json j = qwen_moe;
+    j.update(more);
+    return j;
+  };
+  CHECK(load_error(tmp, with({{"mlp_only_layers", {1, 7}}})) ==
+        file + "mlp_only_layers: must hold layer indices below num_hidden_layers (5), got 7");
+  CHECK(load_error(tmp, with({{"mlp_only_layers", "all"}})) ==
+        file + "mlp_only_layers: must be a list of layer indices, got \"all\"");
+  CHECK(load_error(tmp, with({{"num_experts_per_tok", 5}})) ==
+        file + "num_experts_per_tok: must be an integer between 1 and 4, got 5");
+  CHECK(load_error(tmp, with({{"moe_intermediate_size", 0}})) ==
+        file + "moe_intermediate_size: must be an integer between 1 and 1048576, got 0");
+  auto moe = load_changed(tmp, with({{"mlp_only_layers", {1}}, {"decoder_sparse_step", 2}, {"moe_intermediate_size", 8}}));
+  REQUIRE(moe.ok());
+  CHECK(moe->sparse_layers == std::vector<bool>{false, false, false, true, false});  // (l + 1) % 2 == 0, not layer 1
+  CHECK(moe->moe_intermediate_size == 8);
+  CHECK_FALSE(moe->norm_topk_prob);  // Qwen3MoeConfig's default
+  CHECK(moe->qk_norm);
 
   // A number beyond double's range is refused by the parser.
   test::write_file(tmp.path() / "config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 1e400})");

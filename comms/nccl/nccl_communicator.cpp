@@ -85,8 +85,9 @@ class NcclCommunicator final : public Communicator {
       size_t offset = 0;
       for (int r = 0; r < size(); ++r) {
         const size_t n = counts[static_cast<size_t>(r)];
-        if (n > 0) ncclReduce(in.data() + offset, r == rank() ? out.data() : nullptr, n, ncclFloat, ncclSum, r, comm_,
-                              stream_);
+        // A non-root's receive buffer is never written; it is given a valid device pointer all the same.
+        float* recv = r == rank() ? out.data() : const_cast<float*>(in.data());
+        if (n > 0) ncclReduce(in.data() + offset, recv, n, ncclFloat, ncclSum, r, comm_, stream_);
         offset += n;
       }
       return ncclGroupEnd();

@@ -14,15 +14,43 @@ namespace actord {
 TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
   TransformerSpec spec;
   spec.qkv_bias = c.attention_bias;
+  spec.qk_norm = c.qk_norm;
   spec.num_experts = c.num_experts;
   spec.experts_per_token = c.experts_per_token;
+  spec.expert_intermediate = c.moe_intermediate_size;
+  spec.norm_topk_prob = c.norm_topk_prob;
+  spec.expert_naming = c.architecture == "Qwen3MoeForCausalLM" ? ExpertNaming::qwen : ExpertNaming::mixtral;
+  spec.sparse_layers = c.sparse_layers;
   spec.sliding_window = c.sliding_window;
   return spec;
 }
 
+namespace {
+
+bool layer_is_sparse(const TransformerSpec& spec, int layer) {
+  if (spec.num_experts == 0) return false;
+  return spec.sparse_layers.empty() || spec.sparse_layers[static_cast<size_t>(layer)];
+}
+
+// The names of layer prefix p's router and expert e's gate, up and down projections.
+struct ExpertNames {
+  std::string router, gate, up, down;
+};
+ExpertNames expert_names(const TransformerSpec& spec, const std::string& p, int e) {
+  if (spec.expert_naming == ExpertNaming::qwen) {
+    const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+    return {p + "mlp.gate.weight", ep + "gate_proj.weight", ep + "up_proj.weight", ep + "down_proj.weight"};
+  }
+  const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+  return {p + "block_sparse_moe.gate.weight", ep + "w1.weight", ep + "w3.weight", ep + "w2.weight"};
+}
+
+}  // namespace
+
 std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, const TransformerSpec& spec) {
   const int64_t h = c.hidden_size, q_dim = int64_t(c.num_heads) * c.head_dim,
                 kv_dim = int64_t(c.num_kv_heads) * c.head_dim, ff = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : ff;
   std::vector<WeightSpec> specs;
   specs.push_back({"model.embed_tokens.weight", {vocab, h}, ShardKind::vocab});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, h}, ShardKind::vocab});
@@ -39,18 +67,22 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
       specs.push_back({p + "self_attn.v_proj.bias", {kv_dim}, ShardKind::column, l});
     }
     specs.push_back({p + "self_attn.o_proj.weight", {h, q_dim}, ShardKind::row, l});
+    if (spec.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, ShardKind::replicated, l});
+      specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, ShardKind::replicated, l});
+    }
     specs.push_back({p + "post_attention_layernorm.weight", {h}, ShardKind::replicated, l});
-    if (spec.num_experts == 0) {
+    if (!layer_is_sparse(spec, l)) {
       specs.push_back({p + "mlp.gate_proj.weight", {ff, h}, ShardKind::column, l});
       specs.push_back({p + "mlp.up_proj.weight", {ff, h}, ShardKind::column, l});
       specs.push_back({p + "mlp.down_proj.weight", {h, ff}, ShardKind::row, l});
     } else {
-      specs.push_back({p + "block_sparse_moe.gate.weight", {spec.num_experts, h}, ShardKind::replicated, l});
+      specs.push_back({expert_names(spec, p, 0).router, {spec.num_experts, h}, ShardKind::replicated, l});
       for (int e = 0; e < spec.num_experts; ++e) {
-        const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        specs.push_back({ep + "w1.weight", {ff, h}, ShardKind::expert, l, e});
-        specs.push_back({ep + "w3.weight", {ff, h}, ShardKind::expert, l, e});
-        specs.push_back({ep + "w2.weight", {h, ff}, ShardKind::expert, l, e});
+        const ExpertNames n = expert_names(spec, p, e);
+        specs.push_back({n.gate, {expert_ff, h}, ShardKind::expert, l, e});
+        specs.push_back({n.up, {expert_ff, h}, ShardKind::expert, l, e});
+        specs.push_back({n.down, {h, expert_ff}, ShardKind::expert, l, e});
       }
     }
   }
@@ -87,8 +119,9 @@ MatrixSlice slice_of(const WeightSpec& w, const RankShard& shard, int head_dim) 
       return rows(shard.intermediate);  // gate_proj, up_proj
     case ShardKind::row:
       return cols(w.name.ends_with("o_proj.weight") ? heads : shard.intermediate);  // o_proj, down_proj
-    case ShardKind::expert:  // TP splits every expert as a dense MLP: w1/w3 by rows, w2 by columns
-      return w.name.ends_with(".w2.weight") ? cols(shard.intermediate) : rows(shard.intermediate);
+    case ShardKind::expert:  // TP splits every expert as a dense MLP: gate/up (w1/w3) by rows, down (w2) by columns
+      return ends_with_any(w.name, {".w2.weight", ".down_proj.weight"}) ? cols(shard.expert_intermediate)
+                                                                         : rows(shard.expert_intermediate);
   }
   return all;
 }
@@ -134,7 +167,6 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank);
   for (int r = 0; r < place.tp; ++r)
     m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
-  m->ff_ = m->shard_.intermediate.count;
   const RankShard& shard = m->shard_;
   auto in_stage = [&](int layer) { return layer >= shard.layers.first && layer < shard.layers.first + shard.layers.count; };
   const bool tied_head = cfg.tie_word_embeddings && shard.lm_head;  // the embedding serves as this rank's lm_head
@@ -146,8 +178,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   // their own function between two plain products.
   const bool fused_glu = spec.activation == Activation::silu;
   auto is_gate_or_up = [](const std::string& name) {
-    return name.ends_with("mlp.gate_proj.weight") || name.ends_with("mlp.up_proj.weight") ||
-           name.ends_with(".w1.weight") || name.ends_with(".w3.weight");
+    return ends_with_any(name, {".gate_proj.weight", ".up_proj.weight", ".w1.weight", ".w3.weight"});
   };
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
@@ -187,31 +218,40 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       L.bk = std::move(vectors.at(p + "self_attn.k_proj.bias"));
       L.bv = std::move(vectors.at(p + "self_attn.v_proj.bias"));
     }
+    if (spec.qk_norm) {
+      L.q_norm = std::move(vectors.at(p + "self_attn.q_norm.weight"));
+      L.k_norm = std::move(vectors.at(p + "self_attn.k_norm.weight"));
+    }
     L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
-    // gate, up, down of one MLP (dense or an expert), this rank's intermediate rows.
-    auto load_mlp = [&](const std::string& gate, const std::string& up, const std::string& down) -> Result<Expert> {
+    // gate, up, down of one MLP (dense or an expert) of `width` intermediate features: this rank's `rows` of them.
+    auto load_mlp = [&](const std::string& gate, const std::string& up, const std::string& down, int width,
+                        Range rows) -> Result<Expert> {
       Expert e;
+      e.ff = rows.count;
       e.down = matrices.at(down);
       if (!fused_glu) {
         e.gate = matrices.at(gate);
         e.up = matrices.at(up);
         return e;
       }
-      auto fused = m->store_->glu_weight(backend, gate, up, cfg.intermediate_size, cfg.hidden_size,
-                                         shard.intermediate.first, shard.intermediate.count);
+      auto fused = m->store_->glu_weight(backend, gate, up, width, cfg.hidden_size, rows.first, rows.count);
       if (!fused) return Error{fused.error().code, options.model_dir.string() + ": " + fused.error().message};
       e.gate_up = *fused;
       return e;
     };
-    if (spec.num_experts == 0) {
-      auto mlp = load_mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight");
+    const int global = shard.layers.first + local;
+    L.sparse = layer_is_sparse(spec, global);
+    if (!L.sparse) {
+      auto mlp = load_mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight",
+                          cfg.intermediate_size, shard.intermediate);
       if (!mlp) return mlp.error();
       L.mlp = *mlp;
     } else {
-      L.router = matrices.at(p + "block_sparse_moe.gate.weight");
+      const int expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : cfg.intermediate_size;
+      L.router = matrices.at(expert_names(spec, p, 0).router);
       for (int e = 0; e < spec.num_experts; ++e) {
-        const std::string ep = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        auto expert = load_mlp(ep + "w1.weight", ep + "w3.weight", ep + "w2.weight");
+        const ExpertNames n = expert_names(spec, p, e);
+        auto expert = load_mlp(n.gate, n.up, n.down, expert_ff, shard.expert_intermediate);
         if (!expert) return expert.error();
         L.experts.push_back(*expert);
       }
@@ -222,10 +262,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
 
 void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n) {
   exec::Backend& be = *backend_;
-  const size_t ff = static_cast<size_t>(ff_);
+  const size_t ff = static_cast<size_t>(e.ff);
   be.reserve(gate_, size_t(n) * ff);
   if (e.gate_up) {
-    be.gemm_glu(x, e.gate_up, ff_, gate_, n);
+    be.gemm_glu(x, e.gate_up, e.ff, gate_, n);
     be.gemm(gate_, e.down, nullptr, out, n);
     return;
   }
@@ -239,8 +279,9 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
   be.gemm(gate_, e.down, nullptr, out, n);
 }
 
-// Mixtral routing, as HF computes it: softmax over all experts in f32, keep the top k, renormalise them to 1. The
-// decision is taken on the host from the router's logits; each expert's tokens are gathered, run and added back.
+// Routing as HF computes it (Mixtral, Qwen3-MoE): softmax over all experts in f32, keep the top k, renormalise them
+// to 1 (norm_topk_prob; Mixtral always). The decision is taken on the host from the router's logits; each expert's
+// tokens are gathered, run and added back.
 void TransformerModel::moe(const Layer& L, int n) {
   exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
@@ -263,6 +304,7 @@ void TransformerModel::moe(const Layer& L, int n) {
                       [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
     float kept = 0.0f;
     for (int i = 0; i < top_k; ++i) kept += probs[i].first;
+    if (!spec_.norm_topk_prob) kept = 1.0f;
     for (int i = 0; i < top_k; ++i) routed_[probs[i].second].emplace_back(t, probs[i].first / kept);
   }
   be.zero(tmp_, size_t(n) * h);
@@ -439,12 +481,16 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
     const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
     be.gemm_multi(xn_, qkv, n);
+    if (spec_.qk_norm) {  // each head's head_dim features, as rows
+      be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+      be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+    }
     attention(batch, kv, l);
     be.gemm(attn_, L.wo, nullptr, tmp_, n);
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);
     be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
-    if (spec_.num_experts == 0) {
+    if (!L.sparse) {
       mlp(L.mlp, xn_, tmp_, n);
     } else {
       moe(L, n);

@@ -31,10 +31,20 @@ namespace actord {
 
 enum class Activation { silu, gelu_tanh, gelu };
 
+// How a family names its experts' weights: Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2}, or the Qwen MoE
+// families' mlp.{gate, experts.E.gate_proj/up_proj/down_proj}.
+enum class ExpertNaming { mixtral, qwen };
+
 struct TransformerSpec {
   bool qkv_bias = false;
+  bool qk_norm = false;         // RMSNorm of each query and key head (self_attn.q_norm / k_norm) before RoPE
   int num_experts = 0;          // 0: dense MLP
   int experts_per_token = 0;
+  int expert_intermediate = 0;  // an expert's width; 0: intermediate_size
+  bool norm_topk_prob = true;   // renormalise the kept routing weights to sum 1
+  ExpertNaming expert_naming = ExpertNaming::mixtral;
+  // [num_layers] which layers' MLP is the mixture of experts; empty: every layer when num_experts > 0
+  std::vector<bool> sparse_layers;
   // [num_layers] each layer's attention window (ModelConfig::sliding_window); 0, or an empty list: full causal
   std::vector<int> sliding_window;
   Activation activation = Activation::silu;
@@ -64,6 +74,7 @@ class TransformerModel final : public Model {
   Status embed(const ForwardBatch& batch, const ForwardContext& context);
   Status lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context);
   struct Expert {
+    int ff = 0;                   // intermediate rows this rank holds
     exec::Weight gate, up, down;  // [ff, hidden], [ff, hidden], [hidden, ff]; gate and up unset when fused
     exec::Weight gate_up;         // SiLU models: gate and up fused for Backend::gemm_glu
   };
@@ -71,6 +82,8 @@ class TransformerModel final : public Model {
     exec::Buffer attn_norm;             // [hidden]
     exec::Weight wq, wk, wv, wo;        // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
     exec::Buffer bq, bk, bv;            // [q_dim], [kv_dim], [kv_dim]; empty without qkv_bias
+    exec::Buffer q_norm, k_norm;        // [head_dim] each; empty without qk_norm
+    bool sparse = false;                // the MLP is the mixture of experts
     exec::Buffer ffn_norm;              // [hidden]
     Expert mlp;                         // dense MLP
     exec::Weight router;                // [num_experts, hidden]
@@ -89,7 +102,6 @@ class TransformerModel final : public Model {
   RankPlace place_;
   RankShard shard_;                     // what this rank holds (the whole model when unsharded)
   std::vector<size_t> vocab_counts_;    // [tp] vocabulary rows of each TP rank's lm_head part
-  int ff_ = 0;                          // intermediate rows this rank holds
   std::shared_ptr<WeightStore> store_;  // keeps weight memory the backend reads in place alive
   exec::Buffer inv_freq_;               // [head_dim / 2]
   exec::Weight embed_;                  // [vocab rows of this rank, hidden]

@@ -5,7 +5,7 @@ Standalone: python3 standard library + torch only (Debian's python3-torch, run w
 /usr/bin/python3). No transformers, no safetensors package: the safetensors format is read and
 written here with json + struct.
 
-Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral.
+Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral, qwen3, qwen3_moe.
 
 Subcommands
 -----------
@@ -29,6 +29,10 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
       qwen2-window       Qwen2ForCausalLM     64     3     4     2   (16)    96  use_sliding_window,
                                                                                  window 5 from layer 1
                                                                                  (max_window_layers 1)
+      qwen3              Qwen3ForCausalLM     64     2     4     2   32      96  q/k norm, tied
+      qwen3-moe          Qwen3MoeForCausalLM  64     3     4     2   16      96  q/k norm, 8 experts of
+                                                                                 32, top-2 renormalised,
+                                                                                 layer 1 dense
     (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
     qwen2-bias and mixtral-4x2 at 1e6; only llama-mha-hd128 ties lm_head to the embeddings)
     or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
@@ -85,6 +89,11 @@ Forward pass (the HF modelling equations, written out):
   mixtral: r = h @ gate^T; p = softmax(r) in float32; top-k of p; renormalise the k weights to
         sum 1; out = sum_j w_j * expert_j(h), expert = w2(silu(w1 h) * w3 h).
   qwen2: q/k/v biases are always present; llama/mistral use attention_bias from config.json.
+  qwen3, qwen3_moe: q = rmsnorm_per_head(q, q_norm), k = rmsnorm_per_head(k, k_norm) over each
+        head's head_dim features, before RoPE; windows as qwen2. qwen3_moe: a layer is sparse unless
+        in mlp_only_layers, when (layer + 1) % decoder_sparse_step == 0; router softmax in float32,
+        top-k, renormalised only with norm_topk_prob; experts mlp.experts.E.{gate,up,down}_proj of
+        moe_intermediate_size; dense layers use intermediate_size.
 """
 
 import argparse
@@ -214,7 +223,15 @@ KINDS = {
     "qwen2-window": dict(arch="Qwen2ForCausalLM", model_type="qwen2", hidden=64, layers=3, heads=4,
                          kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0, window=5,
                          max_window_layers=1),
+    # Qwen3: q/k RMSNorm per head, head_dim decoupled from hidden/heads, tied (as the small ones are).
+    "qwen3": dict(arch="Qwen3ForCausalLM", model_type="qwen3", hidden=64, layers=2, heads=4,
+                  kv_heads=2, head_dim=32, ff=96, tied=True, theta=1000000.0),
+    # Qwen3-MoE: 8 experts of their own width, top-2 renormalised; layer 1 dense (mlp_only_layers).
+    "qwen3-moe": dict(arch="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden=64, layers=3,
+                      heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
+                      experts=8, top_k=2, moe_ff=32, norm_topk=True, mlp_only=[1]),
 }
+QWEN3 = ("qwen3", "qwen3_moe")
 VOCAB = 512
 MAX_POS = 512
 EPS = 1e-5
@@ -266,6 +283,14 @@ def make_config(spec, dtype_name):
         cfg.update({"num_local_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
                     "sliding_window": None, "output_router_logits": False,
                     "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0})
+    elif mt in QWEN3:
+        cfg.update({"attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+                    "max_window_layers": spec["layers"]})
+        if mt == "qwen3_moe":
+            cfg.update({"num_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
+                        "moe_intermediate_size": spec["moe_ff"], "norm_topk_prob": spec["norm_topk"],
+                        "decoder_sparse_step": 1, "mlp_only_layers": spec["mlp_only"],
+                        "output_router_logits": False, "router_aux_loss_coef": 0.001})
     return cfg
 
 
@@ -303,8 +328,19 @@ def make_weights(kind, spec, seed):
             w[p + "self_attn.k_proj.bias"] = normal((kvd,), 0.3)
             w[p + "self_attn.v_proj.bias"] = normal((kvd,), 0.3)
         w[p + "self_attn.o_proj.weight"] = mat(h, qd, 2.0)
+        if spec["model_type"] in QWEN3:
+            w[p + "self_attn.q_norm.weight"] = norm_w(hd)
+            w[p + "self_attn.k_norm.weight"] = norm_w(hd)
         w[p + "post_attention_layernorm.weight"] = norm_w(h)
-        if spec["model_type"] == "mixtral":
+        if spec["model_type"] == "qwen3_moe" and i not in spec["mlp_only"]:
+            m = p + "mlp."
+            mff = spec["moe_ff"]
+            w[m + "gate.weight"] = normal((spec["experts"], h), 0.25)
+            for e in range(spec["experts"]):
+                w[m + f"experts.{e}.gate_proj.weight"] = mat(mff, h)
+                w[m + f"experts.{e}.up_proj.weight"] = mat(mff, h)
+                w[m + f"experts.{e}.down_proj.weight"] = mat(h, mff, 2.0)
+        elif spec["model_type"] == "mixtral":
             m = p + "block_sparse_moe."
             w[m + "gate.weight"] = normal((spec["experts"], h), 0.25)
             for e in range(spec["experts"]):
@@ -351,7 +387,7 @@ def layer_windows(c, model_type, layers):
         return [c.get("sliding_window", 4096)] * layers
     if model_type == "mixtral":
         return [c.get("sliding_window")] * layers
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         w = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
         types = c.get("layer_types")
         if types is None:
@@ -368,7 +404,7 @@ class Model:
             c = json.load(f)
         self.cfg = c
         self.mt = c.get("model_type")
-        if self.mt not in ("llama", "mistral", "qwen2", "mixtral"):
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral") + QWEN3:
             raise ValueError(f"unsupported model_type {self.mt!r}")
         # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
         acts = {"silu": torch.nn.functional.silu,
@@ -395,6 +431,15 @@ class Model:
         if self.mt == "mixtral":
             self.experts = c["num_local_experts"]
             self.top_k = c["num_experts_per_tok"]
+        if self.mt == "qwen3_moe":
+            # Qwen3MoeConfig: num_experts, moe_intermediate_size, norm_topk_prob (default False), a layer
+            # is sparse unless listed in mlp_only_layers, when (layer + 1) % decoder_sparse_step == 0.
+            self.experts = c["num_experts"]
+            self.top_k = c["num_experts_per_tok"]
+            self.moe_ff = c["moe_intermediate_size"]
+            self.norm_topk = bool(c.get("norm_topk_prob", False))
+            self.mlp_only = set(c.get("mlp_only_layers", []))
+            self.sparse_step = c.get("decoder_sparse_step", 1)
         self.qkv_bias = self.mt == "qwen2" or bool(c.get("attention_bias", False))
         self.o_bias = self.mt in ("llama",) and bool(c.get("attention_bias", False))
         self.mlp_bias = self.mt == "llama" and bool(c.get("mlp_bias", False))
@@ -449,6 +494,9 @@ class Model:
         q = self.linear(h, a + "q_proj", H * d, self.hidden, self.qkv_bias)
         k = self.linear(h, a + "k_proj", KV * d, self.hidden, self.qkv_bias)
         v = self.linear(h, a + "v_proj", KV * d, self.hidden, self.qkv_bias)
+        if self.mt in QWEN3:  # Qwen3: RMSNorm over each head's d features, before RoPE
+            q = self.rmsnorm(q.view(T, H, d), self.w(a + "q_norm.weight", (d,))).view(T, H * d)
+            k = self.rmsnorm(k.view(T, KV, d), self.w(a + "k_norm.weight", (d,))).view(T, KV * d)
         q = q.view(T, H, d).transpose(0, 1)   # [H, T, d]
         k = k.view(T, KV, d).transpose(0, 1)  # [KV, T, d]
         v = v.view(T, KV, d).transpose(0, 1)
@@ -496,6 +544,35 @@ class Model:
                         out[t] += top_w[t, s] * y
         return out
 
+    def qwen_moe(self, h, p):
+        """Qwen3MoeSparseMoeBlock: softmax over the router logits in float32, top-k, renormalised
+        to sum 1 when norm_topk_prob, cast back; experts down(silu(gate(h)) * up(h))."""
+        m = p + "mlp."
+        router = h @ self.w(m + "gate.weight", (self.experts, self.hidden)).T
+        probs = torch.softmax(router.to(torch.float32), dim=-1)
+        top_w, top_i = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk:
+            top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+        top_w = top_w.to(self.dt)
+        out = torch.zeros_like(h)
+        for e in range(self.experts):
+            e_p = m + f"experts.{e}."
+            g = self.w(e_p + "gate_proj.weight", (self.moe_ff, self.hidden))
+            u = self.w(e_p + "up_proj.weight", (self.moe_ff, self.hidden))
+            dn = self.w(e_p + "down_proj.weight", (self.hidden, self.moe_ff))
+            for t in range(h.shape[0]):
+                for s in range(self.top_k):
+                    if int(top_i[t, s]) == e:
+                        out[t] += top_w[t, s] * ((self.act(h[t] @ g.T) * (h[t] @ u.T)) @ dn.T)
+        return out
+
+    def sparse(self, l):
+        if self.mt == "mixtral":
+            return True
+        if self.mt == "qwen3_moe":
+            return l not in self.mlp_only and (l + 1) % self.sparse_step == 0
+        return False
+
     def forward(self, ids, all_positions=False):
         """ids: list of ints. Returns logits [T, vocab] (or [1, vocab] for the last position)."""
         T = len(ids)
@@ -506,7 +583,12 @@ class Model:
             h = self.rmsnorm(x, self.w(p + "input_layernorm.weight", (self.hidden,)))
             x = x + self.attention(h, p, pos, self.windows[l])
             h = self.rmsnorm(x, self.w(p + "post_attention_layernorm.weight", (self.hidden,)))
-            x = x + (self.moe(h, p) if self.mt == "mixtral" else self.mlp(h, p))
+            if not self.sparse(l):
+                x = x + self.mlp(h, p)
+            elif self.mt == "mixtral":
+                x = x + self.moe(h, p)
+            else:
+                x = x + self.qwen_moe(h, p)
         x = self.rmsnorm(x, self.w("model.norm.weight", (self.hidden,)))
         if not all_positions:
             x = x[-1:]
