@@ -87,7 +87,10 @@ uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp) {
   const uint64_t expert_ff = m.moe_intermediate_size > 0 ? uint64_t(m.moe_intermediate_size / tp) : ff;
   const uint64_t attention = 2 * hidden * q + 2 * hidden * kv + (m.attention_bias ? q + 2 * kv : 0);
   // A layer holds its experts, or (Qwen3-MoE's dense layers) a dense MLP: the larger of the two, per layer.
-  const uint64_t sparse = m.num_experts > 0 ? experts * 3 * hidden * expert_ff + uint64_t(m.num_experts) * hidden : 0;
+  const uint64_t shared =
+      m.shared_expert_intermediate_size > 0 ? uint64_t(m.shared_expert_intermediate_size / tp) * 3 * hidden + hidden : 0;
+  const uint64_t sparse =
+      m.num_experts > 0 ? experts * 3 * hidden * expert_ff + uint64_t(m.num_experts) * hidden + shared : 0;
   const uint64_t mlp = std::max(sparse, 3 * hidden * ff);
   const uint64_t layer = attention + mlp + 2 * hidden;  // + input and post-attention norms
   uint64_t params = uint64_t(r.layers.count) * layer;
@@ -115,6 +118,9 @@ std::string parallelism_problem(const ModelShape& m, int tp, int pp) {
   if (m.moe_intermediate_size > 0 && m.moe_intermediate_size % tp != 0)
     return "tp must divide moe_intermediate_size (" + std::to_string(m.moe_intermediate_size) + ")" + got +
            std::to_string(tp);
+  if (m.shared_expert_intermediate_size % tp != 0)
+    return "tp must divide shared_expert_intermediate_size (" + std::to_string(m.shared_expert_intermediate_size) +
+           ")" + got + std::to_string(tp);
   if (tp > m.vocab_size) return "tp must be at most vocab_size (" + std::to_string(m.vocab_size) + ")" + got + std::to_string(tp);
   if (pp > m.num_layers)
     return "pp must be at most num_hidden_layers (" + std::to_string(m.num_layers) + ")" + got + std::to_string(pp);
@@ -131,6 +137,8 @@ RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s) {
   shard.intermediate = {k * (m.intermediate_size / tp), m.intermediate_size / tp};
   const int expert_ff = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
   shard.expert_intermediate = {k * (expert_ff / tp), expert_ff / tp};
+  const int shared_ff = m.shared_expert_intermediate_size;
+  shard.shared_intermediate = {k * (shared_ff / tp), shared_ff / tp};
   shard.embedding = s == 0;
   shard.lm_head = s == pp - 1;
   if (shard.embedding || shard.lm_head) shard.vocab = split_evenly(m.vocab_size, tp, k);

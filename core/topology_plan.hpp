@@ -33,6 +33,7 @@ struct ModelShape {
   int hidden_size = 0;
   int intermediate_size = 0;   // of the dense MLP (and of each expert unless moe_intermediate_size is set)
   int moe_intermediate_size = 0;  // of each expert when it differs (Qwen3-MoE); 0: intermediate_size
+  int shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert in every sparse layer; 0: none
   int vocab_size = 0;
   int num_experts = 0;         // 0: dense MLP
   bool tie_word_embeddings = false;
@@ -54,6 +55,7 @@ struct RankShard {
   Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
   Range intermediate;  // rows of the dense MLP's intermediate features
   Range expert_intermediate;  // rows of each expert's intermediate features (== intermediate unless they differ)
+  Range shared_intermediate;  // rows of the shared expert's intermediate features (Qwen2-MoE); empty otherwise
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
 };

@@ -52,6 +52,7 @@ ModelShape model_shape(const ModelConfig& c, DType weight_dtype, DType kv_dtype)
       c.moe_intermediate_size > 0 && c.moe_intermediate_size != c.intermediate_size ? c.moe_intermediate_size : 0;
   s.vocab_size = c.vocab_size;
   s.num_experts = c.num_experts;
+  s.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
   s.tie_word_embeddings = c.tie_word_embeddings;
   s.attention_bias = c.attention_bias;
   s.weight_bytes_per_param = dtype_size(weight_dtype);

@@ -135,7 +135,8 @@ int window_value(const Fields& f, int absent) {
 std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int num_layers) {
   std::vector<int> windows(static_cast<size_t>(num_layers), 0);
   if (arch == "LlamaForCausalLM") return windows;
-  if (arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM") {
+  if (arch == "Qwen2ForCausalLM" || arch == "Qwen2MoeForCausalLM" || arch == "Qwen3ForCausalLM" ||
+      arch == "Qwen3MoeForCausalLM") {
     // Qwen2Config: sliding_window only with use_sliding_window; layer_types, else layers from max_window_layers on.
     if (!f.boolean("use_sliding_window", false)) return windows;
     const int window = window_value(f, 4096);
@@ -205,9 +206,10 @@ ModelConfig read_config(const json& j) {
                                                 std::to_string(c.head_dim) + ") must be at most " +
                                                 std::to_string(ModelConfig::kMaxWidth)};
   }
-  c.attention_bias = f.boolean("attention_bias", false) || c.architecture == "Qwen2ForCausalLM";
-  const bool qwen_moe = c.architecture == "Qwen3MoeForCausalLM";
-  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || qwen_moe;
+  const bool qwen2_moe = c.architecture == "Qwen2MoeForCausalLM";
+  c.attention_bias = f.boolean("attention_bias", false) || c.architecture == "Qwen2ForCausalLM" || qwen2_moe;
+  const bool qwen_moe = c.architecture == "Qwen3MoeForCausalLM" || qwen2_moe;
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
   c.num_experts = qwen_moe ? f.int32("num_experts", 0, ModelConfig::kMaxCount, 0)
                            : f.int32("num_local_experts", 0, ModelConfig::kMaxCount, 0);
   c.moe_intermediate_size = c.intermediate_size;
@@ -215,7 +217,12 @@ ModelConfig read_config(const json& j) {
   if (c.num_experts > 0) {
     c.experts_per_token = f.int32("num_experts_per_tok", 1, c.num_experts);
     if (qwen_moe) {
-      // Qwen3MoeConfig's defaults: norm_topk_prob false, decoder_sparse_step 1, no mlp_only_layers.
+      // Qwen3MoeConfig's and Qwen2MoeConfig's defaults: norm_topk_prob false, decoder_sparse_step 1, no
+      // mlp_only_layers; Qwen2-MoE's shared expert.
+      if (qwen2_moe) {
+        c.shared_expert_intermediate_size =
+            f.int32("shared_expert_intermediate_size", 1, ModelConfig::kMaxWidth, c.intermediate_size);
+      }
       c.moe_intermediate_size = f.int32("moe_intermediate_size", 1, ModelConfig::kMaxWidth, c.intermediate_size);
       c.norm_topk_prob = f.boolean("norm_topk_prob", false);
       const int step = f.int32("decoder_sparse_step", 1, ModelConfig::kMaxCount, 1);
@@ -263,7 +270,8 @@ ModelConfig read_config(const json& j) {
   const big h = c.hidden_size, q = big(c.num_heads) * c.head_dim, kv = big(c.num_kv_heads) * c.head_dim,
             ff = std::max(c.intermediate_size, c.moe_intermediate_size), experts = std::max(1, c.num_experts);
   const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 2 * h + q + 2 * kv +
-                        2 * big(c.head_dim);
+                        2 * big(c.head_dim) + 3 * big(c.shared_expert_intermediate_size) * h +
+                        (c.shared_expert_intermediate_size > 0 ? h : 0);
   const big total = 2 * big(c.vocab_size) * h + big(c.num_layers) * per_layer + h;
   if (total > ModelConfig::kMaxParameters) {
     throw FieldError{"hidden_size", "with intermediate_size, num_hidden_layers, the heads, vocab_size and the experts "

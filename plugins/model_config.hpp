@@ -46,6 +46,7 @@ struct ModelConfig {
   int experts_per_token = 0;          // num_experts_per_tok
   int moe_intermediate_size = 0;      // an expert's width (Qwen3-MoE moe_intermediate_size; else intermediate_size)
   bool norm_topk_prob = true;         // renormalise the top-k routing weights to 1 (Mixtral: always; Qwen: the key)
+  int shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert (behind a sigmoid gate); 0: none
   // [num_layers] whether a layer's MLP is the sparse mixture of experts: Mixtral every layer; Qwen3-MoE the layers
   // not in mlp_only_layers with (layer + 1) % decoder_sparse_step == 0 (the others are dense, intermediate_size).
   std::vector<bool> sparse_layers;

@@ -37,8 +37,10 @@ uint64_t estimated_num_parameters(const ModelConfig& m) {
   const uint64_t experts = std::max<uint64_t>(1, u(m.num_experts));
   // A layer holds its experts (of moe_intermediate_size) or a dense MLP: the larger, per layer.
   const uint64_t expert_ff = u(m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size);
+  const uint64_t shared =
+      m.shared_expert_intermediate_size > 0 ? add({mul({3, hidden, u(m.shared_expert_intermediate_size)}), hidden}) : 0;
   const uint64_t sparse = m.num_experts > 0 ? add({mul({experts, 3, hidden, expert_ff}),
-                                                   mul({u(m.num_experts), hidden})})
+                                                   mul({u(m.num_experts), hidden}), shared})
                                             : 0;
   const uint64_t mlp = std::max(sparse, mul({3, hidden, u(m.intermediate_size)}));
   const uint64_t layer = add({attention, mlp, mul({2, hidden})});

@@ -7,7 +7,8 @@ namespace actord {
 namespace {
 
 // The built-in families all run on TransformerModel; their differences come from config.json (qkv biases for
-// Qwen2, experts for Mixtral and Qwen3-MoE, q/k norms for Qwen3, a sliding window for Mistral).
+// Qwen2 and Qwen2-MoE, experts for Mixtral and the Qwen MoE families (Qwen2-MoE's shared one too), q/k norms for
+// Qwen3, a sliding window for Mistral).
 Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const ModelLoadOptions& options) {
   if (config.hidden_act != "silu") {
     return make_error(Errc::unsupported, "hidden_act '" + config.hidden_act + "' is not supported (silu only)");
@@ -15,8 +16,9 @@ Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const M
   if (config.architecture == "MixtralForCausalLM" && config.num_experts == 0) {
     return make_error(Errc::parse_error, "MixtralForCausalLM needs num_local_experts in config.json");
   }
-  if (config.architecture == "Qwen3MoeForCausalLM" && config.num_experts == 0) {
-    return make_error(Errc::parse_error, "Qwen3MoeForCausalLM needs num_experts in config.json");
+  if ((config.architecture == "Qwen3MoeForCausalLM" || config.architecture == "Qwen2MoeForCausalLM") &&
+      config.num_experts == 0) {
+    return make_error(Errc::parse_error, config.architecture + " needs num_experts in config.json");
   }
   return TransformerModel::create(config, options, transformer_spec_from_config(config));
 }
@@ -26,7 +28,7 @@ Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const M
 ModelRegistry ModelRegistry::with_builtins() {
   ModelRegistry r;
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM",
-                           "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}) {
+                           "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}) {
     r.add(arch, &create_builtin);
   }
   return r;

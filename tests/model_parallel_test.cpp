@@ -199,14 +199,17 @@ TEST_CASE("model parallel: a random Mixtral's experts split by TP equal one rank
   check_equivalent(*cfg, dummy(dir), 2, 1, 16);
 }
 
-TEST_CASE("model parallel: Qwen3 (q/k norms) and Qwen3-MoE (experts of their own width, a dense layer) sharded equal "
-          "one rank", "[model][parallel]") {
+TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own width, a dense layer) and Qwen2-MoE "
+          "(a shared expert) sharded equal one rank", "[model][parallel]") {
   test::TempDir tmp;
   const auto qwen3 = write_llama(tmp.path() / "qwen3", 128, 2, 256, 1000, "Qwen3ForCausalLM", ", \"head_dim\": 32");
   const auto moe = write_llama(tmp.path() / "qwen3-moe", 128, 3, 256, 1000, "Qwen3MoeForCausalLM",
                                ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
                                "\"norm_topk_prob\": true, \"mlp_only_layers\": [1]");
-  for (const auto& dir : {qwen3, moe}) {
+  const auto qwen2_moe = write_llama(tmp.path() / "qwen2-moe", 128, 2, 256, 1000, "Qwen2MoeForCausalLM",
+                                     ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": "
+                                     "32, \"shared_expert_intermediate_size\": 96");
+  for (const auto& dir : {qwen3, moe, qwen2_moe}) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
     for (auto [tp, pp] : {std::pair{2, 1}, {1, 3}, {2, 3}}) {

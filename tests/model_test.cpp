@@ -142,7 +142,7 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM, MistralForCausalLM, "
-                                   "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+                                   "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
 
 TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[model]") {

@@ -109,6 +109,10 @@ TEST_CASE("one rank holds the whole model - its weights are model_footprint's es
   ModelShape moe = stories();
   moe.num_experts = 4, moe.attention_bias = true, moe.tie_word_embeddings = false, moe.weight_bytes_per_param = 2;
   CHECK(plan_of("  - {name: main}\n", moe).model_weight_bytes == estimated_weight_bytes(c, DType::bf16));
+  // Experts of their own width and a shared expert (Qwen2-MoE).
+  c.moe_intermediate_size = 32, c.shared_expert_intermediate_size = 96;
+  moe.moe_intermediate_size = 32, moe.shared_expert_intermediate_size = 96;
+  CHECK(plan_of("  - {name: main}\n", moe).model_weight_bytes == estimated_weight_bytes(c, DType::bf16));
 }
 
 TEST_CASE("tp splits the heads, the KV heads, the MLP and the vocabulary - norms are replicated", "[plan]") {
@@ -277,6 +281,12 @@ TEST_CASE("the model's rules name the group's key, the model's number and the va
         "t.yaml: groups[0].tp: must divide num_key_value_heads (4) or be a multiple of it (each KV head is then "
         "replicated), got 6");
   CHECK(error_of("  - {tp: 8}\n") == "t.yaml: groups[0].tp: must divide intermediate_size (172), got 8");
+  ModelShape experts = stories();
+  experts.num_experts = 4, experts.moe_intermediate_size = 30, experts.shared_expert_intermediate_size = 20;
+  CHECK(error_of("  - {tp: 4}\n", experts) == "t.yaml: groups[0].tp: must divide moe_intermediate_size (30), got 4");
+  experts.moe_intermediate_size = 32, experts.intermediate_size = 256;
+  CHECK(error_of("  - {tp: 8}\n", experts) ==
+        "t.yaml: groups[0].tp: must divide shared_expert_intermediate_size (20), got 8");
   ModelShape tiny_vocab = stories();
   tiny_vocab.vocab_size = 2;
   CHECK(error_of("  - {tp: 4}\n", tiny_vocab) == "t.yaml: groups[0].tp: must be at most vocab_size (2), got 4");

@@ -19,7 +19,10 @@ TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
   spec.experts_per_token = c.experts_per_token;
   spec.expert_intermediate = c.moe_intermediate_size;
   spec.norm_topk_prob = c.norm_topk_prob;
-  spec.expert_naming = c.architecture == "Qwen3MoeForCausalLM" ? ExpertNaming::qwen : ExpertNaming::mixtral;
+  spec.shared_expert_intermediate = c.shared_expert_intermediate_size;
+  spec.expert_naming = c.architecture == "Qwen3MoeForCausalLM" || c.architecture == "Qwen2MoeForCausalLM"
+                           ? ExpertNaming::qwen
+                           : ExpertNaming::mixtral;
   spec.sparse_layers = c.sparse_layers;
   spec.sliding_window = c.sliding_window;
   return spec;
@@ -84,6 +87,12 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
         specs.push_back({n.up, {expert_ff, h}, ShardKind::expert, l, e});
         specs.push_back({n.down, {h, expert_ff}, ShardKind::expert, l, e});
       }
+      if (const int64_t sff = spec.shared_expert_intermediate; sff > 0) {  // split by TP as a dense MLP
+        specs.push_back({p + "mlp.shared_expert.gate_proj.weight", {sff, h}, ShardKind::column, l});
+        specs.push_back({p + "mlp.shared_expert.up_proj.weight", {sff, h}, ShardKind::column, l});
+        specs.push_back({p + "mlp.shared_expert.down_proj.weight", {h, sff}, ShardKind::row, l});
+        specs.push_back({p + "mlp.shared_expert_gate.weight", {1, h}, ShardKind::replicated, l});
+      }
     }
   }
   return specs;
@@ -116,9 +125,11 @@ MatrixSlice slice_of(const WeightSpec& w, const RankShard& shard, int head_dim) 
     case ShardKind::column:
       if (ends_with_any(w.name, {"q_proj.weight", "q_proj.bias"})) return rows(heads);
       if (ends_with_any(w.name, {"k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias"})) return rows(kv);
+      if (w.name.find(".shared_expert.") != std::string::npos) return rows(shard.shared_intermediate);
       return rows(shard.intermediate);  // gate_proj, up_proj
-    case ShardKind::row:
-      return cols(w.name.ends_with("o_proj.weight") ? heads : shard.intermediate);  // o_proj, down_proj
+    case ShardKind::row:  // o_proj, down_proj (of the dense MLP or the shared expert)
+      if (w.name.ends_with("o_proj.weight")) return cols(heads);
+      return cols(w.name.find(".shared_expert.") != std::string::npos ? shard.shared_intermediate : shard.intermediate);
     case ShardKind::expert:  // TP splits every expert as a dense MLP: gate/up (w1/w3) by rows, down (w2) by columns
       return ends_with_any(w.name, {".w2.weight", ".down_proj.weight"}) ? cols(shard.expert_intermediate)
                                                                          : rows(shard.expert_intermediate);
@@ -255,6 +266,14 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
         if (!expert) return expert.error();
         L.experts.push_back(*expert);
       }
+      if (spec.shared_expert_intermediate > 0) {
+        const std::string s = p + "mlp.shared_expert.";
+        auto shared = load_mlp(s + "gate_proj.weight", s + "up_proj.weight", s + "down_proj.weight",
+                               spec.shared_expert_intermediate, shard.shared_intermediate);
+        if (!shared) return shared.error();
+        L.shared = *shared;
+        L.shared_gate = matrices.at(p + "mlp.shared_expert_gate.weight");
+      }
     }
   }
   return std::unique_ptr<Model>(std::move(m));
@@ -323,6 +342,18 @@ void TransformerModel::moe(const Layer& L, int n) {
     be.gather_rows(xn_, route_rows_, h, xe_);
     mlp(L.experts[e], xe_, ye_, ne);
     be.scatter_add_rows(ye_, route_rows_, route_weights_, h, tmp_);
+  }
+  if (L.shared_gate) {  // Qwen2-MoE: + sigmoid(x g^T) * shared_expert(x), row by row
+    be.reserve(ye_, size_t(n) * h);
+    be.reserve(shared_logits_, size_t(n));
+    mlp(L.shared, xn_, ye_, n);
+    be.gemm(xn_, L.shared_gate, nullptr, shared_logits_, n);
+    route_weights_.resize(size_t(n));
+    be.download(shared_logits_, 0, route_weights_);
+    for (float& w : route_weights_) w = 1.0f / (1.0f + std::exp(-w));
+    all_rows_.resize(size_t(n));
+    for (int t = 0; t < n; ++t) all_rows_[size_t(t)] = t;
+    be.scatter_add_rows(ye_, all_rows_, route_weights_, h, tmp_);
   }
 }
 

@@ -42,6 +42,7 @@ struct TransformerSpec {
   int experts_per_token = 0;
   int expert_intermediate = 0;  // an expert's width; 0: intermediate_size
   bool norm_topk_prob = true;   // renormalise the kept routing weights to sum 1
+  int shared_expert_intermediate = 0;  // Qwen2-MoE: a shared expert of this width behind a sigmoid gate; 0: none
   ExpertNaming expert_naming = ExpertNaming::mixtral;
   // [num_layers] which layers' MLP is the mixture of experts; empty: every layer when num_experts > 0
   std::vector<bool> sparse_layers;
@@ -88,6 +89,8 @@ class TransformerModel final : public Model {
     Expert mlp;                         // dense MLP
     exec::Weight router;                // [num_experts, hidden]
     std::vector<Expert> experts;        // [num_experts]
+    Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
+    exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
   };
 
   TransformerModel(const ModelConfig& cfg, const TransformerSpec& spec) : cfg_(cfg), spec_(spec) {}
@@ -116,6 +119,8 @@ class TransformerModel final : public Model {
   exec::Buffer vocab_part_;            // TP: this rank's lm_head rows' logits [n_out, own vocabulary rows]
   exec::Buffer gathered_;              // TP: every rank's vocab_part_, rank after rank
   exec::Buffer router_logits_, xe_, ye_;  // MoE: [n, E], gathered rows [n, hidden], expert out [n, hidden]
+  exec::Buffer shared_logits_;         // MoE: [n] the shared expert's gate logits
+  std::vector<int32_t> all_rows_;      // MoE: 0 .. n-1
   std::vector<float> router_host_;     // MoE: router_logits_ on the host, for the routing decision
   std::vector<std::vector<std::pair<int32_t, float>>> routed_;  // [E] (token, weight)
   std::vector<int32_t> route_rows_;    // one expert's tokens

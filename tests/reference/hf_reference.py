@@ -5,7 +5,8 @@ Standalone: python3 standard library + torch only (Debian's python3-torch, run w
 /usr/bin/python3). No transformers, no safetensors package: the safetensors format is read and
 written here with json + struct.
 
-Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral, qwen3, qwen3_moe.
+Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral, qwen3, qwen3_moe,
+qwen2_moe.
 
 Subcommands
 -----------
@@ -33,6 +34,9 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
       qwen3-moe          Qwen3MoeForCausalLM  64     3     4     2   16      96  q/k norm, 8 experts of
                                                                                  32, top-2 renormalised,
                                                                                  layer 1 dense
+      qwen2-moe          Qwen2MoeForCausalLM  64     2     4     2   (16)    96  q/k/v biases, 4 experts
+                                                                                 of 32, top-2 as routed,
+                                                                                 shared expert of 48
     (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
     qwen2-bias and mixtral-4x2 at 1e6; only llama-mha-hd128 ties lm_head to the embeddings)
     or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
@@ -93,7 +97,9 @@ Forward pass (the HF modelling equations, written out):
         head's head_dim features, before RoPE; windows as qwen2. qwen3_moe: a layer is sparse unless
         in mlp_only_layers, when (layer + 1) % decoder_sparse_step == 0; router softmax in float32,
         top-k, renormalised only with norm_topk_prob; experts mlp.experts.E.{gate,up,down}_proj of
-        moe_intermediate_size; dense layers use intermediate_size.
+        moe_intermediate_size; dense layers use intermediate_size. qwen2_moe: the same routing (qwen2's
+        biases and windows, no q/k norm) plus sigmoid(h @ shared_expert_gate^T) * shared_expert(h), the
+        shared expert an MLP of shared_expert_intermediate_size.
 """
 
 import argparse
@@ -230,8 +236,15 @@ KINDS = {
     "qwen3-moe": dict(arch="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden=64, layers=3,
                       heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
                       experts=8, top_k=2, moe_ff=32, norm_topk=True, mlp_only=[1]),
+    # Qwen2-MoE: q/k/v biases, 4 experts of 32 top-2 not renormalised, a shared expert of 48 behind
+    # a sigmoid gate.
+    "qwen2-moe": dict(arch="Qwen2MoeForCausalLM", model_type="qwen2_moe", hidden=64, layers=2,
+                      heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
+                      experts=4, top_k=2, moe_ff=32, shared_ff=48, norm_topk=False, mlp_only=[]),
 }
 QWEN3 = ("qwen3", "qwen3_moe")
+QWEN2 = ("qwen2", "qwen2_moe")
+QWEN_MOE = ("qwen3_moe", "qwen2_moe")
 VOCAB = 512
 MAX_POS = 512
 EPS = 1e-5
@@ -249,7 +262,7 @@ def make_config(spec, dtype_name):
         "num_key_value_heads": spec["kv_heads"],
     }
     # Qwen2Config has no head_dim field (always hidden/heads); the others carry it explicitly.
-    if mt != "qwen2":
+    if mt not in QWEN2:
         cfg["head_dim"] = spec["head_dim"]
     elif spec["head_dim"] * spec["heads"] != spec["hidden"]:
         raise ValueError("qwen2: head_dim must be hidden/heads")
@@ -272,7 +285,7 @@ def make_config(spec, dtype_name):
         cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
     elif mt == "mistral":
         cfg.update({"sliding_window": spec.get("window")})
-    elif mt == "qwen2":
+    elif mt in QWEN2:
         if "window" in spec:
             cfg.update({"use_sliding_window": True, "sliding_window": spec["window"],
                         "max_window_layers": spec["max_window_layers"]})
@@ -286,11 +299,13 @@ def make_config(spec, dtype_name):
     elif mt in QWEN3:
         cfg.update({"attention_bias": False, "use_sliding_window": False, "sliding_window": None,
                     "max_window_layers": spec["layers"]})
-        if mt == "qwen3_moe":
-            cfg.update({"num_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
-                        "moe_intermediate_size": spec["moe_ff"], "norm_topk_prob": spec["norm_topk"],
-                        "decoder_sparse_step": 1, "mlp_only_layers": spec["mlp_only"],
-                        "output_router_logits": False, "router_aux_loss_coef": 0.001})
+    if mt in QWEN_MOE:
+        cfg.update({"num_experts": spec["experts"], "num_experts_per_tok": spec["top_k"],
+                    "moe_intermediate_size": spec["moe_ff"], "norm_topk_prob": spec["norm_topk"],
+                    "decoder_sparse_step": 1, "mlp_only_layers": spec["mlp_only"],
+                    "output_router_logits": False, "router_aux_loss_coef": 0.001})
+    if mt == "qwen2_moe":
+        cfg["shared_expert_intermediate_size"] = spec["shared_ff"]
     return cfg
 
 
@@ -323,7 +338,7 @@ def make_weights(kind, spec, seed):
         w[p + "self_attn.q_proj.weight"] = mat(qd, h)
         w[p + "self_attn.k_proj.weight"] = mat(kvd, h)
         w[p + "self_attn.v_proj.weight"] = mat(kvd, h)
-        if spec["model_type"] == "qwen2":
+        if spec["model_type"] in QWEN2:
             w[p + "self_attn.q_proj.bias"] = normal((qd,), 0.3)
             w[p + "self_attn.k_proj.bias"] = normal((kvd,), 0.3)
             w[p + "self_attn.v_proj.bias"] = normal((kvd,), 0.3)
@@ -332,7 +347,7 @@ def make_weights(kind, spec, seed):
             w[p + "self_attn.q_norm.weight"] = norm_w(hd)
             w[p + "self_attn.k_norm.weight"] = norm_w(hd)
         w[p + "post_attention_layernorm.weight"] = norm_w(h)
-        if spec["model_type"] == "qwen3_moe" and i not in spec["mlp_only"]:
+        if spec["model_type"] in QWEN_MOE and i not in spec["mlp_only"]:
             m = p + "mlp."
             mff = spec["moe_ff"]
             w[m + "gate.weight"] = normal((spec["experts"], h), 0.25)
@@ -340,6 +355,12 @@ def make_weights(kind, spec, seed):
                 w[m + f"experts.{e}.gate_proj.weight"] = mat(mff, h)
                 w[m + f"experts.{e}.up_proj.weight"] = mat(mff, h)
                 w[m + f"experts.{e}.down_proj.weight"] = mat(h, mff, 2.0)
+            if "shared_ff" in spec:
+                sff = spec["shared_ff"]
+                w[m + "shared_expert.gate_proj.weight"] = mat(sff, h)
+                w[m + "shared_expert.up_proj.weight"] = mat(sff, h)
+                w[m + "shared_expert.down_proj.weight"] = mat(h, sff, 2.0)
+                w[m + "shared_expert_gate.weight"] = normal((1, h), 0.25)
         elif spec["model_type"] == "mixtral":
             m = p + "block_sparse_moe."
             w[m + "gate.weight"] = normal((spec["experts"], h), 0.25)
@@ -387,7 +408,7 @@ def layer_windows(c, model_type, layers):
         return [c.get("sliding_window", 4096)] * layers
     if model_type == "mixtral":
         return [c.get("sliding_window")] * layers
-    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
+    if model_type in QWEN2 + QWEN3:
         w = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
         types = c.get("layer_types")
         if types is None:
@@ -404,7 +425,7 @@ class Model:
             c = json.load(f)
         self.cfg = c
         self.mt = c.get("model_type")
-        if self.mt not in ("llama", "mistral", "qwen2", "mixtral") + QWEN3:
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe") + QWEN3:
             raise ValueError(f"unsupported model_type {self.mt!r}")
         # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
         acts = {"silu": torch.nn.functional.silu,
@@ -431,16 +452,18 @@ class Model:
         if self.mt == "mixtral":
             self.experts = c["num_local_experts"]
             self.top_k = c["num_experts_per_tok"]
-        if self.mt == "qwen3_moe":
-            # Qwen3MoeConfig: num_experts, moe_intermediate_size, norm_topk_prob (default False), a layer
-            # is sparse unless listed in mlp_only_layers, when (layer + 1) % decoder_sparse_step == 0.
+        if self.mt in QWEN_MOE:
+            # Qwen3MoeConfig / Qwen2MoeConfig: num_experts, moe_intermediate_size, norm_topk_prob (default
+            # False), a layer is sparse unless listed in mlp_only_layers, when (layer + 1) %
+            # decoder_sparse_step == 0; Qwen2-MoE adds a shared expert behind a sigmoid gate.
             self.experts = c["num_experts"]
             self.top_k = c["num_experts_per_tok"]
             self.moe_ff = c["moe_intermediate_size"]
             self.norm_topk = bool(c.get("norm_topk_prob", False))
             self.mlp_only = set(c.get("mlp_only_layers", []))
             self.sparse_step = c.get("decoder_sparse_step", 1)
-        self.qkv_bias = self.mt == "qwen2" or bool(c.get("attention_bias", False))
+            self.shared_ff = c.get("shared_expert_intermediate_size", 0) if self.mt == "qwen2_moe" else 0
+        self.qkv_bias = self.mt in QWEN2 or bool(c.get("attention_bias", False))
         self.o_bias = self.mt in ("llama",) and bool(c.get("attention_bias", False))
         self.mlp_bias = self.mt == "llama" and bool(c.get("mlp_bias", False))
         self.tied = bool(c.get("tie_word_embeddings", False))  # HF default for these four
@@ -564,12 +587,20 @@ class Model:
                 for s in range(self.top_k):
                     if int(top_i[t, s]) == e:
                         out[t] += top_w[t, s] * ((self.act(h[t] @ g.T) * (h[t] @ u.T)) @ dn.T)
+        if self.shared_ff:
+            s_p = m + "shared_expert."
+            g = self.w(s_p + "gate_proj.weight", (self.shared_ff, self.hidden))
+            u = self.w(s_p + "up_proj.weight", (self.shared_ff, self.hidden))
+            dn = self.w(s_p + "down_proj.weight", (self.hidden, self.shared_ff))
+            shared = (self.act(h @ g.T) * (h @ u.T)) @ dn.T
+            gate = torch.sigmoid(h @ self.w(m + "shared_expert_gate.weight", (1, self.hidden)).T)
+            out = out + gate * shared
         return out
 
     def sparse(self, l):
         if self.mt == "mixtral":
             return True
-        if self.mt == "qwen3_moe":
+        if self.mt in QWEN_MOE:
             return l not in self.mlp_only and (l + 1) % self.sparse_step == 0
         return False
 
