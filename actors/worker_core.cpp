@@ -39,8 +39,6 @@ Result<std::unique_ptr<exec::Backend>> make_backend(const std::string& device, c
   return make_error(Errc::invalid_argument, "device: unknown device '" + device + "' (known: cpu, cuda:N)");
 }
 
-}  // namespace
-namespace {
 
 // The rank's communicator of one group: the one the coordinator handed over, else joined from the spec WorkerInit
 // carries. `what`: "TP" or "pipeline"; size: the group's size in the rank's place.

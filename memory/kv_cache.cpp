@@ -12,16 +12,6 @@ size_t KvCache::bytes_for(int num_layers, int num_kv_heads, int head_dim, int nu
   return static_cast<size_t>(num_layers) * num_blocks * 2 * block_size * num_kv_heads * head_dim * dtype_size(dtype);
 }
 
-KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype)
-    : num_layers_(num_layers),
-      num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim),
-      row_(num_kv_heads * head_dim),
-      num_blocks_(num_blocks),
-      block_size_(block_size),
-      dtype_(dtype),
-      data_(bytes_for(num_layers, num_kv_heads, head_dim, num_blocks, block_size, dtype)) {}
-
 KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype,
                  KvStorage storage)
     : num_layers_(num_layers),
@@ -31,8 +21,10 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks,
       num_blocks_(num_blocks),
       block_size_(block_size),
       dtype_(dtype),
+      data_(storage.data ? LargeBuffer()
+                         : LargeBuffer(bytes_for(num_layers, num_kv_heads, head_dim, num_blocks, block_size, dtype))),
       storage_(std::move(storage)) {
-  ACTORD_CHECK(storage_.data != nullptr && storage_.copy);
+  ACTORD_CHECK(!storage_.data || storage_.copy);
 }
 
 void KvCache::copy_bytes(const KvCache& other, void* dst, const void* src, size_t n) const {

@@ -28,10 +28,9 @@ struct KvStorage {
 
 class KvCache {
  public:
-  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype = DType::f32);
-  // The same in a device's memory, of bytes_for(...) bytes.
-  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype,
-          KvStorage storage);
+  // In host memory, or with `storage` (of bytes_for(...) bytes) in a device's.
+  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype = DType::f32,
+          KvStorage storage = {});
   static size_t bytes_for(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype);
   bool on_host() const { return storage_.data == nullptr; }
 
