@@ -1,6 +1,7 @@
 // Helpers shared by tests: paths of the repo and the built binary, temporary folders, the reference output.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,9 +11,18 @@
 
 namespace actord::test {
 
-inline std::filesystem::path source_dir() { return ACTORD_SOURCE_DIR; }
+// The repository and the actord binary the tests were built with; the environment's ACTORD_SOURCE_DIR and
+// ACTORD_BINARY win (a test binary carried to another machine, where the checkout lies elsewhere:
+// scripts/device_bundle.sh).
+inline std::filesystem::path source_dir() {
+  const char* env = std::getenv("ACTORD_SOURCE_DIR");
+  return env && *env ? env : ACTORD_SOURCE_DIR;
+}
 inline std::filesystem::path stories_dir() { return source_dir() / "models/stories260K"; }
-inline std::filesystem::path actord_binary() { return ACTORD_BINARY; }
+inline std::filesystem::path actord_binary() {
+  const char* env = std::getenv("ACTORD_BINARY");
+  return env && *env ? env : ACTORD_BINARY;
+}
 
 inline std::vector<int32_t> reference_ids() {
   std::ifstream in(stories_dir() / "reference_greedy_256.json");

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds actord and its test binary for a lent GPU machine and gathers what that machine lacks into
+# build-device/bundle: the two binaries (sm_90 + compute_90 PTX, stripped) and the shared libraries of this
+# machine's Debian packages they need (CAF, ZeroMQ, Cap'n Proto, yaml-cpp, spdlog, fmt, PCRE2, utf8proc and their
+# own dependencies). Left out: the C and C++ runtimes (the GPU machine's are newer) and CUDA's libraries (cuBLAS,
+# NCCL: the GPU machine has its own, found by bundle/run.sh). OpenBLAS is left out of this build (its 36 MB would
+# not fit the device tool's 64 MiB carry; the CPU GEMM falls back to its own kernels). Also writes bundle/run.sh,
+# which runs there: the [cuda] tests, the same under compute-sanitizer, and `actord generate` with device: cuda.
+#
+# Use: scripts/device_bundle.sh, then carry build-device/bundle and run `build-device/bundle/run.sh` on the device.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scripts/setup.sh  # the packages, and a normal build (the bundle's own build dir is separate)
+if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "device_bundle: no nvcc at /usr/local/cuda/bin: the bundle would have no CUDA backend" >&2
+  exit 1
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+BUILD=build-device
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORD_WITH_OPENBLAS=OFF \
+    >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target actord actord_tests >"$BUILD.build.log" 2>&1 ||
+  { tail -50 "$BUILD.build.log" >&2; exit 1; }
+
+OUT="$BUILD/bundle"
+rm -rf "$OUT"
+mkdir -p "$OUT/lib"
+cp "$BUILD/actord" "$BUILD/tests/actord_tests" "$OUT/"
+strip "$OUT/actord" "$OUT/actord_tests"
+# Every library the binaries load but those the GPU machine brings itself.
+ldd "$BUILD/actord" "$BUILD/tests/actord_tests" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) continue ;;
+    libcuda.so.*|libcudart*|libcublas*|libnccl*) continue ;;
+  esac
+  cp -L "$lib" "$OUT/lib/"
+done
+strip --strip-unneeded "$OUT"/lib/*.so* 2>/dev/null || true
+
+cat >"$OUT/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root of the carried checkout: the [cuda] tests, the same under
+# compute-sanitizer, and stories260K through `actord generate` on the GPU. Logs under $OUT (or /tmp) when set.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+LOGS="${OUT:-/tmp}"
+mkdir -p "$LOGS"
+# CUDA's libraries: the toolkit's, else the ones PyTorch's wheels bring.
+CUDA_LIBS="/usr/local/cuda/lib64"
+for mod in nvidia.cublas nvidia.nccl nvidia.cuda_runtime; do
+  dir=$(python3 -c "import importlib, os; m = importlib.import_module('$mod'); print(os.path.join(list(m.__path__)[0], 'lib'))" 2>/dev/null) &&
+    CUDA_LIBS="$CUDA_LIBS:$dir"
+done
+export LD_LIBRARY_PATH="$HERE/lib:$CUDA_LIBS:${LD_LIBRARY_PATH:-}"
+export ACTORD_SOURCE_DIR="$ROOT" ACTORD_BINARY="$HERE/actord"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+"$HERE/actord_tests" "[cuda]" -s >"$LOGS/cuda_tests.log" 2>&1
+echo "[cuda] tests: exit $? (log: $LOGS/cuda_tests.log)"; tail -4 "$LOGS/cuda_tests.log"
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]" >"$LOGS/sanitizer.log" 2>&1
+  echo "compute-sanitizer memcheck on [cuda]: exit $? (log: $LOGS/sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
+fi
+cd "$ROOT"
+"$HERE/actord" generate configs/quickstart.yaml --set groups[0].device=cuda --prompt-ids 1 --max-tokens 256 \
+  --temperature 0 --json >"$LOGS/generate_cuda.json" 2>"$LOGS/generate_cuda.err"
+echo "generate on cuda: exit $?"
+python3 - "$LOGS/generate_cuda.json" models/stories260K/reference_greedy_256.json <<'PY'
+import json, sys
+try:
+    got = json.load(open(sys.argv[1]))["generated_ids"]
+    ref = json.load(open(sys.argv[2]))["generated_ids"]
+    print("stories260K on cuda equals its reference:", got == ref)
+except Exception as e:
+    print("no output to compare:", e)
+PY
+RUN
+chmod +x "$OUT/run.sh"
+echo "device bundle: $OUT ($(du -sh "$OUT" | cut -f1)); carry it and run $OUT/run.sh on the GPU machine"
