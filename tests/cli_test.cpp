@@ -4,12 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <sstream>
 
 #include "cli_util.hpp"
+#include "core/host_cpus.hpp"
+#include "executors/cpu/gemm.hpp"
+#include "executors/cuda/cuda_backend.hpp"
 
 using namespace actord;
 
@@ -367,4 +371,27 @@ TEST_CASE("tokenize renders messages with the model's chat template", "[cli][tok
   CHECK(first.at("ids") == std::vector<int>{151644, 872, 198, 9707, 0, 151645, 198, 151644, 77091, 198});
   std::getline(out, line);
   CHECK(nlohmann::json::parse(line).at("text") == "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST_CASE("info prints the CPU, the kernels it runs and the CUDA devices - as text and as JSON", "[cli]") {
+  const auto text = run_actord({"info"});
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("cpu: ") && Catch::Contains("extensions: ") &&
+                           Catch::Contains("kernels (groups[].cpu_isa: auto = ") && Catch::Contains("cuda: "));
+  const auto json = run_actord({"info", "--json"});
+  REQUIRE(json.exit_code == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("kernels").at("isa").get<std::string>() == cpu::isa_name(cpu::detected_isa()));
+  CHECK(j.at("cpu").at("usable_cores").get<int>() == usable_cpu_cores());
+  const auto extensions = j.at("cpu").at("extensions").get<std::vector<std::string>>();
+  // What the kernels' own detection says is there, the CPUID reading says too.
+  if (cpu::detected_isa() == cpu::Isa::avx512) {
+    CHECK(std::find(extensions.begin(), extensions.end(), "avx512f") != extensions.end());
+  }
+  if (cpu::detected_isa() != cpu::Isa::portable) {
+    CHECK(std::find(extensions.begin(), extensions.end(), "avx2") != extensions.end());
+  }
+  CHECK(j.at("cuda").at("built").get<bool>() == cuda::built_with_cuda());
+  CHECK(j.at("cuda").at("devices").size() == static_cast<size_t>(cuda::device_count()));
+  CHECK(run_actord({"info", "--bogus"}).exit_code == 2);
 }

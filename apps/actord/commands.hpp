@@ -110,6 +110,10 @@ struct CheckArgs {
   bool json = false;
 };
 
+struct InfoArgs {
+  bool json = false;
+};
+
 struct TokenizeArgs {
   std::string model;
   bool no_special = false;
@@ -148,6 +152,8 @@ int run_serve(const ServeArgs& args);
 
 CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
 int run_check(const CheckArgs& args);
+CLI::App* add_info_command(CLI::App& app, InfoArgs& args);
+int run_info(const InfoArgs& args);
 
 CLI::App* add_worker_command(CLI::App& app, WorkerArgs& args);
 

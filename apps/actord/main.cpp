@@ -1,5 +1,5 @@
-// actord: the command line. Subcommands: serve, generate, bench offline, check, tokenize, detokenize, worker (internal:
-// started by the engine itself).
+// actord: the command line. Subcommands: serve, generate, bench offline, bench serve, check, info, tokenize,
+// detokenize, scale, status, agent, worker (internal: started by the engine itself).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   auto* serve = actord::cli::add_serve_command(app, serve_args);
   actord::cli::CheckArgs check_args;
   auto* check = actord::cli::add_check_command(app, check_args);
+  actord::cli::InfoArgs info_args;
+  auto* info = actord::cli::add_info_command(app, info_args);
   actord::cli::WorkerArgs worker_args;
   auto* worker = actord::cli::add_worker_command(app, worker_args);
   actord::cli::AgentArgs agent_args;
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   if (tokenize_args.detokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, true);
   if (serve->parsed()) return actord::cli::run_serve(serve_args);
   if (check->parsed()) return actord::cli::run_check(check_args);
+  if (info->parsed()) return actord::cli::run_info(info_args);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
   if (agent->parsed()) return actord::cli::run_agent(agent_args);
   if (admin_args.scale->parsed()) return actord::cli::run_scale(admin_args);

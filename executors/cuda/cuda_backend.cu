@@ -371,6 +371,20 @@ std::string unavailable_reason() {
   return n == 0 ? "no CUDA device" : "";
 }
 
+std::vector<std::string> device_names() {
+  std::vector<std::string> names;
+  for (int d = 0, n = device_count(); d < n; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    names.push_back(std::string(prop.name) + " (" + std::to_string(prop.totalGlobalMem >> 30) + " GiB, sm_" +
+                    std::to_string(prop.major) + std::to_string(prop.minor) + ")");
+  }
+  return names;
+}
+
 Result<std::unique_ptr<exec::Backend>> make_backend(int device) {
   const int n = device_count();
   if (n == 0) return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());

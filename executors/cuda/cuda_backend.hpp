@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.hpp"
 #include "executors/backend.hpp"
@@ -20,6 +21,8 @@ bool built_with_cuda();
 // CUDA devices this process can use; 0 without a driver or a device (why: unavailable_reason()).
 int device_count();
 std::string unavailable_reason();
+// "NAME (N GiB, sm_XY)" of each device this process can use.
+std::vector<std::string> device_names();
 // A backend on device `device` (its own stream and cuBLAS handle).
 Result<std::unique_ptr<exec::Backend>> make_backend(int device);
 // The device and the cudaStream_t (as void*) of a backend make_backend() made; -1 and null for any other.

@@ -6,6 +6,7 @@ namespace actord::cuda {
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "actord was built without CUDA (no nvcc at configure time)"; }
+std::vector<std::string> device_names() { return {}; }
 int device_of(const exec::Backend&) { return -1; }
 void* stream_of(const exec::Backend&) { return nullptr; }
 Result<std::unique_ptr<exec::Backend>> make_backend(int) {

@@ -1,0 +1,92 @@
+// actord info: what this machine offers and what actord will run on it: the CPU's model, extensions and caches, the
+// kernels each product uses with groups[].cpu_isa: auto, OpenBLAS, and the CUDA devices (or why there are none).
+#include <cstdio>
+#include <string>
+
+#include "apps/actord/commands.hpp"
+#include "core/host_cpus.hpp"
+#include "executors/cpu/cpu_features.hpp"
+#include "executors/cpu/gemm.hpp"
+#include "executors/cuda/cuda_backend.hpp"
+
+namespace actord::cli {
+
+namespace {
+
+std::string bytes_text(uint64_t b) {
+  if (b >= (uint64_t{1} << 20) && b % (uint64_t{1} << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= 1024) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator = " ") {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
+  return out;
+}
+
+}  // namespace
+
+CLI::App* add_info_command(CLI::App& app, InfoArgs& args) {
+  auto* cmd = app.add_subcommand("info", "Print what this machine offers (CPU extensions and caches, CUDA devices) and "
+                                         "which kernels actord runs on it; starts nothing");
+  cmd->add_flag("--json", args.json, "Print it as one JSON object");
+  return cmd;
+}
+
+int run_info(const InfoArgs& args) {
+  const cpu::CpuFeatures f = cpu::CpuFeatures::detect();
+  const cpu::Isa isa = cpu::detected_isa();
+  const std::string isa_text = cpu::isa_name(isa);
+  // What the extensions the kernels do not use yet would be for.
+  std::vector<std::string> unused;
+  if (f.avx512_bf16) unused.push_back("avx512_bf16 (vdpbf16ps bf16 products)");
+  if (f.avx512_vnni || f.avx_vnni) unused.push_back("vnni (int8 products)");
+  if (f.amx_bf16 || f.amx_int8) unused.push_back("amx (tile products)");
+  const std::vector<std::string> gpus = cuda::device_names();
+  const std::string gpu_reason = gpus.empty() ? cuda::unavailable_reason() : "";
+
+  nlohmann::json caches = nlohmann::json::array();
+  for (const auto& c : f.caches) {
+    caches.push_back({{"level", c.level}, {"type", c.type}, {"bytes", c.bytes}, {"shared_cpus", c.shared_cpus}});
+  }
+  if (args.json) {
+    nlohmann::json j = {
+        {"cpu", {{"model", f.model}, {"usable_cores", usable_cpu_cores()}, {"extensions", f.names()}, {"caches", caches}}},
+        {"kernels",
+         {{"isa", isa_text},
+          {"gemm", "blocked weights (bf16, f16, f32) with f32 accumulation, " + isa_text},
+          {"gemm_row_major_packed_from_rows", cpu::packed_min_rows(isa)},
+          {"openblas", cpu::have_blas()},
+          {"paged_attention", isa_text},
+          {"not_used_yet", unused}}},
+        {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason}}}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("cpu: %s (%d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), usable_cpu_cores());
+  std::printf("  extensions: %s\n", join(f.names()).c_str());
+  std::string cache_text;
+  for (const auto& c : f.caches) {
+    cache_text += (cache_text.empty() ? "" : ", ") + std::string("L") + std::to_string(c.level) +
+                  (c.type == "Data" ? "d" : c.type == "Instruction" ? "i" : "") + " " + bytes_text(c.bytes);
+  }
+  std::printf("  caches (cpu0): %s\n", cache_text.empty() ? "unknown" : cache_text.c_str());
+  std::printf("kernels (groups[].cpu_isa: auto = %s):\n", isa_text.c_str());
+  std::printf("  GEMM: weights blocked at load (bf16, f16, f32 kept as stored), converted in registers, f32 "
+              "accumulation, %s; row-major weights: packed from %d rows; OpenBLAS peer: %s\n",
+              isa_text.c_str(), cpu::packed_min_rows(isa), cpu::have_blas() ? "linked" : "not linked");
+  std::printf("  paged attention: %s, f32 arithmetic over f32/bf16/f16 KV blocks\n", isa_text.c_str());
+  std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
+  if (!cuda::built_with_cuda()) {
+    std::printf("cuda: %s\n", cuda::unavailable_reason().c_str());
+  } else if (gpus.empty()) {
+    std::printf("cuda: built (sm_90 + PTX); %s\n", gpu_reason.c_str());
+  } else {
+    std::printf("cuda: built (sm_90 + PTX); %zu device(s):\n", gpus.size());
+    for (size_t i = 0; i < gpus.size(); ++i) std::printf("  %zu: %s\n", i, gpus[i].c_str());
+  }
+  return 0;
+}
+
+}  // namespace actord::cli

@@ -1,0 +1,36 @@
+// What this machine's CPU offers the kernels, read at run time: the instruction set extensions (CPUID), its model
+// name (/proc/cpuinfo) and its caches (sysfs). For `actord info` and for choosing kernels by what is present rather
+// than assumed.
+//
+// Contract: detect() never fails; what it cannot read is left empty (a model name of "", no caches). x86-64 only:
+// elsewhere every extension reads false.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace actord::cpu {
+
+struct CacheLevel {
+  int level = 0;           // 1, 2, 3
+  std::string type;        // Data, Instruction, Unified
+  uint64_t bytes = 0;
+  std::string shared_cpus;  // sysfs shared_cpu_list of cpu0's cache, e.g. "0-1"
+};
+
+struct CpuFeatures {
+  std::string model;  // "AMD EPYC 9R14", "Intel(R) Xeon(R) Platinum 8488C"
+  bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512_vnni = false, avx512_bf16 = false,
+       avx512_fp16 = false;
+  bool avx_vnni = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  std::vector<CacheLevel> caches;  // cpu0's, by level
+
+  static CpuFeatures detect();
+  // The extensions present, by their usual names ("avx2 fma f16c avx512f ...").
+  std::vector<std::string> names() const;
+};
+
+}  // namespace actord::cpu
