@@ -24,10 +24,7 @@ std::optional<Buffer> Backend::host_view(std::span<float> host) const {
 Buffer Backend::upload(std::span<const float> host) {
   Buffer b;
   if (host.empty()) return b;
-  Allocation a = allocate(host.size());
-  b.data_ = a.data;
-  b.size_ = host.size();
-  b.owner_ = std::move(a.owner);
+  reserve(b, host.size());  // an empty buffer grows to exactly n
   upload_into(host, b);
   return b;
 }

@@ -112,8 +112,6 @@ class Backend {
   // A Buffer over the caller's host memory (no copy, not owned: valid while that memory is), when this backend
   // computes in host memory; nullopt otherwise (then compute into a Buffer of its own and download()).
   std::optional<Buffer> host_view(std::span<float> host) const;
-  // dst[dst_offset + i] = src[src_offset + i], i < n.
-  virtual void copy(const Buffer& src, size_t src_offset, Buffer& dst, size_t dst_offset, size_t n) = 0;
 
   // Zeroed memory of `bytes` in this backend's device, for a KV cache; nullopt when the backend computes in host
   // memory (the caller then uses the host's). copy_bytes() moves bytes between it and the host, either way, in order

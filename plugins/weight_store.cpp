@@ -2,7 +2,6 @@
 
 #include <functional>
 
-#include "executors/cpu/blocked_weights.hpp"
 #include "executors/sampler.hpp"
 
 namespace actord {
@@ -87,8 +86,6 @@ std::vector<float> cut(const std::vector<float>& full, int64_t cols, const Matri
 
 namespace {
 
-exec::HostMatrix host_matrix(const cpu::WeightMatrix& m) { return {m.dtype, m.data, m.rows, m.cols, m.row_stride}; }
-
 Error named(const std::string& name, const Error& e) { return Error{e.code, name + ": " + e.message}; }
 
 }  // namespace
@@ -98,7 +95,7 @@ Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::stri
   const TensorView* from_file = nullptr;
   auto m = row_major(name, rows, cols, slice, &from_file);
   if (!m) return m.error();
-  auto w = backend.upload_matrix(host_matrix(*m), use);
+  auto w = backend.upload_matrix(*m, use);
   if (!w) return named(name, w.error());
   if (!backend.keeps_host_view(use)) drop_row_major(from_file);
   return w;
@@ -117,7 +114,7 @@ Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::
     drop_row_major(gate_file);
     return up.error();
   }
-  auto fused = backend.upload_glu(host_matrix(*gate), host_matrix(*up));
+  auto fused = backend.upload_glu(*gate, *up);
   drop_row_major(up_file);
   drop_row_major(gate_file);
   if (!fused) return named(gate_name, fused.error());
@@ -132,12 +129,12 @@ void WeightStore::drop_row_major(const TensorView* from_file) {
   }
 }
 
-Result<cpu::WeightMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,
+Result<exec::HostMatrix> WeightStore::row_major(const std::string& name, int64_t rows, int64_t cols,
                                                  MatrixSlice slice, const TensorView** from_file) {
   auto s = resolve(name, rows, cols, slice);
   if (!s) return s.error();
   const bool whole = s->row_count == rows && s->col_count == cols;
-  cpu::WeightMatrix m;
+  exec::HostMatrix m;
   m.rows = s->row_count;
   m.cols = s->col_count;
   auto own_f32 = [&](const std::vector<float>& values, DType dtype) {

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "executors/backend.hpp"
-#include "executors/cpu/gemm.hpp"
 #include "memory/weight_loader.hpp"
 #include "plugins/model_config.hpp"
 
@@ -70,7 +69,7 @@ class WeightStore {
   WeightStore() = default;
   const void* own(std::vector<unsigned char> bytes);
   // The row-major matrix; `from_file` is the file's tensor when the result is a view of it.
-  Result<cpu::WeightMatrix> row_major(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice,
+  Result<exec::HostMatrix> row_major(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice,
                                       const TensorView** from_file);
   // Frees what backed a row_major() result once it has been copied: the file's pages when it was a view, else the
   // store's row-major copy (the last one made).

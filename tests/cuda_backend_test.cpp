@@ -228,14 +228,7 @@ TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, 
         std::vector<unsigned char> blocks[2];
         for (int b = 0; b < 2; ++b) {
           exec::Backend& be = *backends[b];
-          std::unique_ptr<KvCache> kv;
-          if (auto device = be.allocate_device_bytes(prior.size()); device.ok() && *device) {
-            KvStorage storage{(*device)->data, (*device)->owner,
-                              [&be](void* d, const void* s, size_t c) { be.copy_bytes(d, s, c); }};
-            kv = std::make_unique<KvCache>(1, nkv, head_dim, kBlocks, kBlock, kv_dtype, std::move(storage));
-          } else {
-            kv = std::make_unique<KvCache>(1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
-          }
+          auto kv = test::kv_cache_on(be, 1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
           for (int blk = 0; blk < kBlocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
           exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
           const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
@@ -277,27 +270,11 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   options.backend = &be;
   auto model = ModelRegistry::with_builtins().create(*cfg, options);
   REQUIRE(model.ok());
-  const size_t bytes = KvCache::bytes_for(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8, DType::f32);
-  auto device = be.allocate_device_bytes(bytes);
-  REQUIRE(device.ok());
-  REQUIRE(device->has_value());
-  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8, DType::f32,
-             KvStorage{(*device)->data, (*device)->owner, [&be](void* d, const void* s, size_t n) { be.copy_bytes(d, s, n); }});
+  auto kv = test::kv_cache_on(be, cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8, DType::f32);
+  REQUIRE_FALSE(kv->on_host());
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
-  Sampler sampler;
-  std::vector<float> logits;
-  std::vector<int32_t> generated;
-  int32_t next = 1;
-  for (int pos = 0; pos < 256; ++pos) {
-    ForwardBatch batch;
-    batch.tokens = {next};
-    batch.seqs = {SeqSlice{0, 1, pos, table.data(), true}};
-    REQUIRE((*model)->forward(batch, kv, logits, be));
-    next = sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, pos);
-    generated.push_back(next);
-  }
-  CHECK(generated == test::reference_ids());
+  CHECK(test::greedy_from_bos(**model, *kv, be, table, 256) == test::reference_ids());
 
   auto engine = Engine::start(test::quickstart("configs/quickstart.yaml", {"groups[0].device=cuda"}),
                               test::engine_options());

@@ -54,19 +54,7 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   // Blocks in a scrambled order, to exercise the paging.
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
-  Sampler sampler;
-  std::vector<float> logits;
-  std::vector<int32_t> generated;
-  int32_t next = 1;
-  for (int pos = 0; pos < 256; ++pos) {
-    ForwardBatch batch;
-    batch.tokens = {next};
-    batch.seqs = {SeqSlice{0, 1, pos, table.data(), true}};
-    REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
-    next = sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, pos);
-    generated.push_back(next);
-  }
-  CHECK(generated == reference);
+  CHECK(test::greedy_from_bos(**model, kv, rank.backend, table, 256) == reference);
 
   // Prefill of BOS + the first 100 reference tokens in one step predicts reference token 101.
   std::vector<int32_t> prompt{1};
@@ -74,8 +62,9 @@ TEST_CASE("greedy decoding reproduces the 256-token reference - prompt fed at on
   ForwardBatch batch;
   batch.tokens = prompt;
   batch.seqs = {SeqSlice{0, static_cast<int32_t>(prompt.size()), 0, table.data(), true}};
+  std::vector<float> logits;
   REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
-  CHECK(sampler.sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
+  CHECK(Sampler().sample(logits.data(), cfg->vocab_size, SamplingOptions{0.0f, 1.0f, 0, 0}, 0) == reference[100]);
 }
 
 // A step of more tokens than one micro-batch runs in pieces; each sequence's logits must equal those of the same

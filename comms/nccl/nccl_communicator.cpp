@@ -95,21 +95,30 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status do_all_to_all(std::span<const std::byte> in, std::span<const size_t> send_bytes, Sink& sink) override {
-    // The counts travel through the CPU group (they decide the receive sizes), the blocks through NCCL when they
-    // are in device memory; what arrives is placed where the sink says (host memory).
-    std::vector<std::byte> counts_in(send_bytes.size() * sizeof(size_t));
-    std::memcpy(counts_in.data(), send_bytes.data(), counts_in.size());
-    const std::vector<size_t> eight(static_cast<size_t>(size()), sizeof(size_t));
-    std::vector<std::byte> counts_out;
+    // The counts travel through the CPU group (they decide the receive sizes), each with whether its sender's blocks
+    // are in device memory (a rank that sends nothing cannot tell from its empty span: any peer's device memory
+    // puts every rank on NCCL); the blocks through NCCL then, else through the CPU group. What arrives is placed
+    // where the sink says (host memory).
+    const size_t mine_on_device = on_device(in.data()) ? 1 : 0;
+    std::vector<size_t> header(2 * static_cast<size_t>(size()));  // per peer: the bytes it gets, then the flag
+    for (size_t r = 0; r < send_bytes.size(); ++r) header[2 * r] = send_bytes[r], header[2 * r + 1] = mine_on_device;
+    const std::vector<size_t> per_peer(static_cast<size_t>(size()), 2 * sizeof(size_t));
+    std::vector<std::byte> headers_out;
     std::vector<size_t> received;
-    ACTORD_TRY_STATUS(bootstrap_->all_to_all_bytes(counts_in, eight, counts_out, received));
+    ACTORD_TRY_STATUS(bootstrap_->all_to_all_bytes(std::as_bytes(std::span(header)), per_peer, headers_out, received));
+    std::vector<size_t> got(header.size());
+    std::memcpy(got.data(), headers_out.data(), got.size() * sizeof(size_t));
     std::vector<size_t> recv_bytes(static_cast<size_t>(size()));
-    std::memcpy(recv_bytes.data(), counts_out.data(), recv_bytes.size() * sizeof(size_t));
+    bool device = false;
+    for (size_t r = 0; r < recv_bytes.size(); ++r) {
+      recv_bytes[r] = got[2 * r];
+      device = device || got[2 * r + 1] != 0;
+    }
     auto placed = place(sink, recv_bytes);
     if (!placed) return placed.error();
     size_t total = 0;
     for (size_t b : recv_bytes) total += b;
-    if (!on_device(in.data())) {
+    if (!device) {
       std::vector<std::byte> out;
       std::vector<size_t> got;
       ACTORD_TRY_STATUS(bootstrap_->all_to_all_bytes(in, send_bytes, out, got));

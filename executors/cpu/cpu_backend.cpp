@@ -69,11 +69,6 @@ void CpuBackend::download(const exec::Buffer& b, size_t offset, std::span<float>
   std::copy_n(b.data() + offset, host.size(), host.data());
 }
 
-void CpuBackend::copy(const exec::Buffer& src, size_t src_offset, exec::Buffer& dst, size_t dst_offset, size_t n) {
-  ACTORD_CHECK(src_offset + n <= src.size() && dst_offset + n <= dst.size());
-  std::memmove(dst.data() + dst_offset, src.data() + src_offset, n * sizeof(float));
-}
-
 void CpuBackend::copy_bytes(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
 
 Result<exec::Weight> CpuBackend::upload_matrix(const exec::HostMatrix& m, exec::WeightUse use) {

@@ -27,7 +27,6 @@ class CpuBackend final : public exec::Backend {
   Isa isa() const { return isa_; }
 
   void download(const exec::Buffer& b, size_t offset, std::span<float> host) override;
-  void copy(const exec::Buffer& src, size_t src_offset, exec::Buffer& dst, size_t dst_offset, size_t n) override;
   void copy_bytes(void* dst, const void* src, size_t n) override;
 
   Result<exec::Weight> upload_matrix(const exec::HostMatrix& m, exec::WeightUse use) override;

@@ -97,11 +97,6 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(host.data(), b.data() + offset, host.size_bytes(), cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void copy(const exec::Buffer& src, size_t src_offset, exec::Buffer& dst, size_t dst_offset, size_t n) override {
-    ACTORD_CHECK(src_offset + n <= src.size() && dst_offset + n <= dst.size());
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(dst.data() + dst_offset, src.data() + src_offset, n * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, stream_));
-  }
 
   Result<std::optional<DeviceBytes>> allocate_device_bytes(size_t bytes) override {
     void* p = nullptr;
@@ -153,7 +148,6 @@ class CudaBackend final : public exec::Backend {
     step_.token_seq = base + n;
     step_.token_pos = base + 2 * n;
     step_.n = n;
-    step_.n_seqs = static_cast<int>(batch.seqs.size());
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
   }

@@ -18,10 +18,9 @@ struct StepLayout {
   const int32_t* tokens = nullptr;       // [n]
   const int32_t* token_seq = nullptr;    // [n]
   const int32_t* token_pos = nullptr;    // [n]
-  const int32_t* seq_table = nullptr;    // [n_seqs] offset of each sequence's block table in tables
+  const int32_t* seq_table = nullptr;    // [sequences] offset of each sequence's block table in tables
   const uint32_t* tables = nullptr;      // block tables back to back
   int n = 0;
-  int n_seqs = 0;
 };
 
 struct KvView {

@@ -291,10 +291,7 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
   be.reserve(up_, size_t(n) * ff);
   const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
   be.gemm_multi(x, gate_up, n);
-  const auto act = spec_.activation == Activation::gelu_tanh ? exec::GatedActivation::gelu_tanh
-                   : spec_.activation == Activation::gelu    ? exec::GatedActivation::gelu
-                                                             : exec::GatedActivation::silu;
-  be.gated_activation(act, gate_, up_, size_t(n) * ff);
+  be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
   be.gemm(gate_, e.down, nullptr, out, n);
 }
 
@@ -308,7 +305,11 @@ void TransformerModel::moe(const Layer& L, int n) {
   be.gemm(xn_, L.router, nullptr, router_logits_, n);
   router_host_.resize(size_t(n) * n_exp);
   be.download(router_logits_, 0, router_host_);
-  routed_.assign(n_exp, {});
+  routed_.resize(size_t(n_exp));
+  for (Routed& r : routed_) {
+    r.rows.clear();
+    r.weights.clear();
+  }
   std::vector<std::pair<float, int>> probs(n_exp);
   for (int t = 0; t < n; ++t) {
     const float* lg = router_host_.data() + size_t(t) * n_exp;
@@ -324,36 +325,34 @@ void TransformerModel::moe(const Layer& L, int n) {
     float kept = 0.0f;
     for (int i = 0; i < top_k; ++i) kept += probs[i].first;
     if (!spec_.norm_topk_prob) kept = 1.0f;
-    for (int i = 0; i < top_k; ++i) routed_[probs[i].second].emplace_back(t, probs[i].first / kept);
+    for (int i = 0; i < top_k; ++i) {
+      Routed& r = routed_[static_cast<size_t>(probs[i].second)];
+      r.rows.push_back(t);
+      r.weights.push_back(probs[i].first / kept);
+    }
   }
   be.zero(tmp_, size_t(n) * h);
   for (int e = 0; e < n_exp; ++e) {
-    const auto& tokens = routed_[e];
-    if (tokens.empty()) continue;
-    const int ne = static_cast<int>(tokens.size());
-    route_rows_.resize(tokens.size());
-    route_weights_.resize(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      route_rows_[i] = tokens[i].first;
-      route_weights_[i] = tokens[i].second;
-    }
+    const Routed& r = routed_[static_cast<size_t>(e)];
+    if (r.rows.empty()) continue;
+    const int ne = static_cast<int>(r.rows.size());
     be.reserve(xe_, size_t(ne) * h);
     be.reserve(ye_, size_t(ne) * h);
-    be.gather_rows(xn_, route_rows_, h, xe_);
+    be.gather_rows(xn_, r.rows, h, xe_);
     mlp(L.experts[e], xe_, ye_, ne);
-    be.scatter_add_rows(ye_, route_rows_, route_weights_, h, tmp_);
+    be.scatter_add_rows(ye_, r.rows, r.weights, h, tmp_);
   }
   if (L.shared_gate) {  // Qwen2-MoE: + sigmoid(x g^T) * shared_expert(x), row by row
     be.reserve(ye_, size_t(n) * h);
     be.reserve(shared_logits_, size_t(n));
     mlp(L.shared, xn_, ye_, n);
     be.gemm(xn_, L.shared_gate, nullptr, shared_logits_, n);
-    route_weights_.resize(size_t(n));
-    be.download(shared_logits_, 0, route_weights_);
-    for (float& w : route_weights_) w = 1.0f / (1.0f + std::exp(-w));
+    shared_weights_.resize(size_t(n));
+    be.download(shared_logits_, 0, shared_weights_);
+    for (float& w : shared_weights_) w = 1.0f / (1.0f + std::exp(-w));
     all_rows_.resize(size_t(n));
     for (int t = 0; t < n; ++t) all_rows_[size_t(t)] = t;
-    be.scatter_add_rows(ye_, all_rows_, route_weights_, h, tmp_);
+    be.scatter_add_rows(ye_, all_rows_, shared_weights_, h, tmp_);
   }
 }
 

@@ -29,7 +29,8 @@
 
 namespace actord {
 
-enum class Activation { silu, gelu_tanh, gelu };
+// The MLP's gate activation: the backend's own (silu, gelu_tanh, gelu).
+using Activation = exec::GatedActivation;
 
 // How a family names its experts' weights: Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2}, or the Qwen MoE
 // families' mlp.{gate, experts.E.gate_proj/up_proj/down_proj}.
@@ -122,9 +123,12 @@ class TransformerModel final : public Model {
   exec::Buffer shared_logits_;         // MoE: [n] the shared expert's gate logits
   std::vector<int32_t> all_rows_;      // MoE: 0 .. n-1
   std::vector<float> router_host_;     // MoE: router_logits_ on the host, for the routing decision
-  std::vector<std::vector<std::pair<int32_t, float>>> routed_;  // [E] (token, weight)
-  std::vector<int32_t> route_rows_;    // one expert's tokens
-  std::vector<float> route_weights_;   // and their weights
+  struct Routed {
+    std::vector<int32_t> rows;   // the tokens routed to an expert, in order
+    std::vector<float> weights;  // and their routing weights
+  };
+  std::vector<Routed> routed_;         // MoE: [E]
+  std::vector<float> shared_weights_;  // MoE: [n] the shared expert's sigmoid gates
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
