@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -287,7 +288,7 @@ TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
   require_close(g, gref);
 }
 
-TEST_CASE("paged attention over scattered blocks matches contiguous reference attention", "[kernels]") {
+TEST_CASE("paged attention over scattered blocks matches contiguous reference attention - a query alone gives its bits in a chunk", "[kernels]") {
   std::mt19937 rng(3);
   struct Shape { int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0; };
   for (Shape s : {Shape{8, 4, 8, 16, 0, 1}, Shape{8, 4, 8, 16, 0, 37}, Shape{4, 4, 64, 4, 9, 1},
@@ -295,7 +296,7 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
                   Shape{3, 1, 24, 16, 100, 1}, Shape{2, 1, 32, 16, 0, 70, 7}, Shape{2, 2, 16, 4, 30, 20, 9},
                   Shape{2, 2, 16, 16, 60, 1, 5}, Shape{1, 1, 8, 16, 0, 40, 1}, Shape{4, 2, 128, 16, 203, 1},
                   Shape{2, 2, 64, 16, 130, 1, 50}, Shape{2, 1, 80, 32, 66, 1},
-                  // a prefill whose last query tile holds one query
+                  // prefills of 17 and 33 queries
                   Shape{4, 2, 64, 16, 5, 17}, Shape{2, 2, 16, 8, 3, 33, 6},
                   // head_dim 8 decode over full 16-key blocks and a partial one with an odd key count
                   Shape{8, 4, 8, 16, 40, 1}, Shape{4, 2, 8, 16, 36, 1}, Shape{2, 2, 8, 32, 70, 1, 45},
@@ -357,6 +358,17 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
         std::fill(out.begin(), out.end(), 0.0f);
         cpu::paged_attention(p, isa);
         require_close(out, ref, 1e-5f);
+        // Batch invariance: each query alone (a decode at its position) gives the bits it gets in the chunk.
+        std::vector<float> alone(size_t(q_row), 0.0f);
+        for (int t = 0; t < s.n_tokens; ++t) {
+          cpu::PagedAttentionParams one = p;
+          one.q = q.data() + size_t(t) * q_row;
+          one.out = alone.data();
+          one.n_tokens = 1;
+          one.start_pos = s.start_pos + t;
+          cpu::paged_attention(one, isa);
+          REQUIRE(std::memcmp(alone.data(), out.data() + size_t(t) * q_row, sizeof(float) * q_row) == 0);
+        }
         // A task's share of the heads (the model splits heads over tasks): only [head_begin, head_end) is written.
         if (s.n_heads > 1) {
           cpu::PagedAttentionParams part = p;

@@ -1,13 +1,12 @@
-// Causal attention over paged K/V, flash-attention style: queries go in tiles of up to kQueryTile, keys block by
-// block (one head's keys in a block are contiguous, [block_size, head_dim]), with an online softmax, so each key
-// block is read once per tile and no score row of the whole context is kept. Several queries (prefill) are
-// multiplied against a key as one vector over the queries (the tile's queries stored transposed, the block's K/V
-// widened to f32 once); a single query (decode) goes in spans of blocks for all the heads asked for, scoring 16
-// (AVX-512) or 8 (AVX2) keys per pass where head_dim allows, converting bf16/f16 K/V in registers, with one
-// online-softmax update per head per span. Intrinsics where they pay, else portable C++ whose inner loops the
-// compiler vectorises: included once per instruction set by
-// attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define ACTORD_ATTENTION_NS to
-// the namespace of their instance; attention.cpp picks one at run time.
+// Causal attention over paged K/V, flash-attention style with an online softmax, one query at a time: every query
+// (a decode's, or each of a prefill chunk's) goes through the same arithmetic, so a token's output is bit for bit
+// the same whether it is computed alone, in a prefill chunk of any size and offset, or again after a preemption by
+// recompute (batch invariance: a request's output does not depend on what it was batched with). Keys go in spans of
+// whole blocks aligned to the sequence's start, for all the heads asked for, scoring 16 (AVX-512) or 8 (AVX2) keys
+// per pass where head_dim allows, converting bf16/f16 K/V in registers, with one online-softmax update per head
+// per span. Intrinsics where they pay, else portable C++ whose inner loops the compiler vectorises: included once
+// per instruction set by attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define
+// ACTORD_ATTENTION_NS to the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
 
 #include <immintrin.h>
@@ -28,8 +27,6 @@
 
 namespace actord::cpu::ACTORD_ATTENTION_NS {
 namespace {
-
-constexpr int kQueryTile = 16;
 
 // One bf16/f16 cache element as f32. Branch-free, so that loops over it vectorise.
 template <DType D>
@@ -59,27 +56,11 @@ struct Kv {
   }
 };
 
-// dst[i] = src[i] as f32, for bf16 and f16 sources.
-template <DType D>
-void widen(const uint16_t* src, float* dst, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) dst[i] = to_f32<D>(src[i]);
-}
-
-void widen(DType dtype, const uint16_t* src, float* dst, int n) {
-  if (dtype == DType::bf16) return widen<DType::bf16>(src, dst, n);
-  widen<DType::f16>(src, dst, n);
-}
-
-struct TileState {
-  std::vector<float> q_t;     // [head_dim][kQueryTile]: the tile's queries, transposed and pre-scaled
-  std::vector<float> scores;  // [block_size][kQueryTile]
-  std::vector<float> acc;     // [kQueryTile][head_dim]: unnormalised outputs
-  std::vector<float> k_f32, v_f32;  // [block_size][head_dim]: one block of a bf16/f16 cache, widened
-  float max_score[kQueryTile];
-  float denom[kQueryTile];
-  std::vector<float> head_acc, head_max, head_denom;  // a single query's state, per head: [heads][head_dim], [heads]
-  std::vector<float> head_scores;                     // a single query's scores of one span, [heads][span]
+// One thread's scratch for a query: its state per head ([heads][head_dim], [heads]) and one span's scores
+// ([heads][span]).
+struct QueryState {
+  std::vector<float> head_acc, head_max, head_denom;
+  std::vector<float> head_scores;
 };
 
 #if defined(__AVX512F__)
@@ -362,7 +343,7 @@ constexpr int64_t kPrefetchMaxBytes = 4096;
 // the span's values in the same order.
 template <DType D>
 void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
-                   float* out_row, TileState& st) {
+                   float* out_row, QueryState& st) {
   using E = typename Kv<D>::Elem;
   const int hd = p.head_dim, bs = p.block_size, group = p.n_heads / p.n_kv_heads, heads = h_end - h_begin;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -425,7 +406,7 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
 }
 
 void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
-                   float* out_row, TileState& st) {
+                   float* out_row, QueryState& st) {
   if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h_begin, h_end, pos, q_row, out_row, st);
   if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h_begin, h_end, pos, q_row, out_row, st);
   attend_single<DType::f32>(p, h_begin, h_end, pos, q_row, out_row, st);
@@ -434,130 +415,14 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
 }  // namespace
 
 void paged_attention(const PagedAttentionParams& p) {
-  const int hd = p.head_dim, bs = p.block_size;
-  const int q_row = p.n_heads * hd;
-  const int group = p.n_heads / p.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int q_row = p.n_heads * p.head_dim;
   const int head_end = p.head_end > 0 ? p.head_end : p.n_heads;
-  thread_local TileState st;
-  st.q_t.resize(size_t(hd) * kQueryTile);
-  st.scores.resize(size_t(bs) * kQueryTile);
-  st.acc.resize(size_t(kQueryTile) * hd);
-  float* const q_t = st.q_t.data();
-  float* const scores = st.scores.data();
-  float* const acc = st.acc.data();
-  const int64_t esize = static_cast<int64_t>(dtype_size(p.kv_dtype));
-  if (p.kv_dtype != DType::f32) {
-    st.k_f32.resize(size_t(bs) * hd);
-    st.v_f32.resize(size_t(bs) * hd);
-  }
-
-  if (p.n_tokens == 1) {  // decode: all the heads asked for, block by block
-    attend_single(p, p.head_begin, head_end, p.start_pos, p.q, p.out, st);
-    return;
-  }
-  for (int h = p.head_begin; h < head_end; ++h) {
-    const int g = h / group;
-    for (int t0 = 0; t0 < p.n_tokens; t0 += kQueryTile) {
-      const int nt = std::min(kQueryTile, p.n_tokens - t0);
-      const int pos0 = p.start_pos + t0;  // position of the tile's first query; query t sits at pos0 + t
-      const int64_t q_offset = static_cast<int64_t>(t0) * q_row + static_cast<int64_t>(h) * hd;
-      const float* q0 = p.q + q_offset;
-      if (nt == 1) {
-        const int64_t row = static_cast<int64_t>(t0) * q_row;
-        attend_single(p, h, h + 1, pos0, p.q + row, p.out + row, st);
-        continue;
-      }
-      for (int t = 0; t < kQueryTile; ++t) {
-        st.max_score[t] = -INFINITY;
-        st.denom[t] = 0.0f;
-      }
-      std::fill_n(acc, size_t(nt) * hd, 0.0f);
-      for (int d = 0; d < hd; ++d)
-        for (int t = 0; t < kQueryTile; ++t) q_t[d * kQueryTile + t] = t < nt ? q0[t * q_row + d] * scale : 0.0f;
-      const int first = p.sliding_window > 0 ? std::max(0, pos0 - p.sliding_window + 1) : 0;
-      const int end = pos0 + nt;  // keys [first, end) are visible to some query of the tile
-      for (int block = first / bs; block * bs < end; ++block) {
-        const int64_t base = (p.block_table[block] * p.block_stride + static_cast<int64_t>(g) * p.head_stride) * esize;
-        const int jb = block * bs, je = std::min(end, jb + bs);  // keys [jb, je) of this block
-        const char* k_block = static_cast<const char*>(p.k_base) + base;
-        const char* v_block = static_cast<const char*>(p.v_base) + base;
-        const float* keys = reinterpret_cast<const float*>(k_block);
-        const float* values = reinterpret_cast<const float*>(v_block);
-        if (p.kv_dtype != DType::f32) {
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(k_block), st.k_f32.data(), (je - jb) * hd);
-          widen(p.kv_dtype, reinterpret_cast<const uint16_t*>(v_block), st.v_f32.data(), (je - jb) * hd);
-          keys = st.k_f32.data();
-          values = st.v_f32.data();
-        }
-        // scores[(j - jb) * kQueryTile + t] = q_t . k_j * scale, -inf where query t may not see key j (interleaved
-        // by query, to vectorise over t).
-        for (int j = jb; j < je; ++j) {
-          const float* k = keys + static_cast<int64_t>(j - jb) * hd;
-          float* s = scores + (j - jb) * kQueryTile;
-          float row[kQueryTile] = {};
-          for (int d = 0; d < hd; ++d) {
-            const float kd = k[d];
-#pragma omp simd
-            for (int t = 0; t < kQueryTile; ++t) row[t] += kd * q_t[d * kQueryTile + t];
-          }
-          for (int t = 0; t < kQueryTile; ++t) s[t] = row[t];
-          if (j > pos0 || (p.sliding_window > 0 && j <= pos0 + nt - 1 - p.sliding_window)) {
-            for (int t = 0; t < nt; ++t) {
-              const int pos = pos0 + t;
-              if (j > pos || (p.sliding_window > 0 && j <= pos - p.sliding_window)) s[t] = -INFINITY;
-            }
-          }
-        }
-        // Online softmax: rescale what each query has accumulated to its new running maximum, then add this block.
-        float correction[kQueryTile];
-        float new_max[kQueryTile], sum[kQueryTile] = {};
-        for (int t = 0; t < kQueryTile; ++t) new_max[t] = st.max_score[t];
-        for (int j = 0; j < je - jb; ++j)
-#pragma omp simd
-          for (int t = 0; t < kQueryTile; ++t) new_max[t] = std::max(new_max[t], scores[j * kQueryTile + t]);
-        // A query that has seen no key yet keeps max -inf: subtract 0 there so that its exps are 0, not NaN.
-        bool none_seen[kQueryTile];
-#pragma omp simd
-        for (int t = 0; t < kQueryTile; ++t) {
-          none_seen[t] = new_max[t] == -INFINITY;
-          if (none_seen[t]) new_max[t] = 0.0f;
-          correction[t] = exp_nonpositive(st.max_score[t] - new_max[t]);
-        }
-        for (int j = 0; j < je - jb; ++j)
-#pragma omp simd
-          for (int t = 0; t < kQueryTile; ++t) {
-            const float e = exp_nonpositive(scores[j * kQueryTile + t] - new_max[t]);
-            scores[j * kQueryTile + t] = e;
-            sum[t] += e;
-          }
-        for (int t = 0; t < kQueryTile; ++t) {
-          st.max_score[t] = none_seen[t] ? -INFINITY : new_max[t];
-          st.denom[t] = st.denom[t] * correction[t] + sum[t];
-        }
-        for (int t = 0; t < nt; ++t) {
-          float* out = acc + static_cast<int64_t>(t) * hd;
-          if (correction[t] != 1.0f) {
-#pragma omp simd
-            for (int d = 0; d < hd; ++d) out[d] *= correction[t];
-          }
-          for (int j = jb; j < je; ++j) {
-            const float w = scores[(j - jb) * kQueryTile + t];
-            if (w == 0.0f) continue;
-            const float* v = values + static_cast<int64_t>(j - jb) * hd;
-#pragma omp simd
-            for (int d = 0; d < hd; ++d) out[d] += w * v[d];
-          }
-        }
-      }
-      for (int t = 0; t < nt; ++t) {
-        float* out = p.out + static_cast<int64_t>(t0 + t) * q_row + static_cast<int64_t>(h) * hd;
-        const float inv = 1.0f / st.denom[t];
-        const float* a = acc + static_cast<int64_t>(t) * hd;
-#pragma omp simd
-        for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
-      }
-    }
+  thread_local QueryState st;
+  // Query by query, each with the heads asked for: a query's arithmetic is the same alone (decode) and in a
+  // prefill chunk of any size or offset (batch invariance).
+  for (int t = 0; t < p.n_tokens; ++t) {
+    const int64_t row = static_cast<int64_t>(t) * q_row;
+    attend_single(p, p.head_begin, head_end, p.start_pos + t, p.q + row, p.out + row, st);
   }
 }
 

@@ -187,8 +187,8 @@ void CpuBackend::paged_attention(const ForwardBatch& batch, const exec::Buffer& 
                                  const exec::AttentionShape& shape, const exec::KvLayer& kv) {
   const int nh = shape.n_heads, nkv = shape.n_kv_heads, hd = shape.head_dim;
   const size_t q_dim = size_t(nh) * hd;
-  // Tasks of (sequence, query heads): a prefill's heads one by one (each a tiled product), a decode's in groups (one
-  // sequential read of each K/V block for all of them).
+  // Tasks of (sequence, query heads): a prefill's heads one by one (its queries one after the other), a decode's in
+  // groups (one sequential read of each K/V block for all of them).
   int n_decode = 0;
   for (const SeqSlice& s : batch.seqs) n_decode += s.num_tokens == 1;
   const int decode_heads = decode_heads_per_task(nh, nkv, std::max(1, n_decode), pool_.size());
