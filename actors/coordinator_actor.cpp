@@ -243,6 +243,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
       for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
       out.setTp(static_cast<uint32_t>(tp));
+      out.setEp(static_cast<uint32_t>(group.ep));
       out.setPp(static_cast<uint32_t>(pp));
       out.setTpRank(static_cast<uint32_t>(k));
       out.setPpRank(static_cast<uint32_t>(s));

@@ -76,7 +76,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     }
   }
   place_ = RankPlace{static_cast<int>(std::max(1u, req.getTp())), static_cast<int>(std::max(1u, req.getPp())),
-                     static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank())};
+                     static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank()),
+                     static_cast<int>(std::max(1u, req.getEp()))};
   if (ok) {
     Status linked = link(links_.tp, req.getTpGroup(), place_.tp, place_.tp_rank, name_, "TP");
     if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");

@@ -371,8 +371,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "device", "placement", "threads", "cpu_isa", "oversubscribe",
-                  "router"});
+    g.check_keys({"name", "replicas", "tp", "pp", "ep", "device", "placement", "threads", "cpu_isa",
+                  "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -383,12 +383,15 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     }
     using Dimension = std::pair<const char*, int*>;
     for (auto [key, value] : {Dimension{"replicas", &group.replicas}, Dimension{"tp", &group.tp},
-                              Dimension{"pp", &group.pp}}) {
+                              Dimension{"pp", &group.pp}, Dimension{"ep", &group.ep}}) {
       g.read(key, *value);
       require(*value >= 1, p + "." + key, "must be at least 1, got " + std::to_string(*value));
       require(*value <= kMaxGroupDimension, p + "." + key,
               "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(*value));
     }
+    require(group.ep == 1 || group.ep == group.tp, p + ".ep",
+            "must be 1 or equal tp (" + std::to_string(group.tp) +
+                "): the experts are sharded over a stage's tp ranks, got " + std::to_string(group.ep));
     total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp);
     require(total_ranks <= kMaxRanks, p,
             "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp), more than " +

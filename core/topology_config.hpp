@@ -78,6 +78,9 @@ struct GroupSection {
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
   int tp = 1;                        // tensor parallel ranks of one pipeline stage
   int pp = 1;                        // pipeline stages of one replica
+  // Expert parallel: 1, or tp (the experts of every MoE layer are sharded over a stage's tp ranks, whole experts
+  // per rank, while attention and dense layers stay TP-sharded; tokens travel to their experts by all-to-all).
+  int ep = 1;
   // cpu | cuda. A cuda rank runs on one GPU of its machine: the one its index among the group's ranks there picks
   // (modulo the machine's GPUs); its KV cache is in that GPU's memory, its swap space on the host.
   std::string device = "cpu";

@@ -55,10 +55,9 @@ Error config_error(const TopologyConfig& t, const std::string& path, const std::
 // The rules of the model for group `i`, in the order a reader checks them.
 Status check_model_rules(const TopologyConfig& t, size_t i, const ModelShape& m) {
   const GroupSection& g = t.groups[i];
-  const std::string problem = parallelism_problem(m, g.tp, g.pp);
+  const std::string problem = parallelism_problem(m, g.tp, g.pp, g.ep);
   if (problem.empty()) return {};
-  const bool about_pp = problem.starts_with("pp ");
-  return config_error(t, group_path(i) + (about_pp ? ".pp" : ".tp"), problem.substr(3));
+  return config_error(t, group_path(i) + "." + problem.substr(0, 2), problem.substr(3));
 }
 
 Status check_shape(const ModelShape& m) {
@@ -80,11 +79,13 @@ Status check_shape(const ModelShape& m) {
 }
 
 // Weight elements rank (heads, kv_heads, stage layers, vocab rows) holds; tp splits the MLP's intermediate rows.
-uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp) {
+uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int ep) {
   const uint64_t hidden = uint64_t(m.hidden_size), head_dim = uint64_t(m.head_dim);
   const uint64_t q = uint64_t(r.heads.count) * head_dim, kv = uint64_t(r.kv_heads.count) * head_dim;
-  const uint64_t ff = uint64_t(m.intermediate_size / tp), experts = uint64_t(std::max(1, m.num_experts));
-  const uint64_t expert_ff = m.moe_intermediate_size > 0 ? uint64_t(m.moe_intermediate_size / tp) : ff;
+  const uint64_t ff = uint64_t(m.intermediate_size / tp), experts = uint64_t(std::max(1, r.experts.count));
+  const int expert_split = ep > 1 ? 1 : tp;  // whole experts under EP
+  const uint64_t expert_ff = uint64_t((m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size) /
+                                      expert_split);
   const uint64_t attention = 2 * hidden * q + 2 * hidden * kv + (m.attention_bias ? q + 2 * kv : 0);
   // A layer holds its experts, or (Qwen3-MoE's dense layers) a dense MLP: the larger of the two, per layer.
   const uint64_t shared =
@@ -103,10 +104,18 @@ uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp) {
 
 }  // namespace
 
-std::string parallelism_problem(const ModelShape& m, int tp, int pp) {
+std::string parallelism_problem(const ModelShape& m, int tp, int pp, int ep) {
   const std::string got = ", got ";
   if (tp < 1) return "tp must be at least 1" + got + std::to_string(tp);
   if (pp < 1) return "pp must be at least 1" + got + std::to_string(pp);
+  if (ep != 1 && ep != tp)
+    return "ep must be 1 or equal tp (" + std::to_string(tp) + "): the experts are sharded over a stage's tp ranks" +
+           got + std::to_string(ep);
+  if (ep > 1 && m.num_experts == 0)
+    return "ep needs a mixture-of-experts model (num_local_experts or num_experts in config.json); this one is dense" +
+           got + std::to_string(ep);
+  if (ep > 1 && m.num_experts % ep != 0)
+    return "ep must divide the number of experts (" + std::to_string(m.num_experts) + ")" + got + std::to_string(ep);
   if (m.num_heads % tp != 0)
     return "tp must divide num_attention_heads (" + std::to_string(m.num_heads) + ")" + got + std::to_string(tp);
   if (m.num_kv_heads % tp != 0 && tp % m.num_kv_heads != 0)
@@ -115,7 +124,7 @@ std::string parallelism_problem(const ModelShape& m, int tp, int pp) {
   if (m.intermediate_size % tp != 0)
     return "tp must divide intermediate_size (" + std::to_string(m.intermediate_size) + ")" + got +
            std::to_string(tp);
-  if (m.moe_intermediate_size > 0 && m.moe_intermediate_size % tp != 0)
+  if (ep == 1 && m.moe_intermediate_size > 0 && m.moe_intermediate_size % tp != 0)
     return "tp must divide moe_intermediate_size (" + std::to_string(m.moe_intermediate_size) + ")" + got +
            std::to_string(tp);
   if (m.shared_expert_intermediate_size % tp != 0)
@@ -127,7 +136,7 @@ std::string parallelism_problem(const ModelShape& m, int tp, int pp) {
   return {};
 }
 
-RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s) {
+RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s, int ep) {
   RankShard shard;
   shard.layers = split_evenly(m.num_layers, pp, s);
   shard.heads = {k * (m.num_heads / tp), m.num_heads / tp};
@@ -136,7 +145,8 @@ RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s) {
                                        : Range{k * (m.num_kv_heads / tp), m.num_kv_heads / tp};
   shard.intermediate = {k * (m.intermediate_size / tp), m.intermediate_size / tp};
   const int expert_ff = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
-  shard.expert_intermediate = {k * (expert_ff / tp), expert_ff / tp};
+  shard.expert_intermediate = ep > 1 ? Range{0, expert_ff} : Range{k * (expert_ff / tp), expert_ff / tp};
+  shard.experts = ep > 1 ? Range{k * (m.num_experts / ep), m.num_experts / ep} : Range{0, m.num_experts};
   const int shared_ff = m.shared_expert_intermediate_size;
   shard.shared_intermediate = {k * (shared_ff / tp), shared_ff / tp};
   shard.embedding = s == 0;
@@ -179,7 +189,8 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     whole.kv_heads = {0, m.num_kv_heads};
     whole.vocab = {0, m.vocab_size};
     whole.embedding = whole.lm_head = true;
-    plan.model_weight_bytes = rank_params(m, whole, 1, 1) * m.weight_bytes_per_param;
+    whole.experts = {0, m.num_experts};
+    plan.model_weight_bytes = rank_params(m, whole, 1, 1, 1) * m.weight_bytes_per_param;
   }
 
   // Threads on this machine: explicit ones as asked; the cores left are split as evenly as possible among the
@@ -206,6 +217,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     gp.replicas = g.replicas;
     gp.tp = g.tp;
     gp.pp = g.pp;
+    gp.ep = g.ep;
     gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
     uint64_t largest_per_token = 0;
     for (int r = 0; r < g.replicas; ++r) {
@@ -220,14 +232,15 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.placement = g.placement;
           rank.node = node_of_unit(g, r * g.pp + s);
           rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * g.tp + k);
-          const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s);
+          const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s, g.ep);
           rank.layers = shard.layers;
           rank.heads = shard.heads;
           rank.kv_heads = shard.kv_heads;
           rank.vocab = shard.vocab;
+          rank.experts = shard.experts;
           rank.embedding = shard.embedding;
           rank.lm_head = shard.lm_head;
-          rank.weight_params = rank_params(m, rank, g.tp, g.pp);
+          rank.weight_params = rank_params(m, rank, g.tp, g.pp, g.ep);
           rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
           rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);
           largest_per_token = std::max(largest_per_token, rank.kv_bytes_per_token);

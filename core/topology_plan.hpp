@@ -56,17 +56,20 @@ struct RankShard {
   Range intermediate;  // rows of the dense MLP's intermediate features
   Range expert_intermediate;  // rows of each expert's intermediate features (== intermediate unless they differ)
   Range shared_intermediate;  // rows of the shared expert's intermediate features (Qwen2-MoE); empty otherwise
+  Range experts;     // the experts of each MoE layer it holds: all of them, or (ep > 1) its tp rank's share, whole
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
 };
 
 // The shard of rank (tp_rank, pp_rank) in a replica of tp x pp ranks. Needs only the model's layers, heads, KV
-// heads, intermediate size and vocabulary; the caller has checked tp and pp against them (plan_topology does).
-RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank);
+// heads, intermediate size, experts and vocabulary; the caller has checked tp, pp and ep against them
+// (plan_topology does). ep: 1 (each expert split by TP as a dense MLP) or tp (whole experts, num_experts / tp of
+// them per tp rank, in order).
+RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank, int ep = 1);
 
-// Why tp x pp does not fit the model (the rule, without a key path: "tp must divide num_attention_heads (8), got
-// 3"), or empty when it does.
-std::string parallelism_problem(const ModelShape& model, int tp, int pp);
+// Why tp x pp (x ep) does not fit the model (the rule, without a key path, starting with the key it is about:
+// "tp must divide num_attention_heads (8), got 3"), or empty when it does.
+std::string parallelism_problem(const ModelShape& model, int tp, int pp, int ep = 1);
 
 struct RankPlan {
   std::string name;  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"
@@ -80,6 +83,7 @@ struct RankPlan {
   Range heads;       // query heads of each of its layers
   Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
   Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
+  Range experts;     // the experts of each MoE layer it holds (whole ones with ep > 1; empty for a dense model)
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
   uint64_t weight_params = 0;
@@ -95,6 +99,7 @@ struct GroupPlan {
   int replicas = 1;
   int tp = 1;
   int pp = 1;
+  int ep = 1;
   int kv_replication = 1;       // ranks holding each KV head: tp / num_kv_heads when tp exceeds it, else 1
   uint32_t num_kv_blocks = 0;   // of each replica: every rank of it holds this many blocks of its own layers/heads
   uint32_t num_swap_blocks = 0;

@@ -112,6 +112,8 @@ class Backend {
   // A Buffer over the caller's host memory (no copy, not owned: valid while that memory is), when this backend
   // computes in host memory; nullopt otherwise (then compute into a Buffer of its own and download()).
   std::optional<Buffer> host_view(std::span<float> host) const;
+  // Whether buffers are host memory (the CPU backend): host_view() works, collectives take buffers' spans directly.
+  virtual bool computes_in_host_memory() const = 0;
 
   // Zeroed memory of `bytes` in this backend's device, for a KV cache; nullopt when the backend computes in host
   // memory (the caller then uses the host's). copy_bytes() moves bytes between it and the host, either way, in order
@@ -179,7 +181,6 @@ class Backend {
     std::shared_ptr<void> owner;
   };
   virtual Allocation allocate(size_t n) = 0;
-  virtual bool computes_in_host_memory() const = 0;
   virtual void upload_into(std::span<const float> host, Buffer& b) = 0;
 };
 

@@ -27,6 +27,7 @@ namespace actord {
 struct RankPlace {
   int tp = 1, pp = 1;
   int tp_rank = 0, pp_rank = 0;
+  int ep = 1;  // 1, or tp: this rank holds whole experts, num_experts / tp of them (shard_of_rank)
   bool sharded() const { return tp > 1 || pp > 1; }
 };
 

@@ -23,11 +23,11 @@ constexpr int kBlocksPerSeq = 8;  // 128 positions per sequence
 // The ranks of one replica as threads.
 class Replica {
  public:
-  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp) : tp_(tp), pp_(pp) {
+  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp, int ep = 1) : tp_(tp), pp_(pp) {
     static uint64_t next_id = 1;
     for (int s = 0; s < pp; ++s) {
       for (int k = 0; k < tp; ++k) {
-        options.place = RankPlace{tp, pp, k, s};
+        options.place = RankPlace{tp, pp, k, s, ep};
         Rank rank;
         rank.cpu = std::make_unique<test::CpuRank>(1);
         options.backend = &rank.cpu->backend;
@@ -103,9 +103,9 @@ class Replica {
 int argmax(const float* row, int n) { return static_cast<int>(std::max_element(row, row + n) - row); }
 
 // Greedy decoding of `prompts` as one batch on a single rank and on tp x pp ranks, compared step by step.
-void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int pp, int steps) {
+void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int pp, int steps, int ep = 1) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14, 3, 77}, {1, 200}, {1, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51}};
-  Replica single(cfg, options, 1, 1), sharded(cfg, options, tp, pp);
+  Replica single(cfg, options, 1, 1), sharded(cfg, options, tp, pp, ep);
   const int vocab = cfg.vocab_size;
   std::vector<std::vector<uint32_t>> tables(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
@@ -142,7 +142,7 @@ void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, i
     }
     batch = std::move(next);
   }
-  WARN("tp " << tp << " x pp " << pp << ": worst logit difference " << worst << " of the largest logit");
+  WARN("tp " << tp << " x pp " << pp << " (ep " << ep << "): worst logit difference " << worst << " of the largest logit");
 }
 
 // A random-weight Llama folder (config.json only; load_format dummy).
@@ -215,6 +215,28 @@ TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own wi
     for (auto [tp, pp] : {std::pair{2, 1}, {1, 3}, {2, 3}}) {
       DYNAMIC_SECTION(dir.filename().string() << " tp " << tp << " pp " << pp) {
         if (pp <= cfg->num_layers) check_equivalent(*cfg, dummy(dir), tp, pp, 16);
+      }
+    }
+  }
+}
+
+TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal one rank - Mixtral and Qwen3-MoE of 8 "
+          "experts top-2 and Qwen2-MoE", "[model][parallel][ep]") {
+  test::TempDir tmp;
+  const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
+                                   ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
+  const auto qwen3_moe = write_llama(tmp.path() / "qwen3-moe", 128, 3, 256, 1000, "Qwen3MoeForCausalLM",
+                                     ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
+                                     "\"norm_topk_prob\": true, \"mlp_only_layers\": [1]");
+  const auto qwen2_moe = write_llama(tmp.path() / "qwen2-moe", 128, 2, 256, 1000, "Qwen2MoeForCausalLM",
+                                     ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": "
+                                     "32, \"shared_expert_intermediate_size\": 96");
+  for (const auto& dir : {mixtral, qwen3_moe, qwen2_moe}) {
+    auto cfg = ModelConfig::load(dir);
+    REQUIRE(cfg.ok());
+    for (auto [tp, pp] : {std::pair{2, 1}, {4, 1}, {2, 2}}) {
+      DYNAMIC_SECTION(dir.filename().string() << " ep " << tp << " pp " << pp) {
+        check_equivalent(*cfg, dummy(dir), tp, pp, 64, tp);
       }
     }
   }

@@ -173,3 +173,76 @@ TEST_CASE("parallel engine: a follower rank killed mid-run - the replica is rebu
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
+
+namespace {
+
+// A random-weight MoE folder (load_format dummy) with the stories260K tokenizer's 512 ids.
+std::filesystem::path write_moe(const std::filesystem::path& dir, const std::string& architecture,
+                                const std::string& experts) {
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
+  }
+  test::write_file(dir / "config.json",
+                   R"({"architectures": [")" + architecture + R"("], "hidden_size": 256, "num_hidden_layers": 4,
+                       "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
+                       "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+                       "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+                       "bos_token_id": 1, "eos_token_id": 2, )" + experts + "}");
+  return dir;
+}
+
+TopologyConfig moe_topology(const std::filesystem::path& dir, const std::string& file, std::vector<std::string> set) {
+  set.push_back("model.path=" + dir.string());
+  set.push_back("model.load_format=dummy");
+  set.push_back("model.seed=5");
+  return test::quickstart(file, set);
+}
+
+}  // namespace
+
+TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with ep2 in threads and processes "
+          "equal one worker", "[engine][parallel][ep]") {
+  test::TempDir tmp;
+  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
+                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  const auto qwen3_moe = write_moe(tmp.path() / "qwen3-moe", "Qwen3MoeForCausalLM",
+                                   R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                                      "norm_topk_prob": true)");
+  const auto requests = batch(false);
+  for (const auto& dir : {mixtral, qwen3_moe}) {
+    const auto expected = run(moe_topology(dir, "configs/quickstart.yaml", {}), requests);
+    for (const char* placement : {"thread", "process"}) {
+      DYNAMIC_SECTION(dir.filename().string() << " ep2 placement " << placement) {
+        check_same(expected, run(moe_topology(dir, "configs/tp2.yaml",
+                                              {"groups[0].ep=2", std::string("groups[0].placement=") + placement}),
+                                 requests));
+      }
+    }
+  }
+}
+
+TEST_CASE("parallel engine: ep on a dense model, ep other than tp, ep not dividing the experts are refused before "
+          "anything starts", "[engine][parallel][ep]") {
+  test::TempDir tmp;
+  const auto six = write_moe(tmp.path() / "six", "MixtralForCausalLM",
+                             R"("num_local_experts": 6, "num_experts_per_tok": 2)");
+  auto refused = [](const TopologyConfig& cfg) {
+    auto engine = Engine::start(cfg, test::engine_options());
+    REQUIRE_FALSE(engine.ok());
+    return engine.error().message;
+  };
+  CHECK_THAT(refused(test::quickstart("configs/tp2.yaml", {"groups[0].ep=2"})),
+             Catch::EndsWith("groups[0].ep: needs a mixture-of-experts model (num_local_experts or num_experts in "
+                             "config.json); this one is dense, got 2"));
+  CHECK_THAT(refused(moe_topology(six, "configs/tp2.yaml", {"groups[0].tp=4", "groups[0].ep=4",
+                                                            "groups[0].oversubscribe=true"})),
+             Catch::EndsWith("groups[0].ep: must divide the number of experts (6), got 4"));
+  // ep other than tp: the topology file itself is refused.
+  TopologyOverrides o;
+  o.set = {"groups[0].ep=4"};
+  auto bad = load_topology(test::source_dir() / "configs/tp2.yaml", o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::EndsWith("configs/tp2.yaml: groups[0].ep: must be 1 or equal tp (2): the "
+                                                  "experts are sharded over a stage's tp ranks, got 4"));
+}

@@ -138,6 +138,37 @@ TEST_CASE("tp splits the heads, the KV heads, the MLP and the vocabulary - norms
   CHECK(g.num_kv_blocks == (256u << 20) / (640 * 16));
 }
 
+TEST_CASE("ep shards whole experts over the tp ranks - attention stays TP-sharded - the rest as tp", "[plan][ep]") {
+  ModelShape moe = stories();
+  moe.num_experts = 8, moe.intermediate_size = 256, moe.moe_intermediate_size = 96;
+  const TopologyPlan tp = plan_of("  - {tp: 2}\n", moe), ep = plan_of("  - {tp: 2, ep: 2}\n", moe);
+  REQUIRE(ep.groups[0].ranks.size() == 2);
+  CHECK(ep.groups[0].ep == 2);
+  for (int k = 0; k < 2; ++k) {
+    const RankPlan& r = ep.groups[0].ranks[size_t(k)];
+    CHECK(same(r.experts, 4 * k, 4));
+    CHECK(same(tp.groups[0].ranks[size_t(k)].experts, 0, 8));
+    CHECK(same(r.heads, 4 * k, 4));
+    // Half the experts whole instead of every expert's half: the same weights per rank.
+    CHECK(r.weight_params == tp.groups[0].ranks[size_t(k)].weight_params);
+  }
+  const RankShard shard = shard_of_rank(moe, 2, 1, 1, 0, 2);
+  CHECK(same(shard.experts, 4, 4));
+  CHECK(same(shard.expert_intermediate, 0, 96));
+  // moe_intermediate_size need not divide by tp when whole experts are held.
+  moe.moe_intermediate_size = 30;
+  CHECK(plan_of("  - {tp: 2, ep: 2}\n", moe).groups[0].ranks[1].experts.first == 4);
+  CHECK(error_of("  - {tp: 2, ep: 2}\n") ==
+        "t.yaml: groups[0].ep: needs a mixture-of-experts model (num_local_experts or num_experts in config.json); "
+        "this one is dense, got 2");
+  moe.num_experts = 6;
+  CHECK(error_of("  - {tp: 4, ep: 4}\n", moe) == "t.yaml: groups[0].ep: must divide the number of experts (6), got 4");
+  auto t = parse_topology("model: {path: m}\ngroups:\n  - {tp: 2, ep: 4}\n", "t.yaml");
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().message ==
+        "t.yaml: groups[0].ep: must be 1 or equal tp (2): the experts are sharded over a stage's tp ranks, got 4");
+}
+
 TEST_CASE("KV heads are replicated when tp exceeds them", "[plan]") {
   const TopologyPlan plan = plan_of("  - {tp: 4}\n", gqa());
   const GroupPlan& g = plan.groups[0];

@@ -94,8 +94,10 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const GroupPlan& g = plan.groups[gi];
     const GroupSection& section = t.groups[gi];
-    std::printf("\ngroup %s: %d replica%s x tp %d x pp %d = %zu rank%s, device %s, placement %s\n", g.name.c_str(),
-                g.replicas, g.replicas == 1 ? "" : "s", g.tp, g.pp, g.ranks.size(), g.ranks.size() == 1 ? "" : "s",
+    std::printf("\ngroup %s: %d replica%s x tp %d x pp %d = %zu rank%s%s, device %s, placement %s\n",
+                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.tp, g.pp, g.ranks.size(),
+                g.ranks.size() == 1 ? "" : "s",
+                g.ep > 1 ? (", experts over ep " + std::to_string(g.ep) + " (the tp ranks)").c_str() : "",
                 section.device.c_str(), placement_text(section).c_str());
     std::printf("  KV per replica: %u blocks of %d tokens (%llu tokens)%s", g.num_kv_blocks, t.engine.block_size,
                 static_cast<unsigned long long>(g.num_kv_blocks) * static_cast<unsigned long long>(t.engine.block_size),
@@ -103,13 +105,16 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
                                      : "");
     if (g.num_swap_blocks > 0) std::printf(", swap %u blocks", g.num_swap_blocks);
     std::printf("\n\n");
+    const bool moe = c.num_experts > 0;
     std::vector<std::vector<std::string>> rows{{"rank", "node", "process", "threads", "layers", "heads", "kv heads",
                                                 "vocab", "weights", "KV/token", "KV pool", "memory"}};
+    if (moe) rows[0].insert(rows[0].begin() + 8, "experts");
     for (const RankPlan& r : g.ranks) {
       rows.push_back({r.name, r.node, r.placement == Placement::thread ? "engine" : "own", threads_text(r.threads),
                       range_text(r.layers), range_text(r.heads), range_text(r.kv_heads), range_text(r.vocab),
                       format_bytes(r.weight_bytes), format_bytes(r.kv_bytes_per_token), format_bytes(r.kv_pool_bytes),
                       format_bytes(r.memory_bytes())});
+      if (moe) rows.back().insert(rows.back().begin() + 8, range_text(r.experts));
     }
     print_table(rows, "  ");
   }
@@ -170,6 +175,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                        {"heads", range_json(r.heads)},
                        {"kv_heads", range_json(r.kv_heads)},
                        {"vocab", range_json(r.vocab)},
+                       {"experts", range_json(r.experts)},
                        {"embedding", r.embedding},
                        {"lm_head", r.lm_head},
                        {"weight_params", r.weight_params},
@@ -182,6 +188,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
     j["groups"].push_back({{"name", g.name},
                            {"replicas", g.replicas},
                            {"tp", g.tp},
+                           {"ep", g.ep},
                            {"pp", g.pp},
                            {"device", section.device},
                            {"placement", placement_name(section.placement)},

@@ -241,6 +241,7 @@ struct WorkerInit {
   tpGroup @18 :CollectiveGroup;
   pipelineGroup @19 :CollectiveGroup;
   device @20 :Text;              # the executor backend: "cpu" (or empty), or "cuda:N" (GPU N of the worker's machine)
+  ep @21 :UInt32;                # expert parallel: 0 or 1 (experts split by TP), or tp (whole experts per tp rank)
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).

@@ -56,9 +56,10 @@ class CpuBackend final : public exec::Backend {
   // The CPU's view of a Weight this backend made (tests, benchmarks, a plugin's own kernels).
   static const WeightMatrix& matrix_of(const exec::Weight& w);
 
+  bool computes_in_host_memory() const override { return true; }
+
  protected:
   Allocation allocate(size_t n) override;
-  bool computes_in_host_memory() const override { return true; }
   void upload_into(std::span<const float> host, exec::Buffer& b) override;
 
  private:

@@ -215,13 +215,14 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, count * sizeof(float), stream_));
   }
 
+  bool computes_in_host_memory() const override { return false; }
+
  protected:
   Allocation allocate(size_t n) override {
     std::shared_ptr<void> memory = device_memory(n * sizeof(float));
     auto* data = static_cast<float*>(memory.get());
     return {data, std::move(memory)};
   }
-  bool computes_in_host_memory() const override { return false; }
   void upload_into(std::span<const float> host, exec::Buffer& b) override {
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(b.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));

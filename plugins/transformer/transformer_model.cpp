@@ -159,7 +159,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   }
   const RankPlace& place = options.place;
   const ModelShape shape = model_shape(cfg);
-  if (auto problem = parallelism_problem(shape, place.tp, place.pp); !problem.empty())
+  if (auto problem = parallelism_problem(shape, place.tp, place.pp, place.ep); !problem.empty())
     return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
   if (place.tp_rank < 0 || place.tp_rank >= place.tp || place.pp_rank < 0 || place.pp_rank >= place.pp) {
     return make_error(Errc::invalid_argument, "rank tp" + std::to_string(place.tp_rank) + ".pp" +
@@ -168,6 +168,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   }
   if (!options.backend) return make_error(Errc::invalid_argument, "ModelLoadOptions: no executor backend");
   exec::Backend& backend = *options.backend;
+  if (place.ep > 1 && !backend.computes_in_host_memory()) {
+    return make_error(Errc::unsupported, "ep " + std::to_string(place.ep) + " on " + backend.describe() +
+                                             ": expert parallelism runs on CPU ranks only so far");
+  }
   auto store = WeightStore::open(cfg, options);
   if (!store) return store.error();
   std::unique_ptr<TransformerModel> m(new TransformerModel(cfg, spec));
@@ -175,7 +179,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->store_ = *store;
   m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
   m->place_ = place;
-  m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank);
+  m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep);
   for (int r = 0; r < place.tp; ++r)
     m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
   const RankShard& shard = m->shard_;
@@ -194,6 +198,9 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
     if (w.layer >= 0 && !in_stage(w.layer)) continue;
+    if (w.shard == ShardKind::expert &&
+        (w.expert < shard.experts.first || w.expert >= shard.experts.first + shard.experts.count))
+      continue;  // another EP rank's expert
     if (w.name == "model.embed_tokens.weight" && !shard.embedding && !tied_head) continue;
     if ((w.name == "lm_head.weight" || w.name == "model.norm.weight") && !shard.lm_head) continue;
     const MatrixSlice slice = slice_of(w, shard, cfg.head_dim);
@@ -260,7 +267,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     } else {
       const int expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : cfg.intermediate_size;
       L.router = matrices.at(expert_names(spec, p, 0).router);
-      for (int e = 0; e < spec.num_experts; ++e) {
+      for (int e = shard.experts.first; e < shard.experts.first + shard.experts.count; ++e) {
         const ExpertNames n = expert_names(spec, p, e);
         auto expert = load_mlp(n.gate, n.up, n.down, expert_ff, shard.expert_intermediate);
         if (!expert) return expert.error();
@@ -296,11 +303,11 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
 }
 
 // Routing as HF computes it (Mixtral, Qwen3-MoE): softmax over all experts in f32, keep the top k, renormalise them
-// to 1 (norm_topk_prob; Mixtral always). The decision is taken on the host from the router's logits; each expert's
-// tokens are gathered, run and added back.
-void TransformerModel::moe(const Layer& L, int n) {
+// to 1 (norm_topk_prob; Mixtral always). The decision is taken on the host from the router's logits, the same on
+// every rank (the router is replicated): routed_[e] lists expert e's tokens in order, with their weights.
+void TransformerModel::route(const Layer& L, int n) {
   exec::Backend& be = *backend_;
-  const int h = cfg_.hidden_size, n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
+  const int n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
   be.reserve(router_logits_, size_t(n) * n_exp);
   be.gemm(xn_, L.router, nullptr, router_logits_, n);
   router_host_.resize(size_t(n) * n_exp);
@@ -331,16 +338,28 @@ void TransformerModel::moe(const Layer& L, int n) {
       r.weights.push_back(probs[i].first / kept);
     }
   }
+}
+
+// tmp_ = the layer's MoE output: each token's experts weighted (in expert order), + the shared expert. Under EP the
+// routed part is this rank's tokens' only (zero elsewhere) and the caller's TP all-reduce completes it.
+Status TransformerModel::moe(const Layer& L, int n, const ForwardContext& context) {
+  exec::Backend& be = *backend_;
+  const int h = cfg_.hidden_size, n_exp = spec_.num_experts;
+  route(L, n);
   be.zero(tmp_, size_t(n) * h);
-  for (int e = 0; e < n_exp; ++e) {
-    const Routed& r = routed_[static_cast<size_t>(e)];
-    if (r.rows.empty()) continue;
-    const int ne = static_cast<int>(r.rows.size());
-    be.reserve(xe_, size_t(ne) * h);
-    be.reserve(ye_, size_t(ne) * h);
-    be.gather_rows(xn_, r.rows, h, xe_);
-    mlp(L.experts[e], xe_, ye_, ne);
-    be.scatter_add_rows(ye_, r.rows, r.weights, h, tmp_);
+  if (place_.ep > 1) {
+    ACTORD_TRY_STATUS(experts_over_ranks(L, n, context));
+  } else {
+    for (int e = 0; e < n_exp; ++e) {
+      const Routed& r = routed_[static_cast<size_t>(e)];
+      if (r.rows.empty()) continue;
+      const int ne = static_cast<int>(r.rows.size());
+      be.reserve(xe_, size_t(ne) * h);
+      be.reserve(ye_, size_t(ne) * h);
+      be.gather_rows(xn_, r.rows, h, xe_);
+      mlp(L.experts[e], xe_, ye_, ne);
+      be.scatter_add_rows(ye_, r.rows, r.weights, h, tmp_);
+    }
   }
   if (L.shared_gate) {  // Qwen2-MoE: + sigmoid(x g^T) * shared_expert(x), row by row
     be.reserve(ye_, size_t(n) * h);
@@ -354,6 +373,91 @@ void TransformerModel::moe(const Layer& L, int n) {
     for (int t = 0; t < n; ++t) all_rows_[size_t(t)] = t;
     be.scatter_add_rows(ye_, all_rows_, shared_weights_, h, tmp_);
   }
+  return {};
+}
+
+// Expert parallelism (ep == tp): tp rank k holds experts [k E/ep, (k+1) E/ep) whole and owns the step's tokens
+// balanced_offset(n, ep, k) ... (+ balanced_count). Every rank routes every token (the same decision), so each knows
+// what every other sends it and in which order: the rows of the tokens it owns go, expert by expert and token by
+// token, to the rank holding each of their experts (dispatch, one all-to-all), come back as that expert's output in
+// the same order (combine, a second one) and are added to the tokens' rows of tmp_ with their routing weights, in
+// expert order as one rank does. Only the routed rows travel.
+Status TransformerModel::experts_over_ranks(const Layer& L, int n, const ForwardContext& context) {
+  exec::Backend& be = *backend_;
+  coll::Communicator& comm = *context.tp;
+  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = spec_.num_experts / ep, me = place_.tp_rank;
+  const auto owns = [&](int rank, int32_t t) {
+    const size_t first = coll::balanced_offset(size_t(n), ep, rank);
+    return size_t(t) >= first && size_t(t) < first + coll::balanced_count(size_t(n), ep, rank);
+  };
+  // Dispatch: this rank's tokens, grouped by destination rank, then expert, then token.
+  ep_send_rows_.clear();
+  ep_send_weights_.clear();
+  ep_send_counts_.assign(size_t(ep), 0);
+  for (int r = 0; r < ep; ++r) {
+    for (int e = r * per_rank; e < (r + 1) * per_rank; ++e) {
+      const Routed& routed = routed_[size_t(e)];
+      for (size_t i = 0; i < routed.rows.size(); ++i) {
+        if (!owns(me, routed.rows[i])) continue;
+        ep_send_rows_.push_back(routed.rows[i]);
+        ep_send_weights_.push_back(routed.weights[i]);
+        ep_send_counts_[size_t(r)] += size_t(h);
+      }
+    }
+  }
+  const size_t sent = ep_send_rows_.size();
+  be.reserve(xe_, std::max<size_t>(sent, 1) * h);
+  be.gather_rows(xn_, ep_send_rows_, h, xe_);
+  ACTORD_TRY_STATUS(timed(context, [&] {
+    return comm.all_to_all(xe_.first(sent * h), ep_send_counts_, ep_received_, ep_recv_counts_);
+  }));
+  // What arrived: from each rank in rank order, its tokens of each of this rank's experts in expert order.
+  size_t expected = 0;
+  for (int s = 0; s < ep; ++s) {
+    size_t rows = 0;
+    for (int e = me * per_rank; e < (me + 1) * per_rank; ++e)
+      for (int32_t t : routed_[size_t(e)].rows) rows += owns(s, t);
+    if (ep_recv_counts_[size_t(s)] != rows * h) {
+      return make_error(Errc::internal, "expert parallel: rank " + std::to_string(s) + " sent " +
+                                            std::to_string(ep_recv_counts_[size_t(s)] / h) + " rows, the routing says " +
+                                            std::to_string(rows));
+    }
+    expected += rows;
+  }
+  const std::optional<exec::Buffer> received = be.host_view(ep_received_);
+  ACTORD_CHECK(received.has_value());  // create() refuses ep > 1 on a backend computing elsewhere
+  ep_outputs_.resize(expected * size_t(h));
+  std::optional<exec::Buffer> outputs = be.host_view(ep_outputs_);
+  ACTORD_CHECK(outputs.has_value());
+  // Each expert of this rank over its rows of the received ones (copied out unweighted: 0 + 1 * y is y).
+  std::vector<size_t> block_first(size_t(ep), 0);
+  for (int s = 1; s < ep; ++s) block_first[size_t(s)] = block_first[size_t(s) - 1] + ep_recv_counts_[size_t(s) - 1] / h;
+  std::vector<size_t> cursor = block_first;
+  be.zero(*outputs, expected * size_t(h));
+  for (int e = me * per_rank; e < (me + 1) * per_rank; ++e) {
+    ep_expert_rows_.clear();
+    for (int s = 0; s < ep; ++s)
+      for (int32_t t : routed_[size_t(e)].rows)
+        if (owns(s, t)) ep_expert_rows_.push_back(static_cast<int32_t>(cursor[size_t(s)]++));
+    if (ep_expert_rows_.empty()) continue;
+    const int ne = static_cast<int>(ep_expert_rows_.size());
+    be.reserve(xe_, size_t(ne) * h);
+    be.reserve(ye_, size_t(ne) * h);
+    be.gather_rows(*received, ep_expert_rows_, h, xe_);
+    mlp(L.experts[size_t(e - me * per_rank)], xe_, ye_, ne);
+    ep_ones_.assign(size_t(ne), 1.0f);
+    be.scatter_add_rows(ye_, ep_expert_rows_, ep_ones_, h, *outputs);
+  }
+  // Combine: the outputs go back to the ranks that sent the rows, in the order they came.
+  ACTORD_TRY_STATUS(timed(context, [&] {
+    return comm.all_to_all(std::span<const float>(ep_outputs_), ep_recv_counts_, ep_returned_, ep_back_counts_);
+  }));
+  if (ep_back_counts_ != ep_send_counts_)
+    return make_error(Errc::internal, "expert parallel: the combine returned other counts than were sent");
+  const std::optional<exec::Buffer> returned = be.host_view(ep_returned_);
+  ACTORD_CHECK(returned.has_value());
+  be.scatter_add_rows(*returned, ep_send_rows_, ep_send_weights_, h, tmp_);
+  return {};
 }
 
 // l: the layer's index in this stage (its KV cache layer); its global index picks the sliding window.
@@ -523,7 +627,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     if (!L.sparse) {
       mlp(L.mlp, xn_, tmp_, n);
     } else {
-      moe(L, n);
+      ACTORD_TRY_STATUS(moe(L, n, context));
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);

@@ -89,7 +89,7 @@ class TransformerModel final : public Model {
     exec::Buffer ffn_norm;              // [hidden]
     Expert mlp;                         // dense MLP
     exec::Weight router;                // [num_experts, hidden]
-    std::vector<Expert> experts;        // [num_experts]
+    std::vector<Expert> experts;        // the experts this rank holds: RankShard::experts, in order
     Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
     exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
   };
@@ -98,7 +98,11 @@ class TransformerModel final : public Model {
   void attention(const ForwardBatch& batch, KvCache& kv, int layer);
   // out [n, hidden] = the MLP of x [n, hidden].
   void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n);
-  void moe(const Layer& L, int n);
+  // Fills routed_ from the router's logits of xn_'s n rows.
+  void route(const Layer& L, int n);
+  // tmp_ = the MoE of xn_'s n rows (under EP: this rank's tokens' routed part, + the shared expert's TP part).
+  Status moe(const Layer& L, int n, const ForwardContext& context);
+  Status experts_over_ranks(const Layer& L, int n, const ForwardContext& context);
 
   ModelConfig cfg_;
   TransformerSpec spec_;
@@ -129,6 +133,12 @@ class TransformerModel final : public Model {
   };
   std::vector<Routed> routed_;         // MoE: [E]
   std::vector<float> shared_weights_;  // MoE: [n] the shared expert's sigmoid gates
+  // Expert parallelism (experts_over_ranks): the rows this rank dispatches (its tokens, in send order) with their
+  // weights and per-rank element counts; what it received, its experts' outputs for it, and what came back.
+  std::vector<int32_t> ep_send_rows_, ep_expert_rows_;
+  std::vector<float> ep_send_weights_, ep_ones_;
+  std::vector<size_t> ep_send_counts_, ep_recv_counts_, ep_back_counts_;
+  std::vector<float> ep_received_, ep_outputs_, ep_returned_;
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
