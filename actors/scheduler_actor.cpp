@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <deque>
 
 #include "actors/step_messages.hpp"
@@ -45,6 +46,9 @@ struct scheduler_state {
   std::vector<caf::actor> submitters;
   uint64_t next_step_id = 1;
   SchedulerStats stats;
+  // Whether the driver's results carry an expert load (an MoE model; unknown before the first result): then the
+  // followers' results are read too (their stages' layers).
+  std::optional<bool> expert_load;
   uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
   uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
   struct Sent {
@@ -251,6 +255,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     st.stats.worker_compute_us += info.compute_us;
     st.stats.worker_idle_us += info.idle_us;
     st.stats.worker_comm_us += info.comm_us;
+    st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
     adapt_pipeline_depth(st, info.compute_us);
     st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, info.compute_us);
     updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
@@ -402,7 +407,21 @@ void plan_and_send(self_ptr self) {
     st.in_flight.push_back({now, plan->decode_only(), step_id, prefill, decode, own_us,
                             wait ? std::optional(now + *wait) : std::nullopt});
     timed_send(st, [&] {
-      for (const auto& f : st.followers) caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
+      for (const auto& f : st.followers) {
+        if (st.expert_load == false) {
+          caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
+          continue;
+        }
+        self->request(f, caf::infinite, step_atom::value, step)
+            .then(
+                [=](const wire_msg& result) {
+                  try {
+                    add_expert_load(result, self->state.stats);
+                  } catch (const std::exception&) {  // the driver's result reports what went wrong
+                  }
+                },
+                [](const caf::error&) {});  // a lost follower breaks the replica: the driver's result says so
+      }
       self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
           .then(
               [=](const wire_msg& result) {

@@ -78,6 +78,20 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
   }, static_cast<unsigned>(words));
 }
 
+bool add_expert_load(const wire_msg& msg, SchedulerStats& stats) {
+  WireReader reader(msg);
+  auto result = reader.root<wire::StepResult>();
+  const uint32_t experts = result.getNumExperts();
+  const auto tokens = result.getExpertTokens();
+  if (experts == 0 || tokens.size() == 0) return false;
+  const size_t first = size_t(result.getExpertLayerFirst()) * experts;
+  if (stats.num_experts != experts) stats.expert_tokens.clear();  // (a model of other experts: start over)
+  stats.num_experts = experts;
+  if (stats.expert_tokens.size() < first + tokens.size()) stats.expert_tokens.resize(first + tokens.size());
+  for (uint32_t i = 0; i < tokens.size(); ++i) stats.expert_tokens[first + i] += tokens[i];
+  return true;
+}
+
 StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& samples,
                                   std::vector<StepPromptLogprobs>& prompt) {
   StepResultInfo info;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comms/wire_msg.hpp"
+#include "core/scheduler_stats.hpp"
 #include "core/status.hpp"
 #include "scheduler/batch_scheduler.hpp"
 
@@ -25,6 +26,9 @@ struct StepResultInfo {
   uint64_t idle_us = 0;
   uint64_t comm_us = 0;
 };
+// Adds a StepResult's expert load (if any) to `stats`' expert counters; whether it carried one. Throws on a
+// malformed message, as decode_step_result.
+bool add_expert_load(const wire_msg& result, SchedulerStats& stats);
 // `prompt` (reused) gets the step's prompt logprobs.
 StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample>& samples,
                                   std::vector<StepPromptLogprobs>& prompt);

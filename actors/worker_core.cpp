@@ -331,6 +331,13 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setCorrelationId(step.getCorrelationId());
       out.setStepId(step.getStepId());
       fill(out);
+      // A stage's expert load, once: its tp rank 0 reports it (every tp rank routes the same).
+      if (const ExpertLoad load = model_->expert_load(); load.num_experts > 0 && place_.tp_rank == 0) {
+        out.setNumExperts(static_cast<uint32_t>(load.num_experts));
+        out.setExpertLayerFirst(static_cast<uint32_t>(load.first_layer));
+        auto tokens = out.initExpertTokens(static_cast<uint32_t>(load.tokens.size()));
+        for (uint32_t i = 0; i < load.tokens.size(); ++i) tokens.set(i, load.tokens[i]);
+      }
       out.setComputeMicros(
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);

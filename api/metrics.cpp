@@ -78,6 +78,19 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
            double(stats->prefix_hit_blocks));
     metric("actord_prefix_cache_blocks", "gauge", "Blocks in the prefix cache.", double(stats->prefix_cached_blocks));
     metric("actord_scheduler_steps_total", "counter", "Steps executed.", double(stats->steps));
+    if (stats->num_experts > 0) {  // MoE layers: a window's load is the difference of two scrapes (rate())
+      out << "# HELP actord_expert_tokens_total Tokens routed to each expert of each MoE layer.\n"
+             "# TYPE actord_expert_tokens_total counter\n";
+      const size_t experts = stats->num_experts;
+      for (size_t layer = 0; layer * experts < stats->expert_tokens.size(); ++layer) {
+        const auto first = stats->expert_tokens.begin() + ptrdiff_t(layer * experts);
+        if (std::all_of(first, first + ptrdiff_t(experts), [](uint64_t n) { return n == 0; })) continue;  // dense
+        for (size_t e = 0; e < experts; ++e) {
+          out << "actord_expert_tokens_total{" << label << ",layer=\"" << layer << "\",expert=\"" << e << "\"} "
+              << first[ptrdiff_t(e)] << "\n";
+        }
+      }
+    }
   }
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";

@@ -48,6 +48,8 @@ void to_wire(const SchedulerStats& in, wire::SchedulerStats::Builder out) {
 #define ACTORD_STATS_SET(name, Wire) out.set##Wire(in.name);
   ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_SET)
 #undef ACTORD_STATS_SET
+  out.setNumExperts(in.num_experts);
+  fill_list(out.initExpertTokens(static_cast<uint32_t>(in.expert_tokens.size())), in.expert_tokens);
 }
 
 SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
@@ -55,6 +57,8 @@ SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
 #define ACTORD_STATS_GET(name, Wire) s.name = in.get##Wire();
   ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_GET)
 #undef ACTORD_STATS_GET
+  s.num_experts = in.getNumExperts();
+  s.expert_tokens = to_vector<uint64_t>(in.getExpertTokens());
   return s;
 }
 

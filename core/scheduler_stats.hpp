@@ -6,7 +6,9 @@
 // one field in SchedulerStats of comms/schemas/actord.capnp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace actord {
 
@@ -45,7 +47,19 @@ struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
   ACTORD_SCHEDULER_STATS_FIELDS(ACTORD_STATS_MEMBER)
 #undef ACTORD_STATS_MEMBER
+  // MoE models: experts per MoE layer, and the tokens routed to each, [layer * num_experts + expert], summed over
+  // steps (counters; empty for a dense model).
+  uint32_t num_experts = 0;
+  std::vector<uint64_t> expert_tokens;
 };
+
+// Adds `part`'s expert counters to `total`'s (element by element, growing it).
+inline void add_expert_tokens(SchedulerStats& total, const SchedulerStats& part) {
+  if (part.expert_tokens.empty()) return;
+  total.num_experts = part.num_experts;
+  if (total.expert_tokens.size() < part.expert_tokens.size()) total.expert_tokens.resize(part.expert_tokens.size());
+  for (size_t i = 0; i < part.expert_tokens.size(); ++i) total.expert_tokens[i] += part.expert_tokens[i];
+}
 
 // What happened between two snapshots of the same scheduler (`later` - `earlier`); the gauges
 // (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks and the sequence counts) are `later`'s.
@@ -61,6 +75,10 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   d.running_seqs = later.running_seqs;
   d.waiting_seqs = later.waiting_seqs;
   d.swapped_seqs = later.swapped_seqs;
+  d.num_experts = later.num_experts;
+  d.expert_tokens = later.expert_tokens;
+  for (size_t i = 0; i < earlier.expert_tokens.size() && i < d.expert_tokens.size(); ++i)
+    d.expert_tokens[i] -= earlier.expert_tokens[i];
   return d;
 }
 
@@ -80,6 +98,7 @@ inline void add_stats(SchedulerStats& total, const SchedulerStats& part, bool co
     total.waiting_seqs = before.waiting_seqs;
     total.swapped_seqs = before.swapped_seqs;
   }
+  add_expert_tokens(total, part);
 }
 
 }  // namespace actord

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.hpp"
@@ -39,6 +40,14 @@ struct KvShape {
   int head_dim = 0;
 };
 
+// Mixture-of-experts models: the tokens the last forward() routed to each expert of this rank's stage's layers,
+// tokens[(layer - first_layer) * num_experts + expert] (dense layers count none). Empty for dense models.
+struct ExpertLoad {
+  int first_layer = 0;
+  int num_experts = 0;
+  std::span<const uint32_t> tokens;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -52,6 +61,7 @@ class Model {
   // into.
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
+  virtual ExpertLoad expert_load() const { return {}; }
 };
 
 }  // namespace actord

@@ -246,3 +246,29 @@ TEST_CASE("parallel engine: ep on a dense model, ep other than tp, ep not dividi
   CHECK_THAT(bad.error().message, Catch::EndsWith("configs/tp2.yaml: groups[0].ep: must be 1 or equal tp (2): the "
                                                   "experts are sharded over a stage's tp ranks, got 4"));
 }
+
+TEST_CASE("expert load - every token fed is counted once per MoE layer for each of its top-2 experts - one rank, "
+          "ep2, tp2 x pp2", "[engine][parallel][ep][stats]") {
+  test::TempDir tmp;
+  const auto dir = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
+                             R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  for (auto [file, set] : {std::pair{"configs/quickstart.yaml", std::vector<std::string>{}},
+                           {"configs/tp2.yaml", {"groups[0].ep=2"}},
+                           {"configs/tp2-pp2.yaml", {}}}) {
+    DYNAMIC_SECTION(file << (set.empty() ? "" : " ep2")) {
+      auto engine = test::start_engine(moe_topology(dir, file, set));
+      auto out = engine->generate(batch(false));
+      REQUIRE(out.ok());
+      auto stats = engine->stats();
+      REQUIRE(stats.ok());
+      CHECK(stats->num_experts == 8);
+      REQUIRE(stats->expert_tokens.size() == 4 * 8);
+      for (int layer = 0; layer < 4; ++layer) {
+        INFO("layer " << layer);
+        uint64_t routed = 0;
+        for (int e = 0; e < 8; ++e) routed += stats->expert_tokens[size_t(layer * 8 + e)];
+        CHECK(routed == 2 * stats->tokens);
+      }
+    }
+  }
+}

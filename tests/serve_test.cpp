@@ -645,6 +645,39 @@ TEST_CASE("serve - /metrics has every series the Grafana dashboard plots", "[ser
   CHECK(series >= 10);
 }
 
+TEST_CASE("serve - /metrics counts the tokens routed to each expert of each MoE layer (ep2)", "[serve][metrics][ep]") {
+  test::TempDir tmp;
+  const auto dir = tmp.path() / "mixtral";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
+  }
+  test::write_file(dir / "config.json",
+                   R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 128, "num_hidden_layers": 2,
+                       "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 256,
+                       "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+                       "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+                       "bos_token_id": 1, "eos_token_id": 2, "num_local_experts": 4, "num_experts_per_tok": 2})");
+  Served s("", 1 << 20, dir.string(),
+           {"model.load_format=dummy", "groups[0].tp=2", "groups[0].ep=2", "groups[0].threads=1"});
+  REQUIRE(call(s.port, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":4})").status == 200);
+  const std::string metrics = call(s.port, "GET", "/metrics").body;
+  auto stats = s.engine->stats();
+  REQUIRE(stats.ok());
+  CHECK_THAT(metrics, Catch::Contains("# TYPE actord_expert_tokens_total counter"));
+  for (int layer = 0; layer < 2; ++layer) {
+    uint64_t routed = 0;
+    for (int e = 0; e < 4; ++e) {
+      const std::string series = "actord_expert_tokens_total{model_name=\"stories260K\",replica=\"0\",layer=\"" +
+                                 std::to_string(layer) + "\",expert=\"" + std::to_string(e) + "\"} ";
+      const size_t at = metrics.find(series);
+      REQUIRE(at != std::string::npos);
+      routed += std::stoull(metrics.substr(at + series.size()));
+    }
+    CHECK(routed == 2 * stats->tokens);  // every token fed, to its top 2
+  }
+}
+
 TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resizes are refused, it keeps serving",
           "[serve][process][dp][scale]") {
   test::TempDir tmp;

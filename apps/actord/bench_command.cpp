@@ -12,6 +12,7 @@
 
 #include "actors/engine.hpp"
 #include "apps/actord/commands.hpp"
+#include "core/expert_load.hpp"
 #include "executors/cpu/gemm.hpp"
 
 namespace actord::cli {
@@ -194,6 +195,15 @@ int run_bench(const BenchArgs& args) {
   j["tpot_ms"] = percentiles(tpot);
   j["peak_rss_mb"] = peak_rss_mb();
   j.update(step_stats_json(run));
+  const int ep = topology->groups[0].ep;
+  const ExpertLoadSummary load = summarize_expert_load(run.expert_tokens, int(run.num_experts), ep);
+  if (load.moe_layers > 0) {
+    j["expert_tokens"] = run.expert_tokens;  // [layer * num_experts + expert]
+    j["num_experts"] = run.num_experts;
+    j["expert_max_over_mean"] = load.expert_max_over_mean;
+    j["ep"] = ep;
+    j["ep_rank_max_over_mean"] = load.rank_max_over_mean;
+  }
   if (args.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -214,6 +224,12 @@ int run_bench(const BenchArgs& args) {
               j["worker_compute_us_mean"].get<double>(), j["worker_comm_us_mean"].get<double>(),
               j["worker_idle_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>(),
               j["scheduler_send_us_mean"].get<double>());
+  if (load.moe_layers > 0) {
+    std::printf("  %-28s %10.2f  (busiest / mean expert, %d MoE layers, %llu routed)\n", "expert load max/mean",
+                load.expert_max_over_mean, load.moe_layers, static_cast<unsigned long long>(load.routed));
+    if (ep > 1) std::printf("  %-28s %10.2f  (busiest / mean of %d ranks)\n", "EP rank load max/mean",
+                            load.rank_max_over_mean, ep);
+  }
   return 0;
 }
 

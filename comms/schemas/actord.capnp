@@ -212,6 +212,11 @@ struct StepResult {
   computeMicros @4 :UInt64;      # time the worker spent in the forward pass
   idleMicros @5 :UInt64;         # time between the end of the worker's previous step and the start of this one
   commMicros @7 :UInt64;         # of computeMicros: time in collectives (waiting for peer ranks included)
+  # MoE models, from tp rank 0 of each stage: tokens routed to each expert in this step, for the stage's layers
+  # [expertLayerFirst, + expertTokens.size / numExperts), layer-major (dense layers count none).
+  numExperts @8 :UInt32;
+  expertLayerFirst @9 :UInt32;
+  expertTokens @10 :List(UInt32);
 }
 
 # Sent by the coordinator to a worker (in a thread or a process) before its first step.
@@ -366,6 +371,8 @@ struct SchedulerStats {
   waitingSeqs @27 :UInt64;         # sequences waiting for admission (swapped ones included), now
   swappedSeqs @28 :UInt64;         # waiting sequences whose KV is in host swap space, now
   workerCommMicros @29 :UInt64;    # of workerComputeMicros: the driver rank's time in collectives
+  numExperts @30 :UInt32;          # MoE models: experts per MoE layer (0: dense, or no step yet)
+  expertTokens @31 :List(UInt64);  # [layer * numExperts + expert]: tokens routed to it, summed over steps
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode

@@ -305,7 +305,7 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
 // Routing as HF computes it (Mixtral, Qwen3-MoE): softmax over all experts in f32, keep the top k, renormalise them
 // to 1 (norm_topk_prob; Mixtral always). The decision is taken on the host from the router's logits, the same on
 // every rank (the router is replicated): routed_[e] lists expert e's tokens in order, with their weights.
-void TransformerModel::route(const Layer& L, int n) {
+void TransformerModel::route(const Layer& L, int l, int n) {
   exec::Backend& be = *backend_;
   const int n_exp = spec_.num_experts, top_k = spec_.experts_per_token;
   be.reserve(router_logits_, size_t(n) * n_exp);
@@ -338,14 +338,21 @@ void TransformerModel::route(const Layer& L, int n) {
       r.weights.push_back(probs[i].first / kept);
     }
   }
+  for (int e = 0; e < n_exp; ++e)
+    expert_tokens_[size_t(l) * n_exp + size_t(e)] += static_cast<uint32_t>(routed_[size_t(e)].rows.size());
+}
+
+ExpertLoad TransformerModel::expert_load() const {
+  if (spec_.num_experts == 0) return {};
+  return {shard_.layers.first, spec_.num_experts, expert_tokens_};
 }
 
 // tmp_ = the layer's MoE output: each token's experts weighted (in expert order), + the shared expert. Under EP the
 // routed part is this rank's tokens' only (zero elsewhere) and the caller's TP all-reduce completes it.
-Status TransformerModel::moe(const Layer& L, int n, const ForwardContext& context) {
+Status TransformerModel::moe(const Layer& L, int l, int n, const ForwardContext& context) {
   exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, n_exp = spec_.num_experts;
-  route(L, n);
+  route(L, l, n);
   be.zero(tmp_, size_t(n) * h);
   if (place_.ep > 1) {
     ACTORD_TRY_STATUS(experts_over_ranks(L, n, context));
@@ -494,6 +501,7 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
                                                   " x pp " + std::to_string(place_.pp) +
                                                   " needs its TP and pipeline communicators in the context");
   }
+  expert_tokens_.assign(size_t(shard_.layers.count) * size_t(spec_.num_experts), 0);
   if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens)
     return forward_micro_batch(batch, kv, logits, context);
   logits.clear();
@@ -627,7 +635,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     if (!L.sparse) {
       mlp(L.mlp, xn_, tmp_, n);
     } else {
-      ACTORD_TRY_STATUS(moe(L, n, context));
+      ACTORD_TRY_STATUS(moe(L, l, n, context));
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);

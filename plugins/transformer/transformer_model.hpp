@@ -69,6 +69,7 @@ class TransformerModel final : public Model {
   Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                  const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
+  ExpertLoad expert_load() const override;
 
  private:
   Status forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
@@ -98,10 +99,11 @@ class TransformerModel final : public Model {
   void attention(const ForwardBatch& batch, KvCache& kv, int layer);
   // out [n, hidden] = the MLP of x [n, hidden].
   void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n);
-  // Fills routed_ from the router's logits of xn_'s n rows.
-  void route(const Layer& L, int n);
-  // tmp_ = the MoE of xn_'s n rows (under EP: this rank's tokens' routed part, + the shared expert's TP part).
-  Status moe(const Layer& L, int n, const ForwardContext& context);
+  // Fills routed_ from the router's logits of xn_'s n rows, and counts them in expert_tokens_ (stage layer l).
+  void route(const Layer& L, int l, int n);
+  // tmp_ = the MoE of xn_'s n rows at stage layer l (under EP: this rank's tokens' routed part, + the shared
+  // expert's TP part).
+  Status moe(const Layer& L, int l, int n, const ForwardContext& context);
   Status experts_over_ranks(const Layer& L, int n, const ForwardContext& context);
 
   ModelConfig cfg_;
@@ -132,6 +134,7 @@ class TransformerModel final : public Model {
     std::vector<float> weights;  // and their routing weights
   };
   std::vector<Routed> routed_;         // MoE: [E]
+  std::vector<uint32_t> expert_tokens_;  // MoE: this forward()'s tokens per [stage layer, expert] (expert_load)
   std::vector<float> shared_weights_;  // MoE: [n] the shared expert's sigmoid gates
   // Expert parallelism (experts_over_ranks): the rows this rank dispatches (its tokens, in send order) with their
   // weights and per-rank element counts; what it received, its experts' outputs for it, and what came back.
