@@ -1,7 +1,9 @@
 #include "api/openai_server.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "api/admin_routes.hpp"
@@ -58,6 +60,26 @@ class Server {
     if (chat) chat_template_.emplace(std::move(*chat));
     context_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
     context_.special_tokens = &special_tokens_;
+  }
+
+  // The engine calls on_event, which uses this server, until each of a call's choices has finished: calls still
+  // running are cancelled and their last events awaited (bounded) before the server goes.
+  ~Server() {
+    std::vector<std::shared_ptr<Call>> running;
+    {
+      std::lock_guard lock(live_mutex_);
+      running.assign(live_.begin(), live_.end());
+    }
+    for (const auto& call : running) {
+      std::vector<uint64_t> ids;
+      {
+        std::lock_guard lock(call->mutex);
+        ids = call->request_ids;
+      }
+      for (uint64_t id : ids) engine_.cancel(id);
+    }
+    std::unique_lock lock(live_mutex_);
+    live_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return live_.empty(); });
   }
 
   void handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex, bool ready) {
@@ -121,15 +143,23 @@ class Server {
         for (uint64_t id : call->request_ids) engine_.cancel(id);
       });
     }
+    {
+      std::lock_guard live(live_mutex_);
+      live_.insert(call);
+    }
     std::lock_guard lock(call->mutex);  // the callbacks wait until every prompt is submitted
     for (size_t p = 0; p < call->request.prompts.size(); ++p) {
       call->request_ids.push_back(engine_.submit(call->request.prompts[p], [this, call, p](const StreamEvent& e) {
-        on_event(*call, p * call->n + e.sample_index, e);
+        if (on_event(*call, p * call->n + e.sample_index, e)) {  // its last event: the engine is done with this call
+          std::lock_guard live(live_mutex_);
+          if (live_.erase(call) > 0) live_cv_.notify_all();
+        }
       }));
     }
   }
 
-  void on_event(Call& call, size_t index, const StreamEvent& e) {
+  // Whether every choice of the call has finished now.
+  bool on_event(Call& call, size_t index, const StreamEvent& e) {
     std::lock_guard lock(call.mutex);
     Call::Choice& c = call.choices[index];
     const auto now = clock_type::now();
@@ -149,9 +179,11 @@ class Server {
       if (!c.error) metrics_.count_tokens(index % call.n == 0 ? c.prompt_ids.size() : 0, c.generated_ids.size());
       if (c.generated_ids.size() > 1) metrics_.observe_tpot(seconds_between(c.first_token, c.last_token) / double(c.generated_ids.size() - 1));
     }
-    if (call.closed) return;
+    const bool done = call.finished == call.choices.size();
+    if (call.closed) return done;
     if (call.request.stream) stream_event(call, index, e);
-    if (call.finished == call.choices.size()) finish(call);
+    if (done) finish(call);
+    return done;
   }
 
   // The text of prompt p as the client sent it (echo).
@@ -313,6 +345,9 @@ class Server {
   nlohmann::json special_tokens_;
   ParseContext context_;
   ApiMetrics metrics_;
+  std::mutex live_mutex_;  // guards live_
+  std::condition_variable live_cv_;
+  std::set<std::shared_ptr<Call>> live_;  // calls with a choice the engine has not finished
   AdminRoutes admin_;  // its thread calls engine_: declared last, stopped first
   std::atomic<uint64_t> next_call_{1};
 };
