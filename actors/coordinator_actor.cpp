@@ -244,6 +244,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
       out.setTp(static_cast<uint32_t>(tp));
       out.setEp(static_cast<uint32_t>(group.ep));
+      out.setNumRedundantExperts(static_cast<uint32_t>(group.num_redundant_experts));
       out.setPp(static_cast<uint32_t>(pp));
       out.setTpRank(static_cast<uint32_t>(k));
       out.setPpRank(static_cast<uint32_t>(s));
@@ -282,8 +283,15 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       if (is_driver(k % tp, k / tp, pp)) driver = worker;
       else followers.push_back(worker);
     }
+    EplbSettings eplb;
+    eplb.step_interval = group.eplb_step_interval;
+    eplb.ep = group.ep;
+    eplb.num_experts = s.params.num_experts;
+    eplb.redundant = group.num_redundant_experts;
+    eplb.num_layers = s.params.num_layers;
     r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), driver, r->kv_pool, s.router,
-                                   caf::actor_cast<caf::actor>(self), replica + "/scheduler", s.params.topology.engine.step_timeout, std::move(followers));
+                                   caf::actor_cast<caf::actor>(self), replica + "/scheduler",
+                                   s.params.topology.engine.step_timeout, std::move(followers), eplb);
     done(std::nullopt);
   };
   for (int s = 0; s < pp; ++s) {

@@ -46,6 +46,8 @@ struct CoordinatorParams {
   SchedulerLimits limits;
   uint32_t num_kv_blocks = 0;               // of each replica (each of its ranks holds this many of its shard)
   DType kv_dtype = DType::f32;
+  int num_layers = 0;   // the model's (EPLB placements cover every layer)
+  int num_experts = 0;  // per MoE layer; 0: dense
   // CPU threads of each rank of a replica (stage-major, then tp rank) as the topology plan resolved them; empty:
   // groups[0].threads for every rank.
   std::vector<int> rank_threads;

@@ -188,6 +188,8 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
                                   topology.engine.block_size,   impl->max_model_len,
                                   model->vocab_size,            topology.scheduler.plan_ahead};
   params.num_kv_blocks = kv.num_blocks;
+  params.num_layers = model->num_layers;
+  params.num_experts = model->num_experts;
   // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
   // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
   const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /

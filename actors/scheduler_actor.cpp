@@ -16,6 +16,7 @@
 #include <deque>
 
 #include "actors/step_messages.hpp"
+#include "core/expert_placement.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -49,6 +50,11 @@ struct scheduler_state {
   // Whether the driver's results carry an expert load (an MoE model; unknown before the first result): then the
   // followers' results are read too (their stages' layers).
   std::optional<bool> expert_load;
+  EplbSettings eplb;
+  std::vector<ExpertPlacement> placements;  // EPLB: each layer's, as the ranks have it (or will from the next step)
+  std::vector<uint64_t> eplb_since;          // stats.expert_tokens at the last rebalance check
+  int eplb_steps = 0;                        // results since then
+  std::vector<int32_t> placement_to_send;    // for the next ExecuteStep; empty: none
   uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
   uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
   struct Sent {
@@ -227,6 +233,40 @@ void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
   st.batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
 }
 
+// EPLB: every eplb.step_interval results, each MoE layer's placement from its experts' tokens since the last check,
+// kept when it evens the ranks out by more than 2% of the mean; a change goes out with the next step.
+void maybe_rebalance(scheduler_state& st) {
+  const EplbSettings& eplb = st.eplb;
+  if (eplb.step_interval <= 0 || ++st.eplb_steps < eplb.step_interval) return;
+  st.eplb_steps = 0;
+  const size_t experts = size_t(eplb.num_experts);
+  if (st.placements.empty()) return;  // not an expert parallel MoE model
+  const std::vector<uint64_t>& now = st.stats.expert_tokens;
+  bool changed = false;
+  for (size_t layer = 0; layer < st.placements.size() && (layer + 1) * experts <= now.size(); ++layer) {
+    std::vector<uint64_t> load(experts);
+    uint64_t routed = 0;
+    for (size_t e = 0; e < experts; ++e) {
+      const size_t i = layer * experts + e;
+      load[e] = now[i] - (i < st.eplb_since.size() ? st.eplb_since[i] : 0);
+      routed += load[e];
+    }
+    if (routed == 0) continue;  // a dense layer, or an idle window
+    ExpertPlacement next = rebalance(load, st.placements[layer]);
+    if (rank_imbalance(load, next) + 0.02 < rank_imbalance(load, st.placements[layer])) {
+      st.placements[layer] = std::move(next);
+      changed = true;
+    }
+  }
+  st.eplb_since = now;
+  if (!changed) return;
+  st.placement_to_send.clear();
+  for (const ExpertPlacement& p : st.placements)
+    st.placement_to_send.insert(st.placement_to_send.end(), p.slot_expert.begin(), p.slot_expert.end());
+  st.stats.expert_placement = st.placement_to_send;
+  ++st.stats.eplb_rebalances;
+}
+
 void on_step_result(self_ptr self, const wire_msg& msg) {
   const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
@@ -256,6 +296,7 @@ void on_step_result(self_ptr self, const wire_msg& msg) {
     st.stats.worker_idle_us += info.idle_us;
     st.stats.worker_comm_us += info.comm_us;
     st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
+    maybe_rebalance(st);
     adapt_pipeline_depth(st, info.compute_us);
     st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, info.compute_us);
     updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
@@ -388,7 +429,8 @@ void plan_and_send(self_ptr self) {
         st.arrivals.erase(arrival);
       }
     }
-    wire_msg step = encode_execute_step(*plan, step_id);
+    wire_msg step = encode_execute_step(*plan, step_id, st.placement_to_send);
+    st.placement_to_send.clear();  // every rank gets this step
     ++st.stats.steps;
     if (plan->planned_ahead) ++st.stats.steps_planned_ahead;
     st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
@@ -456,8 +498,14 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
                              worker_actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout,
-                             std::vector<worker_actor> followers) {
+                             std::vector<worker_actor> followers, EplbSettings eplb) {
   auto& st = self->state;
+  st.eplb = eplb;
+  if (eplb.ep > 1 && eplb.num_experts > 0) {  // the ranks start with the initial placement
+    st.placements.assign(size_t(eplb.num_layers), ExpertPlacement::initial(eplb.num_experts, eplb.ep, eplb.redundant));
+    for (const ExpertPlacement& p : st.placements)
+      st.stats.expert_placement.insert(st.stats.expert_placement.end(), p.slot_expert.begin(), p.slot_expert.end());
+  }
   st.router = std::move(router);
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
@@ -548,11 +596,13 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name,
-                           std::chrono::milliseconds step_timeout, std::vector<worker_actor> followers) {
+                           std::chrono::milliseconds step_timeout, std::vector<worker_actor> followers,
+                           EplbSettings eplb) {
   // CAF copies spawn arguments: the policy travels as a shared_ptr.
   auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
   return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
-                      std::move(router), std::move(supervisor), std::move(name), step_timeout, std::move(followers));
+                      std::move(router), std::move(supervisor), std::move(name), step_timeout, std::move(followers),
+                      eplb);
 }
 
 }  // namespace actord

@@ -41,9 +41,21 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
 // ExecuteStep as well (without a reply) and are stopped with it.
+// Expert parallel load balancing of the replica (groups[i].num_redundant_experts, .eplb_step_interval): every
+// step_interval steps the scheduler recomputes each MoE layer's placement (core/expert_placement.hpp) from the
+// tokens its experts got since the last time, and sends the new one with the next ExecuteStep when it evens the
+// ranks out (all ranks switch before that step's forward pass; steps in flight keep the old one).
+struct EplbSettings {
+  int step_interval = 0;  // 0: off
+  int ep = 1;
+  int num_experts = 0;
+  int redundant = 0;
+  int num_layers = 0;
+};
+
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
                            std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
                            caf::actor router, caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
-                           std::vector<worker_actor> followers = {});
+                           std::vector<worker_actor> followers = {}, EplbSettings eplb = {});
 
 }  // namespace actord

@@ -19,9 +19,9 @@ wire::FinishReason to_wire(Finish finish) {
 
 }  // namespace
 
-wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
+wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement) {
   size_t words = 24 + (plan.released.size() + 1) +  // root and list headers, released ids, block copies
-                 plan.swap_out.size() + plan.swap_in.size() + plan.copies.size();
+                 plan.swap_out.size() + plan.swap_in.size() + plan.copies.size() + (expert_placement.size() + 1) / 2;
   for (const PlannedSlice& s : plan.slices) {
     words += 15 + (s.tokens.size() + 1) / 2 + (s.new_blocks.size() + 1) / 2;
     if (s.new_sequence) words += 10 + (s.request->stop_ids.size() + 1) / 2;
@@ -39,6 +39,10 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id) {
     if (!plan.swap_out.empty()) copies(out.initSwapOut(static_cast<uint32_t>(plan.swap_out.size())), plan.swap_out);
     if (!plan.swap_in.empty()) copies(out.initSwapIn(static_cast<uint32_t>(plan.swap_in.size())), plan.swap_in);
     if (!plan.copies.empty()) copies(out.initCopyBlocks(static_cast<uint32_t>(plan.copies.size())), plan.copies);
+    if (!expert_placement.empty()) {
+      auto list = out.initExpertPlacement(static_cast<uint32_t>(expert_placement.size()));
+      for (uint32_t i = 0; i < expert_placement.size(); ++i) list.set(i, expert_placement[i]);
+    }
     auto seqs = out.initSeqs(static_cast<uint32_t>(plan.slices.size()));
     for (uint32_t i = 0; i < plan.slices.size(); ++i) {
       const PlannedSlice& s = plan.slices[i];

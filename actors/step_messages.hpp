@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,8 @@
 
 namespace actord {
 
-wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id);
+// `expert_placement`: an EPLB placement the ranks take before this step's forward pass (empty: none).
+wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement = {});
 
 // What a StepResult says: its samples (into `samples`, reused), its error, and the worker's timings.
 struct StepResultInfo {

@@ -77,7 +77,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   }
   place_ = RankPlace{static_cast<int>(std::max(1u, req.getTp())), static_cast<int>(std::max(1u, req.getPp())),
                      static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank()),
-                     static_cast<int>(std::max(1u, req.getEp()))};
+                     static_cast<int>(std::max(1u, req.getEp())), static_cast<int>(req.getNumRedundantExperts())};
   if (ok) {
     Status linked = link(links_.tp, req.getTpGroup(), place_.tp, place_.tp_rank, name_, "TP");
     if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");
@@ -236,6 +236,10 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
 
   for (uint64_t id : step.getReleased()) seqs_.erase(id);
   if (auto bad = copy_blocks(step, *kv_, swap_.get()); !bad.empty()) return fail(bad);
+  if (step.hasExpertPlacement()) {  // EPLB: every rank of the replica switches at this step
+    const std::vector<int32_t> placement = to_vector<int32_t>(step.getExpertPlacement());
+    if (auto moved = model_->set_expert_placement(placement); !moved) return fail(moved.error().message);
+  }
   const auto seqs = step.getSeqs();
   const int vocab = model_->config().vocab_size;
   const int block_size = kv_->block_size();

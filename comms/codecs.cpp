@@ -50,6 +50,7 @@ void to_wire(const SchedulerStats& in, wire::SchedulerStats::Builder out) {
 #undef ACTORD_STATS_SET
   out.setNumExperts(in.num_experts);
   fill_list(out.initExpertTokens(static_cast<uint32_t>(in.expert_tokens.size())), in.expert_tokens);
+  fill_list(out.initExpertPlacement(static_cast<uint32_t>(in.expert_placement.size())), in.expert_placement);
 }
 
 SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
@@ -59,6 +60,7 @@ SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
 #undef ACTORD_STATS_GET
   s.num_experts = in.getNumExperts();
   s.expert_tokens = to_vector<uint64_t>(in.getExpertTokens());
+  s.expert_placement = to_vector<int32_t>(in.getExpertPlacement());
   return s;
 }
 

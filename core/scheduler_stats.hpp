@@ -41,7 +41,8 @@ namespace actord {
   X(swapped_blocks, SwappedBlocks)           /* KV blocks in host swap space now */                           \
   X(running_seqs, RunningSeqs)               /* sequences admitted and not finished, now */                     \
   X(waiting_seqs, WaitingSeqs)               /* sequences waiting for admission (swapped ones included), now */ \
-  X(swapped_seqs, SwappedSeqs)               /* waiting sequences whose KV is in host swap space, now */
+  X(swapped_seqs, SwappedSeqs)               /* waiting sequences whose KV is in host swap space, now */ \
+  X(eplb_rebalances, EplbRebalances)         /* EPLB placements sent to the ranks */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -51,10 +52,14 @@ struct SchedulerStats {
   // steps (counters; empty for a dense model).
   uint32_t num_experts = 0;
   std::vector<uint64_t> expert_tokens;
+  // EPLB: the placement the ranks have now ([layer][slot], core/expert_placement.hpp; empty when off); of one
+  // replica in a sum over several.
+  std::vector<int32_t> expert_placement;
 };
 
 // Adds `part`'s expert counters to `total`'s (element by element, growing it).
 inline void add_expert_tokens(SchedulerStats& total, const SchedulerStats& part) {
+  if (total.expert_placement.empty()) total.expert_placement = part.expert_placement;
   if (part.expert_tokens.empty()) return;
   total.num_experts = part.num_experts;
   if (total.expert_tokens.size() < part.expert_tokens.size()) total.expert_tokens.resize(part.expert_tokens.size());
@@ -77,6 +82,7 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   d.swapped_seqs = later.swapped_seqs;
   d.num_experts = later.num_experts;
   d.expert_tokens = later.expert_tokens;
+  d.expert_placement = later.expert_placement;
   for (size_t i = 0; i < earlier.expert_tokens.size() && i < d.expert_tokens.size(); ++i)
     d.expert_tokens[i] -= earlier.expert_tokens[i];
   return d;

@@ -371,8 +371,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "ep", "device", "placement", "threads", "cpu_isa",
-                  "oversubscribe", "router"});
+    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device",
+                  "placement", "threads", "cpu_isa", "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -392,6 +392,15 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.ep == 1 || group.ep == group.tp, p + ".ep",
             "must be 1 or equal tp (" + std::to_string(group.tp) +
                 "): the experts are sharded over a stage's tp ranks, got " + std::to_string(group.ep));
+    g.read("num_redundant_experts", group.num_redundant_experts);
+    g.read("eplb_step_interval", group.eplb_step_interval);
+    require(group.num_redundant_experts >= 0 && group.num_redundant_experts <= 1024, p + ".num_redundant_experts",
+            "must be 0 to 1024, got " + std::to_string(group.num_redundant_experts));
+    require(group.eplb_step_interval >= 0, p + ".eplb_step_interval",
+            "must be 0 (never) or a number of steps, got " + std::to_string(group.eplb_step_interval));
+    require(group.ep > 1 || (group.num_redundant_experts == 0 && group.eplb_step_interval == 0),
+            p + (group.num_redundant_experts > 0 ? ".num_redundant_experts" : ".eplb_step_interval"),
+            "needs expert parallelism (ep > 1)");
     total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp);
     require(total_ranks <= kMaxRanks, p,
             "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp), more than " +

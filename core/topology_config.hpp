@@ -81,6 +81,11 @@ struct GroupSection {
   // Expert parallel: 1, or tp (the experts of every MoE layer are sharded over a stage's tp ranks, whole experts
   // per rank, while attention and dense layers stay TP-sharded; tokens travel to their experts by all-to-all).
   int ep = 1;
+  // EPLB (ep > 1): extra expert slots per rank, filled with copies of hot experts; and every how many steps the
+  // scheduler recomputes the placement from the tokens each expert got since the last time (0: never, the initial
+  // placement stays: core/expert_placement.hpp).
+  int num_redundant_experts = 0;
+  int eplb_step_interval = 0;
   // cpu | cuda. A cuda rank runs on one GPU of its machine: the one its index among the group's ranks there picks
   // (modulo the machine's GPUs); its KV cache is in that GPU's memory, its swap space on the host.
   std::string device = "cpu";

@@ -82,7 +82,8 @@ Status check_shape(const ModelShape& m) {
 uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int ep) {
   const uint64_t hidden = uint64_t(m.hidden_size), head_dim = uint64_t(m.head_dim);
   const uint64_t q = uint64_t(r.heads.count) * head_dim, kv = uint64_t(r.kv_heads.count) * head_dim;
-  const uint64_t ff = uint64_t(m.intermediate_size / tp), experts = uint64_t(std::max(1, r.experts.count));
+  const uint64_t ff = uint64_t(m.intermediate_size / tp),
+                 experts = uint64_t(std::max(1, r.experts.count + r.redundant_experts));
   const int expert_split = ep > 1 ? 1 : tp;  // whole experts under EP
   const uint64_t expert_ff = uint64_t((m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size) /
                                       expert_split);
@@ -238,6 +239,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.kv_heads = shard.kv_heads;
           rank.vocab = shard.vocab;
           rank.experts = shard.experts;
+          rank.redundant_experts = g.ep > 1 && m.num_experts > 0 ? g.num_redundant_experts : 0;
           rank.embedding = shard.embedding;
           rank.lm_head = shard.lm_head;
           rank.weight_params = rank_params(m, rank, g.tp, g.pp, g.ep);

@@ -84,6 +84,7 @@ struct RankPlan {
   Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
   Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
   Range experts;     // the experts of each MoE layer it holds (whole ones with ep > 1; empty for a dense model)
+  int redundant_experts = 0;  // and slots for that many copies more (EPLB)
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
   uint64_t weight_params = 0;

@@ -62,6 +62,13 @@ class Model {
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
   virtual ExpertLoad expert_load() const { return {}; }
+  // Expert parallelism with EPLB: the placement of every layer's experts from the next forward() on
+  // ([layer][slot], core/expert_placement.hpp, for all the model's layers); loads the experts this rank's slots
+  // gain. Models without EP refuse it.
+  virtual Status set_expert_placement(std::span<const int32_t> placement) {
+    (void)placement;
+    return make_error(Errc::unsupported, "this model has no expert parallel placement");
+  }
 };
 
 }  // namespace actord

@@ -28,6 +28,7 @@ struct RankPlace {
   int tp = 1, pp = 1;
   int tp_rank = 0, pp_rank = 0;
   int ep = 1;  // 1, or tp: this rank holds whole experts, num_experts / tp of them (shard_of_rank)
+  int redundant_experts = 0;  // ep > 1: extra expert slots (EPLB), ExpertPlacement::initial's copies at first
   bool sharded() const { return tp > 1 || pp > 1; }
 };
 

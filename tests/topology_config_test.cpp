@@ -212,7 +212,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
-             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, name, "
+             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, eplb_step_interval, name, num_redundant_experts, "
                                "oversubscribe, placement, pp, replicas, router, threads, tp)"));
 }
 

@@ -167,6 +167,16 @@ TEST_CASE("ep shards whole experts over the tp ranks - attention stays TP-sharde
   REQUIRE_FALSE(t.ok());
   CHECK(t.error().message ==
         "t.yaml: groups[0].ep: must be 1 or equal tp (2): the experts are sharded over a stage's tp ranks, got 4");
+  // EPLB: redundant slots count in each rank's weights; they need ep.
+  moe.num_experts = 8;
+  const TopologyPlan redundant = plan_of("  - {tp: 2, ep: 2, num_redundant_experts: 2}\n", moe);
+  CHECK(redundant.groups[0].ranks[0].redundant_experts == 2);
+  CHECK(redundant.groups[0].ranks[0].weight_params > plan_of("  - {tp: 2, ep: 2}\n", moe).groups[0].ranks[0].weight_params);
+  for (const char* bad : {"{tp: 2, num_redundant_experts: 2}", "{tp: 2, eplb_step_interval: 10}"}) {
+    auto refused = parse_topology(std::string("model: {path: m}\ngroups:\n  - ") + bad + "\n", "t.yaml");
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.error().message, Catch::EndsWith("needs expert parallelism (ep > 1)"));
+  }
 }
 
 TEST_CASE("KV heads are replicated when tp exceeds them", "[plan]") {

@@ -114,7 +114,11 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
                       range_text(r.layers), range_text(r.heads), range_text(r.kv_heads), range_text(r.vocab),
                       format_bytes(r.weight_bytes), format_bytes(r.kv_bytes_per_token), format_bytes(r.kv_pool_bytes),
                       format_bytes(r.memory_bytes())});
-      if (moe) rows.back().insert(rows.back().begin() + 8, range_text(r.experts));
+      if (moe) {
+        rows.back().insert(rows.back().begin() + 8, range_text(r.experts) + (r.redundant_experts > 0
+                                                                               ? " +" + std::to_string(r.redundant_experts)
+                                                                               : ""));
+      }
     }
     print_table(rows, "  ");
   }
@@ -176,6 +180,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                        {"kv_heads", range_json(r.kv_heads)},
                        {"vocab", range_json(r.vocab)},
                        {"experts", range_json(r.experts)},
+                       {"redundant_experts", r.redundant_experts},
                        {"embedding", r.embedding},
                        {"lm_head", r.lm_head},
                        {"weight_params", r.weight_params},

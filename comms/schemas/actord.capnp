@@ -188,6 +188,9 @@ struct ExecuteStep {
   swapOut @4 :List(BlockCopy);   # KV pool block -> host swap block (a sequence preempted by swapping)
   swapIn @5 :List(BlockCopy);    # host swap block -> KV pool block (a swapped sequence admitted again)
   copyBlocks @6 :List(BlockCopy);  # KV pool block -> KV pool block (copy-on-write of a forked sequence's last block)
+  # EPLB: a new expert placement, taken before this step's forward pass: for every layer of the model, the logical
+  # expert of each slot of the ep group ([layer][slot], ep x slots per rank; dense layers' entries unused).
+  expertPlacement @7 :List(Int32);
 }
 
 struct SeqResult {
@@ -247,6 +250,7 @@ struct WorkerInit {
   pipelineGroup @19 :CollectiveGroup;
   device @20 :Text;              # the executor backend: "cpu" (or empty), or "cuda:N" (GPU N of the worker's machine)
   ep @21 :UInt32;                # expert parallel: 0 or 1 (experts split by TP), or tp (whole experts per tp rank)
+  numRedundantExperts @22 :UInt32;  # EPLB: extra expert slots per rank (core/expert_placement.hpp)
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).
@@ -373,6 +377,8 @@ struct SchedulerStats {
   workerCommMicros @29 :UInt64;    # of workerComputeMicros: the driver rank's time in collectives
   numExperts @30 :UInt32;          # MoE models: experts per MoE layer (0: dense, or no step yet)
   expertTokens @31 :List(UInt64);  # [layer * numExperts + expert]: tokens routed to it, summed over steps
+  eplbRebalances @32 :UInt64;      # EPLB placements sent to the ranks
+  expertPlacement @33 :List(Int32);  # EPLB: the placement the ranks have now ([layer][slot]); empty when off
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode

@@ -198,9 +198,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
     if (w.layer >= 0 && !in_stage(w.layer)) continue;
-    if (w.shard == ShardKind::expert &&
-        (w.expert < shard.experts.first || w.expert >= shard.experts.first + shard.experts.count))
-      continue;  // another EP rank's expert
+    if (w.shard == ShardKind::expert && place.ep > 1) continue;  // EP: the slots' experts are loaded below
     if (w.name == "model.embed_tokens.weight" && !shard.embedding && !tied_head) continue;
     if ((w.name == "lm_head.weight" || w.name == "model.norm.weight") && !shard.lm_head) continue;
     const MatrixSlice slice = slice_of(w, shard, cfg.head_dim);
@@ -267,11 +265,21 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     } else {
       const int expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : cfg.intermediate_size;
       L.router = matrices.at(expert_names(spec, p, 0).router);
-      for (int e = shard.experts.first; e < shard.experts.first + shard.experts.count; ++e) {
-        const ExpertNames n = expert_names(spec, p, e);
-        auto expert = load_mlp(n.gate, n.up, n.down, expert_ff, shard.expert_intermediate);
-        if (!expert) return expert.error();
-        L.experts.push_back(*expert);
+      if (place.ep > 1) {
+        L.placement = ExpertPlacement::initial(spec.num_experts, place.ep, place.redundant_experts);
+        const int per_rank = L.placement.slots_per_rank;
+        for (int s = place.tp_rank * per_rank; s < (place.tp_rank + 1) * per_rank; ++s) {
+          auto expert = m->load_expert(global, L.placement.slot_expert[size_t(s)]);
+          if (!expert) return expert.error();
+          L.slots.push_back(*expert);
+        }
+      } else {
+        for (int e = 0; e < spec.num_experts; ++e) {
+          const ExpertNames n = expert_names(spec, p, e);
+          auto expert = load_mlp(n.gate, n.up, n.down, expert_ff, shard.expert_intermediate);
+          if (!expert) return expert.error();
+          L.experts.push_back(*expert);
+        }
       }
       if (spec.shared_expert_intermediate > 0) {
         const std::string s = p + "mlp.shared_expert.";
@@ -300,6 +308,77 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
   be.gemm_multi(x, gate_up, n);
   be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
   be.gemm(gate_, e.down, nullptr, out, n);
+}
+
+Result<TransformerModel::Expert> TransformerModel::load_expert(int layer, int e) {
+  const ExpertNames n = expert_names(spec_, "model.layers." + std::to_string(layer) + ".", e);
+  const int ff = spec_.expert_intermediate > 0 ? spec_.expert_intermediate : cfg_.intermediate_size;
+  const int h = cfg_.hidden_size;
+  Expert x;
+  x.ff = ff;
+  auto down = store_->weight(*backend_, n.down, h, ff, exec::WeightUse::gemm, MatrixSlice{});
+  if (!down) return down.error();
+  x.down = *down;
+  if (spec_.activation == Activation::silu) {  // gate and up fused, as create() loads them
+    auto fused = store_->glu_weight(*backend_, n.gate, n.up, ff, h, 0, ff);
+    if (!fused) return fused.error();
+    x.gate_up = *fused;
+    return x;
+  }
+  auto gate = store_->weight(*backend_, n.gate, ff, h, exec::WeightUse::gemm, MatrixSlice{});
+  if (!gate) return gate.error();
+  auto up = store_->weight(*backend_, n.up, ff, h, exec::WeightUse::gemm, MatrixSlice{});
+  if (!up) return up.error();
+  x.gate = *gate;
+  x.up = *up;
+  return x;
+}
+
+Status TransformerModel::set_expert_placement(std::span<const int32_t> placement) {
+  if (place_.ep <= 1 || spec_.num_experts == 0) return TransformerModel::Model::set_expert_placement(placement);
+  const int ep = place_.ep, per_rank = spec_.num_experts / ep + place_.redundant_experts, slots = ep * per_rank;
+  if (placement.size() != size_t(cfg_.num_layers) * size_t(slots)) {
+    return make_error(Errc::invalid_argument, "expert placement: " + std::to_string(placement.size()) +
+                                                  " entries, the model needs " + std::to_string(cfg_.num_layers) +
+                                                  " layers x " + std::to_string(slots) + " slots");
+  }
+  for (int l = 0; l < shard_.layers.count; ++l) {
+    Layer& L = layers_[size_t(l)];
+    if (!L.sparse) continue;
+    const int global = shard_.layers.first + l;
+    ExpertPlacement next = L.placement;
+    next.slot_expert.assign(placement.begin() + ptrdiff_t(global) * slots,
+                            placement.begin() + ptrdiff_t(global + 1) * slots);
+    std::vector<bool> placed(size_t(spec_.num_experts), false);
+    for (int32_t e : next.slot_expert) {
+      if (e < 0 || e >= spec_.num_experts)
+        return make_error(Errc::invalid_argument, "expert placement: layer " + std::to_string(global) +
+                                                      " names expert " + std::to_string(e));
+      placed[size_t(e)] = true;
+    }
+    if (std::find(placed.begin(), placed.end(), false) != placed.end())
+      return make_error(Errc::invalid_argument,
+                        "expert placement: layer " + std::to_string(global) + " leaves an expert without a slot");
+    // This rank's slots: an expert it holds already keeps its weights (no load), the others are loaded.
+    std::vector<Expert> slots_now;
+    for (int s = place_.tp_rank * per_rank; s < (place_.tp_rank + 1) * per_rank; ++s) {
+      const int32_t e = next.slot_expert[size_t(s)];
+      const int first = place_.tp_rank * per_rank;
+      int have = -1;
+      for (int o = first; o < first + per_rank && have < 0; ++o)
+        if (L.placement.slot_expert[size_t(o)] == e) have = o - first;
+      if (have >= 0) {
+        slots_now.push_back(L.slots[size_t(have)]);
+        continue;
+      }
+      auto loaded = load_expert(global, e);
+      if (!loaded) return loaded.error();
+      slots_now.push_back(*loaded);
+    }
+    L.slots = std::move(slots_now);
+    L.placement = std::move(next);
+  }
+  return {};
 }
 
 // Routing as HF computes it (Mixtral, Qwen3-MoE): softmax over all experts in f32, keep the top k, renormalise them
@@ -383,34 +462,45 @@ Status TransformerModel::moe(const Layer& L, int l, int n, const ForwardContext&
   return {};
 }
 
-// Expert parallelism (ep == tp): tp rank k holds experts [k E/ep, (k+1) E/ep) whole and owns the step's tokens
-// balanced_offset(n, ep, k) ... (+ balanced_count). Every rank routes every token (the same decision), so each knows
-// what every other sends it and in which order: the rows of the tokens it owns go, expert by expert and token by
-// token, to the rank holding each of their experts (dispatch, one all-to-all), come back as that expert's output in
-// the same order (combine, a second one) and are added to the tokens' rows of tmp_ with their routing weights, in
-// expert order as one rank does. Only the routed rows travel.
+// Expert parallelism (ep == tp): the experts live in slots over the ep ranks (L.placement; whole experts, hot ones
+// copied to several) and tp rank k owns the step's tokens balanced_offset(n, ep, k) ... (+ balanced_count). Every
+// rank routes every token (the same decision) and knows the placement, so each knows what every other sends it and
+// in which order: the rows of the tokens it owns go, slot by slot and token by token, to the slot serving each of
+// their experts (ExpertPlacement::slot_for; dispatch, one all-to-all), come back as that expert's output in the
+// same order (combine, a second one) and are added to the tokens' rows of tmp_ with their routing weights in expert
+// order, as one rank adds them: the result does not depend on the placement. Only the routed rows travel.
 Status TransformerModel::experts_over_ranks(const Layer& L, int n, const ForwardContext& context) {
   exec::Backend& be = *backend_;
   coll::Communicator& comm = *context.tp;
-  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = spec_.num_experts / ep, me = place_.tp_rank;
-  const auto owns = [&](int rank, int32_t t) {
-    const size_t first = coll::balanced_offset(size_t(n), ep, rank);
-    return size_t(t) >= first && size_t(t) < first + coll::balanced_count(size_t(n), ep, rank);
+  const ExpertPlacement& pl = L.placement;
+  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = pl.slots_per_rank, me = place_.tp_rank;
+  const auto owner_of = [&](int32_t t) {
+    int r = 0;
+    while (r + 1 < ep && size_t(t) >= coll::balanced_offset(size_t(n), ep, r + 1)) ++r;
+    return r;
   };
-  // Dispatch: this rank's tokens, grouped by destination rank, then expert, then token.
+  // The rows of slot `slot` that rank `sender` sends: its tokens routed to the slot's expert that slot_for sends
+  // there, in token order.
+  const auto for_each_row = [&](int sender, int slot, auto&& body) {
+    const int e = pl.slot_expert[size_t(slot)];
+    const Routed& routed = routed_[size_t(e)];
+    for (size_t i = 0; i < routed.rows.size(); ++i) {
+      const int32_t t = routed.rows[i];
+      if (owner_of(t) == sender && pl.slot_for(t, e, sender) == slot) body(i, t, e);
+    }
+  };
+  // Dispatch: this rank's tokens, grouped by destination rank, then slot, then token.
   ep_send_rows_.clear();
+  ep_send_experts_.clear();
   ep_send_weights_.clear();
   ep_send_counts_.assign(size_t(ep), 0);
-  for (int r = 0; r < ep; ++r) {
-    for (int e = r * per_rank; e < (r + 1) * per_rank; ++e) {
-      const Routed& routed = routed_[size_t(e)];
-      for (size_t i = 0; i < routed.rows.size(); ++i) {
-        if (!owns(me, routed.rows[i])) continue;
-        ep_send_rows_.push_back(routed.rows[i]);
-        ep_send_weights_.push_back(routed.weights[i]);
-        ep_send_counts_[size_t(r)] += size_t(h);
-      }
-    }
+  for (int slot = 0; slot < ep * per_rank; ++slot) {
+    for_each_row(me, slot, [&](size_t i, int32_t t, int e) {
+      ep_send_rows_.push_back(t);
+      ep_send_experts_.push_back(e);
+      ep_send_weights_.push_back(routed_[size_t(e)].weights[i]);
+      ep_send_counts_[size_t(pl.rank_of_slot(slot))] += size_t(h);
+    });
   }
   const size_t sent = ep_send_rows_.size();
   be.reserve(xe_, std::max<size_t>(sent, 1) * h);
@@ -418,17 +508,19 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   ACTORD_TRY_STATUS(timed(context, [&] {
     return comm.all_to_all(xe_.first(sent * h), ep_send_counts_, ep_received_, ep_recv_counts_);
   }));
-  // What arrived: from each rank in rank order, its tokens of each of this rank's experts in expert order.
+  // What arrived: from each rank in rank order, its rows for each of this rank's slots in slot order.
+  std::vector<size_t> block_first(size_t(ep), 0);
   size_t expected = 0;
   for (int s = 0; s < ep; ++s) {
     size_t rows = 0;
-    for (int e = me * per_rank; e < (me + 1) * per_rank; ++e)
-      for (int32_t t : routed_[size_t(e)].rows) rows += owns(s, t);
+    for (int slot = me * per_rank; slot < (me + 1) * per_rank; ++slot)
+      for_each_row(s, slot, [&](size_t, int32_t, int) { ++rows; });
     if (ep_recv_counts_[size_t(s)] != rows * h) {
       return make_error(Errc::internal, "expert parallel: rank " + std::to_string(s) + " sent " +
                                             std::to_string(ep_recv_counts_[size_t(s)] / h) + " rows, the routing says " +
                                             std::to_string(rows));
     }
+    block_first[size_t(s)] = expected;
     expected += rows;
   }
   const std::optional<exec::Buffer> received = be.host_view(ep_received_);
@@ -436,22 +528,22 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   ep_outputs_.resize(expected * size_t(h));
   std::optional<exec::Buffer> outputs = be.host_view(ep_outputs_);
   ACTORD_CHECK(outputs.has_value());
-  // Each expert of this rank over its rows of the received ones (copied out unweighted: 0 + 1 * y is y).
-  std::vector<size_t> block_first(size_t(ep), 0);
-  for (int s = 1; s < ep; ++s) block_first[size_t(s)] = block_first[size_t(s) - 1] + ep_recv_counts_[size_t(s) - 1] / h;
+  // Each slot of this rank over its rows of the received ones (copied out unweighted: 0 + 1 * y is y).
   std::vector<size_t> cursor = block_first;
   be.zero(*outputs, expected * size_t(h));
-  for (int e = me * per_rank; e < (me + 1) * per_rank; ++e) {
+  for (int j = 0; j < per_rank; ++j) {
+    const int slot = me * per_rank + j;
     ep_expert_rows_.clear();
     for (int s = 0; s < ep; ++s)
-      for (int32_t t : routed_[size_t(e)].rows)
-        if (owns(s, t)) ep_expert_rows_.push_back(static_cast<int32_t>(cursor[size_t(s)]++));
+      for_each_row(s, slot, [&](size_t, int32_t, int) {
+        ep_expert_rows_.push_back(static_cast<int32_t>(cursor[size_t(s)]++));
+      });
     if (ep_expert_rows_.empty()) continue;
     const int ne = static_cast<int>(ep_expert_rows_.size());
     be.reserve(xe_, size_t(ne) * h);
     be.reserve(ye_, size_t(ne) * h);
     be.gather_rows(*received, ep_expert_rows_, h, xe_);
-    mlp(L.experts[size_t(e - me * per_rank)], xe_, ye_, ne);
+    mlp(L.slots[size_t(j)], xe_, ye_, ne);
     ep_ones_.assign(size_t(ne), 1.0f);
     be.scatter_add_rows(ye_, ep_expert_rows_, ep_ones_, h, *outputs);
   }
@@ -463,7 +555,20 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
     return make_error(Errc::internal, "expert parallel: the combine returned other counts than were sent");
   const std::optional<exec::Buffer> returned = be.host_view(ep_returned_);
   ACTORD_CHECK(returned.has_value());
-  be.scatter_add_rows(*returned, ep_send_rows_, ep_send_weights_, h, tmp_);
+  // Added in expert order (a token's experts ascending, as one rank adds them), whichever slots served them.
+  ep_order_.resize(sent);
+  for (size_t i = 0; i < sent; ++i) ep_order_[i] = static_cast<int32_t>(i);
+  std::stable_sort(ep_order_.begin(), ep_order_.end(),
+                   [&](int32_t a, int32_t b) { return ep_send_experts_[size_t(a)] < ep_send_experts_[size_t(b)]; });
+  ep_sorted_rows_.resize(sent);
+  ep_sorted_weights_.resize(sent);
+  for (size_t i = 0; i < sent; ++i) {
+    ep_sorted_rows_[i] = ep_send_rows_[size_t(ep_order_[i])];
+    ep_sorted_weights_[i] = ep_send_weights_[size_t(ep_order_[i])];
+  }
+  be.reserve(ye_, std::max<size_t>(sent, 1) * h);
+  be.gather_rows(*returned, ep_order_, h, ye_);
+  be.scatter_add_rows(ye_, ep_sorted_rows_, ep_sorted_weights_, h, tmp_);
   return {};
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/expert_placement.hpp"
 #include "core/topology_plan.hpp"
 #include "executors/backend.hpp"
 #include "plugins/model.hpp"
@@ -70,6 +71,7 @@ class TransformerModel final : public Model {
                  const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
   ExpertLoad expert_load() const override;
+  Status set_expert_placement(std::span<const int32_t> placement) override;
 
  private:
   Status forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
@@ -90,7 +92,9 @@ class TransformerModel final : public Model {
     exec::Buffer ffn_norm;              // [hidden]
     Expert mlp;                         // dense MLP
     exec::Weight router;                // [num_experts, hidden]
-    std::vector<Expert> experts;        // the experts this rank holds: RankShard::experts, in order
+    std::vector<Expert> experts;        // ep 1: every expert (TP-split), in order
+    ExpertPlacement placement;          // ep > 1: every expert's slots over the ep ranks
+    std::vector<Expert> slots;          // ep > 1: this rank's slots of `placement`, in order
     Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
     exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
   };
@@ -105,6 +109,8 @@ class TransformerModel final : public Model {
   // expert's TP part).
   Status moe(const Layer& L, int l, int n, const ForwardContext& context);
   Status experts_over_ranks(const Layer& L, int n, const ForwardContext& context);
+  // Expert e of (global) layer `layer`, whole, from the weight store into the backend.
+  Result<Expert> load_expert(int layer, int e);
 
   ModelConfig cfg_;
   TransformerSpec spec_;
@@ -138,8 +144,8 @@ class TransformerModel final : public Model {
   std::vector<float> shared_weights_;  // MoE: [n] the shared expert's sigmoid gates
   // Expert parallelism (experts_over_ranks): the rows this rank dispatches (its tokens, in send order) with their
   // weights and per-rank element counts; what it received, its experts' outputs for it, and what came back.
-  std::vector<int32_t> ep_send_rows_, ep_expert_rows_;
-  std::vector<float> ep_send_weights_, ep_ones_;
+  std::vector<int32_t> ep_send_rows_, ep_send_experts_, ep_expert_rows_, ep_order_, ep_sorted_rows_;
+  std::vector<float> ep_send_weights_, ep_sorted_weights_, ep_ones_;
   std::vector<size_t> ep_send_counts_, ep_recv_counts_, ep_back_counts_;
   std::vector<float> ep_received_, ep_outputs_, ep_returned_;
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
