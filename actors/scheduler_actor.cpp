@@ -234,7 +234,8 @@ void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
 }
 
 // EPLB: every eplb.step_interval results, each MoE layer's placement from its experts' tokens since the last check,
-// kept when it evens the ranks out by more than 2% of the mean; a change goes out with the next step.
+// kept when it lowers the busiest rank's load by more than 5% of the mean (moving experts costs a step's worth of
+// loading: noise must not trigger it); a change goes out with the next step.
 void maybe_rebalance(scheduler_state& st) {
   const EplbSettings& eplb = st.eplb;
   if (eplb.step_interval <= 0 || ++st.eplb_steps < eplb.step_interval) return;
@@ -253,7 +254,7 @@ void maybe_rebalance(scheduler_state& st) {
     }
     if (routed == 0) continue;  // a dense layer, or an idle window
     ExpertPlacement next = rebalance(load, st.placements[layer]);
-    if (rank_imbalance(load, next) + 0.02 < rank_imbalance(load, st.placements[layer])) {
+    if (rank_imbalance(load, next) + 0.05 < rank_imbalance(load, st.placements[layer])) {
       st.placements[layer] = std::move(next);
       changed = true;
     }

@@ -8,14 +8,16 @@
 #include <cstring>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/group_codec.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "comms/codecs.hpp"
 #include "executors/cpu/cpu_backend.hpp"
-#include "executors/cuda/cuda_backend.hpp"
 #include "comms/nccl/nccl_communicator.hpp"
 #include "executors/cpu/gemm.hpp"
+#include "executors/cuda/cuda_backend.hpp"
 #include "plugins/plugin_loader.hpp"
 
 namespace actord {
@@ -238,7 +240,10 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (auto bad = copy_blocks(step, *kv_, swap_.get()); !bad.empty()) return fail(bad);
   if (step.hasExpertPlacement()) {  // EPLB: every rank of the replica switches at this step
     const std::vector<int32_t> placement = to_vector<int32_t>(step.getExpertPlacement());
+    const auto start = std::chrono::steady_clock::now();
     if (auto moved = model_->set_expert_placement(placement); !moved) return fail(moved.error().message);
+    spdlog::info("{}: expert placement of step {} taken in {:.1f} ms", name_, step.getStepId(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   const auto seqs = step.getSeqs();
   const int vocab = model_->config().vocab_size;

@@ -18,5 +18,10 @@ TEST_CASE("expert load summary - busiest over mean per layer, averaged over MoE 
   const ExpertLoadSummary two = summarize_expert_load(tokens, 4, 2);
   CHECK(two.rank_max_over_mean == Approx((6.0 / 4.0 + 1.0) / 2));
   CHECK(summarize_expert_load({}, 4, 2).moe_layers == 0);
+  // With a placement (EPLB), a copied expert's tokens split evenly over its copies. Layer 0, slots 0 1 0 | 2 3 0:
+  // rank 0 4/3 + 2 + 4/3, rank 1 1 + 1 + 4/3, mean 4; layer 2, slots 0 1 2 | 2 3 3: rank 0 2 + 2 + 1, rank 1 1 + 1 + 1.
+  const std::vector<int32_t> placement = {0, 1, 0, 2, 3, 0, 0, 1, 2, 2, 3, 1, 0, 1, 2, 2, 3, 3};
+  const ExpertLoadSummary placed = summarize_expert_load(tokens, 4, 2, placement);
+  CHECK(placed.rank_max_over_mean == Approx(((14.0 / 3) / 4 + 5.0 / 4) / 2));
   CHECK(summarize_expert_load(tokens, 4, 3).moe_layers == 0);  // ep not dividing the experts: nothing to say
 }

@@ -196,7 +196,8 @@ int run_bench(const BenchArgs& args) {
   j["peak_rss_mb"] = peak_rss_mb();
   j.update(step_stats_json(run));
   const int ep = topology->groups[0].ep;
-  const ExpertLoadSummary load = summarize_expert_load(run.expert_tokens, int(run.num_experts), ep);
+  const ExpertLoadSummary load =
+      summarize_expert_load(run.expert_tokens, int(run.num_experts), ep, run.expert_placement);
   if (load.moe_layers > 0) {
     j["expert_tokens"] = run.expert_tokens;  // [layer * num_experts + expert]
     j["num_experts"] = run.num_experts;
