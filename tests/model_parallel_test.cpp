@@ -242,6 +242,36 @@ TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal on
   }
 }
 
+TEST_CASE("expert placement: a rank takes a valid one and refuses a malformed one whole - a model without EP refuses "
+          "any", "[model][parallel][ep][eplb]") {
+  test::TempDir tmp;
+  const auto dir = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
+                               ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2");
+  auto cfg = ModelConfig::load(dir);
+  REQUIRE(cfg.ok());
+  test::CpuRank rank(1);
+  ModelLoadOptions options = dummy(dir);
+  options.backend = &rank.backend;
+  options.place = RankPlace{2, 1, 1, 0, 2, 1};  // tp rank 1 of ep 2, 3 slots: experts 2, 3 and a copy of 0
+  auto model = ModelRegistry::with_builtins().create(*cfg, options);
+  REQUIRE(model.ok());
+  // [layer][slot] for 2 layers of 2 x 3 slots.
+  const std::vector<int32_t> good = {0, 1, 2, 3, 2, 3, 1, 1, 0, 2, 3, 3};
+  CHECK((*model)->set_expert_placement(good).ok());
+  auto refused = [&](std::vector<int32_t> p) {
+    auto st = (*model)->set_expert_placement(p);
+    REQUIRE_FALSE(st.ok());
+    return st.error().message;
+  };
+  CHECK(refused({0, 1, 2}) == "expert placement: 3 entries, the model needs 2 layers x 6 slots");
+  CHECK(refused({0, 1, 2, 3, 2, 3, 1, 1, 0, 2, 3, 7}) == "expert placement: layer 1 names expert 7");
+  CHECK(refused({0, 1, 2, 3, 2, 3, 1, 1, 1, 2, 2, 2}) == "expert placement: layer 1 leaves an expert without a slot");
+  options.place = RankPlace{};
+  auto plain = ModelRegistry::with_builtins().create(*cfg, options);
+  REQUIRE(plain.ok());
+  CHECK((*plain)->set_expert_placement(good).error().code == Errc::unsupported);
+}
+
 TEST_CASE("model parallel: a shard that does not fit the model, or a rank without its communicators, is refused",
           "[model][parallel]") {
   auto cfg = ModelConfig::load(test::stories_dir());

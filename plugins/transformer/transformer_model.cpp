@@ -342,15 +342,13 @@ Status TransformerModel::set_expert_placement(std::span<const int32_t> placement
                                                   " entries, the model needs " + std::to_string(cfg_.num_layers) +
                                                   " layers x " + std::to_string(slots) + " slots");
   }
+  // Every layer checked before any changes: a bad placement leaves the old one whole.
   for (int l = 0; l < shard_.layers.count; ++l) {
-    Layer& L = layers_[size_t(l)];
-    if (!L.sparse) continue;
+    if (!layers_[size_t(l)].sparse) continue;
     const int global = shard_.layers.first + l;
-    ExpertPlacement next = L.placement;
-    next.slot_expert.assign(placement.begin() + ptrdiff_t(global) * slots,
-                            placement.begin() + ptrdiff_t(global + 1) * slots);
     std::vector<bool> placed(size_t(spec_.num_experts), false);
-    for (int32_t e : next.slot_expert) {
+    for (int s = 0; s < slots; ++s) {
+      const int32_t e = placement[size_t(global) * size_t(slots) + size_t(s)];
       if (e < 0 || e >= spec_.num_experts)
         return make_error(Errc::invalid_argument, "expert placement: layer " + std::to_string(global) +
                                                       " names expert " + std::to_string(e));
@@ -359,6 +357,14 @@ Status TransformerModel::set_expert_placement(std::span<const int32_t> placement
     if (std::find(placed.begin(), placed.end(), false) != placed.end())
       return make_error(Errc::invalid_argument,
                         "expert placement: layer " + std::to_string(global) + " leaves an expert without a slot");
+  }
+  for (int l = 0; l < shard_.layers.count; ++l) {
+    Layer& L = layers_[size_t(l)];
+    if (!L.sparse) continue;
+    const int global = shard_.layers.first + l;
+    ExpertPlacement next = L.placement;
+    next.slot_expert.assign(placement.begin() + ptrdiff_t(global) * slots,
+                            placement.begin() + ptrdiff_t(global + 1) * slots);
     // This rank's slots: an expert it holds already keeps its weights (no load), the others are loaded.
     std::vector<Expert> slots_now;
     for (int s = place_.tp_rank * per_rank; s < (place_.tp_rank + 1) * per_rank; ++s) {
