@@ -28,6 +28,7 @@ struct alignas(64) RingCounters {
 
 // Copies n bytes into the ring at byte position pos (mod cap), wrapping.
 inline void ring_copy_in(std::byte* ring, uint64_t cap, uint64_t pos, const std::byte* p, size_t n) {
+  if (n == 0) return;  // p may be null then (an empty message)
   const size_t at = static_cast<size_t>(pos % cap);
   const size_t first = std::min(n, static_cast<size_t>(cap) - at);
   std::memcpy(ring + at, p, first);
@@ -35,6 +36,7 @@ inline void ring_copy_in(std::byte* ring, uint64_t cap, uint64_t pos, const std:
 }
 
 inline void ring_copy_out(const std::byte* ring, uint64_t cap, uint64_t pos, std::byte* p, size_t n) {
+  if (n == 0) return;
   const size_t at = static_cast<size_t>(pos % cap);
   const size_t first = std::min(n, static_cast<size_t>(cap) - at);
   std::memcpy(p, ring + at, first);
