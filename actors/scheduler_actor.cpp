@@ -233,6 +233,13 @@ void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
   st.batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
 }
 
+// The placements of every layer as ExecuteStep and SchedulerStats carry them: [layer][slot].
+std::vector<int32_t> flattened(const std::vector<ExpertPlacement>& placements) {
+  std::vector<int32_t> out;
+  for (const ExpertPlacement& p : placements) out.insert(out.end(), p.slot_expert.begin(), p.slot_expert.end());
+  return out;
+}
+
 // EPLB: every eplb.step_interval results, each MoE layer's placement from its experts' tokens since the last check,
 // kept when it lowers the busiest rank's load by more than 5% of the mean (moving experts costs a step's worth of
 // loading: noise must not trigger it); a change goes out with the next step.
@@ -261,9 +268,7 @@ void maybe_rebalance(scheduler_state& st) {
   }
   st.eplb_since = now;
   if (!changed) return;
-  st.placement_to_send.clear();
-  for (const ExpertPlacement& p : st.placements)
-    st.placement_to_send.insert(st.placement_to_send.end(), p.slot_expert.begin(), p.slot_expert.end());
+  st.placement_to_send = flattened(st.placements);
   st.stats.expert_placement = st.placement_to_send;
   ++st.stats.eplb_rebalances;
 }
@@ -504,8 +509,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.eplb = eplb;
   if (eplb.ep > 1 && eplb.num_experts > 0) {  // the ranks start with the initial placement
     st.placements.assign(size_t(eplb.num_layers), ExpertPlacement::initial(eplb.num_experts, eplb.ep, eplb.redundant));
-    for (const ExpertPlacement& p : st.placements)
-      st.stats.expert_placement.insert(st.stats.expert_placement.end(), p.slot_expert.begin(), p.slot_expert.end());
+    st.stats.expert_placement = flattened(st.placements);
   }
   st.router = std::move(router);
   st.supervisor = std::move(supervisor);

@@ -45,11 +45,7 @@ void write_safetensors(const std::filesystem::path& file, const std::map<std::st
 // Every embedding has +1 in feature 0 and the MoE norm weighs it 20-fold, so the router's +1 / -1 in column 0 of
 // experts 2 and 3 / the others routes nearly every token to experts 2 and 3.
 std::filesystem::path write_skewed_mixtral(const std::filesystem::path& dir) {
-  std::filesystem::create_directories(dir);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
-  }
-  test::write_file(dir / "config.json",
+  test::model_folder(dir,
                    R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
                        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 128,
                        "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,

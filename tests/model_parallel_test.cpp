@@ -160,6 +160,20 @@ std::filesystem::path write_llama(const std::filesystem::path& dir, int hidden, 
   return dir;
 }
 
+// Qwen3-MoE: 8 experts of their own width, top-2 renormalised, layer 1 dense.
+std::filesystem::path write_qwen3_moe(const std::filesystem::path& parent) {
+  return write_llama(parent / "qwen3-moe", 128, 3, 256, 1000, "Qwen3MoeForCausalLM",
+                     ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
+                     "\"norm_topk_prob\": true, \"mlp_only_layers\": [1]");
+}
+
+// Qwen2-MoE: 4 experts top-2 and a shared expert.
+std::filesystem::path write_qwen2_moe(const std::filesystem::path& parent) {
+  return write_llama(parent / "qwen2-moe", 128, 2, 256, 1000, "Qwen2MoeForCausalLM",
+                     ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32, "
+                     "\"shared_expert_intermediate_size\": 96");
+}
+
 ModelLoadOptions dummy(const std::filesystem::path& dir) {
   ModelLoadOptions options;
   options.model_dir = dir;
@@ -203,12 +217,8 @@ TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own wi
           "(a shared expert) sharded equal one rank", "[model][parallel]") {
   test::TempDir tmp;
   const auto qwen3 = write_llama(tmp.path() / "qwen3", 128, 2, 256, 1000, "Qwen3ForCausalLM", ", \"head_dim\": 32");
-  const auto moe = write_llama(tmp.path() / "qwen3-moe", 128, 3, 256, 1000, "Qwen3MoeForCausalLM",
-                               ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
-                               "\"norm_topk_prob\": true, \"mlp_only_layers\": [1]");
-  const auto qwen2_moe = write_llama(tmp.path() / "qwen2-moe", 128, 2, 256, 1000, "Qwen2MoeForCausalLM",
-                                     ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": "
-                                     "32, \"shared_expert_intermediate_size\": 96");
+  const auto moe = write_qwen3_moe(tmp.path());
+  const auto qwen2_moe = write_qwen2_moe(tmp.path());
   for (const auto& dir : {qwen3, moe, qwen2_moe}) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
@@ -225,12 +235,8 @@ TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal on
   test::TempDir tmp;
   const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
                                    ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
-  const auto qwen3_moe = write_llama(tmp.path() / "qwen3-moe", 128, 3, 256, 1000, "Qwen3MoeForCausalLM",
-                                     ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
-                                     "\"norm_topk_prob\": true, \"mlp_only_layers\": [1]");
-  const auto qwen2_moe = write_llama(tmp.path() / "qwen2-moe", 128, 2, 256, 1000, "Qwen2MoeForCausalLM",
-                                     ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": "
-                                     "32, \"shared_expert_intermediate_size\": 96");
+  const auto qwen3_moe = write_qwen3_moe(tmp.path());
+  const auto qwen2_moe = write_qwen2_moe(tmp.path());
   for (const auto& dir : {mixtral, qwen3_moe, qwen2_moe}) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());

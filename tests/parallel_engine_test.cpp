@@ -47,6 +47,14 @@ std::vector<GenerateOutput> run(const TopologyConfig& cfg, const std::vector<Gen
   return std::move(*out);
 }
 
+// `file` with --set overrides, serving the random-weight model of folder `dir` (load_format dummy, seed 5).
+TopologyConfig dummy_topology(const std::filesystem::path& dir, const std::string& file, std::vector<std::string> set) {
+  set.push_back("model.path=" + dir.string());
+  set.push_back("model.load_format=dummy");
+  set.push_back("model.seed=5");
+  return test::quickstart(file, set);
+}
+
 void check_same(const std::vector<GenerateOutput>& expected, const std::vector<GenerateOutput>& got) {
   REQUIRE(got.size() == expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -81,31 +89,20 @@ TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2, dp2, dp2-tp2 in threa
 TEST_CASE("parallel engine: a random ~50M GQA Llama in tp2, pp2, tp2 x pp2, dp2, dp2 x tp2 equals one worker",
           "[engine][parallel]") {
   test::TempDir tmp;
-  const auto dir = tmp.path() / "gqa50m";
-  std::filesystem::create_directories(dir);
   // The stories260K tokenizer (512 ids) serves the random model's vocabulary of 512.
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
-  }
-  test::write_file(dir / "config.json",
+  const auto dir = test::model_folder(tmp.path() / "gqa50m",
                    R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512, "num_hidden_layers": 16,
                        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 1536,
                        "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
                        "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
                        "bos_token_id": 1, "eos_token_id": 2})");
-  auto topology = [&](const std::string& file, std::vector<std::string> set) {
-    set.push_back("model.path=" + dir.string());
-    set.push_back("model.load_format=dummy");
-    set.push_back("model.seed=5");
-    return test::quickstart(file, set);
-  };
   const auto requests = batch(false);
-  const auto expected = run(topology("configs/quickstart.yaml", {}), requests);
+  const auto expected = run(dummy_topology(dir, "configs/quickstart.yaml", {}), requests);
   for (auto [file, placement] : {std::pair{"configs/tp2.yaml", "thread"}, {"configs/pp2.yaml", "process"},
                                  {"configs/tp2-pp2.yaml", "process"}, {"configs/dp2.yaml", "process"},
                                  {"configs/dp2-tp2.yaml", "thread"}}) {
     DYNAMIC_SECTION(file << " placement " << placement) {
-      check_same(expected, run(topology(file, {std::string("groups[0].placement=") + placement}), requests));
+      check_same(expected, run(dummy_topology(dir, file, {std::string("groups[0].placement=") + placement}), requests));
     }
   }
 }
@@ -179,24 +176,12 @@ namespace {
 // A random-weight MoE folder (load_format dummy) with the stories260K tokenizer's 512 ids.
 std::filesystem::path write_moe(const std::filesystem::path& dir, const std::string& architecture,
                                 const std::string& experts) {
-  std::filesystem::create_directories(dir);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
-  }
-  test::write_file(dir / "config.json",
-                   R"({"architectures": [")" + architecture + R"("], "hidden_size": 256, "num_hidden_layers": 4,
-                       "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
-                       "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
-                       "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
-                       "bos_token_id": 1, "eos_token_id": 2, )" + experts + "}");
-  return dir;
-}
-
-TopologyConfig moe_topology(const std::filesystem::path& dir, const std::string& file, std::vector<std::string> set) {
-  set.push_back("model.path=" + dir.string());
-  set.push_back("model.load_format=dummy");
-  set.push_back("model.seed=5");
-  return test::quickstart(file, set);
+  return test::model_folder(dir, R"({"architectures": [")" + architecture + R"("], "hidden_size": 256,
+                                     "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+                                     "intermediate_size": 512, "vocab_size": 512, "max_position_embeddings": 512,
+                                     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false,
+                                     "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2, )" +
+                                     experts + "}");
 }
 
 }  // namespace
@@ -211,10 +196,10 @@ TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with
                                       "norm_topk_prob": true)");
   const auto requests = batch(false);
   for (const auto& dir : {mixtral, qwen3_moe}) {
-    const auto expected = run(moe_topology(dir, "configs/quickstart.yaml", {}), requests);
+    const auto expected = run(dummy_topology(dir, "configs/quickstart.yaml", {}), requests);
     for (const char* placement : {"thread", "process"}) {
       DYNAMIC_SECTION(dir.filename().string() << " ep2 placement " << placement) {
-        check_same(expected, run(moe_topology(dir, "configs/tp2.yaml",
+        check_same(expected, run(dummy_topology(dir, "configs/tp2.yaml",
                                               {"groups[0].ep=2", std::string("groups[0].placement=") + placement}),
                                  requests));
       }
@@ -235,7 +220,7 @@ TEST_CASE("parallel engine: ep on a dense model, ep other than tp, ep not dividi
   CHECK_THAT(refused(test::quickstart("configs/tp2.yaml", {"groups[0].ep=2"})),
              Catch::EndsWith("groups[0].ep: needs a mixture-of-experts model (num_local_experts or num_experts in "
                              "config.json); this one is dense, got 2"));
-  CHECK_THAT(refused(moe_topology(six, "configs/tp2.yaml", {"groups[0].tp=4", "groups[0].ep=4",
+  CHECK_THAT(refused(dummy_topology(six, "configs/tp2.yaml", {"groups[0].tp=4", "groups[0].ep=4",
                                                             "groups[0].oversubscribe=true"})),
              Catch::EndsWith("groups[0].ep: must divide the number of experts (6), got 4"));
   // ep other than tp: the topology file itself is refused.
@@ -256,7 +241,7 @@ TEST_CASE("expert load - every token fed is counted once per MoE layer for each 
                            {"configs/tp2.yaml", {"groups[0].ep=2"}},
                            {"configs/tp2-pp2.yaml", {}}}) {
     DYNAMIC_SECTION(file << (set.empty() ? "" : " ep2")) {
-      auto engine = test::start_engine(moe_topology(dir, file, set));
+      auto engine = test::start_engine(dummy_topology(dir, file, set));
       auto out = engine->generate(batch(false));
       REQUIRE(out.ok());
       auto stats = engine->stats();

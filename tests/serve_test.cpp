@@ -647,12 +647,7 @@ TEST_CASE("serve - /metrics has every series the Grafana dashboard plots", "[ser
 
 TEST_CASE("serve - /metrics counts the tokens routed to each expert of each MoE layer (ep2)", "[serve][metrics][ep]") {
   test::TempDir tmp;
-  const auto dir = tmp.path() / "mixtral";
-  std::filesystem::create_directories(dir);
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    if (std::filesystem::exists(test::stories_dir() / f)) std::filesystem::copy_file(test::stories_dir() / f, dir / f);
-  }
-  test::write_file(dir / "config.json",
+  const auto dir = test::model_folder(tmp.path() / "mixtral",
                    R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 128, "num_hidden_layers": 2,
                        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 256,
                        "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,

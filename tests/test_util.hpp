@@ -52,6 +52,17 @@ inline void write_file(const std::filesystem::path& p, const std::string& conten
   out << content;
 }
 
+// A model folder `dir` with `config_json` as its config.json and stories260K's tokenizer files: a random-weight
+// model (load_format dummy, or weights written beside) of the tokenizer's 512 ids.
+inline std::filesystem::path model_folder(const std::filesystem::path& dir, const std::string& config_json) {
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (std::filesystem::exists(stories_dir() / f)) std::filesystem::copy_file(stories_dir() / f, dir / f);
+  }
+  write_file(dir / "config.json", config_json);
+  return dir;
+}
+
 // Copies the stories260K folder into dir (to damage a copy).
 inline std::filesystem::path copy_stories(const std::filesystem::path& dir) {
   const auto dst = dir / "stories260K";

@@ -480,19 +480,26 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   coll::Communicator& comm = *context.tp;
   const ExpertPlacement& pl = L.placement;
   const int h = cfg_.hidden_size, ep = place_.ep, per_rank = pl.slots_per_rank, me = place_.tp_rank;
-  const auto owner_of = [&](int32_t t) {
-    int r = 0;
-    while (r + 1 < ep && size_t(t) >= coll::balanced_offset(size_t(n), ep, r + 1)) ++r;
-    return r;
-  };
+  // Each routed (token, expert): the rank owning the token and the slot serving it, decided once.
+  for (int e = 0; e < spec_.num_experts; ++e) {
+    Routed& routed = routed_[size_t(e)];
+    routed.owners.resize(routed.rows.size());
+    routed.slots.resize(routed.rows.size());
+    for (size_t i = 0; i < routed.rows.size(); ++i) {
+      const int32_t t = routed.rows[i];
+      int owner = 0;
+      while (owner + 1 < ep && size_t(t) >= coll::balanced_offset(size_t(n), ep, owner + 1)) ++owner;
+      routed.owners[i] = owner;
+      routed.slots[i] = pl.slot_for(t, e, owner);
+    }
+  }
   // The rows of slot `slot` that rank `sender` sends: its tokens routed to the slot's expert that slot_for sends
   // there, in token order.
   const auto for_each_row = [&](int sender, int slot, auto&& body) {
     const int e = pl.slot_expert[size_t(slot)];
     const Routed& routed = routed_[size_t(e)];
     for (size_t i = 0; i < routed.rows.size(); ++i) {
-      const int32_t t = routed.rows[i];
-      if (owner_of(t) == sender && pl.slot_for(t, e, sender) == slot) body(i, t, e);
+      if (routed.owners[i] == sender && routed.slots[i] == slot) body(i, routed.rows[i], e);
     }
   };
   // Dispatch: this rank's tokens, grouped by destination rank, then slot, then token.

@@ -138,6 +138,8 @@ class TransformerModel final : public Model {
   struct Routed {
     std::vector<int32_t> rows;   // the tokens routed to an expert, in order
     std::vector<float> weights;  // and their routing weights
+    // Under EP (experts_over_ranks): each token's owning rank and the slot that serves it.
+    std::vector<int32_t> owners, slots;
   };
   std::vector<Routed> routed_;         // MoE: [E]
   std::vector<uint32_t> expert_tokens_;  // MoE: this forward()'s tokens per [stage layer, expert] (expert_load)
