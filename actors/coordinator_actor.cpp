@@ -48,9 +48,9 @@ struct Replica {
   int index = 0;
   uint32_t incarnation = 0;
   ReplicaState state = ReplicaState::starting;
-  caf::actor kv_pool;
+  std::vector<caf::actor> kv_pools;  // one per lane
   scheduler_actor scheduler;
-  std::vector<worker_actor> ranks;  // stage-major, then tp rank
+  std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank
   std::vector<std::string> rank_names;
   std::vector<int32_t> pids;
   std::string last_failure;
@@ -81,7 +81,8 @@ void stop_replica_actors(self_ptr self, Replica& r) {
   stop(r.scheduler);
   for (auto it = r.ranks.rbegin(); it != r.ranks.rend(); ++it) stop(*it);
   r.ranks.clear();
-  stop(r.kv_pool);
+  for (auto& pool : r.kv_pools) stop(pool);
+  r.kv_pools.clear();
 }
 
 void stop_all(self_ptr self) {
@@ -108,21 +109,27 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   const uint32_t incarnation = r.incarnation;
   const GroupSection& group = p.topology.groups.at(0);
   const std::string replica = "replica/" + std::to_string(index);
-  const int tp = group.tp, pp = group.pp, n_ranks = tp * pp;
-  // One rank alone keeps the name "worker/0"; ranks of a tp x pp replica are "worker/tpT.ppP".
-  auto rank_name = [=](int k, int s) {
-    return n_ranks == 1 ? replica + "/worker/0"
-                        : replica + "/worker/tp" + std::to_string(k) + ".pp" + std::to_string(s);
+  const int tp = group.tp, pp = group.pp, lanes = group.lanes(), n_ranks = tp * pp * lanes;
+  // Rank (k, s) of lane `lane`'s index in the replica: lane-major, then stage, then tp rank.
+  auto rank_of = [=](int k, int s, int lane) { return (lane * pp + s) * tp + k; };
+  // One rank alone keeps the name "worker/0"; ranks of a tp x pp replica are "worker/tpT.ppP", of a lane
+  // "worker/dpL.tpT.ppP".
+  auto rank_name = [=](int k, int s, int lane) {
+    if (n_ranks == 1) return replica + "/worker/0";
+    return replica + "/worker/" + (lanes > 1 ? "dp" + std::to_string(lane) + "." : std::string()) + "tp" +
+           std::to_string(k) + ".pp" + std::to_string(s);
   };
-  r.kv_pool = spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size));
+  for (int lane = 0; lane < lanes; ++lane)  // each lane's ranks hold num_kv_blocks blocks of their own sequences
+    r.kv_pools.push_back(spawn_kv_pool(self->system(), p.num_kv_blocks, static_cast<uint32_t>(p.limits.block_size)));
 
-  // The replica's collective groups: one TP group per stage, one pipeline group per tp rank. Threads get their
+  // The replica's collective groups: one TP group per stage, one pipeline group per tp rank (of each lane), and with
+  // attention lanes one EP group of all the replica's ranks (in rank order: EP rank = lane * tp + tp rank). Threads get their
   // communicators now; processes get the specs in WorkerInit and join them (shared memory on this node, ZeroMQ
   // tcp where a group has a rank on another node: rank 0 at a port free now, the others at ports of their own).
   const bool in_processes = group.placement != Placement::thread;
-  // The node agent of rank (k, s) of this replica; empty: this machine.
-  auto agent_of = [&](int k, int s) {
-    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(s * tp + k);
+  // The node agent of rank (k, s) of lane `lane` of this replica; empty: this machine.
+  auto agent_of = [&](int k, int s, int lane) {
+    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(rank_of(k, s, lane));
     return at < p.rank_agents.size() ? p.rank_agents[at] : std::string();
   };
   std::optional<Error> group_failure;
@@ -164,67 +171,81 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     return spec;
   };
   std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
-  std::vector<coll::GroupSpec> tp_specs, pipeline_specs;  // [stage], [tp rank]
-  if (tp > 1) {
-    for (int s = 0; s < pp; ++s) {
-      std::vector<std::string> agents;
-      for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s));
-      tp_specs.push_back(spec_of("pp" + std::to_string(s) + "/tp", agents));
+  // [lane * pp + stage], [lane * tp + tp rank], and the EP group.
+  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs;
+  for (int lane = 0; lane < lanes; ++lane) {
+    const std::string prefix = lanes > 1 ? "dp" + std::to_string(lane) + "/" : "";
+    if (tp > 1) {
+      for (int s = 0; s < pp; ++s) {
+        std::vector<std::string> agents;
+        for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s, lane));
+        tp_specs.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp", agents));
+      }
+    }
+    if (pp > 1) {
+      for (int k = 0; k < tp; ++k) {
+        std::vector<std::string> agents;
+        for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s, lane));
+        pipeline_specs.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline", agents));
+      }
     }
   }
-  if (pp > 1) {
-    for (int k = 0; k < tp; ++k) {
-      std::vector<std::string> agents;
-      for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s));
-      pipeline_specs.push_back(spec_of("tp" + std::to_string(k) + "/pipeline", agents));
-    }
+  if (lanes > 1) {  // pp is 1: rank order is EP order
+    std::vector<std::string> agents;
+    for (int lane = 0; lane < lanes; ++lane)
+      for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, 0, lane));
+    ep_specs.push_back(spec_of("ep", agents));
   }
   if (group_failure) {
     stop_replica_actors(self, r);
     return done(*group_failure);
   }
   if (!in_processes) {
-    for (int s = 0; s < static_cast<int>(tp_specs.size()); ++s) {
-      auto comms = coll::create_local_group(tp_specs[static_cast<size_t>(s)]);
-      if (!comms) {
-        stop_replica_actors(self, r);
-        return done(comms.error());
-      }
-      for (int k = 0; k < tp; ++k) links[static_cast<size_t>(s * tp + k)].tp = std::move((*comms)[static_cast<size_t>(k)]);
-    }
-    for (int k = 0; k < static_cast<int>(pipeline_specs.size()); ++k) {
-      auto comms = coll::create_local_group(pipeline_specs[static_cast<size_t>(k)]);
-      if (!comms) {
-        stop_replica_actors(self, r);
-        return done(comms.error());
-      }
-      for (int s = 0; s < pp; ++s)
-        links[static_cast<size_t>(s * tp + k)].pipeline = std::move((*comms)[static_cast<size_t>(s)]);
+    // Each spec's ranks in its order, as indices into links.
+    auto hand_out = [&](const coll::GroupSpec& spec, auto&& member, std::unique_ptr<coll::Communicator> RankLinks::*slot)
+        -> std::optional<Error> {
+      auto comms = coll::create_local_group(spec);
+      if (!comms) return comms.error();
+      for (int i = 0; i < spec.size; ++i) links[static_cast<size_t>(member(i))].*slot = std::move((*comms)[static_cast<size_t>(i)]);
+      return std::nullopt;
+    };
+    std::optional<Error> failed;
+    for (size_t g = 0; g < tp_specs.size() && !failed; ++g)  // g = lane * pp + stage
+      failed = hand_out(tp_specs[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, &RankLinks::tp);
+    for (size_t g = 0; g < pipeline_specs.size() && !failed; ++g)  // g = lane * tp + tp rank
+      failed = hand_out(pipeline_specs[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, &RankLinks::pipeline);
+    for (size_t g = 0; g < ep_specs.size() && !failed; ++g)
+      failed = hand_out(ep_specs[g], [](int i) { return i; }, &RankLinks::ep);
+    if (failed) {
+      stop_replica_actors(self, r);
+      return done(*failed);
     }
   }
 
   r.rank_names.clear();
   r.pids.assign(static_cast<size_t>(n_ranks), 0);
-  for (int s = 0; s < pp; ++s) {
-    for (int k = 0; k < tp; ++k) {
-      const std::string name = rank_name(k, s);
-      const WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout,
-                                         incarnation, agent_of(k, s)};
-      worker_actor worker = in_processes
-                              ? spawn_remote_worker(self->system(), options)
-                              : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(s * tp + k)]));
-      self->monitor(worker);
-      r.ranks.push_back(worker);
-      r.rank_names.push_back(name);
+  for (int lane = 0; lane < lanes; ++lane) {
+    for (int s = 0; s < pp; ++s) {
+      for (int k = 0; k < tp; ++k) {
+        const std::string name = rank_name(k, s, lane);
+        const WorkerProcessOptions options{p.worker_executable, name, p.log_level, p.topology.engine.step_timeout,
+                                           incarnation, agent_of(k, s, lane)};
+        worker_actor worker =
+            in_processes ? spawn_remote_worker(self->system(), options)
+                         : spawn_worker(self->system(), *p.registry, std::move(links[static_cast<size_t>(rank_of(k, s, lane))]));
+        self->monitor(worker);
+        r.ranks.push_back(worker);
+        r.rank_names.push_back(name);
+      }
     }
   }
 
-  auto init_of = [&](int k, int s) {
-    const size_t rank = static_cast<size_t>(s * tp + k);
+  auto init_of = [&](int k, int s, int lane) {
+    const size_t rank = static_cast<size_t>(rank_of(k, s, lane));
     const int threads = rank < p.rank_threads.size() ? p.rank_threads[rank] : group.threads;
     return build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
       out.setCorrelationId(1);
-      out.setName(rank_name(k, s));
+      out.setName(rank_name(k, s, lane));
       out.setModelPath(p.topology.model.path.string());
       out.setDtype(p.topology.model.dtype);
       out.setNumKvBlocks(p.num_kv_blocks);
@@ -248,8 +269,10 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setPp(static_cast<uint32_t>(pp));
       out.setTpRank(static_cast<uint32_t>(k));
       out.setPpRank(static_cast<uint32_t>(s));
-      if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(s)], out.initTpGroup());
-      if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(k)], out.initPipelineGroup());
+      out.setLane(static_cast<uint32_t>(lane));
+      if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(lane * pp + s)], out.initTpGroup());
+      if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup());
+      if (in_processes && lanes > 1) to_wire(ep_specs.front(), out.initEpGroup());
     });
   };
   // Every rank loads its shard at once (ranks in processes meet in their groups while loading); the scheduler
@@ -271,17 +294,21 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     Replica* r = current(self, index, incarnation);
     if (!r) return;  // stopped meanwhile
     auto& s = self->state;
-    auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
-    if (!policy) {
-      stop_replica_actors(self, *r);
-      return done(policy.error());
-    }
-    worker_actor driver;
-    std::vector<worker_actor> followers;
-    for (int k = 0; k < n_ranks; ++k) {
-      const worker_actor& worker = r->ranks[static_cast<size_t>(k)];
-      if (is_driver(k % tp, k / tp, pp)) driver = worker;
-      else followers.push_back(worker);
+    std::vector<SchedulerLane> scheduler_lanes(static_cast<size_t>(lanes));
+    for (int lane = 0; lane < lanes; ++lane) {
+      SchedulerLane& l = scheduler_lanes[static_cast<size_t>(lane)];
+      auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
+      if (!policy) {
+        stop_replica_actors(self, *r);
+        return done(policy.error());
+      }
+      l.policy = std::move(*policy);
+      l.kv_pool = r->kv_pools[static_cast<size_t>(lane)];
+      for (int at = 0; at < tp * pp; ++at) {
+        const worker_actor& worker = r->ranks[static_cast<size_t>(lane * tp * pp + at)];
+        if (is_driver(at % tp, at / tp, pp)) l.worker = worker;
+        else l.followers.push_back(worker);
+      }
     }
     EplbSettings eplb;
     eplb.step_interval = group.eplb_step_interval;
@@ -289,32 +316,31 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     eplb.num_experts = s.params.num_experts;
     eplb.redundant = group.num_redundant_experts;
     eplb.num_layers = s.params.num_layers;
-    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(*policy), driver, r->kv_pool, s.router,
+    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
-                                   s.params.topology.engine.step_timeout, std::move(followers), eplb);
+                                   s.params.topology.engine.step_timeout, eplb);
     done(std::nullopt);
   };
-  for (int s = 0; s < pp; ++s) {
-    for (int k = 0; k < tp; ++k) {
-      const std::string name = rank_name(k, s);
-      const size_t rank = static_cast<size_t>(s * tp + k);
-      self->request(r.ranks[rank], p.worker_start_timeout, init_atom::value, init_of(k, s))
-          .then(
-              [=](const wire_msg& reply) {
-                WireReader reader(reply);
-                auto ready = reader.root<wire::WorkerReady>();
-                if (has_error(ready.getError())) {
-                  const Error err = get_error(ready.getError());
-                  return fail(err.code, err.message);
-                }
-                spdlog::info("coordinator: {} ready (pid {})", name, ready.getPid());
-                if (Replica* r = current(self, index, incarnation)) r->pids[rank] = ready.getPid();
-                if (--progress->waiting == 0 && !progress->over) all_ready();
-              },
-              [=](const caf::error& err) {
-                fail(Errc::worker_failed, name + " did not become ready: " + self->system().render(err));
-              });
-    }
+  for (int rank_index = 0; rank_index < n_ranks; ++rank_index) {
+    const int lane = rank_index / (tp * pp), s = rank_index / tp % pp, k = rank_index % tp;
+    const std::string name = rank_name(k, s, lane);
+    const size_t rank = static_cast<size_t>(rank_index);
+    self->request(r.ranks[rank], p.worker_start_timeout, init_atom::value, init_of(k, s, lane))
+        .then(
+            [=](const wire_msg& reply) {
+              WireReader reader(reply);
+              auto ready = reader.root<wire::WorkerReady>();
+              if (has_error(ready.getError())) {
+                const Error err = get_error(ready.getError());
+                return fail(err.code, err.message);
+              }
+              spdlog::info("coordinator: {} ready (pid {})", name, ready.getPid());
+              if (Replica* r = current(self, index, incarnation)) r->pids[rank] = ready.getPid();
+              if (--progress->waiting == 0 && !progress->over) all_ready();
+            },
+            [=](const caf::error& err) {
+              fail(Errc::worker_failed, name + " did not become ready: " + self->system().render(err));
+            });
   }
 }
 

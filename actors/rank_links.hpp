@@ -19,6 +19,7 @@ constexpr bool is_driver(int tp_rank, int pp_rank, int pp) { return tp_rank == 0
 struct RankLinks {
   std::unique_ptr<coll::Communicator> tp;        // null when tp is 1
   std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1
+  std::unique_ptr<coll::Communicator> ep;        // every EP rank of the replica; null without attention lanes
 };
 
 }  // namespace actord

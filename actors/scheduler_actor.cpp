@@ -25,29 +25,36 @@
 namespace actord {
 namespace {
 
-struct scheduler_state {
-  std::string actor_name;
+// One lane's scheduling: its lease from its kv_pool, its batcher, its ranks.
+struct Lane {
   BlockAllocator lease;                       // blocks leased from the kv_pool
   std::unique_ptr<BatchScheduler> batcher;
-  worker_actor worker;                        // the replica's driver rank: answers each step
+  worker_actor worker;                        // the lane's driver rank: answers each step
   std::vector<worker_actor> followers;        // its other tensor/pipeline parallel ranks: get each step too
   caf::actor kv_pool;
+  std::string holder;                         // the lease's holder name
+  bool lease_ready = false;
+  bool lease_growing = false;                 // a lease request is on its way to the kv_pool
+  bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
+};
+
+struct scheduler_state {
+  std::string actor_name;
+  std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   caf::actor supervisor;                      // told when the worker is lost (the coordinator)
   caf::actor router;                          // where sequences go back when the worker is lost or it drains
   std::string worker_failure;                 // non-empty once the worker was lost: everything goes back
   uint64_t abandoned_through = 0;             // results of steps up to this id are dropped (failed already)
-  bool lease_ready = false;
-  bool lease_growing = false;                 // a lease request is on its way to the kv_pool
-  bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
-  std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the lease
+  size_t lanes_ready = 0;                     // lanes holding their first lease
+  std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the leases
   // Who gets a request's deltas, indexed by SequenceRequest::owner: each distinct submitter once (engines and
   // front ends are few and long-lived).
   std::vector<caf::actor> submitters;
   uint64_t next_step_id = 1;
   SchedulerStats stats;
-  // Whether the driver's results carry an expert load (an MoE model; unknown before the first result): then the
+  // Whether the drivers' results carry an expert load (an MoE model; unknown before the first result): then the
   // followers' results are read too (their stages' layers).
   std::optional<bool> expert_load;
   EplbSettings eplb;
@@ -65,9 +72,13 @@ struct scheduler_state {
     uint32_t decode_tokens = 0;
     std::optional<uint64_t> expected_us;     // its expected compute; nullopt: unknown
     std::optional<std::chrono::steady_clock::time_point> deadline;  // nullopt: none
+    std::vector<uint8_t> planned;            // per lane: its batcher planned this step (else it ran an empty one)
+    std::vector<wire_msg> results;           // per lane, as they come
+    size_t pending = 0;                      // results still to come
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;
+  std::vector<const StepPlan*> plans;         // scratch: each lane's plan of the step being sent
   std::vector<StepSample> samples;            // scratch for decoding results
   std::vector<StepPromptLogprobs> prompt_logprobs;  // scratch for decoding results
   double compute_us_avg = 0;                  // moving average of the worker's time per step
@@ -78,6 +89,9 @@ struct scheduler_state {
   std::optional<caf::typed_response_promise<bool>> drain;  // draining: answered once the running sequences are done
   static inline const char* name = "scheduler";
 };
+
+// Lanes step together: at most this many steps in flight when there are several (one lane: its batcher decides).
+constexpr size_t kMaxLaneStepsInFlight = 3;
 
 // A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
 constexpr uint32_t kMaxHandBacks = 3;
@@ -108,7 +122,7 @@ void book_own_time(scheduler_state& st, uint64_t cpu_ns, uint64_t send_ns_before
   st.own_ns += cpu_ns > sending ? cpu_ns - sending : 0;
 }
 
-void account_result(scheduler_state& st, std::chrono::steady_clock::time_point now);
+void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now);
 
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
@@ -150,9 +164,15 @@ void requeue_pending(self_ptr self) {
 // answers a drain once nothing is left.
 void report_load(self_ptr self) {
   auto& st = self->state;
+  uint64_t outstanding = 0;
+  bool work = false;
+  for (const auto& lane : st.lanes) {
+    outstanding += lane->batcher->outstanding_tokens();
+    work = work || lane->batcher->has_work();
+  }
   if (st.worker_failure.empty() && !st.drain)
-    timed_send(st, [&] { tell(self, st.router, load_atom::value, st.batcher->outstanding_tokens()); });
-  if (!st.batcher->has_work() && st.in_flight.empty()) end_drain(st);
+    timed_send(st, [&] { tell(self, st.router, load_atom::value, outstanding); });
+  if (!work && st.in_flight.empty()) end_drain(st);
 }
 
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones), as their
@@ -188,11 +208,16 @@ void lose_worker(self_ptr self, const std::string& why) {
   spdlog::error("{}: worker lost, its sequences go back to the router: {}", st.actor_name, why);
   tell(self, st.router, leave_atom::value, caf::actor_cast<caf::actor>(self));
   if (st.supervisor) tell(self, st.supervisor, lost_atom::value, why);
-  self->send_exit(st.worker, caf::exit_reason::unreachable);
-  for (const auto& f : st.followers) self->send_exit(f, caf::exit_reason::unreachable);
+  for (const auto& lane : st.lanes) {
+    self->send_exit(lane->worker, caf::exit_reason::unreachable);
+    for (const auto& f : lane->followers) self->send_exit(f, caf::exit_reason::unreachable);
+  }
   st.abandoned_through = st.next_step_id - 1;
-  while (!st.in_flight.empty()) account_result(st, std::chrono::steady_clock::now());
-  hand_back(self, st.batcher->take_all(), why);
+  while (!st.in_flight.empty()) {
+    account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
+    st.in_flight.pop_front();
+  }
+  for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), why);
   requeue_pending(self);
   end_drain(st);
 }
@@ -215,9 +240,7 @@ uint64_t micros_between(std::chrono::steady_clock::time_point a, std::chrono::st
 
 // Books the oldest step's times: its round trip, and its share of the wall clock (from when it was sent or the
 // previous result came, whichever is later, to its result), so that overlapping steps are not counted twice.
-void account_result(scheduler_state& st, std::chrono::steady_clock::time_point now) {
-  const scheduler_state::Sent sent = st.in_flight.front();
-  st.in_flight.pop_front();
+void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now) {
   st.stats.round_trip_us += micros_between(sent.at, now);
   const uint64_t wall = micros_between(std::max(sent.at, st.last_result), now);
   (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += wall;
@@ -230,7 +253,7 @@ void account_result(scheduler_state& st, std::chrono::steady_clock::time_point n
 void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
   constexpr double kShortStepMicros = 2000;
   st.compute_us_avg = st.compute_us_avg == 0 ? double(compute_us) : 0.9 * st.compute_us_avg + 0.1 * double(compute_us);
-  st.batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
+  for (const auto& lane : st.lanes) lane->batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
 }
 
 // The placements of every layer as ExecuteStep and SchedulerStats carry them: [layer][slot].
@@ -273,46 +296,75 @@ void maybe_rebalance(scheduler_state& st) {
   ++st.stats.eplb_rebalances;
 }
 
-void on_step_result(self_ptr self, const wire_msg& msg) {
+// The oldest step, every lane's result in: each lane's samples go to its batcher (an idle lane's empty step only
+// reports its timings and errors), then the next steps are planned.
+void on_step_results(self_ptr self) {
   const uint64_t cpu0 = thread_cpu_ns();
   auto& st = self->state;
   const uint64_t send0 = st.send_ns;
-  const scheduler_state::Sent sent = st.in_flight.front();
-  const bool decode_only = sent.decode_only;
-  account_result(st, std::chrono::steady_clock::now());
-  std::span<const SequenceUpdate> updates;
-  StepResultInfo info;
-  try {
-    info = decode_step_result(msg, st.samples, st.prompt_logprobs);
-  } catch (const std::exception& e) {
-    info.error = Error{Errc::worker_failed, std::string("malformed StepResult: ") + e.what()};
+  const scheduler_state::Sent sent = std::move(st.in_flight.front());
+  st.in_flight.pop_front();
+  account_result(st, sent, std::chrono::steady_clock::now());
+  uint64_t compute_us = 0, idle_us = 0, comm_us = 0;
+  bool finished = false, all_ok = true;
+  for (size_t i = 0; i < st.lanes.size(); ++i) {
+    Lane& lane = *st.lanes[i];
+    const wire_msg& msg = sent.results[i];
+    StepResultInfo info;
+    try {
+      info = decode_step_result(msg, st.samples, st.prompt_logprobs);
+    } catch (const std::exception& e) {
+      info.error = Error{Errc::worker_failed, std::string("malformed StepResult: ") + e.what()};
+    }
+    if (info.error && info.error->code == Errc::worker_failed) {
+      lose_worker(self, info.error->message);
+      book_own_time(st, thread_cpu_ns() - cpu0, send0);
+      return;
+    }
+    std::span<const SequenceUpdate> updates;
+    if (info.error) {
+      spdlog::error("{}: step failed: {}", st.actor_name, info.error->message);
+      all_ok = false;
+      if (sent.planned[i]) updates = lane.batcher->on_step_failed(info.error->message);
+    } else {
+      st.stats.sampled_tokens += st.samples.size();
+      if (sent.decode_only) st.stats.decode_tokens += st.samples.size();
+      // Lanes run at once: the step took as long as its slowest lane.
+      compute_us = std::max(compute_us, info.compute_us);
+      idle_us = std::max(idle_us, info.idle_us);
+      comm_us = std::max(comm_us, info.comm_us);
+      st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
+      if (sent.planned[i]) updates = lane.batcher->on_step_result(st.samples, st.prompt_logprobs);
+    }
+    emit(self, updates);
+    finished = finished || std::any_of(updates.begin(), updates.end(),
+                                       [](const SequenceUpdate& u) { return u.finish != Finish::none; });
   }
-  if (info.error && info.error->code == Errc::worker_failed) {
-    lose_worker(self, info.error->message);
-    book_own_time(st, thread_cpu_ns() - cpu0, send0);
-    return;
-  }
-  if (info.error) {
-    spdlog::error("{}: step failed: {}", st.actor_name, info.error->message);
-    updates = st.batcher->on_step_failed(info.error->message);
-  } else {
-    st.stats.sampled_tokens += st.samples.size();
-    if (decode_only) st.stats.decode_tokens += st.samples.size();
-    st.stats.worker_compute_us += info.compute_us;
-    st.stats.worker_idle_us += info.idle_us;
-    st.stats.worker_comm_us += info.comm_us;
-    st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
+  if (all_ok) {
+    st.stats.worker_compute_us += compute_us;
+    st.stats.worker_idle_us += idle_us;
+    st.stats.worker_comm_us += comm_us;
     maybe_rebalance(st);
-    adapt_pipeline_depth(st, info.compute_us);
-    st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, info.compute_us);
-    updates = st.batcher->on_step_result(st.samples, st.prompt_logprobs);
+    adapt_pipeline_depth(st, compute_us);
+    st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, compute_us);
   }
-  emit(self, updates);
   plan_and_send(self);
   // A drain is answered once no step is in flight either (the last one may carry only slices planned past an end).
-  if (st.drain || std::any_of(updates.begin(), updates.end(), [](const SequenceUpdate& u) { return u.finish != Finish::none; }))
-    report_load(self);
-  book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the result, the deltas, the next plans: one measurement
+  if (st.drain || finished) report_load(self);
+  book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the results, the deltas, the next plans: one measurement
+}
+
+// Lane `lane`'s result of step `step_id`; the step's results are taken, oldest step first, once every lane's came.
+void on_lane_result(self_ptr self, uint64_t step_id, size_t lane, wire_msg&& msg) {
+  auto& st = self->state;
+  if (step_id <= st.abandoned_through) return;
+  auto sent = std::find_if(st.in_flight.begin(), st.in_flight.end(),
+                           [&](const scheduler_state::Sent& s) { return s.step_id == step_id; });
+  if (sent == st.in_flight.end() || sent->results[lane].bytes.size() > 0) return;
+  sent->results[lane] = std::move(msg);
+  --sent->pending;
+  while (!st.in_flight.empty() && st.in_flight.front().pending == 0 && st.worker_failure.empty())
+    on_step_results(self);
 }
 
 // The worker missed a step's deadline: it is lost (lose_worker stops it; a worker process is killed).
@@ -360,16 +412,24 @@ wire_msg lease_request(const std::string& holder, uint32_t blocks) {
   });
 }
 
-// Grows the lease in bulk when the last plan ran short of blocks (one request at a time, never per step), and
+// The blocks the lanes hold, for SchedulerStats::lease_blocks.
+uint64_t leased_blocks(const scheduler_state& st) {
+  uint64_t n = 0;
+  for (const auto& lane : st.lanes) n += lane->lease.num_total();
+  return n;
+}
+
+// Grows a lane's lease in bulk when its last plan ran short of blocks (one request at a time, never per step), and
 // gives back a large surplus when nothing waits.
-void tend_lease(self_ptr self) {
+void tend_lease(self_ptr self, Lane& lane) {
   auto& st = self->state;
-  BatchScheduler& b = *st.batcher;
-  if (const size_t wanted = b.blocks_wanted(); wanted > 0 && !st.lease_growing && !st.pool_exhausted) {
-    const uint32_t ask = static_cast<uint32_t>(std::max<size_t>({wanted, st.lease.num_total() / 2, 16}));
-    st.lease_growing = true;
+  BatchScheduler& b = *lane.batcher;
+  Lane* const at = &lane;  // the lanes outlive the actor's callbacks (they go with its state)
+  if (const size_t wanted = b.blocks_wanted(); wanted > 0 && !lane.lease_growing && !lane.pool_exhausted) {
+    const uint32_t ask = static_cast<uint32_t>(std::max<size_t>({wanted, lane.lease.num_total() / 2, 16}));
+    lane.lease_growing = true;
     b.set_lease_growing(true);
-    self->request(st.kv_pool, caf::infinite, lease_atom::value, lease_request(st.actor_name, ask))
+    self->request(lane.kv_pool, caf::infinite, lease_atom::value, lease_request(lane.holder, ask))
         .then(
             [=](const wire_msg& msg) {
               auto& st = self->state;
@@ -377,33 +437,33 @@ void tend_lease(self_ptr self) {
               auto grant = reader.root<wire::KvLeaseGrant>();
               auto ids = to_vector<uint32_t>(grant.getBlockIds());
               if (!ids.empty()) {
-                st.lease.add(ids);
+                at->lease.add(ids);
                 ++st.stats.lease_grows;
               }
-              if (ids.size() < ask) st.pool_exhausted = true;
-              st.lease_growing = false;
-              st.batcher->set_lease_growing(false);
-              st.stats.lease_blocks = st.lease.num_total();
+              if (ids.size() < ask) at->pool_exhausted = true;
+              at->lease_growing = false;
+              at->batcher->set_lease_growing(false);
+              st.stats.lease_blocks = leased_blocks(st);
               maybe_step(self);
             },
             [=](const caf::error& err) {
               spdlog::error("{}: kv_pool unreachable: {}", self->state.actor_name, self->system().render(err));
-              self->state.lease_growing = false;
-              self->state.pool_exhausted = true;
-              self->state.batcher->set_lease_growing(false);
+              at->lease_growing = false;
+              at->pool_exhausted = true;
+              at->batcher->set_lease_growing(false);
               maybe_step(self);
             });
     return;
   }
-  if (const size_t spare = b.blocks_spare(); spare > 0 && !st.lease_growing) {
-    std::vector<uint32_t> ids = st.lease.take_free(spare);
-    tell(self, st.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
-                 out.setHolder(st.actor_name);
+  if (const size_t spare = b.blocks_spare(); spare > 0 && !lane.lease_growing) {
+    std::vector<uint32_t> ids = lane.lease.take_free(spare);
+    tell(self, lane.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
+                 out.setHolder(lane.holder);
                  fill_list(out.initBlockIds(static_cast<uint32_t>(ids.size())), ids);
                }));
     ++st.stats.lease_returns;
-    st.stats.lease_blocks = st.lease.num_total();
-    st.pool_exhausted = false;
+    st.stats.lease_blocks = leased_blocks(st);
+    lane.pool_exhausted = false;
   }
 }
 
@@ -414,74 +474,116 @@ void maybe_step(self_ptr self) {
   book_own_time(self->state, thread_cpu_ns() - cpu0, send0);
 }
 
-// The next step right away, and up to two more ahead of it; tends the lease when a plan ran short or nothing is
-// left to plan.
+// The next step right away, and up to two more ahead of it; tends the leases when a plan ran short or nothing is
+// left to plan. With lanes, a step goes out when any lane has one to run, the others get an empty one.
 void plan_and_send(self_ptr self) {
   auto& st = self->state;
-  if (!st.lease_ready) return;
+  if (st.lanes_ready < st.lanes.size()) return;
+  const bool several = st.lanes.size() > 1;
+  static const StepPlan kEmptyStep;
   for (;;) {
-    const StepPlan* plan = st.batcher->plan_step();
-    if (!plan) {
-      tend_lease(self);
+    if (several && st.in_flight.size() >= kMaxLaneStepsInFlight) return;
+    st.plans.assign(st.lanes.size(), nullptr);
+    bool any = false;
+    int most_tokens = 0;
+    for (size_t i = 0; i < st.lanes.size(); ++i) {
+      st.plans[i] = st.lanes[i]->batcher->plan_step();
+      any = any || st.plans[i];
+      if (st.plans[i]) most_tokens = std::max(most_tokens, st.plans[i]->num_tokens);
+    }
+    if (!any) {
+      for (const auto& lane : st.lanes) tend_lease(self, *lane);
       return;
     }
     const uint64_t step_id = st.next_step_id++;
-    if (!plan->decode_only() && !st.arrivals.empty()) {  // requests scheduled for the first time
-      const auto now = std::chrono::steady_clock::now();
-      for (const PlannedSlice& slice : plan->slices) {
-        auto arrival = st.arrivals.find(slice.seq_id);
-        if (arrival == st.arrivals.end()) continue;
-        st.queue_micros[slice.seq_id] = std::max<uint64_t>(1, micros_between(arrival->second, now));
-        st.arrivals.erase(arrival);
+    scheduler_state::Sent sent;
+    sent.step_id = step_id;
+    sent.decode_only = true;
+    sent.planned.assign(st.lanes.size(), 0);
+    sent.results.resize(st.lanes.size());
+    sent.pending = st.lanes.size();
+    size_t seqs = 0;
+    bool planned_ahead = false;
+    for (size_t i = 0; i < st.lanes.size(); ++i) {
+      const StepPlan* plan = st.plans[i];
+      if (!plan) continue;
+      sent.planned[i] = 1;
+      sent.decode_only = sent.decode_only && plan->decode_only();
+      sent.prefill_tokens += static_cast<uint32_t>(plan->num_prefill_tokens);
+      sent.decode_tokens += static_cast<uint32_t>(plan->num_tokens - plan->num_prefill_tokens);
+      seqs += plan->slices.size();
+      planned_ahead = planned_ahead || plan->planned_ahead;
+      st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
+      st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
+      if (!plan->decode_only() && !st.arrivals.empty()) {  // requests scheduled for the first time
+        const auto now = std::chrono::steady_clock::now();
+        for (const PlannedSlice& slice : plan->slices) {
+          auto arrival = st.arrivals.find(slice.seq_id);
+          if (arrival == st.arrivals.end()) continue;
+          st.queue_micros[slice.seq_id] = std::max<uint64_t>(1, micros_between(arrival->second, now));
+          st.arrivals.erase(arrival);
+        }
       }
     }
-    wire_msg step = encode_execute_step(*plan, step_id, st.placement_to_send);
-    st.placement_to_send.clear();  // every rank gets this step
     ++st.stats.steps;
-    if (plan->planned_ahead) ++st.stats.steps_planned_ahead;
-    st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
-    st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
-    st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, plan->slices.size());
-    const auto prefill = static_cast<uint32_t>(plan->num_prefill_tokens);
-    const auto decode = static_cast<uint32_t>(plan->num_tokens - plan->num_prefill_tokens);
+    if (planned_ahead) ++st.stats.steps_planned_ahead;
+    st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, seqs);
     std::optional<uint64_t> ahead_us = 0;
     for (const auto& s : st.in_flight) {
       if (!s.expected_us) ahead_us.reset();
       if (ahead_us) *ahead_us += *s.expected_us;
     }
-    const std::optional<uint64_t> own_us = st.deadline->expected_us(prefill, decode);
-    const auto wait = st.deadline->deadline(ahead_us, own_us);
-    const auto now = std::chrono::steady_clock::now();
-    st.in_flight.push_back({now, plan->decode_only(), step_id, prefill, decode, own_us,
-                            wait ? std::optional(now + *wait) : std::nullopt});
+    sent.expected_us = st.deadline->expected_us(sent.prefill_tokens, sent.decode_tokens);
+    const auto wait = st.deadline->deadline(ahead_us, sent.expected_us);
+    sent.at = std::chrono::steady_clock::now();
+    if (wait) sent.deadline = sent.at + *wait;
+    st.in_flight.push_back(std::move(sent));
     timed_send(st, [&] {
-      for (const auto& f : st.followers) {
-        if (st.expert_load == false) {
-          caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
-          continue;
+      for (size_t i = 0; i < st.lanes.size(); ++i) {
+        Lane& lane = *st.lanes[i];
+        wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
+                                            several ? static_cast<uint32_t>(most_tokens) : 0);
+        for (const auto& f : lane.followers) {
+          if (st.expert_load == false) {
+            caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
+            continue;
+          }
+          self->request(f, caf::infinite, step_atom::value, step)
+              .then(
+                  [=](const wire_msg& result) {
+                    try {
+                      add_expert_load(result, self->state.stats);
+                    } catch (const std::exception&) {  // the driver's result reports what went wrong
+                    }
+                  },
+                  [](const caf::error&) {});  // a lost follower breaks the replica: the driver's result says so
         }
-        self->request(f, caf::infinite, step_atom::value, step)
-            .then(
-                [=](const wire_msg& result) {
-                  try {
-                    add_expert_load(result, self->state.stats);
-                  } catch (const std::exception&) {  // the driver's result reports what went wrong
-                  }
-                },
-                [](const caf::error&) {});  // a lost follower breaks the replica: the driver's result says so
+        self->request(lane.worker, caf::infinite, step_atom::value, std::move(step))
+            .then([=](wire_msg& result) { on_lane_result(self, step_id, i, std::move(result)); },
+                  [=](const caf::error& err) {
+                    if (step_id > self->state.abandoned_through) on_step_unreachable(self, err);
+                  });
       }
-      self->request(st.worker, caf::infinite, step_atom::value, std::move(step))
-          .then(
-              [=](const wire_msg& result) {
-                if (step_id > self->state.abandoned_through) on_step_result(self, result);
-              },
-              [=](const caf::error& err) {
-                if (step_id > self->state.abandoned_through) on_step_unreachable(self, err);
-              });
     });
+    st.placement_to_send.clear();  // every rank got this step
     arm_deadline_check(self);
-    if (st.batcher->blocks_wanted() > 0) tend_lease(self);
+    for (const auto& lane : st.lanes)
+      if (lane->batcher->blocks_wanted() > 0) tend_lease(self, *lane);
   }
+}
+
+// The lane with the fewest tokens still to compute and generate.
+Lane& least_loaded_lane(scheduler_state& st) {
+  Lane* best = st.lanes.front().get();
+  uint64_t least = UINT64_MAX;
+  for (const auto& lane : st.lanes) {
+    const uint64_t tokens = lane->batcher->outstanding_tokens();
+    if (tokens < least) {
+      least = tokens;
+      best = lane.get();
+    }
+  }
+  return *best;
 }
 
 void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
@@ -497,14 +599,12 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   req.owner = static_cast<uint32_t>(known - submitters.begin());
   if (known == submitters.end()) submitters.push_back(sink);
   self->state.arrivals.emplace(req.id, std::chrono::steady_clock::now());
-  if (auto refused = self->state.batcher->add(std::move(req))) emit(self, *refused);
+  if (auto refused = least_loaded_lane(self->state).batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
 }
 
-scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::shared_ptr<SchedulingPolicy> policy,
-                             worker_actor worker, caf::actor kv_pool, caf::actor router, caf::actor supervisor,
-                             std::string name, std::chrono::milliseconds step_timeout,
-                             std::vector<worker_actor> followers, EplbSettings eplb) {
+scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes, caf::actor router, caf::actor supervisor,
+                             std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb) {
   auto& st = self->state;
   st.eplb = eplb;
   if (eplb.ep > 1 && eplb.num_experts > 0) {  // the ranks start with the initial placement
@@ -515,25 +615,36 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
-  st.worker = std::move(worker);
-  st.followers = std::move(followers);
-  st.kv_pool = std::move(kv_pool);
-  st.batcher = std::make_unique<BatchScheduler>(limits, st.lease, std::move(policy));
-  self->request(st.kv_pool, caf::infinite, lease_atom::value, lease_request(st.actor_name, limits.lease_reserve))
-      .then([=](const wire_msg& msg) {
-        WireReader reader(msg);
-        auto grant = reader.root<wire::KvLeaseGrant>();
-        if (has_error(grant.getError())) {
-          spdlog::error("{}: no KV lease: {}", self->state.actor_name, std::string(grant.getError().getMessage()));
-        }
-        auto ids = grant.getBlockIds();
-        self->state.lease.add(to_vector<uint32_t>(ids));
-        self->state.stats.lease_blocks = self->state.lease.num_total();
-        self->state.lease_ready = true;
-        spdlog::debug("{}: leased {} KV blocks", self->state.actor_name, ids.size());
-        auto pending = std::move(self->state.pending);
-        for (auto& [sink, m] : pending) handle_submit(self, sink, m);
-      });
+  ACTORD_CHECK_MSG(!lanes.empty(), "a scheduler without a lane");
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->worker = std::move(lanes[i].worker);
+    lane->followers = std::move(lanes[i].followers);
+    lane->kv_pool = std::move(lanes[i].kv_pool);
+    lane->holder = lanes.size() == 1 ? st.actor_name : st.actor_name + "/dp" + std::to_string(i);
+    lane->batcher = std::make_unique<BatchScheduler>(limits, lane->lease, std::move(lanes[i].policy));
+    st.lanes.push_back(std::move(lane));
+  }
+  for (const auto& lane : st.lanes) {
+    Lane* const at = lane.get();
+    self->request(at->kv_pool, caf::infinite, lease_atom::value, lease_request(at->holder, limits.lease_reserve))
+        .then([=](const wire_msg& msg) {
+          WireReader reader(msg);
+          auto grant = reader.root<wire::KvLeaseGrant>();
+          if (has_error(grant.getError())) {
+            spdlog::error("{}: no KV lease: {}", at->holder, std::string(grant.getError().getMessage()));
+          }
+          auto ids = grant.getBlockIds();
+          at->lease.add(to_vector<uint32_t>(ids));
+          at->lease_ready = true;
+          auto& st = self->state;
+          st.stats.lease_blocks = leased_blocks(st);
+          spdlog::debug("{}: leased {} KV blocks", at->holder, ids.size());
+          if (++st.lanes_ready < st.lanes.size()) return;
+          auto pending = std::move(st.pending);
+          for (auto& [sink, m] : pending) handle_submit(self, sink, m);
+        });
+  }
   return {
       [=](submit_atom, wire_msg& msg) {
         auto sink = caf::actor_cast<caf::actor>(self->current_sender());
@@ -541,7 +652,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
           tell(self, self->state.router, requeue_atom::value, sink, std::move(msg));
           return;
         }
-        if (!self->state.lease_ready) {
+        if (self->state.lanes_ready < self->state.lanes.size()) {
           self->state.pending.emplace_back(std::move(sink), msg);
           return;
         }
@@ -553,18 +664,22 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         SchedulerStats stats = self->state.stats;
         stats.scheduler_us = self->state.own_ns / 1000;
         stats.scheduler_send_us = self->state.send_ns / 1000;
-        stats.preemptions = self->state.batcher->num_preemptions();
-        stats.swap_outs = self->state.batcher->num_swap_outs();
-        stats.swap_ins = self->state.batcher->num_swap_ins();
-        stats.swapped_blocks = self->state.batcher->swapped_blocks();
-        stats.running_seqs = self->state.batcher->num_running();
-        stats.waiting_seqs = self->state.batcher->num_waiting() + self->state.pending.size();
-        stats.swapped_seqs = self->state.batcher->num_swapped();
-        const PrefixCacheStats cache = self->state.batcher->prefix_cache_stats();
-        stats.prefix_query_blocks = cache.query_blocks;
-        stats.prefix_hit_blocks = cache.hit_blocks;
-        stats.prefix_evictions = cache.evictions;
-        stats.prefix_cached_blocks = cache.cached_blocks;
+        stats.waiting_seqs = self->state.pending.size();
+        for (const auto& lane : self->state.lanes) {  // the lanes' batchers, summed
+          const BatchScheduler& b = *lane->batcher;
+          stats.preemptions += b.num_preemptions();
+          stats.swap_outs += b.num_swap_outs();
+          stats.swap_ins += b.num_swap_ins();
+          stats.swapped_blocks += b.swapped_blocks();
+          stats.running_seqs += b.num_running();
+          stats.waiting_seqs += b.num_waiting();
+          stats.swapped_seqs += b.num_swapped();
+          const PrefixCacheStats cache = b.prefix_cache_stats();
+          stats.prefix_query_blocks += cache.query_blocks;
+          stats.prefix_hit_blocks += cache.hit_blocks;
+          stats.prefix_evictions += cache.evictions;
+          stats.prefix_cached_blocks += cache.cached_blocks;
+        }
         return build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
           to_wire(stats, out);
           out.setCorrelationId(correlation);
@@ -583,7 +698,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         if (!st.worker_failure.empty()) return true;
         auto rp = self->make_response_promise<bool>();
         st.drain = rp;
-        hand_back(self, st.batcher->take_waiting(), "its replica drains");
+        for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_waiting(), "its replica drains");
         requeue_pending(self);
         report_load(self);
         return rp;
@@ -591,23 +706,23 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);
         const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();
-        if (auto done = self->state.batcher->cancel(id)) emit(self, *done);
+        for (const auto& lane : self->state.lanes) {
+          if (auto done = lane->batcher->cancel(id)) {
+            emit(self, *done);
+            break;
+          }
+        }
       },
   };
 }
 
 }  // namespace
 
-scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
-                           std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
-                           caf::actor router, caf::actor supervisor, std::string name,
-                           std::chrono::milliseconds step_timeout, std::vector<worker_actor> followers,
-                           EplbSettings eplb) {
-  // CAF copies spawn arguments: the policy travels as a shared_ptr.
-  auto shared = std::shared_ptr<SchedulingPolicy>(std::move(policy));
-  return system.spawn(scheduler_impl, limits, std::move(shared), std::move(worker), std::move(kv_pool),
-                      std::move(router), std::move(supervisor), std::move(name), step_timeout, std::move(followers),
-                      eplb);
+scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
+                                caf::actor router, caf::actor supervisor, std::string name,
+                                std::chrono::milliseconds step_timeout, EplbSettings eplb) {
+  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(router),
+                      std::move(supervisor), std::move(name), step_timeout, eplb);
 }
 
 }  // namespace actord

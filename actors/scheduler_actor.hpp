@@ -39,8 +39,12 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // submitter; at most kMaxHandBacks = 3 times per request, then it ends with an error), stops its ranks, tells
 // `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers.
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
-// `worker` is the replica's driver rank; `followers` its other tensor/pipeline parallel ranks, which get every
-// ExecuteStep as well (without a reply) and are stopped with it.
+// A replica has one lane, or with attention data parallel (groups[].ep beyond tp) ep / tp lanes: each lane has its
+// own ranks, KV pool, lease and BatchScheduler, and a request goes to the lane with the fewest outstanding tokens.
+// The lanes step in lockstep, because their experts serve each other's tokens in every step: each step sends every
+// lane an ExecuteStep, an idle lane's without sequences, and a step's results are taken once every lane's came.
+// A lane's `worker` is its driver rank (it answers); `followers` its other tensor/pipeline parallel ranks, which get
+// every ExecuteStep as well and are stopped with it. A lost rank of any lane loses the replica.
 // Expert parallel load balancing of the replica (groups[i].num_redundant_experts, .eplb_step_interval): every
 // step_interval steps the scheduler recomputes each MoE layer's placement (core/expert_placement.hpp) from the
 // tokens its experts got since the last time, and sends the new one with the next ExecuteStep when it evens the
@@ -53,9 +57,18 @@ struct EplbSettings {
   int num_layers = 0;
 };
 
-scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits,
-                           std::unique_ptr<SchedulingPolicy> policy, worker_actor worker, caf::actor kv_pool,
-                           caf::actor router, caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
-                           std::vector<worker_actor> followers = {}, EplbSettings eplb = {});
+// One lane of a replica: its driver rank, its other ranks, the kv_pool of its KV blocks, and its batcher's
+// scheduling policy (null: FCFS; shared only so that CAF can copy the lane).
+struct SchedulerLane {
+  worker_actor worker;
+  std::vector<worker_actor> followers;
+  caf::actor kv_pool;
+  std::shared_ptr<SchedulingPolicy> policy;
+};
+
+scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
+                                caf::actor router, caf::actor supervisor, std::string name,
+                                std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
+                                EplbSettings eplb = {});
 
 }  // namespace actord

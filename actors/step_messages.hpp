@@ -19,7 +19,9 @@
 namespace actord {
 
 // `expert_placement`: an EPLB placement the ranks take before this step's forward pass (empty: none).
-wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement = {});
+// `lane_tokens`: with attention data parallel lanes, the most tokens any lane runs in this step (ExecuteStep).
+wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement = {},
+                             uint32_t lane_tokens = 0);
 
 // What a StepResult says: its samples (into `samples`, reused), its error, and the worker's timings.
 struct StepResultInfo {

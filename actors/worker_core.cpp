@@ -80,9 +80,12 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   place_ = RankPlace{static_cast<int>(std::max(1u, req.getTp())), static_cast<int>(std::max(1u, req.getPp())),
                      static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank()),
                      static_cast<int>(std::max(1u, req.getEp())), static_cast<int>(req.getNumRedundantExperts())};
+  place_.lane = static_cast<int>(req.getLane());
   if (ok) {
     Status linked = link(links_.tp, req.getTpGroup(), place_.tp, place_.tp_rank, name_, "TP");
     if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");
+    if (linked && place_.lanes() > 1)
+      linked = link(links_.ep, req.getEpGroup(), place_.ep, place_.ep_rank(), name_, "EP");
     if (!linked) {
       ok = false;
       failure = linked.error();
@@ -114,7 +117,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       backend_ = std::move(*backend);
       options.backend = backend_.get();
       // CUDA ranks: the groups joined above only bootstrap the NCCL communicators their device memory goes through.
-      for (auto [comm, what] : {std::pair{&links_.tp, "TP"}, {&links_.pipeline, "pipeline"}}) {
+      for (auto [comm, what] : {std::pair{&links_.tp, "TP"}, {&links_.pipeline, "pipeline"}, {&links_.ep, "EP"}}) {
         if (!ok || !*comm || !(*comm)->spec().over_nccl) continue;
         auto nccl = coll::join_nccl_group(std::move(*comm), cuda::device_of(*backend_), cuda::stream_of(*backend_));
         if (!nccl) {
@@ -312,6 +315,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   auto break_links = [&](const std::string& why) {
     if (links_.tp) links_.tp->abort(name_ + ": " + why);
     if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
+    if (links_.ep) links_.ep->abort(name_ + ": " + why);
     return fail(why);
   };
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
@@ -328,12 +332,17 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
+  context.ep = links_.ep.get();
+  context.lane_tokens = static_cast<int>(step.getLaneTokens());
   uint64_t comm_ns = 0;
   context.comm_ns = &comm_ns;
   if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return break_links(run.error().message);
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
+  // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one
+  // sampled stays for the next (whose slices may ask for it).
+  const bool lane_step = seqs.size() > 0;
   auto result = [&](auto&& fill) {
-    previous_failed_ = false;
+    if (lane_step) previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
     last_step_end_ = t1;
     return build<wire::StepResult>([&](wire::StepResult::Builder out) {
@@ -397,8 +406,10 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   samples_.resize(sample_requests_.size());
   sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
-  previous_samples_.clear();
-  for (const SampledToken& t : samples_) previous_samples_.push_back(t.token);
+  if (lane_step) {
+    previous_samples_.clear();
+    for (const SampledToken& t : samples_) previous_samples_.push_back(t.token);
+  }
 
   return result([&](wire::StepResult::Builder out) {
     auto results = out.initResults(static_cast<uint32_t>(samples_.size()));

@@ -261,10 +261,11 @@ void parse_placement(const YAML::Node& value, const std::string& path, const std
             at, "node '" + name + "' is listed twice");
     group.placement_nodes.push_back(name);
   }
-  const uint64_t stages = uint64_t(group.replicas) * uint64_t(group.pp);
-  require(group.placement_nodes.size() <= stages, path,
+  const uint64_t units = uint64_t(group.units());
+  require(group.placement_nodes.size() <= units, path,
           "lists " + std::to_string(group.placement_nodes.size()) + " nodes, but the group has only " +
-              std::to_string(stages) + " replica stages (replicas x pp) to spread over them");
+              std::to_string(units) + (group.lanes() > 1 ? " replica lanes (replicas x ep/tp)" : " replica stages (replicas x pp)") +
+              " to spread over them");
 }
 
 TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source,
@@ -389,9 +390,12 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
       require(*value <= kMaxGroupDimension, p + "." + key,
               "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(*value));
     }
-    require(group.ep == 1 || group.ep == group.tp, p + ".ep",
-            "must be 1 or equal tp (" + std::to_string(group.tp) +
-                "): the experts are sharded over a stage's tp ranks, got " + std::to_string(group.ep));
+    require(group.ep % group.tp == 0 || group.ep == 1, p + ".ep",
+            "must be 1 or a multiple of tp (" + std::to_string(group.tp) +
+                "): the experts are sharded over a stage's tp ranks, or over ep / tp attention data parallel lanes "
+                "of tp ranks, got " + std::to_string(group.ep));
+    require(group.lanes() == 1 || group.pp == 1, p + ".ep",
+            "beyond tp (attention data parallel lanes) needs pp 1, got pp " + std::to_string(group.pp));
     g.read("num_redundant_experts", group.num_redundant_experts);
     g.read("eplb_step_interval", group.eplb_step_interval);
     require(group.num_redundant_experts >= 0 && group.num_redundant_experts <= 1024, p + ".num_redundant_experts",
@@ -401,9 +405,10 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.ep > 1 || (group.num_redundant_experts == 0 && group.eplb_step_interval == 0),
             p + (group.num_redundant_experts > 0 ? ".num_redundant_experts" : ".eplb_step_interval"),
             "needs expert parallelism (ep > 1)");
-    total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp);
+    total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp) * uint64_t(group.lanes());
     require(total_ranks <= kMaxRanks, p,
-            "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp), more than " +
+            "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp" +
+                (group.lanes() > 1 ? " x ep/tp lanes" : "") + "), more than " +
                 std::to_string(kMaxRanks));
     g.read("device", group.device);
     require(group.device == "cpu" || group.device == "cuda", p + ".device",

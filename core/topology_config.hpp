@@ -78,8 +78,10 @@ struct GroupSection {
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
   int tp = 1;                        // tensor parallel ranks of one pipeline stage
   int pp = 1;                        // pipeline stages of one replica
-  // Expert parallel: 1, or tp (the experts of every MoE layer are sharded over a stage's tp ranks, whole experts
-  // per rank, while attention and dense layers stay TP-sharded; tokens travel to their experts by all-to-all).
+  // Expert parallel: 1, tp (the experts of every MoE layer are sharded over a stage's tp ranks, whole experts
+  // per rank, while attention and dense layers stay TP-sharded; tokens travel to their experts by all-to-all), or
+  // a multiple of tp with pp 1: attention data parallel, ep / tp lanes of tp ranks each, every lane with its own
+  // sequences and KV cache, the experts sharded over all ep ranks of the replica (lanes()).
   int ep = 1;
   // EPLB (ep > 1): extra expert slots per rank, filled with copies of hot experts; and every how many steps the
   // scheduler recomputes the placement from the tokens each expert got since the last time (0: never, the initial
@@ -90,9 +92,10 @@ struct GroupSection {
   // (modulo the machine's GPUs); its KV cache is in that GPU's memory, its swap space on the host.
   std::string device = "cpu";
   Placement placement = Placement::thread;
-  // With Placement::node: the nodes ("local" or a nodes[] name) the group's replica stages (replicas x pp of them,
-  // replica-major) are spread over, in order, as evenly as possible (earlier nodes take the extra); the tp ranks of
-  // one stage always share a node. One entry for `placement: node:NAME`. Empty for thread and process.
+  // With Placement::node: the nodes ("local" or a nodes[] name) the group's units (units(): replica stages, or
+  // with attention data parallel lanes, replica lanes; replica-major) are spread over, in order, as evenly as
+  // possible (earlier nodes take the extra); the tp ranks of one unit always share a node. One entry for
+  // `placement: node:NAME`. Empty for thread and process.
   std::vector<std::string> placement_nodes;
   int threads = 0;                   // CPU threads per rank; 0: this machine's cores shared among its ranks
   // Let the ranks on this machine use more threads than it has cores (each rank gets at least one); refused
@@ -105,6 +108,11 @@ struct GroupSection {
   // round_robin | prefix_affinity (a prompt's leading blocks go where they went before: that replica's prefix
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
+
+  // Attention data parallel lanes of a replica: ep / tp when ep is a larger multiple of tp, else 1.
+  int lanes() const { return ep > tp && ep % tp == 0 ? ep / tp : 1; }
+  // What placement_nodes spreads: replicas x pp x lanes (lanes > 1 only with pp 1).
+  int units() const { return replicas * pp * lanes(); }
 };
 
 struct TopologyConfig {

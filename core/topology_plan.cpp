@@ -15,10 +15,11 @@ Range split_evenly(int total, int parts, int index) {
 
 std::string group_path(size_t i) { return "groups[" + std::to_string(i) + "]"; }
 
-// The node replica stage `unit` (replica * pp + stage) of `group` runs on.
+// The node unit `unit` of `group` runs on: replica stage replica * pp + stage, or with attention data parallel lanes
+// (pp 1) replica lane replica * lanes + lane.
 std::string node_of_unit(const GroupSection& group, int unit) {
   if (group.placement != Placement::node) return kLocalNode;
-  const int units = group.replicas * group.pp, parts = static_cast<int>(group.placement_nodes.size());
+  const int units = group.units(), parts = static_cast<int>(group.placement_nodes.size());
   for (int p = 0; p < parts; ++p) {
     const Range r = split_evenly(units, parts, p);
     if (unit < r.first + r.count) return group.placement_nodes[static_cast<size_t>(p)];
@@ -28,15 +29,16 @@ std::string node_of_unit(const GroupSection& group, int unit) {
 
 // Ranks of `group` on this machine.
 int local_ranks(const GroupSection& group) {
-  int stages = 0;
-  for (int unit = 0; unit < group.replicas * group.pp; ++unit) stages += node_of_unit(group, unit) == kLocalNode;
-  return stages * group.tp;
+  int units = 0;
+  for (int unit = 0; unit < group.units(); ++unit) units += node_of_unit(group, unit) == kLocalNode;
+  return units * group.tp;
 }
 
 // Ranks on this machine that compute at once: the pipeline stages of a replica take turns (a stage works when the
 // one before has handed it its activations, and a decode step needs the previous step's tokens), so a replica with
-// a stage here counts tp, however many of its stages are here.
+// a stage here counts tp, however many of its stages are here. Attention data parallel lanes compute at once.
 int local_slots(const GroupSection& group) {
+  if (group.lanes() > 1) return local_ranks(group);
   int replicas = 0;
   for (int r = 0; r < group.replicas; ++r) {
     bool here = false;
@@ -109,9 +111,12 @@ std::string parallelism_problem(const ModelShape& m, int tp, int pp, int ep) {
   const std::string got = ", got ";
   if (tp < 1) return "tp must be at least 1" + got + std::to_string(tp);
   if (pp < 1) return "pp must be at least 1" + got + std::to_string(pp);
-  if (ep != 1 && ep != tp)
-    return "ep must be 1 or equal tp (" + std::to_string(tp) + "): the experts are sharded over a stage's tp ranks" +
-           got + std::to_string(ep);
+  if (ep < 1 || (ep != 1 && ep % tp != 0))
+    return "ep must be 1 or a multiple of tp (" + std::to_string(tp) +
+           "): the experts are sharded over a stage's tp ranks, or over ep / tp attention data parallel lanes of tp "
+           "ranks" + got + std::to_string(ep);
+  if (ep > tp && pp > 1)
+    return "ep beyond tp (attention data parallel lanes) needs pp 1" + got + "pp " + std::to_string(pp);
   if (ep > 1 && m.num_experts == 0)
     return "ep needs a mixture-of-experts model (num_local_experts or num_experts in config.json); this one is dense" +
            got + std::to_string(ep);
@@ -137,7 +142,7 @@ std::string parallelism_problem(const ModelShape& m, int tp, int pp, int ep) {
   return {};
 }
 
-RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s, int ep) {
+RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s, int ep, int lane) {
   RankShard shard;
   shard.layers = split_evenly(m.num_layers, pp, s);
   shard.heads = {k * (m.num_heads / tp), m.num_heads / tp};
@@ -147,7 +152,7 @@ RankShard shard_of_rank(const ModelShape& m, int tp, int pp, int k, int s, int e
   shard.intermediate = {k * (m.intermediate_size / tp), m.intermediate_size / tp};
   const int expert_ff = m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size;
   shard.expert_intermediate = ep > 1 ? Range{0, expert_ff} : Range{k * (expert_ff / tp), expert_ff / tp};
-  shard.experts = ep > 1 ? Range{k * (m.num_experts / ep), m.num_experts / ep} : Range{0, m.num_experts};
+  shard.experts = ep > 1 ? Range{(lane * tp + k) * (m.num_experts / ep), m.num_experts / ep} : Range{0, m.num_experts};
   const int shared_ff = m.shared_expert_intermediate_size;
   shard.shared_intermediate = {k * (shared_ff / tp), shared_ff / tp};
   shard.embedding = s == 0;
@@ -219,21 +224,26 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     gp.tp = g.tp;
     gp.pp = g.pp;
     gp.ep = g.ep;
+    gp.lanes = g.lanes();
     gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
     uint64_t largest_per_token = 0;
-    for (int r = 0; r < g.replicas; ++r) {
+    const int lanes = g.lanes();
+    for (int u = 0; u < g.replicas * lanes; ++u) {  // replica lanes: one per replica without attention lanes
+      const int r = u / lanes, lane = u % lanes;
       for (int s = 0; s < g.pp; ++s) {
         for (int k = 0; k < g.tp; ++k) {
           RankPlan rank;
-          rank.name = g.name + "/replica/" + std::to_string(r) + "/worker/tp" + std::to_string(k) + ".pp" +
-                      std::to_string(s);
+          rank.name = g.name + "/replica/" + std::to_string(r) + "/worker/" +
+                      (lanes > 1 ? "dp" + std::to_string(lane) + "." : std::string()) + "tp" + std::to_string(k) +
+                      ".pp" + std::to_string(s);
           rank.replica = r;
+          rank.lane = lane;
           rank.tp_rank = k;
           rank.pp_rank = s;
           rank.placement = g.placement;
-          rank.node = node_of_unit(g, r * g.pp + s);
-          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * g.tp + k);
-          const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s, g.ep);
+          rank.node = node_of_unit(g, u * g.pp + s);
+          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(u * g.tp + k);
+          const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s, g.ep, lane);
           rank.layers = shard.layers;
           rank.heads = shard.heads;
           rank.kv_heads = shard.kv_heads;
@@ -275,7 +285,8 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
       node->processes += rank.placement != Placement::thread;
       // Threads at once: a (replica, tp rank) counts its first stage on this node only (the stages take turns).
       const bool first_here = std::none_of(gp.ranks.begin(), gp.ranks.end(), [&](const RankPlan& o) {
-        return o.replica == rank.replica && o.tp_rank == rank.tp_rank && o.node == rank.node && o.pp_rank < rank.pp_rank;
+        return o.replica == rank.replica && o.lane == rank.lane && o.tp_rank == rank.tp_rank && o.node == rank.node &&
+               o.pp_rank < rank.pp_rank;
       });
       if (first_here) node->threads += rank.threads;
       node->weight_bytes += rank.weight_bytes;

@@ -56,16 +56,18 @@ struct RankShard {
   Range intermediate;  // rows of the dense MLP's intermediate features
   Range expert_intermediate;  // rows of each expert's intermediate features (== intermediate unless they differ)
   Range shared_intermediate;  // rows of the shared expert's intermediate features (Qwen2-MoE); empty otherwise
-  Range experts;     // the experts of each MoE layer it holds: all of them, or (ep > 1) its tp rank's share, whole
+  Range experts;     // the experts of each MoE layer it holds: all of them, or (ep > 1) its EP rank's share, whole
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
 };
 
 // The shard of rank (tp_rank, pp_rank) in a replica of tp x pp ranks. Needs only the model's layers, heads, KV
 // heads, intermediate size, experts and vocabulary; the caller has checked tp, pp and ep against them
-// (plan_topology does). ep: 1 (each expert split by TP as a dense MLP) or tp (whole experts, num_experts / tp of
-// them per tp rank, in order).
-RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank, int ep = 1);
+// (plan_topology does). ep: 1 (each expert split by TP as a dense MLP), tp (whole experts, num_experts / tp of
+// them per tp rank, in order), or a multiple of tp (pp 1): `lane` is the rank's attention data parallel lane, its
+// EP rank lane * tp + tp_rank holds num_experts / ep whole experts; attention, dense layers and vocabulary are
+// sharded over the lane's tp ranks as without lanes.
+RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank, int ep = 1, int lane = 0);
 
 // Why tp x pp (x ep) does not fit the model (the rule, without a key path, starting with the key it is about:
 // "tp must divide num_attention_heads (8), got 3"), or empty when it does.
@@ -74,6 +76,7 @@ std::string parallelism_problem(const ModelShape& model, int tp, int pp, int ep 
 struct RankPlan {
   std::string name;  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"
   int replica = 0;
+  int lane = 0;      // attention data parallel lane (ep beyond tp), else 0
   int tp_rank = 0;
   int pp_rank = 0;
   Placement placement = Placement::thread;  // thread: inside the engine's process; process, node: its own process
@@ -101,10 +104,11 @@ struct GroupPlan {
   int tp = 1;
   int pp = 1;
   int ep = 1;
+  int lanes = 1;                // attention data parallel lanes of each replica (ep / tp when ep exceeds tp)
   int kv_replication = 1;       // ranks holding each KV head: tp / num_kv_heads when tp exceeds it, else 1
-  uint32_t num_kv_blocks = 0;   // of each replica: every rank of it holds this many blocks of its own layers/heads
+  uint32_t num_kv_blocks = 0;   // of each replica lane: every rank of it holds this many blocks of its own layers/heads
   uint32_t num_swap_blocks = 0;
-  std::vector<RankPlan> ranks;  // replica-major, then pipeline stage, then tp rank
+  std::vector<RankPlan> ranks;  // replica-major, then lane, then pipeline stage, then tp rank
 };
 
 struct NodePlan {

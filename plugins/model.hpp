@@ -4,7 +4,10 @@
 // which) and called from one thread at a time (the worker's). forward() runs the tokens of one step for several
 // sequences at once, writes their K/V into the paged cache, and returns logits only for the rows the caller asks
 // for. Every rank of a tensor/pipeline-parallel replica runs forward() on the same batch at the same time; the ranks
-// exchange what they must through the communicators of the ForwardContext. CAF-free.
+// exchange what they must through the communicators of the ForwardContext. With attention data parallel lanes
+// (RankPlace::lanes() > 1) each lane runs its own batch, and every rank of the replica calls forward() for every step
+// at the same time, a lane without sequences with an empty batch: it still serves its experts to the other lanes.
+// CAF-free.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,12 @@ struct ForwardContext {
   exec::Backend& backend;
   coll::Communicator* tp = nullptr;        // the ranks of this pipeline stage (rank = tp rank); null when tp is 1
   coll::Communicator* pipeline = nullptr;  // this tp rank of every stage (rank = stage); null when pp is 1
+  // Every EP rank of the replica (rank = RankPlace::ep_rank()) when it has attention data parallel lanes; null
+  // otherwise (the experts travel over the TP communicator).
+  coll::Communicator* ep = nullptr;
+  // With attention data parallel lanes: the most tokens any lane of the replica runs in this step (the scheduler
+  // knows them all), so that every rank joins as many expert exchanges as the busiest lane makes.
+  int lane_tokens = 0;
   uint64_t* comm_ns = nullptr;             // when set, the model adds the time it spends in collectives
 };
 

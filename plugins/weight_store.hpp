@@ -27,8 +27,12 @@ namespace actord {
 struct RankPlace {
   int tp = 1, pp = 1;
   int tp_rank = 0, pp_rank = 0;
-  int ep = 1;  // 1, or tp: this rank holds whole experts, num_experts / tp of them (shard_of_rank)
+  // 1, tp, or a multiple of tp (pp 1): this rank holds whole experts, num_experts / ep of them (shard_of_rank)
+  int ep = 1;
   int redundant_experts = 0;  // ep > 1: extra expert slots (EPLB), ExpertPlacement::initial's copies at first
+  int lane = 0;  // ep > tp: the rank's attention data parallel lane (its own sequences), 0 .. ep / tp - 1
+  int lanes() const { return ep > tp ? ep / tp : 1; }
+  int ep_rank() const { return lane * tp + tp_rank; }  // its rank among the replica's ep ranks
   bool sharded() const { return tp > 1 || pp > 1; }
 };
 

@@ -23,21 +23,26 @@ constexpr int kBlocksPerSeq = 8;  // 128 positions per sequence
 // The ranks of one replica as threads.
 class Replica {
  public:
-  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp, int ep = 1) : tp_(tp), pp_(pp) {
+  // ep beyond tp: ep / tp attention lanes of tp x pp ranks each (lane-major), the experts over all of them.
+  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp, int ep = 1, int kv_blocks = 4 * kBlocksPerSeq)
+      : tp_(tp), pp_(pp), lanes_(ep > tp ? ep / tp : 1) {
     static uint64_t next_id = 1;
-    for (int s = 0; s < pp; ++s) {
-      for (int k = 0; k < tp; ++k) {
-        options.place = RankPlace{tp, pp, k, s, ep};
-        Rank rank;
-        rank.cpu = std::make_unique<test::CpuRank>(1);
-        options.backend = &rank.cpu->backend;
-        auto model = ModelRegistry::with_builtins().create(cfg, options);
-        if (!model) FAIL(model.error().message);
-        const KvShape shape = (*model)->kv_shape();
-        rank.kv = std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4 * kBlocksPerSeq,
-                                            kBlockSize);
-        rank.model = std::move(*model);
-        ranks_.push_back(std::move(rank));
+    for (int lane = 0; lane < lanes_; ++lane) {
+      for (int s = 0; s < pp; ++s) {
+        for (int k = 0; k < tp; ++k) {
+          options.place = RankPlace{tp, pp, k, s, ep};
+          options.place.lane = lane;
+          Rank rank;
+          rank.cpu = std::make_unique<test::CpuRank>(1);
+          options.backend = &rank.cpu->backend;
+          auto model = ModelRegistry::with_builtins().create(cfg, options);
+          if (!model) FAIL(model.error().message);
+          const KvShape shape = (*model)->kv_shape();
+          rank.kv = std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim, kv_blocks,
+                                              kBlockSize);
+          rank.model = std::move(*model);
+          ranks_.push_back(std::move(rank));
+        }
       }
     }
     auto group = [&](const std::string& name, int size) {
@@ -49,22 +54,35 @@ class Replica {
       if (!comms) FAIL(comms.error().message);
       return std::move(*comms);
     };
-    if (tp > 1) {
-      for (int s = 0; s < pp; ++s) {
-        auto comms = group("pp" + std::to_string(s) + "/tp", tp);
-        for (int k = 0; k < tp; ++k) at(k, s).tp = std::move(comms[static_cast<size_t>(k)]);
+    for (int lane = 0; lane < lanes_; ++lane) {
+      if (tp > 1) {
+        for (int s = 0; s < pp; ++s) {
+          auto comms = group("pp" + std::to_string(s) + "/tp", tp);
+          for (int k = 0; k < tp; ++k) at(k, s, lane).tp = std::move(comms[static_cast<size_t>(k)]);
+        }
+      }
+      if (pp > 1) {
+        for (int k = 0; k < tp; ++k) {
+          auto comms = group("tp" + std::to_string(k) + "/pipeline", pp);
+          for (int s = 0; s < pp; ++s) at(k, s, lane).pipeline = std::move(comms[static_cast<size_t>(s)]);
+        }
       }
     }
-    if (pp > 1) {
-      for (int k = 0; k < tp; ++k) {
-        auto comms = group("tp" + std::to_string(k) + "/pipeline", pp);
-        for (int s = 0; s < pp; ++s) at(k, s).pipeline = std::move(comms[static_cast<size_t>(s)]);
-      }
+    if (lanes_ > 1) {
+      auto comms = group("ep", ep);
+      for (int r = 0; r < ep; ++r) ranks_[static_cast<size_t>(r)].ep = std::move(comms[static_cast<size_t>(r)]);
     }
   }
 
   // Runs the batch on every rank at once; the logits of the last stage, equal on each of its TP ranks.
-  std::vector<float> forward(const ForwardBatch& batch) {
+  std::vector<float> forward(const ForwardBatch& batch) { return forward(std::vector<ForwardBatch>{batch}).front(); }
+
+  // Attention lanes: lane i runs batches[i] (an empty one serves experts only); every lane's logits.
+  std::vector<std::vector<float>> forward(const std::vector<ForwardBatch>& batches) {
+    REQUIRE(static_cast<int>(batches.size()) == lanes_);
+    int most = 0;
+    for (const auto& b : batches) most = std::max(most, static_cast<int>(b.tokens.size()));
+    const size_t per_lane = ranks_.size() / size_t(lanes_);
     std::vector<std::thread> threads;
     std::vector<std::vector<float>> logits(ranks_.size());
     std::vector<Status> results(ranks_.size());
@@ -74,18 +92,24 @@ class Replica {
         ForwardContext context(rank.cpu->backend);
         context.tp = rank.tp.get();
         context.pipeline = rank.pipeline.get();
-        results[r] = rank.model->forward(batch, *rank.kv, logits[r], context);
+        context.ep = rank.ep.get();
+        context.lane_tokens = most;
+        results[r] = rank.model->forward(batches[r / per_lane], *rank.kv, logits[r], context);
       });
     }
     for (auto& t : threads) t.join();
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      INFO("rank " << r);
-      REQUIRE(results[r].ok());
-      const bool last_stage = static_cast<int>(r) / tp_ == pp_ - 1;
-      if (last_stage) CHECK(logits[r] == logits[static_cast<size_t>((pp_ - 1) * tp_)]);
-      else CHECK(logits[r].empty());
+    std::vector<std::vector<float>> out;
+    for (int lane = 0; lane < lanes_; ++lane) {
+      const size_t first = size_t(lane) * per_lane, last_stage = first + size_t((pp_ - 1) * tp_);
+      for (size_t r = first; r < first + per_lane; ++r) {
+        INFO("rank " << r);
+        REQUIRE(results[r].ok());
+        if (r >= last_stage) CHECK(logits[r] == logits[last_stage]);
+        else CHECK(logits[r].empty());
+      }
+      out.push_back(logits[last_stage]);
     }
-    return logits[static_cast<size_t>((pp_ - 1) * tp_)];
+    return out;
   }
 
  private:
@@ -93,10 +117,10 @@ class Replica {
     std::unique_ptr<test::CpuRank> cpu;  // destroyed after the model loaded into it
     std::unique_ptr<Model> model;
     std::unique_ptr<KvCache> kv;
-    std::unique_ptr<coll::Communicator> tp, pipeline;
+    std::unique_ptr<coll::Communicator> tp, pipeline, ep;
   };
-  Rank& at(int k, int s) { return ranks_[static_cast<size_t>(s * tp_ + k)]; }
-  int tp_, pp_;
+  Rank& at(int k, int s, int lane = 0) { return ranks_[static_cast<size_t>((lane * pp_ + s) * tp_ + k)]; }
+  int tp_, pp_, lanes_;
   std::vector<Rank> ranks_;
 };
 
@@ -246,6 +270,89 @@ TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal on
       }
     }
   }
+}
+
+// Greedy decoding of `prompts` on one rank and on ep / tp attention lanes of tp ranks (prompt i on lane
+// i % lanes; a lane left without one serves its experts only), each sequence's logits compared step by step.
+void check_lanes_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int ep, int steps,
+                            const std::vector<std::vector<int32_t>>& prompts) {
+  const int lanes = ep / tp, vocab = cfg.vocab_size;
+  int blocks_per_seq = 0;
+  for (const auto& p : prompts) blocks_per_seq = std::max(blocks_per_seq, (int(p.size()) + steps + kBlockSize) / kBlockSize);
+  const int kv_blocks = blocks_per_seq * int(prompts.size());
+  Replica single(cfg, options, 1, 1, 1, kv_blocks), sharded(cfg, options, tp, 1, ep, kv_blocks);
+  std::vector<std::vector<uint32_t>> tables(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int b = 0; b < blocks_per_seq; ++b) tables[i].push_back(static_cast<uint32_t>(i * size_t(blocks_per_seq) + size_t(b)));
+  std::vector<std::vector<int32_t>> next = prompts;
+  std::vector<int32_t> positions(prompts.size(), 0);
+  float worst = 0.0f;
+  for (int step = 0; step <= steps; ++step) {
+    ForwardBatch all;
+    std::vector<ForwardBatch> per_lane(static_cast<size_t>(lanes));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (ForwardBatch* b : {&all, &per_lane[i % size_t(lanes)]}) {
+        b->seqs.push_back({static_cast<int32_t>(b->tokens.size()), static_cast<int32_t>(next[i].size()), positions[i],
+                           tables[i].data(), true});
+        b->tokens.insert(b->tokens.end(), next[i].begin(), next[i].end());
+      }
+    }
+    const auto expected = single.forward(all);
+    const auto got = sharded.forward(per_lane);
+    std::vector<size_t> row_in_lane(static_cast<size_t>(lanes), 0);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const size_t lane = i % size_t(lanes), row = row_in_lane[lane]++;
+      REQUIRE(got[lane].size() >= (row + 1) * size_t(vocab));
+      const float* want = expected.data() + i * size_t(vocab);
+      const float* have = got[lane].data() + row * size_t(vocab);
+      float largest = 0.0f, diff = 0.0f;
+      for (int v = 0; v < vocab; ++v) {
+        largest = std::max(largest, std::fabs(want[v]));
+        diff = std::max(diff, std::fabs(have[v] - want[v]));
+      }
+      INFO("step " << step << " sequence " << i << ": max |diff| " << diff << " of largest |logit| " << largest);
+      CHECK(diff <= 1e-5f * largest);
+      worst = std::max(worst, diff / largest);
+      const int a = argmax(want, vocab), b = argmax(have, vocab);
+      REQUIRE(a == b);
+      positions[i] += static_cast<int32_t>(next[i].size());
+      next[i] = {a};
+    }
+  }
+  WARN("ep " << ep << " over " << lanes << " lanes of tp " << tp << ": worst logit difference " << worst
+             << " of the largest logit");
+}
+
+TEST_CASE("model parallel: experts over attention data parallel lanes (ep beyond tp) equal one rank - lanes of one "
+          "and two ranks and an idle lane", "[model][parallel][ep][lanes]") {
+  test::TempDir tmp;
+  const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
+                                   ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
+  const auto qwen3_moe = write_qwen3_moe(tmp.path());
+  const auto qwen2_moe = write_qwen2_moe(tmp.path());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14, 3, 77}, {1, 200}, {1, 42, 43, 44, 45, 46, 47, 48}};
+  for (const auto& dir : {mixtral, qwen3_moe, qwen2_moe}) {
+    auto cfg = ModelConfig::load(dir);
+    REQUIRE(cfg.ok());
+    // ep 2 of tp 1 (two lanes), ep 4 of tp 2 (two lanes of two), ep 4 of tp 1 (four lanes, one idle).
+    for (auto [tp, ep] : {std::pair{1, 2}, {2, 4}, {1, 4}}) {
+      DYNAMIC_SECTION(dir.filename().string() << " tp " << tp << " ep " << ep) {
+        check_lanes_equivalent(*cfg, dummy(dir), tp, ep, 32, prompts);
+      }
+    }
+  }
+}
+
+TEST_CASE("model parallel: a lane prefilling three micro-batches beside a short one equals one rank",
+          "[model][parallel][ep][lanes]") {
+  test::TempDir tmp;
+  const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
+                                   ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2");
+  auto cfg = ModelConfig::load(mixtral);
+  REQUIRE(cfg.ok());
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 1100; ++i) long_prompt.push_back(1 + (i * 37) % 999);
+  check_lanes_equivalent(*cfg, dummy(mixtral), 1, 2, 4, {long_prompt, {1, 7, 8}});
 }
 
 TEST_CASE("expert placement: a rank takes a valid one and refuses a malformed one whole - a model without EP refuses "

@@ -207,7 +207,42 @@ TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with
   }
 }
 
-TEST_CASE("parallel engine: ep on a dense model, ep other than tp, ep not dividing the experts are refused before "
+TEST_CASE("parallel engine: experts over attention data parallel lanes (ep beyond tp: two lanes of one rank, two "
+          "lanes of tp2) in threads and processes equal one worker", "[engine][parallel][ep][lanes]") {
+  test::TempDir tmp;
+  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
+                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  const auto qwen3_moe = write_moe(tmp.path() / "qwen3-moe", "Qwen3MoeForCausalLM",
+                                   R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+                                      "norm_topk_prob": true)");
+  const auto requests = batch(false);
+  for (const auto& dir : {mixtral, qwen3_moe}) {
+    const auto expected = run(dummy_topology(dir, "configs/quickstart.yaml", {}), requests);
+    for (const char* placement : {"thread", "process"}) {
+      DYNAMIC_SECTION(dir.filename().string() << " ep2 over two lanes, placement " << placement) {
+        check_same(expected, run(dummy_topology(dir, "configs/quickstart.yaml",
+                                              {"groups[0].ep=2", std::string("groups[0].placement=") + placement}),
+                                 requests));
+      }
+    }
+    DYNAMIC_SECTION(dir.filename().string() << " ep4 over two lanes of tp2, processes") {
+      check_same(expected, run(dummy_topology(dir, "configs/tp2.yaml", {"groups[0].ep=4", "groups[0].oversubscribe=true"}),
+                               requests));
+    }
+  }
+  // One request at a time: the other lane is idle in every step and serves its experts only.
+  DYNAMIC_SECTION("one request after another, the other lane idle") {
+    auto engine = test::start_engine(dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2"}));
+    const auto single = run(dummy_topology(mixtral, "configs/quickstart.yaml", {}), {requests[2]});
+    for (int i = 0; i < 2; ++i) {
+      auto out = engine->generate({requests[2]});
+      REQUIRE(out.ok());
+      check_same(single, *out);
+    }
+  }
+}
+
+TEST_CASE("parallel engine: ep on a dense model, ep not a multiple of tp, lanes with pp, ep not dividing the experts are refused before "
           "anything starts", "[engine][parallel][ep]") {
   test::TempDir tmp;
   const auto six = write_moe(tmp.path() / "six", "MixtralForCausalLM",
@@ -223,22 +258,30 @@ TEST_CASE("parallel engine: ep on a dense model, ep other than tp, ep not dividi
   CHECK_THAT(refused(dummy_topology(six, "configs/tp2.yaml", {"groups[0].tp=4", "groups[0].ep=4",
                                                             "groups[0].oversubscribe=true"})),
              Catch::EndsWith("groups[0].ep: must divide the number of experts (6), got 4"));
-  // ep other than tp: the topology file itself is refused.
+  // ep not a multiple of tp, or lanes with pipeline stages: the topology file itself is refused.
   TopologyOverrides o;
-  o.set = {"groups[0].ep=4"};
+  o.set = {"groups[0].ep=3"};
   auto bad = load_topology(test::source_dir() / "configs/tp2.yaml", o);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.error().message, Catch::EndsWith("configs/tp2.yaml: groups[0].ep: must be 1 or equal tp (2): the "
-                                                  "experts are sharded over a stage's tp ranks, got 4"));
+  CHECK_THAT(bad.error().message,
+             Catch::EndsWith("configs/tp2.yaml: groups[0].ep: must be 1 or a multiple of tp (2): the experts are "
+                             "sharded over a stage's tp ranks, or over ep / tp attention data parallel lanes of tp "
+                             "ranks, got 3"));
+  o.set = {"groups[0].ep=4"};
+  bad = load_topology(test::source_dir() / "configs/tp2-pp2.yaml", o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message, Catch::EndsWith("configs/tp2-pp2.yaml: groups[0].ep: beyond tp (attention data "
+                                                  "parallel lanes) needs pp 1, got pp 2"));
 }
 
 TEST_CASE("expert load - every token fed is counted once per MoE layer for each of its top-2 experts - one rank, "
-          "ep2, tp2 x pp2", "[engine][parallel][ep][stats]") {
+          "ep2, ep2 over two lanes, tp2 x pp2", "[engine][parallel][ep][stats]") {
   test::TempDir tmp;
   const auto dir = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
                              R"("num_local_experts": 8, "num_experts_per_tok": 2)");
   for (auto [file, set] : {std::pair{"configs/quickstart.yaml", std::vector<std::string>{}},
                            {"configs/tp2.yaml", {"groups[0].ep=2"}},
+                           {"configs/quickstart.yaml", {"groups[0].ep=2"}},
                            {"configs/tp2-pp2.yaml", {}}}) {
     DYNAMIC_SECTION(file << (set.empty() ? "" : " ep2")) {
       auto engine = test::start_engine(dummy_topology(dir, file, set));

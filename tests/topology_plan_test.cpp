@@ -163,10 +163,11 @@ TEST_CASE("ep shards whole experts over the tp ranks - attention stays TP-sharde
         "this one is dense, got 2");
   moe.num_experts = 6;
   CHECK(error_of("  - {tp: 4, ep: 4}\n", moe) == "t.yaml: groups[0].ep: must divide the number of experts (6), got 4");
-  auto t = parse_topology("model: {path: m}\ngroups:\n  - {tp: 2, ep: 4}\n", "t.yaml");
+  auto t = parse_topology("model: {path: m}\ngroups:\n  - {tp: 2, ep: 3}\n", "t.yaml");
   REQUIRE_FALSE(t.ok());
   CHECK(t.error().message ==
-        "t.yaml: groups[0].ep: must be 1 or equal tp (2): the experts are sharded over a stage's tp ranks, got 4");
+        "t.yaml: groups[0].ep: must be 1 or a multiple of tp (2): the experts are sharded over a stage's tp ranks, or "
+        "over ep / tp attention data parallel lanes of tp ranks, got 3");
   // EPLB: redundant slots count in each rank's weights; they need ep.
   moe.num_experts = 8;
   const TopologyPlan redundant = plan_of("  - {tp: 2, ep: 2, num_redundant_experts: 2}\n", moe);
@@ -177,6 +178,53 @@ TEST_CASE("ep shards whole experts over the tp ranks - attention stays TP-sharde
     REQUIRE_FALSE(refused.ok());
     CHECK_THAT(refused.error().message, Catch::EndsWith("needs expert parallelism (ep > 1)"));
   }
+}
+
+TEST_CASE("ep beyond tp - attention data parallel lanes of tp ranks - each lane its own KV pool - experts over all "
+          "ranks - lanes are the units nodes take", "[plan][ep][lanes]") {
+  ModelShape moe = stories();
+  moe.num_experts = 8;
+  const TopologyPlan plan = plan_of("  - {tp: 2, ep: 4, replicas: 2}\n", moe);
+  const GroupPlan& g = plan.groups[0];
+  CHECK(g.lanes == 2);
+  REQUIRE(g.ranks.size() == 8);  // 2 replicas x 2 lanes x tp 2
+  const TopologyPlan single = plan_of("  - {tp: 2}\n", moe);
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const RankPlan& r = g.ranks[i];
+    INFO(r.name);
+    const int lane = int(i / 2) % 2, k = int(i % 2);
+    CHECK(r.replica == int(i / 4));
+    CHECK(r.lane == lane);
+    CHECK(r.tp_rank == k);
+    CHECK(r.name == "main/replica/" + std::to_string(i / 4) + "/worker/dp" + std::to_string(lane) + ".tp" +
+                        std::to_string(k) + ".pp0");
+    CHECK(same(r.experts, 2 * (lane * 2 + k), 2));  // EP rank lane * tp + tp rank
+    CHECK(same(r.heads, 4 * k, 4));                  // attention sharded over the lane's tp ranks
+    CHECK(r.kv_pool_bytes == single.groups[0].ranks[size_t(k)].kv_pool_bytes);  // a whole pool per lane
+  }
+  CHECK(same(shard_of_rank(moe, 1, 1, 0, 0, 4, 3).experts, 6, 2));
+  // Lanes compute at once: every rank counts for the cores.
+  CHECK(error_of("  - {ep: 4, threads: 1}\n", moe, 3) ==
+        "t.yaml: groups[0].threads: 4 ranks at once x 1 thread on this machine need 4 cores, it has 3; lower "
+        "threads, tp, pp or replicas, place ranks on other nodes, or set groups[0].oversubscribe: true");
+  auto staged = parse_topology("model: {path: m}\ngroups:\n  - {ep: 2, pp: 2}\n", "t.yaml");
+  REQUIRE_FALSE(staged.ok());
+  CHECK(staged.error().message == "t.yaml: groups[0].ep: beyond tp (attention data parallel lanes) needs pp 1, got pp 2");
+  CHECK(parallelism_problem(moe, 1, 2, 2) == "ep beyond tp (attention data parallel lanes) needs pp 1, got pp 2");
+  // A list of nodes spreads the lanes: EP across nodes.
+  const TopologyPlan spread = plan_of("  - {ep: 2, placement: [node:local, node:b], threads: 1}\n", moe, 64,
+                                      "nodes: [{name: b, address: 'tcp://10.0.0.2:7000'}]\n");
+  REQUIRE(spread.groups[0].ranks.size() == 2);
+  CHECK(spread.groups[0].ranks[0].node == "local");
+  CHECK(spread.groups[0].ranks[1].node == "b");
+  auto over = parse_topology("model: {path: m}\nnodes: [{name: b, address: 'tcp://b:1'}, {name: c, address: "
+                             "'tcp://c:1'}]\ngroups:\n  - {ep: 2, placement: [node:local, node:b, node:c]}\n",
+                             "t.yaml");
+  REQUIRE_FALSE(over.ok());
+  CHECK_THAT(over.error().message, Catch::EndsWith("lists 3 nodes, but the group has only 2 replica lanes (replicas x "
+                                                   "ep/tp) to spread over them"));
+  moe.num_experts = 6;
+  CHECK(error_of("  - {ep: 4}\n", moe) == "t.yaml: groups[0].ep: must divide the number of experts (6), got 4");
 }
 
 TEST_CASE("KV heads are replicated when tp exceeds them", "[plan]") {

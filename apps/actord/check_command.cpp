@@ -94,12 +94,17 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const GroupPlan& g = plan.groups[gi];
     const GroupSection& section = t.groups[gi];
-    std::printf("\ngroup %s: %d replica%s x tp %d x pp %d = %zu rank%s%s, device %s, placement %s\n",
-                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.tp, g.pp, g.ranks.size(),
-                g.ranks.size() == 1 ? "" : "s",
-                g.ep > 1 ? (", experts over ep " + std::to_string(g.ep) + " (the tp ranks)").c_str() : "",
+    const std::string experts =
+        g.ep <= 1       ? ""
+        : g.lanes == 1 ? ", experts over ep " + std::to_string(g.ep) + " (the tp ranks)"
+                       : ", experts over ep " + std::to_string(g.ep) + " (" + std::to_string(g.lanes) +
+                             " attention data parallel lanes of tp " + std::to_string(g.tp) + ", each its own KV pool)";
+    std::printf("\ngroup %s: %d replica%s x %stp %d x pp %d = %zu rank%s%s, device %s, placement %s\n",
+                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s",
+                g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp, g.ranks.size(),
+                g.ranks.size() == 1 ? "" : "s", experts.c_str(),
                 section.device.c_str(), placement_text(section).c_str());
-    std::printf("  KV per replica: %u blocks of %d tokens (%llu tokens)%s", g.num_kv_blocks, t.engine.block_size,
+    std::printf("  KV per replica%s: %u blocks of %d tokens (%llu tokens)%s", g.lanes > 1 ? " lane" : "", g.num_kv_blocks, t.engine.block_size,
                 static_cast<unsigned long long>(g.num_kv_blocks) * static_cast<unsigned long long>(t.engine.block_size),
                 g.kv_replication > 1 ? (", each KV head on " + std::to_string(g.kv_replication) + " tp ranks").c_str()
                                      : "");
@@ -194,6 +199,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                            {"replicas", g.replicas},
                            {"tp", g.tp},
                            {"ep", g.ep},
+                           {"lanes", g.lanes},
                            {"pp", g.pp},
                            {"device", section.device},
                            {"placement", placement_name(section.placement)},

@@ -191,6 +191,9 @@ struct ExecuteStep {
   # EPLB: a new expert placement, taken before this step's forward pass: for every layer of the model, the logical
   # expert of each slot of the ep group ([layer][slot], ep x slots per rank; dense layers' entries unused).
   expertPlacement @7 :List(Int32);
+  # Attention data parallel lanes: the most tokens any lane of the replica runs in this step (each lane gets its
+  # own ExecuteStep, an idle one without sequences: it still serves its experts to the others).
+  laneTokens @8 :UInt32;
 }
 
 struct SeqResult {
@@ -249,8 +252,11 @@ struct WorkerInit {
   tpGroup @18 :CollectiveGroup;
   pipelineGroup @19 :CollectiveGroup;
   device @20 :Text;              # the executor backend: "cpu" (or empty), or "cuda:N" (GPU N of the worker's machine)
-  ep @21 :UInt32;                # expert parallel: 0 or 1 (experts split by TP), or tp (whole experts per tp rank)
+  ep @21 :UInt32;                # expert parallel: 0 or 1 (experts split by TP), or tp (whole experts per tp rank),
+                                 # or a larger multiple of tp: ep / tp attention data parallel lanes (pp 1)
   numRedundantExperts @22 :UInt32;  # EPLB: extra expert slots per rank (core/expert_placement.hpp)
+  lane @23 :UInt32;              # with attention lanes: this rank's lane (its EP rank is lane * tp + tpRank)
+  epGroup @24 :CollectiveGroup;  # with attention lanes, for a rank in its own process: every EP rank of the replica
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).

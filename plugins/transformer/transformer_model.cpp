@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "comms/collectives/communicator.hpp"
@@ -161,6 +162,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   const ModelShape shape = model_shape(cfg);
   if (auto problem = parallelism_problem(shape, place.tp, place.pp, place.ep); !problem.empty())
     return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
+  if (place.lane < 0 || place.lane >= place.lanes())
+    return make_error(Errc::invalid_argument, "lane " + std::to_string(place.lane) + " is outside the " +
+                                                  std::to_string(place.lanes()) + " attention lanes of ep " +
+                                                  std::to_string(place.ep) + " / tp " + std::to_string(place.tp));
   if (place.tp_rank < 0 || place.tp_rank >= place.tp || place.pp_rank < 0 || place.pp_rank >= place.pp) {
     return make_error(Errc::invalid_argument, "rank tp" + std::to_string(place.tp_rank) + ".pp" +
                                                   std::to_string(place.pp_rank) + " is outside tp " +
@@ -179,7 +184,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->store_ = *store;
   m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
   m->place_ = place;
-  m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep);
+  m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep, place.lane);
   for (int r = 0; r < place.tp; ++r)
     m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
   const RankShard& shard = m->shard_;
@@ -268,7 +273,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       if (place.ep > 1) {
         L.placement = ExpertPlacement::initial(spec.num_experts, place.ep, place.redundant_experts);
         const int per_rank = L.placement.slots_per_rank;
-        for (int s = place.tp_rank * per_rank; s < (place.tp_rank + 1) * per_rank; ++s) {
+        for (int s = place.ep_rank() * per_rank; s < (place.ep_rank() + 1) * per_rank; ++s) {
           auto expert = m->load_expert(global, L.placement.slot_expert[size_t(s)]);
           if (!expert) return expert.error();
           L.slots.push_back(*expert);
@@ -367,9 +372,9 @@ Status TransformerModel::set_expert_placement(std::span<const int32_t> placement
                             placement.begin() + ptrdiff_t(global + 1) * slots);
     // This rank's slots: an expert it holds already keeps its weights (no load), the others are loaded.
     std::vector<Expert> slots_now;
-    for (int s = place_.tp_rank * per_rank; s < (place_.tp_rank + 1) * per_rank; ++s) {
+    const int first = place_.ep_rank() * per_rank;
+    for (int s = first; s < first + per_rank; ++s) {
       const int32_t e = next.slot_expert[size_t(s)];
-      const int first = place_.tp_rank * per_rank;
       int have = -1;
       for (int o = first; o < first + per_rank && have < 0; ++o)
         if (L.placement.slot_expert[size_t(o)] == e) have = o - first;
@@ -468,104 +473,132 @@ Status TransformerModel::moe(const Layer& L, int l, int n, const ForwardContext&
   return {};
 }
 
-// Expert parallelism (ep == tp): the experts live in slots over the ep ranks (L.placement; whole experts, hot ones
-// copied to several) and tp rank k owns the step's tokens balanced_offset(n, ep, k) ... (+ balanced_count). Every
-// rank routes every token (the same decision) and knows the placement, so each knows what every other sends it and
-// in which order: the rows of the tokens it owns go, slot by slot and token by token, to the slot serving each of
-// their experts (ExpertPlacement::slot_for; dispatch, one all-to-all), come back as that expert's output in the
-// same order (combine, a second one) and are added to the tokens' rows of tmp_ with their routing weights in expert
-// order, as one rank adds them: the result does not depend on the placement. Only the routed rows travel.
+// Expert parallelism: the experts live in slots over the replica's ep ranks (L.placement; whole experts, hot ones
+// copied to several). A rank owns a balanced share of its batch among the tp ranks that run it
+// (balanced_offset(n, tp, tp_rank) ...): the step's batch when ep == tp, its attention lane's batch with lanes.
+// Dispatch (one all-to-all over the EP communicator: the TP one without lanes): to each rank, a header of that
+// rank's slots' row counts (floats, exact below 2^24), then the rows of the owned tokens routed to each of its
+// slots (ExpertPlacement::slot_for), slot by slot, token by token. A rank runs each of its slots over the rows that
+// came for it from every rank and sends the outputs back in the order they came (combine, a second all-to-all); the
+// owner adds them to its tokens' rows of tmp_ with their routing weights in expert order, as one rank adds them:
+// the result depends neither on the placement nor on the lanes. Only the routed rows travel; a rank with no tokens
+// (an idle lane's) still serves its slots.
 Status TransformerModel::experts_over_ranks(const Layer& L, int n, const ForwardContext& context) {
   exec::Backend& be = *backend_;
-  coll::Communicator& comm = *context.tp;
+  coll::Communicator& comm = context.ep ? *context.ep : *context.tp;
   const ExpertPlacement& pl = L.placement;
-  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = pl.slots_per_rank, me = place_.tp_rank;
-  // Each routed (token, expert): the rank owning the token and the slot serving it, decided once.
+  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = pl.slots_per_rank, me = place_.ep_rank();
+  const size_t width = size_t(h), header = size_t(per_rank), slots = size_t(ep) * header;
+  const auto own_first = static_cast<int32_t>(coll::balanced_offset(size_t(n), place_.tp, place_.tp_rank));
+  const auto own_end = own_first + static_cast<int32_t>(coll::balanced_count(size_t(n), place_.tp, place_.tp_rank));
+  // Each routed (token, expert) this rank owns: the slot serving it (-1: a token of another tp rank of the lane).
   for (int e = 0; e < spec_.num_experts; ++e) {
     Routed& routed = routed_[size_t(e)];
-    routed.owners.resize(routed.rows.size());
     routed.slots.resize(routed.rows.size());
     for (size_t i = 0; i < routed.rows.size(); ++i) {
       const int32_t t = routed.rows[i];
-      int owner = 0;
-      while (owner + 1 < ep && size_t(t) >= coll::balanced_offset(size_t(n), ep, owner + 1)) ++owner;
-      routed.owners[i] = owner;
-      routed.slots[i] = pl.slot_for(t, e, owner);
+      routed.slots[i] = t >= own_first && t < own_end ? pl.slot_for(t, e, me) : -1;
     }
   }
-  // The rows of slot `slot` that rank `sender` sends: its tokens routed to the slot's expert that slot_for sends
-  // there, in token order.
-  const auto for_each_row = [&](int sender, int slot, auto&& body) {
-    const int e = pl.slot_expert[size_t(slot)];
-    const Routed& routed = routed_[size_t(e)];
-    for (size_t i = 0; i < routed.rows.size(); ++i) {
-      if (routed.owners[i] == sender && routed.slots[i] == slot) body(i, routed.rows[i], e);
-    }
-  };
-  // Dispatch: this rank's tokens, grouped by destination rank, then slot, then token.
+  // Dispatch order: destination rank, slot, token.
   ep_send_rows_.clear();
   ep_send_experts_.clear();
   ep_send_weights_.clear();
-  ep_send_counts_.assign(size_t(ep), 0);
-  for (int slot = 0; slot < ep * per_rank; ++slot) {
-    for_each_row(me, slot, [&](size_t i, int32_t t, int e) {
-      ep_send_rows_.push_back(t);
+  ep_slot_rows_.assign(slots, 0);
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const int e = pl.slot_expert[slot];
+    const Routed& routed = routed_[size_t(e)];
+    for (size_t i = 0; i < routed.rows.size(); ++i) {
+      if (routed.slots[i] != int32_t(slot)) continue;
+      ep_send_rows_.push_back(routed.rows[i]);
       ep_send_experts_.push_back(e);
-      ep_send_weights_.push_back(routed_[size_t(e)].weights[i]);
-      ep_send_counts_[size_t(pl.rank_of_slot(slot))] += size_t(h);
-    });
+      ep_send_weights_.push_back(routed.weights[i]);
+      ++ep_slot_rows_[slot];
+    }
   }
   const size_t sent = ep_send_rows_.size();
-  be.reserve(xe_, std::max<size_t>(sent, 1) * h);
-  be.gather_rows(xn_, ep_send_rows_, h, xe_);
-  ACTORD_TRY_STATUS(timed(context, [&] {
-    return comm.all_to_all(xe_.first(sent * h), ep_send_counts_, ep_received_, ep_recv_counts_);
-  }));
-  // What arrived: from each rank in rank order, its rows for each of this rank's slots in slot order.
-  std::vector<size_t> block_first(size_t(ep), 0);
-  size_t expected = 0;
-  for (int s = 0; s < ep; ++s) {
+  ep_send_.resize(slots + sent * width);
+  ep_send_counts_.assign(size_t(ep), 0);
+  for (size_t d = 0, at = 0, first_row = 0; d < size_t(ep); ++d) {
     size_t rows = 0;
-    for (int slot = me * per_rank; slot < (me + 1) * per_rank; ++slot)
-      for_each_row(s, slot, [&](size_t, int32_t, int) { ++rows; });
-    if (ep_recv_counts_[size_t(s)] != rows * h) {
-      return make_error(Errc::internal, "expert parallel: rank " + std::to_string(s) + " sent " +
-                                            std::to_string(ep_recv_counts_[size_t(s)] / h) + " rows, the routing says " +
-                                            std::to_string(rows));
+    for (size_t j = 0; j < header; ++j) {
+      ep_send_[at++] = static_cast<float>(ep_slot_rows_[d * header + j]);
+      rows += ep_slot_rows_[d * header + j];
     }
-    block_first[size_t(s)] = expected;
-    expected += rows;
+    if (rows > 0) {
+      std::optional<exec::Buffer> block = be.host_view(std::span<float>(ep_send_).subspan(at, rows * width));
+      ACTORD_CHECK(block.has_value());  // create() refuses ep > 1 on a backend computing elsewhere
+      be.gather_rows(xn_, std::span<const int32_t>(ep_send_rows_).subspan(first_row, rows), h, *block);
+    }
+    at += rows * width;
+    first_row += rows;
+    ep_send_counts_[d] = header + rows * width;
   }
-  const std::optional<exec::Buffer> received = be.host_view(ep_received_);
-  ACTORD_CHECK(received.has_value());  // create() refuses ep > 1 on a backend computing elsewhere
-  ep_outputs_.resize(expected * size_t(h));
-  std::optional<exec::Buffer> outputs = be.host_view(ep_outputs_);
-  ACTORD_CHECK(outputs.has_value());
-  // Each slot of this rank over its rows of the received ones (copied out unweighted: 0 + 1 * y is y).
-  std::vector<size_t> cursor = block_first;
-  be.zero(*outputs, expected * size_t(h));
-  for (int j = 0; j < per_rank; ++j) {
-    const int slot = me * per_rank + j;
-    ep_expert_rows_.clear();
-    for (int s = 0; s < ep; ++s)
-      for_each_row(s, slot, [&](size_t, int32_t, int) {
-        ep_expert_rows_.push_back(static_cast<int32_t>(cursor[size_t(s)]++));
-      });
-    if (ep_expert_rows_.empty()) continue;
-    const int ne = static_cast<int>(ep_expert_rows_.size());
-    be.reserve(xe_, size_t(ne) * h);
-    be.reserve(ye_, size_t(ne) * h);
-    be.gather_rows(*received, ep_expert_rows_, h, xe_);
-    mlp(L.slots[size_t(j)], xe_, ye_, ne);
-    ep_ones_.assign(size_t(ne), 1.0f);
-    be.scatter_add_rows(ye_, ep_expert_rows_, ep_ones_, h, *outputs);
+  ACTORD_TRY_STATUS(timed(context, [&] {
+    return comm.all_to_all(std::span<const float>(ep_send_), ep_send_counts_, ep_received_, ep_recv_counts_);
+  }));
+  // What arrived from rank s: its header, then its rows for each of this rank's slots in turn. ep_chunk_first_ is
+  // where the rows of (s, slot j) start in ep_received_; the outputs go back laid out as the rows came, without the
+  // headers (s's rows start (s + 1) * header elements earlier there).
+  ep_chunk_first_.assign(slots, 0);
+  ep_chunk_rows_.assign(slots, 0);
+  ep_back_counts_.assign(size_t(ep), 0);
+  size_t received_rows = 0;
+  for (size_t s = 0, at = 0; s < size_t(ep); ++s) {
+    const size_t block = ep_recv_counts_[s];
+    size_t rows = 0;
+    for (size_t j = 0; j < header && header <= block; ++j) {
+      const float count = ep_received_[at + j];
+      if (!(count >= 0.0f && count < 16777216.0f) || count != std::floor(count)) {
+        rows = SIZE_MAX;
+        break;
+      }
+      ep_chunk_rows_[s * header + j] = static_cast<size_t>(count);
+      rows += static_cast<size_t>(count);
+    }
+    if (header > block || rows == SIZE_MAX || block != header + rows * width) {
+      return make_error(Errc::internal, "expert parallel: rank " + std::to_string(s) + " sent a block of " +
+                                            std::to_string(block) + " floats that its header does not describe");
+    }
+    for (size_t j = 0, pos = at + header; j < header; ++j) {
+      ep_chunk_first_[s * header + j] = pos;
+      pos += ep_chunk_rows_[s * header + j] * width;
+    }
+    ep_back_counts_[s] = rows * width;
+    received_rows += rows;
+    at += block;
+  }
+  ep_outputs_.resize(received_rows * width);
+  // Each slot of this rank over the rows every rank sent it (host memory: create() refuses EP elsewhere).
+  for (size_t j = 0; j < header; ++j) {
+    size_t ne = 0;
+    for (size_t s = 0; s < size_t(ep); ++s) ne += ep_chunk_rows_[s * header + j];
+    if (ne == 0) continue;
+    be.reserve(xe_, ne * width);
+    be.reserve(ye_, ne * width);
+    for (size_t s = 0, row = 0; s < size_t(ep); ++s) {
+      const size_t c = ep_chunk_rows_[s * header + j];
+      std::memcpy(xe_.data() + row * width, ep_received_.data() + ep_chunk_first_[s * header + j], c * width * sizeof(float));
+      row += c;
+    }
+    mlp(L.slots[j], xe_, ye_, static_cast<int>(ne));
+    for (size_t s = 0, row = 0; s < size_t(ep); ++s) {
+      const size_t c = ep_chunk_rows_[s * header + j];
+      std::memcpy(ep_outputs_.data() + ep_chunk_first_[s * header + j] - (s + 1) * header, ye_.data() + row * width,
+                  c * width * sizeof(float));
+      row += c;
+    }
   }
   // Combine: the outputs go back to the ranks that sent the rows, in the order they came.
   ACTORD_TRY_STATUS(timed(context, [&] {
-    return comm.all_to_all(std::span<const float>(ep_outputs_), ep_recv_counts_, ep_returned_, ep_back_counts_);
+    return comm.all_to_all(std::span<const float>(ep_outputs_), ep_back_counts_, ep_returned_, ep_returned_counts_);
   }));
-  if (ep_back_counts_ != ep_send_counts_)
-    return make_error(Errc::internal, "expert parallel: the combine returned other counts than were sent");
+  for (size_t d = 0; d < size_t(ep); ++d) {
+    if (ep_returned_counts_[d] + header != ep_send_counts_[d])
+      return make_error(Errc::internal, "expert parallel: rank " + std::to_string(d) +
+                                            " returned other rows than it was sent");
+  }
+  if (sent == 0) return {};
   const std::optional<exec::Buffer> returned = be.host_view(ep_returned_);
   ACTORD_CHECK(returned.has_value());
   // Added in expert order (a token's experts ascending, as one rank adds them), whichever slots served them.
@@ -579,7 +612,7 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
     ep_sorted_rows_[i] = ep_send_rows_[size_t(ep_order_[i])];
     ep_sorted_weights_[i] = ep_send_weights_[size_t(ep_order_[i])];
   }
-  be.reserve(ye_, std::max<size_t>(sent, 1) * h);
+  be.reserve(ye_, sent * width);
   be.gather_rows(*returned, ep_order_, h, ye_);
   be.scatter_add_rows(ye_, ep_sorted_rows_, ep_sorted_weights_, h, tmp_);
   return {};
@@ -613,13 +646,45 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
   auto linked = [](const coll::Communicator* c, int size, int rank) {
     return size == 1 || (c && c->size() == size && c->rank() == rank);
   };
-  if (!linked(context.tp, place_.tp, place_.tp_rank) || !linked(context.pipeline, place_.pp, place_.pp_rank)) {
+  if (!linked(context.tp, place_.tp, place_.tp_rank) || !linked(context.pipeline, place_.pp, place_.pp_rank) ||
+      (place_.lanes() > 1 && !linked(context.ep, place_.ep, place_.ep_rank()))) {
+    const bool lanes = place_.lanes() > 1;
     return make_error(Errc::invalid_argument, "forward: rank tp" + std::to_string(place_.tp_rank) + ".pp" +
                                                   std::to_string(place_.pp_rank) + " of tp " + std::to_string(place_.tp) +
                                                   " x pp " + std::to_string(place_.pp) +
-                                                  " needs its TP and pipeline communicators in the context");
+                                                  (lanes ? " x ep " + std::to_string(place_.ep) : std::string()) +
+                                                  (lanes ? " needs its TP, pipeline and EP communicators in the context"
+                                                         : " needs its TP and pipeline communicators in the context"));
   }
   expert_tokens_.assign(size_t(shard_.layers.count) * size_t(spec_.num_experts), 0);
+  if (place_.lanes() > 1) {
+    // Attention lanes: as many micro-batches as the busiest lane runs; those this lane lacks only serve experts.
+    const int n = static_cast<int>(batch.tokens.size());
+    const auto micro_batches = [](int tokens) { return (tokens + kMicroBatchTokens - 1) / kMicroBatchTokens; };
+    ACTORD_TRY_STATUS(forward_micro_batches(batch, kv, logits, context));
+    for (int m = micro_batches(n); m < micro_batches(std::max(n, context.lane_tokens)); ++m)
+      ACTORD_TRY_STATUS(serve_experts(context));
+    return {};
+  }
+  return forward_micro_batches(batch, kv, logits, context);
+}
+
+// Every MoE layer of this stage serves its slots to the other lanes' tokens, for a lane with none (or fewer
+// micro-batches than the busiest lane).
+Status TransformerModel::serve_experts(const ForwardContext& context) {
+  routed_.resize(size_t(spec_.num_experts));
+  for (Routed& r : routed_) {
+    r.rows.clear();
+    r.weights.clear();
+  }
+  for (const Layer& L : layers_) {
+    if (L.sparse) ACTORD_TRY_STATUS(experts_over_ranks(L, 0, context));
+  }
+  return {};
+}
+
+Status TransformerModel::forward_micro_batches(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                                               const ForwardContext& context) {
   if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens)
     return forward_micro_batch(batch, kv, logits, context);
   logits.clear();

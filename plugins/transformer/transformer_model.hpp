@@ -74,8 +74,11 @@ class TransformerModel final : public Model {
   Status set_expert_placement(std::span<const int32_t> placement) override;
 
  private:
+  Status forward_micro_batches(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
+                               const ForwardContext& context);
   Status forward_micro_batch(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                              const ForwardContext& context);
+  Status serve_experts(const ForwardContext& context);
   Status embed(const ForwardBatch& batch, const ForwardContext& context);
   Status lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context);
   struct Expert {
@@ -138,18 +141,20 @@ class TransformerModel final : public Model {
   struct Routed {
     std::vector<int32_t> rows;   // the tokens routed to an expert, in order
     std::vector<float> weights;  // and their routing weights
-    // Under EP (experts_over_ranks): each token's owning rank and the slot that serves it.
-    std::vector<int32_t> owners, slots;
+    // Under EP (experts_over_ranks): the slot serving each row this rank owns, -1 for the others.
+    std::vector<int32_t> slots;
   };
   std::vector<Routed> routed_;         // MoE: [E]
   std::vector<uint32_t> expert_tokens_;  // MoE: this forward()'s tokens per [stage layer, expert] (expert_load)
   std::vector<float> shared_weights_;  // MoE: [n] the shared expert's sigmoid gates
   // Expert parallelism (experts_over_ranks): the rows this rank dispatches (its tokens, in send order) with their
-  // weights and per-rank element counts; what it received, its experts' outputs for it, and what came back.
-  std::vector<int32_t> ep_send_rows_, ep_send_experts_, ep_expert_rows_, ep_order_, ep_sorted_rows_;
-  std::vector<float> ep_send_weights_, ep_sorted_weights_, ep_ones_;
-  std::vector<size_t> ep_send_counts_, ep_recv_counts_, ep_back_counts_;
-  std::vector<float> ep_received_, ep_outputs_, ep_returned_;
+  // experts, weights, rows per slot and per-rank element counts; the send buffer (headers and rows); what it
+  // received (where each (rank, slot) chunk starts, its rows), its slots' outputs for it, and what came back.
+  std::vector<int32_t> ep_send_rows_, ep_send_experts_, ep_order_, ep_sorted_rows_;
+  std::vector<float> ep_send_weights_, ep_sorted_weights_;
+  std::vector<size_t> ep_slot_rows_, ep_send_counts_, ep_recv_counts_, ep_back_counts_, ep_returned_counts_;
+  std::vector<size_t> ep_chunk_first_, ep_chunk_rows_;
+  std::vector<float> ep_send_, ep_received_, ep_outputs_, ep_returned_;
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
