@@ -70,6 +70,20 @@ void check_same(const std::vector<GenerateOutput>& expected, const std::vector<G
   }
 }
 
+// A stream callback that SIGKILLs the worker process of rank `name` the first time it is called.
+auto kill_rank_once(const std::string& name, bool& killed, pid_t& victim) {
+  return [&killed, &victim, name](size_t, std::string_view) {
+    if (killed) return;
+    for (pid_t pid : test::worker_processes_of(getpid())) {
+      const auto args = test::process_args("/proc/" + std::to_string(pid));
+      if (std::find(args.begin(), args.end(), name) != args.end()) {
+        victim = pid;
+        killed = kill(pid, SIGKILL) == 0;
+      }
+    }
+  };
+}
+
 }  // namespace
 
 TEST_CASE("parallel engine: stories260K tp2, pp2, tp2-pp2, dp2, dp2-tp2 in threads and processes equal one worker",
@@ -140,16 +154,7 @@ TEST_CASE("parallel engine: a follower rank killed mid-run - the replica is rebu
   // request continues from its tokens so far.
   bool killed = false;
   pid_t victim = 0;
-  auto kill_follower = [&](size_t, std::string_view) {
-    if (killed) return;
-    for (pid_t pid : test::worker_processes_of(getpid())) {
-      const auto args = test::process_args("/proc/" + std::to_string(pid));
-      if (std::find(args.begin(), args.end(), "replica/0/worker/tp1.pp0") != args.end()) {
-        victim = pid;
-        killed = kill(pid, SIGKILL) == 0;
-      }
-    }
-  };
+  auto kill_follower = kill_rank_once("replica/0/worker/tp1.pp0", killed, victim);
   const auto t0 = std::chrono::steady_clock::now();
   auto out = engine->generate({r}, kill_follower);
   const auto waited = std::chrono::steady_clock::now() - t0;
@@ -240,6 +245,39 @@ TEST_CASE("parallel engine: experts over attention data parallel lanes (ep beyon
       check_same(single, *out);
     }
   }
+}
+
+TEST_CASE("parallel engine: a lane's rank killed mid-run - the replica is rebuilt and both lanes' requests complete "
+          "unchanged", "[engine][parallel][ep][lanes][failure]") {
+  test::TempDir tmp;
+  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
+                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  auto engine = test::start_engine(
+      dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].placement=process"}));
+  REQUIRE(test::worker_processes_of(getpid()).size() == 2);
+  std::vector<GenerateRequest> requests = batch(false);
+  requests.resize(2);  // one on each lane
+  for (auto& r : requests) r.max_tokens = 200;
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  bool killed = false;
+  pid_t victim = 0;
+  auto out = engine->generate(requests, kill_rank_once("replica/0/worker/dp1.tp0.pp0", killed, victim));
+  REQUIRE(out.ok());
+  REQUIRE(killed);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  }
+  const auto workers = test::worker_processes_of(getpid());
+  CHECK(workers.size() == 2);
+  CHECK(std::find(workers.begin(), workers.end(), victim) == workers.end());
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  CHECK(fleet->replicas.at(0).incarnation == 1);
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
 }
 
 TEST_CASE("parallel engine: ep on a dense model, ep not a multiple of tp, lanes with pp, ep not dividing the experts are refused before "

@@ -93,9 +93,9 @@ struct OtherNode {
   }
 };
 
-TopologyConfig two_nodes(const OtherNode& node, const std::string& group) {
+TopologyConfig two_nodes(const OtherNode& node, const std::string& group, const std::string& model = "") {
   test::TempDir tmp;
-  test::write_file(tmp.path() / "t.yaml", "model: {path: " + test::stories_dir().string() +
+  test::write_file(tmp.path() / "t.yaml", "model: {path: " + (model.empty() ? test::stories_dir().string() : model) +
                                               "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
                                               node.agent_address() + "}]\ngroups: [" + group + "]\n");
   auto cfg = load_topology(tmp.path() / "t.yaml");
@@ -140,6 +140,44 @@ TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network n
     REQUIRE_FALSE((*got)[i].error);
     CHECK((*got)[i].generated_ids == (*expected)[i].generated_ids);
   }
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("two nodes: a random Mixtral's experts over two attention lanes (ep2), lane 1 on node-b - the experts' "
+          "tokens cross the nodes - equals one worker", "[engine][node][ep][lanes]") {
+  OtherNode node;
+  if (!node.ok) {
+    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
+    return;
+  }
+  node.start_agent();
+  test::TempDir tmp;
+  const auto dir = test::model_folder(tmp.path() / "mixtral", R"({"architectures": ["MixtralForCausalLM"],
+      "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "intermediate_size": 256, "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+      "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32", "bos_token_id": 1,
+      "eos_token_id": 2, "num_local_experts": 8, "num_experts_per_tok": 2})");
+  const std::string model = dir.string() + ", load_format: dummy, seed: 5";
+  const auto requests = greedy_batch(6, 64);
+  auto single = test::start_engine(two_nodes(node, "{threads: 1}", model));
+  auto expected = single->generate(requests);
+  REQUIRE(expected.ok());
+  single.reset();
+  auto engine = test::start_engine(two_nodes(node, "{ep: 2, threads: 1, placement: [node:local, node:node-b]}", model));
+  CHECK(test::worker_processes_of(getpid()).size() == 1);  // lane 0 here; lane 1 is the agent's
+  auto got = engine->generate(requests);
+  REQUIRE(got.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE_FALSE((*got)[i].error);
+    CHECK((*got)[i].generated_ids == (*expected)[i].generated_ids);
+  }
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  uint64_t routed = 0;
+  for (uint64_t t : stats->expert_tokens) routed += t;
+  CHECK(routed == 2 * 2 * stats->tokens);  // every token fed, both lanes', in each of 2 layers to 2 experts
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
