@@ -483,6 +483,13 @@ void plan_and_send(self_ptr self) {
   static const StepPlan kEmptyStep;
   for (;;) {
     if (several && st.in_flight.size() >= kMaxLaneStepsInFlight) return;
+    // Lanes keep in step: while a lane with work waits for a result before it may plan again, the others wait with
+    // it (planning them alone would pair each lane's steps with the other's empty ones, halving the throughput).
+    if (several && std::any_of(st.lanes.begin(), st.lanes.end(), [](const auto& lane) {
+          const BatchScheduler& b = *lane->batcher;
+          return b.has_work() && b.steps_in_flight() >= b.max_steps_in_flight();
+        }))
+      return;
     st.plans.assign(st.lanes.size(), nullptr);
     bool any = false;
     int most_tokens = 0;
