@@ -6,9 +6,10 @@
 // Default: all_reduce from 4 KB to 64 MB (µs per call and bandwidth: the buffer each rank contributes and gets back).
 // --moe: one MoE layer's expert-parallel exchange at ep 2 (TransformerModel::experts_over_ranks): each rank owns half
 // of a step's tokens, routes each to 2 of 8 experts (4 per rank, uniformly at random, the same draw on both ranks),
-// sends the rows of HIDDEN floats (default 2048) of its tokens to the experts' ranks (all_to_all) and gets the
-// outputs back (a second all_to_all); from 1 to 4096 tokens per step, beside the all_reduce of the whole [tokens,
-// HIDDEN] that tensor-parallel experts pay instead.
+// sends the rows of HIDDEN floats (default 2048) of its tokens to the experts' ranks, each rank's block headed by its
+// 4 slots' row counts (all_to_all) and gets the outputs back (a second all_to_all); from 1 to 4096 tokens per step,
+// beside the all_reduce of the whole [tokens, HIDDEN] that tensor-parallel experts pay instead. (With attention
+// lanes a rank owns its lane's tokens instead of half the step's: the same exchange.)
 // Each case: a few warm-up calls, then 5 rounds of back-to-back calls (as many as fit in ~0.2 s, the same count on
 // both ranks) between barriers; the median round's time per call. Every backend uses its default slot and frame
 // sizes (1 MiB).
@@ -151,6 +152,7 @@ Workload moe_exchange(int hidden) {
                 if (t < first || t >= first + count) continue;
                 for (int e : chosen) st->send_counts[size_t(e / (kExperts / 2))] += size_t(hidden);
               }
+              for (size_t& count : st->send_counts) count += kExperts / 2;  // the header: a row count per slot
               st->send.assign(st->send_counts[0] + st->send_counts[1], 1.0f);
               st->prepared = c;
             }

@@ -383,6 +383,26 @@ TEST_CASE("expert placement: a rank takes a valid one and refuses a malformed on
   auto plain = ModelRegistry::with_builtins().create(*cfg, options);
   REQUIRE(plain.ok());
   CHECK((*plain)->set_expert_placement(good).error().code == Errc::unsupported);
+  // Attention lanes: a lane outside ep / tp is refused; a lane's rank needs its EP communicator.
+  options.place = RankPlace{1, 1, 0, 0, 2};
+  options.place.lane = 2;
+  auto outside = ModelRegistry::with_builtins().create(*cfg, options);
+  REQUIRE_FALSE(outside.ok());
+  CHECK(outside.error().message == "lane 2 is outside the 2 attention lanes of ep 2 / tp 1");
+  options.place.lane = 1;
+  auto lane = ModelRegistry::with_builtins().create(*cfg, options);
+  REQUIRE(lane.ok());
+  const KvShape shape = (*lane)->kv_shape();
+  KvCache kv(shape.num_layers, shape.num_kv_heads, shape.head_dim, 4, 16);
+  const uint32_t table[] = {0};
+  ForwardBatch batch;
+  batch.tokens = {1, 2};
+  batch.seqs.push_back({0, 2, 0, table, true});
+  std::vector<float> logits;
+  const Status alone = (*lane)->forward(batch, kv, logits, ForwardContext(rank.backend));
+  REQUIRE_FALSE(alone.ok());
+  CHECK(alone.error().message ==
+        "forward: rank tp0.pp0 of tp 1 x pp 1 x ep 2 needs its TP, pipeline and EP communicators in the context");
 }
 
 TEST_CASE("model parallel: a shard that does not fit the model, or a rank without its communicators, is refused",

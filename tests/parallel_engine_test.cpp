@@ -296,6 +296,16 @@ TEST_CASE("parallel engine: ep on a dense model, ep not a multiple of tp, lanes 
   CHECK_THAT(refused(dummy_topology(six, "configs/tp2.yaml", {"groups[0].tp=4", "groups[0].ep=4",
                                                             "groups[0].oversubscribe=true"})),
              Catch::EndsWith("groups[0].ep: must divide the number of experts (6), got 4"));
+  // Too little memory for the ranks' experts (with the rest of their shards and KV pools): refused before any rank
+  // loads anything.
+  EngineOptions small = test::engine_options();
+  small.available_memory = 4ull << 20;
+  for (const char* file : {"configs/tp2.yaml", "configs/quickstart.yaml"}) {
+    auto tight = Engine::start(dummy_topology(six, file, {"groups[0].ep=2", "engine.kv_cache_memory=1MiB"}), small);
+    REQUIRE_FALSE(tight.ok());
+    CHECK(tight.error().code == Errc::resource_exhausted);
+    CHECK_THAT(tight.error().message, Catch::Contains("model.path: the model's weights take"));
+  }
   // ep not a multiple of tp, or lanes with pipeline stages: the topology file itself is refused.
   TopologyOverrides o;
   o.set = {"groups[0].ep=3"};
