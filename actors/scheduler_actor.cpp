@@ -16,7 +16,6 @@
 #include <deque>
 
 #include "actors/step_messages.hpp"
-#include "core/expert_placement.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -57,11 +56,8 @@ struct scheduler_state {
   // Whether the drivers' results carry an expert load (an MoE model; unknown before the first result): then the
   // followers' results are read too (their stages' layers).
   std::optional<bool> expert_load;
-  EplbSettings eplb;
-  std::vector<ExpertPlacement> placements;  // EPLB: each layer's, as the ranks have it (or will from the next step)
-  std::vector<uint64_t> eplb_since;          // stats.expert_tokens at the last rebalance check
-  int eplb_steps = 0;                        // results since then
-  std::vector<int32_t> placement_to_send;    // for the next ExecuteStep; empty: none
+  std::unique_ptr<EplbPlanner> eplb;
+  std::vector<int32_t> placement_to_send;    // EPLB: for the next ExecuteStep; empty: none
   uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
   uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
   struct Sent {
@@ -256,46 +252,6 @@ void adapt_pipeline_depth(scheduler_state& st, uint64_t compute_us) {
   for (const auto& lane : st.lanes) lane->batcher->set_max_steps_in_flight(st.compute_us_avg < kShortStepMicros ? 3 : 2);
 }
 
-// The placements of every layer as ExecuteStep and SchedulerStats carry them: [layer][slot].
-std::vector<int32_t> flattened(const std::vector<ExpertPlacement>& placements) {
-  std::vector<int32_t> out;
-  for (const ExpertPlacement& p : placements) out.insert(out.end(), p.slot_expert.begin(), p.slot_expert.end());
-  return out;
-}
-
-// EPLB: every eplb.step_interval results, each MoE layer's placement from its experts' tokens since the last check,
-// kept when it lowers the busiest rank's load by more than 5% of the mean (moving experts costs a step's worth of
-// loading: noise must not trigger it); a change goes out with the next step.
-void maybe_rebalance(scheduler_state& st) {
-  const EplbSettings& eplb = st.eplb;
-  if (eplb.step_interval <= 0 || ++st.eplb_steps < eplb.step_interval) return;
-  st.eplb_steps = 0;
-  const size_t experts = size_t(eplb.num_experts);
-  if (st.placements.empty()) return;  // not an expert parallel MoE model
-  const std::vector<uint64_t>& now = st.stats.expert_tokens;
-  bool changed = false;
-  for (size_t layer = 0; layer < st.placements.size() && (layer + 1) * experts <= now.size(); ++layer) {
-    std::vector<uint64_t> load(experts);
-    uint64_t routed = 0;
-    for (size_t e = 0; e < experts; ++e) {
-      const size_t i = layer * experts + e;
-      load[e] = now[i] - (i < st.eplb_since.size() ? st.eplb_since[i] : 0);
-      routed += load[e];
-    }
-    if (routed == 0) continue;  // a dense layer, or an idle window
-    ExpertPlacement next = rebalance(load, st.placements[layer]);
-    if (rank_imbalance(load, next) + 0.05 < rank_imbalance(load, st.placements[layer])) {
-      st.placements[layer] = std::move(next);
-      changed = true;
-    }
-  }
-  st.eplb_since = now;
-  if (!changed) return;
-  st.placement_to_send = flattened(st.placements);
-  st.stats.expert_placement = st.placement_to_send;
-  ++st.stats.eplb_rebalances;
-}
-
 // The oldest step, every lane's result in: each lane's samples go to its batcher (an idle lane's empty step only
 // reports its timings and errors), then the next steps are planned.
 void on_step_results(self_ptr self) {
@@ -344,7 +300,11 @@ void on_step_results(self_ptr self) {
     st.stats.worker_compute_us += compute_us;
     st.stats.worker_idle_us += idle_us;
     st.stats.worker_comm_us += comm_us;
-    maybe_rebalance(st);
+    if (std::vector<int32_t> moved = st.eplb->on_step(st.stats.expert_tokens); !moved.empty()) {
+      st.stats.expert_placement = moved;
+      st.stats.eplb_rebalances = st.eplb->rebalances();
+      st.placement_to_send = std::move(moved);
+    }
     adapt_pipeline_depth(st, compute_us);
     st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, compute_us);
   }
@@ -613,11 +573,8 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes, caf::actor router, caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb) {
   auto& st = self->state;
-  st.eplb = eplb;
-  if (eplb.ep > 1 && eplb.num_experts > 0) {  // the ranks start with the initial placement
-    st.placements.assign(size_t(eplb.num_layers), ExpertPlacement::initial(eplb.num_experts, eplb.ep, eplb.redundant));
-    st.stats.expert_placement = flattened(st.placements);
-  }
+  st.eplb = std::make_unique<EplbPlanner>(eplb);
+  st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);

@@ -18,6 +18,7 @@
 
 #include "actors/worker_interface.hpp"
 #include "scheduler/batch_scheduler.hpp"
+#include "scheduler/eplb_planner.hpp"
 
 namespace actord {
 
@@ -45,18 +46,9 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // lane an ExecuteStep, an idle lane's without sequences, and a step's results are taken once every lane's came.
 // A lane's `worker` is its driver rank (it answers); `followers` its other tensor/pipeline parallel ranks, which get
 // every ExecuteStep as well and are stopped with it. A lost rank of any lane loses the replica.
-// Expert parallel load balancing of the replica (groups[i].num_redundant_experts, .eplb_step_interval): every
-// step_interval steps the scheduler recomputes each MoE layer's placement (core/expert_placement.hpp) from the
-// tokens its experts got since the last time, and sends the new one with the next ExecuteStep when it evens the
-// ranks out (all ranks switch before that step's forward pass; steps in flight keep the old one).
-struct EplbSettings {
-  int step_interval = 0;  // 0: off
-  int ep = 1;
-  int num_experts = 0;
-  int redundant = 0;
-  int num_layers = 0;
-};
-
+// Expert parallel load balancing of the replica (groups[i].num_redundant_experts, .eplb_step_interval): after each
+// result the scheduler asks its EplbPlanner (scheduler/eplb_planner.hpp) and sends a new placement with the next
+// ExecuteStep (all ranks switch before that step's forward pass; steps in flight keep the old one).
 // One lane of a replica: its driver rank, its other ranks, the kv_pool of its KV blocks, and its batcher's
 // scheduling policy (null: FCFS; shared only so that CAF can copy the lane).
 struct SchedulerLane {

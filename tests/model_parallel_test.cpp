@@ -198,6 +198,13 @@ std::filesystem::path write_qwen2_moe(const std::filesystem::path& parent) {
                      "\"shared_expert_intermediate_size\": 96");
 }
 
+// A Mixtral of 8 experts top-2, a Qwen3-MoE and a Qwen2-MoE folder under `parent`.
+std::vector<std::filesystem::path> moe_folders(const std::filesystem::path& parent) {
+  return {write_llama(parent / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
+                      ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2"),
+          write_qwen3_moe(parent), write_qwen2_moe(parent)};
+}
+
 ModelLoadOptions dummy(const std::filesystem::path& dir) {
   ModelLoadOptions options;
   options.model_dir = dir;
@@ -257,11 +264,7 @@ TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own wi
 TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal one rank - Mixtral and Qwen3-MoE of 8 "
           "experts top-2 and Qwen2-MoE", "[model][parallel][ep]") {
   test::TempDir tmp;
-  const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
-                                   ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
-  const auto qwen3_moe = write_qwen3_moe(tmp.path());
-  const auto qwen2_moe = write_qwen2_moe(tmp.path());
-  for (const auto& dir : {mixtral, qwen3_moe, qwen2_moe}) {
+  for (const auto& dir : moe_folders(tmp.path())) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
     for (auto [tp, pp] : {std::pair{2, 1}, {4, 1}, {2, 2}}) {
@@ -326,12 +329,8 @@ void check_lanes_equivalent(const ModelConfig& cfg, const ModelLoadOptions& opti
 TEST_CASE("model parallel: experts over attention data parallel lanes (ep beyond tp) equal one rank - lanes of one "
           "and two ranks and an idle lane", "[model][parallel][ep][lanes]") {
   test::TempDir tmp;
-  const auto mixtral = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
-                                   ", \"num_local_experts\": 8, \"num_experts_per_tok\": 2");
-  const auto qwen3_moe = write_qwen3_moe(tmp.path());
-  const auto qwen2_moe = write_qwen2_moe(tmp.path());
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14, 3, 77}, {1, 200}, {1, 42, 43, 44, 45, 46, 47, 48}};
-  for (const auto& dir : {mixtral, qwen3_moe, qwen2_moe}) {
+  for (const auto& dir : moe_folders(tmp.path())) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
     // ep 2 of tp 1 (two lanes), ep 4 of tp 2 (two lanes of two), ep 4 of tp 1 (four lanes, one idle).

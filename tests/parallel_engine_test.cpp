@@ -189,54 +189,42 @@ std::filesystem::path write_moe(const std::filesystem::path& dir, const std::str
                                      experts + "}");
 }
 
-}  // namespace
-
-TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with ep2 in threads and processes "
-          "equal one worker", "[engine][parallel][ep]") {
-  test::TempDir tmp;
-  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
-                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
-  const auto qwen3_moe = write_moe(tmp.path() / "qwen3-moe", "Qwen3MoeForCausalLM",
-                                   R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
-                                      "norm_topk_prob": true)");
-  const auto requests = batch(false);
-  for (const auto& dir : {mixtral, qwen3_moe}) {
-    const auto expected = run(dummy_topology(dir, "configs/quickstart.yaml", {}), requests);
-    for (const char* placement : {"thread", "process"}) {
-      DYNAMIC_SECTION(dir.filename().string() << " ep2 placement " << placement) {
-        check_same(expected, run(dummy_topology(dir, "configs/tp2.yaml",
-                                              {"groups[0].ep=2", std::string("groups[0].placement=") + placement}),
-                                 requests));
-      }
-    }
-  }
+std::filesystem::path write_mixtral(const std::filesystem::path& dir) {
+  return write_moe(dir, "MixtralForCausalLM", R"("num_local_experts": 8, "num_experts_per_tok": 2)");
 }
 
-TEST_CASE("parallel engine: experts over attention data parallel lanes (ep beyond tp: two lanes of one rank, two "
-          "lanes of tp2) in threads and processes equal one worker", "[engine][parallel][ep][lanes]") {
+}  // namespace
+
+TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with ep2 over tp2, over two attention "
+          "data parallel lanes, and ep4 over two lanes of tp2, in threads and processes, equal one worker",
+          "[engine][parallel][ep][lanes]") {
   test::TempDir tmp;
-  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
-                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  const auto mixtral = write_mixtral(tmp.path() / "mixtral");
   const auto qwen3_moe = write_moe(tmp.path() / "qwen3-moe", "Qwen3MoeForCausalLM",
                                    R"("num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
                                       "norm_topk_prob": true)");
   const auto requests = batch(false);
+  struct Layout {
+    const char* file;
+    std::vector<std::string> set;
+  };
+  const std::vector<Layout> layouts = {
+      {"configs/tp2.yaml", {"groups[0].ep=2", "groups[0].placement=thread"}},
+      {"configs/tp2.yaml", {"groups[0].ep=2", "groups[0].placement=process"}},
+      {"configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].placement=thread"}},  // two lanes of one rank
+      {"configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].placement=process"}},
+      {"configs/tp2.yaml", {"groups[0].ep=4", "groups[0].oversubscribe=true"}},  // two lanes of tp2, processes
+  };
   for (const auto& dir : {mixtral, qwen3_moe}) {
     const auto expected = run(dummy_topology(dir, "configs/quickstart.yaml", {}), requests);
-    for (const char* placement : {"thread", "process"}) {
-      DYNAMIC_SECTION(dir.filename().string() << " ep2 over two lanes, placement " << placement) {
-        check_same(expected, run(dummy_topology(dir, "configs/quickstart.yaml",
-                                              {"groups[0].ep=2", std::string("groups[0].placement=") + placement}),
-                                 requests));
+    for (const Layout& layout : layouts) {
+      DYNAMIC_SECTION(dir.filename().string() << " " << layout.file << " " << layout.set[0] << " " << layout.set[1]) {
+        check_same(expected, run(dummy_topology(dir, layout.file, layout.set), requests));
       }
-    }
-    DYNAMIC_SECTION(dir.filename().string() << " ep4 over two lanes of tp2, processes") {
-      check_same(expected, run(dummy_topology(dir, "configs/tp2.yaml", {"groups[0].ep=4", "groups[0].oversubscribe=true"}),
-                               requests));
     }
   }
   // One request at a time: the other lane is idle in every step and serves its experts only.
-  DYNAMIC_SECTION("one request after another, the other lane idle") {
+  SECTION("one request after another, the other lane idle") {
     auto engine = test::start_engine(dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2"}));
     const auto single = run(dummy_topology(mixtral, "configs/quickstart.yaml", {}), {requests[2]});
     for (int i = 0; i < 2; ++i) {
@@ -250,8 +238,7 @@ TEST_CASE("parallel engine: experts over attention data parallel lanes (ep beyon
 TEST_CASE("parallel engine: a lane's rank killed mid-run - the replica is rebuilt and both lanes' requests complete "
           "unchanged", "[engine][parallel][ep][lanes][failure]") {
   test::TempDir tmp;
-  const auto mixtral = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
-                                 R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  const auto mixtral = write_mixtral(tmp.path() / "mixtral");
   auto engine = test::start_engine(
       dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].placement=process"}));
   REQUIRE(test::worker_processes_of(getpid()).size() == 2);
@@ -325,8 +312,7 @@ TEST_CASE("parallel engine: ep on a dense model, ep not a multiple of tp, lanes 
 TEST_CASE("expert load - every token fed is counted once per MoE layer for each of its top-2 experts - one rank, "
           "ep2, ep2 over two lanes, tp2 x pp2", "[engine][parallel][ep][stats]") {
   test::TempDir tmp;
-  const auto dir = write_moe(tmp.path() / "mixtral", "MixtralForCausalLM",
-                             R"("num_local_experts": 8, "num_experts_per_tok": 2)");
+  const auto dir = write_mixtral(tmp.path() / "mixtral");
   for (auto [file, set] : {std::pair{"configs/quickstart.yaml", std::vector<std::string>{}},
                            {"configs/tp2.yaml", {"groups[0].ep=2"}},
                            {"configs/quickstart.yaml", {"groups[0].ep=2"}},

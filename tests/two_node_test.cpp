@@ -93,6 +93,15 @@ struct OtherNode {
   }
 };
 
+// Declares `name`, an OtherNode with its agent started, or skips the test case with a message.
+#define OTHER_NODE_OR_SKIP(name)                                                          \
+  OtherNode name;                                                                         \
+  if (!name.ok) {                                                                         \
+    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair"); \
+    return;                                                                               \
+  }                                                                                       \
+  name.start_agent()
+
 TopologyConfig two_nodes(const OtherNode& node, const std::string& group, const std::string& model = "") {
   test::TempDir tmp;
   test::write_file(tmp.path() / "t.yaml", "model: {path: " + (model.empty() ? test::stories_dir().string() : model) +
@@ -116,16 +125,20 @@ std::vector<GenerateRequest> greedy_batch(size_t n, uint32_t max_tokens) {
   return out;
 }
 
+void check_same_tokens(const std::vector<GenerateOutput>& got, const std::vector<GenerateOutput>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE_FALSE(got[i].error);
+    CHECK(got[i].generated_ids == expected[i].generated_ids);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network namespace) equals one worker",
           "[engine][node]") {
-  OtherNode node;
-  if (!node.ok) {
-    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
-    return;
-  }
-  node.start_agent();
+  OTHER_NODE_OR_SKIP(node);
   const auto requests = greedy_batch(6, 64);
   auto single = test::start_engine(test::quickstart());
   auto expected = single->generate(requests);
@@ -135,23 +148,14 @@ TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network n
   CHECK(test::worker_processes_of(getpid()).size() == 2);  // stage 0 here; stage 1 is the agent's
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i);
-    REQUIRE_FALSE((*got)[i].error);
-    CHECK((*got)[i].generated_ids == (*expected)[i].generated_ids);
-  }
+  check_same_tokens(*got, *expected);
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
 
 TEST_CASE("two nodes: a random Mixtral's experts over two attention lanes (ep2), lane 1 on node-b - the experts' "
           "tokens cross the nodes - equals one worker", "[engine][node][ep][lanes]") {
-  OtherNode node;
-  if (!node.ok) {
-    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
-    return;
-  }
-  node.start_agent();
+  OTHER_NODE_OR_SKIP(node);
   test::TempDir tmp;
   const auto dir = test::model_folder(tmp.path() / "mixtral", R"({"architectures": ["MixtralForCausalLM"],
       "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -168,11 +172,7 @@ TEST_CASE("two nodes: a random Mixtral's experts over two attention lanes (ep2),
   CHECK(test::worker_processes_of(getpid()).size() == 1);  // lane 0 here; lane 1 is the agent's
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i);
-    REQUIRE_FALSE((*got)[i].error);
-    CHECK((*got)[i].generated_ids == (*expected)[i].generated_ids);
-  }
+  check_same_tokens(*got, *expected);
   auto stats = engine->stats();
   REQUIRE(stats.ok());
   uint64_t routed = 0;
@@ -184,12 +184,7 @@ TEST_CASE("two nodes: a random Mixtral's experts over two attention lanes (ep2),
 
 TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams finish on the other, unchanged",
           "[engine][node][failure]") {
-  OtherNode node;
-  if (!node.ok) {
-    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
-    return;
-  }
-  node.start_agent();
+  OTHER_NODE_OR_SKIP(node);
   auto engine = test::start_engine(two_nodes(node, "{replicas: 2, threads: 1, placement: [node:local, node:node-b]}"));
   const auto requests = greedy_batch(32, 200);
   auto clean = engine->generate(requests);
@@ -243,12 +238,7 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
 }
 
 TEST_CASE("two nodes: the ranks a node agent started end when their engine is killed", "[engine][node][failure]") {
-  OtherNode node;
-  if (!node.ok) {
-    WARN("skipped: needs root and iproute2 to make a network namespace and a veth pair");
-    return;
-  }
-  node.start_agent();
+  OTHER_NODE_OR_SKIP(node);
   test::TempDir tmp;
   const auto yaml = tmp.path() / "two.yaml";
   test::write_file(yaml, "model: {path: " + test::stories_dir().string() +
