@@ -241,10 +241,25 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
 
   for (uint64_t id : step.getReleased()) seqs_.erase(id);
   if (auto bad = copy_blocks(step, *kv_, swap_.get()); !bad.empty()) return fail(bad);
+  // A rank that fails in one of its groups breaks the others too, so that no peer waits for it until a timeout
+  // (a stage whose TP peer died would otherwise leave the next stage waiting for its hidden states).
+  auto break_links = [&](const std::string& why) {
+    if (links_.tp) links_.tp->abort(name_ + ": " + why);
+    if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
+    if (links_.ep) links_.ep->abort(name_ + ": " + why);
+    return fail(why);
+  };
+  ForwardContext context(*backend_);
+  context.tp = links_.tp.get();
+  context.pipeline = links_.pipeline.get();
+  context.ep = links_.ep.get();
+  context.lane_tokens = static_cast<int>(step.getLaneTokens());
+  uint64_t comm_ns = 0;
+  context.comm_ns = &comm_ns;
   if (step.hasExpertPlacement()) {  // EPLB: every rank of the replica switches at this step
     const std::vector<int32_t> placement = to_vector<int32_t>(step.getExpertPlacement());
     const auto start = std::chrono::steady_clock::now();
-    if (auto moved = model_->set_expert_placement(placement); !moved) return fail(moved.error().message);
+    if (auto moved = model_->set_expert_placement(placement, context); !moved) return break_links(moved.error().message);
     spdlog::info("{}: expert placement of step {} taken in {:.1f} ms", name_, step.getStepId(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
@@ -310,14 +325,6 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
-  // A rank that fails in one of its groups breaks the other too, so that no peer waits for it until a timeout
-  // (a stage whose TP peer died would otherwise leave the next stage waiting for its hidden states).
-  auto break_links = [&](const std::string& why) {
-    if (links_.tp) links_.tp->abort(name_ + ": " + why);
-    if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
-    if (links_.ep) links_.ep->abort(name_ + ": " + why);
-    return fail(why);
-  };
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
@@ -329,13 +336,6 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
   }
 
-  ForwardContext context(*backend_);
-  context.tp = links_.tp.get();
-  context.pipeline = links_.pipeline.get();
-  context.ep = links_.ep.get();
-  context.lane_tokens = static_cast<int>(step.getLaneTokens());
-  uint64_t comm_ns = 0;
-  context.comm_ns = &comm_ns;
   if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return break_links(run.error().message);
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
   // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one

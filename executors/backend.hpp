@@ -134,6 +134,19 @@ class Backend {
   virtual Result<Weight> upload_glu(const HostMatrix& gate, const HostMatrix& up) = 0;
   // Whether upload_matrix(m, use) reads m's memory in place afterwards (the caller then keeps it alive).
   virtual bool keeps_host_view(WeightUse use) const = 0;
+  // Moving weights between ranks of the same backend kind (EPLB): a weight's bytes as this backend holds them
+  // (its own layout; empty when it cannot hand them out, e.g. a matrix read in place from its file), and a weight
+  // made of such bytes with the dtype, shape and layout of `like`, one of this rank's own weights (an error when the
+  // byte count differs). Layouts are the same on every rank of a backend kind, whatever its instruction set.
+  virtual std::span<const std::byte> weight_bytes(const Weight& w) const {
+    (void)w;
+    return {};
+  }
+  virtual Result<Weight> weight_from_bytes(const Weight& like, std::span<const std::byte> bytes) {
+    (void)like;
+    (void)bytes;
+    return make_error(Errc::unsupported, describe() + " cannot make weights of another rank's bytes");
+  }
 
   // ---- primitives ----
   // The batch the following primitives run on, until the next begin_step (a device backend uploads its positions

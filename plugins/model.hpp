@@ -72,10 +72,13 @@ class Model {
                          const ForwardContext& context) = 0;
   virtual ExpertLoad expert_load() const { return {}; }
   // Expert parallelism with EPLB: the placement of every layer's experts from the next forward() on
-  // ([layer][slot], core/expert_placement.hpp, for all the model's layers); loads the experts this rank's slots
-  // gain. Models without EP refuse it.
-  virtual Status set_expert_placement(std::span<const int32_t> placement) {
+  // ([layer][slot], core/expert_placement.hpp, for all the model's layers). Every EP rank of the replica calls it
+  // at the same point with the same placement (a collective over the context's EP communicator, or its TP one
+  // without lanes): the experts a rank's slots gain come from ranks that hold them. A malformed placement is
+  // refused on every rank alike, before anything moves, and leaves the old one whole. Models without EP refuse it.
+  virtual Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) {
     (void)placement;
+    (void)context;
     return make_error(Errc::unsupported, "this model has no expert parallel placement");
   }
 };

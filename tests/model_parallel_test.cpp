@@ -24,13 +24,14 @@ constexpr int kBlocksPerSeq = 8;  // 128 positions per sequence
 class Replica {
  public:
   // ep beyond tp: ep / tp attention lanes of tp x pp ranks each (lane-major), the experts over all of them.
-  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp, int ep = 1, int kv_blocks = 4 * kBlocksPerSeq)
+  Replica(const ModelConfig& cfg, ModelLoadOptions options, int tp, int pp, int ep = 1, int kv_blocks = 4 * kBlocksPerSeq,
+          int redundant = 0)
       : tp_(tp), pp_(pp), lanes_(ep > tp ? ep / tp : 1) {
     static uint64_t next_id = 1;
     for (int lane = 0; lane < lanes_; ++lane) {
       for (int s = 0; s < pp; ++s) {
         for (int k = 0; k < tp; ++k) {
-          options.place = RankPlace{tp, pp, k, s, ep};
+          options.place = RankPlace{tp, pp, k, s, ep, redundant};
           options.place.lane = lane;
           Rank rank;
           rank.cpu = std::make_unique<test::CpuRank>(1);
@@ -76,6 +77,27 @@ class Replica {
 
   // Runs the batch on every rank at once; the logits of the last stage, equal on each of its TP ranks.
   std::vector<float> forward(const ForwardBatch& batch) { return forward(std::vector<ForwardBatch>{batch}).front(); }
+
+  // EPLB: every rank takes `placement` at once (the experts its slots gain come from their holders).
+  void set_expert_placement(const std::vector<int32_t>& placement) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        Rank& rank = ranks_[r];
+        ForwardContext context(rank.cpu->backend);
+        context.tp = rank.tp.get();
+        context.pipeline = rank.pipeline.get();
+        context.ep = rank.ep.get();
+        results[r] = rank.model->set_expert_placement(placement, context);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      INFO("rank " << r);
+      REQUIRE(results[r].ok());
+    }
+  }
 
   // Attention lanes: lane i runs batches[i] (an empty one serves experts only); every lane's logits.
   std::vector<std::vector<float>> forward(const std::vector<ForwardBatch>& batches) {
@@ -127,9 +149,11 @@ class Replica {
 int argmax(const float* row, int n) { return static_cast<int>(std::max_element(row, row + n) - row); }
 
 // Greedy decoding of `prompts` as one batch on a single rank and on tp x pp ranks, compared step by step.
-void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int pp, int steps, int ep = 1) {
+// With `placement` (EPLB; `redundant` slots per rank), the sharded replica takes it after the prefill.
+void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int pp, int steps, int ep = 1,
+                      int redundant = 0, const std::vector<int32_t>& placement = {}) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14, 3, 77}, {1, 200}, {1, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51}};
-  Replica single(cfg, options, 1, 1), sharded(cfg, options, tp, pp, ep);
+  Replica single(cfg, options, 1, 1), sharded(cfg, options, tp, pp, ep, 4 * kBlocksPerSeq, redundant);
   const int vocab = cfg.vocab_size;
   std::vector<std::vector<uint32_t>> tables(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
@@ -156,6 +180,7 @@ void check_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, i
     INFO("step " << step << ": max |diff| " << diff << " of largest |logit| " << largest);
     CHECK(diff <= 1e-5f * largest);
     worst = std::max(worst, diff / largest);
+    if (step == 0 && !placement.empty()) sharded.set_expert_placement(placement);
     // The next decode step: each sequence's greedy token, identical on both.
     ForwardBatch next;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -278,12 +303,13 @@ TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal on
 // Greedy decoding of `prompts` on one rank and on ep / tp attention lanes of tp ranks (prompt i on lane
 // i % lanes; a lane left without one serves its experts only), each sequence's logits compared step by step.
 void check_lanes_equivalent(const ModelConfig& cfg, const ModelLoadOptions& options, int tp, int ep, int steps,
-                            const std::vector<std::vector<int32_t>>& prompts) {
+                            const std::vector<std::vector<int32_t>>& prompts, int redundant = 0,
+                            const std::vector<int32_t>& placement = {}) {
   const int lanes = ep / tp, vocab = cfg.vocab_size;
   int blocks_per_seq = 0;
   for (const auto& p : prompts) blocks_per_seq = std::max(blocks_per_seq, (int(p.size()) + steps + kBlockSize) / kBlockSize);
   const int kv_blocks = blocks_per_seq * int(prompts.size());
-  Replica single(cfg, options, 1, 1, 1, kv_blocks), sharded(cfg, options, tp, 1, ep, kv_blocks);
+  Replica single(cfg, options, 1, 1, 1, kv_blocks), sharded(cfg, options, tp, 1, ep, kv_blocks, redundant);
   std::vector<std::vector<uint32_t>> tables(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int b = 0; b < blocks_per_seq; ++b) tables[i].push_back(static_cast<uint32_t>(i * size_t(blocks_per_seq) + size_t(b)));
@@ -321,6 +347,7 @@ void check_lanes_equivalent(const ModelConfig& cfg, const ModelLoadOptions& opti
       positions[i] += static_cast<int32_t>(next[i].size());
       next[i] = {a};
     }
+    if (step == 0 && !placement.empty()) sharded.set_expert_placement(placement);
   }
   WARN("ep " << ep << " over " << lanes << " lanes of tp " << tp << ": worst logit difference " << worst
              << " of the largest logit");
@@ -354,34 +381,40 @@ TEST_CASE("model parallel: a lane prefilling three micro-batches beside a short 
   check_lanes_equivalent(*cfg, dummy(mixtral), 1, 2, 4, {long_prompt, {1, 7, 8}});
 }
 
-TEST_CASE("expert placement: a rank takes a valid one and refuses a malformed one whole - a model without EP refuses "
-          "any", "[model][parallel][ep][eplb]") {
+TEST_CASE("expert placement: a new one moves experts between the ranks (over tp ranks and over lanes) while the "
+          "logits stay those of one rank - a malformed one is refused whole - a model without EP refuses any",
+          "[model][parallel][ep][eplb]") {
   test::TempDir tmp;
   const auto dir = write_llama(tmp.path() / "mixtral", 128, 2, 256, 1000, "MixtralForCausalLM",
                                ", \"num_local_experts\": 4, \"num_experts_per_tok\": 2");
   auto cfg = ModelConfig::load(dir);
   REQUIRE(cfg.ok());
+  // [layer][slot] for 2 layers of 2 ranks x 3 slots; at first rank 0 holds 0 1 +2, rank 1 2 3 +0. Rank 0 gains
+  // expert 3 (from rank 1) and a second 1, rank 1 gains 1 (from rank 0); layer 1 shuffles every slot.
+  const std::vector<int32_t> good = {0, 1, 3, 2, 3, 1, 3, 2, 1, 0, 1, 2};
+  check_equivalent(*cfg, dummy(dir), 2, 1, 16, 2, 1, good);
+  check_lanes_equivalent(*cfg, dummy(dir), 1, 2, 16, {{1, 5, 9}, {1, 200, 7, 7}, {1, 42}}, 1, good);
+
   test::CpuRank rank(1);
   ModelLoadOptions options = dummy(dir);
   options.backend = &rank.backend;
   options.place = RankPlace{2, 1, 1, 0, 2, 1};  // tp rank 1 of ep 2, 3 slots: experts 2, 3 and a copy of 0
   auto model = ModelRegistry::with_builtins().create(*cfg, options);
   REQUIRE(model.ok());
-  // [layer][slot] for 2 layers of 2 x 3 slots.
-  const std::vector<int32_t> good = {0, 1, 2, 3, 2, 3, 1, 1, 0, 2, 3, 3};
-  CHECK((*model)->set_expert_placement(good).ok());
+  const ForwardContext alone(rank.backend);
   auto refused = [&](std::vector<int32_t> p) {
-    auto st = (*model)->set_expert_placement(p);
+    auto st = (*model)->set_expert_placement(p, alone);
     REQUIRE_FALSE(st.ok());
     return st.error().message;
   };
   CHECK(refused({0, 1, 2}) == "expert placement: 3 entries, the model needs 2 layers x 6 slots");
   CHECK(refused({0, 1, 2, 3, 2, 3, 1, 1, 0, 2, 3, 7}) == "expert placement: layer 1 names expert 7");
   CHECK(refused({0, 1, 2, 3, 2, 3, 1, 1, 1, 2, 2, 2}) == "expert placement: layer 1 leaves an expert without a slot");
+  CHECK(refused(good) == "expert placement: EP rank 1 of 2 needs its EP communicator in the context");
   options.place = RankPlace{};
   auto plain = ModelRegistry::with_builtins().create(*cfg, options);
   REQUIRE(plain.ok());
-  CHECK((*plain)->set_expert_placement(good).error().code == Errc::unsupported);
+  CHECK((*plain)->set_expert_placement(good, alone).error().code == Errc::unsupported);
   // Attention lanes: a lane outside ep / tp is refused; a lane's rank needs its EP communicator.
   options.place = RankPlace{1, 1, 0, 0, 2};
   options.place.lane = 2;
@@ -398,9 +431,9 @@ TEST_CASE("expert placement: a rank takes a valid one and refuses a malformed on
   batch.tokens = {1, 2};
   batch.seqs.push_back({0, 2, 0, table, true});
   std::vector<float> logits;
-  const Status alone = (*lane)->forward(batch, kv, logits, ForwardContext(rank.backend));
-  REQUIRE_FALSE(alone.ok());
-  CHECK(alone.error().message ==
+  const Status without_ep = (*lane)->forward(batch, kv, logits, ForwardContext(rank.backend));
+  REQUIRE_FALSE(without_ep.ok());
+  CHECK(without_ep.error().message ==
         "forward: rank tp0.pp0 of tp 1 x pp 1 x ep 2 needs its TP, pipeline and EP communicators in the context");
 }
 

@@ -92,6 +92,31 @@ Result<exec::Weight> CpuBackend::upload_glu(const exec::HostMatrix& gate, const 
   return wrap(std::move(w), gate.rows);
 }
 
+// A blocked (or fused) weight's memory: the layout is the same on every CPU, so another rank can use it as it is.
+std::span<const std::byte> CpuBackend::weight_bytes(const exec::Weight& w) const {
+  ACTORD_CHECK(w.impl != nullptr);
+  const auto& cpu = *static_cast<const CpuWeight*>(w.impl.get());
+  if (cpu.memory.size() == 0) return {};  // read in place from its file
+  return {reinterpret_cast<const std::byte*>(cpu.memory.data()), cpu.memory.size()};
+}
+
+Result<exec::Weight> CpuBackend::weight_from_bytes(const exec::Weight& like, std::span<const std::byte> bytes) {
+  const std::span<const std::byte> own = weight_bytes(like);
+  if (own.empty() || own.size() != bytes.size()) {
+    return make_error(Errc::invalid_argument, "weight_from_bytes: " + std::to_string(bytes.size()) +
+                                                  " bytes for a weight of " + std::to_string(own.size()));
+  }
+  const auto& model = *static_cast<const CpuWeight*>(like.impl.get());
+  auto w = std::make_shared<CpuWeight>();
+  w->memory = LargeBuffer(bytes.size());
+  std::memcpy(w->memory.data(), bytes.data(), bytes.size());
+  w->matrix = model.matrix;
+  w->matrix.data = w->memory.data();
+  exec::Weight out = like;
+  out.impl = std::move(w);
+  return out;
+}
+
 void CpuBackend::embed(const std::vector<int32_t>& tokens, const exec::Weight& table, int64_t vocab_first,
                        exec::Buffer& out) {
   const WeightMatrix& w = matrix_of(table);

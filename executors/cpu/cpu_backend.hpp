@@ -32,6 +32,8 @@ class CpuBackend final : public exec::Backend {
   Result<exec::Weight> upload_matrix(const exec::HostMatrix& m, exec::WeightUse use) override;
   Result<exec::Weight> upload_glu(const exec::HostMatrix& gate, const exec::HostMatrix& up) override;
   bool keeps_host_view(exec::WeightUse use) const override { return use == exec::WeightUse::lookup; }
+  std::span<const std::byte> weight_bytes(const exec::Weight& w) const override;
+  Result<exec::Weight> weight_from_bytes(const exec::Weight& like, std::span<const std::byte> bytes) override;
 
   void embed(const std::vector<int32_t>& tokens, const exec::Weight& table, int64_t vocab_first,
              exec::Buffer& out) override;

@@ -339,8 +339,9 @@ Result<TransformerModel::Expert> TransformerModel::load_expert(int layer, int e)
   return x;
 }
 
-Status TransformerModel::set_expert_placement(std::span<const int32_t> placement) {
-  if (place_.ep <= 1 || spec_.num_experts == 0) return TransformerModel::Model::set_expert_placement(placement);
+Status TransformerModel::set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) {
+  if (place_.ep <= 1 || spec_.num_experts == 0)
+    return TransformerModel::Model::set_expert_placement(placement, context);
   const int ep = place_.ep, per_rank = spec_.num_experts / ep + place_.redundant_experts, slots = ep * per_rank;
   if (placement.size() != size_t(cfg_.num_layers) * size_t(slots)) {
     return make_error(Errc::invalid_argument, "expert placement: " + std::to_string(placement.size()) +
@@ -363,6 +364,12 @@ Status TransformerModel::set_expert_placement(std::span<const int32_t> placement
       return make_error(Errc::invalid_argument,
                         "expert placement: layer " + std::to_string(global) + " leaves an expert without a slot");
   }
+  coll::Communicator* comm = context.ep ? context.ep : context.tp;
+  if (!comm || comm->size() != ep || comm->rank() != place_.ep_rank()) {
+    return make_error(Errc::invalid_argument, "expert placement: EP rank " + std::to_string(place_.ep_rank()) +
+                                                  " of " + std::to_string(ep) +
+                                                  " needs its EP communicator in the context");
+  }
   for (int l = 0; l < shard_.layers.count; ++l) {
     Layer& L = layers_[size_t(l)];
     if (!L.sparse) continue;
@@ -370,25 +377,98 @@ Status TransformerModel::set_expert_placement(std::span<const int32_t> placement
     ExpertPlacement next = L.placement;
     next.slot_expert.assign(placement.begin() + ptrdiff_t(global) * slots,
                             placement.begin() + ptrdiff_t(global + 1) * slots);
-    // This rank's slots: an expert it holds already keeps its weights (no load), the others are loaded.
-    std::vector<Expert> slots_now;
-    const int first = place_.ep_rank() * per_rank;
-    for (int s = first; s < first + per_rank; ++s) {
-      const int32_t e = next.slot_expert[size_t(s)];
-      int have = -1;
-      for (int o = first; o < first + per_rank && have < 0; ++o)
-        if (L.placement.slot_expert[size_t(o)] == e) have = o - first;
-      if (have >= 0) {
-        slots_now.push_back(L.slots[size_t(have)]);
-        continue;
-      }
-      auto loaded = load_expert(global, e);
-      if (!loaded) return loaded.error();
-      slots_now.push_back(*loaded);
-    }
-    L.slots = std::move(slots_now);
-    L.placement = std::move(next);
+    ACTORD_TRY_STATUS(move_experts(L, next, *comm, context));
   }
+  return {};
+}
+
+namespace {
+
+// An expert's weights in the order they travel: the fused gate-up (SiLU models) or gate and up, then down.
+template <class ExpertT>
+auto parts_of(ExpertT& x) {
+  std::vector<decltype(&x.down)> parts;
+  for (auto* w : {&x.gate_up, &x.gate, &x.up, &x.down})
+    if (*w) parts.push_back(w);
+  return parts;
+}
+
+}  // namespace
+
+// A slot keeps an expert its rank already holds; an expert it gains comes from the lowest rank holding it in the
+// old placement, as the bytes that rank's backend holds (its layout, no re-reading or re-layout: a CPU rank hands
+// its blocked matrices over). Every rank derives every transfer from the two placements, so one all-to-all of the
+// weights' bytes moves them all (slot order per destination, then part order); a rank with nothing to send or
+// receive still takes part.
+Status TransformerModel::move_experts(Layer& L, const ExpertPlacement& next, coll::Communicator& comm,
+                                      const ForwardContext& context) {
+  exec::Backend& be = *backend_;
+  const ExpertPlacement& old = L.placement;
+  const int ep = place_.ep, per_rank = next.slots_per_rank, me = place_.ep_rank();
+  const auto held_at = [&](int rank, int e) {  // the rank's old slot (0 .. per_rank - 1) of expert e, or -1
+    for (int j = 0; j < per_rank; ++j)
+      if (old.slot_expert[size_t(rank * per_rank + j)] == e) return j;
+    return -1;
+  };
+  const auto source_of = [&](int e) {
+    for (int r = 0; r < ep; ++r)
+      if (held_at(r, e) >= 0) return r;
+    return -1;
+  };
+  std::vector<std::byte> out;
+  std::vector<size_t> send_counts(size_t(ep), 0);
+  for (int d = 0; d < ep; ++d) {
+    for (int j = 0; j < per_rank; ++j) {
+      const int e = next.slot_expert[size_t(d * per_rank + j)];
+      if (held_at(d, e) >= 0 || source_of(e) != me) continue;
+      for (const exec::Weight* w : parts_of(L.slots[size_t(held_at(me, e))])) {
+        const std::span<const std::byte> bytes = be.weight_bytes(*w);
+        if (bytes.empty())
+          return make_error(Errc::unsupported, "expert placement: " + be.describe() + " cannot hand out an expert");
+        out.insert(out.end(), bytes.begin(), bytes.end());
+        send_counts[size_t(d)] += bytes.size();
+      }
+    }
+  }
+  std::vector<std::byte> in;
+  std::vector<size_t> recv_counts;
+  ACTORD_TRY_STATUS(timed(context, [&] { return comm.all_to_all_bytes(out, send_counts, in, recv_counts); }));
+  std::vector<size_t> cursor(size_t(ep), 0), block_end(size_t(ep), 0);
+  for (int r = 0, at = 0; r < ep; ++r) {
+    cursor[size_t(r)] = size_t(at);
+    at += int(recv_counts[size_t(r)]);
+    block_end[size_t(r)] = size_t(at);
+  }
+  const Expert like = L.slots.front();  // every expert of a layer has the same shape and layout
+  std::vector<Expert> slots_now;
+  for (int j = 0; j < per_rank; ++j) {
+    const int e = next.slot_expert[size_t(me * per_rank + j)];
+    if (const int have = held_at(me, e); have >= 0) {
+      slots_now.push_back(L.slots[size_t(have)]);
+      continue;
+    }
+    const size_t q = size_t(source_of(e));
+    Expert x = like;
+    auto model_parts = parts_of(like);
+    auto new_parts = parts_of(x);
+    for (size_t p = 0; p < new_parts.size(); ++p) {
+      const size_t n = be.weight_bytes(*model_parts[p]).size();
+      if (cursor[q] + n > block_end[q])
+        return make_error(Errc::internal, "expert placement: rank " + std::to_string(q) + " sent too few bytes");
+      auto made = be.weight_from_bytes(*model_parts[p], std::span<const std::byte>(in).subspan(cursor[q], n));
+      if (!made) return made.error();
+      *new_parts[p] = *made;
+      cursor[q] += n;
+    }
+    slots_now.push_back(std::move(x));
+  }
+  for (int r = 0; r < ep; ++r) {
+    if (cursor[size_t(r)] != block_end[size_t(r)])
+      return make_error(Errc::internal, "expert placement: rank " + std::to_string(r) + " sent other bytes than the "
+                                                                                         "placements call for");
+  }
+  L.slots = std::move(slots_now);
+  L.placement = next;
   return {};
 }
 

@@ -71,7 +71,7 @@ class TransformerModel final : public Model {
                  const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
   ExpertLoad expert_load() const override;
-  Status set_expert_placement(std::span<const int32_t> placement) override;
+  Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) override;
 
  private:
   Status forward_micro_batches(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
@@ -114,6 +114,8 @@ class TransformerModel final : public Model {
   Status experts_over_ranks(const Layer& L, int n, const ForwardContext& context);
   // Expert e of (global) layer `layer`, whole, from the weight store into the backend.
   Result<Expert> load_expert(int layer, int e);
+  // EPLB: layer L's slots as `next` places them, the experts a rank gains sent by ranks holding them.
+  Status move_experts(Layer& L, const ExpertPlacement& next, coll::Communicator& comm, const ForwardContext& context);
 
   ModelConfig cfg_;
   TransformerSpec spec_;
