@@ -142,6 +142,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     spec.timeout = std::max<std::chrono::milliseconds>(std::chrono::seconds(10), 4 * p.topology.engine.step_timeout);
     spec.engine_pid = static_cast<int64_t>(getpid());
     spec.over_nccl = group.device == "cuda";  // its ranks' GPUs exchange device memory through NCCL
+    spec.link_latency = group.link.latency;
+    spec.link_bytes_per_second = group.link.bytes_per_second;
     if (std::all_of(agents.begin(), agents.end(), [](const std::string& a) { return a.empty(); })) return spec;
     spec.placement = coll::Placement::node;
     spec.backend = coll::Backend::zmq;

@@ -1,5 +1,8 @@
 #include "actors/group_codec.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace actord {
 
 void to_wire(const coll::GroupSpec& spec, wire::CollectiveGroup::Builder out) {
@@ -12,6 +15,8 @@ void to_wire(const coll::GroupSpec& spec, wire::CollectiveGroup::Builder out) {
   auto endpoints = out.initEndpoints(static_cast<uint32_t>(spec.endpoints.size()));
   for (uint32_t i = 0; i < spec.endpoints.size(); ++i) endpoints.set(i, spec.endpoints[i]);
   out.setOverNccl(spec.over_nccl);
+  out.setLinkLatencyNs(static_cast<uint64_t>(spec.link_latency.count()));
+  out.setLinkBytesPerSecond(spec.link_bytes_per_second);
 }
 
 Result<coll::GroupSpec> from_wire(wire::CollectiveGroup::Reader in) {
@@ -37,6 +42,8 @@ Result<coll::GroupSpec> from_wire(wire::CollectiveGroup::Reader in) {
   spec.engine_pid = in.getEnginePid();
   for (auto e : in.getEndpoints()) spec.endpoints.emplace_back(e);
   spec.over_nccl = in.getOverNccl();
+  spec.link_latency = std::chrono::nanoseconds(static_cast<int64_t>(std::min<uint64_t>(in.getLinkLatencyNs(), INT64_MAX)));
+  spec.link_bytes_per_second = in.getLinkBytesPerSecond();
   return spec;
 }
 

@@ -372,7 +372,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device",
+    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link",
                   "placement", "threads", "cpu_isa", "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
@@ -424,6 +424,23 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     g.read("router", group.router);
     if (auto policy = route_policy_from_name(group.router); !policy) require(false, p + ".router", policy.error().message);
     parse_placement(g.get("placement"), p + ".placement", cfg.nodes, group);
+    if (const YAML::Node link = g.get("link"); link && !link.IsNull()) {
+      const Section l(link, p + ".link");
+      l.check_keys({"latency", "bandwidth"});
+      std::string latency, bandwidth;
+      l.read("latency", latency);
+      l.read("bandwidth", bandwidth);
+      if (!latency.empty()) {
+        auto d = parse_fine_duration(latency);
+        require(d.ok(), p + ".link.latency", d ? "" : d.error().message);
+        group.link.latency = *d;
+      }
+      if (!bandwidth.empty()) {
+        auto rate = parse_byte_rate(bandwidth);
+        require(rate.ok(), p + ".link.bandwidth", rate ? "" : rate.error().message);
+        group.link.bytes_per_second = *rate;
+      }
+    }
     cfg.groups.push_back(group);
   }
   return cfg;
@@ -476,6 +493,37 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
     return bytes;
   }
   return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB, TiB)");
+}
+
+Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text) {
+  auto bad = [&] { return make_error(Errc::invalid_config, "must be a duration such as 2s, 500ms or 200us, got '" + text + "'"); };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0 || text.find('.') != text.rfind('.')) return bad();
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (ec != std::errc{} || end != text.data() + i || !std::isfinite(value)) return bad();
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  static const std::pair<const char*, double> units[] = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3}, {"ns", 1},
+                                                         {"m", 60e9}, {"h", 3600e9}};
+  for (const auto& [name, ns_per_unit] : units) {
+    if (unit != name) continue;
+    const double ns = std::ceil(value * ns_per_unit);
+    if (ns > 1e18) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
+    return std::chrono::nanoseconds(static_cast<int64_t>(ns));
+  }
+  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use us, ms, s)");
+}
+
+Result<uint64_t> parse_byte_rate(const std::string& text) {
+  const std::string suffix = "/s";
+  if (text.size() <= suffix.size() || text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return make_error(Errc::invalid_config, "must be a rate such as 10GB/s or 500MiB/s, got '" + text + "'");
+  auto bytes = parse_byte_size(text.substr(0, text.size() - suffix.size()));
+  if (!bytes) return make_error(Errc::invalid_config, "must be a rate such as 10GB/s or 500MiB/s, got '" + text + "'");
+  if (*bytes == 0) return make_error(Errc::invalid_config, "must be a positive rate, got '" + text + "'");
+  return *bytes;
 }
 
 Result<std::chrono::milliseconds> parse_duration(const std::string& text) {

@@ -73,6 +73,15 @@ struct NodeSection {
 
 inline constexpr int kMaxGroupDimension = 4096;  // the most replicas, tp or pp a group may have
 
+// A link model for research runs (groups[].link): every collective operation of the group's ranks, and every
+// message a rank receives, completes `latency` + its bytes / `bytes_per_second` later than the backend moved it (the
+// time slept: the CPU is free meanwhile), so communication can be studied on one machine. Zero: no model.
+struct LinkModel {
+  std::chrono::nanoseconds latency{0};
+  uint64_t bytes_per_second = 0;  // 0: unlimited
+  bool active() const { return latency.count() > 0 || bytes_per_second > 0; }
+};
+
 struct GroupSection {
   std::string name = "main";         // [A-Za-z0-9_.-]+, unique among the groups: the first part of its ranks' names
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
@@ -108,6 +117,7 @@ struct GroupSection {
   // round_robin | prefix_affinity (a prompt's leading blocks go where they went before: that replica's prefix
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
+  LinkModel link;  // `link: {latency: 200us, bandwidth: 10GB/s}`
 
   // Attention data parallel lanes of a replica: ep / tp when ep is a larger multiple of tp, else 1.
   int lanes() const { return ep > tp && ep % tp == 0 ? ep / tp : 1; }
@@ -140,5 +150,9 @@ Result<uint64_t> parse_byte_size(const std::string& text);
 // "2s", "500ms", "1.5s", "2m", "100us" (rounded up to whole milliseconds), or a plain number of seconds; refuses
 // negative, non-finite and overflowing values.
 Result<std::chrono::milliseconds> parse_duration(const std::string& text);
+// The same without rounding, to the nanosecond ("200us", "1.5ms").
+Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text);
+// A rate of bytes per second: a size (parse_byte_size) followed by "/s" ("10GB/s", "2GiB/s").
+Result<uint64_t> parse_byte_rate(const std::string& text);
 
 }  // namespace actord

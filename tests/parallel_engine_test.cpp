@@ -334,3 +334,23 @@ TEST_CASE("expert load - every token fed is counted once per MoE layer for each 
     }
   }
 }
+
+TEST_CASE("parallel engine: a modelled link (groups[].link) slows tp2's collectives by its latency and changes no "
+          "token", "[engine][parallel][link_model]") {
+  std::vector<GenerateRequest> requests = batch(true);
+  requests.resize(2);
+  for (auto& r : requests) r.max_tokens = 16;
+  const auto expected = run(test::quickstart("configs/tp2.yaml", {"groups[0].placement=thread"}), requests);
+  auto engine = test::start_engine(
+      test::quickstart("configs/tp2.yaml", {"groups[0].placement=thread", "groups[0].link={latency: 1ms}"}));
+  auto got = engine->generate(requests);
+  REQUIRE(got.ok());
+  for (size_t i = 0; i < requests.size(); ++i) CHECK((*got)[i].generated_ids == expected[i].generated_ids);
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  REQUIRE(stats->steps > 0);
+  // A step of stories260K's 5 layers at tp2 makes 12 collectives at least (embedding, 2 per layer, logits).
+  const double comm_ms_per_step = double(stats->worker_comm_us) / double(stats->steps) / 1000.0;
+  INFO("collectives per step: " << comm_ms_per_step << " ms");
+  CHECK(comm_ms_per_step >= 12.0);
+}

@@ -136,6 +136,26 @@ TEST_CASE("the model override replaces the model path - relative to the working 
   CHECK(cfg->model.path == std::filesystem::path("some/dir"));
 }
 
+TEST_CASE("groups[].link: a latency and a bandwidth for a modelled link - bad ones name the key", "[config][link_model]") {
+  auto t = parse_topology("model: {path: m}\ngroups: [{tp: 2, link: {latency: 200us, bandwidth: 2GB/s}}]\n",
+                          "configs/t.yaml");
+  REQUIRE(t.ok());
+  CHECK(t->groups[0].link.latency == std::chrono::microseconds(200));
+  CHECK(t->groups[0].link.bytes_per_second == 2000000000u);
+  CHECK(t->groups[0].link.active());
+  CHECK_FALSE(parse_topology("model: {path: m}\ngroups: [{tp: 2}]\n", "configs/t.yaml")->groups[0].link.active());
+  CHECK(*parse_fine_duration("1.5ms") == std::chrono::microseconds(1500));
+  CHECK(*parse_byte_rate("500MiB/s") == 500ull << 20);
+  CHECK(error_of("model: {path: m}\ngroups: [{link: {latency: soon}}]\n") ==
+        "configs/t.yaml: groups[0].link.latency: must be a duration such as 2s, 500ms or 200us, got 'soon'");
+  CHECK(error_of("model: {path: m}\ngroups: [{link: {bandwidth: 10GB}}]\n") ==
+        "configs/t.yaml: groups[0].link.bandwidth: must be a rate such as 10GB/s or 500MiB/s, got '10GB'");
+  CHECK(error_of("model: {path: m}\ngroups: [{link: {bandwidth: 0GB/s}}]\n") ==
+        "configs/t.yaml: groups[0].link.bandwidth: must be a positive rate, got '0GB/s'");
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{link: {jitter: 1ms}}]\n"),
+             Catch::EndsWith("groups[0].link.jitter: unknown key (known keys: bandwidth, latency)"));
+}
+
 TEST_CASE("byte sizes", "[config]") {
   CHECK(*parse_byte_size("64MiB") == 64ull << 20);
   CHECK(*parse_byte_size("2 GiB") == 2ull << 30);
@@ -212,7 +232,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
-             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, eplb_step_interval, name, num_redundant_experts, "
+             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, eplb_step_interval, link, name, num_redundant_experts, "
                                "oversubscribe, placement, pp, replicas, router, threads, tp)"));
 }
 

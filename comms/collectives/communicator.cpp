@@ -1,6 +1,10 @@
 #include "comms/collectives/communicator.hpp"
 
+#include <sys/prctl.h>
+#include <time.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -69,18 +73,45 @@ Result<std::span<std::byte>> Communicator::place(Sink& sink, std::span<const siz
 }
 
 template <class F>
-Status Communicator::run(std::string_view op, F&& body) {
+Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> link_bytes) {
   auto where = [&] {
     return describe(spec_) + ", rank " + std::to_string(rank_) + " of " + std::to_string(spec_.size) + ", " +
            std::string(op) + ": ";
   };
   if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
   Status st = body();
-  if (st.ok()) return st;
+  if (st.ok()) {
+    if (link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0)) emulate_link(*link_bytes);
+    return st;
+  }
   broken_ = true;
   failure_ = st.error();
   on_failure(std::string(op) + ": " + st.error().message);
   return make_error(st.error().code, where() + st.error().message);
+}
+
+// Sleeps (the core is free for other work) for the modelled link's time; the calling thread's timer slack is made
+// 1 ns once, so that a 200 us latency is not stretched by the default 50 us slack.
+void Communicator::emulate_link(size_t bytes) const {
+  thread_local bool precise = false;
+  if (!precise) {
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    precise = true;
+  }
+  int64_t ns = spec_.link_latency.count();
+  if (spec_.link_bytes_per_second > 0)
+    ns += static_cast<int64_t>(static_cast<double>(bytes) * 1e9 / static_cast<double>(spec_.link_bytes_per_second));
+  if (ns <= 0) return;
+  timespec until{};
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += ns / 1000000000;
+  until.tv_nsec += ns % 1000000000;
+  if (until.tv_nsec >= 1000000000) {
+    ++until.tv_sec;
+    until.tv_nsec -= 1000000000;
+  }
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+  }
 }
 
 Status Communicator::refuse(std::string_view op, const std::string& why) {
@@ -88,7 +119,8 @@ Status Communicator::refuse(std::string_view op, const std::string& why) {
 }
 
 Status Communicator::all_reduce(std::span<float> data) {
-  return run("all_reduce", [&] { return do_all_reduce(data); });
+  const size_t n = static_cast<size_t>(size());
+  return run("all_reduce", [&] { return do_all_reduce(data); }, 2 * (n - 1) * data.size_bytes() / n);
 }
 
 // Checks a partition's counts against the buffers (in elements): why they do not fit, or "".
@@ -123,7 +155,7 @@ Status Communicator::all_gather_bytes(std::span<const std::byte> in, std::span<s
   if (auto why = partition_problem(counts, size(), rank(), out.size(), "out", in.size(), "in"); !why.empty()) {
     return refuse("all_gather", why);
   }
-  return run("all_gather", [&] { return do_all_gather(in, out, counts); });
+  return run("all_gather", [&] { return do_all_gather(in, out, counts); }, out.size() - in.size());
 }
 
 Status Communicator::all_gather(std::span<const float> in, std::span<float> out, std::span<const size_t> counts) {
@@ -131,7 +163,8 @@ Status Communicator::all_gather(std::span<const float> in, std::span<float> out,
     return refuse("all_gather", why);
   }
   const std::vector<size_t> bytes = times(counts, sizeof(float));
-  return run("all_gather", [&] { return do_all_gather(bytes_of(in), writable_bytes_of(out), bytes); });
+  return run("all_gather", [&] { return do_all_gather(bytes_of(in), writable_bytes_of(out), bytes); },
+             out.size_bytes() - in.size_bytes());
 }
 
 Status Communicator::all_gather(std::span<const float> in, std::span<float> out) {
@@ -142,7 +175,8 @@ Status Communicator::reduce_scatter(std::span<const float> in, std::span<float> 
   if (auto why = partition_problem(counts, size(), rank(), in.size(), "in", out.size(), "out"); !why.empty()) {
     return refuse("reduce_scatter", why);
   }
-  return run("reduce_scatter", [&] { return do_reduce_scatter(in, out, counts); });
+  return run("reduce_scatter", [&] { return do_reduce_scatter(in, out, counts); },
+             in.size_bytes() - out.size_bytes());
 }
 
 Status Communicator::reduce_scatter(std::span<const float> in, std::span<float> out) {
@@ -162,7 +196,8 @@ Status Communicator::all_to_all_bytes(std::span<const std::byte> in, std::span<c
       return out;
     }
   } sink(out, recv_counts);
-  return run("all_to_all", [&] { return do_all_to_all(in, send_counts, sink); });
+  return run("all_to_all", [&] { return do_all_to_all(in, send_counts, sink); },
+             in.size() - send_counts[static_cast<size_t>(rank())]);
 }
 
 Status Communicator::all_to_all(std::span<const float> in, std::span<const size_t> send_counts, std::vector<float>& out,
@@ -183,7 +218,8 @@ Status Communicator::all_to_all(std::span<const float> in, std::span<const size_
     }
   } sink(out, recv_counts);
   const std::vector<size_t> send_bytes = times(send_counts, sizeof(float));
-  return run("all_to_all", [&] { return do_all_to_all(bytes_of(in), send_bytes, sink); });
+  return run("all_to_all", [&] { return do_all_to_all(bytes_of(in), send_bytes, sink); },
+             (in.size() - send_counts[static_cast<size_t>(rank())]) * sizeof(float));
 }
 
 Status Communicator::send_bytes(int peer, std::span<const std::byte> data) {
@@ -199,13 +235,13 @@ Status Communicator::recv_bytes(int peer, std::span<std::byte> out) {
   if (peer < 0 || peer >= size() || peer == rank()) {
     return refuse("recv", "no peer rank " + std::to_string(peer) + " to receive from");
   }
-  return run("recv", [&] { return do_recv(peer, out); });
+  return run("recv", [&] { return do_recv(peer, out); }, out.size());
 }
 
 Status Communicator::recv(int peer, std::span<float> out) { return recv_bytes(peer, writable_bytes_of(out)); }
 
 Status Communicator::barrier() {
-  return run("barrier", [&] { return do_barrier(); });
+  return run("barrier", [&] { return do_barrier(); }, size_t{0});
 }
 
 }  // namespace actord::coll

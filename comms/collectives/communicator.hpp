@@ -17,6 +17,10 @@
 //   peer's matching recv (the in-process backend always does; the others when their buffer towards the peer is
 //   full), so two ranks must not both send to each other before receiving. recv(peer, out) takes exactly
 //   out.size() elements: a message of another size is an Error. Messages between two ranks arrive in order.
+// - With a link model (GroupSpec::link_latency, link_bytes_per_second) an operation returns latency + bytes /
+//   bandwidth after the backend finished it: all_reduce counts what a ring moves per rank (2 (N-1)/N of the
+//   buffer), all_gather and reduce_scatter the other ranks' parts, all_to_all what this rank sends to the others,
+//   recv its message (a send returns at once: its receiver pays), barrier the latency alone.
 // - A communicator is used by one thread at a time (its rank's); abort() may be called from any thread and makes
 //   the call in progress, and every later one, return an Error. Destroying a communicator leaves the group (after
 //   delivering what it still has queued for its peers: destroy it before the process exits); a peer still waiting
@@ -26,6 +30,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -121,8 +126,11 @@ class Communicator {
   virtual void on_failure(const std::string& reason) { abort(reason); }
 
  private:
+  // Runs the backend's operation `body` (errors prefixed, the group broken on failure); with a link model, then
+  // waits as long as moving `link_bytes` over the modelled link takes.
   template <class F>
-  Status run(std::string_view op, F&& body);
+  Status run(std::string_view op, F&& body, std::optional<size_t> link_bytes = std::nullopt);
+  void emulate_link(size_t bytes) const;
   Status refuse(std::string_view op, const std::string& why);
 
   GroupSpec spec_;

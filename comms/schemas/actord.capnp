@@ -269,6 +269,8 @@ struct CollectiveGroup {
   enginePid @5 :Int64;
   endpoints @6 :List(Text);      # zmq
   overNccl @7 :Bool;             # CUDA ranks: device memory goes through NCCL, bootstrapped over this group
+  linkLatencyNs @8 :UInt64;      # a link model (groups[].link); 0: none
+  linkBytesPerSecond @9 :UInt64; # 0: unlimited
 }
 
 struct WorkerReady {

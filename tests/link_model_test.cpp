@@ -1,0 +1,144 @@
+// The link model of a collective group (GroupSpec::link_latency, link_bytes_per_second; groups[].link): every
+// operation returns latency + its bytes / bandwidth after the backend finished it, results unchanged; a send costs
+// its sender nothing and its receive pays. In-process ranks (threads) and ranks in processes over shared memory.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "comms/collectives/group_factory.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+using namespace actord::coll;
+
+namespace {
+
+constexpr auto kLatency = std::chrono::milliseconds(3);
+constexpr uint64_t kBytesPerSecond = 100'000'000;  // 100 MB/s: 1 MB takes 10 ms
+
+GroupSpec linked_spec(uint64_t id) {
+  GroupSpec spec;
+  spec.name = "link";
+  spec.id = id;
+  spec.size = 2;
+  spec.link_latency = kLatency;
+  spec.link_bytes_per_second = kBytesPerSecond;
+  return spec;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("link model: operations take latency + bytes / bandwidth longer and give the same results", "[collectives][link_model]") {
+  auto comms = create_local_group(linked_spec(1));
+  REQUIRE(comms.ok());
+  struct Timing {
+    double all_reduce = 0, barrier = 0, all_to_all = 0, send = 0, recv = 0;
+    std::vector<float> sum;
+  };
+  std::vector<Timing> t(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      Communicator& c = *(*comms)[size_t(r)];
+      std::vector<float> data(250'000, float(r + 1));  // 1 MB: a ring all-reduce of 2 ranks moves 1 MB per rank
+      auto t0 = std::chrono::steady_clock::now();
+      REQUIRE(c.all_reduce(data).ok());
+      t[size_t(r)].all_reduce = ms_since(t0);
+      t[size_t(r)].sum = {data.front(), data.back()};
+      t0 = std::chrono::steady_clock::now();
+      REQUIRE(c.barrier().ok());
+      t[size_t(r)].barrier = ms_since(t0);
+      // all_to_all: 0.5 MB to the other rank, 0.25 MB to itself (which does not travel).
+      std::vector<float> in(187'500, 1.0f), out;
+      std::vector<size_t> counts = {r == 0 ? 62'500u : 125'000u, r == 0 ? 125'000u : 62'500u}, received;
+      t0 = std::chrono::steady_clock::now();
+      REQUIRE(c.all_to_all(in, counts, out, received).ok());
+      t[size_t(r)].all_to_all = ms_since(t0);
+      // 0.2 MB from rank 0 to rank 1.
+      std::vector<float> message(50'000, 7.0f);
+      REQUIRE(c.barrier().ok());
+      t0 = std::chrono::steady_clock::now();
+      if (r == 0) {
+        REQUIRE(c.send(1, message).ok());
+        t[0].send = ms_since(t0);
+      } else {
+        REQUIRE(c.recv(0, message).ok());
+        t[1].recv = ms_since(t0);
+      }
+    });
+  }
+  for (auto& th : ranks) th.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": all_reduce " << t[size_t(r)].all_reduce << " ms, barrier " << t[size_t(r)].barrier
+                 << " ms, all_to_all " << t[size_t(r)].all_to_all << " ms");
+    CHECK(t[size_t(r)].sum == std::vector<float>{3.0f, 3.0f});
+    CHECK(t[size_t(r)].all_reduce >= 3.0 + 10.0);
+    CHECK(t[size_t(r)].all_reduce < 13.0 + 40.0);
+    CHECK(t[size_t(r)].barrier >= 3.0);
+    CHECK(t[size_t(r)].barrier < 3.0 + 30.0);
+    CHECK(t[size_t(r)].all_to_all >= 3.0 + 5.0);
+  }
+  INFO("send " << t[0].send << " ms, recv " << t[1].recv << " ms");
+  CHECK(t[1].recv >= 3.0 + 2.0);
+  CHECK(t[0].send < t[1].recv);  // the sender does not pay for the link
+}
+
+TEST_CASE("link model: the same over shared memory between processes, and no model costs nothing", "[collectives][link_model]") {
+  // Two processes: rank 1 is a child; each times a barrier and a 1 MB all_reduce.
+  test::TempDir tmp;
+  GroupSpec spec = linked_spec(2);
+  spec.placement = Placement::process;
+  spec.engine_pid = getpid();
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto comm = join_group(spec, 1);
+    if (!comm) _exit(2);
+    std::vector<float> data(250'000, 2.0f);
+    const bool ok = (*comm)->barrier().ok() && (*comm)->all_reduce(data).ok() && data[0] == 3.0f;
+    comm->reset();
+    _exit(ok ? 0 : 1);
+  }
+  auto comm = join_group(spec, 0);
+  REQUIRE(comm.ok());
+  std::vector<float> data(250'000, 1.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE((*comm)->barrier().ok());
+  const double barrier = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  REQUIRE((*comm)->all_reduce(data).ok());
+  const double all_reduce = ms_since(t0);
+  comm->reset();
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(data[0] == 3.0f);
+  CHECK(barrier >= 3.0);
+  CHECK(all_reduce >= 13.0);
+  // Without a model a barrier between threads takes microseconds, not the latency.
+  GroupSpec plain;
+  plain.name = "plain";
+  plain.id = 3;
+  plain.size = 2;
+  auto threads = create_local_group(plain);
+  REQUIRE(threads.ok());
+  double fastest = 1e9;
+  std::thread other([&] {
+    for (int i = 0; i < 5; ++i) REQUIRE((*threads)[1]->barrier().ok());
+  });
+  for (int i = 0; i < 5; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    REQUIRE((*threads)[0]->barrier().ok());
+    fastest = std::min(fastest, ms_since(t0));
+  }
+  other.join();
+  CHECK(fastest < 1.0);
+}
