@@ -320,7 +320,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     eplb.num_layers = s.params.num_layers;
     r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
-                                   s.params.topology.engine.step_timeout, eplb);
+                                   s.params.topology.engine.step_timeout, eplb, s.params.trace);
     done(std::nullopt);
   };
   for (int rank_index = 0; rank_index < n_ranks; ++rank_index) {

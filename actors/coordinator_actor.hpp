@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/trace_sink.hpp"
 #include "comms/atoms.hpp"
 #include "comms/wire_msg.hpp"
 #include "core/dtype.hpp"
@@ -60,6 +61,7 @@ struct CoordinatorParams {
   std::chrono::seconds worker_start_timeout{120};
   const ModelRegistry* registry = nullptr;   // must outlive the coordinator
   const PolicyRegistry* policies = nullptr;  // must outlive the coordinator; has topology.scheduler.policy
+  std::shared_ptr<TraceSink> trace;          // --trace: every scheduler traces its steps there; null: off
 };
 
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <caf/actor_system.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/exit_reason.hpp>
+#include <spdlog/spdlog.h>
 #include <random>
 
 #include "actors/actor_system_setup.hpp"
@@ -99,6 +101,7 @@ struct Engine::Impl {
   int max_model_len = 0;
   std::shared_ptr<const Tokenizer> tokenizer;
   ActordSystemConfig caf_config{0};
+  std::shared_ptr<TraceSink> trace;       // --trace; written once the actors have stopped
   std::unique_ptr<caf::actor_system> system;
   coordinator_actor coordinator;
   caf::actor router;                      // where the tokenizer actors submit; it sums the replicas' stats
@@ -115,6 +118,10 @@ struct Engine::Impl {
     if (coordinator) caf::anon_send(coordinator, stop_atom::value);
     for (auto& t : tokenizers) caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
     system.reset();  // waits for every actor to finish
+    if (trace) {
+      if (auto written = trace->write(); !written) spdlog::error("{}", written.error().message);
+      else spdlog::info("trace: {} spans in {}", trace->num_spans(), trace->path().string());
+    }
   }
 };
 
@@ -203,6 +210,12 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.rank_threads = std::move(rank_threads);
   params.rank_agents = std::move(rank_agents);
   params.route_policy = *route_policy;
+  if (!options.trace_path.empty()) {  // refused now rather than after the run
+    std::ofstream probe(options.trace_path);
+    if (!probe) return make_error(Errc::invalid_argument, "--trace: cannot write " + options.trace_path.string());
+    impl->trace = std::make_shared<TraceSink>(options.trace_path);
+    params.trace = impl->trace;
+  }
   params.worker_executable = options.worker_executable;
   if (params.worker_executable.empty()) {
     std::error_code ec;

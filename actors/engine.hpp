@@ -35,6 +35,9 @@ struct EngineOptions {
   // Memory the workers may take (bytes); unset: what this machine has available now (MemAvailable). Weights, KV
   // pool and swap space beyond it are refused at start with an error naming the key.
   std::optional<uint64_t> available_memory;
+  // --trace: every step of every rank is traced and written there as Chrome trace JSON when the engine stops
+  // (actors/trace_sink.hpp); empty: off.
+  std::filesystem::path trace_path;
 };
 
 struct GenerateRequest {

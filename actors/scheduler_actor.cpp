@@ -57,6 +57,7 @@ struct scheduler_state {
   // followers' results are read too (their stages' layers).
   std::optional<bool> expert_load;
   std::unique_ptr<EplbPlanner> eplb;
+  std::shared_ptr<TraceSink> trace;          // --trace: null when off
   std::vector<int32_t> placement_to_send;    // EPLB: for the next ExecuteStep; empty: none
   uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
   uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
@@ -70,7 +71,8 @@ struct scheduler_state {
     std::optional<std::chrono::steady_clock::time_point> deadline;  // nullopt: none
     std::vector<uint8_t> planned;            // per lane: its batcher planned this step (else it ran an empty one)
     std::vector<wire_msg> results;           // per lane, as they come
-    size_t pending = 0;                      // results still to come
+    size_t pending = 0;                      // results still to come (the lanes'; with --trace the followers' too)
+    uint64_t seqs = 0;                       // the lanes' sequences in it (--trace)
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;
@@ -260,7 +262,19 @@ void on_step_results(self_ptr self) {
   const uint64_t send0 = st.send_ns;
   const scheduler_state::Sent sent = std::move(st.in_flight.front());
   st.in_flight.pop_front();
-  account_result(st, sent, std::chrono::steady_clock::now());
+  const auto now = std::chrono::steady_clock::now();
+  account_result(st, sent, now);
+  if (st.trace) {
+    auto ns = [](std::chrono::steady_clock::time_point t) {
+      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+    };
+    try {
+      for (const wire_msg& r : sent.results) st.trace->add_result(r, sent.step_id);
+    } catch (const std::exception&) {  // a malformed result is reported below
+    }
+    st.trace->add_scheduler_step(st.actor_name, sent.step_id, ns(sent.at), ns(now), sent.seqs,
+                                 uint64_t(sent.prefill_tokens) + sent.decode_tokens);
+  }
   uint64_t compute_us = 0, idle_us = 0, comm_us = 0;
   bool finished = false, all_ok = true;
   for (size_t i = 0; i < st.lanes.size(); ++i) {
@@ -314,17 +328,35 @@ void on_step_results(self_ptr self) {
   book_own_time(st, thread_cpu_ns() - cpu0, send0);  // the results, the deltas, the next plans: one measurement
 }
 
-// Lane `lane`'s result of step `step_id`; the step's results are taken, oldest step first, once every lane's came.
-void on_lane_result(self_ptr self, uint64_t step_id, size_t lane, wire_msg&& msg) {
-  auto& st = self->state;
-  if (step_id <= st.abandoned_through) return;
+scheduler_state::Sent* in_flight_step(scheduler_state& st, uint64_t step_id) {
+  if (step_id <= st.abandoned_through) return nullptr;
   auto sent = std::find_if(st.in_flight.begin(), st.in_flight.end(),
                            [&](const scheduler_state::Sent& s) { return s.step_id == step_id; });
-  if (sent == st.in_flight.end() || sent->results[lane].bytes.size() > 0) return;
-  sent->results[lane] = std::move(msg);
-  --sent->pending;
+  return sent == st.in_flight.end() ? nullptr : &*sent;
+}
+
+// Takes the oldest steps whose results are all in.
+void take_completed_steps(self_ptr self) {
+  auto& st = self->state;
   while (!st.in_flight.empty() && st.in_flight.front().pending == 0 && st.worker_failure.empty())
     on_step_results(self);
+}
+
+// Lane `lane`'s result of step `step_id`; the step's results are taken, oldest step first, once every lane's came.
+void on_lane_result(self_ptr self, uint64_t step_id, size_t lane, wire_msg&& msg) {
+  scheduler_state::Sent* sent = in_flight_step(self->state, step_id);
+  if (!sent || sent->results[lane].bytes.size() > 0) return;
+  sent->results[lane] = std::move(msg);
+  --sent->pending;
+  take_completed_steps(self);
+}
+
+// --trace: a follower's result of step `step_id` is in (its spans taken).
+void on_follower_result(self_ptr self, uint64_t step_id) {
+  scheduler_state::Sent* sent = in_flight_step(self->state, step_id);
+  if (!sent || sent->pending == 0) return;
+  --sent->pending;
+  take_completed_steps(self);
 }
 
 // The worker missed a step's deadline: it is lost (lose_worker stops it; a worker process is killed).
@@ -469,6 +501,8 @@ void plan_and_send(self_ptr self) {
     sent.planned.assign(st.lanes.size(), 0);
     sent.results.resize(st.lanes.size());
     sent.pending = st.lanes.size();
+    if (st.trace)  // a traced step is complete once every rank's spans are in
+      for (const auto& lane : st.lanes) sent.pending += lane->followers.size();
     size_t seqs = 0;
     bool planned_ahead = false;
     for (size_t i = 0; i < st.lanes.size(); ++i) {
@@ -495,6 +529,7 @@ void plan_and_send(self_ptr self) {
     ++st.stats.steps;
     if (planned_ahead) ++st.stats.steps_planned_ahead;
     st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, seqs);
+    sent.seqs = seqs;
     std::optional<uint64_t> ahead_us = 0;
     for (const auto& s : st.in_flight) {
       if (!s.expected_us) ahead_us.reset();
@@ -509,9 +544,9 @@ void plan_and_send(self_ptr self) {
       for (size_t i = 0; i < st.lanes.size(); ++i) {
         Lane& lane = *st.lanes[i];
         wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
-                                            several ? static_cast<uint32_t>(most_tokens) : 0);
+                                            several ? static_cast<uint32_t>(most_tokens) : 0, st.trace != nullptr);
         for (const auto& f : lane.followers) {
-          if (st.expert_load == false) {
+          if (st.expert_load == false && !st.trace) {
             caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
             continue;
           }
@@ -520,8 +555,10 @@ void plan_and_send(self_ptr self) {
                   [=](const wire_msg& result) {
                     try {
                       add_expert_load(result, self->state.stats);
+                      if (self->state.trace) self->state.trace->add_result(result, step_id);
                     } catch (const std::exception&) {  // the driver's result reports what went wrong
                     }
+                    if (self->state.trace) on_follower_result(self, step_id);
                   },
                   [](const caf::error&) {});  // a lost follower breaks the replica: the driver's result says so
         }
@@ -571,8 +608,10 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes, caf::actor router, caf::actor supervisor,
-                             std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb) {
+                             std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
+                             std::shared_ptr<TraceSink> trace) {
   auto& st = self->state;
+  st.trace = std::move(trace);
   st.eplb = std::make_unique<EplbPlanner>(eplb);
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
@@ -684,9 +723,10 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
                                 caf::actor router, caf::actor supervisor, std::string name,
-                                std::chrono::milliseconds step_timeout, EplbSettings eplb) {
+                                std::chrono::milliseconds step_timeout, EplbSettings eplb,
+                                std::shared_ptr<TraceSink> trace) {
   return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(router),
-                      std::move(supervisor), std::move(name), step_timeout, eplb);
+                      std::move(supervisor), std::move(name), step_timeout, eplb, std::move(trace));
 }
 
 }  // namespace actord

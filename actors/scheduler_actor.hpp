@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/trace_sink.hpp"
 #include "actors/worker_interface.hpp"
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler/eplb_planner.hpp"
@@ -58,9 +59,10 @@ struct SchedulerLane {
   std::shared_ptr<SchedulingPolicy> policy;
 };
 
+// `trace` (--trace): every step is traced by every rank, their spans and the scheduler's own go there.
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
                                 caf::actor router, caf::actor supervisor, std::string name,
                                 std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
-                                EplbSettings eplb = {});
+                                EplbSettings eplb = {}, std::shared_ptr<TraceSink> trace = nullptr);
 
 }  // namespace actord

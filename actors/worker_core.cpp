@@ -24,6 +24,11 @@ namespace actord {
 
 namespace {
 
+// A steady_clock time point on CLOCK_MONOTONIC's scale (libstdc++'s steady_clock is that clock), as StepTrace keeps.
+uint64_t monotonic_ns(std::chrono::steady_clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
 // The executor backend a WorkerInit's device names: "cpu" (or empty) on the worker's pool with the kernels of `isa`,
 // "cuda:N" on GPU N modulo the GPUs this machine has.
 Result<std::unique_ptr<exec::Backend>> make_backend(const std::string& device, cpu::ThreadPool& pool, cpu::Isa isa) {
@@ -249,11 +254,20 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     if (links_.ep) links_.ep->abort(name_ + ": " + why);
     return fail(why);
   };
+  // --trace: this step's spans (its idle time before it, the model's phases, every collective, sampling).
+  StepTrace* const trace = step.getTrace() ? &trace_ : nullptr;
+  if (trace) {
+    trace_.clear();
+    if (last_step_end_) trace_.add("idle", "idle", monotonic_ns(*last_step_end_), monotonic_ns(t0));
+  }
+  for (auto* comm : {links_.tp.get(), links_.pipeline.get(), links_.ep.get()})
+    if (comm) comm->set_trace(trace);
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
   context.ep = links_.ep.get();
   context.lane_tokens = static_cast<int>(step.getLaneTokens());
+  context.trace = trace;
   uint64_t comm_ns = 0;
   context.comm_ns = &comm_ns;
   if (step.hasExpertPlacement()) {  // EPLB: every rank of the replica switches at this step
@@ -360,6 +374,21 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);
       out.setCommMicros(comm_ns / 1000);
+      if (trace) {
+        trace_.layer = -1;
+        trace_.add("step", "step", monotonic_ns(t0), monotonic_ns(t1));
+        out.setRank(name_);
+        const auto& spans = trace_.spans();
+        auto list = out.initTrace(static_cast<uint32_t>(spans.size()));
+        for (uint32_t i = 0; i < spans.size(); ++i) {
+          list[i].setName(spans[i].name);
+          list[i].setCategory(spans[i].category);
+          list[i].setStartNs(spans[i].start_ns);
+          list[i].setDurNs(spans[i].dur_ns);
+          list[i].setBytes(spans[i].bytes);
+          list[i].setLayer(spans[i].layer);
+        }
+      }
     });
   };
   // A follower: its part is done; the driver answers for the replica.
@@ -405,7 +434,10 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     rows = fork_logits_.data();
   }
   samples_.resize(sample_requests_.size());
-  sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
+  {
+    TraceScope span(trace, "sampling", "sample");
+    sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
+  }
   if (lane_step) {
     previous_samples_.clear();
     for (const SampledToken& t : samples_) previous_samples_.push_back(t.token);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "actors/rank_links.hpp"
+#include "core/step_trace.hpp"
 #include "comms/wire_msg.hpp"
 #include "executors/backend.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -88,6 +89,7 @@ class WorkerCore {
   std::unique_ptr<KvCache> swap_;                // host swap space (WorkerInit.numSwapBlocks), same layout as kv_
   std::unordered_map<uint64_t, SequenceState> seqs_;
   std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order
+  StepTrace trace_;                              // --trace: the current step's spans
   std::vector<std::pair<size_t, uint32_t>> previous_slots_;  // this step's (batch token index, fromPrevious)
   std::vector<int32_t> exchanged_;               // the resolved tokens of previous_slots_, as they travel
   bool previous_failed_ = false;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "core/step_trace.hpp"
 #include "executors/backend.hpp"
 #include "executors/forward_batch.hpp"
 #include "plugins/model_config.hpp"
@@ -40,6 +41,9 @@ struct ForwardContext {
   // knows them all), so that every rank joins as many expert exchanges as the busiest lane makes.
   int lane_tokens = 0;
   uint64_t* comm_ns = nullptr;             // when set, the model adds the time it spends in collectives
+  // When set (--trace), the model records its phases there (TraceScope: embed, attention and mlp or experts per
+  // layer, logits), StepTrace::layer naming the layer; the communicators record their operations themselves.
+  StepTrace* trace = nullptr;
 };
 
 // The KV cache a rank's model writes: its stage's layers and its KV heads.

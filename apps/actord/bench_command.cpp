@@ -52,6 +52,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--seed", args.seed, "Seed of the random prompts")->capture_default_str();
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
+  cmd->add_option("--trace", args.trace,
+                  "Write a Chrome trace (JSON, for Perfetto) of every step of every rank to this file at the end");
   cmd->add_flag("--json", args.json, "Print one JSON object instead of a table");
   args.offline = cmd;
   return bench;
@@ -110,6 +112,7 @@ int run_bench(const BenchArgs& args) {
 
   EngineOptions options;
   options.log_level = args.log_level;
+  options.trace_path = args.trace;
   auto engine = Engine::start(*topology, options);
   if (!engine) return fail(engine.error());
 

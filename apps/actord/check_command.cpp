@@ -230,7 +230,7 @@ CLI::App* add_check_command(CLI::App& app, CheckArgs& args) {
   auto* cmd = app.add_subcommand(
       "check", "Validate a topology and its model folder and print the resolved plan (ranks, nodes, layers, shards, "
                "memory per rank); starts nothing");
-  add_common_options(cmd, args.common, "warn");
+  add_common_options(cmd, args.common, "warn", false);
   cmd->add_flag("--json", args.json, "Print the plan as one JSON object");
   return cmd;
 }

@@ -19,6 +19,7 @@ struct CommonArgs {
   std::string model;
   std::vector<std::string> set;
   std::string log_level;
+  std::string trace;  // --trace FILE: a Chrome trace of every step of every rank, written when the run ends
 };
 
 struct GenerateArgs {
@@ -55,6 +56,7 @@ struct BenchArgs {
   uint64_t seed = 0;
   std::vector<std::string> set;
   std::string log_level = "warn";
+  std::string trace;  // --trace FILE
   bool json = false;
   CLI::App* offline = nullptr;
 };
@@ -122,8 +124,8 @@ struct TokenizeArgs {
   CLI::App* detokenize = nullptr;
 };
 
-// Adds CONFIG, --model, --set and --log-level to a subcommand that runs a topology.
-void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level);
+// Adds CONFIG, --model, --set, --log-level and (for commands that run steps) --trace to a subcommand of a topology.
+void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level, bool trace = true);
 // The topology of CONFIG with --set and --model applied, validated.
 Result<TopologyConfig> load_topology_of(const CommonArgs& args);
 // Sets the spdlog level; false (and a message) for an unknown level name.

@@ -7,7 +7,7 @@
 
 namespace actord::cli {
 
-void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level) {
+void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level, bool trace) {
   args.log_level = default_log_level;
   cmd->add_option("config", args.config, "Topology file (YAML), e.g. configs/quickstart.yaml")->required();
   cmd->add_option("--model", args.model, "Model folder (HF layout); overrides model.path of the topology");
@@ -17,6 +17,10 @@ void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& defa
       ->take_last();
   cmd->add_option("--log-level", args.log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
+  if (trace)
+    cmd->add_option("--trace", args.trace,
+                  "Write a Chrome trace (JSON, for Perfetto) of every step of every rank to this file when the run "
+                  "ends: phases per layer, each collective, sampling, idle time");
 }
 
 Result<TopologyConfig> load_topology_of(const CommonArgs& args) {

@@ -127,6 +127,7 @@ int run_generate(const GenerateArgs& args) {
 
   EngineOptions options;
   options.log_level = args.common.log_level;
+  options.trace_path = args.common.trace;
   auto engine = Engine::start(*topology, options);
   if (!engine) return fail(engine.error());
   if (auto valid = check_sampling_flags(args.sampling, (*engine)->model_config().vocab_size); !valid)

@@ -58,6 +58,7 @@ int run_serve(const ServeArgs& args) {
 
   EngineOptions options;
   options.log_level = args.common.log_level;
+  options.trace_path = args.common.trace;
   auto engine = Engine::start(*topology, options);
   if (!engine) return fail(engine.error());
   OpenAiOptions api;

@@ -79,9 +79,12 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
            std::string(op) + ": ";
   };
   if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
+  const uint64_t start = trace_ ? StepTrace::now_ns() : 0;
   Status st = body();
   if (st.ok()) {
     if (link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0)) emulate_link(*link_bytes);
+    // Operation names are the literals of the callers below.
+    if (trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
     return st;
   }
   broken_ = true;

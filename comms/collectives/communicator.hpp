@@ -38,6 +38,7 @@
 
 #include "comms/collectives/group_spec.hpp"
 #include "core/status.hpp"
+#include "core/step_trace.hpp"
 
 namespace actord::coll {
 
@@ -95,6 +96,10 @@ class Communicator {
   // Breaks the group from any thread (the coordinator tearing a group down while a rank waits in it).
   virtual void abort(const std::string& reason) = 0;
 
+  // Where this rank's operations are recorded (each a span named after the operation, with its bytes), from its
+  // thread; null: not traced.
+  void set_trace(StepTrace* trace) { trace_ = trace; }
+
  protected:
   Communicator(GroupSpec spec, int rank) : spec_(std::move(spec)), rank_(rank) {}
 
@@ -135,6 +140,7 @@ class Communicator {
 
   GroupSpec spec_;
   int rank_;
+  StepTrace* trace_ = nullptr;
   bool broken_ = false;
   Error failure_;  // the first failure, once broken_
 };

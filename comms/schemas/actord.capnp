@@ -194,6 +194,7 @@ struct ExecuteStep {
   # Attention data parallel lanes: the most tokens any lane of the replica runs in this step (each lane gets its
   # own ExecuteStep, an idle one without sequences: it still serves its experts to the others).
   laneTokens @8 :UInt32;
+  trace @9 :Bool;                # --trace: the ranks record this step's spans and send them in their results
 }
 
 struct SeqResult {
@@ -223,6 +224,19 @@ struct StepResult {
   numExperts @8 :UInt32;
   expertLayerFirst @9 :UInt32;
   expertTokens @10 :List(UInt32);
+  # --trace (ExecuteStep.trace), from every rank: its name and what it did in this step, on its machine's
+  # CLOCK_MONOTONIC (core/step_trace.hpp).
+  rank @11 :Text;
+  trace @12 :List(TraceSpan);
+}
+
+struct TraceSpan {
+  name @0 :Text;
+  category @1 :Text;             # compute | comm | sample | idle | step
+  startNs @2 :UInt64;
+  durNs @3 :UInt64;
+  bytes @4 :UInt64;              # comm: bytes moved for this rank
+  layer @5 :Int32;               # -1: none
 }
 
 # Sent by the coordinator to a worker (in a thread or a process) before its first step.

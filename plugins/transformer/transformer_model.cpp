@@ -757,8 +757,11 @@ Status TransformerModel::serve_experts(const ForwardContext& context) {
     r.rows.clear();
     r.weights.clear();
   }
-  for (const Layer& L : layers_) {
-    if (L.sparse) ACTORD_TRY_STATUS(experts_over_ranks(L, 0, context));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].sparse) continue;
+    if (context.trace) context.trace->layer = shard_.layers.first + static_cast<int>(l);
+    TraceScope span(context.trace, "experts", "compute");
+    ACTORD_TRY_STATUS(experts_over_ranks(layers_[l], 0, context));
   }
   return {};
 }
@@ -876,37 +879,49 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   be.reserve(attn_, rows * q_dim);
   const std::span<float> hidden = x_.first(rows * h), partial = tmp_.first(rows * h);
 
+  StepTrace* const trace = context.trace;
+  if (trace) trace->layer = -1;
   if (shard_.embedding) {
+    TraceScope span(trace, "embed", "compute");
     ACTORD_TRY_STATUS(embed(batch, context));
   } else {
     ACTORD_TRY_STATUS(timed(context, [&] { return context.pipeline->recv(place_.pp_rank - 1, hidden); }));
   }
   for (int l = 0; l < shard_.layers.count; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
-    const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
-    be.gemm_multi(xn_, qkv, n);
-    if (spec_.qk_norm) {  // each head's head_dim features, as rows
-      be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
-      be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+    if (trace) trace->layer = shard_.layers.first + l;
+    {
+      TraceScope span(trace, "attention", "compute");
+      be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
+      const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
+      be.gemm_multi(xn_, qkv, n);
+      if (spec_.qk_norm) {  // each head's head_dim features, as rows
+        be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+        be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+      }
+      attention(batch, kv, l);
+      be.gemm(attn_, L.wo, nullptr, tmp_, n);
     }
-    attention(batch, kv, l);
-    be.gemm(attn_, L.wo, nullptr, tmp_, n);
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);
-    be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
     if (!L.sparse) {
+      TraceScope span(trace, "mlp", "compute");
+      be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
       mlp(L.mlp, xn_, tmp_, n);
     } else {
+      TraceScope span(trace, "experts", "compute");  // the dispatch and combine inside it are spans of their own
+      be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
       ACTORD_TRY_STATUS(moe(L, l, n, context));
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);
   }
+  if (trace) trace->layer = -1;
   if (!shard_.lm_head) {
     logits.clear();
     return timed(context, [&] { return context.pipeline->send(place_.pp_rank + 1, hidden); });
   }
+  TraceScope span(trace, "logits", "compute");
   return lm_head(batch, logits, context);
 }
 

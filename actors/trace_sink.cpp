@@ -1,0 +1,90 @@
+#include "actors/trace_sink.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+
+int TraceSink::pid_of(const std::string& track) {
+  auto [it, added] = pids_.emplace(track, static_cast<int>(pids_.size()) + 1);
+  return it->second;
+}
+
+void TraceSink::add_result(const wire_msg& result, uint64_t step_id) {
+  WireReader reader(result);
+  auto r = reader.root<wire::StepResult>();
+  if (!r.hasTrace()) return;
+  std::lock_guard lock(mu_);
+  const int pid = pid_of(std::string(r.getRank()));
+  for (auto s : r.getTrace()) {
+    Span span;
+    span.pid = pid;
+    span.name = s.getName();
+    span.category = s.getCategory();
+    span.start_ns = s.getStartNs();
+    span.dur_ns = s.getDurNs();
+    span.bytes = s.getBytes();
+    span.layer = s.getLayer();
+    span.step = step_id;
+    spans_.push_back(std::move(span));
+  }
+}
+
+void TraceSink::add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns,
+                                   uint64_t end_ns, uint64_t seqs, uint64_t tokens) {
+  std::lock_guard lock(mu_);
+  Span span;
+  span.pid = pid_of(scheduler);
+  span.name = "step";
+  span.category = "scheduler";
+  span.start_ns = start_ns;
+  span.dur_ns = end_ns > start_ns ? end_ns - start_ns : 0;
+  span.step = step_id;
+  span.seqs = seqs;
+  span.tokens = tokens;
+  spans_.push_back(std::move(span));
+}
+
+size_t TraceSink::num_spans() const {
+  std::lock_guard lock(mu_);
+  return spans_.size();
+}
+
+Status TraceSink::write() const {
+  std::lock_guard lock(mu_);
+  uint64_t origin = UINT64_MAX;
+  for (const Span& s : spans_) origin = std::min(origin, s.start_ns);
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& [track, pid] : pids_) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", track}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+  }
+  for (const Span& s : spans_) {
+    nlohmann::json args = {{"step", s.step}};
+    if (s.layer >= 0) args["layer"] = s.layer;
+    if (s.bytes > 0) args["bytes"] = s.bytes;
+    if (s.category == "scheduler") {
+      args["seqs"] = s.seqs;
+      args["tokens"] = s.tokens;
+    }
+    events.push_back({{"name", s.name},
+                      {"cat", s.category},
+                      {"ph", "X"},
+                      {"ts", double(s.start_ns - origin) / 1000.0},
+                      {"dur", double(s.dur_ns) / 1000.0},
+                      {"pid", s.pid},
+                      {"tid", 0},
+                      {"args", std::move(args)}});
+  }
+  const nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  std::ofstream out(path_);
+  out << doc.dump() << "\n";
+  out.close();
+  if (!out) return make_error(Errc::invalid_argument, "--trace: cannot write " + path_.string());
+  return {};
+}
+
+}  // namespace actord

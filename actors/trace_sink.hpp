@@ -1,0 +1,52 @@
+// `--trace FILE`: the spans of every rank's steps (StepResult.trace, core/step_trace.hpp) and each scheduler's steps,
+// written as Chrome trace JSON (open it in Perfetto or chrome://tracing; bench/trace_overlap.py summarises it).
+//
+// Contract: the schedulers call add_* from their threads (a mutex serialises them); write() runs once, after the
+// actors have stopped (Engine's destructor). Every rank is a process ("pid") named after it, its spans on thread 0;
+// each scheduler is one more process with a span per step from its send to its last result. Times are the
+// machine's CLOCK_MONOTONIC in microseconds from the first span: ranks in other processes of this machine share it;
+// ranks on other machines keep their own clock (not aligned yet). Spans carry their step, layer and bytes as args.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comms/wire_msg.hpp"
+#include "core/status.hpp"
+
+namespace actord {
+
+class TraceSink {
+ public:
+  explicit TraceSink(std::filesystem::path path) : path_(std::move(path)) {}
+  const std::filesystem::path& path() const { return path_; }
+  // The spans of one rank's StepResult of step `step_id` (none when it carries no trace). Throws on a malformed
+  // message, as the step message decoders do.
+  void add_result(const wire_msg& result, uint64_t step_id);
+  // A scheduler's step: sent at start_ns, every result in by end_ns (CLOCK_MONOTONIC), with its sequences and tokens.
+  void add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns, uint64_t end_ns,
+                          uint64_t seqs, uint64_t tokens);
+  size_t num_spans() const;
+  Status write() const;
+
+ private:
+  struct Span {
+    int pid = 0;
+    std::string name, category;
+    uint64_t start_ns = 0, dur_ns = 0, bytes = 0, step = 0;
+    int64_t layer = -1;
+    uint64_t seqs = 0, tokens = 0;  // scheduler steps
+  };
+  int pid_of(const std::string& track);  // under mu_
+
+  std::filesystem::path path_;
+  mutable std::mutex mu_;
+  std::map<std::string, int> pids_;
+  std::vector<Span> spans_;
+};
+
+}  // namespace actord

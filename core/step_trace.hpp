@@ -1,0 +1,64 @@
+// What a rank did during one step, for `--trace` (Chrome trace JSON): named spans on the machine's monotonic clock,
+// recorded by whoever does the work (the worker: its step, idle time and sampling; the model: attention, MLP or
+// experts per layer; a communicator: each collective with its bytes) and shipped in the step's result.
+//
+// Contract: a StepTrace is filled by one thread (its rank's); names and categories are string literals (only their
+// pointers are kept). A null StepTrace* means tracing is off: TraceScope then costs one branch.
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace actord {
+
+struct TraceSpan {
+  const char* name = "";
+  const char* category = "";  // compute | comm | sample | idle | step
+  uint64_t start_ns = 0;      // CLOCK_MONOTONIC
+  uint64_t dur_ns = 0;
+  uint64_t bytes = 0;         // comm: the bytes the operation moved for this rank
+  int layer = -1;             // the model layer it belongs to; -1: none
+};
+
+class StepTrace {
+ public:
+  static uint64_t now_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
+  void add(const char* name, const char* category, uint64_t start_ns, uint64_t end_ns, uint64_t bytes = 0) {
+    spans_.push_back({name, category, start_ns, end_ns > start_ns ? end_ns - start_ns : 0, bytes, layer});
+  }
+  const std::vector<TraceSpan>& spans() const { return spans_; }
+  void clear() {
+    spans_.clear();
+    layer = -1;
+  }
+  int layer = -1;  // spans added now belong to this layer (the model sets it)
+
+ private:
+  std::vector<TraceSpan> spans_;
+};
+
+// A span from construction to destruction, when `trace` is set.
+class TraceScope {
+ public:
+  TraceScope(StepTrace* trace, const char* name, const char* category)
+      : trace_(trace), name_(name), category_(category), start_(trace ? StepTrace::now_ns() : 0) {}
+  ~TraceScope() {
+    if (trace_) trace_->add(name_, category_, start_, StepTrace::now_ns());
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  StepTrace* trace_;
+  const char* name_;
+  const char* category_;
+  uint64_t start_;
+};
+
+}  // namespace actord
