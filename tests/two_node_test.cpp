@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "engine_test_util.hpp"
+#include "netns_util.hpp"
 #include "process_util.hpp"
 
 using namespace actord;
@@ -46,28 +47,10 @@ std::vector<pid_t> workers_of_agent(pid_t agent) {
   return pids;
 }
 
-int sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
-
-// A network namespace with one end of a veth pair, 10.77.N.2 there and 10.77.N.1 here; removed with the object.
-struct OtherNode {
-  std::string ns, here_dev, there_dev, here_ip, there_ip;
+// The other node: a network namespace with `actord agent` in it.
+struct OtherNode : test::NetNamespace {
   pid_t agent = 0;
-  bool ok = false;
 
-  OtherNode() {
-    const int n = static_cast<int>(getpid() % 200) + 20;
-    ns = "actord-node-" + std::to_string(getpid());
-    here_dev = "acta" + std::to_string(getpid() % 100000);
-    there_dev = "actb" + std::to_string(getpid() % 100000);
-    here_ip = "10.77." + std::to_string(n) + ".1";
-    there_ip = "10.77." + std::to_string(n) + ".2";
-    ok = geteuid() == 0 && sh("ip netns add " + ns) == 0 &&
-         sh("ip link add " + here_dev + " type veth peer name " + there_dev) == 0 &&
-         sh("ip link set " + there_dev + " netns " + ns) == 0 &&
-         sh("ip addr add " + here_ip + "/24 dev " + here_dev) == 0 && sh("ip link set " + here_dev + " up") == 0 &&
-         sh("ip -n " + ns + " addr add " + there_ip + "/24 dev " + there_dev) == 0 &&
-         sh("ip -n " + ns + " link set " + there_dev + " up") == 0 && sh("ip -n " + ns + " link set lo up") == 0;
-  }
   std::string agent_address() const { return "tcp://" + there_ip + ":7070"; }
   void start_agent() {
     std::fflush(nullptr);  // the child must not write this process's buffered output again
@@ -86,11 +69,7 @@ struct OtherNode {
     waitpid(agent, nullptr, 0);
     agent = 0;
   }
-  ~OtherNode() {
-    kill_agent();
-    sh("ip link del " + here_dev);
-    sh("ip netns del " + ns);
-  }
+  ~OtherNode() { kill_agent(); }
 };
 
 // Declares `name`, an OtherNode with its agent started, or skips the test case with a message.
