@@ -174,7 +174,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   };
   std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
   // [lane * pp + stage], [lane * tp + tp rank], and the EP group.
-  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs;
+  // With two-batch overlap, tp_specs2 and pipeline_specs2: the second micro-batch's, the same ranks.
+  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs, tp_specs2, pipeline_specs2;
   for (int lane = 0; lane < lanes; ++lane) {
     const std::string prefix = lanes > 1 ? "dp" + std::to_string(lane) + "/" : "";
     if (tp > 1) {
@@ -182,6 +183,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         std::vector<std::string> agents;
         for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s, lane));
         tp_specs.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp", agents));
+        if (group.tbo) tp_specs2.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp/mb1", agents));
       }
     }
     if (pp > 1) {
@@ -189,6 +191,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         std::vector<std::string> agents;
         for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s, lane));
         pipeline_specs.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline", agents));
+        if (group.tbo) pipeline_specs2.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline/mb1", agents));
       }
     }
   }
@@ -216,6 +219,10 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       failed = hand_out(tp_specs[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, &RankLinks::tp);
     for (size_t g = 0; g < pipeline_specs.size() && !failed; ++g)  // g = lane * tp + tp rank
       failed = hand_out(pipeline_specs[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, &RankLinks::pipeline);
+    for (size_t g = 0; g < tp_specs2.size() && !failed; ++g)
+      failed = hand_out(tp_specs2[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, &RankLinks::tp2);
+    for (size_t g = 0; g < pipeline_specs2.size() && !failed; ++g)
+      failed = hand_out(pipeline_specs2[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, &RankLinks::pipeline2);
     for (size_t g = 0; g < ep_specs.size() && !failed; ++g)
       failed = hand_out(ep_specs[g], [](int i) { return i; }, &RankLinks::ep);
     if (failed) {
@@ -275,6 +282,10 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(lane * pp + s)], out.initTpGroup());
       if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup());
       if (in_processes && lanes > 1) to_wire(ep_specs.front(), out.initEpGroup());
+      out.setTbo(group.tbo);
+      if (in_processes && group.tbo && tp > 1) to_wire(tp_specs2[static_cast<size_t>(lane * pp + s)], out.initTpGroup2());
+      if (in_processes && group.tbo && pp > 1)
+        to_wire(pipeline_specs2[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup2());
     });
   };
   // Every rank loads its shard at once (ranks in processes meet in their groups while loading); the scheduler

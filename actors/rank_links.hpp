@@ -20,6 +20,8 @@ struct RankLinks {
   std::unique_ptr<coll::Communicator> tp;        // null when tp is 1
   std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1
   std::unique_ptr<coll::Communicator> ep;        // every EP rank of the replica; null without attention lanes
+  // Two-batch overlap: the second micro-batch's TP and pipeline groups (the first uses the ones above); null without.
+  std::unique_ptr<coll::Communicator> tp2, pipeline2;
 };
 
 }  // namespace actord

@@ -28,6 +28,7 @@ void TraceSink::add_result(const wire_msg& result, uint64_t step_id) {
     span.dur_ns = s.getDurNs();
     span.bytes = s.getBytes();
     span.layer = s.getLayer();
+    span.tid = static_cast<int>(s.getMicroBatch());
     span.step = step_id;
     spans_.push_back(std::move(span));
   }
@@ -76,7 +77,7 @@ Status TraceSink::write() const {
                       {"ts", double(s.start_ns - origin) / 1000.0},
                       {"dur", double(s.dur_ns) / 1000.0},
                       {"pid", s.pid},
-                      {"tid", 0},
+                      {"tid", s.tid},
                       {"args", std::move(args)}});
   }
   const nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};

@@ -39,6 +39,7 @@ class TraceSink {
     std::string name, category;
     uint64_t start_ns = 0, dur_ns = 0, bytes = 0, step = 0;
     int64_t layer = -1;
+    int tid = 0;  // the micro-batch
     uint64_t seqs = 0, tokens = 0;  // scheduler steps
   };
   int pid_of(const std::string& track);  // under mu_

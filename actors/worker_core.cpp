@@ -91,6 +91,10 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");
     if (linked && place_.lanes() > 1)
       linked = link(links_.ep, req.getEpGroup(), place_.ep, place_.ep_rank(), name_, "EP");
+    tbo_ = req.getTbo();
+    if (linked && tbo_) linked = link(links_.tp2, req.getTpGroup2(), place_.tp, place_.tp_rank, name_, "TP (micro-batch 2)");
+    if (linked && tbo_)
+      linked = link(links_.pipeline2, req.getPipelineGroup2(), place_.pp, place_.pp_rank, name_, "pipeline (micro-batch 2)");
     if (!linked) {
       ok = false;
       failure = linked.error();
@@ -186,6 +190,11 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
           return nullptr;
         }
       };
+      if (tbo_) {
+        twin_ = model_->twin();
+        if (!twin_) spdlog::warn("{}: the model has no twin for two-batch overlap: steps run as one batch", name_);
+        else if (!overlap_) overlap_ = std::make_unique<OverlapRunner>();
+      }
       kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true);
       if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false);
       if (!ok) model_.reset();
@@ -260,8 +269,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     trace_.clear();
     if (last_step_end_) trace_.add("idle", "idle", monotonic_ns(*last_step_end_), monotonic_ns(t0));
   }
+  if (trace) trace2_.clear();
   for (auto* comm : {links_.tp.get(), links_.pipeline.get(), links_.ep.get()})
     if (comm) comm->set_trace(trace);
+  for (auto* comm : {links_.tp2.get(), links_.pipeline2.get()})
+    if (comm) comm->set_trace(trace ? &trace2_ : nullptr);
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
@@ -274,6 +286,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     const std::vector<int32_t> placement = to_vector<int32_t>(step.getExpertPlacement());
     const auto start = std::chrono::steady_clock::now();
     if (auto moved = model_->set_expert_placement(placement, context); !moved) return break_links(moved.error().message);
+    if (twin_) twin_ = model_->twin();  // with the new placement
     spdlog::info("{}: expert placement of step {} taken in {:.1f} ms", name_, step.getStepId(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
@@ -350,7 +363,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
   }
 
-  if (auto run = model_->forward(batch_, *kv_, logits_, context); !run) return break_links(run.error().message);
+  uint64_t comm2_ns = 0;
+  const bool overlapped = twin_ && overlap_ && batch_.seqs.size() >= 2;  // the same on every rank: the same step
+  if (auto run = overlapped ? forward_overlapped(context, comm2_ns) : model_->forward(batch_, *kv_, logits_, context);
+      !run)
+    return break_links(run.error().message);
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
   // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one
   // sampled stays for the next (whose slices may ask for it).
@@ -363,8 +380,14 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setCorrelationId(step.getCorrelationId());
       out.setStepId(step.getStepId());
       fill(out);
-      // A stage's expert load, once: its tp rank 0 reports it (every tp rank routes the same).
-      if (const ExpertLoad load = model_->expert_load(); load.num_experts > 0 && place_.tp_rank == 0) {
+      // A stage's expert load, once: its tp rank 0 reports it (every tp rank routes the same); both micro-batches'.
+      if (ExpertLoad load = model_->expert_load(); load.num_experts > 0 && place_.tp_rank == 0) {
+        if (overlapped) {
+          const ExpertLoad second = twin_->expert_load();
+          expert_sum_.assign(load.tokens.begin(), load.tokens.end());
+          for (size_t i = 0; i < expert_sum_.size() && i < second.tokens.size(); ++i) expert_sum_[i] += second.tokens[i];
+          load.tokens = expert_sum_;
+        }
         out.setNumExperts(static_cast<uint32_t>(load.num_experts));
         out.setExpertLayerFirst(static_cast<uint32_t>(load.first_layer));
         auto tokens = out.initExpertTokens(static_cast<uint32_t>(load.tokens.size()));
@@ -373,10 +396,14 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setComputeMicros(
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);
-      out.setCommMicros(comm_ns / 1000);
+      out.setCommMicros((comm_ns + comm2_ns) / 1000);
       if (trace) {
         trace_.layer = -1;
         trace_.add("step", "step", monotonic_ns(t0), monotonic_ns(t1));
+        for (TraceSpan span : trace2_.spans()) {
+          span.micro_batch = 1;
+          trace_.add(span);
+        }
         out.setRank(name_);
         const auto& spans = trace_.spans();
         auto list = out.initTrace(static_cast<uint32_t>(spans.size()));
@@ -387,6 +414,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
           list[i].setDurNs(spans[i].dur_ns);
           list[i].setBytes(spans[i].bytes);
           list[i].setLayer(spans[i].layer);
+          list[i].setMicroBatch(static_cast<uint32_t>(spans[i].micro_batch));
         }
       }
     });
@@ -471,6 +499,46 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       }
     }
   });
+}
+
+Status WorkerCore::forward_overlapped(const ForwardContext& context, uint64_t& comm2_ns) {
+  // Whole sequences, cut where the two halves' tokens differ least.
+  const size_t n = batch_.seqs.size();
+  const int64_t total = static_cast<int64_t>(batch_.tokens.size());
+  size_t cut = 1;
+  int64_t before = 0, best = INT64_MAX;
+  for (size_t k = 1; k < n; ++k) {
+    before += batch_.seqs[k - 1].num_tokens;
+    if (const int64_t gap = std::abs(2 * before - total); gap < best) {
+      best = gap;
+      cut = k;
+    }
+  }
+  for (int m = 0; m < 2; ++m) {
+    ForwardBatch& mb = micro_[m];
+    mb.tokens.clear();
+    mb.seqs.clear();
+    for (size_t i = m == 0 ? 0 : cut; i < (m == 0 ? cut : n); ++i) {
+      SeqSlice slice = batch_.seqs[i];
+      slice.first_token = static_cast<int32_t>(mb.tokens.size());
+      mb.tokens.insert(mb.tokens.end(), batch_.tokens.begin() + batch_.seqs[i].first_token,
+                       batch_.tokens.begin() + batch_.seqs[i].first_token + batch_.seqs[i].num_tokens);
+      mb.seqs.push_back(slice);
+    }
+  }
+  ForwardContext second(*backend_);
+  second.tp = links_.tp2.get();
+  second.pipeline = links_.pipeline2.get();
+  second.comm_ns = &comm2_ns;
+  second.trace = context.trace ? &trace2_ : nullptr;
+  Status first_ran, second_ran;
+  overlap_->run([&] { first_ran = model_->forward(micro_[0], *kv_, micro_logits_[0], context); },
+                [&] { second_ran = twin_->forward(micro_[1], *kv_, micro_logits_[1], second); });
+  if (!first_ran) return first_ran;
+  if (!second_ran) return second_ran;
+  logits_ = micro_logits_[0];
+  logits_.insert(logits_.end(), micro_logits_[1].begin(), micro_logits_[1].end());
+  return {};
 }
 
 std::string WorkerCore::resolve_previous_tokens() {

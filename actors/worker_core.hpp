@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/overlap_runner.hpp"
 #include "actors/rank_links.hpp"
 #include "core/step_trace.hpp"
 #include "comms/wire_msg.hpp"
@@ -64,6 +65,10 @@ class WorkerCore {
   // After the forward pass: turns the rows of slices with prompt logprobs into prompt_logprobs_ and leaves in
   // logits_ only the rows the step samples from.
   void take_prompt_logprobs(int vocab);
+  // Two-batch overlap: batch_ as two micro-batches of whole sequences balanced by tokens, the first on `context`'s
+  // groups, the second on the second groups (its collectives' time added to *comm2_ns, its spans to trace2_); their
+  // logits into logits_ in batch order.
+  Status forward_overlapped(const ForwardContext& context, uint64_t& comm2_ns);
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
@@ -98,6 +103,16 @@ class WorkerCore {
   ForwardBatch batch_;                           // reused across steps
   std::vector<SequenceState*> states_;           // [n_seqs] their state
   std::vector<float> logits_;                    // [n_sampled, vocab]
+  // Two-batch overlap (WorkerInit.tbo): the second micro-batch's model (sharing the weights), the runner whose
+  // thread runs it, the two micro-batches of a step, their logits, the second one's trace; and the two models'
+  // expert counts summed.
+  bool tbo_ = false;
+  std::unique_ptr<Model> twin_;
+  std::unique_ptr<OverlapRunner> overlap_;
+  ForwardBatch micro_[2];
+  std::vector<float> micro_logits_[2];
+  StepTrace trace2_;
+  std::vector<uint32_t> expert_sum_;
   std::vector<SampleRequest> sample_requests_;   // [n_sampled]
   std::vector<SampledToken> samples_;            // [n_sampled]
   std::vector<uint64_t> sample_seq_ids_;         // [n_sampled]: whose token each sample is (a fork: seqId + i)

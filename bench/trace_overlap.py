@@ -7,9 +7,10 @@ communication overlapped its own compute.
 Per rank (a process of the trace named .../worker/...):
   steps      traced steps
   wall ms    from its first span to its last
-  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them
+  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them,
+             both micro-batches' summed
   sample     time sampling
-  comm       time in collectives (waiting for peers and the modelled link included)
+  comm       time in collectives (waiting for peers and the modelled link included), both micro-batches' summed
   idle       time between steps (the worker waited for its next ExecuteStep)
   overlap    the share of comm during which the same rank computed on another micro-batch (tid): 0 without
              two-batch overlap, 1 when every collective hid behind the other micro-batch's compute
@@ -79,8 +80,8 @@ def summarise(events):
         by_cat = collections.defaultdict(lambda: collections.defaultdict(list))  # cat -> tid -> intervals
         for e in evs:
             by_cat[e["cat"]][e.get("tid", 0)].append((e["ts"], e["ts"] + e["dur"]))
-        comm_all = union([iv for tid in by_cat["comm"].values() for iv in tid])
-        compute = {tid: subtract(union(ivs), comm_all) for tid, ivs in by_cat["compute"].items()}
+        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine).
+        compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, []))) for tid, ivs in by_cat["compute"].items()}
         overlapped = 0.0
         for tid, ivs in by_cat["comm"].items():
             others = union([iv for t, c in compute.items() if t != tid for iv in c])

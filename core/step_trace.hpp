@@ -20,6 +20,7 @@ struct TraceSpan {
   uint64_t dur_ns = 0;
   uint64_t bytes = 0;         // comm: the bytes the operation moved for this rank
   int layer = -1;             // the model layer it belongs to; -1: none
+  int micro_batch = 0;        // two-batch overlap: 0 or 1
 };
 
 class StepTrace {
@@ -32,6 +33,7 @@ class StepTrace {
   void add(const char* name, const char* category, uint64_t start_ns, uint64_t end_ns, uint64_t bytes = 0) {
     spans_.push_back({name, category, start_ns, end_ns > start_ns ? end_ns - start_ns : 0, bytes, layer});
   }
+  void add(const TraceSpan& span) { spans_.push_back(span); }
   const std::vector<TraceSpan>& spans() const { return spans_; }
   void clear() {
     spans_.clear();

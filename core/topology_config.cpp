@@ -372,7 +372,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link",
+    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link", "tbo",
                   "placement", "threads", "cpu_isa", "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
@@ -417,6 +417,9 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
     g.read("oversubscribe", group.oversubscribe);
+    g.read("tbo", group.tbo);
+    require(!group.tbo || group.lanes() == 1, p + ".tbo",
+            "two-batch overlap does not run with attention lanes (ep beyond tp) yet");
     g.read("cpu_isa", group.cpu_isa);
     require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
                 group.cpu_isa == "avx512",

@@ -118,6 +118,10 @@ struct GroupSection {
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
   LinkModel link;  // `link: {latency: 200us, bandwidth: 10GB/s}`
+  // Two-batch overlap: each step's batch runs as two micro-batches of whole sequences, balanced by tokens, on two
+  // threads of each rank taking turns to compute, so that one's collectives wait while the other computes (each
+  // micro-batch has its own collective groups). Outputs are the same as without.
+  bool tbo = false;
 
   // Attention data parallel lanes of a replica: ep / tp when ep is a larger multiple of tp, else 1.
   int lanes() const { return ep > tp && ep % tp == 0 ? ep / tp : 1; }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -75,6 +76,10 @@ class Model {
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
   virtual ExpertLoad expert_load() const { return {}; }
+  // Two-batch overlap: a model sharing this one's weights (and its expert placement as it is now) with scratch and
+  // counters of its own, so that two micro-batches can run forward() on two threads that take turns, never at
+  // once. Null when the model cannot (the worker then runs each step as one batch).
+  virtual std::unique_ptr<Model> twin() const { return nullptr; }
   // Expert parallelism with EPLB: the placement of every layer's experts from the next forward() on
   // ([layer][slot], core/expert_placement.hpp, for all the model's layers). Every EP rank of the replica calls it
   // at the same point with the same placement (a collective over the context's EP communicator, or its TP one

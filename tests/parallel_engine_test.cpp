@@ -354,3 +354,29 @@ TEST_CASE("parallel engine: a modelled link (groups[].link) slows tp2's collecti
   INFO("collectives per step: " << comm_ms_per_step << " ms");
   CHECK(comm_ms_per_step >= 12.0);
 }
+
+TEST_CASE("parallel engine: two-batch overlap (groups[].tbo) gives the tokens and logprobs of one batch - tp2, pp2, "
+          "tp2 x pp2 in threads and processes, ep2 over tp2", "[engine][parallel][tbo]") {
+  const auto requests = batch(true);
+  const auto expected = run(test::quickstart(), requests);
+  struct Layout {
+    const char* file;
+    const char* placement;
+  };
+  for (const Layout& layout : {Layout{"configs/tp2.yaml", "thread"}, Layout{"configs/tp2.yaml", "process"},
+                               Layout{"configs/pp2.yaml", "process"}, Layout{"configs/tp2-pp2.yaml", "thread"},
+                               Layout{"configs/tp2-pp2.yaml", "process"}}) {
+    DYNAMIC_SECTION(layout.file << " " << layout.placement) {
+      check_same(expected, run(test::quickstart(layout.file, {"groups[0].tbo=true", std::string("groups[0].placement=") +
+                                                                                       layout.placement}),
+                               requests));
+    }
+  }
+  SECTION("ep2 over tp2, a random Mixtral") {
+    test::TempDir tmp;
+    const auto mixtral = write_mixtral(tmp.path() / "mixtral");
+    const auto ids = batch(false);
+    check_same(run(dummy_topology(mixtral, "configs/quickstart.yaml", {}), ids),
+               run(dummy_topology(mixtral, "configs/tp2.yaml", {"groups[0].ep=2", "groups[0].tbo=true"}), ids));
+  }
+}

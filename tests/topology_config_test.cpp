@@ -233,7 +233,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, eplb_step_interval, link, name, num_redundant_experts, "
-                               "oversubscribe, placement, pp, replicas, router, threads, tp)"));
+                               "oversubscribe, placement, pp, replicas, router, tbo, threads, tp)"));
 }
 
 TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spreading", "[config]") {

@@ -72,6 +72,12 @@ Result<std::span<std::byte>> Communicator::place(Sink& sink, std::span<const siz
   return out;
 }
 
+namespace {
+thread_local WaitHook* wait_hook = nullptr;
+}  // namespace
+
+void set_wait_hook(WaitHook* hook) { wait_hook = hook; }
+
 template <class F>
 Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> link_bytes) {
   auto where = [&] {
@@ -79,14 +85,16 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
            std::string(op) + ": ";
   };
   if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
+  WaitHook* const hook = wait_hook;
+  if (hook) hook->before_wait();
   const uint64_t start = trace_ ? StepTrace::now_ns() : 0;
   Status st = body();
-  if (st.ok()) {
-    if (link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0)) emulate_link(*link_bytes);
-    // Operation names are the literals of the callers below.
-    if (trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
-    return st;
-  }
+  if (st.ok() && link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0))
+    emulate_link(*link_bytes);
+  // Operation names are the literals of the callers below.
+  if (st.ok() && trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
+  if (hook) hook->after_wait();
+  if (st.ok()) return st;
   broken_ = true;
   failure_ = st.error();
   on_failure(std::string(op) + ": " + st.error().message);

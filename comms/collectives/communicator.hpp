@@ -55,6 +55,20 @@ inline size_t balanced_offset(size_t total, int parts, int r) {
   return rr * (total / p) + std::min(rr, total % p);
 }
 
+// Two-batch overlap: a rank's two micro-batches run on two threads that take turns to compute. The hook a thread
+// sets is told before each of its collective operations starts waiting and after it returns, so that it can hand
+// the compute over to the other thread meanwhile.
+class WaitHook {
+ public:
+  virtual void before_wait() = 0;
+  virtual void after_wait() = 0;
+
+ protected:
+  ~WaitHook() = default;
+};
+// The calling thread's hook (null: none), for every communicator it uses.
+void set_wait_hook(WaitHook* hook);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

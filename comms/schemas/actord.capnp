@@ -237,6 +237,7 @@ struct TraceSpan {
   durNs @3 :UInt64;
   bytes @4 :UInt64;              # comm: bytes moved for this rank
   layer @5 :Int32;               # -1: none
+  microBatch @6 :UInt32;         # two-batch overlap: 0 or 1
 }
 
 # Sent by the coordinator to a worker (in a thread or a process) before its first step.
@@ -271,6 +272,9 @@ struct WorkerInit {
   numRedundantExperts @22 :UInt32;  # EPLB: extra expert slots per rank (core/expert_placement.hpp)
   lane @23 :UInt32;              # with attention lanes: this rank's lane (its EP rank is lane * tp + tpRank)
   epGroup @24 :CollectiveGroup;  # with attention lanes, for a rank in its own process: every EP rank of the replica
+  tbo @25 :Bool;                 # two-batch overlap (groups[].tbo): each step as two micro-batches on two threads
+  tpGroup2 @26 :CollectiveGroup; # with tbo, for a rank in its own process: the second micro-batch's groups
+  pipelineGroup2 @27 :CollectiveGroup;
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).

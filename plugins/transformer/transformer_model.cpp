@@ -512,6 +512,16 @@ void TransformerModel::route(const Layer& L, int l, int n) {
     expert_tokens_[size_t(l) * n_exp + size_t(e)] += static_cast<uint32_t>(routed_[size_t(e)].rows.size());
 }
 
+// The weights, layers and placement are handles (shared); the scratch buffers are not: the twin reserves its own.
+std::unique_ptr<Model> TransformerModel::twin() const {
+  std::unique_ptr<TransformerModel> t(new TransformerModel(*this));
+  for (exec::Buffer* b : {&t->x_, &t->xn_, &t->q_, &t->k_, &t->v_, &t->attn_, &t->gate_, &t->up_, &t->tmp_, &t->rows_,
+                          &t->normed_rows_, &t->out_logits_, &t->vocab_part_, &t->gathered_, &t->router_logits_, &t->xe_,
+                          &t->ye_, &t->shared_logits_})
+    *b = exec::Buffer{};
+  return t;
+}
+
 ExpertLoad TransformerModel::expert_load() const {
   if (spec_.num_experts == 0) return {};
   return {shard_.layers.first, spec_.num_experts, expert_tokens_};

@@ -71,6 +71,7 @@ class TransformerModel final : public Model {
                  const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
   ExpertLoad expert_load() const override;
+  std::unique_ptr<Model> twin() const override;
   Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) override;
 
  private:
