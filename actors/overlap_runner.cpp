@@ -2,6 +2,28 @@
 
 namespace actord {
 
+void OverlapRunner::Turns::acquire(int id) {
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return turn == id || done[1 - id]; });
+}
+
+void OverlapRunner::Turns::release(int id) {
+  {
+    std::lock_guard lock(mu);
+    turn = 1 - id;
+  }
+  cv.notify_all();
+}
+
+void OverlapRunner::Turns::finish(int id) {
+  {
+    std::lock_guard lock(mu);
+    done[id] = true;
+    turn = 1 - id;
+  }
+  cv.notify_all();
+}
+
 OverlapRunner::OverlapRunner() : helper_([this] { loop(); }) {}
 
 OverlapRunner::~OverlapRunner() {
@@ -14,16 +36,16 @@ OverlapRunner::~OverlapRunner() {
 }
 
 void OverlapRunner::loop() {
-  coll::set_wait_hook(&baton_);
+  coll::set_wait_hook(&hooks_[1]);
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || task_ != nullptr; });
     if (stop_) return;
     const std::function<void()>* task = task_;
     lock.unlock();
-    baton_.mu_.lock();
+    turns_.acquire(1);
     (*task)();
-    baton_.mu_.unlock();
+    turns_.finish(1);
     lock.lock();
     task_ = nullptr;
     done_ = true;
@@ -32,17 +54,21 @@ void OverlapRunner::loop() {
 }
 
 void OverlapRunner::run(const std::function<void()>& first, const std::function<void()>& second) {
-  baton_.mu_.lock();  // before the helper can: `first` computes first
+  {
+    std::lock_guard lock(turns_.mu);
+    turns_.turn = 0;  // `first` computes first
+    turns_.done[0] = turns_.done[1] = false;
+  }
   {
     std::lock_guard lock(mu_);
     task_ = &second;
     done_ = false;
   }
   cv_.notify_all();
-  coll::set_wait_hook(&baton_);
+  coll::set_wait_hook(&hooks_[0]);
   first();
   coll::set_wait_hook(nullptr);
-  baton_.mu_.unlock();
+  turns_.finish(0);
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_; });
 }

@@ -1,7 +1,7 @@
 // Two-batch overlap inside one rank: two micro-batches' forward passes run at once, one on the calling thread and
 // one on a thread of the runner's own, taking turns to compute. A thread holds the compute baton while it computes
-// and hands it over while one of its collective operations waits (coll::WaitHook, which every Communicator calls),
-// so one micro-batch's communication overlaps the other's compute; the two never compute at once, so the rank's
+// and hands it over when one of its collective operations starts waiting (coll::WaitHook, which every
+// Communicator calls), so one micro-batch's communication overlaps the other's compute; the two never compute at once, so the rank's
 // backend (its thread pool, its memory) sees one caller at a time. Each micro-batch needs collective groups of its
 // own (its peers' operations pair with its own).
 #pragma once
@@ -26,15 +26,32 @@ class OverlapRunner {
   void run(const std::function<void()>& first, const std::function<void()>& second);
 
  private:
-  class Baton final : public coll::WaitHook {
+  // The compute baton, passed in strict turns (first, second, first, ...) so that every rank of a group runs the
+  // micro-batches' chunks in the same order and their collectives pair up without one rank waiting for the other
+  // to finish its other micro-batch; a finished micro-batch leaves the baton to the other.
+  struct Turns {
+    std::mutex mu;
+    std::condition_variable cv;
+    int turn = 0;
+    bool done[2] = {false, false};
+    void acquire(int id);
+    void release(int id);  // the other's turn
+    void finish(int id);
+  };
+  class Hook final : public coll::WaitHook {
    public:
-    void before_wait() override { mu_.unlock(); }
-    void after_wait() override { mu_.lock(); }
-    std::mutex mu_;
+    Hook(Turns& turns, int id) : turns_(turns), id_(id) {}
+    void before_wait() override { turns_.release(id_); }
+    void after_wait() override { turns_.acquire(id_); }
+
+   private:
+    Turns& turns_;
+    int id_;
   };
   void loop();
 
-  Baton baton_;
+  Turns turns_;
+  Hook hooks_[2] = {Hook(turns_, 0), Hook(turns_, 1)};
   std::mutex mu_;
   std::condition_variable cv_;
   const std::function<void()>* task_ = nullptr;  // the helper's next task, under mu_

@@ -560,7 +560,9 @@ void plan_and_send(self_ptr self) {
                     }
                     if (self->state.trace) on_follower_result(self, step_id);
                   },
-                  [](const caf::error&) {});  // a lost follower breaks the replica: the driver's result says so
+                  [=](const caf::error&) {  // a lost follower breaks the replica: the driver's result says so
+                    if (self->state.trace) on_follower_result(self, step_id);
+                  });
         }
         self->request(lane.worker, caf::infinite, step_atom::value, std::move(step))
             .then([=](wire_msg& result) { on_lane_result(self, step_id, i, std::move(result)); },

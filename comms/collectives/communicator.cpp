@@ -9,6 +9,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "comms/collectives/futex_sync.hpp"
+
 namespace actord::coll {
 namespace {
 
@@ -76,7 +78,10 @@ namespace {
 thread_local WaitHook* wait_hook = nullptr;
 }  // namespace
 
-void set_wait_hook(WaitHook* hook) { wait_hook = hook; }
+void set_wait_hook(WaitHook* hook) {
+  wait_hook = hook;
+  set_yielding(hook == nullptr);  // the core is the other micro-batch's while this thread waits
+}
 
 template <class F>
 Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> link_bytes) {

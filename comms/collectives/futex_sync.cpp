@@ -26,6 +26,13 @@ void signal(SyncWord& w) {
 
 void yield_core() { sched_yield(); }
 
+namespace {
+thread_local bool may_yield = true;
+}  // namespace
+
+void set_yielding(bool yielding) { may_yield = yielding; }
+bool yielding() { return may_yield; }
+
 void wake_all(SyncWord& w) { futex(&w.value, FUTEX_WAKE, INT_MAX, nullptr); }
 
 void sleep_while(SyncWord& w, uint32_t seen, std::chrono::nanoseconds limit) {

@@ -46,6 +46,11 @@ inline constexpr std::chrono::microseconds kYieldTime{200};
 inline constexpr std::chrono::milliseconds kSleepSlice{10};
 
 void yield_core();
+// Whether the calling thread's waits may yield its core before they sleep (by default they do). Not while another
+// thread of the rank computes meanwhile (two-batch overlap: set_wait_hook turns it off for the hooked thread):
+// yielding would take the core from it.
+void set_yielding(bool yielding);
+bool yielding();
 
 // Waits until ready() holds. ready() must become true only after signal(w). give_up() returns an Error to stop
 // waiting (the peer died, the group was aborted); it is called before each sleep. Past the deadline returns
@@ -59,11 +64,13 @@ Status wait_until(SyncWord& w, Ready&& ready, GiveUp&& give_up, Clock::time_poin
     if (ready()) return Status::success();
     if ((i & 15) == 0 && Clock::now() >= spin_end) break;
   }
-  const auto yield_end = spin_end + kYieldTime;
-  do {
-    yield_core();
-    if (ready()) return Status::success();
-  } while (Clock::now() < yield_end);
+  if (yielding()) {
+    const auto yield_end = spin_end + kYieldTime;
+    do {
+      yield_core();
+      if (ready()) return Status::success();
+    } while (Clock::now() < yield_end);
+  }
   for (;;) {
     if (std::optional<Error> e = give_up()) return *e;
     const auto now = Clock::now();
