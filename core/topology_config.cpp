@@ -498,8 +498,9 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB, TiB)");
 }
 
-Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text) {
-  auto bad = [&] { return make_error(Errc::invalid_config, "must be a duration such as 2s, 500ms or 200us, got '" + text + "'"); };
+// A duration's nanoseconds (rounded up), or an Error saying `what` a duration looks like and which units exist.
+static Result<double> duration_ns(const std::string& text, const char* example, const char* unit_hint) {
+  auto bad = [&] { return make_error(Errc::invalid_config, std::string("must be a duration such as ") + example + ", got '" + text + "'"); };
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   if (i == 0 || text.find('.') != text.rfind('.')) return bad();
@@ -514,9 +515,15 @@ Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text) {
     if (unit != name) continue;
     const double ns = std::ceil(value * ns_per_unit);
     if (ns > 1e18) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
-    return std::chrono::nanoseconds(static_cast<int64_t>(ns));
+    return ns;
   }
-  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use us, ms, s)");
+  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use " + unit_hint + ")");
+}
+
+Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text) {
+  auto ns = duration_ns(text, "2s, 500ms or 200us", "us, ms, s");
+  if (!ns) return ns.error();
+  return std::chrono::nanoseconds(static_cast<int64_t>(*ns));
 }
 
 Result<uint64_t> parse_byte_rate(const std::string& text) {
@@ -530,24 +537,9 @@ Result<uint64_t> parse_byte_rate(const std::string& text) {
 }
 
 Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  auto bad = [&] { return make_error(Errc::invalid_config, "must be a duration such as 2s or 500ms, got '" + text + "'"); };
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0 || text.find('.') != text.rfind('.')) return bad();
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + i, value);
-  if (ec != std::errc{} || end != text.data() + i || !std::isfinite(value)) return bad();
-  std::string unit = text.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
-  static const std::pair<const char*, double> units[] = {{"", 1e3}, {"s", 1e3}, {"ms", 1}, {"us", 1e-3}, {"m", 60e3},
-                                                         {"h", 3600e3}};
-  for (const auto& [name, ms_per_unit] : units) {
-    if (unit != name) continue;
-    const double ms = std::ceil(value * ms_per_unit);
-    if (ms > 1e12) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
-    return std::chrono::milliseconds(static_cast<int64_t>(ms));
-  }
-  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use ms, s, m, h)");
+  auto ns = duration_ns(text, "2s or 500ms", "ms, s, m, h");
+  if (!ns) return ns.error();
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*ns / 1e6)));
 }
 
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,

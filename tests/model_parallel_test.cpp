@@ -80,19 +80,9 @@ class Replica {
 
   // EPLB: every rank takes `placement` at once (the experts its slots gain come from their holders).
   void set_expert_placement(const std::vector<int32_t>& placement) {
-    std::vector<std::thread> threads;
-    std::vector<Status> results(ranks_.size());
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        Rank& rank = ranks_[r];
-        ForwardContext context(rank.cpu->backend);
-        context.tp = rank.tp.get();
-        context.pipeline = rank.pipeline.get();
-        context.ep = rank.ep.get();
-        results[r] = rank.model->set_expert_placement(placement, context);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<Status> results = on_every_rank([&](size_t, Rank& rank, const ForwardContext& context) {
+      return rank.model->set_expert_placement(placement, context);
+    });
     for (size_t r = 0; r < ranks_.size(); ++r) {
       INFO("rank " << r);
       REQUIRE(results[r].ok());
@@ -105,21 +95,11 @@ class Replica {
     int most = 0;
     for (const auto& b : batches) most = std::max(most, static_cast<int>(b.tokens.size()));
     const size_t per_lane = ranks_.size() / size_t(lanes_);
-    std::vector<std::thread> threads;
     std::vector<std::vector<float>> logits(ranks_.size());
-    std::vector<Status> results(ranks_.size());
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        Rank& rank = ranks_[r];
-        ForwardContext context(rank.cpu->backend);
-        context.tp = rank.tp.get();
-        context.pipeline = rank.pipeline.get();
-        context.ep = rank.ep.get();
-        context.lane_tokens = most;
-        results[r] = rank.model->forward(batches[r / per_lane], *rank.kv, logits[r], context);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<Status> results = on_every_rank([&](size_t r, Rank& rank, ForwardContext context) {
+      context.lane_tokens = most;
+      return rank.model->forward(batches[r / per_lane], *rank.kv, logits[r], context);
+    });
     std::vector<std::vector<float>> out;
     for (int lane = 0; lane < lanes_; ++lane) {
       const size_t first = size_t(lane) * per_lane, last_stage = first + size_t((pp_ - 1) * tp_);
@@ -135,6 +115,25 @@ class Replica {
   }
 
  private:
+  struct Rank;
+  // fn(rank index, rank, its context with its communicators) on every rank at once, each in a thread of its own.
+  template <class F>
+  std::vector<Status> on_every_rank(F&& fn) {
+    std::vector<std::thread> threads;
+    std::vector<Status> results(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        Rank& rank = ranks_[r];
+        ForwardContext context(rank.cpu->backend);
+        context.tp = rank.tp.get();
+        context.pipeline = rank.pipeline.get();
+        context.ep = rank.ep.get();
+        results[r] = fn(r, rank, context);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return results;
+  }
   struct Rank {
     std::unique_ptr<test::CpuRank> cpu;  // destroyed after the model loaded into it
     std::unique_ptr<Model> model;
