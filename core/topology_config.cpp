@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <fstream>
 #include <set>
+#include <span>
 #include <sstream>
 
 namespace actord {
@@ -498,8 +499,8 @@ Result<uint64_t> parse_byte_size(const std::string& text) {
   return make_error(Errc::invalid_config, "unknown size unit '" + unit + "' in '" + text + "' (use KiB, MiB, GiB, TiB)");
 }
 
-// A duration's nanoseconds (rounded up), or an Error saying `what` a duration looks like and which units exist.
-static Result<double> duration_ns(const std::string& text, const char* example, const char* unit_hint) {
+// A duration's number and unit ("1.5", "ms"), or an Error saying what a duration looks like (`example`).
+static Result<std::pair<double, std::string>> lex_duration(const std::string& text, const char* example) {
   auto bad = [&] { return make_error(Errc::invalid_config, std::string("must be a duration such as ") + example + ", got '" + text + "'"); };
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
@@ -509,19 +510,30 @@ static Result<double> duration_ns(const std::string& text, const char* example, 
   if (ec != std::errc{} || end != text.data() + i || !std::isfinite(value)) return bad();
   std::string unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
-  static const std::pair<const char*, double> units[] = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3}, {"ns", 1},
-                                                         {"m", 60e9}, {"h", 3600e9}};
-  for (const auto& [name, ns_per_unit] : units) {
-    if (unit != name) continue;
-    const double ns = std::ceil(value * ns_per_unit);
-    if (ns > 1e18) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
-    return ns;
+  return std::pair{value, unit};
+}
+
+// The lexed duration in the units of `units` (each: name, how many of the result's unit it is), rounded up; at most
+// `limit`.
+static Result<double> duration_in(const std::string& text, const std::pair<double, std::string>& lexed,
+                                  std::span<const std::pair<const char*, double>> units, double limit,
+                                  const char* unit_hint) {
+  for (const auto& [name, per_unit] : units) {
+    if (lexed.second != name) continue;
+    const double v = std::ceil(lexed.first * per_unit);
+    if (v > limit) return make_error(Errc::invalid_config, "'" + text + "' is too long a duration");
+    return v;
   }
-  return make_error(Errc::invalid_config, "unknown duration unit '" + unit + "' in '" + text + "' (use " + unit_hint + ")");
+  return make_error(Errc::invalid_config,
+                    "unknown duration unit '" + lexed.second + "' in '" + text + "' (use " + unit_hint + ")");
 }
 
 Result<std::chrono::nanoseconds> parse_fine_duration(const std::string& text) {
-  auto ns = duration_ns(text, "2s, 500ms or 200us", "us, ms, s");
+  auto lexed = lex_duration(text, "2s, 500ms or 200us");
+  if (!lexed) return lexed.error();
+  static const std::pair<const char*, double> units[] = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3}, {"ns", 1},
+                                                         {"m", 60e9}, {"h", 3600e9}};
+  auto ns = duration_in(text, *lexed, units, 1e18, "us, ms, s");
   if (!ns) return ns.error();
   return std::chrono::nanoseconds(static_cast<int64_t>(*ns));
 }
@@ -537,9 +549,13 @@ Result<uint64_t> parse_byte_rate(const std::string& text) {
 }
 
 Result<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  auto ns = duration_ns(text, "2s or 500ms", "ms, s, m, h");
-  if (!ns) return ns.error();
-  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*ns / 1e6)));
+  auto lexed = lex_duration(text, "2s or 500ms");
+  if (!lexed) return lexed.error();
+  static const std::pair<const char*, double> units[] = {{"", 1e3}, {"s", 1e3}, {"ms", 1}, {"us", 1e-3}, {"m", 60e3},
+                                                         {"h", 3600e3}};
+  auto ms = duration_in(text, *lexed, units, 1e12, "ms, s, m, h");
+  if (!ms) return ms.error();
+  return std::chrono::milliseconds(static_cast<int64_t>(*ms));
 }
 
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,

@@ -145,6 +145,10 @@ TEST_CASE("groups[].link: a latency and a bandwidth for a modelled link - bad on
   CHECK(t->groups[0].link.active());
   CHECK_FALSE(parse_topology("model: {path: m}\ngroups: [{tp: 2}]\n", "configs/t.yaml")->groups[0].link.active());
   CHECK(*parse_fine_duration("1.5ms") == std::chrono::microseconds(1500));
+  CHECK(*parse_fine_duration("100ns") == std::chrono::nanoseconds(100));
+  // The coarse parser keeps its own units (no ns: the numbers fuzzer's reference) and rounds up to milliseconds.
+  CHECK_FALSE(parse_duration("100ns").ok());
+  CHECK(*parse_duration("100us") == std::chrono::milliseconds(1));
   CHECK(*parse_byte_rate("500MiB/s") == 500ull << 20);
   CHECK(error_of("model: {path: m}\ngroups: [{link: {latency: soon}}]\n") ==
         "configs/t.yaml: groups[0].link.latency: must be a duration such as 2s, 500ms or 200us, got 'soon'");
