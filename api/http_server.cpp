@@ -25,6 +25,9 @@ constexpr auto kReadTimeout = std::chrono::seconds(60);  // for a request's head
 struct HttpServer::Impl {
   std::shared_ptr<asio::io_context> ioc = std::make_shared<asio::io_context>();
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  // The acceptor's strand: its accept completions and stop()'s close run there, never at once (a close racing an
+  // accept being re-armed on another io thread corrupted the acceptor).
+  asio::strand<asio::io_context::executor_type> accept_strand = asio::make_strand(*ioc);
   std::unique_ptr<tcp::acceptor> acceptor;
   std::vector<std::thread> threads;
   std::shared_ptr<const HttpHandler> handler;
@@ -242,7 +245,7 @@ Result<int> HttpServer::start(const HttpServerOptions& options, HttpHandler hand
   beast::error_code ec;
   const auto address = asio::ip::make_address(options.host, ec);
   if (ec) return make_error(Errc::invalid_config, "server.host: '" + options.host + "' is not an IP address");
-  auto acceptor = std::make_unique<tcp::acceptor>(*impl_->ioc);
+  auto acceptor = std::make_unique<tcp::acceptor>(impl_->accept_strand);
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(options.port));
   acceptor->open(endpoint.protocol(), ec);
   if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
@@ -259,7 +262,7 @@ Result<int> HttpServer::start(const HttpServerOptions& options, HttpHandler hand
 
 void HttpServer::stop() {
   if (impl_->threads.empty()) return;
-  asio::post(*impl_->ioc, [impl = impl_.get()] {
+  asio::post(impl_->accept_strand, [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor->close(ec);
   });
