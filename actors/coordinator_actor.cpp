@@ -215,14 +215,14 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       return std::nullopt;
     };
     std::optional<Error> failed;
-    for (size_t g = 0; g < tp_specs.size() && !failed; ++g)  // g = lane * pp + stage
-      failed = hand_out(tp_specs[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, &RankLinks::tp);
-    for (size_t g = 0; g < pipeline_specs.size() && !failed; ++g)  // g = lane * tp + tp rank
-      failed = hand_out(pipeline_specs[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, &RankLinks::pipeline);
-    for (size_t g = 0; g < tp_specs2.size() && !failed; ++g)
-      failed = hand_out(tp_specs2[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, &RankLinks::tp2);
-    for (size_t g = 0; g < pipeline_specs2.size() && !failed; ++g)
-      failed = hand_out(pipeline_specs2[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, &RankLinks::pipeline2);
+    using Slot = std::unique_ptr<coll::Communicator> RankLinks::*;
+    for (auto [specs, slot] : {std::pair{&tp_specs, Slot{&RankLinks::tp}}, {&tp_specs2, Slot{&RankLinks::tp2}}})
+      for (size_t g = 0; g < specs->size() && !failed; ++g)  // g = lane * pp + stage
+        failed = hand_out((*specs)[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, slot);
+    for (auto [specs, slot] :
+         {std::pair{&pipeline_specs, Slot{&RankLinks::pipeline}}, {&pipeline_specs2, Slot{&RankLinks::pipeline2}}})
+      for (size_t g = 0; g < specs->size() && !failed; ++g)  // g = lane * tp + tp rank
+        failed = hand_out((*specs)[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, slot);
     for (size_t g = 0; g < ep_specs.size() && !failed; ++g)
       failed = hand_out(ep_specs[g], [](int i) { return i; }, &RankLinks::ep);
     if (failed) {
