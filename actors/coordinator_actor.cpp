@@ -50,7 +50,7 @@ struct Replica {
   ReplicaState state = ReplicaState::starting;
   std::vector<caf::actor> kv_pools;  // one per lane
   scheduler_actor scheduler;
-  std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank
+  std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank; then AFD's FFN ranks
   std::vector<std::string> rank_names;
   std::vector<int32_t> pids;
   std::string last_failure;
@@ -109,11 +109,14 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   const uint32_t incarnation = r.incarnation;
   const GroupSection& group = p.topology.groups.at(0);
   const std::string replica = "replica/" + std::to_string(index);
-  const int tp = group.tp, pp = group.pp, lanes = group.lanes(), n_ranks = tp * pp * lanes;
+  const int tp = group.tp, pp = group.pp, lanes = group.lanes(), n_ranks = group.ranks_per_replica();
+  // AFD: the FFN ranks follow the attention ranks (their index: attention + f).
+  const int attention = tp * pp * lanes, ffn_workers = group.afd.ffn_workers;
   // Rank (k, s) of lane `lane`'s index in the replica: lane-major, then stage, then tp rank.
   auto rank_of = [=](int k, int s, int lane) { return (lane * pp + s) * tp + k; };
   // One rank alone keeps the name "worker/0"; ranks of a tp x pp replica are "worker/tpT.ppP", of a lane
   // "worker/dpL.tpT.ppP".
+  auto ffn_name = [=](int f) { return replica + "/ffn/" + std::to_string(f); };
   auto rank_name = [=](int k, int s, int lane) {
     if (n_ranks == 1) return replica + "/worker/0";
     return replica + "/worker/" + (lanes > 1 ? "dp" + std::to_string(lane) + "." : std::string()) + "tp" +
@@ -128,10 +131,11 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   // tcp where a group has a rank on another node: rank 0 at a port free now, the others at ports of their own).
   const bool in_processes = group.placement != Placement::thread;
   // The node agent of rank (k, s) of lane `lane` of this replica; empty: this machine.
-  auto agent_of = [&](int k, int s, int lane) {
-    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(rank_of(k, s, lane));
+  auto agent_at = [&](int rank) {
+    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(rank);
     return at < p.rank_agents.size() ? p.rank_agents[at] : std::string();
   };
+  auto agent_of = [&](int k, int s, int lane) { return agent_at(rank_of(k, s, lane)); };
   std::optional<Error> group_failure;
   auto spec_of = [&](const std::string& name, const std::vector<std::string>& agents) {
     coll::GroupSpec spec;
@@ -195,10 +199,9 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       }
     }
   }
-  if (lanes > 1) {  // pp is 1: rank order is EP order
+  if (group.ep_group()) {  // pp is 1: rank order is EP order (AFD: the attention ranks, then the FFN ranks)
     std::vector<std::string> agents;
-    for (int lane = 0; lane < lanes; ++lane)
-      for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, 0, lane));
+    for (int rank = 0; rank < n_ranks; ++rank) agents.push_back(agent_at(rank));
     ep_specs.push_back(spec_of("ep", agents));
   }
   if (group_failure) {
@@ -248,17 +251,27 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       }
     }
   }
+  for (int f = 0; f < ffn_workers; ++f) {
+    const WorkerProcessOptions options{p.worker_executable, ffn_name(f), p.log_level, p.topology.engine.step_timeout,
+                                       incarnation, agent_at(attention + f)};
+    worker_actor worker = in_processes ? spawn_remote_worker(self->system(), options)
+                                       : spawn_worker(self->system(), *p.registry, std::move(links[size_t(attention + f)]));
+    self->monitor(worker);
+    r.ranks.push_back(worker);
+    r.rank_names.push_back(ffn_name(f));
+  }
 
-  auto init_of = [&](int k, int s, int lane) {
-    const size_t rank = static_cast<size_t>(rank_of(k, s, lane));
+  // ffn: AFD's FFN rank `ffn` (k, s, lane unused), else -1.
+  auto init_of = [&](int k, int s, int lane, int ffn = -1) {
+    const size_t rank = static_cast<size_t>(ffn >= 0 ? attention + ffn : rank_of(k, s, lane));
     const int threads = rank < p.rank_threads.size() ? p.rank_threads[rank] : group.threads;
     return build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
       out.setCorrelationId(1);
-      out.setName(rank_name(k, s, lane));
+      out.setName(ffn >= 0 ? ffn_name(ffn) : rank_name(k, s, lane));
       out.setModelPath(p.topology.model.path.string());
       out.setDtype(p.topology.model.dtype);
-      out.setNumKvBlocks(p.num_kv_blocks);
-      out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap ? p.limits.swap_blocks : 0);
+      out.setNumKvBlocks(ffn >= 0 ? 0 : p.num_kv_blocks);  // an FFN rank holds no KV cache
+      out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap && ffn < 0 ? p.limits.swap_blocks : 0);
       out.setKvDtype(dtype_name(p.kv_dtype));
       out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
       out.setLogLevel(p.log_level);
@@ -272,16 +285,22 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setSeed(p.topology.model.seed);
       auto plugins = out.initPlugins(static_cast<uint32_t>(p.topology.plugins.size()));
       for (uint32_t i = 0; i < p.topology.plugins.size(); ++i) plugins.set(i, p.topology.plugins[i].string());
-      out.setTp(static_cast<uint32_t>(tp));
+      out.setTp(static_cast<uint32_t>(ffn >= 0 ? 1 : tp));
       out.setEp(static_cast<uint32_t>(group.ep));
       out.setNumRedundantExperts(static_cast<uint32_t>(group.num_redundant_experts));
       out.setPp(static_cast<uint32_t>(pp));
       out.setTpRank(static_cast<uint32_t>(k));
       out.setPpRank(static_cast<uint32_t>(s));
       out.setLane(static_cast<uint32_t>(lane));
+      if (group.afd.active()) {
+        out.setAfdAttention(static_cast<uint32_t>(attention));
+        out.setAfdFfn(static_cast<uint32_t>(ffn_workers));
+        out.setFfnRank(ffn);
+      }
+      if (in_processes && ep_specs.size() == 1) to_wire(ep_specs.front(), out.initEpGroup());
+      if (ffn >= 0) return;  // an FFN rank is in no TP or pipeline group
       if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(lane * pp + s)], out.initTpGroup());
       if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup());
-      if (in_processes && lanes > 1) to_wire(ep_specs.front(), out.initEpGroup());
       out.setTbo(group.tbo);
       if (in_processes && group.tbo && tp > 1) to_wire(tp_specs2[static_cast<size_t>(lane * pp + s)], out.initTpGroup2());
       if (in_processes && group.tbo && pp > 1)
@@ -323,22 +342,25 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         else l.followers.push_back(worker);
       }
     }
+    std::vector<worker_actor> ffn_pool(r->ranks.begin() + attention, r->ranks.end());
     EplbSettings eplb;
     eplb.step_interval = group.eplb_step_interval;
     eplb.ep = group.ep;
     eplb.num_experts = s.params.num_experts;
     eplb.redundant = group.num_redundant_experts;
     eplb.num_layers = s.params.num_layers;
-    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), s.router,
+    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), std::move(ffn_pool), s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
                                    s.params.topology.engine.step_timeout, eplb, s.params.trace);
     done(std::nullopt);
   };
   for (int rank_index = 0; rank_index < n_ranks; ++rank_index) {
     const int lane = rank_index / (tp * pp), s = rank_index / tp % pp, k = rank_index % tp;
-    const std::string name = rank_name(k, s, lane);
+    const int ffn = rank_index >= attention ? rank_index - attention : -1;
+    const std::string name = ffn >= 0 ? ffn_name(ffn) : rank_name(k, s, lane);
     const size_t rank = static_cast<size_t>(rank_index);
-    self->request(r.ranks[rank], p.worker_start_timeout, init_atom::value, init_of(k, s, lane))
+    self->request(r.ranks[rank], p.worker_start_timeout, init_atom::value,
+                  ffn >= 0 ? init_of(0, 0, 0, ffn) : init_of(k, s, lane))
         .then(
             [=](const wire_msg& reply) {
               WireReader reader(reply);

@@ -159,14 +159,14 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   MemoryAsk ask;
   std::vector<int> rank_threads;
   std::vector<std::string> rank_agents;
-  if (group.replicas * group.tp * group.pp * group.lanes() > 1 || group.placement == Placement::node) {
+  if (group.replicas * group.ranks_per_replica() > 1 || group.placement == Placement::node) {
     auto plan = plan_topology(topology, impl->shape, usable_cpu_cores());
     if (!plan) return plan.error();
     kv.num_blocks = plan->groups[0].num_kv_blocks;
     kv.swap_blocks = plan->groups[0].num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
     ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
-    for (int r = 0; r < group.tp * group.pp * group.lanes(); ++r) {
+    for (int r = 0; r < group.ranks_per_replica(); ++r) {
       const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
       rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
     }

@@ -40,6 +40,7 @@ struct Lane {
 struct scheduler_state {
   std::string actor_name;
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
+  std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   caf::actor supervisor;                      // told when the worker is lost (the coordinator)
@@ -210,6 +211,7 @@ void lose_worker(self_ptr self, const std::string& why) {
     self->send_exit(lane->worker, caf::exit_reason::unreachable);
     for (const auto& f : lane->followers) self->send_exit(f, caf::exit_reason::unreachable);
   }
+  for (const auto& f : st.ffn_pool) self->send_exit(f, caf::exit_reason::unreachable);
   st.abandoned_through = st.next_step_id - 1;
   while (!st.in_flight.empty()) {
     account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
@@ -472,6 +474,8 @@ void plan_and_send(self_ptr self) {
   auto& st = self->state;
   if (st.lanes_ready < st.lanes.size()) return;
   const bool several = st.lanes.size() > 1;
+  // Every rank is told the busiest lane's tokens when the ranks serve each other's FFNs (lanes, an FFN pool).
+  const bool lockstep = several || !st.ffn_pool.empty();
   static const StepPlan kEmptyStep;
   for (;;) {
     if (several && st.in_flight.size() >= kMaxLaneStepsInFlight) return;
@@ -501,8 +505,10 @@ void plan_and_send(self_ptr self) {
     sent.planned.assign(st.lanes.size(), 0);
     sent.results.resize(st.lanes.size());
     sent.pending = st.lanes.size();
-    if (st.trace)  // a traced step is complete once every rank's spans are in
+    if (st.trace) {  // a traced step is complete once every rank's spans are in
       for (const auto& lane : st.lanes) sent.pending += lane->followers.size();
+      sent.pending += st.ffn_pool.size();
+    }
     size_t seqs = 0;
     bool planned_ahead = false;
     for (size_t i = 0; i < st.lanes.size(); ++i) {
@@ -544,7 +550,7 @@ void plan_and_send(self_ptr self) {
       for (size_t i = 0; i < st.lanes.size(); ++i) {
         Lane& lane = *st.lanes[i];
         wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
-                                            several ? static_cast<uint32_t>(most_tokens) : 0, st.trace != nullptr);
+                                            lockstep ? static_cast<uint32_t>(most_tokens) : 0, st.trace != nullptr);
         for (const auto& f : lane.followers) {
           if (st.expert_load == false && !st.trace) {
             caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
@@ -569,6 +575,25 @@ void plan_and_send(self_ptr self) {
                   [=](const caf::error& err) {
                     if (step_id > self->state.abandoned_through) on_step_unreachable(self, err);
                   });
+      }
+      if (st.ffn_pool.empty()) return;
+      const wire_msg pool_step = encode_execute_step(kEmptyStep, step_id, st.placement_to_send,
+                                                     static_cast<uint32_t>(most_tokens), st.trace != nullptr);
+      for (const auto& f : st.ffn_pool) {
+        if (!st.trace) {
+          caf::anon_send(f, step_atom::value, pool_step);  // their replies go nowhere; a loss breaks the lanes' steps
+          continue;
+        }
+        self->request(f, caf::infinite, step_atom::value, pool_step)
+            .then(
+                [=](const wire_msg& result) {
+                  try {
+                    self->state.trace->add_result(result, step_id);
+                  } catch (const std::exception&) {
+                  }
+                  on_follower_result(self, step_id);
+                },
+                [=](const caf::error&) { on_follower_result(self, step_id); });
       }
     });
     st.placement_to_send.clear();  // every rank got this step
@@ -609,11 +634,13 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   maybe_step(self);
 }
 
-scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes, caf::actor router, caf::actor supervisor,
+scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
+                                              std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
                              std::shared_ptr<TraceSink> trace) {
   auto& st = self->state;
   st.trace = std::move(trace);
+  st.ffn_pool = std::move(ffn_pool);
   st.eplb = std::make_unique<EplbPlanner>(eplb);
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
@@ -724,10 +751,10 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 }  // namespace
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                caf::actor router, caf::actor supervisor, std::string name,
-                                std::chrono::milliseconds step_timeout, EplbSettings eplb,
+                                std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor,
+                                std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
                                 std::shared_ptr<TraceSink> trace) {
-  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(router),
+  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), std::move(router),
                       std::move(supervisor), std::move(name), step_timeout, eplb, std::move(trace));
 }
 

@@ -60,8 +60,10 @@ struct SchedulerLane {
 };
 
 // `trace` (--trace): every step is traced by every rank, their spans and the scheduler's own go there.
+// `ffn_pool`: AFD's FFN ranks of the replica (groups[].afd): each gets every step without sequences, told the
+// busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes.
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                caf::actor router, caf::actor supervisor, std::string name,
+                                std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor, std::string name,
                                 std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                                 EplbSettings eplb = {}, std::shared_ptr<TraceSink> trace = nullptr);
 

@@ -86,11 +86,14 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
                      static_cast<int>(req.getTpRank()), static_cast<int>(req.getPpRank()),
                      static_cast<int>(std::max(1u, req.getEp())), static_cast<int>(req.getNumRedundantExperts())};
   place_.lane = static_cast<int>(req.getLane());
+  place_.afd_attention = static_cast<int>(req.getAfdAttention());
+  place_.afd_ffn = static_cast<int>(req.getAfdFfn());
+  place_.ffn_rank = req.getFfnRank();
   if (ok) {
     Status linked = link(links_.tp, req.getTpGroup(), place_.tp, place_.tp_rank, name_, "TP");
     if (linked) linked = link(links_.pipeline, req.getPipelineGroup(), place_.pp, place_.pp_rank, name_, "pipeline");
-    if (linked && place_.lanes() > 1)
-      linked = link(links_.ep, req.getEpGroup(), place_.ep, place_.ep_rank(), name_, "EP");
+    if (linked && place_.ep_group())
+      linked = link(links_.ep, req.getEpGroup(), place_.ep_group_size(), place_.ep_rank(), name_, "EP");
     tbo_ = req.getTbo();
     if (linked && tbo_) linked = link(links_.tp2, req.getTpGroup2(), place_.tp, place_.tp_rank, name_, "TP (micro-batch 2)");
     if (linked && tbo_)

@@ -55,7 +55,8 @@ class WorkerCore {
   wire_msg import_kv(const wire_msg& import_request);
 
   const std::string& name() const { return name_; }
-  bool driver() const { return is_driver(place_.tp_rank, place_.pp_rank, place_.pp); }
+  // The rank that samples for its lane (an FFN rank of AFD samples nothing).
+  bool driver() const { return !place_.ffn() && is_driver(place_.tp_rank, place_.pp_rank, place_.pp); }
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:

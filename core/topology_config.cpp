@@ -265,8 +265,51 @@ void parse_placement(const YAML::Node& value, const std::string& path, const std
   const uint64_t units = uint64_t(group.units());
   require(group.placement_nodes.size() <= units, path,
           "lists " + std::to_string(group.placement_nodes.size()) + " nodes, but the group has only " +
-              std::to_string(units) + (group.lanes() > 1 ? " replica lanes (replicas x ep/tp)" : " replica stages (replicas x pp)") +
+              std::to_string(units) +
+              (group.afd.active()      ? " replica lanes and FFN workers (replicas x (attention lanes + FFN workers))"
+               : group.lanes() > 1     ? " replica lanes (replicas x ep/tp)"
+                                       : " replica stages (replicas x pp)") +
               " to spread over them");
+}
+
+// groups[].afd: {attention: {workers: A, tp: T}, ffn: {workers: F, ep: F}}. Sets the group's tp to T; the group's
+// own tp, pp and ep must be left at 1 (the pools say it all).
+void parse_afd(const Section& g, const std::string& p, GroupSection& group) {
+  const YAML::Node node = g.get("afd");
+  if (!node || node.IsNull()) return;
+  require(node.IsMap(), p + ".afd", "must be a mapping with attention and ffn");
+  const Section afd(node, p + ".afd");
+  afd.check_keys({"attention", "ffn"});
+  require(group.tp == 1 && group.pp == 1 && group.ep == 1, p + ".afd",
+          "sets the parallelism of its pools itself: leave " + p + ".tp, .pp and .ep at 1 (got tp " +
+              std::to_string(group.tp) + ", pp " + std::to_string(group.pp) + ", ep " + std::to_string(group.ep) +
+              "); use afd.attention.tp");
+  const YAML::Node attention_node = afd.get("attention"), ffn_node = afd.get("ffn");
+  require(attention_node && attention_node.IsMap(), p + ".afd.attention", "must be a mapping with workers (and tp)");
+  require(ffn_node && ffn_node.IsMap(), p + ".afd.ffn", "must be a mapping with workers");
+  const Section attention(attention_node, p + ".afd.attention");
+  const Section ffn(ffn_node, p + ".afd.ffn");
+  attention.check_keys({"workers", "tp"});
+  ffn.check_keys({"workers", "ep"});
+  int attention_workers = 0, tp = 1, ffn_workers = 0, ep = 0;
+  attention.read("workers", attention_workers);
+  attention.read("tp", tp);
+  ffn.read("workers", ffn_workers);
+  ffn.read("ep", ep);
+  for (auto [key, value] : {std::pair<const char*, int>{"attention.workers", attention_workers},
+                            {"attention.tp", tp}, {"ffn.workers", ffn_workers}}) {
+    require(value >= 1 && value <= kMaxGroupDimension, p + ".afd." + key,
+            "must be 1 to " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(value));
+  }
+  require(attention_workers % tp == 0, p + ".afd.attention.workers",
+          "must be a multiple of afd.attention.tp (" + std::to_string(tp) + "): each attention lane is tp workers, got " +
+              std::to_string(attention_workers));
+  require(ep == 0 || ep == ffn_workers, p + ".afd.ffn.ep",
+          "must equal afd.ffn.workers (" + std::to_string(ffn_workers) +
+              "): the experts are sharded over every FFN worker, got " + std::to_string(ep));
+  group.tp = tp;
+  group.afd.attention_workers = attention_workers;
+  group.afd.ffn_workers = ffn_workers;
 }
 
 TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source,
@@ -374,7 +417,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
     g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link", "tbo",
-                  "placement", "threads", "cpu_isa", "oversubscribe", "router"});
+                  "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -397,6 +440,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
                 "of tp ranks, got " + std::to_string(group.ep));
     require(group.lanes() == 1 || group.pp == 1, p + ".ep",
             "beyond tp (attention data parallel lanes) needs pp 1, got pp " + std::to_string(group.pp));
+    parse_afd(g, p, group);
     g.read("num_redundant_experts", group.num_redundant_experts);
     g.read("eplb_step_interval", group.eplb_step_interval);
     require(group.num_redundant_experts >= 0 && group.num_redundant_experts <= 1024, p + ".num_redundant_experts",
@@ -406,10 +450,11 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.ep > 1 || (group.num_redundant_experts == 0 && group.eplb_step_interval == 0),
             p + (group.num_redundant_experts > 0 ? ".num_redundant_experts" : ".eplb_step_interval"),
             "needs expert parallelism (ep > 1)");
-    total_ranks += uint64_t(group.replicas) * uint64_t(group.tp) * uint64_t(group.pp) * uint64_t(group.lanes());
+    total_ranks += uint64_t(group.replicas) * uint64_t(group.ranks_per_replica());
     require(total_ranks <= kMaxRanks, p,
-            "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x tp x pp" +
-                (group.lanes() > 1 ? " x ep/tp lanes" : "") + "), more than " +
+            "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x " +
+                (group.afd.active() ? "(attention + FFN workers)" : group.lanes() > 1 ? "tp x pp x ep/tp lanes" : "tp x pp") +
+                "), more than " +
                 std::to_string(kMaxRanks));
     g.read("device", group.device);
     require(group.device == "cpu" || group.device == "cuda", p + ".device",
@@ -419,8 +464,11 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
     g.read("oversubscribe", group.oversubscribe);
     g.read("tbo", group.tbo);
-    require(!group.tbo || group.lanes() == 1, p + ".tbo",
-            "two-batch overlap does not run with attention lanes (ep beyond tp) yet");
+    require(!group.tbo || !group.ep_group(), p + ".tbo",
+            std::string("two-batch overlap does not run with ") +
+                (group.afd.active() ? "attention-FFN disaggregation" : "attention lanes (ep beyond tp)") + " yet");
+    require(!group.afd.active() || group.device == "cpu", p + ".afd",
+            "attention-FFN disaggregation runs on CPU ranks only so far (device: " + group.device + ")");
     g.read("cpu_isa", group.cpu_isa);
     require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
                 group.cpu_isa == "avx512",

@@ -82,6 +82,19 @@ struct LinkModel {
   bool active() const { return latency.count() > 0 || bytes_per_second > 0; }
 };
 
+// Attention-FFN disaggregation (groups[].afd): each replica's attention and its FFNs run on separate pools. The
+// attention pool is `attention_workers` ranks in attention_workers / tp lanes of tp ranks (the group's tp), each
+// lane with its own sequences and KV cache (as attention data parallel lanes); the FFN pool is `ffn_workers` ranks
+// holding every layer's FFN: a dense MLP split along its intermediate features over them, or an MoE layer's experts
+// sharded over them (whole experts). In every layer the attention ranks send their tokens' hidden states to the
+// FFN ranks and take the outputs back (one all-to-all each way over the replica's EP group: the attention ranks,
+// then the FFN ranks).
+struct AfdSection {
+  int attention_workers = 0;  // 0: no disaggregation
+  int ffn_workers = 0;
+  bool active() const { return ffn_workers > 0; }
+};
+
 struct GroupSection {
   std::string name = "main";         // [A-Za-z0-9_.-]+, unique among the groups: the first part of its ranks' names
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
@@ -122,11 +135,24 @@ struct GroupSection {
   // threads of each rank taking turns to compute, so that one's collectives wait while the other computes (each
   // micro-batch has its own collective groups). Outputs are the same as without.
   bool tbo = false;
+  AfdSection afd;  // `afd: {attention: {workers: A, tp: T}, ffn: {workers: F}}`; tp is then T, pp and ep 1
 
-  // Attention data parallel lanes of a replica: ep / tp when ep is a larger multiple of tp, else 1.
-  int lanes() const { return ep > tp && ep % tp == 0 ? ep / tp : 1; }
-  // What placement_nodes spreads: replicas x pp x lanes (lanes > 1 only with pp 1).
-  int units() const { return replicas * pp * lanes(); }
+  // Attention data parallel lanes of a replica: its attention pool's workers / tp with AFD, ep / tp when ep is a
+  // larger multiple of tp, else 1.
+  int lanes() const {
+    if (afd.active()) return afd.attention_workers / tp;
+    return ep > tp && ep % tp == 0 ? ep / tp : 1;
+  }
+  // Whether the replica's ranks share an EP group beyond its TP group: attention lanes or AFD.
+  bool ep_group() const { return lanes() > 1 || afd.active(); }
+  // Ranks of one replica: tp x pp x lanes, + the FFN pool with AFD.
+  int ranks_per_replica() const { return tp * pp * lanes() + afd.ffn_workers; }
+  // What placement_nodes spreads: replicas x pp x lanes (lanes > 1 only with pp 1), with AFD replicas x (lanes +
+  // FFN workers): each replica's lanes, then its FFN workers.
+  int units() const { return replicas * (pp * lanes() + afd.ffn_workers); }
+  // The unit of replica r's lane (or stage) `part`, and of its FFN worker f.
+  int unit_of(int replica, int part) const { return replica * (pp * lanes() + afd.ffn_workers) + part; }
+  int ffn_unit_of(int replica, int f) const { return unit_of(replica, pp * lanes() + f); }
 };
 
 struct TopologyConfig {

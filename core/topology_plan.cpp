@@ -27,18 +27,23 @@ std::string node_of_unit(const GroupSection& group, int unit) {
   return group.placement_nodes.back();
 }
 
-// Ranks of `group` on this machine.
+// Ranks of `group` on this machine: tp per replica lane or stage, one per FFN worker.
 int local_ranks(const GroupSection& group) {
-  int units = 0;
-  for (int unit = 0; unit < group.units(); ++unit) units += node_of_unit(group, unit) == kLocalNode;
-  return units * group.tp;
+  int ranks = 0;
+  for (int r = 0; r < group.replicas; ++r) {
+    for (int part = 0; part < group.pp * group.lanes(); ++part)
+      ranks += node_of_unit(group, group.unit_of(r, part)) == kLocalNode ? group.tp : 0;
+    for (int f = 0; f < group.afd.ffn_workers; ++f) ranks += node_of_unit(group, group.ffn_unit_of(r, f)) == kLocalNode;
+  }
+  return ranks;
 }
 
 // Ranks on this machine that compute at once: the pipeline stages of a replica take turns (a stage works when the
 // one before has handed it its activations, and a decode step needs the previous step's tokens), so a replica with
-// a stage here counts tp, however many of its stages are here. Attention data parallel lanes compute at once.
+// a stage here counts tp, however many of its stages are here. Attention data parallel lanes and FFN workers
+// compute at once.
 int local_slots(const GroupSection& group) {
-  if (group.lanes() > 1) return local_ranks(group);
+  if (group.ep_group()) return local_ranks(group);
   int replicas = 0;
   for (int r = 0; r < group.replicas; ++r) {
     bool here = false;
@@ -57,6 +62,13 @@ Error config_error(const TopologyConfig& t, const std::string& path, const std::
 // The rules of the model for group `i`, in the order a reader checks them.
 Status check_model_rules(const TopologyConfig& t, size_t i, const ModelShape& m) {
   const GroupSection& g = t.groups[i];
+  if (g.afd.active()) {
+    if (std::string problem = ffn_pool_problem(m, g.afd.ffn_workers); !problem.empty())
+      return config_error(t, group_path(i) + ".afd.ffn.workers", problem.substr(std::string("afd.ffn.workers ").size()));
+    if (std::string problem = parallelism_problem(m, g.tp, 1, 1); !problem.empty())
+      return config_error(t, group_path(i) + ".afd.attention.tp", problem.substr(3));
+    return {};
+  }
   const std::string problem = parallelism_problem(m, g.tp, g.pp, g.ep);
   if (problem.empty()) return {};
   return config_error(t, group_path(i) + "." + problem.substr(0, 2), problem.substr(3));
@@ -81,8 +93,14 @@ Status check_shape(const ModelShape& m) {
 }
 
 // Weight elements rank (heads, kv_heads, stage layers, vocab rows) holds; tp splits the MLP's intermediate rows.
-uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int ep) {
+uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int ep, int ffn_workers = 0) {
   const uint64_t hidden = uint64_t(m.hidden_size), head_dim = uint64_t(m.head_dim);
+  const uint64_t expert_width = uint64_t(m.moe_intermediate_size > 0 ? m.moe_intermediate_size : m.intermediate_size);
+  if (r.ffn_rank >= 0) {  // AFD's FFN worker: every layer's MLP slice or experts
+    const uint64_t sparse = uint64_t(r.experts.count) * 3 * hidden * expert_width;
+    const uint64_t dense = 3 * hidden * uint64_t(r.ffn_intermediate.count);
+    return uint64_t(r.layers.count) * std::max(sparse, dense);
+  }
   const uint64_t q = uint64_t(r.heads.count) * head_dim, kv = uint64_t(r.kv_heads.count) * head_dim;
   const uint64_t ff = uint64_t(m.intermediate_size / tp),
                  experts = uint64_t(std::max(1, r.experts.count + r.redundant_experts));
@@ -95,7 +113,9 @@ uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int
       m.shared_expert_intermediate_size > 0 ? uint64_t(m.shared_expert_intermediate_size / tp) * 3 * hidden + hidden : 0;
   const uint64_t sparse =
       m.num_experts > 0 ? experts * 3 * hidden * expert_ff + uint64_t(m.num_experts) * hidden + shared : 0;
-  const uint64_t mlp = std::max(sparse, 3 * hidden * ff);
+  // AFD's attention ranks keep the routers and the shared expert, not the MLPs and experts.
+  const uint64_t mlp = ffn_workers > 0 ? (m.num_experts > 0 ? uint64_t(m.num_experts) * hidden + shared : 0)
+                                       : std::max(sparse, 3 * hidden * ff);
   const uint64_t layer = attention + mlp + 2 * hidden;  // + input and post-attention norms
   uint64_t params = uint64_t(r.layers.count) * layer;
   const uint64_t vocab_rows = uint64_t(r.vocab.count) * hidden;
@@ -106,6 +126,18 @@ uint64_t rank_params(const ModelShape& m, const RankPlan& r, int tp, int pp, int
 }
 
 }  // namespace
+
+std::string ffn_pool_problem(const ModelShape& m, int ffn_workers) {
+  const std::string got = ", got " + std::to_string(ffn_workers);
+  if (ffn_workers < 1) return "afd.ffn.workers must be at least 1" + got;
+  if (m.num_experts > 0 && m.num_experts % ffn_workers != 0)
+    return "afd.ffn.workers must divide the number of experts (" + std::to_string(m.num_experts) +
+           "): each FFN worker holds whole experts" + got;
+  if (m.intermediate_size % ffn_workers != 0)
+    return "afd.ffn.workers must divide intermediate_size (" + std::to_string(m.intermediate_size) +
+           "): the dense MLPs are split over the FFN workers" + got;
+  return {};
+}
 
 std::string parallelism_problem(const ModelShape& m, int tp, int pp, int ep) {
   const std::string got = ", got ";
@@ -225,6 +257,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     gp.pp = g.pp;
     gp.ep = g.ep;
     gp.lanes = g.lanes();
+    gp.ffn_workers = g.afd.ffn_workers;
     gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
     uint64_t largest_per_token = 0;
     const int lanes = g.lanes();
@@ -241,23 +274,40 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.tp_rank = k;
           rank.pp_rank = s;
           rank.placement = g.placement;
-          rank.node = node_of_unit(g, u * g.pp + s);
-          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(u * g.tp + k);
+          rank.node = node_of_unit(g, g.unit_of(r, lane * g.pp + s));
+          rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * (lanes * g.tp + g.afd.ffn_workers) + lane * g.tp + k);
           const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s, g.ep, lane);
+          const bool afd = g.afd.active();
           rank.layers = shard.layers;
           rank.heads = shard.heads;
           rank.kv_heads = shard.kv_heads;
           rank.vocab = shard.vocab;
-          rank.experts = shard.experts;
+          rank.experts = afd ? Range{} : shard.experts;
           rank.redundant_experts = g.ep > 1 && m.num_experts > 0 ? g.num_redundant_experts : 0;
           rank.embedding = shard.embedding;
           rank.lm_head = shard.lm_head;
-          rank.weight_params = rank_params(m, rank, g.tp, g.pp, g.ep);
+          rank.weight_params = rank_params(m, rank, g.tp, g.pp, g.ep, g.afd.ffn_workers);
           rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
           rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);
           largest_per_token = std::max(largest_per_token, rank.kv_bytes_per_token);
           gp.ranks.push_back(std::move(rank));
         }
+      }
+      if (lane + 1 < lanes) continue;
+      for (int f = 0; f < g.afd.ffn_workers; ++f) {  // the replica's FFN pool after its lanes
+        RankPlan rank;
+        rank.name = g.name + "/replica/" + std::to_string(r) + "/ffn/" + std::to_string(f);
+        rank.replica = r;
+        rank.ffn_rank = f;
+        rank.placement = g.placement;
+        rank.node = node_of_unit(g, g.ffn_unit_of(r, f));
+        rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * (lanes * g.tp + g.afd.ffn_workers) + lanes * g.tp + f);
+        rank.layers = {0, m.num_layers};
+        rank.experts = m.num_experts > 0 ? split_evenly(m.num_experts, g.afd.ffn_workers, f) : Range{};
+        rank.ffn_intermediate = split_evenly(m.intermediate_size, g.afd.ffn_workers, f);
+        rank.weight_params = rank_params(m, rank, 1, 1, 1);
+        rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
+        gp.ranks.push_back(std::move(rank));
       }
     }
     // A replica's ranks all hold the same blocks (one block table per sequence): its largest rank decides how many.

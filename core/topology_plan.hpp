@@ -69,13 +69,20 @@ struct RankShard {
 // sharded over the lane's tp ranks as without lanes.
 RankShard shard_of_rank(const ModelShape& model, int tp, int pp, int tp_rank, int pp_rank, int ep = 1, int lane = 0);
 
+// AFD: why an FFN pool of `ffn_workers` does not fit the model (starting with the key it is about, relative to
+// the group: "afd.ffn.workers must divide ..."), or empty when it does.
+std::string ffn_pool_problem(const ModelShape& model, int ffn_workers);
+
 // Why tp x pp (x ep) does not fit the model (the rule, without a key path, starting with the key it is about:
 // "tp must divide num_attention_heads (8), got 3"), or empty when it does.
 std::string parallelism_problem(const ModelShape& model, int tp, int pp, int ep = 1);
 
 struct RankPlan {
-  std::string name;  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"
+  // "GROUP/replica/R/worker/tpT.ppP", e.g. "main/replica/0/worker/tp1.pp0"; an FFN worker (AFD)
+  // "GROUP/replica/R/ffn/F"
+  std::string name;
   int replica = 0;
+  int ffn_rank = -1; // AFD: its index in the replica's FFN pool; -1: a rank running attention (every rank without AFD)
   int lane = 0;      // attention data parallel lane (ep beyond tp), else 0
   int tp_rank = 0;
   int pp_rank = 0;
@@ -87,6 +94,7 @@ struct RankPlan {
   Range kv_heads;    // KV heads it holds (one, replicated, when tp exceeds num_kv_heads)
   Range vocab;       // vocabulary rows of the embedding (first stage) and lm_head (last stage); none in between
   Range experts;     // the experts of each MoE layer it holds (whole ones with ep > 1; empty for a dense model)
+  Range ffn_intermediate;  // AFD: the dense MLPs' intermediate features an FFN worker holds (none on attention ranks)
   int redundant_experts = 0;  // and slots for that many copies more (EPLB)
   bool embedding = false;  // first stage
   bool lm_head = false;    // last stage
@@ -104,11 +112,12 @@ struct GroupPlan {
   int tp = 1;
   int pp = 1;
   int ep = 1;
-  int lanes = 1;                // attention data parallel lanes of each replica (ep / tp when ep exceeds tp)
+  int lanes = 1;                // attention data parallel lanes of each replica (ep / tp when ep exceeds tp, AFD's)
+  int ffn_workers = 0;          // AFD: each replica's FFN pool (its ranks follow its lanes' in `ranks`)
   int kv_replication = 1;       // ranks holding each KV head: tp / num_kv_heads when tp exceeds it, else 1
   uint32_t num_kv_blocks = 0;   // of each replica lane: every rank of it holds this many blocks of its own layers/heads
   uint32_t num_swap_blocks = 0;
-  std::vector<RankPlan> ranks;  // replica-major, then lane, then pipeline stage, then tp rank
+  std::vector<RankPlan> ranks;  // replica-major, then lane, then pipeline stage, then tp rank; then its FFN workers
 };
 
 struct NodePlan {

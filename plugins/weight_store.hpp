@@ -30,10 +30,23 @@ struct RankPlace {
   // 1, tp, or a multiple of tp (pp 1): this rank holds whole experts, num_experts / ep of them (shard_of_rank)
   int ep = 1;
   int redundant_experts = 0;  // ep > 1: extra expert slots (EPLB), ExpertPlacement::initial's copies at first
-  int lane = 0;  // ep > tp: the rank's attention data parallel lane (its own sequences), 0 .. ep / tp - 1
-  int lanes() const { return ep > tp ? ep / tp : 1; }
-  int ep_rank() const { return lane * tp + tp_rank; }  // its rank among the replica's ep ranks
-  bool sharded() const { return tp > 1 || pp > 1; }
+  int lane = 0;  // ep > tp or AFD: the rank's attention data parallel lane (its own sequences), 0 .. lanes() - 1
+  // Attention-FFN disaggregation: the replica's attention ranks (lanes x tp) and FFN ranks, and this rank's index
+  // among the FFN ranks (-1: an attention rank). All 0 without AFD. An FFN rank has tp 1, pp 1, ep 1.
+  int afd_attention = 0, afd_ffn = 0;
+  int ffn_rank = -1;
+  bool afd() const { return afd_ffn > 0; }
+  bool ffn() const { return ffn_rank >= 0; }
+  int lanes() const { return afd() ? afd_attention / tp : ep > tp ? ep / tp : 1; }
+  // Whether the replica's ranks share an EP group (RankLinks::ep): attention lanes or AFD.
+  bool ep_group() const { return lanes() > 1 || afd(); }
+  // Its rank in the EP group: lane * tp + tp rank; with AFD the FFN ranks follow the attention ranks.
+  int ep_rank() const { return ffn() ? afd_attention + ffn_rank : lane * tp + tp_rank; }
+  int ep_group_size() const { return afd() ? afd_attention + afd_ffn : ep; }
+  // The ranks serving experts (or AFD's MLP slices) and this rank's index among them (-1: it serves none).
+  int expert_ranks() const { return afd() ? afd_ffn : ep; }
+  int expert_rank() const { return afd() ? ffn_rank : ep_rank(); }
+  bool sharded() const { return tp > 1 || pp > 1 || afd(); }
 };
 
 struct ModelLoadOptions {

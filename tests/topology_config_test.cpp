@@ -235,9 +235,17 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
         "configs/t.yaml: groups[0].router: must be round_robin, least_tokens or prefix_affinity, got 'random'");
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
-  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
-             Catch::StartsWith("configs/t.yaml: groups[0].afd: unknown key (known keys: cpu_isa, device, ep, eplb_step_interval, link, name, num_redundant_experts, "
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{shards: {}}]\n"),
+             Catch::StartsWith("configs/t.yaml: groups[0].shards: unknown key (known keys: afd, cpu_isa, device, ep, eplb_step_interval, link, name, num_redundant_experts, "
                                "oversubscribe, placement, pp, replicas, router, tbo, threads, tp)"));
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
+             Catch::EndsWith("groups[0].afd.attention: must be a mapping with workers (and tp)"));
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: 3}]\n"),
+             Catch::EndsWith("groups[0].afd: must be a mapping with attention and ffn"));
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {attention: {workers: 1}}}]\n"),
+             Catch::EndsWith("groups[0].afd.ffn: must be a mapping with workers"));
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {attention: {workers: 1}, ffn: {workers: x}}}]\n"),
+             Catch::Contains("groups[0].afd.ffn.workers: must be"));
 }
 
 TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spreading", "[config]") {

@@ -227,6 +227,56 @@ TEST_CASE("ep beyond tp - attention data parallel lanes of tp ranks - each lane 
   CHECK(error_of("  - {ep: 4}\n", moe) == "t.yaml: groups[0].ep: must divide the number of experts (6), got 4");
 }
 
+TEST_CASE("afd - each replica's attention lanes then its FFN workers - the FFN workers hold the MLP slices or the "
+          "experts and no KV - nodes take lanes and FFN workers", "[plan][afd]") {
+  ModelShape moe = stories();
+  moe.num_experts = 8;
+  const TopologyPlan plan =
+      plan_of("  - {replicas: 2, afd: {attention: {workers: 2, tp: 2}, ffn: {workers: 2}}, oversubscribe: true}\n", moe);
+  const GroupPlan& g = plan.groups[0];
+  CHECK(g.lanes == 1);
+  CHECK(g.ffn_workers == 2);
+  REQUIRE(g.ranks.size() == 8);  // 2 replicas x (1 lane of tp 2 + 2 FFN workers)
+  const TopologyPlan colocated = plan_of("  - {tp: 2}\n", moe);
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const RankPlan& a = g.ranks[size_t(r * 4 + k)];
+      INFO(a.name);
+      CHECK(a.name == "main/replica/" + std::to_string(r) + "/worker/tp" + std::to_string(k) + ".pp0");
+      CHECK(a.ffn_rank == -1);
+      CHECK(a.experts.count == 0);
+      CHECK(a.kv_pool_bytes == colocated.groups[0].ranks[size_t(k)].kv_pool_bytes);
+      CHECK(a.weight_params < colocated.groups[0].ranks[size_t(k)].weight_params);  // no experts
+    }
+    for (int f = 0; f < 2; ++f) {
+      const RankPlan& x = g.ranks[size_t(r * 4 + 2 + f)];
+      INFO(x.name);
+      CHECK(x.name == "main/replica/" + std::to_string(r) + "/ffn/" + std::to_string(f));
+      CHECK(x.ffn_rank == f);
+      CHECK(same(x.experts, 4 * f, 4));
+      CHECK(same(x.layers, 0, moe.num_layers));
+      CHECK(x.kv_pool_bytes == 0);
+      CHECK(x.weight_params == uint64_t(moe.num_layers) * 4 * 3 * uint64_t(moe.hidden_size) * uint64_t(moe.intermediate_size));
+    }
+  }
+  // A dense model: the FFN workers split its MLPs.
+  const TopologyPlan dense = plan_of("  - {afd: {attention: {workers: 1}, ffn: {workers: 2}}}\n", stories());
+  REQUIRE(dense.groups[0].ranks.size() == 3);
+  CHECK(same(dense.groups[0].ranks[2].ffn_intermediate, stories().intermediate_size / 2, stories().intermediate_size / 2));
+  // Every worker computes at once; a list of nodes spreads each replica's lanes, then its FFN workers.
+  CHECK(error_of("  - {afd: {attention: {workers: 2}, ffn: {workers: 2}}, threads: 1}\n", moe, 3) ==
+        "t.yaml: groups[0].threads: 4 ranks at once x 1 thread on this machine need 4 cores, it has 3; lower "
+        "threads, tp, pp or replicas, place ranks on other nodes, or set groups[0].oversubscribe: true");
+  const TopologyPlan spread =
+      plan_of("  - {afd: {attention: {workers: 1}, ffn: {workers: 1}}, placement: [node:local, node:b], threads: 1}\n",
+              moe, 64, "nodes: [{name: b, address: 'tcp://10.0.0.2:7000'}]\n");
+  REQUIRE(spread.groups[0].ranks.size() == 2);
+  CHECK(spread.groups[0].ranks[0].node == "local");
+  CHECK(spread.groups[0].ranks[1].node == "b");
+  CHECK(ffn_pool_problem(moe, 3) == "afd.ffn.workers must divide the number of experts (8): each FFN worker holds "
+                                    "whole experts, got 3");
+}
+
 TEST_CASE("KV heads are replicated when tp exceeds them", "[plan]") {
   const TopologyPlan plan = plan_of("  - {tp: 4}\n", gqa());
   const GroupPlan& g = plan.groups[0];

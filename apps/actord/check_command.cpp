@@ -95,13 +95,16 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
     const GroupPlan& g = plan.groups[gi];
     const GroupSection& section = t.groups[gi];
     const std::string experts =
-        g.ep <= 1       ? ""
+        g.ffn_workers > 0 ? ", attention and FFN disaggregated: " + std::to_string(g.lanes * g.tp) +
+                                " attention workers : " + std::to_string(g.ffn_workers) + " FFN workers"
+        : g.ep <= 1       ? ""
         : g.lanes == 1 ? ", experts over ep " + std::to_string(g.ep) + " (the tp ranks)"
                        : ", experts over ep " + std::to_string(g.ep) + " (" + std::to_string(g.lanes) +
                              " attention data parallel lanes of tp " + std::to_string(g.tp) + ", each its own KV pool)";
-    std::printf("\ngroup %s: %d replica%s x %stp %d x pp %d = %zu rank%s%s, device %s, placement %s\n",
-                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s",
-                g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp, g.ranks.size(),
+    std::printf("\ngroup %s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s\n",
+                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.ffn_workers > 0 ? "(" : "",
+                g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp,
+                g.ffn_workers > 0 ? (" + " + std::to_string(g.ffn_workers) + " FFN)").c_str() : "", g.ranks.size(),
                 g.ranks.size() == 1 ? "" : "s", experts.c_str(),
                 section.device.c_str(), placement_text(section).c_str());
     std::printf("  KV per replica%s: %u blocks of %d tokens (%llu tokens)%s", g.lanes > 1 ? " lane" : "", g.num_kv_blocks, t.engine.block_size,
@@ -200,6 +203,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                            {"tp", g.tp},
                            {"ep", g.ep},
                            {"lanes", g.lanes},
+                           {"ffn_workers", g.ffn_workers},
                            {"pp", g.pp},
                            {"device", section.device},
                            {"placement", placement_name(section.placement)},

@@ -275,6 +275,9 @@ struct WorkerInit {
   tbo @25 :Bool;                 # two-batch overlap (groups[].tbo): each step as two micro-batches on two threads
   tpGroup2 @26 :CollectiveGroup; # with tbo, for a rank in its own process: the second micro-batch's groups
   pipelineGroup2 @27 :CollectiveGroup;
+  afdAttention @28 :UInt32;      # attention-FFN disaggregation: the replica's attention ranks (lanes x tp); 0: none
+  afdFfn @29 :UInt32;            # and its FFN ranks (the EP group is the attention ranks, then the FFN ranks)
+  ffnRank @30 :Int32 = -1;       # this rank's index among the FFN ranks; -1: an attention rank
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).

@@ -223,7 +223,7 @@ Status TransformerModel::moe(const Layer& L, int l, int n, const ForwardContext&
   const int h = cfg_.hidden_size, n_exp = spec_.num_experts;
   route(L, l, n);
   be.zero(tmp_, size_t(n) * h);
-  if (place_.ep > 1) {
+  if (place_.ep > 1 || place_.afd()) {
     ACTORD_TRY_STATUS(experts_over_ranks(L, n, context));
   } else {
     for (int e = 0; e < n_exp; ++e) {
@@ -262,16 +262,23 @@ Status TransformerModel::moe(const Layer& L, int l, int n, const ForwardContext&
 // owner adds them to its tokens' rows of tmp_ with their routing weights in expert order, as one rank adds them:
 // the result depends neither on the placement nor on the lanes. Only the routed rows travel; a rank with no tokens
 // (an idle lane's) still serves its slots.
+//
+// AFD: the EP group is the attention ranks, then the FFN ranks; only the FFN ranks (pl.ep of them, from EP rank
+// servers_first on) hold slots, and a block to a rank without slots is empty (no header).
 Status TransformerModel::experts_over_ranks(const Layer& L, int n, const ForwardContext& context) {
   exec::Backend& be = *backend_;
   coll::Communicator& comm = context.ep ? *context.ep : *context.tp;
   const ExpertPlacement& pl = L.placement;
-  const int h = cfg_.hidden_size, ep = place_.ep, per_rank = pl.slots_per_rank, me = place_.ep_rank();
-  const size_t width = size_t(h), header = size_t(per_rank), slots = size_t(ep) * header;
+  const int h = cfg_.hidden_size, servers = pl.ep, per_rank = pl.slots_per_rank, me = place_.expert_rank();
+  const int ranks = place_.ep_group_size(), servers_first = place_.afd() ? place_.afd_attention : 0;
+  const size_t width = size_t(h), header = size_t(per_rank), slots = size_t(servers) * header;
+  // The header of a block to EP rank d (its slots' row counts), and where d's slots start (server index * per_rank).
+  const auto header_to = [&](int d) { return d >= servers_first && d < servers_first + servers ? header : 0; };
+  const size_t my_header = me >= 0 ? header : 0;
   const auto own_first = static_cast<int32_t>(coll::balanced_offset(size_t(n), place_.tp, place_.tp_rank));
   const auto own_end = own_first + static_cast<int32_t>(coll::balanced_count(size_t(n), place_.tp, place_.tp_rank));
   // Each routed (token, expert) this rank owns: the slot serving it (-1: a token of another tp rank of the lane).
-  for (int e = 0; e < spec_.num_experts; ++e) {
+  for (int e = 0; e < static_cast<int>(routed_.size()); ++e) {
     Routed& routed = routed_[size_t(e)];
     routed.slots.resize(routed.rows.size());
     for (size_t i = 0; i < routed.rows.size(); ++i) {
@@ -297,12 +304,13 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   }
   const size_t sent = ep_send_rows_.size();
   ep_send_.resize(slots + sent * width);
-  ep_send_counts_.assign(size_t(ep), 0);
-  for (size_t d = 0, at = 0, first_row = 0; d < size_t(ep); ++d) {
+  ep_send_counts_.assign(size_t(ranks), 0);
+  for (size_t d = 0, at = 0, first_row = 0; d < size_t(ranks); ++d) {
     size_t rows = 0;
-    for (size_t j = 0; j < header; ++j) {
-      ep_send_[at++] = static_cast<float>(ep_slot_rows_[d * header + j]);
-      rows += ep_slot_rows_[d * header + j];
+    for (size_t j = 0; j < header_to(int(d)); ++j) {
+      const size_t slot = (d - size_t(servers_first)) * header + j;
+      ep_send_[at++] = static_cast<float>(ep_slot_rows_[slot]);
+      rows += ep_slot_rows_[slot];
     }
     if (rows > 0) {
       std::optional<exec::Buffer> block = be.host_view(std::span<float>(ep_send_).subspan(at, rows * width));
@@ -311,7 +319,7 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
     }
     at += rows * width;
     first_row += rows;
-    ep_send_counts_[d] = header + rows * width;
+    ep_send_counts_[d] = header_to(int(d)) + rows * width;
   }
   ACTORD_TRY_STATUS(timed(context, [&] {
     return comm.all_to_all(std::span<const float>(ep_send_), ep_send_counts_, ep_received_, ep_recv_counts_);
@@ -319,12 +327,14 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   // What arrived from rank s: its header, then its rows for each of this rank's slots in turn. ep_chunk_first_ is
   // where the rows of (s, slot j) start in ep_received_; the outputs go back laid out as the rows came, without the
   // headers (s's rows start (s + 1) * header elements earlier there).
-  ep_chunk_first_.assign(slots, 0);
-  ep_chunk_rows_.assign(slots, 0);
-  ep_back_counts_.assign(size_t(ep), 0);
+  const size_t received_chunks = size_t(ranks) * my_header;
+  ep_chunk_first_.assign(received_chunks, 0);
+  ep_chunk_rows_.assign(received_chunks, 0);
+  ep_back_counts_.assign(size_t(ranks), 0);
   size_t received_rows = 0;
-  for (size_t s = 0, at = 0; s < size_t(ep); ++s) {
+  for (size_t s = 0, at = 0; s < size_t(ranks); ++s) {
     const size_t block = ep_recv_counts_[s];
+    const size_t header = my_header;  // every block to this rank starts with its slots' row counts
     size_t rows = 0;
     for (size_t j = 0; j < header && header <= block; ++j) {
       const float count = ep_received_[at + j];
@@ -349,19 +359,20 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   }
   ep_outputs_.resize(received_rows * width);
   // Each slot of this rank over the rows every rank sent it (host memory: create() refuses EP elsewhere).
-  for (size_t j = 0; j < header; ++j) {
+  for (size_t j = 0; j < my_header; ++j) {
+    const size_t header = my_header;
     size_t ne = 0;
-    for (size_t s = 0; s < size_t(ep); ++s) ne += ep_chunk_rows_[s * header + j];
+    for (size_t s = 0; s < size_t(ranks); ++s) ne += ep_chunk_rows_[s * header + j];
     if (ne == 0) continue;
     be.reserve(xe_, ne * width);
     be.reserve(ye_, ne * width);
-    for (size_t s = 0, row = 0; s < size_t(ep); ++s) {
+    for (size_t s = 0, row = 0; s < size_t(ranks); ++s) {
       const size_t c = ep_chunk_rows_[s * header + j];
       std::memcpy(xe_.data() + row * width, ep_received_.data() + ep_chunk_first_[s * header + j], c * width * sizeof(float));
       row += c;
     }
     mlp(L.slots[j], xe_, ye_, static_cast<int>(ne));
-    for (size_t s = 0, row = 0; s < size_t(ep); ++s) {
+    for (size_t s = 0, row = 0; s < size_t(ranks); ++s) {
       const size_t c = ep_chunk_rows_[s * header + j];
       std::memcpy(ep_outputs_.data() + ep_chunk_first_[s * header + j] - (s + 1) * header, ye_.data() + row * width,
                   c * width * sizeof(float));
@@ -372,8 +383,8 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   ACTORD_TRY_STATUS(timed(context, [&] {
     return comm.all_to_all(std::span<const float>(ep_outputs_), ep_back_counts_, ep_returned_, ep_returned_counts_);
   }));
-  for (size_t d = 0; d < size_t(ep); ++d) {
-    if (ep_returned_counts_[d] + header != ep_send_counts_[d])
+  for (size_t d = 0; d < size_t(ranks); ++d) {
+    if (ep_returned_counts_[d] + header_to(int(d)) != ep_send_counts_[d])
       return make_error(Errc::internal, "expert parallel: rank " + std::to_string(d) +
                                             " returned other rows than it was sent");
   }
@@ -397,16 +408,30 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   return {};
 }
 
-// Every MoE layer of this stage serves its slots to the other lanes' tokens, for a lane with none (or fewer
-// micro-batches than the busiest lane).
-Status TransformerModel::serve_experts(const ForwardContext& context) {
-  routed_.resize(size_t(spec_.num_experts));
+Status TransformerModel::mlp_over_ffn_ranks(const Layer& L, int n, const ForwardContext& context) {
+  // Every token to every slice ("expert" f: FFN rank f's rows of the intermediate features) with weight 1: the sum
+  // of the slices' outputs is the MLP's.
+  routed_.resize(size_t(place_.afd_ffn));
   for (Routed& r : routed_) {
-    r.rows.clear();
-    r.weights.clear();
+    r.rows.resize(size_t(n));
+    for (int t = 0; t < n; ++t) r.rows[size_t(t)] = t;
+    r.weights.assign(size_t(n), 1.0f);
   }
+  backend_->zero(tmp_, size_t(n) * size_t(cfg_.hidden_size));
+  return experts_over_ranks(L, n, context);
+}
+
+// Every MoE layer of this stage (with AFD every layer) serves its slots to the other lanes' tokens, for a lane
+// with none (or fewer micro-batches than the busiest lane) and for an FFN rank.
+Status TransformerModel::serve_experts(const ForwardContext& context) {
   for (size_t l = 0; l < layers_.size(); ++l) {
-    if (!layers_[l].sparse) continue;
+    if (!layers_[l].sparse && !place_.afd()) continue;
+    // As many logical experts as the layer has (a dense layer under AFD: its slices), none routed here.
+    routed_.resize(size_t(layers_[l].sparse ? spec_.num_experts : place_.afd_ffn));
+    for (Routed& r : routed_) {
+      r.rows.clear();
+      r.weights.clear();
+    }
     if (context.trace) context.trace->layer = shard_.layers.first + static_cast<int>(l);
     TraceScope span(context.trace, "experts", "compute");
     ACTORD_TRY_STATUS(experts_over_ranks(layers_[l], 0, context));

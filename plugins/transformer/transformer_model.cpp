@@ -145,6 +145,16 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   const ModelShape shape = model_shape(cfg);
   if (auto problem = parallelism_problem(shape, place.tp, place.pp, place.ep); !problem.empty())
     return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
+  if (place.afd()) {
+    if (auto problem = ffn_pool_problem(shape, place.afd_ffn); !problem.empty())
+      return make_error(Errc::invalid_argument, options.model_dir.string() + ": " + problem);
+    if (place.pp != 1 || place.ep != 1 || place.redundant_experts != 0 || place.afd_attention % place.tp != 0 ||
+        place.ffn_rank >= place.afd_ffn || (place.ffn() && place.tp != 1))
+      return make_error(Errc::invalid_argument,
+                        "attention-FFN disaggregation: a rank of " + std::to_string(place.afd_attention) +
+                            " attention ranks (tp " + std::to_string(place.tp) + ") and " +
+                            std::to_string(place.afd_ffn) + " FFN ranks needs pp 1, ep 1 and no redundant experts");
+  }
   if (place.lane < 0 || place.lane >= place.lanes())
     return make_error(Errc::invalid_argument, "lane " + std::to_string(place.lane) + " is outside the " +
                                                   std::to_string(place.lanes()) + " attention lanes of ep " +
@@ -156,8 +166,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   }
   if (!options.backend) return make_error(Errc::invalid_argument, "ModelLoadOptions: no executor backend");
   exec::Backend& backend = *options.backend;
-  if (place.ep > 1 && !backend.computes_in_host_memory()) {
-    return make_error(Errc::unsupported, "ep " + std::to_string(place.ep) + " on " + backend.describe() +
+  if ((place.ep > 1 || place.afd()) && !backend.computes_in_host_memory()) {
+    return make_error(Errc::unsupported, (place.afd() ? std::string("attention-FFN disaggregation")
+                                                      : "ep " + std::to_string(place.ep)) +
+                                             " on " + backend.describe() +
                                              ": expert parallelism runs on CPU ranks only so far");
   }
   auto store = WeightStore::open(cfg, options);
@@ -168,6 +180,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
   m->place_ = place;
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep, place.lane);
+  if (place.ffn()) return create_ffn(std::move(m));
   for (int r = 0; r < place.tp; ++r)
     m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
   const RankShard& shard = m->shard_;
@@ -186,7 +199,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   for (const WeightSpec& w : weight_specs(cfg, spec)) {
     if (fused_glu && is_gate_or_up(w.name)) continue;
     if (w.layer >= 0 && !in_stage(w.layer)) continue;
-    if (w.shard == ShardKind::expert && place.ep > 1) continue;  // EP: the slots' experts are loaded below
+    // EP: the slots' experts are loaded below; AFD: the FFN ranks hold the MLPs and experts.
+    if (w.shard == ShardKind::expert && (place.ep > 1 || place.afd())) continue;
+    if (place.afd() && ends_with_any(w.name, {".mlp.gate_proj.weight", ".mlp.up_proj.weight", ".mlp.down_proj.weight"}))
+      continue;
     if (w.name == "model.embed_tokens.weight" && !shard.embedding && !tied_head) continue;
     if ((w.name == "lm_head.weight" || w.name == "model.norm.weight") && !shard.lm_head) continue;
     const MatrixSlice slice = slice_of(w, shard, cfg.head_dim);
@@ -245,7 +261,12 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     };
     const int global = shard.layers.first + local;
     L.sparse = layer_is_sparse(spec, global);
-    if (!L.sparse) {
+    if (place.afd()) {  // the FFN ranks serve it: their slots' placement (the attention rank holds no slot)
+      L.placement = m->ffn_placement(L.sparse);
+      if (L.sparse) L.router = matrices.at(expert_names(spec, p, 0).router);
+    }
+    if (place.afd() && !L.sparse) {
+    } else if (!L.sparse) {
       auto mlp = load_mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight",
                           cfg.intermediate_size, shard.intermediate);
       if (!mlp) return mlp.error();
@@ -253,7 +274,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     } else {
       const int expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : cfg.intermediate_size;
       L.router = matrices.at(expert_names(spec, p, 0).router);
-      if (place.ep > 1) {
+      if (place.afd()) {
+      } else if (place.ep > 1) {
         L.placement = ExpertPlacement::initial(spec.num_experts, place.ep, place.redundant_experts);
         const int per_rank = L.placement.slots_per_rank;
         for (int s = place.ep_rank() * per_rank; s < (place.ep_rank() + 1) * per_rank; ++s) {
@@ -278,6 +300,59 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
         L.shared_gate = matrices.at(p + "mlp.shared_expert_gate.weight");
       }
     }
+  }
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+ExpertPlacement TransformerModel::ffn_placement(bool sparse) const {
+  return ExpertPlacement::initial(sparse ? spec_.num_experts : place_.afd_ffn, place_.afd_ffn, 0);
+}
+
+// An FFN rank of AFD: every layer's FFN as slots of ffn_placement(): a dense MLP's rows [f ff / F, (f + 1) ff / F)
+// of its intermediate features (slot f holds "expert" f: the MLP's slice f), an MoE layer's whole experts.
+Result<std::unique_ptr<Model>> TransformerModel::create_ffn(std::unique_ptr<TransformerModel> m) {
+  const ModelConfig& cfg = m->cfg_;
+  const TransformerSpec& spec = m->spec_;
+  exec::Backend& backend = *m->backend_;
+  const int h = cfg.hidden_size, f = m->place_.ffn_rank, workers = m->place_.afd_ffn;
+  m->shard_ = RankShard{};
+  m->shard_.layers = {0, cfg.num_layers};
+  const int ff = cfg.intermediate_size / workers;
+  m->layers_.resize(static_cast<size_t>(cfg.num_layers));
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    Layer& L = m->layers_[static_cast<size_t>(l)];
+    L.sparse = layer_is_sparse(spec, l);
+    L.placement = m->ffn_placement(L.sparse);
+    const int per_rank = L.placement.slots_per_rank;
+    if (L.sparse) {
+      for (int s = f * per_rank; s < (f + 1) * per_rank; ++s) {
+        auto expert = m->load_expert(l, L.placement.slot_expert[size_t(s)]);
+        if (!expert) return expert.error();
+        L.slots.push_back(*expert);
+      }
+      continue;
+    }
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+    Expert e;
+    e.ff = ff;
+    auto down = m->store_->weight(backend, p + "down_proj.weight", h, cfg.intermediate_size, exec::WeightUse::gemm,
+                                  MatrixSlice{0, -1, int64_t(f) * ff, ff});
+    if (!down) return down.error();
+    e.down = *down;
+    if (spec.activation == Activation::silu) {
+      auto fused = m->store_->glu_weight(backend, p + "gate_proj.weight", p + "up_proj.weight", cfg.intermediate_size,
+                                         h, int64_t(f) * ff, ff);
+      if (!fused) return fused.error();
+      e.gate_up = *fused;
+    } else {
+      for (auto [name, into] : {std::pair{"gate_proj.weight", &e.gate}, {"up_proj.weight", &e.up}}) {
+        auto w = m->store_->weight(backend, p + name, cfg.intermediate_size, h, exec::WeightUse::gemm,
+                                   MatrixSlice{int64_t(f) * ff, ff, 0, -1});
+        if (!w) return w.error();
+        *into = *w;
+      }
+    }
+    L.slots.push_back(std::move(e));
   }
   return std::unique_ptr<Model>(std::move(m));
 }
@@ -337,8 +412,8 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
     return size == 1 || (c && c->size() == size && c->rank() == rank);
   };
   if (!linked(context.tp, place_.tp, place_.tp_rank) || !linked(context.pipeline, place_.pp, place_.pp_rank) ||
-      (place_.lanes() > 1 && !linked(context.ep, place_.ep, place_.ep_rank()))) {
-    const bool lanes = place_.lanes() > 1;
+      (place_.ep_group() && !linked(context.ep, place_.ep_group_size(), place_.ep_rank()))) {
+    const bool lanes = place_.ep_group();
     return make_error(Errc::invalid_argument, "forward: rank tp" + std::to_string(place_.tp_rank) + ".pp" +
                                                   std::to_string(place_.pp_rank) + " of tp " + std::to_string(place_.tp) +
                                                   " x pp " + std::to_string(place_.pp) +
@@ -347,8 +422,9 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
                                                          : " needs its TP and pipeline communicators in the context"));
   }
   expert_tokens_.assign(size_t(shard_.layers.count) * size_t(spec_.num_experts), 0);
-  if (place_.lanes() > 1) {
-    // Attention lanes: as many micro-batches as the busiest lane runs; those this lane lacks only serve experts.
+  if (place_.ep_group()) {
+    // Attention lanes (and AFD's FFN ranks, which have no batch): as many micro-batches as the busiest lane runs;
+    // those this rank lacks only serve experts.
     const int n = static_cast<int>(batch.tokens.size());
     const auto micro_batches = [](int tokens) { return (tokens + kMicroBatchTokens - 1) / kMicroBatchTokens; };
     ACTORD_TRY_STATUS(forward_micro_batches(batch, kv, logits, context));
@@ -497,7 +573,11 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     be.add(x_, tmp_, rows * h);
-    if (!L.sparse) {
+    if (place_.afd() && !L.sparse) {  // the FFN ranks' slices of the MLP, summed
+      TraceScope span(trace, "mlp", "compute");
+      be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
+      ACTORD_TRY_STATUS(mlp_over_ffn_ranks(L, n, context));
+    } else if (!L.sparse) {
       TraceScope span(trace, "mlp", "compute");
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
       mlp(L.mlp, xn_, tmp_, n);

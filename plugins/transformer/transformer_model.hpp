@@ -17,6 +17,7 @@
 // recv). Sums over ranks run in rank order, so the result differs from one rank's only by float reassociation.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,10 @@ class TransformerModel final : public Model {
                                                const TransformerSpec& spec);
 
   const ModelConfig& config() const override { return cfg_; }
-  KvShape kv_shape() const override { return {shard_.layers.count, shard_.kv_heads.count, cfg_.head_dim}; }
+  // An FFN rank of AFD holds no KV cache (no layers).
+  KvShape kv_shape() const override {
+    return {place_.ffn() ? 0 : shard_.layers.count, std::max(1, shard_.kv_heads.count), cfg_.head_dim};
+  }
   // Steps of more than kMicroBatchTokens tokens (big prefills) run as consecutive micro-batches of at most that many,
   // cutting sequences where needed (a later piece attends to the K/V the earlier one wrote): activations stay
   // bounded by the micro-batch, whatever the scheduler's token budget.
@@ -113,6 +117,11 @@ class TransformerModel final : public Model {
   // expert's TP part).
   Status moe(const Layer& L, int l, int n, const ForwardContext& context);
   Status experts_over_ranks(const Layer& L, int n, const ForwardContext& context);
+  // AFD: tmp_ = the dense MLP of xn_'s n rows (this rank's share of them), each FFN rank computing its slice.
+  Status mlp_over_ffn_ranks(const Layer& L, int n, const ForwardContext& context);
+  // AFD: where a layer's FFN lives over the FFN ranks (an MoE layer's experts, a dense MLP's slices).
+  ExpertPlacement ffn_placement(bool sparse) const;
+  static Result<std::unique_ptr<Model>> create_ffn(std::unique_ptr<TransformerModel> m);
   // Expert e of (global) layer `layer`, whole, from the weight store into the backend.
   Result<Expert> load_expert(int layer, int e);
   // EPLB: layer L's slots as `next` places them, the experts a rank gains sent by ranks holding them.
