@@ -179,7 +179,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
   // [lane * pp + stage], [lane * tp + tp rank], and the EP group.
   // With two-batch overlap, tp_specs2 and pipeline_specs2: the second micro-batch's, the same ranks.
-  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs, tp_specs2, pipeline_specs2;
+  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs, tp_specs2, pipeline_specs2, ep_specs2;
   for (int lane = 0; lane < lanes; ++lane) {
     const std::string prefix = lanes > 1 ? "dp" + std::to_string(lane) + "/" : "";
     if (tp > 1) {
@@ -203,6 +203,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     std::vector<std::string> agents;
     for (int rank = 0; rank < n_ranks; ++rank) agents.push_back(agent_at(rank));
     ep_specs.push_back(spec_of("ep", agents));
+    if (group.tbo) ep_specs2.push_back(spec_of("ep/mb1", agents));
   }
   if (group_failure) {
     stop_replica_actors(self, r);
@@ -226,8 +227,9 @@ void build_replica(self_ptr self, int index, BuildDone done) {
          {std::pair{&pipeline_specs, Slot{&RankLinks::pipeline}}, {&pipeline_specs2, Slot{&RankLinks::pipeline2}}})
       for (size_t g = 0; g < specs->size() && !failed; ++g)  // g = lane * tp + tp rank
         failed = hand_out((*specs)[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, slot);
-    for (size_t g = 0; g < ep_specs.size() && !failed; ++g)
-      failed = hand_out(ep_specs[g], [](int i) { return i; }, &RankLinks::ep);
+    for (auto [specs, slot] : {std::pair{&ep_specs, Slot{&RankLinks::ep}}, {&ep_specs2, Slot{&RankLinks::ep2}}})
+      for (size_t g = 0; g < specs->size() && !failed; ++g)
+        failed = hand_out((*specs)[g], [](int i) { return i; }, slot);
     if (failed) {
       stop_replica_actors(self, r);
       return done(*failed);
@@ -298,10 +300,11 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         out.setFfnRank(ffn);
       }
       if (in_processes && ep_specs.size() == 1) to_wire(ep_specs.front(), out.initEpGroup());
+      out.setTbo(group.tbo);
+      if (in_processes && ep_specs2.size() == 1) to_wire(ep_specs2.front(), out.initEpGroup2());
       if (ffn >= 0) return;  // an FFN rank is in no TP or pipeline group
       if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(lane * pp + s)], out.initTpGroup());
       if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup());
-      out.setTbo(group.tbo);
       if (in_processes && group.tbo && tp > 1) to_wire(tp_specs2[static_cast<size_t>(lane * pp + s)], out.initTpGroup2());
       if (in_processes && group.tbo && pp > 1)
         to_wire(pipeline_specs2[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup2());

@@ -19,9 +19,11 @@ constexpr bool is_driver(int tp_rank, int pp_rank, int pp) { return tp_rank == 0
 struct RankLinks {
   std::unique_ptr<coll::Communicator> tp;        // null when tp is 1
   std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1
-  std::unique_ptr<coll::Communicator> ep;        // every EP rank of the replica; null without attention lanes
-  // Two-batch overlap: the second micro-batch's TP and pipeline groups (the first uses the ones above); null without.
-  std::unique_ptr<coll::Communicator> tp2, pipeline2;
+  // Every EP rank of the replica (attention lanes, then AFD's FFN ranks); null without lanes or AFD.
+  std::unique_ptr<coll::Communicator> ep;
+  // Two-batch overlap: the second micro-batch's TP, pipeline and EP groups (the first uses the ones above); null
+  // without.
+  std::unique_ptr<coll::Communicator> tp2, pipeline2, ep2;
 };
 
 }  // namespace actord

@@ -16,6 +16,7 @@
 #include <deque>
 
 #include "actors/step_messages.hpp"
+#include "core/two_batch_split.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -489,11 +490,20 @@ void plan_and_send(self_ptr self) {
     st.plans.assign(st.lanes.size(), nullptr);
     bool any = false;
     int most_tokens = 0;
+    // The busiest lane's tokens in each micro-batch of two-batch overlap (the workers' cut).
+    int64_t most_first = 0, most_second = 0;
     for (size_t i = 0; i < st.lanes.size(); ++i) {
-      st.plans[i] = st.lanes[i]->batcher->plan_step();
-      any = any || st.plans[i];
-      if (st.plans[i]) most_tokens = std::max(most_tokens, st.plans[i]->num_tokens);
+      const StepPlan* plan = st.plans[i] = st.lanes[i]->batcher->plan_step();
+      any = any || plan;
+      if (!plan) continue;
+      most_tokens = std::max(most_tokens, plan->num_tokens);
+      if (!lockstep) continue;
+      const auto [first, second] = two_batch_tokens(plan->slices.size(), [&](size_t s) { return plan->slices[s].num_tokens; });
+      most_first = std::max(most_first, first);
+      most_second = std::max(most_second, second);
     }
+    const uint32_t lane_tokens = lockstep ? static_cast<uint32_t>(most_tokens) : 0;
+    const std::pair<uint32_t, uint32_t> lane_halves{static_cast<uint32_t>(most_first), static_cast<uint32_t>(most_second)};
     if (!any) {
       for (const auto& lane : st.lanes) tend_lease(self, *lane);
       return;
@@ -550,7 +560,7 @@ void plan_and_send(self_ptr self) {
       for (size_t i = 0; i < st.lanes.size(); ++i) {
         Lane& lane = *st.lanes[i];
         wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
-                                            lockstep ? static_cast<uint32_t>(most_tokens) : 0, st.trace != nullptr);
+                                            lane_tokens, st.trace != nullptr, lane_halves);
         for (const auto& f : lane.followers) {
           if (st.expert_load == false && !st.trace) {
             caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
@@ -577,8 +587,8 @@ void plan_and_send(self_ptr self) {
                   });
       }
       if (st.ffn_pool.empty()) return;
-      const wire_msg pool_step = encode_execute_step(kEmptyStep, step_id, st.placement_to_send,
-                                                     static_cast<uint32_t>(most_tokens), st.trace != nullptr);
+      const wire_msg pool_step = encode_execute_step(kEmptyStep, step_id, st.placement_to_send, lane_tokens,
+                                                     st.trace != nullptr, lane_halves);
       for (const auto& f : st.ffn_pool) {
         if (!st.trace) {
           caf::anon_send(f, step_atom::value, pool_step);  // their replies go nowhere; a loss breaks the lanes' steps

@@ -20,7 +20,7 @@ wire::FinishReason to_wire(Finish finish) {
 }  // namespace
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement,
-                             uint32_t lane_tokens, bool trace) {
+                             uint32_t lane_tokens, bool trace, std::pair<uint32_t, uint32_t> lane_halves) {
   size_t words = 24 + (plan.released.size() + 1) +  // root and list headers, released ids, block copies
                  plan.swap_out.size() + plan.swap_in.size() + plan.copies.size() + (expert_placement.size() + 1) / 2;
   for (const PlannedSlice& s : plan.slices) {
@@ -31,6 +31,8 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
     out.setCorrelationId(step_id);
     out.setStepId(step_id);
     out.setLaneTokens(lane_tokens);
+    out.setLaneTokensFirst(lane_halves.first);
+    out.setLaneTokensSecond(lane_halves.second);
     out.setTrace(trace);
     fill_list(out.initReleased(static_cast<uint32_t>(plan.released.size())), plan.released);
     auto copies = [](auto list, const std::vector<BlockCopy>& from) {

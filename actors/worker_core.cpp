@@ -13,6 +13,7 @@
 #include "actors/group_codec.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
+#include "core/two_batch_split.hpp"
 #include "comms/codecs.hpp"
 #include "comms/nccl/nccl_communicator.hpp"
 #include "executors/cpu/cpu_backend.hpp"
@@ -98,6 +99,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (linked && tbo_) linked = link(links_.tp2, req.getTpGroup2(), place_.tp, place_.tp_rank, name_, "TP (micro-batch 2)");
     if (linked && tbo_)
       linked = link(links_.pipeline2, req.getPipelineGroup2(), place_.pp, place_.pp_rank, name_, "pipeline (micro-batch 2)");
+    if (linked && tbo_ && place_.ep_group())
+      linked = link(links_.ep2, req.getEpGroup2(), place_.ep_group_size(), place_.ep_rank(), name_, "EP (micro-batch 2)");
     if (!linked) {
       ok = false;
       failure = linked.error();
@@ -263,7 +266,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   auto break_links = [&](const std::string& why) {
     if (links_.tp) links_.tp->abort(name_ + ": " + why);
     if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
-    if (links_.ep) links_.ep->abort(name_ + ": " + why);
+    for (auto* comm : {links_.ep.get(), links_.tp2.get(), links_.pipeline2.get(), links_.ep2.get()})
+      if (comm) comm->abort(name_ + ": " + why);
     return fail(why);
   };
   // --trace: this step's spans (its idle time before it, the model's phases, every collective, sampling).
@@ -275,7 +279,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (trace) trace2_.clear();
   for (auto* comm : {links_.tp.get(), links_.pipeline.get(), links_.ep.get()})
     if (comm) comm->set_trace(trace);
-  for (auto* comm : {links_.tp2.get(), links_.pipeline2.get()})
+  for (auto* comm : {links_.tp2.get(), links_.pipeline2.get(), links_.ep2.get()})
     if (comm) comm->set_trace(trace ? &trace2_ : nullptr);
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
@@ -367,8 +371,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
 
   uint64_t comm2_ns = 0;
-  const bool overlapped = twin_ && overlap_ && batch_.seqs.size() >= 2;  // the same on every rank: the same step
-  if (auto run = overlapped ? forward_overlapped(context, comm2_ns) : model_->forward(batch_, *kv_, logits_, context);
+  // The same on every rank: the same step (ranks that serve each other's FFNs always run both micro-batches, one
+  // maybe empty, so that their exchanges pair up).
+  const bool overlapped = twin_ && overlap_ && (batch_.seqs.size() >= 2 || place_.ep_group());
+  if (auto run = overlapped ? forward_overlapped(context, step.getLaneTokensFirst(), step.getLaneTokensSecond(), comm2_ns)
+                            : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
@@ -504,19 +511,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   });
 }
 
-Status WorkerCore::forward_overlapped(const ForwardContext& context, uint64_t& comm2_ns) {
-  // Whole sequences, cut where the two halves' tokens differ least.
+Status WorkerCore::forward_overlapped(const ForwardContext& context, uint32_t lane_tokens_first,
+                                      uint32_t lane_tokens_second, uint64_t& comm2_ns) {
+  // Whole sequences, cut where the two halves' tokens differ least (as the scheduler cuts them).
   const size_t n = batch_.seqs.size();
-  const int64_t total = static_cast<int64_t>(batch_.tokens.size());
-  size_t cut = 1;
-  int64_t before = 0, best = INT64_MAX;
-  for (size_t k = 1; k < n; ++k) {
-    before += batch_.seqs[k - 1].num_tokens;
-    if (const int64_t gap = std::abs(2 * before - total); gap < best) {
-      best = gap;
-      cut = k;
-    }
-  }
+  const size_t cut = two_batch_cut(n, [&](size_t i) { return batch_.seqs[i].num_tokens; });
   for (int m = 0; m < 2; ++m) {
     ForwardBatch& mb = micro_[m];
     mb.tokens.clear();
@@ -529,13 +528,17 @@ Status WorkerCore::forward_overlapped(const ForwardContext& context, uint64_t& c
       mb.seqs.push_back(slice);
     }
   }
+  ForwardContext first = context;
+  first.lane_tokens = static_cast<int>(lane_tokens_first);
   ForwardContext second(*backend_);
   second.tp = links_.tp2.get();
   second.pipeline = links_.pipeline2.get();
+  second.ep = links_.ep2.get();
+  second.lane_tokens = static_cast<int>(lane_tokens_second);
   second.comm_ns = &comm2_ns;
   second.trace = context.trace ? &trace2_ : nullptr;
   Status first_ran, second_ran;
-  overlap_->run([&] { first_ran = model_->forward(micro_[0], *kv_, micro_logits_[0], context); },
+  overlap_->run([&] { first_ran = model_->forward(micro_[0], *kv_, micro_logits_[0], first); },
                 [&] { second_ran = twin_->forward(micro_[1], *kv_, micro_logits_[1], second); });
   if (!first_ran) return first_ran;
   if (!second_ran) return second_ran;

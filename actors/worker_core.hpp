@@ -69,7 +69,10 @@ class WorkerCore {
   // Two-batch overlap: batch_ as two micro-batches of whole sequences balanced by tokens, the first on `context`'s
   // groups, the second on the second groups (its collectives' time added to *comm2_ns, its spans to trace2_); their
   // logits into logits_ in batch order.
-  Status forward_overlapped(const ForwardContext& context, uint64_t& comm2_ns);
+  // With lanes (or AFD) every rank runs both micro-batches (either may be empty), `lane_tokens_first` and `_second`
+  // the busiest lane's tokens in each (ExecuteStep.laneTokensFirst, .laneTokensSecond).
+  Status forward_overlapped(const ForwardContext& context, uint32_t lane_tokens_first, uint32_t lane_tokens_second,
+                            uint64_t& comm2_ns);
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;

@@ -464,9 +464,6 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
     g.read("oversubscribe", group.oversubscribe);
     g.read("tbo", group.tbo);
-    require(!group.tbo || !group.ep_group(), p + ".tbo",
-            std::string("two-batch overlap does not run with ") +
-                (group.afd.active() ? "attention-FFN disaggregation" : "attention lanes (ep beyond tp)") + " yet");
     require(!group.afd.active() || group.device == "cpu", p + ".afd",
             "attention-FFN disaggregation runs on CPU ranks only so far (device: " + group.device + ")");
     g.read("cpu_isa", group.cpu_isa);

@@ -65,6 +65,37 @@ TEST_CASE("attention-FFN disaggregation: random Mixtral and Qwen3-MoE (a dense l
   }
 }
 
+TEST_CASE("attention-FFN disaggregation with ping-pong micro-batches (tbo) and attention lanes with tbo give the "
+          "tokens of one colocated worker", "[engine][parallel][afd][tbo]") {
+  const auto requests = batch(true);
+  const auto expected = run(test::quickstart(), requests);
+  for (auto [attention, ffn] : {std::pair{1, 1}, {2, 1}, {1, 2}}) {
+    DYNAMIC_SECTION("stories260K " << attention << ":" << ffn) {
+      check_same(expected, run(test::quickstart("configs/afd.yaml", ratio(attention, ffn, {"groups[0].tbo=true"})),
+                               requests));
+    }
+  }
+  SECTION("stories260K, an attention lane of tp2 and two FFN workers, threads") {
+    check_same(expected, run(test::quickstart("configs/afd.yaml",
+                                              ratio(2, 2, {"groups[0].afd.attention.tp=2", "groups[0].tbo=true",
+                                                           "groups[0].placement=thread"})),
+                             requests));
+  }
+  test::TempDir tmp;
+  const auto mixtral = write_mixtral(tmp.path() / "mixtral");
+  const auto moe_requests = batch(false);
+  const auto moe_expected = run(dummy_topology(mixtral, "configs/quickstart.yaml", {}), moe_requests);
+  SECTION("Mixtral 2:1") {
+    check_same(moe_expected, run(dummy_topology(mixtral, "configs/afd.yaml", ratio(2, 1, {"groups[0].tbo=true"})),
+                                 moe_requests));
+  }
+  SECTION("Mixtral, two attention data parallel lanes (ep2) without AFD") {
+    check_same(moe_expected,
+               run(dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].tbo=true"}),
+                   moe_requests));
+  }
+}
+
 TEST_CASE("attention-FFN disaggregation: an FFN worker killed mid-run - the replica is rebuilt and the requests "
           "complete unchanged", "[engine][parallel][afd][failure]") {
   auto engine = test::start_engine(test::quickstart("configs/afd.yaml", ratio(1, 2)));
@@ -117,8 +148,6 @@ TEST_CASE("attention-FFN disaggregation: impossible pools are refused with the k
   CHECK_THAT(file_error({"groups[0].afd.ffn.shards=2"}), Catch::Contains("groups[0].afd.ffn.shards: unknown key"));
   CHECK_THAT(file_error({"groups[0].afd.attention=2"}),
              Catch::EndsWith("groups[0].afd.attention: must be a mapping with workers (and tp)"));
-  CHECK_THAT(file_error({"groups[0].tbo=true"}),
-             Catch::EndsWith("groups[0].tbo: two-batch overlap does not run with attention-FFN disaggregation yet"));
   CHECK_THAT(file_error({"groups[0].device=cuda"}),
              Catch::EndsWith("groups[0].afd: attention-FFN disaggregation runs on CPU ranks only so far (device: "
                              "cuda)"));

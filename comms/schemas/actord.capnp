@@ -195,6 +195,10 @@ struct ExecuteStep {
   # own ExecuteStep, an idle one without sequences: it still serves its experts to the others).
   laneTokens @8 :UInt32;
   trace @9 :Bool;                # --trace: the ranks record this step's spans and send them in their results
+  # For two-batch overlap with lanes (or AFD): the most tokens any lane's first micro-batch runs, and its second's
+  # (core/two_batch_split.hpp cuts each lane's batch).
+  laneTokensFirst @10 :UInt32;
+  laneTokensSecond @11 :UInt32;
 }
 
 struct SeqResult {
@@ -278,6 +282,7 @@ struct WorkerInit {
   afdAttention @28 :UInt32;      # attention-FFN disaggregation: the replica's attention ranks (lanes x tp); 0: none
   afdFfn @29 :UInt32;            # and its FFN ranks (the EP group is the attention ranks, then the FFN ranks)
   ffnRank @30 :Int32 = -1;       # this rank's index among the FFN ranks; -1: an attention rank
+  epGroup2 @31 :CollectiveGroup; # with tbo and an EP group, for a rank in its own process: the second micro-batch's
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).
