@@ -4,18 +4,20 @@ communication overlapped its own compute.
 
     python3 bench/trace_overlap.py TRACE.json [--json]
 
-Per rank (a process of the trace named .../worker/...):
+Per rank (a process of the trace named .../worker/... or, attention-FFN disaggregated, .../ffn/...):
   steps      traced steps
   wall ms    from its first span to its last
   compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them,
              both micro-batches' summed
   sample     time sampling
   comm       time in collectives (waiting for peers and the modelled link included), both micro-batches' summed
-  idle       time between steps (the worker waited for its next ExecuteStep)
+  between    time between steps (the worker waited for its next ExecuteStep)
   overlap    the share of comm during which the same rank computed on another micro-batch (tid): 0 without
              two-batch overlap, 1 when every collective hid behind the other micro-batch's compute
-  idle share idle / wall
-Pools: ranks grouped by their name up to the rank part (e.g. replica/0/worker), their idle share summed.
+  idle share the share of wall in which the rank computed nothing: 1 - (its micro-batches' compute, as a union) /
+             wall; waiting for peers (another pool) and between steps both count
+Pools: ranks grouped by their name up to the rank part (replica/0/worker: attention, replica/0/ffn: the FFN pool),
+their idle shares averaged over their wall time.
 """
 import collections
 import json
@@ -75,7 +77,7 @@ def summarise(events):
     ranks = []
     for pid, evs in sorted(spans.items()):
         name = names.get(pid, str(pid))
-        if "/worker/" not in name:
+        if "/worker/" not in name and "/ffn/" not in name:
             continue
         by_cat = collections.defaultdict(lambda: collections.defaultdict(list))  # cat -> tid -> intervals
         for e in evs:
@@ -90,6 +92,8 @@ def summarise(events):
         first = min(e["ts"] for e in evs)
         last = max(e["ts"] + e["dur"] for e in evs)
         idle = length(union([iv for ivs in by_cat["idle"].values() for iv in ivs]))
+        busy = length(union([iv for c in compute.values() for iv in c] +
+                            [list(iv) for ivs in by_cat["sample"].values() for iv in ivs]))
         ranks.append({
             "rank": name,
             "steps": sum(1 for e in evs if e["name"] == "step"),
@@ -99,16 +103,17 @@ def summarise(events):
             "comm_ms": comm / 1e3,
             "idle_ms": idle / 1e3,
             "overlap": overlapped / comm if comm > 0 else 0.0,
-            "idle_share": idle / (last - first) if last > first else 0.0,
+            "busy_ms": busy / 1e3,
+            "idle_share": 1.0 - busy / (last - first) if last > first else 0.0,
         })
-    pools = collections.defaultdict(lambda: {"ranks": 0, "idle_ms": 0.0, "wall_ms": 0.0})
+    pools = collections.defaultdict(lambda: {"ranks": 0, "busy_ms": 0.0, "wall_ms": 0.0})
     for r in ranks:
         pool = r["rank"].rsplit("/", 1)[0]
         pools[pool]["ranks"] += 1
-        pools[pool]["idle_ms"] += r["idle_ms"]
+        pools[pool]["busy_ms"] += r["busy_ms"]
         pools[pool]["wall_ms"] += r["wall_ms"]
     for p in pools.values():
-        p["idle_share"] = p["idle_ms"] / p["wall_ms"] if p["wall_ms"] > 0 else 0.0
+        p["idle_share"] = 1.0 - p["busy_ms"] / p["wall_ms"] if p["wall_ms"] > 0 else 0.0
     return {"ranks": ranks, "pools": dict(pools)}
 
 
@@ -122,7 +127,7 @@ def main(argv):
     if "--json" in argv:
         print(json.dumps(summary, indent=1))
         return 0
-    print(f"{'rank':40} {'steps':>6} {'wall ms':>9} {'compute':>9} {'sample':>8} {'comm':>8} {'idle':>8} "
+    print(f"{'rank':40} {'steps':>6} {'wall ms':>9} {'compute':>9} {'sample':>8} {'comm':>8} {'between':>8} "
           f"{'overlap':>8} {'idle share':>10}")
     for r in summary["ranks"]:
         print(f"{r['rank']:40} {r['steps']:>6} {r['wall_ms']:>9.1f} {r['compute_ms']:>9.1f} {r['sample_ms']:>8.1f} "

@@ -73,9 +73,10 @@ struct NodeSection {
 
 inline constexpr int kMaxGroupDimension = 4096;  // the most replicas, tp or pp a group may have
 
-// A link model for research runs (groups[].link): every collective operation of the group's ranks, and every
-// message a rank receives, completes `latency` + its bytes / `bytes_per_second` later than the backend moved it (the
-// time slept: the CPU is free meanwhile), so communication can be studied on one machine. Zero: no model.
+// A link model for research runs (groups[].link): no collective operation of the group's ranks, and no receive of
+// a message, completes earlier than `latency` + its bytes / `bytes_per_second` after it started (the time the
+// backend does not take is slept: the CPU is free meanwhile), so communication can be studied on one machine.
+// Zero: no model.
 struct LinkModel {
   std::chrono::nanoseconds latency{0};
   uint64_t bytes_per_second = 0;  // 0: unlimited

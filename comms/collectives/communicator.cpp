@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <utility>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -76,7 +77,13 @@ Result<std::span<std::byte>> Communicator::place(Sink& sink, std::span<const siz
 
 namespace {
 thread_local WaitHook* wait_hook = nullptr;
+// The hook of the operation in progress on this thread until it first blocks (then null: released).
+thread_local WaitHook* unreleased = nullptr;
 }  // namespace
+
+void about_to_block() {
+  if (WaitHook* hook = std::exchange(unreleased, nullptr)) hook->before_wait();
+}
 
 void set_wait_hook(WaitHook* hook) {
   wait_hook = hook;
@@ -91,14 +98,14 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
   };
   if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
   WaitHook* const hook = wait_hook;
-  if (hook) hook->before_wait();
-  const uint64_t start = trace_ ? StepTrace::now_ns() : 0;
+  unreleased = hook;  // released at the operation's first wait (about_to_block), if any
+  const bool modelled = link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0);
+  const uint64_t start = trace_ || modelled ? StepTrace::now_ns() : 0;
   Status st = body();
-  if (st.ok() && link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0))
-    emulate_link(*link_bytes);
+  if (st.ok() && modelled) emulate_link(*link_bytes, start);
   // Operation names are the literals of the callers below.
   if (st.ok() && trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
-  if (hook) hook->after_wait();
+  if (hook && std::exchange(unreleased, nullptr) == nullptr) hook->after_wait();  // it waited: take the compute back
   if (st.ok()) return st;
   broken_ = true;
   failure_ = st.error();
@@ -108,7 +115,7 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
 
 // Sleeps (the core is free for other work) for the modelled link's time; the calling thread's timer slack is made
 // 1 ns once, so that a 200 us latency is not stretched by the default 50 us slack.
-void Communicator::emulate_link(size_t bytes) const {
+void Communicator::emulate_link(size_t bytes, uint64_t start_ns) const {
   thread_local bool precise = false;
   if (!precise) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -117,15 +124,12 @@ void Communicator::emulate_link(size_t bytes) const {
   int64_t ns = spec_.link_latency.count();
   if (spec_.link_bytes_per_second > 0)
     ns += static_cast<int64_t>(static_cast<double>(bytes) * 1e9 / static_cast<double>(spec_.link_bytes_per_second));
-  if (ns <= 0) return;
+  const uint64_t end_ns = start_ns + static_cast<uint64_t>(std::max<int64_t>(ns, 0));
+  if (StepTrace::now_ns() >= end_ns) return;
+  about_to_block();
   timespec until{};
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += ns / 1000000000;
-  until.tv_nsec += ns % 1000000000;
-  if (until.tv_nsec >= 1000000000) {
-    ++until.tv_sec;
-    until.tv_nsec -= 1000000000;
-  }
+  until.tv_sec = static_cast<time_t>(end_ns / 1000000000);
+  until.tv_nsec = static_cast<long>(end_ns % 1000000000);
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
   }
 }

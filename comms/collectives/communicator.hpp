@@ -56,8 +56,9 @@ inline size_t balanced_offset(size_t total, int parts, int r) {
 }
 
 // Two-batch overlap: a rank's two micro-batches run on two threads that take turns to compute. The hook a thread
-// sets is told before each of its collective operations starts waiting and after it returns, so that it can hand
-// the compute over to the other thread meanwhile.
+// sets is told when one of its collective operations first has to wait for peers (after it posted what it sends:
+// its own part is never held up by the other thread's compute), and after that operation returns, so that it can
+// hand the compute over to the other thread meanwhile. An operation that never waits keeps the compute.
 class WaitHook {
  public:
   virtual void before_wait() = 0;
@@ -68,6 +69,9 @@ class WaitHook {
 };
 // The calling thread's hook (null: none), for every communicator it uses.
 void set_wait_hook(WaitHook* hook);
+// Called by the communicators' wait loops (and the link model's sleep) when the calling thread is about to sleep
+// or poll for its peers inside an operation: the first call of an operation calls the hook's before_wait().
+void about_to_block();
 
 class Communicator {
  public:
@@ -146,10 +150,10 @@ class Communicator {
 
  private:
   // Runs the backend's operation `body` (errors prefixed, the group broken on failure); with a link model, then
-  // waits as long as moving `link_bytes` over the modelled link takes.
+  // waits until moving `link_bytes` over the modelled link would have taken since the operation started.
   template <class F>
   Status run(std::string_view op, F&& body, std::optional<size_t> link_bytes = std::nullopt);
-  void emulate_link(size_t bytes) const;
+  void emulate_link(size_t bytes, uint64_t start_ns) const;
   Status refuse(std::string_view op, const std::string& why);
 
   GroupSpec spec_;

@@ -46,6 +46,8 @@ inline constexpr std::chrono::microseconds kYieldTime{200};
 inline constexpr std::chrono::milliseconds kSleepSlice{10};
 
 void yield_core();
+// Two-batch overlap's hand-over when an operation first blocks (comms/collectives/communicator.hpp).
+void about_to_block();
 // Whether the calling thread's waits may yield its core before they sleep (by default they do). Not while another
 // thread of the rank computes meanwhile (two-batch overlap: set_wait_hook turns it off for the hooked thread):
 // yielding would take the core from it.
@@ -64,6 +66,7 @@ Status wait_until(SyncWord& w, Ready&& ready, GiveUp&& give_up, Clock::time_poin
     if (ready()) return Status::success();
     if ((i & 15) == 0 && Clock::now() >= spin_end) break;
   }
+  about_to_block();  // two-batch overlap: the other micro-batch computes while this one waits
   if (yielding()) {
     const auto yield_end = spin_end + kYieldTime;
     do {

@@ -60,9 +60,10 @@ struct GroupSpec {
   // (comms/nccl/); each rank joins it once its GPU is set up.
   bool over_nccl = false;
 
-  // A link model for research runs (groups[].link): every operation completes link_latency + the bytes this rank
-  // puts on its link / link_bytes_per_second later than the backend finished it (slept: the CPU is free meanwhile);
-  // a send costs its sender nothing, its receive pays for it. Zero: none.
+  // A link model for research runs (groups[].link): no operation completes earlier than link_latency + the bytes
+  // this rank puts on its link / link_bytes_per_second after it started (the rest slept: the CPU is free
+  // meanwhile; the backend's own time counts toward it); a send costs its sender nothing, its receive pays for it.
+  // Zero: none.
   std::chrono::nanoseconds link_latency{0};
   uint64_t link_bytes_per_second = 0;
 };

@@ -421,6 +421,7 @@ class ZmqCommunicator final : public Communicator {
 
   // Waits up to `limit` for anything on the inbox or the monitors, and takes it in.
   void wait_for_events(std::chrono::milliseconds limit) {
+    about_to_block();
     std::vector<zmq::pollitem_t> items{{inbox_.handle(), 0, ZMQ_POLLIN, 0}};
     for (zmq::socket_t& m : monitors_) {
       if (m) items.push_back(zmq::pollitem_t{m.handle(), 0, ZMQ_POLLIN, 0});
