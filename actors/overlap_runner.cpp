@@ -4,22 +4,14 @@ namespace actord {
 
 void OverlapRunner::Turns::acquire(int id) {
   std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return turn == id || done[1 - id]; });
+  cv.wait(lock, [&] { return holder < 0 || holder == id; });
+  holder = id;
 }
 
 void OverlapRunner::Turns::release(int id) {
   {
     std::lock_guard lock(mu);
-    turn = 1 - id;
-  }
-  cv.notify_all();
-}
-
-void OverlapRunner::Turns::finish(int id) {
-  {
-    std::lock_guard lock(mu);
-    done[id] = true;
-    turn = 1 - id;
+    if (holder == id) holder = -1;
   }
   cv.notify_all();
 }
@@ -45,7 +37,7 @@ void OverlapRunner::loop() {
     lock.unlock();
     turns_.acquire(1);
     (*task)();
-    turns_.finish(1);
+    turns_.release(1);
     lock.lock();
     task_ = nullptr;
     done_ = true;
@@ -54,11 +46,7 @@ void OverlapRunner::loop() {
 }
 
 void OverlapRunner::run(const std::function<void()>& first, const std::function<void()>& second) {
-  {
-    std::lock_guard lock(turns_.mu);
-    turns_.turn = 0;  // `first` computes first
-    turns_.done[0] = turns_.done[1] = false;
-  }
+  turns_.acquire(0);  // `first` computes first
   {
     std::lock_guard lock(mu_);
     task_ = &second;
@@ -68,7 +56,7 @@ void OverlapRunner::run(const std::function<void()>& first, const std::function<
   coll::set_wait_hook(&hooks_[0]);
   first();
   coll::set_wait_hook(nullptr);
-  turns_.finish(0);
+  turns_.release(0);
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_; });
 }

@@ -26,17 +26,17 @@ class OverlapRunner {
   void run(const std::function<void()>& first, const std::function<void()>& second);
 
  private:
-  // The compute baton, passed in strict turns (first, second, first, ...) so that every rank of a group runs the
-  // micro-batches' chunks in the same order and their collectives pair up without one rank waiting for the other
-  // to finish its other micro-batch; a finished micro-batch leaves the baton to the other.
+  // The compute baton: held by the micro-batch computing (-1: neither), taken by whichever wants it while it is
+  // free. Not passed in strict turns: a thread whose collective completes without waiting keeps computing
+  // (communicator.hpp's about_to_block), so the two threads' turns differ from rank to rank, and strict turns could
+  // then leave a rank's thread waiting for its sibling's turn while the sibling waits for a peer whose own thread
+  // waits for its turn (a cycle). Waiting for the baton only while the other computes cannot deadlock.
   struct Turns {
     std::mutex mu;
     std::condition_variable cv;
-    int turn = 0;
-    bool done[2] = {false, false};
+    int holder = -1;
     void acquire(int id);
-    void release(int id);  // the other's turn
-    void finish(int id);
+    void release(int id);
   };
   class Hook final : public coll::WaitHook {
    public:

@@ -16,6 +16,7 @@
 #include <deque>
 
 #include "actors/step_messages.hpp"
+#include "core/step_trace.hpp"
 #include "core/two_batch_split.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
@@ -73,6 +74,7 @@ struct scheduler_state {
     std::optional<std::chrono::steady_clock::time_point> deadline;  // nullopt: none
     std::vector<uint8_t> planned;            // per lane: its batcher planned this step (else it ran an empty one)
     std::vector<wire_msg> results;           // per lane, as they come
+    std::vector<uint64_t> received_ns;       // per lane: when its result came (--trace: clock alignment)
     size_t pending = 0;                      // results still to come (the lanes'; with --trace the followers' too)
     uint64_t seqs = 0;                       // the lanes' sequences in it (--trace)
   };
@@ -272,7 +274,8 @@ void on_step_results(self_ptr self) {
       return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
     };
     try {
-      for (const wire_msg& r : sent.results) st.trace->add_result(r, sent.step_id);
+      for (size_t i = 0; i < sent.results.size(); ++i)
+        st.trace->add_result(sent.results[i], sent.step_id, ns(sent.at), sent.received_ns[i]);
     } catch (const std::exception&) {  // a malformed result is reported below
     }
     st.trace->add_scheduler_step(st.actor_name, sent.step_id, ns(sent.at), ns(now), sent.seqs,
@@ -350,13 +353,25 @@ void on_lane_result(self_ptr self, uint64_t step_id, size_t lane, wire_msg&& msg
   scheduler_state::Sent* sent = in_flight_step(self->state, step_id);
   if (!sent || sent->results[lane].bytes.size() > 0) return;
   sent->results[lane] = std::move(msg);
+  if (self->state.trace) sent->received_ns[lane] = StepTrace::now_ns();
   --sent->pending;
   take_completed_steps(self);
 }
 
-// --trace: a follower's result of step `step_id` is in (its spans taken).
-void on_follower_result(self_ptr self, uint64_t step_id) {
+// --trace: a follower's (or an FFN rank's) result of step `step_id` is in; its spans go to the trace, with the
+// step's send time and this arrival for clock alignment (null: the follower was lost).
+void on_follower_result(self_ptr self, uint64_t step_id, const wire_msg* result = nullptr) {
   scheduler_state::Sent* sent = in_flight_step(self->state, step_id);
+  if (result && self->state.trace) {
+    const uint64_t sent_ns = sent ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                              sent->at.time_since_epoch())
+                                                              .count())
+                                  : 0;
+    try {
+      self->state.trace->add_result(*result, step_id, sent_ns, StepTrace::now_ns());
+    } catch (const std::exception&) {  // the driver's result reports what went wrong
+    }
+  }
   if (!sent || sent->pending == 0) return;
   --sent->pending;
   take_completed_steps(self);
@@ -514,6 +529,7 @@ void plan_and_send(self_ptr self) {
     sent.decode_only = true;
     sent.planned.assign(st.lanes.size(), 0);
     sent.results.resize(st.lanes.size());
+    sent.received_ns.assign(st.lanes.size(), 0);
     sent.pending = st.lanes.size();
     if (st.trace) {  // a traced step is complete once every rank's spans are in
       for (const auto& lane : st.lanes) sent.pending += lane->followers.size();
@@ -571,10 +587,9 @@ void plan_and_send(self_ptr self) {
                   [=](const wire_msg& result) {
                     try {
                       add_expert_load(result, self->state.stats);
-                      if (self->state.trace) self->state.trace->add_result(result, step_id);
                     } catch (const std::exception&) {  // the driver's result reports what went wrong
                     }
-                    if (self->state.trace) on_follower_result(self, step_id);
+                    if (self->state.trace) on_follower_result(self, step_id, &result);
                   },
                   [=](const caf::error&) {  // a lost follower breaks the replica: the driver's result says so
                     if (self->state.trace) on_follower_result(self, step_id);
@@ -595,15 +610,8 @@ void plan_and_send(self_ptr self) {
           continue;
         }
         self->request(f, caf::infinite, step_atom::value, pool_step)
-            .then(
-                [=](const wire_msg& result) {
-                  try {
-                    self->state.trace->add_result(result, step_id);
-                  } catch (const std::exception&) {
-                  }
-                  on_follower_result(self, step_id);
-                },
-                [=](const caf::error&) { on_follower_result(self, step_id); });
+            .then([=](const wire_msg& result) { on_follower_result(self, step_id, &result); },
+                  [=](const caf::error&) { on_follower_result(self, step_id); });
       }
     });
     st.placement_to_send.clear();  // every rank got this step

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comms/capnp_codec.hpp"
+#include "core/step_trace.hpp"
 
 namespace actord {
 
@@ -13,12 +14,26 @@ int TraceSink::pid_of(const std::string& track) {
   return it->second;
 }
 
-void TraceSink::add_result(const wire_msg& result, uint64_t step_id) {
+void TraceSink::add_result(const wire_msg& result, uint64_t step_id, uint64_t sent_ns, uint64_t received_ns) {
   WireReader reader(result);
   auto r = reader.root<wire::StepResult>();
   if (!r.hasTrace()) return;
   std::lock_guard lock(mu_);
   const int pid = pid_of(std::string(r.getRank()));
+  const bool foreign = r.getClockId().size() > 0 && std::string_view(r.getClockId().cStr()) != StepTrace::clock_id();
+  if (foreign) {
+    ClockSample& clock = clocks_[pid];
+    for (auto s : r.getTrace()) {
+      if (std::string_view(s.getName().cStr()) != "step" || received_ns <= sent_ns || sent_ns == 0) continue;
+      const uint64_t round_trip = received_ns - sent_ns, inside = s.getDurNs();
+      const uint64_t slack = round_trip > inside ? round_trip - inside : 0;
+      if (slack >= clock.slack_ns) continue;
+      clock.slack_ns = slack;
+      // (worker start - send) and (worker end - receive) straddle the offset by the two legs' times.
+      const int64_t start = static_cast<int64_t>(s.getStartNs()), end = start + static_cast<int64_t>(inside);
+      clock.offset_ns = ((start - static_cast<int64_t>(sent_ns)) + (end - static_cast<int64_t>(received_ns))) / 2;
+    }
+  }
   for (auto s : r.getTrace()) {
     Span span;
     span.pid = pid;
@@ -56,8 +71,15 @@ size_t TraceSink::num_spans() const {
 
 Status TraceSink::write() const {
   std::lock_guard lock(mu_);
-  uint64_t origin = UINT64_MAX;
-  for (const Span& s : spans_) origin = std::min(origin, s.start_ns);
+  // Every span on this machine's clock.
+  auto start_of = [&](const Span& s) {
+    auto clock = clocks_.find(s.pid);
+    return clock == clocks_.end() || clock->second.slack_ns == UINT64_MAX
+               ? static_cast<int64_t>(s.start_ns)
+               : static_cast<int64_t>(s.start_ns) - clock->second.offset_ns;
+  };
+  int64_t origin = INT64_MAX;
+  for (const Span& s : spans_) origin = std::min(origin, start_of(s));
   nlohmann::json events = nlohmann::json::array();
   for (const auto& [track, pid] : pids_) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", track}}}});
@@ -74,7 +96,7 @@ Status TraceSink::write() const {
     events.push_back({{"name", s.name},
                       {"cat", s.category},
                       {"ph", "X"},
-                      {"ts", double(s.start_ns - origin) / 1000.0},
+                      {"ts", double(start_of(s) - origin) / 1000.0},
                       {"dur", double(s.dur_ns) / 1000.0},
                       {"pid", s.pid},
                       {"tid", s.tid},

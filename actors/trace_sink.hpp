@@ -4,8 +4,12 @@
 // Contract: the schedulers call add_* from their threads (a mutex serialises them); write() runs once, after the
 // actors have stopped (Engine's destructor). Every rank is a process ("pid") named after it, its spans on thread 0;
 // each scheduler is one more process with a span per step from its send to its last result. Times are the
-// machine's CLOCK_MONOTONIC in microseconds from the first span: ranks in other processes of this machine share it;
-// ranks on other machines keep their own clock (not aligned yet). Spans carry their step, layer and bytes as args.
+// engine's machine's CLOCK_MONOTONIC in microseconds from the first span: ranks in other processes of this machine
+// share it (StepResult.clockId, the machine's boot id, says so); a rank on another machine has its spans shifted
+// by its clock's offset, estimated as NTP does from the step round trips that bracket its "step" spans (the
+// engine's send and receive times around the worker's start and end), keeping the sample of the shortest round
+// trip (its error is at most half of that round trip's time outside the step). Spans carry their step, layer and
+// bytes as args.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +28,10 @@ class TraceSink {
  public:
   explicit TraceSink(std::filesystem::path path) : path_(std::move(path)) {}
   const std::filesystem::path& path() const { return path_; }
-  // The spans of one rank's StepResult of step `step_id` (none when it carries no trace). Throws on a malformed
-  // message, as the step message decoders do.
-  void add_result(const wire_msg& result, uint64_t step_id);
+  // The spans of one rank's StepResult of step `step_id` (none when it carries no trace), sent at sent_ns and
+  // received at received_ns on this machine's clock (0: unknown; then it gives no clock sample). Throws on a
+  // malformed message, as the step message decoders do.
+  void add_result(const wire_msg& result, uint64_t step_id, uint64_t sent_ns = 0, uint64_t received_ns = 0);
   // A scheduler's step: sent at start_ns, every result in by end_ns (CLOCK_MONOTONIC), with its sequences and tokens.
   void add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns, uint64_t end_ns,
                           uint64_t seqs, uint64_t tokens);
@@ -43,6 +48,13 @@ class TraceSink {
     uint64_t seqs = 0, tokens = 0;  // scheduler steps
   };
   int pid_of(const std::string& track);  // under mu_
+  // A rank on another machine: its clock's offset from this one's (its time - ours) from the sample of the
+  // shortest round trip so far.
+  struct ClockSample {
+    int64_t offset_ns = 0;
+    uint64_t slack_ns = UINT64_MAX;  // the sample's round trip less the worker's step
+  };
+  std::map<int, ClockSample> clocks_;
 
   std::filesystem::path path_;
   mutable std::mutex mu_;

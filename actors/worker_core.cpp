@@ -415,6 +415,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
           trace_.add(span);
         }
         out.setRank(name_);
+        out.setClockId(StepTrace::clock_id());
         const auto& spans = trace_.spans();
         auto list = out.initTrace(static_cast<uint32_t>(spans.size()));
         for (uint32_t i = 0; i < spans.size(); ++i) {

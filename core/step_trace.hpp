@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace actord {
@@ -34,6 +35,9 @@ class StepTrace {
     spans_.push_back({name, category, start_ns, end_ns > start_ns ? end_ns - start_ns : 0, bytes, layer});
   }
   void add(const TraceSpan& span) { spans_.push_back(span); }
+  // Which CLOCK_MONOTONIC now_ns() reads: this machine's boot id (/proc/sys/kernel/random/boot_id), the same for
+  // every process of one machine and boot.
+  static const std::string& clock_id();
   const std::vector<TraceSpan>& spans() const { return spans_; }
   void clear() {
     spans_.clear();

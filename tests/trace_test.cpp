@@ -1,6 +1,7 @@
 // --trace: every rank's steps as Chrome trace JSON (actors/trace_sink.hpp): each rank of a tp2 replica in processes
 // reports its phases per layer, its collectives with their bytes, its idle time and (the driver) sampling; the
-// scheduler its steps; clocks are one machine's, so a step's rank spans lie inside the scheduler's span of it;
+// scheduler its steps; clocks are one machine's, so a step's rank spans lie inside the scheduler's span of it (a rank on
+// another machine is shifted onto the engine's clock by its step round trips);
 // bench/trace_overlap.py summarises the file. An unwritable --trace path is refused at start.
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -8,7 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "actors/trace_sink.hpp"
 #include "cli_util.hpp"
+#include "comms/capnp_codec.hpp"
+#include "core/step_trace.hpp"
 #include "engine_test_util.hpp"
 
 using namespace actord;
@@ -94,4 +98,58 @@ TEST_CASE("trace: an unwritable --trace file is refused at start, naming it", "[
                                    "--trace", "/nonexistent-dir/t.json"});
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Catch::Contains("--trace: cannot write /nonexistent-dir/t.json"));
+}
+
+namespace {
+
+// A StepResult of rank `rank` whose clock is `clock_id`, with a "step" span [start, start + dur) and an
+// "attention" span inside it.
+wire_msg traced_result(const std::string& rank, const std::string& clock_id, uint64_t start, uint64_t dur) {
+  return build<wire::StepResult>([&](wire::StepResult::Builder out) {
+    out.setRank(rank);
+    out.setClockId(clock_id);
+    auto spans = out.initTrace(2);
+    spans[0].setName("attention");
+    spans[0].setCategory("compute");
+    spans[0].setStartNs(start + 100);
+    spans[0].setDurNs(dur - 200);
+    spans[1].setName("step");
+    spans[1].setCategory("step");
+    spans[1].setStartNs(start);
+    spans[1].setDurNs(dur);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("trace: a rank on another machine is put on this machine's clock by its step round trips", "[trace]") {
+  test::TempDir tmp;
+  TraceSink sink(tmp.path() / "t.json");
+  // The remote clock reads 5 s more than ours. Step 1: sent at 1000 us, the worker starts 30 us later and runs
+  // 400 us, its result arrives 30 us after that (symmetric legs). Step 2: a longer, lopsided round trip (the step
+  // queued 500 us at the worker) that must not win.
+  const uint64_t skew = 5'000'000'000ull, us = 1000;
+  sink.add_result(traced_result("remote/worker/0", "another-boot", skew + 1030 * us, 400 * us), 1, 1000 * us,
+                  1460 * us);
+  sink.add_result(traced_result("remote/worker/0", "another-boot", skew + 3500 * us, 400 * us), 2, 3000 * us,
+                  3930 * us);
+  // A rank of this machine (its clock id is ours) is left as it is, round trips or not.
+  sink.add_result(traced_result("local/worker/0", StepTrace::clock_id(), 1040 * us, 380 * us), 1, 1000 * us,
+                  1460 * us);
+  sink.add_scheduler_step("local/scheduler", 1, 1000 * us, 1460 * us, 1, 1);
+  REQUIRE(sink.write().ok());
+  std::ifstream in(tmp.path() / "t.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::map<int, std::string> tracks;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") tracks[e["pid"].get<int>()] = e["args"]["name"];
+  std::map<std::pair<std::string, uint64_t>, double> step_start;  // (track, step) -> ts in us
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "step")
+      step_start[{tracks.at(e["pid"].get<int>()), e["args"]["step"].get<uint64_t>()}] = e["ts"].get<double>();
+  // The origin is the scheduler's send (1000 us): the remote step 1 starts 30 us after it, exactly.
+  CHECK(step_start.at({"local/scheduler", 1}) == Approx(0.0));
+  CHECK(step_start.at({"remote/worker/0", 1}) == Approx(30.0).margin(0.01));
+  CHECK(step_start.at({"remote/worker/0", 2}) == Approx(2500.0).margin(0.01));  // shifted by the same offset
+  CHECK(step_start.at({"local/worker/0", 1}) == Approx(40.0).margin(0.01));
 }

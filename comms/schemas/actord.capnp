@@ -232,6 +232,7 @@ struct StepResult {
   # CLOCK_MONOTONIC (core/step_trace.hpp).
   rank @11 :Text;
   trace @12 :List(TraceSpan);
+  clockId @13 :Text;             # with trace: the boot id of the worker's machine, whose CLOCK_MONOTONIC its spans use
 }
 
 struct TraceSpan {
