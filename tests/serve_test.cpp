@@ -656,21 +656,31 @@ TEST_CASE("serve - /metrics counts the tokens routed to each expert of each MoE 
   Served s("", 1 << 20, dir.string(),
            {"model.load_format=dummy", "groups[0].tp=2", "groups[0].ep=2", "groups[0].threads=1"});
   REQUIRE(call(s.port, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":4})").status == 200);
-  const std::string metrics = call(s.port, "GET", "/metrics").body;
-  auto stats = s.engine->stats();
-  REQUIRE(stats.ok());
-  CHECK_THAT(metrics, Catch::Contains("# TYPE actord_expert_tokens_total counter"));
-  for (int layer = 0; layer < 2; ++layer) {
-    uint64_t routed = 0;
-    for (int e = 0; e < 4; ++e) {
-      const std::string series = "actord_expert_tokens_total{model_name=\"stories260K\",replica=\"0\",layer=\"" +
-                                 std::to_string(layer) + "\",expert=\"" + std::to_string(e) + "\"} ";
-      const size_t at = metrics.find(series);
-      REQUIRE(at != std::string::npos);
-      routed += std::stoull(metrics.substr(at + series.size()));
+  // The response may come before the result of a step planned ahead (its tokens already counted as fed): read
+  // until the engine's counts settle.
+  std::vector<uint64_t> routed(2, 0);
+  uint64_t fed = 0;
+  std::string metrics;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    metrics = call(s.port, "GET", "/metrics").body;
+    auto stats = s.engine->stats();
+    REQUIRE(stats.ok());
+    fed = stats->tokens;
+    for (int layer = 0; layer < 2; ++layer) {
+      routed[size_t(layer)] = 0;
+      for (int e = 0; e < 4; ++e) {
+        const std::string series = "actord_expert_tokens_total{model_name=\"stories260K\",replica=\"0\",layer=\"" +
+                                   std::to_string(layer) + "\",expert=\"" + std::to_string(e) + "\"} ";
+        const size_t at = metrics.find(series);
+        REQUIRE(at != std::string::npos);
+        routed[size_t(layer)] += std::stoull(metrics.substr(at + series.size()));
+      }
     }
-    CHECK(routed == 2 * stats->tokens);  // every token fed, to its top 2
+    if (routed[0] == 2 * fed && routed[1] == 2 * fed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  CHECK_THAT(metrics, Catch::Contains("# TYPE actord_expert_tokens_total counter"));
+  for (int layer = 0; layer < 2; ++layer) CHECK(routed[size_t(layer)] == 2 * fed);  // every token fed, to its top 2
 }
 
 TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resizes are refused, it keeps serving",
