@@ -7,8 +7,8 @@ communication overlapped its own compute.
 Per rank (a process of the trace named .../worker/... or, attention-FFN disaggregated, .../ffn/...):
   steps      traced steps
   wall ms    from its first span to its last
-  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them,
-             both micro-batches' summed
+  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them
+             and the waits for the other micro-batch to hand the compute over, both micro-batches' summed
   sample     time sampling
   comm       time in collectives (waiting for peers and the modelled link included), both micro-batches' summed
   between    time between steps (the worker waited for its next ExecuteStep)
@@ -82,8 +82,10 @@ def summarise(events):
         by_cat = collections.defaultdict(lambda: collections.defaultdict(list))  # cat -> tid -> intervals
         for e in evs:
             by_cat[e["cat"]][e.get("tid", 0)].append((e["ts"], e["ts"] + e["dur"]))
-        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine).
-        compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, []))) for tid, ivs in by_cat["compute"].items()}
+        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine) and its
+        # waits for the other micro-batch to hand the compute over (two-batch overlap).
+        compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, []) + by_cat["wait"].get(tid, [])))
+                   for tid, ivs in by_cat["compute"].items()}
         overlapped = 0.0
         for tid, ivs in by_cat["comm"].items():
             others = union([iv for t, c in compute.items() if t != tid for iv in c])

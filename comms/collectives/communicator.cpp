@@ -105,7 +105,16 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
   if (st.ok() && modelled) emulate_link(*link_bytes, start);
   // Operation names are the literals of the callers below.
   if (st.ok() && trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
-  if (hook && std::exchange(unreleased, nullptr) == nullptr) hook->after_wait();  // it waited: take the compute back
+  if (hook && std::exchange(unreleased, nullptr) == nullptr) {  // it waited: take the compute back
+    const uint64_t asked = trace_ ? StepTrace::now_ns() : 0;
+    hook->after_wait();
+    // --trace: the wait for the other micro-batch to hand the compute over, apart from the operation and from
+    // the compute around it.
+    if (trace_) {
+      const uint64_t got = StepTrace::now_ns();
+      if (got - asked >= 2000) trace_->add("handover", "wait", asked, got);
+    }
+  }
   if (st.ok()) return st;
   broken_ = true;
   failure_ = st.error();
