@@ -1,7 +1,8 @@
 // Two nodes on one machine: this test process (the engine's node, "local") and a network namespace of its own
 // joined to it by a veth pair, where `actord agent` runs as node-b. Ranks placed on node-b are started there by the
 // agent and reached over tcp, collective groups that cross the nodes run on the ZeroMQ backend; the greedy tokens
-// equal one worker's. A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
+// equal one worker's (tp x pp, expert parallel lanes, and attention-FFN disaggregation with the FFN pool on node-b).
+// A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
 // on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
 // otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
 #include <signal.h>
@@ -159,6 +160,29 @@ TEST_CASE("two nodes: a random Mixtral's experts over two attention lanes (ep2),
   CHECK(routed == 2 * 2 * stats->tokens);  // every token fed, both lanes', in each of 2 layers to 2 experts
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("two nodes: attention-FFN disaggregation with the attention here and the FFN pool on node-b - every "
+          "layer's hidden states cross the nodes - equals one worker, with and without ping-pong",
+          "[engine][node][afd]") {
+  OTHER_NODE_OR_SKIP(node);
+  const auto requests = greedy_batch(6, 64);
+  auto single = test::start_engine(two_nodes(node, "{threads: 1}"));
+  auto expected = single->generate(requests);
+  REQUIRE(expected.ok());
+  single.reset();
+  for (const char* tbo : {"false", "true"}) {
+    INFO("tbo " << tbo);
+    auto engine = test::start_engine(two_nodes(
+        node, std::string("{afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: ") + tbo +
+                  ", threads: 1, placement: [node:local, node:node-b]}"));
+    CHECK(test::worker_processes_of(getpid()).size() == 1);  // the attention worker here; the FFN worker is the agent's
+    auto got = engine->generate(requests);
+    REQUIRE(got.ok());
+    check_same_tokens(*got, *expected);
+    engine.reset();
+    CHECK(test::worker_processes_of(getpid()).empty());
+  }
 }
 
 TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams finish on the other, unchanged",
