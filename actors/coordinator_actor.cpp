@@ -177,59 +177,68 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     return spec;
   };
   std::vector<RankLinks> links(static_cast<size_t>(n_ranks));
-  // [lane * pp + stage], [lane * tp + tp rank], and the EP group.
-  // With two-batch overlap, tp_specs2 and pipeline_specs2: the second micro-batch's, the same ranks.
-  std::vector<coll::GroupSpec> tp_specs, pipeline_specs, ep_specs, tp_specs2, pipeline_specs2, ep_specs2;
-  for (int lane = 0; lane < lanes; ++lane) {
-    const std::string prefix = lanes > 1 ? "dp" + std::to_string(lane) + "/" : "";
-    if (tp > 1) {
-      for (int s = 0; s < pp; ++s) {
-        std::vector<std::string> agents;
-        for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s, lane));
-        tp_specs.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp", agents));
-        if (group.tbo) tp_specs2.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp/mb1", agents));
+  // Each micro-batch's groups (one micro-batch without two-batch overlap; micro-batch k's names end in /mbK):
+  // tp [lane * pp + stage], pipeline [lane * tp + tp rank], and the EP group.
+  struct Groups {
+    std::vector<coll::GroupSpec> tp, pipeline, ep;
+  };
+  const int micro_batches = group.tbo ? group.micro_batches : 1;
+  std::vector<Groups> groups(static_cast<size_t>(micro_batches));
+  for (int m = 0; m < micro_batches; ++m) {
+    Groups& g = groups[static_cast<size_t>(m)];
+    const std::string suffix = m == 0 ? "" : "/mb" + std::to_string(m);
+    for (int lane = 0; lane < lanes; ++lane) {
+      const std::string prefix = lanes > 1 ? "dp" + std::to_string(lane) + "/" : "";
+      if (tp > 1) {
+        for (int s = 0; s < pp; ++s) {
+          std::vector<std::string> agents;
+          for (int k = 0; k < tp; ++k) agents.push_back(agent_of(k, s, lane));
+          g.tp.push_back(spec_of(prefix + "pp" + std::to_string(s) + "/tp" + suffix, agents));
+        }
+      }
+      if (pp > 1) {
+        for (int k = 0; k < tp; ++k) {
+          std::vector<std::string> agents;
+          for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s, lane));
+          g.pipeline.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline" + suffix, agents));
+        }
       }
     }
-    if (pp > 1) {
-      for (int k = 0; k < tp; ++k) {
-        std::vector<std::string> agents;
-        for (int s = 0; s < pp; ++s) agents.push_back(agent_of(k, s, lane));
-        pipeline_specs.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline", agents));
-        if (group.tbo) pipeline_specs2.push_back(spec_of(prefix + "tp" + std::to_string(k) + "/pipeline/mb1", agents));
-      }
+    if (group.ep_group()) {  // pp is 1: rank order is EP order (AFD: the attention ranks, then the FFN ranks)
+      std::vector<std::string> agents;
+      for (int rank = 0; rank < n_ranks; ++rank) agents.push_back(agent_at(rank));
+      g.ep.push_back(spec_of("ep" + suffix, agents));
     }
-  }
-  if (group.ep_group()) {  // pp is 1: rank order is EP order (AFD: the attention ranks, then the FFN ranks)
-    std::vector<std::string> agents;
-    for (int rank = 0; rank < n_ranks; ++rank) agents.push_back(agent_at(rank));
-    ep_specs.push_back(spec_of("ep", agents));
-    if (group.tbo) ep_specs2.push_back(spec_of("ep/mb1", agents));
   }
   if (group_failure) {
     stop_replica_actors(self, r);
     return done(*group_failure);
   }
   if (!in_processes) {
+    for (RankLinks& l : links) l.micro.resize(static_cast<size_t>(micro_batches - 1));
+    // Rank `rank`'s slot for micro-batch m's group of kind `kind` (0 tp, 1 pipeline, 2 ep).
+    auto slot = [&](int rank, int m, int kind) -> std::unique_ptr<coll::Communicator>& {
+      RankLinks& l = links[static_cast<size_t>(rank)];
+      if (m == 0) return kind == 0 ? l.tp : kind == 1 ? l.pipeline : l.ep;
+      RankLinks::MicroBatch& mb = l.micro[static_cast<size_t>(m - 1)];
+      return kind == 0 ? mb.tp : kind == 1 ? mb.pipeline : mb.ep;
+    };
     // Each spec's ranks in its order, as indices into links.
-    auto hand_out = [&](const coll::GroupSpec& spec, auto&& member, std::unique_ptr<coll::Communicator> RankLinks::*slot)
-        -> std::optional<Error> {
+    auto hand_out = [&](const coll::GroupSpec& spec, auto&& member, int m, int kind) -> std::optional<Error> {
       auto comms = coll::create_local_group(spec);
       if (!comms) return comms.error();
-      for (int i = 0; i < spec.size; ++i) links[static_cast<size_t>(member(i))].*slot = std::move((*comms)[static_cast<size_t>(i)]);
+      for (int i = 0; i < spec.size; ++i) slot(member(i), m, kind) = std::move((*comms)[static_cast<size_t>(i)]);
       return std::nullopt;
     };
     std::optional<Error> failed;
-    using Slot = std::unique_ptr<coll::Communicator> RankLinks::*;
-    for (auto [specs, slot] : {std::pair{&tp_specs, Slot{&RankLinks::tp}}, {&tp_specs2, Slot{&RankLinks::tp2}}})
-      for (size_t g = 0; g < specs->size() && !failed; ++g)  // g = lane * pp + stage
-        failed = hand_out((*specs)[g], [&](int k) { return rank_of(k, int(g) % pp, int(g) / pp); }, slot);
-    for (auto [specs, slot] :
-         {std::pair{&pipeline_specs, Slot{&RankLinks::pipeline}}, {&pipeline_specs2, Slot{&RankLinks::pipeline2}}})
-      for (size_t g = 0; g < specs->size() && !failed; ++g)  // g = lane * tp + tp rank
-        failed = hand_out((*specs)[g], [&](int s) { return rank_of(int(g) % tp, s, int(g) / tp); }, slot);
-    for (auto [specs, slot] : {std::pair{&ep_specs, Slot{&RankLinks::ep}}, {&ep_specs2, Slot{&RankLinks::ep2}}})
-      for (size_t g = 0; g < specs->size() && !failed; ++g)
-        failed = hand_out((*specs)[g], [](int i) { return i; }, slot);
+    for (int m = 0; m < micro_batches && !failed; ++m) {
+      const Groups& g = groups[static_cast<size_t>(m)];
+      for (size_t i = 0; i < g.tp.size() && !failed; ++i)  // i = lane * pp + stage
+        failed = hand_out(g.tp[i], [&](int k) { return rank_of(k, int(i) % pp, int(i) / pp); }, m, 0);
+      for (size_t i = 0; i < g.pipeline.size() && !failed; ++i)  // i = lane * tp + tp rank
+        failed = hand_out(g.pipeline[i], [&](int s) { return rank_of(int(i) % tp, s, int(i) / tp); }, m, 1);
+      for (size_t i = 0; i < g.ep.size() && !failed; ++i) failed = hand_out(g.ep[i], [](int r) { return r; }, m, 2);
+    }
     if (failed) {
       stop_replica_actors(self, r);
       return done(*failed);
@@ -299,15 +308,26 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         out.setAfdFfn(static_cast<uint32_t>(ffn_workers));
         out.setFfnRank(ffn);
       }
-      if (in_processes && ep_specs.size() == 1) to_wire(ep_specs.front(), out.initEpGroup());
       out.setTbo(group.tbo);
-      if (in_processes && ep_specs2.size() == 1) to_wire(ep_specs2.front(), out.initEpGroup2());
-      if (ffn >= 0) return;  // an FFN rank is in no TP or pipeline group
-      if (in_processes && tp > 1) to_wire(tp_specs[static_cast<size_t>(lane * pp + s)], out.initTpGroup());
-      if (in_processes && pp > 1) to_wire(pipeline_specs[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup());
-      if (in_processes && group.tbo && tp > 1) to_wire(tp_specs2[static_cast<size_t>(lane * pp + s)], out.initTpGroup2());
-      if (in_processes && group.tbo && pp > 1)
-        to_wire(pipeline_specs2[static_cast<size_t>(lane * tp + k)], out.initPipelineGroup2());
+      out.setMicroBatches(static_cast<uint32_t>(micro_batches));
+      if (!in_processes) return;  // threads got their communicators above
+      const bool ffn_rank = ffn >= 0;  // an FFN rank is in no TP or pipeline group
+      auto fill = [&](const Groups& g, auto&& tp_out, auto&& pipeline_out, auto&& ep_out) {
+        if (!g.ep.empty()) to_wire(g.ep.front(), ep_out());
+        if (ffn_rank) return;
+        if (tp > 1) to_wire(g.tp[static_cast<size_t>(lane * pp + s)], tp_out());
+        if (pp > 1) to_wire(g.pipeline[static_cast<size_t>(lane * tp + k)], pipeline_out());
+      };
+      fill(groups[0], [&] { return out.initTpGroup(); }, [&] { return out.initPipelineGroup(); },
+           [&] { return out.initEpGroup(); });
+      if (micro_batches > 1) {
+        auto extra = out.initMicroBatchGroups(static_cast<uint32_t>(micro_batches - 1));
+        for (int m = 1; m < micro_batches; ++m) {
+          auto e = extra[static_cast<uint32_t>(m - 1)];
+          fill(groups[static_cast<size_t>(m)], [&] { return e.initTp(); }, [&] { return e.initPipeline(); },
+               [&] { return e.initEp(); });
+        }
+      }
     });
   };
   // Every rank loads its shard at once (ranks in processes meet in their groups while loading); the scheduler
@@ -352,7 +372,8 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     eplb.num_experts = s.params.num_experts;
     eplb.redundant = group.num_redundant_experts;
     eplb.num_layers = s.params.num_layers;
-    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), std::move(ffn_pool), s.router,
+    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), std::move(ffn_pool),
+                                   group.tbo ? group.micro_batches : 0, s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
                                    s.params.topology.engine.step_timeout, eplb, s.params.trace);
     done(std::nullopt);

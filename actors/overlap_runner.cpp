@@ -1,5 +1,7 @@
 #include "actors/overlap_runner.hpp"
 
+#include <algorithm>
+
 namespace actord {
 
 void OverlapRunner::Turns::acquire(int id) {
@@ -16,7 +18,11 @@ void OverlapRunner::Turns::release(int id) {
   cv.notify_all();
 }
 
-OverlapRunner::OverlapRunner() : helper_([this] { loop(); }) {}
+OverlapRunner::OverlapRunner(int micro_batches) {
+  const int n = std::max(micro_batches, 2);
+  for (int id = 0; id < n; ++id) hooks_.push_back(std::make_unique<Hook>(turns_, id));
+  for (int id = 1; id < n; ++id) helpers_.emplace_back([this, id] { loop(id); });
+}
 
 OverlapRunner::~OverlapRunner() {
   {
@@ -24,41 +30,44 @@ OverlapRunner::~OverlapRunner() {
     stop_ = true;
   }
   cv_.notify_all();
-  helper_.join();
+  for (std::thread& t : helpers_) t.join();
 }
 
-void OverlapRunner::loop() {
-  coll::set_wait_hook(&hooks_[1]);
+void OverlapRunner::loop(int id) {
+  coll::set_wait_hook(hooks_[static_cast<size_t>(id)].get());
+  uint64_t done_generation = 0;
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || task_ != nullptr; });
+    cv_.wait(lock, [&] { return stop_ || generation_ != done_generation; });
     if (stop_) return;
-    const std::function<void()>* task = task_;
+    done_generation = generation_;
+    const std::function<void()>& task = (*tasks_)[static_cast<size_t>(id)];
     lock.unlock();
-    turns_.acquire(1);
-    (*task)();
-    turns_.release(1);
+    turns_.acquire(id);
+    task();
+    turns_.release(id);
     lock.lock();
-    task_ = nullptr;
-    done_ = true;
+    ++finished_;
     cv_.notify_all();
   }
 }
 
-void OverlapRunner::run(const std::function<void()>& first, const std::function<void()>& second) {
-  turns_.acquire(0);  // `first` computes first
+void OverlapRunner::run(const std::vector<std::function<void()>>& tasks) {
+  ACTORD_CHECK_MSG(tasks.size() == hooks_.size(), "OverlapRunner::run: one task per micro-batch");
+  turns_.acquire(0);  // tasks[0] computes first
   {
     std::lock_guard lock(mu_);
-    task_ = &second;
-    done_ = false;
+    tasks_ = &tasks;
+    finished_ = 0;
+    ++generation_;
   }
   cv_.notify_all();
-  coll::set_wait_hook(&hooks_[0]);
-  first();
+  coll::set_wait_hook(hooks_[0].get());
+  tasks[0]();
   coll::set_wait_hook(nullptr);
   turns_.release(0);
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  cv_.wait(lock, [&] { return finished_ == static_cast<int>(helpers_.size()); });
 }
 
 }  // namespace actord

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comms/collectives/communicator.hpp"
 
@@ -21,9 +22,11 @@ struct RankLinks {
   std::unique_ptr<coll::Communicator> pipeline;  // null when pp is 1
   // Every EP rank of the replica (attention lanes, then AFD's FFN ranks); null without lanes or AFD.
   std::unique_ptr<coll::Communicator> ep;
-  // Two-batch overlap: the second micro-batch's TP, pipeline and EP groups (the first uses the ones above); null
-  // without.
-  std::unique_ptr<coll::Communicator> tp2, pipeline2, ep2;
+  // Two-batch overlap: the groups of micro-batches 1 .. m - 1 (micro-batch 0 uses the ones above); empty without.
+  struct MicroBatch {
+    std::unique_ptr<coll::Communicator> tp, pipeline, ep;
+  };
+  std::vector<MicroBatch> micro;
 };
 
 }  // namespace actord

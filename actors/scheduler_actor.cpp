@@ -17,7 +17,7 @@
 
 #include "actors/step_messages.hpp"
 #include "core/step_trace.hpp"
-#include "core/two_batch_split.hpp"
+#include "core/micro_batch_split.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -43,6 +43,8 @@ struct scheduler_state {
   std::string actor_name;
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
+  int micro_batches = 0;                      // two-batch overlap: the ranks' micro-batches per step (0: none)
+  std::vector<uint32_t> lane_micro_tokens;    // scratch: the busiest lane's tokens per micro-batch
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   caf::actor supervisor;                      // told when the worker is lost (the coordinator)
@@ -506,19 +508,19 @@ void plan_and_send(self_ptr self) {
     bool any = false;
     int most_tokens = 0;
     // The busiest lane's tokens in each micro-batch of two-batch overlap (the workers' cut).
-    int64_t most_first = 0, most_second = 0;
+    st.lane_micro_tokens.assign(static_cast<size_t>(st.micro_batches), 0);
     for (size_t i = 0; i < st.lanes.size(); ++i) {
       const StepPlan* plan = st.plans[i] = st.lanes[i]->batcher->plan_step();
       any = any || plan;
       if (!plan) continue;
       most_tokens = std::max(most_tokens, plan->num_tokens);
-      if (!lockstep) continue;
-      const auto [first, second] = two_batch_tokens(plan->slices.size(), [&](size_t s) { return plan->slices[s].num_tokens; });
-      most_first = std::max(most_first, first);
-      most_second = std::max(most_second, second);
+      if (!lockstep || st.micro_batches < 2) continue;
+      const std::vector<int64_t> parts =
+          micro_batch_tokens(plan->slices.size(), st.micro_batches, [&](size_t s) { return plan->slices[s].num_tokens; });
+      for (size_t k = 0; k < parts.size(); ++k)
+        st.lane_micro_tokens[k] = std::max(st.lane_micro_tokens[k], static_cast<uint32_t>(parts[k]));
     }
     const uint32_t lane_tokens = lockstep ? static_cast<uint32_t>(most_tokens) : 0;
-    const std::pair<uint32_t, uint32_t> lane_halves{static_cast<uint32_t>(most_first), static_cast<uint32_t>(most_second)};
     if (!any) {
       for (const auto& lane : st.lanes) tend_lease(self, *lane);
       return;
@@ -576,7 +578,7 @@ void plan_and_send(self_ptr self) {
       for (size_t i = 0; i < st.lanes.size(); ++i) {
         Lane& lane = *st.lanes[i];
         wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
-                                            lane_tokens, st.trace != nullptr, lane_halves);
+                                            lane_tokens, st.trace != nullptr, st.lane_micro_tokens);
         for (const auto& f : lane.followers) {
           if (st.expert_load == false && !st.trace) {
             caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
@@ -603,7 +605,7 @@ void plan_and_send(self_ptr self) {
       }
       if (st.ffn_pool.empty()) return;
       const wire_msg pool_step = encode_execute_step(kEmptyStep, step_id, st.placement_to_send, lane_tokens,
-                                                     st.trace != nullptr, lane_halves);
+                                                     st.trace != nullptr, st.lane_micro_tokens);
       for (const auto& f : st.ffn_pool) {
         if (!st.trace) {
           caf::anon_send(f, step_atom::value, pool_step);  // their replies go nowhere; a loss breaks the lanes' steps
@@ -653,12 +655,14 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
-                                              std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor,
+                                              std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                              caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
                              std::shared_ptr<TraceSink> trace) {
   auto& st = self->state;
   st.trace = std::move(trace);
   st.ffn_pool = std::move(ffn_pool);
+  st.micro_batches = micro_batches;
   st.eplb = std::make_unique<EplbPlanner>(eplb);
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
@@ -769,10 +773,10 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 }  // namespace
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor,
-                                std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
-                                std::shared_ptr<TraceSink> trace) {
-  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), std::move(router),
+                                std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout,
+                                EplbSettings eplb, std::shared_ptr<TraceSink> trace) {
+  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro_batches, std::move(router),
                       std::move(supervisor), std::move(name), step_timeout, eplb, std::move(trace));
 }
 

@@ -61,9 +61,12 @@ struct SchedulerLane {
 
 // `trace` (--trace): every step is traced by every rank, their spans and the scheduler's own go there.
 // `ffn_pool`: AFD's FFN ranks of the replica (groups[].afd): each gets every step without sequences, told the
-// busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes.
+// busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes. `micro_batches`: with two-batch
+// overlap, how many micro-batches the ranks cut each step into (0: none), so that ranks of lanes and FFN pools are
+// told the busiest lane's tokens in each.
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, caf::actor router, caf::actor supervisor, std::string name,
+                                std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                caf::actor supervisor, std::string name,
                                 std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                                 EplbSettings eplb = {}, std::shared_ptr<TraceSink> trace = nullptr);
 

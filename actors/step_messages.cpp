@@ -20,9 +20,10 @@ wire::FinishReason to_wire(Finish finish) {
 }  // namespace
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement,
-                             uint32_t lane_tokens, bool trace, std::pair<uint32_t, uint32_t> lane_halves) {
-  size_t words = 24 + (plan.released.size() + 1) +  // root and list headers, released ids, block copies
-                 plan.swap_out.size() + plan.swap_in.size() + plan.copies.size() + (expert_placement.size() + 1) / 2;
+                             uint32_t lane_tokens, bool trace, std::span<const uint32_t> lane_micro_tokens) {
+  // Root and list headers, released ids, lane tokens, block copies, placement.
+  size_t words = 24 + (plan.released.size() + 1) + (lane_micro_tokens.size() + 1) / 2 + plan.swap_out.size() +
+                 plan.swap_in.size() + plan.copies.size() + (expert_placement.size() + 1) / 2;
   for (const PlannedSlice& s : plan.slices) {
     words += 15 + (s.tokens.size() + 1) / 2 + (s.new_blocks.size() + 1) / 2;
     if (s.new_sequence) words += 10 + (s.request->stop_ids.size() + 1) / 2;
@@ -31,8 +32,10 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
     out.setCorrelationId(step_id);
     out.setStepId(step_id);
     out.setLaneTokens(lane_tokens);
-    out.setLaneTokensFirst(lane_halves.first);
-    out.setLaneTokensSecond(lane_halves.second);
+    if (!lane_micro_tokens.empty()) {
+      auto list = out.initLaneTokensPerMicroBatch(static_cast<uint32_t>(lane_micro_tokens.size()));
+      for (uint32_t k = 0; k < lane_micro_tokens.size(); ++k) list.set(k, lane_micro_tokens[k]);
+    }
     out.setTrace(trace);
     fill_list(out.initReleased(static_cast<uint32_t>(plan.released.size())), plan.released);
     auto copies = [](auto list, const std::vector<BlockCopy>& from) {

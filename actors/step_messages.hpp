@@ -20,11 +20,11 @@ namespace actord {
 
 // `expert_placement`: an EPLB placement the ranks take before this step's forward pass (empty: none).
 // `lane_tokens`: with attention data parallel lanes, the most tokens any lane runs in this step (ExecuteStep);
-// `lane_halves`: the most tokens any lane's first and second micro-batch of two-batch overlap runs.
+// `lane_micro_tokens`: the most tokens any lane's micro-batch k of two-batch overlap runs, for each k.
 // `trace`: the ranks record the step's spans (--trace).
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement = {},
                              uint32_t lane_tokens = 0, bool trace = false,
-                             std::pair<uint32_t, uint32_t> lane_halves = {0, 0});
+                             std::span<const uint32_t> lane_micro_tokens = {});
 
 // What a StepResult says: its samples (into `samples`, reused), its error, and the worker's timings.
 struct StepResultInfo {

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -13,7 +14,8 @@
 #include "actors/group_codec.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
-#include "core/two_batch_split.hpp"
+#include "core/micro_batch_split.hpp"
+#include "core/topology_config.hpp"
 #include "comms/codecs.hpp"
 #include "comms/nccl/nccl_communicator.hpp"
 #include "executors/cpu/cpu_backend.hpp"
@@ -96,11 +98,26 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     if (linked && place_.ep_group())
       linked = link(links_.ep, req.getEpGroup(), place_.ep_group_size(), place_.ep_rank(), name_, "EP");
     tbo_ = req.getTbo();
-    if (linked && tbo_) linked = link(links_.tp2, req.getTpGroup2(), place_.tp, place_.tp_rank, name_, "TP (micro-batch 2)");
-    if (linked && tbo_)
-      linked = link(links_.pipeline2, req.getPipelineGroup2(), place_.pp, place_.pp_rank, name_, "pipeline (micro-batch 2)");
-    if (linked && tbo_ && place_.ep_group())
-      linked = link(links_.ep2, req.getEpGroup2(), place_.ep_group_size(), place_.ep_rank(), name_, "EP (micro-batch 2)");
+    micro_batches_ = std::clamp(static_cast<int>(req.getMicroBatches()), 2, GroupSection::kMaxMicroBatches);
+    if (tbo_) {
+      // Threads get their groups from the coordinator; a process joins those WorkerInit names.
+      const auto specs = req.getMicroBatchGroups();
+      if (links_.micro.empty()) links_.micro.resize(size_t(micro_batches_ - 1));
+      if (links_.micro.size() != size_t(micro_batches_ - 1) || (specs.size() > 0 && specs.size() != links_.micro.size())) {
+        linked = make_error(Errc::invalid_argument, name_ + ": " + std::to_string(micro_batches_) +
+                                                        " micro-batches without the groups of each");
+      }
+      for (size_t k = 0; linked && k < links_.micro.size(); ++k) {
+        RankLinks::MicroBatch& mb = links_.micro[k];
+        const std::string which = " (micro-batch " + std::to_string(k + 1) + ")";
+        const bool given = k < specs.size();
+        if (given) linked = link(mb.tp, specs[k].getTp(), place_.tp, place_.tp_rank, name_, ("TP" + which).c_str());
+        if (linked && given)
+          linked = link(mb.pipeline, specs[k].getPipeline(), place_.pp, place_.pp_rank, name_, ("pipeline" + which).c_str());
+        if (linked && given && place_.ep_group())
+          linked = link(mb.ep, specs[k].getEp(), place_.ep_group_size(), place_.ep_rank(), name_, ("EP" + which).c_str());
+      }
+    }
     if (!linked) {
       ok = false;
       failure = linked.error();
@@ -196,10 +213,20 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
           return nullptr;
         }
       };
+      twins_.clear();
       if (tbo_) {
-        twin_ = model_->twin();
-        if (!twin_) spdlog::warn("{}: the model has no twin for two-batch overlap: steps run as one batch", name_);
-        else if (!overlap_) overlap_ = std::make_unique<OverlapRunner>();
+        for (int k = 1; k < micro_batches_; ++k)
+          if (auto twin = model_->twin()) twins_.push_back(std::move(twin));
+        if (twins_.size() != size_t(micro_batches_ - 1)) {
+          spdlog::warn("{}: the model has no twin for two-batch overlap: steps run as one batch", name_);
+          twins_.clear();
+        } else if (!overlap_ || overlap_->micro_batches() != micro_batches_) {
+          overlap_ = std::make_unique<OverlapRunner>(micro_batches_);
+        }
+        micro_.resize(size_t(micro_batches_));
+        micro_logits_.resize(size_t(micro_batches_));
+        micro_traces_.resize(size_t(micro_batches_ - 1));
+        micro_comm_ns_.assign(size_t(micro_batches_ - 1), 0);
       }
       kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true);
       if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false);
@@ -266,8 +293,10 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   auto break_links = [&](const std::string& why) {
     if (links_.tp) links_.tp->abort(name_ + ": " + why);
     if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
-    for (auto* comm : {links_.ep.get(), links_.tp2.get(), links_.pipeline2.get(), links_.ep2.get()})
-      if (comm) comm->abort(name_ + ": " + why);
+    if (links_.ep) links_.ep->abort(name_ + ": " + why);
+    for (RankLinks::MicroBatch& mb : links_.micro)
+      for (auto* comm : {mb.tp.get(), mb.pipeline.get(), mb.ep.get()})
+        if (comm) comm->abort(name_ + ": " + why);
     return fail(why);
   };
   // --trace: this step's spans (its idle time before it, the model's phases, every collective, sampling).
@@ -276,11 +305,12 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     trace_.clear();
     if (last_step_end_) trace_.add("idle", "idle", monotonic_ns(*last_step_end_), monotonic_ns(t0));
   }
-  if (trace) trace2_.clear();
+  for (StepTrace& t : micro_traces_) t.clear();
   for (auto* comm : {links_.tp.get(), links_.pipeline.get(), links_.ep.get()})
     if (comm) comm->set_trace(trace);
-  for (auto* comm : {links_.tp2.get(), links_.pipeline2.get(), links_.ep2.get()})
-    if (comm) comm->set_trace(trace ? &trace2_ : nullptr);
+  for (size_t k = 0; k < links_.micro.size(); ++k)
+    for (auto* comm : {links_.micro[k].tp.get(), links_.micro[k].pipeline.get(), links_.micro[k].ep.get()})
+      if (comm) comm->set_trace(trace && k < micro_traces_.size() ? &micro_traces_[k] : nullptr);
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
@@ -293,7 +323,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     const std::vector<int32_t> placement = to_vector<int32_t>(step.getExpertPlacement());
     const auto start = std::chrono::steady_clock::now();
     if (auto moved = model_->set_expert_placement(placement, context); !moved) return break_links(moved.error().message);
-    if (twin_) twin_ = model_->twin();  // with the new placement
+    for (auto& twin : twins_) twin = model_->twin();  // with the new placement
     spdlog::info("{}: expert placement of step {} taken in {:.1f} ms", name_, step.getStepId(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
@@ -370,12 +400,14 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     }
   }
 
-  uint64_t comm2_ns = 0;
-  // The same on every rank: the same step (ranks that serve each other's FFNs always run both micro-batches, one
+  // The same on every rank: the same step (ranks that serve each other's FFNs always run every micro-batch, some
   // maybe empty, so that their exchanges pair up).
-  const bool overlapped = twin_ && overlap_ && (batch_.seqs.size() >= 2 || place_.ep_group());
-  if (auto run = overlapped ? forward_overlapped(context, step.getLaneTokensFirst(), step.getLaneTokensSecond(), comm2_ns)
-                            : model_->forward(batch_, *kv_, logits_, context);
+  const bool overlapped = !twins_.empty() && overlap_ && (batch_.seqs.size() >= 2 || place_.ep_group());
+  lane_tokens_.assign(size_t(micro_batches_), 0);
+  for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
+    lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];
+  std::fill(micro_comm_ns_.begin(), micro_comm_ns_.end(), 0);
+  if (auto run = overlapped ? forward_overlapped(context, lane_tokens_) : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
@@ -393,9 +425,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       // A stage's expert load, once: its tp rank 0 reports it (every tp rank routes the same); both micro-batches'.
       if (ExpertLoad load = model_->expert_load(); load.num_experts > 0 && place_.tp_rank == 0) {
         if (overlapped) {
-          const ExpertLoad second = twin_->expert_load();
           expert_sum_.assign(load.tokens.begin(), load.tokens.end());
-          for (size_t i = 0; i < expert_sum_.size() && i < second.tokens.size(); ++i) expert_sum_[i] += second.tokens[i];
+          for (const auto& twin : twins_) {
+            const ExpertLoad more = twin->expert_load();
+            for (size_t i = 0; i < expert_sum_.size() && i < more.tokens.size(); ++i) expert_sum_[i] += more.tokens[i];
+          }
           load.tokens = expert_sum_;
         }
         out.setNumExperts(static_cast<uint32_t>(load.num_experts));
@@ -406,13 +440,17 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setComputeMicros(
           static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
       out.setIdleMicros(idle_us);
-      out.setCommMicros((comm_ns + comm2_ns) / 1000);
+      uint64_t all_comm_ns = comm_ns;
+      for (uint64_t ns : micro_comm_ns_) all_comm_ns += ns;
+      out.setCommMicros(all_comm_ns / 1000);
       if (trace) {
         trace_.layer = -1;
         trace_.add("step", "step", monotonic_ns(t0), monotonic_ns(t1));
-        for (TraceSpan span : trace2_.spans()) {
-          span.micro_batch = 1;
-          trace_.add(span);
+        for (size_t k = 0; k < micro_traces_.size(); ++k) {
+          for (TraceSpan span : micro_traces_[k].spans()) {
+            span.micro_batch = static_cast<int>(k + 1);
+            trace_.add(span);
+          }
         }
         out.setRank(name_);
         out.setClockId(StepTrace::clock_id());
@@ -512,16 +550,16 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   });
 }
 
-Status WorkerCore::forward_overlapped(const ForwardContext& context, uint32_t lane_tokens_first,
-                                      uint32_t lane_tokens_second, uint64_t& comm2_ns) {
-  // Whole sequences, cut where the two halves' tokens differ least (as the scheduler cuts them).
+Status WorkerCore::forward_overlapped(const ForwardContext& context, const std::vector<uint32_t>& lane_tokens) {
+  // Whole sequences, cut where the micro-batches' tokens are most even (as the scheduler cuts them).
   const size_t n = batch_.seqs.size();
-  const size_t cut = two_batch_cut(n, [&](size_t i) { return batch_.seqs[i].num_tokens; });
-  for (int m = 0; m < 2; ++m) {
+  const std::vector<size_t> bounds =
+      micro_batch_bounds(n, micro_batches_, [&](size_t i) { return batch_.seqs[i].num_tokens; });
+  for (size_t m = 0; m < micro_.size(); ++m) {
     ForwardBatch& mb = micro_[m];
     mb.tokens.clear();
     mb.seqs.clear();
-    for (size_t i = m == 0 ? 0 : cut; i < (m == 0 ? cut : n); ++i) {
+    for (size_t i = bounds[m]; i < bounds[m + 1]; ++i) {
       SeqSlice slice = batch_.seqs[i];
       slice.first_token = static_cast<int32_t>(mb.tokens.size());
       mb.tokens.insert(mb.tokens.end(), batch_.tokens.begin() + batch_.seqs[i].first_token,
@@ -529,22 +567,29 @@ Status WorkerCore::forward_overlapped(const ForwardContext& context, uint32_t la
       mb.seqs.push_back(slice);
     }
   }
-  ForwardContext first = context;
-  first.lane_tokens = static_cast<int>(lane_tokens_first);
-  ForwardContext second(*backend_);
-  second.tp = links_.tp2.get();
-  second.pipeline = links_.pipeline2.get();
-  second.ep = links_.ep2.get();
-  second.lane_tokens = static_cast<int>(lane_tokens_second);
-  second.comm_ns = &comm2_ns;
-  second.trace = context.trace ? &trace2_ : nullptr;
-  Status first_ran, second_ran;
-  overlap_->run([&] { first_ran = model_->forward(micro_[0], *kv_, micro_logits_[0], first); },
-                [&] { second_ran = twin_->forward(micro_[1], *kv_, micro_logits_[1], second); });
-  if (!first_ran) return first_ran;
-  if (!second_ran) return second_ran;
-  logits_ = micro_logits_[0];
-  logits_.insert(logits_.end(), micro_logits_[1].begin(), micro_logits_[1].end());
+  std::vector<ForwardContext> contexts(micro_.size(), context);
+  std::vector<Status> ran(micro_.size());
+  std::vector<std::function<void()>> tasks;
+  for (size_t m = 0; m < micro_.size(); ++m) {
+    ForwardContext& c = contexts[m];
+    c.lane_tokens = static_cast<int>(lane_tokens[m]);
+    if (m > 0) {
+      const RankLinks::MicroBatch& links = links_.micro[m - 1];
+      c.tp = links.tp.get();
+      c.pipeline = links.pipeline.get();
+      c.ep = links.ep.get();
+      c.comm_ns = &micro_comm_ns_[m - 1];
+      c.trace = context.trace ? &micro_traces_[m - 1] : nullptr;
+    }
+    Model* model = m == 0 ? model_.get() : twins_[m - 1].get();
+    tasks.push_back([&, m, model] { ran[m] = model->forward(micro_[m], *kv_, micro_logits_[m], contexts[m]); });
+  }
+  overlap_->run(tasks);
+  logits_.clear();
+  for (size_t m = 0; m < micro_.size(); ++m) {
+    if (!ran[m]) return ran[m];
+    logits_.insert(logits_.end(), micro_logits_[m].begin(), micro_logits_[m].end());
+  }
   return {};
 }
 

@@ -66,13 +66,13 @@ class WorkerCore {
   // After the forward pass: turns the rows of slices with prompt logprobs into prompt_logprobs_ and leaves in
   // logits_ only the rows the step samples from.
   void take_prompt_logprobs(int vocab);
-  // Two-batch overlap: batch_ as two micro-batches of whole sequences balanced by tokens, the first on `context`'s
-  // groups, the second on the second groups (its collectives' time added to *comm2_ns, its spans to trace2_); their
-  // logits into logits_ in batch order.
-  // With lanes (or AFD) every rank runs both micro-batches (either may be empty), `lane_tokens_first` and `_second`
-  // the busiest lane's tokens in each (ExecuteStep.laneTokensFirst, .laneTokensSecond).
-  Status forward_overlapped(const ForwardContext& context, uint32_t lane_tokens_first, uint32_t lane_tokens_second,
-                            uint64_t& comm2_ns);
+  // Two-batch overlap: batch_ as m micro-batches of whole sequences balanced by tokens (core/micro_batch_split),
+  // the first on `context`'s groups, micro-batch k on links_.micro[k - 1] (its collectives' time in
+  // micro_comm_ns_[k - 1], its spans in micro_traces_[k - 1]); their logits into logits_ in batch order. With lanes
+  // (or AFD) every rank runs every micro-batch (any may be empty), `lane_tokens[k]` the busiest lane's tokens in
+  // micro-batch k (ExecuteStep.laneTokensPerMicroBatch).
+  Status forward_overlapped(const ForwardContext& context, const std::vector<uint32_t>& lane_tokens);
+  std::vector<uint32_t> lane_tokens_;            // the step's laneTokensPerMicroBatch
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
@@ -107,15 +107,17 @@ class WorkerCore {
   ForwardBatch batch_;                           // reused across steps
   std::vector<SequenceState*> states_;           // [n_seqs] their state
   std::vector<float> logits_;                    // [n_sampled, vocab]
-  // Two-batch overlap (WorkerInit.tbo): the second micro-batch's model (sharing the weights), the runner whose
-  // thread runs it, the two micro-batches of a step, their logits, the second one's trace; and the two models'
-  // expert counts summed.
+  // Two-batch overlap (WorkerInit.tbo): the models of micro-batches 1 .. m - 1 (twins sharing the weights), the
+  // runner whose threads run them, a step's m micro-batches, their logits, the traces and collective times of
+  // micro-batches 1 .., and the models' expert counts summed.
   bool tbo_ = false;
-  std::unique_ptr<Model> twin_;
+  int micro_batches_ = 2;
+  std::vector<std::unique_ptr<Model>> twins_;
   std::unique_ptr<OverlapRunner> overlap_;
-  ForwardBatch micro_[2];
-  std::vector<float> micro_logits_[2];
-  StepTrace trace2_;
+  std::vector<ForwardBatch> micro_;
+  std::vector<std::vector<float>> micro_logits_;
+  std::vector<StepTrace> micro_traces_;
+  std::vector<uint64_t> micro_comm_ns_;
   std::vector<uint32_t> expert_sum_;
   std::vector<SampleRequest> sample_requests_;   // [n_sampled]
   std::vector<SampledToken> samples_;            // [n_sampled]

@@ -416,8 +416,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     const std::string p = "groups[" + std::to_string(i) + "]";
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
-    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link", "tbo",
-                  "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router"});
+    g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link",
+                  "tbo", "micro_batches", "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -464,6 +464,13 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
     g.read("oversubscribe", group.oversubscribe);
     g.read("tbo", group.tbo);
+    if (g.get("micro_batches")) {
+      g.read("micro_batches", group.micro_batches);
+      require(group.micro_batches >= 2 && group.micro_batches <= GroupSection::kMaxMicroBatches, p + ".micro_batches",
+              "must be 2 to " + std::to_string(GroupSection::kMaxMicroBatches) + ", got " +
+                  std::to_string(group.micro_batches));
+      require(group.tbo, p + ".micro_batches", "needs tbo: true (it says how many micro-batches two-batch overlap runs)");
+    }
     require(!group.afd.active() || group.device == "cpu", p + ".afd",
             "attention-FFN disaggregation runs on CPU ranks only so far (device: " + group.device + ")");
     g.read("cpu_isa", group.cpu_isa);

@@ -132,10 +132,12 @@ struct GroupSection {
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
   LinkModel link;  // `link: {latency: 200us, bandwidth: 10GB/s}`
-  // Two-batch overlap: each step's batch runs as two micro-batches of whole sequences, balanced by tokens, on two
-  // threads of each rank taking turns to compute, so that one's collectives wait while the other computes (each
-  // micro-batch has its own collective groups). Outputs are the same as without.
+  // Two-batch overlap: each step's batch runs as `micro_batches` (2 unless set) micro-batches of whole sequences,
+  // balanced by tokens, on threads of each rank taking turns to compute, so that one's collectives wait while
+  // another computes (each micro-batch has its own collective groups). Outputs are the same as without.
   bool tbo = false;
+  int micro_batches = 2;
+  static constexpr int kMaxMicroBatches = 8;
   AfdSection afd;  // `afd: {attention: {workers: A, tp: T}, ffn: {workers: F}}`; tp is then T, pp and ep 1
 
   // Attention data parallel lanes of a replica: its attention pool's workers / tp with AFD, ep / tp when ep is a

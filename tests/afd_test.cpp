@@ -65,8 +65,8 @@ TEST_CASE("attention-FFN disaggregation: random Mixtral and Qwen3-MoE (a dense l
   }
 }
 
-TEST_CASE("attention-FFN disaggregation with ping-pong micro-batches (tbo) and attention lanes with tbo give the "
-          "tokens of one colocated worker", "[engine][parallel][afd][tbo]") {
+TEST_CASE("attention-FFN disaggregation with ping-pong micro-batches (tbo, two or three) and attention lanes with tbo "
+          "give the tokens of one colocated worker", "[engine][parallel][afd][tbo]") {
   const auto requests = batch(true);
   const auto expected = run(test::quickstart(), requests);
   for (auto [attention, ffn] : {std::pair{1, 1}, {2, 1}, {1, 2}}) {
@@ -88,6 +88,16 @@ TEST_CASE("attention-FFN disaggregation with ping-pong micro-batches (tbo) and a
   SECTION("Mixtral 2:1") {
     check_same(moe_expected, run(dummy_topology(mixtral, "configs/afd.yaml", ratio(2, 1, {"groups[0].tbo=true"})),
                                  moe_requests));
+  }
+  SECTION("three micro-batches: stories260K 1:1 and Mixtral 1:2 in threads") {
+    check_same(expected, run(test::quickstart("configs/afd.yaml",
+                                              ratio(1, 1, {"groups[0].tbo=true", "groups[0].micro_batches=3"})),
+                             requests));
+    check_same(moe_expected,
+               run(dummy_topology(mixtral, "configs/afd.yaml",
+                                  ratio(1, 2, {"groups[0].tbo=true", "groups[0].micro_batches=3",
+                                               "groups[0].placement=thread"})),
+                   moe_requests));
   }
   SECTION("Mixtral, two attention data parallel lanes (ep2) without AFD") {
     check_same(moe_expected,

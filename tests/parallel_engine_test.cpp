@@ -275,7 +275,7 @@ TEST_CASE("parallel engine: a modelled link (groups[].link) slows tp2's collecti
 }
 
 TEST_CASE("parallel engine: two-batch overlap (groups[].tbo) gives the tokens and logprobs of one batch - tp2, pp2, "
-          "tp2 x pp2 in threads and processes, ep2 over tp2", "[engine][parallel][tbo]") {
+          "tp2 x pp2 in threads and processes, three and four micro-batches, ep2 over tp2", "[engine][parallel][tbo]") {
   const auto requests = batch(true);
   const auto expected = run(test::quickstart(), requests);
   struct Layout {
@@ -290,6 +290,14 @@ TEST_CASE("parallel engine: two-batch overlap (groups[].tbo) gives the tokens an
                                                                                        layout.placement}),
                                requests));
     }
+  }
+  SECTION("three and four micro-batches (groups[].micro_batches), tp2 x pp2 in processes and tp2 in threads") {
+    check_same(expected, run(test::quickstart("configs/tp2-pp2.yaml", {"groups[0].tbo=true", "groups[0].micro_batches=3",
+                                                                       "groups[0].placement=process"}),
+                             requests));
+    check_same(expected, run(test::quickstart("configs/tp2.yaml", {"groups[0].tbo=true", "groups[0].micro_batches=4",
+                                                                   "groups[0].placement=thread"}),
+                             requests));
   }
   SECTION("ep2 over tp2, a random Mixtral") {
     test::TempDir tmp;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
+#include "core/micro_batch_split.hpp"
 #include "core/topology_plan.hpp"
 #include "core/kv_sizing.hpp"
 #include "plugins/model_footprint.hpp"
@@ -453,4 +454,33 @@ TEST_CASE("a model shape with a zero count is an error, not a division by zero",
   auto p = plan_topology(topology("  - {}\n"), broken, 4);
   REQUIRE_FALSE(p.ok());
   CHECK(p.error().message == "model shape: num_kv_heads must be positive, got 0");
+}
+
+TEST_CASE("micro-batch cuts - whole sequences in order - each cut nearest its share of the tokens - two halves as "
+          "even as they get - fewer slices than micro-batches leave the last ones empty", "[plan][tbo]") {
+  auto bounds = [](std::vector<int> tokens, int m) {
+    return micro_batch_bounds(tokens.size(), m, [&](size_t i) { return tokens[i]; });
+  };
+  using V = std::vector<size_t>;
+  CHECK(bounds({1, 1, 1, 1}, 2) == V{0, 2, 4});
+  CHECK(bounds({10, 1, 1, 1}, 2) == V{0, 1, 4});   // 10 | 3: the most even halves
+  CHECK(bounds({1, 1, 1, 10}, 2) == V{0, 3, 4});   // each half keeps a slice
+  CHECK(bounds({2, 2, 2, 2, 2, 2}, 3) == V{0, 2, 4, 6});
+  CHECK(bounds({6, 1, 1, 1, 1, 1, 1}, 3) == V{0, 1, 3, 7});  // cuts nearest 4 and 8 of 12 tokens: 6 | 2 | 4
+  CHECK(bounds({1, 1, 1}, 3) == V{0, 1, 2, 3});
+  CHECK(bounds({5}, 2) == V{0, 1, 1});              // one slice: the second micro-batch is empty
+  CHECK(bounds({}, 3) == V{0, 0, 0, 0});
+  CHECK(bounds({3, 3}, 4) == V{0, 1, 2, 2, 2});
+  const std::vector<int> t = {4, 1, 1, 7, 2};
+  CHECK(micro_batch_tokens(t.size(), 2, [&](size_t i) { return t[i]; }) == std::vector<int64_t>{6, 9});
+  // The group's key: 2 to 8 micro-batches, with tbo.
+  for (const auto& [group, message] :
+       {std::pair<std::string, std::string>{"{tbo: true, micro_batches: 1}", "groups[0].micro_batches: must be 2 to 8, got 1"},
+        {"{tbo: true, micro_batches: 9}", "groups[0].micro_batches: must be 2 to 8, got 9"},
+        {"{micro_batches: 3}", "groups[0].micro_batches: needs tbo: true (it says how many micro-batches two-batch "
+                               "overlap runs)"}}) {
+    auto bad = parse_topology("model: {path: m}\ngroups:\n  - " + group + "\n", "t.yaml");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message == "t.yaml: " + message);
+  }
 }

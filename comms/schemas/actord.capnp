@@ -195,10 +195,9 @@ struct ExecuteStep {
   # own ExecuteStep, an idle one without sequences: it still serves its experts to the others).
   laneTokens @8 :UInt32;
   trace @9 :Bool;                # --trace: the ranks record this step's spans and send them in their results
-  # For two-batch overlap with lanes (or AFD): the most tokens any lane's first micro-batch runs, and its second's
-  # (core/two_batch_split.hpp cuts each lane's batch).
-  laneTokensFirst @10 :UInt32;
-  laneTokensSecond @11 :UInt32;
+  # For two-batch overlap with lanes (or AFD): the most tokens any lane's micro-batch k runs, for each k
+  # (core/micro_batch_split.hpp cuts each lane's batch).
+  laneTokensPerMicroBatch @10 :List(UInt32);
 }
 
 struct SeqResult {
@@ -277,13 +276,21 @@ struct WorkerInit {
   numRedundantExperts @22 :UInt32;  # EPLB: extra expert slots per rank (core/expert_placement.hpp)
   lane @23 :UInt32;              # with attention lanes: this rank's lane (its EP rank is lane * tp + tpRank)
   epGroup @24 :CollectiveGroup;  # with attention lanes, for a rank in its own process: every EP rank of the replica
-  tbo @25 :Bool;                 # two-batch overlap (groups[].tbo): each step as two micro-batches on two threads
-  tpGroup2 @26 :CollectiveGroup; # with tbo, for a rank in its own process: the second micro-batch's groups
-  pipelineGroup2 @27 :CollectiveGroup;
+  tbo @25 :Bool;                 # two-batch overlap (groups[].tbo): each step as micro-batches on threads of their own
+  # With tbo, for a rank in its own process: the groups of micro-batches 1 .. microBatches - 1 (micro-batch 0 uses
+  # tpGroup, pipelineGroup and epGroup).
+  microBatchGroups @26 :List(MicroBatchGroups);
+  microBatches @27 :UInt32;      # with tbo: how many (groups[].micro_batches; 0: 2)
   afdAttention @28 :UInt32;      # attention-FFN disaggregation: the replica's attention ranks (lanes x tp); 0: none
   afdFfn @29 :UInt32;            # and its FFN ranks (the EP group is the attention ranks, then the FFN ranks)
   ffnRank @30 :Int32 = -1;       # this rank's index among the FFN ranks; -1: an attention rank
-  epGroup2 @31 :CollectiveGroup; # with tbo and an EP group, for a rank in its own process: the second micro-batch's
+}
+
+# One micro-batch's collective groups of a rank (size 0: none).
+struct MicroBatchGroups {
+  tp @0 :CollectiveGroup;
+  pipeline @1 :CollectiveGroup;
+  ep @2 :CollectiveGroup;
 }
 
 # A collective group as comms/collectives/group_spec.hpp's GroupSpec (size 0: no group).
