@@ -1,5 +1,6 @@
 // Out-of-tree plugins: the example GeluLlamaForCausalLM library, loaded directly and through a topology's
-// `plugins:` list, in one process and in two; checked against the PyTorch reference; bad plugins are errors.
+// `plugins:` list, in one process and in two, and under two-batch overlap (tp2) and attention-FFN disaggregation
+// with ping-pong (the schedules every plugin gets); checked against the PyTorch reference; bad plugins are errors.
 #include <catch2/catch.hpp>
 
 #include "actors/engine.hpp"
@@ -38,10 +39,14 @@ TEST_CASE("the example plugin runs through a topology and matches the PyTorch re
   ModelRegistry plain = ModelRegistry::with_builtins();
   CHECK_FALSE(plain.contains("GeluLlamaForCausalLM"));
 
-  for (const char* placement : {"thread", "process"}) {
-    INFO(placement);
+  // Whole, in a process, and with the step schedules every plugin gets: two-batch overlap over tp2, and
+  // attention-FFN disaggregation with ping-pong micro-batches.
+  for (const char* group : {"{placement: thread}", "{placement: process}",
+                            "{tp: 2, tbo: true, threads: 1, placement: process}",
+                            "{afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, threads: 1}"}) {
+    INFO(group);
     const std::string yaml = std::string("model: {path: gelu}\nplugins: [") + ACTORD_GELU_PLUGIN +
-                             "]\ngroups: [{placement: " + placement + "}]\n";
+                             "]\ngroups: [" + group + "]\n";
     test::write_file(tmp.path() / "topology.yaml", yaml);
     auto topology = load_topology(tmp.path() / "topology.yaml");
     REQUIRE(topology.ok());
@@ -54,10 +59,12 @@ TEST_CASE("the example plugin runs through a topology and matches the PyTorch re
     r.max_tokens = 12;
     r.sampling.temperature = 0.0f;
     r.ignore_eos = true;
-    auto out = (*engine)->generate({r});
+    auto out = (*engine)->generate({r, r});  // two sequences: two micro-batches under tbo
     REQUIRE(out.ok());
-    REQUIRE_FALSE((*out)[0].error);
-    CHECK((*out)[0].generated_ids == ref.at("greedy_ids").get<std::vector<int32_t>>());
+    for (const GenerateOutput& o : *out) {
+      REQUIRE_FALSE(o.error);
+      CHECK(o.generated_ids == ref.at("greedy_ids").get<std::vector<int32_t>>());
+    }
   }
 }
 
