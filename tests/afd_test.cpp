@@ -12,7 +12,6 @@ using namespace actord;
 using actord::test::batch;
 using actord::test::check_same;
 using actord::test::dummy_topology;
-using actord::test::kill_rank_once;
 using actord::test::run;
 using actord::test::write_mixtral;
 using actord::test::write_moe;
@@ -109,30 +108,10 @@ TEST_CASE("attention-FFN disaggregation with ping-pong micro-batches (tbo, two o
 TEST_CASE("attention-FFN disaggregation: an FFN worker killed mid-run - the replica is rebuilt and the requests "
           "complete unchanged", "[engine][parallel][afd][failure]") {
   auto engine = test::start_engine(test::quickstart("configs/afd.yaml", ratio(1, 2)));
-  REQUIRE(test::worker_processes_of(getpid()).size() == 3);
   std::vector<GenerateRequest> requests = batch(true);
   requests.resize(2);
   for (auto& r : requests) r.max_tokens = 200;
-  auto clean = engine->generate(requests);
-  REQUIRE(clean.ok());
-  bool killed = false;
-  pid_t victim = 0;
-  auto out = engine->generate(requests, kill_rank_once("replica/0/ffn/1", killed, victim));
-  REQUIRE(out.ok());
-  REQUIRE(killed);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
-    REQUIRE_FALSE((*out)[i].error);
-    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
-  }
-  const auto workers = test::worker_processes_of(getpid());
-  CHECK(workers.size() == 3);
-  CHECK(std::find(workers.begin(), workers.end(), victim) == workers.end());
-  auto fleet = engine->fleet();
-  REQUIRE(fleet.ok());
-  CHECK(fleet->replicas.at(0).incarnation == 1);
-  engine.reset();
-  CHECK(test::worker_processes_of(getpid()).empty());
+  test::check_rank_kill_recovers(engine, requests, "replica/0/ffn/1", 3);
 }
 
 TEST_CASE("attention-FFN disaggregation: impossible pools are refused with the key - before anything starts",

@@ -17,7 +17,6 @@ using namespace actord;
 using actord::test::batch;
 using actord::test::check_same;
 using actord::test::dummy_topology;
-using actord::test::kill_rank_once;
 using actord::test::run;
 using actord::test::write_mixtral;
 using actord::test::write_moe;
@@ -77,42 +76,16 @@ TEST_CASE("parallel engine: a rank that cannot load its shard stops the replica 
 TEST_CASE("parallel engine: a follower rank killed mid-run - the replica is rebuilt and the request completes",
           "[engine][parallel][failure]") {
   auto engine = test::start_engine(test::quickstart("configs/tp2-pp2.yaml", {"groups[0].placement=process"}));
-  REQUIRE(test::worker_processes_of(getpid()).size() == 4);
   GenerateRequest r;
   r.prompt_ids = {1};
   r.max_tokens = 300;
   r.ignore_eos = true;
   r.sampling.temperature = 0.0f;
-  auto clean = engine->generate({r});
-  REQUIRE(clean.ok());
-  REQUIRE_FALSE((*clean)[0].error);
-  // Kill tp rank 1 of the first stage (not the driver) once the first text arrives; the request has hundreds of
-  // steps to go. Its peers notice through their shared-memory groups, the whole replica is rebuilt, and the
+  // Tp rank 1 of the first stage (not the driver) is killed once the first text arrives; the request has hundreds
+  // of steps to go. Its peers notice through their shared-memory groups, the whole replica is rebuilt, and the
   // request continues from its tokens so far.
-  bool killed = false;
-  pid_t victim = 0;
-  auto kill_follower = kill_rank_once("replica/0/worker/tp1.pp0", killed, victim);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto out = engine->generate({r}, kill_follower);
-  const auto waited = std::chrono::steady_clock::now() - t0;
-  REQUIRE(out.ok());
-  REQUIRE(killed);
-  const GenerateOutput& first = (*out)[0];
-  INFO((first.error ? first.error->message : std::string("no error")));
-  REQUIRE_FALSE(first.error);
-  CHECK(first.generated_ids == (*clean)[0].generated_ids);
-  CHECK(waited < std::chrono::seconds(20));
-  const auto workers = test::worker_processes_of(getpid());
-  CHECK(workers.size() == 4);
-  CHECK(std::find(workers.begin(), workers.end(), victim) == workers.end());
-  auto fleet = engine->fleet();
-  REQUIRE(fleet.ok());
-  CHECK(fleet->replicas.at(0).incarnation == 1);
-  CHECK(fleet->replicas.at(0).state == "serving");
-  engine.reset();
-  CHECK(test::worker_processes_of(getpid()).empty());
+  test::check_rank_kill_recovers(engine, {r}, "replica/0/worker/tp1.pp0", 4);
 }
-
 
 TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with ep2 over tp2, over two attention "
           "data parallel lanes, and ep4 over two lanes of tp2, in threads and processes, equal one worker",
@@ -160,30 +133,10 @@ TEST_CASE("parallel engine: a lane's rank killed mid-run - the replica is rebuil
   const auto mixtral = write_mixtral(tmp.path() / "mixtral");
   auto engine = test::start_engine(
       dummy_topology(mixtral, "configs/quickstart.yaml", {"groups[0].ep=2", "groups[0].placement=process"}));
-  REQUIRE(test::worker_processes_of(getpid()).size() == 2);
   std::vector<GenerateRequest> requests = batch(false);
   requests.resize(2);  // one on each lane
   for (auto& r : requests) r.max_tokens = 200;
-  auto clean = engine->generate(requests);
-  REQUIRE(clean.ok());
-  bool killed = false;
-  pid_t victim = 0;
-  auto out = engine->generate(requests, kill_rank_once("replica/0/worker/dp1.tp0.pp0", killed, victim));
-  REQUIRE(out.ok());
-  REQUIRE(killed);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
-    REQUIRE_FALSE((*out)[i].error);
-    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
-  }
-  const auto workers = test::worker_processes_of(getpid());
-  CHECK(workers.size() == 2);
-  CHECK(std::find(workers.begin(), workers.end(), victim) == workers.end());
-  auto fleet = engine->fleet();
-  REQUIRE(fleet.ok());
-  CHECK(fleet->replicas.at(0).incarnation == 1);
-  engine.reset();
-  CHECK(test::worker_processes_of(getpid()).empty());
+  test::check_rank_kill_recovers(engine, requests, "replica/0/worker/dp1.tp0.pp0", 2);
 }
 
 TEST_CASE("parallel engine: ep on a dense model, ep not a multiple of tp, lanes with pp, ep not dividing the experts are refused before "

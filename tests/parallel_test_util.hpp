@@ -6,8 +6,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,6 +87,39 @@ inline auto kill_rank_once(const std::string& name, bool& killed, pid_t& victim)
 
 
 // A random-weight MoE folder (load_format dummy) with the stories260K tokenizer's 512 ids.
+// Runs `requests` on `engine` cleanly, then again while rank `rank`'s worker process is SIGKILLed once the first
+// text arrives: every request completes with the clean run's tokens, the replica is rebuilt (incarnation 1) with
+// `workers` processes again (the victim not among them), and stopping the engine leaves no worker process.
+inline void check_rank_kill_recovers(std::unique_ptr<Engine>& engine, const std::vector<GenerateRequest>& requests,
+                                     const std::string& rank, size_t workers) {
+  REQUIRE(worker_processes_of(getpid()).size() == workers);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  for (const GenerateOutput& o : *clean) REQUIRE_FALSE(o.error);
+  bool killed = false;
+  pid_t victim = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = engine->generate(requests, kill_rank_once(rank, killed, victim));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(out.ok());
+  REQUIRE(killed);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  }
+  CHECK(waited < std::chrono::seconds(20));
+  const auto now = worker_processes_of(getpid());
+  CHECK(now.size() == workers);
+  CHECK(std::find(now.begin(), now.end(), victim) == now.end());
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  CHECK(fleet->replicas.at(0).incarnation == 1);
+  CHECK(fleet->replicas.at(0).state == "serving");
+  engine.reset();
+  CHECK(worker_processes_of(getpid()).empty());
+}
+
 inline std::filesystem::path write_moe(const std::filesystem::path& dir, const std::string& architecture,
                                 const std::string& experts) {
   return model_folder(dir, R"({"architectures": [")" + architecture + R"("], "hidden_size": 256,
