@@ -9,12 +9,7 @@
 #include "parallel_test_util.hpp"
 
 using namespace actord;
-using actord::test::batch;
-using actord::test::check_same;
-using actord::test::dummy_topology;
-using actord::test::run;
-using actord::test::write_mixtral;
-using actord::test::write_moe;
+using namespace actord::test;  // parallel_test_util.hpp: batch, run, check_same, ...
 
 namespace {
 
