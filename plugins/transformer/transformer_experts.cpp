@@ -324,9 +324,10 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   ACTORD_TRY_STATUS(timed(context, [&] {
     return comm.all_to_all(std::span<const float>(ep_send_), ep_send_counts_, ep_received_, ep_recv_counts_);
   }));
-  // What arrived from rank s: its header, then its rows for each of this rank's slots in turn. ep_chunk_first_ is
-  // where the rows of (s, slot j) start in ep_received_; the outputs go back laid out as the rows came, without the
-  // headers (s's rows start (s + 1) * header elements earlier there).
+  // What arrived from rank s: its header (my_header floats: every block to this rank starts with its slots' row
+  // counts), then its rows for each of this rank's slots in turn. ep_chunk_first_ is where the rows of (s, slot j)
+  // start in ep_received_; the outputs go back laid out as the rows came, without the headers (s's rows start
+  // (s + 1) * my_header elements earlier there).
   const size_t received_chunks = size_t(ranks) * my_header;
   ep_chunk_first_.assign(received_chunks, 0);
   ep_chunk_rows_.assign(received_chunks, 0);
@@ -334,24 +335,23 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   size_t received_rows = 0;
   for (size_t s = 0, at = 0; s < size_t(ranks); ++s) {
     const size_t block = ep_recv_counts_[s];
-    const size_t header = my_header;  // every block to this rank starts with its slots' row counts
     size_t rows = 0;
-    for (size_t j = 0; j < header && header <= block; ++j) {
+    for (size_t j = 0; j < my_header && my_header <= block; ++j) {
       const float count = ep_received_[at + j];
       if (!(count >= 0.0f && count < 16777216.0f) || count != std::floor(count)) {
         rows = SIZE_MAX;
         break;
       }
-      ep_chunk_rows_[s * header + j] = static_cast<size_t>(count);
+      ep_chunk_rows_[s * my_header + j] = static_cast<size_t>(count);
       rows += static_cast<size_t>(count);
     }
-    if (header > block || rows == SIZE_MAX || block != header + rows * width) {
+    if (my_header > block || rows == SIZE_MAX || block != my_header + rows * width) {
       return make_error(Errc::internal, "expert parallel: rank " + std::to_string(s) + " sent a block of " +
                                             std::to_string(block) + " floats that its header does not describe");
     }
-    for (size_t j = 0, pos = at + header; j < header; ++j) {
-      ep_chunk_first_[s * header + j] = pos;
-      pos += ep_chunk_rows_[s * header + j] * width;
+    for (size_t j = 0, pos = at + my_header; j < my_header; ++j) {
+      ep_chunk_first_[s * my_header + j] = pos;
+      pos += ep_chunk_rows_[s * my_header + j] * width;
     }
     ep_back_counts_[s] = rows * width;
     received_rows += rows;
@@ -360,22 +360,22 @@ Status TransformerModel::experts_over_ranks(const Layer& L, int n, const Forward
   ep_outputs_.resize(received_rows * width);
   // Each slot of this rank over the rows every rank sent it (host memory: create() refuses EP elsewhere).
   for (size_t j = 0; j < my_header; ++j) {
-    const size_t header = my_header;
     size_t ne = 0;
-    for (size_t s = 0; s < size_t(ranks); ++s) ne += ep_chunk_rows_[s * header + j];
+    for (size_t s = 0; s < size_t(ranks); ++s) ne += ep_chunk_rows_[s * my_header + j];
     if (ne == 0) continue;
     be.reserve(xe_, ne * width);
     be.reserve(ye_, ne * width);
     for (size_t s = 0, row = 0; s < size_t(ranks); ++s) {
-      const size_t c = ep_chunk_rows_[s * header + j];
-      std::memcpy(xe_.data() + row * width, ep_received_.data() + ep_chunk_first_[s * header + j], c * width * sizeof(float));
+      const size_t c = ep_chunk_rows_[s * my_header + j];
+      std::memcpy(xe_.data() + row * width, ep_received_.data() + ep_chunk_first_[s * my_header + j],
+                  c * width * sizeof(float));
       row += c;
     }
     mlp(L.slots[j], xe_, ye_, static_cast<int>(ne));
     for (size_t s = 0, row = 0; s < size_t(ranks); ++s) {
-      const size_t c = ep_chunk_rows_[s * header + j];
-      std::memcpy(ep_outputs_.data() + ep_chunk_first_[s * header + j] - (s + 1) * header, ye_.data() + row * width,
-                  c * width * sizeof(float));
+      const size_t c = ep_chunk_rows_[s * my_header + j];
+      std::memcpy(ep_outputs_.data() + ep_chunk_first_[s * my_header + j] - (s + 1) * my_header,
+                  ye_.data() + row * width, c * width * sizeof(float));
       row += c;
     }
   }
