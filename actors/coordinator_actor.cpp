@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -496,8 +497,9 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::functio
   }
 }
 
-// Drains and removes replicas `indices`; `done` when all have stopped.
-void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done) {
+// Drains and removes replicas `indices`; `done` when all have stopped. With `migrate` their running sequences go
+// back to the router at once (migrate_atom: they continue elsewhere) instead of finishing there.
+void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false) {
   auto left = std::make_shared<size_t>(indices.size());
   for (int index : indices) {
     Replica& r = self->state.replicas.at(index);
@@ -516,8 +518,13 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       continue;
     }
     caf::anon_send(self->state.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
-    self->request(r.scheduler, caf::infinite, drain_atom::value)
-        .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+    if (migrate) {
+      self->request(r.scheduler, caf::infinite, migrate_atom::value)
+          .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+    } else {
+      self->request(r.scheduler, caf::infinite, drain_atom::value)
+          .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+    }
   }
 }
 
@@ -609,6 +616,49 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         }
         return rp;
       },
+      [=](reshape_atom, const wire_msg& msg) -> caf::result<uint32_t, std::string> {
+        auto& st = self->state;
+        if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
+        WireReader reader(msg);
+        auto req = reader.root<wire::ReshapeRequest>();
+        auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
+        if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
+        // Make before break: the new replicas are built (with their new shape) and join the router while the old
+        // ones serve; then the old ones leave it and hand their sequences back, to continue on the new ones.
+        st.scaling = true;
+        const CoordinatorParams before = st.params;
+        st.params.topology = *next;
+        st.params.rank_threads = to_vector<int>(req.getRankThreads());
+        st.params.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
+        std::vector<int> old, added;
+        for (const auto& [index, r] : st.replicas) old.push_back(index);
+        for (int index = old.empty() ? 0 : old.back() + 1; static_cast<int>(added.size()) < next->groups[0].replicas; ++index)
+          added.push_back(index);
+        auto rp = self->make_response_promise<uint32_t, std::string>();
+        const auto t0 = std::chrono::steady_clock::now();
+        build_replicas(self, added, [=](std::optional<Error> failure) mutable {
+          auto& s = self->state;
+          if (failure) {
+            s.params = before;
+            s.scaling = false;
+            rp.deliver(static_cast<uint32_t>(failure->code),
+                       "the new replicas did not start, the group is as before: " + failure->message);
+            return;
+          }
+          for (int index : added) join_router(self, s.replicas.at(index));
+          const double built_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          drain_replicas(
+              self, old,
+              [=]() mutable {
+                self->state.scaling = false;
+                rp.deliver(kCoordinatorOk, "group " + s.params.topology.groups[0].name + " reshaped: " +
+                                               std::to_string(added.size()) + " new replicas serving after " +
+                                               std::to_string(static_cast<int>(built_ms)) + " ms");
+              },
+              /*migrate=*/true);
+        });
+        return rp;
+      },
       [=](fleet_atom) { return fleet_status(self); },
       // A scheduler lost its worker (a missed deadline, a failed step) before any rank went down.
       [=](lost_atom, const std::string& why) {
@@ -626,6 +676,15 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
 }
 
 }  // namespace
+
+void CoordinatorParams::set_kv_blocks(uint32_t kv_blocks, uint32_t swap_blocks) {
+  num_kv_blocks = kv_blocks;
+  const uint32_t full_context =
+      static_cast<uint32_t>((limits.max_model_len + limits.block_size - 1) / std::max(limits.block_size, 1));
+  limits.pool_blocks = kv_blocks;
+  limits.lease_reserve = std::min(kv_blocks, std::max(full_context, kv_blocks / 4));
+  limits.swap_blocks = swap_blocks;
+}
 
 coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params) {
   return system.spawn(coordinator_impl, std::move(params));

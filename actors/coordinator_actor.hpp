@@ -12,6 +12,12 @@
 //   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
 //   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
 //   name, replicas >= 1 and the machine's cores and memory (Engine::scale).
+// - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Replaces every
+//   replica with replicas of the new topology's group (its shape: tp, pp, ep, afd, tbo, threads, link...; its
+//   replicas count): make before break, the new ones are built and join the router while the old ones serve, then
+//   the old ones leave it and hand every sequence back (running ones continue on the new replicas from their tokens
+//   so far, recomputed; never an error or a duplicate), and stop. If a new replica fails to start, the ones built
+//   are stopped and the group is as before. The caller has validated and planned the topology (Engine::apply).
 // - (fleet_atom) -> wire_msg FleetStatus: every replica's state, ranks and pids.
 // - (stop_atom): stops everything, worker processes included.
 // Supervision: every rank is monitored. When one goes down (a process killed, a thread's actor gone) its replica
@@ -62,6 +68,10 @@ struct CoordinatorParams {
   const ModelRegistry* registry = nullptr;   // must outlive the coordinator
   const PolicyRegistry* policies = nullptr;  // must outlive the coordinator; has topology.scheduler.policy
   std::shared_ptr<TraceSink> trace;          // --trace: every scheduler traces its steps there; null: off
+
+  // num_kv_blocks and swap blocks of each replica lane, and the schedulers' KV lease that follows from them: a
+  // quarter of the pool at first, at least one full-context sequence (limits.max_model_len and block_size set).
+  void set_kv_blocks(uint32_t kv_blocks, uint32_t swap_blocks);
 };
 
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;
@@ -71,6 +81,7 @@ constexpr uint32_t kCoordinatorOk = UINT32_MAX;
 using coordinator_actor =
     caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, caf::actor>,
                      caf::replies_to<scale_atom, std::string, int32_t>::with<uint32_t, std::string>,
+                     caf::replies_to<reshape_atom, wire_msg>::with<uint32_t, std::string>,
                      caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,
                      caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<stop_atom>>;
 

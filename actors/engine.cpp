@@ -94,6 +94,50 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
   }
   return {};
 }
+// What the engine resolves for group 0 of `topology` on this machine: its replicas' KV blocks, the memory its
+// local ranks ask for, each rank's threads and (placed on nodes) each rank's agent. A lone worker holds the whole
+// model (`whole_weight_bytes`); ranks of a larger group their shards, sized by the topology plan.
+struct GroupSizing {
+  KvSizing kv;
+  MemoryAsk ask;
+  std::vector<int> rank_threads;
+  std::vector<std::string> rank_agents;
+};
+
+Result<GroupSizing> size_group(const TopologyConfig& topology, const ModelShape& shape, const ModelConfig& model,
+                               DType kv_dtype, uint64_t whole_weight_bytes) {
+  const std::string where = topology.source.string() + ": ";
+  const GroupSection& group = topology.groups[0];
+  GroupSizing out;
+  if (group.replicas * group.ranks_per_replica() > 1 || group.placement == Placement::node) {
+    auto plan = plan_topology(topology, shape, usable_cpu_cores());
+    if (!plan) return plan.error();
+    out.kv.num_blocks = plan->groups[0].num_kv_blocks;
+    out.kv.swap_blocks = plan->groups[0].num_swap_blocks;
+    const NodePlan& local = plan->nodes.front();
+    out.ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    for (int r = 0; r < group.ranks_per_replica(); ++r) {
+      const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
+      out.rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
+    }
+    if (group.placement == Placement::node) {
+      for (const RankPlan& rank : plan->groups[0].ranks) {
+        std::string agent;
+        for (const NodeSection& node : topology.nodes)
+          if (node.name == rank.node) agent = node.address;
+        out.rank_agents.push_back(agent);
+      }
+    }
+    return out;
+  }
+  auto sized = size_kv_cache(topology.engine, model.kv_bytes_per_token(kv_dtype), where);
+  if (!sized) return sized.error();
+  out.kv = *sized;
+  out.ask = MemoryAsk{whole_weight_bytes, uint64_t(out.kv.num_blocks) * out.kv.block_bytes,
+                      uint64_t(out.kv.swap_blocks) * out.kv.block_bytes};
+  return out;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -110,7 +154,9 @@ struct Engine::Impl {
   caf::actor router;                      // where the tokenizer actors submit; it sums the replicas' stats
   TopologyConfig topology;                // as started; groups[0].replicas follows scale()
   ModelShape shape;
-  std::mutex scale_mutex;                 // one scale() at a time
+  DType kv_dtype = DType::f32;
+  uint64_t whole_weight_bytes = 0;        // the model's weights as one worker holds them
+  std::mutex scale_mutex;                 // one scale() or apply() at a time
   std::vector<caf::actor> tokenizers;
   std::unique_ptr<ApiClient> api;
   std::atomic<uint64_t> next_id{1};
@@ -155,36 +201,14 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   if (!route_policy) return Error{Errc::invalid_config, where + "groups[0].router: " + route_policy.error().message};
   impl->topology = topology;
   impl->shape = model_shape(*checked);
-  KvSizing kv;
-  MemoryAsk ask;
-  std::vector<int> rank_threads;
-  std::vector<std::string> rank_agents;
-  if (group.replicas * group.ranks_per_replica() > 1 || group.placement == Placement::node) {
-    auto plan = plan_topology(topology, impl->shape, usable_cpu_cores());
-    if (!plan) return plan.error();
-    kv.num_blocks = plan->groups[0].num_kv_blocks;
-    kv.swap_blocks = plan->groups[0].num_swap_blocks;
-    const NodePlan& local = plan->nodes.front();
-    ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
-    for (int r = 0; r < group.ranks_per_replica(); ++r) {
-      const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
-      rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
-    }
-    if (group.placement == Placement::node) {
-      for (const RankPlan& rank : plan->groups[0].ranks) {
-        std::string agent;
-        for (const NodeSection& node : topology.nodes)
-          if (node.name == rank.node) agent = node.address;
-        rank_agents.push_back(agent);
-      }
-    }
-  } else {
-    auto sized = size_kv_cache(topology.engine, model->kv_bytes_per_token(kv_dtype), where);
-    if (!sized) return sized.error();
-    kv = *sized;
-    ask = MemoryAsk{checked->estimated_weight_bytes, uint64_t(kv.num_blocks) * kv.block_bytes,
-                    uint64_t(kv.swap_blocks) * kv.block_bytes};
-  }
+  impl->kv_dtype = kv_dtype;
+  impl->whole_weight_bytes = checked->estimated_weight_bytes;
+  auto sizing = size_group(topology, impl->shape, *model, kv_dtype, checked->estimated_weight_bytes);
+  if (!sizing) return sizing.error();
+  KvSizing kv = sizing->kv;
+  const MemoryAsk ask = sizing->ask;
+  std::vector<int> rank_threads = std::move(sizing->rank_threads);
+  std::vector<std::string> rank_agents = std::move(sizing->rank_agents);
   // Every byte the workers will hold, against what the machine has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory())
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
@@ -197,18 +221,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
                                   topology.engine.block_size,   impl->max_model_len,
                                   model->vocab_size,            topology.scheduler.plan_ahead};
-  params.num_kv_blocks = kv.num_blocks;
   params.num_layers = model->num_layers;
   params.num_experts = model->num_experts;
   // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
   // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
-  const uint32_t full_context = static_cast<uint32_t>((impl->max_model_len + topology.engine.block_size - 1) /
-                                                      topology.engine.block_size);
-  params.limits.pool_blocks = params.num_kv_blocks;
+  params.set_kv_blocks(kv.num_blocks, kv.swap_blocks);
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
-  params.limits.lease_reserve = std::min(params.num_kv_blocks, std::max(full_context, params.num_kv_blocks / 4));
   if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
-  params.limits.swap_blocks = kv.swap_blocks;
   params.kv_dtype = kv_dtype;
   params.rank_threads = std::move(rank_threads);
   params.rank_agents = std::move(rank_agents);
@@ -434,6 +453,83 @@ Status Engine::scale(const std::string& group, int replicas) {
             }
           },
           [&](caf::error& err) { result = make_error(Errc::internal, impl_->system->render(err)); });
+  return result;
+}
+
+namespace {
+
+// The first difference between `now` and `next` outside groups[0] that apply() cannot make live, as "key: why".
+std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& next) {
+  const std::string restart = ": changes need a restart (apply changes groups[0] only)";
+  auto same_path = [](const std::filesystem::path& a, const std::filesystem::path& b) {
+    std::error_code ea, eb;
+    return std::filesystem::weakly_canonical(a, ea) == std::filesystem::weakly_canonical(b, eb);
+  };
+  const ModelSection &m0 = now.model, &m1 = next.model;
+  if (!same_path(m0.path, m1.path) || m0.dtype != m1.dtype || m0.load_format != m1.load_format || m0.seed != m1.seed)
+    return "model" + restart;
+  const EngineSection &e0 = now.engine, &e1 = next.engine;
+  if (e0.max_num_seqs != e1.max_num_seqs || e0.max_num_batched_tokens != e1.max_num_batched_tokens ||
+      e0.block_size != e1.block_size || e0.kv_cache_memory != e1.kv_cache_memory || e0.max_model_len != e1.max_model_len ||
+      e0.kv_cache_dtype != e1.kv_cache_dtype || e0.enable_prefix_caching != e1.enable_prefix_caching ||
+      e0.preemption_mode != e1.preemption_mode || e0.swap_space != e1.swap_space || e0.step_timeout != e1.step_timeout)
+    return "engine" + restart;
+  const ServerSection &s0 = now.server, &s1 = next.server;
+  if (s0.host != s1.host || s0.port != s1.port || s0.api_key != s1.api_key || s0.max_request_body != s1.max_request_body ||
+      s0.shutdown_timeout_s != s1.shutdown_timeout_s || s0.max_queued_requests != s1.max_queued_requests)
+    return "server" + restart;
+  if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
+    return "scheduler" + restart;
+  if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))
+    return "plugins" + restart;
+  if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;
+  for (size_t i = 0; i < now.nodes.size(); ++i)
+    if (now.nodes[i].name != next.nodes[i].name || now.nodes[i].address != next.nodes[i].address) return "nodes" + restart;
+  if (next.groups.size() != 1) return "groups: more than one group is not supported yet";
+  if (now.groups[0].name != next.groups[0].name)
+    return "groups[0].name: the running group is '" + now.groups[0].name + "' (apply reshapes it, it cannot rename it)";
+  if (now.groups[0].placement == Placement::node || next.groups[0].placement == Placement::node)
+    return "groups[0].placement: reshaping a group placed on nodes is not supported yet";
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem::path& source) {
+  std::lock_guard lock(impl_->scale_mutex);
+  auto next = parse_topology(yaml, source);
+  if (!next) return next.error();
+  const std::string where = source.string() + ": ";
+  if (std::string change = unappliable_change(impl_->topology, *next); !change.empty())
+    return make_error(Errc::invalid_config, where + change);
+  ACTORD_TRY_STATUS(refuse_unbuilt(*next));
+  ACTORD_TRY_STATUS(check_threads_fit(*next, usable_cpu_cores()));
+  if (!route_policy_from_name(next->groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
+  auto sizing = size_group(*next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
+  if (!sizing) return sizing.error();
+  // The new replicas start beside the old ones: what they ask for must fit the memory available now.
+  if (const auto available = available_host_memory())
+    ACTORD_TRY_STATUS(check_memory_fits(sizing->ask, *available, where + "apply: "));
+  wire_msg request = build<wire::ReshapeRequest>([&](wire::ReshapeRequest::Builder out) {
+    out.setTopologyYaml(yaml);
+    out.setSource(source.string());
+    out.setNumKvBlocks(sizing->kv.num_blocks);
+    out.setNumSwapBlocks(sizing->kv.swap_blocks);
+    fill_list(out.initRankThreads(static_cast<uint32_t>(sizing->rank_threads.size())), sizing->rank_threads);
+  });
+  caf::scoped_actor self{*impl_->system};
+  Result<std::string> result = Error{Errc::internal, "no reply from the coordinator"};
+  self->request(impl_->coordinator, caf::infinite, reshape_atom::value, std::move(request))
+      .receive(
+          [&](uint32_t code, std::string& message) {
+            if (code == kCoordinatorOk) {
+              result = std::move(message);
+              impl_->topology = *next;
+            } else {
+              result = Error{static_cast<Errc>(code), std::move(message)};
+            }
+          },
+          [&](caf::error& err) { result = Error{Errc::internal, impl_->system->render(err)}; });
   return result;
 }
 

@@ -127,6 +127,15 @@ class Engine {
   // to the others, running ones finish. Returns when done. Refused, changing nothing: an unknown group, replicas
   // < 1, more ranks than the machine's cores (without groups[].oversubscribe) or its memory, a scale in progress.
   Status scale(const std::string& group, int replicas);
+  // actord apply: the running group takes the shape of group 0 of the topology `yaml` (parsed as a file at
+  // `source`, its relative paths against that file's folder): tp, pp, ep, afd, tbo, micro_batches, link, threads,
+  // cpu_isa, router and replicas may all change. Make before break: replicas of the new shape start while the old
+  // ones serve and take the requests once ready, then the old ones hand their sequences over (running ones continue
+  // from their tokens so far, recomputed) and stop. Returns when done, with what it did. Refused, changing
+  // nothing, with the key: malformed YAML, any change outside groups[0] (model, engine, server, scheduler, nodes,
+  // plugins: they need a restart), another group name, placement on nodes, a topology the model or the machine
+  // (cores, the memory the new replicas need beside the old) cannot take, a resize in progress.
+  Result<std::string> apply(const std::string& yaml, const std::filesystem::path& source);
   Result<FleetInfo> fleet();
 
  private:

@@ -179,13 +179,14 @@ void report_load(self_ptr self) {
   if (!work && st.in_flight.empty()) end_drain(st);
 }
 
-// Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones), as their
-// submitters; one handed back kMaxHandBacks times ends here with an error.
-void hand_back(self_ptr self, HandBack back, const std::string& why) {
+// Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones, a reshaped
+// replica's), as their submitters; one handed back kMaxHandBacks times for a failure (`failure`) ends here with an
+// error.
+void hand_back(self_ptr self, HandBack back, const std::string& why, bool failure = true) {
   auto& st = self->state;
   for (const SequenceUpdate& u : back.cancelled) emit(self, u);
   for (SequenceRequest& req : back.requests) {
-    if (++req.hand_backs > kMaxHandBacks) {
+    if (failure && ++req.hand_backs > kMaxHandBacks) {
       SequenceUpdate failed;
       failed.id = req.id;
       failed.finish = Finish::error;
@@ -756,6 +757,23 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         requeue_pending(self);
         report_load(self);
         return rp;
+      },
+      // A reshape (actord apply) replaces this replica: every sequence goes back to the router now, a running one
+      // as a continuation with the tokens it has reported (the steps in flight are dropped, their tokens computed
+      // again where it continues), without counting as a failure; anything that arrives later goes back too.
+      [=](migrate_atom) -> bool {
+        auto& st = self->state;
+        if (!st.worker_failure.empty()) return true;
+        st.worker_failure = "its replica was replaced by a reshape";
+        st.abandoned_through = st.next_step_id - 1;
+        while (!st.in_flight.empty()) {
+          account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
+          st.in_flight.pop_front();
+        }
+        for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), st.worker_failure, false);
+        requeue_pending(self);
+        end_drain(st);
+        return true;
       },
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);

@@ -30,7 +30,8 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
                                          caf::replies_to<stats_atom, wire_msg>::with<wire_msg>,
                                          caf::reacts_to<deadline_atom>,
                                          caf::replies_to<lost_atom, std::string>::with<std::string>,
-                                         caf::replies_to<drain_atom>::with<bool>>;
+                                         caf::replies_to<drain_atom>::with<bool>,
+                                         caf::replies_to<migrate_atom>::with<bool>>;
 
 // `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
 // (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
@@ -39,7 +40,9 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // the coordinator) fails nothing: the scheduler tells `router` to send it no more (leave_atom), hands every
 // sequence back to it as a continuation with the tokens reported so far (requeue_atom, as the sequence's
 // submitter; at most kMaxHandBacks = 3 times per request, then it ends with an error), stops its ranks, tells
-// `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers.
+// `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers. (migrate_atom) -> bool: a
+// reshape replaces the replica: every sequence goes back at once (running ones as continuations with their tokens so
+// far, not counted as hand-backs), the steps in flight are dropped, and whatever arrives later goes back too.
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // A replica has one lane, or with attention data parallel (groups[].ep beyond tp) ep / tp lanes: each lane has its
 // own ranks, KV pool, lease and BatchScheduler, and a request goes to the lane with the fewest outstanding tokens.

@@ -38,5 +38,8 @@ using lost_atom = caf::atom_constant<caf::atom("lost")>;              // schedul
 using scale_atom = caf::atom_constant<caf::atom("scale")>;            // coordinator: (scale, group, replicas)
 using fleet_atom = caf::atom_constant<caf::atom("fleet")>;            // coordinator: the replicas and their state
 using rebuild_atom = caf::atom_constant<caf::atom("rebuild")>;        // coordinator to itself: retry a rebuild
+using reshape_atom = caf::atom_constant<caf::atom("reshape")>;        // coordinator: ReshapeRequest -> (errc, message)
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;        // scheduler: hand every sequence back (running
+                                                                      // ones with their tokens so far), then answer
 
 }  // namespace actord

@@ -462,3 +462,13 @@ struct KvImported {
   correlationId @0 :UInt64;
   error @1 :Error;
 }
+
+# Engine -> coordinator: replace the group's replicas with replicas of a new shape (actord apply). The topology as
+# YAML (the coordinator parses it as the engine did) and what the engine resolved for it on this machine.
+struct ReshapeRequest {
+  topologyYaml @0 :Text;
+  source @1 :Text;               # the file it came from (error messages name it)
+  numKvBlocks @2 :UInt32;        # of each replica lane
+  numSwapBlocks @3 :UInt32;
+  rankThreads @4 :List(Int32);   # of each rank of a replica, as the plan resolved them
+}
