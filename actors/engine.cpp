@@ -459,6 +459,7 @@ Status Engine::scale(const std::string& group, int replicas) {
 namespace {
 
 // The first difference between `now` and `next` outside groups[0] that apply() cannot make live, as "key: why".
+// The server section is the HTTP server's, read once at start (and overridden by serve's flags): not compared.
 std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& next) {
   const std::string restart = ": changes need a restart (apply changes groups[0] only)";
   auto same_path = [](const std::filesystem::path& a, const std::filesystem::path& b) {
@@ -474,10 +475,6 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
       e0.kv_cache_dtype != e1.kv_cache_dtype || e0.enable_prefix_caching != e1.enable_prefix_caching ||
       e0.preemption_mode != e1.preemption_mode || e0.swap_space != e1.swap_space || e0.step_timeout != e1.step_timeout)
     return "engine" + restart;
-  const ServerSection &s0 = now.server, &s1 = next.server;
-  if (s0.host != s1.host || s0.port != s1.port || s0.api_key != s1.api_key || s0.max_request_body != s1.max_request_body ||
-      s0.shutdown_timeout_s != s1.shutdown_timeout_s || s0.max_queued_requests != s1.max_queued_requests)
-    return "server" + restart;
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))

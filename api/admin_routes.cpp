@@ -84,6 +84,30 @@ bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const 
     });
     return true;
   }
+  if (path == "/admin/topology") {
+    if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), true;
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return refuse(ex, 400, "the body must be a JSON object"), true;
+    for (const auto& [key, value] : body.items()) {
+      if (key != "topology" && key != "source")
+        return refuse(ex, 400, "unknown field '" + key + "' (known: topology, source)", key), true;
+    }
+    if (!body.contains("topology") || !body["topology"].is_string())
+      return refuse(ex, 400, "topology: required, the topology file's YAML as a string", "topology"), true;
+    if (body.contains("source") && !body["source"].is_string())
+      return refuse(ex, 400, "source: must be a string (the file's path)", "source"), true;
+    const std::string yaml = body["topology"].get<std::string>();
+    const std::string source = body.value("source", std::string("(posted topology)"));
+    post([this, ex, yaml, source] {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto applied = engine_.apply(yaml, source);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!applied)
+        return refuse(ex, applied.error().code == Errc::internal ? 500 : 400, applied.error().message, "topology");
+      ex->respond(200, "application/json", dump({{"applied", *applied}, {"seconds", seconds}}));
+    });
+    return true;
+  }
   if (path != "/admin/scale") return refuse(ex, 404, "no route " + path), true;
   if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), true;
   const json body = json::parse(req.body, nullptr, false);

@@ -6,7 +6,11 @@
 //   "seconds"} once the group has K replicas (added ones serving, removed ones drained: Engine::scale); 400 with
 //   OpenAI's error shape for a bad body (not JSON, unknown fields, replicas not an integer) or a resize the engine
 //   refuses (replicas < 1, an unknown group, more ranks than the cores or memory): the fleet is untouched then.
-// With an API key both need `Authorization: Bearer KEY`. The engine calls block (a drain waits for the running
+// - POST /admin/topology {"topology": YAML, "source": the file's path (its relative paths resolve against its
+//   folder)} -> 200 {"applied", "seconds"} once the group has the new shape (Engine::apply: `actord apply`); 400
+//   for a bad body or a topology the engine refuses (malformed, a change outside groups[0], one the model or the
+//   machine cannot take): the fleet is untouched then.
+// With an API key all need `Authorization: Bearer KEY`. The engine calls block (a drain waits for the running
 // requests of the removed replicas), so they run on this object's own thread, one at a time, never on the HTTP
 // server's threads.
 #pragma once

@@ -746,3 +746,72 @@ TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resiz
   CHECK(WIFEXITED(code));
   CHECK(test::worker_processes_of(pid).empty());
 }
+
+TEST_CASE("actord apply reshapes a running serve to an edited topology - tp2, AFD - bad files and bodies are "
+          "refused, it keeps serving", "[serve][process][apply]") {
+  test::TempDir tmp;
+  const pid_t pid = test::start_actord({"serve", "configs/quickstart-2proc.yaml", "--port", "0"}, tmp.path());
+  REQUIRE(pid > 0);
+  int port = 0;
+  REQUIRE(test::eventually([&] {
+    std::ifstream in(tmp.path() / "out");
+    std::string line;
+    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
+      port = std::stoi(line.substr(line.rfind(':') + 1));
+    return port > 0;
+  }, std::chrono::seconds(30)));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto completion = [&] {
+    auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+    CHECK(r.status == 200);
+    CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
+  };
+  completion();
+  // Edited copies of quickstart-2proc.yaml (in configs/, so that the model path resolves alike) with other groups.
+  std::vector<std::filesystem::path> files;
+  auto edited = [&](const std::string& groups) {
+    const auto file = test::source_dir() / "configs" /
+                      ("apply-test-" + std::to_string(getpid()) + "-" + std::to_string(files.size()) + ".yaml");
+    test::write_file(file, "model:\n  path: ../models/stories260K\n  dtype: auto\nengine:\n  max_num_seqs: 64\n"
+                           "  max_num_batched_tokens: 2048\n  block_size: 16\n  kv_cache_memory: 64MiB\n"
+                           "scheduler:\n  policy: fcfs\ngroups:\n" + groups);
+    files.push_back(file);
+    return file.string();
+  };
+  auto applied = test::run_actord({"apply", "--url", url, edited("  - {name: main, tp: 2, placement: process, threads: 1}\n")});
+  CHECK(applied.exit_code == 0);
+  CHECK_THAT(applied.out, Catch::Contains("group main reshaped"));
+  CHECK_THAT(test::run_actord({"status", "--url", url}).out, Catch::Contains("worker/tp1.pp0"));
+  CHECK(test::eventually([&] { return test::worker_processes_of(pid).size() == 2; }, std::chrono::seconds(5)));
+  completion();
+  CHECK(test::run_actord({"apply", "--url", url,
+                          edited("  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, "
+                                 "placement: process, threads: 1}\n")})
+            .exit_code == 0);
+  CHECK_THAT(test::run_actord({"status", "--url", url}).out, Catch::Contains("/ffn/0"));
+  completion();
+
+  // Refused, each with its reason; the fleet is untouched.
+  auto bad = test::run_actord({"apply", "--url", url, edited("  - {name: other}\n")});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("groups[0].name: the running group is 'main'"));
+  auto missing = test::run_actord({"apply", "--url", url, (tmp.path() / "none.yaml").string()});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Catch::Contains("cannot read the topology file"));
+  CHECK(call(port, "POST", "/admin/topology", "{").status == 400);
+  CHECK_THAT(call(port, "POST", "/admin/topology", R"({"topology": 3})").body, Catch::Contains("topology: required"));
+  CHECK_THAT(call(port, "POST", "/admin/topology", R"({"topology": "x", "size": 1})").body,
+             Catch::Contains("unknown field 'size'"));
+  CHECK_THAT(call(port, "POST", "/admin/topology", R"({"topology": "groups: [", "source": "t.yaml"})").body,
+             Catch::Contains("t.yaml"));
+  CHECK(call(port, "GET", "/admin/topology").status == 405);
+  CHECK_THAT(test::run_actord({"status", "--url", url}).out, Catch::Contains("/ffn/0"));
+  completion();
+  for (const auto& file : files) std::filesystem::remove(file);
+
+  kill(pid, SIGTERM);
+  int code = 0;
+  REQUIRE(test::eventually([&] { return waitpid(pid, &code, WNOHANG) == pid; }, std::chrono::seconds(30)));
+  CHECK(WIFEXITED(code));
+  CHECK(test::worker_processes_of(pid).empty());
+}

@@ -1,6 +1,10 @@
-// actord scale / actord status: a running `actord serve`'s admin routes (api/admin_routes.hpp) from the command line.
+// actord scale / status / apply: a running `actord serve`'s admin routes (api/admin_routes.hpp) from the command
+// line.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "apps/actord/commands.hpp"
 #include "apps/actord/http_client.hpp"
@@ -37,6 +41,11 @@ void add_admin_commands(CLI::App& app, AdminArgs& args) {
   args.status->add_option("--url", args.url, "The server, e.g. http://127.0.0.1:8000")->required();
   args.status->add_option("--api-key", args.api_key, "The server's API key")->envname("ACTORD_API_KEY");
   args.status->add_flag("--json", args.json, "Print the server's JSON as it is");
+  args.apply = app.add_subcommand("apply", "Reshape a running `actord serve`'s group to an edited topology file");
+  args.apply->add_option("--url", args.url, "The server, e.g. http://127.0.0.1:8000")->required();
+  args.apply->add_option("file", args.file, "The edited topology (YAML): groups[0] may change, nothing else")->required();
+  args.apply->add_option("--api-key", args.api_key, "The server's API key")->envname("ACTORD_API_KEY");
+  args.apply->add_option("--timeout", args.timeout_s, "Seconds to wait for the reshape");
 }
 
 int run_scale(const AdminArgs& args) {
@@ -51,6 +60,27 @@ int run_scale(const AdminArgs& args) {
   if (j.is_discarded()) return print_error({Errc::internal, "the server's answer is not JSON: " + reply->body}), 1;
   std::printf("group %s: %d replicas (%.3f s)\n", j.value("group", std::string()).c_str(), j.value("replicas", 0),
               j.value("seconds", 0.0));
+  return 0;
+}
+
+// The file's text and absolute path go to POST /admin/topology: the server resolves its relative paths against
+// that folder, as it did the file it started from.
+int run_apply(const AdminArgs& args) {
+  auto target = target_of(args.url);
+  if (!target) return print_error(target.error()), 2;
+  std::ifstream in(args.file);
+  if (!in) return print_error({Errc::not_found, args.file + ": cannot read the topology file"}), 2;
+  std::stringstream text;
+  text << in.rdbuf();
+  std::error_code ec;
+  const std::filesystem::path source = std::filesystem::absolute(args.file, ec);
+  const json body = {{"topology", text.str()}, {"source", source.string()}};
+  auto reply = http_call(*target, "POST", "/admin/topology", body.dump(), args.api_key, std::chrono::seconds(args.timeout_s));
+  if (!reply) return print_error(reply.error()), exit_code_for(reply.error());
+  if (reply->status != 200) return print_error({Errc::invalid_argument, error_message(*reply)}), reply->status >= 500 ? 1 : 2;
+  const json j = json::parse(reply->body, nullptr, false);
+  if (j.is_discarded()) return print_error({Errc::internal, "the server's answer is not JSON: " + reply->body}), 1;
+  std::printf("%s (%.3f s)\n", j.value("applied", std::string()).c_str(), j.value("seconds", 0.0));
   return 0;
 }
 

@@ -103,8 +103,10 @@ struct AdminArgs {
   std::string api_key;
   int timeout_s = 600;
   bool json = false;
+  std::string file;  // apply: the edited topology
   CLI::App* scale = nullptr;
   CLI::App* status = nullptr;
+  CLI::App* apply = nullptr;
 };
 
 struct CheckArgs {
@@ -165,6 +167,7 @@ int run_agent(const AgentArgs& args);
 void add_admin_commands(CLI::App& app, AdminArgs& args);
 int run_scale(const AdminArgs& args);
 int run_status(const AdminArgs& args);
+int run_apply(const AdminArgs& args);
 int run_worker(const WorkerArgs& args);
 
 }  // namespace actord::cli

@@ -68,5 +68,6 @@ int main(int argc, char** argv) {
   if (agent->parsed()) return actord::cli::run_agent(agent_args);
   if (admin_args.scale->parsed()) return actord::cli::run_scale(admin_args);
   if (admin_args.status->parsed()) return actord::cli::run_status(admin_args);
+  if (admin_args.apply->parsed()) return actord::cli::run_apply(admin_args);
   return 2;
 }
