@@ -683,25 +683,43 @@ TEST_CASE("serve - /metrics counts the tokens routed to each expert of each MoE 
   for (int layer = 0; layer < 2; ++layer) CHECK(routed[size_t(layer)] == 2 * fed);  // every token fed, to its top 2
 }
 
+namespace {
+
+// `actord serve CONFIG --port 0` started in `dir`: its pid, the port it prints on its first line, and its URL.
+struct ServeProcess {
+  pid_t pid = 0;
+  int port = 0;
+  std::string url;
+};
+ServeProcess start_serve(const std::string& config, const std::filesystem::path& dir) {
+  ServeProcess serve;
+  serve.pid = test::start_actord({"serve", config, "--port", "0"}, dir);
+  REQUIRE(serve.pid > 0);
+  REQUIRE(test::eventually([&] {
+    std::ifstream in(dir / "out");
+    std::string line;
+    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
+      serve.port = std::stoi(line.substr(line.rfind(':') + 1));
+    return serve.port > 0;
+  }, std::chrono::seconds(30)));
+  serve.url = "http://127.0.0.1:" + std::to_string(serve.port);
+  return serve;
+}
+
+// A greedy completion of stories260K through the server at `port` gives its reference text.
+void check_greedy_completion(int port) {
+  auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  CHECK(r.status == 200);
+  CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
+}
+
+}  // namespace
+
 TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resizes are refused, it keeps serving",
           "[serve][process][dp][scale]") {
   test::TempDir tmp;
-  const pid_t pid = test::start_actord({"serve", "configs/dp2.yaml", "--port", "0"}, tmp.path());
-  REQUIRE(pid > 0);
-  int port = 0;
-  REQUIRE(test::eventually([&] {
-    std::ifstream in(tmp.path() / "out");
-    std::string line;
-    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
-      port = std::stoi(line.substr(line.rfind(':') + 1));
-    return port > 0;
-  }, std::chrono::seconds(30)));
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
-  auto completion = [&] {
-    auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
-    CHECK(r.status == 200);
-    CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
-  };
+  const auto [pid, port, url] = start_serve("configs/dp2.yaml", tmp.path());
+  auto completion = [port = port] { check_greedy_completion(port); };
   completion();
   auto status = test::run_actord({"status", "--url", url});
   CHECK(status.exit_code == 0);
@@ -750,22 +768,8 @@ TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resiz
 TEST_CASE("actord apply reshapes a running serve to an edited topology - tp2, AFD - bad files and bodies are "
           "refused, it keeps serving", "[serve][process][apply]") {
   test::TempDir tmp;
-  const pid_t pid = test::start_actord({"serve", "configs/quickstart-2proc.yaml", "--port", "0"}, tmp.path());
-  REQUIRE(pid > 0);
-  int port = 0;
-  REQUIRE(test::eventually([&] {
-    std::ifstream in(tmp.path() / "out");
-    std::string line;
-    if (std::getline(in, line) && line.find("http://127.0.0.1:") != std::string::npos)
-      port = std::stoi(line.substr(line.rfind(':') + 1));
-    return port > 0;
-  }, std::chrono::seconds(30)));
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
-  auto completion = [&] {
-    auto r = call(port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
-    CHECK(r.status == 200);
-    CHECK(json::parse(r.body)["choices"][0]["text"] == ", there was a little girl");
-  };
+  const auto [pid, port, url] = start_serve("configs/quickstart-2proc.yaml", tmp.path());
+  auto completion = [port = port] { check_greedy_completion(port); };
   completion();
   // Edited copies of quickstart-2proc.yaml (in configs/, so that the model path resolves alike) with other groups.
   std::vector<std::filesystem::path> files;
