@@ -628,6 +628,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         st.scaling = true;
         const CoordinatorParams before = st.params;
         st.params.topology = *next;
+        st.params.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
+        st.params.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
         st.params.rank_threads = to_vector<int>(req.getRankThreads());
         st.params.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
         std::vector<int> old, added;

@@ -470,11 +470,11 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (!same_path(m0.path, m1.path) || m0.dtype != m1.dtype || m0.load_format != m1.load_format || m0.seed != m1.seed)
     return "model" + restart;
   const EngineSection &e0 = now.engine, &e1 = next.engine;
-  if (e0.max_num_seqs != e1.max_num_seqs || e0.max_num_batched_tokens != e1.max_num_batched_tokens ||
-      e0.block_size != e1.block_size || e0.kv_cache_memory != e1.kv_cache_memory || e0.max_model_len != e1.max_model_len ||
+  // max_num_seqs and max_num_batched_tokens are the schedulers' limits: the new replicas take them.
+  if (e0.block_size != e1.block_size || e0.kv_cache_memory != e1.kv_cache_memory || e0.max_model_len != e1.max_model_len ||
       e0.kv_cache_dtype != e1.kv_cache_dtype || e0.enable_prefix_caching != e1.enable_prefix_caching ||
       e0.preemption_mode != e1.preemption_mode || e0.swap_space != e1.swap_space || e0.step_timeout != e1.step_timeout)
-    return "engine" + restart;
+    return "engine" + restart + ", except max_num_seqs and max_num_batched_tokens";
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))

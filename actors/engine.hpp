@@ -132,8 +132,9 @@ class Engine {
   // cpu_isa, router and replicas may all change. Make before break: replicas of the new shape start while the old
   // ones serve and take the requests once ready, then the old ones hand their sequences over (running ones continue
   // from their tokens so far, recomputed) and stop. Returns when done, with what it did. Refused, changing
-  // nothing, with the key: malformed YAML, any change outside groups[0] (model, engine, scheduler, nodes, plugins:
-  // they need a restart; the server section, read once by serve, is not looked at), another group name, placement on nodes, a topology the model or the machine
+  // nothing, with the key: malformed YAML, any change outside groups[0] and engine.max_num_seqs /
+  // max_num_batched_tokens (the new replicas' schedulers take those) (model, the rest of engine, scheduler, nodes,
+  // plugins: they need a restart; the server section, read once by serve, is not looked at), another group name, placement on nodes, a topology the model or the machine
   // (cores, the memory the new replicas need beside the old) cannot take, a resize in progress.
   Result<std::string> apply(const std::string& yaml, const std::filesystem::path& source);
   Result<FleetInfo> fleet();

@@ -107,9 +107,10 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
   CHECK_THAT(refused("model:\n  path: ../models/stories260K\n  dtype: bfloat16\nengine:\n  max_num_seqs: 64\n  "
                      "kv_cache_memory: 64MiB\ngroups:\n  - {name: main}\n"),
              Catch::EndsWith("model: changes need a restart (apply changes groups[0] only)"));
-  CHECK_THAT(refused("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 8\n  kv_cache_memory: 64MiB\n"
+  CHECK_THAT(refused("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 32MiB\n"
                      "groups:\n  - {name: main}\n"),
-             Catch::EndsWith("engine: changes need a restart (apply changes groups[0] only)"));
+             Catch::EndsWith("engine: changes need a restart (apply changes groups[0] only), except max_num_seqs and "
+                             "max_num_batched_tokens"));
   CHECK_THAT(refused(quickstart_with("  - {name: main, replicas: 4, tp: 2, threads: 1}\n")),
              Catch::Contains("groups[0].threads"));
   CHECK_THAT(refused(quickstart_with(
@@ -123,4 +124,23 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
   auto out = engine->generate({r});
   REQUIRE(out.ok());
   CHECK_FALSE((*out)[0].error);
+}
+
+TEST_CASE("apply: the schedulers' limits (engine.max_num_seqs) change with a reshape", "[engine][apply]") {
+  auto topology = parse_topology(quickstart_with("  - {name: main}\n"), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  const std::vector<GenerateRequest> requests = batch(true);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  auto applied = engine->apply("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 2\n  kv_cache_memory: "
+                               "64MiB\ngroups:\n  - {name: main}\n",
+                               source());
+  REQUIRE(applied.ok());
+  auto out = engine->generate(requests);
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->max_seqs_in_step == 2);  // the new replica's scheduler runs 2 at a time
 }
