@@ -3,6 +3,9 @@
 // again - and every request completes with the tokens of a clean run (running sequences continue on the new
 // replicas from their tokens so far). Changes apply cannot make, and topologies the model or machine cannot take,
 // are refused with their key and leave the running replicas untouched.
+#include <signal.h>
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
@@ -143,4 +146,82 @@ TEST_CASE("apply: the schedulers' limits (engine.max_num_seqs) change with a res
   auto stats = engine->stats();
   REQUIRE(stats.ok());
   CHECK(stats->max_seqs_in_step == 2);  // the new replica's scheduler runs 2 at a time
+}
+
+// The short form of issue 15's chaos test: 32 greedy requests at once, round after round, while a driver reshapes
+// the group every ~0.4 s among one worker, tp2, pp2, dp2 and AFD 1:1 / 1:2 (processes), and SIGKILLs a random
+// worker process now and then. Every request completes and equals its clean run; the counts are printed.
+TEST_CASE("apply: chaos - reshapes and kill -9 while 32 requests stream - none lost, none changed",
+          "[engine][apply][chaos]") {
+  auto topology = parse_topology(quickstart_with("  - {name: main}\n"), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    GenerateRequest r = batch(true)[size_t(i) % 6];
+    r.max_tokens = 48 + 8 * static_cast<uint32_t>(i % 5);
+    requests.push_back(r);
+  }
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  const std::vector<std::string> shapes = {
+      "  - {name: main, tp: 2, placement: process, threads: 1}\n",
+      "  - {name: main, pp: 2, placement: process, threads: 1}\n",
+      "  - {name: main, replicas: 2, placement: process, threads: 1}\n",
+      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1}\n",
+      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 2}}, placement: process, threads: 1, "
+      "oversubscribe: true}\n",
+      "  - {name: main, placement: process}\n",
+  };
+  std::atomic<bool> stop{false};
+  int resizes = 0, refused = 0, kills = 0;
+  std::string driver_error;  // an exception in the driver (it must not end the test process)
+  std::thread driver([&] {
+    try {
+      uint32_t seed = 12345;
+      auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 16; };  // the LCG's better bits
+      while (!stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        if (stop.load()) break;
+        if (next() % 4 == 0) {  // kill -9 a worker process, if there is one
+          const auto workers = test::worker_processes_of(getpid());
+          if (!workers.empty() && kill(workers[next() % workers.size()], SIGKILL) == 0) ++kills;
+          continue;
+        }
+        auto applied = engine->apply(quickstart_with(shapes[next() % shapes.size()]), source());
+        if (applied.ok()) ++resizes;
+        else ++refused;  // a kill during the reshape: the group stays as it was
+      }
+    } catch (const std::exception& e) {
+      driver_error = e.what();
+    }
+  });
+  size_t done = 0, failures = 0, different = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    auto out = engine->generate(requests);
+    if (!out.ok()) {  // not REQUIRE: the driver thread must be joined first
+      FAIL_CHECK(out.error().message);
+      break;
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ++done;
+      if ((*out)[i].error) {
+        ++failures;
+        UNSCOPED_INFO("request " << i << ": " << (*out)[i].error->message);
+      } else if ((*out)[i].generated_ids != (*clean)[i].generated_ids) {
+        ++different;
+      }
+    }
+  }
+  stop = true;
+  driver.join();
+  WARN("chaos: " << resizes << " reshapes (" << refused << " refused), " << kills << " kills, " << done
+                 << " requests, " << failures << " failures, " << different << " different from the clean run");
+  CHECK(driver_error.empty());
+  CHECK(resizes >= 5);
+  CHECK(failures == 0);
+  CHECK(different == 0);
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
 }

@@ -18,6 +18,20 @@
 
 namespace actord::test {
 
+// Calls fn(pid, /proc/<pid>) for every process listed now. Advanced with increment(ec): processes come and go
+// while /proc is read, and the throwing operator++ would end a caller's thread (a test's driver thread) with an
+// exception.
+template <class Fn>
+void for_each_process(Fn&& fn) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path entry = it->path();
+    const std::string name = entry.filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    fn(static_cast<pid_t>(std::stol(name)), entry);
+  }
+}
+
 // The arguments of a live process (/proc/<pid>/cmdline); empty for one that is gone or a zombie.
 inline std::vector<std::string> process_args(const std::filesystem::path& proc_entry) {
   std::ifstream in(proc_entry / "cmdline", std::ios::binary);
@@ -36,19 +50,16 @@ inline std::string worker_link_tag(pid_t engine_pid) {
 inline std::vector<pid_t> worker_processes_of(pid_t engine_pid) {
   const std::string tag = worker_link_tag(engine_pid);
   std::vector<pid_t> pids;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::vector<std::string> args = process_args(entry.path());
-    if (args.size() < 2 || args[1] != "worker") continue;
+  for_each_process([&](pid_t pid, const std::filesystem::path& entry) {
+    const std::vector<std::string> args = process_args(entry);
+    if (args.size() < 2 || args[1] != "worker") return;
     for (size_t i = 2; i + 1 < args.size(); ++i) {
       if (args[i] == "--to-worker" && args[i + 1].find(tag) != std::string::npos) {
-        pids.push_back(static_cast<pid_t>(std::stol(name)));
+        pids.push_back(pid);
         break;
       }
     }
-  }
+  });
   return pids;
 }
 
@@ -61,14 +72,12 @@ inline std::vector<std::string> worker_links_of(pid_t engine_pid) {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
     if (entry.path().filename().string().find(tag) != std::string::npos) found.push_back(entry.path().string());
   }
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream maps(entry.path() / "maps");
+  for_each_process([&](pid_t pid, const std::filesystem::path& entry) {
+    std::ifstream maps(entry / "maps");
     for (std::string line; std::getline(maps, line);) {
-      if (line.find(tag) != std::string::npos) found.push_back(name + ": " + line.substr(line.find('/')));
+      if (line.find(tag) != std::string::npos) found.push_back(std::to_string(pid) + ": " + line.substr(line.find('/')));
     }
-  }
+  });
   return found;
 }
 

@@ -28,23 +28,20 @@ namespace {
 // The `actord worker` processes whose parent is `agent`.
 std::vector<pid_t> workers_of_agent(pid_t agent) {
   std::vector<pid_t> pids;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto args = test::process_args(entry.path());
-    if (args.size() < 2 || args[1] != "worker") continue;
-    std::ifstream stat(entry.path() / "stat");
+  test::for_each_process([&](pid_t pid, const std::filesystem::path& entry) {
+    const auto args = test::process_args(entry);
+    if (args.size() < 2 || args[1] != "worker") return;
+    std::ifstream stat(entry / "stat");
     std::string line;
     std::getline(stat, line);
     const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
+    if (close == std::string::npos) return;
     std::istringstream rest(line.substr(close + 2));
     char state = 0;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (ppid == agent) pids.push_back(static_cast<pid_t>(std::stol(name)));
-  }
+    if (ppid == agent) pids.push_back(pid);
+  });
   return pids;
 }
 
