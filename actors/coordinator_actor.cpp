@@ -518,13 +518,11 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       continue;
     }
     caf::anon_send(self->state.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
-    if (migrate) {
-      self->request(r.scheduler, caf::infinite, migrate_atom::value)
-          .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
-    } else {
-      self->request(r.scheduler, caf::infinite, drain_atom::value)
-          .then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
-    }
+    auto ask = [&](auto atom) {
+      self->request(r.scheduler, caf::infinite, atom).then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+    };
+    if (migrate) ask(migrate_atom::value);
+    else ask(drain_atom::value);
   }
 }
 
@@ -649,13 +647,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
           }
           for (int index : added) join_router(self, s.replicas.at(index));
           const double built_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const std::string done = "group " + s.params.topology.groups[0].name + " reshaped: " +
+                                   std::to_string(added.size()) + " new replicas serving after " +
+                                   std::to_string(static_cast<int>(built_ms)) + " ms";
           drain_replicas(
               self, old,
               [=]() mutable {
                 self->state.scaling = false;
-                rp.deliver(kCoordinatorOk, "group " + s.params.topology.groups[0].name + " reshaped: " +
-                                               std::to_string(added.size()) + " new replicas serving after " +
-                                               std::to_string(static_cast<int>(built_ms)) + " ms");
+                rp.deliver(kCoordinatorOk, done);
               },
               /*migrate=*/true);
         });

@@ -27,6 +27,17 @@ struct RankLinks {
     std::unique_ptr<coll::Communicator> tp, pipeline, ep;
   };
   std::vector<MicroBatch> micro;
+
+  // fn(communicator, micro-batch) for each group the rank is in: micro-batch 0's (tp, pipeline, ep), then each
+  // later micro-batch's.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto* c : {&tp, &pipeline, &ep})
+      if (*c) fn(**c, 0);
+    for (size_t k = 0; k < micro.size(); ++k)
+      for (const auto* c : {&micro[k].tp, &micro[k].pipeline, &micro[k].ep})
+        if (*c) fn(**c, static_cast<int>(k + 1));
+  }
 };
 
 }  // namespace actord

@@ -203,6 +203,15 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
   }
 }
 
+// Forgets the steps in flight (their results, should they come, are dropped) once their sequences are handed back.
+void abandon_in_flight(scheduler_state& st) {
+  st.abandoned_through = st.next_step_id - 1;
+  while (!st.in_flight.empty()) {
+    account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
+    st.in_flight.pop_front();
+  }
+}
+
 // The worker (or a rank of the replica) is gone: the router takes no new requests here, every sequence goes back
 // to it with its tokens so far (steps in flight are forgotten), the ranks are stopped (a worker process is killed),
 // and whatever arrives later goes back too. The coordinator rebuilds the replica.
@@ -218,11 +227,7 @@ void lose_worker(self_ptr self, const std::string& why) {
     for (const auto& f : lane->followers) self->send_exit(f, caf::exit_reason::unreachable);
   }
   for (const auto& f : st.ffn_pool) self->send_exit(f, caf::exit_reason::unreachable);
-  st.abandoned_through = st.next_step_id - 1;
-  while (!st.in_flight.empty()) {
-    account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
-    st.in_flight.pop_front();
-  }
+  abandon_in_flight(st);
   for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), why);
   requeue_pending(self);
   end_drain(st);
@@ -273,9 +278,7 @@ void on_step_results(self_ptr self) {
   const auto now = std::chrono::steady_clock::now();
   account_result(st, sent, now);
   if (st.trace) {
-    auto ns = [](std::chrono::steady_clock::time_point t) {
-      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-    };
+    const auto ns = StepTrace::ns_of;
     try {
       for (size_t i = 0; i < sent.results.size(); ++i)
         st.trace->add_result(sent.results[i], sent.step_id, ns(sent.at), sent.received_ns[i]);
@@ -366,12 +369,8 @@ void on_lane_result(self_ptr self, uint64_t step_id, size_t lane, wire_msg&& msg
 void on_follower_result(self_ptr self, uint64_t step_id, const wire_msg* result = nullptr) {
   scheduler_state::Sent* sent = in_flight_step(self->state, step_id);
   if (result && self->state.trace) {
-    const uint64_t sent_ns = sent ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                              sent->at.time_since_epoch())
-                                                              .count())
-                                  : 0;
     try {
-      self->state.trace->add_result(*result, step_id, sent_ns, StepTrace::now_ns());
+      self->state.trace->add_result(*result, step_id, sent ? StepTrace::ns_of(sent->at) : 0, StepTrace::now_ns());
     } catch (const std::exception&) {  // the driver's result reports what went wrong
     }
   }
@@ -765,11 +764,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         auto& st = self->state;
         if (!st.worker_failure.empty()) return true;
         st.worker_failure = "its replica was replaced by a reshape";
-        st.abandoned_through = st.next_step_id - 1;
-        while (!st.in_flight.empty()) {
-          account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
-          st.in_flight.pop_front();
-        }
+        abandon_in_flight(st);
         for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), st.worker_failure, false);
         requeue_pending(self);
         end_drain(st);

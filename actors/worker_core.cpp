@@ -27,11 +27,6 @@ namespace actord {
 
 namespace {
 
-// A steady_clock time point on CLOCK_MONOTONIC's scale (libstdc++'s steady_clock is that clock), as StepTrace keeps.
-uint64_t monotonic_ns(std::chrono::steady_clock::time_point t) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
-}
-
 // The executor backend a WorkerInit's device names: "cpu" (or empty) on the worker's pool with the kernels of `isa`,
 // "cuda:N" on GPU N modulo the GPUs this machine has.
 Result<std::unique_ptr<exec::Backend>> make_backend(const std::string& device, cpu::ThreadPool& pool, cpu::Isa isa) {
@@ -291,26 +286,19 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   // A rank that fails in one of its groups breaks the others too, so that no peer waits for it until a timeout
   // (a stage whose TP peer died would otherwise leave the next stage waiting for its hidden states).
   auto break_links = [&](const std::string& why) {
-    if (links_.tp) links_.tp->abort(name_ + ": " + why);
-    if (links_.pipeline) links_.pipeline->abort(name_ + ": " + why);
-    if (links_.ep) links_.ep->abort(name_ + ": " + why);
-    for (RankLinks::MicroBatch& mb : links_.micro)
-      for (auto* comm : {mb.tp.get(), mb.pipeline.get(), mb.ep.get()})
-        if (comm) comm->abort(name_ + ": " + why);
+    links_.for_each([&](coll::Communicator& comm, int) { comm.abort(name_ + ": " + why); });
     return fail(why);
   };
   // --trace: this step's spans (its idle time before it, the model's phases, every collective, sampling).
   StepTrace* const trace = step.getTrace() ? &trace_ : nullptr;
   if (trace) {
     trace_.clear();
-    if (last_step_end_) trace_.add("idle", "idle", monotonic_ns(*last_step_end_), monotonic_ns(t0));
+    if (last_step_end_) trace_.add("idle", "idle", StepTrace::ns_of(*last_step_end_), StepTrace::ns_of(t0));
   }
   for (StepTrace& t : micro_traces_) t.clear();
-  for (auto* comm : {links_.tp.get(), links_.pipeline.get(), links_.ep.get()})
-    if (comm) comm->set_trace(trace);
-  for (size_t k = 0; k < links_.micro.size(); ++k)
-    for (auto* comm : {links_.micro[k].tp.get(), links_.micro[k].pipeline.get(), links_.micro[k].ep.get()})
-      if (comm) comm->set_trace(trace && k < micro_traces_.size() ? &micro_traces_[k] : nullptr);
+  links_.for_each([&](coll::Communicator& comm, int m) {  // micro-batch m > 0 records into micro_traces_[m - 1]
+    comm.set_trace(!trace ? nullptr : m == 0 ? trace : size_t(m) <= micro_traces_.size() ? &micro_traces_[m - 1] : nullptr);
+  });
   ForwardContext context(*backend_);
   context.tp = links_.tp.get();
   context.pipeline = links_.pipeline.get();
@@ -445,7 +433,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       out.setCommMicros(all_comm_ns / 1000);
       if (trace) {
         trace_.layer = -1;
-        trace_.add("step", "step", monotonic_ns(t0), monotonic_ns(t1));
+        trace_.add("step", "step", StepTrace::ns_of(t0), StepTrace::ns_of(t1));
         for (size_t k = 0; k < micro_traces_.size(); ++k) {
           for (TraceSpan span : micro_traces_[k].spans()) {
             span.micro_batch = static_cast<int>(k + 1);

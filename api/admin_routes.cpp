@@ -1,6 +1,8 @@
 #include "api/admin_routes.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "api/openai_protocol.hpp"
@@ -28,6 +30,22 @@ json fleet_json(const FleetInfo& fleet) {
   }
   return {{"group", fleet.group}, {"replacements", fleet.replacements}, {"scaling", fleet.scaling},
           {"replicas", replicas}};
+}
+
+// A POST route's body: a JSON object with no field outside `known`; nullopt once the exchange was answered with
+// 405 or 400 saying why.
+std::optional<json> post_body(const std::string& path, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                              std::initializer_list<const char*> known) {
+  if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), std::nullopt;
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return refuse(ex, 400, "the body must be a JSON object"), std::nullopt;
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    return refuse(ex, 400, "unknown field '" + key + "' (known: " + list + ")", key), std::nullopt;
+  }
+  return body;
 }
 
 }  // namespace
@@ -85,13 +103,9 @@ bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const 
     return true;
   }
   if (path == "/admin/topology") {
-    if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), true;
-    const json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) return refuse(ex, 400, "the body must be a JSON object"), true;
-    for (const auto& [key, value] : body.items()) {
-      if (key != "topology" && key != "source")
-        return refuse(ex, 400, "unknown field '" + key + "' (known: topology, source)", key), true;
-    }
+    const std::optional<json> posted = post_body(path, req, ex, {"topology", "source"});
+    if (!posted) return true;
+    const json& body = *posted;
     if (!body.contains("topology") || !body["topology"].is_string())
       return refuse(ex, 400, "topology: required, the topology file's YAML as a string", "topology"), true;
     if (body.contains("source") && !body["source"].is_string())
@@ -109,13 +123,9 @@ bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const 
     return true;
   }
   if (path != "/admin/scale") return refuse(ex, 404, "no route " + path), true;
-  if (req.method != "POST") return refuse(ex, 405, "use POST for " + path), true;
-  const json body = json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) return refuse(ex, 400, "the body must be a JSON object"), true;
-  for (const auto& [key, value] : body.items()) {
-    if (key != "group" && key != "replicas")
-      return refuse(ex, 400, "unknown field '" + key + "' (known: group, replicas)", key), true;
-  }
+  const std::optional<json> posted = post_body(path, req, ex, {"group", "replicas"});
+  if (!posted) return true;
+  const json& body = *posted;
   std::string group;
   if (body.contains("group")) {
     if (!body["group"].is_string()) return refuse(ex, 400, "group: must be a string", "group"), true;

@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ struct TraceSpan {
   uint64_t dur_ns = 0;
   uint64_t bytes = 0;         // comm: the bytes the operation moved for this rank
   int layer = -1;             // the model layer it belongs to; -1: none
-  int micro_batch = 0;        // two-batch overlap: 0 or 1
+  int micro_batch = 0;        // two-batch overlap: 0 .. micro-batches - 1
 };
 
 class StepTrace {
@@ -30,6 +31,10 @@ class StepTrace {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
+  // A steady_clock time point on now_ns()'s scale (libstdc++'s steady_clock is CLOCK_MONOTONIC).
+  static uint64_t ns_of(std::chrono::steady_clock::time_point t) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
   }
   void add(const char* name, const char* category, uint64_t start_ns, uint64_t end_ns, uint64_t bytes = 0) {
     spans_.push_back({name, category, start_ns, end_ns > start_ns ? end_ns - start_ns : 0, bytes, layer});
