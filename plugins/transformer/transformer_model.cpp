@@ -261,12 +261,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     };
     const int global = shard.layers.first + local;
     L.sparse = layer_is_sparse(spec, global);
-    if (place.afd()) {  // the FFN ranks serve it: their slots' placement (the attention rank holds no slot)
-      L.placement = m->ffn_placement(L.sparse);
-      if (L.sparse) L.router = matrices.at(expert_names(spec, p, 0).router);
-    }
-    if (place.afd() && !L.sparse) {
-    } else if (!L.sparse) {
+    // AFD: the FFN ranks serve the layer's MLP or experts: their slots' placement (this rank holds no slot).
+    if (place.afd()) L.placement = m->ffn_placement(L.sparse);
+    if (!L.sparse) {
+      if (place.afd()) continue;
       auto mlp = load_mlp(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight",
                           cfg.intermediate_size, shard.intermediate);
       if (!mlp) return mlp.error();
@@ -274,8 +272,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     } else {
       const int expert_ff = spec.expert_intermediate > 0 ? spec.expert_intermediate : cfg.intermediate_size;
       L.router = matrices.at(expert_names(spec, p, 0).router);
-      if (place.afd()) {
-      } else if (place.ep > 1) {
+      if (place.ep > 1) {
         L.placement = ExpertPlacement::initial(spec.num_experts, place.ep, place.redundant_experts);
         const int per_rank = L.placement.slots_per_rank;
         for (int s = place.ep_rank() * per_rank; s < (place.ep_rank() + 1) * per_rank; ++s) {
@@ -283,7 +280,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
           if (!expert) return expert.error();
           L.slots.push_back(*expert);
         }
-      } else {
+      } else if (!place.afd()) {
         for (int e = 0; e < spec.num_experts; ++e) {
           const ExpertNames n = expert_names(spec, p, e);
           auto expert = load_mlp(n.gate, n.up, n.down, expert_ff, shard.expert_intermediate);
