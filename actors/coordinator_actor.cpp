@@ -13,11 +13,13 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "actors/group_codec.hpp"
 #include "actors/kv_pool_actor.hpp"
 #include "actors/node_agent.hpp"
 #include "actors/remote_worker_actor.hpp"
+#include "actors/reshape_plan.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
@@ -47,12 +49,14 @@ const char* state_name(ReplicaState s) {
 
 struct Replica {
   int index = 0;
+  std::shared_ptr<const CoordinatorParams> params;  // what it is built from (a reshape's replicas differ)
   uint32_t incarnation = 0;
   ReplicaState state = ReplicaState::starting;
   std::vector<caf::actor> kv_pools;  // one per lane
   scheduler_actor scheduler;
   std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank; then AFD's FFN ranks
   std::vector<std::string> rank_names;
+  std::vector<std::string> rank_nodes;  // the node each rank runs on ("" for this machine)
   std::vector<int32_t> pids;
   std::string last_failure;
   int failed_rebuilds = 0;
@@ -64,7 +68,9 @@ struct coordinator_state {
   std::map<int, Replica> replicas;
   uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
   uint32_t replacements = 0;
-  bool scaling = false;
+  int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)
+  bool scaling = false;  // a scale or a reshape is being carried out
+  std::string change;    // the reshape's current step, for status
   static inline const char* name = "coordinator";
 };
 
@@ -100,13 +106,22 @@ Replica* current(self_ptr self, int index, uint32_t incarnation) {
   return it == self->state.replicas.end() || it->second.incarnation != incarnation ? nullptr : &it->second;
 }
 
+// The name of the node whose agent is at `agent` ("" for this machine).
+std::string node_named(const TopologyConfig& topology, const std::string& agent) {
+  if (agent.empty()) return {};
+  for (const NodeSection& node : topology.nodes)
+    if (node.address == agent) return node.name;
+  return agent;
+}
+
 // Spawns replica `index`'s kv_pool and ranks (with their collective groups), loads the model in every rank at
 // once, and spawns its scheduler when all are ready; `done` gets nothing then, or the first error (the replica's
 // actors are stopped). It does not join the router: the caller does (join_router).
 void build_replica(self_ptr self, int index, BuildDone done) {
   auto& st = self->state;
-  const auto& p = st.params;
   Replica& r = st.replicas.at(index);
+  const std::shared_ptr<const CoordinatorParams> params = r.params;
+  const CoordinatorParams& p = *params;
   const uint32_t incarnation = r.incarnation;
   const GroupSection& group = p.topology.groups.at(0);
   const std::string replica = "replica/" + std::to_string(index);
@@ -247,6 +262,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   }
 
   r.rank_names.clear();
+  r.rank_nodes.clear();
   r.pids.assign(static_cast<size_t>(n_ranks), 0);
   for (int lane = 0; lane < lanes; ++lane) {
     for (int s = 0; s < pp; ++s) {
@@ -260,6 +276,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
         self->monitor(worker);
         r.ranks.push_back(worker);
         r.rank_names.push_back(name);
+        r.rank_nodes.push_back(node_named(p.topology, agent_of(k, s, lane)));
       }
     }
   }
@@ -271,6 +288,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     self->monitor(worker);
     r.ranks.push_back(worker);
     r.rank_names.push_back(ffn_name(f));
+    r.rank_nodes.push_back(node_named(p.topology, agent_at(attention + f)));
   }
 
   // ffn: AFD's FFN rank `ffn` (k, s, lane unused), else -1.
@@ -353,7 +371,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     std::vector<SchedulerLane> scheduler_lanes(static_cast<size_t>(lanes));
     for (int lane = 0; lane < lanes; ++lane) {
       SchedulerLane& l = scheduler_lanes[static_cast<size_t>(lane)];
-      auto policy = s.params.policies->create(s.params.topology.scheduler.policy);
+      auto policy = params->policies->create(params->topology.scheduler.policy);
       if (!policy) {
         stop_replica_actors(self, *r);
         return done(policy.error());
@@ -370,13 +388,13 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     EplbSettings eplb;
     eplb.step_interval = group.eplb_step_interval;
     eplb.ep = group.ep;
-    eplb.num_experts = s.params.num_experts;
+    eplb.num_experts = params->num_experts;
     eplb.redundant = group.num_redundant_experts;
-    eplb.num_layers = s.params.num_layers;
-    r->scheduler = spawn_scheduler(self->system(), s.params.limits, std::move(scheduler_lanes), std::move(ffn_pool),
+    eplb.num_layers = params->num_layers;
+    r->scheduler = spawn_scheduler(self->system(), params->limits, std::move(scheduler_lanes), std::move(ffn_pool),
                                    group.tbo ? group.micro_batches : 0, s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
-                                   s.params.topology.engine.step_timeout, eplb, s.params.trace);
+                                   params->topology.engine.step_timeout, eplb, params->trace);
     done(std::nullopt);
   };
   for (int rank_index = 0; rank_index < n_ranks; ++rank_index) {
@@ -413,6 +431,14 @@ void join_router(self_ptr self, Replica& r) {
 
 void rebuild(self_ptr self, int index, uint32_t incarnation);
 
+// Tells the router to route nothing more to `scheduler` and runs `then` once it answered: from then on nothing new
+// reaches the scheduler, so what it hands back after that is everything it was sent (router_actor.hpp).
+void after_leaving_router(self_ptr self, const scheduler_actor& scheduler, std::function<void()> then) {
+  if (!self->state.router) return then();
+  self->request(self->state.router, caf::infinite, leave_atom::value, caf::actor_cast<caf::actor>(scheduler))
+      .then([=](bool) { then(); }, [=](const caf::error&) { then(); });
+}
+
 // A rank of replica `index` went down: its sequences go back to the router, and it is rebuilt.
 void recover(self_ptr self, int index, const std::string& why) {
   auto& st = self->state;
@@ -426,15 +452,18 @@ void recover(self_ptr self, int index, const std::string& why) {
   r.state = ReplicaState::rebuilding;
   r.last_failure = why;
   ++st.replacements;
-  caf::anon_send(st.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
   const uint32_t incarnation = r.incarnation;
-  self->request(r.scheduler, kLostAnswerTimeout, lost_atom::value, why)
-      .then(
-          [=](const std::string& cause) {
-            if (Replica* r = current(self, index, incarnation)) r->last_failure = cause;
-            rebuild(self, index, incarnation);
-          },
-          [=](const caf::error&) { rebuild(self, index, incarnation); });
+  after_leaving_router(self, r.scheduler, [=] {
+    Replica* r = current(self, index, incarnation);
+    if (!r) return;
+    self->request(r->scheduler, kLostAnswerTimeout, lost_atom::value, why)
+        .then(
+            [=](const std::string& cause) {
+              if (Replica* r = current(self, index, incarnation)) r->last_failure = cause;
+              rebuild(self, index, incarnation);
+            },
+            [=](const caf::error&) { rebuild(self, index, incarnation); });
+  });
 }
 
 void rebuild(self_ptr self, int index, uint32_t incarnation) {
@@ -466,9 +495,10 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
   });
 }
 
-// Builds replicas `indices` together; `done` gets nothing when all are ready (none joined the router yet), or the
-// first error (every one of them stopped and forgotten).
-void build_replicas(self_ptr self, const std::vector<int>& indices, std::function<void(std::optional<Error>)> done) {
+// Builds replicas `indices` together from `params`; `done` gets nothing when all are ready (none joined the router
+// yet), or the first error (every one of them stopped and forgotten).
+void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
+                    std::function<void(std::optional<Error>)> done) {
   struct Gather {
     size_t left = 0;
     std::optional<Error> failure;
@@ -478,7 +508,9 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::functio
   for (int index : indices) {
     Replica& r = self->state.replicas[index];
     r.index = index;
+    r.params = params;
     r.state = ReplicaState::starting;
+    self->state.next_index = std::max(self->state.next_index, index + 1);
   }
   for (int index : indices) {
     build_replica(self, index, [=](std::optional<Error> failure) {
@@ -500,8 +532,12 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::functio
 // Drains and removes replicas `indices`; `done` when all have stopped. With `migrate` their running sequences go
 // back to the router at once (migrate_atom: they continue elsewhere) instead of finishing there.
 void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false) {
-  auto left = std::make_shared<size_t>(indices.size());
-  for (int index : indices) {
+  std::vector<int> present;  // a replica may be gone already (a failed start)
+  for (int index : indices)
+    if (self->state.replicas.count(index)) present.push_back(index);
+  if (present.empty()) return done();
+  auto left = std::make_shared<size_t>(present.size());
+  for (int index : present) {
     Replica& r = self->state.replicas.at(index);
     r.state = ReplicaState::draining;
     auto finish = [=]() {
@@ -517,13 +553,114 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       finish();
       continue;
     }
-    caf::anon_send(self->state.router, leave_atom::value, caf::actor_cast<caf::actor>(r.scheduler));
-    auto ask = [&](auto atom) {
-      self->request(r.scheduler, caf::infinite, atom).then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
-    };
-    if (migrate) ask(migrate_atom::value);
-    else ask(drain_atom::value);
+    const scheduler_actor scheduler = r.scheduler;
+    after_leaving_router(self, scheduler, [=] {
+      auto ask = [&](auto atom) {
+        self->request(scheduler, caf::infinite, atom).then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+      };
+      if (migrate) ask(migrate_atom::value);
+      else ask(drain_atom::value);
+    });
   }
+}
+
+// Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count differs): a
+// reshape then adds or retires replicas and leaves the others alone.
+bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
+  GroupSection ga = a.topology.groups.at(0), gb = b.topology.groups.at(0);
+  ga.replicas = gb.replicas = 0;
+  return ga == gb && a.limits.max_num_seqs == b.limits.max_num_seqs &&
+         a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
+         a.limits.swap_blocks == b.limits.swap_blocks && a.rank_threads == b.rank_threads;
+}
+
+// An apply being carried out: its steps one at a time (reshape_plan.hpp); after a failed step, the steps undoing
+// those done.
+struct Reshape {
+  std::vector<ReshapeStep> steps;
+  size_t done = 0;
+  std::shared_ptr<const CoordinatorParams> from, to;  // the group's shape before and after
+  bool rolling_back = false;
+  std::string failure;  // the failed step's error, while rolling back
+  std::chrono::steady_clock::time_point t0;
+  std::optional<double> first_serving_ms;  // when the first replica of the new shape took requests
+  caf::typed_response_promise<uint32_t, std::string> rp;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Carries out `x`'s next step, then the one after, and answers once none is left.
+void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
+  auto& st = self->state;
+  const std::string& group = st.params.topology.groups.at(0).name;
+  if (x->done == x->steps.size()) {
+    st.scaling = false;
+    st.change.clear();
+    const double total = ms_since(x->t0);
+    if (x->rolling_back) {
+      spdlog::warn("coordinator: apply rolled back after {:.0f} ms: {}", total, x->failure);
+      x->rp.deliver(static_cast<uint32_t>(Errc::worker_failed),
+                    "a step failed and was rolled back, the group is as before: " + x->failure);
+      return;
+    }
+    const std::string done = "group " + group + " reshaped in " + std::to_string(x->steps.size()) + " steps: " +
+                             (x->first_serving_ms ? "the new shape served after " +
+                                                        std::to_string(static_cast<int>(*x->first_serving_ms)) + " ms, "
+                                                  : std::string()) +
+                             "done after " + std::to_string(static_cast<int>(total)) + " ms";
+    spdlog::info("coordinator: {}", done);
+    x->rp.deliver(kCoordinatorOk, done);
+    return;
+  }
+  const ReshapeStep step = x->steps[x->done];
+  st.change = std::string(x->rolling_back ? "rollback" : "apply") + " step " + std::to_string(x->done + 1) + "/" +
+              std::to_string(x->steps.size()) + ": " + describe(step);
+  spdlog::info("coordinator: {}", st.change);
+  auto advance = [=] {
+    ++x->done;
+    run_reshape(self, x);
+  };
+  auto retire = [=] {
+    if (!step.retire) return advance();
+    drain_replicas(self, {*step.retire}, advance, /*migrate=*/true);
+  };
+  if (!step.build) return retire();
+  const auto params = x->rolling_back ? x->from : x->to;
+  build_replicas(self, {*step.build}, params, [=](std::optional<Error> failure) {
+    auto& s = self->state;
+    if (!failure) {
+      join_router(self, s.replicas.at(*step.build));
+      if (!x->first_serving_ms && !x->rolling_back) x->first_serving_ms = ms_since(x->t0);
+      return retire();
+    }
+    if (x->rolling_back) {  // the old shape does not start either: the group stays as it is now
+      s.scaling = false;
+      s.change.clear();
+      x->rp.deliver(static_cast<uint32_t>(failure->code), "a step failed (" + x->failure +
+                                                              ") and so did its rollback, the group is left as "
+                                                              "`actord status` shows: " + failure->message);
+      return;
+    }
+    spdlog::warn("coordinator: apply step {} failed, rolling back: {}", describe(step), failure->message);
+    x->failure = describe(step) + ": " + failure->message;
+    x->steps = plan_rollback(std::span(x->steps.data(), x->done), s.next_index);
+    x->done = 0;
+    x->rolling_back = true;
+    s.params = *x->from;
+    run_reshape(self, x);
+  });
+}
+
+// How a replica is laid out, for status: "tp2 pp1", "afd 1:2", "tp1 pp1 ep2", with " tbo xM" and its placement.
+std::string shape_of(const GroupSection& g) {
+  std::string out = g.afd.active() ? "afd " + std::to_string(g.afd.attention_workers) + ":" +
+                                         std::to_string(g.afd.ffn_workers) + (g.tp > 1 ? " tp" + std::to_string(g.tp) : "")
+                                   : "tp" + std::to_string(g.tp) + " pp" + std::to_string(g.pp) +
+                                         (g.ep > 1 ? " ep" + std::to_string(g.ep) : "");
+  if (g.tbo) out += " tbo x" + std::to_string(g.micro_batches);
+  return out + (g.placement == Placement::thread ? ", threads" : g.placement == Placement::process ? ", processes" : ", nodes");
 }
 
 wire_msg fleet_status(self_ptr self) {
@@ -532,6 +669,7 @@ wire_msg fleet_status(self_ptr self) {
     out.setGroup(st.params.topology.groups.at(0).name);
     out.setReplacements(st.replacements);
     out.setScaling(st.scaling);
+    out.setChange(st.change);
     auto list = out.initReplicas(static_cast<uint32_t>(st.replicas.size()));
     uint32_t i = 0;
     for (const auto& [index, r] : st.replicas) {
@@ -543,6 +681,9 @@ wire_msg fleet_status(self_ptr self) {
       for (uint32_t k = 0; k < r.rank_names.size(); ++k) names.set(k, r.rank_names[k]);
       fill_list(rs.initPids(static_cast<uint32_t>(r.pids.size())), r.pids);
       rs.setLastFailure(r.last_failure);
+      if (r.params) rs.setShape(shape_of(r.params->topology.groups.at(0)));
+      auto nodes = rs.initNodes(static_cast<uint32_t>(r.rank_nodes.size()));
+      for (uint32_t k = 0; k < r.rank_nodes.size(); ++k) nodes.set(k, r.rank_nodes[k]);
     }
   });
 }
@@ -567,7 +708,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         st.router = spawn_router(self->system(), st.params.route_policy, st.params.limits.block_size);
         std::vector<int> indices;
         for (int i = 0; i < group.replicas; ++i) indices.push_back(i);
-        build_replicas(self, indices, [=](std::optional<Error> failure) mutable {
+        build_replicas(self, indices, std::make_shared<const CoordinatorParams>(st.params),
+                       [=](std::optional<Error> failure) mutable {
           if (failure) {
             stop_all(self);
             rp.deliver(static_cast<uint32_t>(failure->code), failure->message, caf::actor{});
@@ -594,9 +736,9 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
                                  " replicas";
         if (replicas > have) {
           std::vector<int> added;
-          for (int index = 0; static_cast<int>(added.size()) < replicas - have; ++index)
-            if (!st.replicas.count(index)) added.push_back(index);
-          build_replicas(self, added, [=](std::optional<Error> failure) mutable {
+          for (int index = st.next_index; static_cast<int>(added.size()) < replicas - have; ++index) added.push_back(index);
+          build_replicas(self, added, std::make_shared<const CoordinatorParams>(st.params),
+                         [=](std::optional<Error> failure) mutable {
             self->state.scaling = false;
             if (failure) {
               rp.deliver(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
@@ -621,44 +763,24 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         auto req = reader.root<wire::ReshapeRequest>();
         auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
         if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
-        // Make before break: the new replicas are built (with their new shape) and join the router while the old
-        // ones serve; then the old ones leave it and hand their sequences back, to continue on the new ones.
-        st.scaling = true;
-        const CoordinatorParams before = st.params;
-        st.params.topology = *next;
-        st.params.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
-        st.params.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
-        st.params.rank_threads = to_vector<int>(req.getRankThreads());
-        st.params.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
-        std::vector<int> old, added;
+        auto x = std::make_shared<Reshape>();
+        x->from = std::make_shared<const CoordinatorParams>(st.params);
+        CoordinatorParams to = st.params;
+        to.topology = *next;
+        to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
+        to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
+        to.rank_threads = to_vector<int>(req.getRankThreads());
+        to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
+        x->to = std::make_shared<const CoordinatorParams>(std::move(to));
+        std::vector<int> old;
         for (const auto& [index, r] : st.replicas) old.push_back(index);
-        for (int index = old.empty() ? 0 : old.back() + 1; static_cast<int>(added.size()) < next->groups[0].replicas; ++index)
-          added.push_back(index);
-        auto rp = self->make_response_promise<uint32_t, std::string>();
-        const auto t0 = std::chrono::steady_clock::now();
-        build_replicas(self, added, [=](std::optional<Error> failure) mutable {
-          auto& s = self->state;
-          if (failure) {
-            s.params = before;
-            s.scaling = false;
-            rp.deliver(static_cast<uint32_t>(failure->code),
-                       "the new replicas did not start, the group is as before: " + failure->message);
-            return;
-          }
-          for (int index : added) join_router(self, s.replicas.at(index));
-          const double built_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          const std::string done = "group " + s.params.topology.groups[0].name + " reshaped: " +
-                                   std::to_string(added.size()) + " new replicas serving after " +
-                                   std::to_string(static_cast<int>(built_ms)) + " ms";
-          drain_replicas(
-              self, old,
-              [=]() mutable {
-                self->state.scaling = false;
-                rp.deliver(kCoordinatorOk, done);
-              },
-              /*migrate=*/true);
-        });
-        return rp;
+        x->steps = plan_reshape(old, same_shape(*x->from, *x->to), next->groups[0].replicas, st.next_index);
+        x->t0 = std::chrono::steady_clock::now();
+        x->rp = self->make_response_promise<uint32_t, std::string>();
+        st.scaling = true;
+        st.params = *x->to;
+        run_reshape(self, x);
+        return x->rp;
       },
       [=](fleet_atom) { return fleet_status(self); },
       // A scheduler lost its worker (a missed deadline, a failed step) before any rank went down.

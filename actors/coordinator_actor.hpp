@@ -12,13 +12,18 @@
 //   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
 //   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
 //   name, replicas >= 1 and the machine's cores and memory (Engine::scale).
-// - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Replaces every
-//   replica with replicas of the new topology's group (its shape: tp, pp, ep, afd, tbo, threads, link...; its
-//   replicas count): make before break, the new ones are built and join the router while the old ones serve, then
-//   the old ones leave it and hand every sequence back (running ones continue on the new replicas from their tokens
-//   so far, recomputed; never an error or a duplicate), and stop. If a new replica fails to start, the ones built
-//   are stopped and the group is as before. The caller has validated and planned the topology (Engine::apply).
-// - (fleet_atom) -> wire_msg FleetStatus: every replica's state, ranks and pids.
+// - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Takes the group to
+//   the new topology's group (its shape: tp, pp, ep, afd, tbo, threads, link...; its replicas count; the engine's
+//   max_num_seqs and max_num_batched_tokens) one change at a time, as a rolling update (actors/reshape_plan.hpp):
+//   each step builds one replica of the new shape beside the others (make before break), which joins the router,
+//   then retires one old replica: it leaves the router (acknowledged, so nothing more is routed to it) and hands
+//   every sequence back (running ones continue on the others from their tokens so far, recomputed; never an error
+//   or a duplicate), and stops. A replicas-only change builds or retires replicas and touches no other. If a step's
+//   replica fails to start, the steps done are undone in reverse (replicas of the old shape built again under new
+//   indices) and the answer is an error saying so; the group is as before. The caller has validated and planned
+//   the topology (Engine::apply).
+// - (fleet_atom) -> wire_msg FleetStatus: every replica's state, shape, ranks, pids and nodes, and the reshape step
+//   being carried out.
 // - (stop_atom): stops everything, worker processes included.
 // Supervision: every rank is monitored. When one goes down (a process killed, a thread's actor gone) its replica
 // is rebuilt: the router stops routing to it, its scheduler hands every sequence back to the router (they continue

@@ -133,6 +133,7 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, const ModelShape&
   auto sized = size_kv_cache(topology.engine, model.kv_bytes_per_token(kv_dtype), where);
   if (!sized) return sized.error();
   out.kv = *sized;
+  out.rank_threads = {group.threads};  // as the plan gives it for a larger group, so replicas compare equal
   out.ask = MemoryAsk{whole_weight_bytes, uint64_t(out.kv.num_blocks) * out.kv.block_bytes,
                       uint64_t(out.kv.swap_blocks) * out.kv.block_bytes};
   return out;
@@ -504,9 +505,15 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
   if (!route_policy_from_name(next->groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
   auto sizing = size_group(*next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
   if (!sizing) return sizing.error();
-  // The new replicas start beside the old ones: what they ask for must fit the memory available now.
-  if (const auto available = available_host_memory())
-    ACTORD_TRY_STATUS(check_memory_fits(sizing->ask, *available, where + "apply: "));
+  // The coordinator replaces one replica at a time, each new one started beside the old ones: at most one new
+  // replica, or all the added ones when the group grows, must fit the memory available now.
+  if (const auto available = available_host_memory()) {
+    const uint64_t per = uint64_t(next->groups[0].replicas);
+    const uint64_t extra = uint64_t(std::max(1, next->groups[0].replicas - impl_->topology.groups[0].replicas));
+    const MemoryAsk& all = sizing->ask;
+    const MemoryAsk ask{all.weights / per * extra, all.kv / per * extra, all.swap / per * extra};
+    ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "apply: "));
+  }
   wire_msg request = build<wire::ReshapeRequest>([&](wire::ReshapeRequest::Builder out) {
     out.setTopologyYaml(yaml);
     out.setSource(source.string());
@@ -542,6 +549,7 @@ Result<FleetInfo> Engine::fleet() {
             info.group = string_of(in.getGroup());
             info.replacements = in.getReplacements();
             info.scaling = in.getScaling();
+            info.change = string_of(in.getChange());
             for (auto r : in.getReplicas()) {
               ReplicaInfo& out = info.replicas.emplace_back();
               out.index = static_cast<int>(r.getIndex());
@@ -550,6 +558,8 @@ Result<FleetInfo> Engine::fleet() {
               for (auto name : r.getRanks()) out.ranks.push_back(string_of(name));
               out.pids = to_vector<int32_t>(r.getPids());
               out.last_failure = string_of(r.getLastFailure());
+              out.shape = string_of(r.getShape());
+              for (auto node : r.getNodes()) out.nodes.push_back(string_of(node));
             }
             result = std::move(info);
           },

@@ -83,13 +83,16 @@ struct ReplicaInfo {
   std::vector<std::string> ranks;    // rank names, stage-major
   std::vector<int32_t> pids;         // of each rank (this process's for thread ranks); 0 until ready
   std::string last_failure;          // why it was last rebuilt
+  std::string shape;                 // "tp2 pp1, processes", "afd 1:2, processes"...
+  std::vector<std::string> nodes;    // each rank's node, "" for this machine
 };
 
 struct FleetInfo {
   std::string group;
   std::vector<ReplicaInfo> replicas;
   uint32_t replacements = 0;         // rebuilds after a lost rank since the start
-  bool scaling = false;
+  bool scaling = false;              // a scale or an apply is being carried out
+  std::string change;                // an apply's current step
 };
 
 using TextCallback = std::function<void(size_t output_index, std::string_view text_delta)>;

@@ -185,13 +185,15 @@ caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
         spdlog::info("router: replica {} takes requests ({} in all)", replica, st.router->size());
         flush_waiting(self);
       },
-      [=](leave_atom, const caf::actor& scheduler) {
+      // Answered once nothing more goes to `scheduler`: whatever the router sent it is in its mailbox already.
+      [=](leave_atom, const caf::actor& scheduler) -> bool {
         auto& st = self->state;
         Known* k = find(st, scheduler.address());
-        if (!k || !k->routed) return;
+        if (!k || !k->routed) return true;
         k->routed = false;
         st.router->remove(k->replica);
         spdlog::info("router: replica {} takes no new requests ({} left)", k->replica, st.router->size());
+        return true;
       },
       [=](load_atom, uint64_t tokens) {
         auto& st = self->state;

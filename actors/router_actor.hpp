@@ -10,8 +10,11 @@
 // - (cancel_atom, CancelRequest): to every scheduler known (taking requests or draining); a request waiting here
 //   ends here with a cancelled delta.
 // - (join_atom, uint64 replica, scheduler) from the coordinator: routes to it from now on (monitored: one that
-//   goes down is forgotten). (leave_atom, scheduler) from the coordinator or the scheduler itself: no new requests
-//   to it; it still gets cancels until it is down.
+//   goes down is forgotten). (leave_atom, scheduler) -> bool from the coordinator or the scheduler itself: no new
+//   requests to it; it still gets cancels until it is down. The answer comes after the last request routed to it
+//   was put in its mailbox (a local send enqueues at once), so whoever then tells the scheduler to hand everything
+//   back (drain, migrate, lost) knows no request reaches it after that: stop a scheduler only after its leave was
+//   answered, or requests routed to it meanwhile are lost with it.
 // - (load_atom, uint64 outstanding tokens) from a scheduler: replaces the router's estimate for it.
 // - (stats_atom, StatsRequest) -> SchedulerStats: the sum over the schedulers known, plus the counters last seen
 //   of those gone (core/scheduler_stats.hpp add_stats).

@@ -220,7 +220,8 @@ void lose_worker(self_ptr self, const std::string& why) {
   if (!st.worker_failure.empty()) return;
   st.worker_failure = why;
   spdlog::error("{}: worker lost, its sequences go back to the router: {}", st.actor_name, why);
-  tell(self, st.router, leave_atom::value, caf::actor_cast<caf::actor>(self));
+  self->request(st.router, caf::infinite, leave_atom::value, caf::actor_cast<caf::actor>(self))
+      .then([](bool) {}, [](const caf::error&) {});  // no more routed here: the coordinator waits for the same
   if (st.supervisor) tell(self, st.supervisor, lost_atom::value, why);
   for (const auto& lane : st.lanes) {
     self->send_exit(lane->worker, caf::exit_reason::unreachable);

@@ -26,10 +26,12 @@ json fleet_json(const FleetInfo& fleet) {
                         {"incarnation", r.incarnation},
                         {"ranks", r.ranks},
                         {"pids", r.pids},
+                        {"nodes", r.nodes},
+                        {"shape", r.shape},
                         {"last_failure", r.last_failure}});
   }
   return {{"group", fleet.group}, {"replacements", fleet.replacements}, {"scaling", fleet.scaling},
-          {"replicas", replicas}};
+          {"change", fleet.change}, {"replicas", replicas}};
 }
 
 // A POST route's body: a JSON object with no field outside `known`; nullopt once the exchange was answered with

@@ -81,6 +81,7 @@ struct LinkModel {
   std::chrono::nanoseconds latency{0};
   uint64_t bytes_per_second = 0;  // 0: unlimited
   bool active() const { return latency.count() > 0 || bytes_per_second > 0; }
+  bool operator==(const LinkModel&) const = default;
 };
 
 // Attention-FFN disaggregation (groups[].afd): each replica's attention and its FFNs run on separate pools. The
@@ -94,6 +95,7 @@ struct AfdSection {
   int attention_workers = 0;  // 0: no disaggregation
   int ffn_workers = 0;
   bool active() const { return ffn_workers > 0; }
+  bool operator==(const AfdSection&) const = default;
 };
 
 struct GroupSection {
@@ -156,6 +158,7 @@ struct GroupSection {
   // The unit of replica r's lane (or stage) `part`, and of its FFN worker f.
   int unit_of(int replica, int part) const { return replica * (pp * lanes() + afd.ffn_workers) + part; }
   int ffn_unit_of(int replica, int f) const { return unit_of(replica, pp * lanes() + f); }
+  bool operator==(const GroupSection&) const = default;
 };
 
 struct TopologyConfig {

@@ -40,6 +40,21 @@ std::vector<std::pair<std::string, int32_t>> ranks_of(Engine& engine) {
   return out;
 }
 
+// Kills (SIGKILL) the first worker process of this engine whose --name starts with `prefix`, as soon as one exists
+// (polled every millisecond for up to `within`); whether it killed one.
+bool kill_worker_named(const std::string& prefix, std::chrono::milliseconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < until) {
+    for (pid_t pid : test::worker_processes_of(getpid())) {
+      const auto args = test::process_args("/proc/" + std::to_string(pid));
+      for (size_t i = 0; i + 1 < args.size(); ++i)
+        if (args[i] == "--name" && args[i + 1].rfind(prefix, 0) == 0) return kill(pid, SIGKILL) == 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("apply: a serving group takes new shapes while requests stream - every request completes with a clean "
@@ -148,34 +163,117 @@ TEST_CASE("apply: the schedulers' limits (engine.max_num_seqs) change with a res
   CHECK(stats->max_seqs_in_step == 2);  // the new replica's scheduler runs 2 at a time
 }
 
-// The short form of issue 15's chaos test: 32 greedy requests at once, round after round, while a driver reshapes
-// the group every ~0.4 s among one worker, tp2, pp2, dp2 and AFD 1:1 / 1:2 (processes), and SIGKILLs a random
-// worker process now and then. Every request completes and equals its clean run; the counts are printed.
-// Hidden (run it with `actord_tests "[chaos]"`): it passed 25 runs alone and beside other tests, but once, under
-// the whole suite with -j2, a round never finished (a request lost between a kill and a reshape; the cause is not
-// found yet). A round that takes over 60 s now fails with what the engine holds.
-TEST_CASE("apply: chaos - reshapes and kill -9 while 32 requests stream - none lost, none changed",
-          "[engine][apply][.chaos]") {
-  auto topology = parse_topology(quickstart_with("  - {name: main}\n"), source());
+TEST_CASE("apply: a replicas-only change builds or retires replicas and leaves the others running; status shows "
+          "each replica's shape and the step being carried out", "[engine][apply]") {
+  const std::string one = "  - {name: main, placement: process, threads: 1, oversubscribe: true}\n";
+  const std::string three = "  - {name: main, replicas: 3, placement: process, threads: 1, oversubscribe: true}\n";
+  auto topology = parse_topology(quickstart_with(one), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  const auto first = ranks_of(*engine);
+  REQUIRE(first.size() == 1);
+  // Status while the apply runs: its current step (polled from another thread).
+  std::atomic<bool> applying{true};
+  std::string seen_change;
+  std::thread watcher([&] {
+    while (applying.load()) {
+      auto fleet = engine->fleet();
+      if (fleet && !fleet->change.empty() && seen_change.empty()) seen_change = fleet->change;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto grown = engine->apply(quickstart_with(three), source());
+  applying = false;
+  watcher.join();
+  INFO((grown ? std::string() : grown.error().message));
+  REQUIRE(grown.ok());
+  CHECK_THAT(*grown, Catch::Contains("in 2 steps"));
+  CHECK_THAT(seen_change, Catch::StartsWith("apply step ") && Catch::Contains(" joins"));
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  REQUIRE(fleet->replicas.size() == 3);
+  CHECK(fleet->change.empty());
+  for (const ReplicaInfo& r : fleet->replicas) {
+    CHECK(r.shape == "tp1 pp1, processes");
+    CHECK(r.state == "serving");
+    CHECK(r.nodes == std::vector<std::string>{""});
+  }
+  CHECK(ranks_of(*engine).front() == first.front());  // replica/0 untouched
+  auto shrunk = engine->apply(quickstart_with(one), source());
+  REQUIRE(shrunk.ok());
+  CHECK(ranks_of(*engine) == first);  // the added ones retired, replica/0 still the same process
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.max_tokens = 8;
+  auto out = engine->generate({r});
+  REQUIRE(out.ok());
+  CHECK_FALSE((*out)[0].error);
+}
+
+TEST_CASE("apply: a step that fails is rolled back - the replicas replaced so far get their old shape again, no "
+          "request is lost", "[engine][apply]") {
+  const std::string dp2 = "  - {name: main, replicas: 2, placement: process, threads: 1}\n";
+  auto topology = parse_topology(quickstart_with(dp2), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  std::vector<GenerateRequest> requests = batch(true);
+  for (auto& r : requests) r.max_tokens = 160;
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  // tp2 replaces replica/0 with replica/2, then replica/1 with replica/3: replica/3's first worker dies as it starts.
+  std::promise<void> streaming;
+  bool signalled = false;
+  auto on_text = [&](size_t, std::string_view) {
+    if (signalled) return;
+    signalled = true;
+    streaming.set_value();
+  };
+  auto run = std::async(std::launch::async, [&] { return engine->generate(requests, on_text); });
+  streaming.get_future().wait();
+  auto killer = std::async(std::launch::async, [] { return kill_worker_named("replica/3/", std::chrono::seconds(30)); });
+  auto applied = engine->apply(quickstart_with("  - {name: main, replicas: 2, tp: 2, placement: process, threads: 1, oversubscribe: true}\n"),
+                               source());
+  INFO((applied ? *applied : applied.error().message));
+  REQUIRE(killer.get());
+  REQUIRE_FALSE(applied.ok());
+  CHECK_THAT(applied.error().message,
+             Catch::Contains("rolled back, the group is as before") && Catch::Contains("replica/3 replaces replica/1"));
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  REQUIRE(fleet->replicas.size() == 2);
+  CHECK(fleet->replicas[0].index == 1);  // never replaced
+  CHECK(fleet->replicas[1].index == 4);  // replica/2 (tp2) replaced by a new one of the old shape
+  for (const ReplicaInfo& r : fleet->replicas) CHECK(r.shape == "tp1 pp1, processes");
+  auto out = run.get();
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  }
+  // The group still takes applies (of the shape before, the engine's topology unchanged).
+  auto again = engine->apply(quickstart_with("  - {name: main, placement: process, threads: 1}\n"), source());
+  CHECK(again.ok());
+}
+
+namespace {
+
+// A chaos run: `clients` greedy streaming requests at once, round after round for `seconds`, while a driver reshapes
+// the group every ~0.4 s to one of `shapes` (groups: entries, the model and engine sections as `with` makes them)
+// and SIGKILLs a random worker process now and then. Every request must complete with its clean run's tokens, and
+// its streamed text must equal its final text (nothing streamed twice).
+void run_chaos(const std::function<std::string(const std::string&)>& with, const std::vector<std::string>& shapes,
+               const std::vector<GenerateRequest>& base, int seconds) {
+  auto topology = parse_topology(with("  - {name: main}\n"), source());
   REQUIRE(topology.ok());
   auto engine = test::start_engine(*topology);
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < 32; ++i) {
-    GenerateRequest r = batch(true)[size_t(i) % 6];
+    GenerateRequest r = base[size_t(i) % base.size()];
     r.max_tokens = 48 + 8 * static_cast<uint32_t>(i % 5);
     requests.push_back(r);
   }
   auto clean = engine->generate(requests);
   REQUIRE(clean.ok());
-  const std::vector<std::string> shapes = {
-      "  - {name: main, tp: 2, placement: process, threads: 1}\n",
-      "  - {name: main, pp: 2, placement: process, threads: 1}\n",
-      "  - {name: main, replicas: 2, placement: process, threads: 1}\n",
-      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1}\n",
-      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 2}}, placement: process, threads: 1, "
-      "oversubscribe: true}\n",
-      "  - {name: main, placement: process}\n",
-  };
   std::atomic<bool> stop{false};
   int resizes = 0, refused = 0, kills = 0;
   std::string driver_error;  // an exception in the driver (it must not end the test process)
@@ -191,19 +289,21 @@ TEST_CASE("apply: chaos - reshapes and kill -9 while 32 requests stream - none l
           if (!workers.empty() && kill(workers[next() % workers.size()], SIGKILL) == 0) ++kills;
           continue;
         }
-        auto applied = engine->apply(quickstart_with(shapes[next() % shapes.size()]), source());
+        auto applied = engine->apply(with(shapes[next() % shapes.size()]), source());
         if (applied.ok()) ++resizes;
-        else ++refused;  // a kill during the reshape: the group stays as it was
+        else ++refused;  // a kill during the reshape: rolled back
       }
     } catch (const std::exception& e) {
       driver_error = e.what();
     }
   });
-  size_t done = 0, failures = 0, different = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t done = 0, failures = 0, different = 0, duplicates = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < until) {
+    std::vector<std::string> streamed(requests.size());  // only the round's thread writes it
+    auto on_text = [&](size_t i, std::string_view text) { streamed[i] += text; };
     // A round takes about a second; one that takes a minute has lost a request: say what the engine holds.
-    auto round = std::async(std::launch::async, [&] { return engine->generate(requests); });
+    auto round = std::async(std::launch::async, [&] { return engine->generate(requests, on_text); });
     if (round.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
       stop = true;
       auto fleet = engine->fleet();
@@ -228,16 +328,80 @@ TEST_CASE("apply: chaos - reshapes and kill -9 while 32 requests stream - none l
       } else if ((*out)[i].generated_ids != (*clean)[i].generated_ids) {
         ++different;
       }
+      if (streamed[i] != (*out)[i].text) ++duplicates;
     }
   }
   stop = true;
   driver.join();
-  WARN("chaos: " << resizes << " reshapes (" << refused << " refused), " << kills << " kills, " << done
-                 << " requests, " << failures << " failures, " << different << " different from the clean run");
+  WARN("chaos: " << resizes << " resizes (" << refused << " rolled back), " << kills << " kills, " << done
+                 << " requests, " << failures << " failures, " << duplicates << " duplicates, " << different
+                 << " different from the clean run");
   CHECK(driver_error.empty());
-  CHECK(resizes >= 5);
+  CHECK(resizes >= seconds / 4);
   CHECK(failures == 0);
+  CHECK(duplicates == 0);
   CHECK(different == 0);
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+const std::vector<std::string>& dense_shapes() {
+  static const std::vector<std::string> shapes = {
+      "  - {name: main, tp: 2, placement: process, threads: 1}\n",
+      "  - {name: main, pp: 2, placement: process, threads: 1}\n",
+      "  - {name: main, replicas: 2, placement: process, threads: 1}\n",
+      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1}\n",
+      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 2}}, placement: process, threads: 1, "
+      "oversubscribe: true}\n",
+      "  - {name: main, placement: process}\n",
+  };
+  return shapes;
+}
+
+// The random Mixtral's shapes: EP width (experts sharded over 2 attention lanes, or over tp 2), the FFN pool and
+// the A:F ratio, TP, PP, DP.
+const std::vector<std::string>& moe_shapes() {
+  static const std::vector<std::string> shapes = {
+      "  - {name: main, ep: 2, placement: process, threads: 1}\n",
+      "  - {name: main, tp: 2, ep: 2, placement: process, threads: 1}\n",
+      "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 2}}, placement: process, threads: 1, "
+      "oversubscribe: true}\n",
+      "  - {name: main, afd: {attention: {workers: 2}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1, "
+      "oversubscribe: true}\n",
+      "  - {name: main, pp: 2, placement: process, threads: 1}\n",
+      "  - {name: main, replicas: 2, placement: process, threads: 1}\n",
+      "  - {name: main, placement: process}\n",
+  };
+  return shapes;
+}
+
+// The random Mixtral's topology text with `groups` (f32, dummy weights, seed 5).
+std::string mixtral_with(const std::filesystem::path& dir, const std::string& groups) {
+  return "model:\n  path: " + dir.string() + "\n  load_format: dummy\n  seed: 5\nengine:\n  max_num_seqs: 64\n"
+         "  kv_cache_memory: 64MiB\ngroups:\n" + groups;
+}
+
+}  // namespace
+
+// Issue 15's chaos test in its short forms (in CI): 20 s on stories260K among one worker, tp2, pp2, dp2, AFD 1:1
+// with ping-pong and 1:2; 15 s on a random Mixtral among EP 2 (lanes and over tp 2), AFD 1:2 and 2:1, pp2, dp2.
+TEST_CASE("apply: chaos - reshapes and kill -9 while 32 requests stream - none lost, none changed",
+          "[engine][apply][chaos]") {
+  run_chaos(quickstart_with, dense_shapes(), batch(true), 20);
+}
+
+TEST_CASE("apply: chaos on a random Mixtral - EP width, FFN pool and A:F ratio, TP, PP, DP resized and kill -9 while "
+          "32 requests stream - none lost, none changed", "[engine][apply][chaos][ep]") {
+  test::TempDir tmp;
+  const auto dir = write_mixtral(tmp.path() / "mixtral");
+  run_chaos([&](const std::string& groups) { return mixtral_with(dir, groups); }, moe_shapes(), batch(false), 15);
+}
+
+// The long form (hidden: `actord_tests "[chaos_long]"`, about 6 minutes): three minutes each.
+TEST_CASE("apply: chaos, long form - three minutes on stories260K and three on a random Mixtral",
+          "[engine][apply][.chaos_long]") {
+  run_chaos(quickstart_with, dense_shapes(), batch(true), 180);
+  test::TempDir tmp;
+  const auto dir = write_mixtral(tmp.path() / "mixtral");
+  run_chaos([&](const std::string& groups) { return mixtral_with(dir, groups); }, moe_shapes(), batch(false), 180);
 }

@@ -96,15 +96,21 @@ int run_status(const AdminArgs& args) {
   }
   const json j = json::parse(reply->body, nullptr, false);
   if (j.is_discarded()) return print_error({Errc::internal, "the server's answer is not JSON: " + reply->body}), 1;
+  const std::string change = j.value("change", std::string());
   std::printf("group %s: %zu replicas, %d replaced after a failure%s\n", j.value("group", std::string()).c_str(),
-              j["replicas"].size(), j.value("replacements", 0), j.value("scaling", false) ? ", scaling" : "");
+              j["replicas"].size(), j.value("replacements", 0),
+              !change.empty() ? (", changing: " + change).c_str() : j.value("scaling", false) ? ", scaling" : "");
   for (const auto& r : j["replicas"]) {
-    std::printf("  replica/%d  %-10s incarnation %d\n", r.value("index", 0), r.value("state", std::string()).c_str(),
-                r.value("incarnation", 0));
+    std::printf("  replica/%d  %-10s %s, incarnation %d\n", r.value("index", 0), r.value("state", std::string()).c_str(),
+                r.value("shape", std::string()).c_str(), r.value("incarnation", 0));
     const auto& ranks = r["ranks"];
     const auto& pids = r["pids"];
-    for (size_t i = 0; i < ranks.size(); ++i)
-      std::printf("    %-28s pid %d\n", ranks[i].get<std::string>().c_str(), i < pids.size() ? pids[i].get<int>() : 0);
+    const json nodes = r.value("nodes", json::array());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const std::string node = i < nodes.size() ? nodes[i].get<std::string>() : std::string();
+      std::printf("    %-28s pid %-8d node %s\n", ranks[i].get<std::string>().c_str(),
+                  i < pids.size() ? pids[i].get<int>() : 0, node.empty() ? "local" : node.c_str());
+    }
     if (!r.value("last_failure", std::string()).empty())
       std::printf("    last failure: %s\n", r["last_failure"].get<std::string>().c_str());
   }

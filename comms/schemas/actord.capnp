@@ -319,7 +319,8 @@ struct FleetStatus {
   group @0 :Text;
   replicas @1 :List(ReplicaStatus);
   replacements @2 :UInt32;       # replicas rebuilt after losing a rank, since the start
-  scaling @3 :Bool;              # a scale is being carried out
+  scaling @3 :Bool;              # a scale or a reshape is being carried out
+  change @4 :Text;               # the reshape's current step ("apply step 2/3: replica/5 replaces replica/2")
 }
 
 struct ReplicaStatus {
@@ -329,6 +330,8 @@ struct ReplicaStatus {
   ranks @3 :List(Text);          # rank names, stage-major
   pids @4 :List(Int32);          # of each rank (this process's for thread ranks); 0 until it is ready
   lastFailure @5 :Text;          # why it was last rebuilt
+  shape @6 :Text;                # how it is laid out ("tp2 pp1, processes", "afd 1:2, processes")
+  nodes @7 :List(Text);          # the node of each rank, "" for the engine's machine
 }
 
 # ZeroMQ envelope ------------------------------------------------------------------------------------------------
