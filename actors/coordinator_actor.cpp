@@ -422,11 +422,12 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   }
 }
 
-// The replica takes requests from the router from now on.
-void join_router(self_ptr self, Replica& r) {
+// The replica takes requests from the router from now on; warming in (a growing share: replica_router.hpp) unless
+// the whole group starts together.
+void join_router(self_ptr self, Replica& r, bool warm_in = true) {
   r.state = ReplicaState::serving;
   caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index),
-                 caf::actor_cast<caf::actor>(r.scheduler));
+                 caf::actor_cast<caf::actor>(r.scheduler), warm_in);
 }
 
 void rebuild(self_ptr self, int index, uint32_t incarnation);
@@ -715,7 +716,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
             rp.deliver(static_cast<uint32_t>(failure->code), failure->message, caf::actor{});
             return;
           }
-          for (auto& [index, r] : self->state.replicas) join_router(self, r);
+          for (auto& [index, r] : self->state.replicas) join_router(self, r, /*warm_in=*/false);
           rp.deliver(kCoordinatorOk, std::string(), self->state.router);
         });
         return rp;
@@ -769,6 +770,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         to.topology = *next;
         to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
         to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
+        to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
         to.rank_threads = to_vector<int>(req.getRankThreads());
         to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
         x->to = std::make_shared<const CoordinatorParams>(std::move(to));

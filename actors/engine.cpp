@@ -229,6 +229,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.set_kv_blocks(kv.num_blocks, kv.swap_blocks);
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
+  params.limits.move_kv = topology.engine.reshape_kv == "move";
   params.kv_dtype = kv_dtype;
   params.rank_threads = std::move(rank_threads);
   params.rank_agents = std::move(rank_agents);

@@ -173,7 +173,7 @@ caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
         for (const Known& k : st.known) caf::send_as(caf::actor_cast<caf::actor>(self->current_sender()),
                                                      k.scheduler, cancel_atom::value, msg);
       },
-      [=](join_atom, uint64_t replica, const caf::actor& scheduler) {
+      [=](join_atom, uint64_t replica, const caf::actor& scheduler, bool warm_in) {
         auto& st = self->state;
         if (Known* k = find(st, scheduler.address())) {
           k->routed = true;
@@ -181,8 +181,9 @@ caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
           st.known.push_back(Known{scheduler, replica, true, {}});
           self->monitor(scheduler);
         }
-        st.router->add(replica);
-        spdlog::info("router: replica {} takes requests ({} in all)", replica, st.router->size());
+        st.router->add(replica, warm_in);
+        spdlog::info("router: replica {} takes requests ({} in all{})", replica, st.router->size(),
+                     st.router->weight(replica) < 1.0 ? ", warming in" : "");
         flush_waiting(self);
       },
       // Answered once nothing more goes to `scheduler`: whatever the router sent it is in its mailbox already.

@@ -9,8 +9,9 @@
 //   it drains); routed like a submission, as `owner`. One whose request was cancelled lately ends here, cancelled.
 // - (cancel_atom, CancelRequest): to every scheduler known (taking requests or draining); a request waiting here
 //   ends here with a cancelled delta.
-// - (join_atom, uint64 replica, scheduler) from the coordinator: routes to it from now on (monitored: one that
-//   goes down is forgotten). (leave_atom, scheduler) -> bool from the coordinator or the scheduler itself: no new
+// - (join_atom, uint64 replica, scheduler, bool warm_in) from the coordinator: routes to it from now on (monitored:
+//   one that goes down is forgotten); with warm_in (a replica added to a serving group) its share grows as it
+//   reports finished sequences (scheduler/replica_router.hpp). (leave_atom, scheduler) -> bool from the coordinator or the scheduler itself: no new
 //   requests to it; it still gets cancels until it is down. The answer comes after the last request routed to it
 //   was put in its mailbox (a local send enqueues at once), so whoever then tells the scheduler to hand everything
 //   back (drain, migrate, lost) knows no request reaches it after that: stop a scheduler only after its leave was

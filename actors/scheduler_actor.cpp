@@ -15,6 +15,7 @@
 #include <optional>
 #include <deque>
 
+#include "actors/kv_move.hpp"
 #include "actors/step_messages.hpp"
 #include "core/step_trace.hpp"
 #include "core/micro_batch_split.hpp"
@@ -39,8 +40,25 @@ struct Lane {
   bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
 };
 
+// A continuation arriving with its KV (actors/kv_move.hpp): blocks taken from the lane's lease, the lane's KV ranks
+// writing their layers and heads into them; it joins the lane's batcher once all have answered.
+struct Import {
+  SequenceRequest request;
+  caf::actor sink;                   // its submitter
+  wire_msg submit;                   // as it came (with its KV): what goes back to the router if this replica goes
+  Lane* lane = nullptr;
+  std::vector<uint32_t> blocks;
+  int kv_tokens = 0;
+  size_t left = 0;                   // ranks yet to answer
+  bool ok = true;                    // every rank wrote its part
+  bool cancelled = false;
+  bool handed_back = false;          // this replica went (lost, migrated) meanwhile: it went back to the router
+};
+
 struct scheduler_state {
   std::string actor_name;
+  bool move_kv = true;                        // engine.reshape_kv: a migrate sends sequences with their KV
+  std::unordered_map<uint64_t, std::shared_ptr<Import>> importing;  // by request id
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
   int micro_batches = 0;                      // two-batch overlap: the ranks' micro-batches per step (0: none)
@@ -99,6 +117,9 @@ constexpr size_t kMaxLaneStepsInFlight = 3;
 
 // A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
 constexpr uint32_t kMaxHandBacks = 3;
+
+// How long a rank may take to export or import a moving sequence's KV before it is recomputed instead.
+constexpr auto kKvMoveTimeout = std::chrono::seconds(10);
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
@@ -176,7 +197,7 @@ void report_load(self_ptr self) {
   }
   if (st.worker_failure.empty() && !st.drain)
     timed_send(st, [&] { tell(self, st.router, load_atom::value, outstanding); });
-  if (!work && st.in_flight.empty()) end_drain(st);
+  if (!work && st.in_flight.empty() && st.importing.empty()) end_drain(st);
 }
 
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones, a reshaped
@@ -201,6 +222,16 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
     st.arrivals.erase(req.id);
     tell(self, st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
   }
+}
+
+// Continuations still importing their KV go back to the router as they came (with their KV).
+void hand_back_imports(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [id, imp] : st.importing) {
+    imp->handed_back = true;
+    tell(self, st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+  }
+  st.importing.clear();
 }
 
 // Forgets the steps in flight (their results, should they come, are dropped) once their sequences are handed back.
@@ -230,8 +261,86 @@ void lose_worker(self_ptr self, const std::string& why) {
   for (const auto& f : st.ffn_pool) self->send_exit(f, caf::exit_reason::unreachable);
   abandon_in_flight(st);
   for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), why);
+  hand_back_imports(self);
   requeue_pending(self);
   end_drain(st);
+}
+
+// A reshape replaces this replica: every sequence goes back to the router, as a continuation; with move_kv each
+// one whose KV can move takes it along (its lane's KV ranks export their shards, gathered into the whole model's
+// blocks: actors/kv_move.hpp), in the order they arrived. `rp` is answered once all went.
+void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
+  auto& st = self->state;
+  struct Leaving {
+    SequenceRequest request;
+    std::vector<wire_msg> exports;  // one per KV rank of its lane (empty: it is recomputed)
+    size_t left = 0;
+  };
+  struct Migration {
+    std::vector<Leaving> seqs;
+    size_t left = 0;  // sequences with exports still to come
+    caf::typed_response_promise<bool> rp;
+  };
+  hand_back_imports(self);  // those still importing go on with the KV they came with
+  auto m = std::make_shared<Migration>();
+  m->rp = std::move(rp);
+  auto finish = [self, m]() {
+    auto& s = self->state;
+    size_t moved = 0;
+    for (Leaving& leaving : m->seqs) {
+      std::optional<wire_msg> kv;
+      if (!leaving.exports.empty()) kv = gather_kv(leaving.exports);
+      if (kv) {
+        ++s.stats.kv_moves_out;
+        ++moved;
+      }
+      tell(self, s.router, requeue_atom::value, s.submitters[leaving.request.owner],
+           encode_submit(leaving.request, kv ? &*kv : nullptr));
+    }
+    spdlog::info("{}: replaced: {} sequences go on elsewhere, {} with their KV", s.actor_name, m->seqs.size(), moved);
+    requeue_pending(self);
+    end_drain(s);
+    m->rp.deliver(true);
+  };
+  struct Ask {
+    size_t seq;
+    worker_actor rank;
+    size_t slot;
+    wire_msg request;
+  };
+  std::vector<Ask> asks;
+  for (const auto& lane : st.lanes) {
+    std::unordered_map<uint64_t, int> movable;
+    if (st.move_kv)
+      for (const auto& [id, tokens] : lane->batcher->movable_kv()) movable.emplace(id, tokens);
+    HandBack back = lane->batcher->take_all();
+    for (const SequenceUpdate& u : back.cancelled) emit(self, u);
+    for (SequenceRequest& req : back.requests) {
+      st.arrivals.erase(req.id);
+      const size_t at = m->seqs.size();
+      auto it = movable.find(req.id);
+      m->seqs.push_back(Leaving{std::move(req), {}, 0});
+      if (it == movable.end() || it->second <= 0) continue;
+      Leaving& leaving = m->seqs.back();
+      leaving.exports.resize(1 + lane->followers.size());
+      leaving.left = leaving.exports.size();
+      ++m->left;
+      const wire_msg request = export_request(it->first, it->second);
+      asks.push_back(Ask{at, lane->worker, 0, request});
+      for (size_t f = 0; f < lane->followers.size(); ++f) asks.push_back(Ask{at, lane->followers[f], f + 1, request});
+    }
+  }
+  if (m->left == 0) return finish();
+  for (Ask& ask : asks) {
+    auto got = [m, finish, seq = ask.seq, slot = ask.slot](wire_msg reply) {
+      Leaving& leaving = m->seqs[seq];
+      leaving.exports[slot] = std::move(reply);
+      if (--leaving.left == 0 && --m->left == 0) finish();
+    };
+    self->request(ask.rank, kKvMoveTimeout, export_kv_atom::value, std::move(ask.request))
+        .then([=](wire_msg& reply) { got(std::move(reply)); },
+              [=](const caf::error&) { got(wire_msg{}); });  // gather_kv refuses an empty message: recomputed
+  }
 }
 
 // Plans and sends steps while the batcher has one to give; the scheduler's own time is booked by the caller.
@@ -638,6 +747,61 @@ Lane& least_loaded_lane(scheduler_state& st) {
   return *best;
 }
 
+// Sends the lane's KV ranks the continuation's KV for `blocks`; it joins the batcher when all wrote it (or, if one
+// failed, without it: recomputed).
+void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor& sink, const wire_msg& submit,
+               std::vector<uint32_t> blocks, int kv_tokens) {
+  auto& st = self->state;
+  auto imp = std::make_shared<Import>();
+  imp->sink = sink;
+  imp->submit = submit;
+  imp->lane = &lane;
+  imp->blocks = std::move(blocks);
+  imp->kv_tokens = kv_tokens;
+  imp->left = 1 + lane.followers.size();
+  const wire_msg request = import_request_of(submit, imp->blocks);
+  const uint64_t id = req.id;
+  imp->request = std::move(req);
+  st.importing.emplace(id, imp);
+  auto done = [=](bool ok) {
+    imp->ok = imp->ok && ok;
+    if (--imp->left > 0 || imp->handed_back) return;
+    auto& s = self->state;
+    s.importing.erase(id);
+    BatchScheduler& batcher = *imp->lane->batcher;
+    if (!s.worker_failure.empty()) {  // this replica is going: the continuation goes on elsewhere, with its KV
+      batcher.return_blocks(imp->blocks);
+      tell(self, s.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+    } else if (imp->cancelled) {
+      batcher.return_blocks(imp->blocks);
+      SequenceUpdate u;
+      u.id = id;
+      u.finish = Finish::cancelled;
+      u.owner = imp->request.owner;
+      u.prompt_tokens = static_cast<uint32_t>(imp->request.prompt.size());
+      emit(self, u);
+    } else {
+      if (!imp->ok) batcher.return_blocks(imp->blocks);
+      ++s.stats.kv_moves_in;
+      if (auto refused = batcher.add(std::move(imp->request), std::move(imp->blocks), imp->ok ? imp->kv_tokens : 0))
+        emit(self, *refused);
+    }
+    report_load(self);
+    maybe_step(self);
+  };
+  auto ask = [&](const worker_actor& rank) {
+    self->request(rank, kKvMoveTimeout, import_kv_atom::value, request)
+        .then(
+            [=](const wire_msg& reply) {
+              WireReader reader(reply);
+              done(!has_error(reader.root<wire::KvImported>().getError()));
+            },
+            [=](const caf::error&) { done(false); });
+  };
+  ask(lane.worker);
+  for (const auto& f : lane.followers) ask(f);
+}
+
 void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   SequenceRequest req;
   try {
@@ -651,7 +815,14 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   req.owner = static_cast<uint32_t>(known - submitters.begin());
   if (known == submitters.end()) submitters.push_back(sink);
   self->state.arrivals.emplace(req.id, std::chrono::steady_clock::now());
-  if (auto refused = least_loaded_lane(self->state).batcher->add(std::move(req))) emit(self, *refused);
+  Lane& lane = least_loaded_lane(self->state);
+  const int kv_tokens = kv_tokens_of(msg);
+  if (kv_tokens > 0 && kv_tokens < static_cast<int>(req.prompt.size() + req.resumed.size()) &&
+      !self->state.importing.count(req.id)) {
+    if (auto blocks = lane.batcher->take_blocks(kv_tokens)) return import_kv(self, lane, std::move(req), sink, msg,
+                                                                             std::move(*blocks), kv_tokens);
+  }
+  if (auto refused = lane.batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
 }
 
@@ -667,6 +838,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.eplb = std::make_unique<EplbPlanner>(eplb);
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
+  st.move_kv = limits.move_kv;
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
@@ -761,19 +933,22 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
       // A reshape (actord apply) replaces this replica: every sequence goes back to the router now, a running one
       // as a continuation with the tokens it has reported (the steps in flight are dropped, their tokens computed
       // again where it continues), without counting as a failure; anything that arrives later goes back too.
-      [=](migrate_atom) -> bool {
+      [=](migrate_atom) -> caf::result<bool> {
         auto& st = self->state;
         if (!st.worker_failure.empty()) return true;
         st.worker_failure = "its replica was replaced by a reshape";
         abandon_in_flight(st);
-        for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), st.worker_failure, false);
-        requeue_pending(self);
-        end_drain(st);
-        return true;
+        auto rp = self->make_response_promise<bool>();
+        migrate_all(self, rp);
+        return rp;
       },
       [=](cancel_atom, const wire_msg& msg) {
         WireReader reader(msg);
         const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();
+        if (auto it = self->state.importing.find(id); it != self->state.importing.end()) {
+          it->second->cancelled = true;
+          return;
+        }
         for (const auto& lane : self->state.lanes) {
           if (auto done = lane->batcher->cancel(id)) {
             emit(self, *done);

@@ -189,9 +189,9 @@ SequenceRequest decode_submit(const wire_msg& submit) {
   return req;
 }
 
-wire_msg encode_submit(const SequenceRequest& req) {
+wire_msg encode_submit(const SequenceRequest& req, const wire_msg* kv) {
   const size_t words = 64 + (req.prompt.size() + req.resumed.size() + req.stop_ids.size()) / 2;
-  return build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+  wire_msg msg = build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
     out.setCorrelationId(req.id);
     out.setRequestId(req.id);
     fill_list(out.initPromptIds(static_cast<uint32_t>(req.prompt.size())), req.prompt);
@@ -203,7 +203,13 @@ wire_msg encode_submit(const SequenceRequest& req) {
     fill_list(out.initResumeIds(static_cast<uint32_t>(req.resumed.size())), req.resumed);
     out.setPromptLogprobsReported(req.prompt_logprobs_reported);
     out.setHandBacks(req.hand_backs);
+    if (kv) {
+      WireReader moved(*kv);
+      out.setKv(moved.root<wire::KvExport>());
+    }
   }, static_cast<unsigned>(words));
+  if (kv) msg.bulk = kv->bulk;
+  return msg;
 }
 
 }  // namespace actord

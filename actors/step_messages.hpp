@@ -43,7 +43,8 @@ StepResultInfo decode_step_result(const wire_msg& result, std::vector<StepSample
 // the first, and hands sequences back to the router (continuations, SequenceRequest::resumed) with the second.
 // decode_submit throws on a malformed message (capnp's exceptions).
 SequenceRequest decode_submit(const wire_msg& submit);
-wire_msg encode_submit(const SequenceRequest& request);
+// With `kv` (a continuation moving with its KV: actors/kv_move.hpp gather_kv's KvExport) it carries that too.
+wire_msg encode_submit(const SequenceRequest& request, const wire_msg* kv = nullptr);
 
 // One StreamDeltaBatch of `updates`; a request found in `queue_micros` gets that queue time in its delta.
 wire_msg encode_stream_deltas(const std::vector<const SequenceUpdate*>& updates,

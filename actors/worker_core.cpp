@@ -15,6 +15,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "core/micro_batch_split.hpp"
+#include "memory/kv_relayout.hpp"
 #include "core/topology_config.hpp"
 #include "comms/codecs.hpp"
 #include "comms/nccl/nccl_communicator.hpp"
@@ -650,6 +651,47 @@ void WorkerCore::take_prompt_logprobs(int vocab) {
   logits_.resize(kept * static_cast<size_t>(vocab));
 }
 
+// The shard of the whole model's KV this rank's cache holds (memory/kv_relayout.hpp).
+KvShard WorkerCore::kv_shard() const {
+  const KvShape shape = model_->kv_shape();
+  KvShard out;
+  out.total_layers = shape.total_layers > 0 ? shape.total_layers : kv_->num_layers();
+  out.total_heads = shape.total_kv_heads > 0 ? shape.total_kv_heads : kv_->num_kv_heads();
+  out.first_layer = shape.first_layer;
+  out.num_layers = kv_->num_layers();
+  out.first_head = shape.first_kv_head;
+  out.num_heads = kv_->num_kv_heads();
+  out.head_dim = kv_->head_dim();
+  out.block_size = kv_->block_size();
+  out.elem_bytes = dtype_size(kv_->dtype());
+  return out;
+}
+
+namespace {
+
+KvShard shard_of(wire::KvLayout::Reader layout, size_t elem_bytes) {
+  KvShard out;
+  out.num_layers = static_cast<int>(layout.getNumLayers());
+  out.num_heads = static_cast<int>(layout.getNumKvHeads());
+  out.total_layers = layout.getTotalLayers() > 0 ? static_cast<int>(layout.getTotalLayers()) : out.num_layers;
+  out.total_heads = layout.getTotalKvHeads() > 0 ? static_cast<int>(layout.getTotalKvHeads()) : out.num_heads;
+  out.first_layer = static_cast<int>(layout.getFirstLayer());
+  out.first_head = static_cast<int>(layout.getFirstKvHead());
+  out.head_dim = static_cast<int>(layout.getHeadDim());
+  out.block_size = static_cast<int>(layout.getBlockSize());
+  out.elem_bytes = elem_bytes;
+  return out;
+}
+
+std::string describe_shard(const KvShard& s, const std::string& dtype) {
+  return "layers " + std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.num_layers) + " of " +
+         std::to_string(s.total_layers) + ", KV heads " + std::to_string(s.first_head) + ".." +
+         std::to_string(s.first_head + s.num_heads) + " of " + std::to_string(s.total_heads) + ", head_dim " +
+         std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) + ", " + dtype;
+}
+
+}  // namespace
+
 wire_msg WorkerCore::export_kv(const wire_msg& msg) {
   WireReader reader(msg);
   auto req = reader.root<wire::ExportKv>();
@@ -658,10 +700,8 @@ wire_msg WorkerCore::export_kv(const wire_msg& msg) {
   std::optional<Error> failure;
   const SequenceState* state = nullptr;
   size_t num_blocks = 0;
-  if (!kv_) {
-    failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
-  } else if (place_.sharded()) {
-    failure = Error{Errc::unsupported, name_ + ": KV export from a rank of a tp x pp replica is not supported yet"};
+  if (!kv_ || kv_->num_layers() == 0) {
+    failure = Error{Errc::unsupported, name_ + ": no KV cache here (not loaded yet, or an FFN rank)"};
   } else if (auto it = seqs_.find(seq_id); it == seqs_.end()) {
     failure = Error{Errc::not_found, name_ + ": sequence " + std::to_string(seq_id) + " is not held by this worker"};
   } else {
@@ -680,13 +720,18 @@ wire_msg WorkerCore::export_kv(const wire_msg& msg) {
       set_error(b.initError(), *failure);
       return;
     }
+    const KvShard shard = kv_shard();
     b.setNumTokens(num_tokens);
     auto layout = b.initLayout();
-    layout.setNumLayers(static_cast<uint32_t>(kv_->num_layers()));
-    layout.setNumKvHeads(static_cast<uint32_t>(kv_->num_kv_heads()));
-    layout.setHeadDim(static_cast<uint32_t>(kv_->head_dim()));
-    layout.setBlockSize(static_cast<uint32_t>(kv_->block_size()));
+    layout.setNumLayers(static_cast<uint32_t>(shard.num_layers));
+    layout.setNumKvHeads(static_cast<uint32_t>(shard.num_heads));
+    layout.setHeadDim(static_cast<uint32_t>(shard.head_dim));
+    layout.setBlockSize(static_cast<uint32_t>(shard.block_size));
     layout.setDtype(dtype_name(kv_->dtype()));
+    layout.setFirstLayer(static_cast<uint32_t>(shard.first_layer));
+    layout.setFirstKvHead(static_cast<uint32_t>(shard.first_head));
+    layout.setTotalLayers(static_cast<uint32_t>(shard.total_layers));
+    layout.setTotalKvHeads(static_cast<uint32_t>(shard.total_heads));
     b.setBlockBytes(kv_->block_bytes());
     b.setNumBlocks(static_cast<uint32_t>(num_blocks));
   });
@@ -697,6 +742,8 @@ wire_msg WorkerCore::export_kv(const wire_msg& msg) {
   return out;
 }
 
+// The export may hold more than this rank's shard (the whole model's KV, gathered from another shape's ranks):
+// this rank takes its layers and heads from it.
 wire_msg WorkerCore::import_kv(const wire_msg& msg) {
   WireReader reader(msg);
   auto req = reader.root<wire::ImportKv>();
@@ -704,26 +751,22 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
   auto ids = req.getBlockIds();
   std::optional<Error> failure;
   auto refuse = [&](const std::string& why) { failure = Error{Errc::invalid_argument, name_ + ": KV import: " + why}; };
-  if (!kv_) {
-    failure = Error{Errc::worker_failed, name_ + ": no KV cache before the model is loaded"};
-  } else if (place_.sharded()) {
-    failure = Error{Errc::unsupported, name_ + ": KV import into a rank of a tp x pp replica is not supported yet"};
+  if (!kv_ || kv_->num_layers() == 0) {
+    failure = Error{Errc::unsupported, name_ + ": no KV cache here (not loaded yet, or an FFN rank)"};
   } else {
-    auto layout = exp.getLayout();
-    const std::string here = std::to_string(kv_->num_layers()) + " layers, " + std::to_string(kv_->num_kv_heads()) +
-                             " KV heads, head_dim " + std::to_string(kv_->head_dim()) + ", block_size " +
-                             std::to_string(kv_->block_size()) + ", " + dtype_name(kv_->dtype());
-    const std::string there = std::to_string(layout.getNumLayers()) + " layers, " +
-                              std::to_string(layout.getNumKvHeads()) + " KV heads, head_dim " +
-                              std::to_string(layout.getHeadDim()) + ", block_size " +
-                              std::to_string(layout.getBlockSize()) + ", " + std::string(layout.getDtype());
+    const KvShard here = kv_shard();
+    const std::string here_dtype = dtype_name(kv_->dtype());
+    const std::string there_dtype = std::string(exp.getLayout().getDtype());
+    const KvShard there = shard_of(exp.getLayout(), here.elem_bytes);
     const size_t n = exp.getNumBlocks();
     if (has_error(exp.getError())) {
       refuse("the export failed: " + get_error(exp.getError()).message);
-    } else if (here != there || exp.getBlockBytes() != kv_->block_bytes()) {
-      refuse("the blocks have layout (" + there + "), this pool (" + here + ")");
-    } else if (msg.bulk.size() != 1 || msg.bulk[0].size() != n * kv_->block_bytes()) {
-      refuse("expected one bulk frame of " + std::to_string(n * kv_->block_bytes()) + " bytes");
+    } else if (there_dtype != here_dtype || !there.compatible(here) || !there.covers(here) ||
+               exp.getBlockBytes() != there.block_bytes()) {
+      refuse("the blocks have layout (" + describe_shard(there, there_dtype) + "), which does not cover this rank's (" +
+             describe_shard(here, here_dtype) + ")");
+    } else if (msg.bulk.size() != 1 || msg.bulk[0].size() != n * there.block_bytes()) {
+      refuse("expected one bulk frame of " + std::to_string(n * there.block_bytes()) + " bytes");
     } else if (ids.size() != n) {
       refuse(std::to_string(n) + " blocks exported, " + std::to_string(ids.size()) + " block ids given");
     } else {
@@ -731,7 +774,17 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
         if (id >= static_cast<uint32_t>(kv_->num_blocks())) refuse("block id " + std::to_string(id) + " out of range");
     }
     if (!failure) {
-      for (uint32_t i = 0; i < n; ++i) kv_->write_block(ids[i], msg.bulk[0].data() + i * kv_->block_bytes());
+      const bool same = there.first_layer == here.first_layer && there.num_layers == here.num_layers &&
+                        there.first_head == here.first_head && there.num_heads == here.num_heads;
+      std::vector<unsigned char> block(same ? 0 : here.block_bytes());
+      for (uint32_t i = 0; i < n; ++i) {
+        const unsigned char* src = msg.bulk[0].data() + size_t(i) * there.block_bytes();
+        if (!same) {
+          copy_kv_overlap(src, there, block.data(), here, 1);
+          src = block.data();
+        }
+        kv_->write_block(ids[i], src);
+      }
     }
   }
   return build<wire::KvImported>([&](wire::KvImported::Builder b) {

@@ -33,6 +33,7 @@
 #include "executors/cpu/thread_pool.hpp"
 #include "executors/sampler.hpp"
 #include "memory/kv_cache.hpp"
+#include "memory/kv_relayout.hpp"
 #include "plugins/model_registry.hpp"
 
 namespace actord {
@@ -47,14 +48,18 @@ class WorkerCore {
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
   wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
   // A held sequence's KV blocks as one message: ExportKv -> KvExport with the bytes of its first
-  // ceil(numTokens / block_size) blocks in bulk[0]. The sequence keeps running here (the caller releases it).
+  // ceil(numTokens / block_size) blocks of this rank's shard (its stage's layers, its KV heads; the layout says
+  // which) in bulk[0]. The sequence keeps running here (the caller releases it).
   wire_msg export_kv(const wire_msg& export_request);
   // ImportKv (its export's bytes in bulk[0]) -> KvImported: writes the blocks into this worker's pool at the ids
-  // the caller (the scheduler that owns them) chose. The layout must match; nothing is written when it does not. A
-  // step that names the sequence as new, starting at the export's numTokens over these blocks, continues it.
+  // the caller (the scheduler that owns them) chose, this rank's layers and heads taken from an export that holds
+  // them (its own shard's, or the whole model's gathered from another shape's ranks: memory/kv_relayout.hpp);
+  // nothing is written when it does not. A step that names the sequence as new, starting at the export's numTokens
+  // over these blocks, continues it.
   wire_msg import_kv(const wire_msg& import_request);
 
   const std::string& name() const { return name_; }
+  KvShard kv_shard() const;  // the part of the whole model's KV this rank holds (after init)
   // The rank that samples for its lane (an FFN rank of AFD samples nothing).
   bool driver() const { return !place_.ffn() && is_driver(place_.tp_rank, place_.pp_rank, place_.pp); }
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for

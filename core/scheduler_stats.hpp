@@ -42,7 +42,9 @@ namespace actord {
   X(running_seqs, RunningSeqs)               /* sequences admitted and not finished, now */                     \
   X(waiting_seqs, WaitingSeqs)               /* sequences waiting for admission (swapped ones included), now */ \
   X(swapped_seqs, SwappedSeqs)               /* waiting sequences whose KV is in host swap space, now */ \
-  X(eplb_rebalances, EplbRebalances)         /* EPLB placements sent to the ranks */
+  X(eplb_rebalances, EplbRebalances)         /* EPLB placements sent to the ranks */                            \
+  X(kv_moves_out, KvMovesOut)                /* sequences a reshape sent on with their KV */                    \
+  X(kv_moves_in, KvMovesIn)                  /* continuations that arrived with KV (imported, or recomputed if that failed) */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;

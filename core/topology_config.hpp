@@ -48,6 +48,9 @@ struct EngineSection {
   // or swap (copy its KV blocks to host memory and back, byte-exact; recompute when swap_space is full).
   std::string preemption_mode = "recompute";
   uint64_t swap_space = 4ull << 30;         // bytes of host memory for swapped-out KV blocks (preemption_mode: swap)
+  // How the running sequences of a replica that a reshape (actord apply) replaces continue: move (with their KV
+  // blocks, re-laid out for the new shape) or recompute (prefilled again from their tokens).
+  std::string reshape_kv = "move";
   // A worker that stops answering is declared failed when a step's result is this much later than its expected
   // compute time, or when a worker process sends no heartbeat for this long.
   std::chrono::milliseconds step_timeout{2000};

@@ -47,11 +47,14 @@ struct ForwardContext {
   StepTrace* trace = nullptr;
 };
 
-// The KV cache a rank's model writes: its stage's layers and its KV heads.
+// The KV cache a rank's model writes: its stage's layers and its KV heads, and where they are in the whole model's
+// (total_* 0: the whole model's are num_layers and num_kv_heads).
 struct KvShape {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  int first_layer = 0, first_kv_head = 0;
+  int total_layers = 0, total_kv_heads = 0;
 };
 
 // Mixture-of-experts models: the tokens the last forward() routed to each expert of this rank's stage's layers,

@@ -36,7 +36,37 @@ void BatchScheduler::set_max_steps_in_flight(int n) {
   max_in_flight_ = limits_.plan_ahead ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
 }
 
-std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
+std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request, std::vector<uint32_t> kv_blocks,
+                                                  int kv_tokens) {
+  auto refused_update = add_checked(std::move(request), kv_blocks, kv_tokens);
+  if (refused_update && !kv_blocks.empty()) cache_.release(kv_blocks);
+  return refused_update;
+}
+
+std::optional<std::vector<uint32_t>> BatchScheduler::take_blocks(int num_tokens) {
+  std::vector<uint32_t> blocks;
+  if (!cache_.allocate(blocks_for(num_tokens), blocks)) return std::nullopt;
+  return blocks;
+}
+
+void BatchScheduler::return_blocks(std::vector<uint32_t>& blocks) {
+  if (!blocks.empty()) cache_.release(blocks);
+  blocks.clear();
+}
+
+std::vector<std::pair<uint64_t, int>> BatchScheduler::movable_kv() const {
+  std::vector<std::pair<uint64_t, int>> out;
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.finished || seq.cancelled || !seq.sent || seq.generated == 0 || !seq.host_blocks.empty() ||
+        seq.req.sampling.n > 1)
+      continue;
+    out.emplace_back(id, static_cast<int>(seq.tokens.size()) - 1);
+  }
+  return out;
+}
+
+std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest request, std::vector<uint32_t>& kv_blocks,
+                                                          int kv_tokens) {
   SequenceUpdate refused;
   refused.id = request.id;
   refused.finish = Finish::error;
@@ -111,6 +141,14 @@ std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request) {
   seq.prompt_logprobs_reported = seq.generated > 0 ? seq.prompt_len : request.prompt_logprobs_reported;
   seq.prompt_logprobs_planned = std::max<int>(1, static_cast<int>(seq.prompt_logprobs_reported));
   seq.arrival = next_arrival_++;
+  if (!kv_blocks.empty() && kv_tokens > 0 && kv_tokens < static_cast<int>(seq.tokens.size()) &&
+      blocks_for(kv_tokens) == kv_blocks.size()) {
+    seq.blocks = std::move(kv_blocks);
+    seq.num_computed = kv_tokens;
+  } else if (!kv_blocks.empty()) {
+    cache_.release(kv_blocks);
+    kv_blocks.clear();
+  }
   seq.req = std::move(request);
   const uint64_t id = seq.req.id;
   for (uint64_t i = 1; i < n; ++i) reserved_ids_.insert(id + i);

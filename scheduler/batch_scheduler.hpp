@@ -65,6 +65,9 @@ struct SchedulerLimits {
   bool enable_prefix_caching = true;  // admissions reuse the KV of cached full blocks with the same tokens
   PreemptionMode preemption_mode = PreemptionMode::recompute;
   uint32_t swap_blocks = 0;  // blocks of host swap space (the worker's); preemption_mode swap needs some
+  // engine.reshape_kv: a reshape's running sequences move to the new replicas with their KV blocks (true) or are
+  // recomputed there from their tokens (false). The scheduler actor's business; the batcher only says which can.
+  bool move_kv = true;
 };
 
 struct SequenceRequest {
@@ -201,7 +204,17 @@ class BatchScheduler {
 
   // Queues a request. Returns an update with Finish::error when it can never run (bad sampling options, empty
   // prompt, longer than the context, more KV than the whole lease); nothing is queued then.
-  std::optional<SequenceUpdate> add(SequenceRequest request);
+  // With `kv_blocks`: the request continues a sequence whose first `kv_tokens` positions' KV was written into those
+  // blocks (taken with take_blocks, an import): admitted, it computes only from there, as after a prefix cache hit.
+  // Refused, the blocks go back.
+  std::optional<SequenceUpdate> add(SequenceRequest request, std::vector<uint32_t> kv_blocks = {}, int kv_tokens = 0);
+  // Blocks for `num_tokens` positions from the lease (nothing when it has too few), and back.
+  std::optional<std::vector<uint32_t>> take_blocks(int num_tokens);
+  void return_blocks(std::vector<uint32_t>& blocks);
+  // Before take_all(): the live sequences whose KV could move with them, and how many positions of it the worker
+  // holds for sure (every token known but the last: the steps that returned computed them): decoding (a token
+  // generated), one sample, not swapped out, the worker holding their state.
+  std::vector<std::pair<uint64_t, int>> movable_kv() const;
   // Cancels a queued or running request; returns its final update, or nothing if the id is unknown or a step in
   // flight carries it (it is finished, as cancelled, when that step's result arrives).
   std::optional<SequenceUpdate> cancel(uint64_t id);
@@ -282,6 +295,8 @@ class BatchScheduler {
   // Starts loading every cache line of seq (its fields are spread over several; it comes back cold from a step).
   static void prefetch(const Sequence* seq);
   bool ensure_blocks(Sequence& seq, int num_tokens);
+  // add() without giving kv_blocks back when it refuses (the caller does).
+  std::optional<SequenceUpdate> add_checked(SequenceRequest request, std::vector<uint32_t>& kv_blocks, int kv_tokens);
   // The fork slice of `parent` came back: samples[i] is sample i + 1's first token. Creates those sequences and
   // appends their updates.
   void fork(Sequence& parent, std::span<const StepSample> samples);

@@ -16,11 +16,17 @@ bool ReplicaRouter::contains(uint64_t replica) const {
   return std::any_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; });
 }
 
-void ReplicaRouter::add(uint64_t replica) {
+void ReplicaRouter::add(uint64_t replica, bool warm_in) {
   if (find(replica)) return;
   auto at = std::lower_bound(replicas_.begin(), replicas_.end(), replica,
                              [](const Replica& r, uint64_t id) { return r.id < id; });
-  replicas_.insert(at, Replica{replica, 0});
+  replicas_.insert(at, Replica{replica, 0, warm_in && !replicas_.empty() ? kWarmStart : 1.0, 0.0});
+}
+
+double ReplicaRouter::weight(uint64_t replica) const {
+  for (const Replica& r : replicas_)
+    if (r.id == replica) return r.weight;
+  return 0.0;
 }
 
 void ReplicaRouter::remove(uint64_t replica) {
@@ -30,7 +36,10 @@ void ReplicaRouter::remove(uint64_t replica) {
 }
 
 void ReplicaRouter::report_load(uint64_t replica, uint64_t outstanding_tokens) {
-  if (Replica* r = find(replica)) r->load = outstanding_tokens;
+  if (Replica* r = find(replica)) {
+    r->load = outstanding_tokens;
+    r->weight = std::min(1.0, r->weight * 2.0);
+  }
 }
 
 uint64_t ReplicaRouter::load(uint64_t replica) const {
@@ -42,7 +51,7 @@ uint64_t ReplicaRouter::load(uint64_t replica) const {
 ReplicaRouter::Replica* ReplicaRouter::least_loaded() {
   Replica* best = nullptr;
   for (Replica& r : replicas_)
-    if (!best || r.load < best->load) best = &r;
+    if (!best || r.effective() < best->effective()) best = &r;
   return best;
 }
 
@@ -83,7 +92,15 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
   Replica* chosen = nullptr;
   switch (policy_) {
     case RoutePolicy::round_robin:
-      chosen = &replicas_[next_++ % replicas_.size()];
+      // In turn; a warming replica only when its credit reaches 1 (one always does within 1 / kWarmStart turns).
+      while (!chosen) {
+        Replica& r = replicas_[next_++ % replicas_.size()];
+        r.credit += r.weight;
+        if (r.credit >= 1.0 - 1e-9) {
+          r.credit -= 1.0;
+          chosen = &r;
+        }
+      }
       break;
     case RoutePolicy::least_tokens:
       chosen = least_loaded();
@@ -96,8 +113,8 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
         if (hit == affinity_.end()) continue;
         Replica* r = find(hit->second.first);
         if (!r) continue;  // that replica left
-        const bool overloaded = r->load > least->load + kAffinityMinGap &&
-                                double(r->load) > double(least->load) * (1.0 + kAffinitySlack);
+        const double load = double(r->load) / r->weight, least_load = double(least->load) / least->weight;
+        const bool overloaded = load > least_load + double(kAffinityMinGap) && load > least_load * (1.0 + kAffinitySlack);
         chosen = overloaded ? least : r;
       }
       if (!chosen) chosen = least;

@@ -11,6 +11,11 @@
 //   replica's load exceeds the least loaded one's by more than kAffinitySlack (relative) and kAffinityMinGap
 //   tokens (absolute); then, and for prompts shorter than a block, least_tokens. Remembers the last kAffinityEntries
 //   prefixes.
+// Warm-in: a replica added with warm_in beside others (a scale-up, a rebuilt or reshaped replica) starts with a weight of
+// kWarmStart and takes that share of what an equal one would: least_tokens and prefix_affinity see its load divided
+// by its weight, round_robin passes it over until its credit (its weight added each turn) reaches 1. Each load
+// report (its scheduler finished sequences: it proves it serves) doubles the weight, up to 1. A replica added to an
+// empty router starts at 1: there is no one else to serve.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +39,10 @@ class ReplicaRouter {
 
   ReplicaRouter(RoutePolicy policy, int block_size);
 
-  void add(uint64_t replica);     // takes requests from now on (load 0)
+  static constexpr double kWarmStart = 0.125;
+
+  void add(uint64_t replica, bool warm_in = false);  // takes requests from now on (load 0)
+  double weight(uint64_t replica) const;  // its warm-in weight: kWarmStart .. 1 (0 for an unknown one)
   void remove(uint64_t replica);  // takes none from now on
   bool empty() const { return replicas_.empty(); }
   size_t size() const { return replicas_.size(); }
@@ -49,6 +57,9 @@ class ReplicaRouter {
   struct Replica {
     uint64_t id;
     uint64_t load = 0;
+    double weight = 1.0;  // warm-in
+    double credit = 0.0;  // round_robin: its weight added each turn
+    double effective() const { return double(load + 1) / weight; }
   };
   Replica* find(uint64_t replica);
   Replica* least_loaded();

@@ -235,8 +235,9 @@ TEST_CASE("kv migration - imports with the wrong shape, size or ids are refused 
   });
   call(self, other, init_atom::value, init_bf16);
   CHECK_THAT(import_error(self, other, import_request(exported, {10, 11})).value_or(""),
-             Catch::Contains("the blocks have layout (5 layers, 4 KV heads, head_dim 8, block_size 4, F32), this pool "
-                             "(5 layers, 4 KV heads, head_dim 8, block_size 4, BF16)"));
+             Catch::Contains("the blocks have layout (layers 0..5 of 5, KV heads 0..4 of 4, head_dim 8, block_size 4, "
+                             "F32), which does not cover this rank's (layers 0..5 of 5, KV heads 0..4 of 4, head_dim 8, "
+                             "block_size 4, BF16)"));
   // The worker still serves: the sequence continues.
   seq.run_until(self, worker, 10);
 }

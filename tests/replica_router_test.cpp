@@ -2,6 +2,7 @@
 // coming and going.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <numeric>
 
 #include "scheduler/replica_router.hpp"
@@ -94,4 +95,27 @@ TEST_CASE("router - prefix affinity keeps a shared prefix on one replica until i
   // A removed replica's prefixes go elsewhere.
   r.remove(rb);
   CHECK(*r.route(a, 4) == ra);
+}
+
+TEST_CASE("router - warm-in: a replica added beside others takes an eighth of an equal share, and a full one after "
+          "three load reports", "[router]") {
+  for (RoutePolicy policy : {RoutePolicy::least_tokens, RoutePolicy::round_robin}) {
+    INFO(route_policy_name(policy));
+    ReplicaRouter r(policy, 16);
+    r.add(0, /*warm_in=*/true);  // the first one has no one beside it: full weight
+    CHECK(r.weight(0) == 1.0);
+    r.add(1, /*warm_in=*/true);
+    CHECK(r.weight(1) == ReplicaRouter::kWarmStart);
+    std::map<uint64_t, int> got;
+    for (int i = 0; i < 72; ++i) ++got[*r.route(prompt(0, 10), 10)];
+    CHECK(got[1] * 8 == got[0]);  // 8 and 64
+    for (int report = 0; report < 3; ++report) r.report_load(1, r.load(1));
+    CHECK(r.weight(1) == 1.0);
+    r.report_load(0, 0);
+    r.report_load(1, 0);
+    got.clear();
+    for (int i = 0; i < 72; ++i) ++got[*r.route(prompt(0, 10), 10)];
+    CHECK(got[0] == 36);
+    CHECK(got[1] == 36);
+  }
 }

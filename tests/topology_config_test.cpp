@@ -48,7 +48,7 @@ TEST_CASE("unknown keys are reported with their path", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seq: 3}\n") ==
         "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, enable_prefix_caching, "
         "kv_cache_dtype, kv_cache_memory, max_model_len, max_num_batched_tokens, max_num_seqs, preemption_mode, "
-        "step_timeout, swap_space)");
+        "reshape_kv, step_timeout, swap_space)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{name: a, colour: red}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].colour: unknown key"));
   CHECK_THAT(error_of("modle: {path: m}\n"), Catch::StartsWith("configs/t.yaml: modle: unknown key"));

@@ -86,6 +86,9 @@ struct SubmitRequest {
   resumeIds @11 :List(Int32);
   promptLogprobsReported @12 :UInt32;  # prompt positions below it had their logprobs reported
   handBacks @13 :UInt32;               # times it was handed back (bounded: a request that kills workers fails)
+  # A continuation moving with its KV (a reshape, engine.reshape_kv: move): the whole model's KV blocks of its first
+  # kv.numTokens positions (gathered from its ranks' shards), the bytes in the message's bulk[0].
+  kv @14 :KvExport;
 }
 
 struct CancelRequest {
@@ -424,6 +427,8 @@ struct SchedulerStats {
   expertTokens @31 :List(UInt64);  # [layer * numExperts + expert]: tokens routed to it, summed over steps
   eplbRebalances @32 :UInt64;      # EPLB placements sent to the ranks
   expertPlacement @33 :List(Int32);  # EPLB: the placement the ranks have now ([layer][slot]); empty when off
+  kvMovesOut @34 :UInt64;          # sequences a reshape sent on with their KV
+  kvMovesIn @35 :UInt64;           # continuations that arrived with their KV
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
@@ -436,6 +441,12 @@ struct KvLayout {
   headDim @2 :UInt32;
   blockSize @3 :UInt32;
   dtype @4 :Text;                # F32 | BF16 | F16
+  # The shard these blocks hold: layers [firstLayer, firstLayer + numLayers) and KV heads [firstKvHead, ...) of a
+  # model of totalLayers and totalKvHeads (0: numLayers, numKvHeads: the whole model's). memory/kv_relayout.hpp.
+  firstLayer @5 :UInt32;
+  firstKvHead @6 :UInt32;
+  totalLayers @7 :UInt32;
+  totalKvHeads @8 :UInt32;
 }
 
 struct ExportKv {

@@ -66,7 +66,8 @@ class TransformerModel final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   // An FFN rank of AFD holds no KV cache (no layers).
   KvShape kv_shape() const override {
-    return {place_.ffn() ? 0 : shard_.layers.count, std::max(1, shard_.kv_heads.count), cfg_.head_dim};
+    return {place_.ffn() ? 0 : shard_.layers.count, std::max(1, shard_.kv_heads.count), cfg_.head_dim,
+            shard_.layers.first, shard_.kv_heads.first, cfg_.num_layers, cfg_.num_kv_heads};
   }
   // Steps of more than kMicroBatchTokens tokens (big prefills) run as consecutive micro-batches of at most that many,
   // cutting sequences where needed (a later piece attends to the K/V the earlier one wrote): activations stay
