@@ -49,6 +49,7 @@ const char* state_name(ReplicaState s) {
 
 struct Replica {
   int index = 0;
+  int plan_slot = 0;  // which replica of its params' plan it is (CoordinatorParams::rank_agents: where its ranks run)
   std::shared_ptr<const CoordinatorParams> params;  // what it is built from (a reshape's replicas differ)
   uint32_t incarnation = 0;
   ReplicaState state = ReplicaState::starting;
@@ -148,7 +149,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   const bool in_processes = group.placement != Placement::thread;
   // The node agent of rank (k, s) of lane `lane` of this replica; empty: this machine.
   auto agent_at = [&](int rank) {
-    const size_t at = static_cast<size_t>(index) * static_cast<size_t>(n_ranks) + static_cast<size_t>(rank);
+    const size_t at = static_cast<size_t>(r.plan_slot) * static_cast<size_t>(n_ranks) + static_cast<size_t>(rank);
     return at < p.rank_agents.size() ? p.rank_agents[at] : std::string();
   };
   auto agent_of = [&](int k, int s, int lane) { return agent_at(rank_of(k, s, lane)); };
@@ -496,19 +497,22 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
   });
 }
 
-// Builds replicas `indices` together from `params`; `done` gets nothing when all are ready (none joined the router
-// yet), or the first error (every one of them stopped and forgotten).
+// Builds replicas `indices` together from `params` (as its plan's replicas `plan_slots`; none: the same numbers);
+// `done` gets nothing when all are ready (none joined the router yet), or the first error (every one of them
+// stopped and forgotten).
 void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
-                    std::function<void(std::optional<Error>)> done) {
+                    std::function<void(std::optional<Error>)> done, std::vector<int> plan_slots = {}) {
   struct Gather {
     size_t left = 0;
     std::optional<Error> failure;
   };
   auto gather = std::make_shared<Gather>();
   gather->left = indices.size();
-  for (int index : indices) {
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int index = indices[i];
     Replica& r = self->state.replicas[index];
     r.index = index;
+    r.plan_slot = i < plan_slots.size() ? plan_slots[i] : index;
     r.params = params;
     r.state = ReplicaState::starting;
     self->state.next_index = std::max(self->state.next_index, index + 1);
@@ -585,6 +589,8 @@ struct Reshape {
   std::string failure;  // the failed step's error, while rolling back
   std::chrono::steady_clock::time_point t0;
   std::optional<double> first_serving_ms;  // when the first replica of the new shape took requests
+  std::map<int, int> plan_slot;            // of each replica a step builds (index -> its plan's replica)
+  std::map<int, int> retired_slot;         // of each replica retired (a rollback builds its like there again)
   caf::typed_response_promise<uint32_t, std::string> rp;
 };
 
@@ -625,10 +631,13 @@ void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
   };
   auto retire = [=] {
     if (!step.retire) return advance();
+    if (auto it = self->state.replicas.find(*step.retire); it != self->state.replicas.end())
+      x->retired_slot[*step.retire] = it->second.plan_slot;
     drain_replicas(self, {*step.retire}, advance, /*migrate=*/true);
   };
   if (!step.build) return retire();
   const auto params = x->rolling_back ? x->from : x->to;
+  const int slot = x->plan_slot.count(*step.build) ? x->plan_slot.at(*step.build) : *step.build;
   build_replicas(self, {*step.build}, params, [=](std::optional<Error> failure) {
     auto& s = self->state;
     if (!failure) {
@@ -646,12 +655,19 @@ void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
     }
     spdlog::warn("coordinator: apply step {} failed, rolling back: {}", describe(step), failure->message);
     x->failure = describe(step) + ": " + failure->message;
-    x->steps = plan_rollback(std::span(x->steps.data(), x->done), s.next_index);
+    const std::vector<ReshapeStep> undo = plan_rollback(std::span(x->steps.data(), x->done), s.next_index);
+    x->plan_slot.clear();
+    for (size_t i = 0; i < undo.size(); ++i) {  // undo step i rebuilds what done step (done - 1 - i) retired
+      const ReshapeStep& did = x->steps[x->done - 1 - i];
+      if (undo[i].build && did.retire && x->retired_slot.count(*did.retire))
+        x->plan_slot[*undo[i].build] = x->retired_slot.at(*did.retire);
+    }
+    x->steps = undo;
     x->done = 0;
     x->rolling_back = true;
     s.params = *x->from;
     run_reshape(self, x);
-  });
+  }, {slot});
 }
 
 // How a replica is laid out, for status: "tp2 pp1", "afd 1:2", "tp1 pp1 ep2", with " tbo xM" and its placement.
@@ -772,11 +788,17 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
         to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
         to.rank_threads = to_vector<int>(req.getRankThreads());
+        to.rank_agents.clear();
+        for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);
         to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
         x->to = std::make_shared<const CoordinatorParams>(std::move(to));
         std::vector<int> old;
         for (const auto& [index, r] : st.replicas) old.push_back(index);
-        x->steps = plan_reshape(old, same_shape(*x->from, *x->to), next->groups[0].replicas, st.next_index);
+        const bool same = same_shape(*x->from, *x->to);
+        x->steps = plan_reshape(old, same, next->groups[0].replicas, st.next_index);
+        int built = same ? static_cast<int>(old.size()) : 0;  // the new replicas are the plan's replicas in order
+        for (const ReshapeStep& step : x->steps)
+          if (step.build) x->plan_slot[*step.build] = built++;
         x->t0 = std::chrono::steady_clock::now();
         x->rp = self->make_response_promise<uint32_t, std::string>();
         st.scaling = true;

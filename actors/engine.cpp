@@ -487,8 +487,6 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (next.groups.size() != 1) return "groups: more than one group is not supported yet";
   if (now.groups[0].name != next.groups[0].name)
     return "groups[0].name: the running group is '" + now.groups[0].name + "' (apply reshapes it, it cannot rename it)";
-  if (now.groups[0].placement == Placement::node || next.groups[0].placement == Placement::node)
-    return "groups[0].placement: reshaping a group placed on nodes is not supported yet";
   return {};
 }
 
@@ -521,6 +519,8 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
     out.setNumKvBlocks(sizing->kv.num_blocks);
     out.setNumSwapBlocks(sizing->kv.swap_blocks);
     fill_list(out.initRankThreads(static_cast<uint32_t>(sizing->rank_threads.size())), sizing->rank_threads);
+    auto agents = out.initRankAgents(static_cast<uint32_t>(sizing->rank_agents.size()));
+    for (uint32_t i = 0; i < sizing->rank_agents.size(); ++i) agents.set(i, sizing->rank_agents[i]);
   });
   caf::scoped_actor self{*impl_->system};
   Result<std::string> result = Error{Errc::internal, "no reply from the coordinator"};

@@ -38,6 +38,10 @@ struct Lane {
   bool lease_ready = false;
   bool lease_growing = false;                 // a lease request is on its way to the kv_pool
   bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
+  // Continuations with KV waiting for the lease to grow before their import (their submitter, as they came), and
+  // the blocks they need.
+  std::deque<std::pair<caf::actor, wire_msg>> awaiting_blocks;
+  size_t import_wanted = 0;
 };
 
 // A continuation arriving with its KV (actors/kv_move.hpp): blocks taken from the lane's lease, the lane's KV ranks
@@ -58,6 +62,7 @@ struct Import {
 struct scheduler_state {
   std::string actor_name;
   bool move_kv = true;                        // engine.reshape_kv: a migrate sends sequences with their KV
+  int block_size = 16;                        // tokens per KV block
   std::unordered_map<uint64_t, std::shared_ptr<Import>> importing;  // by request id
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
@@ -197,7 +202,9 @@ void report_load(self_ptr self) {
   }
   if (st.worker_failure.empty() && !st.drain)
     timed_send(st, [&] { tell(self, st.router, load_atom::value, outstanding); });
-  if (!work && st.in_flight.empty() && st.importing.empty()) end_drain(st);
+  bool awaiting = false;
+  for (const auto& lane : st.lanes) awaiting = awaiting || !lane->awaiting_blocks.empty();
+  if (!work && st.in_flight.empty() && st.importing.empty() && !awaiting) end_drain(st);
 }
 
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones, a reshaped
@@ -224,9 +231,15 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
   }
 }
 
-// Continuations still importing their KV go back to the router as they came (with their KV).
+// Continuations still importing their KV, or waiting for blocks to, go back to the router as they came (with their
+// KV).
 void hand_back_imports(self_ptr self) {
   auto& st = self->state;
+  for (const auto& lane : st.lanes) {
+    for (auto& [sink, msg] : lane->awaiting_blocks) tell(self, st.router, requeue_atom::value, sink, std::move(msg));
+    lane->awaiting_blocks.clear();
+    lane->import_wanted = 0;
+  }
   for (auto& [id, imp] : st.importing) {
     imp->handed_back = true;
     tell(self, st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
@@ -543,11 +556,14 @@ uint64_t leased_blocks(const scheduler_state& st) {
 
 // Grows a lane's lease in bulk when its last plan ran short of blocks (one request at a time, never per step), and
 // gives back a large surplus when nothing waits.
+void retry_imports(self_ptr self, Lane& lane);
+
 void tend_lease(self_ptr self, Lane& lane) {
   auto& st = self->state;
   BatchScheduler& b = *lane.batcher;
   Lane* const at = &lane;  // the lanes outlive the actor's callbacks (they go with its state)
-  if (const size_t wanted = b.blocks_wanted(); wanted > 0 && !lane.lease_growing && !lane.pool_exhausted) {
+  if (const size_t wanted = b.blocks_wanted() + lane.import_wanted; wanted > 0 && !lane.lease_growing &&
+                                                                      !lane.pool_exhausted) {
     const uint32_t ask = static_cast<uint32_t>(std::max<size_t>({wanted, lane.lease.num_total() / 2, 16}));
     lane.lease_growing = true;
     b.set_lease_growing(true);
@@ -566,6 +582,7 @@ void tend_lease(self_ptr self, Lane& lane) {
               at->lease_growing = false;
               at->batcher->set_lease_growing(false);
               st.stats.lease_blocks = leased_blocks(st);
+              if (!at->awaiting_blocks.empty()) retry_imports(self, *at);
               maybe_step(self);
             },
             [=](const caf::error& err) {
@@ -573,6 +590,7 @@ void tend_lease(self_ptr self, Lane& lane) {
               at->lease_growing = false;
               at->pool_exhausted = true;
               at->batcher->set_lease_growing(false);
+              if (!at->awaiting_blocks.empty()) retry_imports(self, *at);
               maybe_step(self);
             });
     return;
@@ -821,9 +839,24 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
       !self->state.importing.count(req.id)) {
     if (auto blocks = lane.batcher->take_blocks(kv_tokens)) return import_kv(self, lane, std::move(req), sink, msg,
                                                                              std::move(*blocks), kv_tokens);
+    if (!lane.pool_exhausted) {  // the lease grows first (tend_lease), then it is imported (retry_imports)
+      self->state.arrivals.erase(req.id);
+      lane.import_wanted += static_cast<size_t>((kv_tokens + self->state.block_size - 1) / self->state.block_size);
+      lane.awaiting_blocks.emplace_back(sink, msg);
+      tend_lease(self, lane);
+      return;
+    }
   }
   if (auto refused = lane.batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
+}
+
+// The continuations that waited for lane's lease to grow: imported now, or (the pool has no more) recomputed.
+void retry_imports(self_ptr self, Lane& lane) {
+  auto waiting = std::move(lane.awaiting_blocks);
+  lane.awaiting_blocks.clear();
+  lane.import_wanted = 0;
+  for (auto& [sink, msg] : waiting) handle_submit(self, sink, msg);
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
@@ -839,6 +872,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
   st.move_kv = limits.move_kv;
+  st.block_size = std::max(1, limits.block_size);
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);

@@ -11,7 +11,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
+#include <future>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -263,4 +265,49 @@ TEST_CASE("two nodes: the ranks a node agent started end when their engine is ki
   CHECK(test::eventually([&] { return workers_of_agent(node.agent).empty(); }, std::chrono::seconds(20)));
   WARN("node-b's worker ended " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
                                 << " s after its engine was killed");
+}
+
+TEST_CASE("two nodes: actord apply moves a serving replica to node-b and back while requests stream - the running "
+          "sequences move with their KV across the nodes and every output is unchanged", "[engine][node][apply]") {
+  OTHER_NODE_OR_SKIP(node);
+  auto yaml = [&](const std::string& group) {
+    return "model: {path: " + test::stories_dir().string() +
+           "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
+           node.agent_address() + "}]\ngroups: [" + group + "]\n";
+  };
+  const std::filesystem::path source = test::source_dir() / "configs/applied.yaml";
+  auto topology = parse_topology(yaml("{name: main, threads: 1, placement: [node:local]}"), source);
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  const auto requests = greedy_batch(8, 400);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  const std::vector<std::pair<std::string, std::string>> moves = {
+      {"{name: main, threads: 1, placement: [node:node-b]}", "node-b"},
+      {"{name: main, tp: 2, threads: 1, placement: [node:node-b]}", "node-b"},
+      {"{name: main, threads: 1, placement: [node:local]}", ""},
+  };
+  for (const auto& [group, where] : moves) {
+    INFO(group);
+    std::promise<void> streaming;
+    std::atomic<bool> signalled{false};
+    auto run = std::async(std::launch::async, [&] {
+      return engine->generate(requests, [&](size_t, std::string_view) {
+        if (!signalled.exchange(true)) streaming.set_value();
+      });
+    });
+    streaming.get_future().wait();
+    auto applied = engine->apply(yaml(group), source);
+    INFO((applied ? *applied : applied.error().message));
+    REQUIRE(applied.ok());
+    auto out = run.get();
+    REQUIRE(out.ok());
+    check_same_tokens(*out, *clean);
+    auto fleet = engine->fleet();
+    REQUIRE(fleet.ok());
+    REQUIRE(fleet->replicas.size() == 1);
+    for (const std::string& n : fleet->replicas[0].nodes) CHECK(n == where);
+  }
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
 }

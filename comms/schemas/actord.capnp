@@ -485,4 +485,5 @@ struct ReshapeRequest {
   numKvBlocks @2 :UInt32;        # of each replica lane
   numSwapBlocks @3 :UInt32;
   rankThreads @4 :List(Int32);   # of each rank of a replica, as the plan resolved them
+  rankAgents @5 :List(Text);     # placement on nodes: the node agent of every rank (replica-major), "" here
 }
