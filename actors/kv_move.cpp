@@ -7,9 +7,8 @@
 #include "memory/kv_relayout.hpp"
 
 namespace actord {
-namespace {
 
-KvShard shard_of(wire::KvLayout::Reader layout) {
+KvShard kv_shard_of(wire::KvLayout::Reader layout) {
   KvShard s;
   s.num_layers = static_cast<int>(layout.getNumLayers());
   s.num_heads = static_cast<int>(layout.getNumKvHeads());
@@ -24,8 +23,6 @@ KvShard shard_of(wire::KvLayout::Reader layout) {
   return s;
 }
 
-}  // namespace
-
 std::optional<wire_msg> gather_kv(std::span<const wire_msg> exports) try {
   if (exports.empty()) return std::nullopt;
   std::optional<KvShard> whole;
@@ -38,7 +35,7 @@ std::optional<wire_msg> gather_kv(std::span<const wire_msg> exports) try {
     WireReader reader(msg);
     auto e = reader.root<wire::KvExport>();
     if (has_error(e.getError())) return std::nullopt;
-    const KvShard s = shard_of(e.getLayout());
+    const KvShard s = kv_shard_of(e.getLayout());
     if (s.elem_bytes == 0 || msg.bulk.size() != 1 || msg.bulk[0].size() != size_t(e.getNumBlocks()) * s.block_bytes())
       return std::nullopt;
     if (!whole) {

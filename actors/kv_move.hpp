@@ -10,10 +10,15 @@
 #include <span>
 #include <vector>
 
+#include "comms/schemas/actord.capnp.h"
 #include "comms/wire_msg.hpp"
+#include "memory/kv_relayout.hpp"
 #include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
+
+// The shard a KvLayout describes (elem_bytes 0 when its dtype is unknown: compatible with nothing).
+KvShard kv_shard_of(wire::KvLayout::Reader layout);
 
 // The whole model's KV of one sequence from its ranks' exports (one per KV rank of its lane, each its shard), as a
 // KvExport with the bytes in bulk[0]; nothing when an export failed, they disagree (tokens, block size, dtype) or do

@@ -41,8 +41,11 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // sequence back to it as a continuation with the tokens reported so far (requeue_atom, as the sequence's
 // submitter; at most kMaxHandBacks = 3 times per request, then it ends with an error), stops its ranks, tells
 // `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers. (migrate_atom) -> bool: a
-// reshape replaces the replica: every sequence goes back at once (running ones as continuations with their tokens so
-// far, not counted as hand-backs), the steps in flight are dropped, and whatever arrives later goes back too.
+// reshape replaces the replica: every sequence goes back (running ones as continuations with their tokens so far,
+// not counted as hand-backs; with limits.move_kv those decoding take their KV along, gathered from the lane's ranks:
+// actors/kv_move.hpp), the steps in flight are dropped, whatever arrives later goes back too, and the answer comes
+// once all went. A continuation that arrives with KV gets blocks from a lane's lease (grown first when short) and is
+// admitted once every KV rank of the lane wrote its part, computing only from there (recomputed if a write failed).
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // A replica has one lane, or with attention data parallel (groups[].ep beyond tp) ep / tp lanes: each lane has its
 // own ranks, KV pool, lease and BatchScheduler, and a request goes to the lane with the fewest outstanding tokens.

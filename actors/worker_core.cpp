@@ -15,6 +15,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "core/micro_batch_split.hpp"
+#include "actors/kv_move.hpp"
 #include "memory/kv_relayout.hpp"
 #include "core/topology_config.hpp"
 #include "comms/codecs.hpp"
@@ -669,20 +670,6 @@ KvShard WorkerCore::kv_shard() const {
 
 namespace {
 
-KvShard shard_of(wire::KvLayout::Reader layout, size_t elem_bytes) {
-  KvShard out;
-  out.num_layers = static_cast<int>(layout.getNumLayers());
-  out.num_heads = static_cast<int>(layout.getNumKvHeads());
-  out.total_layers = layout.getTotalLayers() > 0 ? static_cast<int>(layout.getTotalLayers()) : out.num_layers;
-  out.total_heads = layout.getTotalKvHeads() > 0 ? static_cast<int>(layout.getTotalKvHeads()) : out.num_heads;
-  out.first_layer = static_cast<int>(layout.getFirstLayer());
-  out.first_head = static_cast<int>(layout.getFirstKvHead());
-  out.head_dim = static_cast<int>(layout.getHeadDim());
-  out.block_size = static_cast<int>(layout.getBlockSize());
-  out.elem_bytes = elem_bytes;
-  return out;
-}
-
 std::string describe_shard(const KvShard& s, const std::string& dtype) {
   return "layers " + std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.num_layers) + " of " +
          std::to_string(s.total_layers) + ", KV heads " + std::to_string(s.first_head) + ".." +
@@ -757,7 +744,7 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
     const KvShard here = kv_shard();
     const std::string here_dtype = dtype_name(kv_->dtype());
     const std::string there_dtype = std::string(exp.getLayout().getDtype());
-    const KvShard there = shard_of(exp.getLayout(), here.elem_bytes);
+    const KvShard there = kv_shard_of(exp.getLayout());
     const size_t n = exp.getNumBlocks();
     if (has_error(exp.getError())) {
       refuse("the export failed: " + get_error(exp.getError()).message);

@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--std", type=float, default=0.02)
+    ap.add_argument("--experts", type=int, default=0, help="Mixtral: experts per layer (0: a dense Llama)")
+    ap.add_argument("--experts-per-tok", type=int, default=2)
     args = ap.parse_args()
 
     h, L, nh, nkv, ffn, V = args.hidden, args.layers, args.heads, args.kv_heads, args.ffn, args.vocab
@@ -91,6 +93,9 @@ def main():
         "torch_dtype": "bfloat16", "initializer_range": args.std, "pretraining_tp": 1,
         "rope_scaling": None, "use_cache": True,
     }
+    if args.experts:
+        cfg.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                    "num_local_experts": args.experts, "num_experts_per_tok": args.experts_per_tok})
     tensors = [("model.embed_tokens.weight", (V, h), False)]
     for i in range(L):
         p = f"model.layers.{i}."
@@ -101,10 +106,16 @@ def main():
             (p + "self_attn.v_proj.weight", (nkv * hd, h), False),
             (p + "self_attn.o_proj.weight", (h, nh * hd), False),
             (p + "post_attention_layernorm.weight", (h,), True),
-            (p + "mlp.gate_proj.weight", (ffn, h), False),
-            (p + "mlp.up_proj.weight", (ffn, h), False),
-            (p + "mlp.down_proj.weight", (h, ffn), False),
         ]
+        if args.experts:
+            tensors.append((p + "block_sparse_moe.gate.weight", (args.experts, h), False))
+            for e in range(args.experts):
+                q = p + f"block_sparse_moe.experts.{e}."
+                tensors += [(q + "w1.weight", (ffn, h), False), (q + "w3.weight", (ffn, h), False),
+                            (q + "w2.weight", (h, ffn), False)]
+        else:
+            tensors += [(p + "mlp.gate_proj.weight", (ffn, h), False), (p + "mlp.up_proj.weight", (ffn, h), False),
+                        (p + "mlp.down_proj.weight", (h, ffn), False)]
     tensors += [("model.norm.weight", (h,), True), ("lm_head.weight", (V, h), False)]
 
     header, off, n_params = {}, 0, 0

@@ -55,17 +55,29 @@ bool kill_worker_named(const std::string& prefix, std::chrono::milliseconds with
   return false;
 }
 
+// An engine serving `yaml`'s topology, the test batch (max_tokens each) and its outputs from a clean run.
+struct Serving {
+  std::unique_ptr<Engine> engine;
+  std::vector<GenerateRequest> requests;
+  std::vector<GenerateOutput> clean;
+};
+
+Serving serve(const std::string& yaml, uint32_t max_tokens) {
+  auto topology = parse_topology(yaml, source());
+  REQUIRE(topology.ok());
+  Serving out{test::start_engine(*topology), batch(true), {}};
+  for (auto& r : out.requests) r.max_tokens = max_tokens;
+  auto clean = out.engine->generate(out.requests);
+  REQUIRE(clean.ok());
+  out.clean = std::move(*clean);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("apply: a serving group takes new shapes while requests stream - every request completes with a clean "
           "run's tokens", "[engine][apply]") {
-  auto topology = parse_topology(quickstart_with("  - {name: main}\n"), source());
-  REQUIRE(topology.ok());
-  auto engine = test::start_engine(*topology);
-  std::vector<GenerateRequest> requests = batch(true);
-  for (auto& r : requests) r.max_tokens = 160;
-  auto clean = engine->generate(requests);
-  REQUIRE(clean.ok());
+  auto [engine, requests, clean] = serve(quickstart_with("  - {name: main}\n"), 160);
   const std::vector<std::string> shapes = {
       "  - {name: main, tp: 2, placement: process, threads: 1}\n",
       "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1}\n",
@@ -75,27 +87,20 @@ TEST_CASE("apply: a serving group takes new shapes while requests stream - every
   for (const std::string& shape : shapes) {
     INFO(shape);
     // The reshape starts once the first text of this round has streamed: sequences are running.
-    std::promise<void> streaming;
-    bool signalled = false;
-    auto on_text = [&](size_t, std::string_view) {
-      if (signalled) return;
-      signalled = true;
-      streaming.set_value();
-    };
-    std::future<Result<std::vector<GenerateOutput>>> run =
-        std::async(std::launch::async, [&] { return engine->generate(requests, on_text); });
-    streaming.get_future().wait();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto applied = engine->apply(quickstart_with(shape), source());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Result<std::string> applied = Error{Errc::internal, "not applied"};
+    double seconds = 0;
+    auto out = test::generate_while(*engine, requests, [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      applied = engine->apply(quickstart_with(shape), source());
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
     REQUIRE(applied.ok());
     WARN(*applied << " (apply returned after " << seconds << " s)");
-    auto out = run.get();
     REQUIRE(out.ok());
     for (size_t i = 0; i < requests.size(); ++i) {
       INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
       REQUIRE_FALSE((*out)[i].error);
-      CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+      CHECK((*out)[i].generated_ids == clean[i].generated_ids);
     }
   }
   // The last reshape's sequences came to the serving replica with their KV (engine.reshape_kv: move).
@@ -139,13 +144,7 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
                  "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 3}}, threads: 1, oversubscribe: true}\n")),
              Catch::EndsWith("groups[0].afd.ffn.workers: must divide intermediate_size (172): the dense MLPs are split "
                              "over the FFN workers, got 3"));
-  // It still serves.
-  GenerateRequest r;
-  r.prompt = "Once upon a time";
-  r.max_tokens = 8;
-  auto out = engine->generate({r});
-  REQUIRE(out.ok());
-  CHECK_FALSE((*out)[0].error);
+  test::check_serves(*engine);
 }
 
 TEST_CASE("apply: with engine.reshape_kv recompute the running sequences are prefilled again on the new replicas - "
@@ -154,27 +153,13 @@ TEST_CASE("apply: with engine.reshape_kv recompute the running sequences are pre
   auto with = [&](const std::string& groups) {
     return "model:\n  path: ../models/stories260K\n" + engine_section + "groups:\n" + groups;
   };
-  auto topology = parse_topology(with("  - {name: main}\n"), source());
-  REQUIRE(topology.ok());
-  auto engine = test::start_engine(*topology);
-  std::vector<GenerateRequest> requests = batch(true);
-  for (auto& r : requests) r.max_tokens = 160;
-  auto clean = engine->generate(requests);
-  REQUIRE(clean.ok());
+  auto [engine, requests, clean] = serve(with("  - {name: main}\n"), 160);
   for (const std::string& shape : {"  - {name: main, tp: 2, placement: process, threads: 1}\n", "  - {name: main}\n"}) {
-    std::promise<void> streaming;
-    bool signalled = false;
-    auto on_text = [&](size_t, std::string_view) {
-      if (signalled) return;
-      signalled = true;
-      streaming.set_value();
-    };
-    auto run = std::async(std::launch::async, [&] { return engine->generate(requests, on_text); });
-    streaming.get_future().wait();
-    REQUIRE(engine->apply(with(shape), source()).ok());
-    auto out = run.get();
+    Result<std::string> applied = Error{Errc::internal, "not applied"};
+    auto out = test::generate_while(*engine, requests, [&] { applied = engine->apply(with(shape), source()); });
+    REQUIRE(applied.ok());
     REQUIRE(out.ok());
-    for (size_t i = 0; i < requests.size(); ++i) CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+    for (size_t i = 0; i < requests.size(); ++i) CHECK((*out)[i].generated_ids == clean[i].generated_ids);
   }
   auto stats = engine->stats();
   REQUIRE(stats.ok());
@@ -239,37 +224,22 @@ TEST_CASE("apply: a replicas-only change builds or retires replicas and leaves t
   auto shrunk = engine->apply(quickstart_with(one), source());
   REQUIRE(shrunk.ok());
   CHECK(ranks_of(*engine) == first);  // the added ones retired, replica/0 still the same process
-  GenerateRequest r;
-  r.prompt = "Once upon a time";
-  r.max_tokens = 8;
-  auto out = engine->generate({r});
-  REQUIRE(out.ok());
-  CHECK_FALSE((*out)[0].error);
+  test::check_serves(*engine);
 }
 
 TEST_CASE("apply: a step that fails is rolled back - the replicas replaced so far get their old shape again and no "
           "request is lost", "[engine][apply]") {
   const std::string dp2 = "  - {name: main, replicas: 2, placement: process, threads: 1}\n";
-  auto topology = parse_topology(quickstart_with(dp2), source());
-  REQUIRE(topology.ok());
-  auto engine = test::start_engine(*topology);
-  std::vector<GenerateRequest> requests = batch(true);
-  for (auto& r : requests) r.max_tokens = 160;
-  auto clean = engine->generate(requests);
-  REQUIRE(clean.ok());
+  auto [engine, requests, clean] = serve(quickstart_with(dp2), 160);
   // tp2 replaces replica/0 with replica/2, then replica/1 with replica/3: replica/3's first worker dies as it starts.
-  std::promise<void> streaming;
-  bool signalled = false;
-  auto on_text = [&](size_t, std::string_view) {
-    if (signalled) return;
-    signalled = true;
-    streaming.set_value();
-  };
-  auto run = std::async(std::launch::async, [&] { return engine->generate(requests, on_text); });
-  streaming.get_future().wait();
-  auto killer = std::async(std::launch::async, [] { return kill_worker_named("replica/3/", std::chrono::seconds(30)); });
-  auto applied = engine->apply(quickstart_with("  - {name: main, replicas: 2, tp: 2, placement: process, threads: 1, oversubscribe: true}\n"),
-                               source());
+  Result<std::string> applied = Error{Errc::internal, "not applied"};
+  std::future<bool> killer;
+  auto out = test::generate_while(*engine, requests, [&] {
+    killer = std::async(std::launch::async, [] { return kill_worker_named("replica/3/", std::chrono::seconds(30)); });
+    applied = engine->apply(
+        quickstart_with("  - {name: main, replicas: 2, tp: 2, placement: process, threads: 1, oversubscribe: true}\n"),
+        source());
+  });
   INFO((applied ? *applied : applied.error().message));
   REQUIRE(killer.get());
   REQUIRE_FALSE(applied.ok());
@@ -281,11 +251,10 @@ TEST_CASE("apply: a step that fails is rolled back - the replicas replaced so fa
   CHECK(fleet->replicas[0].index == 1);  // never replaced
   CHECK(fleet->replicas[1].index == 4);  // replica/2 (tp2) replaced by a new one of the old shape
   for (const ReplicaInfo& r : fleet->replicas) CHECK(r.shape == "tp1 pp1, processes");
-  auto out = run.get();
   REQUIRE(out.ok());
   for (size_t i = 0; i < requests.size(); ++i) {
     REQUIRE_FALSE((*out)[i].error);
-    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+    CHECK((*out)[i].generated_ids == clean[i].generated_ids);
   }
   // The group still takes applies (of the shape before, the engine's topology unchanged).
   auto again = engine->apply(quickstart_with("  - {name: main, placement: process, threads: 1}\n"), source());

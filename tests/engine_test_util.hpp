@@ -2,7 +2,9 @@
 // with the built actord binary as its worker executable (placement: process).
 #pragma once
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +36,33 @@ inline std::unique_ptr<Engine> start_engine(const TopologyConfig& cfg) {
   auto engine = Engine::start(cfg, engine_options());
   if (!engine) FAIL(engine.error().message);
   return std::move(*engine);
+}
+
+// Generates `requests` and, once the first text has streamed (sequences are running), calls `during` on this
+// thread; the outputs when all finished.
+template <class During>
+Result<std::vector<GenerateOutput>> generate_while(Engine& engine, const std::vector<GenerateRequest>& requests,
+                                                   During&& during) {
+  std::promise<void> streaming;
+  std::atomic<bool> signalled{false};
+  auto run = std::async(std::launch::async, [&] {
+    return engine.generate(requests, [&](size_t, std::string_view) {
+      if (!signalled.exchange(true)) streaming.set_value();
+    });
+  });
+  streaming.get_future().wait();
+  during();
+  return run.get();
+}
+
+// One short request completes without an error.
+inline void check_serves(Engine& engine) {
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.max_tokens = 8;
+  auto out = engine.generate({r});
+  REQUIRE(out.ok());
+  CHECK_FALSE((*out)[0].error);
 }
 
 // Decode tokens (one per sequence continuing its output) fed in steps that also carried prompt tokens: > 0 shows

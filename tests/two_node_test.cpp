@@ -11,9 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <atomic>
 #include <condition_variable>
-#include <future>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -289,18 +287,10 @@ TEST_CASE("two nodes: actord apply moves a serving replica to node-b and back wh
   };
   for (const auto& [group, where] : moves) {
     INFO(group);
-    std::promise<void> streaming;
-    std::atomic<bool> signalled{false};
-    auto run = std::async(std::launch::async, [&] {
-      return engine->generate(requests, [&](size_t, std::string_view) {
-        if (!signalled.exchange(true)) streaming.set_value();
-      });
-    });
-    streaming.get_future().wait();
-    auto applied = engine->apply(yaml(group), source);
+    Result<std::string> applied = Error{Errc::internal, "not applied"};
+    auto out = test::generate_while(*engine, requests, [&] { applied = engine->apply(yaml(group), source); });
     INFO((applied ? *applied : applied.error().message));
     REQUIRE(applied.ok());
-    auto out = run.get();
     REQUIRE(out.ok());
     check_same_tokens(*out, *clean);
     auto fleet = engine->fleet();
