@@ -1,6 +1,5 @@
 #include "actors/kv_move.hpp"
 
-#include "actors/step_messages.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "core/dtype.hpp"

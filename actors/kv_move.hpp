@@ -13,7 +13,6 @@
 #include "comms/schemas/actord.capnp.h"
 #include "comms/wire_msg.hpp"
 #include "memory/kv_relayout.hpp"
-#include "scheduler/batch_scheduler.hpp"
 
 namespace actord {
 
