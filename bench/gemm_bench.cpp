@@ -35,14 +35,16 @@ int main(int argc, char** argv) {
       std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, s.n, s.k));
       const cpu::WeightMatrix blocked = cpu::pack_blocked(wm, blocked_storage.data());
       for (int m : {1, 8, 16, 32, 64, 128, 512})
-      for (int variant = 0; variant < 5; ++variant) {
+      for (int variant = 0; variant < 6; ++variant) {
         // The row-major kernels, then the blocked layout (what the engine loads models into).
+        // Variant 5: blocked bf16 weights through the AVX512-BF16 dot products (x rounded to bf16).
         const cpu::Kernel kernels[] = {cpu::Kernel::rows, cpu::Kernel::packed, cpu::Kernel::blas,
-                                       cpu::Kernel::automatic, cpu::Kernel::automatic};
+                                       cpu::Kernel::automatic, cpu::Kernel::automatic, cpu::Kernel::automatic};
         const cpu::Kernel kernel = kernels[variant];
-        const bool use_blocked = variant == 4;
+        const bool use_blocked = variant >= 4, dot_bf16 = variant == 5;
         if (kernel == cpu::Kernel::blas && !cpu::have_blas()) continue;
-        const cpu::GemmPath path{cpu::Isa::automatic, kernel};
+        if (dot_bf16 && (dtype != DType::bf16 || !cpu::cpu_has_avx512_bf16())) continue;
+        const cpu::GemmPath path{dot_bf16 ? cpu::Isa::avx512_bf16 : cpu::Isa::automatic, kernel};
         const cpu::WeightMatrix& wm_used = use_blocked ? blocked : wm;
         std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
         cpu::gemm_nt(x.data(), wm_used, nullptr, y.data(), m, pool, path);  // warm-up
@@ -59,7 +61,7 @@ int main(int argc, char** argv) {
         const double us = best * 1e6;
         const double flops = 2.0 * m * s.n * s.k;
         std::printf("%-10s %6d %6d %5s %5d %-8s %10.1f %10.1f %10.1f\n", s.what, s.n, s.k, dtype_name(dtype), m,
-                    use_blocked ? "blocked" : cpu::kernel_name(kernel), us,
+                    dot_bf16 ? "blk-dpbf16" : use_blocked ? "blocked" : cpu::kernel_name(kernel), us,
                     flops / us / 1e3, double(w.size()) / us / 1e3);
       }
     }
@@ -84,21 +86,24 @@ int main(int argc, char** argv) {
       layers.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
                         make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
     const cpu::WeightMatrix lm_head = make(kVocab, kHidden);
-    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM)\n%5s %10s %10s\n", "m",
-                "ms/step", "GFLOP/s");
-    for (int m : {1, 8, 32, 64}) {
+    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM)\n%5s %-12s %10s %10s\n",
+                "m", "isa", "ms/step", "GFLOP/s");
+    for (int m : {1, 8, 32, 64})
+    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16}) {
+      if (isa == cpu::Isa::avx512_bf16 && !cpu::cpu_has_avx512_bf16()) continue;
+      const cpu::GemmPath path{isa, cpu::Kernel::automatic};
       std::vector<float> x(size_t(m) * kFfn, 0.5f), a(size_t(m) * kFfn), b(size_t(m) * kFfn), c(size_t(m) * kHidden),
           logits(size_t(m) * kVocab);
       auto step = [&] {
         for (const Layer& L : layers) {
           const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a.data()}, {&L.k, nullptr, b.data()}, {&L.v, nullptr, c.data()}};
-          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool);
-          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool);
+          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool, path);
+          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool, path);
           const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a.data()}, {&L.up, nullptr, b.data()}};
-          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool);
-          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool);
+          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool, path);
+          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool, path);
         }
-        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool);
+        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool, path);
       };
       step();
       double best = 1e30;
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       const double flops = 2.0 * m * (kLayers * (4.0 * kHidden * kHidden + 3.0 * kFfn * kHidden) + double(kVocab) * kHidden);
-      std::printf("%5d %10.2f %10.1f\n", m, best * 1e3, flops / best / 1e9);
+      std::printf("%5d %-12s %10.2f %10.1f\n", m, cpu::isa_name(isa), best * 1e3, flops / best / 1e9);
     }
   }
 }

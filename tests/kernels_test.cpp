@@ -160,6 +160,67 @@ TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[
   }
 }
 
+// groups[].cpu_isa: avx512_bf16 rounds x to bf16 for bf16 weights: against the reference with x rounded the same
+// way it is within f32 summation error; against the unrounded reference within the rounding's bound, 2^-9 of
+// sum |x_t| |w_t| per output. f32 and f16 weights take the avx512 kernel, bit for bit.
+TEST_CASE("gemm_nt and gemm_nt_glu with avx512_bf16 on bf16 weights equal the reference with x rounded to bf16 - "
+          "other dtypes equal avx512", "[kernels][bf16]") {
+  if (!cpu::cpu_has_avx512_bf16()) {
+    WARN("skipped: this CPU has no AVX512-BF16");
+    return;
+  }
+  std::mt19937 rng(17);
+  cpu::ThreadPool pool(3);
+  auto abs_of = [](std::vector<float> v) {
+    for (float& x : v) x = std::abs(x);
+    return v;
+  };
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 7, 5}, {12, 64, 172}, {13, 96, 64}, {32, 100, 33}, {40, 160, 700},
+                         {130, 30, 1100}}) {
+    auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng), bias = random_vector(n, rng);
+    const std::vector<float> x_rounded = store_as(DType::bf16, x).exact;
+    for (DType dtype : {DType::bf16, DType::f32, DType::f16}) {
+      INFO("m=" << m << " n=" << n << " k=" << k << " dtype=" << dtype_name(dtype));
+      const StoredWeights w = store_as(dtype, w32);
+      std::vector<unsigned char> storage(cpu::blocked_bytes(dtype, n, k));
+      const cpu::WeightMatrix blocked = cpu::pack_blocked(cpu::WeightMatrix{dtype, w.bytes.data(), n, k, 0}, storage.data());
+      std::vector<float> y(size_t(m) * n), y512(size_t(m) * n);
+      cpu::gemm_nt(x.data(), blocked, bias.data(), y.data(), m, pool, {cpu::Isa::avx512_bf16});
+      cpu::gemm_nt(x.data(), blocked, bias.data(), y512.data(), m, pool, {cpu::Isa::avx512});
+      if (dtype != DType::bf16) {
+        CHECK(y == y512);
+        continue;
+      }
+      std::vector<float> ref(size_t(m) * n), ref_rounded(size_t(m) * n), bound(size_t(m) * n);
+      cpu::reference::matmul_nt(x.data(), w.exact.data(), ref.data(), m, n, k);
+      cpu::reference::matmul_nt(x_rounded.data(), w.exact.data(), ref_rounded.data(), m, n, k);
+      cpu::reference::matmul_nt(abs_of(x).data(), abs_of(w.exact).data(), bound.data(), m, n, k);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ref[i] += bias[i % n];
+        ref_rounded[i] += bias[i % n];
+      }
+      require_close(y, ref_rounded, 2e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+      for (size_t i = 0; i < y.size(); ++i) {
+        INFO("index " << i << ": " << y[i] << " vs " << ref[i]);
+        REQUIRE(std::abs(y[i] - ref[i]) <= std::ldexp(bound[i], -9) + 1e-4f * (1.0f + std::abs(ref[i])));
+      }
+    }
+    // The fused gate/up product.
+    const int ff = n;
+    auto u32 = random_vector(size_t(ff) * k, rng);
+    const StoredWeights g = store_as(DType::bf16, w32), u = store_as(DType::bf16, u32);
+    std::vector<unsigned char> fused(cpu::glu_bytes(DType::bf16, ff, k));
+    const cpu::WeightMatrix glu = cpu::pack_glu(cpu::WeightMatrix{DType::bf16, g.bytes.data(), ff, k, 0},
+                                                cpu::WeightMatrix{DType::bf16, u.bytes.data(), ff, k, 0}, fused.data());
+    std::vector<float> gate(size_t(m) * ff), up(size_t(m) * ff), y(size_t(m) * ff);
+    cpu::reference::matmul_nt(x_rounded.data(), g.exact.data(), gate.data(), m, ff, k);
+    cpu::reference::matmul_nt(x_rounded.data(), u.exact.data(), up.data(), m, ff, k);
+    cpu::reference::silu_mul(gate.data(), up.data(), m * ff);
+    cpu::gemm_nt_glu(x.data(), glu, ff, y.data(), m, pool, cpu::Isa::avx512_bf16);
+    require_close(y, gate, 4e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+  }
+}
+
 // Each pool thread runs its own sgemm on a panel: the BLAS library must tolerate concurrent callers (a serial
 // OpenBLAS built without locking shares its scratch buffers between them and returns garbage now and then).
 TEST_CASE("the blas path stays exact under concurrent callers", "[kernels]") {

@@ -40,7 +40,6 @@ int run_info(const InfoArgs& args) {
   const std::string isa_text = cpu::isa_name(isa);
   // What the extensions the kernels do not use yet would be for.
   std::vector<std::string> unused;
-  if (f.avx512_bf16) unused.push_back("avx512_bf16 (vdpbf16ps bf16 products)");
   if (f.avx512_vnni || f.avx_vnni) unused.push_back("vnni (int8 products)");
   if (f.amx_bf16 || f.amx_int8) unused.push_back("amx (tile products)");
   const std::vector<std::string> gpus = cuda::device_names();
@@ -77,6 +76,9 @@ int run_info(const InfoArgs& args) {
               "accumulation, %s; row-major weights: packed from %d rows; OpenBLAS peer: %s\n",
               isa_text.c_str(), cpu::packed_min_rows(isa), cpu::have_blas() ? "linked" : "not linked");
   std::printf("  paged attention: %s, f32 arithmetic over f32/bf16/f16 KV blocks\n", isa_text.c_str());
+  std::printf("  bf16 dot products (vdpbf16ps, activations rounded to bf16): %s\n",
+              cpu::cpu_has_avx512_bf16() ? "available, groups[].cpu_isa: avx512_bf16 (bf16 weights)"
+                                         : "not on this CPU");
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
   if (!cuda::built_with_cuda()) {
     std::printf("cuda: %s\n", cuda::unavailable_reason().c_str());

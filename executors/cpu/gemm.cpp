@@ -30,19 +30,25 @@ Isa detected_isa() {
   return isa;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool has = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::automatic: return "automatic";
     case Isa::portable: return "portable";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
   }
   return "?";
 }
 
 std::optional<Isa> parse_isa(std::string_view name) {
   if (name == "auto") return Isa::automatic;
-  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
     if (name == isa_name(isa)) return isa;
   }
   return std::nullopt;
@@ -50,6 +56,12 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 Result<Isa> isa_for(Isa requested, Isa cpu) {
   if (requested == Isa::automatic) return cpu;
+  if (requested == Isa::avx512_bf16) {
+    if (cpu == Isa::avx512 && cpu_has_avx512_bf16()) return requested;
+    return make_error(Errc::unsupported, std::string("instruction set avx512_bf16 is not available on this CPU (it "
+                                                     "lacks AVX512-BF16; the best it runs is ") +
+                                             isa_name(cpu) + ")");
+  }
   // portable < avx2 < avx512: a CPU that runs one runs those before it.
   if (static_cast<int>(requested) <= static_cast<int>(cpu)) return requested;
   const char* usable = cpu == Isa::portable ? "auto or portable" : "auto, portable or avx2";
@@ -62,7 +74,7 @@ Result<Isa> isa_for(std::string_view name, Isa cpu) {
   const auto requested = parse_isa(name);
   if (!requested) {
     return make_error(Errc::invalid_config, "unknown instruction set '" + std::string(name) +
-                                                "' (known: auto, portable, avx2, avx512)");
+                                                "' (known: auto, portable, avx2, avx512, avx512_bf16)");
   }
   return isa_for(*requested, cpu);
 }
@@ -183,6 +195,15 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
   return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
 }
 
+// x rounded to bf16 pairs for the AVX512-BF16 products, in this thread's buffer (valid until its next call).
+Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
+  thread_local std::vector<uint32_t> storage;
+  const int64_t pairs = (k + 1) / 2;
+  storage.resize(static_cast<size_t>(m) * static_cast<size_t>(pairs));
+  to_bf16_pairs(x, m, k, storage.data());
+  return Bf16Rows{storage.data(), m, pairs};
+}
+
 }  // namespace
 
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,
@@ -190,9 +211,16 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   ACTORD_CHECK(gate_up.layout == WeightLayout::blocked);
   if (m <= 0) return;
   if (isa == Isa::automatic) isa = detected_isa();
-  auto run = isa == Isa::avx512 ? &gemm_nt_glu_avx512 : isa == Isa::avx2 ? &gemm_nt_glu_avx2 : &gemm_nt_glu_portable;
   const int64_t n = gate_up.rows;
   const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
+  if (isa == Isa::avx512_bf16 && gate_up.dtype == DType::bf16) {
+    const Bf16Rows xb = bf16_rows(x, m, gate_up.cols);
+    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
+      gemm_nt_glu_avx512_bf16(xb, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    });
+    return;
+  }
+  auto run = isa >= Isa::avx512 ? &gemm_nt_glu_avx512 : isa == Isa::avx2 ? &gemm_nt_glu_avx2 : &gemm_nt_glu_portable;
   pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
     run(x, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
   });
@@ -245,8 +273,20 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   }
   const int n_tasks = static_cast<int>(tasks.size());
 
+  if (blocked && isa == Isa::avx512_bf16) {
+    // bf16 weights through the dot products (x rounded once), others as avx512.
+    Bf16Rows xb;
+    for (int o = 0; o < n_outputs && !xb.data; ++o)
+      if (outputs[o].w->dtype == DType::bf16) xb = bf16_rows(x, m, k);
+    pool.parallel_for(n_tasks, [&](int t) {
+      const GemmOutput& o = outputs[tasks[t].output];
+      if (o.w->dtype == DType::bf16) gemm_nt_blocked_avx512_bf16(xb, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+      else gemm_nt_blocked_avx512(x, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+    });
+    return;
+  }
   if (blocked) {
-    auto run = isa == Isa::avx512 ? &gemm_nt_blocked_avx512
+    auto run = isa >= Isa::avx512 ? &gemm_nt_blocked_avx512
                : isa == Isa::avx2 ? &gemm_nt_blocked_avx2
                                   : &gemm_nt_blocked_portable;
     pool.parallel_for(n_tasks, [&](int t) {
@@ -256,13 +296,13 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     return;
   }
   if (kernel == Kernel::packed) {
-    const int block_rows = isa == Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
+    const int block_rows = isa >= Isa::avx512 ? packed_block_rows_avx512(m) : packed_block_rows_avx2(m);
     const int blocks = (m + block_rows - 1) / block_rows;
     thread_local aligned_vector<float> packed;
     packed.resize(static_cast<size_t>(blocks) * block_rows * k);
     pack_x(x, m, k, block_rows, packed.data(), pool);
     const PackedX px{packed.data(), m, k, block_rows};
-    auto run = isa == Isa::avx512 ? &gemm_nt_packed_avx512 : &gemm_nt_packed_avx2;
+    auto run = isa >= Isa::avx512 ? &gemm_nt_packed_avx512 : &gemm_nt_packed_avx2;
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
       run(px, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
@@ -272,7 +312,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   auto run = &gemm_nt_rows_portable;
   if (kernel == Kernel::blas) run = &gemm_nt_rows_blas;
   else if (isa == Isa::avx2) run = &gemm_nt_rows_avx2;
-  else if (isa == Isa::avx512) run = &gemm_nt_rows_avx512;
+  else if (isa >= Isa::avx512) run = &gemm_nt_rows_avx512;
   pool.parallel_for(n_tasks, [&](int t) {
     const GemmOutput& o = outputs[tasks[t].output];
     run(x, *o.w, o.bias, o.y, m, tasks[t].begin, tasks[t].end);

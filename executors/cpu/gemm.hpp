@@ -42,7 +42,10 @@ struct WeightMatrix {
 // Which instruction set runs a product. `automatic` is the best this CPU runs (detected_isa()); the others force one
 // (a worker's groups[i].cpu_isa, tests, benchmarks). A forced ISA the CPU lacks is not checked here: resolve a
 // requested one with isa_for() first.
-enum class Isa { automatic, portable, avx2, avx512 };
+// avx512_bf16 is avx512 except for products with bf16 weights on blocked layout: their activations are rounded to
+// bf16 and multiplied with AVX512-BF16 dot products (vdpbf16ps, f32 sums): never chosen by automatic, only when
+// asked (groups[].cpu_isa: avx512_bf16) on a CPU that has the instructions.
+enum class Isa { automatic, portable, avx2, avx512, avx512_bf16 };
 // Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
 // `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
 // compute-bound); `blas` is OpenBLAS sgemm on converted weight panels. `automatic` picks by m (packed_min_rows(),
@@ -58,8 +61,9 @@ int packed_min_rows(Isa cpu_isa);
 int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
+bool cpu_has_avx512_bf16();  // AVX512-BF16 (vdpbf16ps), with avx512
 const char* isa_name(Isa isa);
-// The Isa of a configuration name: auto (automatic), portable, avx2, avx512; nullopt for any other.
+// The Isa of a configuration name: auto (automatic), portable, avx2, avx512, avx512_bf16; nullopt for any other.
 std::optional<Isa> parse_isa(std::string_view name);
 // `requested` resolved on a CPU that runs `cpu` at best (this one's by default): automatic becomes `cpu`; an ISA
 // `cpu` lacks (avx512 on an AVX2 machine, avx2 or avx512 on a portable one) is Errc::unsupported, naming both.
@@ -113,5 +117,18 @@ void gemm_nt_packed_avx512(const PackedX& x, const WeightMatrix& w, const float*
                            int64_t n_end);
 void gemm_nt_rows_blas(const float* x, const WeightMatrix& w, const float* bias, float* y, int m, int64_t n_begin,
                        int64_t n_end);
+// Rows of x rounded to bf16 (to nearest even), pairs of input features per 32-bit word (the low half the even one):
+// data[i * pairs + p] holds x[i, 2p] and x[i, 2p + 1] (0 past k). to_bf16_pairs fills m rows of k.
+struct Bf16Rows {
+  const uint32_t* data = nullptr;
+  int m = 0;
+  int64_t pairs = 0;  // (k + 1) / 2
+};
+void to_bf16_pairs(const float* x, int m, int64_t k, uint32_t* out);
+// The blocked products on bf16 weights with AVX512-BF16 dot products (gemm_avx512_bf16.cpp).
+void gemm_nt_blocked_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, const float* bias, float* y,
+                                 int64_t n_begin, int64_t n_end);
+void gemm_nt_glu_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
+                             int64_t n_end);
 
 }  // namespace actord::cpu
