@@ -57,6 +57,7 @@ int run_info(const InfoArgs& args) {
           {"gemm", "blocked weights (bf16, f16, f32) with f32 accumulation, " + isa_text},
           {"gemm_row_major_packed_from_rows", cpu::packed_min_rows(isa)},
           {"openblas", cpu::have_blas()},
+          {"bf16_dot_products", cpu::cpu_has_avx512_bf16()},
           {"paged_attention", isa_text},
           {"not_used_yet", unused}}},
         {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason}}}};
@@ -77,7 +78,8 @@ int run_info(const InfoArgs& args) {
               isa_text.c_str(), cpu::packed_min_rows(isa), cpu::have_blas() ? "linked" : "not linked");
   std::printf("  paged attention: %s, f32 arithmetic over f32/bf16/f16 KV blocks\n", isa_text.c_str());
   std::printf("  bf16 dot products (vdpbf16ps, activations rounded to bf16): %s\n",
-              cpu::cpu_has_avx512_bf16() ? "available, groups[].cpu_isa: avx512_bf16 (bf16 weights)"
+              cpu::cpu_has_avx512_bf16() ? "available for bf16 weights with groups[].cpu_isa: avx512_bf16 (auto keeps "
+                                           "f32 activations: the PyTorch reference tests' tolerance)"
                                          : "not on this CPU");
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
   if (!cuda::built_with_cuda()) {
