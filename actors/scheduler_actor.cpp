@@ -16,6 +16,7 @@
 #include <deque>
 
 #include "actors/kv_move.hpp"
+#include "actors/scheduler_state.hpp"
 #include "actors/step_messages.hpp"
 #include "core/step_trace.hpp"
 #include "core/micro_batch_split.hpp"
@@ -24,133 +25,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 
-namespace actord {
-namespace {
-
-// One lane's scheduling: its lease from its kv_pool, its batcher, its ranks.
-struct Lane {
-  BlockAllocator lease;                       // blocks leased from the kv_pool
-  std::unique_ptr<BatchScheduler> batcher;
-  worker_actor worker;                        // the lane's driver rank: answers each step
-  std::vector<worker_actor> followers;        // its other tensor/pipeline parallel ranks: get each step too
-  caf::actor kv_pool;
-  std::string holder;                         // the lease's holder name
-  bool lease_ready = false;
-  bool lease_growing = false;                 // a lease request is on its way to the kv_pool
-  bool pool_exhausted = false;                // the last grant fell short: ask again only after giving back
-  // Continuations with KV waiting for the lease to grow before their import (their submitter, as they came), and
-  // the blocks they need.
-  std::deque<std::pair<caf::actor, wire_msg>> awaiting_blocks;
-  size_t import_wanted = 0;
-};
-
-// A continuation arriving with its KV (actors/kv_move.hpp): blocks taken from the lane's lease, the lane's KV ranks
-// writing their layers and heads into them; it joins the lane's batcher once all have answered.
-struct Import {
-  SequenceRequest request;
-  caf::actor sink;                   // its submitter
-  wire_msg submit;                   // as it came (with its KV): what goes back to the router if this replica goes
-  Lane* lane = nullptr;
-  std::vector<uint32_t> blocks;
-  int kv_tokens = 0;
-  size_t left = 0;                   // ranks yet to answer
-  bool ok = true;                    // every rank wrote its part
-  bool cancelled = false;
-  bool handed_back = false;          // this replica went (lost, migrated) meanwhile: it went back to the router
-};
-
-struct scheduler_state {
-  std::string actor_name;
-  bool move_kv = true;                        // engine.reshape_kv: a migrate sends sequences with their KV
-  int block_size = 16;                        // tokens per KV block
-  std::unordered_map<uint64_t, std::shared_ptr<Import>> importing;  // by request id
-  std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
-  std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
-  int micro_batches = 0;                      // two-batch overlap: the ranks' micro-batches per step (0: none)
-  std::vector<uint32_t> lane_micro_tokens;    // scratch: the busiest lane's tokens per micro-batch
-  std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
-  bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
-  caf::actor supervisor;                      // told when the worker is lost (the coordinator)
-  caf::actor router;                          // where sequences go back when the worker is lost or it drains
-  std::string worker_failure;                 // non-empty once the worker was lost: everything goes back
-  uint64_t abandoned_through = 0;             // results of steps up to this id are dropped (failed already)
-  size_t lanes_ready = 0;                     // lanes holding their first lease
-  std::vector<std::pair<caf::actor, wire_msg>> pending;   // submissions that arrived before the leases
-  // Who gets a request's deltas, indexed by SequenceRequest::owner: each distinct submitter once (engines and
-  // front ends are few and long-lived).
-  std::vector<caf::actor> submitters;
-  uint64_t next_step_id = 1;
-  SchedulerStats stats;
-  // Whether the drivers' results carry an expert load (an MoE model; unknown before the first result): then the
-  // followers' results are read too (their stages' layers).
-  std::optional<bool> expert_load;
-  std::unique_ptr<EplbPlanner> eplb;
-  std::shared_ptr<TraceSink> trace;          // --trace: null when off
-  std::vector<int32_t> placement_to_send;    // EPLB: for the next ExecuteStep; empty: none
-  uint64_t own_ns = 0;                        // stats.scheduler_us, in nanoseconds
-  uint64_t send_ns = 0;                       // stats.scheduler_send_us, in nanoseconds
-  struct Sent {
-    std::chrono::steady_clock::time_point at;
-    bool decode_only;
-    uint64_t step_id = 0;
-    uint32_t prefill_tokens = 0;
-    uint32_t decode_tokens = 0;
-    std::optional<uint64_t> expected_us;     // its expected compute; nullopt: unknown
-    std::optional<std::chrono::steady_clock::time_point> deadline;  // nullopt: none
-    std::vector<uint8_t> planned;            // per lane: its batcher planned this step (else it ran an empty one)
-    std::vector<wire_msg> results;           // per lane, as they come
-    std::vector<uint64_t> received_ns;       // per lane: when its result came (--trace: clock alignment)
-    size_t pending = 0;                      // results still to come (the lanes'; with --trace the followers' too)
-    uint64_t seqs = 0;                       // the lanes' sequences in it (--trace)
-  };
-  std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
-  std::chrono::steady_clock::time_point last_result;
-  std::vector<const StepPlan*> plans;         // scratch: each lane's plan of the step being sent
-  std::vector<StepSample> samples;            // scratch for decoding results
-  std::vector<StepPromptLogprobs> prompt_logprobs;  // scratch for decoding results
-  double compute_us_avg = 0;                  // moving average of the worker's time per step
-  // Queue time (arrival -> first step that carries the request), reported in the request's next delta: arrivals
-  // of requests not scheduled yet, and times measured and not yet reported.
-  std::unordered_map<uint64_t, std::chrono::steady_clock::time_point> arrivals;
-  std::unordered_map<uint64_t, uint64_t> queue_micros;
-  std::optional<caf::typed_response_promise<bool>> drain;  // draining: answered once the running sequences are done
-  static inline const char* name = "scheduler";
-};
-
-// Lanes step together: at most this many steps in flight when there are several (one lane: its batcher decides).
-constexpr size_t kMaxLaneStepsInFlight = 3;
-
-// A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
-constexpr uint32_t kMaxHandBacks = 3;
-
-// How long a rank may take to export or import a moving sequence's KV before it is recomputed instead.
-constexpr auto kKvMoveTimeout = std::chrono::seconds(10);
-
-using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
-
-// A message to an untyped actor (router, kv_pool, a submitter, the coordinator) with this scheduler as its sender.
-template <class... Ts>
-void tell(self_ptr self, const caf::actor& to, Ts&&... xs) {
-  caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
-}
-
-uint64_t thread_cpu_ns();
-
-// Runs `send` (a CAF send or request) and books its CPU time as sending (handing the message to CAF, waking the
-// receiver's thread when it sleeps: a futex wake, an inter-processor interrupt in a VM), apart from the
-// scheduler's own work. CPU time, not wall time: a woken receiver may take the core for a while.
-template <class Send>
-void timed_send(scheduler_state& st, Send&& send) {
-  const uint64_t t0 = thread_cpu_ns();
-  send();
-  st.send_ns += thread_cpu_ns() - t0;
-}
-
-// Books one activation's CPU time as the scheduler's own, less what it spent sending.
-void book_own_time(scheduler_state& st, uint64_t cpu_ns, uint64_t send_ns_before) {
-  const uint64_t sending = st.send_ns - send_ns_before;
-  st.own_ns += cpu_ns > sending ? cpu_ns - sending : 0;
-}
+namespace actord::sched {
 
 void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now);
 
@@ -231,22 +106,6 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
   }
 }
 
-// Continuations still importing their KV, or waiting for blocks to, go back to the router as they came (with their
-// KV).
-void hand_back_imports(self_ptr self) {
-  auto& st = self->state;
-  for (const auto& lane : st.lanes) {
-    for (auto& [sink, msg] : lane->awaiting_blocks) tell(self, st.router, requeue_atom::value, sink, std::move(msg));
-    lane->awaiting_blocks.clear();
-    lane->import_wanted = 0;
-  }
-  for (auto& [id, imp] : st.importing) {
-    imp->handed_back = true;
-    tell(self, st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
-  }
-  st.importing.clear();
-}
-
 // Forgets the steps in flight (their results, should they come, are dropped) once their sequences are handed back.
 void abandon_in_flight(scheduler_state& st) {
   st.abandoned_through = st.next_step_id - 1;
@@ -277,83 +136,6 @@ void lose_worker(self_ptr self, const std::string& why) {
   hand_back_imports(self);
   requeue_pending(self);
   end_drain(st);
-}
-
-// A reshape replaces this replica: every sequence goes back to the router, as a continuation; with move_kv each
-// one whose KV can move takes it along (its lane's KV ranks export their shards, gathered into the whole model's
-// blocks: actors/kv_move.hpp), in the order they arrived. `rp` is answered once all went.
-void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
-  auto& st = self->state;
-  struct Leaving {
-    SequenceRequest request;
-    std::vector<wire_msg> exports;  // one per KV rank of its lane (empty: it is recomputed)
-    size_t left = 0;
-  };
-  struct Migration {
-    std::vector<Leaving> seqs;
-    size_t left = 0;  // sequences with exports still to come
-    caf::typed_response_promise<bool> rp;
-  };
-  hand_back_imports(self);  // those still importing go on with the KV they came with
-  auto m = std::make_shared<Migration>();
-  m->rp = std::move(rp);
-  auto finish = [self, m]() {
-    auto& s = self->state;
-    size_t moved = 0;
-    for (Leaving& leaving : m->seqs) {
-      std::optional<wire_msg> kv;
-      if (!leaving.exports.empty()) kv = gather_kv(leaving.exports);
-      if (kv) {
-        ++s.stats.kv_moves_out;
-        ++moved;
-      }
-      tell(self, s.router, requeue_atom::value, s.submitters[leaving.request.owner],
-           encode_submit(leaving.request, kv ? &*kv : nullptr));
-    }
-    spdlog::info("{}: replaced: {} sequences go on elsewhere, {} with their KV", s.actor_name, m->seqs.size(), moved);
-    requeue_pending(self);
-    end_drain(s);
-    m->rp.deliver(true);
-  };
-  struct Ask {
-    size_t seq;
-    worker_actor rank;
-    size_t slot;
-    wire_msg request;
-  };
-  std::vector<Ask> asks;
-  for (const auto& lane : st.lanes) {
-    std::unordered_map<uint64_t, int> movable;
-    if (st.move_kv)
-      for (const auto& [id, tokens] : lane->batcher->movable_kv()) movable.emplace(id, tokens);
-    HandBack back = lane->batcher->take_all();
-    for (const SequenceUpdate& u : back.cancelled) emit(self, u);
-    for (SequenceRequest& req : back.requests) {
-      st.arrivals.erase(req.id);
-      const size_t at = m->seqs.size();
-      auto it = movable.find(req.id);
-      m->seqs.push_back(Leaving{std::move(req), {}, 0});
-      if (it == movable.end() || it->second <= 0) continue;
-      Leaving& leaving = m->seqs.back();
-      leaving.exports.resize(1 + lane->followers.size());
-      leaving.left = leaving.exports.size();
-      ++m->left;
-      const wire_msg request = export_request(it->first, it->second);
-      asks.push_back(Ask{at, lane->worker, 0, request});
-      for (size_t f = 0; f < lane->followers.size(); ++f) asks.push_back(Ask{at, lane->followers[f], f + 1, request});
-    }
-  }
-  if (m->left == 0) return finish();
-  for (Ask& ask : asks) {
-    auto got = [m, finish, seq = ask.seq, slot = ask.slot](wire_msg reply) {
-      Leaving& leaving = m->seqs[seq];
-      leaving.exports[slot] = std::move(reply);
-      if (--leaving.left == 0 && --m->left == 0) finish();
-    };
-    self->request(ask.rank, kKvMoveTimeout, export_kv_atom::value, std::move(ask.request))
-        .then([=](wire_msg& reply) { got(std::move(reply)); },
-              [=](const caf::error&) { got(wire_msg{}); });  // gather_kv refuses an empty message: recomputed
-  }
 }
 
 // Plans and sends steps while the batcher has one to give; the scheduler's own time is booked by the caller.
@@ -556,8 +338,6 @@ uint64_t leased_blocks(const scheduler_state& st) {
 
 // Grows a lane's lease in bulk when its last plan ran short of blocks (one request at a time, never per step), and
 // gives back a large surplus when nothing waits.
-void retry_imports(self_ptr self, Lane& lane);
-
 void tend_lease(self_ptr self, Lane& lane) {
   auto& st = self->state;
   BatchScheduler& b = *lane.batcher;
@@ -765,61 +545,6 @@ Lane& least_loaded_lane(scheduler_state& st) {
   return *best;
 }
 
-// Sends the lane's KV ranks the continuation's KV for `blocks`; it joins the batcher when all wrote it (or, if one
-// failed, without it: recomputed).
-void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor& sink, const wire_msg& submit,
-               std::vector<uint32_t> blocks, int kv_tokens) {
-  auto& st = self->state;
-  auto imp = std::make_shared<Import>();
-  imp->sink = sink;
-  imp->submit = submit;
-  imp->lane = &lane;
-  imp->blocks = std::move(blocks);
-  imp->kv_tokens = kv_tokens;
-  imp->left = 1 + lane.followers.size();
-  const wire_msg request = import_request_of(submit, imp->blocks);
-  const uint64_t id = req.id;
-  imp->request = std::move(req);
-  st.importing.emplace(id, imp);
-  auto done = [=](bool ok) {
-    imp->ok = imp->ok && ok;
-    if (--imp->left > 0 || imp->handed_back) return;
-    auto& s = self->state;
-    s.importing.erase(id);
-    BatchScheduler& batcher = *imp->lane->batcher;
-    if (!s.worker_failure.empty()) {  // this replica is going: the continuation goes on elsewhere, with its KV
-      batcher.return_blocks(imp->blocks);
-      tell(self, s.router, requeue_atom::value, imp->sink, std::move(imp->submit));
-    } else if (imp->cancelled) {
-      batcher.return_blocks(imp->blocks);
-      SequenceUpdate u;
-      u.id = id;
-      u.finish = Finish::cancelled;
-      u.owner = imp->request.owner;
-      u.prompt_tokens = static_cast<uint32_t>(imp->request.prompt.size());
-      emit(self, u);
-    } else {
-      if (!imp->ok) batcher.return_blocks(imp->blocks);
-      ++s.stats.kv_moves_in;
-      if (auto refused = batcher.add(std::move(imp->request), std::move(imp->blocks), imp->ok ? imp->kv_tokens : 0))
-        emit(self, *refused);
-    }
-    report_load(self);
-    maybe_step(self);
-  };
-  auto ask = [&](const worker_actor& rank) {
-    self->request(rank, kKvMoveTimeout, import_kv_atom::value, request)
-        .then(
-            [=](const wire_msg& reply) {
-              WireReader reader(reply);
-              done(!has_error(reader.root<wire::KvImported>().getError()));
-            },
-            [=](const caf::error&) { done(false); });
-  };
-  ask(lane.worker);
-  for (const auto& f : lane.followers) ask(f);
-}
-
 void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   SequenceRequest req;
   try {
@@ -849,14 +574,6 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
   }
   if (auto refused = lane.batcher->add(std::move(req))) emit(self, *refused);
   maybe_step(self);
-}
-
-// The continuations that waited for lane's lease to grow: imported now, or (the pool has no more) recomputed.
-void retry_imports(self_ptr self, Lane& lane) {
-  auto waiting = std::move(lane.awaiting_blocks);
-  lane.awaiting_blocks.clear();
-  lane.import_wanted = 0;
-  for (auto& [sink, msg] : waiting) handle_submit(self, sink, msg);
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
@@ -993,13 +710,15 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   };
 }
 
-}  // namespace
+}  // namespace actord::sched
+
+namespace actord {
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
                                 std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
                                 caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout,
                                 EplbSettings eplb, std::shared_ptr<TraceSink> trace) {
-  return system.spawn(scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro_batches, std::move(router),
+  return system.spawn(sched::scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro_batches, std::move(router),
                       std::move(supervisor), std::move(name), step_timeout, eplb, std::move(trace));
 }
 

@@ -1,0 +1,170 @@
+// Sequences leaving a replica that a reshape replaces, and arriving at another, with their KV (actors/kv_move.hpp):
+// the scheduler's side of engine.reshape_kv: move.
+#include <spdlog/spdlog.h>
+
+#include "actors/kv_move.hpp"
+#include "actors/scheduler_state.hpp"
+#include "actors/step_messages.hpp"
+#include "comms/atoms.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
+
+namespace actord::sched {
+
+// Continuations still importing their KV, or waiting for blocks to, go back to the router as they came (with their
+// KV).
+void hand_back_imports(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& lane : st.lanes) {
+    for (auto& [sink, msg] : lane->awaiting_blocks) tell(self, st.router, requeue_atom::value, sink, std::move(msg));
+    lane->awaiting_blocks.clear();
+    lane->import_wanted = 0;
+  }
+  for (auto& [id, imp] : st.importing) {
+    imp->handed_back = true;
+    tell(self, st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+  }
+  st.importing.clear();
+}
+
+// A reshape replaces this replica: every sequence goes back to the router, as a continuation; with move_kv each
+// one whose KV can move takes it along (its lane's KV ranks export their shards, gathered into the whole model's
+// blocks: actors/kv_move.hpp), in the order they arrived. `rp` is answered once all went.
+void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
+  auto& st = self->state;
+  struct Leaving {
+    SequenceRequest request;
+    std::vector<wire_msg> exports;  // one per KV rank of its lane (empty: it is recomputed)
+    size_t left = 0;
+  };
+  struct Migration {
+    std::vector<Leaving> seqs;
+    size_t left = 0;  // sequences with exports still to come
+    caf::typed_response_promise<bool> rp;
+  };
+  hand_back_imports(self);  // those still importing go on with the KV they came with
+  auto m = std::make_shared<Migration>();
+  m->rp = std::move(rp);
+  auto finish = [self, m]() {
+    auto& s = self->state;
+    size_t moved = 0;
+    for (Leaving& leaving : m->seqs) {
+      std::optional<wire_msg> kv;
+      if (!leaving.exports.empty()) kv = gather_kv(leaving.exports);
+      if (kv) {
+        ++s.stats.kv_moves_out;
+        ++moved;
+      }
+      tell(self, s.router, requeue_atom::value, s.submitters[leaving.request.owner],
+           encode_submit(leaving.request, kv ? &*kv : nullptr));
+    }
+    spdlog::info("{}: replaced: {} sequences go on elsewhere, {} with their KV", s.actor_name, m->seqs.size(), moved);
+    requeue_pending(self);
+    end_drain(s);
+    m->rp.deliver(true);
+  };
+  struct Ask {
+    size_t seq;
+    worker_actor rank;
+    size_t slot;
+    wire_msg request;
+  };
+  std::vector<Ask> asks;
+  for (const auto& lane : st.lanes) {
+    std::unordered_map<uint64_t, int> movable;
+    if (st.move_kv)
+      for (const auto& [id, tokens] : lane->batcher->movable_kv()) movable.emplace(id, tokens);
+    HandBack back = lane->batcher->take_all();
+    for (const SequenceUpdate& u : back.cancelled) emit(self, u);
+    for (SequenceRequest& req : back.requests) {
+      st.arrivals.erase(req.id);
+      const size_t at = m->seqs.size();
+      auto it = movable.find(req.id);
+      m->seqs.push_back(Leaving{std::move(req), {}, 0});
+      if (it == movable.end() || it->second <= 0) continue;
+      Leaving& leaving = m->seqs.back();
+      leaving.exports.resize(1 + lane->followers.size());
+      leaving.left = leaving.exports.size();
+      ++m->left;
+      const wire_msg request = export_request(it->first, it->second);
+      asks.push_back(Ask{at, lane->worker, 0, request});
+      for (size_t f = 0; f < lane->followers.size(); ++f) asks.push_back(Ask{at, lane->followers[f], f + 1, request});
+    }
+  }
+  if (m->left == 0) return finish();
+  for (Ask& ask : asks) {
+    auto got = [m, finish, seq = ask.seq, slot = ask.slot](wire_msg reply) {
+      Leaving& leaving = m->seqs[seq];
+      leaving.exports[slot] = std::move(reply);
+      if (--leaving.left == 0 && --m->left == 0) finish();
+    };
+    self->request(ask.rank, kKvMoveTimeout, export_kv_atom::value, std::move(ask.request))
+        .then([=](wire_msg& reply) { got(std::move(reply)); },
+              [=](const caf::error&) { got(wire_msg{}); });  // gather_kv refuses an empty message: recomputed
+  }
+}
+
+// Sends the lane's KV ranks the continuation's KV for `blocks`; it joins the batcher when all wrote it (or, if one
+// failed, without it: recomputed).
+void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor& sink, const wire_msg& submit,
+               std::vector<uint32_t> blocks, int kv_tokens) {
+  auto& st = self->state;
+  auto imp = std::make_shared<Import>();
+  imp->sink = sink;
+  imp->submit = submit;
+  imp->lane = &lane;
+  imp->blocks = std::move(blocks);
+  imp->kv_tokens = kv_tokens;
+  imp->left = 1 + lane.followers.size();
+  const wire_msg request = import_request_of(submit, imp->blocks);
+  const uint64_t id = req.id;
+  imp->request = std::move(req);
+  st.importing.emplace(id, imp);
+  auto done = [=](bool ok) {
+    imp->ok = imp->ok && ok;
+    if (--imp->left > 0 || imp->handed_back) return;
+    auto& s = self->state;
+    s.importing.erase(id);
+    BatchScheduler& batcher = *imp->lane->batcher;
+    if (!s.worker_failure.empty()) {  // this replica is going: the continuation goes on elsewhere, with its KV
+      batcher.return_blocks(imp->blocks);
+      tell(self, s.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+    } else if (imp->cancelled) {
+      batcher.return_blocks(imp->blocks);
+      SequenceUpdate u;
+      u.id = id;
+      u.finish = Finish::cancelled;
+      u.owner = imp->request.owner;
+      u.prompt_tokens = static_cast<uint32_t>(imp->request.prompt.size());
+      emit(self, u);
+    } else {
+      if (!imp->ok) batcher.return_blocks(imp->blocks);
+      ++s.stats.kv_moves_in;
+      if (auto refused = batcher.add(std::move(imp->request), std::move(imp->blocks), imp->ok ? imp->kv_tokens : 0))
+        emit(self, *refused);
+    }
+    report_load(self);
+    maybe_step(self);
+  };
+  auto ask = [&](const worker_actor& rank) {
+    self->request(rank, kKvMoveTimeout, import_kv_atom::value, request)
+        .then(
+            [=](const wire_msg& reply) {
+              WireReader reader(reply);
+              done(!has_error(reader.root<wire::KvImported>().getError()));
+            },
+            [=](const caf::error&) { done(false); });
+  };
+  ask(lane.worker);
+  for (const auto& f : lane.followers) ask(f);
+}
+
+// The continuations that waited for lane's lease to grow: imported now, or (the pool has no more) recomputed.
+void retry_imports(self_ptr self, Lane& lane) {
+  auto waiting = std::move(lane.awaiting_blocks);
+  lane.awaiting_blocks.clear();
+  lane.import_wanted = 0;
+  for (auto& [sink, msg] : waiting) handle_submit(self, sink, msg);
+}
+
+}  // namespace actord::sched
