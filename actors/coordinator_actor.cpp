@@ -19,7 +19,7 @@
 #include "actors/kv_pool_actor.hpp"
 #include "actors/node_agent.hpp"
 #include "actors/remote_worker_actor.hpp"
-#include "actors/reshape_plan.hpp"
+#include "actors/coordinator_state.hpp"
 #include "actors/router_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_actor.hpp"
@@ -27,56 +27,11 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 
-namespace actord {
-namespace {
+namespace actord::coord {
 
 constexpr int kRebuildAttempts = 3;
 constexpr auto kRebuildRetryDelay = std::chrono::seconds(1);
 constexpr auto kLostAnswerTimeout = std::chrono::seconds(5);
-
-enum class ReplicaState { starting, serving, draining, rebuilding, failed };
-
-const char* state_name(ReplicaState s) {
-  switch (s) {
-    case ReplicaState::starting: return "starting";
-    case ReplicaState::serving: return "serving";
-    case ReplicaState::draining: return "draining";
-    case ReplicaState::rebuilding: return "rebuilding";
-    case ReplicaState::failed: return "failed";
-  }
-  return "?";
-}
-
-struct Replica {
-  int index = 0;
-  int plan_slot = 0;  // which replica of its params' plan it is (CoordinatorParams::rank_agents: where its ranks run)
-  std::shared_ptr<const CoordinatorParams> params;  // what it is built from (a reshape's replicas differ)
-  uint32_t incarnation = 0;
-  ReplicaState state = ReplicaState::starting;
-  std::vector<caf::actor> kv_pools;  // one per lane
-  scheduler_actor scheduler;
-  std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank; then AFD's FFN ranks
-  std::vector<std::string> rank_names;
-  std::vector<std::string> rank_nodes;  // the node each rank runs on ("" for this machine)
-  std::vector<int32_t> pids;
-  std::string last_failure;
-  int failed_rebuilds = 0;
-};
-
-struct coordinator_state {
-  CoordinatorParams params;
-  caf::actor router;
-  std::map<int, Replica> replicas;
-  uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
-  uint32_t replacements = 0;
-  int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)
-  bool scaling = false;  // a scale or a reshape is being carried out
-  std::string change;    // the reshape's current step, for status
-  static inline const char* name = "coordinator";
-};
-
-using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
-using BuildDone = std::function<void(std::optional<Error>)>;
 
 // The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
 void stop_replica_actors(self_ptr self, Replica& r) {
@@ -425,7 +380,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
 
 // The replica takes requests from the router from now on; warming in (a growing share: replica_router.hpp) unless
 // the whole group starts together.
-void join_router(self_ptr self, Replica& r, bool warm_in = true) {
+void join_router(self_ptr self, Replica& r, bool warm_in) {
   r.state = ReplicaState::serving;
   caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index),
                  caf::actor_cast<caf::actor>(r.scheduler), warm_in);
@@ -501,7 +456,7 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
 // `done` gets nothing when all are ready (none joined the router yet), or the first error (every one of them
 // stopped and forgotten).
 void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
-                    std::function<void(std::optional<Error>)> done, std::vector<int> plan_slots = {}) {
+                    std::function<void(std::optional<Error>)> done, std::vector<int> plan_slots) {
   struct Gather {
     size_t left = 0;
     std::optional<Error> failure;
@@ -536,7 +491,7 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_
 
 // Drains and removes replicas `indices`; `done` when all have stopped. With `migrate` their running sequences go
 // back to the router at once (migrate_atom: they continue elsewhere) instead of finishing there.
-void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false) {
+void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate) {
   std::vector<int> present;  // a replica may be gone already (a failed start)
   for (int index : indices)
     if (self->state.replicas.count(index)) present.push_back(index);
@@ -567,107 +522,6 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
       else ask(drain_atom::value);
     });
   }
-}
-
-// Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count differs): a
-// reshape then adds or retires replicas and leaves the others alone.
-bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
-  GroupSection ga = a.topology.groups.at(0), gb = b.topology.groups.at(0);
-  ga.replicas = gb.replicas = 0;
-  return ga == gb && a.limits.max_num_seqs == b.limits.max_num_seqs &&
-         a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
-         a.limits.swap_blocks == b.limits.swap_blocks && a.rank_threads == b.rank_threads;
-}
-
-// An apply being carried out: its steps one at a time (reshape_plan.hpp); after a failed step, the steps undoing
-// those done.
-struct Reshape {
-  std::vector<ReshapeStep> steps;
-  size_t done = 0;
-  std::shared_ptr<const CoordinatorParams> from, to;  // the group's shape before and after
-  bool rolling_back = false;
-  std::string failure;  // the failed step's error, while rolling back
-  std::chrono::steady_clock::time_point t0;
-  std::optional<double> first_serving_ms;  // when the first replica of the new shape took requests
-  std::map<int, int> plan_slot;            // of each replica a step builds (index -> its plan's replica)
-  std::map<int, int> retired_slot;         // of each replica retired (a rollback builds its like there again)
-  caf::typed_response_promise<uint32_t, std::string> rp;
-};
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Carries out `x`'s next step, then the one after, and answers once none is left.
-void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
-  auto& st = self->state;
-  const std::string& group = st.params.topology.groups.at(0).name;
-  if (x->done == x->steps.size()) {
-    st.scaling = false;
-    st.change.clear();
-    const double total = ms_since(x->t0);
-    if (x->rolling_back) {
-      spdlog::warn("coordinator: apply rolled back after {:.0f} ms: {}", total, x->failure);
-      x->rp.deliver(static_cast<uint32_t>(Errc::worker_failed),
-                    "a step failed and was rolled back, the group is as before: " + x->failure);
-      return;
-    }
-    const std::string done = "group " + group + " reshaped in " + std::to_string(x->steps.size()) + " steps: " +
-                             (x->first_serving_ms ? "the new shape served after " +
-                                                        std::to_string(static_cast<int>(*x->first_serving_ms)) + " ms, "
-                                                  : std::string()) +
-                             "done after " + std::to_string(static_cast<int>(total)) + " ms";
-    spdlog::info("coordinator: {}", done);
-    x->rp.deliver(kCoordinatorOk, done);
-    return;
-  }
-  const ReshapeStep step = x->steps[x->done];
-  st.change = std::string(x->rolling_back ? "rollback" : "apply") + " step " + std::to_string(x->done + 1) + "/" +
-              std::to_string(x->steps.size()) + ": " + describe(step);
-  spdlog::info("coordinator: {}", st.change);
-  auto advance = [=] {
-    ++x->done;
-    run_reshape(self, x);
-  };
-  auto retire = [=] {
-    if (!step.retire) return advance();
-    if (auto it = self->state.replicas.find(*step.retire); it != self->state.replicas.end())
-      x->retired_slot[*step.retire] = it->second.plan_slot;
-    drain_replicas(self, {*step.retire}, advance, /*migrate=*/true);
-  };
-  if (!step.build) return retire();
-  const auto params = x->rolling_back ? x->from : x->to;
-  const int slot = x->plan_slot.count(*step.build) ? x->plan_slot.at(*step.build) : *step.build;
-  build_replicas(self, {*step.build}, params, [=](std::optional<Error> failure) {
-    auto& s = self->state;
-    if (!failure) {
-      join_router(self, s.replicas.at(*step.build));
-      if (!x->first_serving_ms && !x->rolling_back) x->first_serving_ms = ms_since(x->t0);
-      return retire();
-    }
-    if (x->rolling_back) {  // the old shape does not start either: the group stays as it is now
-      s.scaling = false;
-      s.change.clear();
-      x->rp.deliver(static_cast<uint32_t>(failure->code), "a step failed (" + x->failure +
-                                                              ") and so did its rollback, the group is left as "
-                                                              "`actord status` shows: " + failure->message);
-      return;
-    }
-    spdlog::warn("coordinator: apply step {} failed, rolling back: {}", describe(step), failure->message);
-    x->failure = describe(step) + ": " + failure->message;
-    const std::vector<ReshapeStep> undo = plan_rollback(std::span(x->steps.data(), x->done), s.next_index);
-    x->plan_slot.clear();
-    for (size_t i = 0; i < undo.size(); ++i) {  // undo step i rebuilds what done step (done - 1 - i) retired
-      const ReshapeStep& did = x->steps[x->done - 1 - i];
-      if (undo[i].build && did.retire && x->retired_slot.count(*did.retire))
-        x->plan_slot[*undo[i].build] = x->retired_slot.at(*did.retire);
-    }
-    x->steps = undo;
-    x->done = 0;
-    x->rolling_back = true;
-    s.params = *x->from;
-    run_reshape(self, x);
-  }, {slot});
 }
 
 // How a replica is laid out, for status: "tp2 pp1", "afd 1:2", "tp1 pp1 ep2", with " tbo xM" and its placement.
@@ -773,39 +627,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         }
         return rp;
       },
-      [=](reshape_atom, const wire_msg& msg) -> caf::result<uint32_t, std::string> {
-        auto& st = self->state;
-        if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
-        WireReader reader(msg);
-        auto req = reader.root<wire::ReshapeRequest>();
-        auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
-        if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
-        auto x = std::make_shared<Reshape>();
-        x->from = std::make_shared<const CoordinatorParams>(st.params);
-        CoordinatorParams to = st.params;
-        to.topology = *next;
-        to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
-        to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
-        to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
-        to.rank_threads = to_vector<int>(req.getRankThreads());
-        to.rank_agents.clear();
-        for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);
-        to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
-        x->to = std::make_shared<const CoordinatorParams>(std::move(to));
-        std::vector<int> old;
-        for (const auto& [index, r] : st.replicas) old.push_back(index);
-        const bool same = same_shape(*x->from, *x->to);
-        x->steps = plan_reshape(old, same, next->groups[0].replicas, st.next_index);
-        int built = same ? static_cast<int>(old.size()) : 0;  // the new replicas are the plan's replicas in order
-        for (const ReshapeStep& step : x->steps)
-          if (step.build) x->plan_slot[*step.build] = built++;
-        x->t0 = std::chrono::steady_clock::now();
-        x->rp = self->make_response_promise<uint32_t, std::string>();
-        st.scaling = true;
-        st.params = *x->to;
-        run_reshape(self, x);
-        return x->rp;
-      },
+      [=](reshape_atom, const wire_msg& msg) { return reshape(self, msg); },
       [=](fleet_atom) { return fleet_status(self); },
       // A scheduler lost its worker (a missed deadline, a failed step) before any rank went down.
       [=](lost_atom, const std::string& why) {
@@ -822,7 +644,9 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
   };
 }
 
-}  // namespace
+}  // namespace actord::coord
+
+namespace actord {
 
 void CoordinatorParams::set_kv_blocks(uint32_t kv_blocks, uint32_t swap_blocks) {
   num_kv_blocks = kv_blocks;
@@ -834,7 +658,7 @@ void CoordinatorParams::set_kv_blocks(uint32_t kv_blocks, uint32_t swap_blocks) 
 }
 
 coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params) {
-  return system.spawn(coordinator_impl, std::move(params));
+  return system.spawn(coord::coordinator_impl, std::move(params));
 }
 
 }  // namespace actord

@@ -1,0 +1,79 @@
+// The coordinator's state and the helpers its files share (coordinator_actor.cpp: building, rebuilding, draining
+// replicas, scale, status; coordinator_reshape.cpp: actord apply's rolling reshape). Internal to the coordinator.
+#pragma once
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "actors/worker_interface.hpp"
+#include "core/status.hpp"
+
+namespace actord::coord {
+
+enum class ReplicaState { starting, serving, draining, rebuilding, failed };
+
+inline const char* state_name(ReplicaState s) {
+  switch (s) {
+    case ReplicaState::starting: return "starting";
+    case ReplicaState::serving: return "serving";
+    case ReplicaState::draining: return "draining";
+    case ReplicaState::rebuilding: return "rebuilding";
+    case ReplicaState::failed: return "failed";
+  }
+  return "?";
+}
+
+struct Replica {
+  int index = 0;
+  int plan_slot = 0;  // which replica of its params' plan it is (CoordinatorParams::rank_agents: where its ranks run)
+  std::shared_ptr<const CoordinatorParams> params;  // what it is built from (a reshape's replicas differ)
+  uint32_t incarnation = 0;
+  ReplicaState state = ReplicaState::starting;
+  std::vector<caf::actor> kv_pools;  // one per lane
+  scheduler_actor scheduler;
+  std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank; then AFD's FFN ranks
+  std::vector<std::string> rank_names;
+  std::vector<std::string> rank_nodes;  // the node each rank runs on ("" for this machine)
+  std::vector<int32_t> pids;
+  std::string last_failure;
+  int failed_rebuilds = 0;
+};
+
+struct coordinator_state {
+  CoordinatorParams params;
+  caf::actor router;
+  std::map<int, Replica> replicas;
+  uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
+  uint32_t replacements = 0;
+  int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)
+  bool scaling = false;  // a scale or a reshape is being carried out
+  std::string change;    // the reshape's current step, for status
+  static inline const char* name = "coordinator";
+};
+
+using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+using BuildDone = std::function<void(std::optional<Error>)>;
+
+// Builds replicas `indices` together from `params` (as its plan's replicas `plan_slots`; none: the same numbers);
+// `done` gets nothing when all are ready (none joined the router yet), or the first error (every one of them
+// stopped and forgotten).
+void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
+                    std::function<void(std::optional<Error>)> done, std::vector<int> plan_slots = {});
+// Drains and removes replicas `indices`; `done` when all have stopped. With `migrate` their running sequences go
+// back to the router at once (migrate_atom: they continue elsewhere) instead of finishing there.
+void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false);
+// The replica takes requests from the router from now on; warming in unless the whole group starts together.
+void join_router(self_ptr self, Replica& r, bool warm_in = true);
+
+// coordinator_reshape.cpp: (reshape_atom, ReshapeRequest), answered when the rolling reshape is done or rolled back.
+caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg);
+
+}  // namespace actord::coord
