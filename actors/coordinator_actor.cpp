@@ -13,7 +13,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <span>
 
 #include "actors/group_codec.hpp"
 #include "actors/kv_pool_actor.hpp"
@@ -378,8 +377,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   }
 }
 
-// The replica takes requests from the router from now on; warming in (a growing share: replica_router.hpp) unless
-// the whole group starts together.
+// Declared with its contract in coordinator_state.hpp, as are build_replicas and drain_replicas.
 void join_router(self_ptr self, Replica& r, bool warm_in) {
   r.state = ReplicaState::serving;
   caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index),
@@ -452,9 +450,6 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
   });
 }
 
-// Builds replicas `indices` together from `params` (as its plan's replicas `plan_slots`; none: the same numbers);
-// `done` gets nothing when all are ready (none joined the router yet), or the first error (every one of them
-// stopped and forgotten).
 void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
                     std::function<void(std::optional<Error>)> done, std::vector<int> plan_slots) {
   struct Gather {
@@ -489,8 +484,6 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_
   }
 }
 
-// Drains and removes replicas `indices`; `done` when all have stopped. With `migrate` their running sequences go
-// back to the router at once (migrate_atom: they continue elsewhere) instead of finishing there.
 void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate) {
   std::vector<int> present;  // a replica may be gone already (a failed start)
   for (int index : indices)

@@ -117,37 +117,37 @@ void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
 }  // namespace
 
 caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
-        auto& st = self->state;
-        if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
-        WireReader reader(msg);
-        auto req = reader.root<wire::ReshapeRequest>();
-        auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
-        if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
-        auto x = std::make_shared<Reshape>();
-        x->from = std::make_shared<const CoordinatorParams>(st.params);
-        CoordinatorParams to = st.params;
-        to.topology = *next;
-        to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
-        to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
-        to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
-        to.rank_threads = to_vector<int>(req.getRankThreads());
-        to.rank_agents.clear();
-        for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);
-        to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
-        x->to = std::make_shared<const CoordinatorParams>(std::move(to));
-        std::vector<int> old;
-        for (const auto& [index, r] : st.replicas) old.push_back(index);
-        const bool same = same_shape(*x->from, *x->to);
-        x->steps = plan_reshape(old, same, next->groups[0].replicas, st.next_index);
-        int built = same ? static_cast<int>(old.size()) : 0;  // the new replicas are the plan's replicas in order
-        for (const ReshapeStep& step : x->steps)
-          if (step.build) x->plan_slot[*step.build] = built++;
-        x->t0 = std::chrono::steady_clock::now();
-        x->rp = self->make_response_promise<uint32_t, std::string>();
-        st.scaling = true;
-        st.params = *x->to;
-        run_reshape(self, x);
-        return x->rp;
-      }
+  auto& st = self->state;
+  if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
+  WireReader reader(msg);
+  auto req = reader.root<wire::ReshapeRequest>();
+  auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
+  if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
+  auto x = std::make_shared<Reshape>();
+  x->from = std::make_shared<const CoordinatorParams>(st.params);
+  CoordinatorParams to = st.params;
+  to.topology = *next;
+  to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
+  to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
+  to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
+  to.rank_threads = to_vector<int>(req.getRankThreads());
+  to.rank_agents.clear();
+  for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);
+  to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
+  x->to = std::make_shared<const CoordinatorParams>(std::move(to));
+  std::vector<int> old;
+  for (const auto& [index, r] : st.replicas) old.push_back(index);
+  const bool same = same_shape(*x->from, *x->to);
+  x->steps = plan_reshape(old, same, next->groups[0].replicas, st.next_index);
+  int built = same ? static_cast<int>(old.size()) : 0;  // the new replicas are the plan's replicas in order
+  for (const ReshapeStep& step : x->steps)
+    if (step.build) x->plan_slot[*step.build] = built++;
+  x->t0 = std::chrono::steady_clock::now();
+  x->rp = self->make_response_promise<uint32_t, std::string>();
+  st.scaling = true;
+  st.params = *x->to;
+  run_reshape(self, x);
+  return x->rp;
+}
 
 }  // namespace actord::coord

@@ -22,6 +22,18 @@ KvShard kv_shard_of(wire::KvLayout::Reader layout) {
   return s;
 }
 
+void set_kv_layout(wire::KvLayout::Builder out, const KvShard& shard, const std::string& dtype) {
+  out.setNumLayers(static_cast<uint32_t>(shard.num_layers));
+  out.setNumKvHeads(static_cast<uint32_t>(shard.num_heads));
+  out.setHeadDim(static_cast<uint32_t>(shard.head_dim));
+  out.setBlockSize(static_cast<uint32_t>(shard.block_size));
+  out.setDtype(dtype);
+  out.setFirstLayer(static_cast<uint32_t>(shard.first_layer));
+  out.setFirstKvHead(static_cast<uint32_t>(shard.first_head));
+  out.setTotalLayers(static_cast<uint32_t>(shard.total_layers));
+  out.setTotalKvHeads(static_cast<uint32_t>(shard.total_heads));
+}
+
 std::optional<wire_msg> gather_kv(std::span<const wire_msg> exports) try {
   if (exports.empty()) return std::nullopt;
   std::optional<KvShard> whole;
@@ -56,14 +68,7 @@ std::optional<wire_msg> gather_kv(std::span<const wire_msg> exports) try {
     if (!f) return std::nullopt;
   wire_msg out = build<wire::KvExport>([&](wire::KvExport::Builder b) {
     b.setNumTokens(num_tokens);
-    auto layout = b.initLayout();
-    layout.setNumLayers(static_cast<uint32_t>(whole->total_layers));
-    layout.setNumKvHeads(static_cast<uint32_t>(whole->total_heads));
-    layout.setHeadDim(static_cast<uint32_t>(whole->head_dim));
-    layout.setBlockSize(static_cast<uint32_t>(whole->block_size));
-    layout.setDtype(dtype);
-    layout.setTotalLayers(static_cast<uint32_t>(whole->total_layers));
-    layout.setTotalKvHeads(static_cast<uint32_t>(whole->total_heads));
+    set_kv_layout(b.initLayout(), *whole, dtype);
     b.setBlockBytes(whole->block_bytes());
     b.setNumBlocks(num_blocks);
   });

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comms/schemas/actord.capnp.h"
@@ -16,8 +17,9 @@
 
 namespace actord {
 
-// The shard a KvLayout describes (elem_bytes 0 when its dtype is unknown: compatible with nothing).
+// The shard a KvLayout describes (elem_bytes 0 when its dtype is unknown: compatible with nothing), and back.
 KvShard kv_shard_of(wire::KvLayout::Reader layout);
+void set_kv_layout(wire::KvLayout::Builder out, const KvShard& shard, const std::string& dtype);
 
 // The whole model's KV of one sequence from its ranks' exports (one per KV rank of its lane, each its shard), as a
 // KvExport with the bytes in bulk[0]; nothing when an export failed, they disagree (tokens, block size, dtype) or do

@@ -566,7 +566,7 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
                                                                              std::move(*blocks), kv_tokens);
     if (!lane.pool_exhausted) {  // the lease grows first (tend_lease), then it is imported (retry_imports)
       self->state.arrivals.erase(req.id);
-      lane.import_wanted += static_cast<size_t>((kv_tokens + self->state.block_size - 1) / self->state.block_size);
+      lane.import_wanted += lane.batcher->blocks_for(kv_tokens);
       lane.awaiting_blocks.emplace_back(sink, msg);
       tend_lease(self, lane);
       return;
@@ -589,7 +589,6 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
   st.move_kv = limits.move_kv;
-  st.block_size = std::max(1, limits.block_size);
   st.supervisor = std::move(supervisor);
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
@@ -681,9 +680,9 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         report_load(self);
         return rp;
       },
-      // A reshape (actord apply) replaces this replica: every sequence goes back to the router now, a running one
-      // as a continuation with the tokens it has reported (the steps in flight are dropped, their tokens computed
-      // again where it continues), without counting as a failure; anything that arrives later goes back too.
+      // A reshape (actord apply) replaces this replica: every sequence goes back to the router, a running one as a
+      // continuation with the tokens it has reported and, with move_kv, its KV (migrate_all); the steps in flight
+      // are dropped, without counting as a failure; anything that arrives later goes back too.
       [=](migrate_atom) -> caf::result<bool> {
         auto& st = self->state;
         if (!st.worker_failure.empty()) return true;

@@ -60,7 +60,6 @@ struct Import {
 struct scheduler_state {
   std::string actor_name;
   bool move_kv = true;                        // engine.reshape_kv: a migrate sends sequences with their KV
-  int block_size = 16;                        // tokens per KV block
   std::unordered_map<uint64_t, std::shared_ptr<Import>> importing;  // by request id
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)

@@ -707,18 +707,8 @@ wire_msg WorkerCore::export_kv(const wire_msg& msg) {
       set_error(b.initError(), *failure);
       return;
     }
-    const KvShard shard = kv_shard();
     b.setNumTokens(num_tokens);
-    auto layout = b.initLayout();
-    layout.setNumLayers(static_cast<uint32_t>(shard.num_layers));
-    layout.setNumKvHeads(static_cast<uint32_t>(shard.num_heads));
-    layout.setHeadDim(static_cast<uint32_t>(shard.head_dim));
-    layout.setBlockSize(static_cast<uint32_t>(shard.block_size));
-    layout.setDtype(dtype_name(kv_->dtype()));
-    layout.setFirstLayer(static_cast<uint32_t>(shard.first_layer));
-    layout.setFirstKvHead(static_cast<uint32_t>(shard.first_head));
-    layout.setTotalLayers(static_cast<uint32_t>(shard.total_layers));
-    layout.setTotalKvHeads(static_cast<uint32_t>(shard.total_heads));
+    set_kv_layout(b.initLayout(), kv_shard(), dtype_name(kv_->dtype()));
     b.setBlockBytes(kv_->block_bytes());
     b.setNumBlocks(static_cast<uint32_t>(num_blocks));
   });
@@ -761,8 +751,7 @@ wire_msg WorkerCore::import_kv(const wire_msg& msg) {
         if (id >= static_cast<uint32_t>(kv_->num_blocks())) refuse("block id " + std::to_string(id) + " out of range");
     }
     if (!failure) {
-      const bool same = there.first_layer == here.first_layer && there.num_layers == here.num_layers &&
-                        there.first_head == here.first_head && there.num_heads == here.num_heads;
+      const bool same = there == here;
       std::vector<unsigned char> block(same ? 0 : here.block_bytes());
       for (uint32_t i = 0; i < n; ++i) {
         const unsigned char* src = msg.bulk[0].data() + size_t(i) * there.block_bytes();

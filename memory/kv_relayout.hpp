@@ -22,6 +22,7 @@ struct KvShard {
   static KvShard whole(int layers, int heads, int head_dim, int block_size, size_t elem_bytes) {
     return {layers, heads, 0, layers, 0, heads, head_dim, block_size, elem_bytes};
   }
+  bool operator==(const KvShard&) const = default;
   size_t block_bytes() const {
     return size_t(num_layers) * 2 * size_t(num_heads) * size_t(block_size) * size_t(head_dim) * elem_bytes;
   }

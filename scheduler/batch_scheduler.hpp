@@ -208,6 +208,10 @@ class BatchScheduler {
   // blocks (taken with take_blocks, an import): admitted, it computes only from there, as after a prefix cache hit.
   // Refused, the blocks go back.
   std::optional<SequenceUpdate> add(SequenceRequest request, std::vector<uint32_t> kv_blocks = {}, int kv_tokens = 0);
+  // KV blocks that `num_tokens` positions take.
+  size_t blocks_for(int num_tokens) const {
+    return (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
+  }
   // Blocks for `num_tokens` positions from the lease (nothing when it has too few), and back.
   std::optional<std::vector<uint32_t>> take_blocks(int num_tokens);
   void return_blocks(std::vector<uint32_t>& blocks);
@@ -322,9 +326,6 @@ class BatchScheduler {
   // take another step even alone.
   int max_tokens_held() const;
   size_t pool_blocks() const { return limits_.pool_blocks ? limits_.pool_blocks : blocks_.num_total(); }
-  size_t blocks_for(int num_tokens) const {
-    return (static_cast<size_t>(num_tokens) + limits_.block_size - 1) / limits_.block_size;
-  }
   // Appends seq's next `chunk` tokens (or its pending token when from_previous >= 0) to `step`.
   void add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous);
   PolicySequence view_of(const Sequence& seq) const;
