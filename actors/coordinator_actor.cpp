@@ -261,6 +261,9 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
       out.setLogLevel(p.log_level);
       out.setLoadFormat(p.topology.model.load_format);
+      out.setQuantization(p.topology.model.quantization);
+      out.setQuantizationGroup(static_cast<uint32_t>(p.topology.model.quantization_group));
+      out.setQuantizationZeroPoints(p.topology.model.quantization_zero_points);
       out.setThreads(static_cast<uint32_t>(threads));
       out.setCpuIsa(group.cpu_isa);
       // GPU of a cuda rank: its index among the group's ranks (on its machine: the worker takes it modulo the GPUs

@@ -469,7 +469,9 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
     return std::filesystem::weakly_canonical(a, ea) == std::filesystem::weakly_canonical(b, eb);
   };
   const ModelSection &m0 = now.model, &m1 = next.model;
-  if (!same_path(m0.path, m1.path) || m0.dtype != m1.dtype || m0.load_format != m1.load_format || m0.seed != m1.seed)
+  if (!same_path(m0.path, m1.path) || m0.dtype != m1.dtype || m0.load_format != m1.load_format || m0.seed != m1.seed ||
+      m0.quantization != m1.quantization || m0.quantization_group != m1.quantization_group ||
+      m0.quantization_zero_points != m1.quantization_zero_points)
     return "model" + restart;
   const EngineSection &e0 = now.engine, &e1 = next.engine;
   // max_num_seqs and max_num_batched_tokens are the schedulers' limits: the new replicas take them.

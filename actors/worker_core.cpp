@@ -122,6 +122,10 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   }
   auto cfg = ModelConfig::load(model_dir);
   const auto isa = cpu::isa_for(req.getCpuIsa().size() ? std::string_view(req.getCpuIsa().cStr()) : "auto");
+  const auto quant_kind = parse_quant_kind(req.getQuantization().size() ? req.getQuantization().cStr() : "none");
+  const auto quant = quant_kind ? make_quant_spec(*quant_kind, static_cast<int>(req.getQuantizationGroup()),
+                                                  req.getQuantizationZeroPoints())
+                                : Result<QuantSpec>(quant_kind.error());
   if (!ok) {
   } else if (!cfg) {
     ok = false;
@@ -129,12 +133,16 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   } else if (!isa) {
     ok = false;
     failure = Error{isa.error().code, name_ + ": groups[].cpu_isa: " + isa.error().message};
+  } else if (!quant) {
+    ok = false;
+    failure = Error{quant.error().code, name_ + ": model.quantization: " + quant.error().message};
   } else {
     ModelLoadOptions options;
     options.model_dir = model_dir;
     options.dtype = req.getDtype();
     options.load_format = req.getLoadFormat().size() ? std::string(req.getLoadFormat()) : "auto";
     options.seed = req.getSeed();
+    options.quantization = *quant;
     options.place = place_;
     model_.reset();  // a model loaded before goes with the backend that holds it
     backend_.reset();

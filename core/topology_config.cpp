@@ -1,5 +1,7 @@
 #include "core/topology_config.hpp"
 
+#include "core/quantization.hpp"
+
 #include "core/route_policy.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -331,7 +333,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   }
 
   Section model(top.get("model"), "model");
-  model.check_keys({"path", "dtype", "load_format", "seed"});
+  model.check_keys({"path", "dtype", "load_format", "seed", "quantization", "quantization_group",
+                    "quantization_zero_points"});
   std::string model_path;
   model.read("path", model_path);
   if (overrides.model) {
@@ -353,6 +356,15 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   model.read("seed", seed);
   require(seed >= 0, "model.seed", "must be >= 0");
   cfg.model.seed = static_cast<uint64_t>(seed);
+  model.read("quantization", cfg.model.quantization);
+  model.read("quantization_group", cfg.model.quantization_group);
+  model.read("quantization_zero_points", cfg.model.quantization_zero_points);
+  const auto quant_kind = parse_quant_kind(cfg.model.quantization);
+  require(quant_kind.ok(), "model.quantization", "must be none, int8 or int4, got '" + cfg.model.quantization + "'");
+  const auto quant = make_quant_spec(*quant_kind, cfg.model.quantization_group, cfg.model.quantization_zero_points);
+  require(quant.ok(), cfg.model.quantization_zero_points && *quant_kind != QuantKind::int4 ? "model.quantization_zero_points"
+                                                                                           : "model.quantization_group",
+          quant.ok() ? "" : quant.error().message);
 
   Section server(top.get("server"), "server");
   server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout", "max_queued_requests"});

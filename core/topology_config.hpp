@@ -24,6 +24,11 @@ struct ModelSection {
   std::string dtype = "auto";        // auto keeps the stored dtype | float32 | bfloat16 | float16
   std::string load_format = "auto";  // auto (safetensors) | dummy (random weights of the configured shape)
   uint64_t seed = 0;                 // dummy weights
+  // Weight-only quantization made at load time from the file's f32/bf16/f16 matrices: none | int8 | int4, with
+  // input features per scale (0: per channel for int8, 32 for int4) and, for int4, zero points (asymmetric).
+  std::string quantization = "none";
+  int quantization_group = 0;
+  bool quantization_zero_points = false;
 };
 
 struct ServerSection {

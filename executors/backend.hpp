@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/quantization.hpp"
 #include "core/status.hpp"
 #include "executors/forward_batch.hpp"
 
@@ -132,6 +133,18 @@ class Backend {
   virtual Result<Weight> upload_matrix(const HostMatrix& m, WeightUse use) = 0;
   // A gated MLP's gate and up projections ([ff, cols] each, same dtype) as one weight for gemm_glu.
   virtual Result<Weight> upload_glu(const HostMatrix& gate, const HostMatrix& up) = 0;
+  // A quantized matrix (core/quantization.hpp: codes, f16 scales and offsets) for gemm, and gate and up ones (same
+  // bits, group and symmetry) for gemm_glu; the backend keeps them in its own layout. Errc::unsupported where a
+  // backend has no quantized kernels.
+  virtual Result<Weight> upload_quantized(const QuantizedMatrix& m) {
+    (void)m;
+    return make_error(Errc::unsupported, describe() + " has no kernels for quantized weights");
+  }
+  virtual Result<Weight> upload_quantized_glu(const QuantizedMatrix& gate, const QuantizedMatrix& up) {
+    (void)gate;
+    (void)up;
+    return make_error(Errc::unsupported, describe() + " has no kernels for quantized weights");
+  }
   // Whether upload_matrix(m, use) reads m's memory in place afterwards (the caller then keeps it alive).
   virtual bool keeps_host_view(WeightUse use) const = 0;
   // Moving weights between ranks of the same backend kind (EPLB): a weight's bytes as this backend holds them

@@ -9,6 +9,7 @@ namespace actord {
 Result<std::shared_ptr<WeightStore>> WeightStore::open(const ModelConfig& config, const ModelLoadOptions& options) {
   std::shared_ptr<WeightStore> store(new WeightStore());
   store->seed_ = options.seed;
+  store->quant_ = options.quantization;
   store->tied_ = config.tie_word_embeddings;
   std::optional<DType> requested;
   if (options.dtype != "auto") {
@@ -95,6 +96,13 @@ Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::stri
   const TensorView* from_file = nullptr;
   auto m = row_major(name, rows, cols, slice, &from_file);
   if (!m) return m.error();
+  if (use == exec::WeightUse::gemm && quant_.enabled()) {
+    const QuantizedMatrix q = quantize(m->dtype, m->data, m->rows, m->cols, m->row_stride, quant_);
+    drop_row_major(from_file);
+    auto w = backend.upload_quantized(q);
+    if (!w) return named(name, w.error());
+    return w;
+  }
   auto w = backend.upload_matrix(*m, use);
   if (!w) return named(name, w.error());
   if (!backend.keeps_host_view(use)) drop_row_major(from_file);
@@ -113,6 +121,15 @@ Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::
   if (!up) {
     drop_row_major(gate_file);
     return up.error();
+  }
+  if (quant_.enabled()) {
+    const QuantizedMatrix qg = quantize(gate->dtype, gate->data, gate->rows, gate->cols, gate->row_stride, quant_);
+    const QuantizedMatrix qu = quantize(up->dtype, up->data, up->rows, up->cols, up->row_stride, quant_);
+    drop_row_major(up_file);
+    drop_row_major(gate_file);
+    auto fused = backend.upload_quantized_glu(qg, qu);
+    if (!fused) return named(gate_name, fused.error());
+    return fused;
   }
   auto fused = backend.upload_glu(*gate, *up);
   drop_row_major(up_file);

@@ -5,7 +5,8 @@
 // the topology asks for): the backend copies each into its own memory and layout, and the file pages (or the
 // store's converted copy) it came from are then released, so resident memory holds one copy; a matrix the backend
 // reads in place (Backend::keeps_host_view: the CPU's lookup-only embedding) stays a view of the file, valid as
-// long as the store lives (a model keeps a shared_ptr to it). Small vectors (norms, biases) come back as f32 copies. Errors name the tensor: missing, or wrong
+// long as the store lives (a model keeps a shared_ptr to it). With a quantization, every matrix that is multiplied
+// (not a lookup-only embedding) is quantized from its served values and uploaded as codes and scales. Small vectors (norms, biases) come back as f32 copies. Errors name the tensor: missing, or wrong
 // shape ("expected [64, 512], found [64, 511]"). Dummy weights are seeded: the same seed gives the same values.
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/quantization.hpp"
 #include "executors/backend.hpp"
 #include "memory/weight_loader.hpp"
 #include "plugins/model_config.hpp"
@@ -54,6 +56,7 @@ struct ModelLoadOptions {
   std::string dtype = "auto";         // auto keeps the stored dtype; float32 | bfloat16 | float16 convert at load
   std::string load_format = "auto";   // auto (safetensors) | dummy
   uint64_t seed = 0;                  // for dummy weights
+  QuantSpec quantization;             // enabled: matrices multiplied (not looked up) are quantized at load
   exec::Backend* backend = nullptr;    // the rank's executor backend: the weights go to its memory (required)
   RankPlace place;                     // the shard to load
 };
@@ -83,6 +86,8 @@ class WeightStore {
 
   // The dtype matrices are served in (the stored one, or the requested conversion).
   DType served_dtype() const { return served_; }
+  // The quantization multiplied matrices get at load (none: they keep served_dtype()).
+  const QuantSpec& quantization() const { return quant_; }
 
  private:
   WeightStore() = default;
@@ -98,6 +103,7 @@ class WeightStore {
   std::optional<WeightLoader> file_;   // empty for dummy weights
   std::optional<DType> convert_to_;    // set when the topology's dtype differs from the stored one
   DType served_ = DType::f32;
+  QuantSpec quant_;
   uint64_t seed_ = 0;
   bool tied_ = false;
   std::deque<std::vector<unsigned char>> owned_;  // row-major copies (dummy weights, dtype conversions)

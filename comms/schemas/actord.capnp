@@ -287,6 +287,9 @@ struct WorkerInit {
   afdAttention @28 :UInt32;      # attention-FFN disaggregation: the replica's attention ranks (lanes x tp); 0: none
   afdFfn @29 :UInt32;            # and its FFN ranks (the EP group is the attention ranks, then the FFN ranks)
   ffnRank @30 :Int32 = -1;       # this rank's index among the FFN ranks; -1: an attention rank
+  quantization @31 :Text;        # model.quantization: none (or empty) | int8 | int4
+  quantizationGroup @32 :UInt32; # input features per scale; 0: per channel (int8) or 32 (int4)
+  quantizationZeroPoints @33 :Bool;
 }
 
 # One micro-batch's collective groups of a rank (size 0: none).

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/status.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/vector_math.hpp"
 
 namespace actord::cpu {
@@ -77,6 +78,7 @@ WeightMatrix pack_glu(const WeightMatrix& gate, const WeightMatrix& up, void* ds
 }
 
 void weight_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
+  if (w.layout == WeightLayout::quantized) return quantized_row_to_f32(w, row, out);
   if (w.layout == WeightLayout::row_major) {
     convert_to_f32(w.dtype, w.row(row), out, static_cast<size_t>(w.cols));
     return;

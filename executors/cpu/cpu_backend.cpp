@@ -8,6 +8,7 @@
 #include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/kernels.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 namespace actord::cpu {
@@ -89,6 +90,27 @@ Result<exec::Weight> CpuBackend::upload_glu(const exec::HostMatrix& gate, const 
   auto w = std::make_shared<CpuWeight>();
   w->memory = LargeBuffer(glu_bytes(gate.dtype, gate.rows, gate.cols));
   w->matrix = pack_glu(row_major(gate), row_major(up), w->memory.data());
+  return wrap(std::move(w), gate.rows);
+}
+
+Result<exec::Weight> CpuBackend::upload_quantized(const QuantizedMatrix& m) {
+  ACTORD_TRY_STATUS(m.validate());
+  auto w = std::make_shared<CpuWeight>();
+  w->memory = LargeBuffer(quantized_bytes(m));
+  w->matrix = pack_quantized(m, w->memory.data());
+  return wrap(std::move(w), m.rows);
+}
+
+Result<exec::Weight> CpuBackend::upload_quantized_glu(const QuantizedMatrix& gate, const QuantizedMatrix& up) {
+  ACTORD_TRY_STATUS(gate.validate());
+  ACTORD_TRY_STATUS(up.validate());
+  if (gate.rows != up.rows || gate.cols != up.cols || gate.bits != up.bits || gate.group != up.group ||
+      gate.affine() != up.affine()) {
+    return make_error(Errc::invalid_argument, "upload_quantized_glu: gate and up differ in shape or quantization");
+  }
+  auto w = std::make_shared<CpuWeight>();
+  w->memory = LargeBuffer(quantized_glu_bytes(gate));
+  w->matrix = pack_quantized_glu(gate, up, w->memory.data());
   return wrap(std::move(w), gate.rows);
 }
 

@@ -31,6 +31,8 @@ class CpuBackend final : public exec::Backend {
 
   Result<exec::Weight> upload_matrix(const exec::HostMatrix& m, exec::WeightUse use) override;
   Result<exec::Weight> upload_glu(const exec::HostMatrix& gate, const exec::HostMatrix& up) override;
+  Result<exec::Weight> upload_quantized(const QuantizedMatrix& m) override;
+  Result<exec::Weight> upload_quantized_glu(const QuantizedMatrix& gate, const QuantizedMatrix& up) override;
   bool keeps_host_view(exec::WeightUse use) const override { return use == exec::WeightUse::lookup; }
   std::span<const std::byte> weight_bytes(const exec::Weight& w) const override;
   Result<exec::Weight> weight_from_bytes(const exec::Weight& like, std::span<const std::byte> bytes) override;

@@ -8,6 +8,7 @@
 #include "core/status.hpp"
 #include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -204,15 +205,37 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
   return Bf16Rows{storage.data(), m, pairs};
 }
 
+// Quantized weights: int8 activations through VNNI where the CPU has it (from avx512 on), f32 activations through
+// the FMA kernels otherwise.
+using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
+                                 int64_t);
+bool quantized_int8_activations(Isa isa) { return isa >= Isa::avx512 && cpu_has_avx512_vnni(); }
+QuantizedKernel quantized_kernel(Isa isa) {
+  if (quantized_int8_activations(isa)) return &gemm_nt_quantized_avx512_vnni;
+  return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512 : isa == Isa::avx2 ? &gemm_nt_quantized_avx2
+                                                                           : &gemm_nt_quantized_portable;
+}
+QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, int slot) {
+  return quantized_int8_activations(isa) ? quantized_x_int8(x, m, w, slot) : quantized_x_f32(x, m, w, slot);
+}
+
 }  // namespace
 
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,
                  Isa isa) {
-  ACTORD_CHECK(gate_up.layout == WeightLayout::blocked);
+  ACTORD_CHECK(gate_up.layout != WeightLayout::row_major);
   if (m <= 0) return;
   if (isa == Isa::automatic) isa = detected_isa();
   const int64_t n = gate_up.rows;
   const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
+  if (gate_up.layout == WeightLayout::quantized) {
+    const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
+    const QuantizedKernel run = quantized_kernel(isa);
+    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
+      run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
+    });
+    return;
+  }
   if (isa == Isa::avx512_bf16 && gate_up.dtype == DType::bf16) {
     const Bf16Rows xb = bf16_rows(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
@@ -236,11 +259,11 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
                    GemmPath path) {
   if (n_outputs <= 0 || m <= 0) return;
   const int64_t k = outputs[0].w->cols;
-  const bool blocked = outputs[0].w->layout == WeightLayout::blocked;
+  const WeightLayout layout = outputs[0].w->layout;
+  const bool blocked = layout != WeightLayout::row_major;
   for (int o = 1; o < n_outputs; ++o) {
     ACTORD_CHECK(outputs[o].w->cols == k);
-    ACTORD_CHECK_MSG(blocked == (outputs[o].w->layout == WeightLayout::blocked),
-                     "gemm_nt_multi: all outputs must share one weight layout");
+    ACTORD_CHECK_MSG(layout == outputs[o].w->layout, "gemm_nt_multi: all outputs must share one weight layout");
   }
   Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
   Kernel kernel = path.kernel;
@@ -273,6 +296,22 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   }
   const int n_tasks = static_cast<int>(tasks.size());
 
+  if (layout == WeightLayout::quantized) {
+    // x prepared once per distinct grouping of the outputs (q, k and v share one).
+    ACTORD_CHECK(n_outputs <= 8);
+    QuantizedX prepared[8];
+    for (int o = 0; o < n_outputs; ++o) {
+      int same = 0;
+      while (same < o && outputs[same].w->quant.group != outputs[o].w->quant.group) ++same;
+      prepared[o] = same < o ? prepared[same] : quantized_x(x, m, *outputs[o].w, isa, std::min(o, 3));
+    }
+    const QuantizedKernel run = quantized_kernel(isa);
+    pool.parallel_for(n_tasks, [&](int t) {
+      const GemmOutput& o = outputs[tasks[t].output];
+      run(prepared[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
+    });
+    return;
+  }
   if (blocked && isa == Isa::avx512_bf16) {
     // bf16 weights through the dot products (x rounded once), others as avx512.
     Bf16Rows xb;

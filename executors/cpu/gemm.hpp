@@ -22,9 +22,18 @@ namespace actord::cpu {
 
 class ThreadPool;
 
-// How a matrix's values are arranged: row_major ([rows, row_stride], the file's layout) or blocked (rearranged at
-// load time for the GEMM: see blocked_weights.hpp; row() and row_stride do not apply).
-enum class WeightLayout { row_major, blocked };
+// How a matrix's values are arranged: row_major ([rows, row_stride], the file's layout), blocked (rearranged at
+// load time for the GEMM: see blocked_weights.hpp; row() and row_stride do not apply) or quantized (integer codes
+// with scales, blocked likewise: quantized_weights.hpp).
+enum class WeightLayout { row_major, blocked, quantized };
+
+// The codes of a quantized matrix: bits per code (8 or 4), values per scale along a row, and whether offsets are
+// stored (else offset = -zero * scale, zero = 128 or 8).
+struct WeightQuant {
+  int bits = 0;
+  int group = 0;
+  bool affine = false;
+};
 
 struct WeightMatrix {
   DType dtype = DType::f32;
@@ -34,6 +43,7 @@ struct WeightMatrix {
   int64_t row_stride = 0;      // elements between rows; 0 means cols
   int64_t stride() const { return row_stride ? row_stride : cols; }
   WeightLayout layout = WeightLayout::row_major;
+  WeightQuant quant = {};  // layout quantized only
   const unsigned char* row(int64_t r) const {  // row_major only
     return static_cast<const unsigned char*>(data) + r * stride() * static_cast<int64_t>(dtype_size(dtype));
   }

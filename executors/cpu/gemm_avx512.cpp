@@ -2,8 +2,12 @@
 // -mavx512bw -mfma -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
+#include "executors/cpu/gemm_quantized.inl"
 
 namespace actord::cpu {
 namespace {
@@ -34,6 +38,19 @@ struct Avx512 {
       second = load<D>(p + 16 * (D == DType::f32 ? 4 : 2));
     }
   }
+  using W = __m512i;
+  static W load_words(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  template <int kShift, unsigned kMask>
+  static V codes(W w) {
+    const W shifted = kShift ? _mm512_srli_epi32(w, kShift) : w;
+    return _mm512_cvtepi32_ps(kShift == 24 && kMask == 0xFF ? shifted
+                                                            : _mm512_and_si512(shifted, _mm512_set1_epi32(kMask)));
+  }
+  static V load_f16(const unsigned char* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V set1(float v) { return _mm512_set1_ps(v); }
   static V load_x(const float* p) { return _mm512_loadu_ps(p); }
   static V broadcast(const float* p) { return _mm512_broadcastss_ps(_mm_load_ss(p)); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -73,6 +90,34 @@ void gemm_nt_glu_avx512(const float* x, int m, const WeightMatrix& w, int64_t ff
 
 void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
   tiles::convert_rows<Avx512>(w, row_begin, rows, out);
+}
+
+// 32 registers: 6 rows x 2 vectors of group sums and of totals; 12 rows when a row is one group.
+void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                              int64_t ff_glu, int64_t n_begin, int64_t n_end) {
+  quantized::product_any<Avx512, 6, 12>(x, w, bias, y, ff_glu, n_begin, n_end);
+}
+
+void quantize_rows_int8_avx512(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales) {
+  for (int i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    __m512 amax = _mm512_setzero_ps();
+    int64_t t = 0;
+    for (; t + 16 <= k; t += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(row + t)));
+    float peak = _mm512_reduce_max_ps(amax);
+    for (int64_t u = t; u < k; ++u) peak = std::max(peak, std::fabs(row[u]));
+    scales[i] = peak / 127.0f;
+    const float inv = peak > 0.0f ? 127.0f / peak : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    int8_t* out = codes + i * ld;
+    for (t = 0; t + 16 <= k; t += 16) {
+      // cvtps rounds to nearest even (the default MXCSR mode), as nearbyint does.
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + t), vinv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + t), _mm512_cvtsepi32_epi8(q));
+    }
+    for (; t < k; ++t) out[t] = static_cast<int8_t>(std::nearbyint(row[t] * inv));
+    std::fill(out + k, out + ld, int8_t{0});
+  }
 }
 
 }  // namespace actord::cpu

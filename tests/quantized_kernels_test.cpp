@@ -1,0 +1,211 @@
+// Weight-only quantization (core/quantization.hpp) and the quantized GEMM of every instruction set
+// (executors/cpu/quantized_weights.hpp) against a double-precision reference on the dequantized weights.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "core/quantization.hpp"
+#include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/gemm.hpp"
+#include "executors/cpu/quantized_weights.hpp"
+#include "executors/cpu/reference_kernels.hpp"
+#include "executors/cpu/thread_pool.hpp"
+
+using namespace actord;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> dequantized(const QuantizedMatrix& q) {
+  std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < q.cols; ++c) out[r * q.cols + c] = q.value(r, c);
+  return out;
+}
+
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::abs(x);
+  return v;
+}
+
+// x with each row rounded to int8 codes of one scale (what the VNNI path multiplies), as f32.
+std::vector<float> rows_through_int8(const std::vector<float>& x, int m, int64_t k) {
+  std::vector<int8_t> codes(x.size());
+  std::vector<float> scales(m), out(x.size());
+  cpu::quantize_rows_int8(x.data(), m, k, k, codes.data(), scales.data());
+  for (int i = 0; i < m; ++i)
+    for (int64_t t = 0; t < k; ++t) out[i * k + t] = scales[i] * codes[i * k + t];
+  return out;
+}
+
+const QuantSpec kSpecs[] = {
+    {QuantKind::int8, 0, false}, {QuantKind::int8, 32, false}, {QuantKind::int8, 16, false},
+    {QuantKind::int4, 32, false}, {QuantKind::int4, 128, false}, {QuantKind::int4, 32, true},
+    {QuantKind::int4, 64, true},
+};
+
+}  // namespace
+
+TEST_CASE("quantize keeps every value within half a step of its group and slices on group bounds", "[quant]") {
+  std::mt19937 rng(3);
+  for (const QuantSpec& spec : kSpecs) {
+    const int64_t rows = 9, cols = 200;
+    const auto w = random_vector(size_t(rows * cols), rng, 0.05f);
+    const QuantizedMatrix q = quantize(DType::f32, w.data(), rows, cols, 0, spec);
+    INFO(describe(spec));
+    REQUIRE(q.validate().ok());
+    CHECK(q.group == (spec.group ? spec.group : cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float step = std::abs(q.scale(r, c / q.group));
+        // Half a step, and for symmetric int4 the clamp of the largest positive value to code 15 (one step).
+        const float allowed = (spec.kind == QuantKind::int4 && !spec.zero_points ? 1.0f : 0.5f) * step * 1.001f + 1e-7f;
+        REQUIRE(std::abs(q.value(r, c) - w[r * cols + c]) <= allowed);
+      }
+    }
+    if (q.group < cols) {
+      const int64_t width = std::min<int64_t>(q.group, cols - q.group);  // the next group, maybe the partial last
+      auto part = q.slice(2, 5, q.group, width);
+      REQUIRE(part.ok());
+      for (int64_t r = 0; r < 5; ++r)
+        for (int64_t c = 0; c < width; ++c) REQUIRE(part->value(r, c) == q.value(2 + r, q.group + c));
+      CHECK_FALSE(q.slice(0, 1, 1, q.group).ok());  // not on a group bound
+    }
+  }
+  CHECK_FALSE(make_quant_spec(QuantKind::int8, 48, false).ok());
+  CHECK_FALSE(make_quant_spec(QuantKind::int8, 32, true).ok());
+  CHECK(make_quant_spec(QuantKind::int4, 0, false)->group == 32);
+  CHECK_FALSE(parse_quant_kind("int3").ok());
+}
+
+TEST_CASE("packed quantized rows dequantize to the matrix's values", "[quant]") {
+  std::mt19937 rng(5);
+  for (const QuantSpec& spec : kSpecs) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {33, 172}, {64, 256}, {70, 45}}) {
+      const auto w = random_vector(size_t(rows * cols), rng);
+      const QuantizedMatrix q = quantize(DType::f32, w.data(), rows, cols, 0, spec);
+      std::vector<unsigned char> storage(cpu::quantized_bytes(q));
+      const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::quantized_row_to_f32(packed, r, row.data());
+        for (int64_t c = 0; c < cols; ++c) REQUIRE(row[c] == q.value(r, c));
+      }
+    }
+  }
+}
+
+// Every path against the double reference on the dequantized weights: the f32-activation kernels within f32
+// summation error; the int8-activation (VNNI) kernel within f32 error of the reference on x rounded per row to int8,
+// and within half an x step times sum |w| of the unrounded one (the stated bound of per-row activation quantization).
+TEST_CASE("quantized gemm and glu match the reference on every instruction set", "[quant][kernels]") {
+  std::mt19937 rng(11);
+  cpu::ThreadPool pool(3);
+  const cpu::Isa best = cpu::detected_isa();
+  for (const QuantSpec& spec : kSpecs) {
+    for (auto [m, n, k] : {std::tuple{1, 1, 8}, {3, 7, 5}, {12, 64, 172}, {13, 96, 64}, {32, 100, 33},
+                           {40, 160, 700}, {7, 45, 256}}) {
+      INFO(describe(spec) << " m=" << m << " n=" << n << " k=" << k);
+      const auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng, 0.1f);
+      const auto bias = random_vector(n, rng);
+      const QuantizedMatrix q = quantize(DType::f32, w32.data(), n, k, 0, spec);
+      const auto wq = dequantized(q);
+      std::vector<unsigned char> storage(cpu::quantized_bytes(q));
+      const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
+      std::vector<float> ref(size_t(m) * n), bound(size_t(m) * n);
+      cpu::reference::matmul_nt(x.data(), wq.data(), ref.data(), m, n, k);
+      cpu::reference::matmul_nt(absolute(x).data(), absolute(wq).data(), bound.data(), m, n, k);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % n];
+      auto check_f32 = [&](const std::vector<float>& y, const char* path) {
+        INFO(path);
+        for (size_t i = 0; i < y.size(); ++i) {
+          INFO("index " << i << ": " << y[i] << " vs " << ref[i]);
+          REQUIRE(std::abs(y[i] - ref[i]) <= 2e-6f * k * (bound[i] + std::abs(bias[i % n])) + 1e-6f);
+        }
+      };
+      std::vector<float> y(size_t(m) * n);
+      for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
+        if (!cpu::isa_for(isa, best).ok()) continue;
+        const cpu::QuantizedX xq = cpu::quantized_x_f32(x.data(), m, packed, 0);
+        auto kernel = isa == cpu::Isa::portable ? &cpu::gemm_nt_quantized_portable
+                      : isa == cpu::Isa::avx2   ? &cpu::gemm_nt_quantized_avx2
+                                                : &cpu::gemm_nt_quantized_avx512;
+        std::fill(y.begin(), y.end(), 0.0f);
+        kernel(xq, packed, bias.data(), y.data(), 0, 0, n);
+        check_f32(y, cpu::isa_name(isa));
+      }
+      // Through gemm_nt (threads, and VNNI where the CPU has it).
+      cpu::gemm_nt(x.data(), packed, bias.data(), y.data(), m, pool, {best});
+      if (best == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni()) {
+        const auto x8 = rows_through_int8(x, m, k);
+        std::vector<float> ref8(size_t(m) * n);
+        cpu::reference::matmul_nt(x8.data(), wq.data(), ref8.data(), m, n, k);
+        for (size_t i = 0; i < y.size(); ++i) {
+          const int row = static_cast<int>(i / n);
+          float x_step = 0;
+          for (int64_t t = 0; t < k; ++t) x_step = std::max(x_step, std::abs(x[row * k + t]) / 127.0f);
+          float w_sum = 0;
+          for (int64_t t = 0; t < k; ++t) w_sum += std::abs(wq[(i % n) * k + t]);
+          INFO("index " << i << ": " << y[i] << " vs " << ref8[i] + bias[i % n] << " (x rounded), " << ref[i]);
+          REQUIRE(std::abs(y[i] - (ref8[i] + bias[i % n])) <= 2e-6f * k * (bound[i] + std::abs(bias[i % n])) + 1e-6f);
+          REQUIRE(std::abs(y[i] - ref[i]) <= 0.5f * x_step * w_sum * 1.001f + 2e-6f * k * bound[i] + 1e-5f);
+        }
+      } else {
+        check_f32(y, "gemm_nt");
+      }
+
+      // The fused gate/up product: silu(x G^T) * (x U^T) with G = these weights, U new ones.
+      const auto u32 = random_vector(size_t(n) * k, rng, 0.1f);
+      const QuantizedMatrix qu = quantize(DType::f32, u32.data(), n, k, 0, spec);
+      std::vector<unsigned char> fused(cpu::quantized_glu_bytes(q));
+      const cpu::WeightMatrix glu = cpu::pack_quantized_glu(q, qu, fused.data());
+      const auto x_used = best == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni() ? rows_through_int8(x, m, k) : x;
+      std::vector<float> gate(size_t(m) * n), up(size_t(m) * n), yg(size_t(m) * n);
+      cpu::reference::matmul_nt(x_used.data(), wq.data(), gate.data(), m, n, k);
+      cpu::reference::matmul_nt(x_used.data(), dequantized(qu).data(), up.data(), m, n, k);
+      cpu::reference::silu_mul(gate.data(), up.data(), m * n);
+      cpu::gemm_nt_glu(x.data(), glu, n, yg.data(), m, pool, best);
+      float max_ref = 1.0f;
+      for (float v : gate) max_ref = std::max(max_ref, std::abs(v));
+      for (size_t i = 0; i < yg.size(); ++i) {
+        INFO("glu index " << i << ": " << yg[i] << " vs " << gate[i]);
+        REQUIRE(std::abs(yg[i] - gate[i]) <= 2e-5f * std::max(1.0f, std::sqrt(k / 10.0f)) * max_ref);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_nt_multi on quantized outputs of different groupings equals one product each", "[quant][kernels]") {
+  std::mt19937 rng(13);
+  cpu::ThreadPool pool(2);
+  const int m = 9, k = 96;
+  const auto x = random_vector(size_t(m) * k, rng);
+  std::vector<QuantizedMatrix> qs;
+  for (const QuantSpec& spec : {kSpecs[0], kSpecs[3], kSpecs[6]}) {
+    const auto w = random_vector(size_t(40) * k, rng, 0.1f);
+    qs.push_back(quantize(DType::f32, w.data(), 40, k, 0, spec));
+  }
+  std::vector<std::vector<unsigned char>> storage;
+  std::vector<cpu::WeightMatrix> packed;
+  for (const auto& q : qs) {
+    storage.emplace_back(cpu::quantized_bytes(q));
+    packed.push_back(cpu::pack_quantized(q, storage.back().data()));
+  }
+  std::vector<std::vector<float>> multi(3, std::vector<float>(size_t(m) * 40)), single = multi;
+  cpu::GemmOutput outs[3];
+  for (int o = 0; o < 3; ++o) outs[o] = {&packed[o], nullptr, multi[o].data()};
+  cpu::gemm_nt_multi(x.data(), outs, 3, m, pool);
+  for (int o = 0; o < 3; ++o) {
+    cpu::gemm_nt(x.data(), packed[o], nullptr, single[o].data(), m, pool);
+    CHECK(multi[o] == single[o]);
+  }
+}
