@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/gguf.hpp"
 #include "executors/cpu/kernels.hpp"
+#include "plugins/gguf_model.hpp"
 
 namespace actord {
 
@@ -284,6 +286,19 @@ ModelConfig read_config(const json& j) {
 
 Result<ModelConfig> ModelConfig::load(const std::filesystem::path& model_dir) {
   std::error_code ec;
+  if (GgufFile::is_gguf(model_dir)) {
+    auto file = GgufFile::open(model_dir);
+    if (!file) return file.error();
+    auto j = hf_config_from_gguf(*file);
+    if (!j) return j.error();
+    try {
+      return read_config(*j);
+    } catch (const FieldError& e) {
+      return make_error(e.code, model_dir.string() + ": " + e.key + " (from its GGUF metadata): " + e.message);
+    } catch (const std::exception& e) {
+      return make_error(Errc::parse_error, model_dir.string() + ": " + e.what());
+    }
+  }
   if (!std::filesystem::is_directory(model_dir, ec)) {
     return make_error(Errc::not_found, "model folder " + model_dir.string() + " does not exist or is not a folder");
   }

@@ -1,5 +1,6 @@
-// Where a model's weights come from: memory-mapped safetensors (single file or shards), or `load_format: dummy`
-// random values of the configured shape for benchmarks.
+// Where a model's weights come from: memory-mapped safetensors (single file or shards), a GGUF file (its float
+// tensors as views, its quantized ones as codes: plugins/gguf_model.hpp names them), or `load_format: dummy` random
+// values of the configured shape for benchmarks.
 //
 // Contract: matrices go to the rank's executor backend (executors/backend.hpp) in their stored dtype (or the dtype
 // the topology asks for): the backend copies each into its own memory and layout, and the file pages (or the
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gguf.hpp"
 #include "core/quantization.hpp"
 #include "executors/backend.hpp"
 #include "memory/weight_loader.hpp"
@@ -99,8 +101,23 @@ class WeightStore {
   // store's row-major copy (the last one made).
   void drop_row_major(const TensorView* from_file);
   std::vector<float> dummy_values(const std::string& name, size_t n) const;
+  // A GGUF tensor by its HF name, shape-checked against [rows, cols], its rows in HF order and the slice applied: a
+  // row-major float matrix (a view of the file when nothing moved, else owned; *from_gguf set for a view) or
+  // quantized codes.
+  struct GgufMatrix {
+    std::optional<exec::HostMatrix> host;
+    std::optional<QuantizedMatrix> quantized;
+  };
+  Result<GgufMatrix> gguf_matrix(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice,
+                                 const GgufTensor** from_gguf);
+  Result<exec::Weight> gguf_weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
+                                   exec::WeightUse use, MatrixSlice slice);
+  Result<exec::Weight> gguf_glu_weight(exec::Backend& backend, const std::string& gate_name,
+                                       const std::string& up_name, int64_t ff, int64_t cols, int64_t row_first,
+                                       int64_t row_count);
 
-  std::optional<WeightLoader> file_;   // empty for dummy weights
+  std::optional<WeightLoader> file_;   // safetensors; empty for dummy weights and GGUF
+  std::shared_ptr<GgufFile> gguf_;     // a GGUF file's tensors
   std::optional<DType> convert_to_;    // set when the topology's dtype differs from the stored one
   DType served_ = DType::f32;
   QuantSpec quant_;

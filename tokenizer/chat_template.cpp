@@ -4,6 +4,7 @@
 #include <new>
 #include <sstream>
 
+#include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/jinja_ast.hpp"
 #include "tokenizer/jinja_eval.hpp"
 
@@ -98,7 +99,13 @@ Result<ChatTemplate> load_chat_template(const std::filesystem::path& model_dir, 
   const auto config_path = model_dir / "tokenizer_config.json";
   nlohmann::json config = nlohmann::json::object();
   std::error_code ec;
-  if (std::filesystem::exists(config_path, ec)) {
+  if (GgufFile::is_gguf(model_dir)) {  // tokenizer.chat_template and the special tokens of its metadata
+    auto file = GgufFile::open(model_dir);
+    if (!file) return file.error();
+    auto docs = tokenizer_documents_from_gguf(*file);
+    if (!docs) return docs.error();
+    config = std::move(docs->config);
+  } else if (std::filesystem::exists(config_path, ec)) {
     auto parsed = read_json(config_path);
     if (!parsed.ok()) return parsed.error();
     if (!parsed->is_object()) return make_error(Errc::parse_error, config_path.string() + ": not a JSON object");

@@ -8,6 +8,7 @@
 #include "tokenizer/added_vocabulary.hpp"
 #include "tokenizer/bpe_model.hpp"
 #include "tokenizer/decoders.hpp"
+#include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/normalizers.hpp"
 #include "tokenizer/pre_tokenizers.hpp"
 #include "tokenizer/unicode.hpp"
@@ -152,14 +153,33 @@ Status parse_post_processor(const json& j, Tokenizer::Impl& impl, const std::str
   return Status::success();
 }
 
-Status load_impl(const fs::path& dir, Tokenizer::Impl& impl) {
-  const std::string where = "tokenizer.json";
-  auto tj = read_json(dir / "tokenizer.json", true);
+// The three documents of a model folder, or those a GGUF file's metadata makes (tokenizer/gguf_vocab.hpp).
+Result<TokenizerDocuments> read_documents(const fs::path& path) {
+  if (GgufFile::is_gguf(path)) {
+    auto file = GgufFile::open(path);
+    if (!file) return file.error();
+    return tokenizer_documents_from_gguf(*file);
+  }
+  TokenizerDocuments docs;
+  auto tj = read_json(path / "tokenizer.json", true);
   if (!tj.ok()) return tj.error();
-  auto cfg = read_json(dir / "tokenizer_config.json", false);
+  auto cfg = read_json(path / "tokenizer_config.json", false);
   if (!cfg.ok()) return cfg.error();
-  auto gen = read_json(dir / "generation_config.json", false);
+  auto gen = read_json(path / "generation_config.json", false);
   if (!gen.ok()) return gen.error();
+  docs.tokenizer = std::move(*tj);
+  docs.config = std::move(*cfg);
+  docs.generation = std::move(*gen);
+  return docs;
+}
+
+Status load_impl(const fs::path& path, Tokenizer::Impl& impl) {
+  const std::string where = "tokenizer.json";
+  auto docs = read_documents(path);
+  if (!docs) return docs.error();
+  const json* tj = &docs->tokenizer;
+  const json* cfg = &docs->config;
+  const json* gen = &docs->generation;
   const json& t = *tj;
   if (!t.is_object()) return make_error(Errc::parse_error, where + ": top level is not an object");
   auto field = [&](const char* key) { return t.contains(key) ? t[key] : json(); };

@@ -1,0 +1,194 @@
+// The machine's limits and the quantized GEMM against them, on the shapes of a 134M Llama (hidden 768, ffn 2048,
+// vocab 32000, 12 layers): first what this CPU can do with `threads` threads — memory read bandwidth (streaming a
+// buffer far larger than the caches), the f32 FMA peak and the AVX512-VNNI int8 dot-product peak (independent
+// register chains) — then a whole decode step's products (q/k/v and gate/up as multi-output products, o, down,
+// lm_head; weights streaming from DRAM) for bf16 and each quantization, at m = 1, 8, 32, 128 rows: ms per step, the
+// weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and their share of
+// the peak of the instructions the path uses (FMA for f32 activations, VNNI for int8 ones).
+// Usage: actord_quant_bench [threads]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/quantization.hpp"
+#include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/gemm.hpp"
+#include "executors/cpu/quantized_weights.hpp"
+#include "executors/cpu/thread_pool.hpp"
+
+using namespace actord;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Best time of `fn` over ~0.5 s of repetitions (a shared machine: the best run is the one the neighbours spared).
+template <class Fn>
+double best_of(Fn fn) {
+  fn();
+  double best = 1e30;
+  const auto start = std::chrono::steady_clock::now();
+  int runs = 0;
+  do {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, seconds_since(t0));
+  } while (++runs < 5 || seconds_since(start) < 0.5);
+  return best;
+}
+
+__attribute__((target("avx512f"))) float read_sum_avx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+// GB/s reading 1 GiB split over the pool's threads.
+double read_bandwidth(cpu::ThreadPool& pool) {
+  const size_t n = (1ull << 30) / sizeof(float);
+  float* data = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  pool.parallel_for(pool.size(), [&](int t) {
+    const size_t part = n / pool.size();
+    std::fill(data + t * part, data + (t + 1) * part, 1.0f);
+  });
+  std::atomic<float> sink{0};
+  const double s = best_of([&] {
+    pool.parallel_for(pool.size(), [&](int t) {
+      const size_t part = n / pool.size();
+      sink = sink + read_sum_avx512(data + t * part, part);
+    });
+  });
+  std::free(data);
+  return double(n * sizeof(float)) / s / 1e9;
+}
+
+// Multiply-adds per second of 16 independent chains (enough to cover latency x throughput on any core).
+__attribute__((target("avx512f,fma"))) double fma_chains(long iterations) {
+  __m512 acc[16];
+  const __m512 a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(0.9999999f);
+  for (auto& v : acc) v = _mm512_set1_ps(1.0f);
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) int vnni_chains(long iterations) {
+  __m512i acc[16];
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (auto& v : acc) v = _mm512_setzero_si512();
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+  }
+  __m512i s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_epi32(s, acc[j]);
+  return _mm512_reduce_add_epi32(s);
+}
+
+// Giga multiply-adds per second of the pool's threads together: 16 x 16 per FMA round, 16 x 64 per VNNI round.
+double peak_gmacs(cpu::ThreadPool& pool, bool vnni) {
+  const long iterations = 2'000'000;
+  std::atomic<double> sink{0};
+  const double s = best_of([&] {
+    pool.parallel_for(pool.size(), [&](int) { sink = sink + (vnni ? vnni_chains(iterations) : fma_chains(iterations)); });
+  });
+  return double(pool.size()) * iterations * 16.0 * (vnni ? 64 : 16) / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  cpu::ThreadPool pool(threads);
+  if (cpu::detected_isa() != cpu::Isa::avx512) {
+    std::printf("this benchmark's peaks need AVX-512 (this CPU: %s)\n", cpu::isa_name(cpu::detected_isa()));
+    return 0;
+  }
+  const bool vnni = cpu::cpu_has_avx512_vnni();
+  const double bandwidth = read_bandwidth(pool);
+  const double fma_peak = peak_gmacs(pool, false);
+  const double vnni_peak = vnni ? peak_gmacs(pool, true) : 0;
+  std::printf("%d threads: read bandwidth %.1f GB/s, f32 FMA peak %.1f GMAC/s, VNNI int8 peak %.1f GMAC/s%s\n",
+              threads, bandwidth, fma_peak, vnni_peak, vnni ? "" : " (no AVX512-VNNI)");
+
+  constexpr int kLayers = 12, kHidden = 768, kFfn = 2048, kVocab = 32000;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  struct Variant {
+    const char* name;
+    QuantSpec spec;
+  };
+  const Variant variants[] = {{"bf16", {}},
+                              {"int8", {QuantKind::int8, 0, false}},
+                              {"int8 g32", {QuantKind::int8, 32, false}},
+                              {"int4 g32", {QuantKind::int4, 32, false}},
+                              {"int4 g32 zp", {QuantKind::int4, 32, true}},
+                              {"int4 g128", {QuantKind::int4, 128, false}}};
+  std::printf("\nwhole decode step (12 layers + lm_head, weights from DRAM)\n%-12s %5s %-16s %9s %8s %7s %9s %7s\n",
+              "weights", "m", "activations", "ms/step", "GB/s", "of BW", "GMAC/s", "of peak");
+  for (const Variant& v : variants) {
+    std::vector<std::vector<unsigned char>> storage;
+    size_t bytes = 0;
+    auto make = [&](int n, int k) {
+      std::vector<float> w32(size_t(n) * k);
+      for (auto& x : w32) x = dist(rng);
+      std::vector<unsigned char> raw(w32.size() * 2);
+      convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
+      if (!v.spec.enabled()) {
+        storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
+        bytes += storage.back().size();
+        return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
+      }
+      const QuantizedMatrix q = quantize(DType::bf16, raw.data(), n, k, 0, v.spec);
+      storage.emplace_back(cpu::quantized_bytes(q));
+      bytes += storage.back().size();
+      return cpu::pack_quantized(q, storage.back().data());
+    };
+    struct Layer { cpu::WeightMatrix q, k, v, o, gate, up, down; };
+    std::vector<Layer> layers;
+    for (int l = 0; l < kLayers; ++l)
+      layers.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
+                        make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
+    const cpu::WeightMatrix lm_head = make(kVocab, kHidden);
+    const bool int8_activations = v.spec.enabled() && vnni;
+    for (int m : {1, 8, 32, 128}) {
+      std::vector<float> x(size_t(m) * kFfn, 0.5f), a(size_t(m) * kFfn), b(size_t(m) * kFfn), c(size_t(m) * kHidden),
+          logits(size_t(m) * kVocab);
+      auto step = [&] {
+        for (const Layer& L : layers) {
+          const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a.data()}, {&L.k, nullptr, b.data()}, {&L.v, nullptr, c.data()}};
+          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool);
+          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool);
+          const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a.data()}, {&L.up, nullptr, b.data()}};
+          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool);
+          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool);
+        }
+        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool);
+      };
+      const double s = best_of(step);
+      const double macs = double(m) * (kLayers * (4.0 * kHidden * kHidden + 3.0 * kFfn * kHidden) + double(kVocab) * kHidden);
+      const double gbs = double(bytes) / s / 1e9, gmacs = macs / s / 1e9;
+      const double peak = int8_activations ? vnni_peak : fma_peak;
+      std::printf("%-12s %5d %-16s %9.2f %8.1f %6.0f%% %9.1f %6.0f%%\n", v.name, m,
+                  int8_activations ? "int8 (VNNI)" : "f32 (FMA)", s * 1e3, gbs, 100 * gbs / bandwidth, gmacs,
+                  100 * gmacs / peak);
+    }
+  }
+}

@@ -1,0 +1,110 @@
+#include "plugins/gguf_model.hpp"
+
+#include <map>
+
+namespace actord {
+
+using nlohmann::json;
+
+Result<json> hf_config_from_gguf(const GgufFile& file) {
+  const std::string where = file.path().string();
+  auto arch = file.string("general.architecture");
+  if (!arch) return arch.error();
+  const std::map<std::string, std::string> known{{"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  const auto it = known.find(*arch);
+  if (it == known.end()) {
+    return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
+                                             "' is not supported from GGUF (known: llama, qwen2)");
+  }
+  const std::string a = *arch + ".";
+  if (file.integer_or(a + "expert_count").value_or(0) > 0) {
+    return make_error(Errc::unsupported, where + ": mixture-of-experts GGUF files are not supported yet (" + a +
+                                             "expert_count); load the HF folder");
+  }
+  if (file.tensor("rope_freqs.weight")) {
+    return make_error(Errc::unsupported, where + ": rope_freqs.weight (Llama 3.1 RoPE scaling) is not supported from "
+                                                 "GGUF yet; load the HF folder");
+  }
+  json j = json::object();
+  j["architectures"] = {it->second};
+  j["model_type"] = *arch;
+  auto need = [&](const std::string& key, const char* hf_key) -> Status {
+    auto v = file.integer(a + key);
+    if (!v) return v.error();
+    j[hf_key] = *v;
+    return Status::success();
+  };
+  ACTORD_TRY_STATUS(need("embedding_length", "hidden_size"));
+  ACTORD_TRY_STATUS(need("feed_forward_length", "intermediate_size"));
+  ACTORD_TRY_STATUS(need("block_count", "num_hidden_layers"));
+  ACTORD_TRY_STATUS(need("attention.head_count", "num_attention_heads"));
+  j["num_key_value_heads"] = file.integer_or(a + "attention.head_count_kv").value_or(j["num_attention_heads"].get<int64_t>());
+  if (auto key_length = file.integer_or(a + "attention.key_length")) j["head_dim"] = *key_length;
+  j["max_position_embeddings"] = file.integer_or(a + "context_length").value_or(2048);
+  j["rms_norm_eps"] = file.number_or(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  j["rope_theta"] = file.number_or(a + "rope.freq_base").value_or(10000.0);
+  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
+  const int64_t n_tokens = tokens && tokens->kind == GgufValue::Kind::array ? static_cast<int64_t>(tokens->strings.size()) : 0;
+  const GgufTensor* embedding = file.tensor("token_embd.weight");
+  if (!embedding || embedding->dims.size() != 2) {
+    return make_error(Errc::invalid_config, where + ": no 2-D token_embd.weight tensor");
+  }
+  j["vocab_size"] = file.integer_or(a + "vocab_size").value_or(n_tokens > 0 ? n_tokens : embedding->rows());
+  j["tie_word_embeddings"] = file.tensor("output.weight") == nullptr;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = "float16";
+  if (auto type = file.string(a + "rope.scaling.type"); type && *type == "linear") {
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)}};
+  } else if (type && *type != "none") {
+    return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
+  }
+  if (*arch == "qwen2") j["attention_bias"] = true;
+  if (auto eos = file.integer_or("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
+  if (auto bos = file.integer_or("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *bos;
+  return j;
+}
+
+std::optional<std::string> gguf_tensor_name(const std::string& hf) {
+  static const std::map<std::string, std::string> top{{"model.embed_tokens.weight", "token_embd.weight"},
+                                                      {"model.norm.weight", "output_norm.weight"},
+                                                      {"lm_head.weight", "output.weight"}};
+  if (auto it = top.find(hf); it != top.end()) return it->second;
+  const std::string prefix = "model.layers.";
+  if (hf.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const size_t dot = hf.find('.', prefix.size());
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  const std::string rest = hf.substr(dot + 1);
+  static const std::map<std::string, std::string> parts{
+      {"input_layernorm", "attn_norm"},        {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
+      {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"}};
+  const size_t last = rest.rfind('.');
+  if (last == std::string::npos) return std::nullopt;
+  auto it = parts.find(rest.substr(0, last));
+  if (it == parts.end()) return std::nullopt;
+  return "blk." + layer + "." + it->second + rest.substr(last);
+}
+
+std::vector<int64_t> qk_row_order(const GgufFile& file, const std::string& hf_name, int64_t rows) {
+  auto arch = file.string("general.architecture");
+  if (!arch || *arch != "llama") return {};
+  const bool q = hf_name.find("self_attn.q_proj.weight") != std::string::npos;
+  const bool k = hf_name.find("self_attn.k_proj.weight") != std::string::npos;
+  if (!q && !k) return {};
+  const int64_t heads = file.integer_or("llama.attention.head_count").value_or(1);
+  const int64_t hidden = file.integer_or("llama.embedding_length").value_or(rows);
+  const int64_t head_dim = file.integer_or("llama.attention.key_length").value_or(hidden / std::max<int64_t>(1, heads));
+  if (head_dim <= 0 || head_dim % 2 != 0 || rows % head_dim != 0) return {};
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = r / head_dim, within = r % head_dim;
+    const int64_t j = within / half, i = within % half;  // HF row (h, j, i) was written as GGUF row (h, i, j)
+    order[static_cast<size_t>(r)] = h * head_dim + 2 * i + j;
+  }
+  return order;
+}
+
+}  // namespace actord

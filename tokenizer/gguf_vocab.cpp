@@ -1,0 +1,221 @@
+#include "tokenizer/gguf_vocab.hpp"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace actord {
+
+using nlohmann::json;
+
+namespace {
+
+enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+
+const char* const kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+json byte_level(bool use_regex, bool trim_offsets) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", trim_offsets}, {"use_regex", use_regex}};
+}
+
+json template_with(const std::vector<std::pair<std::string, int64_t>>& before, bool sequence,
+                   const std::vector<std::pair<std::string, int64_t>>& after) {
+  json single = json::array(), specials = json::object();
+  auto add = [&](const std::pair<std::string, int64_t>& t) {
+    single.push_back({{"SpecialToken", {{"id", t.first}, {"type_id", 0}}}});
+    specials[t.first] = {{"id", t.first}, {"ids", {t.second}}, {"tokens", {t.first}}};
+  };
+  for (const auto& t : before) add(t);
+  if (sequence) single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  for (const auto& t : after) add(t);
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", json::array()}, {"special_tokens", specials}};
+}
+
+// Offsets of the UTF-8 code points of s (each start), for splitting pieces between code points.
+std::vector<size_t> code_point_starts(const std::string& s) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) starts.push_back(i);
+  }
+  return starts;
+}
+
+// HF's SentencePieceExtractor: for every piece, each split into two pieces of the vocabulary (sorted by the ids of
+// the halves), all ordered by the whole piece's score, highest first (a stable sort: ties keep id order).
+json spm_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores,
+                const std::unordered_map<std::string, int64_t>& vocab) {
+  struct Merge {
+    int64_t left, right;
+    double score;
+  };
+  std::vector<Merge> merges;
+  std::vector<Merge> local;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const std::string& piece = tokens[id];
+    local.clear();
+    const auto starts = code_point_starts(piece);
+    for (size_t k = 1; k < starts.size(); ++k) {
+      auto l = vocab.find(piece.substr(0, starts[k]));
+      auto r = vocab.find(piece.substr(starts[k]));
+      if (l != vocab.end() && r != vocab.end()) local.push_back({l->second, r->second, scores[id]});
+    }
+    std::sort(local.begin(), local.end(),
+              [](const Merge& a, const Merge& b) { return a.left != b.left ? a.left < b.left : a.right < b.right; });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  json out = json::array();
+  for (const Merge& m : merges) out.push_back({tokens[m.left], tokens[m.right]});
+  return out;
+}
+
+}  // namespace
+
+Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
+  const std::string where = file.path().string();
+  auto model = file.string("tokenizer.ggml.model");
+  if (!model) return model.error();
+  const GgufValue* tokens_value = file.find("tokenizer.ggml.tokens");
+  if (!tokens_value || tokens_value->kind != GgufValue::Kind::array ||
+      tokens_value->element != GgufValue::Kind::string || tokens_value->strings.empty()) {
+    return make_error(Errc::invalid_config, where + ": tokenizer.ggml.tokens is missing or not a list of strings");
+  }
+  const std::vector<std::string>& tokens = tokens_value->strings;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int> types(tokens.size(), kNormal);
+  if (const GgufValue* t = file.find("tokenizer.ggml.token_type")) {
+    if (t->kind != GgufValue::Kind::array || t->numbers.size() != tokens.size()) {
+      return make_error(Errc::invalid_config, where + ": tokenizer.ggml.token_type does not match the tokens");
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) types[i] = static_cast<int>(t->numbers[i]);
+  }
+  auto id_of = [&](const char* key) -> Result<std::optional<int64_t>> {
+    const auto v = file.integer_or(key);
+    if (!v) return std::optional<int64_t>{};
+    if (*v < 0 || *v >= n) {
+      return make_error(Errc::invalid_config, where + ": " + key + " = " + std::to_string(*v) + " is not a token id");
+    }
+    return std::optional<int64_t>{*v};
+  };
+  auto bos = id_of("tokenizer.ggml.bos_token_id");
+  auto eos = id_of("tokenizer.ggml.eos_token_id");
+  auto eot = id_of("tokenizer.ggml.eot_token_id");
+  auto unk = id_of("tokenizer.ggml.unknown_token_id");
+  for (const auto* r : {&bos, &eos, &eot, &unk}) {
+    if (!*r) return r->error();
+  }
+
+  TokenizerDocuments docs;
+  json vocab = json::object();
+  std::unordered_map<std::string, int64_t> index;
+  for (int64_t i = 0; i < n; ++i) {
+    vocab[tokens[i]] = i;
+    index.emplace(tokens[i], i);
+  }
+  json added = json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    if (types[i] != kControl && types[i] != kUnknown && types[i] != kUserDefined) continue;
+    added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", types[i] != kUserDefined}});
+  }
+  const bool add_bos = file.boolean_or("tokenizer.ggml.add_bos_token").value_or(*model == "llama");
+  const bool add_eos = file.boolean_or("tokenizer.ggml.add_eos_token").value_or(false);
+  std::vector<std::pair<std::string, int64_t>> before, after;
+  if (add_bos && *bos) before.emplace_back(tokens[**bos], **bos);
+  if (add_eos && *eos) after.emplace_back(tokens[**eos], **eos);
+  json& t = docs.tokenizer;
+  t["version"] = "1.0";
+  t["added_tokens"] = added;
+
+  if (*model == "llama") {
+    std::vector<double> scores(tokens.size(), 0.0);
+    if (const GgufValue* s = file.find("tokenizer.ggml.scores")) {
+      if (s->kind != GgufValue::Kind::array || s->numbers.size() != tokens.size()) {
+        return make_error(Errc::invalid_config, where + ": tokenizer.ggml.scores does not match the tokens");
+      }
+      scores = s->numbers;
+    }
+    const bool space_prefix = file.boolean_or("tokenizer.ggml.add_space_prefix").value_or(true);
+    json normalizers = json::array();
+    if (space_prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}});
+    normalizers.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}});
+    t["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
+    t["pre_tokenizer"] = nullptr;
+    json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                                 {{"type", "ByteFallback"}},
+                                 {{"type", "Fuse"}}});
+    if (space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    t["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
+    t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", tokens[unk->value_or(0)]},
+                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
+                  {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", vocab},
+                  {"merges", spm_merges(tokens, scores, index)}};
+    t["post_processor"] = before.empty() && after.empty() ? json(nullptr) : template_with(before, true, after);
+  } else if (*model == "gpt2") {
+    const GgufValue* merges = file.find("tokenizer.ggml.merges");
+    if (!merges || merges->kind != GgufValue::Kind::array || merges->element != GgufValue::Kind::string) {
+      return make_error(Errc::invalid_config, where + ": tokenizer.ggml.merges is missing or not a list of strings");
+    }
+    const auto pre_value = file.string("tokenizer.ggml.pre");
+    const std::string pre = pre_value ? *pre_value : "default";
+    bool ignore_merges = false;
+    if (pre == "llama-bpe" || pre == "llama3") {
+      t["normalizer"] = nullptr;
+      t["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Regex}}}, {"behavior", "Isolated"},
+                               {"invert", false}},
+                              byte_level(false, true)}}};
+      ignore_merges = true;
+    } else if (pre == "qwen2") {
+      t["normalizer"] = {{"type", "NFC"}};
+      t["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}}, {"behavior", "Isolated"},
+                               {"invert", false}},
+                              byte_level(false, false)}}};
+    } else if (pre == "gpt-2" || pre == "default") {
+      t["normalizer"] = nullptr;
+      t["pre_tokenizer"] = byte_level(true, true);
+    } else {
+      return make_error(Errc::unsupported, where + ": tokenizer.ggml.pre '" + pre +
+                                               "' is not supported (known: llama-bpe, qwen2, gpt-2, default)");
+    }
+    t["decoder"] = byte_level(true, true);
+    t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+                  {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false},
+                  {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", merges->strings}};
+    t["post_processor"] = before.empty() && after.empty() ? json(nullptr) : template_with(before, true, after);
+  } else {
+    return make_error(Errc::unsupported, where + ": tokenizer.ggml.model '" + *model +
+                                             "' is not supported (known: llama, gpt2)");
+  }
+
+  json& c = docs.config;
+  c = json::object();
+  if (*bos) c["bos_token"] = tokens[**bos];
+  if (*eos) c["eos_token"] = tokens[**eos];
+  if (*unk) c["unk_token"] = tokens[**unk];
+  c["add_bos_token"] = add_bos;
+  c["add_eos_token"] = add_eos;
+  if (const GgufValue* tmpl = file.find("tokenizer.chat_template"); tmpl && tmpl->kind == GgufValue::Kind::string) {
+    c["chat_template"] = tmpl->string;
+  }
+  json& g = docs.generation;
+  g = json::object();
+  if (*bos) g["bos_token_id"] = **bos;
+  if (*eos) {
+    json stops = json::array({**eos});
+    if (*eot && **eot != **eos) stops.push_back(**eot);
+    g["eos_token_id"] = stops;
+  }
+  return docs;
+}
+
+}  // namespace actord
