@@ -1,0 +1,279 @@
+// GGUF import: the reader against malformed files, each block format's decoding, the tokenizer rebuilt from a GGUF's
+// vocabulary against HF tokenizers' encodings, and stories260K converted to GGUF (as llama.cpp's converter does)
+// generating through the engine's model exactly as from its folder (f32) or within the stated bounds (Q8_0, Q4_0).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cpu_rank.hpp"
+#include "gguf_writer.hpp"
+#include "memory/gguf_tensors.hpp"
+#include "memory/weight_loader.hpp"
+#include "plugins/gguf_model.hpp"
+#include "plugins/model_registry.hpp"
+#include "test_util.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actord;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = test::source_dir() / "tests/fixtures/tokenizers";
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// tokenizer.json's vocabulary and added tokens as GGUF tokens in id order, with their types (3: special added,
+// 4: other added, 6: byte, 2: unknown, 1: normal).
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+};
+Vocab vocab_of(const nlohmann::json& tj) {
+  Vocab v;
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;
+  for (auto& [token, id] : tj["model"]["vocab"].items()) {
+    const bool byte = token.size() == 6 && token.rfind("<0x", 0) == 0;
+    by_id[id.get<int64_t>()] = {token, byte ? 6 : 1};
+  }
+  for (const auto& a : tj["added_tokens"]) by_id[a["id"].get<int64_t>()] = {a["content"], a["special"].get<bool>() ? 3 : 4};
+  const auto unk = tj["model"]["unk_token"];
+  for (auto& [id, entry] : by_id) {
+    REQUIRE(id == static_cast<int64_t>(v.tokens.size()));
+    if (unk.is_string() && entry.first == unk.get<std::string>()) entry.second = 2;
+    v.tokens.push_back(entry.first);
+    v.types.push_back(entry.second);
+  }
+  return v;
+}
+
+// stories260K's folder as a GGUF, every 2-D weight stored as `type` where its rows are whole blocks (else F32), q and
+// k rows in llama.cpp's interleaved order, the SentencePiece vocabulary with scores -id.
+void write_stories_gguf(const fs::path& out, GgmlType type) {
+  auto cfg = ModelConfig::load(test::stories_dir());
+  REQUIRE(cfg.ok());
+  auto loader = WeightLoader::open(test::stories_dir());
+  REQUIRE(loader.ok());
+  test::GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.block_count", cfg->num_layers);
+  w.add_u32("llama.embedding_length", cfg->hidden_size);
+  w.add_u32("llama.feed_forward_length", cfg->intermediate_size);
+  w.add_u32("llama.attention.head_count", cfg->num_heads);
+  w.add_u32("llama.attention.head_count_kv", cfg->num_kv_heads);
+  w.add_u32("llama.context_length", cfg->max_position_embeddings);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
+  w.add_f32("llama.rope.freq_base", cfg->rope_theta);
+  const auto tj = read_json(test::stories_dir() / "tokenizer.json");
+  const Vocab v = vocab_of(tj);
+  std::vector<float> scores;
+  for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  w.add_f32s("tokenizer.ggml.scores", scores);
+  w.add_i32s("tokenizer.ggml.token_type", v.types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  const int h = cfg->hidden_size, ff = cfg->intermediate_size, hd = cfg->head_dim;
+  auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
+    auto values = loader->load_f32(hf, shape);
+    REQUIRE(values.ok());
+    const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+    std::vector<float> data = *values;
+    if (hf.find("q_proj") != std::string::npos || hf.find("k_proj") != std::string::npos) {
+      for (int64_t r = 0; r < rows; ++r) {  // GGUF row (head, i, j) holds HF row (head, j, i)
+        const int64_t head = r / hd, j = (r % hd) / (hd / 2), i = (r % hd) % (hd / 2);
+        std::copy_n(values->data() + r * cols, cols, data.data() + (head * hd + 2 * i + j) * cols);
+      }
+    }
+    const bool blocks = cols % ggml_block(uint32_t(type))->elements == 0;
+    w.add_tensor(*gguf_tensor_name(hf), rows, cols, data.data(), shape.size() == 2 && blocks ? type : GgmlType::f32);
+  };
+  add("model.embed_tokens.weight", {cfg->vocab_size, h});
+  add("model.norm.weight", {h});
+  for (int l = 0; l < cfg->num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {cfg->num_heads * hd, h});
+    add(p + "self_attn.k_proj.weight", {cfg->num_kv_heads * hd, h});
+    add(p + "self_attn.v_proj.weight", {cfg->num_kv_heads * hd, h});
+    add(p + "self_attn.o_proj.weight", {h, cfg->num_heads * hd});
+    add(p + "mlp.gate_proj.weight", {ff, h});
+    add(p + "mlp.up_proj.weight", {ff, h});
+    add(p + "mlp.down_proj.weight", {h, ff});
+  }
+  w.write(out);
+}
+
+std::vector<int32_t> greedy(const fs::path& model_path, int steps) {
+  test::CpuRank rank;
+  auto cfg = ModelConfig::load(model_path);
+  REQUIRE(cfg.ok());
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(model_path));
+  REQUIRE(model.ok());
+  KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 64, 8);
+  std::vector<uint32_t> table(64);
+  for (uint32_t i = 0; i < 64; ++i) table[i] = i;
+  return test::greedy_from_bos(**model, kv, rank.backend, table, steps);
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("each GGUF block format decodes to its values", "[gguf]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  test::TempDir dir;
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    INFO(ggml_type_name(type));
+    const int64_t rows = 3, cols = 512;
+    std::vector<float> values(rows * cols);
+    for (float& x : values) x = dist(rng);
+    test::GgufWriter w;
+    w.add_tensor("t", rows, cols, values.data(), type);
+    w.write(dir.path() / "t.gguf");
+    auto f = GgufFile::open(dir.path() / "t.gguf");
+    REQUIRE(f.ok());
+    const GgufTensor* t = f->tensor("t");
+    REQUIRE(t);
+    CHECK(t->rows() == rows);
+    CHECK(t->cols() == cols);
+    auto decoded = gguf_values_f32(*t);
+    REQUIRE(decoded.ok());
+    // Q8_0 and Q4_0 exactly; Q4_K and Q6_K with their d * sc products rounded to f16 (2^-11 of the step's scale).
+    const bool exact = type == GgmlType::q8_0 || type == GgmlType::q4_0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row(values.begin() + r * cols, values.begin() + (r + 1) * cols);
+      const auto expected = test::GgufWriter::round_trip(row, type);
+      float max_abs = 0;
+      for (float x : expected) max_abs = std::max(max_abs, std::abs(x));
+      for (int64_t c = 0; c < cols; ++c) {
+        const float got = (*decoded)[r * cols + c];
+        if (exact) REQUIRE(got == expected[c]);
+        else REQUIRE(std::abs(got - expected[c]) <= std::ldexp(max_abs, -9));
+        // and near the original value: half a step, one for a 4-bit code clamped at 15
+        const float step = type == GgmlType::q8_0 ? 1 / 127.0f : type == GgmlType::q6_k ? 1 / 31.0f : 1 / 7.0f;
+        REQUIRE(std::abs(got - row[c]) <= step * max_abs + 1e-6f);
+      }
+    }
+  }
+}
+
+TEST_CASE("malformed GGUF files are refused with the file and the reason", "[gguf]") {
+  test::TempDir dir;
+  std::vector<float> values(64, 0.5f);
+  test::GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_tensor("t", 2, 32, values.data(), GgmlType::q8_0);
+  w.write(dir.path() / "good.gguf");
+  const std::string good = read_bytes(dir.path() / "good.gguf");
+  REQUIRE(GgufFile::open(dir.path() / "good.gguf").ok());
+  auto attempt = [&](const std::string& bytes) {
+    test::write_file(dir.path() / "bad.gguf", bytes);
+    auto f = GgufFile::open(dir.path() / "bad.gguf");
+    REQUIRE_FALSE(f.ok());
+    CHECK_THAT(f.error().message, Catch::Contains("bad.gguf"));
+    return f.error().message;
+  };
+  CHECK_THAT(attempt("GGUF"), Catch::Contains("too short"));
+  CHECK_THAT(attempt("GGML" + good.substr(4)), Catch::Contains("magic"));
+  std::string v9 = good;
+  v9[4] = 9;
+  CHECK_THAT(attempt(v9), Catch::Contains("version 9"));
+  CHECK_THAT(attempt(good.substr(0, 60)), Catch::Contains("truncated"));
+  CHECK_THAT(attempt(good.substr(0, good.size() - 40)), Catch::Contains("outside the file"));
+  std::string huge_string = good;  // the first key's length
+  huge_string[24 + 7] = 0x7F;
+  CHECK_THAT(attempt(huge_string), Catch::Contains("string of"));
+  std::string unknown_type = good;
+  const size_t type_at = good.find("t", 24 + 8 + 20 + 4 + 8 + 5) ;  // the tensor name, then n_dims, dims, type
+  REQUIRE(type_at != std::string::npos);
+  unknown_type[type_at + 1 + 4 + 16] = 99;
+  CHECK_THAT(attempt(unknown_type), Catch::Contains("ggml type 99"));
+  CHECK_FALSE(GgufFile::is_gguf(dir.path()));
+  CHECK_FALSE(ModelConfig::load(dir.path() / "good.gguf").ok());  // no llama.* keys: names the missing key
+  CHECK_THAT(ModelConfig::load(dir.path() / "good.gguf").error().message, Catch::Contains("llama.embedding_length"));
+}
+
+TEST_CASE("a GGUF vocabulary tokenizes as its HF tokenizer.json - SentencePiece and byte-level", "[gguf][tokenizer]") {
+  const auto corpus = read_json(kFixtures / "corpus.json").get<std::vector<std::string>>();
+  test::TempDir dir;
+  for (const std::string name : {"stories260K", "qwen3", "gpt2"}) {
+    INFO(name);
+    const fs::path folder = name == "stories260K" ? test::stories_dir() : kFixtures / name;
+    const auto tj = read_json(folder / "tokenizer.json");
+    const Vocab v = vocab_of(tj);
+    test::GgufWriter w;
+    if (name == "stories260K") {
+      std::vector<float> scores;
+      for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
+      w.add_string("tokenizer.ggml.model", "llama");
+      w.add_f32s("tokenizer.ggml.scores", scores);
+      w.add_u32("tokenizer.ggml.bos_token_id", 1);
+      w.add_u32("tokenizer.ggml.eos_token_id", 2);
+      w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+    } else {
+      std::vector<std::string> merges;
+      for (const auto& m : tj["model"]["merges"]) {
+        merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+      }
+      w.add_string("tokenizer.ggml.model", "gpt2");
+      w.add_string("tokenizer.ggml.pre", name == "qwen3" ? "qwen2" : "gpt-2");
+      w.add_strings("tokenizer.ggml.merges", merges);
+      w.add_bool("tokenizer.ggml.add_bos_token", false);
+    }
+    w.add_strings("tokenizer.ggml.tokens", v.tokens);
+    w.add_i32s("tokenizer.ggml.token_type", v.types);
+    const fs::path path = dir.path() / (name + ".gguf");
+    w.write(path);
+    auto from_gguf = Tokenizer::load(path);
+    REQUIRE(from_gguf.ok());
+    const auto expected = read_json(kFixtures / name / "expected.json");
+    REQUIRE(expected["ids"].size() == corpus.size());
+    for (size_t i = 0; i < corpus.size(); ++i) {
+      INFO("string " << i);
+      REQUIRE(from_gguf->encode(corpus[i]) == expected["ids"][i].get<std::vector<int32_t>>());
+    }
+  }
+}
+
+TEST_CASE("stories260K from GGUF generates as from its folder - f32 exactly - Q8_0 and Q4_0 within bounds",
+          "[gguf][model]") {
+  test::TempDir dir;
+  const auto reference = test::reference_ids();
+  write_stories_gguf(dir.path() / "f32.gguf", GgmlType::f32);
+  auto from_gguf = ModelConfig::load(dir.path() / "f32.gguf");
+  REQUIRE(from_gguf.ok());
+  CHECK(from_gguf->architecture == "LlamaForCausalLM");
+  CHECK(from_gguf->head_dim == 8);
+  CHECK(from_gguf->tie_word_embeddings);
+  const auto f32 = greedy(dir.path() / "f32.gguf", 256);
+  CHECK(std::equal(f32.begin(), f32.end(), reference.begin()));
+  for (auto [type, min_agree] : {std::pair{GgmlType::q8_0, 56}, {GgmlType::q4_0, 8}}) {
+    const fs::path path = dir.path() / (std::string(ggml_type_name(type)) + ".gguf");
+    write_stories_gguf(path, type);
+    const auto tokens = greedy(path, 64);
+    int agree = 0;
+    while (agree < 64 && tokens[agree] == reference[agree]) ++agree;
+    std::printf("stories260K %s GGUF: greedy agreement with the f32 reference %d/64\n", ggml_type_name(type), agree);
+    CHECK(agree >= min_agree);
+  }
+}
