@@ -1,11 +1,19 @@
 #include "core/topology_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/kv_sizing.hpp"
 
 namespace actord {
 namespace {
+
+// params x bytes per param, rounded up, saturating.
+uint64_t bytes_of(uint64_t params, double bytes_per_param) {
+  const double bytes = std::ceil(static_cast<double>(params) * bytes_per_param);
+  return bytes >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(bytes);
+}
+
 
 // Part `index` of `total` split into `parts` as evenly as possible, earlier parts taking the extra.
 Range split_evenly(int total, int parts, int index) {
@@ -85,7 +93,7 @@ Status check_shape(const ModelShape& m) {
       return make_error(Errc::invalid_argument, std::string("model shape: ") + name + " must be positive, got " +
                                                     std::to_string(value));
   }
-  if (m.num_experts < 0 || m.weight_bytes_per_param == 0 || m.kv_bytes_per_token == 0 ||
+  if (m.num_experts < 0 || !(m.weight_bytes_per_param > 0) || m.kv_bytes_per_token == 0 ||
       m.kv_bytes_per_token % (uint64_t(m.num_layers) * uint64_t(m.num_kv_heads)) != 0)
     return make_error(Errc::invalid_argument,
                       "model shape: num_experts, weight_bytes_per_param or kv_bytes_per_token is inconsistent");
@@ -228,7 +236,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     whole.vocab = {0, m.vocab_size};
     whole.embedding = whole.lm_head = true;
     whole.experts = {0, m.num_experts};
-    plan.model_weight_bytes = rank_params(m, whole, 1, 1, 1) * m.weight_bytes_per_param;
+    plan.model_weight_bytes = bytes_of(rank_params(m, whole, 1, 1, 1), m.weight_bytes_per_param);
   }
 
   // Threads on this machine: explicit ones as asked; the cores left are split as evenly as possible among the
@@ -287,7 +295,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.embedding = shard.embedding;
           rank.lm_head = shard.lm_head;
           rank.weight_params = rank_params(m, rank, g.tp, g.pp, g.ep, g.afd.ffn_workers);
-          rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
+          rank.weight_bytes = bytes_of(rank.weight_params, m.weight_bytes_per_param);
           rank.kv_bytes_per_token = kv_per_layer_head * uint64_t(rank.layers.count) * uint64_t(rank.kv_heads.count);
           largest_per_token = std::max(largest_per_token, rank.kv_bytes_per_token);
           gp.ranks.push_back(std::move(rank));
@@ -306,7 +314,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
         rank.experts = m.num_experts > 0 ? split_evenly(m.num_experts, g.afd.ffn_workers, f) : Range{};
         rank.ffn_intermediate = split_evenly(m.intermediate_size, g.afd.ffn_workers, f);
         rank.weight_params = rank_params(m, rank, 1, 1, 1);
-        rank.weight_bytes = rank.weight_params * m.weight_bytes_per_param;
+        rank.weight_bytes = bytes_of(rank.weight_params, m.weight_bytes_per_param);
         gp.ranks.push_back(std::move(rank));
       }
     }

@@ -38,7 +38,8 @@ struct ModelShape {
   int num_experts = 0;         // 0: dense MLP
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases
-  uint64_t weight_bytes_per_param = 4;  // element size of the weights as workers hold them
+  // Bytes per weight as workers hold them: the element size, or a fraction for quantized weights (codes and scales).
+  double weight_bytes_per_param = 4;
   uint64_t kv_bytes_per_token = 0;      // K and V of every layer and KV head, in the KV cache's dtype
 };
 

@@ -1,6 +1,12 @@
 #include "plugins/model_checks.hpp"
 
 #include "plugins/model_footprint.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/gguf.hpp"
+#include "core/quantization.hpp"
 #include "plugins/plugin_loader.hpp"
 
 namespace actord {
@@ -21,6 +27,39 @@ Result<int> max_model_len_for(const ModelConfig& model, int configured, const st
   return len;
 }
 
+namespace {
+
+// Bytes per quantized weight in the CPU backend's layout: the code, and per group an f16 scale (and offset).
+double quantized_bytes_per_param(const QuantSpec& spec) {
+  const double code = spec.kind == QuantKind::int8 ? 1.0 : 0.5;
+  return spec.group > 0 ? code + (spec.zero_points ? 4.0 : 2.0) / spec.group : code;
+}
+
+// A GGUF file's weights as workers hold them, per weight: float tensors at their size, quantized ones repacked
+// (Q8_0 8.5 bits, Q4_0 4.5, Q4_1 and Q4_K 5, Q6_K 9).
+double held_bytes_per_param(const GgufFile& file) {
+  double bytes = 0, elements = 0;
+  for (const GgufTensor& t : file.tensors()) {
+    double per = 4;
+    switch (t.type) {
+      case GgmlType::f32: per = 4; break;
+      case GgmlType::f16:
+      case GgmlType::bf16: per = 2; break;
+      case GgmlType::q8_0: per = 34.0 / 32; break;
+      case GgmlType::q4_0: per = 18.0 / 32; break;
+      case GgmlType::q4_1:
+      case GgmlType::q4_k: per = 20.0 / 32; break;
+      case GgmlType::q6_k: per = 18.0 / 16; break;
+      default: per = 2; break;
+    }
+    bytes += per * double(t.elements());
+    elements += double(t.elements());
+  }
+  return elements > 0 ? bytes / elements : 2.0;
+}
+
+}  // namespace
+
 Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& registry, PolicyRegistry& policies) {
   const std::string where = topology.source.string() + ": ";
   for (const auto& plugin : topology.plugins) ACTORD_TRY_STATUS(load_plugin(plugin, registry, &policies));
@@ -36,7 +75,23 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
   m.max_model_len = *max_len;
   m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
   m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
-  m.estimated_weight_bytes = estimated_weight_bytes(m.config, m.weight_dtype);
+  m.weight_bytes_per_param = static_cast<double>(dtype_size(m.weight_dtype));
+  const uint64_t params = estimated_num_parameters(m.config);
+  if (GgufFile::is_gguf(topology.model.path)) {
+    auto file = GgufFile::open(topology.model.path);
+    if (!file) return file.error();
+    m.weight_bytes_per_param = held_bytes_per_param(*file);
+  } else if (auto kind = parse_quant_kind(topology.model.quantization); kind && *kind != QuantKind::none) {
+    auto spec = make_quant_spec(*kind, topology.model.quantization_group, topology.model.quantization_zero_points);
+    if (!spec) return make_error(spec.error().code, where + "model.quantization: " + spec.error().message);
+    // Every multiplied matrix quantized; an embedding only looked up (untied) keeps the dtype.
+    const double embedding = m.config.tie_word_embeddings ? 0.0 : double(m.config.vocab_size) * m.config.hidden_size;
+    const double per_quantized = quantized_bytes_per_param(*spec);
+    m.weight_bytes_per_param = params > 0 ? (embedding * m.weight_bytes_per_param + (double(params) - embedding) * per_quantized) /
+                                                double(params)
+                                          : per_quantized;
+  }
+  m.estimated_weight_bytes = static_cast<uint64_t>(std::min(1.8e19, std::ceil(double(params) * m.weight_bytes_per_param)));
   return m;
 }
 

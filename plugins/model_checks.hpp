@@ -31,6 +31,9 @@ struct CheckedModel {
   DType kv_dtype = DType::f32;
   int max_model_len = 0;
   uint64_t estimated_weight_bytes = 0;
+  // Bytes per weight as workers hold them: weight_dtype's size, or less for quantized matrices (model.quantization,
+  // or a GGUF file's quantized tensors as the CPU backend repacks them: codes and f16 scales per group).
+  double weight_bytes_per_param = 4;
 };
 
 // The checks every start of a topology makes before anything else (Engine::start, actord check), in this order:
@@ -41,6 +44,10 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
 // What the topology plan (core/topology_plan.hpp) needs of a model: its sizes from config.json, and the element
 // sizes of its weights and KV cache as workers hold them (f32 when not given).
 ModelShape model_shape(const ModelConfig& config, DType weight_dtype = DType::f32, DType kv_dtype = DType::f32);
-inline ModelShape model_shape(const CheckedModel& m) { return model_shape(m.config, m.weight_dtype, m.kv_dtype); }
+inline ModelShape model_shape(const CheckedModel& m) {
+  ModelShape s = model_shape(m.config, m.weight_dtype, m.kv_dtype);
+  s.weight_bytes_per_param = m.weight_bytes_per_param;
+  return s;
+}
 
 }  // namespace actord

@@ -95,6 +95,13 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: model.dtype: must be auto, float32, bfloat16 or float16, got 'int8'");
   CHECK(error_of("model: {path: m, load_format: pickle}\ngroups: [{}]\n") ==
         "configs/t.yaml: model.load_format: must be auto or dummy, got 'pickle'");
+  CHECK(error_of("model: {path: m, quantization: int3}\ngroups: [{}]\n") ==
+        "configs/t.yaml: model.quantization: must be none, int8 or int4, got 'int3'");
+  CHECK(error_of("model: {path: m, quantization: int4, quantization_group: 48}\ngroups: [{}]\n") ==
+        "configs/t.yaml: model.quantization_group: quantization group must be 0 (per channel), 16, 32, 64, 128 or "
+        "256, got 48");
+  CHECK(error_of("model: {path: m, quantization: int8, quantization_zero_points: true}\ngroups: [{}]\n") ==
+        "configs/t.yaml: model.quantization_zero_points: zero points are for int4 only (int8 is symmetric)");
   CHECK(error_of("model: {path: m}\ngroups: [{threads: -1}]\n") ==
         "configs/t.yaml: groups[0].threads: must be 0 (auto) to 1024, got -1");
 }

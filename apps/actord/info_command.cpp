@@ -40,8 +40,12 @@ int run_info(const InfoArgs& args) {
   const std::string isa_text = cpu::isa_name(isa);
   // What the extensions the kernels do not use yet would be for.
   std::vector<std::string> unused;
-  if (f.avx512_vnni || f.avx_vnni) unused.push_back("vnni (int8 products)");
+  if (f.avx_vnni && !cpu::cpu_has_avx512_vnni()) unused.push_back("avx-vnni (256-bit int8 products)");
   if (f.amx_bf16 || f.amx_int8) unused.push_back("amx (tile products)");
+  const bool vnni = isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni();
+  const std::string quantized_text =
+      vnni ? "int8 activations (per row) x int8/int4 codes with AVX512-VNNI (vpdpbusd), f16 scales per group applied in f32"
+           : std::string("f32 activations x int8/int4 codes dequantized in registers (") + isa_text + " FMA)";
   const std::vector<std::string> gpus = cuda::device_names();
   const std::string gpu_reason = gpus.empty() ? cuda::unavailable_reason() : "";
 
@@ -58,6 +62,7 @@ int run_info(const InfoArgs& args) {
           {"gemm_row_major_packed_from_rows", cpu::packed_min_rows(isa)},
           {"openblas", cpu::have_blas()},
           {"bf16_dot_products", cpu::cpu_has_avx512_bf16()},
+          {"quantized_gemm", quantized_text},
           {"paged_attention", isa_text},
           {"not_used_yet", unused}}},
         {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason}}}};
@@ -81,6 +86,8 @@ int run_info(const InfoArgs& args) {
               cpu::cpu_has_avx512_bf16() ? "available for bf16 weights with groups[].cpu_isa: avx512_bf16 (auto keeps "
                                            "f32 activations: the PyTorch reference tests' tolerance)"
                                          : "not on this CPU");
+  std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K): %s\n",
+              quantized_text.c_str());
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
   if (!cuda::built_with_cuda()) {
     std::printf("cuda: %s\n", cuda::unavailable_reason().c_str());

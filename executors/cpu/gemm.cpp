@@ -36,6 +36,11 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+bool cpu_has_avx512_vnni() {
+  static const bool has = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::automatic: return "automatic";

@@ -11,11 +11,6 @@
 
 namespace actord::cpu {
 
-bool cpu_has_avx512_vnni() {
-  static const bool has = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-
 namespace {
 
 constexpr int kChunkBytes = 128;

@@ -75,6 +75,5 @@ void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const 
 // int8 activations (quantized_x_int8) with AVX512-VNNI dot products.
 void gemm_nt_quantized_avx512_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                    int64_t ff_glu, int64_t n_begin, int64_t n_end);
-bool cpu_has_avx512_vnni();
 
 }  // namespace actord::cpu
