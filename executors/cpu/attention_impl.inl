@@ -365,7 +365,8 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
     // Keys [jb, jb + n) of a block, their element offset in the cache and their place in the span. Blocks are
     // scattered, so the hardware prefetcher cannot guess the next: the heads' rows of the block kPrefetchAhead
     // blocks on are asked for while this one is worked on.
-    auto for_each_block = [&](const E* cache, auto&& body) {
+    // `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
+    auto for_each_block = [&](const E* cache, const E* then, auto&& body) {
       for (int block = span_begin; block < span_end; ++block) {
         if (prefetch && block + kPrefetchAhead < span_end) {
           const char* ahead = reinterpret_cast<const char*>(
@@ -373,11 +374,27 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
           for (int64_t b = 0; b < prefetch_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
         }
         const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;
-        body(p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd, n, jb - span_first);
+        // Larger blocks: the next block's rows of the heads read, into L2 (the hardware prefetcher stops at the
+        // end of this block, and the next one lies elsewhere).
+        const E* next = prefetch                 ? nullptr
+                        : block + 1 < span_end ? cache + p.block_table[block + 1] * p.block_stride + kv_begin * p.head_stride
+                                               : then;
+        body(p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd, n, jb - span_first, next);
       }
     };
-    for_each_block(k_base, [&](int64_t base, int n, int at) {
+    const int64_t head_bytes = int64_t(bs) * hd * int64_t(sizeof(E));
+    auto prefetch_head = [&](const E* next, int h) {
+      if (!next) return;
+      const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
+      for (int64_t b = 0; b < head_bytes; b += 64) _mm_prefetch(rows + b, _MM_HINT_T0);
+    };
+    const E* first_values = v_base + p.block_table[span_begin] * p.block_stride + kv_begin * p.head_stride;
+    const E* next_keys = span_end * bs <= pos
+                             ? k_base + p.block_table[span_end] * p.block_stride + kv_begin * p.head_stride
+                             : nullptr;
+    for_each_block(k_base, first_values, [&](int64_t base, int n, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
+        if (h % group == 0) prefetch_head(next, h);
         score_keys<D>(q_row + static_cast<int64_t>(h) * hd, k_base + base + static_cast<int64_t>(h / group) * p.head_stride,
                       n, hd, scale, st.head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at);
       }
@@ -386,8 +403,9 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
       softmax_update(st.head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
                      st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
     }
-    for_each_block(v_base, [&](int64_t base, int n, int at) {
+    for_each_block(v_base, next_keys, [&](int64_t base, int n, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
+        if (h % group == 0) prefetch_head(next, h);
         const int i = h - h_begin;
         add_values<D>(st.head_scores.data() + static_cast<int64_t>(i) * span + at,
                       v_base + base + static_cast<int64_t>(h / group) * p.head_stride, n, hd,
