@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/status.hpp"
+#include "executors/cpu/cpu_features.hpp"
 #include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/vector_math.hpp"
 
@@ -22,6 +23,16 @@ inline const unsigned char* block_base(const WeightMatrix& w, int64_t block) {
 }
 
 }  // namespace
+
+int64_t x_chunk_bytes() {
+  static const int64_t bytes = [] {
+    for (const CacheLevel& c : CpuFeatures::detect().caches) {
+      if (c.level == 2 && c.type != "Instruction" && c.bytes >= (64u << 10)) return static_cast<int64_t>(c.bytes / 2);
+    }
+    return int64_t{512} << 10;
+  }();
+  return bytes;
+}
 
 size_t blocked_bytes(DType dtype, int64_t rows, int64_t cols) {
   const int64_t blocks = (rows + kBlockCols - 1) / kBlockCols;

@@ -19,6 +19,10 @@ namespace actord::cpu {
 
 constexpr int kBlockCols = 32;
 
+// Bytes of x the blocked GEMM sweeps against one weight block at a time: half of this CPU's L2 (read once from
+// sysfs; 512 KiB when unknown), so that the rows stay in L2 while the block streams past them.
+int64_t x_chunk_bytes();
+
 // Bytes of the blocked form of a rows x cols matrix of `dtype` (rows rounded up to whole blocks).
 size_t blocked_bytes(DType dtype, int64_t rows, int64_t cols);
 

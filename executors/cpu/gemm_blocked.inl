@@ -20,7 +20,6 @@
 
 namespace actord::cpu::blocked {
 
-constexpr int64_t kXChunkBytes = 512 * 1024;  // rows of x swept against a block at a time: at most half of L2
 // Input features ahead that the kernel asks L1 for: its weight loads otherwise wait on L2 (measured with
 // bench/gemm_bench.cpp: 4 to 16 all help, by 1.1-1.5x at m = 32 to 128).
 constexpr int64_t kAhead = 8;
@@ -99,7 +98,7 @@ void run_rows(int rows, const float* x, int64_t k, const unsigned char* block, i
 
 // y (row stride ldy) from x W^T for a blocked W, weight columns [n_begin, n_end) (n_begin a multiple of
 // kBlockCols): plain, y[:, j] (+ bias) = x . W[j]; or, when kGlu, the gated outputs y[:, j / 2 ...] of pack_glu
-// blocks, `outputs` (ff) in all. Rows of x go by in equal chunks of at most half of L2; within a chunk, each weight block
+// blocks, `outputs` (ff) in all. Rows of x go by in equal chunks of at most half of L2 (x_chunk_bytes()); within a chunk, each weight block
 // meets every row, in register blocks of at most kMaxRows rows (balanced: 32 rows with kMaxRows 12 go as
 // 11 + 11 + 10).
 template <class Vec, DType D, int kMaxRows, bool kGlu>
@@ -112,7 +111,7 @@ void product(const float* x, int m, const WeightMatrix& w, const float* bias, fl
   const int64_t block_bytes = k * kBlockCols * static_cast<int64_t>(dtype_size(D));
   const auto* base = static_cast<const unsigned char*>(w.data);
   // As few chunks as fit, of equal size (each chunk streams the weights once more: 32 rows must not go as 24 + 8).
-  const int max_chunk_rows = static_cast<int>(std::max<int64_t>(kMaxRows, kXChunkBytes / (k * 4)));
+  const int max_chunk_rows = static_cast<int>(std::max<int64_t>(kMaxRows, x_chunk_bytes() / (k * 4)));
   const int n_chunks = (m + max_chunk_rows - 1) / max_chunk_rows;
   const int chunk_rows = (m + n_chunks - 1) / n_chunks;
   alignas(64) float tail[kMaxRows * kBlockCols];
