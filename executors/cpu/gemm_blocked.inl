@@ -21,8 +21,9 @@
 namespace actord::cpu::blocked {
 
 // Input features ahead that the kernel asks L1 for: its weight loads otherwise wait on L2 (measured with
-// bench/gemm_bench.cpp: 4 to 16 all help, by 1.1-1.5x at m = 32 to 128).
-constexpr int64_t kAhead = 8;
+// bench/gemm_bench.cpp on an Intel Xeon: 4 to 16 all help, by 1.1-1.5x at m = 32 to 128; on an AMD EPYC (Zen 4)
+// bench/quant_bench.cpp's decode step: 32 beats 8 by 4-5% at m = 1 to 32, 1-2% at 128: 2 KiB ahead).
+constexpr int64_t kAhead = 32;
 
 // The register block's results for MR rows of x against one weight block (half `half` of it when vectors are
 // narrower than 16): plain, out[i, c] (+ bias) for the block's columns c; or, when kGlu (a pack_glu block: columns
