@@ -110,6 +110,7 @@ Result<std::map<std::string, TensorView>> parse_safetensors(const std::byte* bas
     if (dt == "F32") view.dtype = DType::f32;
     else if (dt == "F16") view.dtype = DType::f16;
     else if (dt == "BF16") view.dtype = DType::bf16;
+    else if (dt == "I32") view.int32 = true;  // 4 bytes, as f32
     else return make_error(Errc::unsupported, tensor + " has unsupported dtype " + dt);
 
     const auto shape = info.find("shape");

@@ -20,6 +20,7 @@ namespace actord {
 
 struct TensorView {
   DType dtype = DType::f32;
+  bool int32 = false;  // an I32 tensor (the packed codes of an AWQ / GPTQ checkpoint): dtype is then f32's size only
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;  // [prod(shape)] elements of dtype, little endian
   size_t num_elements() const;

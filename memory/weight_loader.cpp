@@ -48,11 +48,20 @@ Result<WeightLoader> WeightLoader::open(const std::filesystem::path& model_dir) 
 
 bool WeightLoader::contains(const std::string& name) const { return index_.count(name) > 0; }
 
-Result<const TensorView*> WeightLoader::view(const std::string& name,
-                                             const std::vector<int64_t>& expected_shape) const {
+const TensorView* WeightLoader::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+Result<const TensorView*> WeightLoader::view(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                             bool int32) const {
   auto it = index_.find(name);
   if (it == index_.end()) return make_error(Errc::not_found, "missing tensor '" + name + "'");
   const TensorView& view = *it->second;
+  if (view.int32 != int32) {
+    return make_error(Errc::parse_error, "tensor '" + name + "' is " + (view.int32 ? "I32" : dtype_name(view.dtype)) +
+                                             ", expected " + (int32 ? "I32 (packed codes)" : "a float tensor"));
+  }
   if (view.shape != expected_shape) {
     return make_error(Errc::parse_error, "tensor '" + name + "' has the wrong shape: expected " +
                                              shape_to_string(expected_shape) + ", found " + shape_to_string(view.shape));
@@ -61,8 +70,10 @@ Result<const TensorView*> WeightLoader::view(const std::string& name,
 }
 
 std::optional<DType> WeightLoader::first_dtype() const {
-  if (index_.empty()) return std::nullopt;
-  return index_.begin()->second->dtype;
+  for (const auto& [name, view] : index_) {
+    if (!view->int32) return view->dtype;
+  }
+  return std::nullopt;
 }
 
 Result<std::vector<float>> WeightLoader::load_f32(const std::string& name,

@@ -22,8 +22,11 @@ class WeightLoader {
   static Result<WeightLoader> open(const std::filesystem::path& model_dir);
 
   bool contains(const std::string& name) const;
-  // The tensor in its stored dtype, memory-mapped; valid while the loader lives.
-  Result<const TensorView*> view(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+  // The tensor in its stored dtype, memory-mapped; valid while the loader lives. A float tensor (an I32 one is an
+  // error naming it), or with `int32` an I32 one (AWQ / GPTQ packed codes).
+  Result<const TensorView*> view(const std::string& name, const std::vector<int64_t>& expected_shape,
+                                 bool int32 = false) const;
+  const TensorView* find(const std::string& name) const;  // any tensor by name, unchecked; null when missing
   std::optional<DType> first_dtype() const;  // dtype of the first tensor, for "auto"
   Result<std::vector<float>> load_f32(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 

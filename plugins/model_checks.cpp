@@ -81,6 +81,13 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
     auto file = GgufFile::open(topology.model.path);
     if (!file) return file.error();
     m.weight_bytes_per_param = held_bytes_per_param(*file);
+  } else if (const auto& cq = m.config.checkpoint_quantization; cq.enabled()) {
+    // AWQ / GPTQ: the linear layers' codes with an f16 scale and offset per group; embeddings and lm_head as stored.
+    const double per_quantized = cq.bits / 8.0 + (cq.group_size > 0 ? 4.0 / cq.group_size : 0.0);
+    const double embeddings = double(m.config.vocab_size) * m.config.hidden_size * (m.config.tie_word_embeddings ? 1 : 2);
+    m.weight_bytes_per_param = params > 0 ? (embeddings * m.weight_bytes_per_param + (double(params) - embeddings) * per_quantized) /
+                                                double(params)
+                                          : per_quantized;
   } else if (auto kind = parse_quant_kind(topology.model.quantization); kind && *kind != QuantKind::none) {
     auto spec = make_quant_spec(*kind, topology.model.quantization_group, topology.model.quantization_zero_points);
     if (!spec) return make_error(spec.error().code, where + "model.quantization: " + spec.error().message);

@@ -279,6 +279,35 @@ ModelConfig read_config(const json& j) {
     throw FieldError{"hidden_size", "with intermediate_size, num_hidden_layers, the heads, vocab_size and the experts "
                                     "this makes over 2^50 weights: not a model this engine can hold"};
   }
+  if (f.has("quantization_config")) {
+    const json& qj = j.at("quantization_config");
+    if (!qj.is_object()) throw FieldError{"quantization_config", "must be an object, got " + qj.dump().substr(0, 200)};
+    const Fields q(qj, "quantization_config.");
+    ModelConfig::CheckpointQuantization& cq = c.checkpoint_quantization;
+    cq.method = q.text("quant_method", "");
+    if (cq.method != "awq" && cq.method != "gptq") {
+      throw FieldError{"quantization_config.quant_method",
+                       "must be awq or gptq (weights quantized in the checkpoint), got '" + cq.method + "'", Errc::unsupported};
+    }
+    cq.bits = q.int32("bits", 4, 8, 4);
+    if (cq.bits != 4 && !(cq.method == "gptq" && cq.bits == 8)) {
+      throw FieldError{"quantization_config.bits", "must be 4 (AWQ, GPTQ) or 8 (GPTQ), got " + std::to_string(cq.bits),
+                       Errc::unsupported};
+    }
+    cq.group_size = q.int32("group_size", -1, 1 << 20, 128);
+    if (cq.group_size == 0 || cq.group_size < -1) throw FieldError{"quantization_config.group_size", "must be -1 or above 0"};
+    cq.desc_act = q.boolean("desc_act", false);
+    const std::string format = q.text("checkpoint_format", "gptq");
+    if (format != "gptq" && format != "gptq_v2") {
+      throw FieldError{"quantization_config.checkpoint_format", "must be gptq or gptq_v2, got '" + format + "'",
+                       Errc::unsupported};
+    }
+    cq.zeros_plus_one = cq.method == "gptq" && format == "gptq";
+    if (cq.method == "awq" && q.text("version", "gemm") != "gemm") {
+      throw FieldError{"quantization_config.version", "only AWQ's gemm packing is supported, got '" +
+                                                          q.text("version", "") + "'", Errc::unsupported};
+    }
+  }
   return c;
 }
 

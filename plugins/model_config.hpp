@@ -66,6 +66,17 @@ struct ModelConfig {
     int original_max_position_embeddings = 8192;  // llama3
   } rope_scaling;
 
+  // Weights quantized in the checkpoint (config.json quantization_config): AWQ (AutoAWQ's gemm packing) or GPTQ
+  // (AutoGPTQ / optimum: checkpoint_format gptq stores zero points minus one, gptq_v2 as they are). Empty method: none.
+  struct CheckpointQuantization {
+    std::string method;        // "" | awq | gptq
+    int bits = 4;              // 4 (AWQ, GPTQ) or 8 (GPTQ)
+    int group_size = 128;      // input features per scale; -1: the whole row
+    bool desc_act = false;     // GPTQ act-order: groups given by g_idx
+    bool zeros_plus_one = false;
+    bool enabled() const { return !method.empty(); }
+  } checkpoint_quantization;
+
   // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied.
   std::vector<float> rope_inv_freq() const;
 

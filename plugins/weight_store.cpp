@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "executors/sampler.hpp"
+#include "memory/checkpoint_quantized.hpp"
 #include "memory/gguf_tensors.hpp"
 #include "plugins/gguf_model.hpp"
 
@@ -12,6 +13,7 @@ Result<std::shared_ptr<WeightStore>> WeightStore::open(const ModelConfig& config
   std::shared_ptr<WeightStore> store(new WeightStore());
   store->seed_ = options.seed;
   store->quant_ = options.quantization;
+  store->checkpoint_ = config.checkpoint_quantization;
   store->tied_ = config.tie_word_embeddings;
   std::optional<DType> requested;
   if (options.dtype != "auto") {
@@ -50,7 +52,19 @@ Result<std::shared_ptr<WeightStore>> WeightStore::open(const ModelConfig& config
   return store;
 }
 
+namespace {
+
+// "x.q_proj.weight" -> "x.q_proj." (the prefix of an AWQ / GPTQ layer's tensors); empty for other names.
+std::string checkpoint_prefix(const std::string& name) {
+  const std::string suffix = ".weight";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
+  return name.substr(0, name.size() - suffix.size() + 1);
+}
+
+}  // namespace
+
 bool WeightStore::contains(const std::string& name) const {
+  if (file_ && checkpoint_.enabled() && file_->contains(checkpoint_prefix(name) + "qweight")) return true;
   if (file_) return file_->contains(name);
   if (gguf_) {
     const auto gguf_name = gguf_tensor_name(name);
@@ -115,6 +129,13 @@ Error named(const std::string& name, const Error& e) { return Error{e.code, name
 Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
                                          exec::WeightUse use, MatrixSlice slice) {
   if (gguf_) return gguf_weight(backend, name, rows, cols, use, slice);
+  auto checkpoint = checkpoint_matrix(name, rows, cols, slice);
+  if (!checkpoint) return checkpoint.error();
+  if (*checkpoint) {
+    auto w = backend.upload_quantized(**checkpoint);
+    if (!w) return named(name, w.error());
+    return w;
+  }
   const TensorView* from_file = nullptr;
   auto m = row_major(name, rows, cols, slice, &from_file);
   if (!m) return m.error();
@@ -135,6 +156,17 @@ Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::
                                              const std::string& up_name, int64_t ff, int64_t cols, int64_t row_first,
                                              int64_t row_count) {
   if (gguf_) return gguf_glu_weight(backend, gate_name, up_name, ff, cols, row_first, row_count);
+  const MatrixSlice row_slice{row_first, row_count};
+  auto gate_q = checkpoint_matrix(gate_name, ff, cols, row_slice);
+  if (!gate_q) return gate_q.error();
+  if (*gate_q) {
+    auto up_q = checkpoint_matrix(up_name, ff, cols, row_slice);
+    if (!up_q) return up_q.error();
+    if (!*up_q) return make_error(Errc::parse_error, up_name + " is not quantized while " + gate_name + " is");
+    auto fused = backend.upload_quantized_glu(**gate_q, **up_q);
+    if (!fused) return named(gate_name, fused.error());
+    return fused;
+  }
   const TensorView* gate_file = nullptr;
   const TensorView* up_file = nullptr;
   const MatrixSlice rows{row_first, row_count};
@@ -385,6 +417,43 @@ Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const 
   }
   if (!fused) return named(gate_name, fused.error());
   return fused;
+}
+
+Result<std::optional<QuantizedMatrix>> WeightStore::checkpoint_matrix(const std::string& name, int64_t rows,
+                                                                     int64_t cols, MatrixSlice slice) {
+  const std::string prefix = checkpoint_prefix(name);
+  if (!file_ || !checkpoint_.enabled() || prefix.empty() || !file_->contains(prefix + "qweight")) {
+    return std::optional<QuantizedMatrix>{};
+  }
+  auto s = resolve(name, rows, cols, slice);
+  if (!s) return s.error();
+  const CheckpointTensors t{file_->find(prefix + "qweight"), file_->find(prefix + "qzeros"),
+                            file_->find(prefix + "scales"), file_->find(prefix + "g_idx")};
+  const std::string base = prefix.substr(0, prefix.size() - 1);
+  Result<QuantizedMatrix> q = make_error(Errc::internal, "unreachable");
+  if (checkpoint_.method == "awq") {
+    q = awq_matrix(base, t, rows, cols, checkpoint_.group_size);
+  } else {
+    q = gptq_matrix(base, t, rows, cols, checkpoint_.group_size, checkpoint_.bits, checkpoint_.zeros_plus_one);
+    if (!q && q.error().code == Errc::unsupported && q.error().message.find("act-order") != std::string::npos) {
+      // Act-order groups are not contiguous: the exact values, quantized again to int8 in contiguous groups of 32
+      // (4 bits on other groups than the checkpoint's would lose much more).
+      auto values = gptq_values(base, t, rows, cols, checkpoint_.group_size, checkpoint_.bits, checkpoint_.zeros_plus_one);
+      if (!values) return values.error();
+      const QuantSpec spec{QuantKind::int8, 32, false};
+      q = quantize(DType::f32, values->data(), rows, cols, 0, spec);
+    }
+  }
+  if (!q) return q.error();
+  for (const TensorView* v : {t.qweight, t.qzeros, t.scales, t.g_idx}) {
+    if (v) release_pages(*v);
+  }
+  if (s->row_count != rows || s->col_count != cols) {
+    auto part = q->slice(s->row_first, s->row_count, s->col_first, s->col_count);
+    if (!part) return named(name, part.error());
+    return std::optional<QuantizedMatrix>{std::move(*part)};
+  }
+  return std::optional<QuantizedMatrix>{std::move(*q)};
 }
 
 }  // namespace actord

@@ -110,6 +110,10 @@ class WeightStore {
   };
   Result<GgufMatrix> gguf_matrix(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice,
                                  const GgufTensor** from_gguf);
+  // An AWQ / GPTQ checkpoint's matrix for an HF weight name (its base's qweight, qzeros, scales, g_idx), the slice
+  // applied; nullopt when the checkpoint is not quantized or this matrix is not (embeddings, lm_head).
+  Result<std::optional<QuantizedMatrix>> checkpoint_matrix(const std::string& name, int64_t rows, int64_t cols,
+                                                           MatrixSlice slice);
   Result<exec::Weight> gguf_weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
                                    exec::WeightUse use, MatrixSlice slice);
   Result<exec::Weight> gguf_glu_weight(exec::Backend& backend, const std::string& gate_name,
@@ -121,6 +125,7 @@ class WeightStore {
   std::optional<DType> convert_to_;    // set when the topology's dtype differs from the stored one
   DType served_ = DType::f32;
   QuantSpec quant_;
+  ModelConfig::CheckpointQuantization checkpoint_;  // AWQ / GPTQ weights in the safetensors
   uint64_t seed_ = 0;
   bool tied_ = false;
   std::deque<std::vector<unsigned char>> owned_;  // row-major copies (dummy weights, dtype conversions)
