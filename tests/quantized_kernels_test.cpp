@@ -143,12 +143,13 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
         kernel(xq, packed, bias.data(), y.data(), 0, 0, n);
         check_f32(y, cpu::isa_name(isa));
       }
-      // Through gemm_nt (threads, and VNNI where the CPU has it).
-      cpu::gemm_nt(x.data(), packed, bias.data(), y.data(), m, pool, {best});
-      if (best == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni()) {
-        const auto x8 = rows_through_int8(x, m, k);
-        std::vector<float> ref8(size_t(m) * n);
-        cpu::reference::matmul_nt(x8.data(), wq.data(), ref8.data(), m, n, k);
+      // The int8-activation kernels directly (where the CPU has them), then gemm_nt on each ISA (threads, and the
+      // path that ISA takes).
+      const auto x8 = rows_through_int8(x, m, k);
+      std::vector<float> ref8(size_t(m) * n);
+      cpu::reference::matmul_nt(x8.data(), wq.data(), ref8.data(), m, n, k);
+      auto check_int8 = [&](const std::vector<float>& y, const char* path) {
+        INFO(path);
         for (size_t i = 0; i < y.size(); ++i) {
           const int row = static_cast<int>(i / n);
           float x_step = 0;
@@ -159,8 +160,20 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
           REQUIRE(std::abs(y[i] - (ref8[i] + bias[i % n])) <= 2e-6f * k * (bound[i] + std::abs(bias[i % n])) + 1e-6f);
           REQUIRE(std::abs(y[i] - ref[i]) <= 0.5f * x_step * w_sum * 1.001f + 2e-6f * k * bound[i] + 1e-5f);
         }
-      } else {
-        check_f32(y, "gemm_nt");
+      };
+      for (auto [has, kernel, name] : {std::tuple{cpu::cpu_has_avx512_vnni(), &cpu::gemm_nt_quantized_avx512_vnni, "avx512-vnni"},
+                                       std::tuple{cpu::cpu_has_avx_vnni(), &cpu::gemm_nt_quantized_avx_vnni, "avx-vnni"}}) {
+        if (!has) continue;
+        const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, packed, 0);
+        std::fill(y.begin(), y.end(), 0.0f);
+        kernel(xq, packed, bias.data(), y.data(), 0, 0, n);
+        check_int8(y, name);
+      }
+      for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+        if (!cpu::isa_for(isa, best).ok()) continue;
+        cpu::gemm_nt(x.data(), packed, bias.data(), y.data(), m, pool, {isa});
+        if (cpu::quantized_int8_activations(isa)) check_int8(y, cpu::isa_name(isa));
+        else check_f32(y, cpu::isa_name(isa));
       }
 
       // The fused gate/up product: silu(x G^T) * (x U^T) with G = these weights, U new ones.
@@ -168,7 +181,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
       const QuantizedMatrix qu = quantize(DType::f32, u32.data(), n, k, 0, spec);
       std::vector<unsigned char> fused(cpu::quantized_glu_bytes(q));
       const cpu::WeightMatrix glu = cpu::pack_quantized_glu(q, qu, fused.data());
-      const auto x_used = best == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni() ? rows_through_int8(x, m, k) : x;
+      const auto x_used = cpu::quantized_int8_activations(best) ? x8 : x;
       std::vector<float> gate(size_t(m) * n), up(size_t(m) * n), yg(size_t(m) * n);
       cpu::reference::matmul_nt(x_used.data(), wq.data(), gate.data(), m, n, k);
       cpu::reference::matmul_nt(x_used.data(), dequantized(qu).data(), up.data(), m, n, k);

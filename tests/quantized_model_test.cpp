@@ -1,6 +1,7 @@
 // Quality of weight-only quantization on a real model: stories260K loaded with model.quantization int8 and int4
 // (every multiplied matrix quantized at load), perplexity on a fixed text and greedy agreement with the f32 run,
-// through both activation paths (f32 activations: avx2; int8 activations per row with VNNI where the CPU has it).
+// through both activation paths (f32 activations: portable, and avx2 / avx512 without VNNI; int8 activations per row
+// where the CPU has AVX-VNNI or AVX512-VNNI).
 //
 // Stated bounds (stories260K, dim 64: small matrices lose more to 4 bits than large ones; the text below): int8 (per
 // channel or groups of 32) within 2% of the f32 perplexity and at least 56 of the first 64 greedy tokens; int4 in
@@ -92,8 +93,7 @@ TEST_CASE("stories260K quantized to int8 and int4 keeps its perplexity and greed
     for (cpu::Isa isa : isas) {
       const Quality q = run(spec, isa);
       const int agree = agreement(q.greedy, f32.greedy);
-      const char* path = isa == cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni() ? "int8 activations (VNNI)"
-                                                                               : "f32 activations";
+      const char* path = cpu::quantized_int8_activations(isa) ? "int8 activations (VNNI)" : "f32 activations";
       std::printf("  %-28s %-9s %-24s perplexity %.4f (%+.2f%%), greedy agreement %d/64\n", describe(spec).c_str(),
                   cpu::isa_name(isa), path, q.perplexity, 100.0 * (q.perplexity / f32.perplexity - 1), agree);
       INFO(describe(spec) << " on " << cpu::isa_name(isa));

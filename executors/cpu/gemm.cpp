@@ -41,6 +41,15 @@ bool cpu_has_avx512_vnni() {
   return has;
 }
 
+bool cpu_has_avx_vnni() {
+  static const bool has = [] {
+    if (detected_isa() < Isa::avx2) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID.(EAX=7, ECX=1):EAX bit 4 (clang 14 knows no "avxvnni")
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+  }();
+  return has;
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::automatic: return "automatic";
@@ -210,13 +219,14 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
   return Bf16Rows{storage.data(), m, pairs};
 }
 
-// Quantized weights: int8 activations through VNNI where the CPU has it (from avx512 on), f32 activations through
-// the FMA kernels otherwise.
+// Quantized weights: int8 activations through VNNI where the CPU has it (AVX512-VNNI from avx512 on, AVX-VNNI on
+// avx2), f32 activations through the FMA kernels otherwise.
 using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
                                  int64_t);
-bool quantized_int8_activations(Isa isa) { return isa >= Isa::avx512 && cpu_has_avx512_vnni(); }
 QuantizedKernel quantized_kernel(Isa isa) {
-  if (quantized_int8_activations(isa)) return &gemm_nt_quantized_avx512_vnni;
+  if (quantized_int8_activations(isa)) {
+    return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx_vnni;
+  }
   return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512 : isa == Isa::avx2 ? &gemm_nt_quantized_avx2
                                                                            : &gemm_nt_quantized_portable;
 }
@@ -225,6 +235,11 @@ QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, in
 }
 
 }  // namespace
+
+bool quantized_int8_activations(Isa isa) {
+  if (isa == Isa::automatic) isa = detected_isa();
+  return (isa >= Isa::avx512 && cpu_has_avx512_vnni()) || (isa == Isa::avx2 && cpu_has_avx_vnni());
+}
 
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,
                  Isa isa) {

@@ -74,6 +74,8 @@ Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, c
 bool cpu_has_avx512_bf16();  // AVX512-BF16 (vdpbf16ps), with avx512
 // AVX512-VNNI (vpdpbusd), with avx512: quantized weights then multiply int8 activations (quantized_weights.hpp).
 bool cpu_has_avx512_vnni();
+// AVX-VNNI (256-bit vpdpbusd), with avx2: quantized weights then multiply int8 activations on avx2 too.
+bool cpu_has_avx_vnni();
 const char* isa_name(Isa isa);
 // The Isa of a configuration name: auto (automatic), portable, avx2, avx512, avx512_bf16; nullopt for any other.
 std::optional<Isa> parse_isa(std::string_view name);

@@ -2,6 +2,9 @@
 // -mf16c; gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
 #include "executors/cpu/gemm_quantized.inl"
@@ -99,6 +102,33 @@ void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t 
 void gemm_nt_quantized_avx2(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
                             int64_t n_begin, int64_t n_end) {
   quantized::product_any<Avx2, 2, 4>(x, w, bias, y, ff_glu, n_begin, n_end);
+}
+
+void quantize_rows_int8_avx2(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int i = 0; i < m; ++i) {
+    const float* row = x + i * k;
+    __m256 amax = _mm256_setzero_ps();
+    int64_t t = 0;
+    for (; t + 8 <= k; t += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(row + t)));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, amax);
+    float peak = 0.0f;
+    for (float v : lanes) peak = std::max(peak, v);
+    for (int64_t u = t; u < k; ++u) peak = std::max(peak, std::fabs(row[u]));
+    scales[i] = peak / 127.0f;
+    const float inv = peak > 0.0f ? 127.0f / peak : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    int8_t* out = codes + i * ld;
+    for (t = 0; t + 8 <= k; t += 8) {
+      // cvtps rounds to nearest even (the default MXCSR mode), as nearbyint does; |code| <= 127 needs no saturation.
+      alignas(32) int32_t q[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + t), vinv)));
+      for (int l = 0; l < 8; ++l) out[t + l] = static_cast<int8_t>(q[l]);
+    }
+    for (; t < k; ++t) out[t] = static_cast<int8_t>(std::nearbyint(row[t] * inv));
+    std::fill(out + k, out + ld, int8_t{0});
+  }
 }
 
 }  // namespace actord::cpu

@@ -205,6 +205,7 @@ QuantizedX quantized_x_f32(const float* x, int m, const WeightMatrix& w, int slo
 
 void quantize_rows_int8(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales) {
   if (detected_isa() == Isa::avx512) return quantize_rows_int8_avx512(x, m, k, ld, codes, scales);
+  if (detected_isa() == Isa::avx2) return quantize_rows_int8_avx2(x, m, k, ld, codes, scales);
   for (int i = 0; i < m; ++i) {
     const float* row = x + i * k;
     float amax = 0.0f;

@@ -63,6 +63,7 @@ QuantizedX quantized_x_int8(const float* x, int m, const WeightMatrix& w, int sl
 // max |x[i]| / 127, zero past k.
 void quantize_rows_int8(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales);
 void quantize_rows_int8_avx512(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales);
+void quantize_rows_int8_avx2(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales);
 
 // Per-ISA products: y[:, n_begin .. n_end) (n_begin a multiple of kBlockCols) plain (+ bias), or with glu the gated
 // outputs of a pack_quantized_glu matrix (ff of them; [n_begin, n_end) fused rows).
@@ -72,8 +73,13 @@ void gemm_nt_quantized_avx2(const QuantizedX& x, const WeightMatrix& w, const fl
                             int64_t ff_glu, int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                               int64_t ff_glu, int64_t n_begin, int64_t n_end);
-// int8 activations (quantized_x_int8) with AVX512-VNNI dot products.
+// Whether gemm_nt & co. multiply quantized weights by int8 activations on `isa` (VNNI present: AVX512-VNNI from
+// avx512 on, AVX-VNNI on avx2) rather than by f32 ones.
+bool quantized_int8_activations(Isa isa);
+// int8 activations (quantized_x_int8) with AVX512-VNNI or AVX-VNNI dot products (gemm_quantized_int8.inl).
 void gemm_nt_quantized_avx512_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                    int64_t ff_glu, int64_t n_begin, int64_t n_end);
+void gemm_nt_quantized_avx_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                                int64_t ff_glu, int64_t n_begin, int64_t n_end);
 
 }  // namespace actord::cpu

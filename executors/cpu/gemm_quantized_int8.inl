@@ -1,0 +1,192 @@
+// The GEMM over quantized weights (quantized_weights.hpp) with int8 activations and VNNI dot products, written once
+// over a vector type and included by gemm_avx512_vnni.cpp (AVX512-VNNI, 16 columns per vector) and gemm_avx_vnni.cpp
+// (AVX-VNNI, 8 per vector: the block's 32 columns in two halves). x is quantized per row (quantized_x_int8: codes q,
+// one scale s_x per row, integer sums of q per group), and per chunk of the block one vpdpbusd per vector of columns
+// and row adds four features' (unsigned weight code) x (signed x code) products to int32 sums (4-bit codes: the low
+// and the high nibbles, two vpdpbusd). At a group's end the sums are exact integers S; the total takes
+// scale * S + offset * sum(q), symmetric codes as scale * (S - zero * sum(q)) in integers; the output is s_x * total.
+//
+// `Vec` provides: kWidth (16 or 8); I, F (int32 and f32 vectors); load(const unsigned char*) (kWidth words);
+// dpbusd(acc, u8, s8); set1(int32_t); low_nibbles(I), high_nibbles(I); sub(I, I); cvt(I) -> F;
+// load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...); set1f(float); loadf(const float*);
+// storef(float*, F); zero_i(), zero_f().
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/quantized_weights.hpp"
+#include "executors/cpu/vector_math.hpp"
+
+namespace actord::cpu::quantized_int8 {
+
+constexpr int64_t kChunk = 128;
+
+// MR rows of int8 x against one block (half `half` of its 32 columns when vectors are 8 wide): out[i, c] (+ bias),
+// or with kGlu silu(gate c) * up c.
+template <class Vec, int kBits, int MR, bool kAffine, bool kGlu, bool kOneGroup>
+void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const unsigned char* block, int half,
+                  const float* bias, float* out, int64_t ldo) {
+  using I = typename Vec::I;
+  using F = typename Vec::F;
+  constexpr int W = Vec::kWidth;
+  constexpr int kFeatures = kBits == 8 ? 4 : 8;
+  const int64_t chunks = x.group_stride / kFeatures;
+  const int64_t group_bytes = quant_group_bytes(w);
+  const auto* xr = reinterpret_cast<const int32_t*>(x.codes + row0 * x.ld);  // 4 codes per word
+  const int64_t ldw = x.ld / 4;
+  const int32_t* sums = x.code_sums + row0 * x.groups;
+  const int64_t at0 = half * W * 4, at1 = 64 + half * W * 4;  // this half's words in a chunk
+  F total[kOneGroup ? 1 : MR][2];
+  if constexpr (!kOneGroup) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) total[i][0] = total[i][1] = Vec::zero_f();
+  }
+  F result[MR][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) result[i][0] = result[i][1] = Vec::zero_f();
+  for (int64_t g = 0; g < x.groups; ++g) {
+    const unsigned char* p = block + g * group_bytes;
+    I acc[MR][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero_i();
+    const int32_t* xg = xr + g * x.group_stride / 4;
+    for (int64_t ch = 0; ch < chunks; ++ch, p += kChunk) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kChunk), _MM_HINT_T0);
+      const I w0 = Vec::load(p + at0), w1 = Vec::load(p + at1);
+      if constexpr (kBits == 8) {
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const I a = Vec::set1(xg[i * ldw + ch]);
+          acc[i][0] = Vec::dpbusd(acc[i][0], w0, a);
+          acc[i][1] = Vec::dpbusd(acc[i][1], w1, a);
+        }
+      } else {
+        const I lo0 = Vec::low_nibbles(w0), lo1 = Vec::low_nibbles(w1);
+        const I hi0 = Vec::high_nibbles(w0), hi1 = Vec::high_nibbles(w1);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const I a_lo = Vec::set1(xg[i * ldw + 2 * ch]);
+          const I a_hi = Vec::set1(xg[i * ldw + 2 * ch + 1]);
+          acc[i][0] = Vec::dpbusd(Vec::dpbusd(acc[i][0], lo0, a_lo), hi0, a_hi);
+          acc[i][1] = Vec::dpbusd(Vec::dpbusd(acc[i][1], lo1, a_lo), hi1, a_hi);
+        }
+      }
+    }
+    const F s0 = Vec::load_f16(p + half * W * 2), s1 = Vec::load_f16(p + 32 + half * W * 2);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const int32_t code_sum = sums[i * x.groups + g];
+      F r0, r1;
+      if constexpr (kAffine) {
+        const F xs = Vec::set1f(static_cast<float>(code_sum));
+        r0 = Vec::fma(Vec::load_f16(p + 64 + half * W * 2), xs, Vec::mul(s0, Vec::cvt(acc[i][0])));
+        r1 = Vec::fma(Vec::load_f16(p + 96 + half * W * 2), xs, Vec::mul(s1, Vec::cvt(acc[i][1])));
+      } else {
+        const I zs = Vec::set1(code_sum * (kBits == 8 ? 128 : 8));
+        r0 = Vec::mul(s0, Vec::cvt(Vec::sub(acc[i][0], zs)));
+        r1 = Vec::mul(s1, Vec::cvt(Vec::sub(acc[i][1], zs)));
+      }
+      if constexpr (kOneGroup) {
+        result[i][0] = r0;
+        result[i][1] = r1;
+      } else {
+        total[i][0] = Vec::add(total[i][0], r0);
+        total[i][1] = Vec::add(total[i][1], r1);
+      }
+    }
+  }
+  const int c0 = half * W, c1 = 16 + half * W;
+  for (int i = 0; i < MR; ++i) {
+    const F sx = Vec::set1f(x.row_scales[row0 + i]);
+    const F r0 = Vec::mul(sx, kOneGroup ? result[i][0] : total[kOneGroup ? 0 : i][0]);
+    const F r1 = Vec::mul(sx, kOneGroup ? result[i][1] : total[kOneGroup ? 0 : i][1]);
+    if constexpr (kGlu) {
+      alignas(64) float gate[W], up[W];
+      Vec::storef(gate, r0);
+      Vec::storef(up, r1);
+      float* o = out + i * ldo + c0;
+#pragma omp simd
+      for (int l = 0; l < W; ++l) o[l] = silu(gate[l]) * up[l];
+    } else {
+      Vec::storef(out + i * ldo + c0, bias ? Vec::add(r0, Vec::loadf(bias + c0)) : r0);
+      Vec::storef(out + i * ldo + c1, bias ? Vec::add(r1, Vec::loadf(bias + c1)) : r1);
+    }
+  }
+}
+
+template <class Vec, int kBits, int MR, bool kAffine, bool kGlu, bool kOneGroup>
+void run_rows(int rows, const QuantizedX& x, int row0, const WeightMatrix& w, const unsigned char* block, int half,
+              const float* bias, float* out, int64_t ldo) {
+  if constexpr (MR > 1) {
+    if (rows < MR) return run_rows<Vec, kBits, MR - 1, kAffine, kGlu, kOneGroup>(rows, x, row0, w, block, half, bias, out, ldo);
+  }
+  micro_kernel<Vec, kBits, MR, kAffine, kGlu, kOneGroup>(x, row0, w, block, half, bias, out, ldo);
+}
+
+// As quantized::product (gemm_quantized.inl): register blocks of at most kMaxRows rows (kMaxOne when a row is one
+// group), balanced; the last, partial block through a 32-column scratch.
+template <class Vec, int kBits, bool kAffine, int kMaxRows, int kMaxOne>
+void product(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
+             int64_t n_begin, int64_t n_end) {
+  constexpr int kHalves = 16 / Vec::kWidth;
+  const bool glu = ff_glu > 0, one_group = x.groups == 1;
+  const int max_rows = one_group ? kMaxOne : kMaxRows;
+  const int outs_per_block = glu ? kBlockCols / 2 : kBlockCols;
+  const int64_t outputs = glu ? ff_glu : w.rows, ldy = outputs;
+  const int64_t block_bytes = quant_block_bytes(w);
+  const int n_row_blocks = (x.m + max_rows - 1) / max_rows;
+  alignas(64) float tail[kMaxOne * kBlockCols];
+  for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
+    const auto* block = static_cast<const unsigned char*>(w.data) + j0 / kBlockCols * block_bytes;
+    const int64_t out0 = j0 / kBlockCols * outs_per_block;
+    const int outs = static_cast<int>(std::min<int64_t>(outs_per_block, outputs - out0));
+    const bool whole = outs == outs_per_block;
+    const float* bias_here = bias ? bias + j0 : nullptr;
+    int i = 0;
+    for (int b = 0; b < n_row_blocks; ++b) {
+      const int mr = x.m / n_row_blocks + (b < x.m % n_row_blocks ? 1 : 0);
+      float* yb = y + i * ldy + out0;
+      for (int h = 0; h < kHalves; ++h) {
+        auto run = [&](auto glu_tag, auto one_tag) {
+          constexpr bool kG = decltype(glu_tag)::value, kO = decltype(one_tag)::value;
+          constexpr int kR = kO ? kMaxOne : kMaxRows;
+          if (whole) {
+            run_rows<Vec, kBits, kR, kAffine, kG, kO>(mr, x, i, w, block, h, bias_here, yb, ldy);
+          } else {
+            run_rows<Vec, kBits, kR, kAffine, false, kO>(mr, x, i, w, block, h, nullptr, tail, kBlockCols);
+          }
+        };
+        if (glu) {
+          one_group ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+        } else {
+          one_group ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
+        }
+      }
+      if (!whole) {
+        for (int r = 0; r < mr; ++r) {
+          float* yr = y + (i + r) * ldy + out0;
+          const float* tr = tail + r * kBlockCols;
+          for (int c = 0; c < outs; ++c) yr[c] = glu ? silu(tr[c]) * tr[16 + c] : tr[c] + (bias ? bias[j0 + c] : 0.0f);
+        }
+      }
+      i += mr;
+    }
+  }
+}
+
+template <class Vec, int kMaxRows, int kMaxOne>
+void product_any(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
+                 int64_t n_begin, int64_t n_end) {
+  if (w.quant.bits == 8) {
+    if (w.quant.affine) return product<Vec, 8, true, kMaxRows, kMaxOne>(x, w, bias, y, ff_glu, n_begin, n_end);
+    return product<Vec, 8, false, kMaxRows, kMaxOne>(x, w, bias, y, ff_glu, n_begin, n_end);
+  }
+  if (w.quant.affine) return product<Vec, 4, true, kMaxRows, kMaxOne>(x, w, bias, y, ff_glu, n_begin, n_end);
+  product<Vec, 4, false, kMaxRows, kMaxOne>(x, w, bias, y, ff_glu, n_begin, n_end);
+}
+
+}  // namespace actord::cpu::quantized_int8
