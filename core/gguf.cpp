@@ -209,12 +209,27 @@ Result<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   void* base = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (base == MAP_FAILED) return make_error(Errc::internal, where + ": mmap failed (" + std::strerror(errno) + ")");
+  auto f = parse(std::shared_ptr<void>(base, [size](void* p) { ::munmap(p, size); }),
+                 static_cast<const unsigned char*>(base), size, path);
+  if (f) f->mapped_ = true;
+  return f;
+}
+
+Result<GgufFile> GgufFile::from_bytes(std::vector<unsigned char> bytes, const std::string& where) {
+  if (bytes.size() < 24) return make_error(Errc::parse_error, where + ": not a GGUF file (too short)");
+  auto owner = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
+  const unsigned char* data = owner->data();
+  const size_t size = owner->size();
+  return parse(std::shared_ptr<void>(owner, owner.get()), data, size, where);
+}
+
+Result<GgufFile> GgufFile::parse(std::shared_ptr<void> owner, const unsigned char* data, size_t size,
+                                 const std::filesystem::path& path) {
+  const std::string where = path.string();
   GgufFile f;
   f.path_ = path;
   f.size_ = size;
-  f.mapping_ = std::shared_ptr<void>(base, [size](void* p) { ::munmap(p, size); });
-  const auto* data = static_cast<const unsigned char*>(base);
-
+  f.mapping_ = std::move(owner);
   Reader r(data, size, where);
   uint32_t magic = 0;
   uint64_t n_tensors = 0, n_keys = 0;
@@ -248,10 +263,14 @@ Result<GgufFile> GgufFile::open(const std::filesystem::path& path) {
     ACTORD_TRY_STATUS(r.read_string(&t.name));
     ACTORD_TRY_STATUS(r.read(&n_dims));
     if (n_dims == 0 || n_dims > 4) return r.fail("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions");
+    uint64_t elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t dim = 0;
       ACTORD_TRY_STATUS(r.read(&dim));
       if (dim == 0 || dim > (1ull << 40)) return r.fail("tensor '" + t.name + "' has a dimension of " + std::to_string(dim));
+      if (__builtin_mul_overflow(elements, dim, &elements) || elements > (1ull << 50)) {
+        return r.fail("tensor '" + t.name + "' has more than 2^50 elements");
+      }
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     ACTORD_TRY_STATUS(r.read(&type));
@@ -266,8 +285,6 @@ Result<GgufFile> GgufFile::open(const std::filesystem::path& path) {
       return make_error(Errc::parse_error, where + ": tensor '" + t.name + "': its rows of " + std::to_string(t.dims[0]) +
                                                " are not whole blocks of " + std::to_string(block->elements));
     }
-    const double approx = static_cast<double>(t.elements());
-    if (approx > 1e15) return r.fail("tensor '" + t.name + "' is implausibly large");
     t.bytes = static_cast<size_t>(t.elements() / block->elements * block->bytes);
     if (f.by_name_.count(t.name)) return r.fail("tensor '" + t.name + "' appears twice");
     f.by_name_[t.name] = f.tensors_.size();
@@ -354,6 +371,7 @@ const GgufTensor* GgufFile::tensor(std::string_view name) const {
 }
 
 void GgufFile::release(const GgufTensor& t) const {
+  if (!mapped_) return;  // an image in memory (from_bytes): its bytes are the only copy
   const long page = ::sysconf(_SC_PAGESIZE);
   const auto begin = reinterpret_cast<uintptr_t>(t.data);
   const uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.bytes) / page * page;

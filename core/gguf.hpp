@@ -64,6 +64,8 @@ struct GgufTensor {
 class GgufFile {
  public:
   static Result<GgufFile> open(const std::filesystem::path& path);
+  // The same checks on a file image in memory (a copy is kept; `where` names it in errors): tests, the fuzzer.
+  static Result<GgufFile> from_bytes(std::vector<unsigned char> bytes, const std::string& where);
   // Whether `path` is a regular file that starts with the GGUF magic.
   static bool is_gguf(const std::filesystem::path& path);
 
@@ -89,9 +91,13 @@ class GgufFile {
   uint32_t version_ = 0;
   std::shared_ptr<void> mapping_;
   size_t size_ = 0;
+  bool mapped_ = false;  // open(): a file mapping, whose pages release() may drop
   std::map<std::string, GgufValue, std::less<>> metadata_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t, std::less<>> by_name_;
+
+  static Result<GgufFile> parse(std::shared_ptr<void> owner, const unsigned char* data, size_t size,
+                                const std::filesystem::path& path);
 };
 
 }  // namespace actord

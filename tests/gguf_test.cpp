@@ -208,6 +208,12 @@ TEST_CASE("malformed GGUF files are refused with the file and the reason", "[ggu
   REQUIRE(type_at != std::string::npos);
   unknown_type[type_at + 1 + 4 + 16] = 99;
   CHECK_THAT(attempt(unknown_type), Catch::Contains("ggml type 99"));
+  std::string huge_dims = good;  // 2^40 x 2^40 elements (found by the fuzzer: the product overflowed)
+  for (int d = 0; d < 2; ++d) {
+    const uint64_t dim = 1ull << 40;
+    std::memcpy(&huge_dims[type_at + 1 + 4 + 8 * d], &dim, 8);
+  }
+  CHECK_THAT(attempt(huge_dims), Catch::Contains("more than 2^50 elements"));
   CHECK_FALSE(GgufFile::is_gguf(dir.path()));
   CHECK_FALSE(ModelConfig::load(dir.path() / "good.gguf").ok());  // no llama.* keys: names the missing key
   CHECK_THAT(ModelConfig::load(dir.path() / "good.gguf").error().message, Catch::Contains("llama.embedding_length"));
