@@ -15,6 +15,7 @@
 #include "plugins/gguf_model.hpp"
 #include "plugins/model_registry.hpp"
 #include "test_util.hpp"
+#include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
@@ -217,6 +218,24 @@ TEST_CASE("malformed GGUF files are refused with the file and the reason", "[ggu
   CHECK_FALSE(GgufFile::is_gguf(dir.path()));
   CHECK_FALSE(ModelConfig::load(dir.path() / "good.gguf").ok());  // no llama.* keys: names the missing key
   CHECK_THAT(ModelConfig::load(dir.path() / "good.gguf").error().message, Catch::Contains("llama.embedding_length"));
+}
+
+// Found by the fuzzer: a token type of 4294967295 was cast to int (undefined); unknown types now read as normal.
+TEST_CASE("a GGUF token type out of every range is read as a normal token", "[gguf][tokenizer]") {
+  std::ifstream in(test::source_dir() / "fuzz/corpus/gguf/ub_token_type_out_of_range", std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto file = GgufFile::from_bytes(bytes, "ub_token_type_out_of_range");
+  REQUIRE(file.ok());
+  (void)tokenizer_documents_from_gguf(*file);  // an answer either way, without undefined behaviour
+  test::GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "a"});
+  w.add_i32s("tokenizer.ggml.token_type", {2, 3, 99});
+  test::TempDir dir;
+  w.write(dir.path() / "v.gguf");
+  auto tok = Tokenizer::load(dir.path() / "v.gguf");
+  REQUIRE(tok.ok());
+  CHECK_FALSE(tok->is_special(2));
 }
 
 TEST_CASE("a GGUF vocabulary tokenizes as its HF tokenizer.json - SentencePiece and byte-level", "[gguf][tokenizer]") {

@@ -93,7 +93,10 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
     if (t->kind != GgufValue::Kind::array || t->numbers.size() != tokens.size()) {
       return make_error(Errc::invalid_config, where + ": tokenizer.ggml.token_type does not match the tokens");
     }
-    for (size_t i = 0; i < tokens.size(); ++i) types[i] = static_cast<int>(t->numbers[i]);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const double type = t->numbers[i];  // any number the file holds; the known types are 1 .. 6
+      types[i] = type >= kNormal && type <= kByte ? static_cast<int>(type) : kNormal;
+    }
   }
   auto id_of = [&](const char* key) -> Result<std::optional<int64_t>> {
     const auto v = file.integer_or(key);
