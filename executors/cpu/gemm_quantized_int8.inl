@@ -79,23 +79,26 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
     const F s0 = Vec::load_f16(p + half * W * 2), s1 = Vec::load_f16(p + 32 + half * W * 2);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
+      // The group's sum S (as f32: exact below 2^24 in magnitude, as sums of one group are) into the total with
+      // one FMA per vector: total + scale * S (+ offset * sum(q)), symmetric S less zero * sum(q) in integers.
       const int32_t code_sum = sums[i * x.groups + g];
-      F r0, r1;
+      F c0, c1;
       if constexpr (kAffine) {
-        const F xs = Vec::set1f(static_cast<float>(code_sum));
-        r0 = Vec::fma(Vec::load_f16(p + 64 + half * W * 2), xs, Vec::mul(s0, Vec::cvt(acc[i][0])));
-        r1 = Vec::fma(Vec::load_f16(p + 96 + half * W * 2), xs, Vec::mul(s1, Vec::cvt(acc[i][1])));
+        c0 = Vec::cvt(acc[i][0]);
+        c1 = Vec::cvt(acc[i][1]);
       } else {
         const I zs = Vec::set1(code_sum * (kBits == 8 ? 128 : 8));
-        r0 = Vec::mul(s0, Vec::cvt(Vec::sub(acc[i][0], zs)));
-        r1 = Vec::mul(s1, Vec::cvt(Vec::sub(acc[i][1], zs)));
+        c0 = Vec::cvt(Vec::sub(acc[i][0], zs));
+        c1 = Vec::cvt(Vec::sub(acc[i][1], zs));
       }
-      if constexpr (kOneGroup) {
-        result[i][0] = r0;
-        result[i][1] = r1;
-      } else {
-        total[i][0] = Vec::add(total[i][0], r0);
-        total[i][1] = Vec::add(total[i][1], r1);
+      F& t0 = kOneGroup ? result[i][0] : total[kOneGroup ? 0 : i][0];
+      F& t1 = kOneGroup ? result[i][1] : total[kOneGroup ? 0 : i][1];
+      t0 = Vec::fma(s0, c0, t0);
+      t1 = Vec::fma(s1, c1, t1);
+      if constexpr (kAffine) {
+        const F xs = Vec::set1f(static_cast<float>(code_sum));
+        t0 = Vec::fma(Vec::load_f16(p + 64 + half * W * 2), xs, t0);
+        t1 = Vec::fma(Vec::load_f16(p + 96 + half * W * 2), xs, t1);
       }
     }
   }
