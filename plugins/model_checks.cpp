@@ -76,14 +76,24 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
   m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
   m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
   m.weight_bytes_per_param = static_cast<double>(dtype_size(m.weight_dtype));
+  m.weight_format = m.weight_dtype == DType::f32 ? "float32" : m.weight_dtype == DType::bf16 ? "bfloat16" : "float16";
   const uint64_t params = estimated_num_parameters(m.config);
   if (GgufFile::is_gguf(topology.model.path)) {
     auto file = GgufFile::open(topology.model.path);
     if (!file) return file.error();
     m.weight_bytes_per_param = held_bytes_per_param(*file);
+    std::vector<std::string> types;
+    for (const GgufTensor& t : file->tensors()) {
+      const std::string name = ggml_type_name(t.type);
+      if (t.dims.size() == 2 && std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
+    }
+    m.weight_format = "GGUF";
+    for (size_t i = 0; i < types.size(); ++i) m.weight_format += (i ? ", " : " ") + types[i];
   } else if (const auto& cq = m.config.checkpoint_quantization; cq.enabled()) {
     // AWQ / GPTQ: the linear layers' codes with an f16 scale and offset per group; embeddings and lm_head as stored.
     const double per_quantized = cq.bits / 8.0 + (cq.group_size > 0 ? 4.0 / cq.group_size : 0.0);
+    m.weight_format = (cq.method == "awq" ? "AWQ " : "GPTQ ") + std::to_string(cq.bits) + "-bit, " +
+                      (cq.group_size > 0 ? "groups of " + std::to_string(cq.group_size) : std::string("per channel"));
     const double embeddings = double(m.config.vocab_size) * m.config.hidden_size * (m.config.tie_word_embeddings ? 1 : 2);
     m.weight_bytes_per_param = params > 0 ? (embeddings * m.weight_bytes_per_param + (double(params) - embeddings) * per_quantized) /
                                                 double(params)
@@ -94,6 +104,7 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
     // Every multiplied matrix quantized; an embedding only looked up (untied) keeps the dtype.
     const double embedding = m.config.tie_word_embeddings ? 0.0 : double(m.config.vocab_size) * m.config.hidden_size;
     const double per_quantized = quantized_bytes_per_param(*spec);
+    m.weight_format = describe(*spec);
     m.weight_bytes_per_param = params > 0 ? (embedding * m.weight_bytes_per_param + (double(params) - embedding) * per_quantized) /
                                                 double(params)
                                           : per_quantized;

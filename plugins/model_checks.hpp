@@ -34,6 +34,9 @@ struct CheckedModel {
   // Bytes per weight as workers hold them: weight_dtype's size, or less for quantized matrices (model.quantization,
   // or a GGUF file's quantized tensors as the CPU backend repacks them: codes and f16 scales per group).
   double weight_bytes_per_param = 4;
+  // How the weights are held, in words: the dtype ("float16"), "int4 (groups of 32)", "AWQ 4-bit, groups of 128",
+  // "GGUF Q4_K, Q6_K, F32".
+  std::string weight_format;
 };
 
 // The checks every start of a topology makes before anything else (Engine::start, actord check), in this order:

@@ -86,7 +86,7 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
               t.model.path.string().c_str(), c.architecture.c_str(), c.num_layers, c.num_heads, c.num_kv_heads,
               c.hidden_size, c.intermediate_size, c.vocab_size);
   std::printf("         weights %s (%s), KV %s per token (%s), max_model_len %d\n",
-              format_bytes(m.estimated_weight_bytes).c_str(), dtype_key(m.weight_dtype),
+              format_bytes(m.estimated_weight_bytes).c_str(), m.weight_format.c_str(),
               format_bytes(c.kv_bytes_per_token(m.kv_dtype)).c_str(), dtype_key(m.kv_dtype), m.max_model_len);
   std::printf("machine  %u cores, %s; ranks here: %d threads%s\n", plan.local_cores,
               available ? (format_bytes(*available) + " available").c_str() : "available memory unknown",
@@ -161,6 +161,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                 {"vocab_size", c.vocab_size},
                 {"num_experts", c.num_experts},
                 {"weight_dtype", dtype_key(m.weight_dtype)},
+                {"weight_format", m.weight_format},
                 {"kv_dtype", dtype_key(m.kv_dtype)},
                 {"weight_bytes", m.estimated_weight_bytes},
                 {"kv_bytes_per_token", c.kv_bytes_per_token(m.kv_dtype)},
