@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/decode_step.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -67,53 +68,31 @@ int main(int argc, char** argv) {
     }
   }
 
-  // A decode step's products of the whole model (12 layers: q/k/v and gate/up as multi-output products, o and down,
-  // then lm_head), every matrix its own blocked bf16 copy, so the weights (268 MB) stream from DRAM as in serving.
+  // A decode step's products of the whole model, every matrix its own blocked bf16 copy (268 MB from DRAM).
   {
-    constexpr int kLayers = 12, kHidden = 768, kFfn = 2048, kVocab = 32000;
     std::vector<std::vector<unsigned char>> storage;
-    auto make = [&](int n, int k) {
+    bench::DecodeStep model([&](int n, int k) {
       std::vector<float> w32(size_t(n) * k);
       for (auto& v : w32) v = dist(rng);
       std::vector<unsigned char> raw(w32.size() * 2);
       convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
       storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
       return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
-    };
-    struct Layer { cpu::WeightMatrix q, k, v, o, gate, up, down; };
-    std::vector<Layer> layers;
-    for (int l = 0; l < kLayers; ++l)
-      layers.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
-                        make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
-    const cpu::WeightMatrix lm_head = make(kVocab, kHidden);
+    });
     std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM)\n%5s %-12s %10s %10s\n",
                 "m", "isa", "ms/step", "GFLOP/s");
     for (int m : {1, 8, 32, 64})
     for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16}) {
       if (isa == cpu::Isa::avx512_bf16 && !cpu::cpu_has_avx512_bf16()) continue;
       const cpu::GemmPath path{isa, cpu::Kernel::automatic};
-      std::vector<float> x(size_t(m) * kFfn, 0.5f), a(size_t(m) * kFfn), b(size_t(m) * kFfn), c(size_t(m) * kHidden),
-          logits(size_t(m) * kVocab);
-      auto step = [&] {
-        for (const Layer& L : layers) {
-          const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a.data()}, {&L.k, nullptr, b.data()}, {&L.v, nullptr, c.data()}};
-          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool, path);
-          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool, path);
-          const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a.data()}, {&L.up, nullptr, b.data()}};
-          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool, path);
-          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool, path);
-        }
-        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool, path);
-      };
-      step();
+      model.run(m, pool, path);
       double best = 1e30;
       for (int r = 0; r < 8; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        step();
+        model.run(m, pool, path);
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-      const double flops = 2.0 * m * (kLayers * (4.0 * kHidden * kHidden + 3.0 * kFfn * kHidden) + double(kVocab) * kHidden);
-      std::printf("%5d %-12s %10.2f %10.1f\n", m, cpu::isa_name(isa), best * 1e3, flops / best / 1e9);
+      std::printf("%5d %-12s %10.2f %10.1f\n", m, cpu::isa_name(isa), best * 1e3, 2.0 * bench::DecodeStep::macs(m) / best / 1e9);
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/decode_step.hpp"
 #include "core/quantization.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
@@ -128,7 +129,6 @@ int main(int argc, char** argv) {
   std::printf("%d threads: read bandwidth %.1f GB/s, f32 FMA peak %.1f GMAC/s, VNNI int8 peak %.1f GMAC/s%s\n",
               threads, bandwidth, fma_peak, vnni_peak, vnni ? "" : " (no AVX512-VNNI)");
 
-  constexpr int kLayers = 12, kHidden = 768, kFfn = 2048, kVocab = 32000;
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   struct Variant {
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     std::vector<std::vector<unsigned char>> storage;
     size_t bytes = 0;
-    auto make = [&](int n, int k) {
+    bench::DecodeStep model([&](int n, int k) {
       std::vector<float> w32(size_t(n) * k);
       for (auto& x : w32) x = dist(rng);
       std::vector<unsigned char> raw(w32.size() * 2);
@@ -160,30 +160,12 @@ int main(int argc, char** argv) {
       storage.emplace_back(cpu::quantized_bytes(q));
       bytes += storage.back().size();
       return cpu::pack_quantized(q, storage.back().data());
-    };
-    struct Layer { cpu::WeightMatrix q, k, v, o, gate, up, down; };
-    std::vector<Layer> layers;
-    for (int l = 0; l < kLayers; ++l)
-      layers.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
-                        make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
-    const cpu::WeightMatrix lm_head = make(kVocab, kHidden);
-    const bool int8_activations = v.spec.enabled() && vnni;
+    });
+    const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(cpu::Isa::automatic);
     for (int m : {1, 8, 32, 128}) {
-      std::vector<float> x(size_t(m) * kFfn, 0.5f), a(size_t(m) * kFfn), b(size_t(m) * kFfn), c(size_t(m) * kHidden),
-          logits(size_t(m) * kVocab);
-      auto step = [&] {
-        for (const Layer& L : layers) {
-          const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a.data()}, {&L.k, nullptr, b.data()}, {&L.v, nullptr, c.data()}};
-          cpu::gemm_nt_multi(x.data(), qkv, 3, m, pool);
-          cpu::gemm_nt(a.data(), L.o, nullptr, c.data(), m, pool);
-          const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a.data()}, {&L.up, nullptr, b.data()}};
-          cpu::gemm_nt_multi(c.data(), gate_up, 2, m, pool);
-          cpu::gemm_nt(a.data(), L.down, nullptr, c.data(), m, pool);
-        }
-        cpu::gemm_nt(c.data(), lm_head, nullptr, logits.data(), m, pool);
-      };
+      auto step = [&] { model.run(m, pool); };
       const double s = best_of(step);
-      const double macs = double(m) * (kLayers * (4.0 * kHidden * kHidden + 3.0 * kFfn * kHidden) + double(kVocab) * kHidden);
+      const double macs = bench::DecodeStep::macs(m);
       const double gbs = double(bytes) / s / 1e9, gmacs = macs / s / 1e9;
       const double peak = int8_activations ? vnni_peak : fma_peak;
       std::printf("%-12s %5d %-16s %9.2f %8.1f %6.0f%% %9.1f %6.0f%%\n", v.name, m,

@@ -13,6 +13,7 @@
 #include "cpu_rank.hpp"
 #include "memory/checkpoint_quantized.hpp"
 #include "plugins/model_registry.hpp"
+#include "safetensors_writer.hpp"
 #include "test_util.hpp"
 
 using namespace actord;
@@ -21,38 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kHidden = 128, kFfn = 256, kLayers = 2, kHeads = 4, kKvHeads = 2, kVocab = 512, kGroup = 32;
-
-struct Raw {
-  std::string dtype;  // F32, F16, I32
-  std::vector<int64_t> shape;
-  std::vector<unsigned char> bytes;
-};
-
-void write_safetensors(const fs::path& file, const std::map<std::string, Raw>& tensors) {
-  std::string header = "{";
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (header.size() > 1) header += ",";
-    header += "\"" + name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[";
-    for (size_t i = 0; i < t.shape.size(); ++i) header += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
-    offset += t.bytes.size();
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += " ";
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t length = header.size();
-  out.write(reinterpret_cast<const char*>(&length), sizeof(length));
-  out.write(header.data(), std::streamsize(header.size()));
-  for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
-}
-
-template <class T>
-Raw raw(const std::string& dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
-  Raw r{dtype, std::move(shape), std::vector<unsigned char>(values.size() * sizeof(T))};
-  std::memcpy(r.bytes.data(), values.data(), r.bytes.size());
-  return r;
-}
 
 // One linear layer [out, in] quantized in groups of kGroup: codes, zero points and f16 scales, and the values they
 // stand for.
@@ -80,7 +49,7 @@ Linear random_linear(int64_t out, int64_t in, std::mt19937& rng, bool symmetric)
 }
 
 // AWQ: qweight [in, out / 8] with outputs in the order {0, 2, 4, 6, 1, 3, 5, 7}; qzeros [groups, out / 8] alike.
-void add_awq(std::map<std::string, Raw>& t, const std::string& base, const Linear& l) {
+void add_awq(std::map<std::string, test::StoredTensor>& t, const std::string& base, const Linear& l) {
   constexpr int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   const int64_t groups = l.in / kGroup;
   std::vector<int32_t> qweight(l.in * l.out / 8, 0), qzeros(groups * l.out / 8, 0);
@@ -90,24 +59,24 @@ void add_awq(std::map<std::string, Raw>& t, const std::string& base, const Linea
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t c = 0; c < l.out / 8; ++c)
       for (int k = 0; k < 8; ++k) qzeros[g * (l.out / 8) + c] |= l.zeros[g * l.out + 8 * c + order[k]] << (4 * k);
-  t[base + ".qweight"] = raw("I32", {l.in, l.out / 8}, qweight);
-  t[base + ".qzeros"] = raw("I32", {groups, l.out / 8}, qzeros);
-  t[base + ".scales"] = raw("F16", {groups, l.out}, l.scales);
+  t[base + ".qweight"] = test::stored("I32", {l.in, l.out / 8}, qweight);
+  t[base + ".qzeros"] = test::stored("I32", {groups, l.out / 8}, qzeros);
+  t[base + ".scales"] = test::stored("F16", {groups, l.out}, l.scales);
 }
 
 // GPTQ (checkpoint_format gptq): qweight [in / 8, out] with inputs 8r + k; qzeros [groups, out / 8] holding zero - 1;
 // g_idx [in] = i / group, or with `permuted` the groups of a shuffled act order.
-void add_gptq(std::map<std::string, Raw>& t, const std::string& base, const Linear& l, const std::vector<int32_t>& g_idx) {
+void add_gptq(std::map<std::string, test::StoredTensor>& t, const std::string& base, const Linear& l, const std::vector<int32_t>& g_idx) {
   const int64_t groups = l.in / kGroup;
   std::vector<int32_t> qweight(l.in / 8 * l.out, 0), qzeros(groups * l.out / 8, 0);
   for (int64_t i = 0; i < l.in; ++i)
     for (int64_t o = 0; o < l.out; ++o) qweight[(i / 8) * l.out + o] |= l.codes[o * l.in + i] << (4 * (i % 8));
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t o = 0; o < l.out; ++o) qzeros[g * (l.out / 8) + o / 8] |= (l.zeros[g * l.out + o] - 1) << (4 * (o % 8));
-  t[base + ".qweight"] = raw("I32", {l.in / 8, l.out}, qweight);
-  t[base + ".qzeros"] = raw("I32", {groups, l.out / 8}, qzeros);
-  t[base + ".scales"] = raw("F16", {groups, l.out}, l.scales);
-  t[base + ".g_idx"] = raw("I32", {l.in}, g_idx);
+  t[base + ".qweight"] = test::stored("I32", {l.in / 8, l.out}, qweight);
+  t[base + ".qzeros"] = test::stored("I32", {groups, l.out / 8}, qzeros);
+  t[base + ".scales"] = test::stored("F16", {groups, l.out}, l.scales);
+  t[base + ".g_idx"] = test::stored("I32", {l.in}, g_idx);
 }
 
 std::vector<float> normal(size_t n, std::mt19937& rng, float sd, float mean = 0) {
@@ -131,10 +100,10 @@ void write_models(const fs::path& quantized, const fs::path& reference, const st
                                    (act_order ? "true" : "false") + R"(, "sym": false}})";
   test::model_folder(quantized, config_head + qc);
   test::model_folder(reference, config_head + "}");
-  std::map<std::string, Raw> q, r;
+  std::map<std::string, test::StoredTensor> q, r;
   auto dense = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
-    q[name] = raw("F32", shape, values);
-    r[name] = raw("F32", shape, values);
+    q[name] = test::stored("F32", shape, values);
+    r[name] = test::stored("F32", shape, values);
   };
   dense("model.embed_tokens.weight", {kVocab, kHidden}, normal(size_t(kVocab) * kHidden, rng, 0.5f));
   dense("lm_head.weight", {kVocab, kHidden}, normal(size_t(kVocab) * kHidden, rng, 0.05f));
@@ -160,11 +129,11 @@ void write_models(const fs::path& quantized, const fs::path& reference, const st
       const std::string base = p + name;
       if (method == "awq") add_awq(q, base, lin);
       else add_gptq(q, base, lin, g_idx);
-      r[base + ".weight"] = raw("F32", {out, in}, lin.values);
+      r[base + ".weight"] = test::stored("F32", {out, in}, lin.values);
     }
   }
-  write_safetensors(quantized / "model.safetensors", q);
-  write_safetensors(reference / "model.safetensors", r);
+  test::write_safetensors(quantized / "model.safetensors", q);
+  test::write_safetensors(reference / "model.safetensors", r);
 }
 
 std::vector<float> logits_of(const fs::path& dir, const std::vector<int32_t>& tokens, cpu::Isa isa) {

@@ -10,6 +10,7 @@
 
 #include "core/expert_placement.hpp"
 #include "engine_test_util.hpp"
+#include "safetensors_writer.hpp"
 
 using namespace actord;
 
@@ -21,24 +22,9 @@ struct Tensor {
 };
 
 void write_safetensors(const std::filesystem::path& file, const std::map<std::string, Tensor>& tensors) {
-  std::string header = "{";
-  size_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    if (header.size() > 1) header += ",";
-    header += "\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[";
-    for (size_t i = 0; i < t.shape.size(); ++i) header += (i ? "," : "") + std::to_string(t.shape[i]);
-    const size_t bytes = t.values.size() * sizeof(float);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]}";
-    offset += bytes;
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += " ";
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t length = header.size();
-  out.write(reinterpret_cast<const char*>(&length), sizeof(length));
-  out.write(header.data(), std::streamsize(header.size()));
-  for (const auto& [name, t] : tensors)
-    out.write(reinterpret_cast<const char*>(t.values.data()), std::streamsize(t.values.size() * sizeof(float)));
+  std::map<std::string, test::StoredTensor> stored;
+  for (const auto& [name, t] : tensors) stored[name] = test::stored("F32", t.shape, t.values);
+  test::write_safetensors(file, stored);
 }
 
 // Hidden 64, 2 layers, 8 heads / 2 KV heads, 8 experts of 128 top-2, vocab 512 (the stories260K tokenizer's).

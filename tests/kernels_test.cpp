@@ -13,17 +13,13 @@
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "executors/cpu/reference_kernels.hpp"
+#include "test_util.hpp"
 
 using namespace actord;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;
 
 // Weights stored in `dtype`, and their exact f32 values (what a reference must multiply by).
 struct StoredWeights {

@@ -13,17 +13,13 @@
 #include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/reference_kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
+#include "test_util.hpp"
 
 using namespace actord;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;
 
 std::vector<float> dequantized(const QuantizedMatrix& q) {
   std::vector<float> out(static_cast<size_t>(q.rows * q.cols));

@@ -18,6 +18,14 @@ inline std::filesystem::path source_dir() {
   const char* env = std::getenv("ACTORD_SOURCE_DIR");
   return env && *env ? env : ACTORD_SOURCE_DIR;
 }
+// n values drawn from N(0, scale^2).
+inline std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
 inline std::filesystem::path stories_dir() { return source_dir() / "models/stories260K"; }
 inline std::filesystem::path actord_binary() {
   const char* env = std::getenv("ACTORD_BINARY");
