@@ -3,9 +3,9 @@
 #include <functional>
 
 #include "executors/sampler.hpp"
-#include "memory/checkpoint_quantized.hpp"
 #include "memory/gguf_tensors.hpp"
 #include "plugins/gguf_model.hpp"
+#include "plugins/weight_store_internal.hpp"
 
 namespace actord {
 
@@ -52,16 +52,9 @@ Result<std::shared_ptr<WeightStore>> WeightStore::open(const ModelConfig& config
   return store;
 }
 
-namespace {
-
-// "x.q_proj.weight" -> "x.q_proj." (the prefix of an AWQ / GPTQ layer's tensors); empty for other names.
-std::string checkpoint_prefix(const std::string& name) {
-  const std::string suffix = ".weight";
-  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
-  return name.substr(0, name.size() - suffix.size() + 1);
-}
-
-}  // namespace
+using store_detail::checkpoint_prefix;
+using store_detail::named;
+using store_detail::resolve;
 
 bool WeightStore::contains(const std::string& name) const {
   if (file_ && checkpoint_.enabled() && file_->contains(checkpoint_prefix(name) + "qweight")) return true;
@@ -92,9 +85,14 @@ std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) 
   return v;
 }
 
-namespace {
+namespace store_detail {
 
-// The slice resolved against the full shape (counts of -1 filled in), or an error naming the tensor.
+std::string checkpoint_prefix(const std::string& name) {
+  const std::string suffix = ".weight";
+  if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
+  return name.substr(0, name.size() - suffix.size() + 1);
+}
+
 Result<MatrixSlice> resolve(const std::string& name, int64_t rows, int64_t cols, MatrixSlice s) {
   if (s.row_count < 0) s.row_count = rows - s.row_first;
   if (s.col_count < 0) s.col_count = cols - s.col_first;
@@ -108,6 +106,12 @@ Result<MatrixSlice> resolve(const std::string& name, int64_t rows, int64_t cols,
   return s;
 }
 
+Error named(const std::string& name, const Error& e) { return Error{e.code, name + ": " + e.message}; }
+
+}  // namespace store_detail
+
+namespace {
+
 // The slice of a row-major [rows, cols] f32 matrix.
 std::vector<float> cut(const std::vector<float>& full, int64_t cols, const MatrixSlice& s) {
   std::vector<float> out(static_cast<size_t>(s.row_count * s.col_count));
@@ -117,12 +121,6 @@ std::vector<float> cut(const std::vector<float>& full, int64_t cols, const Matri
   }
   return out;
 }
-
-}  // namespace
-
-namespace {
-
-Error named(const std::string& name, const Error& e) { return Error{e.code, name + ": " + e.message}; }
 
 }  // namespace
 
@@ -265,195 +263,6 @@ Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int6
   }
   if (s->col_count == n) return v;
   return std::vector<float>(v.begin() + s->col_first, v.begin() + s->col_first + s->col_count);
-}
-
-Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name, int64_t rows, int64_t cols,
-                                                         MatrixSlice slice, const GgufTensor** from_gguf) {
-  const auto gguf_name = gguf_tensor_name(name);
-  const GgufTensor* t = gguf_name ? gguf_->tensor(*gguf_name) : nullptr;
-  if (!t) return make_error(Errc::not_found, "tensor " + name + " not found in " + gguf_->path().string());
-  if (t->dims.size() != 2 || t->rows() != rows || t->cols() != cols) {
-    return make_error(Errc::invalid_argument, name + " (GGUF " + t->name + "): expected [" + std::to_string(rows) +
-                                                  ", " + std::to_string(cols) + "], found [" +
-                                                  std::to_string(t->rows()) + ", " + std::to_string(t->cols()) + "]");
-  }
-  auto s = resolve(name, rows, cols, slice);
-  if (!s) return s.error();
-  const std::vector<int64_t> order = qk_row_order(*gguf_, name, rows);
-  auto source_row = [&](int64_t r) { return order.empty() ? r : order[static_cast<size_t>(r)]; };
-  GgufMatrix out;
-  if (const auto dtype = gguf_float_dtype(t->type)) {
-    const DType served = convert_to_ ? *convert_to_ : *dtype;
-    exec::HostMatrix m;
-    m.rows = s->row_count;
-    m.cols = s->col_count;
-    if (order.empty() && served == *dtype && s->col_count == cols) {
-      m.dtype = *dtype;
-      m.data = t->data + static_cast<size_t>(s->row_first * cols) * dtype_size(*dtype);
-      *from_gguf = t;
-    } else {
-      std::vector<float> row(static_cast<size_t>(cols));
-      std::vector<unsigned char> bytes(static_cast<size_t>(m.rows * m.cols) * dtype_size(served));
-      for (int64_t r = 0; r < m.rows; ++r) {
-        convert_to_f32(*dtype, t->data + static_cast<size_t>(source_row(s->row_first + r) * cols) * dtype_size(*dtype),
-                       row.data(), row.size());
-        convert_from_f32(served, row.data() + s->col_first, bytes.data() + static_cast<size_t>(r * m.cols) * dtype_size(served),
-                         static_cast<size_t>(m.cols));
-      }
-      m.dtype = served;
-      m.data = own(std::move(bytes));
-    }
-    out.host = m;
-    return out;
-  }
-  auto q = gguf_quantized(*t);
-  if (!q) return named(name, q.error());
-  if (!order.empty()) {  // HF's row order: whole rows of codes and of scales move
-    QuantizedMatrix permuted = *q;
-    const int64_t groups = q->groups();
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t from = source_row(r);
-      std::copy_n(q->codes.begin() + from * cols, cols, permuted.codes.begin() + r * cols);
-      std::copy_n(q->scales.begin() + from * groups, groups, permuted.scales.begin() + r * groups);
-      if (q->affine()) std::copy_n(q->offsets.begin() + from * groups, groups, permuted.offsets.begin() + r * groups);
-    }
-    q = std::move(permuted);
-  }
-  if (s->row_count != rows || s->col_count != cols) {
-    auto part = q->slice(s->row_first, s->row_count, s->col_first, s->col_count);
-    if (!part) return named(name, part.error());
-    q = std::move(part);
-  }
-  out.quantized = std::move(*q);
-  return out;
-}
-
-Result<exec::Weight> WeightStore::gguf_weight(exec::Backend& backend, const std::string& name, int64_t rows,
-                                              int64_t cols, exec::WeightUse use, MatrixSlice slice) {
-  const GgufTensor* view = nullptr;
-  auto m = gguf_matrix(name, rows, cols, slice, &view);
-  if (!m) return m.error();
-  auto release = [&] {
-    if (view) gguf_->release(*view);
-    else if (m->host) owned_.pop_back();
-  };
-  Result<exec::Weight> w = make_error(Errc::internal, "unreachable");
-  if (m->quantized) {
-    w = backend.upload_quantized(*m->quantized);
-    if (const auto gguf_name = gguf_tensor_name(name)) gguf_->release(*gguf_->tensor(*gguf_name));
-  } else if (use == exec::WeightUse::gemm && quant_.enabled()) {
-    const exec::HostMatrix& h = *m->host;
-    const QuantizedMatrix q = quantize(h.dtype, h.data, h.rows, h.cols, h.row_stride, quant_);
-    release();
-    w = backend.upload_quantized(q);
-  } else {
-    w = backend.upload_matrix(*m->host, use);
-    if (!backend.keeps_host_view(use)) release();
-  }
-  if (!w) return named(name, w.error());
-  return w;
-}
-
-Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const std::string& gate_name,
-                                                  const std::string& up_name, int64_t ff, int64_t cols,
-                                                  int64_t row_first, int64_t row_count) {
-  const MatrixSlice rows{row_first, row_count};
-  const GgufTensor *gate_view = nullptr, *up_view = nullptr;
-  auto gate = gguf_matrix(gate_name, ff, cols, rows, &gate_view);
-  if (!gate) return gate.error();
-  auto up = gguf_matrix(up_name, ff, cols, rows, &up_view);
-  if (!up) return up.error();
-  // Both quantized alike: fused as they are. Otherwise both as f32 (dequantized), quantized when asked.
-  auto as_quantized = [&](GgufMatrix& m) -> QuantizedMatrix {
-    if (m.quantized) return std::move(*m.quantized);
-    return quantize(m.host->dtype, m.host->data, m.host->rows, m.host->cols, m.host->row_stride, quant_);
-  };
-  auto as_f32 = [](const GgufMatrix& m) {
-    std::vector<float> v(static_cast<size_t>((m.quantized ? m.quantized->rows * m.quantized->cols
-                                                          : m.host->rows * m.host->cols)));
-    if (m.quantized) {
-      for (int64_t r = 0; r < m.quantized->rows; ++r)
-        for (int64_t c = 0; c < m.quantized->cols; ++c) v[static_cast<size_t>(r * m.quantized->cols + c)] = m.quantized->value(r, c);
-    } else {
-      const exec::HostMatrix& h = *m.host;
-      const int64_t stride = h.row_stride ? h.row_stride : h.cols;
-      for (int64_t r = 0; r < h.rows; ++r) {
-        convert_to_f32(h.dtype, static_cast<const unsigned char*>(h.data) + r * stride * static_cast<int64_t>(dtype_size(h.dtype)),
-                       v.data() + r * h.cols, static_cast<size_t>(h.cols));
-      }
-    }
-    return v;
-  };
-  const bool same_quantized = gate->quantized && up->quantized && gate->quantized->bits == up->quantized->bits &&
-                              gate->quantized->group == up->quantized->group &&
-                              gate->quantized->affine() == up->quantized->affine();
-  const bool both_float = gate->host && up->host;
-  Result<exec::Weight> fused = make_error(Errc::internal, "unreachable");
-  if (same_quantized || (both_float && quant_.enabled())) {
-    const QuantizedMatrix g = as_quantized(*gate), u = as_quantized(*up);
-    fused = backend.upload_quantized_glu(g, u);
-  } else if (both_float) {
-    fused = backend.upload_glu(*gate->host, *up->host);
-  } else {
-    const std::vector<float> g = as_f32(*gate), u = as_f32(*up);
-    const int64_t n_rows = static_cast<int64_t>(g.size()) / cols;
-    if (quant_.enabled()) {
-      fused = backend.upload_quantized_glu(quantize(DType::f32, g.data(), n_rows, cols, 0, quant_),
-                                           quantize(DType::f32, u.data(), n_rows, cols, 0, quant_));
-    } else {
-      fused = backend.upload_glu(exec::HostMatrix{DType::f32, g.data(), n_rows, cols, 0},
-                                 exec::HostMatrix{DType::f32, u.data(), n_rows, cols, 0});
-    }
-  }
-  // Release in reverse order of ownership (owned copies are a stack).
-  for (auto [m, view, name] : {std::tuple{&*up, up_view, &up_name}, std::tuple{&*gate, gate_view, &gate_name}}) {
-    if (view) {
-      gguf_->release(*view);
-    } else if (m->host) {
-      owned_.pop_back();
-    } else if (const GgufTensor* t = gguf_->tensor(gguf_tensor_name(*name).value_or(""))) {
-      gguf_->release(*t);
-    }
-  }
-  if (!fused) return named(gate_name, fused.error());
-  return fused;
-}
-
-Result<std::optional<QuantizedMatrix>> WeightStore::checkpoint_matrix(const std::string& name, int64_t rows,
-                                                                     int64_t cols, MatrixSlice slice) {
-  const std::string prefix = checkpoint_prefix(name);
-  if (!file_ || !checkpoint_.enabled() || prefix.empty() || !file_->contains(prefix + "qweight")) {
-    return std::optional<QuantizedMatrix>{};
-  }
-  auto s = resolve(name, rows, cols, slice);
-  if (!s) return s.error();
-  const CheckpointTensors t{file_->find(prefix + "qweight"), file_->find(prefix + "qzeros"),
-                            file_->find(prefix + "scales"), file_->find(prefix + "g_idx")};
-  const std::string base = prefix.substr(0, prefix.size() - 1);
-  Result<QuantizedMatrix> q = make_error(Errc::internal, "unreachable");
-  if (checkpoint_.method == "awq") {
-    q = awq_matrix(base, t, rows, cols, checkpoint_.group_size);
-  } else {
-    q = gptq_matrix(base, t, rows, cols, checkpoint_.group_size, checkpoint_.bits, checkpoint_.zeros_plus_one);
-    if (!q && q.error().code == Errc::unsupported && q.error().message.find("act-order") != std::string::npos) {
-      // Act-order groups are not contiguous: the exact values, quantized again to int8 in contiguous groups of 32
-      // (4 bits on other groups than the checkpoint's would lose much more).
-      auto values = gptq_values(base, t, rows, cols, checkpoint_.group_size, checkpoint_.bits, checkpoint_.zeros_plus_one);
-      if (!values) return values.error();
-      const QuantSpec spec{QuantKind::int8, 32, false};
-      q = quantize(DType::f32, values->data(), rows, cols, 0, spec);
-    }
-  }
-  if (!q) return q.error();
-  for (const TensorView* v : {t.qweight, t.qzeros, t.scales, t.g_idx}) {
-    if (v) release_pages(*v);
-  }
-  if (s->row_count != rows || s->col_count != cols) {
-    auto part = q->slice(s->row_first, s->row_count, s->col_first, s->col_count);
-    if (!part) return named(name, part.error());
-    return std::optional<QuantizedMatrix>{std::move(*part)};
-  }
-  return std::optional<QuantizedMatrix>{std::move(*q)};
 }
 
 }  // namespace actord
