@@ -104,7 +104,9 @@ QuantizedMatrix quantize(DType dtype, const void* data, int64_t rows, int64_t co
   q.bits = spec.kind == QuantKind::int8 ? 8 : 4;
   q.rows = rows;
   q.cols = cols;
-  q.group = spec.group > 0 ? static_cast<int>(std::min<int64_t>(spec.group, cols)) : static_cast<int>(cols);
+  // Per channel: one group of the whole row, up to 32,768 values (the VNNI kernels sum a group's 8-bit products in
+  // int32: 32,768 x 255 x 127 stays far below 2^31).
+  q.group = static_cast<int>(std::min<int64_t>(spec.group > 0 ? spec.group : 32768, cols));
   const int64_t groups = q.groups();
   q.codes.resize(static_cast<size_t>(rows * cols));
   q.scales.resize(static_cast<size_t>(rows * groups));

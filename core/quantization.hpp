@@ -24,7 +24,8 @@ enum class QuantKind { none, int8, int4 };
 // What a topology asks the loader to make of a model's matrices (model.quantization*).
 struct QuantSpec {
   QuantKind kind = QuantKind::none;
-  int group = 0;             // input features per scale; 0: one scale per output feature (per channel)
+  int group = 0;             // input features per scale; 0: one scale per output feature (per channel; rows longer
+                             // than 32,768 get one per 32,768)
   bool zero_points = false;  // int4: a scale and an offset per group (asymmetric), else symmetric around 8
   bool enabled() const { return kind != QuantKind::none; }
 };

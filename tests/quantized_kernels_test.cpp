@@ -217,4 +217,14 @@ TEST_CASE("gemm_nt_multi on quantized outputs of different groupings equals one 
     cpu::gemm_nt(x.data(), packed[o], nullptr, single[o].data(), m, pool);
     CHECK(multi[o] == single[o]);
   }
+  // A float matrix beside quantized ones (a GGUF file's F16 tensor among quantized ones).
+  const auto wf = random_vector(size_t(40) * k, rng, 0.1f);
+  std::vector<unsigned char> blocked(cpu::blocked_bytes(DType::f32, 40, k));
+  const cpu::WeightMatrix float_w = cpu::pack_blocked(cpu::WeightMatrix{DType::f32, wf.data(), 40, k, 0}, blocked.data());
+  std::vector<float> mixed(size_t(m) * 40), alone(size_t(m) * 40);
+  outs[1] = {&float_w, nullptr, mixed.data()};
+  cpu::gemm_nt_multi(x.data(), outs, 3, m, pool);
+  cpu::gemm_nt(x.data(), float_w, nullptr, alone.data(), m, pool);
+  CHECK(mixed == alone);
+  CHECK(multi[0] == single[0]);
 }

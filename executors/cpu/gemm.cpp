@@ -281,9 +281,12 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   const int64_t k = outputs[0].w->cols;
   const WeightLayout layout = outputs[0].w->layout;
   const bool blocked = layout != WeightLayout::row_major;
+  for (int o = 1; o < n_outputs; ++o) ACTORD_CHECK(outputs[o].w->cols == k);
   for (int o = 1; o < n_outputs; ++o) {
-    ACTORD_CHECK(outputs[o].w->cols == k);
-    ACTORD_CHECK_MSG(layout == outputs[o].w->layout, "gemm_nt_multi: all outputs must share one weight layout");
+    if (outputs[o].w->layout != layout) {  // a GGUF file may keep v in F16 beside quantized q and k: one by one
+      for (int p = 0; p < n_outputs; ++p) gemm_nt_multi(x, outputs + p, 1, m, pool, path);
+      return;
+    }
   }
   Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
   Kernel kernel = path.kernel;
@@ -323,7 +326,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     for (int o = 0; o < n_outputs; ++o) {
       int same = 0;
       while (same < o && outputs[same].w->quant.group != outputs[o].w->quant.group) ++same;
-      prepared[o] = same < o ? prepared[same] : quantized_x(x, m, *outputs[o].w, isa, std::min(o, 3));
+      prepared[o] = same < o ? prepared[same] : quantized_x(x, m, *outputs[o].w, isa, o);
     }
     const QuantizedKernel run = quantized_kernel(isa);
     pool.parallel_for(n_tasks, [&](int t) {

@@ -141,15 +141,15 @@ void quantized_row_to_f32(const WeightMatrix& w, int64_t row, float* out) {
 
 namespace {
 
-// This thread's scratch for prepared x, two per slot (gemm_nt_multi prepares at most one per distinct grouping).
+// This thread's scratch for prepared x, one per slot (gemm_nt_multi uses its output's index, up to 8).
 struct XStorage {
   std::vector<float> x, sums, row_scales;
   std::vector<int8_t> codes;
   std::vector<int32_t> code_sums;
 };
 XStorage& storage(int slot) {
-  thread_local XStorage slots[4];
-  ACTORD_CHECK(slot >= 0 && slot < 4);
+  thread_local XStorage slots[8];
+  ACTORD_CHECK(slot >= 0 && slot < 8);
   return slots[slot];
 }
 
