@@ -52,7 +52,9 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   j["vocab_size"] = file.integer_or(a + "vocab_size").value_or(n_tokens > 0 ? n_tokens : embedding->rows());
   j["tie_word_embeddings"] = file.tensor("output.weight") == nullptr;
   j["hidden_act"] = "silu";
-  j["torch_dtype"] = "float16";
+  // The compute dtype HF would name (it sets the KV cache's under engine.kv_cache_dtype: auto): the embedding's float
+  // type, float16 for a quantized one (llama.cpp's KV default).
+  j["torch_dtype"] = embedding->type == GgmlType::f32 ? "float32" : embedding->type == GgmlType::bf16 ? "bfloat16" : "float16";
   if (auto type = file.string(a + "rope.scaling.type"); type && *type == "linear") {
     j["rope_scaling"] = {{"type", "linear"}, {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)}};
   } else if (type && *type != "none") {
