@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cpu_rank.hpp"
+#include "engine_test_util.hpp"
 #include "gguf_writer.hpp"
 #include "memory/gguf_tensors.hpp"
 #include "memory/weight_loader.hpp"
@@ -300,5 +301,36 @@ TEST_CASE("stories260K from GGUF generates as from its folder - f32 exactly - Q8
     while (agree < 64 && tokens[agree] == reference[agree]) ++agree;
     std::printf("stories260K %s GGUF: greedy agreement with the f32 reference %d/64\n", ggml_type_name(type), agree);
     CHECK(agree >= min_agree);
+  }
+}
+
+// Through the engine, as `actord generate --model stories260K-Q8_0.gguf` runs it: config, tokenizer and weights from
+// the one file, the worker in its own process (the file's path crosses to it), text in and text out.
+TEST_CASE("the engine serves a GGUF file - prompt text encoded by its vocabulary - worker in its own process",
+          "[gguf][engine]") {
+  test::TempDir dir;
+  write_stories_gguf(dir.path() / "f32.gguf", GgmlType::f32);
+  write_stories_gguf(dir.path() / "q8.gguf", GgmlType::q8_0);
+  for (const std::string file : {"f32.gguf", "q8.gguf"}) {
+    INFO(file);
+    auto cfg = test::quickstart("configs/quickstart.yaml", {"groups[0].placement=process"});
+    cfg.model.path = dir.path() / file;
+    auto engine = test::start_engine(cfg);
+    GenerateRequest from_bos;
+    from_bos.prompt_ids = {1};
+    from_bos.max_tokens = 64;
+    from_bos.sampling.temperature = 0.0f;
+    GenerateRequest text;
+    text.prompt = "Once upon a time";
+    text.max_tokens = 16;
+    text.sampling.temperature = 0.0f;
+    auto out = engine->generate({from_bos, text});
+    REQUIRE(out.ok());
+    const auto reference = test::reference_ids();
+    if (file == "f32.gguf") {
+      CHECK(std::equal((*out)[0].generated_ids.begin(), (*out)[0].generated_ids.end(), reference.begin()));
+    }
+    CHECK((*out)[1].prompt_ids.front() == 1);  // BOS from the file's add_bos_token
+    CHECK_THAT((*out)[1].text, Catch::StartsWith(", there was a little girl"));
   }
 }
