@@ -83,8 +83,8 @@ int run_info(const InfoArgs& args) {
               isa_text.c_str(), cpu::packed_min_rows(isa), cpu::have_blas() ? "linked" : "not linked");
   std::printf("  paged attention: %s, f32 arithmetic over f32/bf16/f16 KV blocks\n", isa_text.c_str());
   std::printf("  bf16 dot products (vdpbf16ps, activations rounded to bf16): %s\n",
-              cpu::cpu_has_avx512_bf16() ? "available for bf16 weights with groups[].cpu_isa: avx512_bf16 (auto keeps "
-                                           "f32 activations: the PyTorch reference tests' tolerance)"
+              cpu::cpu_has_avx512_bf16() ? "used for bf16 weights under auto (avx512_bf16; groups[].cpu_isa: avx512 "
+                                           "keeps f32 activations)"
                                          : "not on this CPU");
   std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K): %s\n",
               quantized_text.c_str());

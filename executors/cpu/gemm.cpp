@@ -36,6 +36,11 @@ bool cpu_has_avx512_bf16() {
   return has;
 }
 
+Isa automatic_isa() {
+  static const Isa isa = detected_isa() == Isa::avx512 && cpu_has_avx512_bf16() ? Isa::avx512_bf16 : detected_isa();
+  return isa;
+}
+
 bool cpu_has_avx512_vnni() {
   static const bool has = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512vnni");
   return has;
@@ -70,7 +75,7 @@ std::optional<Isa> parse_isa(std::string_view name) {
 }
 
 Result<Isa> isa_for(Isa requested, Isa cpu) {
-  if (requested == Isa::automatic) return cpu;
+  if (requested == Isa::automatic) return cpu == Isa::avx512 && cpu_has_avx512_bf16() ? Isa::avx512_bf16 : cpu;
   if (requested == Isa::avx512_bf16) {
     if (cpu == Isa::avx512 && cpu_has_avx512_bf16()) return requested;
     return make_error(Errc::unsupported, std::string("instruction set avx512_bf16 is not available on this CPU (it "
@@ -237,7 +242,7 @@ QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, in
 }  // namespace
 
 bool quantized_int8_activations(Isa isa) {
-  if (isa == Isa::automatic) isa = detected_isa();
+  if (isa == Isa::automatic) isa = automatic_isa();
   return (isa >= Isa::avx512 && cpu_has_avx512_vnni()) || (isa == Isa::avx2 && cpu_has_avx_vnni());
 }
 
@@ -245,7 +250,7 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
                  Isa isa) {
   ACTORD_CHECK(gate_up.layout != WeightLayout::row_major);
   if (m <= 0) return;
-  if (isa == Isa::automatic) isa = detected_isa();
+  if (isa == Isa::automatic) isa = automatic_isa();
   const int64_t n = gate_up.rows;
   const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
   if (gate_up.layout == WeightLayout::quantized) {
@@ -288,7 +293,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
       return;
     }
   }
-  Isa isa = path.isa == Isa::automatic ? detected_isa() : path.isa;
+  Isa isa = path.isa == Isa::automatic ? automatic_isa() : path.isa;
   Kernel kernel = path.kernel;
   if (blocked) {
     kernel = Kernel::automatic;  // one kernel family serves every m on blocked weights

@@ -53,8 +53,9 @@ struct WeightMatrix {
 // (a worker's groups[i].cpu_isa, tests, benchmarks). A forced ISA the CPU lacks is not checked here: resolve a
 // requested one with isa_for() first.
 // avx512_bf16 is avx512 except for products with bf16 weights on blocked layout: their activations are rounded to
-// bf16 and multiplied with AVX512-BF16 dot products (vdpbf16ps, f32 sums): never chosen by automatic, only when
-// asked (groups[].cpu_isa: avx512_bf16) on a CPU that has the instructions.
+// bf16 and multiplied with AVX512-BF16 dot products (vdpbf16ps, f32 sums), as HF, vLLM and llama.cpp compute bf16
+// models on CPUs: what automatic is on a CPU that has the instructions (groups[].cpu_isa: avx512 keeps f32
+// activations).
 enum class Isa { automatic, portable, avx2, avx512, avx512_bf16 };
 // Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
 // `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
@@ -71,6 +72,7 @@ int packed_min_rows(Isa cpu_isa);
 int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
+Isa automatic_isa();      // what automatic resolves to: detected_isa(), or avx512_bf16 where the CPU has AVX512-BF16
 bool cpu_has_avx512_bf16();  // AVX512-BF16 (vdpbf16ps), with avx512
 // AVX512-VNNI (vpdpbusd), with avx512: quantized weights then multiply int8 activations (quantized_weights.hpp).
 bool cpu_has_avx512_vnni();

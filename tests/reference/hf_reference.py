@@ -43,7 +43,7 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
     except llama-mha-hd128 (3.3 MB float32, 1.7 MB bfloat16).
 
 logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-logits]
-       [--compute-dtype float32|float64] [--kv-dtype float32|bfloat16|float16]
+       [--compute-dtype float32|float64] [--kv-dtype float32|bfloat16|float16] [--round-inputs bfloat16]
     Loads DIR (any folder above, or models/stories260K), converts the weights to the compute
     dtype (float32 by default) and greedily decodes N >= 1 tokens, recomputing the full forward
     pass over the whole sequence at every step (no KV cache). Writes JSON to FILE (stdout if
@@ -59,8 +59,10 @@ logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-lo
     (row P-1 equals logits[0]). Floats are float32 (or float64) values printed exactly as doubles.
     --kv-dtype rounds every K (after RoPE) and V through that dtype before attention, as a KV
     cache of that element type stores them (default: the compute dtype, no rounding).
+    --round-inputs rounds the input of every product with a weight matrix (projections, MLPs, experts, routers,
+    lm_head) through that dtype first, as a CPU's bf16 dot products (vdpbf16ps) do with bf16 weights.
 
-suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N] [--kv-dtype ...]
+suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N] [--kv-dtype ...] [--round-inputs ...]
     One process (torch is imported once, ~1-2 s): make-model for every kind into DIR/<KIND>/,
     then logits for each into DIR/<KIND>/reference.json (same contract as "logits", with
     "model" = KIND). Defaults: prompt 1,403,407,261,378,432,383,286,261,376,298,315 (12 tokens),
@@ -420,7 +422,7 @@ def layer_windows(c, model_type, layers):
 
 
 class Model:
-    def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None):
+    def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None, round_inputs=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             c = json.load(f)
         self.cfg = c
@@ -449,6 +451,9 @@ class Model:
         self.vocab = c["vocab_size"]
         self.windows = layer_windows(c, self.mt, self.layers)
         self.kv_dt = kv_dtype or compute_dtype
+        # round_inputs: every product with a weight matrix takes its input rounded through this dtype first (what a
+        # CPU's bf16 dot products do with bf16 weights); None: inputs as computed.
+        self.round_in = round_inputs
         if self.mt == "mixtral":
             self.experts = c["num_local_experts"]
             self.top_k = c["num_experts_per_tok"]
@@ -504,8 +509,14 @@ class Model:
         rot = torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
         return x * cos + rot * sin
 
+    def mm(self, x, w):
+        """x @ w^T, x rounded through round_inputs first when set."""
+        if self.round_in is not None:
+            x = x.to(self.round_in).to(self.dt)
+        return x @ w.T
+
     def linear(self, x, name, out_f, in_f, bias=False):
-        y = x @ self.w(name + ".weight", (out_f, in_f)).T
+        y = self.mm(x, self.w(name + ".weight", (out_f, in_f)))
         if bias:
             y = y + self.w(name + ".bias", (out_f,))
         return y
@@ -551,7 +562,7 @@ class Model:
     def moe(self, h, p):
         ff = self.cfg["intermediate_size"]
         m = p + "block_sparse_moe."
-        router = h @ self.w(m + "gate.weight", (self.experts, self.hidden)).T      # [T, E]
+        router = self.mm(h, self.w(m + "gate.weight", (self.experts, self.hidden)))  # [T, E]
         probs = torch.softmax(router.to(torch.float32), dim=-1)
         top_w, top_i = torch.topk(probs, self.top_k, dim=-1)
         top_w = (top_w / top_w.sum(dim=-1, keepdim=True)).to(self.dt)
@@ -563,7 +574,7 @@ class Model:
             for t in range(h.shape[0]):
                 for s in range(self.top_k):
                     if int(top_i[t, s]) == e:
-                        y = (self.act(h[t] @ x1.T) * (h[t] @ x3.T)) @ x2.T
+                        y = self.mm(self.act(self.mm(h[t], x1)) * self.mm(h[t], x3), x2)
                         out[t] += top_w[t, s] * y
         return out
 
@@ -571,7 +582,7 @@ class Model:
         """Qwen3MoeSparseMoeBlock: softmax over the router logits in float32, top-k, renormalised
         to sum 1 when norm_topk_prob, cast back; experts down(silu(gate(h)) * up(h))."""
         m = p + "mlp."
-        router = h @ self.w(m + "gate.weight", (self.experts, self.hidden)).T
+        router = self.mm(h, self.w(m + "gate.weight", (self.experts, self.hidden)))
         probs = torch.softmax(router.to(torch.float32), dim=-1)
         top_w, top_i = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk:
@@ -586,14 +597,14 @@ class Model:
             for t in range(h.shape[0]):
                 for s in range(self.top_k):
                     if int(top_i[t, s]) == e:
-                        out[t] += top_w[t, s] * ((self.act(h[t] @ g.T) * (h[t] @ u.T)) @ dn.T)
+                        out[t] += top_w[t, s] * self.mm(self.act(self.mm(h[t], g)) * self.mm(h[t], u), dn)
         if self.shared_ff:
             s_p = m + "shared_expert."
             g = self.w(s_p + "gate_proj.weight", (self.shared_ff, self.hidden))
             u = self.w(s_p + "up_proj.weight", (self.shared_ff, self.hidden))
             dn = self.w(s_p + "down_proj.weight", (self.hidden, self.shared_ff))
-            shared = (self.act(h @ g.T) * (h @ u.T)) @ dn.T
-            gate = torch.sigmoid(h @ self.w(m + "shared_expert_gate.weight", (1, self.hidden)).T)
+            shared = self.mm(self.act(self.mm(h, g)) * self.mm(h, u), dn)
+            gate = torch.sigmoid(self.mm(h, self.w(m + "shared_expert_gate.weight", (1, self.hidden))))
             out = out + gate * shared
         return out
 
@@ -629,7 +640,7 @@ class Model:
             head = self.w("lm_head.weight", (self.vocab, self.hidden))
         else:
             raise KeyError("lm_head.weight missing and tie_word_embeddings is false")
-        return x @ head.T
+        return self.mm(x, head)
 
 
 def argmax_lowest(row):
@@ -638,12 +649,12 @@ def argmax_lowest(row):
 
 
 def run_logits(model_dir, prompt_ids, steps, compute_dtype=torch.float32, prompt_logits=False,
-               kv_dtype=None):
+               kv_dtype=None, round_inputs=None):
     if steps < 1:
         raise ValueError("--decode-steps must be >= 1")
     if not prompt_ids:
         raise ValueError("--prompt-ids must not be empty")
-    model = Model(model_dir, compute_dtype, kv_dtype)
+    model = Model(model_dir, compute_dtype, kv_dtype, round_inputs)
     for t in prompt_ids:
         if not 0 <= t < model.vocab:
             raise ValueError(f"prompt id {t} outside [0, {model.vocab})")
@@ -709,6 +720,7 @@ def main(argv=None):
     lg.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
     lg.add_argument("--prompt-logits", action="store_true")
     lg.add_argument("--kv-dtype", choices=sorted(DTYPES))
+    lg.add_argument("--round-inputs", choices=sorted(DTYPES))
 
     su = sub.add_parser("suite", help="make every kind and its reference.json in one process")
     su.add_argument("--out", required=True)
@@ -719,6 +731,7 @@ def main(argv=None):
     su.add_argument("--tokenizer-dir", default=STORIES_DIR)
     su.add_argument("--compute-dtype", default="float32", choices=sorted(COMPUTE))
     su.add_argument("--kv-dtype", choices=sorted(DTYPES))
+    su.add_argument("--round-inputs", choices=sorted(DTYPES))
 
     a = ap.parse_args(argv)
     if a.cmd == "make-model":
@@ -729,7 +742,7 @@ def main(argv=None):
             make_model(a.kind, a.out, a.dtype, a.seed, a.tokenizer_dir)
     elif a.cmd == "logits":
         res = run_logits(a.model, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
-                         a.prompt_logits, DTYPES.get(a.kv_dtype))
+                         a.prompt_logits, DTYPES.get(a.kv_dtype), DTYPES.get(a.round_inputs))
         write_json(res, a.out)
     elif a.cmd == "suite":
         for kind in sorted(KINDS):
@@ -737,7 +750,7 @@ def main(argv=None):
             t0 = time.time()
             make_model(kind, d, a.dtype, a.seed, a.tokenizer_dir)
             res = run_logits(d, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
-                             kv_dtype=DTYPES.get(a.kv_dtype))
+                             kv_dtype=DTYPES.get(a.kv_dtype), round_inputs=DTYPES.get(a.round_inputs))
             res["model"] = kind
             write_json(res, os.path.join(d, "reference.json"))
             print(f"{kind}: greedy {res['greedy_ids']} ({time.time() - t0:.3f} s)",
