@@ -95,7 +95,7 @@ void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_
 // 32 registers: 6 rows x 2 vectors of group sums and of totals; 12 rows when a row is one group.
 void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                               int64_t ff_glu, int64_t n_begin, int64_t n_end) {
-  quantized::product_any<Avx512, 6, 12>(x, w, bias, y, ff_glu, n_begin, n_end);
+  quantized_product::product_any<quantized::Rows, Avx512, 6, 12>(x, w, bias, y, ff_glu, n_begin, n_end);
 }
 
 void quantize_rows_int8_avx512(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales) {

@@ -35,7 +35,7 @@ struct Vnni256 {
 // 16 registers: 2 rows x 2 of int32 sums and of f32 totals per half block (4 rows when a row is one group).
 void gemm_nt_quantized_avx_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                 int64_t ff_glu, int64_t n_begin, int64_t n_end) {
-  quantized_int8::product_any<Vnni256, 2, 4>(x, w, bias, y, ff_glu, n_begin, n_end);
+  quantized_product::product_any<quantized_int8::Rows, Vnni256, 2, 4>(x, w, bias, y, ff_glu, n_begin, n_end);
 }
 
 }  // namespace actord::cpu
