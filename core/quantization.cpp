@@ -43,6 +43,13 @@ std::string describe(const QuantSpec& spec) {
   return out + ")";
 }
 
+std::vector<float> QuantizedMatrix::dequantized() const {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = value(r, c);
+  return out;
+}
+
 Result<QuantizedMatrix> QuantizedMatrix::slice(int64_t first, int64_t count, int64_t col_first,
                                                int64_t col_count) const {
   const bool cols_ok = col_first % group == 0 && (col_count % group == 0 || col_first + col_count == cols);

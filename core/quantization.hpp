@@ -55,6 +55,8 @@ struct QuantizedMatrix {
   float value(int64_t r, int64_t c) const {
     return scale(r, c / group) * codes[r * cols + c] + offset(r, c / group);
   }
+  // Every value, row-major [rows, cols] (a reference, a format conversion).
+  std::vector<float> dequantized() const;
   // Rows [first, first + count) and columns [col_first, col_first + col_count) (col_first a multiple of group, and
   // col_count too unless it reaches the end): a tensor-parallel shard.
   Result<QuantizedMatrix> slice(int64_t first, int64_t count, int64_t col_first, int64_t col_count) const;

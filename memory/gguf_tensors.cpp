@@ -133,16 +133,14 @@ Result<QuantizedMatrix> gguf_quantized(const GgufTensor& t) {
 }
 
 Result<std::vector<float>> gguf_values_f32(const GgufTensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.elements()));
   if (const auto dtype = gguf_float_dtype(t.type)) {
+    std::vector<float> out(static_cast<size_t>(t.elements()));
     convert_to_f32(*dtype, t.data, out.data(), out.size());
     return out;
   }
   auto q = gguf_quantized(t);
   if (!q) return q.error();
-  for (int64_t r = 0; r < q->rows; ++r)
-    for (int64_t c = 0; c < q->cols; ++c) out[static_cast<size_t>(r * q->cols + c)] = q->value(r, c);
-  return out;
+  return q->dequantized();
 }
 
 }  // namespace actord

@@ -113,18 +113,13 @@ Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const 
     return quantize(m.host->dtype, m.host->data, m.host->rows, m.host->cols, m.host->row_stride, quant_);
   };
   auto as_f32 = [](const GgufMatrix& m) {
-    std::vector<float> v(static_cast<size_t>((m.quantized ? m.quantized->rows * m.quantized->cols
-                                                          : m.host->rows * m.host->cols)));
-    if (m.quantized) {
-      for (int64_t r = 0; r < m.quantized->rows; ++r)
-        for (int64_t c = 0; c < m.quantized->cols; ++c) v[static_cast<size_t>(r * m.quantized->cols + c)] = m.quantized->value(r, c);
-    } else {
-      const exec::HostMatrix& h = *m.host;
-      const int64_t stride = h.row_stride ? h.row_stride : h.cols;
-      for (int64_t r = 0; r < h.rows; ++r) {
-        convert_to_f32(h.dtype, static_cast<const unsigned char*>(h.data) + r * stride * static_cast<int64_t>(dtype_size(h.dtype)),
-                       v.data() + r * h.cols, static_cast<size_t>(h.cols));
-      }
+    if (m.quantized) return m.quantized->dequantized();
+    const exec::HostMatrix& h = *m.host;
+    std::vector<float> v(static_cast<size_t>(h.rows * h.cols));
+    const int64_t stride = h.row_stride ? h.row_stride : h.cols;
+    for (int64_t r = 0; r < h.rows; ++r) {
+      convert_to_f32(h.dtype, static_cast<const unsigned char*>(h.data) + r * stride * static_cast<int64_t>(dtype_size(h.dtype)),
+                     v.data() + r * h.cols, static_cast<size_t>(h.cols));
     }
     return v;
   };

@@ -21,13 +21,6 @@ namespace {
 
 using test::random_vector;
 
-std::vector<float> dequantized(const QuantizedMatrix& q) {
-  std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t c = 0; c < q.cols; ++c) out[r * q.cols + c] = q.value(r, c);
-  return out;
-}
-
 std::vector<float> absolute(std::vector<float> v) {
   for (float& x : v) x = std::abs(x);
   return v;
@@ -114,7 +107,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
       const auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng, 0.1f);
       const auto bias = random_vector(n, rng);
       const QuantizedMatrix q = quantize(DType::f32, w32.data(), n, k, 0, spec);
-      const auto wq = dequantized(q);
+      const auto wq = q.dequantized();
       std::vector<unsigned char> storage(cpu::quantized_bytes(q));
       const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
       std::vector<float> ref(size_t(m) * n), bound(size_t(m) * n);
@@ -180,7 +173,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
       const auto x_used = cpu::quantized_int8_activations(best) ? x8 : x;
       std::vector<float> gate(size_t(m) * n), up(size_t(m) * n), yg(size_t(m) * n);
       cpu::reference::matmul_nt(x_used.data(), wq.data(), gate.data(), m, n, k);
-      cpu::reference::matmul_nt(x_used.data(), dequantized(qu).data(), up.data(), m, n, k);
+      cpu::reference::matmul_nt(x_used.data(), qu.dequantized().data(), up.data(), m, n, k);
       cpu::reference::silu_mul(gate.data(), up.data(), m * n);
       cpu::gemm_nt_glu(x.data(), glu, n, yg.data(), m, pool, best);
       float max_ref = 1.0f;
