@@ -16,6 +16,7 @@
 #include "plugins/gguf_model.hpp"
 #include "plugins/model_registry.hpp"
 #include "test_util.hpp"
+#include "tokenizer/chat_template.hpp"
 #include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -232,11 +233,15 @@ TEST_CASE("a GGUF token type out of every range is read as a normal token", "[gg
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "a"});
   w.add_i32s("tokenizer.ggml.token_type", {2, 3, 99});
+  w.add_string("tokenizer.chat_template", "{% for m in messages %}{{ m['content'] }}{% endfor %}");
   test::TempDir dir;
   w.write(dir.path() / "v.gguf");
   auto tok = Tokenizer::load(dir.path() / "v.gguf");
   REQUIRE(tok.ok());
   CHECK_FALSE(tok->is_special(2));
+  auto chat = load_chat_template(dir.path() / "v.gguf");  // the template of the file's metadata
+  REQUIRE(chat.ok());
+  CHECK(*chat->render(nlohmann::json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}) == "hi");
 }
 
 TEST_CASE("a GGUF vocabulary tokenizes as its HF tokenizer.json - SentencePiece and byte-level", "[gguf][tokenizer]") {

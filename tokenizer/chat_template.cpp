@@ -102,7 +102,7 @@ Result<ChatTemplate> load_chat_template(const std::filesystem::path& model_dir, 
   if (GgufFile::is_gguf(model_dir)) {  // tokenizer.chat_template and the special tokens of its metadata
     auto file = GgufFile::open(model_dir);
     if (!file) return file.error();
-    auto docs = tokenizer_documents_from_gguf(*file);
+    auto docs = tokenizer_config_from_gguf(*file);
     if (!docs) return docs.error();
     config = std::move(docs->config);
   } else if (std::filesystem::exists(config_path, ec)) {

@@ -75,18 +75,79 @@ json spm_merges(const std::vector<std::string>& tokens, const std::vector<double
   return out;
 }
 
-}  // namespace
+// What both documents need of a file's vocabulary: its model, tokens, special ids (checked) and BOS / EOS flags.
+struct Specials {
+  std::string model;
+  const std::vector<std::string>* tokens = nullptr;
+  std::optional<int64_t> bos, eos, eot, unk;
+  bool add_bos = false, add_eos = false;
+};
 
-Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
+Result<Specials> specials_of(const GgufFile& file) {
   const std::string where = file.path().string();
+  Specials sp;
   auto model = file.string("tokenizer.ggml.model");
   if (!model) return model.error();
+  sp.model = *model;
   const GgufValue* tokens_value = file.find("tokenizer.ggml.tokens");
   if (!tokens_value || tokens_value->kind != GgufValue::Kind::array ||
       tokens_value->element != GgufValue::Kind::string || tokens_value->strings.empty()) {
     return make_error(Errc::invalid_config, where + ": tokenizer.ggml.tokens is missing or not a list of strings");
   }
-  const std::vector<std::string>& tokens = tokens_value->strings;
+  sp.tokens = &tokens_value->strings;
+  const int64_t n = static_cast<int64_t>(sp.tokens->size());
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &sp.bos}, {"tokenizer.ggml.eos_token_id", &sp.eos},
+                         {"tokenizer.ggml.eot_token_id", &sp.eot}, {"tokenizer.ggml.unknown_token_id", &sp.unk}}) {
+    const auto v = file.integer_or(key);
+    if (!v) continue;
+    if (*v < 0 || *v >= n) {
+      return make_error(Errc::invalid_config, where + ": " + key + " = " + std::to_string(*v) + " is not a token id");
+    }
+    *id = *v;
+  }
+  sp.add_bos = file.boolean_or("tokenizer.ggml.add_bos_token").value_or(sp.model == "llama");
+  sp.add_eos = file.boolean_or("tokenizer.ggml.add_eos_token").value_or(false);
+  return sp;
+}
+
+// tokenizer_config.json and generation_config.json of the specials and the chat template.
+void write_configs(const GgufFile& file, const Specials& sp, TokenizerDocuments& docs) {
+  const std::vector<std::string>& tokens = *sp.tokens;
+  json& c = docs.config;
+  c = json::object();
+  if (sp.bos) c["bos_token"] = tokens[*sp.bos];
+  if (sp.eos) c["eos_token"] = tokens[*sp.eos];
+  if (sp.unk) c["unk_token"] = tokens[*sp.unk];
+  c["add_bos_token"] = sp.add_bos;
+  c["add_eos_token"] = sp.add_eos;
+  if (const GgufValue* tmpl = file.find("tokenizer.chat_template"); tmpl && tmpl->kind == GgufValue::Kind::string) {
+    c["chat_template"] = tmpl->string;
+  }
+  json& g = docs.generation;
+  g = json::object();
+  if (sp.bos) g["bos_token_id"] = *sp.bos;
+  if (sp.eos) {
+    json stops = json::array({*sp.eos});
+    if (sp.eot && *sp.eot != *sp.eos) stops.push_back(*sp.eot);
+    g["eos_token_id"] = stops;
+  }
+}
+
+}  // namespace
+
+Result<TokenizerDocuments> tokenizer_config_from_gguf(const GgufFile& file) {
+  auto sp = specials_of(file);
+  if (!sp) return sp.error();
+  TokenizerDocuments docs;
+  write_configs(file, *sp, docs);
+  return docs;
+}
+
+Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
+  const std::string where = file.path().string();
+  auto sp = specials_of(file);
+  if (!sp) return sp.error();
+  const std::vector<std::string>& tokens = *sp->tokens;
   const int64_t n = static_cast<int64_t>(tokens.size());
   std::vector<int> types(tokens.size(), kNormal);
   if (const GgufValue* t = file.find("tokenizer.ggml.token_type")) {
@@ -97,21 +158,6 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
       const double type = t->numbers[i];  // any number the file holds; the known types are 1 .. 6
       types[i] = type >= kNormal && type <= kByte ? static_cast<int>(type) : kNormal;
     }
-  }
-  auto id_of = [&](const char* key) -> Result<std::optional<int64_t>> {
-    const auto v = file.integer_or(key);
-    if (!v) return std::optional<int64_t>{};
-    if (*v < 0 || *v >= n) {
-      return make_error(Errc::invalid_config, where + ": " + key + " = " + std::to_string(*v) + " is not a token id");
-    }
-    return std::optional<int64_t>{*v};
-  };
-  auto bos = id_of("tokenizer.ggml.bos_token_id");
-  auto eos = id_of("tokenizer.ggml.eos_token_id");
-  auto eot = id_of("tokenizer.ggml.eot_token_id");
-  auto unk = id_of("tokenizer.ggml.unknown_token_id");
-  for (const auto* r : {&bos, &eos, &eot, &unk}) {
-    if (!*r) return r->error();
   }
 
   TokenizerDocuments docs;
@@ -127,16 +173,14 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
     added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                      {"normalized", false}, {"special", types[i] != kUserDefined}});
   }
-  const bool add_bos = file.boolean_or("tokenizer.ggml.add_bos_token").value_or(*model == "llama");
-  const bool add_eos = file.boolean_or("tokenizer.ggml.add_eos_token").value_or(false);
   std::vector<std::pair<std::string, int64_t>> before, after;
-  if (add_bos && *bos) before.emplace_back(tokens[**bos], **bos);
-  if (add_eos && *eos) after.emplace_back(tokens[**eos], **eos);
+  if (sp->add_bos && sp->bos) before.emplace_back(tokens[*sp->bos], *sp->bos);
+  if (sp->add_eos && sp->eos) after.emplace_back(tokens[*sp->eos], *sp->eos);
   json& t = docs.tokenizer;
   t["version"] = "1.0";
   t["added_tokens"] = added;
 
-  if (*model == "llama") {
+  if (sp->model == "llama") {
     std::vector<double> scores(tokens.size(), 0.0);
     if (const GgufValue* s = file.find("tokenizer.ggml.scores")) {
       if (s->kind != GgufValue::Kind::array || s->numbers.size() != tokens.size()) {
@@ -155,12 +199,12 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
                                  {{"type", "Fuse"}}});
     if (space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
     t["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
-    t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", tokens[unk->value_or(0)]},
+    t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", tokens[sp->unk.value_or(0)]},
                   {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
                   {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", vocab},
                   {"merges", spm_merges(tokens, scores, index)}};
     t["post_processor"] = before.empty() && after.empty() ? json(nullptr) : template_with(before, true, after);
-  } else if (*model == "gpt2") {
+  } else if (sp->model == "gpt2") {
     const GgufValue* merges = file.find("tokenizer.ggml.merges");
     if (!merges || merges->kind != GgufValue::Kind::array || merges->element != GgufValue::Kind::string) {
       return make_error(Errc::invalid_config, where + ": tokenizer.ggml.merges is missing or not a list of strings");
@@ -196,28 +240,11 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
                   {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", merges->strings}};
     t["post_processor"] = before.empty() && after.empty() ? json(nullptr) : template_with(before, true, after);
   } else {
-    return make_error(Errc::unsupported, where + ": tokenizer.ggml.model '" + *model +
+    return make_error(Errc::unsupported, where + ": tokenizer.ggml.model '" + sp->model +
                                              "' is not supported (known: llama, gpt2)");
   }
 
-  json& c = docs.config;
-  c = json::object();
-  if (*bos) c["bos_token"] = tokens[**bos];
-  if (*eos) c["eos_token"] = tokens[**eos];
-  if (*unk) c["unk_token"] = tokens[**unk];
-  c["add_bos_token"] = add_bos;
-  c["add_eos_token"] = add_eos;
-  if (const GgufValue* tmpl = file.find("tokenizer.chat_template"); tmpl && tmpl->kind == GgufValue::Kind::string) {
-    c["chat_template"] = tmpl->string;
-  }
-  json& g = docs.generation;
-  g = json::object();
-  if (*bos) g["bos_token_id"] = **bos;
-  if (*eos) {
-    json stops = json::array({**eos});
-    if (*eot && **eot != **eos) stops.push_back(**eot);
-    g["eos_token_id"] = stops;
-  }
+  write_configs(file, *sp, docs);
   return docs;
 }
 

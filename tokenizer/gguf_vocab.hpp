@@ -28,5 +28,8 @@ struct TokenizerDocuments {
 };
 
 Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file);
+// Only tokenizer_config.json and generation_config.json (tokenizer left null): the chat template and the special
+// tokens, without building the vocabulary and merges.
+Result<TokenizerDocuments> tokenizer_config_from_gguf(const GgufFile& file);
 
 }  // namespace actord
