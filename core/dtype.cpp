@@ -13,6 +13,15 @@ const char* dtype_name(DType dtype) {
 
 size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
 
+const char* dtype_config_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float32";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+  }
+  return "?";
+}
+
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "float32" || name == "float" || name == "fp32" || name == "F32") return DType::f32;
   if (name == "bfloat16" || name == "bf16" || name == "BF16") return DType::bf16;

@@ -17,6 +17,9 @@ enum class DType { f32, f16, bf16 };
 
 const char* dtype_name(DType dtype);          // "F32", "F16", "BF16" (the safetensors spelling)
 size_t dtype_size(DType dtype);
+// The config spelling of a dtype ("float32", "bfloat16", "float16": model.dtype, engine.kv_cache_dtype,
+// config.json's torch_dtype).
+const char* dtype_config_name(DType dtype);
 // "float32"/"float"/"fp32", "bfloat16"/"bf16", "float16"/"half"/"fp16" (config spellings) -> DType.
 std::optional<DType> parse_dtype(std::string_view name);
 

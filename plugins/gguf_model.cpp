@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "memory/gguf_tensors.hpp"
+
 namespace actord {
 
 using nlohmann::json;
@@ -54,7 +56,7 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   j["hidden_act"] = "silu";
   // The compute dtype HF would name (it sets the KV cache's under engine.kv_cache_dtype: auto): the embedding's float
   // type, float16 for a quantized one (llama.cpp's KV default).
-  j["torch_dtype"] = embedding->type == GgmlType::f32 ? "float32" : embedding->type == GgmlType::bf16 ? "bfloat16" : "float16";
+  j["torch_dtype"] = dtype_config_name(gguf_float_dtype(embedding->type).value_or(DType::f16));
   if (auto type = file.string(a + "rope.scaling.type"); type && *type == "linear") {
     j["rope_scaling"] = {{"type", "linear"}, {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)}};
   } else if (type && *type != "none") {

@@ -76,7 +76,7 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
   m.kv_dtype = ModelConfig::kv_cache_dtype(topology.engine.kv_cache_dtype, topology.model.dtype, m.config.torch_dtype);
   m.weight_dtype = ModelConfig::kv_cache_dtype("auto", topology.model.dtype, m.config.torch_dtype);
   m.weight_bytes_per_param = static_cast<double>(dtype_size(m.weight_dtype));
-  m.weight_format = m.weight_dtype == DType::f32 ? "float32" : m.weight_dtype == DType::bf16 ? "bfloat16" : "float16";
+  m.weight_format = dtype_config_name(m.weight_dtype);
   const uint64_t params = estimated_num_parameters(m.config);
   if (GgufFile::is_gguf(topology.model.path)) {
     auto file = GgufFile::open(topology.model.path);

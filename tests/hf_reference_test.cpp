@@ -83,7 +83,6 @@ GenerateOutput run_engine(const std::filesystem::path& dir, const std::vector<in
   return (*out)[0];
 }
 
-const char* torch_name(DType d) { return d == DType::bf16 ? "bfloat16" : d == DType::f16 ? "float16" : "float32"; }
 
 // log_softmax(row)[id] in double.
 double log_prob(const std::vector<float>& row, int32_t id) {
@@ -112,7 +111,7 @@ void compare_suite(const std::string& weights, const std::string& kv_setting, fl
   test::TempDir tmp;
   const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
                           " suite --out " + tmp.path().string() + " --dtype " + weights + " --kv-dtype " +
-                          torch_name(kv_dtype) + (rounds_bf16_inputs(weights) ? " --round-inputs bfloat16" : "") +
+                          dtype_config_name(kv_dtype) + (rounds_bf16_inputs(weights) ? " --round-inputs bfloat16" : "") +
                           " > " + (tmp.path() / "suite.log").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {

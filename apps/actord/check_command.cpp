@@ -49,15 +49,6 @@ std::string placement_text(const GroupSection& g) {
   return text;
 }
 
-// The topology's spelling of a dtype (model.dtype, engine.kv_cache_dtype).
-const char* dtype_key(DType d) {
-  switch (d) {
-    case DType::f32: return "float32";
-    case DType::bf16: return "bfloat16";
-    case DType::f16: return "float16";
-  }
-  return "?";
-}
 
 std::string threads_text(int threads) { return threads == 0 ? "auto" : std::to_string(threads); }
 
@@ -87,7 +78,7 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
               c.hidden_size, c.intermediate_size, c.vocab_size);
   std::printf("         weights %s (%s), KV %s per token (%s), max_model_len %d\n",
               format_bytes(m.estimated_weight_bytes).c_str(), m.weight_format.c_str(),
-              format_bytes(c.kv_bytes_per_token(m.kv_dtype)).c_str(), dtype_key(m.kv_dtype), m.max_model_len);
+              format_bytes(c.kv_bytes_per_token(m.kv_dtype)).c_str(), dtype_config_name(m.kv_dtype), m.max_model_len);
   std::printf("machine  %u cores, %s; ranks here: %d threads%s\n", plan.local_cores,
               available ? (format_bytes(*available) + " available").c_str() : "available memory unknown",
               plan.local_threads, plan.oversubscribed ? " (oversubscribed, as groups[].oversubscribe allows)" : "");
@@ -160,9 +151,9 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                 {"intermediate_size", c.intermediate_size},
                 {"vocab_size", c.vocab_size},
                 {"num_experts", c.num_experts},
-                {"weight_dtype", dtype_key(m.weight_dtype)},
+                {"weight_dtype", dtype_config_name(m.weight_dtype)},
                 {"weight_format", m.weight_format},
-                {"kv_dtype", dtype_key(m.kv_dtype)},
+                {"kv_dtype", dtype_config_name(m.kv_dtype)},
                 {"weight_bytes", m.estimated_weight_bytes},
                 {"kv_bytes_per_token", c.kv_bytes_per_token(m.kv_dtype)},
                 {"max_model_len", m.max_model_len}};
