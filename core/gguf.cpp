@@ -52,6 +52,10 @@ class Reader {
       v->kind = GgufValue::Kind::integer;
       v->integer = static_cast<int64_t>(x);
     };
+    auto as_float = [&](double x) {
+      v->kind = GgufValue::Kind::floating;
+      v->floating = x;
+    };
     switch (type) {
       case u8: { uint8_t x = 0; ACTORD_TRY_STATUS(read(&x)); as_int(x); return Status::success(); }
       case i8: { int8_t x = 0; ACTORD_TRY_STATUS(read(&x)); as_int(x); return Status::success(); }
@@ -67,20 +71,8 @@ class Reader {
         as_int(x);
         return Status::success();
       }
-      case f32: {
-        float x = 0;
-        ACTORD_TRY_STATUS(read(&x));
-        v->kind = GgufValue::Kind::floating;
-        v->floating = x;
-        return Status::success();
-      }
-      case f64: {
-        double x = 0;
-        ACTORD_TRY_STATUS(read(&x));
-        v->kind = GgufValue::Kind::floating;
-        v->floating = x;
-        return Status::success();
-      }
+      case f32: { float x = 0; ACTORD_TRY_STATUS(read(&x)); as_float(x); return Status::success(); }
+      case f64: { double x = 0; ACTORD_TRY_STATUS(read(&x)); as_float(x); return Status::success(); }
       case boolean: {
         uint8_t x = 0;
         ACTORD_TRY_STATUS(read(&x));

@@ -162,8 +162,6 @@ QuantizedX shape_of(int m, const WeightMatrix& w) {
   return q;
 }
 
-}  // namespace
-
 // Row i's values laid out by group in `out` (ld apart): group g's at [g * stride, +stride), zeros after.
 template <class T>
 void lay_out_by_group(const T* x, int m, int64_t k, int64_t group, const QuantizedX& q, T* out) {
@@ -176,6 +174,8 @@ void lay_out_by_group(const T* x, int m, int64_t k, int64_t group, const Quantiz
     }
   }
 }
+
+}  // namespace
 
 QuantizedX quantized_x_f32(const float* x, int m, const WeightMatrix& w, int slot) {
   QuantizedX q = shape_of(m, w);
