@@ -78,6 +78,11 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
   m.weight_bytes_per_param = static_cast<double>(dtype_size(m.weight_dtype));
   m.weight_format = dtype_config_name(m.weight_dtype);
   const uint64_t params = estimated_num_parameters(m.config);
+  // Bytes per weight when `kept` of the weights stay in the dtype and the others take `per_quantized` bytes each.
+  auto mixed = [&](double kept, double per_quantized) {
+    return params > 0 ? (kept * m.weight_bytes_per_param + (double(params) - kept) * per_quantized) / double(params)
+                      : per_quantized;
+  };
   if (GgufFile::is_gguf(topology.model.path)) {
     auto file = GgufFile::open(topology.model.path);
     if (!file) return file.error();
@@ -95,19 +100,14 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
     m.weight_format = (cq.method == "awq" ? "AWQ " : "GPTQ ") + std::to_string(cq.bits) + "-bit, " +
                       (cq.group_size > 0 ? "groups of " + std::to_string(cq.group_size) : std::string("per channel"));
     const double embeddings = double(m.config.vocab_size) * m.config.hidden_size * (m.config.tie_word_embeddings ? 1 : 2);
-    m.weight_bytes_per_param = params > 0 ? (embeddings * m.weight_bytes_per_param + (double(params) - embeddings) * per_quantized) /
-                                                double(params)
-                                          : per_quantized;
+    m.weight_bytes_per_param = mixed(embeddings, per_quantized);
   } else if (auto kind = parse_quant_kind(topology.model.quantization); kind && *kind != QuantKind::none) {
     auto spec = make_quant_spec(*kind, topology.model.quantization_group, topology.model.quantization_zero_points);
     if (!spec) return make_error(spec.error().code, where + "model.quantization: " + spec.error().message);
     // Every multiplied matrix quantized; an embedding only looked up (untied) keeps the dtype.
     const double embedding = m.config.tie_word_embeddings ? 0.0 : double(m.config.vocab_size) * m.config.hidden_size;
-    const double per_quantized = quantized_bytes_per_param(*spec);
     m.weight_format = describe(*spec);
-    m.weight_bytes_per_param = params > 0 ? (embedding * m.weight_bytes_per_param + (double(params) - embedding) * per_quantized) /
-                                                double(params)
-                                          : per_quantized;
+    m.weight_bytes_per_param = mixed(embedding, quantized_bytes_per_param(*spec));
   }
   m.estimated_weight_bytes = static_cast<uint64_t>(std::min(1.8e19, std::ceil(double(params) * m.weight_bytes_per_param)));
   return m;
