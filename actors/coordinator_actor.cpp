@@ -45,6 +45,9 @@ void stop_replica_actors(self_ptr self, Replica& r) {
   r.ranks.clear();
   for (auto& pool : r.kv_pools) stop(pool);
   r.kv_pools.clear();
+  // Shared sets (a tp rank's stages) appear once per stage: give_back ignores CPUs no longer taken.
+  for (const std::vector<int>& cpus : r.rank_cpus) self->state.cpus.give_back(cpus);
+  r.rank_cpus.clear();
 }
 
 void stop_all(self_ptr self) {
@@ -67,6 +70,40 @@ std::string node_named(const TopologyConfig& topology, const std::string& agent)
   for (const NodeSection& node : topology.nodes)
     if (node.address == agent) return node.name;
   return agent;
+}
+
+// engine.cpu_binding: the CPUs of each of replica r's worker processes on this machine (r.rank_cpus), taken from
+// the coordinator's allocator: a tp rank's stages share a set (they take turns), each lane's tp rank and each FFN
+// rank has its own, of as many CPUs as its threads. A rank with threads 0 (every core), or for which too few CPUs
+// are free (replicas of a reshape started beside the old ones), stays unbound. `agent_at` (rank -> its node's
+// agent, empty here) is empty for ranks that are threads of this process: nothing is bound then.
+void bind_replica_cpus(self_ptr self, Replica& r, const std::function<std::string(int)>& agent_at) {
+  auto& st = self->state;
+  const CoordinatorParams& p = *r.params;
+  const GroupSection& group = p.topology.groups.at(0);
+  const int tp = group.tp, pp = group.pp, n_ranks = group.ranks_per_replica();
+  const int attention = tp * pp * group.lanes();
+  r.rank_cpus.assign(static_cast<size_t>(n_ranks), {});
+  const std::string& mode = p.topology.engine.cpu_binding;
+  if (!agent_at || mode == "none") return;
+  auto threads_of = [&](int rank) {
+    return size_t(rank) < p.rank_threads.size() ? p.rank_threads[size_t(rank)] : group.threads;
+  };
+  // A rank's slot: the rank itself, or its first stage's rank (lane-major, then stage, then tp rank).
+  auto slot_of = [&](int rank) {
+    if (rank >= attention) return rank;
+    const int k = rank % tp, lane = rank / (tp * pp);
+    return lane * tp * pp + k;
+  };
+  int demand = 0;
+  for (int rank = 0; rank < n_ranks; ++rank)
+    if (slot_of(rank) == rank && agent_at(rank).empty()) demand += std::max(threads_of(rank), 0);
+  if (mode == "auto" && int64_t(demand) * group.replicas != st.cpus.size()) return;  // not exactly the machine
+  for (int rank = 0; rank < n_ranks; ++rank) {
+    if (!agent_at(rank).empty() || threads_of(rank) < 1 || threads_of(rank) >= st.cpus.size()) continue;
+    const int slot = slot_of(rank);
+    r.rank_cpus[size_t(rank)] = slot == rank ? st.cpus.take(threads_of(rank)) : r.rank_cpus[size_t(slot)];
+  }
 }
 
 // Spawns replica `index`'s kv_pool and ranks (with their collective groups), loads the model in every rank at
@@ -219,6 +256,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   r.rank_names.clear();
   r.rank_nodes.clear();
   r.pids.assign(static_cast<size_t>(n_ranks), 0);
+  bind_replica_cpus(self, r, in_processes ? agent_at : std::function<std::string(int)>{});
   for (int lane = 0; lane < lanes; ++lane) {
     for (int s = 0; s < pp; ++s) {
       for (int k = 0; k < tp; ++k) {
@@ -265,6 +303,9 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setQuantizationGroup(static_cast<uint32_t>(p.topology.model.quantization_group));
       out.setQuantizationZeroPoints(p.topology.model.quantization_zero_points);
       out.setThreads(static_cast<uint32_t>(threads));
+      const std::vector<int>& cpus = r.rank_cpus.at(rank);
+      auto cpu_list = out.initCpus(static_cast<uint32_t>(cpus.size()));
+      for (uint32_t i = 0; i < cpus.size(); ++i) cpu_list.set(i, static_cast<uint32_t>(cpus[i]));
       out.setCpuIsa(group.cpu_isa);
       // GPU of a cuda rank: its index among the group's ranks (on its machine: the worker takes it modulo the GPUs
       // it sees).

@@ -14,6 +14,7 @@
 #include "actors/coordinator_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_interface.hpp"
+#include "core/host_cpus.hpp"
 #include "core/status.hpp"
 
 namespace actord::coord {
@@ -43,6 +44,9 @@ struct Replica {
   std::vector<std::string> rank_names;
   std::vector<std::string> rank_nodes;  // the node each rank runs on ("" for this machine)
   std::vector<int32_t> pids;
+  // The CPUs each rank's process is bound to (engine.cpu_binding; the stages of a tp rank share theirs), empty for a
+  // rank left unbound; given back to coordinator_state::cpus when the replica's actors stop.
+  std::vector<std::vector<int>> rank_cpus;
   std::string last_failure;
   int failed_rebuilds = 0;
 };
@@ -51,6 +55,7 @@ struct coordinator_state {
   CoordinatorParams params;
   caf::actor router;
   std::map<int, Replica> replicas;
+  CpuAllocator cpus{usable_cpus()};  // this machine's CPUs among its worker processes (engine.cpu_binding)
   uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
   uint32_t replacements = 0;
   int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)

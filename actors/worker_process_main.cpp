@@ -15,12 +15,30 @@
 #include "actors/worker_core.hpp"
 #include "actors/shm_envelope.hpp"
 #include "actors/worker_guard.hpp"
+#include "core/host_cpus.hpp"
 #include "comms/zmq_link.hpp"
 #include "plugins/model_registry.hpp"
 
 namespace actord {
 
 namespace {
+
+// engine.cpu_binding: every thread of this process (and so the threads init starts) on the CPUs the coordinator gave
+// this rank in its WorkerInit; none given: unbound. A binding refused leaves the process unbound (a warning).
+void bind_to_init_cpus(const std::string& name, const wire_msg& init) {
+  std::vector<int> cpus;
+  try {
+    WireReader reader(init);
+    for (const uint32_t cpu : reader.root<wire::WorkerInit>().getCpus()) cpus.push_back(static_cast<int>(cpu));
+  } catch (const std::exception&) {
+    return;  // core.init reports the malformed message
+  }
+  if (cpus.empty()) return;
+  if (Status bound = bind_process_to_cpus(cpus); !bound)
+    spdlog::warn("{}: not bound to CPUs: {}", name, bound.error().message);
+  else
+    spdlog::info("{}: bound to CPUs {}", name, cpu_list_text(cpus));
+}
 
 // The worker's end of its link to the engine: shared memory ("shm://NAME", a worker on the engine's machine) or two
 // ZeroMQ sockets (tcp, a worker a node agent started). Used by the main thread, except beat(), which the heartbeat
@@ -164,6 +182,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
       case wire::MessageKind::SHUTDOWN: running = false; continue;
       case wire::MessageKind::WORKER_INIT:
         reply_kind = wire::MessageKind::WORKER_READY;
+        bind_to_init_cpus(args.name, env.body);
         reply = guarded<wire::WorkerReady>([&] { return core.init(env.body); });
         break;
       case wire::MessageKind::EXECUTE_STEP:

@@ -385,7 +385,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   Section engine(top.get("engine"), "engine");
   engine.check_keys(
       {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype",
-       "enable_prefix_caching", "preemption_mode", "swap_space", "step_timeout", "reshape_kv"});
+       "enable_prefix_caching", "preemption_mode", "swap_space", "step_timeout", "reshape_kv",
+       "cpu_binding"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -410,6 +411,9 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   engine.read("reshape_kv", cfg.engine.reshape_kv);
   require(cfg.engine.reshape_kv == "move" || cfg.engine.reshape_kv == "recompute", "engine.reshape_kv",
           "must be move or recompute, got '" + cfg.engine.reshape_kv + "'");
+  engine.read("cpu_binding", cfg.engine.cpu_binding);
+  require(cfg.engine.cpu_binding == "auto" || cfg.engine.cpu_binding == "bind" || cfg.engine.cpu_binding == "none",
+          "engine.cpu_binding", "must be auto, bind or none, got '" + cfg.engine.cpu_binding + "'");
   engine.read_duration("step_timeout", cfg.engine.step_timeout);
   require(cfg.engine.step_timeout.count() > 0, "engine.step_timeout", "must be positive");
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",

@@ -59,6 +59,12 @@ struct EngineSection {
   // A worker that stops answering is declared failed when a step's result is this much later than its expected
   // compute time, or when a worker process sends no heartbeat for this long.
   std::chrono::milliseconds step_timeout{2000};
+  // Which CPUs the worker processes on this machine run on (core/host_cpus.hpp): each rank (the stages of a
+  // replica's tp rank together: they take turns) gets as many CPUs of the engine's affinity mask as it has threads,
+  // to itself. auto: only when the ranks' threads add up to every CPU the engine may use (threads 0, or a topology
+  // that fills the machine); bind: whenever enough CPUs are free; none: never (the kernel places the threads).
+  // Ranks that are threads of the engine's process and ranks on other nodes are not bound.
+  std::string cpu_binding = "auto";
 };
 
 struct SchedulerSection {

@@ -46,7 +46,7 @@ TEST_CASE("defaults fill what the file leaves out - relative model paths follow 
 
 TEST_CASE("unknown keys are reported with their path", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seq: 3}\n") ==
-        "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, enable_prefix_caching, "
+        "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, cpu_binding, enable_prefix_caching, "
         "kv_cache_dtype, kv_cache_memory, max_model_len, max_num_batched_tokens, max_num_seqs, preemption_mode, "
         "reshape_kv, step_timeout, swap_space)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{name: a, colour: red}]\n"),

@@ -290,6 +290,7 @@ struct WorkerInit {
   quantization @31 :Text;        # model.quantization: none (or empty) | int8 | int4
   quantizationGroup @32 :UInt32; # input features per scale; 0: per channel (int8) or 32 (int4)
   quantizationZeroPoints @33 :Bool;
+  cpus @34 :List(UInt32);        # the CPUs a worker process binds all its threads to (engine.cpu_binding); empty: unbound
 }
 
 # One micro-batch's collective groups of a rank (size 0: none).
