@@ -270,7 +270,42 @@ std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* sw
   return {};
 }
 
+// Whether every row a step samples is the argmax of its logits (sampler.hpp's takes_raw_argmax; no forks, no prompt
+// logprobs): then the last stage's TP ranks may keep their vocabulary shards' logits (ForwardContext::shard_logits).
+// The same answer on every rank: it reads the step and the sequences' options only.
+template <class Seqs, class States>
+bool argmax_rows_only(const Seqs& seqs, const States& states) {
+  for (uint32_t i = 0; i < seqs.size(); ++i) {
+    const auto s = seqs[i];
+    if (s.getPromptLogprobsFrom() >= 0) return false;
+    if (!s.getSample()) continue;
+    const auto& st = *states[i];
+    const bool masked = s.getSampleIndex() < st.sampling.min_tokens && !st.masked_until_min_tokens.empty();
+    if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string WorkerCore::pick_sharded_greedy(const LogitColumns& columns, StepTrace* trace) {
+  const size_t rows = logits_.size() / size_t(columns.count);
+  const int tp = place_.tp;
+  row_bests_.resize(rows * size_t(tp));
+  {
+    TraceScope span(trace, "sampling", "sample");
+    for (size_t r = 0; r < rows; ++r)
+      row_bests_[r] = row_best(logits_.data() + r * size_t(columns.count), columns.count, columns.first);
+  }
+  const auto mine = std::as_bytes(std::span<const RowBest>(row_bests_.data(), rows));
+  std::vector<size_t> counts(size_t(tp), mine.size());
+  const Status shared = links_.tp->all_gather_bytes(
+      std::vector<std::byte>(mine.begin(), mine.end()), std::as_writable_bytes(std::span<RowBest>(row_bests_)), counts);
+  if (!shared) return shared.error().message;
+  greedy_tokens_.resize(rows);
+  merge_row_bests(row_bests_, tp, static_cast<int>(rows), greedy_tokens_);
+  return {};
+}
 
 wire_msg WorkerCore::execute(const wire_msg& msg) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -401,6 +436,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   // The same on every rank: the same step (ranks that serve each other's FFNs always run every micro-batch, some
   // maybe empty, so that their exchanges pair up).
   const bool overlapped = !twins_.empty() && overlap_ && (batch_.seqs.size() >= 2 || place_.ep_group());
+  context.shard_logits = place_.tp > 1 && place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_);
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
     lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];
@@ -408,6 +444,12 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (auto run = overlapped ? forward_overlapped(context, lane_tokens_) : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
+  // Greedy rows from the vocabulary shards: each rank's best of each row, exchanged (every rank of the stage).
+  const LogitColumns columns = model_->logits_columns();
+  const bool picked = context.shard_logits && columns.count > 0;
+  if (picked) {
+    if (auto failed = pick_sharded_greedy(columns, trace); !failed.empty()) return break_links(failed);
+  }
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
   // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one
   // sampled stays for the next (whose slices may ask for it).
@@ -511,7 +553,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   samples_.resize(sample_requests_.size());
   {
     TraceScope span(trace, "sampling", "sample");
-    sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
+    if (picked) {
+      for (size_t r = 0; r < samples_.size(); ++r) samples_[r] = SampledToken{greedy_tokens_.at(r), 0.0f, {}};
+    } else {
+      sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
+    }
   }
   if (lane_step) {
     previous_samples_.clear();

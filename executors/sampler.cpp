@@ -472,6 +472,28 @@ SampledToken Sampler::sample(float* logits, int vocab_size, const SampleRequest&
   return out;
 }
 
+bool takes_raw_argmax(const SamplingOptions& o, bool masked) {
+  return (o.temperature <= 0.0f || o.top_k == 1) && !o.has_penalties() && o.logprobs < 0 && !masked;
+}
+
+RowBest row_best(const float* row, int n, int32_t first) {
+  if (n <= 0) return {-kInf, first};
+  const int32_t at = argmax(row, n);
+  // argmax ignores NaN; a shard of NaN only (at 0) must lose to any other shard's value.
+  return {std::isnan(row[at]) ? -kInf : row[at], first + at};
+}
+
+void merge_row_bests(std::span<const RowBest> bests, int shards, int rows, std::span<int32_t> tokens) {
+  for (int r = 0; r < rows; ++r) {
+    RowBest best = bests[size_t(r)];
+    for (int s = 1; s < shards; ++s) {
+      const RowBest& b = bests[size_t(s) * size_t(rows) + size_t(r)];
+      if (b.logit > best.logit) best = b;  // equal: the earlier shard holds the lower id
+    }
+    tokens[size_t(r)] = best.id;
+  }
+}
+
 void BatchSampler::sample_rows(float* logits, int vocab_size, std::span<const SampleRequest> requests,
                                std::span<SampledToken> out, cpu::ThreadPool& pool) {
   const int rows = static_cast<int>(requests.size());

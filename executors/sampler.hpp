@@ -94,6 +94,22 @@ class BatchSampler {
   std::vector<Sampler> samplers_;  // [pool.size()]
 };
 
+// Whether a row sampled with `options` is the argmax of its raw logits: greedy (temperature 0 or top_k 1) without
+// penalties, logprobs or ids masked (`masked`: stop ids before min_tokens). Then each vocabulary shard's best decides
+// it: tensor parallel ranks exchange their best (RowBest) instead of their logits.
+bool takes_raw_argmax(const SamplingOptions& options, bool masked);
+
+// One row's highest logit in a range of vocabulary ids and the lowest id holding it (the sampler's greedy pick).
+struct RowBest {
+  float logit = 0.0f;
+  int32_t id = 0;
+};
+// Over ids first .. first + n - 1 of row (row[0] is id first): NaN ignored, as the greedy sampler does.
+RowBest row_best(const float* row, int n, int32_t first);
+// The greedy token of whole rows from the best of each shard: bests [shards][rows] (shards in vocabulary order);
+// the highest logit, on ties the lowest id: what the greedy sampler picks from the whole row.
+void merge_row_bests(std::span<const RowBest> bests, int shards, int rows, std::span<int32_t> tokens);
+
 // A uniform double in [0, 1) from a 64-bit key (splitmix64).
 double uniform_from_key(uint64_t key);
 

@@ -227,6 +227,34 @@ TEST_CASE("parallel engine: a modelled link (groups[].link) slows tp2's collecti
   CHECK(comm_ms_per_step >= 12.0);
 }
 
+TEST_CASE("parallel engine: greedy-only steps pick tokens from each TP rank's vocabulary shard - tp2 and tp2 x pp2 "
+          "in processes and threads and tp2 with tbo equal one worker", "[engine][parallel]") {
+  // Plain greedy rows (no penalties, logprobs or masks): each rank's best of each row is exchanged instead of its
+  // logits (ForwardContext::shard_logits). One request with min_tokens keeps its stop id masked for 8 tokens: the
+  // steps before that gather whole rows, the ones after do not.
+  auto requests = batch(true);
+  requests[1].sampling.repetition_penalty = 1.0f;
+  requests[2].sampling.logprobs = -1;
+  requests[3].sampling.min_tokens = 8;
+  requests[3].ignore_eos = false;
+  const auto expected = run(test::quickstart(), requests);
+  for (const auto& [file, set] : std::vector<std::pair<const char*, std::vector<std::string>>>{
+           {"configs/tp2.yaml", {"groups[0].placement=process"}},
+           {"configs/tp2.yaml", {"groups[0].placement=thread"}},
+           {"configs/tp2-pp2.yaml", {"groups[0].placement=process"}},
+           {"configs/tp2.yaml", {"groups[0].placement=process", "groups[0].tbo=true"}}}) {
+    DYNAMIC_SECTION(file << " " << set.back()) {
+      const auto got = run(test::quickstart(file, set), requests);
+      REQUIRE(got.size() == expected.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("request " << i);
+        REQUIRE_FALSE(got[i].error.has_value());
+        CHECK(got[i].generated_ids == expected[i].generated_ids);
+      }
+    }
+  }
+}
+
 TEST_CASE("parallel engine: two-batch overlap (groups[].tbo) gives the tokens and logprobs of one batch - tp2, pp2, "
           "tp2 x pp2 in threads and processes, three and four micro-batches, ep2 over tp2", "[engine][parallel][tbo]") {
   const auto requests = batch(true);

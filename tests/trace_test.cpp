@@ -93,6 +93,36 @@ TEST_CASE("trace: a tp2 replica's ranks and scheduler, per step and layer, on on
   }
 }
 
+TEST_CASE("trace: greedy-only steps of a tp2 replica exchange each row's best - not its logits", "[trace]") {
+  // The largest all_gather of each run: whole rows of logits when sampling draws, 8 bytes a row when every row is
+  // greedy (sampler.hpp's RowBest).
+  auto largest_gather = [](float temperature) {
+    test::TempDir tmp;
+    const auto file = tmp.path() / "trace.json";
+    {
+      EngineOptions options = test::engine_options();
+      options.trace_path = file;
+      auto engine = Engine::start(test::quickstart("configs/tp2.yaml"), options);
+      REQUIRE(engine.ok());
+      GenerateRequest r;
+      r.prompt = "Once upon a time";
+      r.max_tokens = 12;
+      r.ignore_eos = true;
+      r.sampling.temperature = temperature;
+      REQUIRE((*engine)->generate({r, r}).ok());
+    }
+    std::ifstream in(file);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    uint64_t largest = 0;
+    for (const auto& e : doc["traceEvents"])
+      if (e["ph"] == "X" && e["name"] == "all_gather" && e["args"].contains("bytes"))
+        largest = std::max(largest, static_cast<uint64_t>(e["args"]["bytes"].get<double>()));
+    return largest;
+  };
+  CHECK(largest_gather(0.8f) >= 2 * 512 * sizeof(float) / 2);  // 2 rows of stories260K's 512 logits, half from the peer
+  CHECK(largest_gather(0.0f) <= 2 * 8);
+}
+
 TEST_CASE("trace: an unwritable --trace file is refused at start, naming it", "[trace][cli]") {
   const auto r = test::run_actord({"generate", "configs/quickstart.yaml", "--prompt-ids", "1", "--max-tokens", "2",
                                    "--trace", "/nonexistent-dir/t.json"});

@@ -405,6 +405,10 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
     return make_error(Errc::invalid_argument, "forward: the context's backend (" + context.backend.describe() +
                                                   ") is not the one the model was loaded into");
   }
+  // A TP rank asked for its vocabulary shard's columns only (ForwardContext::shard_logits): no gather.
+  logit_columns_ = place_.tp > 1 && context.shard_logits
+                       ? LogitColumns{shard_.vocab.first, static_cast<int>(vocab_counts_[size_t(place_.tp_rank)])}
+                       : LogitColumns{};
   auto linked = [](const coll::Communicator* c, int size, int rank) {
     return size == 1 || (c && c->size() == size && c->rank() == rank);
   };
@@ -476,7 +480,7 @@ Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& 
 }
 
 // The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
-// rows.
+// rows, or (logit_columns_) left as this rank's columns.
 Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context) {
   exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, vocab = cfg_.vocab_size;
@@ -486,7 +490,9 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
     for (int r = s.num_tokens - rows; r < s.num_tokens; ++r) logit_rows_.push_back(s.first_token + r);
   }
   const int n_out = static_cast<int>(logit_rows_.size());
-  logits.resize(size_t(n_out) * vocab);
+  const size_t own = place_.tp > 1 ? vocab_counts_[static_cast<size_t>(place_.tp_rank)] : size_t(vocab);
+  const bool shard = logit_columns_.count > 0;  // set by forward()
+  logits.resize(size_t(n_out) * (shard ? own : size_t(vocab)));
   if (n_out == 0) return {};
   be.reserve(rows_, size_t(n_out) * h);
   be.reserve(normed_rows_, size_t(n_out) * h);
@@ -496,12 +502,11 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   std::optional<exec::Buffer> in_place = be.host_view(logits);
   if (!in_place) be.reserve(out_logits_, size_t(n_out) * vocab);
   exec::Buffer& out = in_place ? *in_place : out_logits_;
-  if (place_.tp == 1) {
+  if (place_.tp == 1 || shard) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
     if (!in_place) be.download(out_logits_, 0, logits);
     return {};
   }
-  const size_t own = vocab_counts_[static_cast<size_t>(place_.tp_rank)];
   be.reserve(vocab_part_, size_t(n_out) * own);
   be.gemm(normed_rows_, lm_head_, nullptr, vocab_part_, n_out);
   std::vector<size_t> counts(vocab_counts_.size());
