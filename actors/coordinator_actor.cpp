@@ -391,7 +391,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     eplb.redundant = group.num_redundant_experts;
     eplb.num_layers = params->num_layers;
     r->scheduler = spawn_scheduler(self->system(), params->limits, std::move(scheduler_lanes), std::move(ffn_pool),
-                                   group.tbo ? group.micro_batches : 0, s.router,
+                                   MicroBatching{group.tbo ? group.micro_batches : 0, group.tbo_auto}, s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",
                                    params->topology.engine.step_timeout, eplb, params->trace);
     done(std::nullopt);
@@ -567,7 +567,7 @@ std::string shape_of(const GroupSection& g) {
                                          std::to_string(g.afd.ffn_workers) + (g.tp > 1 ? " tp" + std::to_string(g.tp) : "")
                                    : "tp" + std::to_string(g.tp) + " pp" + std::to_string(g.pp) +
                                          (g.ep > 1 ? " ep" + std::to_string(g.ep) : "");
-  if (g.tbo) out += " tbo x" + std::to_string(g.micro_batches);
+  if (g.tbo) out += std::string(g.tbo_auto ? " tbo auto x" : " tbo x") + std::to_string(g.micro_batches);
   return out + (g.placement == Placement::thread ? ", threads" : g.placement == Placement::process ? ", processes" : ", nodes");
 }
 

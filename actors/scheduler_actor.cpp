@@ -20,6 +20,7 @@
 #include "actors/step_messages.hpp"
 #include "core/step_trace.hpp"
 #include "core/micro_batch_split.hpp"
+#include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -237,6 +238,7 @@ void on_step_results(self_ptr self) {
       st.placement_to_send = std::move(moved);
     }
     adapt_pipeline_depth(st, compute_us);
+    if (st.overlap_chooser) st.overlap_chooser->observe(sent.tokens, sent.split, compute_us);
     st.deadline->observe(sent.prefill_tokens, sent.decode_tokens, compute_us);
   }
   plan_and_send(self);
@@ -436,6 +438,8 @@ void plan_and_send(self_ptr self) {
     const uint64_t step_id = st.next_step_id++;
     scheduler_state::Sent sent;
     sent.step_id = step_id;
+    sent.tokens = static_cast<uint32_t>(most_tokens);
+    sent.split = !st.overlap_chooser || st.overlap_chooser->choose_split(most_tokens);
     sent.decode_only = true;
     sent.planned.assign(st.lanes.size(), 0);
     sent.results.resize(st.lanes.size());
@@ -481,12 +485,13 @@ void plan_and_send(self_ptr self) {
     const auto wait = st.deadline->deadline(ahead_us, sent.expected_us);
     sent.at = std::chrono::steady_clock::now();
     if (wait) sent.deadline = sent.at + *wait;
+    const bool sent_split = sent.split;
     st.in_flight.push_back(std::move(sent));
     timed_send(st, [&] {
       for (size_t i = 0; i < st.lanes.size(); ++i) {
         Lane& lane = *st.lanes[i];
         wire_msg step = encode_execute_step(st.plans[i] ? *st.plans[i] : kEmptyStep, step_id, st.placement_to_send,
-                                            lane_tokens, st.trace != nullptr, st.lane_micro_tokens);
+                                            lane_tokens, st.trace != nullptr, st.lane_micro_tokens, !sent_split);
         for (const auto& f : lane.followers) {
           if (st.expert_load == false && !st.trace) {
             caf::anon_send(f, step_atom::value, step);  // their replies go nowhere
@@ -513,7 +518,7 @@ void plan_and_send(self_ptr self) {
       }
       if (st.ffn_pool.empty()) return;
       const wire_msg pool_step = encode_execute_step(kEmptyStep, step_id, st.placement_to_send, lane_tokens,
-                                                     st.trace != nullptr, st.lane_micro_tokens);
+                                                     st.trace != nullptr, st.lane_micro_tokens, !sent_split);
       for (const auto& f : st.ffn_pool) {
         if (!st.trace) {
           caf::anon_send(f, step_atom::value, pool_step);  // their replies go nowhere; a loss breaks the lanes' steps
@@ -577,14 +582,15 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
-                                              std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                              std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
                                               caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
                              std::shared_ptr<TraceSink> trace) {
   auto& st = self->state;
   st.trace = std::move(trace);
   st.ffn_pool = std::move(ffn_pool);
-  st.micro_batches = micro_batches;
+  st.micro_batches = micro.count;
+  if (micro.chosen && micro.count >= 2) st.overlap_chooser = std::make_unique<OverlapChooser>();
   st.eplb = std::make_unique<EplbPlanner>(eplb);
   st.stats.expert_placement = st.eplb->placement();
   st.router = std::move(router);
@@ -714,10 +720,10 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 namespace actord {
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
                                 caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout,
                                 EplbSettings eplb, std::shared_ptr<TraceSink> trace) {
-  return system.spawn(sched::scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro_batches, std::move(router),
+  return system.spawn(sched::scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro, std::move(router),
                       std::move(supervisor), std::move(name), step_timeout, eplb, std::move(trace));
 }
 

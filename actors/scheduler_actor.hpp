@@ -65,13 +65,20 @@ struct SchedulerLane {
   std::shared_ptr<SchedulingPolicy> policy;
 };
 
+// Two-batch overlap as the ranks run it (groups[].tbo, micro_batches): how many micro-batches they cut each step into
+// (0: none); `chosen` (tbo: auto): the scheduler tells them, step by step, whether to cut it at all
+// (scheduler/overlap_chooser.hpp: split where splitting was measured faster for steps of that size).
+struct MicroBatching {
+  int count = 0;
+  bool chosen = false;
+};
+
 // `trace` (--trace): every step is traced by every rank, their spans and the scheduler's own go there.
 // `ffn_pool`: AFD's FFN ranks of the replica (groups[].afd): each gets every step without sequences, told the
-// busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes. `micro_batches`: with two-batch
-// overlap, how many micro-batches the ranks cut each step into (0: none), so that ranks of lanes and FFN pools are
-// told the busiest lane's tokens in each.
+// busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes. `micro`: with two-batch overlap, so
+// that ranks of lanes and FFN pools are told the busiest lane's tokens in each micro-batch.
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, int micro_batches, caf::actor router,
+                                std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
                                 caf::actor supervisor, std::string name,
                                 std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                                 EplbSettings eplb = {}, std::shared_ptr<TraceSink> trace = nullptr);

@@ -21,6 +21,7 @@
 #include "memory/block_allocator.hpp"
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler/eplb_planner.hpp"
+#include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
 
 namespace actord::sched {
@@ -65,6 +66,7 @@ struct scheduler_state {
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
   int micro_batches = 0;                      // two-batch overlap: the ranks' micro-batches per step (0: none)
   std::vector<uint32_t> lane_micro_tokens;    // scratch: the busiest lane's tokens per micro-batch
+  std::unique_ptr<OverlapChooser> overlap_chooser;  // tbo: auto: whether each step is cut (null: as configured)
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   caf::actor supervisor;                      // told when the worker is lost (the coordinator)
@@ -99,6 +101,8 @@ struct scheduler_state {
     std::vector<uint64_t> received_ns;       // per lane: when its result came (--trace: clock alignment)
     size_t pending = 0;                      // results still to come (the lanes'; with --trace the followers' too)
     uint64_t seqs = 0;                       // the lanes' sequences in it (--trace)
+    uint32_t tokens = 0;                     // the busiest lane's tokens
+    bool split = true;                       // two-batch overlap: the ranks cut it into micro-batches (tbo: auto)
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
   std::chrono::steady_clock::time_point last_result;

@@ -20,7 +20,8 @@ wire::FinishReason to_wire(Finish finish) {
 }  // namespace
 
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement,
-                             uint32_t lane_tokens, bool trace, std::span<const uint32_t> lane_micro_tokens) {
+                             uint32_t lane_tokens, bool trace, std::span<const uint32_t> lane_micro_tokens,
+                             bool whole) {
   // Root and list headers, released ids, lane tokens, block copies, placement.
   size_t words = 24 + (plan.released.size() + 1) + (lane_micro_tokens.size() + 1) / 2 + plan.swap_out.size() +
                  plan.swap_in.size() + plan.copies.size() + (expert_placement.size() + 1) / 2;
@@ -37,6 +38,7 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
       for (uint32_t k = 0; k < lane_micro_tokens.size(); ++k) list.set(k, lane_micro_tokens[k]);
     }
     out.setTrace(trace);
+    out.setWholeBatch(whole);
     fill_list(out.initReleased(static_cast<uint32_t>(plan.released.size())), plan.released);
     auto copies = [](auto list, const std::vector<BlockCopy>& from) {
       for (uint32_t i = 0; i < from.size(); ++i) {

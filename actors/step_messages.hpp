@@ -21,10 +21,11 @@ namespace actord {
 // `expert_placement`: an EPLB placement the ranks take before this step's forward pass (empty: none).
 // `lane_tokens`: with attention data parallel lanes, the most tokens any lane runs in this step (ExecuteStep);
 // `lane_micro_tokens`: the most tokens any lane's micro-batch k of two-batch overlap runs, for each k.
-// `trace`: the ranks record the step's spans (--trace).
+// `trace`: the ranks record the step's spans (--trace). `whole`: ranks with two-batch overlap run this step as one
+// batch (groups[].tbo: auto found steps of its size faster uncut).
 wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<const int32_t> expert_placement = {},
                              uint32_t lane_tokens = 0, bool trace = false,
-                             std::span<const uint32_t> lane_micro_tokens = {});
+                             std::span<const uint32_t> lane_micro_tokens = {}, bool whole = false);
 
 // What a StepResult says: its samples (into `samples`, reused), its error, and the worker's timings.
 struct StepResultInfo {

@@ -435,7 +435,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
 
   // The same on every rank: the same step (ranks that serve each other's FFNs always run every micro-batch, some
   // maybe empty, so that their exchanges pair up).
-  const bool overlapped = !twins_.empty() && overlap_ && (batch_.seqs.size() >= 2 || place_.ep_group());
+  const bool overlapped =
+      !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
   context.shard_logits = place_.tp > 1 && place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_);
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
@@ -454,6 +455,11 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one
   // sampled stays for the next (whose slices may ask for it).
   const bool lane_step = seqs.size() > 0;
+  // Tokens picked from the shards are known to every rank: with one stage, the next step shares none of them.
+  if (lane_step) {
+    tokens_everywhere_ = picked && place_.pp == 1;
+    if (tokens_everywhere_) previous_samples_.assign(greedy_tokens_.begin(), greedy_tokens_.end());
+  }
   auto result = [&](auto&& fill) {
     if (lane_step) previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
@@ -641,7 +647,7 @@ std::string WorkerCore::resolve_previous_tokens() {
   if (previous_slots_.empty()) return {};
   const size_t n = previous_slots_.size();
   exchanged_.resize(n);
-  if (driver()) {
+  if (driver() || tokens_everywhere_) {
     for (size_t i = 0; i < n; ++i) {
       const uint32_t index = previous_slots_[i].second;
       exchanged_[i] = !previous_failed_ && index < previous_samples_.size() ? previous_samples_[index] : -1;
@@ -655,7 +661,7 @@ std::string WorkerCore::resolve_previous_tokens() {
         driver() ? links_.pipeline->send_bytes(0, bytes) : links_.pipeline->recv_bytes(place_.pp - 1, bytes);
     if (!moved) return moved.error().message;
   }
-  if (place_.tp > 1 && place_.pp_rank == 0) {
+  if (place_.tp > 1 && place_.pp_rank == 0 && !tokens_everywhere_) {
     std::vector<size_t> counts(static_cast<size_t>(place_.tp), 0);
     counts[0] = bytes.size();
     std::vector<std::byte> mine(place_.tp_rank == 0 ? bytes.begin() : bytes.end(), bytes.end());

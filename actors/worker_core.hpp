@@ -106,6 +106,9 @@ class WorkerCore {
   std::unique_ptr<KvCache> swap_;                // host swap space (WorkerInit.numSwapBlocks), same layout as kv_
   std::unordered_map<uint64_t, SequenceState> seqs_;
   std::vector<int32_t> previous_samples_;        // tokens the previous step sampled, in its result order
+  // Whether every rank of this (lone) stage knows previous_samples_ (greedy tokens picked from the vocabulary shards,
+  // the same decision on every rank): then the next step's tokens need no exchange (resolve_previous_tokens).
+  bool tokens_everywhere_ = false;
   StepTrace trace_;                              // --trace: the current step's spans
   std::vector<std::pair<size_t, uint32_t>> previous_slots_;  // this step's (batch token index, fromPrevious)
   std::vector<int32_t> exchanged_;               // the resolved tokens of previous_slots_, as they travel

@@ -482,7 +482,16 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(group.threads >= 0 && group.threads <= 1024, p + ".threads",
             "must be 0 (auto) to 1024, got " + std::to_string(group.threads));
     g.read("oversubscribe", group.oversubscribe);
-    g.read("tbo", group.tbo);
+    if (YAML::Node tbo = g.get("tbo"); tbo && tbo.IsScalar() && tbo.Scalar() == "auto") {
+      group.tbo = group.tbo_auto = true;
+    } else {
+      try {
+        g.read("tbo", group.tbo);
+      } catch (const ConfigError& e) {
+        if (!tbo.IsScalar()) throw;
+        throw ConfigError{e.path, "must be true, false or auto, got '" + tbo.Scalar() + "'"};
+      }
+    }
     if (g.get("micro_batches")) {
       g.read("micro_batches", group.micro_batches);
       require(group.micro_batches >= 2 && group.micro_batches <= GroupSection::kMaxMicroBatches, p + ".micro_batches",

@@ -152,6 +152,9 @@ struct GroupSection {
   // balanced by tokens, on threads of each rank taking turns to compute, so that one's collectives wait while
   // another computes (each micro-batch has its own collective groups). Outputs are the same as without.
   bool tbo = false;
+  // tbo: auto — the scheduler splits a step only where splitting was measured faster for steps of its size
+  // (scheduler/overlap_chooser.hpp); tbo is then true (the ranks are ready for either).
+  bool tbo_auto = false;
   int micro_batches = 2;
   static constexpr int kMaxMicroBatches = 8;
   AfdSection afd;  // `afd: {attention: {workers: A, tp: T}, ffn: {workers: F}}`; tp is then T, pp and ep 1

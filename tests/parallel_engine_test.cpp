@@ -272,6 +272,16 @@ TEST_CASE("parallel engine: two-batch overlap (groups[].tbo) gives the tokens an
                                requests));
     }
   }
+  SECTION("tbo auto (steps cut or not as measured) - tp2 in processes and ep2 lanes of a random Mixtral") {
+    check_same(expected, run(test::quickstart("configs/tp2.yaml", {"groups[0].tbo=auto", "groups[0].placement=process"}),
+                             requests));
+    test::TempDir tmp;
+    const auto mixtral = write_mixtral(tmp.path() / "mixtral");
+    const auto ids = batch(false);
+    check_same(run(dummy_topology(mixtral, "configs/quickstart.yaml", {}), ids),
+               run(dummy_topology(mixtral, "configs/tp2.yaml", {"groups[0].tp=1", "groups[0].ep=2", "groups[0].tbo=auto"}),
+                   ids));
+  }
   SECTION("three and four micro-batches (groups[].micro_batches), tp2 x pp2 in processes and tp2 in threads") {
     check_same(expected, run(test::quickstart("configs/tp2-pp2.yaml", {"groups[0].tbo=true", "groups[0].micro_batches=3",
                                                                        "groups[0].placement=process"}),

@@ -167,6 +167,21 @@ TEST_CASE("groups[].link: a latency and a bandwidth for a modelled link - bad on
              Catch::EndsWith("groups[0].link.jitter: unknown key (known keys: bandwidth, latency)"));
 }
 
+TEST_CASE("groups[].tbo: true - false - auto (chosen step by step) - anything else names the key", "[config][tbo]") {
+  auto t = parse_topology("model: {path: m}\ngroups: [{tp: 2, tbo: auto, micro_batches: 3}]\n", "configs/t.yaml");
+  REQUIRE(t.ok());
+  CHECK(t->groups[0].tbo);
+  CHECK(t->groups[0].tbo_auto);
+  CHECK(t->groups[0].micro_batches == 3);
+  t = parse_topology("model: {path: m}\ngroups: [{tp: 2, tbo: true}]\n", "configs/t.yaml");
+  REQUIRE(t.ok());
+  CHECK(t->groups[0].tbo);
+  CHECK_FALSE(t->groups[0].tbo_auto);
+  CHECK(error_of("model: {path: m}\ngroups: [{tbo: sometimes}]\n") ==
+        "configs/t.yaml: groups[0].tbo: must be true, false or auto, got 'sometimes'");
+  CHECK(error_of("model: {path: m}\ngroups: [{tbo: [auto]}]\n") == "configs/t.yaml: groups[0].tbo: must be a scalar");
+}
+
 TEST_CASE("byte sizes", "[config]") {
   CHECK(*parse_byte_size("64MiB") == 64ull << 20);
   CHECK(*parse_byte_size("2 GiB") == 2ull << 30);

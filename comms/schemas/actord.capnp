@@ -201,6 +201,7 @@ struct ExecuteStep {
   # For two-batch overlap with lanes (or AFD): the most tokens any lane's micro-batch k runs, for each k
   # (core/micro_batch_split.hpp cuts each lane's batch).
   laneTokensPerMicroBatch @10 :List(UInt32);
+  wholeBatch @11 :Bool;          # ranks with two-batch overlap run this step uncut (groups[].tbo: auto)
 }
 
 struct SeqResult {
