@@ -710,3 +710,61 @@ TEST_CASE("SamplingOptions::validate refuses bad values and names the field", "[
   o.min_p = 2.0f;
   refused(o, "min_p");
 }
+
+TEST_CASE("sampler: greedy from vocabulary shards - each shard's best merged gives the whole row's greedy token",
+          "[sampler]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Sampler sampler;
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  // Rows: a unique best in shard 1; a tie across shards (the lower id wins); a tie inside a shard; a shard of NaN
+  // only; every logit -inf; random rows of 3 uneven shards.
+  std::vector<std::vector<float>> rows = {
+      {0.1f, 0.2f, 0.3f, 0.9f, 0.4f, 0.0f, -1.0f},
+      {0.5f, 0.7f, 0.1f, 0.7f, 0.7f, 0.2f, 0.0f},
+      {0.0f, 0.0f, 0.0f, 0.2f, 0.3f, 0.3f, 0.1f},
+      {nan, nan, nan, -5.0f, -4.0f, -6.0f, nan},
+      {-inf, -inf, -inf, -inf, -inf, -inf, -inf},
+  };
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int r = 0; r < 20; ++r) {
+    std::vector<float> row(7);
+    for (float& v : row) v = std::round(u(rng) * 4) / 4;  // coarse values: ties happen
+    rows.push_back(row);
+  }
+  const std::vector<std::pair<int, int>> shards = {{0, 3}, {3, 2}, {5, 2}};  // (first id, count)
+  const int n = static_cast<int>(rows.size());
+  std::vector<RowBest> bests(shards.size() * size_t(n));
+  for (size_t s = 0; s < shards.size(); ++s)
+    for (int r = 0; r < n; ++r)
+      bests[s * size_t(n) + size_t(r)] = row_best(rows[size_t(r)].data() + shards[s].first, shards[s].second, shards[s].first);
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  merge_row_bests(bests, static_cast<int>(shards.size()), n, tokens);
+  for (int r = 0; r < n; ++r) {
+    INFO("row " << r);
+    CHECK(tokens[size_t(r)] == sampler.sample(rows[size_t(r)].data(), 7, greedy, 0));
+  }
+  CHECK(tokens[0] == 3);
+  CHECK(tokens[1] == 1);
+  CHECK(tokens[2] == 4);
+  CHECK(tokens[3] == 4);
+  CHECK(tokens[4] == 0);
+}
+
+TEST_CASE("sampler: which options make a row the argmax of its raw logits", "[sampler]") {
+  SamplingOptions o;
+  CHECK_FALSE(takes_raw_argmax(o, false));  // temperature 1
+  o.temperature = 0.0f;
+  CHECK(takes_raw_argmax(o, false));
+  CHECK_FALSE(takes_raw_argmax(o, true));  // stop ids masked before min_tokens
+  o.repetition_penalty = 1.1f;
+  CHECK_FALSE(takes_raw_argmax(o, false));
+  o.repetition_penalty = 1.0f;
+  o.logprobs = 0;
+  CHECK_FALSE(takes_raw_argmax(o, false));
+  SamplingOptions k1;
+  k1.top_k = 1;  // a draw from one candidate
+  CHECK(takes_raw_argmax(k1, false));
+}
