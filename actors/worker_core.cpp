@@ -230,6 +230,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
         }
         micro_.resize(size_t(micro_batches_));
         micro_logits_.resize(size_t(micro_batches_));
+        micro_bests_.resize(size_t(micro_batches_));
         micro_traces_.resize(size_t(micro_batches_ - 1));
         micro_comm_ns_.assign(size_t(micro_batches_ - 1), 0);
       }
@@ -271,7 +272,7 @@ std::string copy_blocks(wire::ExecuteStep::Reader step, KvCache& kv, KvCache* sw
 }
 
 // Whether every row a step samples is the argmax of its logits (sampler.hpp's takes_raw_argmax; no forks, no prompt
-// logprobs): then the last stage's TP ranks may keep their vocabulary shards' logits (ForwardContext::shard_logits).
+// logprobs): then the last stage's ranks give each row's best instead of logits (ForwardContext::row_bests).
 // The same answer on every rank: it reads the step and the sequences' options only.
 template <class Seqs, class States>
 bool argmax_rows_only(const Seqs& seqs, const States& states) {
@@ -288,22 +289,20 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
 
 }  // namespace
 
-std::string WorkerCore::pick_sharded_greedy(const LogitColumns& columns, StepTrace* trace) {
-  const size_t rows = logits_.size() / size_t(columns.count);
-  const int tp = place_.tp;
-  row_bests_.resize(rows * size_t(tp));
-  {
-    TraceScope span(trace, "sampling", "sample");
-    for (size_t r = 0; r < rows; ++r)
-      row_bests_[r] = row_best(logits_.data() + r * size_t(columns.count), columns.count, columns.first);
-  }
-  const auto mine = std::as_bytes(std::span<const RowBest>(row_bests_.data(), rows));
-  std::vector<size_t> counts(size_t(tp), mine.size());
-  const Status shared = links_.tp->all_gather_bytes(
-      std::vector<std::byte>(mine.begin(), mine.end()), std::as_writable_bytes(std::span<RowBest>(row_bests_)), counts);
-  if (!shared) return shared.error().message;
+std::string WorkerCore::pick_greedy() {
+  const size_t rows = row_bests_.size();
   greedy_tokens_.resize(rows);
-  merge_row_bests(row_bests_, tp, static_cast<int>(rows), greedy_tokens_);
+  if (place_.tp == 1) {
+    for (size_t r = 0; r < rows; ++r) greedy_tokens_[r] = row_bests_[r].id;
+    return {};
+  }
+  all_bests_.resize(rows * size_t(place_.tp));
+  const auto mine = std::as_bytes(std::span<const RowBest>(row_bests_));
+  std::vector<size_t> counts(size_t(place_.tp), mine.size());
+  const Status shared =
+      links_.tp->all_gather_bytes(mine, std::as_writable_bytes(std::span<RowBest>(all_bests_)), counts);
+  if (!shared) return shared.error().message;
+  merge_row_bests(all_bests_, place_.tp, static_cast<int>(rows), greedy_tokens_);
   return {};
 }
 
@@ -437,7 +436,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   // maybe empty, so that their exchanges pair up).
   const bool overlapped =
       !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
-  context.shard_logits = place_.tp > 1 && place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_);
+  context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_) ? &row_bests_ : nullptr;
+  row_bests_.clear();  // a forward without logit rows leaves it so
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
     lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];
@@ -445,11 +445,12 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (auto run = overlapped ? forward_overlapped(context, lane_tokens_) : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
-  // Greedy rows from the vocabulary shards: each rank's best of each row, exchanged (every rank of the stage).
-  const LogitColumns columns = model_->logits_columns();
-  const bool picked = context.shard_logits && columns.count > 0;
+  // Greedy rows: each rank's best of each row, exchanged (every rank of the stage), when the model gave them.
+  size_t logit_rows = 0;
+  for (uint32_t i = 0; i < seqs.size(); ++i) logit_rows += seqs[i].getSample();
+  const bool picked = context.row_bests && logits_.empty() && row_bests_.size() == logit_rows;
   if (picked) {
-    if (auto failed = pick_sharded_greedy(columns, trace); !failed.empty()) return break_links(failed);
+    if (auto failed = pick_greedy(); !failed.empty()) return break_links(failed);
   }
   // The step's StepResult: its ids and timings, and what `fill` adds (the driver's samples and prompt logprobs).
   // A step without sequences (an idle attention lane's) is no step of its lane's scheduler: what the previous one
@@ -631,14 +632,21 @@ Status WorkerCore::forward_overlapped(const ForwardContext& context, const std::
       c.comm_ns = &micro_comm_ns_[m - 1];
       c.trace = context.trace ? &micro_traces_[m - 1] : nullptr;
     }
+    if (context.row_bests) {
+      micro_bests_[m].clear();
+      c.row_bests = &micro_bests_[m];
+    }
     Model* model = m == 0 ? model_.get() : twins_[m - 1].get();
     tasks.push_back([&, m, model] { ran[m] = model->forward(micro_[m], *kv_, micro_logits_[m], contexts[m]); });
   }
   overlap_->run(tasks);
   logits_.clear();
+  if (context.row_bests) context.row_bests->clear();
   for (size_t m = 0; m < micro_.size(); ++m) {
     if (!ran[m]) return ran[m];
     logits_.insert(logits_.end(), micro_logits_[m].begin(), micro_logits_[m].end());
+    if (context.row_bests)
+      context.row_bests->insert(context.row_bests->end(), micro_bests_[m].begin(), micro_bests_[m].end());
   }
   return {};
 }

@@ -71,9 +71,9 @@ class WorkerCore {
   // After the forward pass: turns the rows of slices with prompt logprobs into prompt_logprobs_ and leaves in
   // logits_ only the rows the step samples from.
   void take_prompt_logprobs(int vocab);
-  // The greedy tokens of logits_ (this rank's vocabulary columns) from every TP rank's best of each row, into
-  // greedy_tokens_; an error when the exchange failed.
-  std::string pick_sharded_greedy(const LogitColumns& columns, StepTrace* trace);
+  // The greedy tokens of a step whose model gave row_bests_ (each row's best of the ids this rank holds): merged with
+  // every TP rank's into greedy_tokens_; an error when the exchange failed.
+  std::string pick_greedy();
   // Two-batch overlap: batch_ as m micro-batches of whole sequences balanced by tokens (core/micro_batch_split),
   // the first on `context`'s groups, micro-batch k on links_.micro[k - 1] (its collectives' time in
   // micro_comm_ns_[k - 1], its spans in micro_traces_[k - 1]); their logits into logits_ in batch order. With lanes
@@ -132,8 +132,11 @@ class WorkerCore {
   std::vector<uint32_t> expert_sum_;
   std::vector<SampleRequest> sample_requests_;   // [n_sampled]
   std::vector<SampledToken> samples_;            // [n_sampled]
-  std::vector<RowBest> row_bests_;               // shard_logits: [tp][n_sampled], this rank's first
-  std::vector<int32_t> greedy_tokens_;           // shard_logits: [n_sampled], every rank alike
+  // Greedy steps (ForwardContext::row_bests): each sampled row's best of this rank's vocabulary ids, every TP rank's
+  // ([tp][n_sampled]), each micro-batch's with two-batch overlap, and the tokens (every rank of the stage alike).
+  std::vector<RowBest> row_bests_, all_bests_;
+  std::vector<std::vector<RowBest>> micro_bests_;
+  std::vector<int32_t> greedy_tokens_;           // [n_sampled]
   std::vector<uint64_t> sample_seq_ids_;         // [n_sampled]: whose token each sample is (a fork: seqId + i)
   std::vector<SamplingOptions> fork_options_;    // options of each fork of a forking slice (seed + i)
   std::vector<float> fork_logits_;               // with forks: the sampled rows, a forking slice's once per fork

@@ -28,6 +28,7 @@
 #include "core/quantization.hpp"
 #include "core/status.hpp"
 #include "executors/forward_batch.hpp"
+#include "executors/row_best.hpp"
 
 namespace actord::exec {
 
@@ -199,6 +200,10 @@ class Backend {
                             int col_offset) = 0;
   // Zeroes the first count elements.
   virtual void zero(Buffer& b, size_t count) = 0;
+  // For each of `rows` rows of x ([rows, width]): its highest value and first_id + the lowest column holding it, NaN
+  // ignored ({-inf, first_id} for a row without any other value); into host memory (out: rows entries). The greedy
+  // pick over those columns, without bringing the rows to the host.
+  virtual void row_bests(const Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) = 0;
 
  protected:
   // Memory of n floats and what frees it (a backend's allocator).

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/sampling_options.hpp"
+#include "executors/row_best.hpp"
 
 namespace actord {
 
@@ -99,11 +100,6 @@ class BatchSampler {
 // it: tensor parallel ranks exchange their best (RowBest) instead of their logits.
 bool takes_raw_argmax(const SamplingOptions& options, bool masked);
 
-// One row's highest logit in a range of vocabulary ids and the lowest id holding it (the sampler's greedy pick).
-struct RowBest {
-  float logit = 0.0f;
-  int32_t id = 0;
-};
 // Over ids first .. first + n - 1 of row (row[0] is id first): NaN ignored, as the greedy sampler does.
 RowBest row_best(const float* row, int n, int32_t first);
 // The greedy token of whole rows from the best of each shard: bests [shards][rows] (shards in vocabulary order);

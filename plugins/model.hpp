@@ -45,16 +45,12 @@ struct ForwardContext {
   // When set (--trace), the model records its phases there (TraceScope: embed, attention and mlp or experts per
   // layer, logits), StepTrace::layer naming the layer; the communicators record their operations themselves.
   StepTrace* trace = nullptr;
-  // When set, a tensor parallel rank may leave its logits as the columns of its own vocabulary shard instead of
-  // gathering whole rows (the worker sets it when every row's token is the argmax of its logits, and exchanges each
-  // shard's best: sampler.hpp's RowBest). The model says whether it did: logits_columns().
-  bool shard_logits = false;
-};
-
-// The vocabulary ids whose columns a forward() returned: [first, first + count); count 0: whole rows.
-struct LogitColumns {
-  int first = 0;
-  int count = 0;
+  // When set (by the worker, when every row of the step is greedy: its token is the argmax of its logits), a model
+  // may leave `logits` empty and write here instead each logit row's best over the vocabulary ids it holds
+  // (Backend::row_bests: whole rows on a lone rank, its vocabulary shard under TP, no gather); the worker exchanges
+  // these 8 bytes a row across the TP group and merges them (sampler.hpp's merge_row_bests). A model that ignores it
+  // returns logits as always (the worker tells which from what it got). Every rank of a stage must do the same.
+  std::vector<RowBest>* row_bests = nullptr;
 };
 
 // The KV cache a rank's model writes: its stage's layers and its KV heads, and where they are in the whole model's
@@ -81,16 +77,13 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // The whole model's unless the model was loaded as a shard.
   virtual KvShape kv_shape() const { return {config().num_layers, config().num_kv_heads, config().head_dim}; }
-  // logits: [rows, vocab_size] (or [rows, logits_columns().count], see ForwardContext::shard_logits): per slice in the order of batch.seqs, num_tokens rows (its tokens in order) with
+  // logits: [rows, vocab_size] (or none, see ForwardContext::row_bests): per slice in the order of batch.seqs, num_tokens rows (its tokens in order) with
   // all_logits, else one row (its last token) with want_logits, else none; on every rank of the last pipeline
   // stage, and empty on the others. The context's backend runs it. An Error when a communicator failed (a peer rank
   // died or timed out: the replica is broken), or when the context's backend is not the one the model was loaded
   // into.
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
-  // What the last forward()'s logits rows hold: whole rows (the default: count 0), or with
-  // ForwardContext::shard_logits this rank's vocabulary shard only.
-  virtual LogitColumns logits_columns() const { return {}; }
   virtual ExpertLoad expert_load() const { return {}; }
   // Two-batch overlap: a model sharing this one's weights (and its expert placement as it is now) with scratch and
   // counters of its own, so that two micro-batches can run forward() on two threads that take turns, never at

@@ -5,6 +5,7 @@
 // each test says why and passes without checking anything else; the device tool's runs are where they count.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -123,6 +124,38 @@ TEST_CASE("cuda: gemm, gemm_multi and gemm_glu equal the CPU backend for f32, bf
         }
         check_close(out[1], out[0], tol);
       }
+    }
+  }
+}
+
+TEST_CASE("cuda: row_bests (the greedy pick of each row) equals the CPU backend's - ties - NaN - -inf - widths",
+          "[cuda]") {
+  if (!have_gpu()) return;
+  Pair p;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int width : {1, 7, 31, 256, 1000, 32000, 128256}) {
+    DYNAMIC_SECTION("width " << width) {
+      const int rows = 9;
+      std::vector<float> x = random_values(size_t(rows) * width, uint32_t(width));
+      for (float& v : x) v = std::round(v * 8) / 8;  // coarse: ties within a row
+      std::fill_n(x.begin() + width, width, -inf);   // row 1: -inf only
+      std::fill_n(x.begin() + 2 * width, width, nan);  // row 2: NaN only
+      for (int c = 0; c < width; c += 3) x[size_t(3) * width + c] = nan;  // row 3: NaN among values
+      x[size_t(4) * width + width - 1] = 5.0f;  // row 4: the best in the last column
+      std::vector<RowBest> want(rows), got(rows);
+      exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
+      std::vector<RowBest>* outs[2] = {&want, &got};
+      for (int b = 0; b < 2; ++b) {
+        const exec::Buffer xb = backends[b]->upload(x);
+        backends[b]->row_bests(xb, rows, width, 1000, *outs[b]);
+      }
+      for (int r = 0; r < rows; ++r) {
+        INFO("row " << r);
+        CHECK(got[size_t(r)].id == want[size_t(r)].id);
+        CHECK((got[size_t(r)].logit == want[size_t(r)].logit));
+      }
+      CHECK(want[1].id == 1000);
+      CHECK(want[2].logit == -inf);
     }
   }
 }

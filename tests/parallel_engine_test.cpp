@@ -230,7 +230,7 @@ TEST_CASE("parallel engine: a modelled link (groups[].link) slows tp2's collecti
 TEST_CASE("parallel engine: greedy-only steps pick tokens from each TP rank's vocabulary shard - tp2 and tp2 x pp2 "
           "in processes and threads and tp2 with tbo equal one worker", "[engine][parallel]") {
   // Plain greedy rows (no penalties, logprobs or masks): each rank's best of each row is exchanged instead of its
-  // logits (ForwardContext::shard_logits). One request with min_tokens keeps its stop id masked for 8 tokens: the
+  // logits (ForwardContext::row_bests). One request with min_tokens keeps its stop id masked for 8 tokens: the
   // steps before that gather whole rows, the ones after do not.
   auto requests = batch(true);
   requests[1].sampling.repetition_penalty = 1.0f;

@@ -10,6 +10,7 @@
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/thread_pool.hpp"
+#include "executors/sampler.hpp"
 
 namespace actord::cpu {
 
@@ -296,5 +297,10 @@ void CpuBackend::copy_columns(const exec::Buffer& src, size_t src_offset, int ro
 }
 
 void CpuBackend::zero(exec::Buffer& b, size_t count) { std::fill_n(b.data(), count, 0.0f); }
+
+void CpuBackend::row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) {
+  ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
+  pool_.parallel_for(rows, [&](int r) { out[size_t(r)] = row_best(x.data() + size_t(r) * width, width, first_id); });
+}
 
 }  // namespace actord::cpu

@@ -56,6 +56,7 @@ class CpuBackend final : public exec::Backend {
   void copy_columns(const exec::Buffer& src, size_t src_offset, int rows, int width, exec::Buffer& dst,
                     int dst_stride, int col_offset) override;
   void zero(exec::Buffer& b, size_t count) override;
+  void row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) override;
 
   // The CPU's view of a Weight this backend made (tests, benchmarks, a plugin's own kernels).
   static const WeightMatrix& matrix_of(const exec::Weight& w);

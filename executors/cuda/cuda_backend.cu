@@ -214,6 +214,15 @@ class CudaBackend final : public exec::Backend {
   void zero(exec::Buffer& b, size_t count) override {
     ACTORD_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, count * sizeof(float), stream_));
   }
+  void row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) override {
+    ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
+    if (rows <= 0) return;
+    const size_t bytes = size_t(rows) * sizeof(RowBest);
+    reserve_bytes(bests_, bests_bytes_, bytes);
+    launch_row_bests(x.data(), rows, width, first_id, static_cast<RowBest*>(bests_.get()), stream_);
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), bests_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   bool computes_in_host_memory() const override { return false; }
 
@@ -328,8 +337,8 @@ class CudaBackend final : public exec::Backend {
   std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
-  std::shared_ptr<void> meta_, tables_, rounded_, indices_;
-  size_t meta_bytes_ = 0, tables_bytes_ = 0, rounded_bytes_ = 0, indices_bytes_ = 0;
+  std::shared_ptr<void> meta_, tables_, rounded_, indices_, bests_;
+  size_t meta_bytes_ = 0, tables_bytes_ = 0, rounded_bytes_ = 0, indices_bytes_ = 0, bests_bytes_ = 0;
   exec::Buffer glu_scratch_;
 };
 

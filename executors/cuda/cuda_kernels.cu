@@ -108,6 +108,52 @@ __global__ void gated_activation_kernel(int act, float* gate, const float* up, s
   gate[i] = a * up[i];
 }
 
+// (value, column) pairs of one row: b replaces a when a holds nothing yet (column < 0), or b's value is higher, or
+// equal at a lower column; columns < 0 hold nothing.
+__device__ __forceinline__ void keep_best(float& value, int& column, float other_value, int other_column) {
+  if (other_column < 0) return;
+  if (column < 0 || other_value > value || (other_value == value && other_column < column)) {
+    value = other_value;
+    column = other_column;
+  }
+}
+
+__global__ void row_bests_kernel(const float* x, int width, int32_t first_id, RowBest* out) {
+  __shared__ float values[32];
+  __shared__ int columns[32];
+  const float* row = x + int64_t(blockIdx.x) * width;
+  float value = -INFINITY;
+  int column = -1;
+  for (int c = threadIdx.x; c < width; c += blockDim.x) {  // columns ascend: an equal value later never replaces
+    const float v = row[c];
+    if (!isnan(v) && (column < 0 || v > value)) {
+      value = v;
+      column = c;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_down_sync(0xffffffffu, value, offset);
+    const int c = __shfl_down_sync(0xffffffffu, column, offset);
+    keep_best(value, column, v, c);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    values[threadIdx.x >> 5] = value;
+    columns[threadIdx.x >> 5] = column;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const bool held = threadIdx.x < (blockDim.x >> 5);
+    value = held ? values[threadIdx.x] : -INFINITY;
+    column = held ? columns[threadIdx.x] : -1;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float v = __shfl_down_sync(0xffffffffu, value, offset);
+      const int c = __shfl_down_sync(0xffffffffu, column, offset);
+      keep_best(value, column, v, c);
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = column < 0 ? RowBest{-INFINITY, first_id} : RowBest{value, first_id + column};
+  }
+}
+
 __global__ void add_kernel(float* x, const float* y, size_t count) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) x[i] += y[i];
@@ -283,6 +329,10 @@ void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, f
 void launch_scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int n, int dim, float* dst,
                              cudaStream_t stream) {
   if (n > 0) scatter_add_rows_kernel<<<blocks_for(size_t(dim)), kThreads, 0, stream>>>(src, rows, weights, n, dim, dst);
+}
+
+void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* out, cudaStream_t stream) {
+  if (rows > 0) row_bests_kernel<<<rows, kThreads, 0, stream>>>(x, width, first_id, out);
 }
 
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,

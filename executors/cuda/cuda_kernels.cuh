@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/dtype.hpp"
+#include "executors/row_best.hpp"
 
 namespace actord::cuda {
 
@@ -59,6 +60,9 @@ void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, f
 // dst[rows[i]] += weights[i] * src[i] for i = 0 .. n-1 in order (one thread per column: repeated rows are safe).
 void launch_scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int n, int dim, float* dst,
                              cudaStream_t stream);
+// out[r] = {the highest non-NaN value of row r of x [rows, width], first_id + the lowest column holding it}, or
+// {-inf, first_id} for a row of NaN and -inf only (executors/row_best.hpp): one block per row.
+void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* out, cudaStream_t stream);
 // dst[r * dst_stride + col_offset + c] = src[r * width + c].
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
                          cudaStream_t stream);

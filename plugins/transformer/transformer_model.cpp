@@ -405,10 +405,7 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
     return make_error(Errc::invalid_argument, "forward: the context's backend (" + context.backend.describe() +
                                                   ") is not the one the model was loaded into");
   }
-  // A TP rank asked for its vocabulary shard's columns only (ForwardContext::shard_logits): no gather.
-  logit_columns_ = place_.tp > 1 && context.shard_logits
-                       ? LogitColumns{shard_.vocab.first, static_cast<int>(vocab_counts_[size_t(place_.tp_rank)])}
-                       : LogitColumns{};
+  if (context.row_bests) context.row_bests->clear();  // lm_head appends each piece's rows
   auto linked = [](const coll::Communicator* c, int size, int rank) {
     return size == 1 || (c && c->size() == size && c->rank() == rank);
   };
@@ -480,7 +477,7 @@ Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& 
 }
 
 // The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
-// rows, or (logit_columns_) left as this rank's columns.
+// rows; or (ForwardContext::row_bests) each row's best of the ids this rank holds.
 Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& logits, const ForwardContext& context) {
   exec::Backend& be = *backend_;
   const int h = cfg_.hidden_size, vocab = cfg_.vocab_size;
@@ -491,18 +488,27 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   }
   const int n_out = static_cast<int>(logit_rows_.size());
   const size_t own = place_.tp > 1 ? vocab_counts_[static_cast<size_t>(place_.tp_rank)] : size_t(vocab);
-  const bool shard = logit_columns_.count > 0;  // set by forward()
-  logits.resize(size_t(n_out) * (shard ? own : size_t(vocab)));
+  std::vector<RowBest>* const bests = context.row_bests;  // each row's best of the ids held, no logits
+  logits.resize(bests ? 0 : size_t(n_out) * vocab);
+  const size_t bests_before = bests ? bests->size() : 0;  // forward() runs its batch in pieces: appended
+  if (bests) bests->resize(bests_before + size_t(n_out));
   if (n_out == 0) return {};
   be.reserve(rows_, size_t(n_out) * h);
   be.reserve(normed_rows_, size_t(n_out) * h);
   be.gather_rows(x_, logit_rows_, h, rows_);
   be.rms_norm(rows_, final_norm_, normed_rows_, n_out, h, cfg_.rms_norm_eps);
+  if (bests) {
+    be.reserve(vocab_part_, size_t(n_out) * own);
+    be.gemm(normed_rows_, lm_head_, nullptr, vocab_part_, n_out);
+    be.row_bests(vocab_part_, n_out, static_cast<int>(own), place_.tp > 1 ? shard_.vocab.first : 0,
+                 std::span<RowBest>(*bests).subspan(bests_before));
+    return {};
+  }
   // The logits straight into the caller's vector where the backend computes in host memory.
   std::optional<exec::Buffer> in_place = be.host_view(logits);
   if (!in_place) be.reserve(out_logits_, size_t(n_out) * vocab);
   exec::Buffer& out = in_place ? *in_place : out_logits_;
-  if (place_.tp == 1 || shard) {
+  if (place_.tp == 1) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
     if (!in_place) be.download(out_logits_, 0, logits);
     return {};

@@ -76,7 +76,6 @@ class TransformerModel final : public Model {
                  const ForwardContext& context) override;
   static constexpr int kMicroBatchTokens = 512;
   ExpertLoad expert_load() const override;
-  LogitColumns logits_columns() const override { return logit_columns_; }
   std::unique_ptr<Model> twin() const override;
   Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) override;
 
@@ -170,7 +169,6 @@ class TransformerModel final : public Model {
   std::vector<size_t> ep_chunk_first_, ep_chunk_rows_;
   std::vector<float> ep_send_, ep_received_, ep_outputs_, ep_returned_;
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
-  LogitColumns logit_columns_;         // what the last forward's logits hold (its vocabulary shard, or whole rows)
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
 };
