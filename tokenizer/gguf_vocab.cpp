@@ -156,7 +156,7 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
     }
     for (size_t i = 0; i < tokens.size(); ++i) {
       const double type = t->numbers[i];  // any number the file holds; the known types are 1 .. 6
-      types[i] = type >= kNormal && type <= kByte ? static_cast<int>(type) : kNormal;
+      types[i] = type >= double(kNormal) && type <= double(kByte) ? static_cast<int>(type) : kNormal;
     }
   }
 
