@@ -77,6 +77,9 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--experts", type=int, default=0, help="Mixtral: experts per layer (0: a dense Llama)")
     ap.add_argument("--experts-per-tok", type=int, default=2)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--no-weights", action="store_true",
+                    help="config and tokenizer only, for load_format: dummy (random weights made at load)")
     args = ap.parse_args()
 
     h, L, nh, nkv, ffn, V = args.hidden, args.layers, args.heads, args.kv_heads, args.ffn, args.vocab
@@ -88,7 +91,7 @@ def main():
         "hidden_size": h, "intermediate_size": ffn, "num_hidden_layers": L,
         "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd,
         "vocab_size": V, "max_position_embeddings": args.ctx, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+        "rope_theta": args.rope_theta, "hidden_act": "silu", "tie_word_embeddings": False,
         "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": "bfloat16", "initializer_range": args.std, "pretraining_tp": 1,
         "rope_scaling": None, "use_cache": True,
@@ -129,7 +132,9 @@ def main():
     hb += b" " * ((-len(hb)) % 8)
 
     rng = np.random.default_rng(args.seed)
-    with open(os.path.join(args.out_dir, "model.safetensors"), "wb") as f:
+    with open(os.devnull if args.no_weights else os.path.join(args.out_dir, "model.safetensors"), "wb") as f:
+        if args.no_weights:
+            tensors = []
         f.write(struct.pack("<Q", len(hb)) + hb)
         for name, shape, is_norm in tensors:
             if is_norm:
@@ -152,7 +157,8 @@ def main():
         "unk_token": "<unk>", "clean_up_tokenization_spaces": False, "legacy": False,
         "model_max_length": args.ctx, "tokenizer_class": "LlamaTokenizer", "sp_model_kwargs": {},
         "pad_token": None})
-    print(f"wrote {args.out_dir}: {n_params / 1e6:.1f}M parameters, {len(tensors)} tensors (BF16)")
+    what = "no weights (load_format: dummy)" if args.no_weights else f"{len(tensors)} tensors (BF16)"
+    print(f"wrote {args.out_dir}: {n_params / 1e6:.1f}M parameters, {what}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 # not fit the device tool's 64 MiB carry; the CPU GEMM falls back to its own kernels). Also writes bundle/run.sh,
 # which runs there: the [cuda] tests, the same under compute-sanitizer, and `actord generate` with device: cuda.
 #
-# Use: scripts/device_bundle.sh, then carry build-device/bundle and run `build-device/bundle/run.sh` on the device.
+# Use: scripts/device_bundle.sh, then carry build-device/bundle and run `build-device/bundle/run.sh [all | tests |
+# nobench]` on the device (all: tests, sanitizer, stories260K on the GPU, then bench/cuda_device_bench.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh  # the packages, and a normal build (the bundle's own build dir is separate)
@@ -64,6 +65,7 @@ if command -v compute-sanitizer >/dev/null; then
   echo "compute-sanitizer memcheck on [cuda]: exit $? (log: $LOGS/sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
 fi
 cd "$ROOT"
+if [ "${1:-all}" = tests ]; then exit 0; fi
 "$HERE/actord" generate configs/quickstart.yaml --set groups[0].device=cuda --prompt-ids 1 --max-tokens 256 \
   --temperature 0 --json >"$LOGS/generate_cuda.json" 2>"$LOGS/generate_cuda.err"
 echo "generate on cuda: exit $?"
@@ -76,6 +78,14 @@ try:
 except Exception as e:
     print("no output to compare:", e)
 PY
+# The benchmarks of issue 12 (bench/cuda_device_bench.sh: decode MBU, tokens/s at 1, 64, 256 beside HF transformers,
+# 4k prefill TFLOP/s beside the cuBLAS rate), their raw files in /tmp, the summary and the log back in $LOGS.
+if [ "${1:-all}" != nobench ]; then
+  timeout "${BENCH_SECONDS:-480}" "$ROOT/bench/cuda_device_bench.sh" --actord "$HERE/actord" --out /tmp/actord-device-bench \
+    >"$LOGS/bench.log" 2>&1
+  echo "device bench: exit $? (log: $LOGS/bench.log)"; cp /tmp/actord-device-bench/summary.json "$LOGS/bench_summary.json" 2>/dev/null
+  tail -40 "$LOGS/bench.log"
+fi
 RUN
 chmod +x "$OUT/run.sh"
 echo "device bundle: $OUT ($(du -sh "$OUT" | cut -f1)); carry it and run $OUT/run.sh on the GPU machine"

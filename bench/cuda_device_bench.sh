@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Issue 12's device benchmarks in one call: a Llama-3-8B-shaped model with random bf16 weights (load_format: dummy)
+# through `actord bench offline` on the GPU, beside the GPU's own limits (bench/gpu_limits.py: copy bandwidth, the
+# cuBLAS bf16 GEMM rate) and HF transformers + PyTorch on the same shape (bench/hf_generate_bench.py), all measured
+# in this run. Prints a summary and writes every raw JSON under OUT:
+#   decode MBU at batch 1 = weight bytes / step time / copy bandwidth (goal: 75% or more)
+#   output and decode tokens/s at batch 1, 64 and 256 (prompts of 128, 64 generated, greedy), actord vs HF
+#   prefill TFLOP/s of one 4096-token prompt (2 x parameters x tokens + the causal attention's 2 x 2 x layers x
+#   hidden x tokens^2 / 2) against the 8192^3 bf16 GEMM rate
+# Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
+#   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
+#   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
+#   the others still run.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEVICE=cuda SHAPE=8b OUT="${OUT:-/tmp/actord-device-bench}" ACTORD="${ACTORD_BINARY:-$ROOT/build/actord}" QUICK=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE="$2"; shift 2 ;;
+    --shape) SHAPE="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --actord) ACTORD="$2"; shift 2 ;;
+    --quick) QUICK=--quick; shift ;;
+    *) echo "cuda_device_bench: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT"
+MODEL="$OUT/model-$SHAPE"
+case "$SHAPE" in
+  8b) SHAPE_ARGS="--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --rope-theta 500000"
+      KV=16GiB ;;
+  tiny) SHAPE_ARGS="--hidden 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 --vocab 4096 --ctx 8192"
+        KV=512MiB ;;
+  *) echo "cuda_device_bench: --shape 8b or tiny" >&2; exit 2 ;;
+esac
+BATCHES="1 64 256"
+[ -n "$QUICK" ] && BATCHES="1 64"
+"$PY" "$ROOT/bench/make_dummy_llama.py" "$MODEL" $SHAPE_ARGS --no-weights >/dev/null || exit 1
+cat >"$OUT/topology.yaml" <<YAML
+model: {path: $MODEL, load_format: dummy}
+engine: {max_num_seqs: 256, max_num_batched_tokens: 8192, kv_cache_memory: $KV}
+groups: [{name: main, device: $DEVICE}]
+YAML
+
+step() {  # name, seconds, command...: runs it, its stdout to OUT/name.json, says how it went
+  local name="$1" limit="$2"; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
+  local rc=$?
+  echo "  $name: exit $rc in $((SECONDS - t0)) s$([ $rc -ne 0 ] && echo " ($(tail -c 300 "$OUT/$name.err" | tr '\n' ' '))")"
+}
+echo "cuda_device_bench: $SHAPE on $DEVICE, logs in $OUT"
+if [ "$DEVICE" = cuda ]; then
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null
+  step limits 120 "$PY" "$ROOT/bench/gpu_limits.py" $QUICK
+fi
+for b in $BATCHES; do
+  step "actord_b$b" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+    --input-len 128 --output-len 64 --num-prompts "$b" --concurrency "$b" --json
+done
+step actord_prefill 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+  --input-len 4096 --output-len 1 --num-prompts 1 --concurrency 1 --json
+if "$PY" -c "import torch, transformers" 2>/dev/null; then
+  step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
+    --device "$DEVICE"
+else
+  echo "  hf: skipped (no torch + transformers for $PY)"
+fi
+
+"$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'
+import json, os, sys
+out, config_path, batches = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split()]
+cfg = json.load(open(config_path))
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name + ".json")))
+    except Exception:
+        return None
+h, L, V, ff = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
+kv = cfg["num_key_value_heads"] * (h // cfg["num_attention_heads"])
+per_layer = h * (h + 2 * kv) + h * h + 3 * h * ff
+params = L * per_layer + 2 * V * h  # untied embedding and lm_head
+streamed = (L * per_layer + V * h) * 2  # bf16 bytes a decode step reads (the embedding only by rows)
+summary = {"params": params, "weight_bytes_per_step": streamed}
+limits = load("limits") or {}
+summary["limits"] = limits
+rows = []
+for b in batches:
+    a, hf = load(f"actord_b{b}"), load("hf")
+    hf_run = next((r for r in (hf or {}).get("generate", []) if r["batch"] == b), None)
+    row = {"batch": b,
+           "actord_output_tok_s": a and a.get("output_tokens_per_s"),
+           "actord_decode_tok_s": a and a.get("decode_tokens_per_s"),
+           "hf_output_tok_s": hf_run and hf_run["output_tok_s"],
+           "hf_decode_tok_s": hf_run and hf_run["decode_tok_s"]}
+    if b == 1 and a and a.get("decode_tokens_per_s") and limits.get("copy_gb_s"):
+        step_s = 1.0 / a["decode_tokens_per_s"]
+        row["mbu"] = round(streamed / step_s / 1e9 / limits["copy_gb_s"], 3)
+    rows.append(row)
+summary["decode"] = rows
+p = load("actord_prefill")
+tokens = 4096
+flops_per_token = 2 * (L * per_layer + V * h) + 2 * 2 * L * h * tokens / 2
+if p and p.get("prefill_tokens_per_s"):
+    tf = p["prefill_tokens_per_s"] * flops_per_token / 1e12
+    summary["prefill"] = {"actord_tok_s": p["prefill_tokens_per_s"], "actord_tflops": round(tf, 1)}
+    gemm = limits.get("gemm_tflops", {}).get("8192x8192x8192")
+    if gemm:
+        summary["prefill"]["share_of_gemm_rate"] = round(tf / gemm, 3)
+hf = load("hf")
+if hf and hf.get("prefill"):
+    summary.setdefault("prefill", {})["hf_tok_s"] = hf["prefill"]["tok_s"]
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps(summary, indent=1))
+PY
