@@ -79,11 +79,13 @@ int main(int argc, char** argv) {
       storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
       return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
     });
-    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM)\n%5s %-12s %10s %10s\n",
+    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM; AMX: %s)\n%5s %-12s %10s %10s\n",
+                cpu::amx_status(),
                 "m", "isa", "ms/step", "GFLOP/s");
-    for (int m : {1, 8, 32, 64})
-    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16}) {
+    for (int m : {1, 8, 32, 64, 256})
+    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16, cpu::Isa::amx_bf16}) {
       if (isa == cpu::Isa::avx512_bf16 && !cpu::cpu_has_avx512_bf16()) continue;
+      if (isa == cpu::Isa::amx_bf16 && !cpu::amx_ready()) continue;
       const cpu::GemmPath path{isa, cpu::Kernel::automatic};
       model.run(m, pool, path);
       double best = 1e30;

@@ -18,7 +18,7 @@ void paged_attention(const PagedAttentionParams& p);
 
 void paged_attention(const PagedAttentionParams& p, Isa isa) {
   if (isa == Isa::automatic) isa = detected_isa();
-  if ((isa == Isa::avx512 || isa == Isa::avx512_bf16) && detected_isa() == Isa::avx512)
+  if ((isa == Isa::avx512 || bf16_dot_products(isa)) && detected_isa() == Isa::avx512)
     return attention_avx512::paged_attention(p);
   if (isa != Isa::portable && detected_isa() != Isa::portable) return attention_avx2::paged_attention(p);
   attention_portable::paged_attention(p);

@@ -3,8 +3,11 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/status.hpp"
 #include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/blocked_weights.hpp"
@@ -37,7 +40,7 @@ bool cpu_has_avx512_bf16() {
 }
 
 Isa automatic_isa() {
-  static const Isa isa = detected_isa() == Isa::avx512 && cpu_has_avx512_bf16() ? Isa::avx512_bf16 : detected_isa();
+  static const Isa isa = *isa_for(Isa::automatic, detected_isa());
   return isa;
 }
 
@@ -62,20 +65,126 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512_bf16: return "avx512_bf16";
+    case Isa::amx_bf16: return "amx_bf16";
   }
   return "?";
 }
 
 std::optional<Isa> parse_isa(std::string_view name) {
   if (name == "auto") return Isa::automatic;
-  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16}) {
     if (name == isa_name(isa)) return isa;
   }
   return std::nullopt;
 }
 
+bool amx_permitted(const char** why);  // gemm_amx.cpp
+
+void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs) {
+  for (int i = 0; i < padded_rows; ++i) {
+    uint32_t* row = out + static_cast<int64_t>(i) * padded_pairs;
+    const int64_t have = i < x.m ? x.pairs : 0;
+    if (have) std::memcpy(row, x.data + static_cast<int64_t>(i) * x.pairs, static_cast<size_t>(have) * 4);
+    std::fill(row + have, row + padded_pairs, 0u);
+  }
+}
+
+namespace {
+
+// x padded for the tiles, in this thread's buffer (valid until its next call).
+AmxRows amx_rows(const Bf16Rows& x) {
+  thread_local std::vector<uint32_t> storage;
+  AmxRows out;
+  out.m = x.m;
+  out.padded_rows = (x.m + 15) / 16 * 16;
+  out.padded_pairs = (x.pairs + 15) / 16 * 16;
+  storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.padded_pairs));
+  to_amx_rows(x, storage.data(), out.padded_rows, out.padded_pairs);
+  out.data = storage.data();
+  return out;
+}
+
+struct AmxState {
+  bool ready = false;
+  const char* why = "not checked";
+};
+
+// A product on tiles against the AVX512-BF16 kernel's: 40 rows (two A tiles and a padded one), 80 features (a
+// padded chunk), two weight blocks of bf16, a bias and the fused gated form; agreement within f32 summation error.
+bool amx_probe_agrees() {
+  constexpr int m = 40, k = 80, n = 64;
+  std::vector<uint16_t> w(static_cast<size_t>(n) * k), up(w.size());
+  std::vector<float> x(static_cast<size_t>(m) * k), bias(n);
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
+  };
+  for (auto& v : w) v = f32_to_bf16(next());
+  for (auto& v : up) v = f32_to_bf16(next());
+  for (auto& v : x) v = next();
+  for (auto& v : bias) v = next();
+  const WeightMatrix src{DType::bf16, w.data(), n, k}, src_up{DType::bf16, up.data(), n, k};
+  std::vector<unsigned char> blocked(blocked_bytes(DType::bf16, n, k)), glu(glu_bytes(DType::bf16, n, k));
+  const WeightMatrix wb = pack_blocked(src, blocked.data());
+  const WeightMatrix wg = pack_glu(src, src_up, glu.data());
+  std::vector<uint32_t> pairs(static_cast<size_t>(m) * ((k + 1) / 2));
+  to_bf16_pairs(x.data(), m, k, pairs.data());
+  const Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
+  const AmxRows xa = amx_rows(xb);
+  std::vector<float> want(static_cast<size_t>(m) * n), got(want.size());
+  auto agree = [&] {
+    double scale = 1e-6, worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::fabs(double(want[i])));
+      worst = std::max(worst, std::fabs(double(want[i]) - double(got[i])));
+    }
+    return worst <= 1e-4 * scale;
+  };
+  gemm_nt_blocked_avx512_bf16(xb, wb, bias.data(), want.data(), 0, n);
+  gemm_nt_blocked_amx(xa, wb, bias.data(), got.data(), 0, n);
+  if (!agree()) return false;
+  want.assign(static_cast<size_t>(m) * n, 0.0f);  // n gated outputs of a 2n-row fused matrix
+  got.assign(want.size(), 0.0f);
+  gemm_nt_glu_avx512_bf16(xb, wg, n, want.data(), 0, wg.rows);
+  gemm_nt_glu_amx(xa, wg, n, got.data(), 0, wg.rows);
+  return agree();
+}
+
+const AmxState& amx_state() {
+  static const AmxState state = [] {
+    AmxState s;
+    if (detected_isa() != Isa::avx512 || !cpu_has_avx512_bf16()) {
+      s.why = "no AVX512-BF16";
+    } else if (!amx_permitted(&s.why)) {
+    } else if (!amx_probe_agrees()) {
+      s.why = "a probe product on the tiles disagreed with the AVX512-BF16 kernel (AMX left unused)";
+    } else {
+      s.ready = true;
+      s.why = "ready";
+    }
+    return s;
+  }();
+  return state;
+}
+
+}  // namespace
+
+bool amx_ready() { return amx_state().ready; }
+const char* amx_status() { return amx_state().why; }
+
 Result<Isa> isa_for(Isa requested, Isa cpu) {
-  if (requested == Isa::automatic) return cpu == Isa::avx512 && cpu_has_avx512_bf16() ? Isa::avx512_bf16 : cpu;
+  if (requested == Isa::automatic) {
+    if (cpu != Isa::avx512 || !cpu_has_avx512_bf16()) return cpu;
+    return amx_ready() ? Isa::amx_bf16 : Isa::avx512_bf16;
+  }
+  if (requested == Isa::amx_bf16) {
+    if (cpu == Isa::avx512 && cpu_has_avx512_bf16() && amx_ready()) return requested;
+    return make_error(Errc::unsupported, std::string("instruction set amx_bf16 is not available here (") +
+                                             (cpu == Isa::avx512 && cpu_has_avx512_bf16() ? amx_status()
+                                                                                           : "no AVX512-BF16") +
+                                             "; the best it runs is " + isa_name(cpu) + ")");
+  }
   if (requested == Isa::avx512_bf16) {
     if (cpu == Isa::avx512 && cpu_has_avx512_bf16()) return requested;
     return make_error(Errc::unsupported, std::string("instruction set avx512_bf16 is not available on this CPU (it "
@@ -94,7 +203,7 @@ Result<Isa> isa_for(std::string_view name, Isa cpu) {
   const auto requested = parse_isa(name);
   if (!requested) {
     return make_error(Errc::invalid_config, "unknown instruction set '" + std::string(name) +
-                                                "' (known: auto, portable, avx2, avx512, avx512_bf16)");
+                                                "' (known: auto, portable, avx2, avx512, avx512_bf16, amx_bf16)");
   }
   return isa_for(*requested, cpu);
 }
@@ -261,7 +370,14 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
     });
     return;
   }
-  if (isa == Isa::avx512_bf16 && gate_up.dtype == DType::bf16) {
+  if (isa == Isa::amx_bf16 && m >= kAmxMinRows && gate_up.dtype == DType::bf16) {
+    const AmxRows xa = amx_rows(bf16_rows(x, m, gate_up.cols));
+    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
+      gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    });
+    return;
+  }
+  if (bf16_dot_products(isa) && gate_up.dtype == DType::bf16) {
     const Bf16Rows xb = bf16_rows(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_avx512_bf16(xb, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
@@ -340,15 +456,18 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     });
     return;
   }
-  if (blocked && isa == Isa::avx512_bf16) {
-    // bf16 weights through the dot products (x rounded once), others as avx512.
+  if (blocked && bf16_dot_products(isa)) {
+    // bf16 weights through the dot products (x rounded once; on AMX tiles from kAmxMinRows rows), others as avx512.
     Bf16Rows xb;
     for (int o = 0; o < n_outputs && !xb.data; ++o)
       if (outputs[o].w->dtype == DType::bf16) xb = bf16_rows(x, m, k);
+    const bool tiles = isa == Isa::amx_bf16 && m >= kAmxMinRows && xb.data;
+    const AmxRows xa = tiles ? amx_rows(xb) : AmxRows{};
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
-      if (o.w->dtype == DType::bf16) gemm_nt_blocked_avx512_bf16(xb, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
-      else gemm_nt_blocked_avx512(x, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+      if (o.w->dtype != DType::bf16) gemm_nt_blocked_avx512(x, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+      else if (tiles) gemm_nt_blocked_amx(xa, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+      else gemm_nt_blocked_avx512_bf16(xb, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
     });
     return;
   }

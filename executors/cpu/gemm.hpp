@@ -55,8 +55,11 @@ struct WeightMatrix {
 // avx512_bf16 is avx512 except for products with bf16 weights on blocked layout: their activations are rounded to
 // bf16 and multiplied with AVX512-BF16 dot products (vdpbf16ps, f32 sums), as HF, vLLM and llama.cpp compute bf16
 // models on CPUs: what automatic is on a CPU that has the instructions (groups[].cpu_isa: avx512 keeps f32
-// activations).
-enum class Isa { automatic, portable, avx2, avx512, avx512_bf16 };
+// activations). amx_bf16 is avx512_bf16 whose products of kAmxMinRows rows or more run on AMX tiles (TDPBF16PS: the
+// same bf16 inputs, f32 sums): automatic on a CPU where amx_ready().
+enum class Isa { automatic, portable, avx2, avx512, avx512_bf16, amx_bf16 };
+// Whether bf16 weights multiply bf16-rounded activations under `isa` (avx512_bf16, amx_bf16).
+inline bool bf16_dot_products(Isa isa) { return isa == Isa::avx512_bf16 || isa == Isa::amx_bf16; }
 // Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
 // `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
 // compute-bound); `blas` is OpenBLAS sgemm on converted weight panels. `automatic` picks by m (packed_min_rows(),
@@ -146,5 +149,29 @@ void gemm_nt_blocked_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, const
                                  int64_t n_begin, int64_t n_end);
 void gemm_nt_glu_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
                              int64_t n_end);
+
+// AMX (gemm_amx.inl): x as Bf16Rows, each row's pairs padded with zeros to a multiple of 16 (a tile's 32 features)
+// and the rows to a multiple of 16 (zero rows), so that tiles read whole. to_amx_rows fills padded_rows x padded_pairs.
+struct AmxRows {
+  const uint32_t* data = nullptr;
+  int m = 0;                 // rows of x
+  int padded_rows = 0;       // m rounded up to 16
+  int64_t padded_pairs = 0;  // (k + 1) / 2 rounded up to 16
+};
+void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs);
+// From this many rows of x on, amx_bf16 multiplies on tiles (fewer: the AVX512-BF16 kernel).
+constexpr int kAmxMinRows = 32;
+// The CPU has AMX-TILE and AMX-BF16, the kernel let this process use the tile registers (arch_prctl
+// ARCH_REQ_XCOMP_PERM), and a probe product on tiles agreed with the AVX512-BF16 kernel; checked once.
+bool amx_ready();
+const char* amx_status();  // "ready", or why not
+void gemm_nt_blocked_amx(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                         int64_t n_end);
+void gemm_nt_glu_amx(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin, int64_t n_end);
+// The same loops over tiles emulated in C++ (the SDM's TDPBF16PS): tests of the packing and loops on any CPU.
+void gemm_nt_blocked_amx_emulated(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y,
+                                  int64_t n_begin, int64_t n_end);
+void gemm_nt_glu_amx_emulated(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
+                              int64_t n_end);
 
 }  // namespace actord::cpu

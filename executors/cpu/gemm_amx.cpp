@@ -1,0 +1,92 @@
+// The AMX product of gemm_amx.inl on the hardware's tiles (compiled with -mamx-tile -mamx-bf16; gemm.cpp calls it only
+// where amx_ready()), and the checks that may enable it: CPUID and the kernel's permission for the tile data.
+#include <immintrin.h>
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "executors/cpu/gemm_amx.inl"
+
+namespace actord::cpu {
+namespace {
+
+struct HardwareTiles {
+  // Palette 1, tiles 0..7 of 16 rows x 64 bytes; per thread (the tile configuration is thread state), once.
+  static void configure() {
+    thread_local bool configured = false;
+    if (configured) return;
+    alignas(64) unsigned char config[64] = {};
+    config[0] = 1;  // palette
+    for (int t = 0; t < 8; ++t) {
+      const uint16_t colsb = amx_detail::kTileBytes;
+      std::memcpy(config + 16 + 2 * t, &colsb, 2);
+      config[48 + t] = amx_detail::kTileRows;
+    }
+    _tile_loadconfig(config);
+    configured = true;
+  }
+  // The tile intrinsics paste their register number into the instruction's text: literal numbers, one per branch.
+  template <int T>
+  static void zero() {
+    if constexpr (T == 0) _tile_zero(0);
+    else if constexpr (T == 1) _tile_zero(1);
+    else if constexpr (T == 2) _tile_zero(2);
+    else if constexpr (T == 3) _tile_zero(3);
+    else static_assert(T < 4, "sums live in tiles 0..3");
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    if constexpr (T == 4) _tile_loadd(4, p, stride);
+    else if constexpr (T == 5) _tile_loadd(5, p, stride);
+    else if constexpr (T == 6) _tile_loadd(6, p, stride);
+    else if constexpr (T == 7) _tile_loadd(7, p, stride);
+    else static_assert(T >= 4, "operands live in tiles 4..7");
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    if constexpr (T == 0) _tile_stored(0, p, stride);
+    else if constexpr (T == 1) _tile_stored(1, p, stride);
+    else if constexpr (T == 2) _tile_stored(2, p, stride);
+    else if constexpr (T == 3) _tile_stored(3, p, stride);
+    else static_assert(T < 4, "sums live in tiles 0..3");
+  }
+  template <int C, int A, int B>
+  static void dot() {
+    if constexpr (C == 0 && A == 4 && B == 6) _tile_dpbf16ps(0, 4, 6);
+    else if constexpr (C == 1 && A == 4 && B == 7) _tile_dpbf16ps(1, 4, 7);
+    else if constexpr (C == 2 && A == 5 && B == 6) _tile_dpbf16ps(2, 5, 6);
+    else if constexpr (C == 3 && A == 5 && B == 7) _tile_dpbf16ps(3, 5, 7);
+    else static_assert(C < 0, "the four products of gemm_amx.inl");
+  }
+};
+
+}  // namespace
+
+// CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux's permission for XTILEDATA (state component 18),
+// asked once per process (a thread using the tiles without it gets SIGILL).
+bool amx_permitted(const char** why) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 22)) || !(edx & (1u << 24))) {
+    *why = "this CPU has no AMX-TILE / AMX-BF16";
+    return false;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    *why = "the kernel refused the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return false;
+  }
+  return true;
+}
+
+void gemm_nt_blocked_amx(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
+                         int64_t n_end) {
+  amx_detail::product<HardwareTiles, false>(x, w, bias, y, w.rows, w.rows, n_begin, n_end);
+}
+
+void gemm_nt_glu_amx(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin, int64_t n_end) {
+  amx_detail::product<HardwareTiles, true>(x, w, nullptr, y, ff, ff, n_begin, n_end);
+}
+
+}  // namespace actord::cpu

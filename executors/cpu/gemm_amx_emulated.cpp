@@ -1,0 +1,71 @@
+// gemm_amx.inl over tiles emulated in C++ as the Intel SDM defines them (TILELOADD, TILESTORED, TILEZERO,
+// TDPBF16PS: for each row m, pair p, column n, C[m][n] += f32(A[m][p].lo) * f32(B[p][n].lo) +
+// f32(A[m][p].hi) * f32(B[p][n].hi)), so that the repacking and loops the hardware runs are checked on any CPU.
+#include <cstring>
+
+#include "core/dtype.hpp"
+#include "executors/cpu/gemm_amx.inl"
+
+namespace actord::cpu {
+namespace {
+
+struct EmulatedTiles {
+  struct Tile {
+    alignas(64) unsigned char bytes[amx_detail::kTileRows * amx_detail::kTileBytes];
+  };
+  static Tile& tile(int t) {
+    thread_local Tile tiles[8];
+    return tiles[t];
+  }
+  static void configure() {}
+  template <int T>
+  static void zero() {
+    std::memset(tile(T).bytes, 0, sizeof(Tile::bytes));
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    for (int r = 0; r < amx_detail::kTileRows; ++r)
+      std::memcpy(tile(T).bytes + r * amx_detail::kTileBytes, static_cast<const unsigned char*>(p) + r * stride,
+                  amx_detail::kTileBytes);
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    for (int r = 0; r < amx_detail::kTileRows; ++r)
+      std::memcpy(static_cast<unsigned char*>(p) + r * stride, tile(T).bytes + r * amx_detail::kTileBytes,
+                  amx_detail::kTileBytes);
+  }
+  template <int C, int A, int B>
+  static void dot() {
+    auto* c = reinterpret_cast<float*>(tile(C).bytes);
+    const auto* a = reinterpret_cast<const uint32_t*>(tile(A).bytes);
+    const auto* b = reinterpret_cast<const uint32_t*>(tile(B).bytes);
+    constexpr int n16 = amx_detail::kTileBytes / 4;
+    for (int m = 0; m < amx_detail::kTileRows; ++m) {
+      for (int p = 0; p < n16; ++p) {
+        const uint32_t ap = a[m * n16 + p];
+        const float a_lo = bf16_to_f32(static_cast<uint16_t>(ap)), a_hi = bf16_to_f32(static_cast<uint16_t>(ap >> 16));
+        for (int n = 0; n < n16; ++n) {
+          const uint32_t bp = b[p * n16 + n];
+          float sum = c[m * n16 + n];
+          sum += a_lo * bf16_to_f32(static_cast<uint16_t>(bp));
+          sum += a_hi * bf16_to_f32(static_cast<uint16_t>(bp >> 16));
+          c[m * n16 + n] = sum;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void gemm_nt_blocked_amx_emulated(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y,
+                                  int64_t n_begin, int64_t n_end) {
+  amx_detail::product<EmulatedTiles, false>(x, w, bias, y, w.rows, w.rows, n_begin, n_end);
+}
+
+void gemm_nt_glu_amx_emulated(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
+                              int64_t n_end) {
+  amx_detail::product<EmulatedTiles, true>(x, w, nullptr, y, ff, ff, n_begin, n_end);
+}
+
+}  // namespace actord::cpu

@@ -1,0 +1,166 @@
+// The AMX product (executors/cpu/gemm_amx.inl): its repacking of the blocked bf16 weights into tile operands, the
+// padding of x and the tile loops, run over tiles emulated in C++ as the Intel SDM defines TDPBF16PS, against the
+// double reference with x rounded to bf16 (any CPU); and, where this CPU has AMX (amx_ready()), the hardware's tiles
+// and the amx_bf16 dispatch against the same reference.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/gemm.hpp"
+#include "executors/cpu/reference_kernels.hpp"
+#include "executors/cpu/thread_pool.hpp"
+#include "test_util.hpp"
+
+using namespace actord;
+
+namespace {
+
+std::vector<float> rounded_bf16(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  return out;
+}
+
+std::vector<uint16_t> as_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+// |got - want| within f32 summation error of sum |x||w| (both computed from bf16 values: the products are exact).
+void require_sums_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& bound,
+                        int k) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("index " << i << ": " << got[i] << " vs " << want[i]);
+    REQUIRE(std::abs(got[i] - want[i]) <= 4e-7f * float(k + 8) * bound[i] + 1e-6f);
+  }
+}
+
+struct Case {
+  int m, n, k;
+};
+
+// x padded for the tiles, as gemm.cpp makes it.
+struct PaddedX {
+  std::vector<uint32_t> pairs, padded;
+  cpu::AmxRows rows;
+  PaddedX(const std::vector<float>& x, int m, int k) : pairs(size_t(m) * ((k + 1) / 2)) {
+    cpu::to_bf16_pairs(x.data(), m, k, pairs.data());
+    const cpu::Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
+    rows.m = m;
+    rows.padded_rows = (m + 15) / 16 * 16;
+    rows.padded_pairs = (xb.pairs + 15) / 16 * 16;
+    padded.resize(size_t(rows.padded_rows) * size_t(rows.padded_pairs));
+    cpu::to_amx_rows(xb, padded.data(), rows.padded_rows, rows.padded_pairs);
+    rows.data = padded.data();
+  }
+};
+
+using Blocked = void (*)(const cpu::AmxRows&, const cpu::WeightMatrix&, const float*, float*, int64_t, int64_t);
+using Glu = void (*)(const cpu::AmxRows&, const cpu::WeightMatrix&, int64_t, float*, int64_t, int64_t);
+
+// Every shape: partial tiles of rows (m not a multiple of 16 or 32), of features (k not a multiple of 32, odd k),
+// of weight blocks (n not a multiple of 32), with and without bias, the fused gate/up form; the task's column range
+// a sub-range of whole blocks.
+void check_kernels(Blocked blocked_kernel, Glu glu_kernel) {
+  std::mt19937 rng(29);
+  for (const Case c : {Case{1, 32, 1}, Case{15, 33, 2}, Case{16, 64, 31}, Case{17, 40, 32}, Case{31, 96, 33},
+                       Case{32, 32, 64}, Case{33, 100, 80}, Case{48, 64, 255}, Case{100, 70, 768}}) {
+    const auto [m, n, k] = c;
+    INFO("m=" << m << " n=" << n << " k=" << k);
+    const auto x = test::random_vector(size_t(m) * k, rng), w = test::random_vector(size_t(n) * k, rng),
+               bias = test::random_vector(size_t(n), rng);
+    const auto xr = rounded_bf16(x), wr = rounded_bf16(w);
+    const auto wb16 = as_bf16(w);
+    std::vector<unsigned char> storage(cpu::blocked_bytes(DType::bf16, n, k));
+    const cpu::WeightMatrix blocked = cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, wb16.data(), n, k, 0}, storage.data());
+    const PaddedX px(x, m, k);
+    std::vector<float> ref(size_t(m) * n), bound(size_t(m) * n);
+    cpu::reference::matmul_nt(xr.data(), wr.data(), ref.data(), m, n, k);
+    std::vector<float> xa(xr.size()), wa(wr.size());
+    for (size_t i = 0; i < xr.size(); ++i) xa[i] = std::abs(xr[i]);
+    for (size_t i = 0; i < wr.size(); ++i) wa[i] = std::abs(wr[i]);
+    cpu::reference::matmul_nt(xa.data(), wa.data(), bound.data(), m, n, k);
+    for (const bool with_bias : {false, true}) {
+      std::vector<float> y(size_t(m) * n, -7.0f), want = ref;
+      if (with_bias)
+        for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % size_t(n)];
+      blocked_kernel(px.rows, blocked, with_bias ? bias.data() : nullptr, y.data(), 0, n);
+      require_sums_close(y, want, bound, k);
+    }
+    if (n > 32) {  // a task's range: the second block on only
+      std::vector<float> y(size_t(m) * n, -7.0f);
+      blocked_kernel(px.rows, blocked, nullptr, y.data(), 32, n);
+      for (int r = 0; r < m; ++r) {
+        for (int col = 0; col < n; ++col) {
+          const size_t i = size_t(r) * n + col;
+          if (col < 32) REQUIRE(y[i] == -7.0f);
+          else REQUIRE(std::abs(y[i] - ref[i]) <= 4e-7f * float(k + 8) * bound[i] + 1e-6f);
+        }
+      }
+    }
+    // The fused gate/up form: n gated outputs.
+    const auto u = test::random_vector(size_t(n) * k, rng);
+    const auto ur = rounded_bf16(u);
+    const auto ub16 = as_bf16(u);
+    std::vector<unsigned char> fused(cpu::glu_bytes(DType::bf16, n, k));
+    const cpu::WeightMatrix glu = cpu::pack_glu(cpu::WeightMatrix{DType::bf16, wb16.data(), n, k, 0},
+                                                cpu::WeightMatrix{DType::bf16, ub16.data(), n, k, 0}, fused.data());
+    std::vector<float> gate = ref, up(size_t(m) * n), y(size_t(m) * n);
+    cpu::reference::matmul_nt(xr.data(), ur.data(), up.data(), m, n, k);
+    cpu::reference::silu_mul(gate.data(), up.data(), m * n);
+    glu_kernel(px.rows, glu, n, y.data(), 0, glu.rows);
+    for (size_t i = 0; i < y.size(); ++i) {
+      INFO("gated index " << i << ": " << y[i] << " vs " << gate[i]);
+      REQUIRE(std::abs(y[i] - gate[i]) <= 2e-5f * std::max(1.0f, std::abs(gate[i])) * std::sqrt(float(k)));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("amx: the tile product over emulated tiles equals the reference with x rounded to bf16 - partial tiles of "
+          "rows - features - blocks - bias - gate/up",
+          "[kernels][amx]") {
+  check_kernels(&cpu::gemm_nt_blocked_amx_emulated, &cpu::gemm_nt_glu_amx_emulated);
+}
+
+TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[kernels][amx]") {
+  const std::vector<uint32_t> pairs = {1, 2, 3, 4, 5, 6};  // 2 rows of 3 pairs
+  const cpu::Bf16Rows xb{pairs.data(), 2, 3};
+  std::vector<uint32_t> out(16 * 16, 99u);
+  cpu::to_amx_rows(xb, out.data(), 16, 16);
+  CHECK(std::vector<uint32_t>(out.begin(), out.begin() + 4) == std::vector<uint32_t>{1, 2, 3, 0});
+  CHECK(std::vector<uint32_t>(out.begin() + 16, out.begin() + 20) == std::vector<uint32_t>{4, 5, 6, 0});
+  CHECK(std::count(out.begin(), out.end(), 0u) == 16 * 16 - 6);
+}
+
+TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx_bf16 dispatch equal the reference - else says why",
+          "[kernels][amx]") {
+  if (!cpu::amx_ready()) {
+    WARN("skipped: AMX not used here: " << cpu::amx_status());
+    CHECK_FALSE(cpu::isa_for(cpu::Isa::amx_bf16, cpu::detected_isa()).ok());
+    CHECK(cpu::automatic_isa() != cpu::Isa::amx_bf16);
+    return;
+  }
+  CHECK(cpu::automatic_isa() == cpu::Isa::amx_bf16);
+  check_kernels(&cpu::gemm_nt_blocked_amx, &cpu::gemm_nt_glu_amx);
+  // Through gemm_nt: tiles from kAmxMinRows rows, the AVX512-BF16 kernel below; both equal avx512_bf16's sums.
+  std::mt19937 rng(31);
+  cpu::ThreadPool pool(3);
+  for (const int m : {1, cpu::kAmxMinRows - 1, cpu::kAmxMinRows, 100}) {
+    const int n = 96, k = 200;
+    const auto x = test::random_vector(size_t(m) * k, rng), w = test::random_vector(size_t(n) * k, rng);
+    const auto wb16 = as_bf16(w);
+    std::vector<unsigned char> storage(cpu::blocked_bytes(DType::bf16, n, k));
+    const cpu::WeightMatrix blocked = cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, wb16.data(), n, k, 0}, storage.data());
+    std::vector<float> y(size_t(m) * n), want(size_t(m) * n);
+    cpu::gemm_nt(x.data(), blocked, nullptr, y.data(), m, pool, {cpu::Isa::amx_bf16});
+    cpu::gemm_nt(x.data(), blocked, nullptr, want.data(), m, pool, {cpu::Isa::avx512_bf16});
+    for (size_t i = 0; i < y.size(); ++i) REQUIRE(std::abs(y[i] - want[i]) <= 1e-4f * (1.0f + std::abs(want[i])));
+  }
+}
