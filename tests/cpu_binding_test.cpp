@@ -52,6 +52,13 @@ std::vector<std::vector<int>> worker_cpus() {
   return out;
 }
 
+// Whether this process may use two CPUs or more (the tests below bind two ranks apart); says so when not.
+bool two_cpus_or_skip(const std::vector<int>& mine) {
+  if (mine.size() >= 2) return true;
+  WARN("skipped: this process may use " << mine.size() << " CPU");
+  return false;
+}
+
 TopologyConfig tp2_processes(const std::string& binding, int threads) {
   return quickstart("configs/tp2.yaml", {"engine.cpu_binding=" + binding, "groups[0].threads=" + std::to_string(threads),
                                          "groups[0].oversubscribe=true"});
@@ -83,21 +90,19 @@ TEST_CASE("cpu list text and binding refusals", "[cpus]") {
   CHECK(cpu_list_text(std::vector<int>{}).empty());
   CHECK_FALSE(bind_process_to_cpus(std::vector<int>{}).ok());
   const Status outside = bind_process_to_cpus(std::vector<int>{CPU_SETSIZE - 1});
-  if (!std::binary_search(usable_cpus().begin(), usable_cpus().end(), CPU_SETSIZE - 1)) {
+  const std::vector<int> mine = usable_cpus();
+  if (!std::binary_search(mine.begin(), mine.end(), CPU_SETSIZE - 1)) {
     REQUIRE_FALSE(outside.ok());
     CHECK_THAT(outside.error().message, Catch::Contains("is not one this process may use"));
   }
-  CHECK(usable_cpus().size() == usable_cpu_cores());
+  CHECK(mine.size() == usable_cpu_cores());
 }
 
 TEST_CASE("cpu binding: tp2 worker processes each on CPUs of their own (every thread) - none leaves them on the "
           "engine's - a rebuilt replica binds again - outputs unchanged",
           "[cpus][engine][parallel]") {
   const std::vector<int> mine = usable_cpus();
-  if (mine.size() < 2) {
-    WARN("skipped: this process may use " << mine.size() << " CPU");
-    return;
-  }
+  if (!two_cpus_or_skip(mine)) return;
   const auto requests = batch(true);
   std::vector<GenerateOutput> unbound;
   {
@@ -140,10 +145,7 @@ TEST_CASE("cpu binding: auto leaves ranks unbound when their threads are not the
           "is free",
           "[cpus][engine][parallel]") {
   const std::vector<int> mine = usable_cpus();
-  if (mine.size() < 2) {
-    WARN("skipped: this process may use " << mine.size() << " CPU");
-    return;
-  }
+  if (!two_cpus_or_skip(mine)) return;
   // Threads beyond the CPUs: auto binds nothing; bind gives the first rank its CPUs and leaves the other unbound.
   const int threads = static_cast<int>(mine.size());  // 2 x all: oversubscribed
   {

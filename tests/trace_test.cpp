@@ -17,25 +17,32 @@
 
 using namespace actord;
 
+namespace {
+
+// Two requests of 12 tokens (sampled at `temperature`) through configs/tp2.yaml with --trace `file`, written when
+// the engine stops; the engine's steps.
+uint64_t run_traced_tp2(const std::filesystem::path& file, float temperature) {
+  EngineOptions options = test::engine_options();
+  options.trace_path = file;
+  auto engine = Engine::start(test::quickstart("configs/tp2.yaml"), options);
+  REQUIRE(engine.ok());
+  GenerateRequest r;
+  r.prompt = "Once upon a time";
+  r.max_tokens = 12;
+  r.ignore_eos = true;
+  r.sampling.temperature = temperature;
+  REQUIRE((*engine)->generate({r, r}).ok());
+  auto stats = (*engine)->stats();
+  REQUIRE(stats.ok());
+  return stats->steps;
+}
+
+}  // namespace
+
 TEST_CASE("trace: a tp2 replica's ranks and scheduler, per step and layer, on one clock", "[trace]") {
   test::TempDir tmp;
   const auto file = tmp.path() / "trace.json";
-  uint64_t steps = 0;
-  {
-    EngineOptions options = test::engine_options();
-    options.trace_path = file;
-    auto engine = Engine::start(test::quickstart("configs/tp2.yaml"), options);
-    REQUIRE(engine.ok());
-    GenerateRequest r;
-    r.prompt = "Once upon a time";
-    r.max_tokens = 12;
-    r.ignore_eos = true;
-    auto out = (*engine)->generate({r, r});
-    REQUIRE(out.ok());
-    auto stats = (*engine)->stats();
-    REQUIRE(stats.ok());
-    steps = stats->steps;
-  }  // the file is written when the engine stops
+  const uint64_t steps = run_traced_tp2(file, 1.0f);
   std::ifstream in(file);
   REQUIRE(in.good());
   const nlohmann::json doc = nlohmann::json::parse(in);
@@ -99,18 +106,7 @@ TEST_CASE("trace: greedy-only steps of a tp2 replica exchange each row's best - 
   auto largest_gather = [](float temperature) {
     test::TempDir tmp;
     const auto file = tmp.path() / "trace.json";
-    {
-      EngineOptions options = test::engine_options();
-      options.trace_path = file;
-      auto engine = Engine::start(test::quickstart("configs/tp2.yaml"), options);
-      REQUIRE(engine.ok());
-      GenerateRequest r;
-      r.prompt = "Once upon a time";
-      r.max_tokens = 12;
-      r.ignore_eos = true;
-      r.sampling.temperature = temperature;
-      REQUIRE((*engine)->generate({r, r}).ok());
-    }
+    run_traced_tp2(file, temperature);
     std::ifstream in(file);
     const nlohmann::json doc = nlohmann::json::parse(in);
     uint64_t largest = 0;
