@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
                 cpu::amx_status(),
                 "m", "isa", "ms/step", "GFLOP/s");
     for (int m : {1, 8, 32, 64, 256})
-    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16, cpu::Isa::amx_bf16}) {
+    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16, cpu::Isa::amx}) {
       if (isa == cpu::Isa::avx512_bf16 && !cpu::cpu_has_avx512_bf16()) continue;
-      if (isa == cpu::Isa::amx_bf16 && !cpu::amx_ready()) continue;
+      if (isa == cpu::Isa::amx && !cpu::amx_ready()) continue;
       const cpu::GemmPath path{isa, cpu::Kernel::automatic};
       model.run(m, pool, path);
       double best = 1e30;

@@ -503,8 +503,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "attention-FFN disaggregation runs on CPU ranks only so far (device: " + group.device + ")");
     g.read("cpu_isa", group.cpu_isa);
     require(group.cpu_isa == "auto" || group.cpu_isa == "portable" || group.cpu_isa == "avx2" ||
-                group.cpu_isa == "avx512" || group.cpu_isa == "avx512_bf16" || group.cpu_isa == "amx_bf16",
-            p + ".cpu_isa", "must be auto, portable, avx2, avx512, avx512_bf16 or amx_bf16, got '" + group.cpu_isa + "'");
+                group.cpu_isa == "avx512" || group.cpu_isa == "avx512_bf16" || group.cpu_isa == "amx",
+            p + ".cpu_isa", "must be auto, portable, avx2, avx512, avx512_bf16 or amx, got '" + group.cpu_isa + "'");
     g.read("router", group.router);
     if (auto policy = route_policy_from_name(group.router); !policy) require(false, p + ".router", policy.error().message);
     parse_placement(g.get("placement"), p + ".placement", cfg.nodes, group);

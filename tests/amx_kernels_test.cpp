@@ -1,14 +1,16 @@
 // The AMX product (executors/cpu/gemm_amx.inl): its repacking of the blocked bf16 weights into tile operands, the
 // padding of x and the tile loops, run over tiles emulated in C++ as the Intel SDM defines TDPBF16PS, against the
 // double reference with x rounded to bf16 (any CPU); and, where this CPU has AMX (amx_ready()), the hardware's tiles
-// and the amx_bf16 dispatch against the same reference.
+// and the amx dispatch against the same reference.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "core/quantization.hpp"
 #include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/reference_kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -129,6 +131,77 @@ TEST_CASE("amx: the tile product over emulated tiles equals the reference with x
   check_kernels(&cpu::gemm_nt_blocked_amx_emulated, &cpu::gemm_nt_glu_amx_emulated);
 }
 
+namespace {
+
+// int8 weights (groups of 16 .. 128 and per channel, a stride of 104 features: 8-byte tile steps) times int8 rows on
+// the tiles against the double reference of the same int8 values: y = s_x q . W(dequantized) (+ bias), and the fused
+// gated form.
+using QuantizedTiles = void (*)(const cpu::AmxQuantizedX&, const cpu::WeightMatrix&, const float*, float*, int64_t,
+                                int64_t, int64_t);
+void check_int8_kernel(QuantizedTiles kernel) {
+  std::mt19937 rng(41);
+  for (const Case c : {Case{1, 32, 16}, Case{17, 40, 80}, Case{33, 64, 100}, Case{48, 32, 256}}) {
+    for (const int group : {16, 32, 64, 128, 0}) {
+      const auto [m, n, k] = c;
+      if (group > k) continue;
+      INFO("m=" << m << " n=" << n << " k=" << k << " group=" << group);
+      const auto w = test::random_vector(size_t(2 * n) * k, rng), x = test::random_vector(size_t(m) * k, rng),
+                 bias = test::random_vector(size_t(n), rng);
+      const QuantSpec spec{QuantKind::int8, group, false};
+      const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, spec);
+      const QuantizedMatrix up = quantize(DType::f32, w.data() + size_t(n) * k, n, k, k, spec);
+      std::vector<unsigned char> plain(cpu::quantized_bytes(q)), fused(cpu::quantized_glu_bytes(q));
+      const cpu::WeightMatrix wq = cpu::pack_quantized(q, plain.data());
+      const cpu::WeightMatrix wg = cpu::pack_quantized_glu(q, up, fused.data());
+      const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, wq, 0);
+      // x as the kernels see it: its int8 codes times the row's scale.
+      std::vector<float> xv(size_t(m) * k), xabs(size_t(m) * k);
+      for (int r = 0; r < m; ++r)
+        for (int t = 0; t < k; ++t) {
+          xv[size_t(r) * k + t] = float(xq.codes[r * xq.ld + t]) * xq.row_scales[r];
+          xabs[size_t(r) * k + t] = std::abs(xv[size_t(r) * k + t]);
+        }
+      std::vector<int8_t> padded(size_t((m + 15) / 16 * 16) * size_t(xq.ld), 0);
+      std::copy(xq.codes, xq.codes + size_t(m) * xq.ld, padded.begin());
+      const cpu::AmxQuantizedX xa{&xq, padded.data(), (m + 15) / 16 * 16};
+      const std::vector<float> wv = q.dequantized(), uv = up.dequantized();
+      std::vector<float> wabs(wv.size());
+      for (size_t i = 0; i < wv.size(); ++i) wabs[i] = std::abs(wv[i]);
+      std::vector<float> ref(size_t(m) * n), bound(size_t(m) * n);
+      cpu::reference::matmul_nt(xv.data(), wv.data(), ref.data(), m, n, k);
+      cpu::reference::matmul_nt(xabs.data(), wabs.data(), bound.data(), m, n, k);
+      std::vector<float> y(size_t(m) * n, -7.0f);
+      kernel(xa, wq, bias.data(), y.data(), 0, 0, n);
+      for (size_t i = 0; i < y.size(); ++i) {
+        INFO("index " << i << ": " << y[i] << " vs " << ref[i] + bias[i % size_t(n)]);
+        REQUIRE(std::abs(y[i] - (ref[i] + bias[i % size_t(n)])) <= 1e-5f * bound[i] + 1e-5f);
+      }
+      std::vector<float> upr(size_t(m) * n), gate = ref;
+      cpu::reference::matmul_nt(xv.data(), uv.data(), upr.data(), m, n, k);
+      cpu::reference::silu_mul(gate.data(), upr.data(), m * n);
+      std::vector<float> yg(size_t(m) * n, -7.0f);
+      kernel(xa, wg, nullptr, yg.data(), n, 0, wg.rows);
+      for (size_t i = 0; i < yg.size(); ++i) {
+        INFO("gated index " << i << ": " << yg[i] << " vs " << gate[i]);
+        REQUIRE(std::abs(yg[i] - gate[i]) <= 1e-4f * (1.0f + std::abs(gate[i])) * std::sqrt(float(k)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("amx: int8 codes times int8 rows over emulated tiles (TDPBSUD) equal the reference of the same int8 values "
+          "- groups 16 to 128 and per channel - bias - gate/up",
+          "[kernels][amx]") {
+  check_int8_kernel(&cpu::gemm_nt_quantized_amx_emulated);
+  if (!cpu::amx_int8_ready()) {
+    WARN("the hardware's int8 tiles not checked: AMX-INT8 not used here (" << cpu::amx_status() << ")");
+    return;
+  }
+  check_int8_kernel(&cpu::gemm_nt_quantized_amx);
+}
+
 TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[kernels][amx]") {
   const std::vector<uint32_t> pairs = {1, 2, 3, 4, 5, 6};  // 2 rows of 3 pairs
   const cpu::Bf16Rows xb{pairs.data(), 2, 3};
@@ -139,15 +212,15 @@ TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[ke
   CHECK(std::count(out.begin(), out.end(), 0u) == 16 * 16 - 6);
 }
 
-TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx_bf16 dispatch equal the reference - else says why",
+TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx dispatch equal the reference - else says why",
           "[kernels][amx]") {
   if (!cpu::amx_ready()) {
     WARN("skipped: AMX not used here: " << cpu::amx_status());
-    CHECK_FALSE(cpu::isa_for(cpu::Isa::amx_bf16, cpu::detected_isa()).ok());
-    CHECK(cpu::automatic_isa() != cpu::Isa::amx_bf16);
+    CHECK_FALSE(cpu::isa_for(cpu::Isa::amx, cpu::detected_isa()).ok());
+    CHECK(cpu::automatic_isa() != cpu::Isa::amx);
     return;
   }
-  CHECK(cpu::automatic_isa() == cpu::Isa::amx_bf16);
+  CHECK(cpu::automatic_isa() == cpu::Isa::amx);
   check_kernels(&cpu::gemm_nt_blocked_amx, &cpu::gemm_nt_glu_amx);
   // Through gemm_nt: tiles from kAmxMinRows rows, the AVX512-BF16 kernel below; both equal avx512_bf16's sums.
   std::mt19937 rng(31);
@@ -159,7 +232,7 @@ TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx_bf16 dispatch e
     std::vector<unsigned char> storage(cpu::blocked_bytes(DType::bf16, n, k));
     const cpu::WeightMatrix blocked = cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, wb16.data(), n, k, 0}, storage.data());
     std::vector<float> y(size_t(m) * n), want(size_t(m) * n);
-    cpu::gemm_nt(x.data(), blocked, nullptr, y.data(), m, pool, {cpu::Isa::amx_bf16});
+    cpu::gemm_nt(x.data(), blocked, nullptr, y.data(), m, pool, {cpu::Isa::amx});
     cpu::gemm_nt(x.data(), blocked, nullptr, want.data(), m, pool, {cpu::Isa::avx512_bf16});
     for (size_t i = 0; i < y.size(); ++i) REQUIRE(std::abs(y[i] - want[i]) <= 1e-4f * (1.0f + std::abs(want[i])));
   }

@@ -20,7 +20,7 @@ namespace {
 // Names of the ISAs this CPU runs (portable always), auto first.
 std::vector<std::string> runnable_isa_names() {
   std::vector<std::string> names{"auto"};
-  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_bf16, cpu::Isa::amx_bf16}) {
+  for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_bf16, cpu::Isa::amx}) {
     if (cpu::isa_for(isa).ok()) names.push_back(cpu::isa_name(isa));
   }
   return names;
@@ -126,7 +126,7 @@ TEST_CASE("cpu_isa - an unknown name is refused by the topology - one the CPU la
   auto cfg = load_topology(test::source_dir() / "configs/quickstart.yaml", o);
   REQUIRE_FALSE(cfg.ok());
   CHECK(cfg.error().message == (test::source_dir() / "configs/quickstart.yaml").string() +
-                                   ": groups[0].cpu_isa: must be auto, portable, avx2, avx512, avx512_bf16 or amx_bf16, got 'sse4'");
+                                   ": groups[0].cpu_isa: must be auto, portable, avx2, avx512, avx512_bf16 or amx, got 'sse4'");
   CHECK(test::quickstart("configs/quickstart.yaml", {}).groups[0].cpu_isa == "auto");
 
   // What a worker answers on CPUs of each level.
@@ -138,13 +138,13 @@ TEST_CASE("cpu_isa - an unknown name is refused by the topology - one the CPU la
   CHECK(cpu::isa_for("avx2", cpu::Isa::portable).error().message ==
         "instruction set avx2 is not available on this CPU (the best it runs is portable; use auto or portable)");
   CHECK(cpu::isa_for("sse4", cpu::Isa::avx2).error().message ==
-        "unknown instruction set 'sse4' (known: auto, portable, avx2, avx512, avx512_bf16, amx_bf16)");
+        "unknown instruction set 'sse4' (known: auto, portable, avx2, avx512, avx512_bf16, amx)");
   CHECK_THAT(cpu::isa_for("avx512_bf16", cpu::Isa::avx2).error().message,
              Catch::StartsWith("instruction set avx512_bf16 is not available on this CPU (it lacks AVX512-BF16"));
 
   if (!cpu::amx_ready()) {
-    CHECK_THAT(cpu::isa_for("amx_bf16", cpu::detected_isa()).error().message,
-               Catch::StartsWith("instruction set amx_bf16 is not available here (") &&
+    CHECK_THAT(cpu::isa_for("amx", cpu::detected_isa()).error().message,
+               Catch::StartsWith("instruction set amx is not available here (") &&
                    Catch::Contains(cpu::amx_status()));
   }
 

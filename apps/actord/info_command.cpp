@@ -42,11 +42,15 @@ int run_info(const InfoArgs& args) {
   std::vector<std::string> unused;
   if (f.avx_vnni && !cpu::cpu_has_avx512_vnni()) unused.push_back("avx-vnni (256-bit int8 products)");
   if (f.amx_bf16 && !cpu::amx_ready()) unused.push_back(std::string("amx-bf16 (") + cpu::amx_status() + ")");
-  if (f.amx_int8) unused.push_back("amx-int8 (int8 tile products)");
+  if (f.amx_int8 && !cpu::amx_int8_ready()) unused.push_back("amx-int8 (int8 tile products: not usable here)");
   const std::string amx_text =
       cpu::amx_ready() ? "used for bf16 weights from " + std::to_string(cpu::kAmxMinRows) +
-                             " rows under auto (amx_bf16: tiles of bf16 activations and weights, f32 sums)"
+                             " rows under auto (amx: tiles of bf16 activations and weights, f32 sums)"
                        : std::string("not used: ") + cpu::amx_status();
+  const std::string amx_int8_text = cpu::amx_int8_ready()
+                                        ? " ; 8-bit quantized codes x int8 activations on TDPBSUD tiles from " +
+                                              std::to_string(cpu::kAmxMinRows) + " rows"
+                                        : "";
   const bool vnni = isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni();
   const std::string quantized_text =
       vnni ? "int8 activations (per row) x int8/int4 codes with AVX512-VNNI (vpdpbusd), f16 scales per group applied in f32"
@@ -67,7 +71,7 @@ int run_info(const InfoArgs& args) {
           {"gemm_row_major_packed_from_rows", cpu::packed_min_rows(isa)},
           {"openblas", cpu::have_blas()},
           {"bf16_dot_products", cpu::cpu_has_avx512_bf16()},
-          {"amx_tiles", amx_text},
+          {"amx_tiles", amx_text + amx_int8_text},
           {"quantized_gemm", quantized_text},
           {"paged_attention", isa_text},
           {"not_used_yet", unused}}},
@@ -92,7 +96,7 @@ int run_info(const InfoArgs& args) {
               cpu::cpu_has_avx512_bf16() ? "used for bf16 weights under auto (avx512_bf16; groups[].cpu_isa: avx512 "
                                            "keeps f32 activations)"
                                          : "not on this CPU");
-  std::printf("  AMX tiles (TDPBF16PS): %s\n", amx_text.c_str());
+  std::printf("  AMX tiles (TDPBF16PS, TDPBSUD): %s%s\n", amx_text.c_str(), amx_int8_text.c_str());
   std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K): %s\n",
               quantized_text.c_str());
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());

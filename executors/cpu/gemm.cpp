@@ -65,20 +65,21 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512_bf16: return "avx512_bf16";
-    case Isa::amx_bf16: return "amx_bf16";
+    case Isa::amx: return "amx";
   }
   return "?";
 }
 
 std::optional<Isa> parse_isa(std::string_view name) {
   if (name == "auto") return Isa::automatic;
-  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16}) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx}) {
     if (name == isa_name(isa)) return isa;
   }
   return std::nullopt;
 }
 
 bool amx_permitted(const char** why);  // gemm_amx.cpp
+bool cpu_has_amx_int8();                // gemm_amx.cpp
 
 void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs) {
   for (int i = 0; i < padded_rows; ++i) {
@@ -151,6 +152,64 @@ bool amx_probe_agrees() {
   return agree();
 }
 
+// x's int8 rows for the tiles: padded with zero rows to a multiple of 16, in this thread's buffer `slot` (valid
+// until its next call with that slot).
+AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
+  thread_local std::vector<int8_t> storage[8];
+  AmxQuantizedX out;
+  out.x = &xq;
+  out.padded_rows = (xq.m + 15) / 16 * 16;
+  std::vector<int8_t>& buffer = storage[slot];
+  buffer.assign(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(xq.ld), 0);
+  std::memcpy(buffer.data(), xq.codes, static_cast<size_t>(xq.m) * static_cast<size_t>(xq.ld));
+  out.codes = buffer.data();
+  return out;
+}
+
+// Whether quantized weights of 8-bit codes multiply on the tiles under `isa` for m rows.
+bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
+  return isa == Isa::amx && m >= kAmxMinRows && w.quant.bits == 8 && amx_int8_ready();
+}
+
+// An int8 product on tiles against the AVX512-VNNI kernel's: 40 rows, 80 features in groups of 16 and per channel,
+// 64 outputs, and the fused gated form.
+bool amx_int8_probe_agrees() {
+  constexpr int m = 40, k = 80, n = 64;
+  uint32_t state = 777;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
+  };
+  std::vector<float> w(static_cast<size_t>(2 * n) * k), x(static_cast<size_t>(m) * k), bias(n);
+  for (auto& v : w) v = next();
+  for (auto& v : x) v = next();
+  for (auto& v : bias) v = next();
+  for (const int group : {16, 0}) {
+    const QuantSpec spec{QuantKind::int8, group, false};
+    const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, spec);
+    const QuantizedMatrix up = quantize(DType::f32, w.data() + size_t(n) * k, n, k, k, spec);
+    std::vector<unsigned char> plain(quantized_bytes(q)), fused(quantized_glu_bytes(q));
+    const WeightMatrix wq = pack_quantized(q, plain.data());
+    const WeightMatrix wg = pack_quantized_glu(q, up, fused.data());
+    for (const WeightMatrix* matrix : {&wq, &wg}) {
+      const bool glu = matrix == &wg;
+      const QuantizedX xq = quantized_x_int8(x.data(), m, *matrix, 7);
+      const AmxQuantizedX xa = amx_quantized_x(xq, 7);
+      std::vector<float> want(static_cast<size_t>(m) * n), got(want.size());
+      gemm_nt_quantized_avx512_vnni(xq, *matrix, glu ? nullptr : bias.data(), want.data(), glu ? n : 0, 0,
+                                    matrix->rows);
+      gemm_nt_quantized_amx(xa, *matrix, glu ? nullptr : bias.data(), got.data(), glu ? n : 0, 0, matrix->rows);
+      double scale = 1e-6, worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::fabs(double(want[i])));
+        worst = std::max(worst, std::fabs(double(want[i]) - double(got[i])));
+      }
+      if (worst > 1e-4 * scale) return false;
+    }
+  }
+  return true;
+}
+
 const AmxState& amx_state() {
   static const AmxState state = [] {
     AmxState s;
@@ -171,16 +230,21 @@ const AmxState& amx_state() {
 }  // namespace
 
 bool amx_ready() { return amx_state().ready; }
+
+bool amx_int8_ready() {
+  static const bool ready = amx_ready() && cpu_has_amx_int8() && cpu_has_avx512_vnni() && amx_int8_probe_agrees();
+  return ready;
+}
 const char* amx_status() { return amx_state().why; }
 
 Result<Isa> isa_for(Isa requested, Isa cpu) {
   if (requested == Isa::automatic) {
     if (cpu != Isa::avx512 || !cpu_has_avx512_bf16()) return cpu;
-    return amx_ready() ? Isa::amx_bf16 : Isa::avx512_bf16;
+    return amx_ready() ? Isa::amx : Isa::avx512_bf16;
   }
-  if (requested == Isa::amx_bf16) {
+  if (requested == Isa::amx) {
     if (cpu == Isa::avx512 && cpu_has_avx512_bf16() && amx_ready()) return requested;
-    return make_error(Errc::unsupported, std::string("instruction set amx_bf16 is not available here (") +
+    return make_error(Errc::unsupported, std::string("instruction set amx is not available here (") +
                                              (cpu == Isa::avx512 && cpu_has_avx512_bf16() ? amx_status()
                                                                                            : "no AVX512-BF16") +
                                              "; the best it runs is " + isa_name(cpu) + ")");
@@ -203,7 +267,7 @@ Result<Isa> isa_for(std::string_view name, Isa cpu) {
   const auto requested = parse_isa(name);
   if (!requested) {
     return make_error(Errc::invalid_config, "unknown instruction set '" + std::string(name) +
-                                                "' (known: auto, portable, avx2, avx512, avx512_bf16, amx_bf16)");
+                                                "' (known: auto, portable, avx2, avx512, avx512_bf16, amx)");
   }
   return isa_for(*requested, cpu);
 }
@@ -365,12 +429,14 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   if (gate_up.layout == WeightLayout::quantized) {
     const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
     const QuantizedKernel run = quantized_kernel(isa);
+    const AmxQuantizedX xa = int8_tiles(isa, m, gate_up) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-      run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
+      if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
+      else run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
     });
     return;
   }
-  if (isa == Isa::amx_bf16 && m >= kAmxMinRows && gate_up.dtype == DType::bf16) {
+  if (isa == Isa::amx && m >= kAmxMinRows && gate_up.dtype == DType::bf16) {
     const AmxRows xa = amx_rows(bf16_rows(x, m, gate_up.cols));
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
@@ -450,9 +516,13 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
       prepared[o] = same < o ? prepared[same] : quantized_x(x, m, *outputs[o].w, isa, o);
     }
     const QuantizedKernel run = quantized_kernel(isa);
+    AmxQuantizedX tiled[8];  // 8-bit codes on the tiles (amx, from kAmxMinRows rows)
+    for (int o = 0; o < n_outputs; ++o)
+      if (int8_tiles(isa, m, *outputs[o].w)) tiled[o] = amx_quantized_x(prepared[o], o);
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
-      run(prepared[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
+      if (tiled[tasks[t].output].x) gemm_nt_quantized_amx(tiled[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
+      else run(prepared[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
     });
     return;
   }
@@ -461,7 +531,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     Bf16Rows xb;
     for (int o = 0; o < n_outputs && !xb.data; ++o)
       if (outputs[o].w->dtype == DType::bf16) xb = bf16_rows(x, m, k);
-    const bool tiles = isa == Isa::amx_bf16 && m >= kAmxMinRows && xb.data;
+    const bool tiles = isa == Isa::amx && m >= kAmxMinRows && xb.data;
     const AmxRows xa = tiles ? amx_rows(xb) : AmxRows{};
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];

@@ -55,11 +55,11 @@ struct WeightMatrix {
 // avx512_bf16 is avx512 except for products with bf16 weights on blocked layout: their activations are rounded to
 // bf16 and multiplied with AVX512-BF16 dot products (vdpbf16ps, f32 sums), as HF, vLLM and llama.cpp compute bf16
 // models on CPUs: what automatic is on a CPU that has the instructions (groups[].cpu_isa: avx512 keeps f32
-// activations). amx_bf16 is avx512_bf16 whose products of kAmxMinRows rows or more run on AMX tiles (TDPBF16PS: the
+// activations). amx is avx512_bf16 whose products of kAmxMinRows rows or more run on AMX tiles (TDPBF16PS: the
 // same bf16 inputs, f32 sums): automatic on a CPU where amx_ready().
-enum class Isa { automatic, portable, avx2, avx512, avx512_bf16, amx_bf16 };
-// Whether bf16 weights multiply bf16-rounded activations under `isa` (avx512_bf16, amx_bf16).
-inline bool bf16_dot_products(Isa isa) { return isa == Isa::avx512_bf16 || isa == Isa::amx_bf16; }
+enum class Isa { automatic, portable, avx2, avx512, avx512_bf16, amx };
+// Whether bf16 weights multiply bf16-rounded activations under `isa` (avx512_bf16, amx).
+inline bool bf16_dot_products(Isa isa) { return isa == Isa::avx512_bf16 || isa == Isa::amx; }
 // Which algorithm: `rows` takes dot products of x rows with weight rows (few rows of x: decode, memory-bound);
 // `packed` packs x k-major and takes outer products with an f32 panel of weights converted once (many rows:
 // compute-bound); `blas` is OpenBLAS sgemm on converted weight panels. `automatic` picks by m (packed_min_rows(),
@@ -159,7 +159,7 @@ struct AmxRows {
   int64_t padded_pairs = 0;  // (k + 1) / 2 rounded up to 16
 };
 void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs);
-// From this many rows of x on, amx_bf16 multiplies on tiles (fewer: the AVX512-BF16 kernel).
+// From this many rows of x on, amx multiplies on tiles (fewer: the AVX512-BF16 kernel).
 constexpr int kAmxMinRows = 32;
 // The CPU has AMX-TILE and AMX-BF16, the kernel let this process use the tile registers (arch_prctl
 // ARCH_REQ_XCOMP_PERM), and a probe product on tiles agreed with the AVX512-BF16 kernel; checked once.
@@ -168,6 +168,20 @@ const char* amx_status();  // "ready", or why not
 void gemm_nt_blocked_amx(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y, int64_t n_begin,
                          int64_t n_end);
 void gemm_nt_glu_amx(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin, int64_t n_end);
+// Quantized weights of 8-bit codes times int8 activations (QuantizedX of quantized_x_int8) on TDPBSUD tiles: codes
+// holds x's int8 rows padded with zero rows to padded_rows (a multiple of 16). amx_int8_ready(): amx_ready(), the CPU
+// has AMX-INT8, and a probe product agreed with the AVX512-VNNI kernel.
+struct QuantizedX;
+struct AmxQuantizedX {
+  const QuantizedX* x = nullptr;
+  const int8_t* codes = nullptr;  // [padded_rows, x->ld]
+  int padded_rows = 0;
+};
+bool amx_int8_ready();
+void gemm_nt_quantized_amx(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
+                           int64_t n_begin, int64_t n_end);
+void gemm_nt_quantized_amx_emulated(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                                    int64_t ff_glu, int64_t n_begin, int64_t n_end);
 // The same loops over tiles emulated in C++ (the SDM's TDPBF16PS): tests of the packing and loops on any CPU.
 void gemm_nt_blocked_amx_emulated(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y,
                                   int64_t n_begin, int64_t n_end);

@@ -13,19 +13,21 @@ namespace actord::cpu {
 namespace {
 
 struct HardwareTiles {
-  // Palette 1, tiles 0..7 of 16 rows x 64 bytes; per thread (the tile configuration is thread state), once.
-  static void configure() {
-    thread_local bool configured = false;
-    if (configured) return;
+  // Palette 1: sums in tiles 0..3 (16 rows x 64 bytes), A operands in 4, 5 (16 rows x a_colsb bytes), B operands in
+  // 6, 7 (b_rows rows x 64 bytes). The configuration is thread state: loaded when this thread's differs.
+  static void configure(int a_colsb, int b_rows) {
+    thread_local int loaded_a = -1, loaded_b = -1;
+    if (loaded_a == a_colsb && loaded_b == b_rows) return;
     alignas(64) unsigned char config[64] = {};
     config[0] = 1;  // palette
     for (int t = 0; t < 8; ++t) {
-      const uint16_t colsb = amx_detail::kTileBytes;
+      const uint16_t colsb = t == 4 || t == 5 ? static_cast<uint16_t>(a_colsb) : uint16_t{amx_detail::kTileBytes};
       std::memcpy(config + 16 + 2 * t, &colsb, 2);
-      config[48 + t] = amx_detail::kTileRows;
+      config[48 + t] = static_cast<unsigned char>(t >= 6 ? b_rows : amx_detail::kTileRows);
     }
     _tile_loadconfig(config);
-    configured = true;
+    loaded_a = a_colsb;
+    loaded_b = b_rows;
   }
   // The tile intrinsics paste their register number into the instruction's text: literal numbers, one per branch.
   template <int T>
@@ -60,6 +62,14 @@ struct HardwareTiles {
     else if constexpr (C == 3 && A == 5 && B == 7) _tile_dpbf16ps(3, 5, 7);
     else static_assert(C < 0, "the four products of gemm_amx.inl");
   }
+  template <int C, int A, int B>
+  static void dot_s8u8() {
+    if constexpr (C == 0 && A == 4 && B == 6) _tile_dpbsud(0, 4, 6);
+    else if constexpr (C == 1 && A == 4 && B == 7) _tile_dpbsud(1, 4, 7);
+    else if constexpr (C == 2 && A == 5 && B == 6) _tile_dpbsud(2, 5, 6);
+    else if constexpr (C == 3 && A == 5 && B == 7) _tile_dpbsud(3, 5, 7);
+    else static_assert(C < 0, "the four products of gemm_amx.inl");
+  }
 };
 
 }  // namespace
@@ -87,6 +97,18 @@ void gemm_nt_blocked_amx(const AmxRows& x, const WeightMatrix& w, const float* b
 
 void gemm_nt_glu_amx(const AmxRows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin, int64_t n_end) {
   amx_detail::product<HardwareTiles, true>(x, w, nullptr, y, ff, ff, n_begin, n_end);
+}
+
+// CPUID.(7, 0):EDX bit 25: AMX-INT8.
+bool cpu_has_amx_int8() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 25));
+}
+
+void gemm_nt_quantized_amx(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
+                           int64_t n_begin, int64_t n_end) {
+  if (ff_glu > 0) amx_detail::product_int8<HardwareTiles, true>(x, w, nullptr, y, ff_glu, ff_glu, n_begin, n_end);
+  else amx_detail::product_int8<HardwareTiles, false>(x, w, bias, y, w.rows, w.rows, n_begin, n_end);
 }
 
 }  // namespace actord::cpu

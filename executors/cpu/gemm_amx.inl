@@ -1,4 +1,5 @@
-// The blocked GEMM on bf16 weights through AMX tiles (TDPBF16PS), written once over a Tiles policy: the hardware's
+// The blocked GEMM on bf16 weights through AMX tiles (TDPBF16PS), and the quantized one of 8-bit codes with int8
+// activations (TDPBSUD, product_int8 below), written once over a Tiles policy: the hardware's
 // tile instructions (gemm_amx.cpp, compiled with -mamx-tile -mamx-bf16) or an emulation of them in C++ that follows
 // the Intel SDM's definitions (gemm_amx_emulated.cpp), so that the repacking and the loops below are tested on CPUs
 // without AMX; only the Tiles policy differs between the two.
@@ -20,8 +21,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/vector_math.hpp"
 
 namespace actord::cpu::amx_detail {
@@ -59,7 +62,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
   uint32_t* lo = operands.data();
   uint32_t* hi = lo + kp * 16;
   alignas(64) float sums[2 * kTileRows][kBlockCols];
-  Tiles::configure();
+  Tiles::configure(kTileBytes, kTileRows);
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
     make_b_operands(base + (j0 / kBlockCols) * block_bytes, k, kp, lo, hi);
     const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;
@@ -96,6 +99,87 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
         float* yr = y + static_cast<int64_t>(i + r) * ldy + out0;
         const float* s = sums[r];
         for (int c = 0; c < outs; ++c) yr[c] = kGlu ? silu(s[c]) * s[16 + c] : s[c] + (bias ? bias[j0 + c] : 0.0f);
+      }
+    }
+  }
+}
+
+// int8 codes (quantized_weights.hpp, 8 bits, symmetric around 128) times int8 activations (quantized_x_int8) on
+// TDPBSUD tiles: A the rows' signed codes [16 rows][kq bytes], B the block's unsigned codes straight from the layout
+// (a 128-byte chunk is one B row for columns 0..15 in its first 64 bytes and for 16..31 in the next: stride 128,
+// kq / 4 rows), C int32 sums. kq: the largest of 64, 32, 16, 8 dividing the group stride, so that a group's steps
+// stop at its end. Per group the sums S leave the tiles and enter the f32 total as scale * (S - 128 sum(q)), the
+// VNNI kernel's arithmetic; the output is s_x * total (+ bias, or the gated form).
+inline int int8_step_bytes(int64_t group_stride) {
+  for (int kq : {64, 32, 16, 8})
+    if (group_stride % kq == 0) return kq;
+  return 4;
+}
+
+template <class Tiles, bool kGlu>
+void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* bias, float* y, int64_t ldy,
+                  int64_t outputs, int64_t n_begin, int64_t n_end) {
+  constexpr int kOutsPerBlock = kGlu ? kBlockCols / 2 : kBlockCols;
+  constexpr int64_t kChunkBytes = 128;
+  const QuantizedX& x = *xa.x;
+  const int kq = int8_step_bytes(x.group_stride);
+  const int64_t group_bytes = quant_group_bytes(w), codes_bytes = x.group_stride / 4 * kChunkBytes;
+  const int64_t block_bytes = x.groups * group_bytes;
+  const auto* base = static_cast<const unsigned char*>(w.data);
+  alignas(64) int32_t sums[2 * kTileRows][kBlockCols];
+  alignas(64) float total[2 * kTileRows][kBlockCols];
+  Tiles::configure(kq, kq / 4);
+  for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
+    const unsigned char* block = base + (j0 / kBlockCols) * block_bytes;
+    const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;
+    const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
+    for (int i = 0; i < x.m; i += 2 * kTileRows) {
+      const bool two = i + kTileRows < xa.padded_rows;
+      const int rows = std::min(x.m - i, two ? 2 * kTileRows : kTileRows);
+      for (auto& row : total) std::fill(std::begin(row), std::end(row), 0.0f);
+      for (int64_t g = 0; g < x.groups; ++g) {
+        const unsigned char* group = block + g * group_bytes;
+        const int8_t* a0 = xa.codes + static_cast<int64_t>(i) * x.ld + g * x.group_stride;
+        Tiles::template zero<0>();
+        Tiles::template zero<1>();
+        if (two) {
+          Tiles::template zero<2>();
+          Tiles::template zero<3>();
+        }
+        for (int64_t t = 0; t < x.group_stride; t += kq) {
+          const unsigned char* chunk = group + t / 4 * kChunkBytes;
+          Tiles::template load<4>(a0 + t, x.ld);
+          Tiles::template load<6>(chunk, kChunkBytes);
+          Tiles::template load<7>(chunk + 64, kChunkBytes);
+          Tiles::template dot_s8u8<0, 4, 6>();
+          Tiles::template dot_s8u8<1, 4, 7>();
+          if (two) {
+            Tiles::template load<5>(a0 + kTileRows * x.ld + t, x.ld);
+            Tiles::template dot_s8u8<2, 5, 6>();
+            Tiles::template dot_s8u8<3, 5, 7>();
+          }
+        }
+        Tiles::template store<0>(&sums[0][0], sizeof(sums[0]));
+        Tiles::template store<1>(&sums[0][16], sizeof(sums[0]));
+        if (two) {
+          Tiles::template store<2>(&sums[kTileRows][0], sizeof(sums[0]));
+          Tiles::template store<3>(&sums[kTileRows][16], sizeof(sums[0]));
+        }
+        const auto* scales = reinterpret_cast<const uint16_t*>(group + codes_bytes);
+        float scale[kBlockCols];
+        for (int c = 0; c < kBlockCols; ++c) scale[c] = f16_to_f32(scales[c]);
+        for (int r = 0; r < rows; ++r) {
+          const int32_t zero_sum = x.code_sums[static_cast<int64_t>(i + r) * x.groups + g] * 128;
+#pragma omp simd
+          for (int c = 0; c < kBlockCols; ++c) total[r][c] += scale[c] * static_cast<float>(sums[r][c] - zero_sum);
+        }
+      }
+      for (int r = 0; r < rows; ++r) {
+        const float sx = x.row_scales[i + r];
+        float* yr = y + static_cast<int64_t>(i + r) * ldy + out0;
+        const float* s = total[r];
+        for (int c = 0; c < outs; ++c)
+          yr[c] = kGlu ? silu(sx * s[c]) * (sx * s[16 + c]) : sx * s[c] + (bias ? bias[j0 + c] : 0.0f);
       }
     }
   }
