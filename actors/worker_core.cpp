@@ -292,17 +292,15 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
 std::string WorkerCore::pick_greedy() {
   const size_t rows = row_bests_.size();
   greedy_tokens_.resize(rows);
-  if (place_.tp == 1) {
-    for (size_t r = 0; r < rows; ++r) greedy_tokens_[r] = row_bests_[r].id;
-    return {};
+  if (place_.tp > 1) {
+    all_bests_.resize(rows * size_t(place_.tp));
+    const auto mine = std::as_bytes(std::span<const RowBest>(row_bests_));
+    std::vector<size_t> counts(size_t(place_.tp), mine.size());
+    const Status shared =
+        links_.tp->all_gather_bytes(mine, std::as_writable_bytes(std::span<RowBest>(all_bests_)), counts);
+    if (!shared) return shared.error().message;
   }
-  all_bests_.resize(rows * size_t(place_.tp));
-  const auto mine = std::as_bytes(std::span<const RowBest>(row_bests_));
-  std::vector<size_t> counts(size_t(place_.tp), mine.size());
-  const Status shared =
-      links_.tp->all_gather_bytes(mine, std::as_writable_bytes(std::span<RowBest>(all_bests_)), counts);
-  if (!shared) return shared.error().message;
-  merge_row_bests(all_bests_, place_.tp, static_cast<int>(rows), greedy_tokens_);
+  merge_row_bests(place_.tp > 1 ? all_bests_ : row_bests_, place_.tp, static_cast<int>(rows), greedy_tokens_);
   return {};
 }
 

@@ -110,21 +110,38 @@ struct AmxState {
   const char* why = "not checked";
 };
 
+// Values in [-1, 1) for the probe products (a fixed linear congruential sequence: the same on every start).
+std::vector<float> probe_values(size_t n, uint32_t seed) {
+  std::vector<float> out(n);
+  for (float& v : out) {
+    seed = seed * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(seed >> 8) - (1 << 23)) / float(1 << 23);
+  }
+  return out;
+}
+
+// Whether a probe's tile product agrees with the reference kernel's: within 1e-4 of the largest output (f32 sums in
+// another order).
+bool probe_agrees(const std::vector<float>& want, const std::vector<float>& got) {
+  double scale = 1e-6, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(double(want[i])));
+    worst = std::max(worst, std::fabs(double(want[i]) - double(got[i])));
+  }
+  return worst <= 1e-4 * scale;
+}
+
 // A product on tiles against the AVX512-BF16 kernel's: 40 rows (two A tiles and a padded one), 80 features (a
 // padded chunk), two weight blocks of bf16, a bias and the fused gated form; agreement within f32 summation error.
 bool amx_probe_agrees() {
   constexpr int m = 40, k = 80, n = 64;
   std::vector<uint16_t> w(static_cast<size_t>(n) * k), up(w.size());
-  std::vector<float> x(static_cast<size_t>(m) * k), bias(n);
-  uint32_t state = 12345;
-  auto next = [&] {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
-  };
-  for (auto& v : w) v = f32_to_bf16(next());
-  for (auto& v : up) v = f32_to_bf16(next());
-  for (auto& v : x) v = next();
-  for (auto& v : bias) v = next();
+  const std::vector<float> w32 = probe_values(2 * w.size(), 12345), x = probe_values(size_t(m) * k, 1),
+                           bias = probe_values(n, 2);
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = f32_to_bf16(w32[i]);
+    up[i] = f32_to_bf16(w32[w.size() + i]);
+  }
   const WeightMatrix src{DType::bf16, w.data(), n, k}, src_up{DType::bf16, up.data(), n, k};
   std::vector<unsigned char> blocked(blocked_bytes(DType::bf16, n, k)), glu(glu_bytes(DType::bf16, n, k));
   const WeightMatrix wb = pack_blocked(src, blocked.data());
@@ -134,22 +151,14 @@ bool amx_probe_agrees() {
   const Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
   const AmxRows xa = amx_rows(xb);
   std::vector<float> want(static_cast<size_t>(m) * n), got(want.size());
-  auto agree = [&] {
-    double scale = 1e-6, worst = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, std::fabs(double(want[i])));
-      worst = std::max(worst, std::fabs(double(want[i]) - double(got[i])));
-    }
-    return worst <= 1e-4 * scale;
-  };
   gemm_nt_blocked_avx512_bf16(xb, wb, bias.data(), want.data(), 0, n);
   gemm_nt_blocked_amx(xa, wb, bias.data(), got.data(), 0, n);
-  if (!agree()) return false;
+  if (!probe_agrees(want, got)) return false;
   want.assign(static_cast<size_t>(m) * n, 0.0f);  // n gated outputs of a 2n-row fused matrix
   got.assign(want.size(), 0.0f);
   gemm_nt_glu_avx512_bf16(xb, wg, n, want.data(), 0, wg.rows);
   gemm_nt_glu_amx(xa, wg, n, got.data(), 0, wg.rows);
-  return agree();
+  return probe_agrees(want, got);
 }
 
 // x's int8 rows for the tiles: padded with zero rows to a multiple of 16, in this thread's buffer `slot` (valid
@@ -175,15 +184,8 @@ bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
 // 64 outputs, and the fused gated form.
 bool amx_int8_probe_agrees() {
   constexpr int m = 40, k = 80, n = 64;
-  uint32_t state = 777;
-  auto next = [&] {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / float(1 << 23);
-  };
-  std::vector<float> w(static_cast<size_t>(2 * n) * k), x(static_cast<size_t>(m) * k), bias(n);
-  for (auto& v : w) v = next();
-  for (auto& v : x) v = next();
-  for (auto& v : bias) v = next();
+  const std::vector<float> w = probe_values(size_t(2 * n) * k, 777), x = probe_values(size_t(m) * k, 3),
+                           bias = probe_values(n, 4);
   for (const int group : {16, 0}) {
     const QuantSpec spec{QuantKind::int8, group, false};
     const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, spec);
@@ -199,12 +201,7 @@ bool amx_int8_probe_agrees() {
       gemm_nt_quantized_avx512_vnni(xq, *matrix, glu ? nullptr : bias.data(), want.data(), glu ? n : 0, 0,
                                     matrix->rows);
       gemm_nt_quantized_amx(xa, *matrix, glu ? nullptr : bias.data(), got.data(), glu ? n : 0, 0, matrix->rows);
-      double scale = 1e-6, worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, std::fabs(double(want[i])));
-        worst = std::max(worst, std::fabs(double(want[i]) - double(got[i])));
-      }
-      if (worst > 1e-4 * scale) return false;
+      if (!probe_agrees(want, got)) return false;
     }
   }
   return true;
