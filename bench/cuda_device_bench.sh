@@ -8,12 +8,14 @@
 #   prefill TFLOP/s of one 4096-token prompt (2 x parameters x tokens + the causal attention's 2 x 2 x layers x
 #   hidden x tokens^2 / 2) against the 8192^3 bf16 GEMM rate
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
+#                                   [--deadline SECONDS]
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE=cuda SHAPE=8b OUT="${OUT:-/tmp/actord-device-bench}" ACTORD="${ACTORD_BINARY:-$ROOT/build/actord}" QUICK=""
+DEADLINE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
@@ -21,6 +23,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift 2 ;;
     --actord) ACTORD="$2"; shift 2 ;;
     --quick) QUICK=--quick; shift ;;
+    --deadline) DEADLINE="$2"; shift 2 ;;
     *) echo "cuda_device_bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +49,11 @@ YAML
 step() {  # name, seconds, command...: runs it, its stdout to OUT/name.json, says how it went
   local name="$1" limit="$2"; shift 2
   local t0=$SECONDS
+  if [ "$DEADLINE" -gt 0 ]; then
+    local left=$((DEADLINE - SECONDS - 10))
+    if [ "$left" -lt 20 ]; then echo "  $name: skipped (deadline)"; return; fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   timeout "$limit" "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
   local rc=$?
   echo "  $name: exit $rc in $((SECONDS - t0)) s$([ $rc -ne 0 ] && echo " ($(tail -c 300 "$OUT/$name.err" | tr '\n' ' '))")"
@@ -55,18 +63,23 @@ if [ "$DEVICE" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null
   step limits 120 "$PY" "$ROOT/bench/gpu_limits.py" $QUICK
 fi
-for b in $BATCHES; do
-  step "actord_b$b" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
-    --input-len 128 --output-len 64 --num-prompts "$b" --concurrency "$b" --json
-done
-step actord_prefill 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
-  --input-len 4096 --output-len 1 --num-prompts 1 --concurrency 1 --json
+actord_batch() {
+  step "actord_b$1" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+    --input-len 128 --output-len 64 --num-prompts "$1" --concurrency "$1" --json
+}
+# The most wanted first, so that a deadline cuts the least: batch 1 (MBU), the peer, the prefill, the larger batches.
+actord_batch 1
 if "$PY" -c "import torch, transformers" 2>/dev/null; then
   step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
     --device "$DEVICE"
 else
   echo "  hf: skipped (no torch + transformers for $PY)"
 fi
+step actord_prefill 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+  --input-len 4096 --output-len 1 --num-prompts 1 --concurrency 1 --json
+for b in $BATCHES; do
+  [ "$b" = 1 ] || actord_batch "$b"
+done
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'
 import json, os, sys

@@ -1,6 +1,8 @@
 #include "plugins/weight_store.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <thread>
 
 #include "executors/sampler.hpp"
 #include "memory/gguf_tensors.hpp"
@@ -76,12 +78,19 @@ std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) 
   const uint64_t key = std::hash<std::string>{}(name) ^ (seed_ * 0x9e3779b97f4a7c15ull);
   const bool is_norm = name.find("norm") != std::string::npos;
   std::vector<float> v(n);
-  uint64_t state = key;
-  for (size_t i = 0; i < n; ++i) {
-    state += 0x9e3779b97f4a7c15ull;
-    const float u = static_cast<float>(uniform_from_key(state)) * 2.0f - 1.0f;  // [-1, 1)
-    v[i] = is_norm ? 1.0f + 0.1f * u : 0.035f * u;                                // std ~0.02 off the norms
-  }
+  // Element i draws from key + (i + 1) * golden alone, so large matrices fill in parallel with the same values.
+  auto fill = [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      const uint64_t state = key + (i + 1) * 0x9e3779b97f4a7c15ull;
+      const float u = static_cast<float>(uniform_from_key(state)) * 2.0f - 1.0f;  // [-1, 1)
+      v[i] = is_norm ? 1.0f + 0.1f * u : 0.035f * u;                              // std ~0.02 off the norms
+    }
+  };
+  const size_t parts = n < (size_t(1) << 22) ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  std::vector<std::thread> helpers;
+  for (size_t p = 1; p < parts; ++p) helpers.emplace_back(fill, n * p / parts, n * (p + 1) / parts);
+  fill(0, n / parts);
+  for (std::thread& t : helpers) t.join();
   return v;
 }
 

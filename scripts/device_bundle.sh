@@ -8,7 +8,8 @@
 # which runs there: the [cuda] tests, the same under compute-sanitizer, and `actord generate` with device: cuda.
 #
 # Use: scripts/device_bundle.sh, then carry build-device/bundle and run `build-device/bundle/run.sh [all | tests |
-# nobench]` on the device (all: tests, sanitizer, stories260K on the GPU, then bench/cuda_device_bench.sh).
+# nobench]` on the device (all: tests, sanitizer, stories260K on the GPU, the host's AMX checks, then
+# bench/cuda_device_bench.sh; DEVICE_SECONDS bounds the whole run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh  # the packages, and a normal build (the bundle's own build dir is separate)
@@ -22,14 +23,14 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORD_WITH_OPENBLAS=OFF \
     >"$BUILD.configure.log" 2>&1 || { cat "$BUILD.configure.log" >&2; exit 1; }
 fi
-cmake --build "$BUILD" -j "$(nproc)" --target actord actord_tests >"$BUILD.build.log" 2>&1 ||
+cmake --build "$BUILD" -j "$(nproc)" --target actord actord_tests actord_gemm_bench >"$BUILD.build.log" 2>&1 ||
   { tail -50 "$BUILD.build.log" >&2; exit 1; }
 
 OUT="$BUILD/bundle"
 rm -rf "$OUT"
 mkdir -p "$OUT/lib"
-cp "$BUILD/actord" "$BUILD/tests/actord_tests" "$OUT/"
-strip "$OUT/actord" "$OUT/actord_tests"
+cp "$BUILD/actord" "$BUILD/tests/actord_tests" "$BUILD/actord_gemm_bench" "$OUT/"
+strip "$OUT/actord" "$OUT/actord_tests" "$OUT/actord_gemm_bench"
 # Every library the binaries load but those the GPU machine brings itself.
 ldd "$BUILD/actord" "$BUILD/tests/actord_tests" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
@@ -42,13 +43,24 @@ strip --strip-unneeded "$OUT"/lib/*.so* 2>/dev/null || true
 
 cat >"$OUT/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# On the GPU machine, from the repository root of the carried checkout: the [cuda] tests, the same under
-# compute-sanitizer, and stories260K through `actord generate` on the GPU. Logs under $OUT (or /tmp) when set.
+# On the GPU machine, from the repository root of the carried checkout, each step bounded so that the whole run
+# ends within DEVICE_SECONDS (default 560) of its start: the [cuda] tests, the same but the whole-model ones under
+# compute-sanitizer, stories260K through `actord generate` on the GPU, the host CPU's [amx] tests and GEMM bench
+# (these machines' Xeons may have AMX), then bench/cuda_device_bench.sh until the deadline. Logs under $OUT (or /tmp).
+# run.sh [all | tests | nobench]
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 LOGS="${OUT:-/tmp}"
+BUDGET="${DEVICE_SECONDS:-560}"
 mkdir -p "$LOGS"
+left() { echo $((BUDGET - SECONDS)); }
+bounded() {  # seconds, command...: at most that long, and never past the budget
+  local limit="$1"; shift
+  [ "$(left)" -lt "$limit" ] && limit=$(left)
+  [ "$limit" -lt 5 ] && { echo "(skipped: out of time)"; return 124; }
+  timeout "$limit" "$@"
+}
 # CUDA's libraries: the toolkit's, else the ones PyTorch's wheels bring.
 CUDA_LIBS="/usr/local/cuda/lib64"
 for mod in nvidia.cublas nvidia.nccl nvidia.cuda_runtime; do
@@ -58,15 +70,20 @@ done
 export LD_LIBRARY_PATH="$HERE/lib:$CUDA_LIBS:${LD_LIBRARY_PATH:-}"
 export ACTORD_SOURCE_DIR="$ROOT" ACTORD_BINARY="$HERE/actord"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-"$HERE/actord_tests" "[cuda]" -s >"$LOGS/cuda_tests.log" 2>&1
-echo "[cuda] tests: exit $? (log: $LOGS/cuda_tests.log)"; tail -4 "$LOGS/cuda_tests.log"
+grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | tr '\n' ' '; echo
+"$HERE/actord" info >"$LOGS/info.txt" 2>&1; grep -i -E 'isa|amx|cuda' "$LOGS/info.txt" | head -8
+bounded 200 "$HERE/actord_tests" "[cuda]" -d yes >"$LOGS/cuda_tests.log" 2>&1
+echo "[cuda] tests: exit $? (log: cuda_tests.log)"; grep -E '^[0-9.]+ s: |passed|failed' "$LOGS/cuda_tests.log" | tail -14
+bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
+echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
 if command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]" >"$LOGS/sanitizer.log" 2>&1
-  echo "compute-sanitizer memcheck on [cuda]: exit $? (log: $LOGS/sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
+  bounded 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]" \
+    >"$LOGS/sanitizer.log" 2>&1
+  echo "compute-sanitizer memcheck on [cuda] but [model]: exit $? (log: sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
 fi
 cd "$ROOT"
 if [ "${1:-all}" = tests ]; then exit 0; fi
-"$HERE/actord" generate configs/quickstart.yaml --set groups[0].device=cuda --prompt-ids 1 --max-tokens 256 \
+bounded 60 "$HERE/actord" generate configs/quickstart.yaml --set groups[0].device=cuda --prompt-ids 1 --max-tokens 256 \
   --temperature 0 --json >"$LOGS/generate_cuda.json" 2>"$LOGS/generate_cuda.err"
 echo "generate on cuda: exit $?"
 python3 - "$LOGS/generate_cuda.json" models/stories260K/reference_greedy_256.json <<'PY'
@@ -78,13 +95,15 @@ try:
 except Exception as e:
     print("no output to compare:", e)
 PY
+bounded 60 "$HERE/actord_gemm_bench" 2 >"$LOGS/gemm_bench_host.txt" 2>&1
+echo "host gemm bench (2 threads): exit $?"; tail -12 "$LOGS/gemm_bench_host.txt"
 # The benchmarks of issue 12 (bench/cuda_device_bench.sh: decode MBU, tokens/s at 1, 64, 256 beside HF transformers,
-# 4k prefill TFLOP/s beside the cuBLAS rate), their raw files in /tmp, the summary and the log back in $LOGS.
+# 4k prefill TFLOP/s beside the cuBLAS rate) until the budget's end; the summary and the log back in $LOGS.
 if [ "${1:-all}" != nobench ]; then
-  timeout "${BENCH_SECONDS:-480}" "$ROOT/bench/cuda_device_bench.sh" --actord "$HERE/actord" --out /tmp/actord-device-bench \
+  "$ROOT/bench/cuda_device_bench.sh" --actord "$HERE/actord" --out /tmp/actord-device-bench --deadline $(($(left) - 5)) \
     >"$LOGS/bench.log" 2>&1
-  echo "device bench: exit $? (log: $LOGS/bench.log)"; cp /tmp/actord-device-bench/summary.json "$LOGS/bench_summary.json" 2>/dev/null
-  tail -40 "$LOGS/bench.log"
+  echo "device bench: exit $? (log: bench.log)"; cp /tmp/actord-device-bench/summary.json "$LOGS/bench_summary.json" 2>/dev/null
+  tail -45 "$LOGS/bench.log"
 fi
 RUN
 chmod +x "$OUT/run.sh"
