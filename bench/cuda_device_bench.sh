@@ -3,7 +3,8 @@
 # through `actord bench offline` on the GPU, beside the GPU's own limits (bench/gpu_limits.py: copy bandwidth, the
 # cuBLAS bf16 GEMM rate) and HF transformers + PyTorch on the same shape (bench/hf_generate_bench.py), all measured
 # in this run. Prints a summary and writes every raw JSON under OUT:
-#   decode MBU at batch 1 = weight bytes / step time / copy bandwidth (goal: 75% or more)
+#   decode MBU at batch 1 = weight bytes / step time / copy bandwidth, the copy's bytes read plus bytes written (the
+#   memory traffic it sustains; goal: 75% or more)
 #   output and decode tokens/s at batch 1, 64 and 256 (prompts of 128, 64 generated, greedy), actord vs HF
 #   prefill TFLOP/s of one 4096-token prompt (2 x parameters x tokens + the causal attention's 2 x 2 x layers x
 #   hidden x tokens^2 / 2) against the 8192^3 bf16 GEMM rate
@@ -107,9 +108,10 @@ for b in batches:
            "actord_decode_tok_s": a and a.get("decode_tokens_per_s"),
            "hf_output_tok_s": hf_run and hf_run["output_tok_s"],
            "hf_decode_tok_s": hf_run and hf_run["decode_tok_s"]}
-    if b == 1 and a and a.get("decode_tokens_per_s") and limits.get("copy_gb_s"):
+    if b == 1 and a and a.get("decode_tokens_per_s") and limits.get("copy_rw_gb_s"):
         step_s = 1.0 / a["decode_tokens_per_s"]
-        row["mbu"] = round(streamed / step_s / 1e9 / limits["copy_gb_s"], 3)
+        row["weight_gb_s"] = round(streamed / step_s / 1e9, 1)
+        row["mbu"] = round(streamed / step_s / 1e9 / limits["copy_rw_gb_s"], 3)
     rows.append(row)
 summary["decode"] = rows
 p = load("actord_prefill")

@@ -1,12 +1,13 @@
 // Microbenchmark of the CPU GEMM (executors/cpu/gemm.hpp) on the shapes of a 134M Llama (hidden 768, ffn 2048,
 // vocab 32000): GFLOP/s and weight bandwidth at decode (m = 1, 8, 32) and prefill (m = 128) sizes, bf16 and f32.
 // Then a whole decode step's products over all the model's matrices (weights streaming from DRAM).
-// Usage: actord_gemm_bench [threads]
+// Usage: actord_gemm_bench [threads] [step]   (step: only the whole decode step, e.g. AMX against AVX512-BF16)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/decode_step.hpp"
@@ -18,6 +19,7 @@ using namespace actord;
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const bool step_only = argc > 2 && std::string(argv[2]) == "step";
   cpu::ThreadPool pool(threads);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   std::printf("%-10s %6s %6s %5s %5s %-8s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "path", "us", "GFLOP/s",
               "GB/s(W)");
   for (DType dtype : {DType::bf16, DType::f32}) {
+    if (step_only) break;
     for (const Shape& s : shapes) {
       std::vector<float> w32(size_t(s.n) * s.k);
       for (auto& v : w32) v = dist(rng);

@@ -3,9 +3,9 @@
 the bf16 GEMM rate, measured the way the decode and prefill figures of bench/cuda_device_bench.sh are compared.
 
 Prints one JSON object:
-  copy_gb_s      bytes copied / time for a 4 GiB device-to-device copy (each byte is read and written once; the
-                 figure a weight-streaming decode step is held to: MBU = weight bytes / step time / copy_gb_s)
-  copy_rw_gb_s   the same counting bytes read and written (what vendors and some tools quote)
+  copy_gb_s      bytes copied / time for a 4 GiB device-to-device copy (each byte is read and written once)
+  copy_rw_gb_s   the same counting bytes read and written: the memory traffic the GPU sustains, the figure a
+                 weight-streaming decode step is held to (MBU = weight bytes / step time / copy_rw_gb_s)
   gemm_tflops    {shape: TFLOP/s} of bf16 products (f32 accumulation), best of 10 after 3 warm-ups: 8192^3, and
                  the shapes of a 4096-token prefill of a Llama-3-8B (qkv, o, gate+up, down)
 

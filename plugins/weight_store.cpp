@@ -73,6 +73,20 @@ const void* WeightStore::own(std::vector<unsigned char> bytes) {
   return owned_.back().data();
 }
 
+namespace {
+
+// fn(first, last) over [0, n) in parts on the machine's cores when n is large (dummy weights of big models).
+template <class F>
+void in_parallel_parts(size_t n, const F& fn) {
+  const size_t parts = n < (size_t(1) << 22) ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  std::vector<std::thread> helpers;
+  for (size_t p = 1; p < parts; ++p) helpers.emplace_back(fn, n * p / parts, n * (p + 1) / parts);
+  fn(0, n / parts);
+  for (std::thread& t : helpers) t.join();
+}
+
+}  // namespace
+
 // Seeded values: norm weights near 1, everything else small and centred, like a freshly initialised model.
 std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) const {
   const uint64_t key = std::hash<std::string>{}(name) ^ (seed_ * 0x9e3779b97f4a7c15ull);
@@ -86,11 +100,7 @@ std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) 
       v[i] = is_norm ? 1.0f + 0.1f * u : 0.035f * u;                              // std ~0.02 off the norms
     }
   };
-  const size_t parts = n < (size_t(1) << 22) ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
-  std::vector<std::thread> helpers;
-  for (size_t p = 1; p < parts; ++p) helpers.emplace_back(fill, n * p / parts, n * (p + 1) / parts);
-  fill(0, n / parts);
-  for (std::thread& t : helpers) t.join();
+  in_parallel_parts(n, fill);
   return v;
 }
 
@@ -218,7 +228,9 @@ Result<exec::HostMatrix> WeightStore::row_major(const std::string& name, int64_t
   m.cols = s->col_count;
   auto own_f32 = [&](const std::vector<float>& values, DType dtype) {
     std::vector<unsigned char> bytes(values.size() * dtype_size(dtype));
-    convert_from_f32(dtype, values.data(), bytes.data(), values.size());
+    in_parallel_parts(values.size(), [&](size_t first, size_t last) {
+      convert_from_f32(dtype, values.data() + first, bytes.data() + first * dtype_size(dtype), last - first);
+    });
     m.dtype = dtype;
     m.data = own(std::move(bytes));
   };

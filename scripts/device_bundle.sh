@@ -73,13 +73,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | tr '\n' ' '; echo
 "$HERE/actord" info >"$LOGS/info.txt" 2>&1; grep -i -E 'isa|amx|cuda' "$LOGS/info.txt" | head -8
 bounded 200 "$HERE/actord_tests" "[cuda]" -d yes >"$LOGS/cuda_tests.log" 2>&1
-echo "[cuda] tests: exit $? (log: cuda_tests.log)"; grep -E '^[0-9.]+ s: |passed|failed' "$LOGS/cuda_tests.log" | tail -14
+echo "[cuda] tests: exit $? (log: cuda_tests.log)"; grep -E '^[0-9.]+ s: |passed|failed|positions' "$LOGS/cuda_tests.log" | tail -16
 bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
 echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
 if command -v compute-sanitizer >/dev/null; then
-  bounded 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]" \
+  # The kernel tests (whole models and NCCL's processes run too slowly under memcheck to fit a device call).
+  bounded 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]~[nccl]" \
     >"$LOGS/sanitizer.log" 2>&1
-  echo "compute-sanitizer memcheck on [cuda] but [model]: exit $? (log: sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
+  echo "compute-sanitizer memcheck on the [cuda] kernel tests: exit $? (log: sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
+  bounded 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$HERE/actord_tests" "cuda: rope*" \
+    >"$LOGS/racecheck.log" 2>&1
+  echo "compute-sanitizer racecheck on the attention test: exit $? (log: racecheck.log)"; tail -3 "$LOGS/racecheck.log"
 fi
 cd "$ROOT"
 if [ "${1:-all}" = tests ]; then exit 0; fi
@@ -95,7 +99,7 @@ try:
 except Exception as e:
     print("no output to compare:", e)
 PY
-bounded 60 "$HERE/actord_gemm_bench" 2 >"$LOGS/gemm_bench_host.txt" 2>&1
+bounded 60 "$HERE/actord_gemm_bench" 2 step >"$LOGS/gemm_bench_host.txt" 2>&1
 echo "host gemm bench (2 threads): exit $?"; tail -12 "$LOGS/gemm_bench_host.txt"
 # The benchmarks of issue 12 (bench/cuda_device_bench.sh: decode MBU, tokens/s at 1, 64, 256 beside HF transformers,
 # 4k prefill TFLOP/s beside the cuBLAS rate) until the budget's end; the summary and the log back in $LOGS.

@@ -88,8 +88,10 @@ TEST_CASE("cuda: gemm, gemm_multi and gemm_glu equal the CPU backend for f32, bf
   if (!have_gpu()) return;
   Pair p;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (auto [rows, cols] : {std::pair{32, 64}, {100, 72}, {256, 512}}) {
-      for (int n : {1, 3, 17, 64}) {
+    // n <= 8 with cols % 8 == 0: the weight-streaming kernel for 16-bit weights; cols 1000 takes its four loads in
+    // flight and a remainder, cols 36 goes to cuBLAS.
+    for (auto [rows, cols] : {std::pair{32, 64}, {100, 72}, {256, 512}, {67, 1000}, {24, 36}}) {
+      for (int n : {1, 3, 8, 17, 64}) {
         INFO(dtype_name(dtype) << " W [" << rows << ", " << cols << "] x n " << n);
         const HostMatrixData w(random_values(size_t(rows) * cols, 1 + rows, 0.1f), rows, cols, dtype);
         const auto x = random_values(size_t(n) * cols, 7 + n);
@@ -228,19 +230,21 @@ TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, 
   if (!have_gpu()) return;
   Pair p;
   exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
-  constexpr int kBlock = 16, kBlocks = 40;
+  constexpr int kBlock = 16, kBlocks = 50;  // every sequence 10 blocks of its own (7 and 50 coprime)
   for (int head_dim : {8, 64, 80, 128}) {
     for (DType kv_dtype : {DType::f32, DType::bf16, DType::f16}) {
-      for (int window : {0, 5}) {
+      for (int window : {0, 5, 40}) {
         INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
         const int nh = 8, nkv = 2;
-        // A prefill of 40 tokens from position 0, a chunk of 7 from position 33, and two decodes at 100 and 5.
+        // A prefill of 40 tokens from position 0 (two prefill tiles for head_dim 64 / 128), a chunk of 7 from
+        // position 33 (under kPrefillMinTokens: the per-query kernel), a chunk of 45 from position 60 (tiles over
+        // cached keys), and two decodes at 100 and 5.
         ForwardBatch batch;
-        std::vector<std::vector<uint32_t>> tables(4);
-        for (int s = 0; s < 4; ++s)
+        std::vector<std::vector<uint32_t>> tables(5);
+        for (int s = 0; s < 5; ++s)
           for (int i = 0; i < 10; ++i) tables[s].push_back(uint32_t((s * 10 + i) * 7 % kBlocks));
         int first = 0;
-        for (auto [len, start] : {std::pair{40, 0}, {7, 33}, {1, 100}, {1, 5}}) {
+        for (auto [len, start] : {std::pair{40, 0}, {7, 33}, {45, 60}, {1, 100}, {1, 5}}) {
           const int s = static_cast<int>(batch.seqs.size());
           batch.seqs.push_back(SeqSlice{first, len, start, tables[s].data(), true});
           for (int i = 0; i < len; ++i) batch.tokens.push_back(1);
@@ -291,7 +295,7 @@ TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, 
 }
 
 TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy reference, directly and through the engine",
-          "[cuda]") {
+          "[cuda][model]") {
   if (!have_gpu()) return;
   auto gpu = cuda::make_backend(0);
   REQUIRE(gpu.ok());

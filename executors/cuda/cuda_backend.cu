@@ -139,6 +139,21 @@ class CudaBackend final : public exec::Backend {
         host_meta_[size_t(2 * n + t)] = slice.start_pos + i;
       }
     }
+    // Sequences of kPrefillMinTokens tokens or more go to the tiled prefill attention, in tiles of consecutive tokens.
+    const size_t flags_at = host_meta_.size();
+    host_meta_.resize(flags_at + batch.seqs.size(), 0);
+    const size_t tiles_at = host_meta_.size();
+    int tiled_tokens = 0;
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SeqSlice& slice = batch.seqs[s];
+      if (slice.num_tokens < kPrefillMinTokens) continue;
+      host_meta_[flags_at + s] = 1;
+      tiled_tokens += slice.num_tokens;
+      for (int i = 0; i < slice.num_tokens; i += kPrefillTileQueries) {
+        host_meta_.insert(host_meta_.end(), {slice.first_token + i, std::min(kPrefillTileQueries, slice.num_tokens - i),
+                                             static_cast<int32_t>(s)});
+      }
+    }
     reserve_bytes(meta_, meta_bytes_, host_meta_.size() * sizeof(int32_t));
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), host_meta_.data(), host_meta_.size() * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
@@ -148,6 +163,10 @@ class CudaBackend final : public exec::Backend {
     step_.token_seq = base + n;
     step_.token_pos = base + 2 * n;
     step_.n = n;
+    step_.seq_tiled = base + flags_at;
+    step_.tiles = base + tiles_at;
+    step_.n_tiles = static_cast<int>((host_meta_.size() - tiles_at) / 3);
+    all_tokens_tiled_ = tiled_tokens == n;
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
   }
@@ -193,8 +212,15 @@ class CudaBackend final : public exec::Backend {
   void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,
                        const exec::AttentionShape& shape, const exec::KvLayer& kv) override {
     upload_tables(batch, kv.block_size);
-    launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                           shape.sliding_window, view(kv), stream_);
+    const bool tiled = step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
+    if (tiled) {
+      launch_prefill_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                               shape.sliding_window, view(kv), stream_);
+    }
+    if (!tiled || !all_tokens_tiled_) {
+      launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                             shape.sliding_window, view(kv), tiled, stream_);
+    }
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
     const int32_t* idx = upload_indices(rows, {});
@@ -266,7 +292,8 @@ class CudaBackend final : public exec::Backend {
     return out;
   }
 
-  // y [n, w.rows] = x [n, w.cols] w^T. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
+  // y [n, w.rows] = x [n, w.cols] w^T: up to kSmallBatchRows rows of 16-bit products by the weight-streaming kernel,
+  // the rest by cuBLAS. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
   // C (rows x n) = op(A) B with A = W stored column-major as [cols, rows] (transposed) and B = x as [cols, n].
   void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n) {
     if (n == 0) return;
@@ -277,6 +304,10 @@ class CudaBackend final : public exec::Backend {
       reserve_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(k) * dtype_size(w.dtype));
       launch_round_to(x.data(), rounded_.get(), w.dtype, size_t(n) * size_t(k), stream_);
       b = rounded_.get();
+    }
+    if (small_batch_gemm_fits(w.dtype, n, k)) {
+      launch_small_batch_gemm(w.data, w.dtype, b, n, m, k, y, stream_);
+      return;
     }
     ACTORD_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, cuda_type(w.dtype), k, b,
                                      cuda_type(w.dtype), k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
@@ -334,6 +365,7 @@ class CudaBackend final : public exec::Backend {
   const ForwardBatch* batch_ = nullptr;  // the batch of begin_step
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
+  bool all_tokens_tiled_ = false;        // every token of the step is in a prefill tile
   std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).

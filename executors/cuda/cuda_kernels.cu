@@ -1,4 +1,5 @@
 #include "executors/cuda/cuda_kernels.cuh"
+#include "executors/cuda/device_util.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -12,39 +13,6 @@ namespace {
 constexpr int kThreads = 256;
 
 unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
-
-template <class T>
-__device__ __forceinline__ float to_f32(T v);
-template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-
-// Calls f.template operator()<T>() with T the element type of dtype.
-template <class F>
-void with_element_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::bf16: f(__nv_bfloat16{}); return;
-    case DType::f16: f(__half{}); return;
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 template <class T>
 __global__ void embed_kernel(StepLayout step, const T* table, int64_t vocab_first, int64_t rows, int h, float* out) {
@@ -159,12 +127,6 @@ __global__ void add_kernel(float* x, const float* y, size_t count) {
   if (i < count) x[i] += y[i];
 }
 
-__device__ __forceinline__ int64_t kv_offset(const StepLayout& step, const KvView& kv, int seq, int pos, int g,
-                                             int head_dim) {
-  const uint32_t block = step.tables[step.seq_table[seq] + pos / kv.block_size];
-  return int64_t(block) * kv.block_stride + int64_t(g) * kv.head_stride + int64_t(pos % kv.block_size) * head_dim;
-}
-
 template <class T>
 __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
                                      int head_dim, const float* inv_freq, KvView kv) {
@@ -198,13 +160,14 @@ constexpr int kMaxDimsPerLane = 8;  // head_dim up to 256
 
 template <class T>
 __global__ void paged_attention_kernel(StepLayout step, const float* q, float* out, int n_heads, int n_kv_heads,
-                                       int head_dim, int window, KvView kv) {
+                                       int head_dim, int window, KvView kv, bool skip_tiled) {
   const int warps = blockDim.x / 32;
   const int64_t pair = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
   if (pair >= int64_t(step.n) * n_heads) return;
   const int lane = threadIdx.x & 31;
   const int t = int(pair / n_heads), h = int(pair % n_heads);
   const int seq = step.token_seq[t], pos = step.token_pos[t];
+  if (skip_tiled && step.seq_tiled[seq]) return;  // the whole warp: one (token, head) per warp
   const int g = h / (n_heads / n_kv_heads);
   const float scale = rsqrtf(float(head_dim));
   const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;
@@ -310,7 +273,7 @@ void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const floa
 }
 
 void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
-                            int head_dim, int window, const KvView& kv, cudaStream_t stream) {
+                            int head_dim, int window, const KvView& kv, bool skip_tiled, cudaStream_t stream) {
   const int64_t pairs = int64_t(step.n) * n_heads;
   if (pairs == 0) return;
   constexpr int kWarps = 4;
@@ -318,7 +281,7 @@ void launch_paged_attention(const StepLayout& step, const float* q, float* out, 
   with_element_type(kv.dtype, [&](auto zero) {
     using T = decltype(zero);
     paged_attention_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(step, q, out, n_heads, n_kv_heads, head_dim, window,
-                                                                 kv);
+                                                                 kv, skip_tiled);
   });
 }
 

@@ -1,4 +1,4 @@
-// The CUDA backend's own kernels (everything but the GEMMs, which are cuBLAS). Each launch_* queues one kernel on
+// The CUDA backend's own kernels (everything but the larger GEMMs, which are cuBLAS). Each launch_* queues one kernel on
 // `stream`; pointers are device memory. Elements of weights and KV blocks are f32, bf16 or f16 (DType); activations
 // are f32. Their references are the CPU backend's kernels (executors/cpu/), which tests/cuda_backend_test.cpp holds
 // them to on random inputs.
@@ -22,7 +22,15 @@ struct StepLayout {
   const int32_t* seq_table = nullptr;    // [sequences] offset of each sequence's block table in tables
   const uint32_t* tables = nullptr;      // block tables back to back
   int n = 0;
+  // Prefill tiles (launch_prefill_attention): {first token, token count <= kPrefillTileQueries, sequence} each,
+  // covering every token of the sequences flagged in seq_tiled (those with kPrefillMinTokens tokens or more).
+  const int32_t* tiles = nullptr;        // [n_tiles][3]
+  const int32_t* seq_tiled = nullptr;    // [sequences] 1 where the sequence's tokens are in tiles
+  int n_tiles = 0;
 };
+
+constexpr int kPrefillTileQueries = 32;
+constexpr int kPrefillMinTokens = 8;
 
 struct KvView {
   void* k_base = nullptr;
@@ -39,6 +47,12 @@ void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_
 void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream);
 // dst[i] = src[i] rounded to dtype (bf16 or f16), i < count: a GEMM's activations.
 void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream);
+// y [n, m] = x [n, k] W^T, W [m, k] row-major and x both bf16 or both f16, f32 sums, for small n (decode steps):
+// one warp streams each weight row once (small_batch_gemm.cu). Only where small_batch_gemm_fits (n <= 8, k % 8 == 0).
+constexpr int kSmallBatchRows = 8;
+bool small_batch_gemm_fits(DType dtype, int n, int k);
+void launch_small_batch_gemm(const void* w, DType dtype, const void* x, int n, int m, int k, float* y,
+                             cudaStream_t stream);
 // y[r, c] += bias[c], r < n, c < m.
 void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream);
 // y[r, c] = silu(gu[r, c]) * gu[r, ff + c]: the gate and up halves of one [n, 2 ff] product.
@@ -53,8 +67,14 @@ void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const floa
 // out [n, n_heads * hd] = causal attention of each token's queries over its sequence's cached K/V (positions 0 ..
 // its own, or the last `window` of them), softmax scaled by 1/sqrt(hd), GQA (head h reads kv head
 // h / (n_heads / n_kv_heads)). One warp per (token, head) with an online softmax over the keys: any head_dim.
+// With skip_tiled, the tokens of sequences flagged in step.seq_tiled are left to launch_prefill_attention.
 void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
-                            int head_dim, int window, const KvView& kv, cudaStream_t stream);
+                            int head_dim, int window, const KvView& kv, bool skip_tiled, cudaStream_t stream);
+// The same attention for the tokens of step.tiles, a block per (tile, head) reading each key once per tile
+// (prefill_attention.cu); only where prefill_attention_fits(head_dim) (64 or 128).
+bool prefill_attention_fits(int head_dim);
+void launch_prefill_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
+                              int head_dim, int window, const KvView& kv, cudaStream_t stream);
 // dst[i] = src[rows[i]], rows of dim elements, i < n.
 void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst, cudaStream_t stream);
 // dst[rows[i]] += weights[i] * src[i] for i = 0 .. n-1 in order (one thread per column: repeated rows are safe).

@@ -1,0 +1,54 @@
+// Device helpers the CUDA backend's kernel files share: element conversions of the weight / KV dtypes, the dtype
+// switch of launches, a warp's sum, a token's place in the paged KV cache.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "executors/cuda/cuda_kernels.cuh"
+
+namespace actord::cuda {
+
+template <class T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+// Calls f.template operator()<T>() with T the element type of dtype.
+template <class F>
+inline void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(float{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::f16: f(__half{}); return;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ int64_t kv_offset(const StepLayout& step, const KvView& kv, int seq, int pos, int g,
+                                             int head_dim) {
+  const uint32_t block = step.tables[step.seq_table[seq] + pos / kv.block_size];
+  return int64_t(block) * kv.block_stride + int64_t(g) * kv.head_stride + int64_t(pos % kv.block_size) * head_dim;
+}
+
+}  // namespace actord::cuda
