@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -299,15 +300,17 @@ class CudaBackend final : public exec::Backend {
     if (n == 0) return;
     const float alpha = 1.0f, beta = 0.0f;
     const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
+    // The small-batch kernel rounds x as it reads it, 16 bytes at a time (x's rows start 16-byte aligned when k % 8
+    // is 0 and x does).
+    if (small_batch_gemm_fits(w.dtype, n, k) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0) {
+      launch_small_batch_gemm(w.data, w.dtype, x.data(), n, m, k, y, stream_);
+      return;
+    }
     const void* b = x.data();
     if (w.dtype != DType::f32) {  // activations rounded to the weights' 16-bit type
       reserve_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(k) * dtype_size(w.dtype));
       launch_round_to(x.data(), rounded_.get(), w.dtype, size_t(n) * size_t(k), stream_);
       b = rounded_.get();
-    }
-    if (small_batch_gemm_fits(w.dtype, n, k)) {
-      launch_small_batch_gemm(w.data, w.dtype, b, n, m, k, y, stream_);
-      return;
     }
     ACTORD_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, cuda_type(w.dtype), k, b,
                                      cuda_type(w.dtype), k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,

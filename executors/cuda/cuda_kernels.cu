@@ -157,6 +157,7 @@ __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const 
 }
 
 constexpr int kMaxDimsPerLane = 8;  // head_dim up to 256
+constexpr int kKeysInFlight = 4;
 
 template <class T>
 __global__ void paged_attention_kernel(StepLayout step, const float* q, float* out, int n_heads, int n_kv_heads,
@@ -180,23 +181,51 @@ __global__ void paged_attention_kernel(StepLayout step, const float* q, float* o
   const T* kc = static_cast<const T*>(kv.k_base);
   const T* vc = static_cast<const T*>(kv.v_base);
   float m = -INFINITY, l = 0.0f;
-  const int first = window > 0 ? max(0, pos - window + 1) : 0;
-  for (int j = first; j <= pos; ++j) {
-    const int64_t at = kv_offset(step, kv, seq, j, g, head_dim);
-    float dot = 0.0f;
-    for (int e = 0; e < kMaxDimsPerLane; ++e) {
-      const int d = lane + 32 * e;
-      if (d < head_dim) dot += qv[e] * to_f32(kc[at + d]);
-    }
-    const float s = warp_sum(dot);
+  // Key j's score s into the running max m, sum l and accumulators, its values v (one per lane and e).
+  auto take = [&](float s, const float* v) {
     const float m_new = fmaxf(m, s);
     const float correction = __expf(m - m_new), p = __expf(s - m_new);
     l = l * correction + p;
+#pragma unroll
     for (int e = 0; e < kMaxDimsPerLane; ++e) {
-      const int d = lane + 32 * e;
-      if (d < head_dim) acc[e] = acc[e] * correction + p * to_f32(vc[at + d]);
+      if (lane + 32 * e < head_dim) acc[e] = acc[e] * correction + p * v[e];
     }
     m = m_new;
+  };
+  auto load = [&](int j, float* k_row, float* v_row) {
+    const int64_t at = kv_offset(step, kv, seq, j, g, head_dim);
+#pragma unroll
+    for (int e = 0; e < kMaxDimsPerLane; ++e) {
+      const int d = lane + 32 * e;
+      k_row[e] = d < head_dim ? to_f32(kc[at + d]) : 0.0f;
+      v_row[e] = d < head_dim ? to_f32(vc[at + d]) : 0.0f;
+    }
+  };
+  auto score = [&](const float* k_row) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kMaxDimsPerLane; ++e) {
+      if (lane + 32 * e < head_dim) dot += qv[e] * k_row[e];
+    }
+    return warp_sum(dot);
+  };
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  // kKeysInFlight keys' K and V rows loaded before the first is used (a decode's keys are otherwise one memory
+  // latency each), then taken in order: the same arithmetic in the same order as one key at a time.
+  int j = first;
+  for (; j + kKeysInFlight - 1 <= pos; j += kKeysInFlight) {
+    float k_rows[kKeysInFlight][kMaxDimsPerLane], v_rows[kKeysInFlight][kMaxDimsPerLane], s[kKeysInFlight];
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) load(j + u, k_rows[u], v_rows[u]);
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) s[u] = score(k_rows[u]);
+#pragma unroll
+    for (int u = 0; u < kKeysInFlight; ++u) take(s[u], v_rows[u]);
+  }
+  for (; j <= pos; ++j) {
+    float k_row[kMaxDimsPerLane], v_row[kMaxDimsPerLane];
+    load(j, k_row, v_row);
+    take(score(k_row), v_row);
   }
   float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
   for (int e = 0; e < kMaxDimsPerLane; ++e) {

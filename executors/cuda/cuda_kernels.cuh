@@ -47,11 +47,12 @@ void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_
 void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream);
 // dst[i] = src[i] rounded to dtype (bf16 or f16), i < count: a GEMM's activations.
 void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream);
-// y [n, m] = x [n, k] W^T, W [m, k] row-major and x both bf16 or both f16, f32 sums, for small n (decode steps):
-// one warp streams each weight row once (small_batch_gemm.cu). Only where small_batch_gemm_fits (n <= 8, k % 8 == 0).
+// y [n, m] = x [n, k] W^T, W [m, k] row-major bf16 or f16, x f32 rounded to W's type, f32 sums, for small n
+// (decode steps): one warp streams each weight row once (small_batch_gemm.cu). Only where small_batch_gemm_fits
+// (n <= 8, k % 8 == 0).
 constexpr int kSmallBatchRows = 8;
 bool small_batch_gemm_fits(DType dtype, int n, int k);
-void launch_small_batch_gemm(const void* w, DType dtype, const void* x, int n, int m, int k, float* y,
+void launch_small_batch_gemm(const void* w, DType dtype, const float* x, int n, int m, int k, float* y,
                              cudaStream_t stream);
 // y[r, c] += bias[c], r < n, c < m.
 void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream);
