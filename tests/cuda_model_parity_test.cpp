@@ -121,31 +121,30 @@ void check_model(const std::filesystem::path& dir, bool moe) {
   diffs.check();
 }
 
+// Whether a GPU is there; says why not when it is not.
+bool have_gpu() {
+  if (cuda::device_count() > 0) return true;
+  WARN("skipped: " << cuda::unavailable_reason());
+  return false;
+}
+
 }  // namespace
 
-TEST_CASE("cuda: bf16 random Llama on the GPU matches the CPU backend - prompt logprobs and greedy tokens", "[cuda][model]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: " << cuda::unavailable_reason());
-    return;
-  }
+TEST_CASE("cuda: bf16 random Llama on the GPU matches the CPU backend - prompt logprobs and greedy tokens",
+          "[cuda][model]") {
+  if (!have_gpu()) return;
   test::TempDir tmp;
   check_model(write_dense(tmp.path() / "llama", "LlamaForCausalLM", ""), false);
 }
 
 TEST_CASE("cuda: bf16 random Qwen2 (attention biases) on the GPU matches the CPU backend", "[cuda][model]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: " << cuda::unavailable_reason());
-    return;
-  }
+  if (!have_gpu()) return;
   test::TempDir tmp;
   check_model(write_dense(tmp.path() / "qwen2", "Qwen2ForCausalLM", ""), false);
 }
 
 TEST_CASE("cuda: bf16 random Mixtral (8 experts, top 2) on the GPU matches the CPU backend", "[cuda][model]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: " << cuda::unavailable_reason());
-    return;
-  }
+  if (!have_gpu()) return;
   test::TempDir tmp;
   check_model(write_dense(tmp.path() / "mixtral", "MixtralForCausalLM",
                           R"(, "num_local_experts": 8, "num_experts_per_tok": 2)"),
