@@ -115,7 +115,7 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, const ModelShape&
     out.kv.num_blocks = plan->groups[0].num_kv_blocks;
     out.kv.swap_blocks = plan->groups[0].num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
-    out.ask = MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    out.ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes}, group.device);
     for (int r = 0; r < group.ranks_per_replica(); ++r) {
       const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
       out.rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
@@ -134,8 +134,9 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, const ModelShape&
   if (!sized) return sized.error();
   out.kv = *sized;
   out.rank_threads = {group.threads};  // as the plan gives it for a larger group, so replicas compare equal
-  out.ask = MemoryAsk{whole_weight_bytes, uint64_t(out.kv.num_blocks) * out.kv.block_bytes,
-                      uint64_t(out.kv.swap_blocks) * out.kv.block_bytes};
+  out.ask = in_host_memory(MemoryAsk{whole_weight_bytes, uint64_t(out.kv.num_blocks) * out.kv.block_bytes,
+                                     uint64_t(out.kv.swap_blocks) * out.kv.block_bytes},
+                           group.device);
   return out;
 }
 
@@ -437,8 +438,9 @@ Status Engine::scale(const std::string& group, int replicas) {
     const NodePlan& local = plan->nodes.front();
     const uint64_t per = uint64_t(replicas);
     const uint64_t added = uint64_t(replicas - have);
-    const MemoryAsk ask{local.weight_bytes / per * added, local.kv_pool_bytes / per * added,
-                        local.swap_bytes / per * added};
+    const MemoryAsk ask = in_host_memory(
+        MemoryAsk{local.weight_bytes / per * added, local.kv_pool_bytes / per * added, local.swap_bytes / per * added},
+        grown.groups[0].device);
     if (const auto available = available_host_memory())
       ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "scale to " + std::to_string(replicas) + " replicas: "));
   }

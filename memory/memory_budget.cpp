@@ -29,4 +29,9 @@ Status check_memory_fits(const MemoryAsk& ask, uint64_t available, const std::st
                         format_bytes(available - with_kv));
 }
 
+MemoryAsk in_host_memory(const MemoryAsk& ask, const std::string& device) {
+  if (device.rfind("cuda", 0) != 0) return ask;
+  return MemoryAsk{0, 0, ask.swap};
+}
+
 }  // namespace actord

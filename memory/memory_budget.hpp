@@ -4,7 +4,9 @@
 // exceed `available` bytes (the caller reads it: core/host_memory.hpp's MemAvailable for CPU workers), with one
 // error that says how much was asked, how much is there and which key to change: the model (model.path) when the
 // weights alone do not fit, else engine.kv_cache_memory when weights and KV pool do not, else engine.swap_space.
-// `where` prefixes it (the topology file). Errc::resource_exhausted.
+// `where` prefixes it (the topology file). Errc::resource_exhausted. in_host_memory() is the part of an ask that lives
+// in host memory for a group on `device`: all of it for "cpu"; for "cuda" only the swap space (weights and KV pool
+// are in device memory, whose allocations fail with errors of their own).
 #pragma once
 
 #include <cstdint>
@@ -21,5 +23,6 @@ struct MemoryAsk {
 };
 
 Status check_memory_fits(const MemoryAsk& ask, uint64_t available, const std::string& where);
+MemoryAsk in_host_memory(const MemoryAsk& ask, const std::string& device);
 
 }  // namespace actord

@@ -70,6 +70,13 @@ TEST_CASE("a KV cache larger than the machine is refused at start, quickly, nami
   auto weights = Engine::start(test::quickstart(), small);
   REQUIRE_FALSE(weights.ok());
   CHECK_THAT(weights.error().message, Catch::Contains("model.path: the model's weights take"));
+  // A GPU group's weights and KV pool live in device memory: only its host swap space is held to host memory.
+  const MemoryAsk ask{10ull << 30, 20ull << 30, 1ull << 30};
+  CHECK(in_host_memory(ask, "cpu").kv == ask.kv);
+  const MemoryAsk gpu = in_host_memory(ask, "cuda");
+  CHECK((gpu.weights == 0 && gpu.kv == 0 && gpu.swap == ask.swap));
+  CHECK(check_memory_fits(gpu, 2ull << 30, "t.yaml: ").ok());
+  CHECK_FALSE(check_memory_fits(in_host_memory(ask, "cpu"), 2ull << 30, "t.yaml: ").ok());
 }
 
 namespace {
