@@ -87,21 +87,51 @@ void in_parallel_parts(size_t n, const F& fn) {
 
 }  // namespace
 
-// Seeded values: norm weights near 1, everything else small and centred, like a freshly initialised model.
+// Seeded values: norm weights near 1, everything else small and centred, like a freshly initialised model. Element
+// i of a tensor draws from key + (i + 1) * golden alone, so any part of a matrix is made without the rest, in
+// parallel, with the same values.
+namespace {
+
+struct DummyValues {
+  uint64_t key;
+  bool is_norm;
+  DummyValues(const std::string& name, uint64_t seed)
+      : key(std::hash<std::string>{}(name) ^ (seed * 0x9e3779b97f4a7c15ull)),
+        is_norm(name.find("norm") != std::string::npos) {}
+  float operator()(size_t i) const {
+    const float u = static_cast<float>(uniform_from_key(key + (i + 1) * 0x9e3779b97f4a7c15ull)) * 2.0f - 1.0f;
+    return is_norm ? 1.0f + 0.1f * u : 0.035f * u;  // u in [-1, 1): std ~0.02 off the norms
+  }
+};
+
+}  // namespace
+
 std::vector<float> WeightStore::dummy_values(const std::string& name, size_t n) const {
-  const uint64_t key = std::hash<std::string>{}(name) ^ (seed_ * 0x9e3779b97f4a7c15ull);
-  const bool is_norm = name.find("norm") != std::string::npos;
+  const DummyValues value(name, seed_);
   std::vector<float> v(n);
-  // Element i draws from key + (i + 1) * golden alone, so large matrices fill in parallel with the same values.
-  auto fill = [&](size_t first, size_t last) {
-    for (size_t i = first; i < last; ++i) {
-      const uint64_t state = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-      const float u = static_cast<float>(uniform_from_key(state)) * 2.0f - 1.0f;  // [-1, 1)
-      v[i] = is_norm ? 1.0f + 0.1f * u : 0.035f * u;                              // std ~0.02 off the norms
-    }
-  };
-  in_parallel_parts(n, fill);
+  in_parallel_parts(n, [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) v[i] = value(i);
+  });
   return v;
+}
+
+std::vector<unsigned char> WeightStore::dummy_slice(const std::string& name, int64_t cols, const MatrixSlice& s,
+                                                    DType dtype) const {
+  const DummyValues value(name, seed_);
+  const size_t esize = dtype_size(dtype), width = size_t(s.col_count), n = size_t(s.row_count) * width;
+  std::vector<unsigned char> bytes(n * esize);
+  in_parallel_parts(n, [&](size_t first, size_t last) {
+    float chunk[1024];
+    for (size_t at = first; at < last; at += std::size(chunk)) {
+      const size_t count = std::min(std::size(chunk), last - at);
+      for (size_t e = 0; e < count; ++e) {
+        const size_t r = (at + e) / width, c = (at + e) % width;
+        chunk[e] = value((size_t(s.row_first) + r) * size_t(cols) + size_t(s.col_first) + c);
+      }
+      convert_from_f32(dtype, chunk, bytes.data() + at * esize, count);
+    }
+  });
+  return bytes;
 }
 
 namespace store_detail {
@@ -235,9 +265,9 @@ Result<exec::HostMatrix> WeightStore::row_major(const std::string& name, int64_t
     m.data = own(std::move(bytes));
   };
   if (!file_) {
-    // The full matrix's values, then the slice: a shard holds exactly the values of the unsharded model.
-    const auto values = dummy_values(name, static_cast<size_t>(rows * cols));
-    own_f32(whole ? values : cut(values, cols, *s), served_);
+    // The slice's values of the full matrix: a shard holds exactly the values of the unsharded model.
+    m.dtype = served_;
+    m.data = own(dummy_slice(name, cols, *s, served_));
     return m;
   }
   auto view = file_->view(name, {rows, cols});

@@ -101,6 +101,9 @@ class WeightStore {
   // store's row-major copy (the last one made).
   void drop_row_major(const TensorView* from_file);
   std::vector<float> dummy_values(const std::string& name, size_t n) const;
+  // Slice s of the dummy matrix `name` [?, cols] in dtype: what dummy_values of the whole matrix, cut and converted,
+  // would give, made directly.
+  std::vector<unsigned char> dummy_slice(const std::string& name, int64_t cols, const MatrixSlice& s, DType dtype) const;
   // A GGUF tensor by its HF name, shape-checked against [rows, cols], its rows in HF order and the slice applied: a
   // row-major float matrix (a view of the file when nothing moved, else owned; *from_gguf set for a view) or
   // quantized codes.

@@ -247,7 +247,8 @@ int run_check(const CheckArgs& args) {
   const std::optional<uint64_t> available = available_host_memory();
   if (available) {
     const NodePlan& local = plan->nodes.front();
-    const MemoryAsk ask{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes};
+    const MemoryAsk ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes},
+                                         topology->groups[0].device);
     if (auto fits = check_memory_fits(ask, *available, topology->source.string() + ": "); !fits)
       return fail(fits.error());
   }
