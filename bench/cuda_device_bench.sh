@@ -68,8 +68,16 @@ actord_batch() {
   step "actord_b$1" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
     --input-len 128 --output-len 64 --num-prompts "$1" --concurrency "$1" --json
 }
-# The most wanted first, so that a deadline cuts the least: batch 1 (MBU), the peer, the prefill, the larger batches.
+# GPU time per backend primitive (ACTORD_CUDA_PROFILE=1: executors/cuda/kernel_times.hpp) of a short run at batch b.
+actord_profile() {
+  ACTORD_CUDA_PROFILE=1 step "actord_profile_b$1" 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" \
+    --model "$MODEL" --load-format dummy --input-len 128 --output-len 16 --num-prompts "$1" --concurrency "$1" --json
+  grep 'cuda profile' "$OUT/actord_profile_b$1.err" | head -16
+}
+# The most wanted first, so that a deadline cuts the least: batch 1 (MBU) and where its time goes, the peer, the
+# prefill, the larger batches.
 actord_batch 1
+[ "$DEVICE" = cuda ] && actord_profile 1
 if "$PY" -c "import torch, transformers" 2>/dev/null; then
   step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
     --device "$DEVICE"
@@ -81,6 +89,7 @@ step actord_prefill 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" --
 for b in $BATCHES; do
   [ "$b" = 1 ] || actord_batch "$b"
 done
+[ "$DEVICE" = cuda ] && actord_profile 64
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'
 import json, os, sys

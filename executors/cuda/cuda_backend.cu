@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "executors/cuda/cuda_kernels.cuh"
+#include "executors/cuda/kernel_times.hpp"
 
 namespace actord::cuda {
 
@@ -80,6 +81,7 @@ class CudaBackend final : public exec::Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    times_.report();
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -94,6 +96,7 @@ class CudaBackend final : public exec::Backend {
   }
 
   void download(const exec::Buffer& b, size_t offset, std::span<float> host) override {
+    KernelTimed timed(times_, "download", stream_);
     ACTORD_CHECK(offset + host.size() <= b.size());
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(host.data(), b.data() + offset, host.size_bytes(), cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -129,6 +132,7 @@ class CudaBackend final : public exec::Backend {
   bool keeps_host_view(exec::WeightUse) const override { return false; }
 
   void begin_step(const ForwardBatch& batch) override {
+    times_.collect();
     const int n = static_cast<int>(batch.tokens.size());
     host_meta_.assign(size_t(3) * n, 0);
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
@@ -174,14 +178,17 @@ class CudaBackend final : public exec::Backend {
 
   void embed(const std::vector<int32_t>& tokens, const exec::Weight& table, int64_t vocab_first,
              exec::Buffer& out) override {
+    KernelTimed timed(times_, "embed", stream_);
     ACTORD_CHECK(batch_ && tokens.size() == size_t(step_.n));
     const CudaWeight& w = weight_of(table);
     launch_embed(step_, w.data, w.dtype, vocab_first, w.rows, static_cast<int>(w.cols), out.data(), stream_);
   }
   void rms_norm(const exec::Buffer& x, const exec::Buffer& w, exec::Buffer& y, int n, int dim, float eps) override {
+    KernelTimed timed(times_, "rms_norm", stream_);
     launch_rms_norm(x.data(), w.data(), y.data(), n, dim, eps, stream_);
   }
   void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
+    KernelTimed timed(times_, product_name(weight_of(w), n), stream_);
     const CudaWeight& cw = weight_of(w);
     product(x, cw, y.data(), n);
     if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
@@ -190,6 +197,7 @@ class CudaBackend final : public exec::Backend {
     for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
+    KernelTimed timed(times_, n <= kSmallBatchRows ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)", stream_);
     const CudaWeight& cw = weight_of(gate_up);
     ACTORD_CHECK(cw.rows == 2 * ff);
     reserve(glu_scratch_, size_t(n) * size_t(cw.rows));
@@ -197,21 +205,26 @@ class CudaBackend final : public exec::Backend {
     launch_silu_mul_halves(glu_scratch_.data(), y.data(), n, ff, stream_);
   }
   void gated_activation(exec::GatedActivation act, exec::Buffer& gate, const exec::Buffer& up, size_t count) override {
+    KernelTimed timed(times_, "gated_activation", stream_);
     const int code = act == exec::GatedActivation::silu ? 0 : act == exec::GatedActivation::gelu_tanh ? 1 : 2;
     launch_gated_activation(code, gate.data(), up.data(), count, stream_);
   }
   void add(exec::Buffer& x, const exec::Buffer& y, size_t count) override {
+    KernelTimed timed(times_, "add", stream_);
     launch_add(x.data(), y.data(), count, stream_);
   }
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override {
+    KernelTimed timed(times_, "rope_and_store_kv", stream_);
     upload_tables(batch, kv.block_size);
     launch_rope_store_kv(step_, q.data(), k.data(), v.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                          inv_freq.data(), view(kv), stream_);
   }
   void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,
                        const exec::AttentionShape& shape, const exec::KvLayer& kv) override {
+    KernelTimed timed(times_, step_.n_tiles > 0 ? "attention (with prefill tiles)" : "attention (per query)",
+                      stream_);
     upload_tables(batch, kv.block_size);
     const bool tiled = step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
     if (tiled) {
@@ -224,11 +237,13 @@ class CudaBackend final : public exec::Backend {
     }
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
+    KernelTimed timed(times_, "gather_rows", stream_);
     const int32_t* idx = upload_indices(rows, {});
     launch_gather_rows(src.data(), idx, static_cast<int>(rows.size()), dim, dst.data(), stream_);
   }
   void scatter_add_rows(const exec::Buffer& src, std::span<const int32_t> rows, std::span<const float> weights,
                         int dim, exec::Buffer& dst) override {
+    KernelTimed timed(times_, "scatter_add_rows", stream_);
     ACTORD_CHECK(rows.size() == weights.size());
     const int32_t* idx = upload_indices(rows, weights);
     const auto* w = reinterpret_cast<const float*>(idx + rows.size());
@@ -236,12 +251,15 @@ class CudaBackend final : public exec::Backend {
   }
   void copy_columns(const exec::Buffer& src, size_t src_offset, int rows, int width, exec::Buffer& dst,
                     int dst_stride, int col_offset) override {
+    KernelTimed timed(times_, "copy_columns", stream_);
     launch_copy_columns(src.data() + src_offset, rows, width, dst.data(), dst_stride, col_offset, stream_);
   }
   void zero(exec::Buffer& b, size_t count) override {
+    KernelTimed timed(times_, "zero", stream_);
     ACTORD_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, count * sizeof(float), stream_));
   }
   void row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) override {
+    KernelTimed timed(times_, "row_bests + download", stream_);
     ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
     if (rows <= 0) return;
     const size_t bytes = size_t(rows) * sizeof(RowBest);
@@ -317,6 +335,10 @@ class CudaBackend final : public exec::Backend {
                                      CUBLAS_GEMM_DEFAULT));
   }
 
+  static const char* product_name(const CudaWeight& w, int n) {
+    return small_batch_gemm_fits(w.dtype, n, int(w.cols)) ? "gemm (small batch)" : "gemm (cuBLAS)";
+  }
+
   // Every sequence's block table (whole blocks of block_size up to its last position), once per step.
   void upload_tables(const ForwardBatch& batch, int block_size) {
     ACTORD_CHECK(&batch == batch_);
@@ -369,6 +391,7 @@ class CudaBackend final : public exec::Backend {
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
   bool all_tokens_tiled_ = false;        // every token of the step is in a prefill tile
+  KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
