@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "executors/cuda/cuda_kernels.cuh"
 #include "executors/cuda/kernel_times.hpp"
+#include "executors/cuda/long_prefill_attention.cuh"
 
 namespace actord::cuda {
 
@@ -69,6 +71,11 @@ std::shared_ptr<void> device_memory(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
+// A sequence of kLongPrefillTokens or more in a step: its tokens, start position and prefill tiles.
+struct LongSeq {
+  int seq, first_token, count, start_pos, first_tile, tile_count;
+};
+
 class CudaBackend final : public exec::Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -88,6 +95,7 @@ class CudaBackend final : public exec::Backend {
 
   exec::DeviceKind kind() const override { return exec::DeviceKind::cuda; }
   int device() const { return device_; }
+  const std::string& long_prefill_state() const { return long_prefill_state_; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -144,19 +152,29 @@ class CudaBackend final : public exec::Backend {
         host_meta_[size_t(2 * n + t)] = slice.start_pos + i;
       }
     }
-    // Sequences of kPrefillMinTokens tokens or more go to the tiled prefill attention, in tiles of consecutive tokens.
+    // Sequences of kPrefillMinTokens tokens or more go to the tiled prefill attention, in tiles of consecutive tokens:
+    // first those under kLongPrefillTokens, then the long ones (which LongPrefillAttention takes where it fits).
     const size_t flags_at = host_meta_.size();
     host_meta_.resize(flags_at + batch.seqs.size(), 0);
     const size_t tiles_at = host_meta_.size();
     int tiled_tokens = 0;
-    for (size_t s = 0; s < batch.seqs.size(); ++s) {
-      const SeqSlice& slice = batch.seqs[s];
-      if (slice.num_tokens < kPrefillMinTokens) continue;
-      host_meta_[flags_at + s] = 1;
-      tiled_tokens += slice.num_tokens;
-      for (int i = 0; i < slice.num_tokens; i += kPrefillTileQueries) {
-        host_meta_.insert(host_meta_.end(), {slice.first_token + i, std::min(kPrefillTileQueries, slice.num_tokens - i),
-                                             static_cast<int32_t>(s)});
+    long_seqs_.clear();
+    for (const bool long_ones : {false, true}) {
+      for (size_t s = 0; s < batch.seqs.size(); ++s) {
+        const SeqSlice& slice = batch.seqs[s];
+        if (slice.num_tokens < kPrefillMinTokens || (slice.num_tokens >= kLongPrefillTokens) != long_ones) continue;
+        host_meta_[flags_at + s] = 1;
+        tiled_tokens += slice.num_tokens;
+        const int first_tile = static_cast<int>((host_meta_.size() - tiles_at) / 3);
+        for (int i = 0; i < slice.num_tokens; i += kPrefillTileQueries) {
+          host_meta_.insert(host_meta_.end(), {slice.first_token + i,
+                                               std::min(kPrefillTileQueries, slice.num_tokens - i),
+                                               static_cast<int32_t>(s)});
+        }
+        if (long_ones) {
+          long_seqs_.push_back(LongSeq{static_cast<int>(s), slice.first_token, slice.num_tokens, slice.start_pos,
+                                       first_tile, static_cast<int>((host_meta_.size() - tiles_at) / 3) - first_tile});
+        }
       }
     }
     reserve_bytes(meta_, meta_bytes_, host_meta_.size() * sizeof(int32_t));
@@ -227,9 +245,20 @@ class CudaBackend final : public exec::Backend {
                       stream_);
     upload_tables(batch, kv.block_size);
     const bool tiled = step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
+    const bool long_path = tiled && !long_seqs_.empty() && long_prefill_on_ &&
+                           LongPrefillAttention::fits(kv.dtype, shape.head_dim);
     if (tiled) {
-      launch_prefill_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+      StepLayout short_tiles = step_;
+      if (long_path) short_tiles.n_tiles = long_seqs_.front().first_tile;  // the long sequences' tiles come last
+      launch_prefill_attention(short_tiles, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                                shape.sliding_window, view(kv), stream_);
+    }
+    if (long_path) {
+      for (const LongSeq& ls : long_seqs_) {
+        long_prefill_.run(blas_, stream_, step_, ls.seq, ls.first_token, ls.count, ls.start_pos, q.data(), out.data(),
+                          shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv));
+        if (!long_prefill_checked_) check_long_prefill(ls, q, out, shape, kv);
+      }
     }
     if (!tiled || !all_tokens_tiled_) {
       launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
@@ -335,6 +364,33 @@ class CudaBackend final : public exec::Backend {
                                      CUBLAS_GEMM_DEFAULT));
   }
 
+  // The first use of LongPrefillAttention is checked against the FMA tiles on the same sequence (into scratch):
+  // where they differ by more than bf16 rounding explains, the tiles' result is kept and the path is turned off for
+  // this backend, with a message (a wrong tensor-core path costs speed, never tokens).
+  void check_long_prefill(const LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
+                          const exec::AttentionShape& shape, const exec::KvLayer& kv) {
+    long_prefill_checked_ = true;
+    const int width = shape.n_heads * shape.head_dim;
+    reserve(long_check_, size_t(step_.n) * size_t(width));
+    StepLayout its_tiles = step_;
+    its_tiles.tiles = step_.tiles + 3 * ls.first_tile;
+    its_tiles.n_tiles = ls.tile_count;
+    launch_prefill_attention(its_tiles, q.data(), long_check_.data(), shape.n_heads, shape.n_kv_heads,
+                             shape.head_dim, shape.sliding_window, view(kv), stream_);
+    float diff[2] = {0, 0};
+    max_difference(out.data(), long_check_.data(), ls.first_token, ls.count, width, diff, stream_);
+    if (diff[0] <= kLongPrefillTolerance * std::max(1.0f, diff[1])) {
+      long_prefill_state_ = "on";
+      return;
+    }
+    long_prefill_state_ = "off: differs from the FMA tiles by " + std::to_string(diff[0]) + " (largest value " +
+                          std::to_string(diff[1]) + ")";
+    std::fprintf(stderr, "cuda:%d: long prefill attention %s\n", device_, long_prefill_state_.c_str());
+    long_prefill_on_ = false;
+    launch_copy_columns(long_check_.data() + size_t(ls.first_token) * width, ls.count, width,
+                        out.data() + size_t(ls.first_token) * width, width, 0, stream_);
+  }
+
   static const char* product_name(const CudaWeight& w, int n) {
     return small_batch_gemm_fits(w.dtype, n, int(w.cols)) ? "gemm (small batch)" : "gemm (cuBLAS)";
   }
@@ -392,6 +448,12 @@ class CudaBackend final : public exec::Backend {
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
   bool all_tokens_tiled_ = false;        // every token of the step is in a prefill tile
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
+  std::vector<LongSeq> long_seqs_;  // this step's sequences of kLongPrefillTokens or more
+  LongPrefillAttention long_prefill_;
+  bool long_prefill_on_ = true, long_prefill_checked_ = false;
+  std::string long_prefill_state_ = "unused";
+  static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
+  exec::Buffer long_check_;
   std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
@@ -412,6 +474,11 @@ int device_of(const exec::Backend& backend) {
 void* stream_of(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+std::string long_prefill_state(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->long_prefill_state() : "unused";
 }
 
 int device_count() {

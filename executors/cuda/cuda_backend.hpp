@@ -28,5 +28,8 @@ Result<std::unique_ptr<exec::Backend>> make_backend(int device);
 // The device and the cudaStream_t (as void*) of a backend make_backend() made; -1 and null for any other.
 int device_of(const exec::Backend& backend);
 void* stream_of(const exec::Backend& backend);
+// The tensor-core attention of long prefills (long_prefill_attention.cuh) in a backend make_backend() made: "unused"
+// before its first use, "on" once that use matched the FMA tiles, else "off: ..." saying by how much it differed.
+std::string long_prefill_state(const exec::Backend& backend);
 
 }  // namespace actord::cuda
