@@ -294,6 +294,59 @@ TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, 
   }
 }
 
+TEST_CASE("cuda: decodes at long contexts (split-K) equal the CPU backend - windows - head_dim 64 to 256", "[cuda]") {
+  if (!have_gpu()) return;
+  Pair p;
+  exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
+  constexpr int kBlock = 16, kPerSeq = 130, kBlocks = 3 * kPerSeq;
+  for (int head_dim : {64, 80, 128, 256}) {
+    for (DType kv_dtype : {DType::f32, DType::bf16}) {
+      for (int window : {0, 300, 2000}) {
+        INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
+        const int nh = 8, nkv = 2;
+        // Decodes at positions 1300 (6 splits), 2047 (8) and 600 (under kSplitMinKeys: one warp per head).
+        ForwardBatch batch;
+        std::vector<std::vector<uint32_t>> tables(3);
+        for (int s = 0; s < 3; ++s)
+          for (int i = 0; i < kPerSeq; ++i) tables[s].push_back(uint32_t(((s * kPerSeq + i) * 7) % kBlocks));
+        int first = 0;
+        for (int start : {1300, 2047, 600}) {
+          const int s = static_cast<int>(batch.seqs.size());
+          batch.seqs.push_back(SeqSlice{first, 1, start, tables[s].data(), true});
+          batch.tokens.push_back(1);
+          ++first;
+        }
+        const int n = first;
+        const auto q = random_values(size_t(n) * nh * head_dim, 41), k = random_values(size_t(n) * nkv * head_dim, 42),
+                   v = random_values(size_t(n) * nkv * head_dim, 43);
+        std::vector<unsigned char> prior(KvCache::bytes_for(1, nkv, head_dim, kBlocks, kBlock, kv_dtype));
+        {
+          const auto values = random_values(prior.size() / dtype_size(kv_dtype), 44);
+          convert_from_f32(kv_dtype, values.data(), prior.data(), values.size());
+        }
+        std::vector<float> inv_freq(size_t(head_dim / 2));
+        for (int i = 0; i < head_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / head_dim);
+        std::vector<float> attended[2];
+        for (int b = 0; b < 2; ++b) {
+          exec::Backend& be = *backends[b];
+          auto kv = test::kv_cache_on(be, 1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
+          for (int blk = 0; blk < kBlocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
+          exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
+          const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
+          be.reserve(out, q.size());
+          exec::AttentionShape shape{nh, nkv, head_dim, window};
+          exec::KvLayer layer{kv->keys(0), kv->values(0), kv_dtype, kBlock, kv->block_stride(), kv->head_stride()};
+          be.begin_step(batch);
+          be.rope_and_store_kv(batch, qb, kb, vb, shape, fb, layer);
+          be.paged_attention(batch, qb, out, shape, layer);
+          attended[b] = p.read(be, out, q.size());
+        }
+        check_close(attended[1], attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda: long prefills (600 tokens, and 520 over 100 cached) on the tensor cores equal the CPU backend",
           "[cuda]") {
   if (!have_gpu()) return;

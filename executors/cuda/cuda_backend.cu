@@ -177,6 +177,17 @@ class CudaBackend final : public exec::Backend {
         }
       }
     }
+    // Decodes with a long context: split-K, about kSplitKeys keys a split.
+    const size_t splits_at = host_meta_.size();
+    split_tokens_ = 0;
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SeqSlice& slice = batch.seqs[s];
+      if (slice.num_tokens != 1 || slice.start_pos + 1 < kSplitMinKeys) continue;
+      host_meta_[flags_at + s] = 2;
+      ++split_tokens_;
+      const int count = (slice.start_pos + 1 + kSplitKeys - 1) / kSplitKeys;
+      for (int i = 0; i < count; ++i) host_meta_.insert(host_meta_.end(), {slice.first_token, i, count});
+    }
     reserve_bytes(meta_, meta_bytes_, host_meta_.size() * sizeof(int32_t));
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), host_meta_.data(), host_meta_.size() * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
@@ -188,8 +199,10 @@ class CudaBackend final : public exec::Backend {
     step_.n = n;
     step_.seq_tiled = base + flags_at;
     step_.tiles = base + tiles_at;
-    step_.n_tiles = static_cast<int>((host_meta_.size() - tiles_at) / 3);
-    all_tokens_tiled_ = tiled_tokens == n;
+    step_.n_tiles = static_cast<int>((splits_at - tiles_at) / 3);
+    step_.splits = base + splits_at;
+    step_.n_splits = static_cast<int>((host_meta_.size() - splits_at) / 3);
+    tiled_tokens_ = tiled_tokens;
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
   }
@@ -260,9 +273,15 @@ class CudaBackend final : public exec::Backend {
         if (!long_prefill_checked_) check_long_prefill(ls, q, out, shape, kv);
       }
     }
-    if (!tiled || !all_tokens_tiled_) {
+    const bool split = step_.n_splits > 0;
+    if (split) {
+      reserve(split_partial_, size_t(step_.n_splits) * size_t(shape.n_heads) * size_t(shape.head_dim + 2));
+      launch_split_attention(step_, q.data(), split_partial_.data(), out.data(), shape.n_heads, shape.n_kv_heads,
+                             shape.head_dim, shape.sliding_window, view(kv), stream_);
+    }
+    if ((tiled ? tiled_tokens_ : 0) + (split ? split_tokens_ : 0) < step_.n) {
       launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                             shape.sliding_window, view(kv), tiled, stream_);
+                             shape.sliding_window, view(kv), (tiled ? 1 : 0) | (split ? 2 : 0), stream_);
     }
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
@@ -446,7 +465,8 @@ class CudaBackend final : public exec::Backend {
   const ForwardBatch* batch_ = nullptr;  // the batch of begin_step
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
-  bool all_tokens_tiled_ = false;        // every token of the step is in a prefill tile
+  int tiled_tokens_ = 0, split_tokens_ = 0;  // the step's tokens in prefill tiles / split-K decodes
+  exec::Buffer split_partial_;               // launch_split_attention's partial results
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   std::vector<LongSeq> long_seqs_;  // this step's sequences of kLongPrefillTokens or more
   LongPrefillAttention long_prefill_;

@@ -156,84 +156,6 @@ __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const 
   }
 }
 
-constexpr int kMaxDimsPerLane = 8;  // head_dim up to 256
-constexpr int kKeysInFlight = 4;
-
-template <class T>
-__global__ void paged_attention_kernel(StepLayout step, const float* q, float* out, int n_heads, int n_kv_heads,
-                                       int head_dim, int window, KvView kv, bool skip_tiled) {
-  const int warps = blockDim.x / 32;
-  const int64_t pair = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
-  if (pair >= int64_t(step.n) * n_heads) return;
-  const int lane = threadIdx.x & 31;
-  const int t = int(pair / n_heads), h = int(pair % n_heads);
-  const int seq = step.token_seq[t], pos = step.token_pos[t];
-  if (skip_tiled && step.seq_tiled[seq]) return;  // the whole warp: one (token, head) per warp
-  const int g = h / (n_heads / n_kv_heads);
-  const float scale = rsqrtf(float(head_dim));
-  const float* qh = q + (int64_t(t) * n_heads + h) * head_dim;
-  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-  for (int e = 0; e < kMaxDimsPerLane; ++e) {
-    const int d = lane + 32 * e;
-    qv[e] = d < head_dim ? qh[d] * scale : 0.0f;
-    acc[e] = 0.0f;
-  }
-  const T* kc = static_cast<const T*>(kv.k_base);
-  const T* vc = static_cast<const T*>(kv.v_base);
-  float m = -INFINITY, l = 0.0f;
-  // Key j's score s into the running max m, sum l and accumulators, its values v (one per lane and e).
-  auto take = [&](float s, const float* v) {
-    const float m_new = fmaxf(m, s);
-    const float correction = __expf(m - m_new), p = __expf(s - m_new);
-    l = l * correction + p;
-#pragma unroll
-    for (int e = 0; e < kMaxDimsPerLane; ++e) {
-      if (lane + 32 * e < head_dim) acc[e] = acc[e] * correction + p * v[e];
-    }
-    m = m_new;
-  };
-  auto load = [&](int j, float* k_row, float* v_row) {
-    const int64_t at = kv_offset(step, kv, seq, j, g, head_dim);
-#pragma unroll
-    for (int e = 0; e < kMaxDimsPerLane; ++e) {
-      const int d = lane + 32 * e;
-      k_row[e] = d < head_dim ? to_f32(kc[at + d]) : 0.0f;
-      v_row[e] = d < head_dim ? to_f32(vc[at + d]) : 0.0f;
-    }
-  };
-  auto score = [&](const float* k_row) {
-    float dot = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kMaxDimsPerLane; ++e) {
-      if (lane + 32 * e < head_dim) dot += qv[e] * k_row[e];
-    }
-    return warp_sum(dot);
-  };
-  const int first = window > 0 ? max(0, pos - window + 1) : 0;
-  // kKeysInFlight keys' K and V rows loaded before the first is used (a decode's keys are otherwise one memory
-  // latency each), then taken in order: the same arithmetic in the same order as one key at a time.
-  int j = first;
-  for (; j + kKeysInFlight - 1 <= pos; j += kKeysInFlight) {
-    float k_rows[kKeysInFlight][kMaxDimsPerLane], v_rows[kKeysInFlight][kMaxDimsPerLane], s[kKeysInFlight];
-#pragma unroll
-    for (int u = 0; u < kKeysInFlight; ++u) load(j + u, k_rows[u], v_rows[u]);
-#pragma unroll
-    for (int u = 0; u < kKeysInFlight; ++u) s[u] = score(k_rows[u]);
-#pragma unroll
-    for (int u = 0; u < kKeysInFlight; ++u) take(s[u], v_rows[u]);
-  }
-  for (; j <= pos; ++j) {
-    float k_row[kMaxDimsPerLane], v_row[kMaxDimsPerLane];
-    load(j, k_row, v_row);
-    take(score(k_row), v_row);
-  }
-  float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
-  for (int e = 0; e < kMaxDimsPerLane; ++e) {
-    const int d = lane + 32 * e;
-    if (d < head_dim) oh[d] = acc[e] / l;
-  }
-}
-
 __global__ void gather_rows_kernel(const float* src, const int32_t* rows, int dim, float* dst) {
   const int i = blockIdx.x;
   for (int c = threadIdx.x; c < dim; c += blockDim.x) dst[int64_t(i) * dim + c] = src[int64_t(rows[i]) * dim + c];
@@ -298,19 +220,6 @@ void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const floa
   with_element_type(kv.dtype, [&](auto zero) {
     using T = decltype(zero);
     rope_store_kv_kernel<T><<<step.n, 128, 0, stream>>>(step, q, k, v, n_heads, n_kv_heads, head_dim, inv_freq, kv);
-  });
-}
-
-void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
-                            int head_dim, int window, const KvView& kv, bool skip_tiled, cudaStream_t stream) {
-  const int64_t pairs = int64_t(step.n) * n_heads;
-  if (pairs == 0) return;
-  constexpr int kWarps = 4;
-  const unsigned grid = static_cast<unsigned>((pairs + kWarps - 1) / kWarps);
-  with_element_type(kv.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    paged_attention_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(step, q, out, n_heads, n_kv_heads, head_dim, window,
-                                                                 kv, skip_tiled);
   });
 }
 

@@ -25,12 +25,17 @@ struct StepLayout {
   // Prefill tiles (launch_prefill_attention): {first token, token count <= kPrefillTileQueries, sequence} each,
   // covering every token of the sequences flagged in seq_tiled (those with kPrefillMinTokens tokens or more).
   const int32_t* tiles = nullptr;        // [n_tiles][3]
-  const int32_t* seq_tiled = nullptr;    // [sequences] 1 where the sequence's tokens are in tiles
+  const int32_t* seq_tiled = nullptr;    // [sequences] 1: its tokens are in tiles; 2: a decode cut in splits
   int n_tiles = 0;
+  // Split-K decodes (launch_split_attention): {token, split, splits of the token} each, a token's splits in order.
+  const int32_t* splits = nullptr;       // [n_splits][3]
+  int n_splits = 0;
 };
 
 constexpr int kPrefillTileQueries = 32;
 constexpr int kPrefillMinTokens = 8;
+constexpr int kSplitMinKeys = 1024;  // a decode at this position or later is cut in splits
+constexpr int kSplitKeys = 256;      // keys per split (before a window shortens them)
 
 struct KvView {
   void* k_base = nullptr;
@@ -67,10 +72,16 @@ void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const floa
                           int head_dim, const float* inv_freq, const KvView& kv, cudaStream_t stream);
 // out [n, n_heads * hd] = causal attention of each token's queries over its sequence's cached K/V (positions 0 ..
 // its own, or the last `window` of them), softmax scaled by 1/sqrt(hd), GQA (head h reads kv head
-// h / (n_heads / n_kv_heads)). One warp per (token, head) with an online softmax over the keys: any head_dim.
-// With skip_tiled, the tokens of sequences flagged in step.seq_tiled are left to launch_prefill_attention.
+// h / (n_heads / n_kv_heads)). One warp per (token, head) with an online softmax over the keys: any head_dim up to
+// 256.
+// Tokens of sequences whose step.seq_tiled flag has a bit of skip_flags set are left to the other kernels (1:
+// launch_prefill_attention, 2: launch_split_attention). decode_attention.cu.
 void launch_paged_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
-                            int head_dim, int window, const KvView& kv, bool skip_tiled, cudaStream_t stream);
+                            int head_dim, int window, const KvView& kv, int skip_flags, cudaStream_t stream);
+// The same attention for the decodes of step.splits, split-K: a warp per (split, head) into partial
+// [n_splits][n_heads][head_dim + 2] (scratch), then merged into out.
+void launch_split_attention(const StepLayout& step, const float* q, float* partial, float* out, int n_heads,
+                            int n_kv_heads, int head_dim, int window, const KvView& kv, cudaStream_t stream);
 // The same attention for the tokens of step.tiles, a block per (tile, head) reading each key once per tile
 // (prefill_attention.cu); only where prefill_attention_fits(head_dim) (64 or 128).
 bool prefill_attention_fits(int head_dim);
