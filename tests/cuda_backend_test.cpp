@@ -342,6 +342,7 @@ TEST_CASE("cuda: decodes at long contexts (split-K) equal the CPU backend - wind
           attended[b] = p.read(be, out, q.size());
         }
         check_close(attended[1], attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
+        CHECK(cuda::split_decode_state(*p.gpu) == "on");  // its first use agreed with one warp per query
       }
     }
   }

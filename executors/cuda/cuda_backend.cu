@@ -96,6 +96,7 @@ class CudaBackend final : public exec::Backend {
   exec::DeviceKind kind() const override { return exec::DeviceKind::cuda; }
   int device() const { return device_; }
   const std::string& long_prefill_state() const { return long_prefill_state_; }
+  const std::string& split_decode_state() const { return split_decode_state_; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -273,7 +274,7 @@ class CudaBackend final : public exec::Backend {
         if (!long_prefill_checked_) check_long_prefill(ls, q, out, shape, kv);
       }
     }
-    const bool split = step_.n_splits > 0;
+    const bool split = step_.n_splits > 0 && split_decode_on_;
     if (split) {
       reserve(split_partial_, size_t(step_.n_splits) * size_t(shape.n_heads) * size_t(shape.head_dim + 2));
       launch_split_attention(step_, q.data(), split_partial_.data(), out.data(), shape.n_heads, shape.n_kv_heads,
@@ -283,6 +284,31 @@ class CudaBackend final : public exec::Backend {
       launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                              shape.sliding_window, view(kv), (tiled ? 1 : 0) | (split ? 2 : 0), stream_);
     }
+    if (split && !split_decode_checked_) check_split_decode(q, out, shape, kv, tiled);
+  }
+  // The first split-K step of a backend is checked against the per-query kernel on the same tokens (a copy of out
+  // with every untiled token redone one warp per query): a mismatch keeps that result and turns split-K off.
+  void check_split_decode(const exec::Buffer& q, exec::Buffer& out, const exec::AttentionShape& shape,
+                          const exec::KvLayer& kv, bool tiled) {
+    split_decode_checked_ = true;
+    const int width = shape.n_heads * shape.head_dim;
+    const size_t count = size_t(step_.n) * size_t(width);
+    reserve(split_check_, count);
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(split_check_.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream_));
+    launch_paged_attention(step_, q.data(), split_check_.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                           shape.sliding_window, view(kv), tiled ? 1 : 0, stream_);
+    float diff[2] = {0, 0};
+    max_difference(out.data(), split_check_.data(), 0, step_.n, width, diff, stream_);
+    if (diff[0] <= kSplitDecodeTolerance * std::max(1.0f, diff[1])) {
+      split_decode_state_ = "on";
+      return;
+    }
+    split_decode_state_ = "off: differs from one warp per query by " + std::to_string(diff[0]);
+    std::fprintf(stderr, "cuda:%d: split-K decode attention %s\n", device_, split_decode_state_.c_str());
+    split_decode_on_ = false;
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), split_check_.data(), count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream_));
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
     KernelTimed timed(times_, "gather_rows", stream_);
@@ -467,6 +493,10 @@ class CudaBackend final : public exec::Backend {
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
   int tiled_tokens_ = 0, split_tokens_ = 0;  // the step's tokens in prefill tiles / split-K decodes
   exec::Buffer split_partial_;               // launch_split_attention's partial results
+  bool split_decode_on_ = true, split_decode_checked_ = false;
+  std::string split_decode_state_ = "unused";
+  static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
+  exec::Buffer split_check_;
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   std::vector<LongSeq> long_seqs_;  // this step's sequences of kLongPrefillTokens or more
   LongPrefillAttention long_prefill_;
@@ -499,6 +529,11 @@ void* stream_of(const exec::Backend& backend) {
 std::string long_prefill_state(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda ? cuda->long_prefill_state() : "unused";
+}
+
+std::string split_decode_state(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->split_decode_state() : "unused";
 }
 
 int device_count() {

@@ -31,5 +31,7 @@ void* stream_of(const exec::Backend& backend);
 // The tensor-core attention of long prefills (long_prefill_attention.cuh) in a backend make_backend() made: "unused"
 // before its first use, "on" once that use matched the FMA tiles, else "off: ..." saying by how much it differed.
 std::string long_prefill_state(const exec::Backend& backend);
+// The same for split-K decode attention (decode_attention.cu), checked against one warp per query.
+std::string split_decode_state(const exec::Backend& backend);
 
 }  // namespace actord::cuda
