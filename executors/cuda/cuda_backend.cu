@@ -71,11 +71,6 @@ std::shared_ptr<void> device_memory(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
-// A sequence of kLongPrefillTokens or more in a step: its tokens, start position and prefill tiles.
-struct LongSeq {
-  int seq, first_token, count, start_pos, first_tile, tile_count;
-};
-
 class CudaBackend final : public exec::Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -143,54 +138,10 @@ class CudaBackend final : public exec::Backend {
   void begin_step(const ForwardBatch& batch) override {
     times_.collect();
     const int n = static_cast<int>(batch.tokens.size());
-    host_meta_.assign(size_t(3) * n, 0);
-    for (size_t s = 0; s < batch.seqs.size(); ++s) {
-      const SeqSlice& slice = batch.seqs[s];
-      for (int i = 0; i < slice.num_tokens; ++i) {
-        const int t = slice.first_token + i;
-        host_meta_[size_t(t)] = batch.tokens[size_t(t)];
-        host_meta_[size_t(n + t)] = static_cast<int32_t>(s);
-        host_meta_[size_t(2 * n + t)] = slice.start_pos + i;
-      }
-    }
-    // Sequences of kPrefillMinTokens tokens or more go to the tiled prefill attention, in tiles of consecutive tokens:
-    // first those under kLongPrefillTokens, then the long ones (which LongPrefillAttention takes where it fits).
-    const size_t flags_at = host_meta_.size();
-    host_meta_.resize(flags_at + batch.seqs.size(), 0);
-    const size_t tiles_at = host_meta_.size();
-    int tiled_tokens = 0;
-    long_seqs_.clear();
-    for (const bool long_ones : {false, true}) {
-      for (size_t s = 0; s < batch.seqs.size(); ++s) {
-        const SeqSlice& slice = batch.seqs[s];
-        if (slice.num_tokens < kPrefillMinTokens || (slice.num_tokens >= kLongPrefillTokens) != long_ones) continue;
-        host_meta_[flags_at + s] = 1;
-        tiled_tokens += slice.num_tokens;
-        const int first_tile = static_cast<int>((host_meta_.size() - tiles_at) / 3);
-        for (int i = 0; i < slice.num_tokens; i += kPrefillTileQueries) {
-          host_meta_.insert(host_meta_.end(), {slice.first_token + i,
-                                               std::min(kPrefillTileQueries, slice.num_tokens - i),
-                                               static_cast<int32_t>(s)});
-        }
-        if (long_ones) {
-          long_seqs_.push_back(LongSeq{static_cast<int>(s), slice.first_token, slice.num_tokens, slice.start_pos,
-                                       first_tile, static_cast<int>((host_meta_.size() - tiles_at) / 3) - first_tile});
-        }
-      }
-    }
-    // Decodes with a long context: split-K, about kSplitKeys keys a split.
-    const size_t splits_at = host_meta_.size();
-    split_tokens_ = 0;
-    for (size_t s = 0; s < batch.seqs.size(); ++s) {
-      const SeqSlice& slice = batch.seqs[s];
-      if (slice.num_tokens != 1 || slice.start_pos + 1 < kSplitMinKeys) continue;
-      host_meta_[flags_at + s] = 2;
-      ++split_tokens_;
-      const int count = (slice.start_pos + 1 + kSplitKeys - 1) / kSplitKeys;
-      for (int i = 0; i < count; ++i) host_meta_.insert(host_meta_.end(), {slice.first_token, i, count});
-    }
-    reserve_bytes(meta_, meta_bytes_, host_meta_.size() * sizeof(int32_t));
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), host_meta_.data(), host_meta_.size() * sizeof(int32_t),
+    plan_ = plan_attention(batch);
+    const std::vector<int32_t>& words = plan_.words;
+    reserve_bytes(meta_, meta_bytes_, words.size() * sizeof(int32_t));
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), words.data(), words.size() * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
     const auto* base = static_cast<const int32_t*>(meta_.get());
     step_ = StepLayout{};
@@ -198,12 +149,11 @@ class CudaBackend final : public exec::Backend {
     step_.token_seq = base + n;
     step_.token_pos = base + 2 * n;
     step_.n = n;
-    step_.seq_tiled = base + flags_at;
-    step_.tiles = base + tiles_at;
-    step_.n_tiles = static_cast<int>((splits_at - tiles_at) / 3);
-    step_.splits = base + splits_at;
-    step_.n_splits = static_cast<int>((host_meta_.size() - splits_at) / 3);
-    tiled_tokens_ = tiled_tokens;
+    step_.seq_tiled = base + plan_.flags_at;
+    step_.tiles = base + plan_.tiles_at;
+    step_.n_tiles = plan_.n_tiles;
+    step_.splits = base + plan_.splits_at;
+    step_.n_splits = plan_.n_splits;
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
   }
@@ -259,16 +209,16 @@ class CudaBackend final : public exec::Backend {
                       stream_);
     upload_tables(batch, kv.block_size);
     const bool tiled = step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
-    const bool long_path = tiled && !long_seqs_.empty() && long_prefill_on_ &&
+    const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_on_ &&
                            LongPrefillAttention::fits(kv.dtype, shape.head_dim);
     if (tiled) {
       StepLayout short_tiles = step_;
-      if (long_path) short_tiles.n_tiles = long_seqs_.front().first_tile;  // the long sequences' tiles come last
+      if (long_path) short_tiles.n_tiles = plan_.short_tiles;  // the long sequences' tiles come last
       launch_prefill_attention(short_tiles, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                                shape.sliding_window, view(kv), stream_);
     }
     if (long_path) {
-      for (const LongSeq& ls : long_seqs_) {
+      for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) {
         long_prefill_.run(blas_, stream_, step_, ls.seq, ls.first_token, ls.count, ls.start_pos, q.data(), out.data(),
                           shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv));
         if (!long_prefill_checked_) check_long_prefill(ls, q, out, shape, kv);
@@ -280,9 +230,10 @@ class CudaBackend final : public exec::Backend {
       launch_split_attention(step_, q.data(), split_partial_.data(), out.data(), shape.n_heads, shape.n_kv_heads,
                              shape.head_dim, shape.sliding_window, view(kv), stream_);
     }
-    if ((tiled ? tiled_tokens_ : 0) + (split ? split_tokens_ : 0) < step_.n) {
+    if ((tiled ? plan_.tiled_tokens : 0) + (split ? plan_.split_tokens : 0) < step_.n) {
       launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                             shape.sliding_window, view(kv), (tiled ? 1 : 0) | (split ? 2 : 0), stream_);
+                             shape.sliding_window, view(kv),
+                             (tiled ? AttentionPlan::kTiled : 0) | (split ? AttentionPlan::kSplit : 0), stream_);
     }
     if (split && !split_decode_checked_) check_split_decode(q, out, shape, kv, tiled);
   }
@@ -297,7 +248,7 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(split_check_.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToDevice,
                                       stream_));
     launch_paged_attention(step_, q.data(), split_check_.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                           shape.sliding_window, view(kv), tiled ? 1 : 0, stream_);
+                           shape.sliding_window, view(kv), tiled ? AttentionPlan::kTiled : 0, stream_);
     float diff[2] = {0, 0};
     max_difference(out.data(), split_check_.data(), 0, step_.n, width, diff, stream_);
     if (diff[0] <= kSplitDecodeTolerance * std::max(1.0f, diff[1])) {
@@ -412,7 +363,7 @@ class CudaBackend final : public exec::Backend {
   // The first use of LongPrefillAttention is checked against the FMA tiles on the same sequence (into scratch):
   // where they differ by more than bf16 rounding explains, the tiles' result is kept and the path is turned off for
   // this backend, with a message (a wrong tensor-core path costs speed, never tokens).
-  void check_long_prefill(const LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
+  void check_long_prefill(const AttentionPlan::LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
                           const exec::AttentionShape& shape, const exec::KvLayer& kv) {
     long_prefill_checked_ = true;
     const int width = shape.n_heads * shape.head_dim;
@@ -491,20 +442,19 @@ class CudaBackend final : public exec::Backend {
   const ForwardBatch* batch_ = nullptr;  // the batch of begin_step
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
-  int tiled_tokens_ = 0, split_tokens_ = 0;  // the step's tokens in prefill tiles / split-K decodes
+  AttentionPlan plan_;                       // how this step's attention is divided among the kernels
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool split_decode_on_ = true, split_decode_checked_ = false;
   std::string split_decode_state_ = "unused";
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   exec::Buffer split_check_;
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
-  std::vector<LongSeq> long_seqs_;  // this step's sequences of kLongPrefillTokens or more
   LongPrefillAttention long_prefill_;
   bool long_prefill_on_ = true, long_prefill_checked_ = false;
   std::string long_prefill_state_ = "unused";
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer long_check_;
-  std::vector<int32_t> host_meta_, host_seq_table_, host_indices_;
+  std::vector<int32_t> host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
   std::shared_ptr<void> meta_, tables_, rounded_, indices_, bests_;

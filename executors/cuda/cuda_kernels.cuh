@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/dtype.hpp"
+#include "executors/attention_plan.hpp"
 #include "executors/row_best.hpp"
 
 namespace actord::cuda {
@@ -22,8 +23,8 @@ struct StepLayout {
   const int32_t* seq_table = nullptr;    // [sequences] offset of each sequence's block table in tables
   const uint32_t* tables = nullptr;      // block tables back to back
   int n = 0;
-  // Prefill tiles (launch_prefill_attention): {first token, token count <= kPrefillTileQueries, sequence} each,
-  // covering every token of the sequences flagged in seq_tiled (those with kPrefillMinTokens tokens or more).
+  // The parts of an AttentionPlan (executors/attention_plan.hpp), in device memory. Prefill tiles
+  // (launch_prefill_attention): {first token, token count <= kPrefillTileQueries, sequence} each.
   const int32_t* tiles = nullptr;        // [n_tiles][3]
   const int32_t* seq_tiled = nullptr;    // [sequences] 1: its tokens are in tiles; 2: a decode cut in splits
   int n_tiles = 0;
@@ -32,10 +33,7 @@ struct StepLayout {
   int n_splits = 0;
 };
 
-constexpr int kPrefillTileQueries = 32;
-constexpr int kPrefillMinTokens = 8;
-constexpr int kSplitMinKeys = 1024;  // a decode at this position or later is cut in splits
-constexpr int kSplitKeys = 256;      // keys per split (before a window shortens them)
+
 
 struct KvView {
   void* k_base = nullptr;

@@ -22,8 +22,6 @@
 
 namespace actord::cuda {
 
-constexpr int kLongPrefillTokens = 512;
-
 class LongPrefillAttention {
  public:
   static bool fits(DType kv_dtype, int head_dim);
