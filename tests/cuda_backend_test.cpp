@@ -226,69 +226,84 @@ TEST_CASE("cuda: norm, activations, add, embedding, gathers, scatters and column
   check_close(out[1], out[0], 1e-6);
 }
 
+namespace {
+
+// One step of rope + KV store + paged attention on both backends: sequences {tokens, start position} each with
+// `blocks_per_seq` blocks of their own (a permutation of the pool: 7 is coprime with every pool size used), K / V of
+// earlier positions already cached (the same random bytes in both), random q, k, v from `seed`.
+struct AttentionRun {
+  std::vector<float> rotated[2], attended[2], stored[2];  // [CPU, GPU]: q after RoPE, attention, the cache's values
+};
+AttentionRun attention_on_both(Pair& p, const std::vector<std::pair<int, int>>& slices, int blocks_per_seq,
+                               int head_dim, DType kv_dtype, int window, uint32_t seed) {
+  constexpr int kBlock = 16, nh = 8, nkv = 2;
+  const int n_seqs = static_cast<int>(slices.size()), n_blocks = n_seqs * blocks_per_seq;
+  ForwardBatch batch;
+  std::vector<std::vector<uint32_t>> tables(static_cast<size_t>(n_seqs));
+  for (int s = 0; s < n_seqs; ++s) {
+    for (int i = 0; i < blocks_per_seq; ++i) {
+      tables[size_t(s)].push_back(uint32_t((s * blocks_per_seq + i) * 7 % n_blocks));
+    }
+  }
+  int first = 0;
+  for (auto [len, start] : slices) {
+    const int s = static_cast<int>(batch.seqs.size());
+    batch.seqs.push_back(SeqSlice{first, len, start, tables[size_t(s)].data(), true});
+    for (int i = 0; i < len; ++i) batch.tokens.push_back(1);
+    first += len;
+  }
+  const int n = first;
+  const auto q = random_values(size_t(n) * nh * head_dim, seed), k = random_values(size_t(n) * nkv * head_dim, seed + 1),
+             v = random_values(size_t(n) * nkv * head_dim, seed + 2);
+  std::vector<unsigned char> prior(KvCache::bytes_for(1, nkv, head_dim, n_blocks, kBlock, kv_dtype));
+  {
+    const auto values = random_values(prior.size() / dtype_size(kv_dtype), seed + 3);
+    convert_from_f32(kv_dtype, values.data(), prior.data(), values.size());
+  }
+  std::vector<float> inv_freq(size_t(head_dim / 2));
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / head_dim);
+  AttentionRun run;
+  exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
+  for (int b = 0; b < 2; ++b) {
+    exec::Backend& be = *backends[b];
+    auto kv = test::kv_cache_on(be, 1, nkv, head_dim, n_blocks, kBlock, kv_dtype);
+    for (int blk = 0; blk < n_blocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
+    exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
+    const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
+    be.reserve(out, q.size());
+    exec::AttentionShape shape{nh, nkv, head_dim, window};
+    exec::KvLayer layer{kv->keys(0), kv->values(0), kv_dtype, kBlock, kv->block_stride(), kv->head_stride()};
+    be.begin_step(batch);
+    be.rope_and_store_kv(batch, qb, kb, vb, shape, fb, layer);
+    be.paged_attention(batch, qb, out, shape, layer);
+    run.rotated[b] = p.read(be, qb, q.size());
+    run.attended[b] = p.read(be, out, q.size());
+    std::vector<unsigned char> blocks(prior.size());
+    for (int blk = 0; blk < n_blocks; ++blk) kv->read_block(uint32_t(blk), blocks.data() + size_t(blk) * kv->block_bytes());
+    run.stored[b].resize(prior.size() / dtype_size(kv_dtype));
+    convert_to_f32(kv_dtype, blocks.data(), run.stored[b].data(), run.stored[b].size());
+  }
+  return run;
+}
+
+}  // namespace
+
 TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, windows, every KV dtype)", "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
-  exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
-  constexpr int kBlock = 16, kBlocks = 50;  // every sequence 10 blocks of its own (7 and 50 coprime)
   for (int head_dim : {8, 64, 80, 128}) {
     for (DType kv_dtype : {DType::f32, DType::bf16, DType::f16}) {
       for (int window : {0, 5, 40}) {
         INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
-        const int nh = 8, nkv = 2;
         // A prefill of 40 tokens from position 0 (two prefill tiles for head_dim 64 / 128), a chunk of 7 from
         // position 33 (under kPrefillMinTokens: the per-query kernel), a chunk of 45 from position 60 (tiles over
         // cached keys), and two decodes at 100 and 5.
-        ForwardBatch batch;
-        std::vector<std::vector<uint32_t>> tables(5);
-        for (int s = 0; s < 5; ++s)
-          for (int i = 0; i < 10; ++i) tables[s].push_back(uint32_t((s * 10 + i) * 7 % kBlocks));
-        int first = 0;
-        for (auto [len, start] : {std::pair{40, 0}, {7, 33}, {45, 60}, {1, 100}, {1, 5}}) {
-          const int s = static_cast<int>(batch.seqs.size());
-          batch.seqs.push_back(SeqSlice{first, len, start, tables[s].data(), true});
-          for (int i = 0; i < len; ++i) batch.tokens.push_back(1);
-          first += len;
-        }
-        const int n = first;
-        const auto q = random_values(size_t(n) * nh * head_dim, 21), k = random_values(size_t(n) * nkv * head_dim, 22),
-                   v = random_values(size_t(n) * nkv * head_dim, 23);
-        // Earlier positions of the chunk and the decodes: K/V already in the cache (the same random bytes in both).
-        std::vector<unsigned char> prior(KvCache::bytes_for(1, nkv, head_dim, kBlocks, kBlock, kv_dtype));
-        {
-          const auto values = random_values(prior.size() / dtype_size(kv_dtype), 24);
-          convert_from_f32(kv_dtype, values.data(), prior.data(), values.size());
-        }
-        std::vector<float> inv_freq(size_t(head_dim / 2));
-        for (int i = 0; i < head_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / head_dim);
-        std::vector<float> rotated[2], attended[2];
-        std::vector<unsigned char> blocks[2];
-        for (int b = 0; b < 2; ++b) {
-          exec::Backend& be = *backends[b];
-          auto kv = test::kv_cache_on(be, 1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
-          for (int blk = 0; blk < kBlocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
-          exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
-          const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
-          be.reserve(out, q.size());
-          exec::AttentionShape shape{nh, nkv, head_dim, window};
-          exec::KvLayer layer{kv->keys(0), kv->values(0), kv_dtype, kBlock, kv->block_stride(), kv->head_stride()};
-          be.begin_step(batch);
-          be.rope_and_store_kv(batch, qb, kb, vb, shape, fb, layer);
-          be.paged_attention(batch, qb, out, shape, layer);
-          rotated[b] = p.read(be, qb, q.size());
-          attended[b] = p.read(be, out, q.size());
-          blocks[b].resize(prior.size());
-          for (int blk = 0; blk < kBlocks; ++blk) kv->read_block(uint32_t(blk), blocks[b].data() + size_t(blk) * kv->block_bytes());
-        }
-        check_close(rotated[1], rotated[0], 1e-5);
-        check_close(attended[1], attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
+        const AttentionRun run =
+            attention_on_both(p, {{40, 0}, {7, 33}, {45, 60}, {1, 100}, {1, 5}}, 10, head_dim, kv_dtype, window, 21);
+        check_close(run.rotated[1], run.rotated[0], 1e-5);
+        check_close(run.attended[1], run.attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
         // The stored K/V: equal values (rounded alike from rotations equal to within float rounding).
-        std::vector<float> stored[2];
-        for (int b = 0; b < 2; ++b) {
-          stored[b].resize(prior.size() / dtype_size(kv_dtype));
-          convert_to_f32(kv_dtype, blocks[b].data(), stored[b].data(), stored[b].size());
-        }
-        check_close(stored[1], stored[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
+        check_close(run.stored[1], run.stored[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
       }
     }
   }
@@ -297,51 +312,14 @@ TEST_CASE("cuda: rope, KV store and paged attention equal the CPU backend (GQA, 
 TEST_CASE("cuda: decodes at long contexts (split-K) equal the CPU backend - windows - head_dim 64 to 256", "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
-  exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
-  constexpr int kBlock = 16, kPerSeq = 130, kBlocks = 3 * kPerSeq;
   for (int head_dim : {64, 80, 128, 256}) {
     for (DType kv_dtype : {DType::f32, DType::bf16}) {
       for (int window : {0, 300, 2000}) {
         INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
-        const int nh = 8, nkv = 2;
         // Decodes at positions 1300 (6 splits), 2047 (8) and 600 (under kSplitMinKeys: one warp per head).
-        ForwardBatch batch;
-        std::vector<std::vector<uint32_t>> tables(3);
-        for (int s = 0; s < 3; ++s)
-          for (int i = 0; i < kPerSeq; ++i) tables[s].push_back(uint32_t(((s * kPerSeq + i) * 7) % kBlocks));
-        int first = 0;
-        for (int start : {1300, 2047, 600}) {
-          const int s = static_cast<int>(batch.seqs.size());
-          batch.seqs.push_back(SeqSlice{first, 1, start, tables[s].data(), true});
-          batch.tokens.push_back(1);
-          ++first;
-        }
-        const int n = first;
-        const auto q = random_values(size_t(n) * nh * head_dim, 41), k = random_values(size_t(n) * nkv * head_dim, 42),
-                   v = random_values(size_t(n) * nkv * head_dim, 43);
-        std::vector<unsigned char> prior(KvCache::bytes_for(1, nkv, head_dim, kBlocks, kBlock, kv_dtype));
-        {
-          const auto values = random_values(prior.size() / dtype_size(kv_dtype), 44);
-          convert_from_f32(kv_dtype, values.data(), prior.data(), values.size());
-        }
-        std::vector<float> inv_freq(size_t(head_dim / 2));
-        for (int i = 0; i < head_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / head_dim);
-        std::vector<float> attended[2];
-        for (int b = 0; b < 2; ++b) {
-          exec::Backend& be = *backends[b];
-          auto kv = test::kv_cache_on(be, 1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
-          for (int blk = 0; blk < kBlocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
-          exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
-          const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
-          be.reserve(out, q.size());
-          exec::AttentionShape shape{nh, nkv, head_dim, window};
-          exec::KvLayer layer{kv->keys(0), kv->values(0), kv_dtype, kBlock, kv->block_stride(), kv->head_stride()};
-          be.begin_step(batch);
-          be.rope_and_store_kv(batch, qb, kb, vb, shape, fb, layer);
-          be.paged_attention(batch, qb, out, shape, layer);
-          attended[b] = p.read(be, out, q.size());
-        }
-        check_close(attended[1], attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
+        const AttentionRun run =
+            attention_on_both(p, {{1, 1300}, {1, 2047}, {1, 600}}, 130, head_dim, kv_dtype, window, 41);
+        check_close(run.attended[1], run.attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-3);
         CHECK(cuda::split_decode_state(*p.gpu) == "on");  // its first use agreed with one warp per query
       }
     }
@@ -352,51 +330,14 @@ TEST_CASE("cuda: long prefills (600 tokens, and 520 over 100 cached) on the tens
           "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
-  exec::Backend* backends[2] = {&p.cpu.backend, p.gpu.get()};
-  constexpr int kBlock = 16, kPerSeq = 40, kBlocks = 3 * kPerSeq;
   for (int head_dim : {64, 128}) {
     for (DType kv_dtype : {DType::bf16, DType::f16, DType::f32}) {  // f32: the FMA tiles take the long ones
       for (int window : {0, 200}) {
         INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
-        const int nh = 8, nkv = 2;
-        ForwardBatch batch;
-        std::vector<std::vector<uint32_t>> tables(3);
-        for (int s = 0; s < 3; ++s)
-          for (int i = 0; i < kPerSeq; ++i) tables[s].push_back(uint32_t(((s * kPerSeq + i) * 7) % kBlocks));
-        int first = 0;
-        for (auto [len, start] : {std::pair{600, 0}, {520, 100}, {1, 300}}) {
-          const int s = static_cast<int>(batch.seqs.size());
-          batch.seqs.push_back(SeqSlice{first, len, start, tables[s].data(), true});
-          for (int i = 0; i < len; ++i) batch.tokens.push_back(1);
-          first += len;
-        }
-        const int n = first;
-        const auto q = random_values(size_t(n) * nh * head_dim, 31), k = random_values(size_t(n) * nkv * head_dim, 32),
-                   v = random_values(size_t(n) * nkv * head_dim, 33);
-        std::vector<unsigned char> prior(KvCache::bytes_for(1, nkv, head_dim, kBlocks, kBlock, kv_dtype));
-        {
-          const auto values = random_values(prior.size() / dtype_size(kv_dtype), 34);
-          convert_from_f32(kv_dtype, values.data(), prior.data(), values.size());
-        }
-        std::vector<float> inv_freq(size_t(head_dim / 2));
-        for (int i = 0; i < head_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / head_dim);
-        std::vector<float> attended[2];
-        for (int b = 0; b < 2; ++b) {
-          exec::Backend& be = *backends[b];
-          auto kv = test::kv_cache_on(be, 1, nkv, head_dim, kBlocks, kBlock, kv_dtype);
-          for (int blk = 0; blk < kBlocks; ++blk) kv->write_block(uint32_t(blk), prior.data() + size_t(blk) * kv->block_bytes());
-          exec::Buffer qb = be.upload(q), kb = be.upload(k), out;
-          const exec::Buffer vb = be.upload(v), fb = be.upload(inv_freq);
-          be.reserve(out, q.size());
-          exec::AttentionShape shape{nh, nkv, head_dim, window};
-          exec::KvLayer layer{kv->keys(0), kv->values(0), kv_dtype, kBlock, kv->block_stride(), kv->head_stride()};
-          be.begin_step(batch);
-          be.rope_and_store_kv(batch, qb, kb, vb, shape, fb, layer);
-          be.paged_attention(batch, qb, out, shape, layer);
-          attended[b] = p.read(be, out, q.size());
-        }
+        const AttentionRun run =
+            attention_on_both(p, {{600, 0}, {520, 100}, {1, 300}}, 40, head_dim, kv_dtype, window, 31);
         // bf16 / f16 K and V in both; the tensor cores also round Q and the probabilities to that type.
-        check_close(attended[1], attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
+        check_close(run.attended[1], run.attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
         if (kv_dtype != DType::f32) CHECK(cuda::long_prefill_state(*p.gpu) == "on");
       }
     }
