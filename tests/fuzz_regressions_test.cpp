@@ -341,6 +341,9 @@ TEST_CASE("chat templates: 64-bit integer arithmetic fails on overflow instead o
 TEST_CASE("chat templates: huge counts and steps end instead of overflowing", "[fuzz][chat_template]") {
   // The repetition check multiplied in size_t: 2 * 2^63 wrapped to 0 and the loop ran 2^63 times.
   CHECK(render("{{ 'ab' * 9223372036854775807 }}") == "error: chat_template line 1: repetition too large");
+  // indent(width) made a string of `width` spaces: 10^16 of them (found by the fuzzer).
+  CHECK(render("{{ 'x'|indent(11111111111111114) }}") == "error: chat_template line 1: indent width too large");
+  CHECK(render("{{ 'a\nb'|indent(3) }}") == "a\n   b");
   // range() stepped past INT64_MAX (undefined behaviour, then a million negative numbers).
   CHECK(render("{% for i in range(9223372036854775800, 9223372036854775807, 5) %}{{ i }},{% endfor %}") ==
         "9223372036854775800,9223372036854775805,");

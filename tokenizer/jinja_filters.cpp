@@ -65,9 +65,11 @@ Value min_max(const Value& v, const CallArgs& a, bool want_max, int line) {
   return items[best];
 }
 
-std::string do_indent(const std::string& s, const Value& width, bool first, bool blank) {
-  const std::string ind =
-      width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, to_i(width))), ' ');
+std::string do_indent(const std::string& s, const Value& width, bool first, bool blank, int line) {
+  const int64_t spaces = width.is_string() ? 0 : std::max<int64_t>(0, to_i(width));
+  // As repetition: no more than 64 MiB of spaces (a width of 10^16 asked for as many bytes).
+  if (spaces > (int64_t{64} << 20)) fail(Errc::invalid_argument, line, "indent width too large");
+  const std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(spaces), ' ');
   const auto lines = py_splitlines(s + "\n");
   std::string rv;
   if (blank) {
@@ -309,7 +311,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a, int lin
     const Value width = a.pos.empty() && !a.kwarg("width") ? Value(int64_t{4}) : opt_arg(a, 0, "width");
     if (!width.is_string() && !is_intlike(width))
       fail(Errc::invalid_argument, line, "indent: width must be int or str");
-    return do_indent(to_str(v), width, bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false));
+    return do_indent(to_str(v), width, bool_arg(a, 1, "first", false), bool_arg(a, 2, "blank", false), line);
   }
   fail(Errc::unsupported, line, "filter '" + name + "' is not supported");
 }
