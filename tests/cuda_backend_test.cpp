@@ -125,6 +125,31 @@ TEST_CASE("cuda: gemm, gemm_multi and gemm_glu equal the CPU backend for f32, bf
           out[b] = p.read(be, y, size_t(n) * rows);
         }
         check_close(out[1], out[0], tol);
+
+        // Three products of one x (Q, K and V: rows, rows / 2 + 3, rows / 4 + 1 outputs), the first and last with
+        // a bias: one launch of the small-batch kernel where it fits.
+        const int rows_k = rows / 2 + 3, rows_v = rows / 4 + 1;
+        const HostMatrixData wk(random_values(size_t(rows_k) * cols, 13 + rows, 0.1f), rows_k, cols, dtype);
+        const HostMatrixData wv(random_values(size_t(rows_v) * cols, 17 + rows, 0.1f), rows_v, cols, dtype);
+        const auto bias_v = random_values(size_t(rows_v), 5);
+        std::vector<float> outs[2][3];
+        for (int b = 0; b < 2; ++b) {
+          exec::Backend& be = *backends[b];
+          auto q_w = be.upload_matrix(w.m, exec::WeightUse::gemm), k_w = be.upload_matrix(wk.m, exec::WeightUse::gemm),
+               v_w = be.upload_matrix(wv.m, exec::WeightUse::gemm);
+          REQUIRE((q_w.ok() && k_w.ok() && v_w.ok()));
+          const exec::Buffer xb = be.upload(x), bq = be.upload(bias), bv = be.upload(bias_v);
+          exec::Buffer yq, yk, yv;
+          be.reserve(yq, size_t(n) * rows);
+          be.reserve(yk, size_t(n) * rows_k);
+          be.reserve(yv, size_t(n) * rows_v);
+          const exec::GemmTarget targets[3] = {{&*q_w, &bq, &yq}, {&*k_w, nullptr, &yk}, {&*v_w, &bv, &yv}};
+          be.gemm_multi(xb, targets, n);
+          outs[b][0] = p.read(be, yq, size_t(n) * rows);
+          outs[b][1] = p.read(be, yk, size_t(n) * rows_k);
+          outs[b][2] = p.read(be, yv, size_t(n) * rows_v);
+        }
+        for (int t = 0; t < 3; ++t) check_close(outs[1][t], outs[0][t], tol);
       }
     }
   }

@@ -172,16 +172,54 @@ class CudaBackend final : public exec::Backend {
   void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
     KernelTimed timed(times_, product_name(weight_of(w), n), stream_);
     const CudaWeight& cw = weight_of(w);
+    const bool biased = bias && !bias->empty();
+    if (small_batch(cw, x, n)) {
+      SmallBatchTargets one;
+      one.w[0] = cw.data;
+      one.bias[0] = biased ? bias->data() : nullptr;
+      one.y[0] = y.data();
+      one.rows[0] = static_cast<int>(cw.rows);
+      one.count = 1;
+      launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
+      return;
+    }
     product(x, cw, y.data(), n);
-    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
+    if (biased) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
   }
+  // Products of one x with up to kSmallBatchTargets weights of one dtype and width (Q, K, V): one launch at small n.
   void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
-    for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
+    bool together = !targets.empty() && targets.size() <= size_t(kSmallBatchTargets);
+    for (const exec::GemmTarget& t : targets) {
+      const CudaWeight& cw = weight_of(*t.w);
+      const CudaWeight& first = weight_of(*targets.front().w);
+      together = together && small_batch(cw, x, n) && cw.dtype == first.dtype && cw.cols == first.cols;
+    }
+    if (!together) {
+      for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
+      return;
+    }
+    KernelTimed timed(times_, "gemm_multi (small batch)", stream_);
+    SmallBatchTargets all;
+    for (const exec::GemmTarget& t : targets) {
+      const CudaWeight& cw = weight_of(*t.w);
+      all.w[all.count] = cw.data;
+      all.bias[all.count] = t.bias && !t.bias->empty() ? t.bias->data() : nullptr;
+      all.y[all.count] = t.y->data();
+      all.rows[all.count] = static_cast<int>(cw.rows);
+      ++all.count;
+    }
+    const CudaWeight& first = weight_of(*targets.front().w);
+    launch_small_batch_gemm(all, first.dtype, x.data(), n, static_cast<int>(first.cols), stream_);
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
     KernelTimed timed(times_, n <= kSmallBatchRows ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)", stream_);
     const CudaWeight& cw = weight_of(gate_up);
     ACTORD_CHECK(cw.rows == 2 * ff);
+    if (small_batch(cw, x, n)) {  // gate and up rows of a feature in one warp, silu(gate) * up written directly
+      launch_small_batch_glu(cw.data, cw.dtype, x.data(), n, static_cast<int>(ff), static_cast<int>(cw.cols),
+                             y.data(), stream_);
+      return;
+    }
     reserve(glu_scratch_, size_t(n) * size_t(cw.rows));
     product(x, cw, glu_scratch_.data(), n);
     launch_silu_mul_halves(glu_scratch_.data(), y.data(), n, ff, stream_);
@@ -336,19 +374,19 @@ class CudaBackend final : public exec::Backend {
     return out;
   }
 
-  // y [n, w.rows] = x [n, w.cols] w^T: up to kSmallBatchRows rows of 16-bit products by the weight-streaming kernel,
-  // the rest by cuBLAS. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
+  // Whether the weight-streaming kernel takes x [n, w.cols] times w: 16-bit weights, up to kSmallBatchRows rows, x
+  // 16-byte aligned (it reads x 16 bytes at a time; its rows then are too, as k % 8 is 0).
+  static bool small_batch(const CudaWeight& w, const exec::Buffer& x, int n) {
+    return small_batch_gemm_fits(w.dtype, n, static_cast<int>(w.cols)) &&
+           reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+  }
+
+  // y [n, w.rows] = x [n, w.cols] w^T by cuBLAS. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
   // C (rows x n) = op(A) B with A = W stored column-major as [cols, rows] (transposed) and B = x as [cols, n].
   void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n) {
     if (n == 0) return;
     const float alpha = 1.0f, beta = 0.0f;
     const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
-    // The small-batch kernel rounds x as it reads it, 16 bytes at a time (x's rows start 16-byte aligned when k % 8
-    // is 0 and x does).
-    if (small_batch_gemm_fits(w.dtype, n, k) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0) {
-      launch_small_batch_gemm(w.data, w.dtype, x.data(), n, m, k, y, stream_);
-      return;
-    }
     const void* b = x.data();
     if (w.dtype != DType::f32) {  // activations rounded to the weights' 16-bit type
       reserve_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(k) * dtype_size(w.dtype));

@@ -52,7 +52,6 @@ __global__ void add_bias_kernel(float* y, const float* bias, int n, int m) {
   if (i < size_t(n) * m) y[i] += bias[i % m];
 }
 
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 __global__ void silu_mul_halves_kernel(const float* gu, float* y, int n, int64_t ff) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;

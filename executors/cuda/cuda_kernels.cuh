@@ -50,13 +50,25 @@ void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_
 void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream);
 // dst[i] = src[i] rounded to dtype (bf16 or f16), i < count: a GEMM's activations.
 void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream);
-// y [n, m] = x [n, k] W^T, W [m, k] row-major bf16 or f16, x f32 rounded to W's type, f32 sums, for small n
-// (decode steps): one warp streams each weight row once (small_batch_gemm.cu). Only where small_batch_gemm_fits
-// (n <= 8, k % 8 == 0).
+// For small n (decode steps; small_batch_gemm.cu: one warp streams each weight row once), only where
+// small_batch_gemm_fits (n <= 8, k % 8 == 0) and x is 16-byte aligned. W [m, k] row-major bf16 or f16, x [n, k] f32
+// rounded to W's type as it is read, f32 sums.
 constexpr int kSmallBatchRows = 8;
+constexpr int kSmallBatchTargets = 4;
 bool small_batch_gemm_fits(DType dtype, int n, int k);
-void launch_small_batch_gemm(const void* w, DType dtype, const float* x, int n, int m, int k, float* y,
+// For each target t < count (all of dtype and k columns): y[t] [n, rows[t]] = x W[t]^T (+ bias[t] where not null).
+struct SmallBatchTargets {
+  const void* w[kSmallBatchTargets] = {};
+  const float* bias[kSmallBatchTargets] = {};
+  float* y[kSmallBatchTargets] = {};
+  int rows[kSmallBatchTargets] = {};
+  int count = 0;
+};
+void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, const float* x, int n, int k,
                              cudaStream_t stream);
+// y [n, ff] = silu(x G^T) * (x U^T) with w = [G; U] [2 ff, k].
+void launch_small_batch_glu(const void* w, DType dtype, const float* x, int n, int ff, int k, float* y,
+                            cudaStream_t stream);
 // y[r, c] += bias[c], r < n, c < m.
 void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream);
 // y[r, c] = silu(gu[r, c]) * gu[r, ff + c]: the gate and up halves of one [n, 2 ff] product.

@@ -40,6 +40,9 @@ inline void with_element_type(DType dtype, F&& f) {
   }
 }
 
+// The gated MLP's activation, one formula for every kernel that applies it.
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

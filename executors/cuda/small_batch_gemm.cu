@@ -2,9 +2,13 @@
 // GEMM tiles leave most of the weight stream idle. Each warp reads one weight row once with 16-byte streaming loads
 // (four in flight per lane) and multiplies it with every row of x (f32, each value rounded to the weights' type as
 // it is read, as the cuBLAS path rounds it first), summing in f32; a warp sum per output. Memory-bound: the goal is
-// the copy bandwidth.
+// the copy bandwidth. One launch serves several products of the same x (Q, K and V: the rows of all targets one
+// after the other, each with its bias), and the gated MLP's two halves (a warp takes gate row j and up row j and
+// writes silu(gate) * up).
 #include "executors/cuda/cuda_kernels.cuh"
 #include "executors/cuda/device_util.cuh"
+
+#include <type_traits>
 
 namespace actord::cuda {
 
@@ -49,21 +53,13 @@ __device__ __forceinline__ void accumulate(const uint4& wv, const float4* const*
   }
 }
 
+// acc[r] = sum over k of row[k] * x[r][k] (rounded), warp-summed: every lane holds the totals.
 template <class T, int N>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(const T* __restrict__ w,
-                                                                               const float* __restrict__ x, int m,
-                                                                               int k, float* __restrict__ y) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (row >= m) return;
-  const int chunks = k / 8;
-  const uint4* wr = reinterpret_cast<const uint4*>(w + size_t(row) * size_t(k));
-  const float4* xs[N];
-#pragma unroll
-  for (int r = 0; r < N; ++r) xs[r] = reinterpret_cast<const float4*>(x + size_t(r) * size_t(k));
-  float acc[N];
+__device__ __forceinline__ void row_products(const T* row, const float4* const* xs, int k, int lane, float* acc) {
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.0f;
+  const int chunks = k / 8;
+  const uint4* wr = reinterpret_cast<const uint4*>(row);
   int c = lane;
   for (; c + 32 * (kInFlight - 1) < chunks; c += 32 * kInFlight) {
     uint4 wv[kInFlight];
@@ -74,31 +70,94 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(c
   }
   for (; c < chunks; c += 32) accumulate<T, N>(__ldcs(wr + c), xs, c, acc);
 #pragma unroll
-  for (int r = 0; r < N; ++r) {
-    const float s = warp_sum(acc[r]);
-    if (lane == 0) y[size_t(r) * size_t(m) + size_t(row)] = s;
+  for (int r = 0; r < N; ++r) acc[r] = warp_sum(acc[r]);
+}
+
+template <int N>
+__device__ __forceinline__ void rows_of_x(const float* x, int k, const float4** xs) {
+#pragma unroll
+  for (int r = 0; r < N; ++r) xs[r] = reinterpret_cast<const float4*>(x + size_t(r) * size_t(k));
+}
+
+// Warp w of the grid takes row w of the targets' rows laid end to end.
+template <class T, int N>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(SmallBatchTargets targets,
+                                                                               const float* __restrict__ x, int k) {
+  const int lane = threadIdx.x & 31;
+  int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  // The target of this row (unrolled: constant indexes keep the parameters out of local memory).
+  const T* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int m = 0;
+#pragma unroll
+  for (int i = 0; i < kSmallBatchTargets; ++i) {
+    if (w == nullptr && i < targets.count) {
+      if (row < targets.rows[i]) {
+        w = static_cast<const T*>(targets.w[i]);
+        bias = targets.bias[i];
+        y = targets.y[i];
+        m = targets.rows[i];
+      } else {
+        row -= targets.rows[i];
+      }
+    }
+  }
+  if (w == nullptr) return;
+  const float4* xs[N];
+  rows_of_x<N>(x, k, xs);
+  float acc[N];
+  row_products<T, N>(w + size_t(row) * size_t(k), xs, k, lane, acc);
+  if (lane == 0) {
+    const float b = bias ? bias[row] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < N; ++r) y[size_t(r) * size_t(m) + size_t(row)] = bias ? acc[r] + b : acc[r];
   }
 }
 
+// Warp j: gate row j and up row ff + j of w [2 ff, k]; y [n, ff] = silu(gate) * up.
 template <class T, int N>
-void launch_rows(const void* w, const float* x, int m, int k, float* y, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>((m + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  small_batch_gemm_kernel<T, N>
-      <<<grid, 32 * kWarpsPerBlock, 0, stream>>>(static_cast<const T*>(w), x, m, k, y);
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_glu_kernel(const T* __restrict__ w,
+                                                                              const float* __restrict__ x, int ff,
+                                                                              int k, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int j = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (j >= ff) return;
+  const float4* xs[N];
+  rows_of_x<N>(x, k, xs);
+  float gate[N], up[N];
+  row_products<T, N>(w + size_t(j) * size_t(k), xs, k, lane, gate);
+  row_products<T, N>(w + size_t(ff + j) * size_t(k), xs, k, lane, up);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < N; ++r) y[size_t(r) * size_t(ff) + size_t(j)] = silu(gate[r]) * up[r];
+  }
 }
 
-template <class T>
-void launch_typed(const void* w, const float* x, int n, int m, int k, float* y, cudaStream_t stream) {
+unsigned blocks_for_rows(int64_t rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+// f(integral_constant<N>) for n in 1 .. kSmallBatchRows.
+template <class F>
+void with_rows(int n, F&& f) {
   switch (n) {
-    case 1: launch_rows<T, 1>(w, x, m, k, y, stream); break;
-    case 2: launch_rows<T, 2>(w, x, m, k, y, stream); break;
-    case 3: launch_rows<T, 3>(w, x, m, k, y, stream); break;
-    case 4: launch_rows<T, 4>(w, x, m, k, y, stream); break;
-    case 5: launch_rows<T, 5>(w, x, m, k, y, stream); break;
-    case 6: launch_rows<T, 6>(w, x, m, k, y, stream); break;
-    case 7: launch_rows<T, 7>(w, x, m, k, y, stream); break;
-    case 8: launch_rows<T, 8>(w, x, m, k, y, stream); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
     default: break;
+  }
+}
+
+template <class F>
+void with_16_bit_type(DType dtype, F&& f) {
+  if (dtype == DType::bf16) {
+    f(__nv_bfloat16{});
+  } else {
+    f(__half{});
   }
 }
 
@@ -108,14 +167,32 @@ bool small_batch_gemm_fits(DType dtype, int n, int k) {
   return (dtype == DType::bf16 || dtype == DType::f16) && n >= 1 && n <= kSmallBatchRows && k > 0 && k % 8 == 0;
 }
 
-void launch_small_batch_gemm(const void* w, DType dtype, const float* x, int n, int m, int k, float* y,
+void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, const float* x, int n, int k,
                              cudaStream_t stream) {
-  if (m <= 0 || !small_batch_gemm_fits(dtype, n, k)) return;
-  if (dtype == DType::bf16) {
-    launch_typed<__nv_bfloat16>(w, x, n, m, k, y, stream);
-  } else {
-    launch_typed<__half>(w, x, n, m, k, y, stream);
-  }
+  if (!small_batch_gemm_fits(dtype, n, k) || targets.count <= 0 || targets.count > kSmallBatchTargets) return;
+  int64_t rows = 0;
+  for (int t = 0; t < targets.count; ++t) rows += targets.rows[t];
+  if (rows == 0) return;
+  with_16_bit_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    with_rows(n, [&](auto rows_of_x_const) {
+      constexpr int N = decltype(rows_of_x_const)::value;
+      small_batch_gemm_kernel<T, N><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, stream>>>(targets, x, k);
+    });
+  });
+}
+
+void launch_small_batch_glu(const void* w, DType dtype, const float* x, int n, int ff, int k, float* y,
+                            cudaStream_t stream) {
+  if (!small_batch_gemm_fits(dtype, n, k) || ff <= 0) return;
+  with_16_bit_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    with_rows(n, [&](auto rows_of_x_const) {
+      constexpr int N = decltype(rows_of_x_const)::value;
+      small_batch_glu_kernel<T, N>
+          <<<blocks_for_rows(ff), 32 * kWarpsPerBlock, 0, stream>>>(static_cast<const T*>(w), x, ff, k, y);
+    });
+  });
 }
 
 }  // namespace actord::cuda
