@@ -341,6 +341,13 @@ TEST_CASE("chat templates: 64-bit integer arithmetic fails on overflow instead o
 TEST_CASE("chat templates: huge counts and steps end instead of overflowing", "[fuzz][chat_template]") {
   // The repetition check multiplied in size_t: 2 * 2^63 wrapped to 0 and the loop ran 2^63 times.
   CHECK(render("{{ 'ab' * 9223372036854775807 }}") == "error: chat_template line 1: repetition too large");
+  // A namespace stored into itself was a shared-pointer cycle, leaked (found by the fuzzer); through a list and
+  // another namespace too. Storing other namespaces and values is unchanged.
+  CHECK(render("{% set ns = namespace(c=0) %}{% set ns.c = ns %}") ==
+        "error: chat_template line 1: cannot store namespace 'ns' inside itself");
+  CHECK(render("{% set a = namespace(x=1) %}{% set b = namespace(y=[a]) %}{% set a.x = b %}") ==
+        "error: chat_template line 1: cannot store namespace 'a' inside itself");
+  CHECK(render("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{% set b.y = [a, 2] %}{{ b.y[0].x }}") == "1");
   // indent(width) made a string of `width` spaces: 10^16 of them (found by the fuzzer).
   CHECK(render("{{ 'x'|indent(11111111111111114) }}") == "error: chat_template line 1: indent width too large");
   CHECK(render("{{ 'a\nb'|indent(3) }}") == "a\n   b");

@@ -161,12 +161,32 @@ class Interpreter {
     return Flow::normal;
   }
 
+  // Whether `target` is v or is held, at any depth, by the lists and dicts of v (depth beyond kMaxCallDepth: said
+  // yes, refused as a cycle would be).
+  static bool reaches(const Value& v, const Dict* target, int depth) {
+    if (depth > kMaxCallDepth) return true;
+    if (v.is_dict()) {
+      if (&v.dict() == target) return true;
+      for (const auto& item : v.dict().items)
+        if (reaches(item.second, target, depth + 1)) return true;
+    } else if (v.is_list()) {
+      for (const Value& item : v.list())
+        if (reaches(item, target, depth + 1)) return true;
+    }
+    return false;
+  }
+
   void exec_set(const Stmt& s) {
     if (!s.attr.empty()) {
       const Value ns = lookup(s.text);
       if (!ns.is_dict() || !ns.dict().is_namespace)
         fail(Errc::invalid_argument, s.line, "cannot assign attribute on non-namespace object '" + s.text + "'");
-      ns.dict_mut().set(s.attr, eval(*s.expr));
+      Value value = eval(*s.expr);
+      // Namespaces are the only mutable values: one stored into itself (directly or through lists and other
+      // namespaces) would be a cycle of shared pointers that is never freed.
+      if (reaches(value, &ns.dict(), 0))
+        fail(Errc::invalid_argument, s.line, "cannot store namespace '" + s.text + "' inside itself");
+      ns.dict_mut().set(s.attr, std::move(value));
       return;
     }
     if (s.expr) {
