@@ -90,6 +90,15 @@ for b in $BATCHES; do
   [ "$b" = 1 ] || actord_batch "$b"
 done
 [ "$DEVICE" = cuda ] && actord_profile 64
+# Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
+# cuBLAS for every product, the 4k prefill with the FMA tiles instead of the tensor cores.
+if [ "$DEVICE" = cuda ]; then
+  ACTORD_CUDA_DISABLE=small_batch step actord_b1_cublas 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" \
+    --model "$MODEL" --load-format dummy --input-len 128 --output-len 64 --num-prompts 1 --concurrency 1 --json
+  ACTORD_CUDA_DISABLE=long_prefill step actord_prefill_fma_tiles 300 "$ACTORD" bench offline \
+    --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy --input-len 4096 --output-len 1 \
+    --num-prompts 1 --concurrency 1 --json
+fi
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'
 import json, os, sys
@@ -132,6 +141,13 @@ if p and p.get("prefill_tokens_per_s"):
     gemm = limits.get("gemm_tflops", {}).get("8192x8192x8192")
     if gemm:
         summary["prefill"]["share_of_gemm_rate"] = round(tf / gemm, 3)
+ab = {}
+for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "decode_tokens_per_s"),
+                  ("actord_prefill", "prefill_tokens_per_s"), ("actord_prefill_fma_tiles", "prefill_tokens_per_s")):
+    run = load(name)
+    if run and run.get(key):
+        ab[name] = round(run[key], 1)
+summary["paths_vs_fallbacks"] = ab
 hf = load("hf")
 if hf and hf.get("prefill"):
     summary.setdefault("prefill", {})["hf_tok_s"] = hf["prefill"]["tok_s"]

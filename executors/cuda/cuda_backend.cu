@@ -80,6 +80,34 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
     ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    disable_paths(std::getenv("ACTORD_CUDA_DISABLE"));
+  }
+  // ACTORD_CUDA_DISABLE=name,name...: the paths named fall back to the general ones (to measure a path against its
+  // fallback in one run, or to step around one): small_batch (cuBLAS for every product), prefill_tiles (one warp per
+  // query for prefills too), long_prefill (FMA tiles for long prefills), split_decode (one warp per long decode).
+  void disable_paths(const char* list) {
+    if (!list) return;
+    std::string names = list;
+    for (size_t at = 0; at <= names.size();) {
+      const size_t end = std::min(names.find(',', at), names.size());
+      const std::string name = names.substr(at, end - at);
+      at = end + 1;
+      if (name.empty()) continue;
+      if (name == "small_batch") {
+        small_batch_on_ = false;
+      } else if (name == "prefill_tiles") {
+        tiles_on_ = false;
+      } else if (name == "long_prefill") {
+        long_prefill_on_ = false;
+        long_prefill_state_ = "off: ACTORD_CUDA_DISABLE";
+      } else if (name == "split_decode") {
+        split_decode_on_ = false;
+        split_decode_state_ = "off: ACTORD_CUDA_DISABLE";
+      } else {
+        std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (small_batch, prefill_tiles, "
+                             "long_prefill, split_decode)\n", device_, name.c_str());
+      }
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -212,7 +240,8 @@ class CudaBackend final : public exec::Backend {
     launch_small_batch_gemm(all, first.dtype, x.data(), n, static_cast<int>(first.cols), stream_);
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
-    KernelTimed timed(times_, n <= kSmallBatchRows ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)", stream_);
+    KernelTimed timed(times_, small_batch_on_ && n <= kSmallBatchRows ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)",
+                      stream_);
     const CudaWeight& cw = weight_of(gate_up);
     ACTORD_CHECK(cw.rows == 2 * ff);
     if (small_batch(cw, x, n)) {  // gate and up rows of a feature in one warp, silu(gate) * up written directly
@@ -246,7 +275,7 @@ class CudaBackend final : public exec::Backend {
     KernelTimed timed(times_, step_.n_tiles > 0 ? "attention (with prefill tiles)" : "attention (per query)",
                       stream_);
     upload_tables(batch, kv.block_size);
-    const bool tiled = step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
+    const bool tiled = tiles_on_ && step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
     const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_on_ &&
                            LongPrefillAttention::fits(kv.dtype, shape.head_dim);
     if (tiled) {
@@ -376,8 +405,8 @@ class CudaBackend final : public exec::Backend {
 
   // Whether the weight-streaming kernel takes x [n, w.cols] times w: 16-bit weights, up to kSmallBatchRows rows, x
   // 16-byte aligned (it reads x 16 bytes at a time; its rows then are too, as k % 8 is 0).
-  static bool small_batch(const CudaWeight& w, const exec::Buffer& x, int n) {
-    return small_batch_gemm_fits(w.dtype, n, static_cast<int>(w.cols)) &&
+  bool small_batch(const CudaWeight& w, const exec::Buffer& x, int n) const {
+    return small_batch_on_ && small_batch_gemm_fits(w.dtype, n, static_cast<int>(w.cols)) &&
            reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
   }
 
@@ -425,8 +454,8 @@ class CudaBackend final : public exec::Backend {
                         out.data() + size_t(ls.first_token) * width, width, 0, stream_);
   }
 
-  static const char* product_name(const CudaWeight& w, int n) {
-    return small_batch_gemm_fits(w.dtype, n, int(w.cols)) ? "gemm (small batch)" : "gemm (cuBLAS)";
+  const char* product_name(const CudaWeight& w, int n) const {
+    return small_batch_on_ && small_batch_gemm_fits(w.dtype, n, int(w.cols)) ? "gemm (small batch)" : "gemm (cuBLAS)";
   }
 
   // Every sequence's block table (whole blocks of block_size up to its last position), once per step.
@@ -482,6 +511,7 @@ class CudaBackend final : public exec::Backend {
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
   AttentionPlan plan_;                       // how this step's attention is divided among the kernels
   exec::Buffer split_partial_;               // launch_split_attention's partial results
+  bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
   bool split_decode_on_ = true, split_decode_checked_ = false;
   std::string split_decode_state_ = "unused";
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
