@@ -1,6 +1,8 @@
-// The CUDA executor backend: weights and activations in one GPU's memory, cuBLAS GEMMs (bf16/f16 weights with the
-// activations rounded to the weights' type, f32 accumulation; f32 weights in plain f32), and this folder's kernels
-// for everything else (cuda_kernels.cuh). Primitives are queued on one stream; download() waits for them.
+// The CUDA executor backend: weights and activations in one GPU's memory, GEMMs by this folder's small-batch kernel
+// (up to 8 rows) or cuBLAS (bf16/f16 weights with the activations rounded to the weights' type, f32 accumulation;
+// f32 weights in plain f32), attention split among kernels by executors/attention_plan.hpp, and this folder's
+// kernels for everything else (cuda_kernels.cuh). Primitives are queued on one stream; download() waits for them.
+// ACTORD_CUDA_DISABLE and ACTORD_CUDA_PROFILE (environment) are described in executors/README.md.
 //
 // Contract: as exec::Backend's. This header needs no CUDA headers: a build without CUDA (ACTORD_WITH_CUDA off)
 // links no_cuda.cpp, whose make_backend() says so. device_count() is 0 when there is no driver or no device, and
