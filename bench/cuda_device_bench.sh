@@ -64,14 +64,16 @@ if [ "$DEVICE" = cuda ]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null
   step limits 120 "$PY" "$ROOT/bench/gpu_limits.py" $QUICK
 fi
-actord_batch() {
-  step "actord_b$1" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
-    --input-len 128 --output-len 64 --num-prompts "$1" --concurrency "$1" --json
+# One `actord bench offline` on the model: name, seconds, input length, output length, prompts (= concurrency).
+actord_run() {
+  step "$1" "$2" "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+    --input-len "$3" --output-len "$4" --num-prompts "$5" --concurrency "$5" --json
 }
+actord_batch() { actord_run "actord_b$1" 420 128 64 "$1"; }
+actord_prefill() { actord_run "$1" 300 4096 1 1; }
 # GPU time per backend primitive (ACTORD_CUDA_PROFILE=1: executors/cuda/kernel_times.hpp) of a short run at batch b.
 actord_profile() {
-  ACTORD_CUDA_PROFILE=1 step "actord_profile_b$1" 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" \
-    --model "$MODEL" --load-format dummy --input-len 128 --output-len 16 --num-prompts "$1" --concurrency "$1" --json
+  ACTORD_CUDA_PROFILE=1 actord_run "actord_profile_b$1" 300 128 16 "$1"
   grep 'cuda profile' "$OUT/actord_profile_b$1.err" | head -16
 }
 # The most wanted first, so that a deadline cuts the least: batch 1 (MBU) and where its time goes, the peer, the
@@ -84,8 +86,7 @@ if "$PY" -c "import torch, transformers" 2>/dev/null; then
 else
   echo "  hf: skipped (no torch + transformers for $PY)"
 fi
-step actord_prefill 300 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
-  --input-len 4096 --output-len 1 --num-prompts 1 --concurrency 1 --json
+actord_prefill actord_prefill
 for b in $BATCHES; do
   [ "$b" = 1 ] || actord_batch "$b"
 done
@@ -93,11 +94,8 @@ done
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
 # cuBLAS for every product, the 4k prefill with the FMA tiles instead of the tensor cores.
 if [ "$DEVICE" = cuda ]; then
-  ACTORD_CUDA_DISABLE=small_batch step actord_b1_cublas 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" \
-    --model "$MODEL" --load-format dummy --input-len 128 --output-len 64 --num-prompts 1 --concurrency 1 --json
-  ACTORD_CUDA_DISABLE=long_prefill step actord_prefill_fma_tiles 300 "$ACTORD" bench offline \
-    --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy --input-len 4096 --output-len 1 \
-    --num-prompts 1 --concurrency 1 --json
+  ACTORD_CUDA_DISABLE=small_batch actord_run actord_b1_cublas 420 128 64 1
+  ACTORD_CUDA_DISABLE=long_prefill actord_prefill actord_prefill_fma_tiles
 fi
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'

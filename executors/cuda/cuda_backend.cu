@@ -12,33 +12,13 @@
 #include <vector>
 
 #include "executors/cuda/cuda_kernels.cuh"
+#include "executors/cuda/device_memory.hpp"
 #include "executors/cuda/kernel_times.hpp"
 #include "executors/cuda/long_prefill_attention.cuh"
 
 namespace actord::cuda {
 
 namespace {
-
-// A CUDA or cuBLAS failure inside a primitive is fatal for the worker (its process ends; the engine recovers the
-// replica), as a failed CPU kernel would be; at creation it is an Error.
-#define ACTORD_CUDA_CHECK(call)                                                                         \
-  do {                                                                                                  \
-    const cudaError_t err_ = (call);                                                                    \
-    if (err_ != cudaSuccess) {                                                                          \
-      std::fprintf(stderr, "%s:%d: CUDA error: %s (%s)\n", __FILE__, __LINE__, cudaGetErrorString(err_), \
-                   #call);                                                                              \
-      std::abort();                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-#define ACTORD_CUBLAS_CHECK(call)                                                                \
-  do {                                                                                           \
-    const cublasStatus_t st_ = (call);                                                           \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                          \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %d (%s)\n", __FILE__, __LINE__, int(st_), #call); \
-      std::abort();                                                                              \
-    }                                                                                            \
-  } while (0)
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
@@ -64,11 +44,38 @@ const CudaWeight& weight_of(const exec::Weight& w) {
   return *static_cast<const CudaWeight*>(w.impl.get());
 }
 
-// Device memory freed with its last owner.
-std::shared_ptr<void> device_memory(size_t bytes) {
-  void* p = nullptr;
-  ACTORD_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+// A faster path checked once against its trusted fallback on the same inputs: "unused" until then, "on" once they
+// agreed within tolerance, else "off: ..." and the fallback serves from then on (a wrong path costs speed, never
+// tokens).
+struct CheckedPath {
+  bool on = true, checked = false;
+  std::string state = "unused";
+
+  void disable(std::string why) {
+    on = false;
+    state = std::move(why);
+  }
+  // diff: max |path - fallback| and max |fallback| (max_difference). True when the path is kept.
+  bool judge(const float diff[2], float tolerance, const char* what, const char* fallback, int device) {
+    checked = true;
+    if (diff[0] <= tolerance * std::max(1.0f, diff[1])) {
+      state = "on";
+      return true;
+    }
+    disable(std::string("off: differs from ") + fallback + " by " + std::to_string(diff[0]) + " (largest value " +
+            std::to_string(diff[1]) + ")");
+    std::fprintf(stderr, "cuda:%d: %s %s\n", device, what, state.c_str());
+    return false;
+  }
+};
+
+// One product of the small-batch kernel: y = x w^T (+ bias).
+void add_target(SmallBatchTargets& targets, const CudaWeight& w, const exec::Buffer* bias, exec::Buffer& y) {
+  targets.w[targets.count] = w.data;
+  targets.bias[targets.count] = bias && !bias->empty() ? bias->data() : nullptr;
+  targets.y[targets.count] = y.data();
+  targets.rows[targets.count] = static_cast<int>(w.rows);
+  ++targets.count;
 }
 
 class CudaBackend final : public exec::Backend {
@@ -98,11 +105,9 @@ class CudaBackend final : public exec::Backend {
       } else if (name == "prefill_tiles") {
         tiles_on_ = false;
       } else if (name == "long_prefill") {
-        long_prefill_on_ = false;
-        long_prefill_state_ = "off: ACTORD_CUDA_DISABLE";
+        long_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "split_decode") {
-        split_decode_on_ = false;
-        split_decode_state_ = "off: ACTORD_CUDA_DISABLE";
+        split_decode_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else {
         std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (small_batch, prefill_tiles, "
                              "long_prefill, split_decode)\n", device_, name.c_str());
@@ -118,8 +123,8 @@ class CudaBackend final : public exec::Backend {
 
   exec::DeviceKind kind() const override { return exec::DeviceKind::cuda; }
   int device() const { return device_; }
-  const std::string& long_prefill_state() const { return long_prefill_state_; }
-  const std::string& split_decode_state() const { return split_decode_state_; }
+  const std::string& long_prefill_state() const { return long_prefill_path_.state; }
+  const std::string& split_decode_state() const { return split_decode_path_.state; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -198,29 +203,25 @@ class CudaBackend final : public exec::Backend {
     launch_rms_norm(x.data(), w.data(), y.data(), n, dim, eps, stream_);
   }
   void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
-    KernelTimed timed(times_, product_name(weight_of(w), n), stream_);
     const CudaWeight& cw = weight_of(w);
-    const bool biased = bias && !bias->empty();
-    if (small_batch(cw, x, n)) {
+    const bool small = small_batch(cw, x, n);
+    KernelTimed timed(times_, small ? "gemm (small batch)" : "gemm (cuBLAS)", stream_);
+    if (small) {
       SmallBatchTargets one;
-      one.w[0] = cw.data;
-      one.bias[0] = biased ? bias->data() : nullptr;
-      one.y[0] = y.data();
-      one.rows[0] = static_cast<int>(cw.rows);
-      one.count = 1;
+      add_target(one, cw, bias, y);
       launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
       return;
     }
     product(x, cw, y.data(), n);
-    if (biased) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
+    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
   }
   // Products of one x with up to kSmallBatchTargets weights of one dtype and width (Q, K, V): one launch at small n.
   void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
-    bool together = !targets.empty() && targets.size() <= size_t(kSmallBatchTargets);
+    const CudaWeight* first = targets.empty() ? nullptr : &weight_of(*targets.front().w);
+    bool together = first && targets.size() <= size_t(kSmallBatchTargets);
     for (const exec::GemmTarget& t : targets) {
       const CudaWeight& cw = weight_of(*t.w);
-      const CudaWeight& first = weight_of(*targets.front().w);
-      together = together && small_batch(cw, x, n) && cw.dtype == first.dtype && cw.cols == first.cols;
+      together = together && small_batch(cw, x, n) && cw.dtype == first->dtype && cw.cols == first->cols;
     }
     if (!together) {
       for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
@@ -228,23 +229,15 @@ class CudaBackend final : public exec::Backend {
     }
     KernelTimed timed(times_, "gemm_multi (small batch)", stream_);
     SmallBatchTargets all;
-    for (const exec::GemmTarget& t : targets) {
-      const CudaWeight& cw = weight_of(*t.w);
-      all.w[all.count] = cw.data;
-      all.bias[all.count] = t.bias && !t.bias->empty() ? t.bias->data() : nullptr;
-      all.y[all.count] = t.y->data();
-      all.rows[all.count] = static_cast<int>(cw.rows);
-      ++all.count;
-    }
-    const CudaWeight& first = weight_of(*targets.front().w);
-    launch_small_batch_gemm(all, first.dtype, x.data(), n, static_cast<int>(first.cols), stream_);
+    for (const exec::GemmTarget& t : targets) add_target(all, weight_of(*t.w), t.bias, *t.y);
+    launch_small_batch_gemm(all, first->dtype, x.data(), n, static_cast<int>(first->cols), stream_);
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
-    KernelTimed timed(times_, small_batch_on_ && n <= kSmallBatchRows ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)",
-                      stream_);
     const CudaWeight& cw = weight_of(gate_up);
     ACTORD_CHECK(cw.rows == 2 * ff);
-    if (small_batch(cw, x, n)) {  // gate and up rows of a feature in one warp, silu(gate) * up written directly
+    const bool small = small_batch(cw, x, n);
+    KernelTimed timed(times_, small ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)", stream_);
+    if (small) {  // gate and up rows of a feature in one warp, silu(gate) * up written directly
       launch_small_batch_glu(cw.data, cw.dtype, x.data(), n, static_cast<int>(ff), static_cast<int>(cw.cols),
                              y.data(), stream_);
       return;
@@ -276,7 +269,7 @@ class CudaBackend final : public exec::Backend {
                       stream_);
     upload_tables(batch, kv.block_size);
     const bool tiled = tiles_on_ && step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
-    const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_on_ &&
+    const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_path_.on &&
                            LongPrefillAttention::fits(kv.dtype, shape.head_dim);
     if (tiled) {
       StepLayout short_tiles = step_;
@@ -288,10 +281,10 @@ class CudaBackend final : public exec::Backend {
       for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) {
         long_prefill_.run(blas_, stream_, step_, ls.seq, ls.first_token, ls.count, ls.start_pos, q.data(), out.data(),
                           shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv));
-        if (!long_prefill_checked_) check_long_prefill(ls, q, out, shape, kv);
+        if (!long_prefill_path_.checked) check_long_prefill(ls, q, out, shape, kv);
       }
     }
-    const bool split = step_.n_splits > 0 && split_decode_on_;
+    const bool split = step_.n_splits > 0 && split_decode_path_.on;
     if (split) {
       reserve(split_partial_, size_t(step_.n_splits) * size_t(shape.n_heads) * size_t(shape.head_dim + 2));
       launch_split_attention(step_, q.data(), split_partial_.data(), out.data(), shape.n_heads, shape.n_kv_heads,
@@ -302,31 +295,27 @@ class CudaBackend final : public exec::Backend {
                              shape.sliding_window, view(kv),
                              (tiled ? AttentionPlan::kTiled : 0) | (split ? AttentionPlan::kSplit : 0), stream_);
     }
-    if (split && !split_decode_checked_) check_split_decode(q, out, shape, kv, tiled);
+    if (split && !split_decode_path_.checked) check_split_decode(q, out, shape, kv, tiled);
   }
   // The first split-K step of a backend is checked against the per-query kernel on the same tokens (a copy of out
   // with every untiled token redone one warp per query): a mismatch keeps that result and turns split-K off.
   void check_split_decode(const exec::Buffer& q, exec::Buffer& out, const exec::AttentionShape& shape,
                           const exec::KvLayer& kv, bool tiled) {
-    split_decode_checked_ = true;
     const int width = shape.n_heads * shape.head_dim;
     const size_t count = size_t(step_.n) * size_t(width);
-    reserve(split_check_, count);
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(split_check_.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      stream_));
-    launch_paged_attention(step_, q.data(), split_check_.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+    reserve(check_scratch_, count);
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(check_scratch_.data(), out.data(), count * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    launch_paged_attention(step_, q.data(), check_scratch_.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                            shape.sliding_window, view(kv), tiled ? AttentionPlan::kTiled : 0, stream_);
     float diff[2] = {0, 0};
-    max_difference(out.data(), split_check_.data(), 0, step_.n, width, diff, stream_);
-    if (diff[0] <= kSplitDecodeTolerance * std::max(1.0f, diff[1])) {
-      split_decode_state_ = "on";
+    max_difference(out.data(), check_scratch_.data(), 0, step_.n, width, diff, stream_);
+    if (split_decode_path_.judge(diff, kSplitDecodeTolerance, "split-K decode attention", "one warp per query",
+                                 device_)) {
       return;
     }
-    split_decode_state_ = "off: differs from one warp per query by " + std::to_string(diff[0]);
-    std::fprintf(stderr, "cuda:%d: split-K decode attention %s\n", device_, split_decode_state_.c_str());
-    split_decode_on_ = false;
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), split_check_.data(), count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      stream_));
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), check_scratch_.data(), count * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream_));
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
     KernelTimed timed(times_, "gather_rows", stream_);
@@ -432,30 +421,20 @@ class CudaBackend final : public exec::Backend {
   // this backend, with a message (a wrong tensor-core path costs speed, never tokens).
   void check_long_prefill(const AttentionPlan::LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
                           const exec::AttentionShape& shape, const exec::KvLayer& kv) {
-    long_prefill_checked_ = true;
     const int width = shape.n_heads * shape.head_dim;
-    reserve(long_check_, size_t(step_.n) * size_t(width));
+    reserve(check_scratch_, size_t(step_.n) * size_t(width));
     StepLayout its_tiles = step_;
     its_tiles.tiles = step_.tiles + 3 * ls.first_tile;
     its_tiles.n_tiles = ls.tile_count;
-    launch_prefill_attention(its_tiles, q.data(), long_check_.data(), shape.n_heads, shape.n_kv_heads,
+    launch_prefill_attention(its_tiles, q.data(), check_scratch_.data(), shape.n_heads, shape.n_kv_heads,
                              shape.head_dim, shape.sliding_window, view(kv), stream_);
     float diff[2] = {0, 0};
-    max_difference(out.data(), long_check_.data(), ls.first_token, ls.count, width, diff, stream_);
-    if (diff[0] <= kLongPrefillTolerance * std::max(1.0f, diff[1])) {
-      long_prefill_state_ = "on";
+    max_difference(out.data(), check_scratch_.data(), ls.first_token, ls.count, width, diff, stream_);
+    if (long_prefill_path_.judge(diff, kLongPrefillTolerance, "long prefill attention", "the FMA tiles", device_)) {
       return;
     }
-    long_prefill_state_ = "off: differs from the FMA tiles by " + std::to_string(diff[0]) + " (largest value " +
-                          std::to_string(diff[1]) + ")";
-    std::fprintf(stderr, "cuda:%d: long prefill attention %s\n", device_, long_prefill_state_.c_str());
-    long_prefill_on_ = false;
-    launch_copy_columns(long_check_.data() + size_t(ls.first_token) * width, ls.count, width,
+    launch_copy_columns(check_scratch_.data() + size_t(ls.first_token) * width, ls.count, width,
                         out.data() + size_t(ls.first_token) * width, width, 0, stream_);
-  }
-
-  const char* product_name(const CudaWeight& w, int n) const {
-    return small_batch_on_ && small_batch_gemm_fits(w.dtype, n, int(w.cols)) ? "gemm (small batch)" : "gemm (cuBLAS)";
   }
 
   // Every sequence's block table (whole blocks of block_size up to its last position), once per step.
@@ -497,12 +476,6 @@ class CudaBackend final : public exec::Backend {
     return KvView{kv.k_base, kv.v_base, kv.dtype, kv.block_size, kv.block_stride, kv.head_stride};
   }
 
-  static void reserve_bytes(std::shared_ptr<void>& memory, size_t& have, size_t bytes) {
-    if (have >= bytes) return;
-    have = std::max(bytes, have + have / 2);
-    memory = device_memory(have);
-  }
-
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -512,16 +485,12 @@ class CudaBackend final : public exec::Backend {
   AttentionPlan plan_;                       // how this step's attention is divided among the kernels
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
-  bool split_decode_on_ = true, split_decode_checked_ = false;
-  std::string split_decode_state_ = "unused";
+  CheckedPath split_decode_path_, long_prefill_path_;
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
-  exec::Buffer split_check_;
+  static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
+  exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   LongPrefillAttention long_prefill_;
-  bool long_prefill_on_ = true, long_prefill_checked_ = false;
-  std::string long_prefill_state_ = "unused";
-  static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
-  exec::Buffer long_check_;
   std::vector<int32_t> host_seq_table_, host_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "executors/cuda/device_memory.hpp"
 #include "executors/cuda/device_util.cuh"
 
 namespace actord::cuda {
@@ -101,32 +102,17 @@ __global__ void max_difference_kernel(const float* a, const float* b, int64_t fi
   }
 }
 
-#define ACTORD_LONG_CHECK(call)                                                                         \
-  do {                                                                                                  \
-    const auto err_ = (call);                                                                           \
-    if (int(err_) != 0) {                                                                               \
-      std::fprintf(stderr, "%s:%d: CUDA / cuBLAS error %d (%s)\n", __FILE__, __LINE__, int(err_), #call); \
-      std::abort();                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
 cudaDataType_t cuda_type_of(DType dtype) { return dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+void* scratch_of(std::shared_ptr<void>& memory, size_t& have, size_t bytes) {
+  reserve_bytes(memory, have, bytes);
+  return memory.get();
+}
 
 }  // namespace
 
 bool LongPrefillAttention::fits(DType kv_dtype, int head_dim) {
   return (kv_dtype == DType::bf16 || kv_dtype == DType::f16) && head_dim % 8 == 0 && head_dim <= 256;
-}
-
-void* LongPrefillAttention::scratch(std::shared_ptr<void>& memory, size_t& have, size_t bytes) {
-  if (have < bytes) {
-    memory.reset();  // cudaFree waits for the kernels that read it
-    void* p = nullptr;
-    ACTORD_LONG_CHECK(cudaMalloc(&p, bytes));
-    memory = std::shared_ptr<void>(p, [](void* x) { cudaFree(x); });
-    have = bytes;
-  }
-  return memory.get();
 }
 
 void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const StepLayout& step, int seq, int t0,
@@ -138,7 +124,7 @@ void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const S
   const cudaDataType_t type = cuda_type_of(kv.dtype);
   const unsigned threads = static_cast<unsigned>(std::min(256, std::max(32, hd)));
 
-  auto* keys = static_cast<unsigned char*>(scratch(kv_, kv_bytes_, 2 * size_t(n_kv_heads) * ctx * hd * esize));
+  auto* keys = static_cast<unsigned char*>(scratch_of(kv_, kv_bytes_, 2 * size_t(n_kv_heads) * ctx * hd * esize));
   void* values = keys + size_t(n_kv_heads) * ctx * hd * esize;
   with_element_type(kv.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -156,10 +142,10 @@ void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const S
   for (int i0 = 0; i0 < count; i0 += chunk) {
     const int qn = std::min(chunk, count - i0);
     const int ctx_c = p0 + i0 + qn;  // keys this chunk's last query sees
-    void* qb = scratch(q_, q_bytes_, size_t(n_heads) * qn * hd * esize);
-    auto* s = static_cast<float*>(scratch(s_, s_bytes_, size_t(n_heads) * qn * ctx_c * sizeof(float)));
-    void* p = scratch(p_, p_bytes_, size_t(n_heads) * qn * ctx_c * esize);
-    auto* o = static_cast<float*>(scratch(o_, o_bytes_, size_t(n_heads) * qn * hd * sizeof(float)));
+    void* qb = scratch_of(q_, q_bytes_, size_t(n_heads) * qn * hd * esize);
+    auto* s = static_cast<float*>(scratch_of(s_, s_bytes_, size_t(n_heads) * qn * ctx_c * sizeof(float)));
+    void* p = scratch_of(p_, p_bytes_, size_t(n_heads) * qn * ctx_c * esize);
+    auto* o = static_cast<float*>(scratch_of(o_, o_bytes_, size_t(n_heads) * qn * hd * sizeof(float)));
     with_element_type(kv.dtype, [&](auto zero) {
       using T = decltype(zero);
       if constexpr (!std::is_same_v<T, float>) {
@@ -169,7 +155,7 @@ void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const S
     });
     // S_j [g qn][ctx_c] = Q_j K_j^T per KV head j; column-major: S_j^T (ctx_c x g qn) = K_j^T Q_j^T with K_j
     // [ctx][hd] row-major (= hd x ctx column-major, transposed) and Q_j [g qn][hd] (= hd x g qn column-major).
-    ACTORD_LONG_CHECK(cublasGemmStridedBatchedEx(
+    ACTORD_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas, CUBLAS_OP_T, CUBLAS_OP_N, ctx_c, g * qn, hd, &one, keys, type, hd, int64_t(ctx) * hd, qb, type, hd,
         int64_t(g) * qn * hd, &none, s, CUDA_R_32F, ctx_c, int64_t(g) * qn * ctx_c, n_kv_heads, CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT));
@@ -182,7 +168,7 @@ void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const S
     });
     // O_j [g qn][hd] = P_j V_j; column-major: O_j^T (hd x g qn) = V_j^T P_j^T with V_j [ctx][hd] (= hd x ctx) and
     // P_j [g qn][ctx_c] (= ctx_c x g qn).
-    ACTORD_LONG_CHECK(cublasGemmStridedBatchedEx(
+    ACTORD_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, g * qn, ctx_c, &one, values, type, hd, int64_t(ctx) * hd, p, type, ctx_c,
         int64_t(g) * qn * ctx_c, &none, o, CUDA_R_32F, hd, int64_t(g) * qn * hd, n_kv_heads, CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT));
@@ -194,13 +180,13 @@ void LongPrefillAttention::run(cublasHandle_t blas, cudaStream_t stream, const S
 void max_difference(const float* a, const float* b, int first, int rows, int width, float* host_out2,
                     cudaStream_t stream) {
   unsigned* d = nullptr;
-  ACTORD_LONG_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), 2 * sizeof(unsigned), stream));
-  ACTORD_LONG_CHECK(cudaMemsetAsync(d, 0, 2 * sizeof(unsigned), stream));
+  ACTORD_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), 2 * sizeof(unsigned), stream));
+  ACTORD_CUDA_CHECK(cudaMemsetAsync(d, 0, 2 * sizeof(unsigned), stream));
   max_difference_kernel<<<128, 256, 0, stream>>>(a, b, int64_t(first) * width, int64_t(rows) * width, d);
   unsigned bits[2] = {0, 0};
-  ACTORD_LONG_CHECK(cudaMemcpyAsync(bits, d, sizeof bits, cudaMemcpyDeviceToHost, stream));
-  ACTORD_LONG_CHECK(cudaStreamSynchronize(stream));
-  ACTORD_LONG_CHECK(cudaFreeAsync(d, stream));
+  ACTORD_CUDA_CHECK(cudaMemcpyAsync(bits, d, sizeof bits, cudaMemcpyDeviceToHost, stream));
+  ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  ACTORD_CUDA_CHECK(cudaFreeAsync(d, stream));
   std::memcpy(host_out2, bits, sizeof bits);
 }
 

@@ -32,8 +32,6 @@ class LongPrefillAttention {
            const float* q, float* out, int n_heads, int n_kv_heads, int head_dim, int window, const KvView& kv);
 
  private:
-  void* scratch(std::shared_ptr<void>& memory, size_t& have, size_t bytes);
-
   static constexpr size_t kScratchBytes = size_t(768) << 20;  // S and P of one chunk
   std::shared_ptr<void> kv_, q_, s_, p_, o_;
   size_t kv_bytes_ = 0, q_bytes_ = 0, s_bytes_ = 0, p_bytes_ = 0, o_bytes_ = 0;
