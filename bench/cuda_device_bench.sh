@@ -9,14 +9,16 @@
 #   prefill TFLOP/s of one 4096-token prompt (2 x parameters x tokens + the causal attention's 2 x 2 x layers x
 #   hidden x tokens^2 / 2) against the 8192^3 bf16 GEMM rate
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
-#                                   [--deadline SECONDS]
+#                                   [--deadline SECONDS] [--only "NAMES"]
+#   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
+#   fallbacks hf, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE=cuda SHAPE=8b OUT="${OUT:-/tmp/actord-device-bench}" ACTORD="${ACTORD_BINARY:-$ROOT/build/actord}" QUICK=""
-DEADLINE=0
+DEADLINE=0 ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
     --actord) ACTORD="$2"; shift 2 ;;
     --quick) QUICK=--quick; shift ;;
     --deadline) DEADLINE="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
     *) echo "cuda_device_bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -69,33 +72,42 @@ actord_run() {
   step "$1" "$2" "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
     --input-len "$3" --output-len "$4" --num-prompts "$5" --concurrency "$5" --json
 }
-actord_batch() { actord_run "actord_b$1" 420 128 64 "$1"; }
+wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
+actord_batch() { wanted "b$1" && actord_run "actord_b$1" 420 128 64 "$1"; }
 actord_prefill() { actord_run "$1" 300 4096 1 1; }
 # GPU time per backend primitive (ACTORD_CUDA_PROFILE=1: executors/cuda/kernel_times.hpp) of a short run at batch b.
 actord_profile() {
+  wanted "profile_b$1" || return 0
   ACTORD_CUDA_PROFILE=1 actord_run "actord_profile_b$1" 300 128 16 "$1"
   grep 'cuda profile' "$OUT/actord_profile_b$1.err" | head -16
 }
-# The most wanted first, so that a deadline cuts the least: batch 1 (MBU) and where its time goes, the peer, the
-# prefill, the larger batches.
+# The most wanted first, so that a deadline cuts the least: batch 1 (MBU) and where its time goes, the prefill, the
+# larger batches, the paths against their fallbacks, then the peer.
 actord_batch 1
 [ "$DEVICE" = cuda ] && actord_profile 1
-if "$PY" -c "import torch, transformers" 2>/dev/null; then
-  step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
-    --device "$DEVICE"
-else
-  echo "  hf: skipped (no torch + transformers for $PY)"
-fi
-actord_prefill actord_prefill
+wanted prefill && actord_prefill actord_prefill
 for b in $BATCHES; do
   [ "$b" = 1 ] || actord_batch "$b"
 done
 [ "$DEVICE" = cuda ] && actord_profile 64
+if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill's time goes
+  ACTORD_CUDA_PROFILE=1 actord_prefill actord_profile_prefill
+  grep 'cuda profile' "$OUT/actord_profile_prefill.err" | head -16
+fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
 # cuBLAS for every product, the 4k prefill with the FMA tiles instead of the tensor cores.
-if [ "$DEVICE" = cuda ]; then
+if [ "$DEVICE" = cuda ] && wanted fallbacks; then
   ACTORD_CUDA_DISABLE=small_batch actord_run actord_b1_cublas 420 128 64 1
   ACTORD_CUDA_DISABLE=long_prefill actord_prefill actord_prefill_fma_tiles
+fi
+# The peer last: its code does not change between leases, so a deadline cuts it first.
+if ! wanted hf; then
+  :
+elif "$PY" -c "import torch, transformers" 2>/dev/null; then
+  step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
+    --device "$DEVICE"
+else
+  echo "  hf: skipped (no torch + transformers for $PY)"
 fi
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'

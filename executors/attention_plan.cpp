@@ -4,7 +4,7 @@
 
 namespace actord {
 
-AttentionPlan plan_attention(const ForwardBatch& batch) {
+AttentionPlan plan_attention(const ForwardBatch& batch, int split_items) {
   AttentionPlan plan;
   const int n = static_cast<int>(batch.tokens.size());
   std::vector<int32_t>& w = plan.words;
@@ -42,12 +42,27 @@ AttentionPlan plan_attention(const ForwardBatch& batch) {
   }
   plan.n_tiles = tiles_so_far();
   plan.splits_at = w.size();
+  int64_t decode_keys = 0;
+  for (const SeqSlice& slice : batch.seqs) {
+    if (slice.num_tokens == 1) decode_keys += slice.start_pos + 1;
+  }
+  // Keys per split of a short-context decode: as few as make split_items items, never under kMinSplitKeys.
+  const int64_t short_keys =
+      split_items > 0 ? std::max<int64_t>(kMinSplitKeys, (decode_keys + split_items - 1) / split_items) : 0;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SeqSlice& slice = batch.seqs[s];
-    if (slice.num_tokens != 1 || slice.start_pos + 1 < kSplitMinKeys) continue;
+    if (slice.num_tokens != 1) continue;
+    const int64_t keys = slice.start_pos + 1;
+    int count = 1;
+    if (keys >= kSplitMinKeys) {  // splits of at most kSplitKeys keys (fewer where the items ask for more)
+      const int64_t per = short_keys > 0 ? std::min<int64_t>(kSplitKeys, short_keys) : kSplitKeys;
+      count = static_cast<int>((keys + per - 1) / per);
+    } else if (short_keys > 0) {  // as many splits of at least short_keys keys as there are
+      count = static_cast<int>(keys / short_keys);
+    }
+    if (count < 2) continue;
     w[plan.flags_at + s] = AttentionPlan::kSplit;
     ++plan.split_tokens;
-    const int count = (slice.start_pos + 1 + kSplitKeys - 1) / kSplitKeys;
     for (int i = 0; i < count; ++i) w.insert(w.end(), {slice.first_token, i, count});
   }
   plan.n_splits = static_cast<int>((w.size() - plan.splits_at) / 3);

@@ -6,8 +6,11 @@
 //   - sequences of kPrefillMinTokens tokens or more: prefill tiles of up to kPrefillTileQueries consecutive tokens
 //     (flag kTiled), those under kLongPrefillTokens first, then the long ones (`long_seqs`, which the tensor-core
 //     path takes where it fits, their tiles kept for its check and as its fallback);
-//   - one-token sequences (decodes) at position kSplitMinKeys - 1 or later: split-K (flag kSplit), ceil((position +
-//     1) / kSplitKeys) splits listed in order {token, split, count};
+//   - one-token sequences (decodes) cut into splits (flag kSplit) listed in order {token, split, count}: those at
+//     position kSplitMinKeys - 1 or later in splits of at most kSplitKeys keys; shorter ones too when the step's
+//     decodes are too few to fill the GPU (`split_items`: the number of (decode, split) items the backend wants in
+//     all, 0 for none): per = max(kMinSplitKeys, ceil(the decodes' keys / split_items)), floor(keys / per) splits
+//     of a short one (none under two), ceil(keys / min(per, kSplitKeys)) of a long one;
 //   - the rest: one warp per (token, head).
 // `words` is what the backend uploads: tokens, then each token's sequence, then its position ([3][n]), the flags
 // per sequence, the tiles ([n_tiles][3] {first token, count, sequence}), the splits ([n_splits][3]); the *_at fields
@@ -27,6 +30,7 @@ constexpr int kPrefillMinTokens = 8;
 constexpr int kLongPrefillTokens = 512;
 constexpr int kSplitMinKeys = 1024;  // a decode at this position or later is cut in splits
 constexpr int kSplitKeys = 256;      // keys per split (before a window shortens them)
+constexpr int kMinSplitKeys = 8;     // fewest keys per split of a short-context decode
 
 struct AttentionPlan {
   static constexpr int32_t kTiled = 1, kSplit = 2;
@@ -42,6 +46,6 @@ struct AttentionPlan {
   std::vector<LongSeq> long_seqs;
 };
 
-AttentionPlan plan_attention(const ForwardBatch& batch);
+AttentionPlan plan_attention(const ForwardBatch& batch, int split_items = 0);
 
 }  // namespace actord

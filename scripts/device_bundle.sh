@@ -47,7 +47,7 @@ cat >"$OUT/run.sh" <<'RUN'
 # ends within DEVICE_SECONDS (default 560) of its start: the [cuda] tests, the same but the whole-model ones under
 # compute-sanitizer, stories260K through `actord generate` on the GPU, the host CPU's [amx] tests and GEMM bench
 # (these machines' Xeons may have AMX), then bench/cuda_device_bench.sh until the deadline. Logs under $OUT (or /tmp).
-# run.sh [all | tests | nobench]
+# run.sh [all | tests | nobench]; BENCH_ONLY="b1 hf ...": just those benchmarks (bench/cuda_device_bench.sh --only)
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -74,11 +74,13 @@ grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo |
 "$HERE/actord" info >"$LOGS/info.txt" 2>&1; grep -i -E 'isa|amx|cuda' "$LOGS/info.txt" | head -8
 bounded 200 "$HERE/actord_tests" "[cuda]" -d yes >"$LOGS/cuda_tests.log" 2>&1
 echo "[cuda] tests: exit $? (log: cuda_tests.log)"; grep -E '^[0-9.]+ s: |passed|failed|positions' "$LOGS/cuda_tests.log" | tail -16
-bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
-echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
+if [ -z "${SKIP_HOST:-}" ]; then  # SKIP_HOST=1: not the host CPU's [amx] tests and GEMM bench (measured before)
+  bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
+  echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
+fi
 if command -v compute-sanitizer >/dev/null; then
   # The kernel tests (whole models and NCCL's processes run too slowly under memcheck to fit a device call).
-  bounded 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]~[nccl]" \
+  bounded 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]~[nccl]" \
     >"$LOGS/sanitizer.log" 2>&1
   echo "compute-sanitizer memcheck on the [cuda] kernel tests: exit $? (log: sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
   bounded 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$HERE/actord_tests" "cuda: rope*" \
@@ -99,13 +101,15 @@ try:
 except Exception as e:
     print("no output to compare:", e)
 PY
-bounded 60 "$HERE/actord_gemm_bench" 2 step >"$LOGS/gemm_bench_host.txt" 2>&1
-echo "host gemm bench (2 threads): exit $?"; tail -12 "$LOGS/gemm_bench_host.txt"
+if [ -z "${SKIP_HOST:-}" ]; then
+  bounded 60 "$HERE/actord_gemm_bench" 2 step >"$LOGS/gemm_bench_host.txt" 2>&1
+  echo "host gemm bench (2 threads): exit $?"; tail -12 "$LOGS/gemm_bench_host.txt"
+fi
 # The benchmarks of issue 12 (bench/cuda_device_bench.sh: decode MBU, tokens/s at 1, 64, 256 beside HF transformers,
 # 4k prefill TFLOP/s beside the cuBLAS rate) until the budget's end; the summary and the log back in $LOGS.
 if [ "${1:-all}" != nobench ]; then
   "$ROOT/bench/cuda_device_bench.sh" --actord "$HERE/actord" --out /tmp/actord-device-bench --deadline $(($(left) - 5)) \
-    >"$LOGS/bench.log" 2>&1
+    --only "${BENCH_ONLY:-}" >"$LOGS/bench.log" 2>&1
   echo "device bench: exit $? (log: bench.log)"; cp /tmp/actord-device-bench/summary.json "$LOGS/bench_summary.json" 2>/dev/null
   tail -45 "$LOGS/bench.log"
 fi

@@ -96,3 +96,36 @@ TEST_CASE("attention plan: an empty step and a step of decodes only plan nothing
   CHECK((decodes.n_tiles == 0 && decodes.n_splits == 0 && decodes.tiled_tokens == 0 && decodes.split_tokens == 0));
   CHECK(decodes.words.size() == 3 * 3 + 3);
 }
+
+TEST_CASE("attention plan: short-context decodes are split when too few to fill the GPU (split_items)",
+          "[attention_plan]") {
+  auto counts = [](const AttentionPlan& plan) {  // each split decode's count, in order
+    std::vector<int32_t> out;
+    for (int i = 0; i < plan.n_splits; ++i) {
+      const int32_t* split = plan.words.data() + plan.splits_at + size_t(3 * i);
+      if (split[1] == 0) out.push_back(split[2]);
+    }
+    return out;
+  };
+  // One decode at position 150 (151 keys), 132 items wanted: splits of kMinSplitKeys (8) keys, 18 of them. A decode
+  // of 21 keys makes 2; one of 6 keys is under two splits: one warp per query.
+  const AttentionPlan one = plan_attention(batch_of({{1, 150}, {1, 20}, {1, 5}}), 132);
+  CHECK(counts(one) == std::vector<int32_t>{18, 2});
+  CHECK(one.split_tokens == 2);
+  // 64 decodes of 160 keys: 10,240 keys over 132 items, 78 a split: 2 splits each (as many of 78+ keys as fit).
+  std::vector<std::pair<int, int>> many(64, {1, 159});
+  const AttentionPlan b64 = plan_attention(batch_of(many), 132);
+  CHECK(counts(b64) == std::vector<int32_t>(64, 2));
+  // ... and none when the items are about the decodes already (66 items: 156 keys a split).
+  CHECK(plan_attention(batch_of(many), 66).n_splits == 0);
+  // 256 decodes of 201 keys fill the GPU as they are: no splits.
+  std::vector<std::pair<int, int>> full(256, {1, 200});
+  CHECK(plan_attention(batch_of(full), 132).n_splits == 0);
+  // A long-context decode alone: splits as short as the items ask (128 of 16 keys), never longer than kSplitKeys.
+  CHECK(counts(plan_attention(batch_of({{1, 2047}}), 132)) == std::vector<int32_t>{128});
+  CHECK(counts(plan_attention(batch_of(std::vector<std::pair<int, int>>(256, {1, 2047})), 132)) ==
+        std::vector<int32_t>(256, 8));
+  // Without split_items only the long-context rule applies; a prefill's tokens are never split.
+  CHECK(plan_attention(batch_of({{1, 150}}), 0).n_splits == 0);
+  CHECK(plan_attention(batch_of({{40, 0}}), 132).n_splits == 0);
+}

@@ -204,6 +204,27 @@ TEST_CASE("cuda: norm, activations, add, embedding, gathers, scatters and column
     out[b] = p.read(be, yb, size_t(n) * dim);
   }
   check_close(out[1], out[0], 1e-5);
+  // Norm widths of the float4 kernel (a multiple of 4, up to 8192: one row of a model's hidden state in registers)
+  // and of the general one (8196, 130), in place too (the q / k norms of Qwen3 write over their input).
+  for (const int width : {4096, 8192, 8196, 130}) {
+    INFO("norm width " << width);
+    const int rows = 3;
+    const auto xs = random_values(size_t(rows) * width, uint32_t(width)), ws = random_values(size_t(width), 5);
+    std::vector<float> normed[2], in_place[2];
+    for (int b = 0; b < 2; ++b) {
+      exec::Backend& be = *backends[b];
+      exec::Buffer xb = be.upload(xs);
+      const exec::Buffer wb = be.upload(ws);
+      exec::Buffer yb;
+      be.reserve(yb, xs.size());
+      be.rms_norm(xb, wb, yb, rows, width, 1e-6f);
+      normed[b] = p.read(be, yb, xs.size());
+      be.rms_norm(xb, wb, xb, rows, width, 1e-6f);
+      in_place[b] = p.read(be, xb, xs.size());
+    }
+    check_close(normed[1], normed[0], 1e-5);
+    check_close(in_place[1], in_place[0], 1e-5);
+  }
   for (auto act : {exec::GatedActivation::silu, exec::GatedActivation::gelu_tanh, exec::GatedActivation::gelu}) {
     for (int b = 0; b < 2; ++b) {
       exec::Backend& be = *backends[b];

@@ -87,6 +87,7 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
     ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    ACTORD_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
     disable_paths(std::getenv("ACTORD_CUDA_DISABLE"));
   }
   // ACTORD_CUDA_DISABLE=name,name...: the paths named fall back to the general ones (to measure a path against its
@@ -171,7 +172,8 @@ class CudaBackend final : public exec::Backend {
   void begin_step(const ForwardBatch& batch) override {
     times_.collect();
     const int n = static_cast<int>(batch.tokens.size());
-    plan_ = plan_attention(batch);
+    // Short decodes are split until their warps (one per split and head) about fill the GPU: kSplitWarpsPerSm.
+    plan_ = plan_attention(batch, multiprocessors_ * kSplitWarpsPerSm / std::max(1, heads_));
     const std::vector<int32_t>& words = plan_.words;
     reserve_bytes(meta_, meta_bytes_, words.size() * sizeof(int32_t));
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), words.data(), words.size() * sizeof(int32_t),
@@ -265,8 +267,10 @@ class CudaBackend final : public exec::Backend {
   }
   void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,
                        const exec::AttentionShape& shape, const exec::KvLayer& kv) override {
-    KernelTimed timed(times_, step_.n_tiles > 0 ? "attention (with prefill tiles)" : "attention (per query)",
+    KernelTimed timed(times_, step_.n_tiles > 0 ? "attention (with prefill tiles)"
+                              : step_.n_splits > 0 ? "attention (split decodes)" : "attention (per query)",
                       stream_);
+    heads_ = shape.n_heads;  // for the next steps' plans
     upload_tables(batch, kv.block_size);
     const bool tiled = tiles_on_ && step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
     const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_path_.on &&
@@ -344,9 +348,10 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
     if (rows <= 0) return;
     const size_t bytes = size_t(rows) * sizeof(RowBest);
-    reserve_bytes(bests_, bests_bytes_, bytes);
-    launch_row_bests(x.data(), rows, width, first_id, static_cast<RowBest*>(bests_.get()), stream_);
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), bests_.get(), bytes, cudaMemcpyDeviceToHost, stream_));
+    reserve_bytes(bests_, bests_bytes_, bytes * size_t(1 + row_best_chunks(width)));
+    auto* bests = static_cast<RowBest*>(bests_.get());  // rows' results, then their chunks'
+    launch_row_bests(x.data(), rows, width, first_id, bests + rows, bests, stream_);
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), bests, bytes, cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
@@ -483,6 +488,9 @@ class CudaBackend final : public exec::Backend {
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
   AttentionPlan plan_;                       // how this step's attention is divided among the kernels
+  int multiprocessors_ = 1;                  // the device's SMs
+  int heads_ = 32;                           // query heads of the last attention (the next plan's warps per split)
+  static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
   CheckedPath split_decode_path_, long_prefill_path_;

@@ -4,13 +4,16 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace actord::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRowBestChunk = 4096;  // columns per block of row_bests (a row's chunks run in parallel)
 
 unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
@@ -39,6 +42,45 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int di
   __syncthreads();
   const float scale = rsqrtf(partial[0] / float(dim) + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+// The same for rows of dim = 4 k, k <= kNormThreads * kNormVectors: each thread holds its float4s of the row in
+// registers (x read once, all its loads in flight together: a decode's one row is a single memory latency).
+constexpr int kNormThreads = 256, kNormVectors = 8;
+__global__ void __launch_bounds__(kNormThreads) rms_norm_vec4_kernel(const float* x, const float* w, float* y, int dim,
+                                                                   float eps) {
+  __shared__ float partial[32];
+  const int vectors = dim / 4;
+  const auto* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
+  auto* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
+  const auto* wv = reinterpret_cast<const float4*>(w);
+  float4 v[kNormVectors];
+  float ss = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kNormVectors; ++u) {
+    const int i = threadIdx.x + u * blockDim.x;
+    v[u] = i < vectors ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int u = 0; u < kNormVectors; ++u) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float total = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    total = warp_sum(total);
+    if (threadIdx.x == 0) partial[0] = total;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / float(dim) + eps);
+#pragma unroll
+  for (int u = 0; u < kNormVectors; ++u) {
+    const int i = threadIdx.x + u * blockDim.x;
+    if (i < vectors) {
+      const float4 g = wv[i];
+      yr[i] = make_float4(v[u].x * scale * g.x, v[u].y * scale * g.y, v[u].z * scale * g.z, v[u].w * scale * g.w);
+    }
+  }
 }
 
 template <class T>
@@ -85,13 +127,13 @@ __device__ __forceinline__ void keep_best(float& value, int& column, float other
   }
 }
 
-__global__ void row_bests_kernel(const float* x, int width, int32_t first_id, RowBest* out) {
+// The best (value, column) of columns [first, end) of a row among the block's threads; column -1 when none.
+__device__ void block_best(const float* row, int first, int end, float& value, int& column) {
   __shared__ float values[32];
   __shared__ int columns[32];
-  const float* row = x + int64_t(blockIdx.x) * width;
-  float value = -INFINITY;
-  int column = -1;
-  for (int c = threadIdx.x; c < width; c += blockDim.x) {  // columns ascend: an equal value later never replaces
+  value = -INFINITY;
+  column = -1;
+  for (int c = first + threadIdx.x; c < end; c += blockDim.x) {  // columns ascend: an equal value later never replaces
     const float v = row[c];
     if (!isnan(v) && (column < 0 || v > value)) {
       value = v;
@@ -117,8 +159,35 @@ __global__ void row_bests_kernel(const float* x, int width, int32_t first_id, Ro
       const int c = __shfl_down_sync(0xffffffffu, column, offset);
       keep_best(value, column, v, c);
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = column < 0 ? RowBest{-INFINITY, first_id} : RowBest{value, first_id + column};
   }
+}
+
+// partial[row][chunk] = the best of the chunk's columns (id: its column, -1 for none); grid (chunks, rows).
+__global__ void row_chunk_bests_kernel(const float* x, int width, int per_chunk, RowBest* partial) {
+  const float* row = x + int64_t(blockIdx.y) * width;
+  const int first = blockIdx.x * per_chunk, end = min(width, first + per_chunk);
+  float value;
+  int column;
+  block_best(row, first, end, value, column);
+  if (threadIdx.x == 0) partial[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = RowBest{value, column};
+}
+
+// out[row] from its chunks' bests, a warp per row (chunks <= 32 a lane at a time in order).
+__global__ void merge_row_bests_kernel(const RowBest* partial, int rows, int chunks, int32_t first_id, RowBest* out) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float value = -INFINITY;
+  int column = -1;
+  for (int c = lane; c < chunks; c += 32) {
+    const RowBest b = partial[int64_t(row) * chunks + c];
+    keep_best(value, column, b.logit, b.id);
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_down_sync(0xffffffffu, value, offset);
+    const int c = __shfl_down_sync(0xffffffffu, column, offset);
+    keep_best(value, column, v, c);
+  }
+  if (lane == 0) out[row] = column < 0 ? RowBest{-INFINITY, first_id} : RowBest{value, first_id + column};
 }
 
 __global__ void add_kernel(float* x, const float* y, size_t count) {
@@ -126,33 +195,35 @@ __global__ void add_kernel(float* x, const float* y, size_t count) {
   if (i < count) x[i] += y[i];
 }
 
+// A thread per (token, head, pair i / i + half): rotates q's and k's pairs; a K head's thread also stores its two
+// rotated keys and two values in the cache (a decode's heads spread over the GPU, not one block).
 template <class T>
 __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
                                      int head_dim, const float* inv_freq, KvView kv) {
-  const int t = blockIdx.x;
-  const int pos = step.token_pos[t], seq = step.token_seq[t];
-  const int half = head_dim / 2;
-  float* qt = q + int64_t(t) * n_heads * head_dim;
-  float* kt = k + int64_t(t) * n_kv_heads * head_dim;
-  const float* vt = v + int64_t(t) * n_kv_heads * head_dim;
-  for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
-    const int head = j / half, i = j % half;
-    float* x = head < n_heads ? qt + head * head_dim : kt + (head - n_heads) * head_dim;
-    float s, c;
-    sincosf(float(pos) * inv_freq[i], &s, &c);
-    const float a = x[i], b = x[i + half];
-    x[i] = a * c - b * s;
-    x[i + half] = b * c + a * s;
-  }
-  __syncthreads();  // k rotated before it is stored
+  const int half = head_dim / 2, heads = n_heads + n_kv_heads;
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= int64_t(step.n) * heads * half) return;
+  const int t = int(j / (int64_t(heads) * half)), head = int(j / half % heads), i = int(j % half);
+  const int pos = step.token_pos[t];
+  const bool is_q = head < n_heads;
+  float* x = is_q ? q + (int64_t(t) * n_heads + head) * head_dim
+                  : k + (int64_t(t) * n_kv_heads + (head - n_heads)) * head_dim;
+  float s, c;
+  sincosf(float(pos) * inv_freq[i], &s, &c);
+  const float a = x[i], b = x[i + half];
+  const float ra = a * c - b * s, rb = b * c + a * s;
+  x[i] = ra;
+  x[i + half] = rb;
+  if (is_q) return;
+  const int g = head - n_heads;
+  const int64_t at = kv_offset(step, kv, step.token_seq[t], pos, g, head_dim);
+  const float* vh = v + (int64_t(t) * n_kv_heads + g) * head_dim;
   T* kc = static_cast<T*>(kv.k_base);
   T* vc = static_cast<T*>(kv.v_base);
-  for (int j = threadIdx.x; j < n_kv_heads * head_dim; j += blockDim.x) {
-    const int g = j / head_dim, d = j % head_dim;
-    const int64_t at = kv_offset(step, kv, seq, pos, g, head_dim) + d;
-    kc[at] = from_f32<T>(kt[j]);
-    vc[at] = from_f32<T>(vt[j]);
-  }
+  kc[at + i] = from_f32<T>(ra);
+  kc[at + i + half] = from_f32<T>(rb);
+  vc[at + i] = from_f32<T>(vh[i]);
+  vc[at + i + half] = from_f32<T>(vh[i + half]);
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* rows, int dim, float* dst) {
@@ -186,7 +257,17 @@ void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_
 }
 
 void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream) {
-  if (n > 0) rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, w, y, dim, eps);
+  if (n <= 0) return;
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w) |
+                        reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  if (aligned && dim % 4 == 0 && dim <= 4 * kNormThreads * kNormVectors) {
+    // Threads: enough for the row's float4s in kNormVectors rounds, whole warps, at most kNormThreads.
+    const int vectors = dim / 4;
+    const int threads = std::min(kNormThreads, ((vectors + kNormVectors - 1) / kNormVectors + 31) / 32 * 32);
+    rms_norm_vec4_kernel<<<n, threads, 0, stream>>>(x, w, y, dim, eps);
+    return;
+  }
+  rms_norm_kernel<<<n, kThreads, 0, stream>>>(x, w, y, dim, eps);
 }
 
 void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream) {
@@ -218,7 +299,10 @@ void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const floa
   if (step.n == 0) return;
   with_element_type(kv.dtype, [&](auto zero) {
     using T = decltype(zero);
-    rope_store_kv_kernel<T><<<step.n, 128, 0, stream>>>(step, q, k, v, n_heads, n_kv_heads, head_dim, inv_freq, kv);
+    const size_t pairs = size_t(step.n) * size_t(n_heads + n_kv_heads) * size_t(head_dim / 2);
+    if (pairs == 0) return;
+    rope_store_kv_kernel<T><<<blocks_for(pairs), kThreads, 0, stream>>>(step, q, k, v, n_heads, n_kv_heads, head_dim,
+                                                                       inv_freq, kv);
   });
 }
 
@@ -231,8 +315,16 @@ void launch_scatter_add_rows(const float* src, const int32_t* rows, const float*
   if (n > 0) scatter_add_rows_kernel<<<blocks_for(size_t(dim)), kThreads, 0, stream>>>(src, rows, weights, n, dim, dst);
 }
 
-void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* out, cudaStream_t stream) {
-  if (rows > 0) row_bests_kernel<<<rows, kThreads, 0, stream>>>(x, width, first_id, out);
+int row_best_chunks(int width) { return std::clamp((width + kRowBestChunk - 1) / kRowBestChunk, 1, 64); }
+
+void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* partial, RowBest* out,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;
+  const int chunks = row_best_chunks(width);
+  const int per_chunk = (width + chunks - 1) / chunks;
+  row_chunk_bests_kernel<<<dim3(unsigned(chunks), unsigned(rows)), kThreads, 0, stream>>>(x, width, per_chunk,
+                                                                                         partial);
+  merge_row_bests_kernel<<<unsigned((rows + 7) / 8), 256, 0, stream>>>(partial, rows, chunks, first_id, out);
 }
 
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,

@@ -103,8 +103,11 @@ void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, f
 void launch_scatter_add_rows(const float* src, const int32_t* rows, const float* weights, int n, int dim, float* dst,
                              cudaStream_t stream);
 // out[r] = {the highest non-NaN value of row r of x [rows, width], first_id + the lowest column holding it}, or
-// {-inf, first_id} for a row of NaN and -inf only (executors/row_best.hpp): one block per row.
-void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* out, cudaStream_t stream);
+// {-inf, first_id} for a row of NaN and -inf only (executors/row_best.hpp): a block per chunk of a row, then a warp
+// per row over its chunks; partial holds rows * row_best_chunks(width) entries.
+int row_best_chunks(int width);
+void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* partial, RowBest* out,
+                      cudaStream_t stream);
 // dst[r * dst_stride + col_offset + c] = src[r * width + c].
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
                          cudaStream_t stream);

@@ -1,9 +1,9 @@
 // Attention of the tokens the prefill tiles do not take (launch_paged_attention in cuda_kernels.cuh): decodes and
 // short chunks. One warp per (token, head) walks the token's keys with an online softmax, four keys' K and V rows
-// loaded before the first is used. A decode with a long context (step.splits: kSplitMinKeys keys or more) is cut
-// into splits of about kSplitKeys keys, a warp per (split, head) writing its running max, sum and accumulators, and
-// a second kernel merges each token's splits (split-K): the keys of one decode are read by many warps at once
-// instead of one after the other.
+// loaded before the first is used. A decode the plan splits (step.splits: long contexts, and short ones while the
+// step's decodes are too few to fill the GPU; executors/attention_plan.hpp) is cut into splits, a warp per (split,
+// head) writing its running max, sum and accumulators, and a second kernel merges each token's splits (split-K):
+// the keys of one decode are read by many warps at once instead of one after the other.
 #include <cmath>
 
 #include "executors/cuda/cuda_kernels.cuh"
@@ -148,16 +148,19 @@ __global__ void merge_splits_kernel(StepLayout step, const float* partial, float
   const int lane = threadIdx.x & 31;
   const int stride = n_heads * (head_dim + 2);
   const float* first = partial + (int64_t(item) * n_heads + h) * (head_dim + 2);
-  float big = -INFINITY;
-  for (int i = 0; i < count; ++i) big = fmaxf(big, first[int64_t(i) * stride + head_dim]);
+  float big = -INFINITY;  // the lanes take the splits' maxima and sums a split each, then the warp combines them
+  for (int i = lane; i < count; i += 32) big = fmaxf(big, first[int64_t(i) * stride + head_dim]);
+  for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
   float total = 0.0f;
-  for (int i = 0; i < count; ++i) {
+  for (int i = lane; i < count; i += 32) {
     const float* part = first + int64_t(i) * stride;
     if (part[head_dim + 1] > 0.0f) total += part[head_dim + 1] * __expf(part[head_dim] - big);
   }
+  total = warp_sum(total);
   float* oh = out + (int64_t(t) * n_heads + h) * head_dim;
   for (int d = lane; d < head_dim; d += 32) {
     float sum = 0.0f;
+#pragma unroll 4
     for (int i = 0; i < count; ++i) {
       const float* part = first + int64_t(i) * stride;
       if (part[head_dim + 1] > 0.0f) sum += part[d] * __expf(part[head_dim] - big);
