@@ -174,6 +174,13 @@ class Backend {
   virtual void rms_norm(const Buffer& x, const Buffer& w, Buffer& y, int n, int dim, float eps) = 0;
   // y = x W^T (+ bias), x [n, W.cols].
   virtual void gemm(const Buffer& x, const Weight& w, const Buffer* bias, Buffer& y, int n) = 0;
+  // y += x W^T, x [n, W.cols], y [n, W.rows]: a product added to the residual stream it updates. scratch is the
+  // caller's room of n * W.rows floats a backend may use for the product (the default: the product there, then
+  // add()); a device backend adds it in the product's own epilogue instead, a launch fewer.
+  virtual void gemm_accumulate(const Buffer& x, const Weight& w, Buffer& y, int n, Buffer& scratch) {
+    gemm(x, w, nullptr, scratch, n);
+    add(y, scratch, size_t(n) * size_t(w.rows));
+  }
   // Several products of the same x (q, k and v).
   virtual void gemm_multi(const Buffer& x, std::span<const GemmTarget> targets, int n) = 0;
   // y[n, ff] = silu(x gate^T) * (x up^T) for a weight of upload_glu.

@@ -84,7 +84,8 @@ struct HostMatrixData {
 
 }  // namespace
 
-TEST_CASE("cuda: gemm, gemm_multi and gemm_glu equal the CPU backend for f32, bf16 and f16 weights", "[cuda]") {
+TEST_CASE("cuda: gemm, gemm_accumulate, gemm_multi and gemm_glu equal the CPU backend for f32, bf16 and f16 weights",
+          "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
@@ -108,6 +109,21 @@ TEST_CASE("cuda: gemm, gemm_multi and gemm_glu equal the CPU backend for f32, bf
           exec::Buffer y;
           be.reserve(y, size_t(n) * rows);
           be.gemm(xb, *weight, &bb, y, n);
+          out[b] = p.read(be, y, size_t(n) * rows);
+        }
+        check_close(out[1], out[0], tol);
+
+        // y += x W^T over a residual stream (the small-batch kernel's or cuBLAS's epilogue; the CPU's default
+        // product then add): the same as gemm plus add.
+        const auto residual = random_values(size_t(n) * rows, 19 + n);
+        for (int b = 0; b < 2; ++b) {
+          exec::Backend& be = *backends[b];
+          auto weight = be.upload_matrix(w.m, exec::WeightUse::gemm);
+          REQUIRE(weight.ok());
+          const exec::Buffer xb = be.upload(x);
+          exec::Buffer y = be.upload(residual), scratch;
+          be.reserve(scratch, size_t(n) * rows);
+          be.gemm_accumulate(xb, *weight, y, n, scratch);
           out[b] = p.read(be, y, size_t(n) * rows);
         }
         check_close(out[1], out[0], tol);

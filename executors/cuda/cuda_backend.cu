@@ -217,6 +217,22 @@ class CudaBackend final : public exec::Backend {
     product(x, cw, y.data(), n);
     if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
   }
+  // y += x W^T in the product's epilogue: the small-batch kernel adds to y as it writes, cuBLAS with beta = 1.
+  void gemm_accumulate(const exec::Buffer& x, const exec::Weight& w, exec::Buffer& y, int n,
+                       exec::Buffer& scratch) override {
+    (void)scratch;
+    const CudaWeight& cw = weight_of(w);
+    const bool small = small_batch(cw, x, n);
+    KernelTimed timed(times_, small ? "gemm_accumulate (small batch)" : "gemm_accumulate (cuBLAS)", stream_);
+    if (small) {
+      SmallBatchTargets one;
+      add_target(one, cw, nullptr, y);
+      one.accumulate[0] = true;
+      launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
+      return;
+    }
+    product(x, cw, y.data(), n, /*accumulate=*/true);
+  }
   // Products of one x with up to kSmallBatchTargets weights of one dtype and width (Q, K, V): one launch at small n.
   void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
     const CudaWeight* first = targets.empty() ? nullptr : &weight_of(*targets.front().w);
@@ -406,9 +422,10 @@ class CudaBackend final : public exec::Backend {
 
   // y [n, w.rows] = x [n, w.cols] w^T by cuBLAS. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
   // C (rows x n) = op(A) B with A = W stored column-major as [cols, rows] (transposed) and B = x as [cols, n].
-  void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n) {
+  // accumulate: y += x W^T (cuBLAS's beta = 1).
+  void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n, bool accumulate = false) {
     if (n == 0) return;
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
     const void* b = x.data();
     if (w.dtype != DType::f32) {  // activations rounded to the weights' 16-bit type

@@ -56,12 +56,14 @@ void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cud
 constexpr int kSmallBatchRows = 8;
 constexpr int kSmallBatchTargets = 4;
 bool small_batch_gemm_fits(DType dtype, int n, int k);
-// For each target t < count (all of dtype and k columns): y[t] [n, rows[t]] = x W[t]^T (+ bias[t] where not null).
+// For each target t < count (all of dtype and k columns): y[t] [n, rows[t]] = x W[t]^T (+ bias[t] where not null),
+// added to what y[t] holds where accumulate[t].
 struct SmallBatchTargets {
   const void* w[kSmallBatchTargets] = {};
   const float* bias[kSmallBatchTargets] = {};
   float* y[kSmallBatchTargets] = {};
   int rows[kSmallBatchTargets] = {};
+  bool accumulate[kSmallBatchTargets] = {};
   int count = 0;
 };
 void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, const float* x, int n, int k,

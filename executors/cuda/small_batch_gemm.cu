@@ -4,7 +4,7 @@
 // it is read, as the cuBLAS path rounds it first), summing in f32; a warp sum per output. Memory-bound: the goal is
 // the copy bandwidth. One launch serves several products of the same x (Q, K and V: the rows of all targets one
 // after the other, each with its bias), and the gated MLP's two halves (a warp takes gate row j and up row j and
-// writes silu(gate) * up).
+// writes silu(gate) * up). A target may add its product to what y holds (the residual stream's update).
 #include "executors/cuda/cuda_kernels.cuh"
 #include "executors/cuda/device_util.cuh"
 
@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(S
   const float* bias = nullptr;
   float* y = nullptr;
   int m = 0;
+  bool accumulate = false;
 #pragma unroll
   for (int i = 0; i < kSmallBatchTargets; ++i) {
     if (w == nullptr && i < targets.count) {
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(S
         bias = targets.bias[i];
         y = targets.y[i];
         m = targets.rows[i];
+        accumulate = targets.accumulate[i];
       } else {
         row -= targets.rows[i];
       }
@@ -111,7 +113,11 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(S
   if (lane == 0) {
     const float b = bias ? bias[row] : 0.0f;
 #pragma unroll
-    for (int r = 0; r < N; ++r) y[size_t(r) * size_t(m) + size_t(row)] = bias ? acc[r] + b : acc[r];
+    for (int r = 0; r < N; ++r) {
+      float* out = y + size_t(r) * size_t(m) + size_t(row);
+      const float product = bias ? acc[r] + b : acc[r];
+      *out = accumulate ? *out + product : product;  // the residual add of the model, in the product's epilogue
+    }
   }
 }
 

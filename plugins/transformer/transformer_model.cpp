@@ -354,20 +354,23 @@ Result<std::unique_ptr<Model>> TransformerModel::create_ffn(std::unique_ptr<Tran
   return std::unique_ptr<Model>(std::move(m));
 }
 
-void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n) {
+void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate) {
   exec::Backend& be = *backend_;
   const size_t ff = static_cast<size_t>(e.ff);
   be.reserve(gate_, size_t(n) * ff);
   if (e.gate_up) {
     be.gemm_glu(x, e.gate_up, e.ff, gate_, n);
-    be.gemm(gate_, e.down, nullptr, out, n);
-    return;
+  } else {
+    be.reserve(up_, size_t(n) * ff);
+    const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
+    be.gemm_multi(x, gate_up, n);
+    be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
   }
-  be.reserve(up_, size_t(n) * ff);
-  const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
-  be.gemm_multi(x, gate_up, n);
-  be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
-  be.gemm(gate_, e.down, nullptr, out, n);
+  if (accumulate) {
+    be.gemm_accumulate(gate_, e.down, out, n, tmp_);
+  } else {
+    be.gemm(gate_, e.down, nullptr, out, n);
+  }
 }
 
 // The weights, layers and placement are handles (shared); the scratch buffers are not: the twin reserves its own.
@@ -555,6 +558,9 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   be.reserve(v_, rows * kv_dim);
   be.reserve(attn_, rows * q_dim);
   const std::span<float> hidden = x_.first(rows * h), partial = tmp_.first(rows * h);
+  // Without TP (nothing to sum between a layer's output product and the residual add) the output products add to
+  // x_ in their own epilogue (Backend::gemm_accumulate): a launch fewer each on a device.
+  const bool residual_in_product = place_.tp == 1;
 
   StepTrace* const trace = context.trace;
   if (trace) trace->layer = -1;
@@ -577,10 +583,15 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
         be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
       }
       attention(batch, kv, l);
-      be.gemm(attn_, L.wo, nullptr, tmp_, n);
+      if (residual_in_product) {
+        be.gemm_accumulate(attn_, L.wo, x_, n, tmp_);
+      } else {
+        be.gemm(attn_, L.wo, nullptr, tmp_, n);
+      }
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
-    be.add(x_, tmp_, rows * h);
+    if (!residual_in_product) be.add(x_, tmp_, rows * h);
+    bool mlp_added = false;  // the dense MLP's down product added to x_ itself
     if (place_.afd() && !L.sparse) {  // the FFN ranks' slices of the MLP, summed
       TraceScope span(trace, "mlp", "compute");
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
@@ -588,14 +599,15 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
     } else if (!L.sparse) {
       TraceScope span(trace, "mlp", "compute");
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
-      mlp(L.mlp, xn_, tmp_, n);
+      mlp_added = residual_in_product;
+      mlp(L.mlp, xn_, mlp_added ? x_ : tmp_, n, mlp_added);
     } else {
       TraceScope span(trace, "experts", "compute");  // the dispatch and combine inside it are spans of their own
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
       ACTORD_TRY_STATUS(moe(L, l, n, context));
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
-    be.add(x_, tmp_, rows * h);
+    if (!mlp_added) be.add(x_, tmp_, rows * h);
   }
   if (trace) trace->layer = -1;
   if (!shard_.lm_head) {

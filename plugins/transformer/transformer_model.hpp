@@ -110,8 +110,8 @@ class TransformerModel final : public Model {
 
   TransformerModel(const ModelConfig& cfg, const TransformerSpec& spec) : cfg_(cfg), spec_(spec) {}
   void attention(const ForwardBatch& batch, KvCache& kv, int layer);
-  // out [n, hidden] = the MLP of x [n, hidden].
-  void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n);
+  // out [n, hidden] = the MLP of x [n, hidden], or out += it where accumulate (then tmp_ is its scratch: not out).
+  void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate = false);
   // Fills routed_ from the router's logits of xn_'s n rows, and counts them in expert_tokens_ (stage layer l).
   void route(const Layer& L, int l, int n);
   // tmp_ = the MoE of xn_'s n rows at stage layer l (under EP: this rank's tokens' routed part, + the shared
