@@ -95,10 +95,12 @@ if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill'
   grep 'cuda profile' "$OUT/actord_profile_prefill.err" | head -16
 fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
-# cuBLAS for every product, the 4k prefill with the FMA tiles instead of the tensor cores.
+# cuBLAS for every product, the 4k prefill's attention through cuBLAS (S and P in memory) instead of the flash
+# kernel, and on the FMA tiles.
 if [ "$DEVICE" = cuda ] && wanted fallbacks; then
   ACTORD_CUDA_DISABLE=small_batch actord_run actord_b1_cublas 420 128 64 1
-  ACTORD_CUDA_DISABLE=long_prefill actord_prefill actord_prefill_fma_tiles
+  ACTORD_CUDA_DISABLE=flash_prefill actord_prefill actord_prefill_cublas_attention
+  ACTORD_CUDA_DISABLE=flash_prefill,long_prefill actord_prefill actord_prefill_fma_tiles
 fi
 # The peer last: its code does not change between leases, so a deadline cuts it first.
 if ! wanted hf; then
@@ -153,7 +155,9 @@ if p and p.get("prefill_tokens_per_s"):
         summary["prefill"]["share_of_gemm_rate"] = round(tf / gemm, 3)
 ab = {}
 for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "decode_tokens_per_s"),
-                  ("actord_prefill", "prefill_tokens_per_s"), ("actord_prefill_fma_tiles", "prefill_tokens_per_s")):
+                  ("actord_prefill", "prefill_tokens_per_s"),
+                  ("actord_prefill_cublas_attention", "prefill_tokens_per_s"),
+                  ("actord_prefill_fma_tiles", "prefill_tokens_per_s")):
     run = load(name)
     if run and run.get(key):
         ab[name] = round(run[key], 1)

@@ -5,6 +5,7 @@
 // each test says why and passes without checking anything else; the device tool's runs are where they count.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <random>
@@ -40,8 +41,11 @@ std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
 struct Pair {
   test::CpuRank cpu{2};
   std::unique_ptr<exec::Backend> gpu;
-  Pair() {
+  // disable: ACTORD_CUDA_DISABLE for this pair's GPU backend (read when it is made), e.g. "flash_prefill".
+  explicit Pair(const char* disable = nullptr) {
+    if (disable) setenv("ACTORD_CUDA_DISABLE", disable, 1);
     auto made = cuda::make_backend(0);
+    if (disable) unsetenv("ACTORD_CUDA_DISABLE");
     if (!made) FAIL(made.error().message);
     gpu = std::move(*made);
   }
@@ -391,17 +395,28 @@ TEST_CASE("cuda: decodes at long contexts (split-K) equal the CPU backend - wind
 TEST_CASE("cuda: long prefills (600 tokens, and 520 over 100 cached) on the tensor cores equal the CPU backend",
           "[cuda]") {
   if (!have_gpu()) return;
-  Pair p;
-  for (int head_dim : {64, 128}) {
-    for (DType kv_dtype : {DType::bf16, DType::f16, DType::f32}) {  // f32: the FMA tiles take the long ones
-      for (int window : {0, 200}) {
-        INFO("head_dim " << head_dim << ", kv " << dtype_name(kv_dtype) << ", window " << window);
-        const AttentionRun run =
-            attention_on_both(p, {{600, 0}, {520, 100}, {1, 300}}, 40, head_dim, kv_dtype, window, 31);
-        // bf16 / f16 K and V in both; the tensor cores also round Q and the probabilities to that type.
-        check_close(run.attended[1], run.attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
-        if (kv_dtype != DType::f32) CHECK(cuda::long_prefill_state(*p.gpu) == "on");
+  // The flash kernel, then the cuBLAS path (flash_prefill turned off).
+  for (const char* disabled : {static_cast<const char*>(nullptr), "flash_prefill"}) {
+    Pair p(disabled);
+    for (int head_dim : {64, 128}) {
+      for (DType kv_dtype : {DType::bf16, DType::f16, DType::f32}) {  // f32: the FMA tiles take the long ones
+        for (int window : {0, 200}) {
+          INFO((disabled ? disabled : "all on") << ", head_dim " << head_dim << ", kv " << dtype_name(kv_dtype)
+                                                << ", window " << window);
+          const AttentionRun run =
+              attention_on_both(p, {{600, 0}, {520, 100}, {1, 300}}, 40, head_dim, kv_dtype, window, 31);
+          // bf16 / f16 K and V in both; the tensor cores also round Q and the probabilities to that type.
+          check_close(run.attended[1], run.attended[0], kv_dtype == DType::f32 ? 1e-5 : 1e-2);
+        }
       }
+    }
+    // The path's first use agreed with the FMA tiles (the other one never ran).
+    if (disabled) {
+      CHECK(cuda::flash_prefill_state(*p.gpu) == "off: ACTORD_CUDA_DISABLE");
+      CHECK(cuda::long_prefill_state(*p.gpu) == "on");
+    } else {
+      CHECK(cuda::flash_prefill_state(*p.gpu) == "on");
+      CHECK(cuda::long_prefill_state(*p.gpu) == "unused");
     }
   }
 }

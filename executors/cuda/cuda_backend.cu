@@ -92,7 +92,9 @@ class CudaBackend final : public exec::Backend {
   }
   // ACTORD_CUDA_DISABLE=name,name...: the paths named fall back to the general ones (to measure a path against its
   // fallback in one run, or to step around one): small_batch (cuBLAS for every product), prefill_tiles (one warp per
-  // query for prefills too), long_prefill (FMA tiles for long prefills), split_decode (one warp per long decode).
+  // query for prefills too), long_prefill (the cuBLAS path for long prefills: FMA tiles where flash_prefill is
+  // off or does not fit), flash_prefill (the one-kernel tensor-core attention of long prefills: the cuBLAS path
+  // instead), split_decode (one warp per decode).
   void disable_paths(const char* list) {
     if (!list) return;
     std::string names = list;
@@ -109,9 +111,11 @@ class CudaBackend final : public exec::Backend {
         long_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "split_decode") {
         split_decode_path_.disable("off: ACTORD_CUDA_DISABLE");
+      } else if (name == "flash_prefill") {
+        flash_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else {
         std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (small_batch, prefill_tiles, "
-                             "long_prefill, split_decode)\n", device_, name.c_str());
+                             "long_prefill, flash_prefill, split_decode)\n", device_, name.c_str());
       }
     }
   }
@@ -126,6 +130,7 @@ class CudaBackend final : public exec::Backend {
   int device() const { return device_; }
   const std::string& long_prefill_state() const { return long_prefill_path_.state; }
   const std::string& split_decode_state() const { return split_decode_path_.state; }
+  const std::string& flash_prefill_state() const { return flash_prefill_path_.state; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -289,8 +294,7 @@ class CudaBackend final : public exec::Backend {
     heads_ = shape.n_heads;  // for the next steps' plans
     upload_tables(batch, kv.block_size);
     const bool tiled = tiles_on_ && step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
-    const bool long_path = tiled && !plan_.long_seqs.empty() && long_prefill_path_.on &&
-                           LongPrefillAttention::fits(kv.dtype, shape.head_dim);
+    const bool long_path = tiled && !plan_.long_seqs.empty() && (flash_fits(shape, kv) || cublas_long_fits(shape, kv));
     if (tiled) {
       StepLayout short_tiles = step_;
       if (long_path) short_tiles.n_tiles = plan_.short_tiles;  // the long sequences' tiles come last
@@ -298,11 +302,7 @@ class CudaBackend final : public exec::Backend {
                                shape.sliding_window, view(kv), stream_);
     }
     if (long_path) {
-      for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) {
-        long_prefill_.run(blas_, stream_, step_, ls.seq, ls.first_token, ls.count, ls.start_pos, q.data(), out.data(),
-                          shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv));
-        if (!long_prefill_path_.checked) check_long_prefill(ls, q, out, shape, kv);
-      }
+      for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) attend_long(ls, q, out, shape, kv);
     }
     const bool split = step_.n_splits > 0 && split_decode_path_.on;
     if (split) {
@@ -438,23 +438,53 @@ class CudaBackend final : public exec::Backend {
                                      CUBLAS_GEMM_DEFAULT));
   }
 
-  // The first use of LongPrefillAttention is checked against the FMA tiles on the same sequence (into scratch):
-  // where they differ by more than bf16 rounding explains, the tiles' result is kept and the path is turned off for
-  // this backend, with a message (a wrong tensor-core path costs speed, never tokens).
-  void check_long_prefill(const AttentionPlan::LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
-                          const exec::AttentionShape& shape, const exec::KvLayer& kv) {
-    const int width = shape.n_heads * shape.head_dim;
-    reserve(check_scratch_, size_t(step_.n) * size_t(width));
+  bool flash_fits(const exec::AttentionShape& shape, const exec::KvLayer& kv) const {
+    return flash_prefill_path_.on &&
+           flash_prefill_fits(kv.dtype, shape.head_dim, shape.n_heads, shape.n_kv_heads, view(kv));
+  }
+  bool cublas_long_fits(const exec::AttentionShape& shape, const exec::KvLayer& kv) const {
+    return long_prefill_path_.on && LongPrefillAttention::fits(kv.dtype, shape.head_dim);
+  }
+  // A long prefill sequence's attention on the tensor cores: the flash kernel where it fits and is on, else the
+  // cuBLAS path, else the FMA tiles; each tensor-core path's first use checked against the tiles.
+  void attend_long(const AttentionPlan::LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
+                   const exec::AttentionShape& shape, const exec::KvLayer& kv) {
+    if (flash_fits(shape, kv)) {
+      launch_flash_prefill(step_, ls.first_tile, ls.tile_count, q.data(), out.data(), shape.n_heads,
+                           shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv), stream_);
+      if (!flash_prefill_path_.checked) {
+        check_against_tiles(ls, q, out, shape, kv, flash_prefill_path_, "flash prefill attention");
+      }
+    } else if (cublas_long_fits(shape, kv)) {
+      long_prefill_.run(blas_, stream_, step_, ls.seq, ls.first_token, ls.count, ls.start_pos, q.data(), out.data(),
+                        shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, view(kv));
+      if (!long_prefill_path_.checked) {
+        check_against_tiles(ls, q, out, shape, kv, long_prefill_path_, "long prefill attention");
+      }
+    } else {
+      launch_prefill_attention(tiles_of(ls), q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                               shape.sliding_window, view(kv), stream_);
+    }
+  }
+  StepLayout tiles_of(const AttentionPlan::LongSeq& ls) const {
     StepLayout its_tiles = step_;
     its_tiles.tiles = step_.tiles + 3 * ls.first_tile;
     its_tiles.n_tiles = ls.tile_count;
-    launch_prefill_attention(its_tiles, q.data(), check_scratch_.data(), shape.n_heads, shape.n_kv_heads,
+    return its_tiles;
+  }
+  // The first use of a tensor-core path for long prefills is checked against the FMA tiles on the same sequence
+  // (into scratch): where they differ by more than bf16 rounding explains, the tiles' result is kept and the path is
+  // turned off for this backend, with a message (a wrong tensor-core path costs speed, never tokens).
+  void check_against_tiles(const AttentionPlan::LongSeq& ls, const exec::Buffer& q, exec::Buffer& out,
+                           const exec::AttentionShape& shape, const exec::KvLayer& kv, CheckedPath& path,
+                           const char* what) {
+    const int width = shape.n_heads * shape.head_dim;
+    reserve(check_scratch_, size_t(step_.n) * size_t(width));
+    launch_prefill_attention(tiles_of(ls), q.data(), check_scratch_.data(), shape.n_heads, shape.n_kv_heads,
                              shape.head_dim, shape.sliding_window, view(kv), stream_);
     float diff[2] = {0, 0};
     max_difference(out.data(), check_scratch_.data(), ls.first_token, ls.count, width, diff, stream_);
-    if (long_prefill_path_.judge(diff, kLongPrefillTolerance, "long prefill attention", "the FMA tiles", device_)) {
-      return;
-    }
+    if (path.judge(diff, kLongPrefillTolerance, what, "the FMA tiles", device_)) return;
     launch_copy_columns(check_scratch_.data() + size_t(ls.first_token) * width, ls.count, width,
                         out.data() + size_t(ls.first_token) * width, width, 0, stream_);
   }
@@ -510,7 +540,7 @@ class CudaBackend final : public exec::Backend {
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
-  CheckedPath split_decode_path_, long_prefill_path_;
+  CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use
@@ -546,6 +576,11 @@ std::string long_prefill_state(const exec::Backend& backend) {
 std::string split_decode_state(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda ? cuda->split_decode_state() : "unused";
+}
+
+std::string flash_prefill_state(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->flash_prefill_state() : "unused";
 }
 
 int device_count() {

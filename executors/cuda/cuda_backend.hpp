@@ -33,7 +33,9 @@ void* stream_of(const exec::Backend& backend);
 // The tensor-core attention of long prefills (long_prefill_attention.cuh) in a backend make_backend() made: "unused"
 // before its first use, "on" once that use matched the FMA tiles, else "off: ..." saying by how much it differed.
 std::string long_prefill_state(const exec::Backend& backend);
-// The same for split-K decode attention (decode_attention.cu), checked against one warp per query.
+// The same for split-K decode attention (decode_attention.cu), checked against one warp per query, and for the
+// one-kernel tensor-core attention of long prefills (flash_prefill_attention.cu), checked against the FMA tiles.
 std::string split_decode_state(const exec::Backend& backend);
+std::string flash_prefill_state(const exec::Backend& backend);
 
 }  // namespace actord::cuda

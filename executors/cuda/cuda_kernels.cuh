@@ -99,6 +99,13 @@ void launch_split_attention(const StepLayout& step, const float* q, float* parti
 bool prefill_attention_fits(int head_dim);
 void launch_prefill_attention(const StepLayout& step, const float* q, float* out, int n_heads, int n_kv_heads,
                               int head_dim, int window, const KvView& kv, cudaStream_t stream);
+// The same attention for the tiles first_tile .. first_tile + n_tiles - 1 on the tensor cores in one kernel
+// (flash_prefill_attention.cu: Q and P rounded to the cache's type, f32 sums), where flash_prefill_fits: a bf16 /
+// f16 cache with 16-byte aligned rows, head_dim 64 or 128.
+bool flash_prefill_fits(DType kv_dtype, int head_dim, int n_heads, int n_kv_heads, const KvView& kv);
+void launch_flash_prefill(const StepLayout& step, int first_tile, int n_tiles, const float* q, float* out,
+                          int n_heads, int n_kv_heads, int head_dim, int window, const KvView& kv,
+                          cudaStream_t stream);
 // dst[i] = src[rows[i]], rows of dim elements, i < n.
 void launch_gather_rows(const float* src, const int32_t* rows, int n, int dim, float* dst, cudaStream_t stream);
 // dst[rows[i]] += weights[i] * src[i] for i = 0 .. n-1 in order (one thread per column: repeated rows are safe).
