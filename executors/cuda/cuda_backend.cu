@@ -247,6 +247,16 @@ class CudaBackend final : public exec::Backend {
       together = together && small_batch(cw, x, n) && cw.dtype == first->dtype && cw.cols == first->cols;
     }
     if (!together) {
+      if (first && n > 0 && same_input(targets) && !small_batch(*first, x, n)) {  // cuBLAS: x rounded once for all
+        KernelTimed timed(times_, "gemm (cuBLAS)", stream_);
+        const void* b = input_for(x, *first, n);
+        for (const exec::GemmTarget& t : targets) {
+          const CudaWeight& cw = weight_of(*t.w);
+          product_of(b, cw, t.y->data(), n, false);
+          if (t.bias && !t.bias->empty()) launch_add_bias(t.y->data(), t.bias->data(), n, int(cw.rows), stream_);
+        }
+        return;
+      }
       for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
       return;
     }
@@ -415,6 +425,15 @@ class CudaBackend final : public exec::Backend {
 
   // Whether the weight-streaming kernel takes x [n, w.cols] times w: 16-bit weights, up to kSmallBatchRows rows, x
   // 16-byte aligned (it reads x 16 bytes at a time; its rows then are too, as k % 8 is 0).
+  // Whether every target's weight has the first's dtype and width (one rounded x serves them all).
+  static bool same_input(std::span<const exec::GemmTarget> targets) {
+    const CudaWeight& first = weight_of(*targets.front().w);
+    for (const exec::GemmTarget& t : targets) {
+      const CudaWeight& cw = weight_of(*t.w);
+      if (cw.dtype != first.dtype || cw.cols != first.cols) return false;
+    }
+    return true;
+  }
   bool small_batch(const CudaWeight& w, const exec::Buffer& x, int n) const {
     return small_batch_on_ && small_batch_gemm_fits(w.dtype, n, static_cast<int>(w.cols)) &&
            reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
@@ -425,14 +444,20 @@ class CudaBackend final : public exec::Backend {
   // accumulate: y += x W^T (cuBLAS's beta = 1).
   void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n, bool accumulate = false) {
     if (n == 0) return;
+    product_of(input_for(x, w, n), w, y, n, accumulate);
+  }
+  // x as a product with w takes it: rounded to w's 16-bit type (into rounded_, valid until the next call), or x.
+  const void* input_for(const exec::Buffer& x, const CudaWeight& w, int n) {
+    if (w.dtype == DType::f32) return x.data();
+    const size_t count = size_t(n) * size_t(w.cols);
+    reserve_bytes(rounded_, rounded_bytes_, count * dtype_size(w.dtype));
+    launch_round_to(x.data(), rounded_.get(), w.dtype, count, stream_);
+    return rounded_.get();
+  }
+  // y (+)= b w^T, b [n, w.cols] of input_for.
+  void product_of(const void* b, const CudaWeight& w, float* y, int n, bool accumulate) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
-    const void* b = x.data();
-    if (w.dtype != DType::f32) {  // activations rounded to the weights' 16-bit type
-      reserve_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(k) * dtype_size(w.dtype));
-      launch_round_to(x.data(), rounded_.get(), w.dtype, size_t(n) * size_t(k), stream_);
-      b = rounded_.get();
-    }
     ACTORD_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data, cuda_type(w.dtype), k, b,
                                      cuda_type(w.dtype), k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
