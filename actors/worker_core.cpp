@@ -289,6 +289,34 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
 
 }  // namespace
 
+template <class Seqs>
+size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
+  sample_requests_.clear();
+  sample_seq_ids_.clear();
+  fork_options_.clear();
+  size_t forked_rows = 0;
+  for (uint32_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i].getSample()) forked_rows += std::max<uint32_t>(seqs[i].getForks(), 1);
+  }
+  fork_options_.reserve(forked_rows);  // stable addresses for the requests below
+  for (uint32_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].getSample()) continue;
+    const SequenceState& st = *states_[i];
+    SampleRequest r;
+    r.options = &st.sampling;
+    r.sample_index = seqs[i].getSampleIndex();
+    if (st.sampling.has_penalties()) r.history = &st.history;
+    if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.masked_until_min_tokens;
+    const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
+    for (uint32_t f = 0; f < forks; ++f) {
+      if (forks > 1) r.options = &fork_options_.emplace_back(st.sampling.for_sample(f));
+      sample_requests_.push_back(r);
+      sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
+    }
+  }
+  return forked_rows;
+}
+
 std::string WorkerCore::pick_greedy() {
   const size_t rows = row_bests_.size();
   greedy_tokens_.resize(rows);
@@ -436,6 +464,15 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
   context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_) ? &row_bests_ : nullptr;
   row_bests_.clear();  // a forward without logit rows leaves it so
+  // The driver's sampling requests, known before the pass: where its rows are whole on this rank, in one piece,
+  // neither forked nor asked for prompt logprobs, the backend may sample them where the logits are.
+  size_t forked_rows = 0;
+  if (driver()) forked_rows = build_sample_requests(seqs);
+  bool plain_rows = forked_rows == sample_requests_.size() && !sample_requests_.empty();
+  for (uint32_t i = 0; i < seqs.size() && plain_rows; ++i) plain_rows = seqs[i].getPromptLogprobsFrom() < 0;
+  const ForwardContext::Sampling sampling{sample_requests_, &samples_};
+  samples_.clear();
+  context.sampling = plain_rows && !context.row_bests && place_.tp == 1 && !overlapped ? &sampling : nullptr;
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
     lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];
@@ -447,6 +484,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   size_t logit_rows = 0;
   for (uint32_t i = 0; i < seqs.size(); ++i) logit_rows += seqs[i].getSample();
   const bool picked = context.row_bests && logits_.empty() && row_bests_.size() == logit_rows;
+  const bool sampled_by_backend = context.sampling && logits_.empty() && samples_.size() == sample_requests_.size();
   if (picked) {
     if (auto failed = pick_greedy(); !failed.empty()) return break_links(failed);
   }
@@ -517,31 +555,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (!driver()) return result([](wire::StepResult::Builder) {});
   take_prompt_logprobs(vocab);
 
-  sample_requests_.clear();
-  sample_seq_ids_.clear();
-  fork_options_.clear();
-  size_t forked_rows = 0, sample_rows = 0;
-  for (uint32_t i = 0; i < seqs.size(); ++i) {
-    if (!seqs[i].getSample()) continue;
-    forked_rows += std::max<uint32_t>(seqs[i].getForks(), 1);
-    ++sample_rows;
-  }
-  fork_options_.reserve(forked_rows);  // stable addresses for the requests below
-  for (uint32_t i = 0; i < seqs.size(); ++i) {
-    if (!seqs[i].getSample()) continue;
-    const SequenceState& st = *states_[i];
-    SampleRequest r;
-    r.options = &st.sampling;
-    r.sample_index = seqs[i].getSampleIndex();
-    if (st.sampling.has_penalties()) r.history = &st.history;
-    if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.masked_until_min_tokens;
-    const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
-    for (uint32_t f = 0; f < forks; ++f) {
-      if (forks > 1) r.options = &fork_options_.emplace_back(st.sampling.for_sample(f));
-      sample_requests_.push_back(r);
-      sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
-    }
-  }
+  size_t sample_rows = 0;
+  for (uint32_t i = 0; i < seqs.size(); ++i) sample_rows += seqs[i].getSample();
   float* rows = logits_.data();
   if (forked_rows > sample_rows) {
     // A forking slice's row is drawn from once per fork (the sampler changes a row in place): one copy each.
@@ -560,7 +575,7 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
     TraceScope span(trace, "sampling", "sample");
     if (picked) {
       for (size_t r = 0; r < samples_.size(); ++r) samples_[r] = SampledToken{greedy_tokens_.at(r), 0.0f, {}};
-    } else {
+    } else if (!sampled_by_backend) {
       sampler_.sample_rows(rows, vocab, sample_requests_, samples_, *pool_);
     }
   }

@@ -74,6 +74,10 @@ class WorkerCore {
   // The greedy tokens of a step whose model gave row_bests_ (each row's best of the ids this rank holds): merged with
   // every TP rank's into greedy_tokens_; an error when the exchange failed.
   std::string pick_greedy();
+  // sample_requests_, sample_seq_ids_ and fork_options_ of the step's sampled slices (a forking slice once per
+  // fork); returns how many rows that is.
+  template <class Seqs>
+  size_t build_sample_requests(const Seqs& seqs);
   // Two-batch overlap: batch_ as m micro-batches of whole sequences balanced by tokens (core/micro_batch_split),
   // the first on `context`'s groups, micro-batch k on links_.micro[k - 1] (its collectives' time in
   // micro_comm_ns_[k - 1], its spans in micro_traces_[k - 1]); their logits into logits_ in batch order. With lanes

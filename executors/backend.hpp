@@ -29,6 +29,7 @@
 #include "core/status.hpp"
 #include "executors/forward_batch.hpp"
 #include "executors/row_best.hpp"
+#include "executors/sampler.hpp"
 
 namespace actord::exec {
 
@@ -211,6 +212,14 @@ class Backend {
   // ignored ({-inf, first_id} for a row without any other value); into host memory (out: rows entries). The greedy
   // pick over those columns, without bringing the rows to the host.
   virtual void row_bests(const Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) = 0;
+  // Samples rows of whole logits [rows, vocab] (requests / out: one per row) where they are, as executors/sampler.hpp
+  // does (penalties and masks applied to the rows in place; tokens deterministic per request and seed): true when it
+  // did; false, having changed nothing, when this backend does not (the caller downloads the logits and samples them).
+  virtual bool sample_rows(Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
+                           std::span<SampledToken> out) {
+    (void)logits, (void)rows, (void)vocab, (void)requests, (void)out;
+    return false;
+  }
 
  protected:
   // Memory of n floats and what frees it (a backend's allocator).

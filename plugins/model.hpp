@@ -51,6 +51,15 @@ struct ForwardContext {
   // these 8 bytes a row across the TP group and merges them (sampler.hpp's merge_row_bests). A model that ignores it
   // returns logits as always (the worker tells which from what it got). Every rank of a stage must do the same.
   std::vector<RowBest>* row_bests = nullptr;
+  // When set (by the sampling rank, for a step whose sampled rows neither fork nor ask prompt logprobs, and without
+  // row_bests): the sampling requests of the logit rows, in row order. A model whose rows are whole on this rank (no
+  // TP) and computed in one piece may have its backend sample them where they are (Backend::sample_rows: no logits
+  // downloaded), write the tokens to *samples and leave `logits` empty; otherwise it returns logits as always.
+  struct Sampling {
+    std::span<const SampleRequest> requests;
+    std::vector<SampledToken>* samples = nullptr;
+  };
+  const Sampling* sampling = nullptr;
 };
 
 // The KV cache a rank's model writes: its stage's layers and its KV heads, and where they are in the whole model's

@@ -298,6 +298,15 @@ void CpuBackend::copy_columns(const exec::Buffer& src, size_t src_offset, int ro
 
 void CpuBackend::zero(exec::Buffer& b, size_t count) { std::fill_n(b.data(), count, 0.0f); }
 
+bool CpuBackend::sample_rows(exec::Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
+                             std::span<SampledToken> out) {
+  if (rows < 0 || requests.size() != size_t(rows) || out.size() != size_t(rows) ||
+      logits.size() < size_t(rows) * size_t(vocab))
+    return false;
+  sampler_.sample_rows(logits.data(), vocab, requests, out, pool_);
+  return true;
+}
+
 void CpuBackend::row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) {
   ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
   pool_.parallel_for(rows, [&](int r) { out[size_t(r)] = row_best(x.data() + size_t(r) * width, width, first_id); });

@@ -57,6 +57,9 @@ class CpuBackend final : public exec::Backend {
                     int dst_stride, int col_offset) override;
   void zero(exec::Buffer& b, size_t count) override;
   void row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) override;
+  // The rows are in host memory: executors/sampler.hpp's BatchSampler over the pool, in place.
+  bool sample_rows(exec::Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
+                   std::span<SampledToken> out) override;
 
   // The CPU's view of a Weight this backend made (tests, benchmarks, a plugin's own kernels).
   static const WeightMatrix& matrix_of(const exec::Weight& w);
@@ -74,6 +77,7 @@ class CpuBackend final : public exec::Backend {
   ThreadPool& pool_;
   Isa isa_;
   std::vector<AttentionTask> attention_tasks_;  // scratch (one caller at a time)
+  BatchSampler sampler_;
 };
 
 }  // namespace actord::cpu

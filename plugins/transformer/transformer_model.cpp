@@ -440,12 +440,14 @@ Status TransformerModel::forward_micro_batches(const ForwardBatch& batch, KvCach
                                                const ForwardContext& context) {
   if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens)
     return forward_micro_batch(batch, kv, logits, context);
+  ForwardContext pieces = context;
+  pieces.sampling = nullptr;  // the logit rows of every piece, sampled by the caller
   logits.clear();
   micro_.tokens.clear();
   micro_.seqs.clear();
   auto flush = [&]() -> Status {
     if (micro_.tokens.empty()) return {};
-    ACTORD_TRY_STATUS(forward_micro_batch(micro_, kv, micro_logits_, context));
+    ACTORD_TRY_STATUS(forward_micro_batch(micro_, kv, micro_logits_, pieces));
     logits.insert(logits.end(), micro_logits_.begin(), micro_logits_.end());
     micro_.tokens.clear();
     micro_.seqs.clear();
@@ -513,6 +515,15 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   exec::Buffer& out = in_place ? *in_place : out_logits_;
   if (place_.tp == 1) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
+    if (const ForwardContext::Sampling* sampling = context.sampling;
+        sampling && sampling->samples && sampling->requests.size() == size_t(n_out)) {
+      sampling->samples->resize(size_t(n_out));
+      if (be.sample_rows(out, n_out, vocab, sampling->requests, *sampling->samples)) {
+        logits.clear();
+        return {};
+      }
+      sampling->samples->clear();
+    }
     if (!in_place) be.download(out_logits_, 0, logits);
     return {};
   }
