@@ -368,8 +368,7 @@ int32_t walk(RankedCandidates& ranked, double total, float top_p, double u) {
 // The seeded draw over row / t (max: the largest scaled logit, finite): min-p, top-k, top-p, then the walk.
 int32_t draw(const float* row, int n, float t, float max, const SamplingOptions& o, uint32_t sample_index,
              std::vector<Candidate>& candidates, std::vector<double>& weights) {
-  const double u =
-      uniform_from_key(o.seed * 0x100000001b3ull ^ (uint64_t(sample_index) + 1) * 0x9e3779b97f4a7c15ull);
+  const double u = uniform_from_key(draw_key(o.seed, sample_index));
   const double min_weight = o.min_p;  // p_i < min_p x p_max  <=>  e^(l_i - max) < min_p
   RankedCandidates ranked(candidates, weights, max, min_weight);
   double total = 0.0;

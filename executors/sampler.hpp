@@ -108,5 +108,9 @@ void merge_row_bests(std::span<const RowBest> bests, int shards, int rows, std::
 
 // A uniform double in [0, 1) from a 64-bit key (splitmix64).
 double uniform_from_key(uint64_t key);
+// The key of a draw: a request's seed and its sample index (the tokens generated before).
+inline uint64_t draw_key(uint64_t seed, uint32_t sample_index) {
+  return seed * 0x100000001b3ull ^ (uint64_t(sample_index) + 1) * 0x9e3779b97f4a7c15ull;
+}
 
 }  // namespace actord

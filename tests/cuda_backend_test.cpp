@@ -451,3 +451,73 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   REQUIRE(out.ok());
   CHECK((*out)[0].generated_ids == test::reference_ids());
 }
+
+TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties - masks - top-k - top-p - min-p",
+          "[cuda]") {
+  if (!have_gpu()) return;
+  Pair p;
+  for (const int vocab : {1000, 32000, 128256}) {
+    // Options by row: greedy, plain draws at three temperatures, top-k (small, at the candidates' limit, wider: the
+    // host), top-p, min-p, all three, penalties and masks, logprobs (the host).
+    std::vector<SamplingOptions> options(14);
+    options[0].temperature = 0.0f;
+    options[1].temperature = 0.3f;
+    options[2].temperature = 1.0f;
+    options[3].temperature = 1.7f;
+    options[4].top_k = 40;
+    options[5].top_k = 1024;
+    options[6].top_k = 1500;
+    options[7].top_p = 0.8f;
+    options[8].min_p = 0.05f;
+    options[9].top_k = 100;
+    options[9].top_p = 0.95f;
+    options[9].min_p = 0.02f;
+    options[10].repetition_penalty = 1.4f;
+    options[10].frequency_penalty = 0.3f;
+    options[10].presence_penalty = 0.2f;
+    options[11].temperature = 0.0f;
+    options[11].repetition_penalty = 2.0f;
+    options[12].min_tokens = 5;
+    options[13].logprobs = 3;
+    PenaltyHistory history;
+    const std::vector<int32_t> prompt{1, 5, 9, 400};
+    history.add_prompt(prompt);
+    for (int32_t id : {5, 77, 77, 300}) history.add_output(id);
+    const std::vector<int32_t> stops{2, 3};
+    for (int round = 0; round < 4; ++round) {  // the first three calls are checked row by row, the fourth is not
+      const int rows = int(options.size());
+      std::vector<SampleRequest> requests(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) {
+        options[size_t(r)].seed = uint64_t(100 * round + r);
+        requests[size_t(r)].options = &options[size_t(r)];
+        requests[size_t(r)].sample_index = uint32_t(round);
+        if (options[size_t(r)].has_penalties()) requests[size_t(r)].history = &history;
+        if (r == 12) requests[size_t(r)].masked_ids = stops;
+      }
+      // Logits of several sharpnesses: row r scaled by 0.5 .. 8.
+      std::vector<float> logits = random_values(size_t(rows) * size_t(vocab), uint32_t(vocab + round));
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < vocab; ++c) logits[size_t(r) * size_t(vocab) + size_t(c)] *= 0.5f * float(1 + r % 5) * 1.6f;
+      }
+      std::vector<SampledToken> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+      Sampler cpu;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> row(logits.begin() + long(size_t(r) * size_t(vocab)),
+                               logits.begin() + long(size_t(r + 1) * size_t(vocab)));
+        want[size_t(r)] = cpu.sample(row.data(), vocab, requests[size_t(r)]);
+      }
+      exec::Buffer dev = p.gpu->upload(logits);
+      REQUIRE(p.gpu->sample_rows(dev, rows, vocab, requests, got));
+      for (int r = 0; r < rows; ++r) {
+        INFO("vocab " << vocab << ", round " << round << ", row " << r);
+        CHECK(got[size_t(r)].token == want[size_t(r)].token);
+        if (options[size_t(r)].logprobs >= 0) {
+          CHECK(got[size_t(r)].logprob == want[size_t(r)].logprob);
+          CHECK(got[size_t(r)].top.size() == 3u);
+        }
+      }
+    }
+    INFO(cuda::device_sampling_state(*p.gpu));
+    CHECK(cuda::device_sampling_state(*p.gpu) == "on");  // the checked calls agreed
+  }
+}

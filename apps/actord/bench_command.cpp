@@ -50,6 +50,12 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
       ->capture_default_str();
   cmd->add_option("--dtype", args.dtype, "auto, float32, bfloat16 or float16")->capture_default_str();
   cmd->add_option("--seed", args.seed, "Seed of the random prompts")->capture_default_str();
+  cmd->add_option("--temperature", args.temperature, "Sampling temperature (0: greedy; else request i draws with seed i)")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  cmd->add_option("--top-p", args.top_p, "Nucleus sampling mass, in (0, 1]")
+      ->check(CLI::Range(1e-6f, 1.0f))
+      ->capture_default_str();
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -120,11 +126,14 @@ int run_bench(const BenchArgs& args) {
   std::uniform_int_distribution<int32_t> token(3, model->vocab_size - 1);
   std::vector<int32_t> shared_prefix;
   for (int i = 0; i < args.shared_prefix_len; ++i) shared_prefix.push_back(token(rng));
+  uint64_t requests_made = 0;
   auto make_request = [&](int input_len, int output_len) {
     GenerateRequest r;
     for (int i = 0; i < input_len; ++i) r.prompt_ids.push_back(token(rng));
     r.max_tokens = static_cast<uint32_t>(output_len);
-    r.sampling.temperature = 0.0f;
+    r.sampling.temperature = args.temperature;
+    r.sampling.top_p = args.top_p;
+    r.sampling.seed = requests_made++;
     r.ignore_eos = true;
     return r;
   };
@@ -187,6 +196,8 @@ int run_bench(const BenchArgs& args) {
   j["prefix_cache_hit_rate"] =
       run.prefix_query_blocks ? double(run.prefix_hit_blocks) / double(run.prefix_query_blocks) : 0.0;
   j["concurrency"] = args.concurrency;
+  j["temperature"] = args.temperature;
+  j["top_p"] = args.top_p;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());
   j["prefill_tokens_per_s"] = rate(run.prefill_tokens, run.prefill_us);

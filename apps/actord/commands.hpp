@@ -54,6 +54,8 @@ struct BenchArgs {
   std::string load_format = "auto";
   std::string dtype = "auto";
   uint64_t seed = 0;
+  float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
+  float top_p = 1.0f;
   std::vector<std::string> set;
   std::string log_level = "warn";
   std::string trace;  // --trace FILE

@@ -94,7 +94,7 @@ class CudaBackend final : public exec::Backend {
   // fallback in one run, or to step around one): small_batch (cuBLAS for every product), prefill_tiles (one warp per
   // query for prefills too), long_prefill (the cuBLAS path for long prefills: FMA tiles where flash_prefill is
   // off or does not fit), flash_prefill (the one-kernel tensor-core attention of long prefills: the cuBLAS path
-  // instead), split_decode (one warp per decode).
+  // instead), split_decode (one warp per decode), device_sampling (logits downloaded and sampled by the worker).
   void disable_paths(const char* list) {
     if (!list) return;
     std::string names = list;
@@ -113,9 +113,11 @@ class CudaBackend final : public exec::Backend {
         split_decode_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "flash_prefill") {
         flash_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
+      } else if (name == "device_sampling") {
+        device_sampling_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else {
         std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (small_batch, prefill_tiles, "
-                             "long_prefill, flash_prefill, split_decode)\n", device_, name.c_str());
+                             "long_prefill, flash_prefill, split_decode, device_sampling)\n", device_, name.c_str());
       }
     }
   }
@@ -131,6 +133,7 @@ class CudaBackend final : public exec::Backend {
   const std::string& long_prefill_state() const { return long_prefill_path_.state; }
   const std::string& split_decode_state() const { return split_decode_path_.state; }
   const std::string& flash_prefill_state() const { return flash_prefill_path_.state; }
+  const std::string& device_sampling_state() const { return device_sampling_path_.state; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -381,6 +384,75 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  // The rows sampled on the GPU (device_sampler.cu); the rows it leaves (logprobs, a wide top-k or head) and, for
+  // the first kCheckedSamplings calls, every row are sampled on the host too from a copy of the raw rows: a token
+  // that differs turns the GPU path off (the host's tokens are kept).
+  bool sample_rows(exec::Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
+                   std::span<SampledToken> out) override {
+    if (!device_sampling_path_.on || rows <= 0 || requests.size() != size_t(rows) || out.size() != size_t(rows))
+      return false;
+    KernelTimed timed(times_, "sample_rows", stream_);
+    plan_device_sampling(requests, vocab, sampling_plan_);
+    const bool checking = sampling_checks_ < kCheckedSamplings;
+    if (checking) {  // the raw rows, before the GPU applies penalties in place
+      raw_rows_.resize(size_t(rows) * size_t(vocab));
+      download(logits, 0, raw_rows_);
+    }
+    const size_t params_bytes = sampling_plan_.params.size() * sizeof(DeviceSampleParams);
+    const size_t ops_bytes = sampling_plan_.ops.size() * sizeof(DeviceSampleOp);
+    const size_t tokens_bytes = size_t(rows) * sizeof(int32_t);
+    reserve_bytes(sampling_, sampling_bytes_, params_bytes + ops_bytes + tokens_bytes);
+    auto* base = static_cast<unsigned char*>(sampling_.get());
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, sampling_plan_.params.data(), params_bytes, cudaMemcpyHostToDevice,
+                                      stream_));
+    if (ops_bytes > 0) {
+      ACTORD_CUDA_CHECK(cudaMemcpyAsync(base + params_bytes, sampling_plan_.ops.data(), ops_bytes,
+                                        cudaMemcpyHostToDevice, stream_));
+    }
+    auto* tokens = reinterpret_cast<int32_t*>(base + params_bytes + ops_bytes);
+    launch_device_sampling(logits.data(), rows, vocab, reinterpret_cast<const DeviceSampleParams*>(base),
+                           reinterpret_cast<const DeviceSampleOp*>(base + params_bytes), tokens, stream_);
+    host_tokens_.resize(size_t(rows));
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(host_tokens_.data(), tokens, tokens_bytes, cudaMemcpyDeviceToHost, stream_));
+    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    int differ = -1;
+    for (int r = 0; r < rows; ++r) {
+      const bool left = host_tokens_[size_t(r)] < 0;
+      if (!left && !checking) {
+        out[size_t(r)] = SampledToken{host_tokens_[size_t(r)], 0.0f, {}};
+        continue;
+      }
+      std::span<float> row(raw_rows_.data() + size_t(r) * size_t(vocab), size_t(vocab));
+      SampleRequest request = requests[size_t(r)];
+      if (!checking) {  // the row as the GPU left it: raw where it was left whole, else penalised and masked already
+        raw_rows_.resize(size_t(vocab));
+        row = std::span<float>(raw_rows_.data(), size_t(vocab));
+        download(logits, size_t(r) * size_t(vocab), row);
+        if (!sampling_plan_.params[size_t(r)].host) {
+          request.history = nullptr;
+          request.masked_ids = {};
+        }
+      }
+      out[size_t(r)] = host_sampler_.sample(row.data(), vocab, request);
+      if (checking && !left && out[size_t(r)].token != host_tokens_[size_t(r)] && differ < 0) differ = r;
+    }
+    if (checking) {
+      ++sampling_checks_;
+      if (differ >= 0) {
+        device_sampling_path_.disable("off: row " + std::to_string(differ) + " drew " +
+                                      std::to_string(host_tokens_[size_t(differ)]) + " on the GPU, " +
+                                      std::to_string(out[size_t(differ)].token) + " on the host");
+        std::fprintf(stderr, "cuda:%d: device sampling %s\n", device_, device_sampling_path_.state.c_str());
+      } else if (sampling_checks_ == kCheckedSamplings) {
+        device_sampling_path_.checked = true;
+        device_sampling_path_.state = "on";
+      } else {
+        device_sampling_path_.state = "checking";
+      }
+    }
+    return true;
+  }
+
   bool computes_in_host_memory() const override { return false; }
 
  protected:
@@ -565,7 +637,15 @@ class CudaBackend final : public exec::Backend {
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
-  CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
+  CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_, device_sampling_path_;
+  static constexpr int kCheckedSamplings = 3;  // sample_rows calls checked row by row against the host sampler
+  int sampling_checks_ = 0;
+  DeviceSamplingPlan sampling_plan_;
+  std::shared_ptr<void> sampling_;  // the plan's params and ops, then the tokens, on the device
+  size_t sampling_bytes_ = 0;
+  std::vector<int32_t> host_tokens_;
+  std::vector<float> raw_rows_;     // rows downloaded for the host sampler
+  Sampler host_sampler_;
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use
@@ -606,6 +686,11 @@ std::string split_decode_state(const exec::Backend& backend) {
 std::string flash_prefill_state(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda ? cuda->flash_prefill_state() : "unused";
+}
+
+std::string device_sampling_state(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda ? cuda->device_sampling_state() : "unused";
 }
 
 int device_count() {

@@ -37,5 +37,8 @@ std::string long_prefill_state(const exec::Backend& backend);
 // one-kernel tensor-core attention of long prefills (flash_prefill_attention.cu), checked against the FMA tiles.
 std::string split_decode_state(const exec::Backend& backend);
 std::string flash_prefill_state(const exec::Backend& backend);
+// Sampling on the GPU (Backend::sample_rows, device_sampler.cu): "unused", "checking" while its first calls are
+// compared row by row with the host sampler, "on" once they agreed, else "off: ..." naming the first row that differed.
+std::string device_sampling_state(const exec::Backend& backend);
 
 }  // namespace actord::cuda

@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "executors/attention_plan.hpp"
+#include "executors/device_sampling_plan.hpp"
 #include "executors/row_best.hpp"
 
 namespace actord::cuda {
@@ -117,6 +118,11 @@ void launch_scatter_add_rows(const float* src, const int32_t* rows, const float*
 int row_best_chunks(int width);
 void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* partial, RowBest* out,
                       cudaStream_t stream);
+// Sampling rows where they are (device_sampler.cu), planned by executors/device_sampling_plan.hpp:
+// out[r] = row r's token as executors/sampler.hpp draws it, or -1 where the host must sample it (params[r].host, or
+// a head too wide for kDeviceSampleCandidates; its penalties and masks then already applied in logits).
+void launch_device_sampling(float* logits, int rows, int vocab, const DeviceSampleParams* params,
+                            const DeviceSampleOp* ops, int32_t* out, cudaStream_t stream);
 // dst[r * dst_stride + col_offset + c] = src[r * width + c].
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
                          cudaStream_t stream);

@@ -12,6 +12,7 @@ void* stream_of(const exec::Backend&) { return nullptr; }
 std::string long_prefill_state(const exec::Backend&) { return "unused"; }
 std::string split_decode_state(const exec::Backend&) { return "unused"; }
 std::string flash_prefill_state(const exec::Backend&) { return "unused"; }
+std::string device_sampling_state(const exec::Backend&) { return "unused"; }
 Result<std::unique_ptr<exec::Backend>> make_backend(int) {
   return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
 }

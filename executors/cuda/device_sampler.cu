@@ -1,0 +1,319 @@
+// Sampling rows of logits where they are (launch_device_sampling in cuda_kernels.cuh): executors/sampler.cpp's rules
+// on the GPU, a block per row, so that no logits cross to the host.
+//
+// A row: its penalty and mask operations in order (one thread: each id once per kind, as the CPU applies them), the
+// maximum (and first index holding it: the greedy token), then for a draw the scaled logits s = l / t and weights
+// w = exp(double(s - max s)): with top-k, the k best by (s, lower id) through a radix select on s's bits; without,
+// the row's total weight (min-p applied) and the fewest best tokens that certainly hold the mass the walk needs (the
+// CPU sampler's band floors: 4096, 64 and 1 times (total - mass) / 2n). The candidates, at most
+// kDeviceSampleCandidates, are sorted by rank in shared memory and walked as sampler.cpp's walk() does (top-p keep,
+// r = u x total, the first whose running sum passes r). A row whose candidates would not fit is left to the host
+// (token -1), its penalties applied.
+#include <cstdint>
+
+#include "executors/cuda/cuda_kernels.cuh"
+#include "executors/cuda/device_util.cuh"
+
+namespace actord::cuda {
+
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kCandidates = kDeviceSampleCandidates;
+static_assert(kCandidates == kThreads, "the bitonic sort gives each thread one candidate");
+
+// sampler.cpp's uniform_from_key (splitmix64): a uniform double in [0, 1).
+__device__ double uniform_from_key(uint64_t key) {
+  uint64_t z = key + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+// Higher scaled logit first, lower id first on ties (sampler.cpp's ranks_before).
+__device__ __forceinline__ bool ranks_before(float as, int ai, float bs, int bi) {
+  return as > bs || (as == bs && ai < bi);
+}
+
+// s's bits ordered as unsigned integers: a higher float, a higher key (NaN is not asked).
+__device__ __forceinline__ uint32_t order_key(float s) {
+  const uint32_t u = __float_as_uint(s);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ double scaled_weight(float raw, float t, float max_scaled) {
+  return exp(double(raw / t - max_scaled));  // float division and subtraction, then double: sampler.cpp's
+}
+
+struct Shared {
+  float s[kCandidates];
+  int id[kCandidates];
+  double dwarp[32];
+  float fwarp[32];
+  int iwarp[32];
+  unsigned hist[256];
+  int count;
+  double total;
+};
+
+// Block sums and maxima (every thread gets the result).
+__device__ double block_sum(double v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.dwarp[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) total += sh.dwarp[w];  // in warp order: the same sum on every thread
+  return total;
+}
+__device__ int block_count(int v, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.iwarp[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += sh.iwarp[w];
+  return total;
+}
+// The highest value and the lowest index holding it (index -1: none, NaN ignored).
+__device__ void block_best(float& value, int& index, Shared& sh) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, value, o);
+    const int i = __shfl_xor_sync(0xffffffffu, index, o);
+    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) {
+      value = v;
+      index = i;
+    }
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    sh.fwarp[threadIdx.x >> 5] = value;
+    sh.iwarp[threadIdx.x >> 5] = index;
+  }
+  __syncthreads();
+  value = -INFINITY;
+  index = -1;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    const float v = sh.fwarp[w];
+    const int i = sh.iwarp[w];
+    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) {
+      value = v;
+      index = i;
+    }
+  }
+}
+
+// sh.s / sh.id [0, kCandidates) in rank order (empty places hold -inf and INT_MAX: they rank last).
+__device__ void sort_candidates(Shared& sh) {
+  for (int k = 2; k <= kCandidates; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      __syncthreads();
+      const int i = threadIdx.x, other = i ^ j;
+      if (other > i) {
+        const bool ascending = (i & k) == 0;  // "ascending": in rank order
+        const bool swap = ascending ? ranks_before(sh.s[other], sh.id[other], sh.s[i], sh.id[i])
+                                    : ranks_before(sh.s[i], sh.id[i], sh.s[other], sh.id[other]);
+        if (swap) {
+          const float ts = sh.s[i];
+          const int ti = sh.id[i];
+          sh.s[i] = sh.s[other];
+          sh.id[i] = sh.id[other];
+          sh.s[other] = ts;
+          sh.id[other] = ti;
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// sampler.cpp's walk() over the sorted candidates (count of them; weights below min_weight or 0 end the list).
+__device__ int32_t walk(const Shared& sh, int count, float max_scaled, double min_weight, double total, float top_p,
+                        double u) {
+  auto weight = [&](int i, double& w) {
+    if (i >= count) return false;
+    w = exp(double(sh.s[i] - max_scaled));
+    return w > 0.0 && w >= min_weight;
+  };
+  double w = 0.0;
+  int keep = count;
+  if (top_p < 1.0f) {
+    double mass = 0.0;
+    for (keep = 0; weight(keep, w);) {
+      ++keep;
+      if ((mass += w / total) >= top_p) break;
+    }
+    total = 0.0;
+    for (int j = 0; j < keep && weight(j, w); ++j) total += w;
+  }
+  const double r = u * total;
+  double acc = 0.0;
+  int i = 0;
+  for (; i < keep && weight(i, w); ++i)
+    if (r < (acc += w)) return sh.id[i];
+  return sh.id[i > 0 ? i - 1 : 0];
+}
+
+__global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits, int vocab,
+                                                                   const DeviceSampleParams* params,
+                                                                   const DeviceSampleOp* ops, int32_t* out) {
+  __shared__ Shared sh;
+  const int r = blockIdx.x, tid = threadIdx.x;
+  const DeviceSampleParams p = params[r];
+  if (p.host) {
+    if (tid == 0) out[r] = -1;
+    return;
+  }
+  float* row = logits + int64_t(r) * vocab;
+  if (tid == 0) {  // penalties, then masks, in the order given (sampler.cpp's penalise_and_mask)
+    for (int k = p.ops_first; k < p.ops_first + p.ops_count; ++k) {
+      const DeviceSampleOp op = ops[k];
+      if (op.id < 0 || op.id >= vocab) continue;
+      const float l = row[op.id];
+      row[op.id] = op.kind == DeviceSampleOp::kRepetition ? (l > 0.0f ? l / op.value : l * op.value)
+                   : op.kind == DeviceSampleOp::kSubtract   ? l - op.value
+                                                            : -INFINITY;
+    }
+  }
+  __syncthreads();
+
+  float best = -INFINITY;
+  int best_at = -1;
+  for (int i = tid; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (v > best || (best_at < 0 && v == best)) {  // NaN never; an all -inf row keeps its first -inf
+      best = v;
+      best_at = i;
+    }
+  }
+  block_best(best, best_at, sh);
+  const int32_t argmax = best_at < 0 ? 0 : best_at;
+  const float t = p.temperature;
+  const float max_scaled = best / t;
+  if (t <= 0.0f || p.top_k == 1 || vocab <= 1 || !isfinite(max_scaled)) {
+    if (tid == 0) out[r] = argmax;
+    return;
+  }
+  const double u = uniform_from_key(p.key), min_weight = p.min_p;
+  sh.s[tid] = -INFINITY;
+  sh.id[tid] = INT32_MAX;
+  if (tid == 0) sh.count = 0;
+  __syncthreads();
+
+  double total = 0.0;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    // The k best scaled logits: the k-th's key by radix select (8 bits a pass), then every token above it and
+    // those equal to it (the lowest ids among them make the k after the sort).
+    int non_nan = 0;
+    for (int i = tid; i < vocab; i += kThreads) non_nan += !isnan(row[i] / t);
+    non_nan = block_count(non_nan, sh);
+    const bool all = non_nan <= p.top_k;
+    uint32_t prefix = 0, mask = 0;
+    int remaining = p.top_k;
+    for (int shift = 24; shift >= 0 && !all; shift -= 8) {
+      for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0;
+      __syncthreads();
+      for (int i = tid; i < vocab; i += kThreads) {
+        const float s = row[i] / t;
+        if (isnan(s)) continue;
+        const uint32_t key = order_key(s);
+        if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      int above = 0, digit = 0;  // every thread walks the same histogram to the same digit
+      for (int d = 255; d >= 0; --d) {
+        const int here = int(sh.hist[d]);
+        if (above + here >= remaining) {
+          digit = d;
+          break;
+        }
+        above += here;
+      }
+      remaining -= above;
+      prefix |= uint32_t(digit) << shift;
+      mask |= 255u << shift;
+      __syncthreads();  // the histogram is cleared for the next pass only after every thread read it
+    }
+    for (int i = tid; i < vocab; i += kThreads) {
+      const float s = row[i] / t;
+      if (isnan(s) || (!all && order_key(s) < prefix)) continue;
+      const int at = atomicAdd(&sh.count, 1);
+      if (at < kCandidates) {
+        sh.s[at] = s;
+        sh.id[at] = i;
+      }
+    }
+    __syncthreads();
+    if (sh.count > kCandidates) {  // too many equal to the k-th
+      if (tid == 0) out[r] = -1;
+      return;
+    }
+    sort_candidates(sh);
+    const int k = min(p.top_k, sh.count);
+    if (tid == 0) {
+      for (int j = 0; j < k; ++j) {  // sampler.cpp sums a sorted top-k in rank order
+        const double w = exp(double(sh.s[j] - max_scaled));
+        if (w > 0.0 && w >= min_weight) total += w;
+      }
+      out[r] = walk(sh, k, max_scaled, min_weight, total, p.top_p, u);
+    }
+    return;
+  }
+
+  // Without top-k: the total weight, then the fewest best tokens holding the mass the walk needs.
+  double mine = 0.0;
+  for (int i = tid; i < vocab; i += kThreads) {
+    const double w = scaled_weight(row[i], t, max_scaled);
+    if (w >= min_weight) mine += w;
+  }
+  total = block_sum(mine, sh);
+  const double mass = (p.top_p < 1.0f ? double(p.top_p) : u) * total;
+  const double safe = (total - mass) / (2.0 * vocab);
+  const double floors[3] = {4096.0 * safe, 64.0 * safe, safe};
+  double floor = -1.0;
+  for (int f = 0; f < 3 && floor < 0.0; ++f) {
+    const double at = fmax(floors[f], min_weight);
+    int n = 0;
+    double held = 0.0;
+    for (int i = tid; i < vocab; i += kThreads) {
+      const double w = scaled_weight(row[i], t, max_scaled);
+      if (w >= at && w > 0.0) {
+        ++n;
+        held += w;
+      }
+    }
+    n = block_count(n, sh);
+    held = block_sum(held, sh);
+    // Enough: all of min-p's tokens, or (with a margin for the sums' order) more than the walk's mass.
+    const bool enough = at == min_weight || held > mass + 1e-9 * total;
+    if (n <= kCandidates && enough) floor = at;
+  }
+  if (floor < 0.0) {
+    if (tid == 0) out[r] = -1;
+    return;
+  }
+  for (int i = tid; i < vocab; i += kThreads) {
+    const double w = scaled_weight(row[i], t, max_scaled);
+    if (w >= floor && w > 0.0) {
+      const int at = atomicAdd(&sh.count, 1);
+      if (at < kCandidates) {
+        sh.s[at] = row[i] / t;
+        sh.id[at] = i;
+      }
+    }
+  }
+  __syncthreads();
+  const int count = min(sh.count, kCandidates);
+  sort_candidates(sh);
+  if (tid == 0) out[r] = walk(sh, count, max_scaled, min_weight, total, p.top_p, u);
+}
+
+}  // namespace
+
+void launch_device_sampling(float* logits, int rows, int vocab, const DeviceSampleParams* params,
+                            const DeviceSampleOp* ops, int32_t* out, cudaStream_t stream) {
+  if (rows > 0) device_sampling_kernel<<<rows, kThreads, 0, stream>>>(logits, vocab, params, ops, out);
+}
+
+}  // namespace actord::cuda
