@@ -36,9 +36,10 @@ __device__ __forceinline__ bool ranks_before(float as, int ai, float bs, int bi)
   return as > bs || (as == bs && ai < bi);
 }
 
-// s's bits ordered as unsigned integers: a higher float, a higher key (NaN is not asked).
+// s's bits ordered as unsigned integers: a higher float, a higher key; -0 and +0 one key, as they compare equal
+// (NaN is not asked).
 __device__ __forceinline__ uint32_t order_key(float s) {
-  const uint32_t u = __float_as_uint(s);
+  const uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
