@@ -213,33 +213,30 @@ class CudaBackend final : public exec::Backend {
     launch_rms_norm(x.data(), w.data(), y.data(), n, dim, eps, stream_);
   }
   void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
-    const CudaWeight& cw = weight_of(w);
-    const bool small = small_batch(cw, x, n);
-    KernelTimed timed(times_, small ? "gemm (small batch)" : "gemm (cuBLAS)", stream_);
-    if (small) {
-      SmallBatchTargets one;
-      add_target(one, cw, bias, y);
-      launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
-      return;
-    }
-    product(x, cw, y.data(), n);
-    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
+    one_product(x, weight_of(w), bias, y, n, false);
   }
   // y += x W^T in the product's epilogue: the small-batch kernel adds to y as it writes, cuBLAS with beta = 1.
   void gemm_accumulate(const exec::Buffer& x, const exec::Weight& w, exec::Buffer& y, int n,
                        exec::Buffer& scratch) override {
     (void)scratch;
-    const CudaWeight& cw = weight_of(w);
+    one_product(x, weight_of(w), nullptr, y, n, true);
+  }
+  // y (+)= x W^T (+ bias): the small-batch kernel up to its rows, else cuBLAS and the bias after.
+  void one_product(const exec::Buffer& x, const CudaWeight& cw, const exec::Buffer* bias, exec::Buffer& y, int n,
+                   bool accumulate) {
     const bool small = small_batch(cw, x, n);
-    KernelTimed timed(times_, small ? "gemm_accumulate (small batch)" : "gemm_accumulate (cuBLAS)", stream_);
+    KernelTimed timed(times_, small ? (accumulate ? "gemm_accumulate (small batch)" : "gemm (small batch)")
+                                    : (accumulate ? "gemm_accumulate (cuBLAS)" : "gemm (cuBLAS)"),
+                      stream_);
     if (small) {
       SmallBatchTargets one;
-      add_target(one, cw, nullptr, y);
-      one.accumulate[0] = true;
+      add_target(one, cw, bias, y);
+      one.accumulate[0] = accumulate;
       launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
       return;
     }
-    product(x, cw, y.data(), n, /*accumulate=*/true);
+    product(x, cw, y.data(), n, accumulate);
+    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
   }
   // Products of one x with up to kSmallBatchTargets weights of one dtype and width (Q, K, V): one launch at small n.
   void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
@@ -673,25 +670,18 @@ void* stream_of(const exec::Backend& backend) {
   return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
 }
 
-std::string long_prefill_state(const exec::Backend& backend) {
+namespace {
+// A checked path's state in a backend make_backend() made; "unused" for any other backend.
+std::string state_of(const exec::Backend& backend, const std::string& (CudaBackend::*state)() const) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  return cuda ? cuda->long_prefill_state() : "unused";
+  return cuda ? (cuda->*state)() : "unused";
 }
+}  // namespace
 
-std::string split_decode_state(const exec::Backend& backend) {
-  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  return cuda ? cuda->split_decode_state() : "unused";
-}
-
-std::string flash_prefill_state(const exec::Backend& backend) {
-  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  return cuda ? cuda->flash_prefill_state() : "unused";
-}
-
-std::string device_sampling_state(const exec::Backend& backend) {
-  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  return cuda ? cuda->device_sampling_state() : "unused";
-}
+std::string long_prefill_state(const exec::Backend& b) { return state_of(b, &CudaBackend::long_prefill_state); }
+std::string split_decode_state(const exec::Backend& b) { return state_of(b, &CudaBackend::split_decode_state); }
+std::string flash_prefill_state(const exec::Backend& b) { return state_of(b, &CudaBackend::flash_prefill_state); }
+std::string device_sampling_state(const exec::Backend& b) { return state_of(b, &CudaBackend::device_sampling_state); }
 
 int device_count() {
   int n = 0;

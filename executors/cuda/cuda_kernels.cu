@@ -25,22 +25,27 @@ __global__ void embed_kernel(StepLayout step, const T* table, int64_t vocab_firs
   for (int c = threadIdx.x; c < h; c += blockDim.x) row[c] = (id >= 0 && id < rows) ? to_f32(table[id * h + c]) : 0.0f;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int dim, float eps) {
+// The sum of v over the block's threads (whole warps), on every thread.
+__device__ float block_sum(float v) {
   __shared__ float partial[32];
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float total = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    total = warp_sum(total);
+    if (threadIdx.x == 0) partial[0] = total;
+  }
+  __syncthreads();
+  return partial[0];
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* y, int dim, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(partial[0] / float(dim) + eps);
+  const float scale = rsqrtf(block_sum(ss) / float(dim) + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
 }
 
@@ -49,7 +54,6 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int di
 constexpr int kNormThreads = 256, kNormVectors = 8;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec4_kernel(const float* x, const float* w, float* y, int dim,
                                                                    float eps) {
-  __shared__ float partial[32];
   const int vectors = dim / 4;
   const auto* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
   auto* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
@@ -63,16 +67,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec4_kernel(const float
   }
 #pragma unroll
   for (int u = 0; u < kNormVectors; ++u) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float total = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
-    total = warp_sum(total);
-    if (threadIdx.x == 0) partial[0] = total;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(partial[0] / float(dim) + eps);
+  const float scale = rsqrtf(block_sum(ss) / float(dim) + eps);
 #pragma unroll
   for (int u = 0; u < kNormVectors; ++u) {
     const int i = threadIdx.x + u * blockDim.x;

@@ -58,23 +58,15 @@ struct Shared {
   double total;
 };
 
-// Block sums and maxima (every thread gets the result).
-__device__ double block_sum(double v, Shared& sh) {
+// A block's sum (every thread gets it, summed in warp order: the same on every thread). T: double or int.
+template <class T>
+__device__ T block_sum(T v, T* per_warp) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.dwarp[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) per_warp[threadIdx.x >> 5] = v;
   __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < kThreads / 32; ++w) total += sh.dwarp[w];  // in warp order: the same sum on every thread
-  return total;
-}
-__device__ int block_count(int v, Shared& sh) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.iwarp[threadIdx.x >> 5] = v;
-  __syncthreads();
-  int total = 0;
-  for (int w = 0; w < kThreads / 32; ++w) total += sh.iwarp[w];
+  T total = 0;
+  for (int w = 0; w < kThreads / 32; ++w) total += per_warp[w];
   return total;
 }
 // The highest value and the lowest index holding it (index -1: none, NaN ignored).
@@ -208,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     // those equal to it (the lowest ids among them make the k after the sort).
     int non_nan = 0;
     for (int i = tid; i < vocab; i += kThreads) non_nan += !isnan(row[i] / t);
-    non_nan = block_count(non_nan, sh);
+    non_nan = block_sum(non_nan, sh.iwarp);
     const bool all = non_nan <= p.top_k;
     uint32_t prefix = 0, mask = 0;
     int remaining = p.top_k;
@@ -268,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     const double w = scaled_weight(row[i], t, max_scaled);
     if (w >= min_weight) mine += w;
   }
-  total = block_sum(mine, sh);
+  total = block_sum(mine, sh.dwarp);
   const double mass = (p.top_p < 1.0f ? double(p.top_p) : u) * total;
   const double safe = (total - mass) / (2.0 * vocab);
   const double floors[3] = {4096.0 * safe, 64.0 * safe, safe};
@@ -284,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
         held += w;
       }
     }
-    n = block_count(n, sh);
-    held = block_sum(held, sh);
+    n = block_sum(n, sh.iwarp);
+    held = block_sum(held, sh.dwarp);
     // Enough: all of min-p's tokens, or (with a margin for the sums' order) more than the walk's mass.
     const bool enough = at == min_weight || held > mass + 1e-9 * total;
     if (n <= kCandidates && enough) floor = at;
