@@ -464,15 +464,15 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
   context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_) ? &row_bests_ : nullptr;
   row_bests_.clear();  // a forward without logit rows leaves it so
-  // The driver's sampling requests, known before the pass: where its rows are whole on this rank, in one piece,
-  // neither forked nor asked for prompt logprobs, the backend may sample them where the logits are.
+  // The driver's sampling requests, known before the pass: where its rows are in one piece, neither forked nor
+  // asked for prompt logprobs, its backend may sample them where the logits are (after the TP gather).
   size_t forked_rows = 0;
   if (driver()) forked_rows = build_sample_requests(seqs);
   bool plain_rows = forked_rows == sample_requests_.size() && !sample_requests_.empty();
   for (uint32_t i = 0; i < seqs.size() && plain_rows; ++i) plain_rows = seqs[i].getPromptLogprobsFrom() < 0;
   const ForwardContext::Sampling sampling{sample_requests_, &samples_};
   samples_.clear();
-  context.sampling = plain_rows && !context.row_bests && place_.tp == 1 && !overlapped ? &sampling : nullptr;
+  context.sampling = plain_rows && !context.row_bests && !overlapped ? &sampling : nullptr;
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
     lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];

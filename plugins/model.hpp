@@ -52,8 +52,8 @@ struct ForwardContext {
   // returns logits as always (the worker tells which from what it got). Every rank of a stage must do the same.
   std::vector<RowBest>* row_bests = nullptr;
   // When set (by the sampling rank, for a step whose sampled rows neither fork nor ask prompt logprobs, and without
-  // row_bests): the sampling requests of the logit rows, in row order. A model whose rows are whole on this rank (no
-  // TP) and computed in one piece may have its backend sample them where they are (Backend::sample_rows: no logits
+  // row_bests): the sampling requests of the logit rows, in row order. A model whose rows are computed in one piece
+  // may have its backend sample the whole rows where they are (Backend::sample_rows: after a TP gather, no logits
   // downloaded), write the tokens to *samples and leave `logits` empty; otherwise it returns logits as always.
   struct Sampling {
     std::span<const SampleRequest> requests;

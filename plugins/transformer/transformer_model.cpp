@@ -513,18 +513,21 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   std::optional<exec::Buffer> in_place = be.host_view(logits);
   if (!in_place) be.reserve(out_logits_, size_t(n_out) * vocab);
   exec::Buffer& out = in_place ? *in_place : out_logits_;
+  // The whole rows sampled where they are when the context asks and the backend can (no logits returned).
+  auto sampled_here = [&] {
+    const ForwardContext::Sampling* sampling = context.sampling;
+    if (!sampling || !sampling->samples || sampling->requests.size() != size_t(n_out)) return false;
+    sampling->samples->resize(size_t(n_out));
+    if (be.sample_rows(out, n_out, vocab, sampling->requests, *sampling->samples)) {
+      logits.clear();
+      return true;
+    }
+    sampling->samples->clear();
+    return false;
+  };
   if (place_.tp == 1) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
-    if (const ForwardContext::Sampling* sampling = context.sampling;
-        sampling && sampling->samples && sampling->requests.size() == size_t(n_out)) {
-      sampling->samples->resize(size_t(n_out));
-      if (be.sample_rows(out, n_out, vocab, sampling->requests, *sampling->samples)) {
-        logits.clear();
-        return {};
-      }
-      sampling->samples->clear();
-    }
-    if (!in_place) be.download(out_logits_, 0, logits);
+    if (!sampled_here() && !in_place) be.download(out_logits_, 0, logits);
     return {};
   }
   be.reserve(vocab_part_, size_t(n_out) * own);
@@ -545,7 +548,7 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
     block += counts[r];
     column += v;
   }
-  if (!in_place) be.download(out_logits_, 0, logits);
+  if (!sampled_here() && !in_place) be.download(out_logits_, 0, logits);
   return {};
 }
 
