@@ -11,7 +11,7 @@
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
 #                                   [--deadline SECONDS] [--only "NAMES"]
 #   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
-#   sampled fallbacks hf, e.g. --only "b1 profile_b1 hf" for a short lease.
+#   long_b1 sampled fallbacks hf, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
@@ -94,6 +94,8 @@ if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill'
   ACTORD_CUDA_PROFILE=1 actord_prefill actord_profile_prefill
   grep 'cuda profile' "$OUT/actord_profile_prefill.err" | head -16
 fi
+# Batch-1 decode at a 4k context (split-K decode attention: every decode there is cut into splits).
+if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 4000 64 1; fi
 # Sampled decoding (temperature 0.8, top-p 0.95) at batch 64 and 256: the tokens drawn on the GPU, then the logits
 # downloaded and drawn by the worker's CPU sampler (ACTORD_CUDA_DISABLE=device_sampling).
 if [ "$DEVICE" = cuda ] && wanted sampled; then
@@ -170,7 +172,7 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
                   ("actord_prefill", "prefill_tokens_per_s"),
                   ("actord_prefill_cublas_attention", "prefill_tokens_per_s"),
                   ("actord_prefill_fma_tiles", "prefill_tokens_per_s"),
-                  ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),
+                  ("actord_long_b1", "decode_tokens_per_s"), ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),
                   ("actord_sampled_b256", "decode_tokens_per_s"),
                   ("actord_sampled_host_b256", "decode_tokens_per_s")):
     run = load(name)
