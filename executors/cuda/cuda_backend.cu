@@ -492,8 +492,6 @@ class CudaBackend final : public exec::Backend {
     return out;
   }
 
-  // Whether the weight-streaming kernel takes x [n, w.cols] times w: 16-bit weights, up to kSmallBatchRows rows, x
-  // 16-byte aligned (it reads x 16 bytes at a time; its rows then are too, as k % 8 is 0).
   // Whether every target's weight has the first's dtype and width (one rounded x serves them all).
   static bool same_input(std::span<const exec::GemmTarget> targets) {
     const CudaWeight& first = weight_of(*targets.front().w);
@@ -503,6 +501,8 @@ class CudaBackend final : public exec::Backend {
     }
     return true;
   }
+  // Whether the weight-streaming kernel takes x [n, w.cols] times w: 16-bit weights, up to kSmallBatchRows rows, x
+  // 16-byte aligned (it reads x 16 bytes at a time; its rows then are too, as k % 8 is 0).
   bool small_batch(const CudaWeight& w, const exec::Buffer& x, int n) const {
     return small_batch_on_ && small_batch_gemm_fits(w.dtype, n, static_cast<int>(w.cols)) &&
            reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;

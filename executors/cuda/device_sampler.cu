@@ -55,7 +55,6 @@ struct Shared {
   int iwarp[32];
   unsigned hist[256];
   int count;
-  double total;
 };
 
 // A block's sum (every thread gets it, summed in warp order: the same on every thread). T: double or int.
@@ -69,6 +68,7 @@ __device__ T block_sum(T v, T* per_warp) {
   for (int w = 0; w < kThreads / 32; ++w) total += per_warp[w];
   return total;
 }
+
 // The highest value and the lowest index holding it (index -1: none, NaN ignored).
 __device__ void block_best(float& value, int& index, Shared& sh) {
   for (int o = 16; o > 0; o >>= 1) {
