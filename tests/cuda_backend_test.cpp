@@ -450,6 +450,24 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   auto out = (*engine)->generate({r});
   REQUIRE(out.ok());
   CHECK((*out)[0].generated_ids == test::reference_ids());
+
+  // Seeded draws with penalties through the engine: sampled on the GPU (Backend::sample_rows), the same tokens as
+  // the CPU engine's (f32 logits equal to rounding: a draw would differ only on a boundary within that rounding).
+  GenerateRequest sampled;
+  sampled.prompt_ids = {1, 403, 1210};
+  sampled.max_tokens = 96;
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.repetition_penalty = 1.2f;
+  sampled.sampling.seed = 7;
+  auto on_gpu = (*engine)->generate({sampled, sampled});
+  REQUIRE(on_gpu.ok());
+  auto cpu_engine = Engine::start(test::quickstart("configs/quickstart.yaml", {}), test::engine_options());
+  REQUIRE(cpu_engine.ok());
+  auto on_cpu = (*cpu_engine)->generate({sampled});
+  REQUIRE(on_cpu.ok());
+  CHECK((*on_gpu)[0].generated_ids == (*on_cpu)[0].generated_ids);
+  CHECK((*on_gpu)[1].generated_ids == (*on_cpu)[0].generated_ids);  // the batch does not change a seeded draw
 }
 
 TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties - masks - top-k - top-p - min-p",
