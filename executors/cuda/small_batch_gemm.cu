@@ -1,7 +1,7 @@
 // y [n, m] = x [n, k] W^T for 16-bit weights and n <= kSmallBatchRows: the decode step's products, where cuBLAS's
 // GEMM tiles leave most of the weight stream idle. Each warp reads one weight row once with 16-byte streaming loads
-// (four in flight per lane) and multiplies it with every row of x (f32, each value rounded to the weights' type as
-// it is read, as the cuBLAS path rounds it first), summing in f32; a warp sum per output. Memory-bound: the goal is
+// (eight or four in flight per lane) and multiplies it with every row of x (f32, each value rounded to the weights'
+// type as it is read, as the cuBLAS path rounds it first), summing in f32; a warp sum per output. Memory-bound: the goal is
 // the copy bandwidth. One launch serves several products of the same x (Q, K and V: the rows of all targets one
 // after the other, each with its bias), and the gated MLP's two halves (a warp takes gate row j and up row j and
 // writes silu(gate) * up). A target may add its product to what y holds (the residual stream's update).
@@ -15,7 +15,10 @@ namespace actord::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kInFlight = 4;  // 16-byte weight loads per lane before the first use
+// 16-byte weight loads per lane before the first use: 8 for one row of x (a batch-1 decode, where a product of
+// 4,096 weight rows leaves each SM ~31 warps: twice the loads in flight), 4 for more (their registers).
+template <int N>
+constexpr int kInFlight = N == 1 ? 8 : 4;
 
 // The eight 16-bit values of a 16-byte chunk as floats.
 template <class T>
@@ -61,12 +64,13 @@ __device__ __forceinline__ void row_products(const T* row, const float4* const* 
   const int chunks = k / 8;
   const uint4* wr = reinterpret_cast<const uint4*>(row);
   int c = lane;
-  for (; c + 32 * (kInFlight - 1) < chunks; c += 32 * kInFlight) {
-    uint4 wv[kInFlight];
+  constexpr int kLoads = kInFlight<N>;
+  for (; c + 32 * (kLoads - 1) < chunks; c += 32 * kLoads) {
+    uint4 wv[kLoads];
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) wv[i] = __ldcs(wr + c + 32 * i);
+    for (int i = 0; i < kLoads; ++i) wv[i] = __ldcs(wr + c + 32 * i);
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) accumulate<T, N>(wv[i], xs, c + 32 * i, acc);
+    for (int i = 0; i < kLoads; ++i) accumulate<T, N>(wv[i], xs, c + 32 * i, acc);
   }
   for (; c < chunks; c += 32) accumulate<T, N>(__ldcs(wr + c), xs, c, acc);
 #pragma unroll
