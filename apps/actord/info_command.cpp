@@ -75,7 +75,8 @@ int run_info(const InfoArgs& args) {
           {"quantized_gemm", quantized_text},
           {"paged_attention", isa_text},
           {"not_used_yet", unused}}},
-        {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason}}}};
+        {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason},
+                  {"paths", cuda::path_names()}}}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -107,6 +108,10 @@ int run_info(const InfoArgs& args) {
   } else {
     std::printf("cuda: built (sm_90 + PTX); %zu device(s):\n", gpus.size());
     for (size_t i = 0; i < gpus.size(); ++i) std::printf("  %zu: %s\n", i, gpus[i].c_str());
+  }
+  if (cuda::built_with_cuda()) {
+    std::printf("  paths (each to its fallback with ACTORD_CUDA_DISABLE=name,...): %s; ACTORD_CUDA_PROFILE=1 times "
+                "every primitive\n", join(cuda::path_names(), ", ").c_str());
   }
   return 0;
 }

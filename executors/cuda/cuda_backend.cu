@@ -116,8 +116,10 @@ class CudaBackend final : public exec::Backend {
       } else if (name == "device_sampling") {
         device_sampling_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else {
-        std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (small_batch, prefill_tiles, "
-                             "long_prefill, flash_prefill, split_decode, device_sampling)\n", device_, name.c_str());
+        std::string known;
+        for (const std::string& path : path_names()) known += (known.empty() ? "" : ", ") + path;
+        std::fprintf(stderr, "cuda:%d: ACTORD_CUDA_DISABLE: unknown path '%s' (%s)\n", device_, name.c_str(),
+                     known.c_str());
       }
     }
   }
@@ -668,6 +670,10 @@ int device_of(const exec::Backend& backend) {
 void* stream_of(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda ? static_cast<void*>(cuda->stream()) : nullptr;
+}
+
+std::vector<std::string> path_names() {
+  return {"small_batch", "prefill_tiles", "long_prefill", "flash_prefill", "split_decode", "device_sampling"};
 }
 
 namespace {

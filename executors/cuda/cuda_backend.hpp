@@ -20,6 +20,8 @@ namespace actord::cuda {
 
 // Whether this build has the CUDA backend at all.
 bool built_with_cuda();
+// The paths ACTORD_CUDA_DISABLE names (each sends its work to a slower fallback).
+std::vector<std::string> path_names();
 // CUDA devices this process can use; 0 without a driver or a device (why: unavailable_reason()).
 int device_count();
 std::string unavailable_reason();

@@ -4,6 +4,7 @@
 namespace actord::cuda {
 
 bool built_with_cuda() { return false; }
+std::vector<std::string> path_names() { return {}; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "actord was built without CUDA (no nvcc at configure time)"; }
 std::vector<std::string> device_names() { return {}; }
