@@ -125,6 +125,10 @@ elif "$PY" -c "import torch, transformers" 2>/dev/null; then
 else
   echo "  hf: skipped (no torch + transformers for $PY)"
 fi
+# A checked path that turned itself off in any run says so on stderr (its first use differed from its fallback).
+if grep -h -E "cuda:[0-9]+: .*off" "$OUT"/*.err 2>/dev/null | sort -u | grep .; then
+  echo "  (paths above turned off: their runs measured the fallback)"
+fi
 
 "$PY" - "$OUT" "$MODEL/config.json" "$BATCHES" <<'PY'
 import json, os, sys
