@@ -13,14 +13,6 @@
 
 namespace actord {
 
-double uniform_from_key(uint64_t key) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
-
 void PenaltyHistory::mark_seen(int32_t id) {
   if (seen_set_.emplace(id, true).second) seen_.push_back(id);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/sampling_options.hpp"
+#include "executors/draw_random.hpp"
 #include "executors/row_best.hpp"
 
 namespace actord {
@@ -105,12 +106,5 @@ RowBest row_best(const float* row, int n, int32_t first);
 // The greedy token of whole rows from the best of each shard: bests [shards][rows] (shards in vocabulary order);
 // the highest logit, on ties the lowest id: what the greedy sampler picks from the whole row.
 void merge_row_bests(std::span<const RowBest> bests, int shards, int rows, std::span<int32_t> tokens);
-
-// A uniform double in [0, 1) from a 64-bit key (splitmix64).
-double uniform_from_key(uint64_t key);
-// The key of a draw: a request's seed and its sample index (the tokens generated before).
-inline uint64_t draw_key(uint64_t seed, uint32_t sample_index) {
-  return seed * 0x100000001b3ull ^ (uint64_t(sample_index) + 1) * 0x9e3779b97f4a7c15ull;
-}
 
 }  // namespace actord

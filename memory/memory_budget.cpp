@@ -30,7 +30,7 @@ Status check_memory_fits(const MemoryAsk& ask, uint64_t available, const std::st
 }
 
 MemoryAsk in_host_memory(const MemoryAsk& ask, const std::string& device) {
-  if (device.rfind("cuda", 0) != 0) return ask;
+  if (device != "cuda") return ask;
   return MemoryAsk{0, 0, ask.swap};
 }
 

@@ -85,13 +85,9 @@ void in_parallel_parts(size_t n, const F& fn) {
   for (std::thread& t : helpers) t.join();
 }
 
-}  // namespace
-
 // Seeded values: norm weights near 1, everything else small and centred, like a freshly initialised model. Element
 // i of a tensor draws from key + (i + 1) * golden alone, so any part of a matrix is made without the rest, in
 // parallel, with the same values.
-namespace {
-
 struct DummyValues {
   uint64_t key;
   bool is_norm;

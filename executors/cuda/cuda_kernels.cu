@@ -112,16 +112,6 @@ __global__ void gated_activation_kernel(int act, float* gate, const float* up, s
   gate[i] = a * up[i];
 }
 
-// (value, column) pairs of one row: b replaces a when a holds nothing yet (column < 0), or b's value is higher, or
-// equal at a lower column; columns < 0 hold nothing.
-__device__ __forceinline__ void keep_best(float& value, int& column, float other_value, int other_column) {
-  if (other_column < 0) return;
-  if (column < 0 || other_value > value || (other_value == value && other_column < column)) {
-    value = other_value;
-    column = other_column;
-  }
-}
-
 // The best (value, column) of columns [first, end) of a row among the block's threads; column -1 when none.
 __device__ void block_best(const float* row, int first, int end, float& value, int& column) {
   __shared__ float values[32];

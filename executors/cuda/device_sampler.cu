@@ -22,15 +22,6 @@ constexpr int kThreads = 1024;
 constexpr int kCandidates = kDeviceSampleCandidates;
 static_assert(kCandidates == kThreads, "the bitonic sort gives each thread one candidate");
 
-// sampler.cpp's uniform_from_key (splitmix64): a uniform double in [0, 1).
-__device__ double uniform_from_key(uint64_t key) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
-
 // Higher scaled logit first, lower id first on ties (sampler.cpp's ranks_before).
 __device__ __forceinline__ bool ranks_before(float as, int ai, float bs, int bi) {
   return as > bs || (as == bs && ai < bi);
@@ -72,12 +63,7 @@ __device__ T block_sum(T v, T* per_warp) {
 // The highest value and the lowest index holding it (index -1: none, NaN ignored).
 __device__ void block_best(float& value, int& index, Shared& sh) {
   for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, value, o);
-    const int i = __shfl_xor_sync(0xffffffffu, index, o);
-    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) {
-      value = v;
-      index = i;
-    }
+    keep_best(value, index, __shfl_xor_sync(0xffffffffu, value, o), __shfl_xor_sync(0xffffffffu, index, o));
   }
   __syncthreads();
   if ((threadIdx.x & 31) == 0) {
@@ -87,14 +73,7 @@ __device__ void block_best(float& value, int& index, Shared& sh) {
   __syncthreads();
   value = -INFINITY;
   index = -1;
-  for (int w = 0; w < kThreads / 32; ++w) {
-    const float v = sh.fwarp[w];
-    const int i = sh.iwarp[w];
-    if (i >= 0 && (index < 0 || v > value || (v == value && i < index))) {
-      value = v;
-      index = i;
-    }
-  }
+  for (int w = 0; w < kThreads / 32; ++w) keep_best(value, index, sh.fwarp[w], sh.iwarp[w]);
 }
 
 // sh.s / sh.id [0, kCandidates) in rank order (empty places hold -inf and INT_MAX: they rank last).

@@ -1,5 +1,5 @@
 // Device helpers the CUDA backend's kernel files share: element conversions of the weight / KV dtypes, the dtype
-// switch of launches, a warp's sum, a token's place in the paged KV cache.
+// switch of launches, the best of (value, column) pairs, a warp's sum, a token's place in the paged KV cache.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,6 +42,16 @@ inline void with_element_type(DType dtype, F&& f) {
 
 // The gated MLP's activation, one formula for every kernel that applies it.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+// (value, column) pairs of one row: b replaces a when a holds nothing yet (column < 0), or b's value is higher, or
+// equal at a lower column; columns < 0 hold nothing.
+__device__ __forceinline__ void keep_best(float& value, int& column, float other_value, int other_column) {
+  if (other_column < 0) return;
+  if (column < 0 || other_value > value || (other_value == value && other_column < column)) {
+    value = other_value;
+    column = other_column;
+  }
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
