@@ -33,6 +33,10 @@ class KvCache {
           KvStorage storage = {});
   static size_t bytes_for(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype);
   bool on_host() const { return storage_.data == nullptr; }
+  // Backs the whole host pool with memory from a thread of its own (LargeBuffer::populate_in_background), so that
+  // decode steps writing a token at a time into fresh blocks take no page faults (zeroing a huge page each). Nothing
+  // on a device.
+  void populate() { data_.populate_in_background(); }
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }

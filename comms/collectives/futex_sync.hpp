@@ -61,7 +61,8 @@ template <class Ready, class GiveUp, class OnTimeout>
 Status wait_until(SyncWord& w, Ready&& ready, GiveUp&& give_up, Clock::time_point deadline, OnTimeout&& on_timeout) {
   if (ready()) return Status::success();
   const auto spin_end = Clock::now() + kSpinTime;
-  for (unsigned i = 1;; ++i) {
+  // Two-batch overlap (not yielding): no spin, the other micro-batch's compute takes the core at once.
+  for (unsigned i = 1; yielding(); ++i) {
     cpu_relax();
     if (ready()) return Status::success();
     if ((i & 15) == 0 && Clock::now() >= spin_end) break;

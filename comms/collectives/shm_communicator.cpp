@@ -18,6 +18,8 @@ namespace {
 
 constexpr uint64_t kMagic = 0x6c6c6f632d647261ULL;  // "ard-coll"
 constexpr uint32_t kVersion = 1;
+// all_reduce buffers up to this size take the one-phase form (all_reduce_one_phase).
+constexpr size_t kOnePhaseBytes = size_t{256} << 10;
 
 struct SegmentHeader {
   uint64_t magic = 0;
@@ -122,6 +124,7 @@ class ShmCommunicator final : public Communicator {
 
  protected:
   Status do_all_reduce(std::span<float> data) override {
+    if (data.size_bytes() <= std::min(kOnePhaseBytes, spec().slot_bytes)) return all_reduce_one_phase(data);
     // Each piece: every rank stages its share for each other owner; each owner adds up its share of all slots
     // (its own from its buffer, in rank order) into its slot and its buffer; then every rank copies the other
     // owners' sums out.
@@ -156,6 +159,21 @@ class ShmCommunicator final : public Communicator {
       }
       ++uses_;
     }
+    return Status::success();
+  }
+
+  // A buffer that fits a slot: every rank stages all of it in its slot and, once all have, adds up every slot in rank
+  // order (its own part from its buffer). Nothing is asked of a rank after it posted, so a peer whose core is busy with
+  // another micro-batch's compute (two-batch overlap) holds no one up; the two-phase form above has each owner sum
+  // its share for the others, which waits for the owner's thread to be scheduled. Each rank reads every slot, so
+  // it is used up to kOnePhaseBytes (as fast as the two-phase form there at two ranks; at 1 MB 1.4x slower).
+  Status all_reduce_one_phase(std::span<float> data) {
+    if (!data.empty()) std::memcpy(slot_floats(rank()), data.data(), data.size_bytes());
+    ACTORD_TRY_STATUS(arrive({OpKind::all_reduce, 0, data.size()}, nullptr));
+    for (int j = 0; j < size(); ++j) src_[static_cast<size_t>(j)] = slot_floats(j);
+    src_[static_cast<size_t>(rank())] = data.data();
+    sum_in_rank_order(src_.data(), size(), data.data(), data.size());
+    ++uses_;
     return Status::success();
   }
 
