@@ -1,73 +1,121 @@
 #include "actors/overlap_runner.hpp"
 
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <new>
+#include <thread>
+
+#include "core/status.hpp"
 
 namespace actord {
+namespace {
 
-void OverlapRunner::Turns::acquire(int id) {
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return holder < 0 || holder == id; });
-  holder = id;
+using Clock = std::chrono::steady_clock;
+
+size_t page_bytes() {
+  const long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? static_cast<size_t>(page) : 4096;
 }
 
-void OverlapRunner::Turns::release(int id) {
-  {
-    std::lock_guard lock(mu);
-    if (holder == id) holder = -1;
+// A resume shorter than this found its operation still waiting: nothing was computed.
+constexpr auto kCheckOnly = std::chrono::microseconds(3);
+// After this long of checks only, each round yields the core (other threads on it run); after kSleepAfter, it
+// sleeps kSleepSlice between rounds (peers that are far behind, or a slow link).
+constexpr auto kYieldAfter = std::chrono::microseconds(50);
+constexpr auto kSleepAfter = std::chrono::milliseconds(2);
+constexpr auto kSleepSlice = std::chrono::microseconds(50);
+
+}  // namespace
+
+OverlapRunner::OverlapRunner(int micro_batches) : fibers_(static_cast<size_t>(std::max(micro_batches, 2))) {
+  const size_t guard = page_bytes();
+  for (Fiber& f : fibers_) {
+    void* m = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    mprotect(m, guard, PROT_NONE);  // an overflow faults instead of writing past the stack
+    f.mapping = m;
   }
-  cv.notify_all();
-}
-
-OverlapRunner::OverlapRunner(int micro_batches) {
-  const int n = std::max(micro_batches, 2);
-  for (int id = 0; id < n; ++id) hooks_.push_back(std::make_unique<Hook>(turns_, id));
-  for (int id = 1; id < n; ++id) helpers_.emplace_back([this, id] { loop(id); });
 }
 
 OverlapRunner::~OverlapRunner() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
+  for (Fiber& f : fibers_) {
+    if (f.mapping) munmap(f.mapping, page_bytes() + kStackBytes);
   }
-  cv_.notify_all();
-  for (std::thread& t : helpers_) t.join();
 }
 
-void OverlapRunner::loop(int id) {
-  coll::set_wait_hook(hooks_[static_cast<size_t>(id)].get());
-  uint64_t done_generation = 0;
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || generation_ != done_generation; });
-    if (stop_) return;
-    done_generation = generation_;
-    const std::function<void()>& task = (*tasks_)[static_cast<size_t>(id)];
-    lock.unlock();
-    turns_.acquire(id);
-    task();
-    turns_.release(id);
-    lock.lock();
-    ++finished_;
-    cv_.notify_all();
+void OverlapRunner::entry(unsigned int high, unsigned int low) {
+  auto* self = reinterpret_cast<OverlapRunner*>((static_cast<uintptr_t>(high) << 32) | static_cast<uintptr_t>(low));
+  Fiber& f = self->fibers_[static_cast<size_t>(self->current_)];
+  try {
+    (*f.task)();
+  } catch (...) {
+    f.error = std::current_exception();
   }
+  f.done = true;
+  // Returning resumes uc_link: the scheduler.
 }
 
 void OverlapRunner::run(const std::vector<std::function<void()>>& tasks) {
-  ACTORD_CHECK_MSG(tasks.size() == hooks_.size(), "OverlapRunner::run: one task per micro-batch");
-  turns_.acquire(0);  // tasks[0] computes first
-  {
-    std::lock_guard lock(mu_);
-    tasks_ = &tasks;
-    finished_ = 0;
-    ++generation_;
+  ACTORD_CHECK_MSG(tasks.size() == fibers_.size(), "OverlapRunner::run: one task per micro-batch");
+  const auto self = reinterpret_cast<uintptr_t>(this);
+  for (size_t i = 0; i < fibers_.size(); ++i) {
+    Fiber& f = fibers_[i];
+    f.task = &tasks[i];
+    f.done = false;
+    f.error = nullptr;
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = static_cast<char*>(f.mapping) + page_bytes();
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &scheduler_;
+    makecontext(&f.context, reinterpret_cast<void (*)()>(&OverlapRunner::entry), 2,
+                static_cast<unsigned int>(self >> 32), static_cast<unsigned int>(self & 0xffffffffu));
   }
-  cv_.notify_all();
-  coll::set_wait_hook(hooks_[0].get());
-  tasks[0]();
+  alive_ = static_cast<int>(fibers_.size());
+  idle_since_ = {};
+  coll::set_wait_hook(&hook_);
+  for (size_t i = 0; alive_ > 0; i = (i + 1) % fibers_.size()) {
+    Fiber& f = fibers_[i];
+    if (f.done) continue;
+    current_ = static_cast<int>(i);
+    const auto resumed = Clock::now();
+    swapcontext(&scheduler_, &f.context);  // back when the fiber pauses or ends
+    current_ = -1;
+    if (f.done) --alive_;
+    pace(resumed, f.done);
+  }
   coll::set_wait_hook(nullptr);
-  turns_.release(0);
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return finished_ == static_cast<int>(helpers_.size()); });
+  for (Fiber& f : fibers_) {
+    if (f.error) std::rethrow_exception(f.error);
+  }
+}
+
+bool OverlapRunner::pause() {
+  if (current_ < 0 || alive_ < 2) return false;  // nothing else to run: the caller blocks
+  swapcontext(&fibers_[static_cast<size_t>(current_)].context, &scheduler_);
+  return true;
+}
+
+void OverlapRunner::pace(Clock::time_point resumed, bool finished) {
+  const auto now = Clock::now();
+  if (finished || now - resumed >= kCheckOnly) {
+    idle_since_ = {};
+    return;
+  }
+  if (idle_since_ == Clock::time_point{}) {
+    idle_since_ = resumed;
+    return;
+  }
+  const auto idle = now - idle_since_;
+  if (idle >= kSleepAfter) {
+    std::this_thread::sleep_for(kSleepSlice);
+  } else if (idle >= kYieldAfter) {
+    sched_yield();
+  }
 }
 
 }  // namespace actord

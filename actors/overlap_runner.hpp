@@ -1,16 +1,23 @@
-// Two-batch overlap inside one rank: several micro-batches' forward passes run at once, the first on the calling
-// thread and each other one on a thread of the runner's own, taking turns to compute. A thread holds the compute
-// baton while it computes and hands it over when one of its collective operations first has to wait
-// (coll::WaitHook, which every Communicator calls), so one micro-batch's communication overlaps another's compute;
-// two never compute at once, so the rank's backend (its thread pool, its memory) sees one caller at a time. Each
+// Two-batch overlap inside one rank: several micro-batches' forward passes run at once as fibers of the calling
+// thread (ucontext: a stack of their own each), switched only where one of them would wait for its peers. Every wait
+// loop of the collectives asks the thread's hook (coll::WaitHook, set for the run) to run the other micro-batches
+// instead of blocking, so one micro-batch's communication overlaps another's compute, and the switch costs a
+// context swap, not a thread wake-up. Two never compute at once, so the rank's backend (its thread pool, its
+// memory) sees one caller at a time, and no thread of the runner's own competes for the rank's cores. Each
 // micro-batch needs collective groups of its own (its peers' operations pair with its own).
+//
+// Scheduling: round robin over the micro-batches not done; a paused one re-checks its operation when its turn
+// comes, so whichever can go on computes (no fixed order: an operation that needs no wait keeps computing, and
+// waiting only while others can run cannot deadlock, as the ranks' turns may differ). When every micro-batch
+// only checks and pauses again for a while, the thread yields its core, then sleeps in short slices. A
+// micro-batch left alone (the others done) blocks in its waits as without overlap.
 #pragma once
 
-#include <condition_variable>
+#include <ucontext.h>
+
+#include <chrono>
+#include <exception>
 #include <functional>
-#include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "comms/collectives/communicator.hpp"
@@ -19,51 +26,44 @@ namespace actord {
 
 class OverlapRunner {
  public:
-  // `micro_batches`: how many run at once (2 or more): micro_batches - 1 threads of its own.
+  // `micro_batches`: how many run at once (2 or more), each with a stack of kStackBytes (reserved, backed as used).
   explicit OverlapRunner(int micro_batches = 2);
   ~OverlapRunner();
   OverlapRunner(const OverlapRunner&) = delete;
   OverlapRunner& operator=(const OverlapRunner&) = delete;
-  int micro_batches() const { return static_cast<int>(hooks_.size()); }
-  // Runs tasks[0] on this thread and tasks[k] on the runner's k-th thread (as many tasks as micro_batches()), each
-  // holding the baton except while it waits in a collective; returns when all have returned. tasks[0] starts
-  // computing first.
+  int micro_batches() const { return static_cast<int>(fibers_.size()); }
+  // Runs every task (as many as micro_batches()) to its end, tasks[0] first, switching at their collectives' waits;
+  // an exception a task throws is rethrown here once all have ended. One run at a time.
   void run(const std::vector<std::function<void()>>& tasks);
 
+  static constexpr size_t kStackBytes = size_t{8} << 20;
+
  private:
-  // The compute baton: held by the micro-batch computing (-1: none), taken by whichever wants it while it is free.
-  // Not passed in strict turns: a thread whose collective completes without waiting keeps computing
-  // (communicator.hpp's about_to_block), so the threads' turns differ from rank to rank, and strict turns could
-  // then leave a rank's thread waiting for its sibling's turn while the sibling waits for a peer whose own thread
-  // waits for its turn (a cycle). Waiting for the baton only while another computes cannot deadlock.
-  struct Turns {
-    std::mutex mu;
-    std::condition_variable cv;
-    int holder = -1;
-    void acquire(int id);
-    void release(int id);
+  struct Fiber {
+    ucontext_t context{};
+    void* mapping = nullptr;  // guard page + stack
+    const std::function<void()>* task = nullptr;
+    bool done = true;
+    std::exception_ptr error;
   };
   class Hook final : public coll::WaitHook {
    public:
-    Hook(Turns& turns, int id) : turns_(turns), id_(id) {}
-    void before_wait() override { turns_.release(id_); }
-    void after_wait() override { turns_.acquire(id_); }
+    explicit Hook(OverlapRunner& runner) : runner_(runner) {}
+    bool pause() override { return runner_.pause(); }
 
    private:
-    Turns& turns_;
-    int id_;
+    OverlapRunner& runner_;
   };
-  void loop(int id);
+  static void entry(unsigned int high, unsigned int low);  // makecontext passes ints: the runner's address
+  bool pause();
+  void pace(std::chrono::steady_clock::time_point resumed, bool finished);
 
-  Turns turns_;
-  std::vector<std::unique_ptr<Hook>> hooks_;  // [micro-batch]
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const std::vector<std::function<void()>>* tasks_ = nullptr;  // the current run's, under mu_
-  uint64_t generation_ = 0;   // runs started, under mu_: a helper runs each generation's task once
-  int finished_ = 0;          // helpers done with the current generation, under mu_
-  bool stop_ = false;
-  std::vector<std::thread> helpers_;
+  ucontext_t scheduler_{};
+  std::vector<Fiber> fibers_;
+  int current_ = -1;  // the fiber running, -1: the scheduler
+  int alive_ = 0;     // fibers not done in this run
+  std::chrono::steady_clock::time_point idle_since_{};  // since when every resume only checked and paused (or epoch)
+  Hook hook_{*this};
 };
 
 }  // namespace actord

@@ -88,8 +88,9 @@ struct NodeSection {
 inline constexpr int kMaxGroupDimension = 4096;  // the most replicas, tp or pp a group may have
 
 // A link model for research runs (groups[].link): no collective operation of the group's ranks, and no receive of
-// a message, completes earlier than `latency` + its bytes / `bytes_per_second` after it started (the time the
-// backend does not take is slept: the CPU is free meanwhile), so communication can be studied on one machine.
+// a message, completes earlier than `latency` + its bytes / `bytes_per_second` after the last rank arrived at it
+// (after it started, for a receive and over ZeroMQ; the time the backend does not take is slept: the CPU is free
+// meanwhile), so communication can be studied on one machine.
 // Zero: no model.
 struct LinkModel {
   std::chrono::nanoseconds latency{0};

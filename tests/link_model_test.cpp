@@ -1,5 +1,5 @@
 // The link model of a collective group (GroupSpec::link_latency, link_bytes_per_second; groups[].link): every
-// operation returns latency + its bytes / bandwidth after the backend finished it, results unchanged; a send costs
+// operation returns latency + its bytes / bandwidth after the last rank arrived, results unchanged; a send costs
 // its sender nothing and its receive pays. In-process ranks (threads) and ranks in processes over shared memory.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,6 +93,62 @@ TEST_CASE("link model: operations take latency + bytes / bandwidth longer and gi
   // The sender does not pay for the link: it returns once the receiver took the bytes, which then waits out the
   // modelled time (compared as instants: on a busy machine either thread may start late after the barrier).
   CHECK(t[0].done < t[1].done);
+}
+
+TEST_CASE("link model: a rank that arrives late delays every rank by the link's time after its arrival - threads and "
+          "processes", "[collectives][link_model]") {
+  constexpr auto kLate = std::chrono::milliseconds(30);
+  // Threads: rank 1 calls 30 ms after rank 0; both return 3 + 10 ms after rank 1's call, not at it.
+  {
+    auto comms = create_local_group(linked_spec(3));
+    REQUIRE(comms.ok());
+    std::vector<double> took(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        if (r == 1) std::this_thread::sleep_for(kLate);
+        std::vector<float> data(250'000, float(r + 1));
+        REQUIRE((*comms)[size_t(r)]->all_reduce(data).ok());
+        took[size_t(r)] = ms_since(t0);
+      });
+    }
+    for (auto& th : ranks) th.join();
+    INFO("threads: rank 0 returned after " << took[0] << " ms, rank 1 after " << took[1] << " ms");
+    CHECK(took[0] >= 30.0 + 13.0);
+    CHECK(took[1] >= 30.0 + 13.0);
+  }
+  // Processes over shared memory: the child arrives 30 ms after the barrier.
+  GroupSpec spec = linked_spec(4);
+  spec.placement = Placement::process;
+  spec.engine_pid = getpid();
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto comm = join_group(spec, 1);
+    if (!comm) _exit(2);
+    std::vector<float> data(250'000, 2.0f);
+    bool ok = (*comm)->barrier().ok();
+    std::this_thread::sleep_for(kLate);
+    ok = ok && (*comm)->all_reduce(data).ok() && data[0] == 3.0f;
+    comm->reset();
+    _exit(ok ? 0 : 1);
+  }
+  auto comm = join_group(spec, 0);
+  REQUIRE(comm.ok());
+  REQUIRE((*comm)->barrier().ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> data(250'000, 1.0f);
+  REQUIRE((*comm)->all_reduce(data).ok());
+  const double took = ms_since(t0);
+  comm->reset();
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  INFO("processes: rank 0 returned after " << took << " ms");
+  // The barrier's own 3 ms latency may let the child start its sleep up to a few ms before rank 0's clock starts.
+  CHECK(took >= 30.0 + 13.0 - 5.0);
 }
 
 TEST_CASE("link model: the same over shared memory between processes, and no model costs nothing", "[collectives][link_model]") {

@@ -77,17 +77,13 @@ Result<std::span<std::byte>> Communicator::place(Sink& sink, std::span<const siz
 
 namespace {
 thread_local WaitHook* wait_hook = nullptr;
-// The hook of the operation in progress on this thread until it first blocks (then null: released).
-thread_local WaitHook* unreleased = nullptr;
 }  // namespace
 
-void about_to_block() {
-  if (WaitHook* hook = std::exchange(unreleased, nullptr)) hook->before_wait();
-}
+bool run_other_micro_batches() { return wait_hook != nullptr && wait_hook->pause(); }
 
 void set_wait_hook(WaitHook* hook) {
   wait_hook = hook;
-  set_yielding(hook == nullptr);  // the core is the other micro-batch's while this thread waits
+  set_yielding(hook == nullptr);  // the core is the other micro-batches' while this one waits
 }
 
 template <class F>
@@ -97,24 +93,13 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
            std::string(op) + ": ";
   };
   if (broken_) return make_error(failure_.code, where() + "the group is broken: " + failure_.message);
-  WaitHook* const hook = wait_hook;
-  unreleased = hook;  // released at the operation's first wait (about_to_block), if any
   const bool modelled = link_bytes && (spec_.link_latency.count() > 0 || spec_.link_bytes_per_second > 0);
   const uint64_t start = trace_ || modelled ? StepTrace::now_ns() : 0;
+  arrived_ns_ = 0;
   Status st = body();
-  if (st.ok() && modelled) emulate_link(*link_bytes, start);
+  if (st.ok() && modelled) emulate_link(*link_bytes, std::max(start, arrived_ns_));
   // Operation names are the literals of the callers below.
   if (st.ok() && trace_) trace_->add(op.data(), "comm", start, StepTrace::now_ns(), link_bytes.value_or(0));
-  if (hook && std::exchange(unreleased, nullptr) == nullptr) {  // it waited: take the compute back
-    const uint64_t asked = trace_ ? StepTrace::now_ns() : 0;
-    hook->after_wait();
-    // --trace: the wait for the other micro-batch to hand the compute over, apart from the operation and from
-    // the compute around it.
-    if (trace_) {
-      const uint64_t got = StepTrace::now_ns();
-      if (got - asked >= 2000) trace_->add("handover", "wait", asked, got);
-    }
-  }
   if (st.ok()) return st;
   broken_ = true;
   failure_ = st.error();
@@ -122,7 +107,8 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
   return make_error(st.error().code, where() + st.error().message);
 }
 
-// Sleeps (the core is free for other work) for the modelled link's time; the calling thread's timer slack is made
+// Sleeps (the core is free for other work) until the modelled link's time after `start_ns`; the calling thread's
+// timer slack is made
 // 1 ns once, so that a 200 us latency is not stretched by the default 50 us slack.
 void Communicator::emulate_link(size_t bytes, uint64_t start_ns) const {
   thread_local bool precise = false;
@@ -134,12 +120,13 @@ void Communicator::emulate_link(size_t bytes, uint64_t start_ns) const {
   if (spec_.link_bytes_per_second > 0)
     ns += static_cast<int64_t>(static_cast<double>(bytes) * 1e9 / static_cast<double>(spec_.link_bytes_per_second));
   const uint64_t end_ns = start_ns + static_cast<uint64_t>(std::max<int64_t>(ns, 0));
-  if (StepTrace::now_ns() >= end_ns) return;
-  about_to_block();
-  timespec until{};
-  until.tv_sec = static_cast<time_t>(end_ns / 1000000000);
-  until.tv_nsec = static_cast<long>(end_ns % 1000000000);
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+  while (StepTrace::now_ns() < end_ns) {
+    if (run_other_micro_batches()) continue;
+    timespec until{};
+    until.tv_sec = static_cast<time_t>(end_ns / 1000000000);
+    until.tv_nsec = static_cast<long>(end_ns % 1000000000);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
+    }
   }
 }
 

@@ -18,9 +18,11 @@
 //   full), so two ranks must not both send to each other before receiving. recv(peer, out) takes exactly
 //   out.size() elements: a message of another size is an Error. Messages between two ranks arrive in order.
 // - With a link model (GroupSpec::link_latency, link_bytes_per_second) an operation returns latency + bytes /
-//   bandwidth after the backend finished it: all_reduce counts what a ring moves per rank (2 (N-1)/N of the
-//   buffer), all_gather and reduce_scatter the other ranks' parts, all_to_all what this rank sends to the others,
-//   recv its message (a send returns at once: its receiver pays), barrier the latency alone.
+//   bandwidth after the last rank arrived at it, as a real link delivers the last sender's bytes, and never before
+//   the backend finished it. all_reduce counts what a ring moves per rank (2 (N-1)/N of the buffer), all_gather and
+//   reduce_scatter the other ranks' parts, all_to_all what this rank sends to the others, recv its message (a send
+//   returns at once: its receiver pays), barrier the latency alone. Where a backend cannot see when its peers
+//   arrived (ZeroMQ, send/recv) the time counts from this rank's call.
 // - A communicator is used by one thread at a time (its rank's); abort() may be called from any thread and makes
 //   the call in progress, and every later one, return an Error. Destroying a communicator leaves the group (after
 //   delivering what it still has queued for its peers: destroy it before the process exits); a peer still waiting
@@ -55,23 +57,23 @@ inline size_t balanced_offset(size_t total, int parts, int r) {
   return rr * (total / p) + std::min(rr, total % p);
 }
 
-// Two-batch overlap: a rank's two micro-batches run on two threads that take turns to compute. The hook a thread
-// sets is told when one of its collective operations first has to wait for peers (after it posted what it sends:
-// its own part is never held up by the other thread's compute), and after that operation returns, so that it can
-// hand the compute over to the other thread meanwhile. An operation that never waits keeps the compute.
+// Two-batch overlap: a rank's micro-batches run as fibers of one thread (actors/overlap_runner.hpp), switched only
+// where an operation would wait for peers. The hook a thread sets is asked, by every wait loop of the communicators
+// (and the link model's sleep), to run the other micro-batches instead of blocking: pause() returns true after they
+// ran until they wait in turn (the caller re-checks its condition and may call again), false when there is none to
+// run (the caller blocks as it would without a hook).
 class WaitHook {
  public:
-  virtual void before_wait() = 0;
-  virtual void after_wait() = 0;
+  virtual bool pause() = 0;
 
  protected:
   ~WaitHook() = default;
 };
 // The calling thread's hook (null: none), for every communicator it uses.
 void set_wait_hook(WaitHook* hook);
-// Called by the communicators' wait loops (and the link model's sleep) when the calling thread is about to sleep
-// or poll for its peers inside an operation: the first call of an operation calls the hook's before_wait().
-void about_to_block();
+// Called by the communicators' wait loops (and the link model's sleep) instead of blocking while the calling thread
+// has a hook: its pause().
+bool run_other_micro_batches();
 
 class Communicator {
  public:
@@ -147,10 +149,14 @@ class Communicator {
   // Called on the rank's thread when an operation failed, before the error is returned: tells the peers
   // (abort() by default).
   virtual void on_failure(const std::string& reason) { abort(reason); }
+  // A backend that sees when each rank arrived at the operation in progress (StepTrace::now_ns of its post) reports
+  // the latest here: the link model counts from it.
+  void note_arrival(uint64_t ns) { arrived_ns_ = std::max(arrived_ns_, ns); }
 
  private:
   // Runs the backend's operation `body` (errors prefixed, the group broken on failure); with a link model, then
-  // waits until moving `link_bytes` over the modelled link would have taken since the operation started.
+  // waits until moving `link_bytes` over the modelled link would have taken since the last rank arrived (or since
+  // the operation started).
   template <class F>
   Status run(std::string_view op, F&& body, std::optional<size_t> link_bytes = std::nullopt);
   void emulate_link(size_t bytes, uint64_t start_ns) const;
@@ -161,6 +167,7 @@ class Communicator {
   StepTrace* trace_ = nullptr;
   bool broken_ = false;
   Error failure_;  // the first failure, once broken_
+  uint64_t arrived_ns_ = 0;  // note_arrival's latest, for the operation in progress
 };
 
 // The one summation order of every backend: dst[i] = (((src[0][i] + src[1][i]) + src[2][i]) + ...), in float.

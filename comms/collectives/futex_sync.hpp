@@ -46,11 +46,11 @@ inline constexpr std::chrono::microseconds kYieldTime{200};
 inline constexpr std::chrono::milliseconds kSleepSlice{10};
 
 void yield_core();
-// Two-batch overlap's hand-over when an operation first blocks (comms/collectives/communicator.hpp).
-void about_to_block();
-// Whether the calling thread's waits may yield its core before they sleep (by default they do). Not while another
-// thread of the rank computes meanwhile (two-batch overlap: set_wait_hook turns it off for the hooked thread):
-// yielding would take the core from it.
+// Two-batch overlap: runs the thread's other micro-batches instead of blocking; false when there are none
+// (comms/collectives/communicator.hpp).
+bool run_other_micro_batches();
+// Whether the calling thread's waits may spin and yield its core before they sleep (by default they do). Not under
+// two-batch overlap (set_wait_hook turns it off for the hooked thread): its other micro-batches use the core.
 void set_yielding(bool yielding);
 bool yielding();
 
@@ -61,13 +61,19 @@ template <class Ready, class GiveUp, class OnTimeout>
 Status wait_until(SyncWord& w, Ready&& ready, GiveUp&& give_up, Clock::time_point deadline, OnTimeout&& on_timeout) {
   if (ready()) return Status::success();
   const auto spin_end = Clock::now() + kSpinTime;
-  // Two-batch overlap (not yielding): no spin, the other micro-batch's compute takes the core at once.
+  // Two-batch overlap (not yielding): no spin, the other micro-batches compute meanwhile.
   for (unsigned i = 1; yielding(); ++i) {
     cpu_relax();
     if (ready()) return Status::success();
     if ((i & 15) == 0 && Clock::now() >= spin_end) break;
   }
-  about_to_block();  // two-batch overlap: the other micro-batch computes while this one waits
+  for (unsigned i = 1; run_other_micro_batches(); ++i) {
+    if (ready()) return Status::success();
+    if ((i & 63) == 0) {
+      if (std::optional<Error> e = give_up()) return *e;
+      if (Clock::now() >= deadline) return on_timeout();
+    }
+  }
   if (yielding()) {
     const auto yield_end = spin_end + kYieldTime;
     do {

@@ -61,8 +61,8 @@ struct GroupSpec {
   bool over_nccl = false;
 
   // A link model for research runs (groups[].link): no operation completes earlier than link_latency + the bytes
-  // this rank puts on its link / link_bytes_per_second after it started (the rest slept: the CPU is free
-  // meanwhile; the backend's own time counts toward it); a send costs its sender nothing, its receive pays for it.
+  // this rank puts on its link / link_bytes_per_second after the last rank arrived at it (after it started where
+  // the backend cannot tell; the rest slept: the CPU is free meanwhile; the backend's own time counts toward it); a send costs its sender nothing, its receive pays for it.
   // Zero: none.
   std::chrono::nanoseconds link_latency{0};
   uint64_t link_bytes_per_second = 0;

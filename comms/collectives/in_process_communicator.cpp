@@ -18,6 +18,7 @@ struct Desc {
   const std::byte* in = nullptr;
   float* inout = nullptr;          // all_reduce: the rank's buffer, [total]
   const size_t* counts = nullptr;  // [size]: the partition (all_gather, reduce_scatter) or send counts (all_to_all)
+  uint64_t posted_ns = 0;          // when the rank arrived (StepTrace::now_ns), for the link model
 };
 
 struct alignas(64) DescPair {
@@ -175,15 +176,19 @@ class InProcessCommunicator final : public Communicator {
  private:
   const Desc& peer(int r) const { return hub_->descs[static_cast<size_t>(r)].by_parity[uses_ & 1]; }
 
-  // Publishes what this rank does, waits for every peer to do the same, and checks they do the same operation.
+  // Publishes what this rank does, waits for every peer to do the same, checks they do the same operation, and
+  // notes when the last one arrived.
   Status arrive(const Desc& d) {
-    hub_->descs[static_cast<size_t>(rank())].by_parity[uses_ & 1] = d;
+    Desc& mine = hub_->descs[static_cast<size_t>(rank())].by_parity[uses_ & 1];
+    mine = d;
+    mine.posted_ns = StepTrace::now_ns();
     board_.publish();
     arrived_ = false;
     ACTORD_TRY_STATUS(board_.wait_all());
     arrived_ = true;
     for (int r = 0; r < size(); ++r) {
       const Desc& p = peer(r);
+      note_arrival(p.posted_ns);
       if (p.kind != d.kind || p.total != d.total) {
         return make_error(Errc::invalid_argument, "rank " + std::to_string(r) + " called " +
                                                       describe_op(p.kind, p.total) + " where this rank called " +

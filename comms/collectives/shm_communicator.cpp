@@ -17,7 +17,7 @@ namespace actord::coll {
 namespace {
 
 constexpr uint64_t kMagic = 0x6c6c6f632d647261ULL;  // "ard-coll"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 // all_reduce buffers up to this size take the one-phase form (all_reduce_one_phase).
 constexpr size_t kOnePhaseBytes = size_t{256} << 10;
 
@@ -37,6 +37,7 @@ struct alignas(64) Desc {
   OpKind kind = OpKind::none;
   uint32_t piece = 0;
   uint64_t total = 0;
+  uint64_t posted_ns = 0;  // when the rank arrived (StepTrace::now_ns), for the link model
 };
 
 struct alignas(64) DescPair {
@@ -299,15 +300,17 @@ class ShmCommunicator final : public Communicator {
     return seg_.data() + layout_.rings + static_cast<size_t>(from * size() + to) * spec().channel_bytes;
   }
 
-  // Publishes this rank's descriptor (and counts, when the operation has them), waits for every peer, and checks
-  // that they run the same operation on the same sizes.
+  // Publishes this rank's descriptor (and counts, when the operation has them), waits for every peer, checks that
+  // they run the same operation on the same sizes, and notes when the last one arrived.
   Status arrive(const Desc& d, const std::span<const size_t>* counts) {
     desc(rank()) = d;
+    desc(rank()).posted_ns = StepTrace::now_ns();
     if (counts != nullptr) std::copy(counts->begin(), counts->end(), counts_row(rank()));
     board_.publish();
     ACTORD_TRY_STATUS(board_.wait_all());
     for (int r = 0; r < size(); ++r) {
       const Desc& p = desc(r);
+      note_arrival(p.posted_ns);
       if (p.kind != d.kind || p.total != d.total || p.piece != d.piece) {
         return make_error(Errc::invalid_argument, "rank " + std::to_string(r) + " called " +
                                                       describe_op(p.kind, p.total) + " where this rank called " +

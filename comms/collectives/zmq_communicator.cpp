@@ -419,9 +419,10 @@ class ZmqCommunicator final : public Communicator {
     return Status::success();
   }
 
-  // Waits up to `limit` for anything on the inbox or the monitors, and takes it in.
+  // Waits up to `limit` for anything on the inbox or the monitors, and takes it in; under two-batch overlap the
+  // other micro-batches run instead and it only looks.
   void wait_for_events(std::chrono::milliseconds limit) {
-    about_to_block();
+    if (run_other_micro_batches()) limit = std::chrono::milliseconds(0);
     std::vector<zmq::pollitem_t> items{{inbox_.handle(), 0, ZMQ_POLLIN, 0}};
     for (zmq::socket_t& m : monitors_) {
       if (m) items.push_back(zmq::pollitem_t{m.handle(), 0, ZMQ_POLLIN, 0});
