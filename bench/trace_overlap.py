@@ -2,15 +2,18 @@
 """Summarise an actord --trace file (Chrome trace JSON): per rank, where its steps' time went and how much of its
 communication overlapped its own compute.
 
-    python3 bench/trace_overlap.py TRACE.json [--json]
+    python3 bench/trace_overlap.py TRACE.json [--json] [--from-step N]
+
+--from-step N: only the spans of steps N and later (leave out the prefill steps of a benchmark).
 
 Per rank (a process of the trace named .../worker/... or, attention-FFN disaggregated, .../ffn/...):
   steps      traced steps
   wall ms    from its first span to its last
   compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them
-             and the waits for the other micro-batch to hand the compute over, both micro-batches' summed
+             (and "wait" spans), both micro-batches' summed
   sample     time sampling
-  comm       time in collectives (waiting for peers and the modelled link included), both micro-batches' summed
+  comm       time in collectives (waiting for peers and the modelled link included; with two-batch overlap, until
+             the micro-batch's turn came again), both micro-batches' summed
   between    time between steps (the worker waited for its next ExecuteStep)
   overlap    the share of comm during which the same rank computed on another micro-batch (tid): 0 without
              two-batch overlap, 1 when every collective hid behind the other micro-batch's compute
@@ -82,8 +85,8 @@ def summarise(events):
         by_cat = collections.defaultdict(lambda: collections.defaultdict(list))  # cat -> tid -> intervals
         for e in evs:
             by_cat[e["cat"]][e.get("tid", 0)].append((e["ts"], e["ts"] + e["dur"]))
-        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine) and its
-        # waits for the other micro-batch to hand the compute over (two-batch overlap).
+        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine) and any
+        # waits recorded inside it.
         compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, []) + by_cat["wait"].get(tid, [])))
                    for tid, ivs in by_cat["compute"].items()}
         overlapped = 0.0
@@ -119,13 +122,21 @@ def summarise(events):
     return {"ranks": ranks, "pools": dict(pools)}
 
 
+def from_step(events, first):
+    """The events of steps >= first (metadata kept): e.g. decode steps only, the prefill steps left out."""
+    return [e for e in events if e.get("ph") != "X" or e.get("args", {}).get("step", first) >= first]
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 2
     with open(argv[1]) as f:
         doc = json.load(f)
-    summary = summarise(doc["traceEvents"])
+    events = doc["traceEvents"]
+    if "--from-step" in argv:
+        events = from_step(events, int(argv[argv.index("--from-step") + 1]))
+    summary = summarise(events)
     if "--json" in argv:
         print(json.dumps(summary, indent=1))
         return 0
