@@ -188,10 +188,9 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     } else {
       model_ = std::move(*model);
       const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
-      // The KV cache in the backend's memory (a GPU's), or the host's, backed by a thread of its own (`populate`: the
-      // pool decode steps write into); the swap space always on the host, backed as it is used.
-      auto make_cache = [&](uint32_t blocks, const char* key, bool on_device,
-                            bool populate) -> std::unique_ptr<KvCache> {
+      // The KV cache in the backend's memory (a GPU's), or the host's, backed now (KvCache::populate: no page faults
+      // in the steps that write it); the swap space always on the host, backed as it is used.
+      auto make_cache = [&](uint32_t blocks, const char* key, bool on_device) -> std::unique_ptr<KvCache> {
         try {
           const KvShape shape = model_->kv_shape();
           const int block_size = static_cast<int>(req.getBlockSize());
@@ -214,7 +213,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
           }
           auto cache = std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                                                  static_cast<int>(blocks), block_size, kv_dtype);
-          if (populate) cache->populate();
+          if (!on_device) return cache;  // the swap space: backed as it is used
+          cache->populate();
           return cache;
         } catch (const std::bad_alloc&) {
           out_of_memory(key, std::to_string(blocks) + " KV blocks of " + std::to_string(req.getBlockSize()) +
@@ -238,9 +238,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
         micro_traces_.resize(size_t(micro_batches_ - 1));
         micro_comm_ns_.assign(size_t(micro_batches_ - 1), 0);
       }
-      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true, true);
-      if (kv_ && req.getNumSwapBlocks() > 0)
-        swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false, false);
+      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true);
+      if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false);
       if (!ok) model_.reset();
     }
   }

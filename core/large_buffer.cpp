@@ -1,8 +1,10 @@
 #include "core/large_buffer.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <new>
 #include <utility>
@@ -30,26 +32,19 @@ LargeBuffer::LargeBuffer(size_t size) : size_(size) {
   data_ = reinterpret_cast<unsigned char*>(start);
 }
 
-void LargeBuffer::populate_in_background() {
-  if (size_ == 0 || populating_.joinable()) return;
-  stop_populating_ = std::make_unique<std::atomic<bool>>(false);
-  populating_ = std::thread([data = data_, size = size_, stop = stop_populating_.get()] {
-    for (size_t at = 0; at < size && !stop->load(std::memory_order_relaxed); at += kHugePage) {
-      if (madvise(data + at, std::min(kHugePage, size - at), MADV_POPULATE_WRITE) != 0) return;
-    }
-  });
-}
-
-void LargeBuffer::wait_populated() {
-  if (populating_.joinable()) populating_.join();
+void LargeBuffer::populate() {
+  if (size_ == 0) return;
+  if (madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return;
+  if (errno != EINVAL) throw std::bad_alloc();  // ENOMEM, EFAULT: the pages cannot be had
+  // Kernels before 5.14 (no MADV_POPULATE_WRITE): one write per page does the same.
+  const size_t page = static_cast<size_t>(std::max(sysconf(_SC_PAGESIZE), 4096L));
+  for (size_t i = 0; i < size_; i += page) reinterpret_cast<volatile unsigned char*>(data_)[i] = 0;
 }
 
 LargeBuffer::~LargeBuffer() { release(); }
 
 LargeBuffer::LargeBuffer(LargeBuffer&& other) noexcept
-    : stop_populating_(std::move(other.stop_populating_)),
-      populating_(std::move(other.populating_)),
-      data_(std::exchange(other.data_, nullptr)),
+    : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       map_(std::exchange(other.map_, nullptr)),
       map_size_(std::exchange(other.map_size_, 0)) {}
@@ -57,8 +52,6 @@ LargeBuffer::LargeBuffer(LargeBuffer&& other) noexcept
 LargeBuffer& LargeBuffer::operator=(LargeBuffer&& other) noexcept {
   if (this != &other) {
     release();
-    stop_populating_ = std::move(other.stop_populating_);
-    populating_ = std::move(other.populating_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     map_ = std::exchange(other.map_, nullptr);
@@ -68,10 +61,6 @@ LargeBuffer& LargeBuffer::operator=(LargeBuffer&& other) noexcept {
 }
 
 void LargeBuffer::release() {
-  if (populating_.joinable()) {
-    stop_populating_->store(true, std::memory_order_relaxed);
-    populating_.join();
-  }
   if (map_) munmap(map_, map_size_);
   map_ = nullptr;
   data_ = nullptr;

@@ -7,10 +7,7 @@
 // mapping fails. An empty buffer has data() == nullptr.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
-#include <memory>
-#include <thread>
 
 namespace actord {
 
@@ -27,19 +24,14 @@ class LargeBuffer {
   unsigned char* data() { return data_; }
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }
-  // Backs every page (zero-filled, as huge pages where offered) from a thread of its own, so that later first writes
-  // take no page faults: for a buffer whose writes sit on a hot path (the KV cache, written a token at a time by
-  // decode steps). The buffer may be used meanwhile (pages are faulted in, never written: MADV_POPULATE_WRITE); the
-  // kernel's compaction for huge pages may take a while, which no caller waits for. Where the kernel lacks it
-  // (before 5.14) or the memory cannot be had, pages stay backed on first write. Destruction stops the thread.
-  void populate_in_background();
-  // Returns once the background population has finished (tests).
-  void wait_populated();
+  // Backs every page now (zero-filled, as huge pages where offered), so that the first writes later take no page
+  // fault: for a buffer whose writes sit on a hot path (the KV cache, written a token at a time by decode steps,
+  // where a fault costs the zeroing of a huge page and, in a VM, the host's first touch: 0.8 s for 512 MiB on the
+  // machine this was measured on, paid here instead). Throws std::bad_alloc when the memory cannot be had.
+  void populate();
 
  private:
   void release();
-  std::unique_ptr<std::atomic<bool>> stop_populating_;  // set to end the populating thread early
-  std::thread populating_;
   unsigned char* data_ = nullptr;
   size_t size_ = 0;
   void* map_ = nullptr;  // the whole mapping (data_ is aligned inside it)

@@ -33,10 +33,12 @@ class KvCache {
           KvStorage storage = {});
   static size_t bytes_for(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype);
   bool on_host() const { return storage_.data == nullptr; }
-  // Backs the whole host pool with memory from a thread of its own (LargeBuffer::populate_in_background), so that
-  // decode steps writing a token at a time into fresh blocks take no page faults (zeroing a huge page each). Nothing
-  // on a device.
-  void populate() { data_.populate_in_background(); }
+  // Backs the whole host pool with memory now (LargeBuffer::populate), as engines that zero their KV cache up front
+  // do, so that decode steps writing a token at a time into fresh blocks take no page faults; throws
+  // std::bad_alloc. Nothing on a device.
+  void populate() {
+    if (on_host()) data_.populate();
+  }
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }

@@ -19,9 +19,10 @@ using namespace actord::test;  // parallel_test_util.hpp
 namespace {
 
 // configs/quickstart.yaml's text with groups: replaced by `groups`, as a file in configs/ (its relative model path
-// resolves as the bundled file's does).
+// resolves as the bundled file's does), with a KV pool of 16 MiB (13,000 tokens of stories260K): a new replica's
+// pool is backed when it is built (KvCache::populate), and the reshapes below must be built while requests stream.
 std::string quickstart_with(const std::string& groups) {
-  return "model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 64MiB\ngroups:\n" +
+  return "model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 16MiB\ngroups:\n" +
          groups;
 }
 
@@ -132,7 +133,7 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
   CHECK_THAT(refused(quickstart_with("  - {name: other}\n")),
              Catch::EndsWith("groups[0].name: the running group is 'main' (apply reshapes it, it cannot rename it)"));
   CHECK_THAT(refused("model:\n  path: ../models/stories260K\n  dtype: bfloat16\nengine:\n  max_num_seqs: 64\n  "
-                     "kv_cache_memory: 64MiB\ngroups:\n  - {name: main}\n"),
+                     "kv_cache_memory: 16MiB\ngroups:\n  - {name: main}\n"),
              Catch::EndsWith("model: changes need a restart (apply changes groups[0] only)"));
   CHECK_THAT(refused("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 32MiB\n"
                      "groups:\n  - {name: main}\n"),
@@ -174,7 +175,7 @@ TEST_CASE("apply: the schedulers' limits (engine.max_num_seqs) change with a res
   auto clean = engine->generate(requests);
   REQUIRE(clean.ok());
   auto applied = engine->apply("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 2\n  kv_cache_memory: "
-                               "64MiB\ngroups:\n  - {name: main}\n",
+                               "16MiB\ngroups:\n  - {name: main}\n",
                                source());
   REQUIRE(applied.ok());
   auto out = engine->generate(requests);

@@ -136,7 +136,8 @@ TEST_CASE("KV blocks move byte for byte - to a swap space and back, and through 
   }
 }
 
-TEST_CASE("a KV pool is backed by a thread of its own while it is used - a buffer left alone is backed as it is written", "[memory]") {
+TEST_CASE("a KV pool populated up front is resident and zero - a buffer left alone is backed as it is written",
+          "[memory]") {
   const long page = sysconf(_SC_PAGESIZE);
   // Pages of the buffer resident now (mincore).
   auto resident = [&](LargeBuffer& b) {
@@ -148,28 +149,17 @@ TEST_CASE("a KV pool is backed by a thread of its own while it is used - a buffe
   };
   LargeBuffer lazy(size_t{8} << 20), eager(size_t{8} << 20);
   CHECK(resident(lazy) == 0);
-  eager.populate_in_background();
-  eager.wait_populated();
+  eager.populate();
   CHECK(resident(eager) == eager.size() / page);
   CHECK(std::all_of(eager.data(), eager.data() + eager.size(), [](unsigned char v) { return v == 0; }));
   lazy.data()[0] = 1;
   CHECK(resident(lazy) < lazy.size() / page);
 
-  // Written while its pages are being backed: the writes stay; a pool destroyed mid-way stops its thread.
   KvCache pool(2, 2, 8, 1000, 16, DType::bf16);
   pool.populate();
-  std::vector<unsigned char> block(pool.block_bytes());
-  for (uint32_t b = 0; b < 1000; b += 7) {
-    std::fill(block.begin(), block.end(), static_cast<unsigned char>(b % 251 + 1));
-    pool.write_block(b, block.data());
-  }
-  for (uint32_t b = 0; b < 1000; ++b) {
-    pool.read_block(b, block.data());
-    const unsigned char want = b % 7 == 0 ? static_cast<unsigned char>(b % 251 + 1) : 0;
-    if (!std::all_of(block.begin(), block.end(), [&](unsigned char v) { return v == want; })) FAIL("block " << b);
-  }
-  KvCache dropped(2, 2, 8, 4000, 16, DType::bf16);
-  dropped.populate();
+  std::vector<unsigned char> block(pool.block_bytes(), 0xFF);
+  pool.read_block(999, block.data());
+  CHECK(std::all_of(block.begin(), block.end(), [](unsigned char v) { return v == 0; }));
 }
 
 TEST_CASE("KV sizing - blocks from the memory settings - errors name the key", "[memory]") {

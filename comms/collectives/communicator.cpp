@@ -107,9 +107,9 @@ Status Communicator::run(std::string_view op, F&& body, std::optional<size_t> li
   return make_error(st.error().code, where() + st.error().message);
 }
 
-// Sleeps (the core is free for other work) until the modelled link's time after `start_ns`; the calling thread's
-// timer slack is made
-// 1 ns once, so that a 200 us latency is not stretched by the default 50 us slack.
+// Waits until the modelled link's time after `start_ns`: runs the thread's other micro-batches meanwhile, or sleeps
+// (the core is free for other work); the calling thread's timer slack is made 1 ns once, so that a 200 us latency
+// is not stretched by the default 50 us slack.
 void Communicator::emulate_link(size_t bytes, uint64_t start_ns) const {
   thread_local bool precise = false;
   if (!precise) {
