@@ -8,9 +8,10 @@ takes max(compute, comm) = compute, 0 when it takes their sum. Plus the traces' 
 (bench/trace_overlap.py: comm during which the rank computed another micro-batch).
 
     python3 bench/tbo_compare.py --actord build/actord --config CONFIG [--model DIR] [--seqs 128] [--rounds 3]
-        [--input-len 32] [--output-len 64] [--from-step 6] [--set KEY=VALUE ...]
+        [--input-len 32] [--output-len 64] [--from-step 6] [--set KEY=VALUE ...] [--set-on KEY=VALUE ...]
 
---from-step: the first decode step (the prefill steps before it are left out).
+--from-step: the first decode step (the prefill steps before it are left out). --set-on: for the runs with TBO only
+(e.g. groups[0].micro_batches=3, which needs tbo).
 """
 import argparse
 import json
@@ -52,9 +53,12 @@ def run(args, tbo, trace):
            "--set", f"groups[0].tbo={tbo}", "--trace", trace, "--json"]
     if args.model:
         cmd += ["--model", args.model]
-    for kv in args.set:
+    for kv in args.set + (args.set_on if tbo == "true" else []):
         cmd += ["--set", kv]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    ran = subprocess.run(cmd, capture_output=True, text=True)
+    if ran.returncode != 0:
+        sys.exit(f"tbo={tbo}: {' '.join(cmd)}\n{ran.stderr.strip()}")
+    out = ran.stdout
     tok_s = json.loads(out)["decode_tokens_per_s"]
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
@@ -75,7 +79,8 @@ def main():
     p.add_argument("--input-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--from-step", type=int, default=6)
-    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--set", action="append", default=[], help="for both runs")
+    p.add_argument("--set-on", action="append", default=[], help="for the runs with TBO only (groups[0].micro_batches=3)")
     args = p.parse_args()
     print(f"{'round':>5} {'tok/s off':>10} {'tok/s on':>9} {'x':>5} {'step off':>9} {'comm off':>9} "
           f"{'compute':>8} {'step on':>8} {'hidden':>7} {'overlap':>8}")
