@@ -33,6 +33,24 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Rank 1 of `spec` in a child process: a barrier, then `late` later a 1 MB all_reduce of 2s (which must give 3s);
+// exits 0 when both went well.
+pid_t fork_rank_1(const GroupSpec& spec, std::chrono::milliseconds late) {
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto comm = join_group(spec, 1);
+    if (!comm) _exit(2);
+    std::vector<float> data(250'000, 2.0f);
+    bool ok = (*comm)->barrier().ok();
+    std::this_thread::sleep_for(late);
+    ok = ok && (*comm)->all_reduce(data).ok() && data[0] == 3.0f;
+    comm->reset();
+    _exit(ok ? 0 : 1);
+  }
+  return child;
+}
+
 }  // namespace
 
 TEST_CASE("link model: operations take latency + bytes / bandwidth longer and give the same results", "[collectives][link_model]") {
@@ -122,18 +140,7 @@ TEST_CASE("link model: a rank that arrives late delays every rank by the link's 
   GroupSpec spec = linked_spec(4);
   spec.placement = Placement::process;
   spec.engine_pid = getpid();
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    auto comm = join_group(spec, 1);
-    if (!comm) _exit(2);
-    std::vector<float> data(250'000, 2.0f);
-    bool ok = (*comm)->barrier().ok();
-    std::this_thread::sleep_for(kLate);
-    ok = ok && (*comm)->all_reduce(data).ok() && data[0] == 3.0f;
-    comm->reset();
-    _exit(ok ? 0 : 1);
-  }
+  const pid_t child = fork_rank_1(spec, kLate);
   auto comm = join_group(spec, 0);
   REQUIRE(comm.ok());
   REQUIRE((*comm)->barrier().ok());
@@ -157,16 +164,7 @@ TEST_CASE("link model: the same over shared memory between processes, and no mod
   GroupSpec spec = linked_spec(2);
   spec.placement = Placement::process;
   spec.engine_pid = getpid();
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    auto comm = join_group(spec, 1);
-    if (!comm) _exit(2);
-    std::vector<float> data(250'000, 2.0f);
-    const bool ok = (*comm)->barrier().ok() && (*comm)->all_reduce(data).ok() && data[0] == 3.0f;
-    comm->reset();
-    _exit(ok ? 0 : 1);
-  }
+  const pid_t child = fork_rank_1(spec, std::chrono::milliseconds(0));
   auto comm = join_group(spec, 0);
   REQUIRE(comm.ok());
   std::vector<float> data(250'000, 1.0f);
