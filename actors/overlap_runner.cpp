@@ -24,10 +24,13 @@ size_t page_bytes() {
 // A resume shorter than this found its operation still waiting: nothing was computed.
 constexpr auto kCheckOnly = std::chrono::microseconds(3);
 // After this long of checks only, each round yields the core (other threads on it run); after kSleepAfter, it
-// sleeps kSleepSlice between rounds (peers that are far behind, or a slow link).
+// sleeps kSleepSlice between rounds (peers that are far behind, or a slow link), and kLongSleepSlice after
+// kLongSleepAfter (a pipeline stage waiting out a long prefill upstream wakes 2,000 times a second, not 20,000).
 constexpr auto kYieldAfter = std::chrono::microseconds(50);
 constexpr auto kSleepAfter = std::chrono::milliseconds(2);
 constexpr auto kSleepSlice = std::chrono::microseconds(50);
+constexpr auto kLongSleepAfter = std::chrono::milliseconds(20);
+constexpr auto kLongSleepSlice = std::chrono::microseconds(500);
 
 }  // namespace
 
@@ -111,7 +114,9 @@ void OverlapRunner::pace(Clock::time_point resumed, bool finished) {
     return;
   }
   const auto idle = now - idle_since_;
-  if (idle >= kSleepAfter) {
+  if (idle >= kLongSleepAfter) {
+    std::this_thread::sleep_for(kLongSleepSlice);
+  } else if (idle >= kSleepAfter) {
     std::this_thread::sleep_for(kSleepSlice);
   } else if (idle >= kYieldAfter) {
     sched_yield();
