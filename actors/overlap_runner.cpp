@@ -39,7 +39,12 @@ OverlapRunner::OverlapRunner(int micro_batches) : fibers_(static_cast<size_t>(st
   for (Fiber& f : fibers_) {
     void* m = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) throw std::bad_alloc();
+    if (m == MAP_FAILED) {
+      for (Fiber& made : fibers_) {
+        if (made.mapping) munmap(made.mapping, guard + kStackBytes);
+      }
+      throw std::bad_alloc();
+    }
     mprotect(m, guard, PROT_NONE);  // an overflow faults instead of writing past the stack
     f.mapping = m;
   }
