@@ -40,9 +40,7 @@ OverlapRunner::OverlapRunner(int micro_batches) : fibers_(static_cast<size_t>(st
     void* m = mmap(nullptr, guard + kStackBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) {
-      for (Fiber& made : fibers_) {
-        if (made.mapping) munmap(made.mapping, guard + kStackBytes);
-      }
+      unmap_stacks();
       throw std::bad_alloc();
     }
     mprotect(m, guard, PROT_NONE);  // an overflow faults instead of writing past the stack
@@ -50,9 +48,12 @@ OverlapRunner::OverlapRunner(int micro_batches) : fibers_(static_cast<size_t>(st
   }
 }
 
-OverlapRunner::~OverlapRunner() {
+OverlapRunner::~OverlapRunner() { unmap_stacks(); }
+
+void OverlapRunner::unmap_stacks() {
   for (Fiber& f : fibers_) {
     if (f.mapping) munmap(f.mapping, page_bytes() + kStackBytes);
+    f.mapping = nullptr;
   }
 }
 

@@ -57,6 +57,7 @@ class OverlapRunner {
   };
   static void entry(unsigned int high, unsigned int low);  // makecontext passes ints: the runner's address
   bool pause();
+  void unmap_stacks();  // each fiber's mapping made so far
   void pace(std::chrono::steady_clock::time_point resumed, bool finished);
 
   ucontext_t scheduler_{};

@@ -25,8 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import trace_overlap  # noqa: E402
 
 
-def decode_steps(events, first):
-    """Rank 0's (the first worker in the trace) decode steps: [(step ms, comm ms)]."""
+def step_times(events):
+    """Rank 0's (the first worker in the trace) steps: [(step ms, comm ms)]."""
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     workers = sorted(pid for pid, n in names.items() if "/worker/" in n)
     if not workers:
@@ -36,10 +36,7 @@ def decode_steps(events, first):
     for e in events:
         if e.get("ph") != "X" or e["pid"] != pid:
             continue
-        step = e.get("args", {}).get("step", -1)
-        if step < first:
-            continue
-        row = by_step.setdefault(step, [0.0, 0.0])
+        row = by_step.setdefault(e.get("args", {}).get("step"), [0.0, 0.0])
         if e["cat"] == "step":
             row[0] += e["dur"] / 1e3
         elif e["cat"] == "comm":
@@ -61,9 +58,9 @@ def run(args, tbo, trace):
     out = ran.stdout
     tok_s = json.loads(out)["decode_tokens_per_s"]
     with open(trace) as f:
-        events = json.load(f)["traceEvents"]
-    steps = decode_steps(events, args.from_step)
-    summary = trace_overlap.summarise(trace_overlap.from_step(events, args.from_step))
+        events = trace_overlap.from_step(json.load(f)["traceEvents"], args.from_step)  # the decode steps
+    steps = step_times(events)
+    summary = trace_overlap.summarise(events)
     overlap = statistics.mean(r["overlap"] for r in summary["ranks"]) if summary["ranks"] else 0.0
     return {"tok_s": tok_s, "step_ms": statistics.median(s for s, _ in steps),
             "comm_ms": statistics.median(c for _, c in steps), "overlap": overlap}
@@ -80,7 +77,8 @@ def main():
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--from-step", type=int, default=6)
     p.add_argument("--set", action="append", default=[], help="for both runs")
-    p.add_argument("--set-on", action="append", default=[], help="for the runs with TBO only (groups[0].micro_batches=3)")
+    p.add_argument("--set-on", action="append", default=[],
+                   help="for the runs with TBO only (groups[0].micro_batches=3)")
     args = p.parse_args()
     print(f"{'round':>5} {'tok/s off':>10} {'tok/s on':>9} {'x':>5} {'step off':>9} {'comm off':>9} "
           f"{'compute':>8} {'step on':>8} {'hidden':>7} {'overlap':>8}")

@@ -9,8 +9,8 @@ communication overlapped its own compute.
 Per rank (a process of the trace named .../worker/... or, attention-FFN disaggregated, .../ffn/...):
   steps      traced steps
   wall ms    from its first span to its last
-  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them
-             (and "wait" spans), both micro-batches' summed
+  compute    time in compute spans (attention, mlp, experts, embed, logits), less the collectives nested in them,
+             both micro-batches' summed
   sample     time sampling
   comm       time in collectives (waiting for peers and the modelled link included; with two-batch overlap, until
              the micro-batch's turn came again), both micro-batches' summed
@@ -85,9 +85,8 @@ def summarise(events):
         by_cat = collections.defaultdict(lambda: collections.defaultdict(list))  # cat -> tid -> intervals
         for e in evs:
             by_cat[e["cat"]][e.get("tid", 0)].append((e["ts"], e["ts"] + e["dur"]))
-        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine) and any
-        # waits recorded inside it.
-        compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, []) + by_cat["wait"].get(tid, [])))
+        # A micro-batch's compute, less its own collectives nested in it (the experts' dispatch and combine).
+        compute = {tid: subtract(union(ivs), union(by_cat["comm"].get(tid, [])))
                    for tid, ivs in by_cat["compute"].items()}
         overlapped = 0.0
         for tid, ivs in by_cat["comm"].items():
