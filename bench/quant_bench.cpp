@@ -161,16 +161,30 @@ int main(int argc, char** argv) {
       bytes += storage.back().size();
       return cpu::pack_quantized(q, storage.back().data());
     });
-    const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(cpu::Isa::automatic);
     for (int m : {1, 8, 32, 128}) {
-      auto step = [&] { model.run(m, pool); };
-      const double s = best_of(step);
-      const double macs = bench::DecodeStep::macs(m);
-      const double gbs = double(bytes) / s / 1e9, gmacs = macs / s / 1e9;
-      const double peak = int8_activations ? vnni_peak : fma_peak;
-      std::printf("%-12s %5d %-16s %9.2f %8.1f %6.0f%% %9.1f %6.0f%%\n", v.name, m,
-                  int8_activations ? "int8 (VNNI)" : "f32 (FMA)", s * 1e3, gbs, 100 * gbs / bandwidth, gmacs,
-                  100 * gmacs / peak);
+      // The automatic path, and on a CPU with AMX the vector one beside it (tiles take m >= kAmxMinRows).
+      std::vector<cpu::Isa> isas{cpu::isa_for(cpu::Isa::automatic).value()};
+      if (isas[0] == cpu::Isa::amx && m >= cpu::kAmxMinRows) isas.push_back(cpu::Isa::avx512_bf16);
+      for (const cpu::Isa isa : isas) {
+        const bool tiles = isa == cpu::Isa::amx && m >= cpu::kAmxMinRows &&
+                           (!v.spec.enabled() || cpu::amx_int8_ready());
+        const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(isa);
+        const bool dot_bf16 = !v.spec.enabled() && cpu::bf16_dot_products(isa);
+        const char* how = tiles ? (v.spec.enabled() ? "int8 (AMX)" : "bf16 (AMX)")
+                          : int8_activations ? "int8 (VNNI)"
+                          : dot_bf16        ? "bf16 (dpbf16)"
+                                            : "f32 (FMA)";
+        // Peaks measured above: FMA and VNNI (AMX and vdpbf16ps are not measured: no share printed).
+        const double peak = tiles || dot_bf16 ? 0 : int8_activations ? vnni_peak : fma_peak;
+        auto step = [&] { model.run(m, pool, cpu::GemmPath{isa, cpu::Kernel::automatic}); };
+        const double s = best_of(step);
+        const double macs = bench::DecodeStep::macs(m);
+        const double gbs = double(bytes) / s / 1e9, gmacs = macs / s / 1e9;
+        std::printf("%-12s %5d %-16s %9.2f %8.1f %6.0f%% %9.1f", v.name, m, how, s * 1e3, gbs, 100 * gbs / bandwidth,
+                    gmacs);
+        if (peak > 0) std::printf(" %6.0f%%\n", 100 * gmacs / peak);
+        else std::printf("       -\n");
+      }
     }
   }
 }

@@ -4,14 +4,16 @@
 // and the amx dispatch against the same reference.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
 
 #include "core/quantization.hpp"
+#include "executors/cpu/amx_block_ops.hpp"
 #include "executors/cpu/blocked_weights.hpp"
-#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/gemm.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/reference_kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
 #include "test_util.hpp"
@@ -133,21 +135,24 @@ TEST_CASE("amx: the tile product over emulated tiles equals the reference with x
 
 namespace {
 
-// int8 weights (groups of 16 .. 128 and per channel, a stride of 104 features: 8-byte tile steps) times int8 rows on
-// the tiles against the double reference of the same int8 values: y = s_x q . W(dequantized) (+ bias), and the fused
-// gated form.
+// Quantized weights (8-bit codes, 4-bit ones symmetric and affine; groups of 16 .. 128 and per channel, a stride of
+// 104 features: 8-byte tile steps) times int8 rows on the tiles against the double reference of the same int8
+// values: y = s_x q . W(dequantized) (+ bias), and the fused gated form.
 using QuantizedTiles = void (*)(const cpu::AmxQuantizedX&, const cpu::WeightMatrix&, const float*, float*, int64_t,
                                 int64_t, int64_t);
 void check_int8_kernel(QuantizedTiles kernel) {
   std::mt19937 rng(41);
   for (const Case c : {Case{1, 32, 16}, Case{17, 40, 80}, Case{33, 64, 100}, Case{48, 32, 256}}) {
-    for (const int group : {16, 32, 64, 128, 0}) {
+    for (const QuantSpec spec : {QuantSpec{QuantKind::int8, 16, false}, QuantSpec{QuantKind::int8, 32, false},
+                                 QuantSpec{QuantKind::int8, 64, false}, QuantSpec{QuantKind::int8, 128, false},
+                                 QuantSpec{QuantKind::int8, 0, false}, QuantSpec{QuantKind::int4, 16, false},
+                                 QuantSpec{QuantKind::int4, 32, false}, QuantSpec{QuantKind::int4, 32, true},
+                                 QuantSpec{QuantKind::int4, 128, true}, QuantSpec{QuantKind::int4, 0, false}}) {
       const auto [m, n, k] = c;
-      if (group > k) continue;
-      INFO("m=" << m << " n=" << n << " k=" << k << " group=" << group);
+      if (spec.group > k) continue;
+      INFO("m=" << m << " n=" << n << " k=" << k << " " << describe(spec));
       const auto w = test::random_vector(size_t(2 * n) * k, rng), x = test::random_vector(size_t(m) * k, rng),
                  bias = test::random_vector(size_t(n), rng);
-      const QuantSpec spec{QuantKind::int8, group, false};
       const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, spec);
       const QuantizedMatrix up = quantize(DType::f32, w.data() + size_t(n) * k, n, k, k, spec);
       std::vector<unsigned char> plain(cpu::quantized_bytes(q)), fused(cpu::quantized_glu_bytes(q));
@@ -191,8 +196,8 @@ void check_int8_kernel(QuantizedTiles kernel) {
 
 }  // namespace
 
-TEST_CASE("amx: int8 codes times int8 rows over emulated tiles (TDPBSUD) equal the reference of the same int8 values "
-          "- groups 16 to 128 and per channel - bias - gate/up",
+TEST_CASE("amx: 8-bit and 4-bit codes times int8 rows over emulated tiles (TDPBSUD) equal the reference of the same "
+          "int8 values - groups 16 to 128 and per channel - zero points - bias - gate/up",
           "[kernels][amx]") {
   check_int8_kernel(&cpu::gemm_nt_quantized_amx_emulated);
   if (!cpu::amx_int8_ready()) {
@@ -200,6 +205,57 @@ TEST_CASE("amx: int8 codes times int8 rows over emulated tiles (TDPBSUD) equal t
     return;
   }
   check_int8_kernel(&cpu::gemm_nt_quantized_amx);
+}
+
+TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' bits - B operands, unpacked nibbles, "
+          "group sums",
+          "[kernels][amx]") {
+  if (cpu::detected_isa() != cpu::Isa::avx512) {
+    WARN("skipped: no AVX-512 here");
+    return;
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (const int64_t k : {1, 2, 31, 32, 33, 200}) {
+    INFO("k=" << k);
+    std::vector<uint32_t> block(size_t(k) * 16);
+    for (auto& v : block) v = bits(rng);
+    const int64_t padded = (k + 1) / 2 + 16;
+    std::vector<uint32_t> lo(size_t(padded) * 16, 7u), hi = lo, lo2(lo.size(), 9u), hi2 = lo2;
+    cpu::amx_detail::make_b_operands(reinterpret_cast<const unsigned char*>(block.data()), k, padded, lo.data(), hi.data());
+    cpu::amx_detail::make_b_operands_avx512(reinterpret_cast<const unsigned char*>(block.data()), k, padded, lo2.data(),
+                                            hi2.data());
+    CHECK(lo == lo2);
+    CHECK(hi == hi2);
+  }
+  std::vector<unsigned char> codes(3 * 128), out(3 * 256, 1), out2(3 * 256, 2);
+  for (auto& c : codes) c = static_cast<unsigned char>(bits(rng));
+  cpu::amx_detail::unpack_nibble_chunks(codes.data(), 3, out.data());
+  cpu::amx_detail::unpack_nibble_chunks_avx512(codes.data(), 3, out2.data());
+  CHECK(out == out2);
+  CHECK(out[0] == (codes[0] & 0x0F));
+  CHECK(out[128] == (codes[0] >> 4));
+  alignas(64) int32_t sums[32][cpu::kBlockCols];
+  std::uniform_int_distribution<int32_t> sum(-2'000'000, 2'000'000);
+  for (auto& row : sums)
+    for (auto& v : row) v = sum(rng);
+  std::vector<uint16_t> scales(32), offsets(32);
+  for (int c = 0; c < 32; ++c) {
+    scales[size_t(c)] = f32_to_f16(0.001f * float(c + 1));
+    offsets[size_t(c)] = f32_to_f16(-0.01f * float(c % 7));
+  }
+  const std::vector<int32_t> code_sums = {5, -3, 100, 7, 0, -40, 9, 11};  // stride 3: rows 0 .. 2
+  for (const bool affine : {false, true}) {
+    alignas(64) float total[32][cpu::kBlockCols], total2[32][cpu::kBlockCols];
+    for (int r = 0; r < 32; ++r)
+      for (int c = 0; c < 32; ++c) total[r][c] = total2[r][c] = 0.5f * float(r - c);
+    cpu::amx_detail::add_group_sums(sums, 3, scales.data(), affine ? offsets.data() : nullptr, code_sums.data(), 3,
+                                    affine ? 0 : 128, total);
+    cpu::amx_detail::add_group_sums_avx512(sums, 3, scales.data(), affine ? offsets.data() : nullptr,
+                                           code_sums.data(), 3, affine ? 0 : 128, total2);
+    CHECK(std::memcmp(total, total2, sizeof(total)) == 0);
+    CHECK(total[3][0] == 1.5f);  // rows past `rows` untouched
+  }
 }
 
 TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[kernels][amx]") {

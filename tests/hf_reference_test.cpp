@@ -93,14 +93,14 @@ double log_prob(const std::vector<float>& row, int32_t id) {
 }
 
 // Whether the engine multiplies `weights` matrices by bf16-rounded inputs here: bf16 weights on a CPU whose automatic
-// instruction set is avx512_bf16 (the reference then rounds each weight product's input the same way). Both sides
+// instruction set has bf16 dot products (avx512_bf16, amx; the reference then rounds each weight product's input the same way). Both sides
 // round the same values, but values a few f32 ulps apart on the two sides can round one bf16 ulp (2^-8) apart, as
 // with the bf16 KV cache, now at every product (~7 per layer instead of 2): the tolerance for that path is 1% of
 // the row's largest |logit| (measured on an AMD EPYC: at most 0.45%, Qwen3-MoE); greedy tokens stay identical.
 constexpr float kBf16InputTolerance = 1e-2f;
 
 bool rounds_bf16_inputs(const std::string& weights) {
-  return weights == "bfloat16" && cpu::isa_for(cpu::Isa::automatic).value() == cpu::Isa::avx512_bf16;
+  return weights == "bfloat16" && cpu::bf16_dot_products(cpu::isa_for(cpu::Isa::automatic).value());
 }
 
 // Makes every kind of folder with weights of `weights` dtype, runs the reference with the KV dtype that

@@ -48,7 +48,7 @@ int run_info(const InfoArgs& args) {
                              " rows under auto (amx: tiles of bf16 activations and weights, f32 sums)"
                        : std::string("not used: ") + cpu::amx_status();
   const std::string amx_int8_text = cpu::amx_int8_ready()
-                                        ? " ; 8-bit quantized codes x int8 activations on TDPBSUD tiles from " +
+                                        ? " ; 8-bit and 4-bit quantized codes x int8 activations on TDPBSUD tiles from " +
                                               std::to_string(cpu::kAmxMinRows) + " rows"
                                         : "";
   const bool vnni = isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni();

@@ -175,19 +175,19 @@ AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
   return out;
 }
 
-// Whether quantized weights of 8-bit codes multiply on the tiles under `isa` for m rows.
-bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
-  return isa == Isa::amx && m >= kAmxMinRows && w.quant.bits == 8 && amx_int8_ready();
+// Whether quantized weights (8-bit or 4-bit codes) multiply on the tiles under `isa` for m rows.
+bool int8_tiles(Isa isa, int m, const WeightMatrix&) {
+  return isa == Isa::amx && m >= kAmxMinRows && amx_int8_ready();
 }
 
-// An int8 product on tiles against the AVX512-VNNI kernel's: 40 rows, 80 features in groups of 16 and per channel,
-// 64 outputs, and the fused gated form.
+// A quantized product on tiles against the AVX512-VNNI kernel's: 40 rows, 80 features, 64 outputs, and the fused
+// gated form; 8-bit codes in groups of 16 and per channel, 4-bit ones in groups of 32, symmetric and affine.
 bool amx_int8_probe_agrees() {
   constexpr int m = 40, k = 80, n = 64;
   const std::vector<float> w = probe_values(size_t(2 * n) * k, 777), x = probe_values(size_t(m) * k, 3),
                            bias = probe_values(n, 4);
-  for (const int group : {16, 0}) {
-    const QuantSpec spec{QuantKind::int8, group, false};
+  for (const QuantSpec spec : {QuantSpec{QuantKind::int8, 16, false}, QuantSpec{QuantKind::int8, 0, false},
+                               QuantSpec{QuantKind::int4, 32, false}, QuantSpec{QuantKind::int4, 32, true}}) {
     const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, spec);
     const QuantizedMatrix up = quantize(DType::f32, w.data() + size_t(n) * k, n, k, k, spec);
     std::vector<unsigned char> plain(quantized_bytes(q)), fused(quantized_glu_bytes(q));

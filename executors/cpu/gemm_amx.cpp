@@ -13,6 +13,10 @@ namespace actord::cpu {
 namespace {
 
 struct HardwareTiles {
+  // The per-block work beside the tiles with AVX-512 (below; AMX ready implies AVX-512 F/BW/VL and F16C).
+  static constexpr auto make_b_operands = amx_detail::make_b_operands_avx512;
+  static constexpr auto unpack_nibble_chunks = amx_detail::unpack_nibble_chunks_avx512;
+  static constexpr auto add_group_sums = amx_detail::add_group_sums_avx512;
   // Palette 1: sums in tiles 0..3 (16 rows x 64 bytes), A operands in 4, 5 (16 rows x a_colsb bytes), B operands in
   // 6, 7 (b_rows rows x 64 bytes). The configuration is thread state: loaded when this thread's differs.
   static void configure(int a_colsb, int b_rows) {
@@ -73,6 +77,75 @@ struct HardwareTiles {
 };
 
 }  // namespace
+
+// Target attributes rather than file flags: the inline helpers this file shares with others stay baseline code.
+namespace amx_detail {
+
+#define ACTORD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
+
+ACTORD_AVX512 void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t padded_pairs, uint32_t* lo,
+                                          uint32_t* hi) {
+  const auto* words = reinterpret_cast<const uint32_t*>(block);  // [k][16]
+  const int64_t pairs = (k + 1) / 2;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512i w0 = _mm512_loadu_si512(words + 2 * p * 16);
+    const __m512i w1 = 2 * p + 1 < k ? _mm512_loadu_si512(words + (2 * p + 1) * 16) : _mm512_setzero_si512();
+    // lo = (w0 >> 16) | (w1 & 0xFFFF0000), hi = (w0 & 0xFFFF) | (w1 << 16)
+    _mm512_storeu_si512(lo + p * 16, _mm512_or_si512(_mm512_srli_epi32(w0, 16), _mm512_and_si512(w1, high)));
+    _mm512_storeu_si512(hi + p * 16, _mm512_or_si512(_mm512_andnot_si512(high, w0), _mm512_slli_epi32(w1, 16)));
+  }
+  for (int64_t p = pairs; p < padded_pairs; ++p) {
+    _mm512_storeu_si512(lo + p * 16, _mm512_setzero_si512());
+    _mm512_storeu_si512(hi + p * 16, _mm512_setzero_si512());
+  }
+}
+
+ACTORD_AVX512 void unpack_nibble_chunks_avx512(const unsigned char* codes, int64_t chunks, unsigned char* out) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int64_t j = 0; j < chunks; ++j) {
+    for (int half = 0; half < 2; ++half) {
+      const __m512i v = _mm512_loadu_si512(codes + 128 * j + 64 * half);
+      _mm512_storeu_si512(out + 256 * j + 64 * half, _mm512_and_si512(v, nibble));
+      _mm512_storeu_si512(out + 256 * j + 128 + 64 * half, _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble));
+    }
+  }
+}
+
+ACTORD_AVX512 void add_group_sums_avx512(const int32_t (*sums)[kBlockCols], int rows, const uint16_t* scales,
+                                         const uint16_t* offsets, const int32_t* code_sums, int64_t code_sums_stride,
+                                         int zero, float (*total)[kBlockCols]) {
+  const __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+  const __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 16)));
+  if (offsets) {
+    const __m512 o0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets)));
+    const __m512 o1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets + 16)));
+    for (int r = 0; r < rows; ++r) {
+      const int32_t q = code_sums[r * code_sums_stride];
+      const __m512i z = _mm512_set1_epi32(zero * q);
+      const __m512 fq = _mm512_set1_ps(static_cast<float>(q));
+      __m512 t0 = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r]), z)),
+                                  _mm512_load_ps(total[r]));
+      __m512 t1 = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r] + 16), z)),
+                                  _mm512_load_ps(total[r] + 16));
+      _mm512_store_ps(total[r], _mm512_fmadd_ps(o0, fq, t0));
+      _mm512_store_ps(total[r] + 16, _mm512_fmadd_ps(o1, fq, t1));
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const __m512i z = _mm512_set1_epi32(zero * code_sums[r * code_sums_stride]);
+    _mm512_store_ps(total[r], _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r]), z)),
+                                              _mm512_load_ps(total[r])));
+    _mm512_store_ps(total[r] + 16,
+                    _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r] + 16), z)),
+                                    _mm512_load_ps(total[r] + 16)));
+  }
+}
+
+#undef ACTORD_AVX512
+
+}  // namespace amx_detail
 
 // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then Linux's permission for XTILEDATA (state component 18),
 // asked once per process (a thread using the tiles without it gets SIGILL).

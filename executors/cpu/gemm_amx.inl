@@ -1,8 +1,9 @@
-// The blocked GEMM on bf16 weights through AMX tiles (TDPBF16PS), and the quantized one of 8-bit codes with int8
-// activations (TDPBSUD, product_int8 below), written once over a Tiles policy: the hardware's
+// The blocked GEMM on bf16 weights through AMX tiles (TDPBF16PS), and the quantized one of 8-bit and 4-bit codes
+// with int8 activations (TDPBSUD, product_int8 below), written once over a Tiles policy: the hardware's
 // tile instructions (gemm_amx.cpp, compiled with -mamx-tile -mamx-bf16) or an emulation of them in C++ that follows
 // the Intel SDM's definitions (gemm_amx_emulated.cpp), so that the repacking and the loops below are tested on CPUs
-// without AMX; only the Tiles policy differs between the two.
+// without AMX; only the Tiles policy differs between the two. The policy also does the per-block work beside the
+// tiles (amx_block_ops.hpp: B operands, unpacked 4-bit codes, group sums): AVX-512 on the hardware, scalar emulated.
 //
 // Tiles (palette 1, eight registers, each 16 rows of 64 bytes): C tiles 0..3 hold f32 [16 rows][16 columns] sums, A
 // tiles 4, 5 x as bf16 pairs [16 rows][16 pairs: 32 input features], B tiles 6, 7 the weights as [16 pairs of input
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "executors/cpu/amx_block_ops.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/quantized_weights.hpp"
@@ -31,23 +33,6 @@ namespace actord::cpu::amx_detail {
 
 constexpr int kTileRows = 16;
 constexpr int kTileBytes = 64;  // per row: 16 f32, 16 dwords of bf16 pairs
-
-// B operands of one weight block: [pairs][16 dwords] for columns 0..15, then the same for columns 16..31.
-inline void make_b_operands(const unsigned char* block, int64_t k, int64_t padded_pairs, uint32_t* lo, uint32_t* hi) {
-  const auto* words = reinterpret_cast<const uint32_t*>(block);  // [k][16]
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint32_t* p0 = words + 2 * p * 16;
-    const bool odd = 2 * p + 1 < k;
-    for (int l = 0; l < 16; ++l) {
-      const uint32_t w0 = p0[l], w1 = odd ? p0[16 + l] : 0u;
-      lo[p * 16 + l] = (w0 >> 16) | (w1 & 0xFFFF0000u);
-      hi[p * 16 + l] = (w0 & 0xFFFFu) | (w1 << 16);
-    }
-  }
-  std::fill(lo + pairs * 16, lo + padded_pairs * 16, 0u);
-  std::fill(hi + pairs * 16, hi + padded_pairs * 16, 0u);
-}
 
 template <class Tiles, bool kGlu>
 void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* y, int64_t ldy, int64_t outputs,
@@ -64,7 +49,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
   alignas(64) float sums[2 * kTileRows][kBlockCols];
   Tiles::configure(kTileBytes, kTileRows);
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
-    make_b_operands(base + (j0 / kBlockCols) * block_bytes, k, kp, lo, hi);
+    Tiles::make_b_operands(base + (j0 / kBlockCols) * block_bytes, k, kp, lo, hi);
     const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;
     const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
     for (int i = 0; i < x.m; i += 2 * kTileRows) {
@@ -104,12 +89,14 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
   }
 }
 
-// int8 codes (quantized_weights.hpp, 8 bits, symmetric around 128) times int8 activations (quantized_x_int8) on
-// TDPBSUD tiles: A the rows' signed codes [16 rows][kq bytes], B the block's unsigned codes straight from the layout
-// (a 128-byte chunk is one B row for columns 0..15 in its first 64 bytes and for 16..31 in the next: stride 128,
-// kq / 4 rows), C int32 sums. kq: the largest of 64, 32, 16, 8 dividing the group stride, so that a group's steps
-// stop at its end. Per group the sums S leave the tiles and enter the f32 total as scale * (S - 128 sum(q)), the
-// VNNI kernel's arithmetic; the output is s_x * total (+ bias, or the gated form).
+// Quantized codes (quantized_weights.hpp: 8 bits symmetric around 128, 4 bits symmetric around 8 or affine) times
+// int8 activations (quantized_x_int8) on TDPBSUD tiles: A the rows' signed codes [16 rows][kq bytes], B the block's
+// unsigned codes as 8-bit chunks (a 128-byte chunk is one B row for columns 0..15 in its first 64 bytes and for
+// 16..31 in the next: stride 128, kq / 4 rows): 8-bit codes straight from the layout, 4-bit ones unpacked once per
+// block (Tiles::unpack_nibble_chunks) into this thread's scratch; C int32 sums. kq: the largest of 64, 32, 16, 8
+// dividing the group stride, so that a group's steps stop at its end. Per group the sums S leave the tiles and enter
+// the f32 totals as the VNNI kernel adds them (Tiles::add_group_sums: scale * (S - zero sum(q)), affine scale * S +
+// offset * sum(q)); the output is s_x * total (+ bias, or the gated form).
 inline int int8_step_bytes(int64_t group_stride) {
   for (int kq : {64, 32, 16, 8})
     if (group_stride % kq == 0) return kq;
@@ -122,15 +109,25 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
   constexpr int kOutsPerBlock = kGlu ? kBlockCols / 2 : kBlockCols;
   constexpr int64_t kChunkBytes = 128;
   const QuantizedX& x = *xa.x;
+  const bool four = w.quant.bits == 4, affine = w.quant.affine;
+  const int zero = affine ? 0 : four ? 8 : 128;
   const int kq = int8_step_bytes(x.group_stride);
-  const int64_t group_bytes = quant_group_bytes(w), codes_bytes = x.group_stride / 4 * kChunkBytes;
+  const int64_t group_bytes = quant_group_bytes(w);
+  const int64_t codes_bytes = x.group_stride / (four ? 8 : 4) * kChunkBytes;  // a group's codes in the layout
+  const int64_t unpacked_bytes = x.group_stride / 4 * kChunkBytes;            // ... as 8-bit chunks
   const int64_t block_bytes = x.groups * group_bytes;
   const auto* base = static_cast<const unsigned char*>(w.data);
+  thread_local std::vector<unsigned char> unpacked;  // 4 bits: the block's codes as 8-bit chunks, group by group
+  if (four) unpacked.resize(static_cast<size_t>(x.groups * unpacked_bytes));
   alignas(64) int32_t sums[2 * kTileRows][kBlockCols];
   alignas(64) float total[2 * kTileRows][kBlockCols];
   Tiles::configure(kq, kq / 4);
   for (int64_t j0 = n_begin; j0 < n_end; j0 += kBlockCols) {
     const unsigned char* block = base + (j0 / kBlockCols) * block_bytes;
+    if (four) {
+      for (int64_t g = 0; g < x.groups; ++g)
+        Tiles::unpack_nibble_chunks(block + g * group_bytes, x.group_stride / 8, unpacked.data() + g * unpacked_bytes);
+    }
     const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;
     const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
     for (int i = 0; i < x.m; i += 2 * kTileRows) {
@@ -139,6 +136,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
       for (auto& row : total) std::fill(std::begin(row), std::end(row), 0.0f);
       for (int64_t g = 0; g < x.groups; ++g) {
         const unsigned char* group = block + g * group_bytes;
+        const unsigned char* codes = four ? unpacked.data() + g * unpacked_bytes : group;
         const int8_t* a0 = xa.codes + static_cast<int64_t>(i) * x.ld + g * x.group_stride;
         Tiles::template zero<0>();
         Tiles::template zero<1>();
@@ -147,7 +145,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
           Tiles::template zero<3>();
         }
         for (int64_t t = 0; t < x.group_stride; t += kq) {
-          const unsigned char* chunk = group + t / 4 * kChunkBytes;
+          const unsigned char* chunk = codes + t / 4 * kChunkBytes;
           Tiles::template load<4>(a0 + t, x.ld);
           Tiles::template load<6>(chunk, kChunkBytes);
           Tiles::template load<7>(chunk + 64, kChunkBytes);
@@ -166,13 +164,8 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
           Tiles::template store<3>(&sums[kTileRows][16], sizeof(sums[0]));
         }
         const auto* scales = reinterpret_cast<const uint16_t*>(group + codes_bytes);
-        float scale[kBlockCols];
-        for (int c = 0; c < kBlockCols; ++c) scale[c] = f16_to_f32(scales[c]);
-        for (int r = 0; r < rows; ++r) {
-          const int32_t zero_sum = x.code_sums[static_cast<int64_t>(i + r) * x.groups + g] * 128;
-#pragma omp simd
-          for (int c = 0; c < kBlockCols; ++c) total[r][c] += scale[c] * static_cast<float>(sums[r][c] - zero_sum);
-        }
+        Tiles::add_group_sums(sums, rows, scales, affine ? scales + kBlockCols : nullptr,
+                              x.code_sums + static_cast<int64_t>(i) * x.groups + g, x.groups, zero, total);
       }
       for (int r = 0; r < rows; ++r) {
         const float sx = x.row_scales[i + r];

@@ -24,6 +24,10 @@ struct EmulatedTiles {
     thread_local Shape shapes[8];
     return shapes[t];
   }
+  // The per-block work beside the tiles, scalar (amx_block_ops.hpp).
+  static constexpr auto make_b_operands = amx_detail::make_b_operands;
+  static constexpr auto unpack_nibble_chunks = amx_detail::unpack_nibble_chunks;
+  static constexpr auto add_group_sums = amx_detail::add_group_sums;
   static void configure(int a_colsb, int b_rows) {
     for (int t = 0; t < 8; ++t) shape(t) = Shape{};
     shape(4).colsb = shape(5).colsb = a_colsb;
