@@ -190,11 +190,12 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
       // The KV cache in the backend's memory (a GPU's), or the host's, backed now (KvCache::populate: no page faults
       // in the steps that write it); the swap space always on the host, backed as it is used.
-      auto make_cache = [&](uint32_t blocks, const char* key, bool on_device) -> std::unique_ptr<KvCache> {
+      enum class CacheRole { pool, swap };
+      auto make_cache = [&](uint32_t blocks, const char* key, CacheRole role) -> std::unique_ptr<KvCache> {
         try {
           const KvShape shape = model_->kv_shape();
           const int block_size = static_cast<int>(req.getBlockSize());
-          if (on_device) {
+          if (role == CacheRole::pool) {
             const size_t bytes = KvCache::bytes_for(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                                                     static_cast<int>(blocks), block_size, kv_dtype);
             auto device = backend_->allocate_device_bytes(bytes);
@@ -213,7 +214,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
           }
           auto cache = std::make_unique<KvCache>(shape.num_layers, shape.num_kv_heads, shape.head_dim,
                                                  static_cast<int>(blocks), block_size, kv_dtype);
-          if (!on_device) return cache;  // the swap space: backed as it is used
+          if (role == CacheRole::swap) return cache;  // backed as it is used
           cache->populate();
           return cache;
         } catch (const std::bad_alloc&) {
@@ -238,8 +239,9 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
         micro_traces_.resize(size_t(micro_batches_ - 1));
         micro_comm_ns_.assign(size_t(micro_batches_ - 1), 0);
       }
-      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", true);
-      if (kv_ && req.getNumSwapBlocks() > 0) swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", false);
+      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", CacheRole::pool);
+      if (kv_ && req.getNumSwapBlocks() > 0)
+        swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", CacheRole::swap);
       if (!ok) model_.reset();
     }
   }
