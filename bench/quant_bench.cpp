@@ -1,10 +1,12 @@
 // The machine's limits and the quantized GEMM against them, on the shapes of a 134M Llama (hidden 768, ffn 2048,
 // vocab 32000, 12 layers): first what this CPU can do with `threads` threads — memory read bandwidth (streaming a
-// buffer far larger than the caches), the f32 FMA peak and the AVX512-VNNI int8 dot-product peak (independent
-// register chains) — then a whole decode step's products (q/k/v and gate/up as multi-output products, o, down,
-// lm_head; weights streaming from DRAM) for bf16 and each quantization, at m = 1, 8, 32, 128 rows: ms per step, the
-// weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and their share of
-// the peak of the instructions the path uses (FMA for f32 activations, VNNI for int8 ones).
+// buffer far larger than the caches) and the peaks of the multiply instructions present (independent register or
+// tile chains): f32 FMA, AVX512-VNNI int8, vdpbf16ps, AMX TDPBF16PS and TDPBSUD — then a whole decode step's
+// products (q/k/v and gate/up as multi-output products, o, down, lm_head; each matrix its own copy, so that the
+// weights stream from DRAM where the last-level cache is smaller than the model) for bf16 and each quantization, at
+// m = 1, 8, 32, 128 rows, on the automatic path and, from 32 rows on a CPU with AMX, the vector one beside it: ms per
+// step, the weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and
+// their share of the peak of the instructions the path uses.
 // Usage: actord_quant_bench [threads]
 #include <immintrin.h>
 
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -103,14 +106,83 @@ __attribute__((target("avx512f,avx512vnni"))) int vnni_chains(long iterations) {
   return _mm512_reduce_add_epi32(s);
 }
 
-// Giga multiply-adds per second of the pool's threads together: 16 x 16 per FMA round, 16 x 64 per VNNI round.
-double peak_gmacs(cpu::ThreadPool& pool, bool vnni) {
-  const long iterations = 2'000'000;
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(long iterations) {
+  __m512 acc[16];
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1.0f), _mm512_set1_ps(0.5f));
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  for (long i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, a);
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+// Four independent C tiles, operands loaded once: TDPBF16PS (16 x 16 x 32 multiply-adds) or TDPBSUD (16 x 16 x 64).
+// The caller has made sure of cpu::amx_ready() (the tile data permission).
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) float amx_chains(long iterations, bool int8) {
+  alignas(64) unsigned char config[64] = {};
+  config[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    const uint16_t colsb = 64;
+    std::memcpy(config + 16 + 2 * t, &colsb, 2);
+    config[48 + t] = 16;
+  }
+  _tile_loadconfig(config);
+  alignas(64) static unsigned char operand[16 * 64];
+  std::memset(operand, 1, sizeof(operand));
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long i = 0; i < iterations; ++i) {
+    if (int8) {
+      _tile_dpbsud(0, 4, 6);
+      _tile_dpbsud(1, 4, 7);
+      _tile_dpbsud(2, 5, 6);
+      _tile_dpbsud(3, 5, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+enum class Peak { fma, vnni, bf16_dot, amx_bf16, amx_int8 };
+
+// Giga multiply-adds per second of the pool's threads together: 16 x 16 per FMA round, 16 x 64 per VNNI round,
+// 16 x 32 per vdpbf16ps round, 4 x 16 x 16 x 32 (bf16) or x 64 (int8) per round of four tile products.
+double peak_gmacs(cpu::ThreadPool& pool, Peak peak) {
+  const bool tiles = peak == Peak::amx_bf16 || peak == Peak::amx_int8;
+  const long iterations = tiles ? 200'000 : 2'000'000;
   std::atomic<double> sink{0};
   const double s = best_of([&] {
-    pool.parallel_for(pool.size(), [&](int) { sink = sink + (vnni ? vnni_chains(iterations) : fma_chains(iterations)); });
+    pool.parallel_for(pool.size(), [&](int) {
+      switch (peak) {
+        case Peak::fma: sink = sink + fma_chains(iterations); break;
+        case Peak::vnni: sink = sink + vnni_chains(iterations); break;
+        case Peak::bf16_dot: sink = sink + bf16_dot_chains(iterations); break;
+        default: sink = sink + amx_chains(iterations, peak == Peak::amx_int8); break;
+      }
+    });
   });
-  return double(pool.size()) * iterations * 16.0 * (vnni ? 64 : 16) / s / 1e9;
+  const double per_round = peak == Peak::fma        ? 16.0 * 16
+                           : peak == Peak::vnni     ? 16.0 * 64
+                           : peak == Peak::bf16_dot ? 16.0 * 32
+                           : peak == Peak::amx_bf16 ? 4.0 * 16 * 16 * 32
+                                                    : 4.0 * 16 * 16 * 64;
+  return double(pool.size()) * iterations * per_round / s / 1e9;
 }
 
 }  // namespace
@@ -122,12 +194,18 @@ int main(int argc, char** argv) {
     std::printf("this benchmark's peaks need AVX-512 (this CPU: %s)\n", cpu::isa_name(cpu::detected_isa()));
     return 0;
   }
-  const bool vnni = cpu::cpu_has_avx512_vnni();
+  const bool vnni = cpu::cpu_has_avx512_vnni(), has_bf16_dot = cpu::cpu_has_avx512_bf16();
+  const bool amx = cpu::amx_ready(), amx_int8 = amx && cpu::amx_int8_ready();
   const double bandwidth = read_bandwidth(pool);
-  const double fma_peak = peak_gmacs(pool, false);
-  const double vnni_peak = vnni ? peak_gmacs(pool, true) : 0;
+  const double fma_peak = peak_gmacs(pool, Peak::fma);
+  const double vnni_peak = vnni ? peak_gmacs(pool, Peak::vnni) : 0;
+  const double bf16_dot_peak = has_bf16_dot ? peak_gmacs(pool, Peak::bf16_dot) : 0;
+  const double amx_bf16_peak = amx ? peak_gmacs(pool, Peak::amx_bf16) : 0;
+  const double amx_int8_peak = amx_int8 ? peak_gmacs(pool, Peak::amx_int8) : 0;
   std::printf("%d threads: read bandwidth %.1f GB/s, f32 FMA peak %.1f GMAC/s, VNNI int8 peak %.1f GMAC/s%s\n",
               threads, bandwidth, fma_peak, vnni_peak, vnni ? "" : " (no AVX512-VNNI)");
+  if (has_bf16_dot) std::printf("  vdpbf16ps peak %.1f GMAC/s\n", bf16_dot_peak);
+  if (amx) std::printf("  AMX peaks: TDPBF16PS %.1f GMAC/s, TDPBSUD %.1f GMAC/s\n", amx_bf16_peak, amx_int8_peak);
 
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
@@ -174,8 +252,11 @@ int main(int argc, char** argv) {
                           : int8_activations ? "int8 (VNNI)"
                           : dot_bf16        ? "bf16 (dpbf16)"
                                             : "f32 (FMA)";
-        // Peaks measured above: FMA and VNNI (AMX and vdpbf16ps are not measured: no share printed).
-        const double peak = tiles || dot_bf16 ? 0 : int8_activations ? vnni_peak : fma_peak;
+        // The peak of the instructions this path multiplies with, measured above.
+        const double peak = tiles ? (v.spec.enabled() ? amx_int8_peak : amx_bf16_peak)
+                            : int8_activations ? vnni_peak
+                            : dot_bf16         ? bf16_dot_peak
+                                               : fma_peak;
         auto step = [&] { model.run(m, pool, cpu::GemmPath{isa, cpu::Kernel::automatic}); };
         const double s = best_of(step);
         const double macs = bench::DecodeStep::macs(m);

@@ -278,7 +278,8 @@ TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx dispatch equal 
   }
   CHECK(cpu::automatic_isa() == cpu::Isa::amx);
   check_kernels(&cpu::gemm_nt_blocked_amx, &cpu::gemm_nt_glu_amx);
-  // Through gemm_nt: tiles from kAmxMinRows rows, the AVX512-BF16 kernel below; both equal avx512_bf16's sums.
+  // Through gemm_nt: tiles from kAmxMinRows rows; below, vdpbf16ps or FMA on x rounded to bf16
+  // (small_products_on_bf16_dot); all equal avx512_bf16's sums.
   std::mt19937 rng(31);
   cpu::ThreadPool pool(3);
   for (const int m : {1, cpu::kAmxMinRows - 1, cpu::kAmxMinRows, 100}) {

@@ -1,6 +1,7 @@
 // Parity of every CPU kernel against its double-precision reference, on random inputs of several shapes.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -214,6 +215,32 @@ TEST_CASE("gemm_nt and gemm_nt_glu with avx512_bf16 on bf16 weights equal the re
     cpu::reference::silu_mul(gate.data(), up.data(), m * ff);
     cpu::gemm_nt_glu(x.data(), glu, ff, y.data(), m, pool, cpu::Isa::avx512_bf16);
     require_close(y, gate, 4e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+  }
+}
+
+// What the FMA kernels multiply under amx below kAmxMinRows rows where vdpbf16ps is slow: x rounded as to_bf16_pairs
+// rounds it (to nearest even), back in f32.
+TEST_CASE("round_to_bf16_avx512 rounds to nearest even as f32_to_bf16 does - ties, tails", "[kernels][bf16]") {
+  if (!cpu::cpu_has_avx512_bf16()) {
+    WARN("skipped: this CPU has no AVX512-BF16");
+    return;
+  }
+  std::mt19937 rng(23);
+  for (const int64_t n : {0, 1, 15, 16, 17, 100}) {
+    std::vector<float> x = random_vector(size_t(n), rng);
+    // Exact ties: the low half 0x8000 rounds to the even neighbour, up or down.
+    if (n > 3) {
+      x[0] = std::bit_cast<float>(0x3F808000u);
+      x[1] = std::bit_cast<float>(0x3F818000u);
+      x[2] = std::bit_cast<float>(0xBF80FFFFu);
+    }
+    std::vector<float> out(size_t(n), -1.0f);
+    cpu::round_to_bf16_avx512(x.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      INFO("n=" << n << " i=" << i << " x=" << x[size_t(i)]);
+      CHECK(std::bit_cast<uint32_t>(out[size_t(i)]) ==
+            std::bit_cast<uint32_t>(bf16_to_f32(f32_to_bf16(x[size_t(i)]))));
+    }
   }
 }
 

@@ -100,10 +100,12 @@ TEST_CASE("link model: operations take latency + bytes / bandwidth longer and gi
     INFO("rank " << r << ": all_reduce " << t[size_t(r)].all_reduce << " ms, barrier " << t[size_t(r)].barrier
                  << " ms, all_to_all " << t[size_t(r)].all_to_all << " ms");
     CHECK(t[size_t(r)].sum == std::vector<float>{3.0f, 3.0f});
+    // Upper bounds only catch a link that waits far too long: the time counts from the later rank's arrival, and
+    // on a loaded machine either rank's thread may start tens of ms late after the barrier.
     CHECK(t[size_t(r)].all_reduce >= 3.0 + 10.0);
-    CHECK(t[size_t(r)].all_reduce < 13.0 + 40.0);
+    CHECK(t[size_t(r)].all_reduce < 13.0 + 250.0);
     CHECK(t[size_t(r)].barrier >= 3.0);
-    CHECK(t[size_t(r)].barrier < 3.0 + 30.0);
+    CHECK(t[size_t(r)].barrier < 3.0 + 250.0);
     CHECK(t[size_t(r)].all_to_all >= 3.0 + 5.0);
   }
   INFO("send " << t[0].send << " ms, recv " << t[1].recv << " ms");

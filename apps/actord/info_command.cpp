@@ -45,7 +45,11 @@ int run_info(const InfoArgs& args) {
   if (f.amx_int8 && !cpu::amx_int8_ready()) unused.push_back("amx-int8 (int8 tile products: not usable here)");
   const std::string amx_text =
       cpu::amx_ready() ? "used for bf16 weights from " + std::to_string(cpu::kAmxMinRows) +
-                             " rows under auto (amx: tiles of bf16 activations and weights, f32 sums)"
+                             " rows under auto (amx: tiles of bf16 activations and weights, f32 sums; fewer rows: " +
+                             (cpu::small_products_on_bf16_dot()
+                                  ? std::string("vdpbf16ps")
+                                  : std::string("f32 FMA on the bf16-rounded rows, vdpbf16ps being slower here")) +
+                             ")"
                        : std::string("not used: ") + cpu::amx_status();
   const std::string amx_int8_text = cpu::amx_int8_ready()
                                         ? " ; 8-bit and 4-bit quantized codes x int8 activations on TDPBSUD tiles from " +

@@ -228,6 +228,19 @@ const AmxState& amx_state() {
 
 bool amx_ready() { return amx_state().ready; }
 
+bool small_products_on_bf16_dot() {
+  static const bool dot = [] {
+    if (detected_isa() != Isa::avx512 || !cpu_has_avx512_bf16()) return false;
+    double dot_rate = 0, fma_rate = 0;
+    for (int round = 0; round < 3; ++round) {
+      dot_rate = std::max(dot_rate, bf16_dot_chain_gmacs(50'000));
+      fma_rate = std::max(fma_rate, fma_chain_gmacs(100'000));
+    }
+    return dot_rate >= 1.25 * fma_rate;
+  }();
+  return dot;
+}
+
 bool amx_int8_ready() {
   static const bool ready = amx_ready() && cpu_has_amx_int8() && cpu_has_avx512_vnni() && amx_int8_probe_agrees();
   return ready;
@@ -386,6 +399,14 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
 }
 
 // x rounded to bf16 pairs for the AVX512-BF16 products, in this thread's buffer (valid until its next call).
+// x rounded to bf16 as f32 values (this thread's storage, valid until its next call): for the FMA kernels under amx.
+const float* bf16_rounded(const float* x, int m, int64_t k) {
+  thread_local std::vector<float> storage;
+  storage.resize(static_cast<size_t>(m) * static_cast<size_t>(k));
+  round_to_bf16_avx512(x, static_cast<int64_t>(m) * k, storage.data());
+  return storage.data();
+}
+
 Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
   thread_local std::vector<uint32_t> storage;
   const int64_t pairs = (k + 1) / 2;
@@ -437,6 +458,13 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
     const AmxRows xa = amx_rows(bf16_rows(x, m, gate_up.cols));
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    });
+    return;
+  }
+  if (isa == Isa::amx && gate_up.dtype == DType::bf16 && !small_products_on_bf16_dot()) {
+    const float* xr = bf16_rounded(x, m, gate_up.cols);
+    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
+      gemm_nt_glu_avx512(xr, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
     });
     return;
   }
@@ -524,16 +552,20 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     return;
   }
   if (blocked && bf16_dot_products(isa)) {
-    // bf16 weights through the dot products (x rounded once; on AMX tiles from kAmxMinRows rows), others as avx512.
-    Bf16Rows xb;
-    for (int o = 0; o < n_outputs && !xb.data; ++o)
-      if (outputs[o].w->dtype == DType::bf16) xb = bf16_rows(x, m, k);
-    const bool tiles = isa == Isa::amx && m >= kAmxMinRows && xb.data;
+    // bf16 weights through the dot products (x rounded once; on AMX tiles from kAmxMinRows rows; below that under
+    // amx, FMA on x rounded where vdpbf16ps is slow), others as avx512.
+    bool any_bf16 = false;
+    for (int o = 0; o < n_outputs; ++o) any_bf16 = any_bf16 || outputs[o].w->dtype == DType::bf16;
+    const bool tiles = isa == Isa::amx && m >= kAmxMinRows && any_bf16;
+    const bool fma = isa == Isa::amx && !tiles && any_bf16 && !small_products_on_bf16_dot();
+    const Bf16Rows xb = any_bf16 && !fma ? bf16_rows(x, m, k) : Bf16Rows{};
     const AmxRows xa = tiles ? amx_rows(xb) : AmxRows{};
+    const float* xr = fma ? bf16_rounded(x, m, k) : nullptr;
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
       if (o.w->dtype != DType::bf16) gemm_nt_blocked_avx512(x, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
       else if (tiles) gemm_nt_blocked_amx(xa, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
+      else if (fma) gemm_nt_blocked_avx512(xr, m, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
       else gemm_nt_blocked_avx512_bf16(xb, *o.w, o.bias, o.y, tasks[t].begin, tasks[t].end);
     });
     return;
