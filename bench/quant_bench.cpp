@@ -247,11 +247,13 @@ int main(int argc, char** argv) {
         const bool tiles = isa == cpu::Isa::amx && m >= cpu::kAmxMinRows &&
                            (!v.spec.enabled() || cpu::amx_int8_ready());
         const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(isa);
-        const bool dot_bf16 = !v.spec.enabled() && cpu::bf16_dot_products(isa);
+        const bool dot_bf16 = !v.spec.enabled() && cpu::bf16_dot_products(isa) &&
+                              (isa != cpu::Isa::amx || cpu::small_products_on_bf16_dot());
         const char* how = tiles ? (v.spec.enabled() ? "int8 (AMX)" : "bf16 (AMX)")
                           : int8_activations ? "int8 (VNNI)"
                           : dot_bf16        ? "bf16 (dpbf16)"
-                                            : "f32 (FMA)";
+                          : v.spec.enabled() || !cpu::bf16_dot_products(isa) ? "f32 (FMA)"
+                                                                             : "bf16 (FMA)";
         // The peak of the instructions this path multiplies with, measured above.
         const double peak = tiles ? (v.spec.enabled() ? amx_int8_peak : amx_bf16_peak)
                             : int8_activations ? vnni_peak
