@@ -176,7 +176,7 @@ AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
 }
 
 // Whether quantized weights (8-bit or 4-bit codes) multiply on the tiles under `isa` for m rows.
-bool int8_tiles(Isa isa, int m, const WeightMatrix&) {
+bool int8_tiles(Isa isa, int m) {
   return isa == Isa::amx && m >= kAmxMinRows && amx_int8_ready();
 }
 
@@ -398,7 +398,6 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
   return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
 }
 
-// x rounded to bf16 pairs for the AVX512-BF16 products, in this thread's buffer (valid until its next call).
 // x rounded to bf16 as f32 values (this thread's storage, valid until its next call): for the FMA kernels under amx.
 const float* bf16_rounded(const float* x, int m, int64_t k) {
   thread_local std::vector<float> storage;
@@ -407,6 +406,7 @@ const float* bf16_rounded(const float* x, int m, int64_t k) {
   return storage.data();
 }
 
+// x rounded to bf16 pairs for the AVX512-BF16 products, in this thread's buffer (valid until its next call).
 Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
   thread_local std::vector<uint32_t> storage;
   const int64_t pairs = (k + 1) / 2;
@@ -447,7 +447,7 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   if (gate_up.layout == WeightLayout::quantized) {
     const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
     const QuantizedKernel run = quantized_kernel(isa);
-    const AmxQuantizedX xa = int8_tiles(isa, m, gate_up) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
+    const AmxQuantizedX xa = int8_tiles(isa, m) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
       else run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
@@ -543,7 +543,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     const QuantizedKernel run = quantized_kernel(isa);
     AmxQuantizedX tiled[8];  // 8-bit codes on the tiles (amx, from kAmxMinRows rows)
     for (int o = 0; o < n_outputs; ++o)
-      if (int8_tiles(isa, m, *outputs[o].w)) tiled[o] = amx_quantized_x(prepared[o], o);
+      if (int8_tiles(isa, m)) tiled[o] = amx_quantized_x(prepared[o], o);
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
       if (tiled[tasks[t].output].x) gemm_nt_quantized_amx(tiled[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
