@@ -80,7 +80,7 @@ double read_bandwidth(cpu::ThreadPool& pool) {
 }
 
 // 16 independent chains (enough to cover latency x throughput on any core); FMA and vdpbf16ps: the library's own
-// (cpu::fma_chain_gmacs, cpu::bf16_dot_chain_gmacs, what small_products_on_bf16_dot compares).
+// (cpu::fma_chains, cpu::bf16_dot_chains, what small_products_on_bf16_dot compares).
 __attribute__((target("avx512f,avx512vnni"))) int vnni_chains(long iterations) {
   __m512i acc[16];
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
@@ -139,29 +139,24 @@ enum class Peak { fma, vnni, bf16_dot, amx_bf16, amx_int8 };
 // Giga multiply-adds per second of the pool's threads together: 16 x 16 per FMA round, 16 x 64 per VNNI round,
 // 16 x 32 per vdpbf16ps round, 4 x 16 x 16 x 32 (bf16) or x 64 (int8) per round of four tile products.
 double peak_gmacs(cpu::ThreadPool& pool, Peak peak) {
-  if (peak == Peak::fma || peak == Peak::bf16_dot) {  // each thread times its chains: their rates summed, best of 5
-    double best = 0;
-    for (int run = 0; run < 5; ++run) {
-      std::vector<double> rate(size_t(pool.size()));
-      pool.parallel_for(pool.size(), [&](int t) {
-        rate[size_t(t)] = peak == Peak::fma ? cpu::fma_chain_gmacs(2'000'000) : cpu::bf16_dot_chain_gmacs(1'000'000);
-      });
-      double total = 0;
-      for (double r : rate) total += r;
-      best = std::max(best, total);
-    }
-    return best;
-  }
   const bool tiles = peak == Peak::amx_bf16 || peak == Peak::amx_int8;
   const long iterations = tiles ? 200'000 : 2'000'000;
   std::atomic<double> sink{0};
   const double s = best_of([&] {
     pool.parallel_for(pool.size(), [&](int) {
-      if (tiles) sink = sink + amx_chains(iterations, peak == Peak::amx_int8);
-      else sink = sink + vnni_chains(iterations);
+      switch (peak) {
+        case Peak::fma: sink = sink + cpu::fma_chains(iterations); break;
+        case Peak::vnni: sink = sink + vnni_chains(iterations); break;
+        case Peak::bf16_dot: sink = sink + cpu::bf16_dot_chains(iterations); break;
+        default: sink = sink + amx_chains(iterations, peak == Peak::amx_int8); break;
+      }
     });
   });
-  const double per_round = peak == Peak::vnni ? 16.0 * 64 : peak == Peak::amx_bf16 ? 4.0 * 16 * 16 * 32 : 4.0 * 16 * 16 * 64;
+  const double per_round = peak == Peak::fma        ? cpu::kFmaChainMacs
+                           : peak == Peak::vnni     ? 16.0 * 64
+                           : peak == Peak::bf16_dot ? cpu::kBf16DotChainMacs
+                           : peak == Peak::amx_bf16 ? 4.0 * 16 * 16 * 32
+                                                    : 4.0 * 16 * 16 * 64;
   return double(pool.size()) * iterations * per_round / s / 1e9;
 }
 

@@ -3,6 +3,7 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -231,10 +232,17 @@ bool amx_ready() { return amx_state().ready; }
 bool small_products_on_bf16_dot() {
   static const bool dot = [] {
     if (detected_isa() != Isa::avx512 || !cpu_has_avx512_bf16()) return false;
+    // Multiply-adds per second of `chains` run for `iterations` rounds of `macs` each.
+    const auto rate = [](float (*chains)(long), long iterations, double macs) {
+      const auto t0 = std::chrono::steady_clock::now();
+      volatile float sink = chains(iterations);
+      (void)sink;
+      return double(iterations) * macs / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
     double dot_rate = 0, fma_rate = 0;
     for (int round = 0; round < 3; ++round) {
-      dot_rate = std::max(dot_rate, bf16_dot_chain_gmacs(50'000));
-      fma_rate = std::max(fma_rate, fma_chain_gmacs(100'000));
+      dot_rate = std::max(dot_rate, rate(&bf16_dot_chains, 50'000, kBf16DotChainMacs));
+      fma_rate = std::max(fma_rate, rate(&fma_chains, 100'000, kFmaChainMacs));
     }
     return dot_rate >= 1.25 * fma_rate;
   }();
@@ -398,6 +406,12 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
   return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
 }
 
+// Under amx, whether a product of m rows of bf16 weights runs the FMA kernel on x rounded to bf16 (below the tiles,
+// where vdpbf16ps is slow: small_products_on_bf16_dot).
+bool fma_on_rounded_x(Isa isa, int m) {
+  return isa == Isa::amx && m < kAmxMinRows && !small_products_on_bf16_dot();
+}
+
 // x rounded to bf16 as f32 values (this thread's storage, valid until its next call): for the FMA kernels under amx.
 const float* bf16_rounded(const float* x, int m, int64_t k) {
   thread_local std::vector<float> storage;
@@ -461,7 +475,7 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
     });
     return;
   }
-  if (isa == Isa::amx && gate_up.dtype == DType::bf16 && !small_products_on_bf16_dot()) {
+  if (gate_up.dtype == DType::bf16 && fma_on_rounded_x(isa, m)) {
     const float* xr = bf16_rounded(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_avx512(xr, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
@@ -557,7 +571,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     bool any_bf16 = false;
     for (int o = 0; o < n_outputs; ++o) any_bf16 = any_bf16 || outputs[o].w->dtype == DType::bf16;
     const bool tiles = isa == Isa::amx && m >= kAmxMinRows && any_bf16;
-    const bool fma = isa == Isa::amx && !tiles && any_bf16 && !small_products_on_bf16_dot();
+    const bool fma = any_bf16 && fma_on_rounded_x(isa, m);
     const Bf16Rows xb = any_bf16 && !fma ? bf16_rows(x, m, k) : Bf16Rows{};
     const AmxRows xa = tiles ? amx_rows(xb) : AmxRows{};
     const float* xr = fma ? bf16_rounded(x, m, k) : nullptr;

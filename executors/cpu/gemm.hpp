@@ -147,10 +147,11 @@ void to_bf16_pairs(const float* x, int m, int64_t k, uint32_t* out);
 // The blocked products on bf16 weights with AVX512-BF16 dot products (gemm_avx512_bf16.cpp).
 // x rounded to bf16 (to nearest even, as to_bf16_pairs rounds) and back to f32: n values (AVX512-BF16).
 void round_to_bf16_avx512(const float* x, int64_t n, float* out);
-// Multiply-adds per second (G) of one thread's 16 independent vdpbf16ps chains (AVX512-BF16) or FMA ones
-// (AVX-512), `iterations` rounds: the instructions' own rates, nothing loaded.
-double bf16_dot_chain_gmacs(long iterations);
-double fma_chain_gmacs(long iterations);
+// `iterations` rounds of 16 independent vdpbf16ps chains (AVX512-BF16: kBf16DotChainMacs multiply-adds a round) or
+// FMA ones (AVX-512: kFmaChainMacs), nothing loaded: timed, the instructions' own rates. Returns a sink.
+constexpr double kBf16DotChainMacs = 16 * 32, kFmaChainMacs = 16 * 16;
+float bf16_dot_chains(long iterations);
+float fma_chains(long iterations);
 // Under amx, products below kAmxMinRows rows of bf16 weights take vdpbf16ps where it does not lose to FMA per
 // multiply-add here (measured once: the better of 3 rounds of each, vdpbf16ps kept at 1.25x FMA's rate or more);
 // elsewhere the f32 FMA kernel multiplies x rounded to bf16 (the same products, exact in f32). On the AMX Xeon
