@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
       storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
       return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
     });
-    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights from DRAM; AMX: %s)\n%5s %-12s %10s %10s\n",
+    std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights streamed from DRAM or an L3 larger than them; AMX: %s)\n%5s %-12s %10s %10s\n",
                 cpu::amx_status(),
                 "m", "isa", "ms/step", "GFLOP/s");
     for (int m : {1, 8, 32, 64, 256})

@@ -4,7 +4,7 @@
 // tile chains): f32 FMA, AVX512-VNNI int8, vdpbf16ps, AMX TDPBF16PS and TDPBSUD — then a whole decode step's
 // products (q/k/v and gate/up as multi-output products, o, down, lm_head; each matrix its own copy, so that the
 // weights stream from DRAM where the last-level cache is smaller than the model) for bf16 and each quantization, at
-// m = 1, 8, 32, 128 rows, on the automatic path and, from 32 rows on a CPU with AMX, the vector one beside it: ms per
+// m = 1, 8, 16, 32, 128 rows, on the automatic path and, where it takes the tiles, the vector one beside it: ms per
 // step, the weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and
 // their share of the peak of the instructions the path uses.
 // Usage: actord_quant_bench [threads]
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
                               {"int4 g32", {QuantKind::int4, 32, false}},
                               {"int4 g32 zp", {QuantKind::int4, 32, true}},
                               {"int4 g128", {QuantKind::int4, 128, false}}};
-  std::printf("\nwhole decode step (12 layers + lm_head, weights from DRAM)\n%-12s %5s %-16s %9s %8s %7s %9s %7s\n",
+  std::printf("\nwhole decode step (12 layers + lm_head, weights streamed: from DRAM, or from an L3 larger than the model)\n%-12s %5s %-16s %9s %8s %7s %9s %7s\n",
               "weights", "m", "activations", "ms/step", "GB/s", "of BW", "GMAC/s", "of peak");
   for (const Variant& v : variants) {
     std::vector<std::vector<unsigned char>> storage;
@@ -214,13 +214,18 @@ int main(int argc, char** argv) {
       bytes += storage.back().size();
       return cpu::pack_quantized(q, storage.back().data());
     });
-    for (int m : {1, 8, 32, 128}) {
-      // The automatic path, and on a CPU with AMX the vector one beside it (tiles take m >= kAmxMinRows).
-      std::vector<cpu::Isa> isas{cpu::isa_for(cpu::Isa::automatic).value()};
-      if (isas[0] == cpu::Isa::amx && m >= cpu::kAmxMinRows) isas.push_back(cpu::Isa::avx512_bf16);
+    cpu::WeightMatrix kind;  // what the dispatch reads of the step's matrices: their layout and codes
+    if (v.spec.enabled()) kind.quant.bits = v.spec.kind == QuantKind::int4 ? 4 : 8;
+    for (int m : {1, 8, 16, 32, 128}) {
+      // The automatic path, and on a CPU with AMX the vector one beside it where the tiles take the product.
+      const cpu::Isa automatic = cpu::isa_for(cpu::Isa::automatic).value();
+      auto on_tiles = [&](cpu::Isa isa) {
+        return v.spec.enabled() ? cpu::int8_tiles(isa, m, kind) : isa == cpu::Isa::amx && m >= cpu::kAmxMinRows;
+      };
+      std::vector<cpu::Isa> isas{automatic};
+      if (on_tiles(automatic)) isas.push_back(cpu::Isa::avx512_bf16);
       for (const cpu::Isa isa : isas) {
-        const bool tiles = isa == cpu::Isa::amx && m >= cpu::kAmxMinRows &&
-                           (!v.spec.enabled() || cpu::amx_int8_ready());
+        const bool tiles = on_tiles(isa);
         const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(isa);
         const bool dot_bf16 = !v.spec.enabled() && cpu::bf16_dot_products(isa) &&
                               (isa != cpu::Isa::amx || cpu::small_products_on_bf16_dot());

@@ -222,8 +222,8 @@ TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' b
     for (auto& v : block) v = bits(rng);
     const int64_t padded = (k + 1) / 2 + 16;
     std::vector<uint32_t> lo(size_t(padded) * 16, 7u), hi = lo, lo2(lo.size(), 9u), hi2 = lo2;
-    cpu::amx_detail::make_b_operands(reinterpret_cast<const unsigned char*>(block.data()), k, padded, lo.data(), hi.data());
-    cpu::amx_detail::make_b_operands_avx512(reinterpret_cast<const unsigned char*>(block.data()), k, padded, lo2.data(),
+    cpu::amx_detail::make_b_operands(reinterpret_cast<const unsigned char*>(block.data()), k, 0, padded, lo.data(), hi.data());
+    cpu::amx_detail::make_b_operands_avx512(reinterpret_cast<const unsigned char*>(block.data()), k, 0, padded, lo2.data(),
                                             hi2.data());
     CHECK(lo == lo2);
     CHECK(hi == hi2);

@@ -15,13 +15,14 @@
 namespace actord::cpu::amx_detail {
 
 // B operands of one bf16 weight block (blocked_weights.hpp: per input feature t, 16 dwords, dword l = (column l in
-// its high half, column 16 + l in its low half)): [pairs][16 dwords] for columns 0..15 in `lo`, for 16..31 in
-// `hi`: dword (p, l) = (P[2p][l] >> 16) | (P[2p + 1][l] & 0xFFFF0000) and (P[2p][l] & 0xFFFF) | (P[2p + 1][l] << 16);
-// zero pairs past the features, up to padded_pairs.
-inline void make_b_operands(const unsigned char* block, int64_t k, int64_t padded_pairs, uint32_t* lo, uint32_t* hi) {
+// its high half, column 16 + l in its low half)), pairs [p_begin, p_end) of them: [pair][16 dwords] for columns
+// 0..15 in `lo`, for 16..31 in `hi` (pair p at lo + 16 p): dword (p, l) = (P[2p][l] >> 16) | (P[2p + 1][l] &
+// 0xFFFF0000) and (P[2p][l] & 0xFFFF) | (P[2p + 1][l] << 16); zero pairs past the k features.
+inline void make_b_operands(const unsigned char* block, int64_t k, int64_t p_begin, int64_t p_end, uint32_t* lo,
+                            uint32_t* hi) {
   const auto* words = reinterpret_cast<const uint32_t*>(block);  // [k][16]
-  const int64_t pairs = (k + 1) / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
+  const int64_t pairs = std::min(p_end, (k + 1) / 2);
+  for (int64_t p = p_begin; p < pairs; ++p) {
     const uint32_t* p0 = words + 2 * p * 16;
     const bool odd = 2 * p + 1 < k;
     for (int l = 0; l < 16; ++l) {
@@ -30,8 +31,11 @@ inline void make_b_operands(const unsigned char* block, int64_t k, int64_t padde
       hi[p * 16 + l] = (w0 & 0xFFFFu) | (w1 << 16);
     }
   }
-  std::fill(lo + pairs * 16, lo + padded_pairs * 16, 0u);
-  std::fill(hi + pairs * 16, hi + padded_pairs * 16, 0u);
+  const int64_t zeros_from = std::max(p_begin, pairs);
+  if (zeros_from < p_end) {
+    std::fill(lo + zeros_from * 16, lo + p_end * 16, 0u);
+    std::fill(hi + zeros_from * 16, hi + p_end * 16, 0u);
+  }
 }
 
 // `chunks` 128-byte chunks of 4-bit codes (quantized_weights.hpp: byte b of column c's word = feature 8j + b in the
@@ -69,7 +73,8 @@ inline void add_group_sums(const int32_t (*sums)[kBlockCols], int rows, const ui
 }
 
 // The same with AVX-512 (gemm_amx.cpp): call only where the CPU has AVX-512 F/BW/VL and F16C.
-void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t padded_pairs, uint32_t* lo, uint32_t* hi);
+void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t p_begin, int64_t p_end, uint32_t* lo,
+                            uint32_t* hi);
 void unpack_nibble_chunks_avx512(const unsigned char* codes, int64_t chunks, unsigned char* out);
 void add_group_sums_avx512(const int32_t (*sums)[kBlockCols], int rows, const uint16_t* scales,
                            const uint16_t* offsets, const int32_t* code_sums, int64_t code_sums_stride, int zero,

@@ -176,11 +176,6 @@ AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
   return out;
 }
 
-// Whether quantized weights (8-bit or 4-bit codes) multiply on the tiles under `isa` for m rows.
-bool int8_tiles(Isa isa, int m) {
-  return isa == Isa::amx && m >= kAmxMinRows && amx_int8_ready();
-}
-
 // A quantized product on tiles against the AVX512-VNNI kernel's: 40 rows, 80 features, 64 outputs, and the fused
 // gated form; 8-bit codes in groups of 16 and per channel, 4-bit ones in groups of 32, symmetric and affine.
 bool amx_int8_probe_agrees() {
@@ -226,6 +221,10 @@ const AmxState& amx_state() {
 }
 
 }  // namespace
+
+bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
+  return isa == Isa::amx && m >= (w.quant.bits == 4 ? kAmxMinRows4Bit : kAmxMinRows) && amx_int8_ready();
+}
 
 bool amx_ready() { return amx_state().ready; }
 
@@ -461,7 +460,7 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   if (gate_up.layout == WeightLayout::quantized) {
     const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
     const QuantizedKernel run = quantized_kernel(isa);
-    const AmxQuantizedX xa = int8_tiles(isa, m) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
+    const AmxQuantizedX xa = int8_tiles(isa, m, gate_up) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
       else run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
@@ -557,7 +556,7 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     const QuantizedKernel run = quantized_kernel(isa);
     AmxQuantizedX tiled[8];  // 8-bit codes on the tiles (amx, from kAmxMinRows rows)
     for (int o = 0; o < n_outputs; ++o)
-      if (int8_tiles(isa, m)) tiled[o] = amx_quantized_x(prepared[o], o);
+      if (int8_tiles(isa, m, *outputs[o].w)) tiled[o] = amx_quantized_x(prepared[o], o);
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
       if (tiled[tasks[t].output].x) gemm_nt_quantized_amx(tiled[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);

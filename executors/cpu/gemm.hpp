@@ -172,8 +172,11 @@ struct AmxRows {
   int64_t padded_pairs = 0;  // (k + 1) / 2 rounded up to 16
 };
 void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs);
-// From this many rows of x on, amx multiplies on tiles (fewer: the AVX512-BF16 kernel).
-constexpr int kAmxMinRows = 32;
+// From this many rows of x on, amx multiplies bf16 weights (and 8-bit codes: int8_tiles) on the tiles; fewer take
+// vdpbf16ps or FMA (small_products_on_bf16_dot). On the AMX Xeon measured (2 threads, the decode step's products of
+// the ~134M Llama, 3 alternated runs): tiles 14.4-15.9 ms against FMA's 17.5-29 at 16 rows, 13.0-15.3 against
+// 12.3-14.1 at 12, 12.2-14.8 against 10.1-13.7 at 8.
+constexpr int kAmxMinRows = 16;
 // The CPU has AMX-TILE and AMX-BF16, the kernel let this process use the tile registers (arch_prctl
 // ARCH_REQ_XCOMP_PERM), and a probe product on tiles agreed with the AVX512-BF16 kernel; checked once.
 bool amx_ready();
@@ -191,6 +194,11 @@ struct AmxQuantizedX {
   int padded_rows = 0;
 };
 bool amx_int8_ready();
+// Whether quantized weights multiply on the tiles under `isa` for m rows: amx, amx_int8_ready(), and m >= kAmxMinRows
+// for 8-bit codes, kAmxMinRows4Bit for 4-bit ones (unpacked per block first; at 16 rows the tiles did not beat VNNI
+// on the AMX Xeon measured: 10.7 vs 9.2 ms per decode step of the ~134M Llama in groups of 32, 6.7 vs 6.5 in 128).
+constexpr int kAmxMinRows4Bit = 32;
+bool int8_tiles(Isa isa, int m, const WeightMatrix& w);
 void gemm_nt_quantized_amx(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
                            int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_amx_emulated(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y,

@@ -83,19 +83,19 @@ namespace amx_detail {
 
 #define ACTORD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
 
-ACTORD_AVX512 void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t padded_pairs, uint32_t* lo,
-                                          uint32_t* hi) {
+ACTORD_AVX512 void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t p_begin, int64_t p_end,
+                                          uint32_t* lo, uint32_t* hi) {
   const auto* words = reinterpret_cast<const uint32_t*>(block);  // [k][16]
-  const int64_t pairs = (k + 1) / 2;
+  const int64_t pairs = std::min(p_end, (k + 1) / 2);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  for (int64_t p = 0; p < pairs; ++p) {
+  for (int64_t p = p_begin; p < pairs; ++p) {
     const __m512i w0 = _mm512_loadu_si512(words + 2 * p * 16);
     const __m512i w1 = 2 * p + 1 < k ? _mm512_loadu_si512(words + (2 * p + 1) * 16) : _mm512_setzero_si512();
     // lo = (w0 >> 16) | (w1 & 0xFFFF0000), hi = (w0 & 0xFFFF) | (w1 << 16)
     _mm512_storeu_si512(lo + p * 16, _mm512_or_si512(_mm512_srli_epi32(w0, 16), _mm512_and_si512(w1, high)));
     _mm512_storeu_si512(hi + p * 16, _mm512_or_si512(_mm512_andnot_si512(high, w0), _mm512_slli_epi32(w1, 16)));
   }
-  for (int64_t p = pairs; p < padded_pairs; ++p) {
+  for (int64_t p = std::max(p_begin, pairs); p < p_end; ++p) {
     _mm512_storeu_si512(lo + p * 16, _mm512_setzero_si512());
     _mm512_storeu_si512(hi + p * 16, _mm512_setzero_si512());
   }
