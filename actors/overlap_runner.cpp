@@ -9,17 +9,13 @@
 #include <new>
 #include <thread>
 
+#include "core/host_memory.hpp"
 #include "core/status.hpp"
 
 namespace actord {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-size_t page_bytes() {
-  const long page = sysconf(_SC_PAGESIZE);
-  return page > 0 ? static_cast<size_t>(page) : 4096;
-}
 
 // A resume shorter than this found its operation still waiting: nothing was computed.
 constexpr auto kCheckOnly = std::chrono::microseconds(3);

@@ -1,5 +1,7 @@
 #include "core/gguf.hpp"
 
+#include "core/host_memory.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -364,10 +366,7 @@ const GgufTensor* GgufFile::tensor(std::string_view name) const {
 
 void GgufFile::release(const GgufTensor& t) const {
   if (!mapped_) return;  // an image in memory (from_bytes): its bytes are the only copy
-  const long page = ::sysconf(_SC_PAGESIZE);
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.bytes) / page * page;
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  drop_file_pages(t.data, t.bytes);
 }
 
 }  // namespace actord

@@ -1,5 +1,8 @@
 #include "core/host_memory.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,6 +18,21 @@ std::optional<uint64_t> available_host_memory() {
     if (fields >> kib) return kib * 1024;
   }
   return std::nullopt;
+}
+
+size_t page_bytes() {
+  static const size_t bytes = [] {
+    const long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? static_cast<size_t>(page) : size_t{4096};
+  }();
+  return bytes;
+}
+
+void drop_file_pages(const void* data, size_t bytes) {
+  const uintptr_t page = page_bytes();
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + bytes) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 std::string format_bytes(uint64_t bytes) {

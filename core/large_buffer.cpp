@@ -1,5 +1,7 @@
 #include "core/large_buffer.hpp"
 
+#include "core/host_memory.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -37,7 +39,7 @@ void LargeBuffer::populate() {
   if (madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return;
   if (errno != EINVAL) throw std::bad_alloc();  // ENOMEM, EFAULT: the pages cannot be had
   // Kernels before 5.14 (no MADV_POPULATE_WRITE): one write per page does the same.
-  const size_t page = static_cast<size_t>(std::max(sysconf(_SC_PAGESIZE), 4096L));
+  const size_t page = page_bytes();
   for (size_t i = 0; i < size_; i += page) reinterpret_cast<volatile unsigned char*>(data_)[i] = 0;
 }
 

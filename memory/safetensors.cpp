@@ -11,6 +11,8 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "core/host_memory.hpp"
+
 namespace actord {
 
 size_t TensorView::num_elements() const {
@@ -37,11 +39,7 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 void release_pages(const TensorView& view) {
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(view.data);
-  const uintptr_t end = begin + view.num_elements() * dtype_size(view.dtype);
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  drop_file_pages(view.data, view.num_elements() * dtype_size(view.dtype));
 }
 
 namespace {

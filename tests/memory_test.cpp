@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/host_memory.hpp"
 #include "core/large_buffer.hpp"
 #include "memory/block_allocator.hpp"
 #include "memory/kv_cache.hpp"
@@ -138,7 +139,7 @@ TEST_CASE("KV blocks move byte for byte - to a swap space and back, and through 
 
 TEST_CASE("a KV pool populated up front is resident and zero - a buffer left alone is backed as it is written",
           "[memory]") {
-  const long page = sysconf(_SC_PAGESIZE);
+  const size_t page = page_bytes();
   // Pages of the buffer resident now (mincore).
   auto resident = [&](LargeBuffer& b) {
     std::vector<unsigned char> in((b.size() + page - 1) / page);

@@ -52,8 +52,9 @@ int run_info(const InfoArgs& args) {
                              ")"
                        : std::string("not used: ") + cpu::amx_status();
   const std::string amx_int8_text = cpu::amx_int8_ready()
-                                        ? " ; 8-bit and 4-bit quantized codes x int8 activations on TDPBSUD tiles from " +
-                                              std::to_string(cpu::kAmxMinRows) + " rows"
+                                        ? " ; quantized codes x int8 activations on TDPBSUD tiles from " +
+                                              std::to_string(cpu::kAmxMinRows) + " rows (8-bit), " +
+                                              std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit)"
                                         : "";
   const bool vnni = isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni();
   const std::string quantized_text =
