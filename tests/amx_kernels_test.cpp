@@ -55,11 +55,9 @@ struct PaddedX {
   PaddedX(const std::vector<float>& x, int m, int k) : pairs(size_t(m) * ((k + 1) / 2)) {
     cpu::to_bf16_pairs(x.data(), m, k, pairs.data());
     const cpu::Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
-    rows.m = m;
-    rows.padded_rows = (m + 15) / 16 * 16;
-    rows.padded_pairs = (xb.pairs + 15) / 16 * 16;
-    padded.resize(size_t(rows.padded_rows) * size_t(rows.padded_pairs));
-    cpu::to_amx_rows(xb, padded.data(), rows.padded_rows, rows.padded_pairs);
+    rows = cpu::amx_rows_shape(m, xb.pairs);
+    padded.resize(size_t(rows.padded_rows) * size_t(rows.row_pairs));
+    cpu::to_amx_rows(xb, padded.data(), rows);
     rows.data = padded.data();
   }
 };
@@ -261,11 +259,19 @@ TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' b
 TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[kernels][amx]") {
   const std::vector<uint32_t> pairs = {1, 2, 3, 4, 5, 6};  // 2 rows of 3 pairs
   const cpu::Bf16Rows xb{pairs.data(), 2, 3};
+  const cpu::AmxRows shape = cpu::amx_rows_shape(2, 3);
+  CHECK(shape.padded_rows == 16);
+  CHECK(shape.padded_pairs == 16);
+  REQUIRE(shape.row_pairs == 16);
   std::vector<uint32_t> out(16 * 16, 99u);
-  cpu::to_amx_rows(xb, out.data(), 16, 16);
+  cpu::to_amx_rows(xb, out.data(), shape);
   CHECK(std::vector<uint32_t>(out.begin(), out.begin() + 4) == std::vector<uint32_t>{1, 2, 3, 0});
   CHECK(std::vector<uint32_t>(out.begin() + 16, out.begin() + 20) == std::vector<uint32_t>{4, 5, 6, 0});
   CHECK(std::count(out.begin(), out.end(), 0u) == 16 * 16 - 6);
+  // An even number of 16-pair lines per row gets one more, so that a tile's rows do not share L1 sets.
+  CHECK(cpu::amx_rows_shape(1, 1024).row_pairs == 1040);  // k = 2048
+  CHECK(cpu::amx_rows_shape(1, 384).row_pairs == 400);    // k = 768
+  CHECK(cpu::amx_rows_shape(1, 40).row_pairs == 48);      // k = 80: three lines, odd: kept
 }
 
 TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx dispatch equal the reference - else says why",

@@ -82,12 +82,21 @@ std::optional<Isa> parse_isa(std::string_view name) {
 bool amx_permitted(const char** why);  // gemm_amx.cpp
 bool cpu_has_amx_int8();                // gemm_amx.cpp
 
-void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs) {
-  for (int i = 0; i < padded_rows; ++i) {
-    uint32_t* row = out + static_cast<int64_t>(i) * padded_pairs;
+AmxRows amx_rows_shape(int m, int64_t pairs) {
+  AmxRows shape;
+  shape.m = m;
+  shape.padded_rows = (m + 15) / 16 * 16;
+  shape.padded_pairs = (pairs + 15) / 16 * 16;
+  shape.row_pairs = shape.padded_pairs + (shape.padded_pairs / 16 % 2 == 0 ? 16 : 0);
+  return shape;
+}
+
+void to_amx_rows(const Bf16Rows& x, uint32_t* out, const AmxRows& shape) {
+  for (int i = 0; i < shape.padded_rows; ++i) {
+    uint32_t* row = out + static_cast<int64_t>(i) * shape.row_pairs;
     const int64_t have = i < x.m ? x.pairs : 0;
     if (have) std::memcpy(row, x.data + static_cast<int64_t>(i) * x.pairs, static_cast<size_t>(have) * 4);
-    std::fill(row + have, row + padded_pairs, 0u);
+    std::fill(row + have, row + shape.row_pairs, 0u);
   }
 }
 
@@ -96,12 +105,25 @@ namespace {
 // x padded for the tiles, in this thread's buffer (valid until its next call).
 AmxRows amx_rows(const Bf16Rows& x) {
   thread_local std::vector<uint32_t> storage;
-  AmxRows out;
-  out.m = x.m;
-  out.padded_rows = (x.m + 15) / 16 * 16;
-  out.padded_pairs = (x.pairs + 15) / 16 * 16;
-  storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.padded_pairs));
-  to_amx_rows(x, storage.data(), out.padded_rows, out.padded_pairs);
+  AmxRows out = amx_rows_shape(x.m, x.pairs);
+  storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.row_pairs));
+  to_amx_rows(x, storage.data(), out);
+  out.data = storage.data();
+  return out;
+}
+
+// The same from f32 rows in one pass: each row rounded to bf16 pairs straight into the padded layout.
+AmxRows amx_rows(const float* x, int m, int64_t k) {
+  thread_local std::vector<uint32_t> storage;
+  const int64_t pairs = (k + 1) / 2;
+  AmxRows out = amx_rows_shape(m, pairs);
+  storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.row_pairs));
+  for (int i = 0; i < out.padded_rows; ++i) {
+    uint32_t* row = storage.data() + static_cast<int64_t>(i) * out.row_pairs;
+    const int64_t have = i < m ? pairs : 0;
+    if (have) to_bf16_pairs(x + static_cast<int64_t>(i) * k, 1, k, row);
+    std::fill(row + have, row + out.row_pairs, 0u);
+  }
   out.data = storage.data();
   return out;
 }
@@ -468,7 +490,7 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
     return;
   }
   if (isa == Isa::amx && m >= kAmxMinRows && gate_up.dtype == DType::bf16) {
-    const AmxRows xa = amx_rows(bf16_rows(x, m, gate_up.cols));
+    const AmxRows xa = amx_rows(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
     });
@@ -571,8 +593,8 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     for (int o = 0; o < n_outputs; ++o) any_bf16 = any_bf16 || outputs[o].w->dtype == DType::bf16;
     const bool tiles = isa == Isa::amx && m >= kAmxMinRows && any_bf16;
     const bool fma = any_bf16 && fma_on_rounded_x(isa, m);
-    const Bf16Rows xb = any_bf16 && !fma ? bf16_rows(x, m, k) : Bf16Rows{};
-    const AmxRows xa = tiles ? amx_rows(xb) : AmxRows{};
+    const Bf16Rows xb = any_bf16 && !fma && !tiles ? bf16_rows(x, m, k) : Bf16Rows{};
+    const AmxRows xa = tiles ? amx_rows(x, m, k) : AmxRows{};
     const float* xr = fma ? bf16_rounded(x, m, k) : nullptr;
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];

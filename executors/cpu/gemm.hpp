@@ -164,14 +164,21 @@ void gemm_nt_glu_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, int64_t f
                              int64_t n_end);
 
 // AMX (gemm_amx.inl): x as Bf16Rows, each row's pairs padded with zeros to a multiple of 16 (a tile's 32 features)
-// and the rows to a multiple of 16 (zero rows), so that tiles read whole. to_amx_rows fills padded_rows x padded_pairs.
+// and the rows to a multiple of 16 (zero rows), so that tiles read whole.
 struct AmxRows {
-  const uint32_t* data = nullptr;
-  int m = 0;                 // rows of x
-  int padded_rows = 0;       // m rounded up to 16
-  int64_t padded_pairs = 0;  // (k + 1) / 2 rounded up to 16
+  const uint32_t* data = nullptr;  // [padded_rows][row_pairs]
+  int m = 0;                       // rows of x
+  int padded_rows = 0;             // m rounded up to 16
+  int64_t padded_pairs = 0;        // (k + 1) / 2 rounded up to 16
+  // From one row to the next: padded_pairs, plus 16 (a cache line) where padded_pairs / 16 is even, so that a
+  // tile's 16 rows fall into 16 different L1 sets (4 KiB apart, as at k = 2048, they all fell into one: the
+  // products of that k ran at 60% of the rate of k = 768 ones on the AMX Xeon measured).
+  int64_t row_pairs = 0;
 };
-void to_amx_rows(const Bf16Rows& x, uint32_t* out, int padded_rows, int64_t padded_pairs);
+// The shape for m rows of `pairs` pairs (data null).
+AmxRows amx_rows_shape(int m, int64_t pairs);
+// Fills shape.padded_rows rows of shape.row_pairs pairs at `out`: x's pairs, zeros everywhere else.
+void to_amx_rows(const Bf16Rows& x, uint32_t* out, const AmxRows& shape);
 // From this many rows of x on, amx multiplies bf16 weights (and 8-bit codes: int8_tiles) on the tiles; fewer take
 // vdpbf16ps or FMA (small_products_on_bf16_dot). On the AMX Xeon measured (2 threads, the decode step's products of
 // the ~134M Llama, 3 alternated runs): tiles 14.4-15.9 ms against FMA's 17.5-29 at 16 rows, 13.0-15.3 against

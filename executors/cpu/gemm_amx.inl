@@ -18,7 +18,8 @@
 // of the tiles and prefetches the weights two steps ahead (made in one pass before the tiles, the weights' reads
 // stalled them: 22-25 ms per decode step at 32 rows against 14-18 so, on the AMX Xeon measured). The sums go through
 // a 32 x 32 f32 scratch to the outputs (+ bias, or silu(gate) * up for a pack_glu block). x comes padded (AmxRows:
-// rows and pairs to multiples of 16, zeros), so tiles always read whole.
+// rows and pairs to multiples of 16, zeros), so tiles always read whole, its rows row_pairs apart (a tile's rows in
+// different L1 sets).
 #include <xmmintrin.h>
 
 #include <algorithm>
@@ -44,7 +45,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
   constexpr int kOutsPerBlock = kGlu ? kBlockCols / 2 : kBlockCols;
   const int64_t k = w.cols, kp = x.padded_pairs;
   const int64_t block_bytes = k * kBlockCols * 2;
-  const int64_t x_stride = kp * 4;
+  const int64_t x_stride = x.row_pairs * 4;
   constexpr int64_t kStepBytes = 2 * kTileRows * kBlockCols * 2;  // a block's bytes for the 32 features of a step
   const auto* base = static_cast<const unsigned char*>(w.data);
   thread_local std::vector<uint32_t> operands;
@@ -60,7 +61,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
     const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
     for (int i = 0; i < x.m; i += 2 * kTileRows) {
       const bool two = i + kTileRows < x.padded_rows;  // a second A tile of rows (the rows are padded to 16)
-      const auto* a0 = reinterpret_cast<const unsigned char*>(x.data + static_cast<int64_t>(i) * kp);
+      const auto* a0 = reinterpret_cast<const unsigned char*>(x.data + static_cast<int64_t>(i) * x.row_pairs);
       Tiles::template zero<0>();
       Tiles::template zero<1>();
       if (two) {
