@@ -164,9 +164,10 @@ void check_int8_kernel(QuantizedTiles kernel) {
           xv[size_t(r) * k + t] = float(xq.codes[r * xq.ld + t]) * xq.row_scales[r];
           xabs[size_t(r) * k + t] = std::abs(xv[size_t(r) * k + t]);
         }
-      std::vector<int8_t> padded(size_t((m + 15) / 16 * 16) * size_t(xq.ld), 0);
-      std::copy(xq.codes, xq.codes + size_t(m) * xq.ld, padded.begin());
-      const cpu::AmxQuantizedX xa{&xq, padded.data(), (m + 15) / 16 * 16};
+      const cpu::AmxQuantizedX xa = cpu::amx_quantized_x(xq, 0);
+      REQUIRE(xa.padded_rows == (m + 15) / 16 * 16);
+      CHECK(xa.ld >= xq.ld);
+      CHECK(xa.ld % 128 == 64);  // an odd number of cache lines
       const std::vector<float> wv = q.dequantized(), uv = up.dequantized();
       std::vector<float> wabs(wv.size());
       for (size_t i = 0; i < wv.size(); ++i) wabs[i] = std::abs(wv[i]);

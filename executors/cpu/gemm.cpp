@@ -184,20 +184,6 @@ bool amx_probe_agrees() {
   return probe_agrees(want, got);
 }
 
-// x's int8 rows for the tiles: padded with zero rows to a multiple of 16, in this thread's buffer `slot` (valid
-// until its next call with that slot).
-AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
-  thread_local std::vector<int8_t> storage[8];
-  AmxQuantizedX out;
-  out.x = &xq;
-  out.padded_rows = (xq.m + 15) / 16 * 16;
-  std::vector<int8_t>& buffer = storage[slot];
-  buffer.assign(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(xq.ld), 0);
-  std::memcpy(buffer.data(), xq.codes, static_cast<size_t>(xq.m) * static_cast<size_t>(xq.ld));
-  out.codes = buffer.data();
-  return out;
-}
-
 // A quantized product on tiles against the AVX512-VNNI kernel's: 40 rows, 80 features, 64 outputs, and the fused
 // gated form; 8-bit codes in groups of 16 and per channel, 4-bit ones in groups of 32, symmetric and affine.
 bool amx_int8_probe_agrees() {
@@ -243,6 +229,21 @@ const AmxState& amx_state() {
 }
 
 }  // namespace
+
+AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
+  thread_local std::vector<int8_t> storage[8];
+  AmxQuantizedX out;
+  out.x = &xq;
+  out.padded_rows = (xq.m + 15) / 16 * 16;
+  const int64_t lines = (xq.ld + 63) / 64;
+  out.ld = (lines + (lines % 2 == 0 ? 1 : 0)) * 64;
+  std::vector<int8_t>& buffer = storage[slot];
+  buffer.assign(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.ld), 0);
+  for (int i = 0; i < xq.m; ++i)
+    std::memcpy(buffer.data() + i * out.ld, xq.codes + i * xq.ld, static_cast<size_t>(xq.ld));
+  out.codes = buffer.data();
+  return out;
+}
 
 bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
   return isa == Isa::amx && m >= (w.quant.bits == 4 ? kAmxMinRows4Bit : kAmxMinRows) && amx_int8_ready();

@@ -197,9 +197,14 @@ void gemm_nt_glu_amx(const AmxRows& x, const WeightMatrix& w, int64_t ff, float*
 struct QuantizedX;
 struct AmxQuantizedX {
   const QuantizedX* x = nullptr;
-  const int8_t* codes = nullptr;  // [padded_rows, x->ld]
+  const int8_t* codes = nullptr;  // [padded_rows][ld]
   int padded_rows = 0;
+  // Bytes from one row to the next: x->ld rounded up to whole cache lines, an odd number of them (as AmxRows).
+  int64_t ld = 0;
 };
+// xq's codes for the tiles, padded with zero rows to a multiple of 16, in this thread's buffer `slot` (0..7: valid
+// until its next call with that slot).
+AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot);
 bool amx_int8_ready();
 // Whether quantized weights multiply on the tiles under `isa` for m rows: amx, amx_int8_ready(), and m >= kAmxMinRows
 // for 8-bit codes, kAmxMinRows4Bit for 4-bit ones (unpacked per block first; at 16 rows the tiles did not beat VNNI

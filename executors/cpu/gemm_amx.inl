@@ -153,7 +153,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
       for (int64_t g = 0; g < x.groups; ++g) {
         const unsigned char* group = block + g * group_bytes;
         const unsigned char* codes = four ? unpacked.data() + g * unpacked_bytes : group;
-        const int8_t* a0 = xa.codes + static_cast<int64_t>(i) * x.ld + g * x.group_stride;
+        const int8_t* a0 = xa.codes + static_cast<int64_t>(i) * xa.ld + g * x.group_stride;
         Tiles::template zero<0>();
         Tiles::template zero<1>();
         if (two) {
@@ -162,13 +162,13 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
         }
         for (int64_t t = 0; t < x.group_stride; t += kq) {
           const unsigned char* chunk = codes + t / 4 * kChunkBytes;
-          Tiles::template load<4>(a0 + t, x.ld);
+          Tiles::template load<4>(a0 + t, xa.ld);
           Tiles::template load<6>(chunk, kChunkBytes);
           Tiles::template load<7>(chunk + 64, kChunkBytes);
           Tiles::template dot_s8u8<0, 4, 6>();
           Tiles::template dot_s8u8<1, 4, 7>();
           if (two) {
-            Tiles::template load<5>(a0 + kTileRows * x.ld + t, x.ld);
+            Tiles::template load<5>(a0 + kTileRows * xa.ld + t, xa.ld);
             Tiles::template dot_s8u8<2, 5, 6>();
             Tiles::template dot_s8u8<3, 5, 7>();
           }
