@@ -214,31 +214,30 @@ int main(int argc, char** argv) {
       bytes += storage.back().size();
       return cpu::pack_quantized(q, storage.back().data());
     });
-    cpu::WeightMatrix kind;  // what the dispatch reads of the step's matrices: their layout and codes
+    cpu::WeightMatrix kind;  // what the dispatch reads of the step's matrices: their layout, dtype and codes
+    kind.dtype = DType::bf16;
+    kind.layout = v.spec.enabled() ? cpu::WeightLayout::quantized : cpu::WeightLayout::blocked;
     if (v.spec.enabled()) kind.quant.bits = v.spec.kind == QuantKind::int4 ? 4 : 8;
     for (int m : {1, 8, 16, 32, 128}) {
       // The automatic path, and on a CPU with AMX the vector one beside it where the tiles take the product.
       const cpu::Isa automatic = cpu::isa_for(cpu::Isa::automatic).value();
-      auto on_tiles = [&](cpu::Isa isa) {
-        return v.spec.enabled() ? cpu::int8_tiles(isa, m, kind) : isa == cpu::Isa::amx && m >= cpu::kAmxMinRows;
-      };
       std::vector<cpu::Isa> isas{automatic};
-      if (on_tiles(automatic)) isas.push_back(cpu::Isa::avx512_bf16);
+      const cpu::ProductPath first = cpu::product_path(automatic, m, kind);
+      if (first == cpu::ProductPath::bf16_tiles || first == cpu::ProductPath::int8_tiles)
+        isas.push_back(cpu::Isa::avx512_bf16);
       for (const cpu::Isa isa : isas) {
-        const bool tiles = on_tiles(isa);
-        const bool int8_activations = v.spec.enabled() && cpu::quantized_int8_activations(isa);
-        const bool dot_bf16 = !v.spec.enabled() && cpu::bf16_dot_products(isa) &&
-                              (isa != cpu::Isa::amx || cpu::small_products_on_bf16_dot());
-        const char* how = tiles ? (v.spec.enabled() ? "int8 (AMX)" : "bf16 (AMX)")
-                          : int8_activations ? "int8 (VNNI)"
-                          : dot_bf16        ? "bf16 (dpbf16)"
-                          : v.spec.enabled() || !cpu::bf16_dot_products(isa) ? "f32 (FMA)"
-                                                                             : "bf16 (FMA)";
+        const cpu::ProductPath path = cpu::product_path(isa, m, kind);
+        const char* how = cpu::product_path_name(path);
         // The peak of the instructions this path multiplies with, measured above.
-        const double peak = tiles ? (v.spec.enabled() ? amx_int8_peak : amx_bf16_peak)
-                            : int8_activations ? vnni_peak
-                            : dot_bf16         ? bf16_dot_peak
-                                               : fma_peak;
+        double peak = fma_peak;
+        switch (path) {
+          case cpu::ProductPath::bf16_tiles: peak = amx_bf16_peak; break;
+          case cpu::ProductPath::int8_tiles: peak = amx_int8_peak; break;
+          case cpu::ProductPath::int8_dot: peak = vnni_peak; break;
+          case cpu::ProductPath::bf16_dot: peak = bf16_dot_peak; break;
+          case cpu::ProductPath::f32_fma:
+          case cpu::ProductPath::bf16_fma: break;
+        }
         auto step = [&] { model.run(m, pool, cpu::GemmPath{isa, cpu::Kernel::automatic}); };
         const double s = best_of(step);
         const double macs = bench::DecodeStep::macs(m);

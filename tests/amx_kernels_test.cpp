@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -273,6 +274,44 @@ TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[ke
   CHECK(cpu::amx_rows_shape(1, 1024).row_pairs == 1040);  // k = 2048
   CHECK(cpu::amx_rows_shape(1, 384).row_pairs == 400);    // k = 768
   CHECK(cpu::amx_rows_shape(1, 40).row_pairs == 48);      // k = 80: three lines, odd: kept
+}
+
+TEST_CASE("product_path names the kernels of each instruction set, weight layout and row count", "[kernels][amx]") {
+  using cpu::ProductPath;
+  cpu::WeightMatrix bf16;
+  bf16.dtype = DType::bf16;
+  bf16.layout = cpu::WeightLayout::blocked;
+  cpu::WeightMatrix f16 = bf16, row_major = bf16, int8 = bf16, int4 = bf16;
+  f16.dtype = DType::f16;
+  row_major.layout = cpu::WeightLayout::row_major;
+  int8.layout = int4.layout = cpu::WeightLayout::quantized;
+  int8.quant.bits = 8;
+  int4.quant.bits = 4;
+  for (const int m : {1, 15, 16, 31, 32, 128}) {
+    INFO("m=" << m);
+    for (const cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
+      CHECK(cpu::product_path(isa, m, bf16) == ProductPath::f32_fma);
+    }
+    CHECK(cpu::product_path(cpu::Isa::avx512_bf16, m, bf16) == ProductPath::bf16_dot);
+    CHECK(cpu::product_path(cpu::Isa::avx512_bf16, m, f16) == ProductPath::f32_fma);
+    CHECK(cpu::product_path(cpu::Isa::amx, m, row_major) == ProductPath::f32_fma);
+    CHECK(cpu::product_path(cpu::Isa::portable, m, int8) == ProductPath::f32_fma);
+    const ProductPath vector_int8 =
+        cpu::quantized_int8_activations(cpu::Isa::avx512) ? ProductPath::int8_dot : ProductPath::f32_fma;
+    CHECK(cpu::product_path(cpu::Isa::avx512, m, int8) == vector_int8);
+    // amx: tiles from kAmxMinRows rows (4-bit codes from kAmxMinRows4Bit, codes only where AMX-INT8 is ready);
+    // below, vdpbf16ps or FMA on the rounded rows as this CPU's chains decided.
+    const ProductPath small = cpu::small_products_on_bf16_dot() ? ProductPath::bf16_dot : ProductPath::bf16_fma;
+    CHECK(cpu::product_path(cpu::Isa::amx, m, bf16) == (m >= cpu::kAmxMinRows ? ProductPath::bf16_tiles : small));
+    const bool tiles8 = m >= cpu::kAmxMinRows && cpu::amx_int8_ready();
+    const bool tiles4 = m >= cpu::kAmxMinRows4Bit && cpu::amx_int8_ready();
+    const ProductPath amx_vector = cpu::quantized_int8_activations(cpu::Isa::amx) ? ProductPath::int8_dot
+                                                                                 : ProductPath::f32_fma;
+    CHECK(cpu::product_path(cpu::Isa::amx, m, int8) == (tiles8 ? ProductPath::int8_tiles : amx_vector));
+    CHECK(cpu::product_path(cpu::Isa::amx, m, int4) == (tiles4 ? ProductPath::int8_tiles : amx_vector));
+  }
+  CHECK(std::string(cpu::product_path_name(ProductPath::bf16_tiles)) == "bf16 (AMX)");
+  CHECK(std::string(cpu::product_path_name(ProductPath::int8_dot)) == "int8 (VNNI)");
 }
 
 TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx dispatch equal the reference - else says why",

@@ -249,6 +249,32 @@ bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
   return isa == Isa::amx && m >= (w.quant.bits == 4 ? kAmxMinRows4Bit : kAmxMinRows) && amx_int8_ready();
 }
 
+ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {
+  if (isa == Isa::automatic) isa = automatic_isa();
+  if (w.layout == WeightLayout::quantized) {
+    if (int8_tiles(isa, m, w)) return ProductPath::int8_tiles;
+    return quantized_int8_activations(isa) ? ProductPath::int8_dot : ProductPath::f32_fma;
+  }
+  if (w.layout == WeightLayout::row_major || w.dtype != DType::bf16 || !bf16_dot_products(isa))
+    return ProductPath::f32_fma;
+  if (isa == Isa::amx && m >= kAmxMinRows) return ProductPath::bf16_tiles;
+  // Below the tiles under amx, vdpbf16ps only where it does not lose to FMA here.
+  if (isa == Isa::amx && !small_products_on_bf16_dot()) return ProductPath::bf16_fma;
+  return ProductPath::bf16_dot;
+}
+
+const char* product_path_name(ProductPath path) {
+  switch (path) {
+    case ProductPath::f32_fma: return "f32 (FMA)";
+    case ProductPath::bf16_fma: return "bf16 (FMA)";
+    case ProductPath::bf16_dot: return "bf16 (dpbf16)";
+    case ProductPath::bf16_tiles: return "bf16 (AMX)";
+    case ProductPath::int8_dot: return "int8 (VNNI)";
+    case ProductPath::int8_tiles: return "int8 (AMX)";
+  }
+  return "?";
+}
+
 bool amx_ready() { return amx_state().ready; }
 
 bool small_products_on_bf16_dot() {
@@ -428,12 +454,6 @@ int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chu
   return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
 }
 
-// Under amx, whether a product of m rows of bf16 weights runs the FMA kernel on x rounded to bf16 (below the tiles,
-// where vdpbf16ps is slow: small_products_on_bf16_dot).
-bool fma_on_rounded_x(Isa isa, int m) {
-  return isa == Isa::amx && m < kAmxMinRows && !small_products_on_bf16_dot();
-}
-
 // x rounded to bf16 as f32 values (this thread's storage, valid until its next call): for the FMA kernels under amx.
 const float* bf16_rounded(const float* x, int m, int64_t k) {
   thread_local std::vector<float> storage;
@@ -480,31 +500,32 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   if (isa == Isa::automatic) isa = automatic_isa();
   const int64_t n = gate_up.rows;
   const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
+  const ProductPath path = product_path(isa, m, gate_up);
   if (gate_up.layout == WeightLayout::quantized) {
     const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
     const QuantizedKernel run = quantized_kernel(isa);
-    const AmxQuantizedX xa = int8_tiles(isa, m, gate_up) ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
+    const AmxQuantizedX xa = path == ProductPath::int8_tiles ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
       else run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
     });
     return;
   }
-  if (isa == Isa::amx && m >= kAmxMinRows && gate_up.dtype == DType::bf16) {
+  if (path == ProductPath::bf16_tiles) {
     const AmxRows xa = amx_rows(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
     });
     return;
   }
-  if (gate_up.dtype == DType::bf16 && fma_on_rounded_x(isa, m)) {
+  if (path == ProductPath::bf16_fma) {
     const float* xr = bf16_rounded(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_avx512(xr, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
     });
     return;
   }
-  if (bf16_dot_products(isa) && gate_up.dtype == DType::bf16) {
+  if (path == ProductPath::bf16_dot) {
     const Bf16Rows xb = bf16_rows(x, m, gate_up.cols);
     pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
       gemm_nt_glu_avx512_bf16(xb, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
@@ -577,9 +598,9 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
       prepared[o] = same < o ? prepared[same] : quantized_x(x, m, *outputs[o].w, isa, o);
     }
     const QuantizedKernel run = quantized_kernel(isa);
-    AmxQuantizedX tiled[8];  // 8-bit codes on the tiles (amx, from kAmxMinRows rows)
+    AmxQuantizedX tiled[8];  // codes on the tiles (product_path)
     for (int o = 0; o < n_outputs; ++o)
-      if (int8_tiles(isa, m, *outputs[o].w)) tiled[o] = amx_quantized_x(prepared[o], o);
+      if (product_path(isa, m, *outputs[o].w) == ProductPath::int8_tiles) tiled[o] = amx_quantized_x(prepared[o], o);
     pool.parallel_for(n_tasks, [&](int t) {
       const GemmOutput& o = outputs[tasks[t].output];
       if (tiled[tasks[t].output].x) gemm_nt_quantized_amx(tiled[tasks[t].output], *o.w, o.bias, o.y, 0, tasks[t].begin, tasks[t].end);
@@ -588,13 +609,13 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
     return;
   }
   if (blocked && bf16_dot_products(isa)) {
-    // bf16 weights through the dot products (x rounded once; on AMX tiles from kAmxMinRows rows; below that under
-    // amx, FMA on x rounded where vdpbf16ps is slow), others as avx512.
-    bool any_bf16 = false;
-    for (int o = 0; o < n_outputs; ++o) any_bf16 = any_bf16 || outputs[o].w->dtype == DType::bf16;
-    const bool tiles = isa == Isa::amx && m >= kAmxMinRows && any_bf16;
-    const bool fma = any_bf16 && fma_on_rounded_x(isa, m);
-    const Bf16Rows xb = any_bf16 && !fma && !tiles ? bf16_rows(x, m, k) : Bf16Rows{};
+    // bf16 weights along their product_path (x rounded once, for the tiles, vdpbf16ps or FMA), others as avx512.
+    ProductPath bf16_path = ProductPath::f32_fma;
+    for (int o = 0; o < n_outputs; ++o)
+      if (outputs[o].w->dtype == DType::bf16) bf16_path = product_path(isa, m, *outputs[o].w);
+    const bool tiles = bf16_path == ProductPath::bf16_tiles;
+    const bool fma = bf16_path == ProductPath::bf16_fma;
+    const Bf16Rows xb = bf16_path == ProductPath::bf16_dot ? bf16_rows(x, m, k) : Bf16Rows{};
     const AmxRows xa = tiles ? amx_rows(x, m, k) : AmxRows{};
     const float* xr = fma ? bf16_rounded(x, m, k) : nullptr;
     pool.parallel_for(n_tasks, [&](int t) {

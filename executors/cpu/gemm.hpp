@@ -211,6 +211,19 @@ bool amx_int8_ready();
 // on the AMX Xeon measured: 10.7 vs 9.2 ms per decode step of the ~134M Llama in groups of 32, 6.7 vs 6.5 in 128).
 constexpr int kAmxMinRows4Bit = 32;
 bool int8_tiles(Isa isa, int m, const WeightMatrix& w);
+
+// Which kernels multiply m rows of x by w under `isa`, as gemm_nt, gemm_nt_multi and
+// gemm_nt_glu dispatch: the one place that says so (benchmarks and `actord info` name paths from it).
+enum class ProductPath {
+  f32_fma,       // f32 activations on FMA kernels (any dtype of weights; quantized codes dequantized in registers)
+  bf16_fma,      // bf16-rounded activations on the FMA kernel (amx below the tiles where vdpbf16ps is slow)
+  bf16_dot,      // bf16-rounded activations with vdpbf16ps (AVX512-BF16)
+  bf16_tiles,    // AMX TDPBF16PS
+  int8_dot,      // quantized codes x int8 activations with VNNI
+  int8_tiles,    // AMX TDPBSUD
+};
+ProductPath product_path(Isa isa, int m, const WeightMatrix& w);
+const char* product_path_name(ProductPath path);  // "f32 (FMA)", "bf16 (AMX)", ...
 void gemm_nt_quantized_amx(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
                            int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_amx_emulated(const AmxQuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
