@@ -77,7 +77,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
         // stream behind the tile instructions; later row groups find the operands made.
         if (i == 0) {
           if (p + kTileRows < kp) Tiles::make_b_operands(block, k, p + kTileRows, p + 2 * kTileRows, lo, hi);
-          const int64_t ahead = (p + 2 * kTileRows) * kStepBytes;
+          const int64_t ahead = (p / kTileRows + 2) * kStepBytes;  // p counts pairs, 16 a step
           for (int64_t b = ahead; b < ahead + kStepBytes; b += 64)
             _mm_prefetch(reinterpret_cast<const char*>(block + b), _MM_HINT_T0);
         }
