@@ -391,6 +391,19 @@ TEST_CASE("info prints the CPU, the kernels it runs and the CUDA devices - as te
   if (cpu::detected_isa() != cpu::Isa::portable) {
     CHECK(std::find(extensions.begin(), extensions.end(), "avx2") != extensions.end());
   }
+  // The kernels each kind of weights takes, from the dispatch's own product_path: bf16 weights at one row and at 64.
+  cpu::WeightMatrix bf16;
+  bf16.dtype = DType::bf16;
+  bf16.layout = cpu::WeightLayout::blocked;
+  const auto ranges = j.at("kernels").at("products").at("bf16");
+  REQUIRE(!ranges.empty());
+  CHECK(ranges.front().at("from_rows") == 1);
+  CHECK(ranges.front().at("path") == cpu::product_path_name(cpu::product_path(cpu::Isa::automatic, 1, bf16)));
+  std::string at_64;
+  for (const auto& r : ranges)
+    if (r.at("from_rows").get<int>() <= 64) at_64 = r.at("path").get<std::string>();
+  CHECK(at_64 == cpu::product_path_name(cpu::product_path(cpu::Isa::automatic, 64, bf16)));
+  CHECK_THAT(text.out, Catch::Contains("bf16 weights: 1+ rows "));
   CHECK(j.at("cuda").at("built").get<bool>() == cuda::built_with_cuda());
   CHECK(j.at("cuda").at("devices").size() == static_cast<size_t>(cuda::device_count()));
   CHECK(run_actord({"info", "--bogus"}).exit_code == 2);

@@ -2,6 +2,8 @@
 // kernels each product uses with groups[].cpu_isa: auto, OpenBLAS, and the CUDA devices (or why there are none).
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/actord/commands.hpp"
 #include "core/host_cpus.hpp"
@@ -23,6 +25,39 @@ std::string join(const std::vector<std::string>& parts, const char* separator = 
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : separator) + p;
   return out;
+}
+
+// The kernels products of `w`'s kind take under auto, by rows of activations (product_path): [(from rows, path)],
+// one entry per change up to kMaxRows rows.
+std::vector<std::pair<int, cpu::ProductPath>> path_ranges(const cpu::WeightMatrix& w) {
+  constexpr int kMaxRows = 4096;
+  std::vector<std::pair<int, cpu::ProductPath>> ranges;
+  for (int m = 1; m <= kMaxRows; ++m) {
+    const cpu::ProductPath path = cpu::product_path(cpu::Isa::automatic, m, w);
+    if (ranges.empty() || ranges.back().second != path) ranges.emplace_back(m, path);
+  }
+  return ranges;
+}
+
+// The kinds of weights `actord info` names paths for: JSON key, text label, what the dispatch reads of them.
+struct WeightKind {
+  const char* key;
+  const char* label;
+  cpu::WeightMatrix w;
+};
+std::vector<WeightKind> weight_kinds() {
+  cpu::WeightMatrix bf16;
+  bf16.dtype = DType::bf16;
+  bf16.layout = cpu::WeightLayout::blocked;
+  cpu::WeightMatrix f16 = bf16, int8 = bf16, int4 = bf16;
+  f16.dtype = DType::f16;
+  int8.layout = int4.layout = cpu::WeightLayout::quantized;
+  int8.quant.bits = 8;
+  int4.quant.bits = 4;
+  return {{"bf16", "bf16 weights", bf16},
+          {"f16_f32", "f16 and f32 weights", f16},
+          {"int8", "8-bit quantized weights", int8},
+          {"int4", "4-bit quantized weights", int4}};
 }
 
 }  // namespace
@@ -67,6 +102,18 @@ int run_info(const InfoArgs& args) {
   for (const auto& c : f.caches) {
     caches.push_back({{"level", c.level}, {"type", c.type}, {"bytes", c.bytes}, {"shared_cpus", c.shared_cpus}});
   }
+  nlohmann::json products = nlohmann::json::object();
+  std::vector<std::string> product_lines;
+  for (const WeightKind& kind : weight_kinds()) {
+    nlohmann::json ranges = nlohmann::json::array();
+    std::string line;
+    for (const auto& [from, path] : path_ranges(kind.w)) {
+      ranges.push_back({{"from_rows", from}, {"path", cpu::product_path_name(path)}});
+      line += std::string(line.empty() ? "" : ", ") + std::to_string(from) + "+ rows " + cpu::product_path_name(path);
+    }
+    products[kind.key] = ranges;
+    product_lines.push_back(std::string(kind.label) + ": " + line);
+  }
   if (args.json) {
     nlohmann::json j = {
         {"cpu", {{"model", f.model}, {"usable_cores", usable_cpu_cores()}, {"extensions", f.names()}, {"caches", caches}}},
@@ -77,6 +124,7 @@ int run_info(const InfoArgs& args) {
           {"openblas", cpu::have_blas()},
           {"bf16_dot_products", cpu::cpu_has_avx512_bf16()},
           {"amx_tiles", amx_text + amx_int8_text},
+          {"products", products},
           {"quantized_gemm", quantized_text},
           {"paged_attention", isa_text},
           {"not_used_yet", unused}}},
@@ -103,6 +151,8 @@ int run_info(const InfoArgs& args) {
                                            "keeps f32 activations)"
                                          : "not on this CPU");
   std::printf("  AMX tiles (TDPBF16PS, TDPBSUD): %s%s\n", amx_text.c_str(), amx_int8_text.c_str());
+  std::printf("  products under auto, by rows of activations (their type and the instructions):\n");
+  for (const std::string& line : product_lines) std::printf("    %s\n", line.c_str());
   std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K): %s\n",
               quantized_text.c_str());
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
