@@ -208,7 +208,7 @@ TEST_CASE("amx: 8-bit and 4-bit codes times int8 rows over emulated tiles (TDPBS
 }
 
 TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' bits - B operands, unpacked nibbles, "
-          "group sums",
+          "group sums, outputs",
           "[kernels][amx]") {
   if (cpu::detected_isa() != cpu::Isa::avx512) {
     WARN("skipped: no AVX-512 here");
@@ -255,6 +255,27 @@ TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' b
                                            code_sums.data(), 3, affine ? 0 : 128, total2);
     CHECK(std::memcmp(total, total2, sizeof(total)) == 0);
     CHECK(total[3][0] == 1.5f);  // rows past `rows` untouched
+  }
+  // A block's sums to the outputs: plain with and without bias, and the gated form, over values across silu's range.
+  std::normal_distribution<float> wide(0.0f, 30.0f);
+  alignas(64) float block_sums[32][cpu::kBlockCols];
+  for (auto& row : block_sums)
+    for (float& v : row) v = wide(rng);
+  block_sums[0][0] = 0.0f;
+  block_sums[0][1] = -0.0f;
+  block_sums[0][2] = -200.0f;
+  block_sums[0][3] = 200.0f;
+  std::vector<float> bias(cpu::kBlockCols);
+  for (float& b : bias) b = wide(rng);
+  for (const auto& [glu, with_bias, outs] : {std::tuple{true, false, 16}, std::tuple{true, false, 5},
+                                             std::tuple{false, true, 32}, std::tuple{false, false, 31}}) {
+    INFO("glu=" << glu << " bias=" << with_bias << " outs=" << outs);
+    const int64_t ldy = 40;
+    std::vector<float> y(size_t(29) * ldy, 7.0f), y2 = y;
+    cpu::amx_detail::write_sums(block_sums, 29, outs, glu, with_bias ? bias.data() : nullptr, y.data(), ldy);
+    cpu::amx_detail::write_sums_avx512(block_sums, 29, outs, glu, with_bias ? bias.data() : nullptr, y2.data(), ldy);
+    CHECK(std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0);
+    CHECK(y[outs] == 7.0f);  // columns past `outs` untouched
   }
 }
 

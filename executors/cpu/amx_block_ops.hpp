@@ -11,6 +11,7 @@
 
 #include "core/dtype.hpp"
 #include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/vector_math.hpp"
 
 namespace actord::cpu::amx_detail {
 
@@ -72,6 +73,22 @@ inline void add_group_sums(const int32_t (*sums)[kBlockCols], int rows, const ui
   }
 }
 
+// A block's f32 sums (`rows` rows x 32 columns) to its outputs, y's rows ldy apart: with glu (a pack_glu block),
+// y[r][c] = silu(sums[r][c]) * sums[r][16 + c] for c < outs (<= 16); else y[r][c] = sums[r][c] + bias[c] (no bias:
+// + 0) for c < outs (<= 32).
+inline void write_sums(const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y,
+                       int64_t ldy) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    const float* s = sums[r];
+    if (glu) {
+      for (int c = 0; c < outs; ++c) yr[c] = silu(s[c]) * s[16 + c];
+    } else {
+      for (int c = 0; c < outs; ++c) yr[c] = s[c] + (bias ? bias[c] : 0.0f);
+    }
+  }
+}
+
 // The same with AVX-512 (gemm_amx.cpp): call only where the CPU has AVX-512 F/BW/VL and F16C.
 void make_b_operands_avx512(const unsigned char* block, int64_t k, int64_t p_begin, int64_t p_end, uint32_t* lo,
                             uint32_t* hi);
@@ -79,5 +96,7 @@ void unpack_nibble_chunks_avx512(const unsigned char* codes, int64_t chunks, uns
 void add_group_sums_avx512(const int32_t (*sums)[kBlockCols], int rows, const uint16_t* scales,
                            const uint16_t* offsets, const int32_t* code_sums, int64_t code_sums_stride, int zero,
                            float (*total)[kBlockCols]);
+void write_sums_avx512(const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y,
+                       int64_t ldy);
 
 }  // namespace actord::cpu::amx_detail

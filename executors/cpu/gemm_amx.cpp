@@ -17,6 +17,7 @@ struct HardwareTiles {
   static constexpr auto make_b_operands = amx_detail::make_b_operands_avx512;
   static constexpr auto unpack_nibble_chunks = amx_detail::unpack_nibble_chunks_avx512;
   static constexpr auto add_group_sums = amx_detail::add_group_sums_avx512;
+  static constexpr auto write_sums = amx_detail::write_sums_avx512;
   // Palette 1: sums in tiles 0..3 (16 rows x 64 bytes), A operands in 4, 5 (16 rows x a_colsb bytes), B operands in
   // 6, 7 (b_rows rows x 64 bytes). The configuration is thread state: loaded when this thread's differs.
   static void configure(int a_colsb, int b_rows) {
@@ -142,6 +143,24 @@ ACTORD_AVX512 void add_group_sums_avx512(const int32_t (*sums)[kBlockCols], int 
                                     _mm512_load_ps(total[r] + 16)));
   }
 }
+
+// The scalar twin's loops, vectorised for AVX-512 (silu is branch-free); no contraction into FMAs, so that the
+// results are the twin's bits.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+__attribute__((target("avx512f,avx512bw,avx512vl,prefer-vector-width=512"))) void write_sums_avx512(
+    const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y, int64_t ldy) {
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    const float* s = sums[r];
+    if (glu) {
+      for (int c = 0; c < outs; ++c) yr[c] = silu(s[c]) * s[16 + c];
+    } else {
+      for (int c = 0; c < outs; ++c) yr[c] = s[c] + (bias ? bias[c] : 0.0f);
+    }
+  }
+}
+#pragma GCC pop_options
 
 #undef ACTORD_AVX512
 

@@ -17,7 +17,8 @@
 // tiles) meet the block in 4 C tiles, 32 features per step; the first 32 rows' pass makes the operands a step ahead
 // of the tiles and prefetches the weights two steps ahead (made in one pass before the tiles, the weights' reads
 // stalled them: 22-25 ms per decode step at 32 rows against 14-18 so, on the AMX Xeon measured). The sums go through
-// a 32 x 32 f32 scratch to the outputs (+ bias, or silu(gate) * up for a pack_glu block). x comes padded (AmxRows:
+// a 32 x 32 f32 scratch to the outputs (Tiles::write_sums: + bias, or silu(gate) * up for a pack_glu block; AVX-512
+// on the hardware, where the baseline code of this file left the gated form at 20% of the product's time). x comes padded (AmxRows:
 // rows and pairs to multiples of 16, zeros), so tiles always read whole, its rows row_pairs apart (a tile's rows in
 // different L1 sets).
 #include <xmmintrin.h>
@@ -96,11 +97,8 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
         Tiles::template store<3>(&sums[kTileRows][16], sizeof(sums[0]));
       }
       const int rows = std::min(x.m - i, two ? 2 * kTileRows : kTileRows);
-      for (int r = 0; r < rows; ++r) {
-        float* yr = y + static_cast<int64_t>(i + r) * ldy + out0;
-        const float* s = sums[r];
-        for (int c = 0; c < outs; ++c) yr[c] = kGlu ? silu(s[c]) * s[16 + c] : s[c] + (bias ? bias[j0 + c] : 0.0f);
-      }
+      Tiles::write_sums(sums, rows, outs, kGlu, bias ? bias + j0 : nullptr, y + static_cast<int64_t>(i) * ldy + out0,
+                        ldy);
     }
   }
 }

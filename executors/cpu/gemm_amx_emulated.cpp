@@ -28,6 +28,7 @@ struct EmulatedTiles {
   static constexpr auto make_b_operands = amx_detail::make_b_operands;
   static constexpr auto unpack_nibble_chunks = amx_detail::unpack_nibble_chunks;
   static constexpr auto add_group_sums = amx_detail::add_group_sums;
+  static constexpr auto write_sums = amx_detail::write_sums;
   static void configure(int a_colsb, int b_rows) {
     for (int t = 0; t < 8; ++t) shape(t) = Shape{};
     shape(4).colsb = shape(5).colsb = a_colsb;
