@@ -75,8 +75,8 @@ inline void add_group_sums(const int32_t (*sums)[kBlockCols], int rows, const ui
 
 // A block's f32 sums (`rows` rows x 32 columns) to its outputs, y's rows ldy apart: with glu (a pack_glu block),
 // y[r][c] = silu(sums[r][c]) * sums[r][16 + c] for c < outs (<= 16); else y[r][c] = sums[r][c] + bias[c] (no bias:
-// + 0) for c < outs (<= 32).
-inline void write_sums(const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y,
+// + 0) for c < outs (<= 32). Always inlined, so that write_sums_avx512 is this body compiled for AVX-512.
+[[gnu::always_inline]] inline void write_sums(const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y,
                        int64_t ldy) {
   for (int r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;

@@ -144,21 +144,13 @@ ACTORD_AVX512 void add_group_sums_avx512(const int32_t (*sums)[kBlockCols], int 
   }
 }
 
-// The scalar twin's loops, vectorised for AVX-512 (silu is branch-free); no contraction into FMAs, so that the
-// results are the twin's bits.
+// The scalar twin inlined here and vectorised for AVX-512 (silu is branch-free); no contraction into FMAs, so that
+// the results are the twin's bits.
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 __attribute__((target("avx512f,avx512bw,avx512vl,prefer-vector-width=512"))) void write_sums_avx512(
     const float (*sums)[kBlockCols], int rows, int outs, bool glu, const float* bias, float* y, int64_t ldy) {
-  for (int r = 0; r < rows; ++r) {
-    float* yr = y + r * ldy;
-    const float* s = sums[r];
-    if (glu) {
-      for (int c = 0; c < outs; ++c) yr[c] = silu(s[c]) * s[16 + c];
-    } else {
-      for (int c = 0; c < outs; ++c) yr[c] = s[c] + (bias ? bias[c] : 0.0f);
-    }
-  }
+  write_sums(sums, rows, outs, glu, bias, y, ldy);
 }
 #pragma GCC pop_options
 
