@@ -1,7 +1,5 @@
 #include "core/gguf.hpp"
 
-#include "core/host_memory.hpp"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+
+#include "core/host_memory.hpp"
 
 namespace actord {
 

@@ -1,15 +1,13 @@
 #include "core/large_buffer.hpp"
 
-#include "core/host_memory.hpp"
-
 #include <sys/mman.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <new>
 #include <utility>
+
+#include "core/host_memory.hpp"
 
 namespace actord {
 

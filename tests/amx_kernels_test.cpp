@@ -51,14 +51,12 @@ struct Case {
 
 // x padded for the tiles, as gemm.cpp makes it.
 struct PaddedX {
-  std::vector<uint32_t> pairs, padded;
+  std::vector<uint32_t> padded;
   cpu::AmxRows rows;
-  PaddedX(const std::vector<float>& x, int m, int k) : pairs(size_t(m) * ((k + 1) / 2)) {
-    cpu::to_bf16_pairs(x.data(), m, k, pairs.data());
-    const cpu::Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
-    rows = cpu::amx_rows_shape(m, xb.pairs);
+  PaddedX(const std::vector<float>& x, int m, int k) {
+    rows = cpu::amx_rows_shape(m, (k + 1) / 2);
     padded.resize(size_t(rows.padded_rows) * size_t(rows.row_pairs));
-    cpu::to_amx_rows(xb, padded.data(), rows);
+    cpu::to_amx_rows(x.data(), k, padded.data(), rows);
     rows.data = padded.data();
   }
 };
@@ -280,16 +278,20 @@ TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' b
 }
 
 TEST_CASE("amx: x padded for the tiles keeps its pairs and zeros the rest", "[kernels][amx]") {
-  const std::vector<uint32_t> pairs = {1, 2, 3, 4, 5, 6};  // 2 rows of 3 pairs
-  const cpu::Bf16Rows xb{pairs.data(), 2, 3};
+  const std::vector<float> x = {1.0f, -2.0f, 3.5f, 0.25f, 5.0f, -6.0f,   // 2 rows of 6 features: 3 pairs each
+                                7.0f, 8.0f, -9.0f, 10.0f, 0.5f, 12.0f};
+  std::vector<uint32_t> pairs(6);
+  cpu::to_bf16_pairs(x.data(), 2, 6, pairs.data());
   const cpu::AmxRows shape = cpu::amx_rows_shape(2, 3);
   CHECK(shape.padded_rows == 16);
   CHECK(shape.padded_pairs == 16);
   REQUIRE(shape.row_pairs == 16);
   std::vector<uint32_t> out(16 * 16, 99u);
-  cpu::to_amx_rows(xb, out.data(), shape);
-  CHECK(std::vector<uint32_t>(out.begin(), out.begin() + 4) == std::vector<uint32_t>{1, 2, 3, 0});
-  CHECK(std::vector<uint32_t>(out.begin() + 16, out.begin() + 20) == std::vector<uint32_t>{4, 5, 6, 0});
+  cpu::to_amx_rows(x.data(), 6, out.data(), shape);
+  CHECK(std::vector<uint32_t>(out.begin(), out.begin() + 4) ==
+        std::vector<uint32_t>{pairs[0], pairs[1], pairs[2], 0});
+  CHECK(std::vector<uint32_t>(out.begin() + 16, out.begin() + 20) ==
+        std::vector<uint32_t>{pairs[3], pairs[4], pairs[5], 0});
   CHECK(std::count(out.begin(), out.end(), 0u) == 16 * 16 - 6);
   // An even number of 16-pair lines per row gets one more, so that a tile's rows do not share L1 sets.
   CHECK(cpu::amx_rows_shape(1, 1024).row_pairs == 1040);  // k = 2048

@@ -91,39 +91,25 @@ AmxRows amx_rows_shape(int m, int64_t pairs) {
   return shape;
 }
 
-void to_amx_rows(const Bf16Rows& x, uint32_t* out, const AmxRows& shape) {
+void to_amx_rows(const float* x, int64_t k, uint32_t* out, const AmxRows& shape) {
+  const int64_t pairs = (k + 1) / 2;
   for (int i = 0; i < shape.padded_rows; ++i) {
     uint32_t* row = out + static_cast<int64_t>(i) * shape.row_pairs;
-    const int64_t have = i < x.m ? x.pairs : 0;
-    if (have) std::memcpy(row, x.data + static_cast<int64_t>(i) * x.pairs, static_cast<size_t>(have) * 4);
+    const int64_t have = i < shape.m ? pairs : 0;
+    if (have) to_bf16_pairs(x + static_cast<int64_t>(i) * k, 1, k, row);
     std::fill(row + have, row + shape.row_pairs, 0u);
   }
 }
 
 namespace {
 
-// x padded for the tiles, in this thread's buffer (valid until its next call).
-AmxRows amx_rows(const Bf16Rows& x) {
-  thread_local std::vector<uint32_t> storage;
-  AmxRows out = amx_rows_shape(x.m, x.pairs);
-  storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.row_pairs));
-  to_amx_rows(x, storage.data(), out);
-  out.data = storage.data();
-  return out;
-}
-
-// The same from f32 rows in one pass: each row rounded to bf16 pairs straight into the padded layout.
+// x (m rows of k features) rounded to bf16 and padded for the tiles, in this thread's buffer (valid until its next
+// call).
 AmxRows amx_rows(const float* x, int m, int64_t k) {
   thread_local std::vector<uint32_t> storage;
-  const int64_t pairs = (k + 1) / 2;
-  AmxRows out = amx_rows_shape(m, pairs);
+  AmxRows out = amx_rows_shape(m, (k + 1) / 2);
   storage.resize(static_cast<size_t>(out.padded_rows) * static_cast<size_t>(out.row_pairs));
-  for (int i = 0; i < out.padded_rows; ++i) {
-    uint32_t* row = storage.data() + static_cast<int64_t>(i) * out.row_pairs;
-    const int64_t have = i < m ? pairs : 0;
-    if (have) to_bf16_pairs(x + static_cast<int64_t>(i) * k, 1, k, row);
-    std::fill(row + have, row + out.row_pairs, 0u);
-  }
+  to_amx_rows(x, k, storage.data(), out);
   out.data = storage.data();
   return out;
 }
@@ -172,7 +158,7 @@ bool amx_probe_agrees() {
   std::vector<uint32_t> pairs(static_cast<size_t>(m) * ((k + 1) / 2));
   to_bf16_pairs(x.data(), m, k, pairs.data());
   const Bf16Rows xb{pairs.data(), m, (k + 1) / 2};
-  const AmxRows xa = amx_rows(xb);
+  const AmxRows xa = amx_rows(x.data(), m, k);  // as the dispatch makes it
   std::vector<float> want(static_cast<size_t>(m) * n), got(want.size());
   gemm_nt_blocked_avx512_bf16(xb, wb, bias.data(), want.data(), 0, n);
   gemm_nt_blocked_amx(xa, wb, bias.data(), got.data(), 0, n);
@@ -610,8 +596,8 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   }
   if (blocked && bf16_dot_products(isa)) {
     // bf16 weights along their product_path (x rounded once, for the tiles, vdpbf16ps or FMA), others as avx512.
-    ProductPath bf16_path = ProductPath::f32_fma;
-    for (int o = 0; o < n_outputs; ++o)
+    ProductPath bf16_path = ProductPath::f32_fma;  // the same for every bf16 output (blocked, these rows, this isa)
+    for (int o = 0; o < n_outputs && bf16_path == ProductPath::f32_fma; ++o)
       if (outputs[o].w->dtype == DType::bf16) bf16_path = product_path(isa, m, *outputs[o].w);
     const bool tiles = bf16_path == ProductPath::bf16_tiles;
     const bool fma = bf16_path == ProductPath::bf16_fma;

@@ -163,8 +163,8 @@ void gemm_nt_blocked_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, const
 void gemm_nt_glu_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
                              int64_t n_end);
 
-// AMX (gemm_amx.inl): x as Bf16Rows, each row's pairs padded with zeros to a multiple of 16 (a tile's 32 features)
-// and the rows to a multiple of 16 (zero rows), so that tiles read whole.
+// AMX (gemm_amx.inl): x as bf16 pairs (as Bf16Rows), each row's pairs padded with zeros to a multiple of 16 (a
+// tile's 32 features) and the rows to a multiple of 16 (zero rows), so that tiles read whole.
 struct AmxRows {
   const uint32_t* data = nullptr;  // [padded_rows][row_pairs]
   int m = 0;                       // rows of x
@@ -177,8 +177,9 @@ struct AmxRows {
 };
 // The shape for m rows of `pairs` pairs (data null).
 AmxRows amx_rows_shape(int m, int64_t pairs);
-// Fills shape.padded_rows rows of shape.row_pairs pairs at `out`: x's pairs, zeros everywhere else.
-void to_amx_rows(const Bf16Rows& x, uint32_t* out, const AmxRows& shape);
+// Fills shape.padded_rows rows of shape.row_pairs pairs at `out`: the first shape.m from x's rows of k features
+// rounded to bf16 pairs (as to_bf16_pairs), zeros everywhere else. One pass, what the dispatch runs.
+void to_amx_rows(const float* x, int64_t k, uint32_t* out, const AmxRows& shape);
 // From this many rows of x on, amx multiplies bf16 weights (and 8-bit codes: int8_tiles) on the tiles; fewer take
 // vdpbf16ps or FMA (small_products_on_bf16_dot). On the AMX Xeon measured (2 threads, the decode step's products of
 // the ~134M Llama, 3 alternated runs): tiles 14.4-15.9 ms against FMA's 17.5-29 at 16 rows, 13.0-15.3 against
