@@ -41,7 +41,7 @@ Result<std::unique_ptr<exec::Backend>> make_backend(const std::string& device, c
     if (err != std::errc{} || end != device.data() + device.size() || index < 0) {
       return make_error(Errc::invalid_argument, "device: '" + device + "' is not cuda:N");
     }
-    return cuda::make_backend(index % gpus);
+    return cuda::make_backend(index % gpus, &pool);
   }
   return make_error(Errc::invalid_argument, "device: unknown device '" + device + "' (known: cpu, cuda:N)");
 }
@@ -164,6 +164,8 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
           *comm = std::move(*nccl);
         }
       }
+      // Collectives run between a step's primitives, outside what a CUDA graph of the step would order.
+      if (links_.tp || links_.pipeline || links_.ep) cuda::without_step_graphs(*backend_, "the rank is in a group");
     } else {
       ok = false;
       failure = Error{backend.error().code, name_ + ": " + backend.error().message};

@@ -11,7 +11,7 @@
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
 #                                   [--deadline SECONDS] [--only "NAMES"]
 #   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
-#   long_b1 sampled fallbacks hf, e.g. --only "b1 profile_b1 hf" for a short lease.
+#   graphs hf long_b1 sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
@@ -32,6 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 PY="${PYTHON:-python3}"
+export ACTORD_CUDA_REPORT=1  # each run's stderr ends with its step graphs' replays and captures
 mkdir -p "$OUT"
 MODEL="$OUT/model-$SHAPE"
 case "$SHAPE" in
@@ -82,13 +83,31 @@ actord_profile() {
   grep 'cuda profile' "$OUT/actord_profile_b$1.err" | head -16
 }
 # The most wanted first, so that a deadline cuts the least: batch 1 (MBU) and where its time goes, the prefill, the
-# larger batches, the paths against their fallbacks, then the peer.
+# larger batches, graphs against launch by launch, the peer, then the profiles, paths and fallbacks.
 actord_batch 1
 [ "$DEVICE" = cuda ] && actord_profile 1
 wanted prefill && actord_prefill actord_prefill
 for b in $BATCHES; do
   [ "$b" = 1 ] || actord_batch "$b"
 done
+# Decode steps launch by launch against CUDA graphs (ACTORD_CUDA_DISABLE=step_graphs) at batch 1 and 64.
+if [ "$DEVICE" = cuda ] && wanted graphs; then
+  ACTORD_CUDA_DISABLE=step_graphs actord_run actord_b1_no_graphs 420 128 64 1
+  ACTORD_CUDA_DISABLE=step_graphs actord_run actord_b64_no_graphs 420 128 64 64
+  for run in actord_b1 actord_b64 actord_b256; do
+    echo "  $run: $(grep -h 'step graphs' "$OUT/$run.err" 2>/dev/null | tail -1)"
+  done
+fi
+# The peer, right after the runs it is compared with (the issue asks for both in one call); the profiles, paths and
+# fallbacks after it are what a deadline cuts first.
+if ! wanted hf; then
+  :
+elif "$PY" -c "import torch, transformers" 2>/dev/null; then
+  step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
+    --device "$DEVICE"
+else
+  echo "  hf: skipped (no torch + transformers for $PY)"
+fi
 [ "$DEVICE" = cuda ] && actord_profile 64
 if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill's time goes
   ACTORD_CUDA_PROFILE=1 actord_prefill actord_profile_prefill
@@ -96,16 +115,18 @@ if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill'
 fi
 # Batch-1 decode at a 4k context (split-K decode attention: every decode there is cut into splits).
 if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 4000 64 1; fi
-# Sampled decoding (temperature 0.8, top-p 0.95) at batch 64 and 256: the tokens drawn on the GPU, then the logits
-# downloaded and drawn by the worker's CPU sampler (ACTORD_CUDA_DISABLE=device_sampling).
+# Sampled decoding (temperature 0.8, top-k 50, top-p 0.95: HF generate's top-k default) at SAMPLED_BATCHES (default
+# 64 and 256): the tokens drawn on the GPU, then the logits downloaded and drawn by the worker's CPU sampler
+# (ACTORD_CUDA_DISABLE=device_sampling). Without top-k, this random model's rows are nearly flat: top-p 0.95 then
+# holds most of the vocabulary, more than the GPU's candidates, and those rows are drawn on the host either way.
 if [ "$DEVICE" = cuda ] && wanted sampled; then
-  for b in 64 256; do
+  for b in ${SAMPLED_BATCHES:-64 256}; do
     step "actord_sampled_b$b" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" \
       --load-format dummy --input-len 128 --output-len 64 --num-prompts "$b" --concurrency "$b" --temperature 0.8 \
-      --top-p 0.95 --json
+      --top-k 50 --top-p 0.95 --json
     ACTORD_CUDA_DISABLE=device_sampling step "actord_sampled_host_b$b" 420 "$ACTORD" bench offline \
       --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy --input-len 128 --output-len 64 \
-      --num-prompts "$b" --concurrency "$b" --temperature 0.8 --top-p 0.95 --json
+      --num-prompts "$b" --concurrency "$b" --temperature 0.8 --top-k 50 --top-p 0.95 --json
   done
 fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
@@ -115,15 +136,6 @@ if [ "$DEVICE" = cuda ] && wanted fallbacks; then
   ACTORD_CUDA_DISABLE=small_batch actord_run actord_b1_cublas 420 128 64 1
   ACTORD_CUDA_DISABLE=flash_prefill actord_prefill actord_prefill_cublas_attention
   ACTORD_CUDA_DISABLE=flash_prefill,long_prefill actord_prefill actord_prefill_fma_tiles
-fi
-# The peer last: its code does not change between leases, so a deadline cuts it first.
-if ! wanted hf; then
-  :
-elif "$PY" -c "import torch, transformers" 2>/dev/null; then
-  step hf 600 "$PY" "$ROOT/bench/hf_generate_bench.py" "$MODEL" --batches "$(echo $BATCHES | tr ' ' ,)" \
-    --device "$DEVICE"
-else
-  echo "  hf: skipped (no torch + transformers for $PY)"
 fi
 # A checked path that turned itself off in any run says so on stderr (its first use differed from its fallback).
 if grep -h -E "cuda:[0-9]+: .*off" "$OUT"/*.err 2>/dev/null | sort -u | grep .; then
@@ -173,7 +185,8 @@ if p and p.get("prefill_tokens_per_s"):
         summary["prefill"]["share_of_gemm_rate"] = round(tf / gemm, 3)
 ab = {}
 for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "decode_tokens_per_s"),
-                  ("actord_prefill", "prefill_tokens_per_s"),
+                  ("actord_b1_no_graphs", "decode_tokens_per_s"), ("actord_b64", "decode_tokens_per_s"),
+                  ("actord_b64_no_graphs", "decode_tokens_per_s"), ("actord_prefill", "prefill_tokens_per_s"),
                   ("actord_prefill_cublas_attention", "prefill_tokens_per_s"),
                   ("actord_prefill_fma_tiles", "prefill_tokens_per_s"),
                   ("actord_long_b1", "decode_tokens_per_s"), ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),

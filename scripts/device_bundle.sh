@@ -48,6 +48,8 @@ cat >"$OUT/run.sh" <<'RUN'
 # compute-sanitizer, stories260K through `actord generate` on the GPU, the host CPU's [amx] tests and GEMM bench
 # (these machines' Xeons may have AMX), then bench/cuda_device_bench.sh until the deadline. Logs under $OUT (or /tmp).
 # run.sh [all | tests | nobench]; BENCH_ONLY="b1 hf ...": just those benchmarks (bench/cuda_device_bench.sh --only)
+# SKIP_SANITIZER=1: no compute-sanitizer runs; MEMCHECK_TESTS / RACECHECK_TESTS (Catch2 test specs) and
+# MEMCHECK_SECONDS / RACECHECK_SECONDS narrow them for a short lease.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -78,14 +80,14 @@ if [ -z "${SKIP_HOST:-}" ]; then  # SKIP_HOST=1: not the host CPU's [amx] tests 
   bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
   echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
 fi
-if command -v compute-sanitizer >/dev/null; then
+if [ -z "${SKIP_SANITIZER:-}" ] && command -v compute-sanitizer >/dev/null; then
   # The kernel tests (whole models and NCCL's processes run too slowly under memcheck to fit a device call).
-  bounded 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" "[cuda]~[model]~[nccl]" \
-    >"$LOGS/sanitizer.log" 2>&1
+  bounded "${MEMCHECK_SECONDS:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 "$HERE/actord_tests" \
+    "${MEMCHECK_TESTS:-[cuda]~[model]~[nccl]}" >"$LOGS/sanitizer.log" 2>&1
   echo "compute-sanitizer memcheck on the [cuda] kernel tests: exit $? (log: sanitizer.log)"; tail -3 "$LOGS/sanitizer.log"
-  bounded 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$HERE/actord_tests" "cuda: rope*" \
-    >"$LOGS/racecheck.log" 2>&1
-  echo "compute-sanitizer racecheck on the attention test: exit $? (log: racecheck.log)"; tail -3 "$LOGS/racecheck.log"
+  bounded "${RACECHECK_SECONDS:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 "$HERE/actord_tests" \
+    "${RACECHECK_TESTS:-cuda: rope*}" >"$LOGS/racecheck.log" 2>&1
+  echo "compute-sanitizer racecheck on ${RACECHECK_TESTS:-cuda: rope*}: exit $? (log: racecheck.log)"; tail -3 "$LOGS/racecheck.log"
 fi
 cd "$ROOT"
 if [ "${1:-all}" = tests ]; then exit 0; fi

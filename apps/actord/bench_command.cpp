@@ -56,6 +56,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--top-p", args.top_p, "Nucleus sampling mass, in (0, 1]")
       ->check(CLI::Range(1e-6f, 1.0f))
       ->capture_default_str();
+  cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -133,6 +136,7 @@ int run_bench(const BenchArgs& args) {
     r.max_tokens = static_cast<uint32_t>(output_len);
     r.sampling.temperature = args.temperature;
     r.sampling.top_p = args.top_p;
+    r.sampling.top_k = args.top_k;
     r.sampling.seed = requests_made++;
     r.ignore_eos = true;
     return r;
@@ -198,6 +202,7 @@ int run_bench(const BenchArgs& args) {
   j["concurrency"] = args.concurrency;
   j["temperature"] = args.temperature;
   j["top_p"] = args.top_p;
+  j["top_k"] = args.top_k;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());
   j["prefill_tokens_per_s"] = rate(run.prefill_tokens, run.prefill_us);

@@ -56,6 +56,7 @@ struct BenchArgs {
   uint64_t seed = 0;
   float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
   float top_p = 1.0f;
+  int top_k = 0;  // 0: all tokens
   std::vector<std::string> set;
   std::string log_level = "warn";
   std::string trace;  // --trace FILE

@@ -15,6 +15,8 @@
 #include "executors/cuda/device_memory.hpp"
 #include "executors/cuda/kernel_times.hpp"
 #include "executors/cuda/long_prefill_attention.cuh"
+#include "executors/cuda/step_graphs.hpp"
+#include "executors/cpu/thread_pool.hpp"
 
 namespace actord::cuda {
 
@@ -70,21 +72,32 @@ struct CheckedPath {
 };
 
 // One product of the small-batch kernel: y = x w^T (+ bias).
-void add_target(SmallBatchTargets& targets, const CudaWeight& w, const exec::Buffer* bias, exec::Buffer& y) {
+void add_target(SmallBatchTargets& targets, const CudaWeight& w, const float* bias, float* y) {
   targets.w[targets.count] = w.data;
-  targets.bias[targets.count] = bias && !bias->empty() ? bias->data() : nullptr;
-  targets.y[targets.count] = y.data();
+  targets.bias[targets.count] = bias;
+  targets.y[targets.count] = y;
   targets.rows[targets.count] = static_cast<int>(w.rows);
   ++targets.count;
 }
 
 class CudaBackend final : public exec::Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, cpu::ThreadPool* pool) : device_(device), pool_(pool) {
+    if (!pool_) {
+      own_pool_ = std::make_unique<cpu::ThreadPool>(1);
+      pool_ = own_pool_.get();
+    }
     ACTORD_CUDA_CHECK(cudaSetDevice(device_));
     ACTORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ACTORD_CUBLAS_CHECK(cublasCreate(&blas_));
     ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    // A workspace of its own, so that cuBLAS allocates nothing while a step is captured as a graph.
+    blas_workspace_ = device_memory(kBlasWorkspaceBytes);
+    ACTORD_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.get(), kBlasWorkspaceBytes));
+    graphs_ = std::make_unique<StepGraphs>(stream_, device_, [this](const float* a, const float* b, size_t n, float* diff) {
+      max_difference(a, b, 0, 1, static_cast<int>(n), diff, stream_);
+    });
+    if (times_.on()) graphs_->disable("off: ACTORD_CUDA_PROFILE times every primitive");
     // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
     ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
     ACTORD_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
@@ -94,7 +107,8 @@ class CudaBackend final : public exec::Backend {
   // fallback in one run, or to step around one): small_batch (cuBLAS for every product), prefill_tiles (one warp per
   // query for prefills too), long_prefill (the cuBLAS path for long prefills: FMA tiles where flash_prefill is
   // off or does not fit), flash_prefill (the one-kernel tensor-core attention of long prefills: the cuBLAS path
-  // instead), split_decode (one warp per decode), device_sampling (logits downloaded and sampled by the worker).
+  // instead), split_decode (one warp per decode), device_sampling (logits downloaded and sampled by the worker),
+  // step_graphs (every launch on its own instead of a decode step's launches as one CUDA graph).
   void disable_paths(const char* list) {
     if (!list) return;
     std::string names = list;
@@ -115,6 +129,8 @@ class CudaBackend final : public exec::Backend {
         flash_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "device_sampling") {
         device_sampling_path_.disable("off: ACTORD_CUDA_DISABLE");
+      } else if (name == "step_graphs") {
+        graphs_->disable("off: ACTORD_CUDA_DISABLE");
       } else {
         std::string known;
         for (const std::string& path : path_names()) known += (known.empty() ? "" : ", ") + path;
@@ -124,6 +140,12 @@ class CudaBackend final : public exec::Backend {
     }
   }
   ~CudaBackend() override {
+    if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0) {
+      std::fprintf(stderr, "cuda:%d: step graphs %s: %ld replays, %ld captures, %ld segments launch by launch\n",
+                   device_, graphs_->state().c_str(), graphs_->replays(), graphs_->captures(),
+                   graphs_->eager_segments());
+    }
+    graphs_.reset();
     cudaStreamSynchronize(stream_);
     times_.report();
     cublasDestroy(blas_);
@@ -136,6 +158,8 @@ class CudaBackend final : public exec::Backend {
   const std::string& split_decode_state() const { return split_decode_path_.state; }
   const std::string& flash_prefill_state() const { return flash_prefill_path_.state; }
   const std::string& device_sampling_state() const { return device_sampling_path_.state; }
+  const StepGraphs& graphs() const { return *graphs_; }
+  StepGraphs& graphs() { return *graphs_; }
   cudaStream_t stream() const { return stream_; }
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -144,13 +168,15 @@ class CudaBackend final : public exec::Backend {
   }
 
   void download(const exec::Buffer& b, size_t offset, std::span<float> host) override {
-    KernelTimed timed(times_, "download", stream_);
     ACTORD_CHECK(offset + host.size() <= b.size());
+    flush_queue({b.data() + offset, host.size()});
+    KernelTimed timed(times_, "download", stream_);
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(host.data(), b.data() + offset, host.size_bytes(), cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   Result<std::optional<DeviceBytes>> allocate_device_bytes(size_t bytes) override {
+    flush_queue();
     void* p = nullptr;
     if (cudaMalloc(&p, bytes) != cudaSuccess) {
       cudaGetLastError();
@@ -164,6 +190,7 @@ class CudaBackend final : public exec::Backend {
     return std::optional<DeviceBytes>(std::move(out));
   }
   void copy_bytes(void* dst, const void* src, size_t n) override {
+    flush_queue();
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -180,6 +207,7 @@ class CudaBackend final : public exec::Backend {
   bool keeps_host_view(exec::WeightUse) const override { return false; }
 
   void begin_step(const ForwardBatch& batch) override {
+    flush_queue();  // what a step left queued (it read nothing back) runs before its layout is replaced
     times_.collect();
     const int n = static_cast<int>(batch.tokens.size());
     // Short decodes are split until their warps (one per split and head) about fill the GPU: kSplitWarpsPerSm.
@@ -201,18 +229,33 @@ class CudaBackend final : public exec::Backend {
     step_.n_splits = plan_.n_splits;
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
+    // Steps without prefill tiles (decodes, short chunks) are graphed: their launches depend on n, the layout's
+    // place and the attention plan's counts besides the primitives' own arguments.
+    graphs_->begin(plan_.n_tiles == 0 && plan_.long_seqs.empty());
+    graphs_->note(kStepTag, step_.tokens, step_.token_seq, step_.token_pos, step_.seq_tiled, step_.tiles,
+                  step_.splits, step_.n, step_.n_tiles, step_.n_splits, plan_.tiled_tokens, plan_.split_tokens,
+                  split_decode_path_.on);
   }
 
   void embed(const std::vector<int32_t>& tokens, const exec::Weight& table, int64_t vocab_first,
              exec::Buffer& out) override {
-    KernelTimed timed(times_, "embed", stream_);
     ACTORD_CHECK(batch_ && tokens.size() == size_t(step_.n));
-    const CudaWeight& w = weight_of(table);
-    launch_embed(step_, w.data, w.dtype, vocab_first, w.rows, static_cast<int>(w.cols), out.data(), stream_);
+    const CudaWeight* w = &weight_of(table);
+    float* y = out.data();
+    graphs_->note(kEmbedTag, w->data, vocab_first, y);
+    graphs_->run([this, step = step_, w, vocab_first, y] {
+      KernelTimed timed(times_, "embed", stream_);
+      launch_embed(step, w->data, w->dtype, vocab_first, w->rows, static_cast<int>(w->cols), y, stream_);
+    });
   }
   void rms_norm(const exec::Buffer& x, const exec::Buffer& w, exec::Buffer& y, int n, int dim, float eps) override {
-    KernelTimed timed(times_, "rms_norm", stream_);
-    launch_rms_norm(x.data(), w.data(), y.data(), n, dim, eps, stream_);
+    const float *xp = x.data(), *wp = w.data();
+    float* yp = y.data();
+    graphs_->note(kNormTag, xp, wp, yp, n, dim, eps);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "rms_norm", stream_);
+      launch_rms_norm(xp, wp, yp, n, dim, eps, stream_);
+    });
   }
   void gemm(const exec::Buffer& x, const exec::Weight& w, const exec::Buffer* bias, exec::Buffer& y, int n) override {
     one_product(x, weight_of(w), bias, y, n, false);
@@ -227,18 +270,26 @@ class CudaBackend final : public exec::Backend {
   void one_product(const exec::Buffer& x, const CudaWeight& cw, const exec::Buffer* bias, exec::Buffer& y, int n,
                    bool accumulate) {
     const bool small = small_batch(cw, x, n);
-    KernelTimed timed(times_, small ? (accumulate ? "gemm_accumulate (small batch)" : "gemm (small batch)")
-                                    : (accumulate ? "gemm_accumulate (cuBLAS)" : "gemm (cuBLAS)"),
-                      stream_);
-    if (small) {
-      SmallBatchTargets one;
-      add_target(one, cw, bias, y);
-      one.accumulate[0] = accumulate;
-      launch_small_batch_gemm(one, cw.dtype, x.data(), n, static_cast<int>(cw.cols), stream_);
-      return;
-    }
-    product(x, cw, y.data(), n, accumulate);
-    if (bias && !bias->empty()) launch_add_bias(y.data(), bias->data(), n, static_cast<int>(cw.rows), stream_);
+    const char* name = small ? (accumulate ? "gemm_accumulate (small batch)" : "gemm (small batch)")
+                             : (accumulate ? "gemm_accumulate (cuBLAS)" : "gemm (cuBLAS)");
+    const CudaWeight* w = &cw;
+    const float* xp = x.data();
+    const float* bp = bias && !bias->empty() ? bias->data() : nullptr;
+    float* yp = y.data();
+    void* room = small ? nullptr : rounding_room(cw, n);
+    graphs_->note(kProductTag, w->data, xp, bp, yp, room, n, accumulate, small);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, name, stream_);
+      if (small) {
+        SmallBatchTargets one;
+        add_target(one, *w, bp, yp);
+        one.accumulate[0] = accumulate;
+        launch_small_batch_gemm(one, w->dtype, xp, n, static_cast<int>(w->cols), stream_);
+        return;
+      }
+      cublas_product(xp, room, *w, yp, n, accumulate);
+      if (bp) launch_add_bias(yp, bp, n, static_cast<int>(w->rows), stream_);
+    });
   }
   // Products of one x with up to kSmallBatchTargets weights of one dtype and width (Q, K, V): one launch at small n.
   void gemm_multi(const exec::Buffer& x, std::span<const exec::GemmTarget> targets, int n) override {
@@ -248,86 +299,151 @@ class CudaBackend final : public exec::Backend {
       const CudaWeight& cw = weight_of(*t.w);
       together = together && small_batch(cw, x, n) && cw.dtype == first->dtype && cw.cols == first->cols;
     }
+    const float* xp = x.data();
     if (!together) {
       if (first && n > 0 && same_input(targets) && !small_batch(*first, x, n)) {  // cuBLAS: x rounded once for all
-        KernelTimed timed(times_, "gemm (cuBLAS)", stream_);
-        const void* b = input_for(x, *first, n);
+        struct Output {
+          const CudaWeight* w;
+          const float* bias;
+          float* y;
+        };
+        std::vector<Output> outputs;
+        void* room = rounding_room(*first, n);
+        graphs_->note(kMultiTag, xp, room, n);
         for (const exec::GemmTarget& t : targets) {
-          const CudaWeight& cw = weight_of(*t.w);
-          product_of(b, cw, t.y->data(), n, false);
-          if (t.bias && !t.bias->empty()) launch_add_bias(t.y->data(), t.bias->data(), n, int(cw.rows), stream_);
+          outputs.push_back({&weight_of(*t.w), t.bias && !t.bias->empty() ? t.bias->data() : nullptr, t.y->data()});
+          graphs_->note(outputs.back().w->data, outputs.back().bias, outputs.back().y);
         }
+        graphs_->run([=, this, outputs = std::move(outputs)] {
+          KernelTimed timed(times_, "gemm (cuBLAS)", stream_);
+          const void* b = rounded(xp, room, *first, n);
+          for (const Output& o : outputs) {
+            product_of(b, *o.w, o.y, n, false);
+            if (o.bias) launch_add_bias(o.y, o.bias, n, static_cast<int>(o.w->rows), stream_);
+          }
+        });
         return;
       }
       for (const exec::GemmTarget& t : targets) gemm(x, *t.w, t.bias, *t.y, n);
       return;
     }
-    KernelTimed timed(times_, "gemm_multi (small batch)", stream_);
     SmallBatchTargets all;
-    for (const exec::GemmTarget& t : targets) add_target(all, weight_of(*t.w), t.bias, *t.y);
-    launch_small_batch_gemm(all, first->dtype, x.data(), n, static_cast<int>(first->cols), stream_);
+    for (const exec::GemmTarget& t : targets) {
+      add_target(all, weight_of(*t.w), t.bias && !t.bias->empty() ? t.bias->data() : nullptr, t.y->data());
+      graphs_->note(kMultiTag, all.w[all.count - 1], all.bias[all.count - 1], all.y[all.count - 1]);
+    }
+    graphs_->note(xp, n);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "gemm_multi (small batch)", stream_);
+      launch_small_batch_gemm(all, first->dtype, xp, n, static_cast<int>(first->cols), stream_);
+    });
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
-    const CudaWeight& cw = weight_of(gate_up);
-    ACTORD_CHECK(cw.rows == 2 * ff);
-    const bool small = small_batch(cw, x, n);
-    KernelTimed timed(times_, small ? "gemm_glu (small batch)" : "gemm_glu (cuBLAS)", stream_);
+    const CudaWeight* w = &weight_of(gate_up);
+    ACTORD_CHECK(w->rows == 2 * ff);
+    const bool small = small_batch(*w, x, n);
+    const float* xp = x.data();
+    float* yp = y.data();
     if (small) {  // gate and up rows of a feature in one warp, silu(gate) * up written directly
-      launch_small_batch_glu(cw.data, cw.dtype, x.data(), n, static_cast<int>(ff), static_cast<int>(cw.cols),
-                             y.data(), stream_);
+      graphs_->note(kGluTag, w->data, xp, yp, n, ff);
+      graphs_->run([=, this] {
+        KernelTimed timed(times_, "gemm_glu (small batch)", stream_);
+        launch_small_batch_glu(w->data, w->dtype, xp, n, static_cast<int>(ff), static_cast<int>(w->cols), yp,
+                               stream_);
+      });
       return;
     }
-    reserve(glu_scratch_, size_t(n) * size_t(cw.rows));
-    product(x, cw, glu_scratch_.data(), n);
-    launch_silu_mul_halves(glu_scratch_.data(), y.data(), n, ff, stream_);
+    reserve(glu_scratch_, size_t(n) * size_t(w->rows));
+    float* gate_up_rows = glu_scratch_.data();
+    void* room = rounding_room(*w, n);
+    graphs_->note(kGluTag, w->data, xp, yp, n, ff, gate_up_rows, room);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "gemm_glu (cuBLAS)", stream_);
+      cublas_product(xp, room, *w, gate_up_rows, n, false);
+      launch_silu_mul_halves(gate_up_rows, yp, n, ff, stream_);
+    });
   }
   void gated_activation(exec::GatedActivation act, exec::Buffer& gate, const exec::Buffer& up, size_t count) override {
-    KernelTimed timed(times_, "gated_activation", stream_);
     const int code = act == exec::GatedActivation::silu ? 0 : act == exec::GatedActivation::gelu_tanh ? 1 : 2;
-    launch_gated_activation(code, gate.data(), up.data(), count, stream_);
+    float* gp = gate.data();
+    const float* up_p = up.data();
+    graphs_->note(kActivationTag, code, gp, up_p, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "gated_activation", stream_);
+      launch_gated_activation(code, gp, up_p, count, stream_);
+    });
   }
   void add(exec::Buffer& x, const exec::Buffer& y, size_t count) override {
-    KernelTimed timed(times_, "add", stream_);
-    launch_add(x.data(), y.data(), count, stream_);
+    float* xp = x.data();
+    const float* yp = y.data();
+    graphs_->note(kAddTag, xp, yp, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "add", stream_);
+      launch_add(xp, yp, count, stream_);
+    });
   }
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override {
-    KernelTimed timed(times_, "rope_and_store_kv", stream_);
     upload_tables(batch, kv.block_size);
-    launch_rope_store_kv(step_, q.data(), k.data(), v.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                         inv_freq.data(), view(kv), stream_);
+    float *qp = q.data(), *kp = k.data();
+    const float *vp = v.data(), *freq = inv_freq.data();
+    const KvView cache = view(kv);
+    note_attention(kRopeTag, shape, cache);
+    graphs_->note(qp, kp, vp, freq);
+    graphs_->run([=, this, step = step_] {
+      KernelTimed timed(times_, "rope_and_store_kv", stream_);
+      launch_rope_store_kv(step, qp, kp, vp, shape.n_heads, shape.n_kv_heads, shape.head_dim, freq, cache, stream_);
+    });
   }
   void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,
                        const exec::AttentionShape& shape, const exec::KvLayer& kv) override {
-    KernelTimed timed(times_, step_.n_tiles > 0 ? "attention (with prefill tiles)"
-                              : step_.n_splits > 0 ? "attention (split decodes)" : "attention (per query)",
-                      stream_);
     heads_ = shape.n_heads;  // for the next steps' plans
     upload_tables(batch, kv.block_size);
     const bool tiled = tiles_on_ && step_.n_tiles > 0 && prefill_attention_fits(shape.head_dim);
-    const bool long_path = tiled && !plan_.long_seqs.empty() && (flash_fits(shape, kv) || cublas_long_fits(shape, kv));
+    const bool split = step_.n_splits > 0 && split_decode_path_.on;
+    const bool check_split = split && !split_decode_path_.checked;
+    if (tiled || check_split) {  // prefill tiles are not graphed; a check reads results on the host
+      spoil_and_flush();
+    }
     if (tiled) {
+      KernelTimed timed(times_, "attention (prefill tiles)", stream_);
+      const bool long_path = !plan_.long_seqs.empty() && (flash_fits(shape, kv) || cublas_long_fits(shape, kv));
       StepLayout short_tiles = step_;
       if (long_path) short_tiles.n_tiles = plan_.short_tiles;  // the long sequences' tiles come last
       launch_prefill_attention(short_tiles, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
                                shape.sliding_window, view(kv), stream_);
+      if (long_path) {
+        for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) attend_long(ls, q, out, shape, kv);
+      }
     }
-    if (long_path) {
-      for (const AttentionPlan::LongSeq& ls : plan_.long_seqs) attend_long(ls, q, out, shape, kv);
-    }
-    const bool split = step_.n_splits > 0 && split_decode_path_.on;
-    if (split) {
-      reserve(split_partial_, size_t(step_.n_splits) * size_t(shape.n_heads) * size_t(shape.head_dim + 2));
-      launch_split_attention(step_, q.data(), split_partial_.data(), out.data(), shape.n_heads, shape.n_kv_heads,
-                             shape.head_dim, shape.sliding_window, view(kv), stream_);
-    }
-    if ((tiled ? plan_.tiled_tokens : 0) + (split ? plan_.split_tokens : 0) < step_.n) {
-      launch_paged_attention(step_, q.data(), out.data(), shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                             shape.sliding_window, view(kv),
-                             (tiled ? AttentionPlan::kTiled : 0) | (split ? AttentionPlan::kSplit : 0), stream_);
-    }
-    if (split && !split_decode_path_.checked) check_split_decode(q, out, shape, kv, tiled);
+    if (split) reserve(split_partial_, size_t(step_.n_splits) * size_t(shape.n_heads) * size_t(shape.head_dim + 2));
+    const bool per_query = (tiled ? plan_.tiled_tokens : 0) + (split ? plan_.split_tokens : 0) < step_.n;
+    const int skip = (tiled ? AttentionPlan::kTiled : 0) | (split ? AttentionPlan::kSplit : 0);
+    const float* qp = q.data();
+    float* op = out.data();
+    float* partial = split ? split_partial_.data() : nullptr;
+    const KvView cache = view(kv);
+    note_attention(kAttentionTag, shape, cache);
+    graphs_->note(qp, op, partial, per_query, skip);
+    graphs_->run([=, this, step = step_] {
+      KernelTimed timed(times_, split ? "attention (split decodes)" : "attention (per query)", stream_);
+      if (split) {
+        launch_split_attention(step, qp, partial, op, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                               shape.sliding_window, cache, stream_);
+      }
+      if (per_query) {
+        launch_paged_attention(step, qp, op, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window,
+                               cache, skip, stream_);
+      }
+    });
+    if (check_split) check_split_decode(q, out, shape, kv, tiled);
+  }
+  // An attention launch's shape and cache in the step's signature.
+  void note_attention(uint32_t tag, const exec::AttentionShape& shape, const KvView& cache) {
+    graphs_->note(tag, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, cache.k_base,
+                  cache.v_base, static_cast<int>(cache.dtype), cache.block_size, cache.block_stride,
+                  cache.head_stride);
   }
   // The first split-K step of a backend is checked against the per-query kernel on the same tokens (a copy of out
   // with every untiled token redone one warp per query): a mismatch keeps that result and turns split-K off.
@@ -350,31 +466,53 @@ class CudaBackend final : public exec::Backend {
                                       cudaMemcpyDeviceToDevice, stream_));
   }
   void gather_rows(const exec::Buffer& src, std::span<const int32_t> rows, int dim, exec::Buffer& dst) override {
-    KernelTimed timed(times_, "gather_rows", stream_);
     const int32_t* idx = upload_indices(rows, {});
-    launch_gather_rows(src.data(), idx, static_cast<int>(rows.size()), dim, dst.data(), stream_);
+    const float* from = src.data();
+    float* to = dst.data();
+    const int count = static_cast<int>(rows.size());
+    graphs_->note(kGatherTag, from, idx, count, dim, to);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "gather_rows", stream_);
+      launch_gather_rows(from, idx, count, dim, to, stream_);
+    });
   }
   void scatter_add_rows(const exec::Buffer& src, std::span<const int32_t> rows, std::span<const float> weights,
                         int dim, exec::Buffer& dst) override {
-    KernelTimed timed(times_, "scatter_add_rows", stream_);
     ACTORD_CHECK(rows.size() == weights.size());
     const int32_t* idx = upload_indices(rows, weights);
     const auto* w = reinterpret_cast<const float*>(idx + rows.size());
-    launch_scatter_add_rows(src.data(), idx, w, static_cast<int>(rows.size()), dim, dst.data(), stream_);
+    const float* from = src.data();
+    float* to = dst.data();
+    const int count = static_cast<int>(rows.size());
+    graphs_->note(kScatterTag, from, idx, count, dim, to);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "scatter_add_rows", stream_);
+      launch_scatter_add_rows(from, idx, w, count, dim, to, stream_);
+    });
   }
   void copy_columns(const exec::Buffer& src, size_t src_offset, int rows, int width, exec::Buffer& dst,
                     int dst_stride, int col_offset) override {
-    KernelTimed timed(times_, "copy_columns", stream_);
-    launch_copy_columns(src.data() + src_offset, rows, width, dst.data(), dst_stride, col_offset, stream_);
+    const float* from = src.data() + src_offset;
+    float* to = dst.data();
+    graphs_->note(kCopyTag, from, to, rows, width, dst_stride, col_offset);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "copy_columns", stream_);
+      launch_copy_columns(from, rows, width, to, dst_stride, col_offset, stream_);
+    });
   }
   void zero(exec::Buffer& b, size_t count) override {
-    KernelTimed timed(times_, "zero", stream_);
-    ACTORD_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, count * sizeof(float), stream_));
+    float* p = b.data();
+    graphs_->note(kZeroTag, p, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "zero", stream_);
+      ACTORD_CUDA_CHECK(cudaMemsetAsync(p, 0, count * sizeof(float), stream_));
+    });
   }
   void row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) override {
-    KernelTimed timed(times_, "row_bests + download", stream_);
     ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
+    flush_queue({x.data(), size_t(std::max(rows, 0)) * size_t(width)});
     if (rows <= 0) return;
+    KernelTimed timed(times_, "row_bests + download", stream_);
     const size_t bytes = size_t(rows) * sizeof(RowBest);
     reserve_bytes(bests_, bests_bytes_, bytes * size_t(1 + row_best_chunks(width)));
     auto* bests = static_cast<RowBest*>(bests_.get());  // rows' results, then their chunks'
@@ -383,13 +521,16 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  // The rows sampled on the GPU (device_sampler.cu); the rows it leaves (logprobs, a wide top-k or head) and, for
-  // the first kCheckedSamplings calls, every row are sampled on the host too from a copy of the raw rows: a token
-  // that differs turns the GPU path off (the host's tokens are kept).
+  // The rows sampled on the GPU (device_sampler.cu). The rows it leaves (logprobs, a wide top-k, a head of more
+  // than kDeviceSampleCandidates tokens) and, for the first kCheckedSamplings calls, every row are sampled on the
+  // host too, over the worker's pool (executors/sampler.hpp's BatchSampler): while checking, from a copy of the raw
+  // rows, and a token that differs turns the GPU path off (the host's tokens are kept); after, from the rows as the
+  // GPU left them (penalties and masks applied where it took them).
   bool sample_rows(exec::Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
                    std::span<SampledToken> out) override {
     if (!device_sampling_path_.on || rows <= 0 || requests.size() != size_t(rows) || out.size() != size_t(rows))
       return false;
+    flush_queue({logits.data(), size_t(rows) * size_t(vocab)});
     KernelTimed timed(times_, "sample_rows", stream_);
     plan_device_sampling(requests, vocab, sampling_plan_);
     const bool checking = sampling_checks_ < kCheckedSamplings;
@@ -414,26 +555,42 @@ class CudaBackend final : public exec::Backend {
     host_tokens_.resize(size_t(rows));
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(host_tokens_.data(), tokens, tokens_bytes, cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    int differ = -1;
+    // The rows the host samples: every row while checking (raw_rows_ holds them in order), else those left.
+    host_rows_.clear();
     for (int r = 0; r < rows; ++r) {
-      const bool left = host_tokens_[size_t(r)] < 0;
-      if (!left && !checking) {
+      if (checking || host_tokens_[size_t(r)] < 0) {
+        host_rows_.push_back(r);
+      } else {
         out[size_t(r)] = SampledToken{host_tokens_[size_t(r)], 0.0f, {}};
-        continue;
       }
-      std::span<float> row(raw_rows_.data() + size_t(r) * size_t(vocab), size_t(vocab));
+    }
+    if (host_rows_.empty()) return true;
+    if (!checking) {  // the rows as the GPU left them, one copy each, one wait
+      raw_rows_.resize(host_rows_.size() * size_t(vocab));
+      for (size_t i = 0; i < host_rows_.size(); ++i) {
+        ACTORD_CUDA_CHECK(cudaMemcpyAsync(raw_rows_.data() + i * size_t(vocab),
+                                          logits.data() + size_t(host_rows_[i]) * size_t(vocab),
+                                          size_t(vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      }
+      ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    host_requests_.clear();
+    for (const int r : host_rows_) {
       SampleRequest request = requests[size_t(r)];
-      if (!checking) {  // the row as the GPU left it: raw where it was left whole, else penalised and masked already
-        raw_rows_.resize(size_t(vocab));
-        row = std::span<float>(raw_rows_.data(), size_t(vocab));
-        download(logits, size_t(r) * size_t(vocab), row);
-        if (!sampling_plan_.params[size_t(r)].host) {
-          request.history = nullptr;
-          request.masked_ids = {};
-        }
+      if (!checking && !sampling_plan_.params[size_t(r)].host) {  // penalised and masked on the GPU already
+        request.history = nullptr;
+        request.masked_ids = {};
       }
-      out[size_t(r)] = host_sampler_.sample(row.data(), vocab, request);
-      if (checking && !left && out[size_t(r)].token != host_tokens_[size_t(r)] && differ < 0) differ = r;
+      host_requests_.push_back(request);
+    }
+    host_samples_.resize(host_rows_.size());
+    host_sampler_.sample_rows(raw_rows_.data(), vocab, host_requests_, host_samples_, *pool_);
+    int differ = -1;
+    for (size_t i = 0; i < host_rows_.size(); ++i) {
+      const int r = host_rows_[i];
+      out[size_t(r)] = host_samples_[i];
+      const int32_t drawn = host_tokens_[size_t(r)];
+      if (checking && drawn >= 0 && drawn != host_samples_[i].token && differ < 0) differ = r;
     }
     if (checking) {
       ++sampling_checks_;
@@ -455,12 +612,15 @@ class CudaBackend final : public exec::Backend {
   bool computes_in_host_memory() const override { return false; }
 
  protected:
+  // A buffer grows: the launches queued so far (which may read the memory it gives up) run first.
   Allocation allocate(size_t n) override {
+    spoil_and_flush();
     std::shared_ptr<void> memory = device_memory(n * sizeof(float));
     auto* data = static_cast<float*>(memory.get());
     return {data, std::move(memory)};
   }
   void upload_into(std::span<const float> host, exec::Buffer& b) override {
+    flush_queue();
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(b.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -510,22 +670,33 @@ class CudaBackend final : public exec::Backend {
            reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
   }
 
-  // y [n, w.rows] = x [n, w.cols] w^T by cuBLAS. Row-major y = x W^T is column-major y^T = W x^T: cuBLAS computes
-  // C (rows x n) = op(A) B with A = W stored column-major as [cols, rows] (transposed) and B = x as [cols, n].
-  // accumulate: y += x W^T (cuBLAS's beta = 1).
-  void product(const exec::Buffer& x, const CudaWeight& w, float* y, int n, bool accumulate = false) {
-    if (n == 0) return;
-    product_of(input_for(x, w, n), w, y, n, accumulate);
-  }
-  // x as a product with w takes it: rounded to w's 16-bit type (into rounded_, valid until the next call), or x.
-  const void* input_for(const exec::Buffer& x, const CudaWeight& w, int n) {
-    if (w.dtype == DType::f32) return x.data();
-    const size_t count = size_t(n) * size_t(w.cols);
-    reserve_bytes(rounded_, rounded_bytes_, count * dtype_size(w.dtype));
-    launch_round_to(x.data(), rounded_.get(), w.dtype, count, stream_);
+  // Room for x [n, w.cols] rounded to w's 16-bit type (rounded_, shared by every product of a step: each launch
+  // fills it before its product reads it), taken when the primitive is called; null for f32 weights.
+  void* rounding_room(const CudaWeight& w, int n) {
+    if (w.dtype == DType::f32) return nullptr;
+    grow_bytes(rounded_, rounded_bytes_, size_t(n) * size_t(w.cols) * dtype_size(w.dtype));
     return rounded_.get();
   }
-  // y (+)= b w^T, b [n, w.cols] of input_for.
+  // x rounded into room (launched) where there is one, else x: what a product with w takes.
+  const void* rounded(const float* x, void* room, const CudaWeight& w, int n) {
+    if (!room) return x;
+    launch_round_to(x, room, w.dtype, size_t(n) * size_t(w.cols), stream_);
+    return room;
+  }
+  // y [n, w.rows] (+)= x [n, w.cols] w^T by cuBLAS, x rounded into room first (rounding_room). Row-major y = x W^T
+  // is column-major y^T = W x^T: cuBLAS computes C (rows x n) = op(A) B with A = W stored column-major as [cols,
+  // rows] (transposed) and B = x as [cols, n]. accumulate: y += x W^T (cuBLAS's beta = 1).
+  void cublas_product(const float* x, void* room, const CudaWeight& w, float* y, int n, bool accumulate) {
+    if (n == 0) return;
+    product_of(rounded(x, room, w, n), w, y, n, accumulate);
+  }
+  // Device scratch that must grow: the launches queued so far (which may read the block it gives up) run first.
+  void grow_bytes(std::shared_ptr<void>& memory, size_t& have, size_t bytes) {
+    if (have >= bytes) return;
+    spoil_and_flush();
+    reserve_bytes(memory, have, bytes);
+  }
+  // y (+)= b w^T, b [n, w.cols] as rounded() gives it.
   void product_of(const void* b, const CudaWeight& w, float* y, int n, bool accumulate) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int m = static_cast<int>(w.rows), k = static_cast<int>(w.cols);
@@ -598,7 +769,7 @@ class CudaBackend final : public exec::Backend {
     }
     const size_t table_bytes = host_tables_.size() * sizeof(uint32_t);
     const size_t offsets_bytes = host_seq_table_.size() * sizeof(int32_t);
-    reserve_bytes(tables_, tables_bytes_, table_bytes + offsets_bytes);
+    grow_bytes(tables_, tables_bytes_, table_bytes + offsets_bytes);
     auto* base = static_cast<unsigned char*>(tables_.get());
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, host_seq_table_.data(), offsets_bytes, cudaMemcpyHostToDevice, stream_));
     ACTORD_CUDA_CHECK(
@@ -606,27 +777,79 @@ class CudaBackend final : public exec::Backend {
     step_.seq_table = reinterpret_cast<const int32_t*>(base);
     step_.tables = reinterpret_cast<const uint32_t*>(base + offsets_bytes);
     tables_block_size_ = block_size;
+    graphs_->note(kTablesTag, step_.seq_table, step_.tables);
   }
 
-  // rows, then weights (as raw floats), in device scratch. One buffer serves every call: the copy is queued on the
-  // stream after the kernels that read the previous contents (and a pageable source is staged before this returns).
+  // rows, then weights (as raw floats), in device scratch (indices_). Launch by launch, every call uses its start:
+  // the copy is queued on the stream after the kernels that read the previous contents (and a pageable source is
+  // staged before this returns). While a step's launches are queued, each call's words go at their own place in
+  // queued_indices_, copied to indices_ in one go before the queue runs (flush_queue): a graph's launches read them
+  // at the same places every step.
   const int32_t* upload_indices(std::span<const int32_t> rows, std::span<const float> weights) {
-    const size_t bytes = rows.size_bytes() + weights.size_bytes();
-    host_indices_.resize((bytes + 3) / 4);
+    const size_t words = rows.size() + weights.size();
+    const size_t at = queued_indices_.size();
+    if (graphs_->queuing() && (at + words) * sizeof(int32_t) <= indices_bytes_) {
+      queued_indices_.resize(at + words);
+      std::memcpy(queued_indices_.data() + at, rows.data(), rows.size_bytes());
+      if (!weights.empty()) std::memcpy(queued_indices_.data() + at + rows.size(), weights.data(), weights.size_bytes());
+      return static_cast<const int32_t*>(indices_.get()) + at;
+    }
+    if (graphs_->queuing()) spoil_and_flush();  // the block must grow: what is queued runs first, with its words
+    host_indices_.resize(words);
     std::memcpy(host_indices_.data(), rows.data(), rows.size_bytes());
     if (!weights.empty()) std::memcpy(host_indices_.data() + rows.size(), weights.data(), weights.size_bytes());
-    reserve_bytes(indices_, indices_bytes_, bytes);
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), host_indices_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    reserve_bytes(indices_, indices_bytes_, words * sizeof(int32_t));
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), host_indices_.data(), words * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
     return static_cast<const int32_t*>(indices_.get());
+  }
+  // Runs the queued launches (StepGraphs::flush), their rows and weights copied to the device first.
+  void flush_queue(StepGraphs::Check check = {}) {
+    if (!queued_indices_.empty()) {
+      ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), queued_indices_.data(), queued_indices_.size() * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream_));
+      queued_indices_.clear();
+    }
+    graphs_->flush(check);
+  }
+  // The queued launches run one by one now, the step kept out of graphs (memory they read is about to change, or a
+  // check is about to read results on the host).
+  void spoil_and_flush() {
+    graphs_->spoil();
+    flush_queue();
   }
 
   static KvView view(const exec::KvLayer& kv) {
     return KvView{kv.k_base, kv.v_base, kv.dtype, kv.block_size, kv.block_stride, kv.head_stride};
   }
 
+  // Each primitive's first value in a step's signature (StepGraphs::note).
+  enum : uint32_t {
+    kStepTag = 0x57e9,
+    kTablesTag,
+    kEmbedTag,
+    kNormTag,
+    kProductTag,
+    kMultiTag,
+    kGluTag,
+    kActivationTag,
+    kAddTag,
+    kRopeTag,
+    kAttentionTag,
+    kCopyTag,
+    kZeroTag,
+    kGatherTag,
+    kScatterTag
+  };
+  static constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+
   int device_;
+  cpu::ThreadPool* pool_ = nullptr;         // host work: rows sampled on the host
+  std::unique_ptr<cpu::ThreadPool> own_pool_;  // where make_backend was given none
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  std::shared_ptr<void> blas_workspace_;
+  std::unique_ptr<StepGraphs> graphs_;
   const ForwardBatch* batch_ = nullptr;  // the batch of begin_step
   StepLayout step_;
   int tables_block_size_ = 0;            // the block size step_'s tables were uploaded for (0: not yet)
@@ -644,13 +867,16 @@ class CudaBackend final : public exec::Backend {
   size_t sampling_bytes_ = 0;
   std::vector<int32_t> host_tokens_;
   std::vector<float> raw_rows_;     // rows downloaded for the host sampler
-  Sampler host_sampler_;
+  std::vector<int> host_rows_;      // the rows of a sample_rows call the host samples
+  std::vector<SampleRequest> host_requests_;
+  std::vector<SampledToken> host_samples_;
+  BatchSampler host_sampler_;
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   LongPrefillAttention long_prefill_;
-  std::vector<int32_t> host_seq_table_, host_indices_;
+  std::vector<int32_t> host_seq_table_, host_indices_, queued_indices_;
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
   std::shared_ptr<void> meta_, tables_, rounded_, indices_, bests_;
@@ -673,7 +899,8 @@ void* stream_of(const exec::Backend& backend) {
 }
 
 std::vector<std::string> path_names() {
-  return {"small_batch", "prefill_tiles", "long_prefill", "flash_prefill", "split_decode", "device_sampling"};
+  return {"small_batch", "prefill_tiles", "long_prefill", "flash_prefill", "split_decode", "device_sampling",
+          "step_graphs"};
 }
 
 namespace {
@@ -688,6 +915,18 @@ std::string long_prefill_state(const exec::Backend& b) { return state_of(b, &Cud
 std::string split_decode_state(const exec::Backend& b) { return state_of(b, &CudaBackend::split_decode_state); }
 std::string flash_prefill_state(const exec::Backend& b) { return state_of(b, &CudaBackend::flash_prefill_state); }
 std::string device_sampling_state(const exec::Backend& b) { return state_of(b, &CudaBackend::device_sampling_state); }
+
+StepGraphStats step_graph_stats(const exec::Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  if (!cuda) return {};
+  const StepGraphs& graphs = cuda->graphs();
+  return {graphs.state(), graphs.replays(), graphs.captures(), graphs.eager_segments()};
+}
+
+void without_step_graphs(exec::Backend& backend, const std::string& why) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda) cuda->graphs().disable("off: " + why);
+}
 
 int device_count() {
   int n = 0;
@@ -722,14 +961,14 @@ std::vector<std::string> device_names() {
   return names;
 }
 
-Result<std::unique_ptr<exec::Backend>> make_backend(int device) {
+Result<std::unique_ptr<exec::Backend>> make_backend(int device, cpu::ThreadPool* pool) {
   const int n = device_count();
   if (n == 0) return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
   if (device < 0 || device >= n) {
     return make_error(Errc::invalid_argument, "device: cuda:" + std::to_string(device) + " does not exist (" +
                                                   std::to_string(n) + " device(s))");
   }
-  return std::unique_ptr<exec::Backend>(new CudaBackend(device));
+  return std::unique_ptr<exec::Backend>(new CudaBackend(device, pool));
 }
 
 }  // namespace actord::cuda

@@ -16,6 +16,10 @@
 #include "core/status.hpp"
 #include "executors/backend.hpp"
 
+namespace actord::cpu {
+class ThreadPool;
+}
+
 namespace actord::cuda {
 
 // Whether this build has the CUDA backend at all.
@@ -27,8 +31,9 @@ int device_count();
 std::string unavailable_reason();
 // "NAME (N GiB, sm_XY)" of each device this process can use.
 std::vector<std::string> device_names();
-// A backend on device `device` (its own stream and cuBLAS handle).
-Result<std::unique_ptr<exec::Backend>> make_backend(int device);
+// A backend on device `device` (its own stream and cuBLAS handle); its host work (rows the GPU leaves to the host
+// sampler) runs on `pool` (the caller's, outliving the backend), or on a thread of its own where pool is null.
+Result<std::unique_ptr<exec::Backend>> make_backend(int device, cpu::ThreadPool* pool = nullptr);
 // The device and the cudaStream_t (as void*) of a backend make_backend() made; -1 and null for any other.
 int device_of(const exec::Backend& backend);
 void* stream_of(const exec::Backend& backend);
@@ -42,5 +47,14 @@ std::string flash_prefill_state(const exec::Backend& backend);
 // Sampling on the GPU (Backend::sample_rows, device_sampler.cu): "unused", "checking" while its first calls are
 // compared row by row with the host sampler, "on" once they agreed, else "off: ..." naming the first row that differed.
 std::string device_sampling_state(const exec::Backend& backend);
+// Decode steps as CUDA graphs (step_graphs.hpp): state ("unused", "checking" until the first replays matched their
+// launches run one by one, "on", or "off: ..."), graph replays, captures, and step segments run launch by launch.
+struct StepGraphStats {
+  std::string state = "unused";
+  long replays = 0, captures = 0, eager = 0;
+};
+StepGraphStats step_graph_stats(const exec::Backend& backend);
+// Turns step graphs off for this backend (its steps run collectives between primitives, which graphs do not order).
+void without_step_graphs(exec::Backend& backend, const std::string& why);
 
 }  // namespace actord::cuda

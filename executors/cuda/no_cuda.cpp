@@ -14,7 +14,9 @@ std::string long_prefill_state(const exec::Backend&) { return "unused"; }
 std::string split_decode_state(const exec::Backend&) { return "unused"; }
 std::string flash_prefill_state(const exec::Backend&) { return "unused"; }
 std::string device_sampling_state(const exec::Backend&) { return "unused"; }
-Result<std::unique_ptr<exec::Backend>> make_backend(int) {
+StepGraphStats step_graph_stats(const exec::Backend&) { return {}; }
+void without_step_graphs(exec::Backend&, const std::string&) {}
+Result<std::unique_ptr<exec::Backend>> make_backend(int, cpu::ThreadPool*) {
   return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
 }
 

@@ -1,0 +1,112 @@
+// Decode steps as CUDA graphs: the launches of a step, from begin_step to the first read of a result on the host,
+// queued instead of run, then run as one graph, so the GPU runs a step's few hundred kernels back to back instead of
+// one launch at a time.
+//
+// Contract (the CUDA backend is the only user):
+// - begin(graphable, layout) opens a step's segment; while it is open and queuing(), run(launch) queues `launch`
+//   (a closure that launches kernels on the stream and reads nothing on the host) and note(...) adds the values its
+//   launches depend on to the segment's signature: every argument, pointer and size the launch passes to a kernel,
+//   so that two segments of the same signature launch the same kernels with the same arguments. While not queuing,
+//   run(launch) runs it at once.
+// - flush(check) runs what is queued, before any host read or host write of device memory, any allocation and any
+//   operation outside the graph's reach (collectives, a check that reads a result on the host): a segment whose
+//   signature has a graph replays it; one seen in the step before is captured, instantiated and launched; any other
+//   runs launch by launch. spoil() keeps the open segment out of graphs (it then runs launch by launch).
+// - A replay's first uses (kCheckedReplays) are checked: `check` (the buffer the host is about to read) after the
+//   graph against the same launches run one by one, which the step's segment may repeat (it starts at begin_step,
+//   so it rewrites everything it reads: KV writes repeat the same values). Any difference turns graphs off, with a
+//   message, and the launch-by-launch result stands.
+// - The backend's stream must not be capturing outside flush(); graphs are off while kernels are profiled.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace actord::cuda {
+
+class StepGraphs {
+ public:
+  // Device memory the host is about to read after a flush: rows x width floats (for the replay check).
+  struct Check {
+    const float* data = nullptr;
+    size_t count = 0;
+  };
+  // check_launch(a, b, count, diff): diff[0] = max |a - b|, diff[1] = max |b| over count floats, on the stream.
+  using Compare = std::function<void(const float*, const float*, size_t, float*)>;
+
+  StepGraphs(cudaStream_t stream, int device, Compare compare);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  bool on() const { return on_; }
+  const std::string& state() const { return state_; }
+  void disable(std::string why);
+
+  void begin(bool graphable);
+  bool queuing() const { return queuing_; }
+  void spoil() { graphable_ = false; }
+
+  template <class F>
+  void run(F&& launch) {
+    if (queuing_) {
+      queued_.emplace_back(std::forward<F>(launch));
+    } else {
+      launch();
+    }
+  }
+  // Adds trivially copyable values (pointers, sizes, small structs) to the open segment's signature.
+  template <class... T>
+  void note(const T&... values) {
+    if (!queuing_) return;
+    (mix(&values, sizeof(T)), ...);
+    static_assert((std::is_trivially_copyable_v<T> && ...));
+  }
+
+  void flush(Check check);
+  void flush();  // with nothing to check
+
+  // What the segments did so far: replays, captures, and segments run launch by launch.
+  long replays() const { return replays_; }
+  long captures() const { return captures_; }
+  long eager_segments() const { return eager_; }
+
+ private:
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    long last_use = 0;
+  };
+  static constexpr size_t kMaxGraphs = 48;  // the least recently replayed goes beyond this
+  static constexpr int kCheckedReplays = 3;
+  static constexpr float kReplayTolerance = 1e-5f;
+
+  void mix(const void* p, size_t n);
+  void run_queued();
+  bool capture(uint64_t signature);
+  void check_replay(const Check& check);
+
+  cudaStream_t stream_;
+  int device_;
+  Compare compare_;
+  bool on_ = true;
+  std::string state_ = "unused";
+  bool queuing_ = false, graphable_ = false;
+  uint64_t signature_ = 0;
+  std::vector<std::function<void()>> queued_;
+  std::unordered_map<uint64_t, Graph> graphs_;
+  uint64_t last_signature_ = 0;  // the last segment run launch by launch (captured when it repeats)
+  long uses_ = 0, replays_ = 0, captures_ = 0, eager_ = 0;
+  int replay_checks_ = 0;
+  float* check_copy_ = nullptr;  // the replay's result while the check reruns the launches
+  size_t check_copy_count_ = 0;
+};
+
+}  // namespace actord::cuda
