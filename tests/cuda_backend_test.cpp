@@ -439,11 +439,12 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
   CHECK(test::greedy_from_bos(**model, *kv, be, table, 256) == test::reference_ids());
-  // Its decode steps ran as CUDA graphs (executors/cuda/step_graphs.hpp): captured at a step signature's second
-  // step, then replayed, the first replays checked against the same launches run one by one.
+  // Its decode steps ran as CUDA graphs (executors/cuda/step_graphs.hpp): each chunk of a step captured when its
+  // signature comes a second time, then replayed, the first steps with replays checked against their launches run
+  // one by one.
   const cuda::StepGraphStats graphs = cuda::step_graph_stats(be);
   INFO("step graphs: " << graphs.state << ", " << graphs.replays << " replays, " << graphs.captures << " captures, "
-                       << graphs.eager << " steps launch by launch");
+                       << graphs.eager << " chunks launch by launch");
   CHECK(graphs.state == "on");
   CHECK(graphs.captures > 0);
   CHECK(graphs.replays > 100);

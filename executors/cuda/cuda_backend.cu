@@ -94,9 +94,12 @@ class CudaBackend final : public exec::Backend {
     // A workspace of its own, so that cuBLAS allocates nothing while a step is captured as a graph.
     blas_workspace_ = device_memory(kBlasWorkspaceBytes);
     ACTORD_CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.get(), kBlasWorkspaceBytes));
-    graphs_ = std::make_unique<StepGraphs>(stream_, device_, [this](const float* a, const float* b, size_t n, float* diff) {
-      max_difference(a, b, 0, 1, static_cast<int>(n), diff, stream_);
-    });
+    graphs_ = std::make_unique<StepGraphs>(
+        stream_, device_,
+        [this](const float* a, const float* b, size_t n, float* diff) {
+          max_difference(a, b, 0, 1, static_cast<int>(n), diff, stream_);
+        },
+        [this] { upload_queued_indices(); });
     if (times_.on()) graphs_->disable("off: ACTORD_CUDA_PROFILE times every primitive");
     // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
     ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
@@ -141,7 +144,7 @@ class CudaBackend final : public exec::Backend {
   }
   ~CudaBackend() override {
     if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0) {
-      std::fprintf(stderr, "cuda:%d: step graphs %s: %ld replays, %ld captures, %ld segments launch by launch\n",
+      std::fprintf(stderr, "cuda:%d: step graphs %s: %ld replays, %ld captures, %ld chunks launch by launch\n",
                    device_, graphs_->state().c_str(), graphs_->replays(), graphs_->captures(),
                    graphs_->eager_segments());
     }
@@ -783,8 +786,8 @@ class CudaBackend final : public exec::Backend {
   // rows, then weights (as raw floats), in device scratch (indices_). Launch by launch, every call uses its start:
   // the copy is queued on the stream after the kernels that read the previous contents (and a pageable source is
   // staged before this returns). While a step's launches are queued, each call's words go at their own place in
-  // queued_indices_, copied to indices_ in one go before the queue runs (flush_queue): a graph's launches read them
-  // at the same places every step.
+  // queued_indices_, copied to indices_ before the chunk that reads them is launched (upload_queued_indices): a
+  // graph's launches read them at the same places every step, and the step's check reads them again.
   const int32_t* upload_indices(std::span<const int32_t> rows, std::span<const float> weights) {
     const size_t words = rows.size() + weights.size();
     const size_t at = queued_indices_.size();
@@ -803,14 +806,19 @@ class CudaBackend final : public exec::Backend {
                                       cudaMemcpyHostToDevice, stream_));
     return static_cast<const int32_t*>(indices_.get());
   }
-  // Runs the queued launches (StepGraphs::flush), their rows and weights copied to the device first.
+  // The queued rows and weights not on the device yet, copied (StepGraphs calls it before launching a chunk).
+  void upload_queued_indices() {
+    const size_t from = indices_uploaded_, words = queued_indices_.size() - from;
+    if (words == 0) return;
+    ACTORD_CUDA_CHECK(cudaMemcpyAsync(static_cast<int32_t*>(indices_.get()) + from, queued_indices_.data() + from,
+                                      words * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    indices_uploaded_ = queued_indices_.size();
+  }
+  // Launches what is queued and ends the step's segment (StepGraphs::flush).
   void flush_queue(StepGraphs::Check check = {}) {
-    if (!queued_indices_.empty()) {
-      ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), queued_indices_.data(), queued_indices_.size() * sizeof(int32_t),
-                                        cudaMemcpyHostToDevice, stream_));
-      queued_indices_.clear();
-    }
     graphs_->flush(check);
+    queued_indices_.clear();
+    indices_uploaded_ = 0;
   }
   // The queued launches run one by one now, the step kept out of graphs (memory they read is about to change, or a
   // check is about to read results on the host).
@@ -877,6 +885,7 @@ class CudaBackend final : public exec::Backend {
   KernelTimes times_;                    // ACTORD_CUDA_PROFILE=1: GPU time per primitive
   LongPrefillAttention long_prefill_;
   std::vector<int32_t> host_seq_table_, host_indices_, queued_indices_;
+  size_t indices_uploaded_ = 0;  // queued_indices_ on the device so far
   std::vector<uint32_t> host_tables_;
   // Device scratch, grown as needed (freeing a buffer waits for the kernels that read it: cudaFree synchronizes).
   std::shared_ptr<void> meta_, tables_, rounded_, indices_, bests_;

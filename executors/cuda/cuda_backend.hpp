@@ -47,8 +47,9 @@ std::string flash_prefill_state(const exec::Backend& backend);
 // Sampling on the GPU (Backend::sample_rows, device_sampler.cu): "unused", "checking" while its first calls are
 // compared row by row with the host sampler, "on" once they agreed, else "off: ..." naming the first row that differed.
 std::string device_sampling_state(const exec::Backend& backend);
-// Decode steps as CUDA graphs (step_graphs.hpp): state ("unused", "checking" until the first replays matched their
-// launches run one by one, "on", or "off: ..."), graph replays, captures, and step segments run launch by launch.
+// Decode steps as CUDA graphs (step_graphs.hpp): state ("unused", "checking" until the first steps with replays
+// matched their launches run one by one, "on", or "off: ..."), and the chunks of steps replayed, captured, or run
+// launch by launch.
 struct StepGraphStats {
   std::string state = "unused";
   long replays = 0, captures = 0, eager = 0;

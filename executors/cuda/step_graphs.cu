@@ -12,8 +12,8 @@ constexpr uint64_t kSeed = 0xcbf29ce484222325ull;
 constexpr uint64_t kPrime = 0x100000001b3ull;
 }  // namespace
 
-StepGraphs::StepGraphs(cudaStream_t stream, int device, Compare compare)
-    : stream_(stream), device_(device), compare_(std::move(compare)) {}
+StepGraphs::StepGraphs(cudaStream_t stream, int device, Compare compare, std::function<void()> before_launch)
+    : stream_(stream), device_(device), compare_(std::move(compare)), before_launch_(std::move(before_launch)) {}
 
 StepGraphs::~StepGraphs() {
   cudaStreamSynchronize(stream_);
@@ -32,6 +32,8 @@ void StepGraphs::begin(bool graphable) {
   graphable_ = graphable;
   signature_ = kSeed;
   queued_.clear();
+  chunk_begin_ = 0;
+  replayed_ = false;
 }
 
 void StepGraphs::mix(const void* p, size_t n) {
@@ -48,40 +50,54 @@ void StepGraphs::mix(const void* p, size_t n) {
   signature_ = (signature_ ^ tail) * kPrime;
 }
 
-void StepGraphs::run_queued() {
-  for (const std::function<void()>& launch : queued_) launch();
+void StepGraphs::run_queued(size_t first, size_t end) {
+  for (size_t i = first; i < end; ++i) queued_[i]();
+}
+
+// Launches queued_[chunk_begin_ ..): its graph, else a new one where its signature was seen before, else one by one.
+void StepGraphs::launch_chunk() {
+  const size_t first = chunk_begin_, end = queued_.size();
+  if (first == end) return;
+  chunk_begin_ = end;
+  before_launch_();
+  const uint64_t signature = signature_ ^ (uint64_t(end - first) << 48);  // the chunk's length too
+  auto it = graphable_ && on_ ? graphs_.find(signature) : graphs_.end();
+  if (it != graphs_.end()) {
+    it->second.last_use = ++uses_;
+    ACTORD_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+    ++replays_;
+    replayed_ = true;
+    return;
+  }
+  if (graphable_ && on_ && seen_.count(signature) && capture(signature, first, end)) return;
+  run_queued(first, end);
+  ++eager_;
+  if (graphable_ && on_) {
+    if (seen_.size() >= kMaxSeen) seen_.clear();
+    seen_.insert(signature);
+  }
 }
 
 void StepGraphs::flush() { flush(Check{nullptr, 0}); }
 
 void StepGraphs::flush(Check check) {
   if (!queuing_) return;
+  launch_chunk();
   queuing_ = false;
-  if (queued_.empty()) return;
-  const uint64_t signature = signature_;
-  auto it = graphable_ && on_ ? graphs_.find(signature) : graphs_.end();
-  if (it != graphs_.end()) {
-    it->second.last_use = ++uses_;
-    ACTORD_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
-    ++replays_;
-    if (replay_checks_ < kCheckedReplays && check.data && check.count > 0) check_replay(check);
-  } else if (!(graphable_ && on_ && signature == last_signature_ && capture(signature))) {
-    run_queued();
-    ++eager_;
-    last_signature_ = signature;
-  }
+  if (replayed_ && on_ && replay_checks_ < kCheckedReplays && check.data && check.count > 0) check_replay(check);
   queued_.clear();
+  chunk_begin_ = 0;
 }
 
-// Captures the queued launches as a graph for `signature` and launches it; false (nothing launched, graphs off) where
+// Captures queued_[first, end) as a graph for `signature` and launches it; false (nothing launched, graphs off) where
 // the launches cannot be captured or the graph cannot be instantiated.
-bool StepGraphs::capture(uint64_t signature) {
+bool StepGraphs::capture(uint64_t signature, size_t first, size_t end) {
   cudaGraph_t graph = nullptr;
   if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
     disable(std::string("off: cannot capture: ") + cudaGetErrorString(cudaGetLastError()));
     return false;
   }
-  run_queued();
+  run_queued(first, end);
   cudaError_t err = cudaStreamEndCapture(stream_, &graph);
   cudaGraphExec_t exec = nullptr;
   if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
@@ -106,7 +122,8 @@ bool StepGraphs::capture(uint64_t signature) {
   return true;
 }
 
-// The replay's result set aside, the same launches run one by one over it, and the two compared.
+// The step's result (replays among its chunks) set aside, the step's launches run one by one over it, and the two
+// compared.
 void StepGraphs::check_replay(const Check& check) {
   if (check_copy_count_ < check.count) {
     if (check_copy_) ACTORD_CUDA_CHECK(cudaFree(check_copy_));
@@ -115,7 +132,7 @@ void StepGraphs::check_replay(const Check& check) {
   }
   ACTORD_CUDA_CHECK(cudaMemcpyAsync(check_copy_, check.data, check.count * sizeof(float), cudaMemcpyDeviceToDevice,
                                     stream_));
-  run_queued();
+  run_queued(0, queued_.size());
   float diff[2] = {0, 0};
   compare_(check_copy_, check.data, check.count, diff);
   ++replay_checks_;

@@ -1,21 +1,23 @@
 // Decode steps as CUDA graphs: the launches of a step, from begin_step to the first read of a result on the host,
-// queued instead of run, then run as one graph, so the GPU runs a step's few hundred kernels back to back instead of
-// one launch at a time.
+// queued instead of run and launched as graphs of kChunk launches each (a chunk is launched as soon as it is
+// complete, so the GPU runs one while the host queues the next), so the GPU runs a step's few hundred kernels back
+// to back instead of one launch at a time.
 //
 // Contract (the CUDA backend is the only user):
-// - begin(graphable, layout) opens a step's segment; while it is open and queuing(), run(launch) queues `launch`
-//   (a closure that launches kernels on the stream and reads nothing on the host) and note(...) adds the values its
-//   launches depend on to the segment's signature: every argument, pointer and size the launch passes to a kernel,
-//   so that two segments of the same signature launch the same kernels with the same arguments. While not queuing,
-//   run(launch) runs it at once.
-// - flush(check) runs what is queued, before any host read or host write of device memory, any allocation and any
-//   operation outside the graph's reach (collectives, a check that reads a result on the host): a segment whose
-//   signature has a graph replays it; one seen in the step before is captured, instantiated and launched; any other
-//   runs launch by launch. spoil() keeps the open segment out of graphs (it then runs launch by launch).
-// - A replay's first uses (kCheckedReplays) are checked: `check` (the buffer the host is about to read) after the
-//   graph against the same launches run one by one, which the step's segment may repeat (it starts at begin_step,
-//   so it rewrites everything it reads: KV writes repeat the same values). Any difference turns graphs off, with a
-//   message, and the launch-by-launch result stands.
+// - begin(graphable) opens a step's segment; while it is open and queuing(), run(launch) queues `launch` (a closure
+//   that launches kernels on the stream and reads nothing on the host) and note(...) adds the values its launches
+//   depend on to the signature: every argument, pointer and size the launch passes to a kernel. A chunk's signature
+//   is the hash of every note since begin (the step's own first), so two chunks of the same signature launch the
+//   same kernels with the same arguments. While not queuing, run(launch) runs it at once.
+// - A chunk whose signature has a graph replays it; one seen in an earlier step is captured, instantiated and
+//   launched; any other runs launch by launch.
+// - flush(check) launches what is queued and ends the segment, before any host read or host write of device memory,
+//   any allocation and any operation outside the graphs' reach (collectives, a check that reads a result on the
+//   host). spoil() keeps the open segment's remaining chunks out of graphs.
+// - The first steps with a replay (kCheckedReplays) are checked: `check` (the buffer the host is about to read)
+//   after the graphs against the step's launches run one by one, which the segment may repeat (it starts at
+//   begin_step, so it rewrites everything it reads: KV writes repeat the same values). Any difference turns graphs
+//   off, with a message, and the launch-by-launch result stands.
 // - The backend's stream must not be capturing outside flush(); graphs are off while kernels are profiled.
 #pragma once
 
@@ -28,6 +30,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace actord::cuda {
@@ -42,7 +45,8 @@ class StepGraphs {
   // check_launch(a, b, count, diff): diff[0] = max |a - b|, diff[1] = max |b| over count floats, on the stream.
   using Compare = std::function<void(const float*, const float*, size_t, float*)>;
 
-  StepGraphs(cudaStream_t stream, int device, Compare compare);
+  // before_launch: called before each chunk is launched (the backend copies the chunk's host inputs then).
+  StepGraphs(cudaStream_t stream, int device, Compare compare, std::function<void()> before_launch);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -57,11 +61,12 @@ class StepGraphs {
 
   template <class F>
   void run(F&& launch) {
-    if (queuing_) {
-      queued_.emplace_back(std::forward<F>(launch));
-    } else {
+    if (!queuing_) {
       launch();
+      return;
     }
+    queued_.emplace_back(std::forward<F>(launch));
+    if (queued_.size() - chunk_begin_ >= kChunk) launch_chunk();
   }
   // Adds trivially copyable values (pointers, sizes, small structs) to the open segment's signature.
   template <class... T>
@@ -74,7 +79,7 @@ class StepGraphs {
   void flush(Check check);
   void flush();  // with nothing to check
 
-  // What the segments did so far: replays, captures, and segments run launch by launch.
+  // What the chunks did so far: replays, captures, and chunks run launch by launch.
   long replays() const { return replays_; }
   long captures() const { return captures_; }
   long eager_segments() const { return eager_; }
@@ -84,25 +89,31 @@ class StepGraphs {
     cudaGraphExec_t exec = nullptr;
     long last_use = 0;
   };
-  static constexpr size_t kMaxGraphs = 48;  // the least recently replayed goes beyond this
+  static constexpr size_t kChunk = 32;       // launches a graph holds (a few layers of a decode step)
+  static constexpr size_t kMaxGraphs = 512;  // the least recently replayed goes beyond this
+  static constexpr size_t kMaxSeen = 4096;   // signatures remembered from chunks run launch by launch
   static constexpr int kCheckedReplays = 3;
   static constexpr float kReplayTolerance = 1e-5f;
 
   void mix(const void* p, size_t n);
-  void run_queued();
-  bool capture(uint64_t signature);
+  void run_queued(size_t first, size_t end);
+  void launch_chunk();
+  bool capture(uint64_t signature, size_t first, size_t end);
   void check_replay(const Check& check);
 
   cudaStream_t stream_;
   int device_;
   Compare compare_;
+  std::function<void()> before_launch_;
   bool on_ = true;
   std::string state_ = "unused";
   bool queuing_ = false, graphable_ = false;
   uint64_t signature_ = 0;
-  std::vector<std::function<void()>> queued_;
+  std::vector<std::function<void()>> queued_;  // the segment's launches (kept for its check)
+  size_t chunk_begin_ = 0;                      // the first of queued_ not launched yet
+  bool replayed_ = false;                       // a chunk of this segment replayed a graph
   std::unordered_map<uint64_t, Graph> graphs_;
-  uint64_t last_signature_ = 0;  // the last segment run launch by launch (captured when it repeats)
+  std::unordered_set<uint64_t> seen_;  // chunks run launch by launch (captured when their signature comes again)
   long uses_ = 0, replays_ = 0, captures_ = 0, eager_ = 0;
   int replay_checks_ = 0;
   float* check_copy_ = nullptr;  // the replay's result while the check reruns the launches
