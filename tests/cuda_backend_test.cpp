@@ -439,15 +439,16 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   std::vector<uint32_t> table;
   for (uint32_t i = 0; i < 40; ++i) table.push_back((i * 7 + 3) % 64);
   CHECK(test::greedy_from_bos(**model, *kv, be, table, 256) == test::reference_ids());
-  // Its decode steps ran as CUDA graphs (executors/cuda/step_graphs.hpp): each chunk of a step captured when its
-  // signature comes a second time, then replayed, the first steps with replays checked against their launches run
-  // one by one.
+  // Its first decode steps (under 16 keys: no split decodes) ran as CUDA graphs (executors/cuda/step_graphs.hpp):
+  // each chunk of a step captured when its signature comes a second time, then replayed, the first steps with
+  // replays checked against their launches run one by one. The later steps split their decodes and run launch by
+  // launch.
   const cuda::StepGraphStats graphs = cuda::step_graph_stats(be);
   INFO("step graphs: " << graphs.state << ", " << graphs.replays << " replays, " << graphs.captures << " captures, "
                        << graphs.eager << " chunks launch by launch");
   CHECK(graphs.state == "on");
   CHECK(graphs.captures > 0);
-  CHECK(graphs.replays > 100);
+  CHECK(graphs.replays > 0);
 
   auto engine = Engine::start(test::quickstart("configs/quickstart.yaml", {"groups[0].device=cuda"}),
                               test::engine_options());

@@ -232,9 +232,13 @@ class CudaBackend final : public exec::Backend {
     step_.n_splits = plan_.n_splits;
     batch_ = &batch;
     tables_block_size_ = 0;  // uploaded at the first use, when the block size is known
-    // Steps without prefill tiles (decodes, short chunks) are graphed: their launches depend on n, the layout's
-    // place and the attention plan's counts besides the primitives' own arguments.
-    graphs_->begin(plan_.n_tiles == 0 && plan_.long_seqs.empty());
+    // Steps without prefill tiles (decodes, short chunks) and without split decodes are graphed: their launches
+    // depend on n, the layout's place and the attention plan's counts besides the primitives' own arguments. Split
+    // decodes (a few short decodes, or long contexts) change their plan every few steps as contexts grow: measured
+    // on an H100 at batch 1, a quarter of the chunks were then captured anew or run one by one, and the step was
+    // slower than launch by launch.
+    const bool splits = plan_.n_splits > 0 && split_decode_path_.on;
+    graphs_->begin(plan_.n_tiles == 0 && plan_.long_seqs.empty() && !splits);
     graphs_->note(kStepTag, step_.tokens, step_.token_seq, step_.token_pos, step_.seq_tiled, step_.tiles,
                   step_.splits, step_.n, step_.n_tiles, step_.n_splits, plan_.tiled_tokens, plan_.split_tokens,
                   split_decode_path_.on);
