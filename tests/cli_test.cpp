@@ -220,6 +220,7 @@ TEST_CASE("bad input to every subcommand - one clear line on stderr and exit cod
   check_one_line_error(bench({"--input-len", "-3"}), "--input-len: must be at least 1, got -3");
   check_one_line_error(bench({"--output-len", "0"}), "--output-len: must be at least 1, got 0");
   check_one_line_error(bench({"--shared-prefix-len", "-1"}), "--shared-prefix-len: must be at least 0, got -1");
+  check_one_line_error(bench({"--top-k", "-2"}), "--top-k: must be at least 0, got -2");
   check_one_line_error(bench({"--input-len", "500", "--output-len", "100"}),
                        "--input-len + --output-len (600) exceeds the model's context (512)");
   check_one_line_error(bench({"--log-level", "loud"}), "--log-level: unknown level 'loud'");
@@ -295,7 +296,8 @@ TEST_CASE("actord killed with SIGKILL - its worker process goes with it - no lin
 
 TEST_CASE("bench offline prints one JSON object with throughput and latency figures", "[cli]") {
   auto r = run_actord({"bench", "offline", "--model", "models/stories260K", "--num-prompts", "4", "--input-len", "16",
-                       "--output-len", "8", "--concurrency", "4", "--threads", "1", "--json"});
+                       "--output-len", "8", "--concurrency", "4", "--threads", "1", "--temperature", "0.8",
+                       "--top-k", "40", "--top-p", "0.9", "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out);
@@ -304,6 +306,7 @@ TEST_CASE("bench offline prints one JSON object with throughput and latency figu
     CHECK(j.at(key).get<double>() > 0);
   }
   CHECK(j.at("output_tokens").get<int>() == 32);
+  CHECK(j.at("top_k").get<int>() == 40);
   for (const char* key : {"ttft_ms", "tpot_ms"}) {
     CHECK(j.at(key).at("p50").get<double>() > 0);
     CHECK(j.at(key).at("p99").get<double>() >= j.at(key).at("p50").get<double>());

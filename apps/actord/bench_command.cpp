@@ -56,9 +56,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--top-p", args.top_p, "Nucleus sampling mass, in (0, 1]")
       ->check(CLI::Range(1e-6f, 1.0f))
       ->capture_default_str();
-  cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")
-      ->check(CLI::Range(0, 1 << 30))
-      ->capture_default_str();
+  cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -76,7 +74,8 @@ int run_bench(const BenchArgs& args) {
   };
   for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1}, {"--input-len", args.input_len, 1},
                                     {"--output-len", args.output_len, 1}, {"--concurrency", args.concurrency, 1},
-                                    {"--shared-prefix-len", args.shared_prefix_len, 0}, {"--threads", args.threads, 0}}) {
+                                    {"--shared-prefix-len", args.shared_prefix_len, 0}, {"--threads", args.threads, 0},
+                                    {"--top-k", args.top_k, 0}}) {
     if (value < least) {
       return fail({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
                                                ", got " + std::to_string(value)});
