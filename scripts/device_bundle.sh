@@ -76,6 +76,7 @@ grep -m1 'model name' /proc/cpuinfo; grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo |
 "$HERE/actord" info >"$LOGS/info.txt" 2>&1; grep -i -E 'isa|amx|cuda' "$LOGS/info.txt" | head -8
 bounded 200 "$HERE/actord_tests" "[cuda]" -d yes >"$LOGS/cuda_tests.log" 2>&1
 echo "[cuda] tests: exit $? (log: cuda_tests.log)"; grep -E '^[0-9.]+ s: |passed|failed|positions' "$LOGS/cuda_tests.log" | tail -16
+grep -A10 'FAILED' "$LOGS/cuda_tests.log" | head -40
 if [ -z "${SKIP_HOST:-}" ]; then  # SKIP_HOST=1: not the host CPU's [amx] tests and GEMM bench (measured before)
   bounded 60 "$HERE/actord_tests" "[amx]" -d yes >"$LOGS/amx_tests.log" 2>&1
   echo "[amx] tests on this host CPU: exit $?"; tail -3 "$LOGS/amx_tests.log"
@@ -88,6 +89,7 @@ if [ -z "${SKIP_SANITIZER:-}" ] && command -v compute-sanitizer >/dev/null; then
   bounded "${RACECHECK_SECONDS:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 "$HERE/actord_tests" \
     "${RACECHECK_TESTS:-cuda: rope*}" >"$LOGS/racecheck.log" 2>&1
   echo "compute-sanitizer racecheck on ${RACECHECK_TESTS:-cuda: rope*}: exit $? (log: racecheck.log)"; tail -3 "$LOGS/racecheck.log"
+  grep -h -A10 'FAILED' "$LOGS/sanitizer.log" "$LOGS/racecheck.log" | head -40  # a failed check, in the reply itself
 fi
 cd "$ROOT"
 if [ "${1:-all}" = tests ]; then exit 0; fi
