@@ -146,7 +146,7 @@ class CudaBackend final : public exec::Backend {
     if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0) {
       std::fprintf(stderr, "cuda:%d: step graphs %s: %ld replays, %ld captures, %ld chunks launch by launch\n",
                    device_, graphs_->state().c_str(), graphs_->replays(), graphs_->captures(),
-                   graphs_->eager_segments());
+                   graphs_->eager_chunks());
     }
     graphs_.reset();
     cudaStreamSynchronize(stream_);
@@ -933,7 +933,7 @@ StepGraphStats step_graph_stats(const exec::Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   if (!cuda) return {};
   const StepGraphs& graphs = cuda->graphs();
-  return {graphs.state(), graphs.replays(), graphs.captures(), graphs.eager_segments()};
+  return {graphs.state(), graphs.replays(), graphs.captures(), graphs.eager_chunks()};
 }
 
 void without_step_graphs(exec::Backend& backend, const std::string& why) {

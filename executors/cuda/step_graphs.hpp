@@ -68,7 +68,8 @@ class StepGraphs {
     queued_.emplace_back(std::forward<F>(launch));
     if (queued_.size() - chunk_begin_ >= kChunk) launch_chunk();
   }
-  // Adds trivially copyable values (pointers, sizes, small structs) to the open segment's signature.
+  // Adds trivially copyable values (pointers, sizes; no struct with padding bytes, whose contents vary) to the open
+  // segment's signature.
   template <class... T>
   void note(const T&... values) {
     if (!queuing_) return;
@@ -82,7 +83,7 @@ class StepGraphs {
   // What the chunks did so far: replays, captures, and chunks run launch by launch.
   long replays() const { return replays_; }
   long captures() const { return captures_; }
-  long eager_segments() const { return eager_; }
+  long eager_chunks() const { return eager_; }
 
  private:
   struct Graph {
