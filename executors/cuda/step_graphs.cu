@@ -2,22 +2,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "executors/cuda/device_memory.hpp"
 
 namespace actord::cuda {
-
-namespace {
-constexpr uint64_t kSeed = 0xcbf29ce484222325ull;
-constexpr uint64_t kPrime = 0x100000001b3ull;
-}  // namespace
 
 StepGraphs::StepGraphs(cudaStream_t stream, int device, Compare compare, std::function<void()> before_launch)
     : stream_(stream), device_(device), compare_(std::move(compare)), before_launch_(std::move(before_launch)) {}
 
 StepGraphs::~StepGraphs() {
   cudaStreamSynchronize(stream_);
-  for (auto& [signature, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
+  for (auto& [signature, exec] : graphs_) cudaGraphExecDestroy(exec);
   if (check_copy_) cudaFree(check_copy_);
 }
 
@@ -30,52 +26,39 @@ void StepGraphs::begin(bool graphable) {
   flush();
   queuing_ = on_ && graphable;
   graphable_ = graphable;
-  signature_ = kSeed;
+  signature_.reset();
   queued_.clear();
   chunk_begin_ = 0;
   replayed_ = false;
-}
-
-void StepGraphs::mix(const void* p, size_t n) {
-  const auto* bytes = static_cast<const unsigned char*>(p);
-  while (n >= 8) {
-    uint64_t word;
-    std::memcpy(&word, bytes, 8);
-    signature_ = (signature_ ^ word) * kPrime;
-    bytes += 8;
-    n -= 8;
-  }
-  uint64_t tail = n;
-  for (size_t i = 0; i < n; ++i) tail = (tail << 8) | bytes[i];
-  signature_ = (signature_ ^ tail) * kPrime;
 }
 
 void StepGraphs::run_queued(size_t first, size_t end) {
   for (size_t i = first; i < end; ++i) queued_[i]();
 }
 
-// Launches queued_[chunk_begin_ ..): its graph, else a new one where its signature was seen before, else one by one.
+// Launches queued_[chunk_begin_ ..) the way the cache says: its graph, a new graph, or one by one.
 void StepGraphs::launch_chunk() {
   const size_t first = chunk_begin_, end = queued_.size();
   if (first == end) return;
   chunk_begin_ = end;
   before_launch_();
-  const uint64_t signature = signature_ ^ (uint64_t(end - first) << 48);  // the chunk's length too
-  auto it = graphable_ && on_ ? graphs_.find(signature) : graphs_.end();
-  if (it != graphs_.end()) {
-    it->second.last_use = ++uses_;
-    ACTORD_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
-    ++replays_;
-    replayed_ = true;
-    return;
+  const size_t length = end - first;
+  signature_.add(&length, sizeof length);
+  const uint64_t signature = signature_.value();
+  switch (cache_.way(signature, graphable_ && on_)) {
+    case exec::ChunkWay::replay:
+      ACTORD_CUDA_CHECK(cudaGraphLaunch(graphs_.at(signature), stream_));
+      ++replays_;
+      replayed_ = true;
+      return;
+    case exec::ChunkWay::capture:
+      if (capture(signature, first, end)) return;
+      break;
+    case exec::ChunkWay::one_by_one:
+      break;
   }
-  if (graphable_ && on_ && seen_.count(signature) && capture(signature, first, end)) return;
   run_queued(first, end);
   ++eager_;
-  if (graphable_ && on_) {
-    if (seen_.size() >= kMaxSeen) seen_.clear();
-    seen_.insert(signature);
-  }
 }
 
 void StepGraphs::flush() { flush(Check{nullptr, 0}); }
@@ -108,14 +91,12 @@ bool StepGraphs::capture(uint64_t signature, size_t first, size_t end) {
     std::fprintf(stderr, "cuda:%d: step graphs %s\n", device_, state_.c_str());
     return false;
   }
-  if (graphs_.size() >= kMaxGraphs) {  // the least recently used goes (after the work that may still use it)
-    auto oldest = std::min_element(graphs_.begin(), graphs_.end(),
-                                   [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
+  graphs_[signature] = exec;
+  if (const std::optional<uint64_t> dropped = cache_.keep(signature)) {  // after the work that may still use it
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaGraphExecDestroy(oldest->second.exec);
-    graphs_.erase(oldest);
+    cudaGraphExecDestroy(graphs_.at(*dropped));
+    graphs_.erase(*dropped);
   }
-  graphs_[signature] = Graph{exec, ++uses_};
   ACTORD_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
   ++captures_;
   if (state_ == "unused") state_ = "checking";

@@ -10,7 +10,8 @@
 //   is the hash of every note since begin (the step's own first), so two chunks of the same signature launch the
 //   same kernels with the same arguments. While not queuing, run(launch) runs it at once.
 // - A chunk whose signature has a graph replays it; one seen in an earlier step is captured, instantiated and
-//   launched; any other runs launch by launch.
+//   launched; any other runs launch by launch (executors/graph_cache.hpp decides, and which graph goes when more
+//   than kMaxGraphs are kept).
 // - flush(check) launches what is queued and ends the segment, before any host read or host write of device memory,
 //   any allocation and any operation outside the graphs' reach (collectives, a check that reads a result on the
 //   host). spoil() keeps the open segment's remaining chunks out of graphs.
@@ -30,8 +31,9 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
+
+#include "executors/graph_cache.hpp"
 
 namespace actord::cuda {
 
@@ -73,7 +75,7 @@ class StepGraphs {
   template <class... T>
   void note(const T&... values) {
     if (!queuing_) return;
-    (mix(&values, sizeof(T)), ...);
+    (signature_.add(&values, sizeof(T)), ...);
     static_assert((std::is_trivially_copyable_v<T> && ...));
   }
 
@@ -86,17 +88,12 @@ class StepGraphs {
   long eager_chunks() const { return eager_; }
 
  private:
-  struct Graph {
-    cudaGraphExec_t exec = nullptr;
-    long last_use = 0;
-  };
   static constexpr size_t kChunk = 32;       // launches a graph holds (a few layers of a decode step)
   static constexpr size_t kMaxGraphs = 512;  // the least recently replayed goes beyond this
   static constexpr size_t kMaxSeen = 4096;   // signatures remembered from chunks run launch by launch
   static constexpr int kCheckedReplays = 3;
   static constexpr float kReplayTolerance = 1e-5f;
 
-  void mix(const void* p, size_t n);
   void run_queued(size_t first, size_t end);
   void launch_chunk();
   bool capture(uint64_t signature, size_t first, size_t end);
@@ -109,13 +106,13 @@ class StepGraphs {
   bool on_ = true;
   std::string state_ = "unused";
   bool queuing_ = false, graphable_ = false;
-  uint64_t signature_ = 0;
+  exec::Signature signature_;
   std::vector<std::function<void()>> queued_;  // the segment's launches (kept for its check)
   size_t chunk_begin_ = 0;                      // the first of queued_ not launched yet
   bool replayed_ = false;                       // a chunk of this segment replayed a graph
-  std::unordered_map<uint64_t, Graph> graphs_;
-  std::unordered_set<uint64_t> seen_;  // chunks run launch by launch (captured when their signature comes again)
-  long uses_ = 0, replays_ = 0, captures_ = 0, eager_ = 0;
+  exec::GraphCache cache_{kMaxGraphs, kMaxSeen};
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;  // the graphs cache_ keeps
+  long replays_ = 0, captures_ = 0, eager_ = 0;
   int replay_checks_ = 0;
   float* check_copy_ = nullptr;  // the replay's result while the check reruns the launches
   size_t check_copy_count_ = 0;
