@@ -20,7 +20,7 @@ uint64_t signature_of(int a, const void* p, int64_t b) {
 
 }  // namespace
 
-TEST_CASE("signature: equal values in order give equal signatures; order, values and sizes tell them apart",
+TEST_CASE("signature: equal values in order give equal signatures - order, values and sizes tell them apart",
           "[graph_cache]") {
   int x = 0, y = 0;
   CHECK(signature_of(1, &x, 7) == signature_of(1, &x, 7));
@@ -44,7 +44,7 @@ TEST_CASE("signature: equal values in order give equal signatures; order, values
   CHECK(ab.value() == exec::Signature{}.value());
 }
 
-TEST_CASE("graph cache: one by one, captured the second time, then replayed; ungraphable chunks leave no trace",
+TEST_CASE("graph cache: one by one, captured the second time, then replayed - ungraphable chunks leave no trace",
           "[graph_cache]") {
   exec::GraphCache cache(8, 64);
   CHECK(cache.way(11, true) == ChunkWay::one_by_one);
@@ -61,7 +61,7 @@ TEST_CASE("graph cache: one by one, captured the second time, then replayed; ung
   CHECK(cache.way(12, true) == ChunkWay::capture);
 }
 
-TEST_CASE("graph cache: beyond max_graphs the least recently replayed graph goes; seen signatures are bounded",
+TEST_CASE("graph cache: beyond max_graphs the least recently replayed graph goes - seen signatures are bounded",
           "[graph_cache]") {
   exec::GraphCache cache(2, 3);
   for (uint64_t s : {1, 2, 3}) {
