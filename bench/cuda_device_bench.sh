@@ -69,9 +69,11 @@ if [ "$DEVICE" = cuda ]; then
   step limits 120 "$PY" "$ROOT/bench/gpu_limits.py" $QUICK
 fi
 # One `actord bench offline` on the model: name, seconds, input length, output length, prompts (= concurrency).
-actord_run() {
-  step "$1" "$2" "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
-    --input-len "$3" --output-len "$4" --num-prompts "$5" --concurrency "$5" --json
+actord_run() {  # ... then any further options of bench offline
+  local name="$1" limit="$2" input="$3" output="$4" prompts="$5"
+  shift 5
+  step "$name" "$limit" "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy \
+    --input-len "$input" --output-len "$output" --num-prompts "$prompts" --concurrency "$prompts" --json "$@"
 }
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 actord_batch() { wanted "b$1" && actord_run "actord_b$1" 420 128 64 "$1"; }
@@ -120,13 +122,12 @@ if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 40
 # (ACTORD_CUDA_DISABLE=device_sampling). Without top-k, this random model's rows are nearly flat: top-p 0.95 then
 # holds most of the vocabulary, more than the GPU's candidates, and those rows are drawn on the host either way.
 if [ "$DEVICE" = cuda ] && wanted sampled; then
+  sampled_run() {  # name, batch
+    actord_run "$1" 420 128 64 "$2" --temperature 0.8 --top-k 50 --top-p 0.95
+  }
   for b in ${SAMPLED_BATCHES:-64 256}; do
-    step "actord_sampled_b$b" 420 "$ACTORD" bench offline --config "$OUT/topology.yaml" --model "$MODEL" \
-      --load-format dummy --input-len 128 --output-len 64 --num-prompts "$b" --concurrency "$b" --temperature 0.8 \
-      --top-k 50 --top-p 0.95 --json
-    ACTORD_CUDA_DISABLE=device_sampling step "actord_sampled_host_b$b" 420 "$ACTORD" bench offline \
-      --config "$OUT/topology.yaml" --model "$MODEL" --load-format dummy --input-len 128 --output-len 64 \
-      --num-prompts "$b" --concurrency "$b" --temperature 0.8 --top-k 50 --top-p 0.95 --json
+    sampled_run "actord_sampled_b$b" "$b"
+    ACTORD_CUDA_DISABLE=device_sampling sampled_run "actord_sampled_host_b$b" "$b"
   done
 fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with

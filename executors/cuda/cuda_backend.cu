@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "executors/cuda/checked_path.hpp"
 #include "executors/cuda/cuda_kernels.cuh"
 #include "executors/cuda/device_memory.hpp"
+#include "executors/cuda/device_row_sampler.hpp"
 #include "executors/cuda/kernel_times.hpp"
 #include "executors/cuda/long_prefill_attention.cuh"
 #include "executors/cuda/step_graphs.hpp"
@@ -46,31 +48,6 @@ const CudaWeight& weight_of(const exec::Weight& w) {
   return *static_cast<const CudaWeight*>(w.impl.get());
 }
 
-// A faster path checked once against its trusted fallback on the same inputs: "unused" until then, "on" once they
-// agreed within tolerance, else "off: ..." and the fallback serves from then on (a wrong path costs speed, never
-// tokens).
-struct CheckedPath {
-  bool on = true, checked = false;
-  std::string state = "unused";
-
-  void disable(std::string why) {
-    on = false;
-    state = std::move(why);
-  }
-  // diff: max |path - fallback| and max |fallback| (max_difference). True when the path is kept.
-  bool judge(const float diff[2], float tolerance, const char* what, const char* fallback, int device) {
-    checked = true;
-    if (diff[0] <= tolerance * std::max(1.0f, diff[1])) {
-      state = "on";
-      return true;
-    }
-    disable(std::string("off: differs from ") + fallback + " by " + std::to_string(diff[0]) + " (largest value " +
-            std::to_string(diff[1]) + ")");
-    std::fprintf(stderr, "cuda:%d: %s %s\n", device, what, state.c_str());
-    return false;
-  }
-};
-
 // One product of the small-batch kernel: y = x w^T (+ bias).
 void add_target(SmallBatchTargets& targets, const CudaWeight& w, const float* bias, float* y) {
   targets.w[targets.count] = w.data;
@@ -89,6 +66,7 @@ class CudaBackend final : public exec::Backend {
     }
     ACTORD_CUDA_CHECK(cudaSetDevice(device_));
     ACTORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    row_sampler_ = std::make_unique<DeviceRowSampler>(device_, stream_, *pool_);
     ACTORD_CUBLAS_CHECK(cublasCreate(&blas_));
     ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     // A workspace of its own, so that cuBLAS allocates nothing while a step is captured as a graph.
@@ -131,7 +109,7 @@ class CudaBackend final : public exec::Backend {
       } else if (name == "flash_prefill") {
         flash_prefill_path_.disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "device_sampling") {
-        device_sampling_path_.disable("off: ACTORD_CUDA_DISABLE");
+        row_sampler_->disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "step_graphs") {
         graphs_->disable("off: ACTORD_CUDA_DISABLE");
       } else {
@@ -160,7 +138,7 @@ class CudaBackend final : public exec::Backend {
   const std::string& long_prefill_state() const { return long_prefill_path_.state; }
   const std::string& split_decode_state() const { return split_decode_path_.state; }
   const std::string& flash_prefill_state() const { return flash_prefill_path_.state; }
-  const std::string& device_sampling_state() const { return device_sampling_path_.state; }
+  const std::string& device_sampling_state() const { return row_sampler_->state(); }
   const StepGraphs& graphs() const { return *graphs_; }
   StepGraphs& graphs() { return *graphs_; }
   cudaStream_t stream() const { return stream_; }
@@ -528,91 +506,14 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  // The rows sampled on the GPU (device_sampler.cu). The rows it leaves (logprobs, a wide top-k, a head of more
-  // than kDeviceSampleCandidates tokens) and, for the first kCheckedSamplings calls, every row are sampled on the
-  // host too, over the worker's pool (executors/sampler.hpp's BatchSampler): while checking, from a copy of the raw
-  // rows, and a token that differs turns the GPU path off (the host's tokens are kept); after, from the rows as the
-  // GPU left them (penalties and masks applied where it took them).
+  // The rows sampled on the GPU (device_row_sampler.hpp), those it leaves over the worker's pool.
   bool sample_rows(exec::Buffer& logits, int rows, int vocab, std::span<const SampleRequest> requests,
                    std::span<SampledToken> out) override {
-    if (!device_sampling_path_.on || rows <= 0 || requests.size() != size_t(rows) || out.size() != size_t(rows))
+    if (!row_sampler_->on() || rows <= 0 || requests.size() != size_t(rows) || out.size() != size_t(rows))
       return false;
     flush_queue({logits.data(), size_t(rows) * size_t(vocab)});
     KernelTimed timed(times_, "sample_rows", stream_);
-    plan_device_sampling(requests, vocab, sampling_plan_);
-    const bool checking = sampling_checks_ < kCheckedSamplings;
-    if (checking) {  // the raw rows, before the GPU applies penalties in place
-      raw_rows_.resize(size_t(rows) * size_t(vocab));
-      download(logits, 0, raw_rows_);
-    }
-    const size_t params_bytes = sampling_plan_.params.size() * sizeof(DeviceSampleParams);
-    const size_t ops_bytes = sampling_plan_.ops.size() * sizeof(DeviceSampleOp);
-    const size_t tokens_bytes = size_t(rows) * sizeof(int32_t);
-    reserve_bytes(sampling_, sampling_bytes_, params_bytes + ops_bytes + tokens_bytes);
-    auto* base = static_cast<unsigned char*>(sampling_.get());
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, sampling_plan_.params.data(), params_bytes, cudaMemcpyHostToDevice,
-                                      stream_));
-    if (ops_bytes > 0) {
-      ACTORD_CUDA_CHECK(cudaMemcpyAsync(base + params_bytes, sampling_plan_.ops.data(), ops_bytes,
-                                        cudaMemcpyHostToDevice, stream_));
-    }
-    auto* tokens = reinterpret_cast<int32_t*>(base + params_bytes + ops_bytes);
-    launch_device_sampling(logits.data(), rows, vocab, reinterpret_cast<const DeviceSampleParams*>(base),
-                           reinterpret_cast<const DeviceSampleOp*>(base + params_bytes), tokens, stream_);
-    host_tokens_.resize(size_t(rows));
-    ACTORD_CUDA_CHECK(cudaMemcpyAsync(host_tokens_.data(), tokens, tokens_bytes, cudaMemcpyDeviceToHost, stream_));
-    ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    // The rows the host samples: every row while checking (raw_rows_ holds them in order), else those left.
-    host_rows_.clear();
-    for (int r = 0; r < rows; ++r) {
-      if (checking || host_tokens_[size_t(r)] < 0) {
-        host_rows_.push_back(r);
-      } else {
-        out[size_t(r)] = SampledToken{host_tokens_[size_t(r)], 0.0f, {}};
-      }
-    }
-    if (host_rows_.empty()) return true;
-    if (!checking) {  // the rows as the GPU left them, one copy each, one wait
-      raw_rows_.resize(host_rows_.size() * size_t(vocab));
-      for (size_t i = 0; i < host_rows_.size(); ++i) {
-        ACTORD_CUDA_CHECK(cudaMemcpyAsync(raw_rows_.data() + i * size_t(vocab),
-                                          logits.data() + size_t(host_rows_[i]) * size_t(vocab),
-                                          size_t(vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-      }
-      ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    }
-    host_requests_.clear();
-    for (const int r : host_rows_) {
-      SampleRequest request = requests[size_t(r)];
-      if (!checking && !sampling_plan_.params[size_t(r)].host) {  // penalised and masked on the GPU already
-        request.history = nullptr;
-        request.masked_ids = {};
-      }
-      host_requests_.push_back(request);
-    }
-    host_samples_.resize(host_rows_.size());
-    host_sampler_.sample_rows(raw_rows_.data(), vocab, host_requests_, host_samples_, *pool_);
-    int differ = -1;
-    for (size_t i = 0; i < host_rows_.size(); ++i) {
-      const int r = host_rows_[i];
-      out[size_t(r)] = host_samples_[i];
-      const int32_t drawn = host_tokens_[size_t(r)];
-      if (checking && drawn >= 0 && drawn != host_samples_[i].token && differ < 0) differ = r;
-    }
-    if (checking) {
-      ++sampling_checks_;
-      if (differ >= 0) {
-        device_sampling_path_.disable("off: row " + std::to_string(differ) + " drew " +
-                                      std::to_string(host_tokens_[size_t(differ)]) + " on the GPU, " +
-                                      std::to_string(out[size_t(differ)].token) + " on the host");
-        std::fprintf(stderr, "cuda:%d: device sampling %s\n", device_, device_sampling_path_.state.c_str());
-      } else if (sampling_checks_ == kCheckedSamplings) {
-        device_sampling_path_.checked = true;
-        device_sampling_path_.state = "on";
-      } else {
-        device_sampling_path_.state = "checking";
-      }
-    }
+    row_sampler_->sample(logits.data(), rows, vocab, requests, out);
     return true;
   }
 
@@ -795,16 +696,17 @@ class CudaBackend final : public exec::Backend {
   const int32_t* upload_indices(std::span<const int32_t> rows, std::span<const float> weights) {
     const size_t words = rows.size() + weights.size();
     const size_t at = queued_indices_.size();
+    auto put = [&](std::vector<int32_t>& host, size_t at) {  // rows, then the weights' bits, from host[at]
+      host.resize(at + words);
+      std::memcpy(host.data() + at, rows.data(), rows.size_bytes());
+      if (!weights.empty()) std::memcpy(host.data() + at + rows.size(), weights.data(), weights.size_bytes());
+    };
     if (graphs_->queuing() && (at + words) * sizeof(int32_t) <= indices_bytes_) {
-      queued_indices_.resize(at + words);
-      std::memcpy(queued_indices_.data() + at, rows.data(), rows.size_bytes());
-      if (!weights.empty()) std::memcpy(queued_indices_.data() + at + rows.size(), weights.data(), weights.size_bytes());
+      put(queued_indices_, at);
       return static_cast<const int32_t*>(indices_.get()) + at;
     }
     if (graphs_->queuing()) spoil_and_flush();  // the block must grow: what is queued runs first, with its words
-    host_indices_.resize(words);
-    std::memcpy(host_indices_.data(), rows.data(), rows.size_bytes());
-    if (!weights.empty()) std::memcpy(host_indices_.data() + rows.size(), weights.data(), weights.size_bytes());
+    put(host_indices_, 0);
     reserve_bytes(indices_, indices_bytes_, words * sizeof(int32_t));
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(indices_.get(), host_indices_.data(), words * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
@@ -871,18 +773,8 @@ class CudaBackend final : public exec::Backend {
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
-  CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_, device_sampling_path_;
-  static constexpr int kCheckedSamplings = 3;  // sample_rows calls checked row by row against the host sampler
-  int sampling_checks_ = 0;
-  DeviceSamplingPlan sampling_plan_;
-  std::shared_ptr<void> sampling_;  // the plan's params and ops, then the tokens, on the device
-  size_t sampling_bytes_ = 0;
-  std::vector<int32_t> host_tokens_;
-  std::vector<float> raw_rows_;     // rows downloaded for the host sampler
-  std::vector<int> host_rows_;      // the rows of a sample_rows call the host samples
-  std::vector<SampleRequest> host_requests_;
-  std::vector<SampledToken> host_samples_;
-  BatchSampler host_sampler_;
+  CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
+  std::unique_ptr<DeviceRowSampler> row_sampler_;
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use

@@ -23,7 +23,6 @@ void StepGraphs::disable(std::string why) {
 }
 
 void StepGraphs::begin(bool graphable) {
-  flush();
   queuing_ = on_ && graphable;
   graphable_ = graphable;
   signature_.reset();

@@ -4,7 +4,7 @@
 // to back instead of one launch at a time.
 //
 // Contract (the CUDA backend is the only user):
-// - begin(graphable) opens a step's segment; while it is open and queuing(), run(launch) queues `launch` (a closure
+// - begin(graphable) opens a step's segment (after flush(): nothing may be queued); while it is open and queuing(), run(launch) queues `launch` (a closure
 //   that launches kernels on the stream and reads nothing on the host) and note(...) adds the values its launches
 //   depend on to the signature: every argument, pointer and size the launch passes to a kernel. A chunk's signature
 //   is the hash of every note since begin (the step's own first), so two chunks of the same signature launch the
