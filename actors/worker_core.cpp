@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -340,15 +343,90 @@ std::string WorkerCore::pick_greedy() {
   return {};
 }
 
+template <class Step, class Seqs>
+bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs) const {
+  if (!backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 || !twins_.empty()) return false;
+  if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return false;
+  bool sampled = false;
+  for (uint32_t i = 0; i < seqs.size() && !sampled; ++i) sampled = seqs[i].getSample();
+  return sampled && argmax_rows_only(seqs, states_);
+}
+
+void WorkerCore::step(const wire_msg& msg, std::vector<wire_msg>& done) {
+  if (std::optional<wire_msg> now = launch(msg, done)) done.push_back(std::move(*now));
+}
+
 wire_msg WorkerCore::execute(const wire_msg& msg) {
+  std::vector<wire_msg> done;
+  step(msg, done);
+  if (pending_) done.push_back(finish_pending());
+  return std::move(done.back());
+}
+
+bool WorkerCore::pending_done() { return !pending_ || backend_->reads_done(pending_->ticket); }
+
+wire_msg WorkerCore::finish_pending() {
+  PendingStep step = std::move(*pending_);
+  pending_.reset();
+  return finish(step);
+}
+
+WorkerCore::~WorkerCore() {
+  const AheadCounts& c = ahead_counts_;
+  if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0 &&
+                                                               backend_ && backend_->runs_ahead() && c.steps > 0) {
+    std::fprintf(stderr,
+                 "%s: %lu steps, %lu ran ahead (%lu queued behind a pending one), host walk %.3f ms a step, "
+                 "wait for picks %.3f ms a step ahead\n",
+                 name_.c_str(), (unsigned long)c.steps, (unsigned long)c.deferred, (unsigned long)c.behind_pending,
+                 c.walk_ms / double(c.steps), c.deferred ? c.wait_ms / double(c.deferred) : 0.0);
+  }
+}
+
+wire_msg WorkerCore::finish(PendingStep& p) {
+  const auto w0 = std::chrono::steady_clock::now();
+  backend_->complete_reads(p.ticket);
+  const auto t1 = std::chrono::steady_clock::now();
+  ahead_counts_.wait_ms += std::chrono::duration<double, std::milli>(t1 - w0).count();
+  last_step_end_ = t1;
+  previous_samples_.clear();
+  for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
+  previous_failed_ = false;
+  tokens_everywhere_ = false;
+  wire_msg out = build<wire::StepResult>([&](wire::StepResult::Builder r) {
+    r.setCorrelationId(p.correlation_id);
+    r.setStepId(p.step_id);
+    if (p.bests.size() != p.seq_ids.size()) {
+      set_error(r.initError(), Error{Errc::worker_failed, name_ + ": " + std::to_string(p.bests.size()) +
+                                                              " picks for " + std::to_string(p.seq_ids.size()) +
+                                                              " sampled rows"});
+      return;
+    }
+    auto results = r.initResults(static_cast<uint32_t>(p.bests.size()));
+    for (uint32_t i = 0; i < p.bests.size(); ++i) {
+      results[i].setTokenId(p.bests[i].id);
+      results[i].setSeqId(p.seq_ids[i]);
+    }
+    r.setComputeMicros(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - p.start).count()));
+    r.setIdleMicros(p.idle_us);
+  });
+  if (spare_bests_.capacity() == 0) spare_bests_ = std::move(p.bests);
+  return out;
+}
+
+std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire_msg>& done) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t idle_us =
-      last_step_end_ ? static_cast<uint64_t>(
-                           std::chrono::duration_cast<std::chrono::microseconds>(t0 - *last_step_end_).count())
-                     : 0;
+      last_step_end_ && t0 > *last_step_end_
+          ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t0 - *last_step_end_).count())
+          : 0;
   WireReader reader(msg);
   auto step = reader.root<wire::ExecuteStep>();
+  uint64_t ticket = 0;  // Backend::defer_reads of a step that runs ahead
   auto fail = [&](const std::string& why) {
+    if (ticket) backend_->complete_reads(std::exchange(ticket, 0));
+    if (pending_) done.push_back(finish_pending());  // results in step order
     previous_failed_ = true;
     last_step_end_ = std::chrono::steady_clock::now();
     return build<wire::StepResult>([&](wire::StepResult::Builder out) {
@@ -455,6 +533,9 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   }
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
+  // A step that cannot run ahead waits for the pending one's tokens on the host.
+  const bool ahead = may_run_ahead(step, seqs);
+  if (pending_ && !ahead) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
@@ -462,7 +543,8 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
       if (!st.sampling.has_penalties()) continue;
       const SeqSlice& slice = batch_.seqs[i];
       for (int32_t t = 0; t < slice.num_tokens; ++t)
-        st.remember(static_cast<uint32_t>(slice.start_pos + t), batch_.tokens[static_cast<size_t>(slice.first_token + t)]);
+        if (const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)]; !is_previous_pick(id))
+          st.remember(static_cast<uint32_t>(slice.start_pos + t), id);
     }
   }
 
@@ -481,6 +563,19 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   const ForwardContext::Sampling sampling{sample_requests_, &samples_};
   samples_.clear();
   context.sampling = plain_rows && !context.row_bests && !overlapped ? &sampling : nullptr;
+  // A step that runs ahead: its picks stay on the device for the next step, and reach spare_bests_ at finish(). The
+  // backend writes there later, so the model's appends (one per piece of a forward pass in pieces) must never move
+  // it: room for every sampled row first.
+  const RowBest* deferred_rows = nullptr;
+  if (ahead) {
+    ticket = backend_->defer_reads();
+    size_t rows = 0;
+    for (uint32_t i = 0; i < seqs.size(); ++i) rows += seqs[i].getSample();
+    spare_bests_.clear();
+    spare_bests_.reserve(rows);
+    deferred_rows = spare_bests_.data();
+    context.row_bests = &spare_bests_;
+  }
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
     lane_tokens_[k] = step.getLaneTokensPerMicroBatch()[k];
@@ -488,6 +583,25 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   if (auto run = overlapped ? forward_overlapped(context, lane_tokens_) : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
+  ++ahead_counts_.steps;
+  ahead_counts_.walk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ahead) {
+    ACTORD_CHECK(spare_bests_.data() == deferred_rows);  // where the backend will write
+    ++ahead_counts_.deferred;
+    if (pending_) ++ahead_counts_.behind_pending;
+    PendingStep next;
+    next.ticket = std::exchange(ticket, 0);
+    next.correlation_id = step.getCorrelationId();
+    next.step_id = step.getStepId();
+    next.start = t0;
+    next.idle_us = idle_us;
+    next.bests = std::move(spare_bests_);  // the vector's memory, where the backend writes, moves with it
+    spare_bests_ = {};
+    next.seq_ids = sample_seq_ids_;
+    std::optional<PendingStep> older = std::exchange(pending_, std::move(next));
+    if (older) done.push_back(finish(*older));
+    return std::nullopt;
+  }
   // Greedy rows: each rank's best of each row, exchanged (every rank of the stage), when the model gave them.
   size_t logit_rows = 0;
   for (uint32_t i = 0; i < seqs.size(); ++i) logit_rows += seqs[i].getSample();
@@ -674,6 +788,13 @@ Status WorkerCore::forward_overlapped(const ForwardContext& context, const std::
 
 std::string WorkerCore::resolve_previous_tokens() {
   if (previous_slots_.empty()) return {};
+  if (pending_) {  // running ahead of it (a lone rank): its tokens are its picks, still on the device
+    for (const auto& [at, index] : previous_slots_) {
+      if (index >= pending_->seq_ids.size()) return "a slice asks for a token the previous step did not sample";
+      batch_.tokens[at] = previous_pick(index);
+    }
+    return {};
+  }
   const size_t n = previous_slots_.size();
   exchanged_.resize(n);
   if (driver() || tokens_everywhere_) {

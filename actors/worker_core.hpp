@@ -44,12 +44,25 @@ class WorkerCore {
   // rank that is a thread of the engine (a rank in its own process joins the groups WorkerInit names).
   explicit WorkerCore(ModelRegistry registry, RankLinks links = {})
       : registry_(std::move(registry)), links_(std::move(links)) {}
+  ~WorkerCore();  // with ACTORD_CUDA_REPORT set: how its steps ran ahead (stderr)
 
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
-  wire_msg execute(const wire_msg& execute_step);  // ExecuteStep -> StepResult
+  // ExecuteStep -> StepResult, in the order the scheduler planned them. A step may run ahead: on a backend that
+  // runs_ahead(), a lone rank (no TP, PP, EP or AFD, no two-batch overlap, no trace, a dense model) whose step
+  // only takes greedy tokens queues its forward pass on the device and leaves the step pending; the next step, when
+  // it can run ahead too, is queued behind it with the pending step's tokens taken on the device (previous_pick), and
+  // only then is the pending step's result read. So the device never waits for the host between decode steps. `done`
+  // gets the results this call completed, oldest first (none, this step's, or the pending one's and this one's).
+  void step(const wire_msg& execute_step, std::vector<wire_msg>& done);
+  bool has_pending() const { return pending_.has_value(); }
+  bool pending_done();                             // finish_pending() would not wait for the device
+  wire_msg finish_pending();                       // the pending step's StepResult (waits for its device work)
+  wire_msg execute(const wire_msg& execute_step);  // one step, its result, nothing left pending
+
   // A held sequence's KV blocks as one message: ExportKv -> KvExport with the bytes of its first
   // ceil(numTokens / block_size) blocks of this rank's shard (its stage's layers, its KV heads; the layout says
   // which) in bulk[0]. The sequence keeps running here (the caller releases it).
+  // (The caller finishes a pending step first.)
   wire_msg export_kv(const wire_msg& export_request);
   // ImportKv (its export's bytes in bulk[0]) -> KvImported: writes the blocks into this worker's pool at the ids
   // the caller (the scheduler that owns them) chose, this rank's layers and heads taken from an export that holds
@@ -65,6 +78,27 @@ class WorkerCore {
   size_t num_sequences() const { return seqs_.size(); }  // sequences the worker holds state for
 
  private:
+  // A step left pending: what its result needs once its picks are on the host.
+  struct PendingStep {
+    uint64_t ticket = 0;                 // Backend::defer_reads
+    uint64_t correlation_id = 0, step_id = 0;
+    std::chrono::steady_clock::time_point start;
+    uint64_t idle_us = 0;
+    std::vector<RowBest> bests;          // [rows] written by complete_reads
+    std::vector<uint64_t> seq_ids;       // whose token each row is
+  };
+  // The step's launch: its result, or none when it was left pending (after `done` got the older pending one's).
+  std::optional<wire_msg> launch(const wire_msg& execute_step, std::vector<wire_msg>& done);
+  wire_msg finish(PendingStep& step);
+  // Whether this step may run ahead (see step()); the same rank conditions every step.
+  template <class Step, class Seqs>
+  bool may_run_ahead(const Step& step, const Seqs& seqs) const;
+  std::optional<PendingStep> pending_;
+  struct AheadCounts {
+    uint64_t steps = 0, deferred = 0, behind_pending = 0;
+    double walk_ms = 0, wait_ms = 0;  // launch() to the forward pass queued; complete_reads()
+  } ahead_counts_;
+  std::vector<RowBest> spare_bests_;     // the bests of the next step to run ahead (then the pending one's)
   // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed
   // them; an error message when one cannot be resolved (on every rank alike).
   std::string resolve_previous_tokens();

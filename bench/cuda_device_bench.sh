@@ -11,7 +11,7 @@
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
 #                                   [--deadline SECONDS] [--only "NAMES"]
 #   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
-#   graphs hf long_b1 sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
+#   graphs ahead hf long_b1 sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
@@ -98,6 +98,13 @@ if [ "$DEVICE" = cuda ] && wanted graphs; then
   ACTORD_CUDA_DISABLE=step_graphs actord_run actord_b64_no_graphs 420 128 64 64
   for run in actord_b1 actord_b64 actord_b256; do
     echo "  $run: $(grep -h 'step graphs' "$OUT/$run.err" 2>/dev/null | tail -1)"
+  done
+fi
+# Each step queued behind the one before, its tokens read after (WorkerCore::step: the device never waits for the
+# host between steps) against one step at a time (ACTORD_CUDA_DISABLE=run_ahead), at AHEAD_BATCHES (1 64 256).
+if [ "$DEVICE" = cuda ] && wanted ahead; then
+  for b in ${AHEAD_BATCHES:-1 64 256}; do
+    ACTORD_CUDA_DISABLE=run_ahead actord_run "actord_b${b}_no_ahead" 420 128 64 "$b"
   done
 fi
 # The peer, right after the runs it is compared with (the issue asks for both in one call); the profiles, paths and
@@ -187,7 +194,9 @@ if p and p.get("prefill_tokens_per_s"):
 ab = {}
 for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "decode_tokens_per_s"),
                   ("actord_b1_no_graphs", "decode_tokens_per_s"), ("actord_b64", "decode_tokens_per_s"),
-                  ("actord_b64_no_graphs", "decode_tokens_per_s"), ("actord_prefill", "prefill_tokens_per_s"),
+                  ("actord_b64_no_graphs", "decode_tokens_per_s"), ("actord_b1_no_ahead", "decode_tokens_per_s"),
+                  ("actord_b64_no_ahead", "decode_tokens_per_s"), ("actord_b256", "decode_tokens_per_s"),
+                  ("actord_b256_no_ahead", "decode_tokens_per_s"), ("actord_prefill", "prefill_tokens_per_s"),
                   ("actord_prefill_cublas_attention", "prefill_tokens_per_s"),
                   ("actord_prefill_fma_tiles", "prefill_tokens_per_s"),
                   ("actord_long_b1", "decode_tokens_per_s"), ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),

@@ -169,7 +169,8 @@ class Backend {
   // until then.
   virtual void begin_step(const ForwardBatch& batch) { (void)batch; }
   // out[n, h] = the rows of `table` for the tokens; a token outside [vocab_first, vocab_first + table.rows) (another
-  // TP rank's vocabulary part) gets a zero row.
+  // TP rank's vocabulary part) gets a zero row. A previous_pick(k) token (only where runs_ahead()) is row k's id of
+  // the picks of the last defer_reads() before the current one.
   virtual void embed(const std::vector<int32_t>& tokens, const Weight& table, int64_t vocab_first, Buffer& out) = 0;
   // y[r] = x[r] / rms(x[r]) * w, r < n rows of dim elements. y may be x.
   virtual void rms_norm(const Buffer& x, const Buffer& w, Buffer& y, int n, int dim, float eps) = 0;
@@ -212,6 +213,17 @@ class Backend {
   // ignored ({-inf, first_id} for a row without any other value); into host memory (out: rows entries). The greedy
   // pick over those columns, without bringing the rows to the host.
   virtual void row_bests(const Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) = 0;
+  // ---- running ahead of the host (a device backend whose primitives run asynchronously) ----
+  // Whether defer_reads() works. After t = defer_reads(), until the next defer_reads(), row_bests calls (one step's,
+  // in as many pieces as its forward pass takes) append their rows to the step's picks, kept in device memory, and
+  // leave their host outputs (which must stay valid) to complete_reads(t), which waits only for the work before
+  // them. The step after, itself deferred, may name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, resolved
+  // by embed() on the device, in order with the work that makes it. So the host can queue step N + 1 before it
+  // reads step N's tokens, and the device never waits for the host between them.
+  virtual bool runs_ahead() const { return false; }
+  virtual uint64_t defer_reads() { return 0; }
+  virtual bool reads_done(uint64_t ticket) { (void)ticket; return true; }  // complete_reads(ticket) will not wait
+  virtual void complete_reads(uint64_t ticket) { (void)ticket; }
   // Samples rows of whole logits [rows, vocab] (requests / out: one per row) where they are, as executors/sampler.hpp
   // does (penalties and masks applied to the rows in place; tokens deterministic per request and seed): true when it
   // did; false, having changed nothing, when this backend does not (the caller downloads the logits and samples them).

@@ -18,8 +18,14 @@ struct SeqSlice {
   bool all_logits = false;            // logits for every one of its tokens go to the output (prompt logprobs)
 };
 
+// A token not known on the host yet: row k of the picks of the step before, still in the device's memory
+// (Backend::runs_ahead); only the embedding reads it, and resolves it where it runs.
+constexpr int32_t previous_pick(uint32_t k) { return -1 - static_cast<int32_t>(k); }
+constexpr bool is_previous_pick(int32_t token) { return token < 0; }
+constexpr uint32_t previous_pick_row(int32_t token) { return static_cast<uint32_t>(-1 - token); }
+
 struct ForwardBatch {
-  std::vector<int32_t> tokens;        // [n_tokens] token ids, sequences back to back
+  std::vector<int32_t> tokens;        // [n_tokens] token ids (or previous_pick(k)), sequences back to back
   std::vector<SeqSlice> seqs;         // [n_seqs]
 };
 

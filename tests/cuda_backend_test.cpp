@@ -207,6 +207,64 @@ TEST_CASE("cuda: row_bests (the greedy pick of each row) equals the CPU backend'
   }
 }
 
+TEST_CASE("cuda: picks left on the device (defer_reads) reach the host at complete_reads and the next step's embedding",
+          "[cuda]") {
+  if (!have_gpu()) return;
+  Pair p;
+  exec::Backend& gpu = *p.gpu;
+  exec::Backend& cpu = p.cpu.backend;
+  REQUIRE(gpu.runs_ahead());
+  CHECK_FALSE(cpu.runs_ahead());
+  const int dim = 64, vocab = 300, rows = 5;
+  const HostMatrixData table(random_values(size_t(vocab) * dim, 11), vocab, dim, DType::bf16);
+  auto gpu_table = gpu.upload_matrix(table.m, exec::WeightUse::lookup);
+  auto cpu_table = cpu.upload_matrix(table.m, exec::WeightUse::lookup);
+  REQUIRE(gpu_table.ok());
+  REQUIRE(cpu_table.ok());
+  const std::vector<float> logits = random_values(size_t(rows) * vocab, 12);
+  std::vector<RowBest> want(rows);
+  cpu.row_bests(cpu.upload(logits), rows, vocab, 0, want);
+  // Step 1 runs ahead, its forward pass in two pieces (rows 0-1, then 2-4).
+  const exec::Buffer head = gpu.upload(std::span(logits).first(size_t(2) * vocab));
+  const exec::Buffer tail = gpu.upload(std::span(logits).subspan(size_t(2) * vocab));
+  ForwardBatch first;
+  first.tokens = {1, 2, 3, 4, 5};
+  first.seqs = {SeqSlice{0, 5, 0, nullptr, true}};
+  gpu.begin_step(first);
+  const uint64_t ticket1 = gpu.defer_reads();
+  CHECK(ticket1 != 0);
+  std::vector<RowBest> got(rows, RowBest{0.0f, -7});
+  gpu.row_bests(head, 2, vocab, 0, std::span(got).first(2));
+  gpu.row_bests(tail, 3, vocab, 0, std::span(got).subspan(2));
+  // Step 2 queued behind it, naming three of its picks, before the host has them.
+  ForwardBatch second;
+  second.tokens = {previous_pick(4), 7, previous_pick(0), previous_pick(2)};
+  second.seqs = {SeqSlice{0, 4, 0, nullptr, true}};
+  exec::Buffer embedded;
+  gpu.reserve(embedded, second.tokens.size() * dim);
+  gpu.begin_step(second);
+  const uint64_t ticket2 = gpu.defer_reads();
+  CHECK(ticket2 != ticket1);
+  gpu.embed(second.tokens, *gpu_table, 0, embedded);
+  CHECK(got[0].id == -7);  // not written before complete_reads
+  gpu.complete_reads(ticket1);
+  CHECK(gpu.reads_done(ticket1));
+  for (int r = 0; r < rows; ++r) {
+    INFO("row " << r);
+    CHECK(got[size_t(r)].id == want[size_t(r)].id);
+    CHECK(got[size_t(r)].logit == want[size_t(r)].logit);
+  }
+  const std::vector<float> on_gpu = p.read(gpu, embedded, second.tokens.size() * dim);
+  gpu.complete_reads(ticket2);  // a step without picks
+  ForwardBatch resolved = second;
+  resolved.tokens = {want[4].id, 7, want[0].id, want[2].id};
+  exec::Buffer expected;
+  cpu.reserve(expected, resolved.tokens.size() * dim);
+  cpu.begin_step(resolved);
+  cpu.embed(resolved.tokens, *cpu_table, 0, expected);
+  CHECK(on_gpu == p.read(cpu, expected, resolved.tokens.size() * dim));
+}
+
 TEST_CASE("cuda: norm, activations, add, embedding, gathers, scatters and column copies equal the CPU backend",
           "[cuda]") {
   if (!have_gpu()) return;
@@ -460,6 +518,27 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   auto out = (*engine)->generate({r});
   REQUIRE(out.ok());
   CHECK((*out)[0].generated_ids == test::reference_ids());
+  // 16 sequences at once, each prompted with a prefix of the reference, so that its greedy continuation is the
+  // reference's next tokens: prompts of 1 to 196 tokens, ends at different steps. Every decode step runs ahead of
+  // its tokens (WorkerCore::step), taking the step before's picks on the device.
+  std::vector<GenerateRequest> prefixes;
+  const std::vector<int32_t> reference = test::reference_ids();
+  for (size_t i = 0; i < 16; ++i) {
+    GenerateRequest q;
+    q.prompt_ids = {1};
+    q.prompt_ids.insert(q.prompt_ids.end(), reference.begin(), reference.begin() + std::ptrdiff_t(13 * i));
+    q.max_tokens = uint32_t(20 + (i * 7) % 40);
+    q.sampling.temperature = 0.0f;
+    q.ignore_eos = true;
+    prefixes.push_back(q);
+  }
+  auto continued = (*engine)->generate(prefixes);
+  REQUIRE(continued.ok());
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    INFO("prefix of " << 13 * i << " tokens");
+    const auto from = reference.begin() + std::ptrdiff_t(13 * i);
+    CHECK((*continued)[i].generated_ids == std::vector<int32_t>(from, from + prefixes[i].max_tokens));
+  }
 
   // Seeded draws with penalties through the engine: sampled on the GPU (Backend::sample_rows), the same tokens as
   // the CPU engine's (f32 logits equal to rounding: a draw would differ only on a boundary within that rounding).

@@ -13,6 +13,7 @@
 
 #include "executors/cuda/checked_path.hpp"
 #include "executors/cuda/cuda_kernels.cuh"
+#include "executors/cuda/deferred_picks.hpp"
 #include "executors/cuda/device_memory.hpp"
 #include "executors/cuda/device_row_sampler.hpp"
 #include "executors/cuda/kernel_times.hpp"
@@ -67,6 +68,7 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CUDA_CHECK(cudaSetDevice(device_));
     ACTORD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     row_sampler_ = std::make_unique<DeviceRowSampler>(device_, stream_, *pool_);
+    picks_ = std::make_unique<DeferredPicks>(stream_);
     ACTORD_CUBLAS_CHECK(cublasCreate(&blas_));
     ACTORD_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     // A workspace of its own, so that cuBLAS allocates nothing while a step is captured as a graph.
@@ -89,7 +91,8 @@ class CudaBackend final : public exec::Backend {
   // query for prefills too), long_prefill (the cuBLAS path for long prefills: FMA tiles where flash_prefill is
   // off or does not fit), flash_prefill (the one-kernel tensor-core attention of long prefills: the cuBLAS path
   // instead), split_decode (one warp per decode), device_sampling (logits downloaded and sampled by the worker),
-  // step_graphs (every launch on its own instead of a decode step's launches as one CUDA graph).
+  // step_graphs (every launch on its own instead of a decode step's launches as one CUDA graph), run_ahead (the
+  // worker reads each step's tokens before it queues the next: runs_ahead() false).
   void disable_paths(const char* list) {
     if (!list) return;
     std::string names = list;
@@ -112,6 +115,8 @@ class CudaBackend final : public exec::Backend {
         row_sampler_->disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "step_graphs") {
         graphs_->disable("off: ACTORD_CUDA_DISABLE");
+      } else if (name == "run_ahead") {
+        run_ahead_on_ = false;
       } else {
         std::string known;
         for (const std::string& path : path_names()) known += (known.empty() ? "" : ", ") + path;
@@ -127,6 +132,7 @@ class CudaBackend final : public exec::Backend {
                    graphs_->eager_chunks());
     }
     graphs_.reset();
+    picks_.reset();
     cudaStreamSynchronize(stream_);
     times_.report();
     cublasDestroy(blas_);
@@ -227,10 +233,14 @@ class CudaBackend final : public exec::Backend {
     ACTORD_CHECK(batch_ && tokens.size() == size_t(step_.n));
     const CudaWeight* w = &weight_of(table);
     float* y = out.data();
-    graphs_->note(kEmbedTag, w->data, vocab_first, y);
-    graphs_->run([this, step = step_, w, vocab_first, y] {
+    const RowBest* picks = picks_->previous();
+    for (int32_t token : tokens) {
+      ACTORD_CHECK(!is_previous_pick(token) || (picks && previous_pick_row(token) < uint32_t(picks_->previous_rows())));
+    }
+    graphs_->note(kEmbedTag, w->data, vocab_first, y, picks);
+    graphs_->run([this, step = step_, picks, w, vocab_first, y] {
       KernelTimed timed(times_, "embed", stream_);
-      launch_embed(step, w->data, w->dtype, vocab_first, w->rows, static_cast<int>(w->cols), y, stream_);
+      launch_embed(step, picks, w->data, w->dtype, vocab_first, w->rows, static_cast<int>(w->cols), y, stream_);
     });
   }
   void rms_norm(const exec::Buffer& x, const exec::Buffer& w, exec::Buffer& y, int n, int dim, float eps) override {
@@ -501,6 +511,11 @@ class CudaBackend final : public exec::Backend {
     const size_t bytes = size_t(rows) * sizeof(RowBest);
     reserve_bytes(bests_, bests_bytes_, bytes * size_t(1 + row_best_chunks(width)));
     auto* bests = static_cast<RowBest*>(bests_.get());  // rows' results, then their chunks'
+    if (picks_->active()) {  // defer_reads(): kept on the device for the next step, on the host at complete_reads
+      launch_row_bests(x.data(), rows, width, first_id, bests + rows, picks_->next_rows(rows), stream_);
+      picks_->queue_copy(out.first(size_t(rows)));
+      return;
+    }
     launch_row_bests(x.data(), rows, width, first_id, bests + rows, bests, stream_);
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(out.data(), bests, bytes, cudaMemcpyDeviceToHost, stream_));
     ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -518,6 +533,11 @@ class CudaBackend final : public exec::Backend {
   }
 
   bool computes_in_host_memory() const override { return false; }
+
+  bool runs_ahead() const override { return run_ahead_on_; }
+  uint64_t defer_reads() override { return picks_->begin(); }
+  bool reads_done(uint64_t ticket) override { return picks_->done(ticket); }
+  void complete_reads(uint64_t ticket) override { picks_->complete(ticket); }
 
  protected:
   // A buffer grows: the launches queued so far (which may read the memory it gives up) run first.
@@ -772,9 +792,10 @@ class CudaBackend final : public exec::Backend {
   int heads_ = 32;                           // query heads of the last attention (the next plan's warps per split)
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
-  bool small_batch_on_ = true, tiles_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
+  bool small_batch_on_ = true, tiles_on_ = true, run_ahead_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
   CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
   std::unique_ptr<DeviceRowSampler> row_sampler_;
+  std::unique_ptr<DeferredPicks> picks_;     // a deferred step's greedy picks (defer_reads)
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use
@@ -805,7 +826,7 @@ void* stream_of(const exec::Backend& backend) {
 
 std::vector<std::string> path_names() {
   return {"small_batch", "prefill_tiles", "long_prefill", "flash_prefill", "split_decode", "device_sampling",
-          "step_graphs"};
+          "step_graphs", "run_ahead"};
 }
 
 namespace {

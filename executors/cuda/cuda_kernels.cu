@@ -18,9 +18,11 @@ constexpr int kRowBestChunk = 4096;  // columns per block of row_bests (a row's 
 unsigned blocks_for(size_t count) { return static_cast<unsigned>((count + kThreads - 1) / kThreads); }
 
 template <class T>
-__global__ void embed_kernel(StepLayout step, const T* table, int64_t vocab_first, int64_t rows, int h, float* out) {
+__global__ void embed_kernel(StepLayout step, const RowBest* picks, const T* table, int64_t vocab_first, int64_t rows,
+                             int h, float* out) {
   const int t = blockIdx.x;
-  const int64_t id = step.tokens[t] - vocab_first;
+  const int32_t token = step.tokens[t];
+  const int64_t id = int64_t(token < 0 ? picks[-1 - token].id : token) - vocab_first;
   float* row = out + int64_t(t) * h;
   for (int c = threadIdx.x; c < h; c += blockDim.x) row[c] = (id >= 0 && id < rows) ? to_f32(table[id * h + c]) : 0.0f;
 }
@@ -232,12 +234,13 @@ __global__ void copy_columns_kernel(const float* src, int rows, int width, float
 
 }  // namespace
 
-void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_t vocab_first, int64_t rows, int h,
-                  float* out, cudaStream_t stream) {
+void launch_embed(const StepLayout& step, const RowBest* picks, const void* table, DType dtype, int64_t vocab_first,
+                  int64_t rows, int h, float* out, cudaStream_t stream) {
   if (step.n == 0) return;
   with_element_type(dtype, [&](auto zero) {
     using T = decltype(zero);
-    embed_kernel<T><<<step.n, kThreads, 0, stream>>>(step, static_cast<const T*>(table), vocab_first, rows, h, out);
+    embed_kernel<T><<<step.n, kThreads, 0, stream>>>(step, picks, static_cast<const T*>(table), vocab_first, rows, h,
+                                                     out);
   });
 }
 

@@ -45,9 +45,10 @@ struct KvView {
   int64_t head_stride = 0;   // elements
 };
 
-// out[t] = table[tokens[t] - vocab_first] as f32, or zeros outside [vocab_first, vocab_first + rows).
-void launch_embed(const StepLayout& step, const void* table, DType dtype, int64_t vocab_first, int64_t rows, int h,
-                  float* out, cudaStream_t stream);
+// out[t] = table[tokens[t] - vocab_first] as f32, or zeros outside [vocab_first, vocab_first + rows). A token
+// previous_pick(k) (executors/forward_batch.hpp) is picks[k].id (picks: the previous step's row bests).
+void launch_embed(const StepLayout& step, const RowBest* picks, const void* table, DType dtype, int64_t vocab_first,
+                  int64_t rows, int h, float* out, cudaStream_t stream);
 void launch_rms_norm(const float* x, const float* w, float* y, int n, int dim, float eps, cudaStream_t stream);
 // dst[i] = src[i] rounded to dtype (bf16 or f16), i < count: a GEMM's activations.
 void launch_round_to(const float* src, void* dst, DType dtype, size_t count, cudaStream_t stream);
