@@ -153,12 +153,31 @@ int run_worker_process(const WorkerProcessArgs& args) {
   }
 
   // The core runs on this thread: a step costs no hop to another thread inside this process, and the next step,
-  // sent ahead by the scheduler, is usually waiting in the socket when this one is done.
+  // sent ahead by the scheduler, is usually waiting in the socket when this one is done. A step that runs ahead
+  // (WorkerCore::step) is answered when the next one has been queued behind it, or once the device has done it:
+  // meanwhile the socket is polled without waiting. Steps are answered in the order they came.
   WorkerCore core(ModelRegistry::with_builtins());
+  size_t owed = 0;  // steps received and not answered yet
+  auto answer = [&](std::vector<wire_msg>& results) {
+    for (wire_msg& r : results) {
+      link.send(wire::MessageKind::STEP_RESULT, r);
+      if (owed > 0) --owed;
+    }
+  };
+  auto answer_pending = [&] {
+    if (!core.has_pending()) return;
+    std::vector<wire_msg> results{guarded<wire::StepResult>([&] { return core.finish_pending(); })};
+    answer(results);
+  };
   int exit_code = 0;
   bool running = true;
   while (running) {
-    auto got = link.recv(200);
+    auto got = link.recv(core.has_pending() ? 0 : 200);
+    if (got && !got->has_value() && core.has_pending()) {  // nothing came: the pending step, once it is done
+      if (core.pending_done()) answer_pending();
+      else std::this_thread::yield();
+      continue;
+    }
     if (!got) {
       spdlog::error("{}: {}", args.name, got.error().message);
       if (auto gone = link.engine_gone_error()) {
@@ -178,6 +197,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
     Envelope env = std::move(**got);
     wire::MessageKind reply_kind;
     wire_msg reply;
+    if (env.kind != wire::MessageKind::EXECUTE_STEP) answer_pending();  // replies in the order asked
     switch (env.kind) {
       case wire::MessageKind::SHUTDOWN: running = false; continue;
       case wire::MessageKind::WORKER_INIT:
@@ -185,10 +205,21 @@ int run_worker_process(const WorkerProcessArgs& args) {
         bind_to_init_cpus(args.name, env.body);
         reply = guarded<wire::WorkerReady>([&] { return core.init(env.body); });
         break;
-      case wire::MessageKind::EXECUTE_STEP:
-        reply_kind = wire::MessageKind::STEP_RESULT;
-        reply = guarded<wire::StepResult>([&] { return core.execute(env.body); });
-        break;
+      case wire::MessageKind::EXECUTE_STEP: {
+        ++owed;
+        std::vector<wire_msg> results;
+        const wire_msg failed = guarded<wire::StepResult>([&] {
+          core.step(env.body, results);
+          return wire_msg{};
+        });
+        if (!failed.bytes.empty()) {  // thrown: what is pending first, then the error for every step left
+          if (core.has_pending())
+            results.push_back(guarded<wire::StepResult>([&] { return core.finish_pending(); }));
+          while (results.size() < owed) results.push_back(failed);
+        }
+        answer(results);
+        continue;
+      }
       case wire::MessageKind::EXPORT_KV:
         reply_kind = wire::MessageKind::KV_EXPORT;
         reply = guarded<wire::KvExport>([&] { return core.export_kv(env.body); });

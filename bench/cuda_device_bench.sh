@@ -206,6 +206,17 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
     if run and run.get(key):
         ab[name] = round(run[key], 1)
 summary["paths_vs_fallbacks"] = ab
+# The clients' view of every run: the median time between a request's output tokens, and the batch's tokens/s at
+# that pace. The scheduler's decode tokens/s above books each step's wall time by when its result came back; with
+# steps answered after the next is queued (running ahead) its split of time between prefill and decode steps is
+# skewed, while the time per output token is not.
+pace = {}
+for name in sorted(f[:-5] for f in os.listdir(out) if f.startswith("actord_") and f.endswith(".json")):
+    run = load(name)
+    tpot = run and (run.get("tpot_ms") or {}).get("p50")
+    if tpot and run.get("concurrency"):
+        pace[name] = {"tpot_ms": round(tpot, 3), "tok_s": round(run["concurrency"] * 1000.0 / tpot, 1)}
+summary["time_per_output_token"] = pace
 hf = load("hf")
 if hf and hf.get("prefill"):
     summary.setdefault("prefill", {})["hf_tok_s"] = hf["prefill"]["tok_s"]

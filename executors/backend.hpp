@@ -216,8 +216,8 @@ class Backend {
   // ---- running ahead of the host (a device backend whose primitives run asynchronously) ----
   // Whether defer_reads() works. After t = defer_reads(), until the next defer_reads(), row_bests calls (one step's,
   // in as many pieces as its forward pass takes) append their rows to the step's picks, kept in device memory, and
-  // leave their host outputs (which must stay valid) to complete_reads(t), which waits only for the work before
-  // them. The step after, itself deferred, may name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, resolved
+  // their host outputs (which must stay where they are until then) are complete after complete_reads(t), which
+  // waits only for the work before them (a device backend writes them there; the CPU's at once). The step after, itself deferred, may name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, resolved
   // by embed() on the device, in order with the work that makes it. So the host can queue step N + 1 before it
   // reads step N's tokens, and the device never waits for the host between them.
   virtual bool runs_ahead() const { return false; }

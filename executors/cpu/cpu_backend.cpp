@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/large_buffer.hpp"
 #include "executors/cpu/aligned_vector.hpp"
@@ -45,7 +47,22 @@ exec::Weight wrap(std::shared_ptr<CpuWeight> w, int64_t rows) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(ThreadPool& pool, Isa isa) : pool_(pool), isa_(isa) {}
+CpuBackend::CpuBackend(ThreadPool& pool, Isa isa) : pool_(pool), isa_(isa) {
+  const char* ahead = std::getenv("ACTORD_CPU_RUN_AHEAD");
+  run_ahead_ = ahead && std::string_view(ahead) == "1";
+}
+
+uint64_t CpuBackend::defer_reads() {
+  ACTORD_CHECK(run_ahead_);
+  ++ticket_;
+  picks_[ticket_ & 1].clear();
+  deferring_ = true;
+  return ticket_;
+}
+
+void CpuBackend::complete_reads(uint64_t ticket) {
+  if (ticket == ticket_) deferring_ = false;
+}
 
 std::string CpuBackend::describe() const {
   return std::string("cpu (") + isa_name(isa_) + ", " + std::to_string(pool_.size()) + " threads)";
@@ -145,8 +162,13 @@ void CpuBackend::embed(const std::vector<int32_t>& tokens, const exec::Weight& t
   const WeightMatrix& w = matrix_of(table);
   const int64_t h = w.cols;
   ACTORD_CHECK(out.size() >= tokens.size() * static_cast<size_t>(h));
+  const std::vector<int32_t>& previous = picks_[(ticket_ - 1) & 1];  // a previous_pick token's step
   for (size_t t = 0; t < tokens.size(); ++t) {
-    const int64_t id = tokens[t];
+    int64_t id = tokens[t];
+    if (is_previous_pick(tokens[t])) {
+      ACTORD_CHECK(run_ahead_ && ticket_ >= 2 && previous_pick_row(tokens[t]) < previous.size());
+      id = previous[previous_pick_row(tokens[t])];
+    }
     float* row = out.data() + t * static_cast<size_t>(h);
     if (id >= vocab_first && id < vocab_first + w.rows) {
       weight_row_to_f32(w, id - vocab_first, row);
@@ -310,6 +332,9 @@ bool CpuBackend::sample_rows(exec::Buffer& logits, int rows, int vocab, std::spa
 void CpuBackend::row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) {
   ACTORD_CHECK(out.size() >= size_t(std::max(rows, 0)));
   pool_.parallel_for(rows, [&](int r) { out[size_t(r)] = row_best(x.data() + size_t(r) * width, width, first_id); });
+  if (deferring_) {
+    for (int r = 0; r < rows; ++r) picks_[ticket_ & 1].push_back(out[size_t(r)].id);
+  }
 }
 
 }  // namespace actord::cpu
