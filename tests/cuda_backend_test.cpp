@@ -521,24 +521,10 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   // 16 sequences at once, each prompted with a prefix of the reference, so that its greedy continuation is the
   // reference's next tokens: prompts of 1 to 196 tokens, ends at different steps. Every decode step runs ahead of
   // its tokens (WorkerCore::step), taking the step before's picks on the device.
-  std::vector<GenerateRequest> prefixes;
-  const std::vector<int32_t> reference = test::reference_ids();
-  for (size_t i = 0; i < 16; ++i) {
-    GenerateRequest q;
-    q.prompt_ids = {1};
-    q.prompt_ids.insert(q.prompt_ids.end(), reference.begin(), reference.begin() + std::ptrdiff_t(13 * i));
-    q.max_tokens = uint32_t(20 + (i * 7) % 40);
-    q.sampling.temperature = 0.0f;
-    q.ignore_eos = true;
-    prefixes.push_back(q);
-  }
+  const std::vector<GenerateRequest> prefixes = test::reference_prefix_requests();
   auto continued = (*engine)->generate(prefixes);
   REQUIRE(continued.ok());
-  for (size_t i = 0; i < prefixes.size(); ++i) {
-    INFO("prefix of " << 13 * i << " tokens");
-    const auto from = reference.begin() + std::ptrdiff_t(13 * i);
-    CHECK((*continued)[i].generated_ids == std::vector<int32_t>(from, from + prefixes[i].max_tokens));
-  }
+  test::check_continues_reference(*continued, prefixes, prefixes.size());
 
   // Seeded draws with penalties through the engine: sampled on the GPU (Backend::sample_rows), the same tokens as
   // the CPU engine's (f32 logits equal to rounding: a draw would differ only on a boundary within that rounding).

@@ -72,4 +72,36 @@ inline int64_t decode_tokens_in_mixed_steps(const EngineStats& s) {
   return static_cast<int64_t>(s.tokens - s.prefill_tokens) - static_cast<int64_t>(s.decode_tokens);
 }
 
+// stories260K requests whose greedy continuation is known: request i is prompted with BOS and the first 13 i tokens
+// of its 256-token reference and asks for 20 + 7 i % 40 tokens (ignoring EOS), so it must continue with the
+// reference's next ones. 16 of them share their prefixes (prefix cache hits, copy-on-write) and end at different
+// steps.
+inline std::vector<GenerateRequest> reference_prefix_requests() {
+  const std::vector<int32_t> reference = reference_ids();
+  std::vector<GenerateRequest> out;
+  for (size_t i = 0; i < 16; ++i) {
+    GenerateRequest q;
+    q.prompt_ids = {1};
+    q.prompt_ids.insert(q.prompt_ids.end(), reference.begin(), reference.begin() + std::ptrdiff_t(13 * i));
+    q.max_tokens = uint32_t(20 + (i * 7) % 40);
+    q.sampling.temperature = 0.0f;
+    q.ignore_eos = true;
+    out.push_back(q);
+  }
+  return out;
+}
+
+// The first `count` outputs of reference_prefix_requests() (or a list that begins with them) continue the reference.
+inline void check_continues_reference(const std::vector<GenerateOutput>& outputs,
+                                      const std::vector<GenerateRequest>& asked, size_t count) {
+  const std::vector<int32_t> reference = reference_ids();
+  REQUIRE(outputs.size() >= count);
+  for (size_t i = 0; i < count; ++i) {
+    INFO("prefix of " << 13 * i << " tokens");
+    if (outputs[i].error) FAIL(outputs[i].error->message);
+    const auto from = reference.begin() + std::ptrdiff_t(13 * i);
+    CHECK(outputs[i].generated_ids == std::vector<int32_t>(from, from + asked[i].max_tokens));
+  }
+}
+
 }  // namespace actord::test

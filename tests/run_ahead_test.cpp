@@ -22,45 +22,16 @@ std::unique_ptr<Engine> engine_running_ahead(bool ahead, std::vector<std::string
   return engine;
 }
 
-// Sequence i prompted with the reference's first 13 i tokens (after BOS): its greedy continuation is the
-// reference's next ones. Prompts of 1 to 196 tokens sharing their prefixes (prefix cache hits and copy-on-write
-// copies), ends at different steps.
-std::vector<GenerateRequest> reference_prefixes() {
-  const std::vector<int32_t> reference = test::reference_ids();
-  std::vector<GenerateRequest> out;
-  for (size_t i = 0; i < 16; ++i) {
-    GenerateRequest q;
-    q.prompt_ids = {1};
-    q.prompt_ids.insert(q.prompt_ids.end(), reference.begin(), reference.begin() + std::ptrdiff_t(13 * i));
-    q.max_tokens = uint32_t(20 + (i * 7) % 40);
-    q.sampling.temperature = 0.0f;
-    q.ignore_eos = true;
-    out.push_back(q);
-  }
-  return out;
-}
-
-void check_continues_reference(const std::vector<GenerateOutput>& outputs, const std::vector<GenerateRequest>& asked,
-                               size_t count) {
-  const std::vector<int32_t> reference = test::reference_ids();
-  for (size_t i = 0; i < count; ++i) {
-    INFO("prefix of " << 13 * i << " tokens");
-    REQUIRE_FALSE(outputs[i].error);
-    const auto from = reference.begin() + std::ptrdiff_t(13 * i);
-    CHECK(outputs[i].generated_ids == std::vector<int32_t>(from, from + asked[i].max_tokens));
-  }
-}
-
 }  // namespace
 
 TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, then with seeded draws among them",
           "[engine][run_ahead]") {
   auto ahead = engine_running_ahead(true);
   // Greedy only: every step runs ahead of the one before.
-  const std::vector<GenerateRequest> prefixes = reference_prefixes();
+  const std::vector<GenerateRequest> prefixes = test::reference_prefix_requests();
   auto alone = ahead->generate(prefixes);
   REQUIRE(alone.ok());
-  check_continues_reference(*alone, prefixes, prefixes.size());
+  test::check_continues_reference(*alone, prefixes, prefixes.size());
 
   // Seeded draws with penalties among them (their steps cannot run ahead: the pending step is answered first) that
   // end early, so that later steps run ahead again; a request of two samples (a forking slice) too.
@@ -78,7 +49,7 @@ TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, t
   }
   auto with_draws = ahead->generate(mixed);
   REQUIRE(with_draws.ok());
-  check_continues_reference(*with_draws, mixed, prefixes.size());
+  test::check_continues_reference(*with_draws, mixed, prefixes.size());
 
   auto plain = engine_running_ahead(false);
   auto without = plain->generate(mixed);
@@ -94,7 +65,7 @@ TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, t
 
 TEST_CASE("a worker process that runs ahead answers its steps in order with every token", "[engine][run_ahead]") {
   auto ahead = engine_running_ahead(true, {"groups[0].placement=process"});
-  std::vector<GenerateRequest> mixed = reference_prefixes();
+  std::vector<GenerateRequest> mixed = test::reference_prefix_requests();
   const size_t greedy = mixed.size();
   GenerateRequest drawn;
   drawn.prompt_ids = {1, 403, 121};
@@ -105,7 +76,7 @@ TEST_CASE("a worker process that runs ahead answers its steps in order with ever
   mixed.push_back(drawn);
   auto outputs = ahead->generate(mixed);
   REQUIRE(outputs.ok());
-  check_continues_reference(*outputs, mixed, greedy);
+  test::check_continues_reference(*outputs, mixed, greedy);
   auto plain = engine_running_ahead(false);
   auto without = plain->generate({drawn});
   REQUIRE(without.ok());
