@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -18,8 +16,6 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "core/micro_batch_split.hpp"
-#include "actors/kv_move.hpp"
-#include "memory/kv_relayout.hpp"
 #include "core/topology_config.hpp"
 #include "comms/codecs.hpp"
 #include "comms/nccl/nccl_communicator.hpp"
@@ -350,69 +346,6 @@ bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs) const {
   bool sampled = false;
   for (uint32_t i = 0; i < seqs.size() && !sampled; ++i) sampled = seqs[i].getSample();
   return sampled && argmax_rows_only(seqs, states_);
-}
-
-void WorkerCore::step(const wire_msg& msg, std::vector<wire_msg>& done) {
-  if (std::optional<wire_msg> now = launch(msg, done)) done.push_back(std::move(*now));
-}
-
-wire_msg WorkerCore::execute(const wire_msg& msg) {
-  std::vector<wire_msg> done;
-  step(msg, done);
-  if (pending_) done.push_back(finish_pending());
-  return std::move(done.back());
-}
-
-bool WorkerCore::pending_done() { return !pending_ || backend_->reads_done(pending_->ticket); }
-
-wire_msg WorkerCore::finish_pending() {
-  PendingStep step = std::move(*pending_);
-  pending_.reset();
-  return finish(step);
-}
-
-WorkerCore::~WorkerCore() {
-  const AheadCounts& c = ahead_counts_;
-  if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0 &&
-                                                               backend_ && backend_->runs_ahead() && c.steps > 0) {
-    std::fprintf(stderr,
-                 "%s: %lu steps, %lu ran ahead (%lu queued behind a pending one), host walk %.3f ms a step, "
-                 "wait for picks %.3f ms a step ahead\n",
-                 name_.c_str(), (unsigned long)c.steps, (unsigned long)c.deferred, (unsigned long)c.behind_pending,
-                 c.walk_ms / double(c.steps), c.deferred ? c.wait_ms / double(c.deferred) : 0.0);
-  }
-}
-
-wire_msg WorkerCore::finish(PendingStep& p) {
-  const auto w0 = std::chrono::steady_clock::now();
-  backend_->complete_reads(p.ticket);
-  const auto t1 = std::chrono::steady_clock::now();
-  ahead_counts_.wait_ms += std::chrono::duration<double, std::milli>(t1 - w0).count();
-  last_step_end_ = t1;
-  previous_samples_.clear();
-  for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
-  previous_failed_ = false;
-  tokens_everywhere_ = false;
-  wire_msg out = build<wire::StepResult>([&](wire::StepResult::Builder r) {
-    r.setCorrelationId(p.correlation_id);
-    r.setStepId(p.step_id);
-    if (p.bests.size() != p.seq_ids.size()) {
-      set_error(r.initError(), Error{Errc::worker_failed, name_ + ": " + std::to_string(p.bests.size()) +
-                                                              " picks for " + std::to_string(p.seq_ids.size()) +
-                                                              " sampled rows"});
-      return;
-    }
-    auto results = r.initResults(static_cast<uint32_t>(p.bests.size()));
-    for (uint32_t i = 0; i < p.bests.size(); ++i) {
-      results[i].setTokenId(p.bests[i].id);
-      results[i].setSeqId(p.seq_ids[i]);
-    }
-    r.setComputeMicros(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - p.start).count()));
-    r.setIdleMicros(p.idle_us);
-  });
-  if (spare_bests_.capacity() == 0) spare_bests_ = std::move(p.bests);
-  return out;
 }
 
 std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire_msg>& done) {
@@ -860,123 +793,6 @@ void WorkerCore::take_prompt_logprobs(int vocab) {
     row += rows;
   }
   logits_.resize(kept * static_cast<size_t>(vocab));
-}
-
-// The shard of the whole model's KV this rank's cache holds (memory/kv_relayout.hpp).
-KvShard WorkerCore::kv_shard() const {
-  const KvShape shape = model_->kv_shape();
-  KvShard out;
-  out.total_layers = shape.total_layers > 0 ? shape.total_layers : kv_->num_layers();
-  out.total_heads = shape.total_kv_heads > 0 ? shape.total_kv_heads : kv_->num_kv_heads();
-  out.first_layer = shape.first_layer;
-  out.num_layers = kv_->num_layers();
-  out.first_head = shape.first_kv_head;
-  out.num_heads = kv_->num_kv_heads();
-  out.head_dim = kv_->head_dim();
-  out.block_size = kv_->block_size();
-  out.elem_bytes = dtype_size(kv_->dtype());
-  return out;
-}
-
-namespace {
-
-std::string describe_shard(const KvShard& s, const std::string& dtype) {
-  return "layers " + std::to_string(s.first_layer) + ".." + std::to_string(s.first_layer + s.num_layers) + " of " +
-         std::to_string(s.total_layers) + ", KV heads " + std::to_string(s.first_head) + ".." +
-         std::to_string(s.first_head + s.num_heads) + " of " + std::to_string(s.total_heads) + ", head_dim " +
-         std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) + ", " + dtype;
-}
-
-}  // namespace
-
-wire_msg WorkerCore::export_kv(const wire_msg& msg) {
-  WireReader reader(msg);
-  auto req = reader.root<wire::ExportKv>();
-  const uint64_t seq_id = req.getSeqId();
-  const uint32_t num_tokens = req.getNumTokens();
-  std::optional<Error> failure;
-  const SequenceState* state = nullptr;
-  size_t num_blocks = 0;
-  if (!kv_ || kv_->num_layers() == 0) {
-    failure = Error{Errc::unsupported, name_ + ": no KV cache here (not loaded yet, or an FFN rank)"};
-  } else if (auto it = seqs_.find(seq_id); it == seqs_.end()) {
-    failure = Error{Errc::not_found, name_ + ": sequence " + std::to_string(seq_id) + " is not held by this worker"};
-  } else {
-    state = &it->second;
-    num_blocks = (static_cast<size_t>(num_tokens) + kv_->block_size() - 1) / kv_->block_size();
-    if (num_blocks > state->blocks.size()) {
-      failure = Error{Errc::invalid_argument, name_ + ": sequence " + std::to_string(seq_id) + " holds " +
-                                                  std::to_string(state->blocks.size()) + " blocks, fewer than " +
-                                                  std::to_string(num_tokens) + " tokens need"};
-    }
-  }
-  wire_msg out = build<wire::KvExport>([&](wire::KvExport::Builder b) {
-    b.setCorrelationId(req.getCorrelationId());
-    b.setSeqId(seq_id);
-    if (failure) {
-      set_error(b.initError(), *failure);
-      return;
-    }
-    b.setNumTokens(num_tokens);
-    set_kv_layout(b.initLayout(), kv_shard(), dtype_name(kv_->dtype()));
-    b.setBlockBytes(kv_->block_bytes());
-    b.setNumBlocks(static_cast<uint32_t>(num_blocks));
-  });
-  if (!failure) {
-    auto& bytes = out.bulk.emplace_back(num_blocks * kv_->block_bytes());
-    for (size_t i = 0; i < num_blocks; ++i) kv_->read_block(state->blocks[i], bytes.data() + i * kv_->block_bytes());
-  }
-  return out;
-}
-
-// The export may hold more than this rank's shard (the whole model's KV, gathered from another shape's ranks):
-// this rank takes its layers and heads from it.
-wire_msg WorkerCore::import_kv(const wire_msg& msg) {
-  WireReader reader(msg);
-  auto req = reader.root<wire::ImportKv>();
-  auto exp = req.getExport();
-  auto ids = req.getBlockIds();
-  std::optional<Error> failure;
-  auto refuse = [&](const std::string& why) { failure = Error{Errc::invalid_argument, name_ + ": KV import: " + why}; };
-  if (!kv_ || kv_->num_layers() == 0) {
-    failure = Error{Errc::unsupported, name_ + ": no KV cache here (not loaded yet, or an FFN rank)"};
-  } else {
-    const KvShard here = kv_shard();
-    const std::string here_dtype = dtype_name(kv_->dtype());
-    const std::string there_dtype = std::string(exp.getLayout().getDtype());
-    const KvShard there = kv_shard_of(exp.getLayout());
-    const size_t n = exp.getNumBlocks();
-    if (has_error(exp.getError())) {
-      refuse("the export failed: " + get_error(exp.getError()).message);
-    } else if (there_dtype != here_dtype || !there.compatible(here) || !there.covers(here) ||
-               exp.getBlockBytes() != there.block_bytes()) {
-      refuse("the blocks have layout (" + describe_shard(there, there_dtype) + "), which does not cover this rank's (" +
-             describe_shard(here, here_dtype) + ")");
-    } else if (msg.bulk.size() != 1 || msg.bulk[0].size() != n * there.block_bytes()) {
-      refuse("expected one bulk frame of " + std::to_string(n * there.block_bytes()) + " bytes");
-    } else if (ids.size() != n) {
-      refuse(std::to_string(n) + " blocks exported, " + std::to_string(ids.size()) + " block ids given");
-    } else {
-      for (uint32_t id : ids)
-        if (id >= static_cast<uint32_t>(kv_->num_blocks())) refuse("block id " + std::to_string(id) + " out of range");
-    }
-    if (!failure) {
-      const bool same = there == here;
-      std::vector<unsigned char> block(same ? 0 : here.block_bytes());
-      for (uint32_t i = 0; i < n; ++i) {
-        const unsigned char* src = msg.bulk[0].data() + size_t(i) * there.block_bytes();
-        if (!same) {
-          copy_kv_overlap(src, there, block.data(), here, 1);
-          src = block.data();
-        }
-        kv_->write_block(ids[i], src);
-      }
-    }
-  }
-  return build<wire::KvImported>([&](wire::KvImported::Builder b) {
-    b.setCorrelationId(req.getCorrelationId());
-    if (failure) set_error(b.initError(), *failure);
-  });
 }
 
 }  // namespace actord

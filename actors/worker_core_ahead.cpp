@@ -1,0 +1,77 @@
+// WorkerCore's steps that run ahead: a step left pending, answered when the next is queued behind it or once the
+// device has done it (actors/worker_core.hpp).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "actors/worker_core.hpp"
+#include "comms/capnp_codec.hpp"
+
+namespace actord {
+
+void WorkerCore::step(const wire_msg& msg, std::vector<wire_msg>& done) {
+  if (std::optional<wire_msg> now = launch(msg, done)) done.push_back(std::move(*now));
+}
+
+wire_msg WorkerCore::execute(const wire_msg& msg) {
+  std::vector<wire_msg> done;
+  step(msg, done);
+  if (pending_) done.push_back(finish_pending());
+  return std::move(done.back());
+}
+
+bool WorkerCore::pending_done() { return !pending_ || backend_->reads_done(pending_->ticket); }
+
+wire_msg WorkerCore::finish_pending() {
+  PendingStep step = std::move(*pending_);
+  pending_.reset();
+  return finish(step);
+}
+
+WorkerCore::~WorkerCore() {
+  const AheadCounts& c = ahead_counts_;
+  if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0 &&
+                                                               backend_ && backend_->runs_ahead() && c.steps > 0) {
+    std::fprintf(stderr,
+                 "%s: %lu steps, %lu ran ahead (%lu queued behind a pending one), host walk %.3f ms a step, "
+                 "wait for picks %.3f ms a step ahead\n",
+                 name_.c_str(), (unsigned long)c.steps, (unsigned long)c.deferred, (unsigned long)c.behind_pending,
+                 c.walk_ms / double(c.steps), c.deferred ? c.wait_ms / double(c.deferred) : 0.0);
+  }
+}
+
+wire_msg WorkerCore::finish(PendingStep& p) {
+  const auto w0 = std::chrono::steady_clock::now();
+  backend_->complete_reads(p.ticket);
+  const auto t1 = std::chrono::steady_clock::now();
+  ahead_counts_.wait_ms += std::chrono::duration<double, std::milli>(t1 - w0).count();
+  last_step_end_ = t1;
+  previous_samples_.clear();
+  for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
+  previous_failed_ = false;
+  tokens_everywhere_ = false;
+  wire_msg out = build<wire::StepResult>([&](wire::StepResult::Builder r) {
+    r.setCorrelationId(p.correlation_id);
+    r.setStepId(p.step_id);
+    if (p.bests.size() != p.seq_ids.size()) {
+      set_error(r.initError(), Error{Errc::worker_failed, name_ + ": " + std::to_string(p.bests.size()) +
+                                                              " picks for " + std::to_string(p.seq_ids.size()) +
+                                                              " sampled rows"});
+      return;
+    }
+    auto results = r.initResults(static_cast<uint32_t>(p.bests.size()));
+    for (uint32_t i = 0; i < p.bests.size(); ++i) {
+      results[i].setTokenId(p.bests[i].id);
+      results[i].setSeqId(p.seq_ids[i]);
+    }
+    r.setComputeMicros(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - p.start).count()));
+    r.setIdleMicros(p.idle_us);
+  });
+  if (spare_bests_.capacity() == 0) spare_bests_ = std::move(p.bests);
+  return out;
+}
+
+}  // namespace actord
