@@ -89,7 +89,7 @@ local_worker_actor::behavior_type worker_impl(self_ptr self, const ModelRegistry
         st.reminded = false;
         if (!st.core->has_pending()) return;
         if (!st.core->pending_done()) {
-          std::this_thread::yield();
+          st.core->pause_while_pending();
           remind(self);
           return;
         }

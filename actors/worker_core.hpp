@@ -56,6 +56,9 @@ class WorkerCore {
   void step(const wire_msg& execute_step, std::vector<wire_msg>& done);
   bool has_pending() const { return pending_.has_value(); }
   bool pending_done();                             // finish_pending() would not wait for the device
+  // For a caller waiting for either the pending step or its next message: gives the core up briefly (a yield while
+  // the step is young, then 20 us sleeps: a GPU worker need not burn its CPU while the device works).
+  void pause_while_pending() const;
   wire_msg finish_pending();                       // the pending step's StepResult (waits for its device work)
   wire_msg execute(const wire_msg& execute_step);  // one step, its result, nothing left pending
 

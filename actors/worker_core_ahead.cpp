@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "actors/worker_core.hpp"
 #include "comms/capnp_codec.hpp"
@@ -23,6 +24,14 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
 }
 
 bool WorkerCore::pending_done() { return !pending_ || backend_->reads_done(pending_->ticket); }
+
+void WorkerCore::pause_while_pending() const {
+  constexpr auto kYielding = std::chrono::microseconds(200);
+  if (pending_ && std::chrono::steady_clock::now() - pending_->start > kYielding)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  else
+    std::this_thread::yield();
+}
 
 wire_msg WorkerCore::finish_pending() {
   PendingStep step = std::move(*pending_);

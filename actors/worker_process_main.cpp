@@ -175,7 +175,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
     auto got = link.recv(core.has_pending() ? 0 : 200);
     if (got && !got->has_value() && core.has_pending()) {  // nothing came: the pending step, once it is done
       if (core.pending_done()) answer_pending();
-      else std::this_thread::yield();
+      else core.pause_while_pending();
       continue;
     }
     if (!got) {

@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "actors/worker_core.hpp"
+#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
 #include "engine_test_util.hpp"
+#include "plugins/model_registry.hpp"
 
 using namespace actord;
 
@@ -22,7 +26,104 @@ std::unique_ptr<Engine> engine_running_ahead(bool ahead, std::vector<std::string
   return engine;
 }
 
+// A WorkerCore on stories260K (4-token blocks, 16 of them), running ahead or not.
+std::unique_ptr<WorkerCore> stories_worker(bool ahead) {
+  if (ahead) setenv("ACTORD_CPU_RUN_AHEAD", "1", 1);
+  auto core = std::make_unique<WorkerCore>(ModelRegistry::with_builtins());
+  const wire_msg ready = core->init(build<wire::WorkerInit>([](wire::WorkerInit::Builder out) {
+    out.setName("w");
+    out.setModelPath(test::stories_dir().string());
+    out.setNumKvBlocks(16);
+    out.setBlockSize(4);
+    out.setKvDtype("F32");
+    out.setThreads(1);
+  }));
+  unsetenv("ACTORD_CPU_RUN_AHEAD");
+  WireReader reader(ready);
+  REQUIRE_FALSE(has_error(reader.root<wire::WorkerReady>().getError()));
+  return core;
+}
+
+// Step `id`: sequence 1's greedy first slice {1, 403} (id 1), or its next token taken from the step before (id > 1,
+// position id), or a slice of sequence 2 with a token outside the vocabulary (bad).
+wire_msg step_of(uint64_t id, bool bad = false) {
+  return build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
+    out.setStepId(id);
+    out.setCorrelationId(100 + id);
+    auto s = out.initSeqs(1)[0];
+    s.setSample(true);
+    if (bad || id == 1) {
+      s.setSeqId(bad ? 2 : 1);
+      fill_list(s.initTokenIds(2), std::vector<int32_t>{1, bad ? 9999 : 403});
+      s.setNewSequence(true);
+      SamplingOptions greedy;
+      greedy.temperature = 0.0f;
+      to_wire(greedy, s.initSampling());
+      s.setPromptLen(2);
+      fill_list(s.initBlockTable(2), std::vector<uint32_t>{bad ? 5u : 0u, bad ? 6u : 1u});
+      return;
+    }
+    s.setSeqId(1);
+    fill_list(s.initTokenIds(1), std::vector<int32_t>{0});
+    s.setFromPrevious(0);
+    s.setStartPos(static_cast<uint32_t>(id));
+  });
+}
+
+struct Answer {
+  uint64_t step_id = 0;
+  int32_t token = -1;
+  std::string error;
+};
+
+Answer read_answer(const wire_msg& msg) {
+  WireReader reader(msg);
+  auto r = reader.root<wire::StepResult>();
+  Answer a;
+  a.step_id = r.getStepId();
+  if (has_error(r.getError())) a.error = get_error(r.getError()).message;
+  if (r.getResults().size() > 0) a.token = r.getResults()[0].getTokenId();
+  return a;
+}
+
 }  // namespace
+
+TEST_CASE("WorkerCore running ahead answers each step after the next is queued - in order - a refused step first "
+          "answers the pending one",
+          "[run_ahead]") {
+  // The tokens one step at a time.
+  auto plain = stories_worker(false);
+  std::vector<int32_t> want;
+  for (uint64_t id = 1; id <= 3; ++id) want.push_back(read_answer(plain->execute(step_of(id))).token);
+
+  auto core = stories_worker(true);
+  std::vector<wire_msg> done;
+  core->step(step_of(1), done);
+  CHECK(done.empty());  // pending: answered once step 2 is queued behind it
+  CHECK(core->has_pending());
+  core->step(step_of(2), done);  // its token: step 1's pick, resolved where the embedding runs
+  REQUIRE(done.size() == 1);
+  CHECK(read_answer(done[0]).step_id == 1);
+  CHECK(read_answer(done[0]).token == want[0]);
+  done.clear();
+  core->step(step_of(3), done);
+  REQUIRE(done.size() == 1);
+  CHECK(read_answer(done[0]).token == want[1]);
+  done.clear();
+  // A refused step answers the pending one first, then itself.
+  core->step(step_of(4, true), done);
+  REQUIRE(done.size() == 2);
+  CHECK(read_answer(done[0]).step_id == 3);
+  CHECK(read_answer(done[0]).token == want[2]);
+  CHECK(read_answer(done[1]).step_id == 4);
+  CHECK_THAT(read_answer(done[1]).error, Catch::Contains("outside the vocabulary"));
+  CHECK_FALSE(core->has_pending());
+  // The step after a failed one cannot take its token (as without running ahead).
+  done.clear();
+  core->step(step_of(5), done);
+  REQUIRE(done.size() == 1);
+  CHECK_THAT(read_answer(done[0]).error, Catch::Contains("did not sample"));
+}
 
 TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, then with seeded draws among them",
           "[engine][run_ahead]") {
