@@ -60,7 +60,7 @@ class WorkerCore {
   // the step is young, then 20 us sleeps: a GPU worker need not burn its CPU while the device works).
   void pause_while_pending() const;
   wire_msg finish_pending();                       // the pending step's StepResult (waits for its device work)
-  wire_msg execute(const wire_msg& execute_step);  // one step, its result, nothing left pending
+  wire_msg execute(const wire_msg& execute_step);  // one step, its result, nothing pending before or after
 
   // A held sequence's KV blocks as one message: ExportKv -> KvExport with the bytes of its first
   // ceil(numTokens / block_size) blocks of this rank's shard (its stage's layers, its KV heads; the layout says

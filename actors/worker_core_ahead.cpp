@@ -17,6 +17,7 @@ void WorkerCore::step(const wire_msg& msg, std::vector<wire_msg>& done) {
 }
 
 wire_msg WorkerCore::execute(const wire_msg& msg) {
+  ACTORD_CHECK(!pending_);  // its result would have nowhere to go
   std::vector<wire_msg> done;
   step(msg, done);
   if (pending_) done.push_back(finish_pending());
