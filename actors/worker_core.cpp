@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -67,6 +68,8 @@ Status link(std::unique_ptr<coll::Communicator>& comm, wire::CollectiveGroup::Re
 }  // namespace
 
 wire_msg WorkerCore::init(const wire_msg& msg) {
+  const char* report = std::getenv("ACTORD_CUDA_REPORT");
+  ahead_counts_.on = report && *report && std::strcmp(report, "0") != 0;
   WireReader reader(msg);
   auto req = reader.root<wire::WorkerInit>();
   name_ = req.getName();
@@ -516,8 +519,13 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   if (auto run = overlapped ? forward_overlapped(context, lane_tokens_) : model_->forward(batch_, *kv_, logits_, context);
       !run)
     return break_links(run.error().message);
-  ++ahead_counts_.steps;
-  ahead_counts_.walk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const bool decode_only = batch_.tokens.size() == batch_.seqs.size();
+  {
+    const double walk = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++ahead_counts_.steps;
+    ahead_counts_.walk_ms += walk;
+    if (decode_only && ahead_counts_.on) ahead_counts_.decode_walk_ms.push_back(float(walk));
+  }
   if (ahead) {
     ACTORD_CHECK(spare_bests_.data() == deferred_rows);  // where the backend will write
     ++ahead_counts_.deferred;
@@ -531,6 +539,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     next.bests = std::move(spare_bests_);  // the vector's memory, where the backend writes, moves with it
     spare_bests_ = {};
     next.seq_ids = sample_seq_ids_;
+    next.decode_only = decode_only;
     std::optional<PendingStep> older = std::exchange(pending_, std::move(next));
     if (older) done.push_back(finish(*older));
     return std::nullopt;

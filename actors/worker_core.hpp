@@ -89,6 +89,7 @@ class WorkerCore {
     uint64_t idle_us = 0;
     std::vector<RowBest> bests;          // [rows] written by complete_reads
     std::vector<uint64_t> seq_ids;       // whose token each row is
+    bool decode_only = false;            // one token per sequence (for ACTORD_CUDA_REPORT)
   };
   // The step's launch: its result, or none when it was left pending (after `done` got the older pending one's).
   std::optional<wire_msg> launch(const wire_msg& execute_step, std::vector<wire_msg>& done);
@@ -97,9 +98,11 @@ class WorkerCore {
   template <class Step, class Seqs>
   bool may_run_ahead(const Step& step, const Seqs& seqs) const;
   std::optional<PendingStep> pending_;
-  struct AheadCounts {
+  struct AheadCounts {  // kept only with ACTORD_CUDA_REPORT set (read at init)
+    bool on = false;
     uint64_t steps = 0, deferred = 0, behind_pending = 0;
     double walk_ms = 0, wait_ms = 0;  // launch() to the forward pass queued; complete_reads()
+    std::vector<float> decode_walk_ms, decode_wait_ms;  // the same, of each step of one token per sequence
   } ahead_counts_;
   std::vector<RowBest> spare_bests_;     // the bests of the next step to run ahead (then the pending one's)
   // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed

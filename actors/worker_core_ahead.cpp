@@ -1,11 +1,13 @@
 // WorkerCore's steps that run ahead: a step left pending, answered when the next is queued behind it or once the
 // device has done it (actors/worker_core.hpp).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/worker_core.hpp"
 #include "comms/capnp_codec.hpp"
@@ -40,23 +42,36 @@ wire_msg WorkerCore::finish_pending() {
   return finish(step);
 }
 
+namespace {
+
+// The p-th percentile of v (sorted here), 0 when empty.
+double percentile(std::vector<float>& v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size())))];
+}
+
+}  // namespace
+
 WorkerCore::~WorkerCore() {
-  const AheadCounts& c = ahead_counts_;
-  if (const char* report = std::getenv("ACTORD_CUDA_REPORT"); report && *report && std::strcmp(report, "0") != 0 &&
-                                                               backend_ && backend_->runs_ahead() && c.steps > 0) {
-    std::fprintf(stderr,
-                 "%s: %lu steps, %lu ran ahead (%lu queued behind a pending one), host walk %.3f ms a step, "
-                 "wait for picks %.3f ms a step ahead\n",
-                 name_.c_str(), (unsigned long)c.steps, (unsigned long)c.deferred, (unsigned long)c.behind_pending,
-                 c.walk_ms / double(c.steps), c.deferred ? c.wait_ms / double(c.deferred) : 0.0);
-  }
+  AheadCounts& c = ahead_counts_;
+  if (!c.on || !backend_ || !backend_->runs_ahead() || c.steps == 0) return;
+  std::fprintf(stderr,
+               "%s: %lu steps, %lu ran ahead (%lu queued behind a pending one), host walk %.3f ms a step, wait for "
+               "picks %.3f ms a step ahead; decode steps: walk p50 %.3f p90 %.3f ms, wait p50 %.3f p90 %.3f ms\n",
+               name_.c_str(), (unsigned long)c.steps, (unsigned long)c.deferred, (unsigned long)c.behind_pending,
+               c.walk_ms / double(c.steps), c.deferred ? c.wait_ms / double(c.deferred) : 0.0,
+               percentile(c.decode_walk_ms, 50), percentile(c.decode_walk_ms, 90), percentile(c.decode_wait_ms, 50),
+               percentile(c.decode_wait_ms, 90));
 }
 
 wire_msg WorkerCore::finish(PendingStep& p) {
   const auto w0 = std::chrono::steady_clock::now();
   backend_->complete_reads(p.ticket);
   const auto t1 = std::chrono::steady_clock::now();
-  ahead_counts_.wait_ms += std::chrono::duration<double, std::milli>(t1 - w0).count();
+  const double wait = std::chrono::duration<double, std::milli>(t1 - w0).count();
+  ahead_counts_.wait_ms += wait;
+  if (p.decode_only && ahead_counts_.on) ahead_counts_.decode_wait_ms.push_back(float(wait));
   last_step_end_ = t1;
   previous_samples_.clear();
   for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
