@@ -214,12 +214,13 @@ class Backend {
   // pick over those columns, without bringing the rows to the host.
   virtual void row_bests(const Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) = 0;
   // ---- running ahead of the host (a device backend whose primitives run asynchronously) ----
-  // Whether defer_reads() works. After t = defer_reads(), until the next defer_reads(), row_bests calls (one step's,
-  // in as many pieces as its forward pass takes) append their rows to the step's picks, kept in device memory, and
-  // their host outputs (which must stay where they are until then) are complete after complete_reads(t), which
-  // waits only for the work before them (a device backend writes them there; the CPU's at once). The step after, itself deferred, may name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, resolved
-  // by embed() on the device, in order with the work that makes it. So the host can queue step N + 1 before it
-  // reads step N's tokens, and the device never waits for the host between them.
+  // Whether defer_reads() works. After t = defer_reads() and until complete_reads(t), the row_bests calls of one
+  // step (one per piece of its forward pass) append their rows to the step's picks, kept in the backend's memory;
+  // their host outputs must stay where they are and are complete once complete_reads(t) returns, which waits only
+  // for the work queued before them (a device writes them then, the CPU at once). The next step, deferred too, may
+  // name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, which embed() resolves where it
+  // runs, in order with the work that made it. So the host queues step N + 1 before it reads step N's tokens, and
+  // the device does not wait for the host between them.
   virtual bool runs_ahead() const { return false; }
   virtual uint64_t defer_reads() { return 0; }
   virtual bool reads_done(uint64_t ticket) { (void)ticket; return true; }  // complete_reads(ticket) will not wait
