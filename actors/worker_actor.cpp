@@ -44,8 +44,7 @@ void answer(self_ptr self, std::vector<wire_msg>& results) {
 // reads the KV the step wrote).
 void answer_pending(self_ptr self) {
   if (!self->state.core->has_pending()) return;
-  std::vector<wire_msg> results;
-  results.push_back(guarded<wire::StepResult>([&] { return self->state.core->finish_pending(); }));
+  std::vector<wire_msg> results{guarded_finish_pending(*self->state.core)};
   answer(self, results);
 }
 
@@ -68,16 +67,7 @@ local_worker_actor::behavior_type worker_impl(self_ptr self, const ModelRegistry
         auto& st = self->state;
         auto promise = self->make_response_promise<wire_msg>();
         st.unanswered.push_back(promise);
-        std::vector<wire_msg> results;
-        wire_msg failed = guarded<wire::StepResult>([&] {
-          st.core->step(msg, results);
-          return wire_msg{};
-        });
-        if (!failed.bytes.empty()) {  // thrown: what is pending first, then the error for every step left
-          if (st.core->has_pending())
-            results.push_back(guarded<wire::StepResult>([&] { return st.core->finish_pending(); }));
-          while (results.size() < st.unanswered.size()) results.push_back(failed);
-        }
+        std::vector<wire_msg> results = guarded_step(*st.core, msg, st.unanswered.size());
         answer(self, results);
         remind(self);
         return promise;

@@ -343,12 +343,14 @@ std::string WorkerCore::pick_greedy() {
 }
 
 template <class Step, class Seqs>
-bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs) const {
-  if (!backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 || !twins_.empty()) return false;
+bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only) const {
+  if (!argmax_only || !backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 ||
+      !twins_.empty())
+    return false;
   if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return false;
   bool sampled = false;
   for (uint32_t i = 0; i < seqs.size() && !sampled; ++i) sampled = seqs[i].getSample();
-  return sampled && argmax_rows_only(seqs, states_);
+  return sampled;
 }
 
 std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire_msg>& done) {
@@ -470,7 +472,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   // Pointers into the tables are taken once every table of the step is final.
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
   // A step that cannot run ahead waits for the pending one's tokens on the host.
-  const bool ahead = may_run_ahead(step, seqs);
+  const bool argmax_only = argmax_rows_only(seqs, states_);  // the same answer on every rank
+  const bool ahead = may_run_ahead(step, seqs, argmax_only);
   if (pending_ && !ahead) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
@@ -488,7 +491,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   // maybe empty, so that their exchanges pair up).
   const bool overlapped =
       !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
-  context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_rows_only(seqs, states_) ? &row_bests_ : nullptr;
+  context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_only ? &row_bests_ : nullptr;
   row_bests_.clear();  // a forward without logit rows leaves it so
   // The driver's sampling requests, known before the pass: where its rows are in one piece, neither forked nor
   // asked for prompt logprobs, its backend may sample them where the logits are (after the TP gather).
@@ -524,7 +527,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     const double walk = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ++ahead_counts_.steps;
     ahead_counts_.walk_ms += walk;
-    if (decode_only && ahead_counts_.on) ahead_counts_.decode_walk_ms.push_back(float(walk));
+    if (decode_only && ahead_counts_.on) ahead_counts_.decode_walk_ms.push_back(walk);
   }
   if (ahead) {
     ACTORD_CHECK(spare_bests_.data() == deferred_rows);  // where the backend will write

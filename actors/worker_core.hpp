@@ -94,15 +94,15 @@ class WorkerCore {
   // The step's launch: its result, or none when it was left pending (after `done` got the older pending one's).
   std::optional<wire_msg> launch(const wire_msg& execute_step, std::vector<wire_msg>& done);
   wire_msg finish(PendingStep& step);
-  // Whether this step may run ahead (see step()); the same rank conditions every step.
+  // Whether this step may run ahead (see step()): argmax_only when every row it samples is its logits' argmax.
   template <class Step, class Seqs>
-  bool may_run_ahead(const Step& step, const Seqs& seqs) const;
+  bool may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only) const;
   std::optional<PendingStep> pending_;
   struct AheadCounts {  // kept only with ACTORD_CUDA_REPORT set (read at init)
     bool on = false;
     uint64_t steps = 0, deferred = 0, behind_pending = 0;
     double walk_ms = 0, wait_ms = 0;  // launch() to the forward pass queued; complete_reads()
-    std::vector<float> decode_walk_ms, decode_wait_ms;  // the same, of each step of one token per sequence
+    std::vector<double> decode_walk_ms, decode_wait_ms;  // the same, of each step of one token per sequence
   } ahead_counts_;
   std::vector<RowBest> spare_bests_;     // the bests of the next step to run ahead (then the pending one's)
   // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed

@@ -1,6 +1,5 @@
 // WorkerCore's steps that run ahead: a step left pending, answered when the next is queued behind it or once the
 // device has done it (actors/worker_core.hpp).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "actors/worker_core.hpp"
 #include "comms/capnp_codec.hpp"
+#include "core/percentile.hpp"
 
 namespace actord {
 
@@ -42,17 +42,6 @@ wire_msg WorkerCore::finish_pending() {
   return finish(step);
 }
 
-namespace {
-
-// The p-th percentile of v (sorted here), 0 when empty.
-double percentile(std::vector<float>& v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(p / 100.0 * double(v.size())))];
-}
-
-}  // namespace
-
 WorkerCore::~WorkerCore() {
   AheadCounts& c = ahead_counts_;
   if (!c.on || !backend_ || !backend_->runs_ahead() || c.steps == 0) return;
@@ -71,7 +60,7 @@ wire_msg WorkerCore::finish(PendingStep& p) {
   const auto t1 = std::chrono::steady_clock::now();
   const double wait = std::chrono::duration<double, std::milli>(t1 - w0).count();
   ahead_counts_.wait_ms += wait;
-  if (p.decode_only && ahead_counts_.on) ahead_counts_.decode_wait_ms.push_back(float(wait));
+  if (p.decode_only && ahead_counts_.on) ahead_counts_.decode_wait_ms.push_back(wait);
   last_step_end_ = t1;
   previous_samples_.clear();
   for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens

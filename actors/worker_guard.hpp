@@ -9,6 +9,9 @@
 #include <new>
 #include <string>
 
+#include <vector>
+
+#include "actors/worker_core.hpp"
 #include "comms/capnp_codec.hpp"
 
 namespace actord {
@@ -27,6 +30,25 @@ wire_msg guarded(F&& f) {
   } catch (const std::exception& e) {
     return reply(Errc::internal, e.what());
   }
+}
+
+// The pending step's StepResult (WorkerCore::finish_pending), guarded.
+inline wire_msg guarded_finish_pending(WorkerCore& core) {
+  return guarded<wire::StepResult>([&] { return core.finish_pending(); });
+}
+
+// WorkerCore::step, guarded: the results it completed, oldest first. When it throws, the pending step's result
+// (answered first, in step order), then the error for each step still owed one; `owed` counts this step too.
+inline std::vector<wire_msg> guarded_step(WorkerCore& core, const wire_msg& msg, size_t owed) {
+  std::vector<wire_msg> results;
+  const wire_msg failed = guarded<wire::StepResult>([&] {
+    core.step(msg, results);
+    return wire_msg{};
+  });
+  if (failed.bytes.empty()) return results;
+  if (core.has_pending()) results.push_back(guarded_finish_pending(core));
+  while (results.size() < owed) results.push_back(failed);
+  return results;
 }
 
 }  // namespace actord

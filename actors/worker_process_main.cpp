@@ -166,7 +166,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
   };
   auto answer_pending = [&] {
     if (!core.has_pending()) return;
-    std::vector<wire_msg> results{guarded<wire::StepResult>([&] { return core.finish_pending(); })};
+    std::vector<wire_msg> results{guarded_finish_pending(core)};
     answer(results);
   };
   int exit_code = 0;
@@ -206,17 +206,7 @@ int run_worker_process(const WorkerProcessArgs& args) {
         reply = guarded<wire::WorkerReady>([&] { return core.init(env.body); });
         break;
       case wire::MessageKind::EXECUTE_STEP: {
-        ++owed;
-        std::vector<wire_msg> results;
-        const wire_msg failed = guarded<wire::StepResult>([&] {
-          core.step(env.body, results);
-          return wire_msg{};
-        });
-        if (!failed.bytes.empty()) {  // thrown: what is pending first, then the error for every step left
-          if (core.has_pending())
-            results.push_back(guarded<wire::StepResult>([&] { return core.finish_pending(); }));
-          while (results.size() < owed) results.push_back(failed);
-        }
+        std::vector<wire_msg> results = guarded_step(core, env.body, ++owed);
         answer(results);
         continue;
       }

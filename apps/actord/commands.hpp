@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/percentile.hpp"
 #include "core/sampling_options.hpp"
 #include "core/scheduler_stats.hpp"
 #include "core/status.hpp"
@@ -137,8 +138,6 @@ Result<TopologyConfig> load_topology_of(const CommonArgs& args);
 bool apply_log_level(const std::string& level);
 int exit_code_for(const Error& error);
 void print_error(const Error& error);
-// The p-th percentile (0-100) of v, interpolated between ranks; 0 for none.
-double percentile(std::vector<double> v, double p);
 // A run's scheduler statistics as printed by generate --json and bench: totals and per-step means.
 nlohmann::json step_stats_json(const SchedulerStats& stats);
 

@@ -60,15 +60,6 @@ int exit_code_for(const Error& error) {
 
 void print_error(const Error& error) { std::fprintf(stderr, "error: %s\n", error.message.c_str()); }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(rank);
-  const size_t hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
-
 nlohmann::json step_stats_json(const SchedulerStats& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(s.steps));
   return {{"steps", s.steps},
