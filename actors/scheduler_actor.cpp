@@ -18,6 +18,7 @@
 #include "actors/kv_move.hpp"
 #include "actors/scheduler_state.hpp"
 #include "actors/step_messages.hpp"
+#include "core/elapsed.hpp"
 #include "core/step_trace.hpp"
 #include "core/micro_batch_split.hpp"
 #include "scheduler/overlap_chooser.hpp"
@@ -28,7 +29,8 @@
 
 namespace actord::sched {
 
-void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now);
+void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
+                    uint64_t answered_late_us);
 
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
@@ -111,7 +113,7 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
 void abandon_in_flight(scheduler_state& st) {
   st.abandoned_through = st.next_step_id - 1;
   while (!st.in_flight.empty()) {
-    account_result(st, st.in_flight.front(), std::chrono::steady_clock::now());
+    account_result(st, st.in_flight.front(), std::chrono::steady_clock::now(), 0);
     st.in_flight.pop_front();
   }
 }
@@ -151,17 +153,12 @@ uint64_t thread_cpu_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t micros_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
-}
-
-// Books the oldest step's times: its round trip, and its share of the wall clock (from when it was sent or the
-// previous result came, whichever is later, to its result), so that overlapping steps are not counted twice.
-void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now) {
+// Books the oldest step's times: its round trip, and its share of the wall clock (scheduler/step_clock.hpp: up to
+// when it was done, `answered_late_us` before its result came), so that overlapping steps are not counted twice.
+void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
+                    uint64_t answered_late_us) {
   st.stats.round_trip_us += micros_between(sent.at, now);
-  const uint64_t wall = micros_between(std::max(sent.at, st.last_result), now);
-  (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += wall;
-  st.last_result = now;
+  (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += st.clock.book(sent.at, now, answered_late_us);
 }
 
 // Steps that compute faster than a message round trip (~0.1-0.3 ms of thread wake-ups here) leave the worker
@@ -182,7 +179,6 @@ void on_step_results(self_ptr self) {
   const scheduler_state::Sent sent = std::move(st.in_flight.front());
   st.in_flight.pop_front();
   const auto now = std::chrono::steady_clock::now();
-  account_result(st, sent, now);
   if (st.trace) {
     const auto ns = StepTrace::ns_of;
     try {
@@ -193,7 +189,7 @@ void on_step_results(self_ptr self) {
     st.trace->add_scheduler_step(st.actor_name, sent.step_id, ns(sent.at), ns(now), sent.seqs,
                                  uint64_t(sent.prefill_tokens) + sent.decode_tokens);
   }
-  uint64_t compute_us = 0, idle_us = 0, comm_us = 0;
+  uint64_t compute_us = 0, idle_us = 0, comm_us = 0, answered_late_us = UINT64_MAX;
   bool finished = false, all_ok = true;
   for (size_t i = 0; i < st.lanes.size(); ++i) {
     Lane& lane = *st.lanes[i];
@@ -221,6 +217,7 @@ void on_step_results(self_ptr self) {
       compute_us = std::max(compute_us, info.compute_us);
       idle_us = std::max(idle_us, info.idle_us);
       comm_us = std::max(comm_us, info.comm_us);
+      answered_late_us = std::min(answered_late_us, info.answered_late_us);  // done when its last lane was
       st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
       if (sent.planned[i]) updates = lane.batcher->on_step_result(st.samples, st.prompt_logprobs);
     }
@@ -228,6 +225,7 @@ void on_step_results(self_ptr self) {
     finished = finished || std::any_of(updates.begin(), updates.end(),
                                        [](const SequenceUpdate& u) { return u.finish != Finish::none; });
   }
+  account_result(st, sent, now, answered_late_us == UINT64_MAX ? 0 : answered_late_us);
   if (all_ok) {
     st.stats.worker_compute_us += compute_us;
     st.stats.worker_idle_us += idle_us;

@@ -22,6 +22,7 @@
 #include "scheduler/batch_scheduler.hpp"
 #include "scheduler/eplb_planner.hpp"
 #include "scheduler/overlap_chooser.hpp"
+#include "scheduler/step_clock.hpp"
 #include "scheduler/step_deadline.hpp"
 
 namespace actord::sched {
@@ -105,7 +106,7 @@ struct scheduler_state {
     bool split = true;                       // two-batch overlap: the ranks cut it into micro-batches (tbo: auto)
   };
   std::deque<Sent> in_flight;                 // steps sent and not answered, oldest first
-  std::chrono::steady_clock::time_point last_result;
+  StepClock clock;                            // each step's share of the wall clock (stats.prefill_us / decode_us)
   std::vector<const StepPlan*> plans;         // scratch: each lane's plan of the step being sent
   std::vector<StepSample> samples;            // scratch for decoding results
   std::vector<StepPromptLogprobs> prompt_logprobs;  // scratch for decoding results

@@ -120,6 +120,7 @@ StepResultInfo decode_step_result(const wire_msg& msg, std::vector<StepSample>& 
   info.compute_us = result.getComputeMicros();
   info.idle_us = result.getIdleMicros();
   info.comm_us = result.getCommMicros();
+  info.answered_late_us = result.getAnsweredLateMicros();
   samples.reserve(result.getResults().size());
   for (auto r : result.getResults()) {
     StepSample& s = samples.emplace_back();

@@ -33,6 +33,7 @@ struct StepResultInfo {
   uint64_t compute_us = 0;
   uint64_t idle_us = 0;
   uint64_t comm_us = 0;
+  uint64_t answered_late_us = 0;  // StepResult.answeredLateMicros
 };
 // Adds a StepResult's expert load (if any) to `stats`' expert counters; whether it carried one. Throws on a
 // malformed message, as decode_step_result.

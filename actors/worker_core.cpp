@@ -16,6 +16,7 @@
 #include "actors/group_codec.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
+#include "core/elapsed.hpp"
 #include "core/micro_batch_split.hpp"
 #include "core/topology_config.hpp"
 #include "comms/codecs.hpp"
@@ -355,10 +356,10 @@ bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_o
 
 std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire_msg>& done) {
   const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t idle_us =
-      last_step_end_ && t0 > *last_step_end_
-          ? static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t0 - *last_step_end_).count())
-          : 0;
+  // Idle since the last step ended; none while a pending step's device work goes on.
+  std::optional<std::chrono::steady_clock::time_point> free_at = last_step_end_;
+  if (pending_) free_at = pending_done() ? pending_->done_at : t0;
+  const uint64_t idle_us = free_at ? micros_between(*free_at, t0) : 0;
   WireReader reader(msg);
   auto step = reader.root<wire::ExecuteStep>();
   uint64_t ticket = 0;  // Backend::defer_reads of a step that runs ahead
@@ -543,6 +544,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     spare_bests_ = {};
     next.seq_ids = sample_seq_ids_;
     next.decode_only = decode_only;
+    if (backend_->reads_done(next.ticket)) next.done_at = std::chrono::steady_clock::now();  // a host "device"
     std::optional<PendingStep> older = std::exchange(pending_, std::move(next));
     if (older) done.push_back(finish(*older));
     return std::nullopt;
@@ -567,6 +569,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   auto result = [&](auto&& fill) {
     if (lane_step) previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
+    const auto busy_from = last_step_end_ ? std::max(t0, *last_step_end_) : t0;  // after a pending step it answered
     last_step_end_ = t1;
     return build<wire::StepResult>([&](wire::StepResult::Builder out) {
       out.setCorrelationId(step.getCorrelationId());
@@ -587,8 +590,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
         auto tokens = out.initExpertTokens(static_cast<uint32_t>(load.tokens.size()));
         for (uint32_t i = 0; i < load.tokens.size(); ++i) tokens.set(i, load.tokens[i]);
       }
-      out.setComputeMicros(
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count()));
+      out.setComputeMicros(micros_between(busy_from, t1));
       out.setIdleMicros(idle_us);
       uint64_t all_comm_ns = comm_ns;
       for (uint64_t ns : micro_comm_ns_) all_comm_ns += ns;

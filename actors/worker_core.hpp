@@ -55,7 +55,7 @@ class WorkerCore {
   // gets the results this call completed, oldest first (none, this step's, or the pending one's and this one's).
   void step(const wire_msg& execute_step, std::vector<wire_msg>& done);
   bool has_pending() const { return pending_.has_value(); }
-  bool pending_done();                             // finish_pending() would not wait for the device
+  bool pending_done();                             // finish_pending() would not wait for the device (noted when)
   // For a caller waiting for either the pending step or its next message: gives the core up briefly (a yield while
   // the step is young, then 20 us sleeps: a GPU worker need not burn its CPU while the device works).
   void pause_while_pending() const;
@@ -86,6 +86,9 @@ class WorkerCore {
     uint64_t ticket = 0;                 // Backend::defer_reads
     uint64_t correlation_id = 0, step_id = 0;
     std::chrono::steady_clock::time_point start;
+    // When the worker first saw its device work done (reads_done), if before it was answered: the step's end, for
+    // its compute time and StepResult.answeredLateMicros.
+    std::optional<std::chrono::steady_clock::time_point> done_at;
     uint64_t idle_us = 0;
     std::vector<RowBest> bests;          // [rows] written by complete_reads
     std::vector<uint64_t> seq_ids;       // whose token each row is
@@ -157,6 +160,8 @@ class WorkerCore {
   std::vector<std::pair<size_t, uint32_t>> previous_slots_;  // this step's (batch token index, fromPrevious)
   std::vector<int32_t> exchanged_;               // the resolved tokens of previous_slots_, as they travel
   bool previous_failed_ = false;
+  // When the last step answered ended (a step that ran ahead: when its device work was seen done). Steps end in
+  // order, so a step's compute time counts from its start or this, whichever is later: never twice.
   std::optional<std::chrono::steady_clock::time_point> last_step_end_;
   BatchSampler sampler_;
   ForwardBatch batch_;                           // reused across steps

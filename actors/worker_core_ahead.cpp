@@ -10,6 +10,7 @@
 
 #include "actors/worker_core.hpp"
 #include "comms/capnp_codec.hpp"
+#include "core/elapsed.hpp"
 #include "core/percentile.hpp"
 
 namespace actord {
@@ -26,7 +27,12 @@ wire_msg WorkerCore::execute(const wire_msg& msg) {
   return std::move(done.back());
 }
 
-bool WorkerCore::pending_done() { return !pending_ || backend_->reads_done(pending_->ticket); }
+bool WorkerCore::pending_done() {
+  if (!pending_ || pending_->done_at) return true;
+  if (!backend_->reads_done(pending_->ticket)) return false;
+  pending_->done_at = std::chrono::steady_clock::now();
+  return true;
+}
 
 void WorkerCore::pause_while_pending() const {
   constexpr auto kYielding = std::chrono::microseconds(200);
@@ -61,7 +67,10 @@ wire_msg WorkerCore::finish(PendingStep& p) {
   const double wait = std::chrono::duration<double, std::milli>(t1 - w0).count();
   ahead_counts_.wait_ms += wait;
   if (p.decode_only && ahead_counts_.on) ahead_counts_.decode_wait_ms.push_back(wait);
-  last_step_end_ = t1;
+  // Its time: from its start (or the end of the step before, still on the device then) to when it was seen done.
+  const auto end = p.done_at.value_or(t1);
+  const auto busy_from = last_step_end_ ? std::max(p.start, *last_step_end_) : p.start;
+  last_step_end_ = end;
   previous_samples_.clear();
   for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
   previous_failed_ = false;
@@ -80,9 +89,9 @@ wire_msg WorkerCore::finish(PendingStep& p) {
       results[i].setTokenId(p.bests[i].id);
       results[i].setSeqId(p.seq_ids[i]);
     }
-    r.setComputeMicros(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(t1 - p.start).count()));
+    r.setComputeMicros(micros_between(busy_from, end));
     r.setIdleMicros(p.idle_us);
+    r.setAnsweredLateMicros(micros_between(end, t1));
   });
   if (spare_bests_.capacity() == 0) spare_bests_ = std::move(p.bests);
   return out;

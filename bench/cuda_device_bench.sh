@@ -207,9 +207,8 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
         ab[name] = round(run[key], 1)
 summary["paths_vs_fallbacks"] = ab
 # The clients' view of every run: the median time between a request's output tokens, and the batch's tokens/s at
-# that pace. The scheduler's decode tokens/s above books each step's wall time by when its result came back; with
-# steps answered after the next is queued (running ahead) its split of time between prefill and decode steps is
-# skewed, while the time per output token is not.
+# that pace, beside the scheduler's decode tokens/s above (each step's wall time up to when it was done: a step run
+# ahead is answered a step late, StepResult.answeredLateMicros).
 pace = {}
 for name in sorted(f[:-5] for f in os.listdir(out) if f.startswith("actord_") and f.endswith(".json")):
     run = load(name)

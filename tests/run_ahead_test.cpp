@@ -5,7 +5,9 @@
 // one first) runs here on every CI machine; on a GPU it is the default (tests/cuda_backend_test.cpp).
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "actors/worker_core.hpp"
@@ -74,6 +76,7 @@ struct Answer {
   uint64_t step_id = 0;
   int32_t token = -1;
   std::string error;
+  uint64_t compute_us = 0, idle_us = 0, late_us = 0;
 };
 
 Answer read_answer(const wire_msg& msg) {
@@ -83,6 +86,9 @@ Answer read_answer(const wire_msg& msg) {
   a.step_id = r.getStepId();
   if (has_error(r.getError())) a.error = get_error(r.getError()).message;
   if (r.getResults().size() > 0) a.token = r.getResults()[0].getTokenId();
+  a.compute_us = r.getComputeMicros();
+  a.idle_us = r.getIdleMicros();
+  a.late_us = r.getAnsweredLateMicros();
   return a;
 }
 
@@ -123,6 +129,33 @@ TEST_CASE("WorkerCore running ahead answers each step after the next is queued -
   core->step(step_of(5), done);
   REQUIRE(done.size() == 1);
   CHECK_THAT(read_answer(done[0]).error, Catch::Contains("did not sample"));
+}
+
+TEST_CASE("a step answered after the next is queued says how late - its compute time ends when it was done",
+          "[run_ahead]") {
+  // The CPU backend's steps are done when queued: step 1 is done at once, held while the worker waits for step 2.
+  auto core = stories_worker(true);
+  std::vector<wire_msg> done;
+  core->step(step_of(1), done);
+  REQUIRE(core->has_pending());
+  CHECK(core->pending_done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  core->step(step_of(2), done);
+  REQUIRE(done.size() == 1);
+  const Answer first = read_answer(done[0]);
+  CHECK(first.step_id == 1);
+  CHECK(first.late_us >= 50000);     // held through the wait and step 2
+  CHECK(first.compute_us < 50000);   // not the wait: stories260K's step takes a few ms
+  done.clear();
+  const Answer second = read_answer(core->finish_pending());
+  CHECK(second.step_id == 2);
+  CHECK(second.idle_us >= 50000);    // idle since step 1 was done, not since it was answered
+  CHECK(second.compute_us < 50000);
+  CHECK(second.late_us < 50000);
+  // A step not run ahead is answered when done.
+  auto plain = stories_worker(false);
+  const Answer one = read_answer(plain->execute(step_of(1)));
+  CHECK(one.late_us == 0);
 }
 
 TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, then with seeded draws among them",

@@ -236,6 +236,9 @@ struct StepResult {
   rank @11 :Text;
   trace @12 :List(TraceSpan);
   clockId @13 :Text;             # with trace: the boot id of the worker's machine, whose CLOCK_MONOTONIC its spans use
+  # A step that ran ahead (answered after the next step was queued behind it): how long before this result was sent
+  # the worker saw it done. The scheduler books the step's wall time up to then. 0: answered when done.
+  answeredLateMicros @14 :UInt64;
 }
 
 struct TraceSpan {
