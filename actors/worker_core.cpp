@@ -344,14 +344,22 @@ std::string WorkerCore::pick_greedy() {
 }
 
 template <class Step, class Seqs>
-bool WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only) const {
-  if (!argmax_only || !backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 ||
-      !twins_.empty())
-    return false;
-  if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return false;
+WorkerCore::RunAhead WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only,
+                                               size_t forked_rows) {
+  if (!backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 || !twins_.empty())
+    return RunAhead::no;
+  if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return RunAhead::no;
   bool sampled = false;
   for (uint32_t i = 0; i < seqs.size() && !sampled; ++i) sampled = seqs[i].getSample();
-  return sampled;
+  if (!sampled) return RunAhead::no;
+  if (argmax_only) return RunAhead::picks;
+  // Draws: whole rows, one token each, without a penalty history (it would miss the pending step's tokens).
+  if (forked_rows != sample_requests_.size()) return RunAhead::no;
+  for (uint32_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i].getPromptLogprobsFrom() >= 0) return RunAhead::no;
+  for (const SampleRequest& r : sample_requests_)
+    if (r.history) return RunAhead::no;
+  return backend_->samples_ahead(sample_requests_, model_->config().vocab_size) ? RunAhead::draws : RunAhead::no;
 }
 
 std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire_msg>& done) {
@@ -474,8 +482,11 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   for (size_t i = 0; i < batch_.seqs.size(); ++i) batch_.seqs[i].block_table = states_[i]->blocks.data();
   // A step that cannot run ahead waits for the pending one's tokens on the host.
   const bool argmax_only = argmax_rows_only(seqs, states_);  // the same answer on every rank
-  const bool ahead = may_run_ahead(step, seqs, argmax_only);
-  if (pending_ && !ahead) done.push_back(finish_pending());
+  // The driver's sampling requests, known before the pass.
+  size_t forked_rows = 0;
+  if (driver()) forked_rows = build_sample_requests(seqs);
+  const RunAhead ahead = driver() ? may_run_ahead(step, seqs, argmax_only, forked_rows) : RunAhead::no;
+  if (pending_ && ahead == RunAhead::no) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
@@ -494,27 +505,33 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       !twins_.empty() && overlap_ && !step.getWholeBatch() && (batch_.seqs.size() >= 2 || place_.ep_group());
   context.row_bests = place_.pp_rank == place_.pp - 1 && argmax_only ? &row_bests_ : nullptr;
   row_bests_.clear();  // a forward without logit rows leaves it so
-  // The driver's sampling requests, known before the pass: where its rows are in one piece, neither forked nor
-  // asked for prompt logprobs, its backend may sample them where the logits are (after the TP gather).
-  size_t forked_rows = 0;
-  if (driver()) forked_rows = build_sample_requests(seqs);
+  // Where the driver's rows are in one piece, neither forked nor asked for prompt logprobs, its backend may sample
+  // them where the logits are (after the TP gather).
   bool plain_rows = forked_rows == sample_requests_.size() && !sample_requests_.empty();
   for (uint32_t i = 0; i < seqs.size() && plain_rows; ++i) plain_rows = seqs[i].getPromptLogprobsFrom() < 0;
   const ForwardContext::Sampling sampling{sample_requests_, &samples_};
   samples_.clear();
   context.sampling = plain_rows && !context.row_bests && !overlapped ? &sampling : nullptr;
-  // A step that runs ahead: its picks stay on the device for the next step, and reach spare_bests_ at finish(). The
-  // backend writes there later, so the model's appends (one per piece of a forward pass in pieces) must never move
-  // it: room for every sampled row first.
+  // A step that runs ahead: its picks (greedy picks, or the tokens the backend draws) stay on the device for the
+  // next step, and reach spare_bests_ / samples_ at finish(). The backend writes there later, so the model's appends
+  // (one per piece of a forward pass in pieces) and resizes must never move them: room for every sampled row first.
   const RowBest* deferred_rows = nullptr;
-  if (ahead) {
+  const SampledToken* deferred_draws = nullptr;
+  if (ahead != RunAhead::no) {
     ticket = backend_->defer_reads();
     size_t rows = 0;
     for (uint32_t i = 0; i < seqs.size(); ++i) rows += seqs[i].getSample();
-    spare_bests_.clear();
-    spare_bests_.reserve(rows);
-    deferred_rows = spare_bests_.data();
-    context.row_bests = &spare_bests_;
+    if (ahead == RunAhead::picks) {
+      spare_bests_.clear();
+      spare_bests_.reserve(rows);
+      deferred_rows = spare_bests_.data();
+      context.row_bests = &spare_bests_;
+    } else {
+      samples_.reserve(rows);
+      deferred_draws = samples_.data();
+      context.row_bests = nullptr;
+      context.sampling = &sampling;
+    }
   }
   lane_tokens_.assign(size_t(micro_batches_), 0);
   for (uint32_t k = 0; k < step.getLaneTokensPerMicroBatch().size() && k < lane_tokens_.size(); ++k)
@@ -530,8 +547,15 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     ahead_counts_.walk_ms += walk;
     if (decode_only && ahead_counts_.on) ahead_counts_.decode_walk_ms.push_back(walk);
   }
-  if (ahead) {
-    ACTORD_CHECK(spare_bests_.data() == deferred_rows);  // where the backend will write
+  // Draws the backend did not take (a forward pass in pieces returns the logits): this step is answered now, after
+  // the pending one, its rows sampled on the host.
+  const bool drawn = ahead == RunAhead::draws && logits_.empty() && samples_.size() == sample_requests_.size();
+  if (ahead == RunAhead::draws && !drawn) {
+    backend_->complete_reads(std::exchange(ticket, 0));
+    if (pending_) done.push_back(finish_pending());
+  }
+  if (ahead == RunAhead::picks || drawn) {
+    ACTORD_CHECK(drawn ? samples_.data() == deferred_draws : spare_bests_.data() == deferred_rows);  // it writes there
     ++ahead_counts_.deferred;
     if (pending_) ++ahead_counts_.behind_pending;
     PendingStep next;
@@ -540,8 +564,13 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     next.step_id = step.getStepId();
     next.start = t0;
     next.idle_us = idle_us;
-    next.bests = std::move(spare_bests_);  // the vector's memory, where the backend writes, moves with it
-    spare_bests_ = {};
+    if (ahead == RunAhead::picks) {
+      next.bests = std::move(spare_bests_);  // the vector's memory, where the backend writes, moves with it
+      spare_bests_ = {};
+    } else {
+      next.draws = std::move(samples_);
+      samples_ = {};
+    }
     next.seq_ids = sample_seq_ids_;
     next.decode_only = decode_only;
     if (backend_->reads_done(next.ticket)) next.done_at = std::chrono::steady_clock::now();  // a host "device"

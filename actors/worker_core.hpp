@@ -49,7 +49,8 @@ class WorkerCore {
   wire_msg init(const wire_msg& worker_init);     // WorkerInit -> WorkerReady
   // ExecuteStep -> StepResult, in the order the scheduler planned them. A step may run ahead: on a backend that
   // runs_ahead(), a lone rank (no TP, PP, EP or AFD, no two-batch overlap, no trace, a dense model) whose step
-  // only takes greedy tokens queues its forward pass on the device and leaves the step pending; the next step, when
+  // only takes greedy tokens, or draws its backend takes whole (Backend::samples_ahead), queues its forward pass on
+  // the device and leaves the step pending; the next step, when
   // it can run ahead too, is queued behind it with the pending step's tokens taken on the device (previous_pick), and
   // only then is the pending step's result read. So the device never waits for the host between decode steps. `done`
   // gets the results this call completed, oldest first (none, this step's, or the pending one's and this one's).
@@ -90,16 +91,19 @@ class WorkerCore {
     // its compute time and StepResult.answeredLateMicros.
     std::optional<std::chrono::steady_clock::time_point> done_at;
     uint64_t idle_us = 0;
-    std::vector<RowBest> bests;          // [rows] written by complete_reads
+    std::vector<RowBest> bests;          // [rows] written by complete_reads: greedy picks,
+    std::vector<SampledToken> draws;     // or the tokens the backend drew
     std::vector<uint64_t> seq_ids;       // whose token each row is
     bool decode_only = false;            // one token per sequence (for ACTORD_CUDA_REPORT)
   };
   // The step's launch: its result, or none when it was left pending (after `done` got the older pending one's).
   std::optional<wire_msg> launch(const wire_msg& execute_step, std::vector<wire_msg>& done);
   wire_msg finish(PendingStep& step);
-  // Whether this step may run ahead (see step()): argmax_only when every row it samples is its logits' argmax.
+  // Whether this step may run ahead (see step()) and how: its greedy picks (argmax_only: every row it samples is its
+  // logits' argmax), or tokens its backend draws (Backend::samples_ahead of the driver's sample_requests_).
+  enum class RunAhead { no, picks, draws };
   template <class Step, class Seqs>
-  bool may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only) const;
+  RunAhead may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only, size_t forked_rows);
   std::optional<PendingStep> pending_;
   struct AheadCounts {  // kept only with ACTORD_CUDA_REPORT set (read at init)
     bool on = false;

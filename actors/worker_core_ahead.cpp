@@ -73,20 +73,21 @@ wire_msg WorkerCore::finish(PendingStep& p) {
   last_step_end_ = end;
   previous_samples_.clear();
   for (const RowBest& b : p.bests) previous_samples_.push_back(b.id);  // one rank: its picks are the tokens
+  for (const SampledToken& t : p.draws) previous_samples_.push_back(t.token);
   previous_failed_ = false;
   tokens_everywhere_ = false;
   wire_msg out = build<wire::StepResult>([&](wire::StepResult::Builder r) {
     r.setCorrelationId(p.correlation_id);
     r.setStepId(p.step_id);
-    if (p.bests.size() != p.seq_ids.size()) {
-      set_error(r.initError(), Error{Errc::worker_failed, name_ + ": " + std::to_string(p.bests.size()) +
-                                                              " picks for " + std::to_string(p.seq_ids.size()) +
-                                                              " sampled rows"});
+    const size_t picks = previous_samples_.size();
+    if (picks != p.seq_ids.size()) {
+      set_error(r.initError(), Error{Errc::worker_failed, name_ + ": " + std::to_string(picks) + " picks for " +
+                                                              std::to_string(p.seq_ids.size()) + " sampled rows"});
       return;
     }
-    auto results = r.initResults(static_cast<uint32_t>(p.bests.size()));
-    for (uint32_t i = 0; i < p.bests.size(); ++i) {
-      results[i].setTokenId(p.bests[i].id);
+    auto results = r.initResults(static_cast<uint32_t>(picks));
+    for (uint32_t i = 0; i < picks; ++i) {
+      results[i].setTokenId(previous_samples_[i]);
       results[i].setSeqId(p.seq_ids[i]);
     }
     r.setComputeMicros(micros_between(busy_from, end));
@@ -94,6 +95,7 @@ wire_msg WorkerCore::finish(PendingStep& p) {
     r.setAnsweredLateMicros(micros_between(end, t1));
   });
   if (spare_bests_.capacity() == 0) spare_bests_ = std::move(p.bests);
+  if (samples_.capacity() == 0) samples_ = std::move(p.draws);
   return out;
 }
 

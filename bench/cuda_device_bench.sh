@@ -126,8 +126,10 @@ fi
 if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 4000 64 1; fi
 # Sampled decoding (temperature 0.8, top-k 50, top-p 0.95: HF generate's top-k default) at SAMPLED_BATCHES (default
 # 64 and 256): the tokens drawn on the GPU, then the logits downloaded and drawn by the worker's CPU sampler
-# (ACTORD_CUDA_DISABLE=device_sampling). Without top-k, this random model's rows are nearly flat: top-p 0.95 then
-# holds most of the vocabulary, more than the GPU's candidates, and those rows are drawn on the host either way.
+# (ACTORD_CUDA_DISABLE=device_sampling), and drawn on the GPU one step at a time (ACTORD_CUDA_DISABLE=run_ahead: the
+# default runs sampled steps ahead once the device sampler's checked calls agreed). Without top-k, this random
+# model's rows are nearly flat: top-p 0.95 then holds most of the vocabulary, more than the GPU's candidate lists,
+# and the kernel walks those rows over the whole vocabulary (slow: many rounds of selection).
 if [ "$DEVICE" = cuda ] && wanted sampled; then
   sampled_run() {  # name, batch
     actord_run "$1" 420 128 64 "$2" --temperature 0.8 --top-k 50 --top-p 0.95
@@ -135,6 +137,7 @@ if [ "$DEVICE" = cuda ] && wanted sampled; then
   for b in ${SAMPLED_BATCHES:-64 256}; do
     sampled_run "actord_sampled_b$b" "$b"
     ACTORD_CUDA_DISABLE=device_sampling sampled_run "actord_sampled_host_b$b" "$b"
+    ACTORD_CUDA_DISABLE=run_ahead sampled_run "actord_sampled_no_ahead_b$b" "$b"
   done
 fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
@@ -200,7 +203,8 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
                   ("actord_prefill_cublas_attention", "prefill_tokens_per_s"),
                   ("actord_prefill_fma_tiles", "prefill_tokens_per_s"),
                   ("actord_long_b1", "decode_tokens_per_s"), ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),
-                  ("actord_sampled_b256", "decode_tokens_per_s"),
+                  ("actord_sampled_no_ahead_b64", "decode_tokens_per_s"), ("actord_sampled_b256", "decode_tokens_per_s"),
+                  ("actord_sampled_no_ahead_b256", "decode_tokens_per_s"),
                   ("actord_sampled_host_b256", "decode_tokens_per_s")):
     run = load(name)
     if run and run.get(key):

@@ -220,8 +220,16 @@ class Backend {
   // for the work queued before them (a device writes them then, the CPU at once). The next step, deferred too, may
   // name a token previous_pick(k) (forward_batch.hpp): row k's id of those picks, which embed() resolves where it
   // runs, in order with the work that made it. So the host queues step N + 1 before it reads step N's tokens, and
-  // the device does not wait for the host between them.
+  // the device does not wait for the host between them. sample_rows while deferring does the same with the tokens it
+  // draws, when samples_ahead(requests) said it would take them all: row k of the picks is row k's token, and `out`
+  // gets the tokens (no logprobs) by complete_reads(t); otherwise it returns false as when it does not sample.
   virtual bool runs_ahead() const { return false; }
+  // Whether sample_rows, called while deferring, would draw every row of these requests where the logits are and
+  // leave them in the step's picks (no row left to the host: a device that runs ahead and can sample them all).
+  virtual bool samples_ahead(std::span<const SampleRequest> requests, int vocab) {
+    (void)requests, (void)vocab;
+    return false;
+  }
   virtual uint64_t defer_reads() { return 0; }
   virtual bool reads_done(uint64_t ticket) { (void)ticket; return true; }  // complete_reads(ticket) will not wait
   virtual void complete_reads(uint64_t ticket) { (void)ticket; }

@@ -265,6 +265,85 @@ TEST_CASE("cuda: picks left on the device (defer_reads) reach the host at comple
   CHECK(on_gpu == p.read(cpu, expected, resolved.tokens.size() * dim));
 }
 
+TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next step's embedding - tokens at "
+          "complete_reads",
+          "[cuda]") {
+  if (!have_gpu()) return;
+  Pair p;
+  exec::Backend& gpu = *p.gpu;
+  exec::Backend& cpu = p.cpu.backend;
+  const int dim = 64, vocab = 5000, rows = 4;
+  const HostMatrixData table(random_values(size_t(vocab) * dim, 21), vocab, dim, DType::bf16);
+  auto gpu_table = gpu.upload_matrix(table.m, exec::WeightUse::lookup);
+  auto cpu_table = cpu.upload_matrix(table.m, exec::WeightUse::lookup);
+  REQUIRE(gpu_table.ok());
+  REQUIRE(cpu_table.ok());
+  // Rows: a plain draw, top-k with top-p, min-p, and a flat row (temperature 4: a head wider than the candidates).
+  std::vector<SamplingOptions> options(static_cast<size_t>(rows));
+  options[1].top_k = 30;
+  options[1].top_p = 0.9f;
+  options[2].min_p = 0.1f;
+  options[3].temperature = 4.0f;
+  std::vector<SampleRequest> requests(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    options[size_t(r)].seed = uint64_t(40 + r);
+    requests[size_t(r)].options = &options[size_t(r)];
+    requests[size_t(r)].sample_index = 3;
+  }
+  SamplingOptions with_logprobs = options[0];
+  with_logprobs.logprobs = 1;
+  std::vector<SampleRequest> asking = requests;
+  asking[0].options = &with_logprobs;
+  const std::vector<float> logits = random_values(size_t(rows) * vocab, 22);
+  std::vector<SampledToken> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
+  Sampler host;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(logits.begin() + long(size_t(r) * vocab), logits.begin() + long(size_t(r + 1) * vocab));
+    want[size_t(r)] = host.sample(row.data(), vocab, requests[size_t(r)]);
+  }
+  // Not before the device sampler's checked calls (each draws on the host too), never with logprobs.
+  CHECK_FALSE(gpu.samples_ahead(requests, vocab));
+  for (int check = 0; check < 3; ++check) {
+    exec::Buffer dev = gpu.upload(logits);
+    REQUIRE(gpu.sample_rows(dev, rows, vocab, requests, got));
+  }
+  INFO(cuda::device_sampling_state(gpu));
+  REQUIRE(gpu.samples_ahead(requests, vocab));
+  CHECK_FALSE(gpu.samples_ahead(asking, vocab));
+  // Step 1 runs ahead and draws its rows; step 2, queued behind it, embeds two of them.
+  exec::Buffer dev = gpu.upload(logits);
+  ForwardBatch first;
+  first.tokens = {1, 2, 3, 4};
+  first.seqs = {SeqSlice{0, 4, 0, nullptr, true}};
+  gpu.begin_step(first);
+  const uint64_t ticket1 = gpu.defer_reads();
+  std::vector<SampledToken> drawn(static_cast<size_t>(rows), SampledToken{-7, 0.0f, {}});
+  REQUIRE(gpu.sample_rows(dev, rows, vocab, requests, drawn));
+  ForwardBatch second;
+  second.tokens = {previous_pick(3), 9, previous_pick(1)};
+  second.seqs = {SeqSlice{0, 3, 0, nullptr, true}};
+  exec::Buffer embedded;
+  gpu.reserve(embedded, second.tokens.size() * dim);
+  gpu.begin_step(second);
+  const uint64_t ticket2 = gpu.defer_reads();
+  gpu.embed(second.tokens, *gpu_table, 0, embedded);
+  CHECK(drawn[0].token == -7);  // not written before complete_reads
+  gpu.complete_reads(ticket1);
+  for (int r = 0; r < rows; ++r) {
+    INFO("row " << r);
+    CHECK(drawn[size_t(r)].token == want[size_t(r)].token);
+  }
+  const std::vector<float> on_gpu = p.read(gpu, embedded, second.tokens.size() * dim);
+  gpu.complete_reads(ticket2);
+  ForwardBatch resolved = second;
+  resolved.tokens = {want[3].token, 9, want[1].token};
+  exec::Buffer expected;
+  cpu.reserve(expected, resolved.tokens.size() * dim);
+  cpu.begin_step(resolved);
+  cpu.embed(resolved.tokens, *cpu_table, 0, expected);
+  CHECK(on_gpu == p.read(cpu, expected, resolved.tokens.size() * dim));
+}
+
 TEST_CASE("cuda: norm, activations, add, embedding, gathers, scatters and column copies equal the CPU backend",
           "[cuda]") {
   if (!have_gpu()) return;
@@ -553,8 +632,10 @@ TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties 
   Pair p;
   for (const int vocab : {1000, 32000, 128256}) {
     // Options by row: greedy, plain draws at three temperatures, top-k (small, at the candidates' limit, wider: the
-    // host), top-p, min-p, all three, penalties and masks, logprobs (the host).
-    std::vector<SamplingOptions> options(14);
+    // host), top-p, min-p, all three, penalties and masks, logprobs (the host); then rows the candidate lists cannot
+    // hold, walked over the whole row on the GPU: a top-k 50 of a row of equal logits (every token ties the 50th),
+    // flat rows (temperature 4) with top-p 0.99 and without.
+    std::vector<SamplingOptions> options(17);
     options[0].temperature = 0.0f;
     options[1].temperature = 0.3f;
     options[2].temperature = 1.0f;
@@ -574,6 +655,10 @@ TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties 
     options[11].repetition_penalty = 2.0f;
     options[12].min_tokens = 5;
     options[13].logprobs = 3;
+    options[14].top_k = 50;
+    options[15].temperature = 4.0f;
+    options[15].top_p = 0.99f;
+    options[16].temperature = 4.0f;
     PenaltyHistory history;
     const std::vector<int32_t> prompt{1, 5, 9, 400};
     history.add_prompt(prompt);
@@ -594,6 +679,7 @@ TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties 
       for (int r = 0; r < rows; ++r) {
         for (int c = 0; c < vocab; ++c) logits[size_t(r) * size_t(vocab) + size_t(c)] *= 0.5f * float(1 + r % 5) * 1.6f;
       }
+      std::fill_n(logits.begin() + long(size_t(14) * size_t(vocab)), vocab, 0.25f);
       std::vector<SampledToken> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows));
       Sampler cpu;
       for (int r = 0; r < rows; ++r) {

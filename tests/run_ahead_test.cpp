@@ -46,9 +46,10 @@ std::unique_ptr<WorkerCore> stories_worker(bool ahead) {
   return core;
 }
 
-// Step `id`: sequence 1's greedy first slice {1, 403} (id 1), or its next token taken from the step before (id > 1,
-// position id), or a slice of sequence 2 with a token outside the vocabulary (bad).
-wire_msg step_of(uint64_t id, bool bad = false) {
+// Step `id`: sequence 1's first slice {1, 403} (id 1; greedy unless `options` say otherwise), or its next token
+// taken from the step before (id > 1, position id), or a slice of sequence 2 with a token outside the vocabulary
+// (bad).
+wire_msg step_of(uint64_t id, bool bad = false, const SamplingOptions* options = nullptr) {
   return build<wire::ExecuteStep>([&](wire::ExecuteStep::Builder out) {
     out.setStepId(id);
     out.setCorrelationId(100 + id);
@@ -60,7 +61,7 @@ wire_msg step_of(uint64_t id, bool bad = false) {
       s.setNewSequence(true);
       SamplingOptions greedy;
       greedy.temperature = 0.0f;
-      to_wire(greedy, s.initSampling());
+      to_wire(options ? *options : greedy, s.initSampling());
       s.setPromptLen(2);
       fill_list(s.initBlockTable(2), std::vector<uint32_t>{bad ? 5u : 0u, bad ? 6u : 1u});
       return;
@@ -131,6 +132,46 @@ TEST_CASE("WorkerCore running ahead answers each step after the next is queued -
   CHECK_THAT(read_answer(done[0]).error, Catch::Contains("did not sample"));
 }
 
+TEST_CASE("WorkerCore runs seeded draws ahead when its backend draws them - penalties and logprobs answer first",
+          "[run_ahead]") {
+  SamplingOptions drawn;
+  drawn.temperature = 0.9f;
+  drawn.top_p = 0.95f;
+  drawn.top_k = 40;
+  drawn.seed = 5;
+  auto plain = stories_worker(false);
+  std::vector<int32_t> want;
+  for (uint64_t id = 1; id <= 4; ++id) want.push_back(read_answer(plain->execute(step_of(id, false, &drawn))).token);
+
+  auto core = stories_worker(true);
+  std::vector<wire_msg> done;
+  core->step(step_of(1, false, &drawn), done);
+  CHECK(done.empty());
+  CHECK(core->has_pending());  // its token drawn by the backend and kept for step 2
+  for (uint64_t id = 2; id <= 4; ++id) {
+    core->step(step_of(id, false, &drawn), done);
+    REQUIRE(done.size() == 1);
+    CHECK(read_answer(done[0]).step_id == id - 1);
+    CHECK(read_answer(done[0]).token == want[id - 2]);
+    done.clear();
+  }
+  CHECK(read_answer(core->finish_pending()).token == want[3]);
+
+  // With penalties (the history would miss the pending step's token) or logprobs (not in a device's picks) a draw
+  // does not run ahead: it answers the pending step first.
+  SamplingOptions penalised = drawn;
+  penalised.repetition_penalty = 1.3f;
+  SamplingOptions with_logprobs = drawn;
+  with_logprobs.logprobs = 2;
+  for (const SamplingOptions* options : {&penalised, &with_logprobs}) {
+    auto other = stories_worker(true);
+    other->step(step_of(1, false, options), done);
+    CHECK(done.size() == 1);
+    CHECK_FALSE(other->has_pending());
+    done.clear();
+  }
+}
+
 TEST_CASE("a step answered after the next is queued says how late - its compute time ends when it was done",
           "[run_ahead]") {
   // The CPU backend's steps are done when queued: step 1 is done at once, held while the worker waits for step 2.
@@ -167,8 +208,9 @@ TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, t
   REQUIRE(alone.ok());
   test::check_continues_reference(*alone, prefixes, prefixes.size());
 
-  // Seeded draws with penalties among them (their steps cannot run ahead: the pending step is answered first) that
-  // end early, so that later steps run ahead again; a request of two samples (a forking slice) too.
+  // Seeded draws among them that end early: one without penalties (its steps run ahead, the CPU backend drawing its
+  // token), one with (its steps cannot: the pending step is answered first), and a request of two samples (a forking
+  // slice, which cannot either).
   std::vector<GenerateRequest> mixed = prefixes;
   for (int k = 0; k < 3; ++k) {
     GenerateRequest drawn;
@@ -176,7 +218,7 @@ TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, t
     drawn.max_tokens = uint32_t(6 + 5 * k);
     drawn.sampling.temperature = 0.9f;
     drawn.sampling.top_p = 0.95f;
-    drawn.sampling.repetition_penalty = 1.2f;
+    drawn.sampling.repetition_penalty = k == 0 ? 1.0f : 1.2f;
     drawn.sampling.seed = uint64_t(7 + k);
     drawn.sampling.n = k == 2 ? 2 : 1;
     mixed.push_back(drawn);
@@ -201,19 +243,23 @@ TEST_CASE("a worker process that runs ahead answers its steps in order with ever
   auto ahead = engine_running_ahead(true, {"groups[0].placement=process"});
   std::vector<GenerateRequest> mixed = test::reference_prefix_requests();
   const size_t greedy = mixed.size();
-  GenerateRequest drawn;
-  drawn.prompt_ids = {1, 403, 121};
-  drawn.max_tokens = 12;
-  drawn.sampling.temperature = 0.9f;
-  drawn.sampling.repetition_penalty = 1.2f;
-  drawn.sampling.seed = 11;
-  mixed.push_back(drawn);
+  std::vector<GenerateRequest> draws(2);
+  for (size_t k = 0; k < draws.size(); ++k) {
+    draws[k].prompt_ids = {1, 403, 121};
+    draws[k].max_tokens = 12;
+    draws[k].sampling.temperature = 0.9f;
+    draws[k].sampling.repetition_penalty = k == 0 ? 1.0f : 1.2f;  // the first runs ahead
+    draws[k].sampling.seed = 11;
+    mixed.push_back(draws[k]);
+  }
   auto outputs = ahead->generate(mixed);
   REQUIRE(outputs.ok());
   test::check_continues_reference(*outputs, mixed, greedy);
   auto plain = engine_running_ahead(false);
-  auto without = plain->generate({drawn});
+  auto without = plain->generate(draws);
   REQUIRE(without.ok());
-  CHECK_FALSE((*outputs)[greedy].generated_ids.empty());
-  CHECK((*outputs)[greedy].generated_ids == (*without)[0].generated_ids);
+  for (size_t k = 0; k < draws.size(); ++k) {
+    CHECK_FALSE((*outputs)[greedy + k].generated_ids.empty());
+    CHECK((*outputs)[greedy + k].generated_ids == (*without)[k].generated_ids);
+  }
 }

@@ -326,7 +326,17 @@ bool CpuBackend::sample_rows(exec::Buffer& logits, int rows, int vocab, std::spa
       logits.size() < size_t(rows) * size_t(vocab))
     return false;
   sampler_.sample_rows(logits.data(), vocab, requests, out, pool_);
+  if (deferring_) {
+    for (int r = 0; r < rows; ++r) picks_[ticket_ & 1].push_back(out[size_t(r)].token);
+  }
   return true;
+}
+
+bool CpuBackend::samples_ahead(std::span<const SampleRequest> requests, int vocab) {
+  (void)vocab;
+  return run_ahead_ && std::all_of(requests.begin(), requests.end(), [](const SampleRequest& r) {
+           return r.options && r.options->logprobs < 0;  // a token only: what a device's picks carry
+         });
 }
 
 void CpuBackend::row_bests(const exec::Buffer& x, int rows, int width, int32_t first_id, std::span<RowBest> out) {

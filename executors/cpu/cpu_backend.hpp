@@ -68,8 +68,10 @@ class CpuBackend final : public exec::Backend {
 
   // Running ahead (Backend::runs_ahead): off unless ACTORD_CPU_RUN_AHEAD=1 when the backend is made. The CPU has
   // computed a step when its forward pass returns, so running ahead only delays its result; on, it serves tests of
-  // the worker's side of it. Host outputs are written at once; each deferred step's picks are kept for the next.
+  // the worker's side of it. Host outputs are written at once; each deferred step's picks (greedy picks or sampled
+  // tokens) are kept for the next.
   bool runs_ahead() const override { return run_ahead_; }
+  bool samples_ahead(std::span<const SampleRequest> requests, int vocab) override;
   uint64_t defer_reads() override;
   void complete_reads(uint64_t ticket) override;
 
@@ -86,7 +88,7 @@ class CpuBackend final : public exec::Backend {
   std::vector<AttentionTask> attention_tasks_;  // scratch (one caller at a time)
   bool run_ahead_ = false;
   uint64_t ticket_ = 0;                          // the last defer_reads()
-  bool deferring_ = false;                       // ticket_ not completed: row_bests append to its picks
+  bool deferring_ = false;                       // ticket_ not completed: row_bests / sample_rows append to its picks
   std::vector<int32_t> picks_[2];                // the ids each deferred step picked, by its ticket's parity
   BatchSampler sampler_;
 };

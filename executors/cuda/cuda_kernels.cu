@@ -315,6 +315,17 @@ void launch_row_bests(const float* x, int rows, int width, int32_t first_id, Row
   merge_row_bests_kernel<<<unsigned((rows + 7) / 8), 256, 0, stream>>>(partial, rows, chunks, first_id, out);
 }
 
+namespace {
+__global__ void tokens_to_picks_kernel(const int32_t* tokens, int rows, RowBest* picks) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) picks[r] = RowBest{0.0f, tokens[r]};
+}
+}  // namespace
+
+void launch_tokens_to_picks(const int32_t* tokens, int rows, RowBest* picks, cudaStream_t stream) {
+  if (rows > 0) tokens_to_picks_kernel<<<unsigned((rows + 255) / 256), 256, 0, stream>>>(tokens, rows, picks);
+}
+
 void launch_copy_columns(const float* src, int rows, int width, float* dst, int dst_stride, int col_offset,
                          cudaStream_t stream) {
   if (rows > 0 && width > 0) {

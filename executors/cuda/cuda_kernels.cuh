@@ -119,9 +119,11 @@ void launch_scatter_add_rows(const float* src, const int32_t* rows, const float*
 int row_best_chunks(int width);
 void launch_row_bests(const float* x, int rows, int width, int32_t first_id, RowBest* partial, RowBest* out,
                       cudaStream_t stream);
+// picks[r] = {0, tokens[r]}: a step's drawn tokens as the picks the next step's embedding reads (running ahead).
+void launch_tokens_to_picks(const int32_t* tokens, int rows, RowBest* picks, cudaStream_t stream);
 // Sampling rows where they are (device_sampler.cu), planned by executors/device_sampling_plan.hpp:
-// out[r] = row r's token as executors/sampler.hpp draws it, or -1 where the host must sample it (params[r].host, or
-// a head too wide for kDeviceSampleCandidates; its penalties and masks then already applied in logits).
+// out[r] = row r's token as executors/sampler.hpp draws it, or -1 where the plan leaves the row to the host
+// (params[r].host: logprobs, a top-k above kDeviceSampleCandidates).
 void launch_device_sampling(float* logits, int rows, int vocab, const DeviceSampleParams* params,
                             const DeviceSampleOp* ops, int32_t* out, cudaStream_t stream);
 // dst[r * dst_stride + col_offset + c] = src[r * width + c].

@@ -8,6 +8,38 @@
 
 namespace actord::cuda {
 
+int32_t* DeviceRowSampler::launch(float* logits, int rows, int vocab) {
+  const size_t params_bytes = plan_.params.size() * sizeof(DeviceSampleParams);
+  const size_t ops_bytes = plan_.ops.size() * sizeof(DeviceSampleOp);
+  const size_t tokens_bytes = size_t(rows) * sizeof(int32_t);
+  reserve_bytes(device_plan_, device_plan_bytes_, params_bytes + ops_bytes + tokens_bytes);
+  auto* base = static_cast<unsigned char*>(device_plan_.get());
+  // From pageable memory: staged before the call returns, so plan_ may change for the next step at once.
+  ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, plan_.params.data(), params_bytes, cudaMemcpyHostToDevice, stream_));
+  if (ops_bytes > 0) {
+    ACTORD_CUDA_CHECK(
+        cudaMemcpyAsync(base + params_bytes, plan_.ops.data(), ops_bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  auto* tokens = reinterpret_cast<int32_t*>(base + params_bytes + ops_bytes);
+  launch_device_sampling(logits, rows, vocab, reinterpret_cast<const DeviceSampleParams*>(base),
+                         reinterpret_cast<const DeviceSampleOp*>(base + params_bytes), tokens, stream_);
+  return tokens;
+}
+
+bool DeviceRowSampler::draws_all(std::span<const SampleRequest> requests, int vocab) {
+  if (!path_.on || !path_.checked) return false;
+  plan_device_sampling(requests, vocab, plan_);
+  for (const DeviceSampleParams& p : plan_.params)
+    if (p.host) return false;
+  return true;
+}
+
+const int32_t* DeviceRowSampler::sample_deferred(float* logits, int rows, int vocab,
+                                                 std::span<const SampleRequest> requests) {
+  plan_device_sampling(requests, vocab, plan_);
+  return launch(logits, rows, vocab);
+}
+
 void DeviceRowSampler::sample(float* logits, int rows, int vocab, std::span<const SampleRequest> requests,
                               std::span<SampledToken> out) {
   const size_t row_floats = size_t(vocab);
@@ -18,19 +50,8 @@ void DeviceRowSampler::sample(float* logits, int rows, int vocab, std::span<cons
     ACTORD_CUDA_CHECK(cudaMemcpyAsync(raw_rows_.data(), logits, raw_rows_.size() * sizeof(float),
                                       cudaMemcpyDeviceToHost, stream_));
   }
-  const size_t params_bytes = plan_.params.size() * sizeof(DeviceSampleParams);
-  const size_t ops_bytes = plan_.ops.size() * sizeof(DeviceSampleOp);
+  const int32_t* tokens = launch(logits, rows, vocab);
   const size_t tokens_bytes = size_t(rows) * sizeof(int32_t);
-  reserve_bytes(device_plan_, device_plan_bytes_, params_bytes + ops_bytes + tokens_bytes);
-  auto* base = static_cast<unsigned char*>(device_plan_.get());
-  ACTORD_CUDA_CHECK(cudaMemcpyAsync(base, plan_.params.data(), params_bytes, cudaMemcpyHostToDevice, stream_));
-  if (ops_bytes > 0) {
-    ACTORD_CUDA_CHECK(
-        cudaMemcpyAsync(base + params_bytes, plan_.ops.data(), ops_bytes, cudaMemcpyHostToDevice, stream_));
-  }
-  auto* tokens = reinterpret_cast<int32_t*>(base + params_bytes + ops_bytes);
-  launch_device_sampling(logits, rows, vocab, reinterpret_cast<const DeviceSampleParams*>(base),
-                         reinterpret_cast<const DeviceSampleOp*>(base + params_bytes), tokens, stream_);
   drawn_.resize(size_t(rows));
   ACTORD_CUDA_CHECK(cudaMemcpyAsync(drawn_.data(), tokens, tokens_bytes, cudaMemcpyDeviceToHost, stream_));
   ACTORD_CUDA_CHECK(cudaStreamSynchronize(stream_));

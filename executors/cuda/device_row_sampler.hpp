@@ -1,7 +1,6 @@
 // Backend::sample_rows for the CUDA backend: rows of logits sampled where they are (device_sampler.cu's kernel, a
-// block per row, as executors/device_sampling_plan.hpp plans them), the rows it leaves (logprobs, a wide top-k, a
-// head of more than kDeviceSampleCandidates tokens) downloaded and drawn on the host over a pool (executors/sampler.hpp's
-// BatchSampler).
+// block per row, as executors/device_sampling_plan.hpp plans them), the rows the plan leaves (logprobs, a top-k above
+// kDeviceSampleCandidates) downloaded and drawn on the host over a pool (executors/sampler.hpp's BatchSampler).
 //
 // Contract: sample() takes logits [rows, vocab] in device memory, every earlier launch on `stream` already queued,
 // and fills out as executors/sampler.hpp would (the logits are changed in place: penalties and masks); it waits for
@@ -39,9 +38,17 @@ class DeviceRowSampler {
 
   void sample(float* logits, int rows, int vocab, std::span<const SampleRequest> requests,
               std::span<SampledToken> out);
+  // Whether sample_deferred would draw every row of these requests on the GPU: the path on and past its checks, and
+  // no row the plan leaves to the host (logprobs, a top-k above kDeviceSampleCandidates).
+  bool draws_all(std::span<const SampleRequest> requests, int vocab);
+  // sample() without waiting, for a step that runs ahead (draws_all said yes): the tokens stay on the device, `rows`
+  // of them where the returned pointer says, valid until the next call, in order behind the stream's work.
+  const int32_t* sample_deferred(float* logits, int rows, int vocab, std::span<const SampleRequest> requests);
 
  private:
   static constexpr int kCheckedSamplings = 3;  // calls checked row by row against the host sampler
+  // The plan (plan_) and a place for the tokens on the device; the launch behind the stream's work.
+  int32_t* launch(float* logits, int rows, int vocab);
 
   int device_;
   cudaStream_t stream_;

@@ -7,8 +7,10 @@
 // the row's total weight (min-p applied) and the fewest best tokens that certainly hold the mass the walk needs (the
 // CPU sampler's band floors: 4096, 64 and 1 times (total - mass) / 2n). The candidates, at most
 // kDeviceSampleCandidates, are sorted by rank in shared memory and walked as sampler.cpp's walk() does (top-p keep,
-// r = u x total, the first whose running sum passes r). A row whose candidates would not fit is left to the host
-// (token -1), its penalties applied.
+// r = u x total, the first whose running sum passes r). A row whose candidates would not fit (a top-k whose k-th has
+// too many equals, a head wider than kCandidates) is walked in rank order over the whole row instead, kCandidates at
+// a time (visit_ranked: each round a radix select of the next best below the last, on 64-bit keys of scaled logit and
+// id), so that no row planned for the device leaves it; only rows the plan leaves to the host get -1.
 #include <cstdint>
 
 #include "executors/cuda/cuda_kernels.cuh"
@@ -46,6 +48,7 @@ struct Shared {
   int iwarp[32];
   unsigned hist[256];
   int count;
+  int go;  // visit_ranked: thread 0's "go on" for the block
 };
 
 // A block's sum (every thread gets it, summed in warp order: the same on every thread). T: double or int.
@@ -125,6 +128,144 @@ __device__ int32_t walk(const Shared& sh, int count, float max_scaled, double mi
   for (; i < keep && weight(i, w); ++i)
     if (r < (acc += w)) return sh.id[i];
   return sh.id[i > 0 ? i - 1 : 0];
+}
+
+// A token's place in rank order as one key, higher first: its scaled logit's order_key, then the lower id (unique).
+__device__ __forceinline__ uint64_t rank_key(float s, int i) {
+  return (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
+}
+
+// The row's tokens (NaN scaled logits left out) in rank order, kCandidates at a time: each round counts the keys
+// below the last round's last, selects the best kCandidates of them by radix (8 bits a pass over the 64-bit keys),
+// gathers and sorts them in shared memory, and thread 0 calls visit(s, id) on each in turn until it returns false or
+// `limit` tokens were visited. Every thread of the block calls it; visit runs on thread 0 only (its state there).
+template <class Visit>
+__device__ void visit_ranked(const float* row, int vocab, float t, int limit, Shared& sh, Visit visit) {
+  const int tid = threadIdx.x;
+  bool first = true;  // no bound yet
+  uint64_t bound = 0;  // keys of this round are below it
+  int visited = 0;
+  while (true) {
+    int below = 0;
+    for (int i = tid; i < vocab; i += kThreads) {
+      const float s = row[i] / t;
+      below += !isnan(s) && (first || rank_key(s, i) < bound);
+    }
+    below = block_sum(below, sh.iwarp);
+    if (below == 0) return;
+    const int take = min(below, kCandidates);
+    uint64_t kth = 0;  // the take-th best key below the bound (0: all of them)
+    if (below > take) {
+      uint64_t prefix = 0, mask = 0;
+      int remaining = take;
+      for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0;
+        __syncthreads();
+        for (int i = tid; i < vocab; i += kThreads) {
+          const float s = row[i] / t;
+          if (isnan(s)) continue;
+          const uint64_t key = rank_key(s, i);
+          if ((first || key < bound) && (key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        int above = 0, digit = 0;  // every thread walks the same histogram to the same digit
+        for (int d = 255; d >= 0; --d) {
+          const int here = int(sh.hist[d]);
+          if (above + here >= remaining) {
+            digit = d;
+            break;
+          }
+          above += here;
+        }
+        remaining -= above;
+        prefix |= uint64_t(digit) << shift;
+        mask |= uint64_t(255) << shift;
+        __syncthreads();
+      }
+      kth = prefix;
+    }
+    sh.s[tid] = -INFINITY;
+    sh.id[tid] = INT32_MAX;
+    if (tid == 0) sh.count = 0;
+    __syncthreads();
+    for (int i = tid; i < vocab; i += kThreads) {  // exactly `take` keys (they are unique)
+      const float s = row[i] / t;
+      if (isnan(s)) continue;
+      const uint64_t key = rank_key(s, i);
+      if ((first || key < bound) && key >= kth) {
+        const int at = atomicAdd(&sh.count, 1);
+        sh.s[at] = s;
+        sh.id[at] = i;
+      }
+    }
+    sort_candidates(sh);
+    if (tid == 0) {
+      bool go = true;
+      for (int j = 0; j < take && go; ++j) {
+        if (visited == limit) {
+          go = false;
+          break;
+        }
+        ++visited;
+        go = visit(sh.s[j], sh.id[j]);
+      }
+      sh.go = go && visited < limit;
+    }
+    __syncthreads();
+    if (!sh.go) return;
+    bound = rank_key(sh.s[take - 1], sh.id[take - 1]);
+    first = false;
+    __syncthreads();  // every thread has read the bound before the next round writes sh
+  }
+}
+
+// sampler.cpp's draw over the row in rank order without a limit on candidates (visit_ranked), for the rows the
+// candidate lists cannot hold: limit = top-k's k (or the vocabulary); total: the row's total weight, or < 0 for a
+// top-k (then the k best's, summed in rank order). Thread 0's return value is the token.
+__device__ int32_t wide_draw(const float* row, int vocab, float t, float max_scaled, double min_weight, float top_p,
+                             double u, int limit, double total, int32_t argmax, Shared& sh) {
+  auto weight_of = [&](float s, double& w) {
+    w = exp(double(s - max_scaled));
+    return w > 0.0 && w >= min_weight;
+  };
+  if (total < 0.0) {
+    double sum = 0.0;
+    visit_ranked(row, vocab, t, limit, sh, [&](float s, int) {
+      double w;
+      if (!weight_of(s, w)) return false;  // weights fall in rank order: none after it counts either
+      sum += w;
+      return true;
+    });
+    total = sum;
+  }
+  int keep = limit;
+  if (top_p < 1.0f) {  // walk()'s top-p: candidates while the mass before them is below top_p, then their total
+    double mass = 0.0, kept = 0.0;
+    int n = 0;
+    visit_ranked(row, vocab, t, limit, sh, [&](float s, int) {
+      double w;
+      if (!weight_of(s, w)) return false;
+      ++n;
+      kept += w;
+      return (mass += w / total) < top_p;
+    });
+    keep = n;
+    total = kept;
+  }
+  const double r = u * total;
+  double acc = 0.0;
+  int32_t last = -1, pick = -1;
+  visit_ranked(row, vocab, t, keep, sh, [&](float s, int id) {
+    double w;
+    if (!weight_of(s, w)) return false;
+    last = id;
+    if (r < (acc += w)) {
+      pick = id;
+      return false;
+    }
+    return true;
+  });
+  return pick >= 0 ? pick : last >= 0 ? last : argmax;
 }
 
 __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits, int vocab,
@@ -217,8 +358,9 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
       }
     }
     __syncthreads();
-    if (sh.count > kCandidates) {  // too many equal to the k-th
-      if (tid == 0) out[r] = -1;
+    if (sh.count > kCandidates) {  // too many equal to the k-th: the k best in rank order over the whole row
+      const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, p.top_k, -1.0, argmax, sh);
+      if (tid == 0) out[r] = token;
       return;
     }
     sort_candidates(sh);
@@ -261,8 +403,9 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     const bool enough = at == min_weight || held > mass + 1e-9 * total;
     if (n <= kCandidates && enough) floor = at;
   }
-  if (floor < 0.0) {
-    if (tid == 0) out[r] = -1;
+  if (floor < 0.0) {  // a head wider than the candidates: walked over the whole row
+    const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, vocab, total, argmax, sh);
+    if (tid == 0) out[r] = token;
     return;
   }
   for (int i = tid; i < vocab; i += kThreads) {
