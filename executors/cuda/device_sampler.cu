@@ -135,6 +135,13 @@ __device__ __forceinline__ uint64_t rank_key(float s, int i) {
   return (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
 }
 
+// hist[bin] += 1 for each lane of the warp that counts, one atomic per distinct bin (a flat row's keys mostly share
+// one). Every lane of the warp calls it (a loop whose bounds are the same for the whole warp).
+__device__ __forceinline__ void count_in(unsigned* hist, bool counted, unsigned bin) {
+  const unsigned peers = __match_any_sync(0xffffffffu, counted ? bin : 0xffffffffu);
+  if (counted && (threadIdx.x & 31) == unsigned(__ffs(int(peers)) - 1)) atomicAdd(&hist[bin], unsigned(__popc(peers)));
+}
+
 // The row's tokens (NaN scaled logits left out) in rank order, kCandidates at a time: each round counts the keys
 // below the last round's last, selects the best kCandidates of them by radix (8 bits a pass over the 64-bit keys),
 // gathers and sorts them in shared memory, and thread 0 calls visit(s, id) on each in turn until it returns false or
@@ -161,11 +168,12 @@ __device__ void visit_ranked(const float* row, int vocab, float t, int limit, Sh
       for (int shift = 56; shift >= 0; shift -= 8) {
         for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0;
         __syncthreads();
-        for (int i = tid; i < vocab; i += kThreads) {
-          const float s = row[i] / t;
-          if (isnan(s)) continue;
-          const uint64_t key = rank_key(s, i);
-          if ((first || key < bound) && (key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+        for (int base = 0; base < vocab; base += kThreads) {  // the same trips for every lane: count_in
+          const int i = base + tid;
+          const float s = i < vocab ? row[i] / t : NAN;
+          const uint64_t key = isnan(s) ? 0 : rank_key(s, i);
+          const bool counted = !isnan(s) && (first || key < bound) && (key & mask) == prefix;
+          count_in(sh.hist, counted, unsigned((key >> shift) & 255u));
         }
         __syncthreads();
         int above = 0, digit = 0;  // every thread walks the same histogram to the same digit
