@@ -135,6 +135,22 @@ __device__ __forceinline__ uint64_t rank_key(float s, int i) {
   return (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
 }
 
+// A radix select's digit: the highest whose bin, with the bins above it, holds the `remaining`-th best key;
+// `remaining` becomes its rank within that bin. Every thread walks the same histogram to the same digit.
+__device__ int digit_holding(const unsigned* hist, int& remaining) {
+  int above = 0;
+  for (int d = 255; d >= 0; --d) {
+    const int here = int(hist[d]);
+    if (above + here >= remaining) {
+      remaining -= above;
+      return d;
+    }
+    above += here;
+  }
+  remaining -= above;
+  return 0;
+}
+
 // hist[bin] += 1 for each lane of the warp that counts, one atomic per distinct bin (a flat row's keys mostly share
 // one). Every lane of the warp calls it (a loop whose bounds are the same for the whole warp).
 __device__ __forceinline__ void count_in(unsigned* hist, bool counted, unsigned bin) {
@@ -176,16 +192,7 @@ __device__ void visit_ranked(const float* row, int vocab, float t, int limit, Sh
           count_in(sh.hist, counted, unsigned((key >> shift) & 255u));
         }
         __syncthreads();
-        int above = 0, digit = 0;  // every thread walks the same histogram to the same digit
-        for (int d = 255; d >= 0; --d) {
-          const int here = int(sh.hist[d]);
-          if (above + here >= remaining) {
-            digit = d;
-            break;
-          }
-          above += here;
-        }
-        remaining -= above;
+        const int digit = digit_holding(sh.hist, remaining);
         prefix |= uint64_t(digit) << shift;
         mask |= uint64_t(255) << shift;
         __syncthreads();
@@ -342,16 +349,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
         if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
       }
       __syncthreads();
-      int above = 0, digit = 0;  // every thread walks the same histogram to the same digit
-      for (int d = 255; d >= 0; --d) {
-        const int here = int(sh.hist[d]);
-        if (above + here >= remaining) {
-          digit = d;
-          break;
-        }
-        above += here;
-      }
-      remaining -= above;
+      const int digit = digit_holding(sh.hist, remaining);
       prefix |= uint32_t(digit) << shift;
       mask |= 255u << shift;
       __syncthreads();  // the histogram is cleared for the next pass only after every thread read it
