@@ -129,7 +129,7 @@ if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 40
 # (ACTORD_CUDA_DISABLE=device_sampling), and drawn on the GPU one step at a time (ACTORD_CUDA_DISABLE=run_ahead: the
 # default runs sampled steps ahead once the device sampler's checked calls agreed). Without top-k, this random
 # model's rows are nearly flat: top-p 0.95 then holds most of the vocabulary, more than the GPU's candidate lists,
-# and the kernel walks those rows over the whole vocabulary (slow: many rounds of selection).
+# and the kernel draws those rows by searches over the whole vocabulary (~50 passes over each row).
 if [ "$DEVICE" = cuda ] && wanted sampled; then
   sampled_run() {  # name, batch
     actord_run "$1" 420 128 64 "$2" --temperature 0.8 --top-k 50 --top-p 0.95

@@ -8,9 +8,9 @@
 // CPU sampler's band floors: 4096, 64 and 1 times (total - mass) / 2n). The candidates, at most
 // kDeviceSampleCandidates, are sorted by rank in shared memory and walked as sampler.cpp's walk() does (top-p keep,
 // r = u x total, the first whose running sum passes r). A row whose candidates would not fit (a top-k whose k-th has
-// too many equals, a head wider than kCandidates) is walked in rank order over the whole row instead, kCandidates at
-// a time (visit_ranked: each round a radix select of the next best below the last, on 64-bit keys of scaled logit and
-// id), so that no row planned for the device leaves it; only rows the plan leaves to the host get -1.
+// too many equals, a head wider than kCandidates) is drawn over the whole row instead (wide_draw: searches of the
+// running weight in rank order, 4 bits of a 64-bit key of scaled logit and id a pass), so that no row planned for the
+// device leaves it; only rows the plan leaves to the host get -1.
 #include <cstdint>
 
 #include "executors/cuda/cuda_kernels.cuh"
@@ -48,7 +48,9 @@ struct Shared {
   int iwarp[32];
   unsigned hist[256];
   int count;
-  int go;  // visit_ranked: thread 0's "go on" for the block
+  double wbins[kThreads / 32][16];  // wide_draw's searches: each warp's sums by digit
+  double bins[16];                  // and the block's
+  unsigned long long kmin[kThreads / 32];
 };
 
 // A block's sum (every thread gets it, summed in warp order: the same on every thread). T: double or int.
@@ -134,6 +136,7 @@ __device__ int32_t walk(const Shared& sh, int count, float max_scaled, double mi
 __device__ __forceinline__ uint64_t rank_key(float s, int i) {
   return (uint64_t(order_key(s)) << 32) | uint64_t(~uint32_t(i));
 }
+__device__ __forceinline__ int32_t token_of(uint64_t key) { return int32_t(~uint32_t(key)); }
 
 // A radix select's digit: the highest whose bin, with the bins above it, holds the `remaining`-th best key;
 // `remaining` becomes its rank within that bin. Every thread walks the same histogram to the same digit.
@@ -158,129 +161,153 @@ __device__ __forceinline__ void count_in(unsigned* hist, bool counted, unsigned 
   if (counted && (threadIdx.x & 31) == unsigned(__ffs(int(peers)) - 1)) atomicAdd(&hist[bin], unsigned(__popc(peers)));
 }
 
-// The row's tokens (NaN scaled logits left out) in rank order, kCandidates at a time: each round counts the keys
-// below the last round's last, selects the best kCandidates of them by radix (8 bits a pass over the 64-bit keys),
-// gathers and sorts them in shared memory, and thread 0 calls visit(s, id) on each in turn until it returns false or
-// `limit` tokens were visited. Every thread of the block calls it; visit runs on thread 0 only (its state there).
-template <class Visit>
-__device__ void visit_ranked(const float* row, int vocab, float t, int limit, Shared& sh, Visit visit) {
-  const int tid = threadIdx.x;
-  bool first = true;  // no bound yet
-  uint64_t bound = 0;  // keys of this round are below it
-  int visited = 0;
-  while (true) {
-    int below = 0;
-    for (int i = tid; i < vocab; i += kThreads) {
-      const float s = row[i] / t;
-      below += !isnan(s) && (first || rank_key(s, i) < bound);
-    }
-    below = block_sum(below, sh.iwarp);
-    if (below == 0) return;
-    const int take = min(below, kCandidates);
-    uint64_t kth = 0;  // the take-th best key below the bound (0: all of them)
-    if (below > take) {
-      uint64_t prefix = 0, mask = 0;
-      int remaining = take;
-      for (int shift = 56; shift >= 0; shift -= 8) {
-        for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0;
-        __syncthreads();
-        for (int base = 0; base < vocab; base += kThreads) {  // the same trips for every lane: count_in
-          const int i = base + tid;
-          const float s = i < vocab ? row[i] / t : NAN;
-          const uint64_t key = isnan(s) ? 0 : rank_key(s, i);
-          const bool counted = !isnan(s) && (first || key < bound) && (key & mask) == prefix;
-          count_in(sh.hist, counted, unsigned((key >> shift) & 255u));
-        }
-        __syncthreads();
-        const int digit = digit_holding(sh.hist, remaining);
-        prefix |= uint64_t(digit) << shift;
-        mask |= uint64_t(255) << shift;
-        __syncthreads();
-      }
-      kth = prefix;
-    }
-    sh.s[tid] = -INFINITY;
-    sh.id[tid] = INT32_MAX;
-    if (tid == 0) sh.count = 0;
+// The rank key of the row's k-th best token (NaN scaled logits left out; k <= their count), by radix select over the
+// 64-bit keys, 8 bits a pass. Every thread gets it.
+__device__ uint64_t kth_key(const float* row, int vocab, float t, int k, Shared& sh) {
+  uint64_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
-    for (int i = tid; i < vocab; i += kThreads) {  // exactly `take` keys (they are unique)
-      const float s = row[i] / t;
-      if (isnan(s)) continue;
-      const uint64_t key = rank_key(s, i);
-      if ((first || key < bound) && key >= kth) {
-        const int at = atomicAdd(&sh.count, 1);
-        sh.s[at] = s;
-        sh.id[at] = i;
-      }
-    }
-    sort_candidates(sh);
-    if (tid == 0) {
-      bool go = true;
-      for (int j = 0; j < take && go; ++j) {
-        if (visited == limit) {
-          go = false;
-          break;
-        }
-        ++visited;
-        go = visit(sh.s[j], sh.id[j]);
-      }
-      sh.go = go && visited < limit;
+    for (int base = 0; base < vocab; base += kThreads) {  // the same trips for every lane: count_in
+      const int i = base + int(threadIdx.x);
+      const float s = i < vocab ? row[i] / t : NAN;
+      const uint64_t key = isnan(s) ? 0 : rank_key(s, i);
+      count_in(sh.hist, !isnan(s) && (key & mask) == prefix, unsigned((key >> shift) & 255u));
     }
     __syncthreads();
-    if (!sh.go) return;
-    bound = rank_key(sh.s[take - 1], sh.id[take - 1]);
-    first = false;
-    __syncthreads();  // every thread has read the bound before the next round writes sh
+    prefix |= uint64_t(digit_holding(sh.hist, remaining)) << shift;
+    mask |= uint64_t(255) << shift;
+    __syncthreads();  // the histogram is cleared for the next pass only after every thread read it
   }
+  return prefix;
 }
 
-// sampler.cpp's draw over the row in rank order without a limit on candidates (visit_ranked), for the rows the
-// candidate lists cannot hold: limit = top-k's k (or the vocabulary); total: the row's total weight, or < 0 for a
-// top-k (then the k best's, summed in rank order). Thread 0's return value is the token.
-__device__ int32_t wide_draw(const float* row, int vocab, float t, float max_scaled, double min_weight, float top_p,
-                             double u, int limit, double total, int32_t argmax, Shared& sh) {
-  auto weight_of = [&](float s, double& w) {
-    w = exp(double(s - max_scaled));
-    return w > 0.0 && w >= min_weight;
-  };
-  if (total < 0.0) {
+// A token counts for the walk when its weight is above 0 and not below min-p's, and its key is not below `lowest`
+// (top-k's k-th, or top-p's last kept): its weight, else 0. Weights fall in rank order, so the counted tokens are a
+// prefix of the ranking, as the walk of sampler.cpp sees them.
+__device__ __forceinline__ double counted_weight(float s, uint64_t key, uint64_t lowest, float max_scaled,
+                                                 double min_weight) {
+  if (isnan(s) || key < lowest) return 0.0;
+  const double w = exp(double(s - max_scaled));
+  return w > 0.0 && w >= min_weight ? w : 0.0;
+}
+
+// The block's sums of every thread's 16 values, into sh.bins (each summed in thread order within a warp's tree, then
+// warp by warp: the same on every run).
+__device__ void block_bin_sums(double (&v)[16], Shared& sh) {
+#pragma unroll
+  for (int b = 0; b < 16; ++b)
+    for (int o = 16; o > 0; o >>= 1) v[b] += __shfl_xor_sync(0xffffffffu, v[b], o);
+  if ((threadIdx.x & 31) == 0)
+    for (int b = 0; b < 16; ++b) sh.wbins[threadIdx.x >> 5][b] = v[b];
+  __syncthreads();
+  if (threadIdx.x < 16) {
     double sum = 0.0;
-    visit_ranked(row, vocab, t, limit, sh, [&](float s, int) {
-      double w;
-      if (!weight_of(s, w)) return false;  // weights fall in rank order: none after it counts either
-      sum += w;
-      return true;
-    });
-    total = sum;
+    for (int w = 0; w < kThreads / 32; ++w) sum += sh.wbins[w][threadIdx.x];
+    sh.bins[threadIdx.x] = sum;
   }
-  int keep = limit;
-  if (top_p < 1.0f) {  // walk()'s top-p: candidates while the mass before them is below top_p, then their total
-    double mass = 0.0, kept = 0.0;
-    int n = 0;
-    visit_ranked(row, vocab, t, limit, sh, [&](float s, int) {
-      double w;
-      if (!weight_of(s, w)) return false;
-      ++n;
-      kept += w;
-      return (mass += w / total) < top_p;
-    });
-    keep = n;
-    total = kept;
-  }
-  const double r = u * total;
-  double acc = 0.0;
-  int32_t last = -1, pick = -1;
-  visit_ranked(row, vocab, t, keep, sh, [&](float s, int id) {
-    double w;
-    if (!weight_of(s, w)) return false;
-    last = id;
-    if (r < (acc += w)) {
-      pick = id;
-      return false;
+  __syncthreads();
+}
+
+// The counted token at which the running weight of the row in rank order first passes `target` (reaches it when
+// `inclusive`, exceeds it otherwise), found 4 bits of its rank key a pass: each pass sums the counted weights under
+// the digits found so far by the next digit and descends into the digit where the running sum passes. `before`: the
+// weight ranked before the token. Every thread gets the same answer; false when the counted weight does not pass
+// target. The sums run in another order than sampler.cpp's sequential ones, so a target within rounding of a token's
+// running sum may go to its neighbour (as the device's total does): below, a group whose parts fall short of its sum
+// gives its last token.
+__device__ bool weighted_search(const float* row, int vocab, float t, float max_scaled, double min_weight,
+                                uint64_t lowest, double target, bool inclusive, Shared& sh, uint64_t& key,
+                                double& before) {
+  uint64_t prefix = 0, mask = 0;
+  before = 0.0;
+  for (int shift = 60; shift >= 0; shift -= 4) {
+    double v[16];
+#pragma unroll
+    for (int b = 0; b < 16; ++b) v[b] = 0.0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float s = row[i] / t;
+      const uint64_t k = isnan(s) ? 0 : rank_key(s, i);
+      if (isnan(s) || (k & mask) != prefix) continue;
+      const double w = counted_weight(s, k, lowest, max_scaled, min_weight);
+      const unsigned bin = unsigned(k >> shift) & 15u;
+#pragma unroll
+      for (int b = 0; b < 16; ++b) v[b] += bin == unsigned(b) ? w : 0.0;
     }
-    return true;
-  });
-  return pick >= 0 ? pick : last >= 0 ? last : argmax;
+    block_bin_sums(v, sh);
+    int digit = -1, last = -1;
+    double at_last = before;  // the running sum before the last non-empty digit
+    for (int d = 15; d >= 0 && digit < 0; --d) {
+      const double here = sh.bins[d];
+      if (here > 0.0) {
+        last = d;
+        at_last = before;
+      }
+      if (here > 0.0 && (inclusive ? before + here >= target : before + here > target)) digit = d;
+      else before += here;
+    }
+    if (digit < 0) {
+      if (shift == 60 || last < 0) return false;
+      digit = last;  // rounding: the group passed, its parts do not
+      before = at_last;
+    }
+    prefix |= uint64_t(digit) << shift;
+    mask |= uint64_t(15) << shift;
+    __syncthreads();  // sh.bins read by every thread before the next pass writes it
+  }
+  key = prefix;
+  return true;
+}
+
+// The lowest rank key among the counted tokens (the last the walk can reach); ~0 when none.
+__device__ uint64_t last_counted(const float* row, int vocab, float t, float max_scaled, double min_weight,
+                                 uint64_t lowest, Shared& sh) {
+  unsigned long long mine = ~0ull;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float s = row[i] / t;
+    const uint64_t k = isnan(s) ? 0 : rank_key(s, i);
+    if (counted_weight(s, k, lowest, max_scaled, min_weight) > 0.0 && k < mine) mine = k;
+  }
+  for (int o = 16; o > 0; o >>= 1) mine = min(mine, __shfl_xor_sync(0xffffffffu, mine, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.kmin[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  unsigned long long all = ~0ull;
+  for (int w = 0; w < kThreads / 32; ++w) all = min(all, sh.kmin[w]);
+  return all;
+}
+
+// sampler.cpp's draw for the rows its candidate lists cannot hold (a top-k whose k-th has more than kCandidates
+// equals, or a head wider than kCandidates), over the whole row by weighted searches in rank order: top_k > 0 keeps
+// the k best (their total summed here), else `total` is the row's; top-p keeps the tokens up to the one where the
+// running weight reaches top_p x total; the draw is the first whose running weight exceeds u x the kept total (the
+// last kept when rounding leaves it past them all). Every thread gets the token.
+__device__ int32_t wide_draw(const float* row, int vocab, float t, float max_scaled, double min_weight, float top_p,
+                             double u, int top_k, double total, int32_t argmax, Shared& sh) {
+  uint64_t lowest = 0;
+  if (top_k > 0) {
+    lowest = kth_key(row, vocab, t, top_k, sh);
+    double mine = 0.0;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float s = row[i] / t;
+      mine += counted_weight(s, isnan(s) ? 0 : rank_key(s, i), lowest, max_scaled, min_weight);
+    }
+    total = block_sum(mine, sh.dwarp);
+  }
+  uint64_t key = 0;
+  double before = 0.0;
+  double kept = total;
+  if (top_p < 1.0f &&
+      weighted_search(row, vocab, t, max_scaled, min_weight, lowest, double(top_p) * total, true, sh, key, before)) {
+    const int32_t id = token_of(key);
+    kept = before + exp(double(row[id] / t - max_scaled));
+    lowest = key;
+  }
+  if (weighted_search(row, vocab, t, max_scaled, min_weight, lowest, u * kept, false, sh, key, before))
+    return token_of(key);
+  const uint64_t last = last_counted(row, vocab, t, max_scaled, min_weight, lowest, sh);
+  return last == ~0ull ? argmax : token_of(last);
 }
 
 __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits, int vocab,
@@ -365,7 +392,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     }
     __syncthreads();
     if (sh.count > kCandidates) {  // too many equal to the k-th: the k best in rank order over the whole row
-      const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, p.top_k, -1.0, argmax, sh);
+      const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, p.top_k, 0.0, argmax, sh);
       if (tid == 0) out[r] = token;
       return;
     }
@@ -410,7 +437,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     if (n <= kCandidates && enough) floor = at;
   }
   if (floor < 0.0) {  // a head wider than the candidates: walked over the whole row
-    const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, vocab, total, argmax, sh);
+    const int32_t token = wide_draw(row, vocab, t, max_scaled, min_weight, p.top_p, u, 0, total, argmax, sh);
     if (tid == 0) out[r] = token;
     return;
   }
