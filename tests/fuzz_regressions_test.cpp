@@ -14,6 +14,7 @@
 #include "comms/codecs.hpp"
 #include "memory/safetensors.hpp"
 #include "test_util.hpp"
+#include "worker_test_util.hpp"
 #include "tokenizer/chat_template.hpp"
 #include "tokenizer/incremental_detokenizer.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -79,22 +80,7 @@ ApiRequest accepted(const std::string& body) {
 // --- worker messages --------------------------------------------------------------------------------------------
 
 // A WorkerCore on stories260K: 4-token blocks, 16 KV blocks, 4 swap blocks.
-std::unique_ptr<WorkerCore> stories_worker() {
-  auto core = std::make_unique<WorkerCore>(ModelRegistry::with_builtins());
-  const wire_msg init = build<wire::WorkerInit>([](wire::WorkerInit::Builder out) {
-    out.setName("w");
-    out.setModelPath(test::stories_dir().string());
-    out.setNumKvBlocks(16);
-    out.setBlockSize(4);
-    out.setKvDtype("F32");
-    out.setNumSwapBlocks(4);
-    out.setThreads(1);
-  });
-  const wire_msg ready = core->init(init);
-  WireReader reader(ready);
-  REQUIRE_FALSE(has_error(reader.root<wire::WorkerReady>().getError()));
-  return core;
-}
+std::unique_ptr<WorkerCore> stories_worker() { return test::stories_worker_core(4); }
 
 // One new sequence's first slice, changed by `edit` before it is sent; returns the step's error message ("" if none).
 template <class Edit>

@@ -14,7 +14,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "engine_test_util.hpp"
-#include "plugins/model_registry.hpp"
+#include "worker_test_util.hpp"
 
 using namespace actord;
 
@@ -31,18 +31,8 @@ std::unique_ptr<Engine> engine_running_ahead(bool ahead, std::vector<std::string
 // A WorkerCore on stories260K (4-token blocks, 16 of them), running ahead or not.
 std::unique_ptr<WorkerCore> stories_worker(bool ahead) {
   if (ahead) setenv("ACTORD_CPU_RUN_AHEAD", "1", 1);
-  auto core = std::make_unique<WorkerCore>(ModelRegistry::with_builtins());
-  const wire_msg ready = core->init(build<wire::WorkerInit>([](wire::WorkerInit::Builder out) {
-    out.setName("w");
-    out.setModelPath(test::stories_dir().string());
-    out.setNumKvBlocks(16);
-    out.setBlockSize(4);
-    out.setKvDtype("F32");
-    out.setThreads(1);
-  }));
+  auto core = test::stories_worker_core();
   unsetenv("ACTORD_CPU_RUN_AHEAD");
-  WireReader reader(ready);
-  REQUIRE_FALSE(has_error(reader.root<wire::WorkerReady>().getError()));
   return core;
 }
 
