@@ -85,8 +85,9 @@ int main(int argc, char** argv) {
     std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights streamed from DRAM or an L3 larger than them; AMX: %s)\n%5s %-12s %10s %10s\n",
                 cpu::amx_status(),
                 "m", "isa", "ms/step", "GFLOP/s");
-    for (int m : {1, 8, 32, 64, 256})
-    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx512_bf16, cpu::Isa::amx}) {
+    for (int m : {1, 8, 32, 64, 256, 1024})
+    for (cpu::Isa isa : {cpu::Isa::automatic, cpu::Isa::avx2, cpu::Isa::avx512_bf16, cpu::Isa::amx}) {
+      if (isa == cpu::Isa::avx2 && cpu::detected_isa() == cpu::Isa::avx2) continue;  // automatic already
       if (isa == cpu::Isa::avx512_bf16 && !cpu::cpu_has_avx512_bf16()) continue;
       if (isa == cpu::Isa::amx && !cpu::amx_ready()) continue;
       const cpu::GemmPath path{isa, cpu::Kernel::automatic};
