@@ -194,9 +194,18 @@ TEST_CASE("a worker that runs ahead keeps every token - greedy prefixes alone, t
   auto ahead = engine_running_ahead(true);
   // Greedy only: every step runs ahead of the one before.
   const std::vector<GenerateRequest> prefixes = test::reference_prefix_requests();
+  const auto t0 = std::chrono::steady_clock::now();
   auto alone = ahead->generate(prefixes);
+  const auto wall_us = uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
+                                    std::chrono::steady_clock::now() - t0).count());
   REQUIRE(alone.ok());
   test::check_continues_reference(*alone, prefixes, prefixes.size());
+  // Steps answered a step late are booked once: the worker's compute and the scheduler's step times fit the run.
+  auto stats = ahead->stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->worker_compute_us > 0);
+  CHECK(stats->worker_compute_us <= wall_us);
+  CHECK(stats->prefill_us + stats->decode_us <= wall_us);
 
   // Seeded draws among them that end early: one without penalties (its steps run ahead, the CPU backend drawing its
   // token), one with (its steps cannot: the pending step is answered first), and a request of two samples (a forking
