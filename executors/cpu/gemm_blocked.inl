@@ -31,7 +31,7 @@ constexpr int64_t kAhead = 32;
 // kPrefetch, also hints the next block (`next`) into L2: the features t with t % pf_stride == pf_phase, so that the
 // pf_stride passes over a block (one per register block of rows) fetch the next one evenly between them.
 template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
-void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
+[[gnu::noinline]] void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
                   int pf_phase, int pf_stride, const float* bias, float* out, int64_t ldo) {
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
@@ -63,6 +63,9 @@ void micro_kernel(const float* x, int64_t k, const unsigned char* block, int hal
   const int c0 = half * W, c1 = 16 + half * W;
   if constexpr (kGlu) {
     alignas(64) float gate[W], up[W];
+    // Unrolled, so that acc[i] is named by constants: indexed at run time, the compiler keeps acc in memory and
+    // stores every accumulator on each step of the loop above (AVX2: the fused product 1.4-1.6x slower).
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       Vec::store(gate, acc[i][0]);
       Vec::store(up, acc[i][1]);
