@@ -1,11 +1,13 @@
-// A decode step's products of the ~134M Llama (hidden 768, ffn 2048, vocab 32000, 12 layers: q/k/v and gate/up as
-// multi-output products, o and down, then lm_head), every matrix its own copy so that the weights stream from DRAM
-// as in serving; how each matrix is stored is the caller's (bf16 blocked, quantized, ...). Shared by the benches.
+// A decode step's products of the ~134M Llama (hidden 768, ffn 2048, vocab 32000, 12 layers), as the model runs
+// them: q/k/v as one multi-output product, o, gate and up as one fused gated product (gemm_nt_glu), down, then
+// lm_head; every matrix its own copy so that the weights stream from DRAM as in serving; how each matrix is stored
+// is the caller's (bf16 blocked, quantized, ...). Shared by the benches.
 #pragma once
 
 #include <functional>
 #include <vector>
 
+#include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
@@ -15,11 +17,13 @@ class DecodeStep {
  public:
   static constexpr int kLayers = 12, kHidden = 768, kFfn = 2048, kVocab = 32000;
 
-  // make(n, k) stores one [n, k] matrix and returns its view (the storage is the caller's and outlives this).
-  explicit DecodeStep(const std::function<cpu::WeightMatrix(int n, int k)>& make) {
+  // make(n, k) stores one [n, k] matrix and returns its view; make_glu(ff, k) a gate and an up projection [ff, k]
+  // fused for gemm_nt_glu (the storage is the caller's and outlives this).
+  DecodeStep(const std::function<cpu::WeightMatrix(int n, int k)>& make,
+             const std::function<cpu::WeightMatrix(int ff, int k)>& make_glu) {
     for (int l = 0; l < kLayers; ++l) {
       layers_.push_back({make(kHidden, kHidden), make(kHidden, kHidden), make(kHidden, kHidden),
-                         make(kHidden, kHidden), make(kFfn, kHidden), make(kFfn, kHidden), make(kHidden, kFfn)});
+                         make(kHidden, kHidden), make_glu(kFfn, kHidden), make(kHidden, kFfn)});
     }
     lm_head_ = make(kVocab, kHidden);
   }
@@ -40,8 +44,7 @@ class DecodeStep {
       const cpu::GemmOutput qkv[] = {{&L.q, nullptr, a_.data()}, {&L.k, nullptr, b_.data()}, {&L.v, nullptr, c_.data()}};
       cpu::gemm_nt_multi(x_.data(), qkv, 3, m, pool, path);
       cpu::gemm_nt(a_.data(), L.o, nullptr, c_.data(), m, pool, path);
-      const cpu::GemmOutput gate_up[] = {{&L.gate, nullptr, a_.data()}, {&L.up, nullptr, b_.data()}};
-      cpu::gemm_nt_multi(c_.data(), gate_up, 2, m, pool, path);
+      cpu::gemm_nt_glu(c_.data(), L.gate_up, kFfn, a_.data(), m, pool, path.isa);
       cpu::gemm_nt(a_.data(), L.down, nullptr, c_.data(), m, pool, path);
     }
     cpu::gemm_nt(c_.data(), lm_head_, nullptr, logits_.data(), m, pool, path);
@@ -49,7 +52,7 @@ class DecodeStep {
 
  private:
   struct Layer {
-    cpu::WeightMatrix q, k, v, o, gate, up, down;
+    cpu::WeightMatrix q, k, v, o, gate_up, down;
   };
   std::vector<Layer> layers_;
   cpu::WeightMatrix lm_head_;

@@ -74,14 +74,25 @@ int main(int argc, char** argv) {
   // A decode step's products of the whole model, every matrix its own blocked bf16 copy (268 MB from DRAM).
   {
     std::vector<std::vector<unsigned char>> storage;
-    bench::DecodeStep model([&](int n, int k) {
+    const auto random_bf16 = [&](int n, int k) {  // a row-major [n, k] matrix
       std::vector<float> w32(size_t(n) * k);
       for (auto& v : w32) v = dist(rng);
       std::vector<unsigned char> raw(w32.size() * 2);
       convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
-      storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
-      return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
-    });
+      return raw;
+    };
+    bench::DecodeStep model(
+        [&](int n, int k) {
+          const std::vector<unsigned char> raw = random_bf16(n, k);
+          storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
+          return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
+        },
+        [&](int ff, int k) {
+          const std::vector<unsigned char> gate = random_bf16(ff, k), up = random_bf16(ff, k);
+          storage.emplace_back(cpu::glu_bytes(DType::bf16, ff, k));
+          return cpu::pack_glu(cpu::WeightMatrix{DType::bf16, gate.data(), ff, k, 0},
+                               cpu::WeightMatrix{DType::bf16, up.data(), ff, k, 0}, storage.back().data());
+        });
     std::printf("\nwhole decode step (12 layers + lm_head, bf16 blocked, weights streamed from DRAM or an L3 larger than them; AMX: %s)\n%5s %-12s %10s %10s\n",
                 cpu::amx_status(),
                 "m", "isa", "ms/step", "GFLOP/s");

@@ -199,21 +199,40 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     std::vector<std::vector<unsigned char>> storage;
     size_t bytes = 0;
-    bench::DecodeStep model([&](int n, int k) {
+    const auto random_bf16 = [&](int n, int k) {  // a row-major [n, k] matrix
       std::vector<float> w32(size_t(n) * k);
       for (auto& x : w32) x = dist(rng);
       std::vector<unsigned char> raw(w32.size() * 2);
       convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
-      if (!v.spec.enabled()) {
-        storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
-        bytes += storage.back().size();
-        return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
-      }
-      const QuantizedMatrix q = quantize(DType::bf16, raw.data(), n, k, 0, v.spec);
-      storage.emplace_back(cpu::quantized_bytes(q));
-      bytes += storage.back().size();
-      return cpu::pack_quantized(q, storage.back().data());
-    });
+      return raw;
+    };
+    bench::DecodeStep model(
+        [&](int n, int k) {
+          const std::vector<unsigned char> raw = random_bf16(n, k);
+          if (!v.spec.enabled()) {
+            storage.emplace_back(cpu::blocked_bytes(DType::bf16, n, k));
+            bytes += storage.back().size();
+            return cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, raw.data(), n, k, 0}, storage.back().data());
+          }
+          const QuantizedMatrix q = quantize(DType::bf16, raw.data(), n, k, 0, v.spec);
+          storage.emplace_back(cpu::quantized_bytes(q));
+          bytes += storage.back().size();
+          return cpu::pack_quantized(q, storage.back().data());
+        },
+        [&](int ff, int k) {  // gate and up fused, as models load them
+          const std::vector<unsigned char> gate = random_bf16(ff, k), up = random_bf16(ff, k);
+          if (!v.spec.enabled()) {
+            storage.emplace_back(cpu::glu_bytes(DType::bf16, ff, k));
+            bytes += storage.back().size();
+            return cpu::pack_glu(cpu::WeightMatrix{DType::bf16, gate.data(), ff, k, 0},
+                                 cpu::WeightMatrix{DType::bf16, up.data(), ff, k, 0}, storage.back().data());
+          }
+          const QuantizedMatrix qg = quantize(DType::bf16, gate.data(), ff, k, 0, v.spec);
+          const QuantizedMatrix qu = quantize(DType::bf16, up.data(), ff, k, 0, v.spec);
+          storage.emplace_back(cpu::quantized_glu_bytes(qg));
+          bytes += storage.back().size();
+          return cpu::pack_quantized_glu(qg, qu, storage.back().data());
+        });
     cpu::WeightMatrix kind;  // what the dispatch reads of the step's matrices: their layout, dtype and codes
     kind.dtype = DType::bf16;
     kind.layout = v.spec.enabled() ? cpu::WeightLayout::quantized : cpu::WeightLayout::blocked;
