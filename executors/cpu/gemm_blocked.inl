@@ -30,9 +30,12 @@ constexpr int64_t kAhead = 32;
 // 0..15 gate, 16..31 up), out[i, c] = silu(gate c) * up c for its 16 outputs. ldo is out's row stride. When
 // kPrefetch, also hints the next block (`next`) into L2: the features t with t % pf_stride == pf_phase, so that the
 // pf_stride passes over a block (one per register block of rows) fetch the next one evenly between them.
+// Not inlined: each register block's kernel gets the registers to itself (inlined into product(), the AVX-512 fused
+// instances kept some accumulators in memory).
 template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
-[[gnu::noinline]] void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
-                  int pf_phase, int pf_stride, const float* bias, float* out, int64_t ldo) {
+[[gnu::noinline]] void micro_kernel(const float* x, int64_t k, const unsigned char* block, int half,
+                                    const unsigned char* next, int pf_phase, int pf_stride, const float* bias,
+                                    float* out, int64_t ldo) {
   using V = typename Vec::V;
   constexpr int W = Vec::kWidth;
   constexpr int64_t kStep = kBlockCols * (D == DType::f32 ? 4 : 2);  // bytes stored per input feature
