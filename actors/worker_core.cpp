@@ -349,9 +349,6 @@ WorkerCore::RunAhead WorkerCore::may_run_ahead(const Step& step, const Seqs& seq
   if (!backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 || !twins_.empty())
     return RunAhead::no;
   if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return RunAhead::no;
-  bool sampled = false;
-  for (uint32_t i = 0; i < seqs.size() && !sampled; ++i) sampled = seqs[i].getSample();
-  if (!sampled) return RunAhead::no;
   if (argmax_only) return RunAhead::picks;
   // Draws: whole rows, one token each, without a penalty history (it would miss the pending step's tokens).
   if (forked_rows != sample_requests_.size()) return RunAhead::no;
@@ -423,6 +420,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   const int block_size = kv_->block_size();
   batch_.tokens.clear();
   batch_.seqs.clear();
+  size_t sampled_rows = 0;  // slices that sample (a forking slice counts once: its row)
   prompt_slices_.clear();
   previous_slots_.clear();
   states_.resize(seqs.size());
@@ -456,6 +454,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
     slice.start_pos = static_cast<int32_t>(s.getStartPos());
     slice.want_logits = s.getSample();
+    sampled_rows += s.getSample();
     slice.all_logits = s.getPromptLogprobsFrom() >= 0;
     prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken()});
     if (s.getFromPrevious() >= 0) {
@@ -485,7 +484,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   // The driver's sampling requests, known before the pass.
   size_t forked_rows = 0;
   if (driver()) forked_rows = build_sample_requests(seqs);
-  const RunAhead ahead = driver() ? may_run_ahead(step, seqs, argmax_only, forked_rows) : RunAhead::no;
+  const RunAhead ahead =
+      driver() && sampled_rows > 0 ? may_run_ahead(step, seqs, argmax_only, forked_rows) : RunAhead::no;
   if (pending_ && ahead == RunAhead::no) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history of the sampling rank
@@ -519,15 +519,13 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   const SampledToken* deferred_draws = nullptr;
   if (ahead != RunAhead::no) {
     ticket = backend_->defer_reads();
-    size_t rows = 0;
-    for (uint32_t i = 0; i < seqs.size(); ++i) rows += seqs[i].getSample();
     if (ahead == RunAhead::picks) {
       spare_bests_.clear();
-      spare_bests_.reserve(rows);
+      spare_bests_.reserve(sampled_rows);
       deferred_rows = spare_bests_.data();
       context.row_bests = &spare_bests_;
     } else {
-      samples_.reserve(rows);
+      samples_.reserve(sampled_rows);
       deferred_draws = samples_.data();
       context.row_bests = nullptr;
       context.sampling = &sampling;
@@ -579,9 +577,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     return std::nullopt;
   }
   // Greedy rows: each rank's best of each row, exchanged (every rank of the stage), when the model gave them.
-  size_t logit_rows = 0;
-  for (uint32_t i = 0; i < seqs.size(); ++i) logit_rows += seqs[i].getSample();
-  const bool picked = context.row_bests && logits_.empty() && row_bests_.size() == logit_rows;
+  const bool picked = context.row_bests && logits_.empty() && row_bests_.size() == sampled_rows;
   const bool sampled_by_backend = context.sampling && logits_.empty() && samples_.size() == sample_requests_.size();
   if (picked) {
     if (auto failed = pick_greedy(); !failed.empty()) return break_links(failed);
@@ -653,10 +649,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   if (!driver()) return result([](wire::StepResult::Builder) {});
   take_prompt_logprobs(vocab);
 
-  size_t sample_rows = 0;
-  for (uint32_t i = 0; i < seqs.size(); ++i) sample_rows += seqs[i].getSample();
   float* rows = logits_.data();
-  if (forked_rows > sample_rows) {
+  if (forked_rows > sampled_rows) {
     // A forking slice's row is drawn from once per fork (the sampler changes a row in place): one copy each.
     fork_logits_.resize(forked_rows * static_cast<size_t>(vocab));
     size_t row = 0, out = 0;

@@ -99,8 +99,9 @@ class WorkerCore {
   // The step's launch: its result, or none when it was left pending (after `done` got the older pending one's).
   std::optional<wire_msg> launch(const wire_msg& execute_step, std::vector<wire_msg>& done);
   wire_msg finish(PendingStep& step);
-  // Whether this step may run ahead (see step()) and how: its greedy picks (argmax_only: every row it samples is its
-  // logits' argmax), or tokens its backend draws (Backend::samples_ahead of the driver's sample_requests_).
+  // Whether this step, which samples some rows, may run ahead (see step()) and how: its greedy picks (argmax_only:
+  // every row it samples is its logits' argmax), or tokens its backend draws (Backend::samples_ahead of the driver's
+  // sample_requests_).
   enum class RunAhead { no, picks, draws };
   template <class Step, class Seqs>
   RunAhead may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only, size_t forked_rows);
