@@ -86,6 +86,35 @@ struct HostMatrixData {
   }
 };
 
+// A bf16 embedding table on both backends of a pair, for the steps that run ahead: the GPU's embedding of a batch
+// naming previous_pick tokens must equal the CPU's of the same batch with the tokens they resolve to.
+struct EmbeddingTables {
+  HostMatrixData host;
+  exec::Weight gpu, cpu;
+  EmbeddingTables(Pair& p, int vocab, int dim, uint32_t seed)
+      : host(random_values(size_t(vocab) * size_t(dim), seed), vocab, dim, DType::bf16), dim_(dim) {
+    auto on_gpu = p.gpu->upload_matrix(host.m, exec::WeightUse::lookup);
+    auto on_cpu = p.cpu.backend.upload_matrix(host.m, exec::WeightUse::lookup);
+    REQUIRE(on_gpu.ok());
+    REQUIRE(on_cpu.ok());
+    gpu = std::move(*on_gpu);
+    cpu = std::move(*on_cpu);
+  }
+  // The CPU's embedding of `batch` with `tokens` in place of its own.
+  std::vector<float> on_cpu(Pair& p, ForwardBatch batch, std::vector<int32_t> tokens) const {
+    exec::Backend& cpu_backend = p.cpu.backend;
+    batch.tokens = std::move(tokens);
+    exec::Buffer out;
+    cpu_backend.reserve(out, batch.tokens.size() * size_t(dim_));
+    cpu_backend.begin_step(batch);
+    cpu_backend.embed(batch.tokens, cpu, 0, out);
+    return p.read(cpu_backend, out, batch.tokens.size() * size_t(dim_));
+  }
+
+ private:
+  int dim_;
+};
+
 }  // namespace
 
 TEST_CASE("cuda: gemm, gemm_accumulate, gemm_multi and gemm_glu equal the CPU backend for f32, bf16 and f16 weights",
@@ -216,11 +245,7 @@ TEST_CASE("cuda: picks left on the device (defer_reads) reach the host at comple
   REQUIRE(gpu.runs_ahead());
   CHECK_FALSE(cpu.runs_ahead());
   const int dim = 64, vocab = 300, rows = 5;
-  const HostMatrixData table(random_values(size_t(vocab) * dim, 11), vocab, dim, DType::bf16);
-  auto gpu_table = gpu.upload_matrix(table.m, exec::WeightUse::lookup);
-  auto cpu_table = cpu.upload_matrix(table.m, exec::WeightUse::lookup);
-  REQUIRE(gpu_table.ok());
-  REQUIRE(cpu_table.ok());
+  const EmbeddingTables table(p, vocab, dim, 11);
   const std::vector<float> logits = random_values(size_t(rows) * vocab, 12);
   std::vector<RowBest> want(rows);
   cpu.row_bests(cpu.upload(logits), rows, vocab, 0, want);
@@ -245,7 +270,7 @@ TEST_CASE("cuda: picks left on the device (defer_reads) reach the host at comple
   gpu.begin_step(second);
   const uint64_t ticket2 = gpu.defer_reads();
   CHECK(ticket2 != ticket1);
-  gpu.embed(second.tokens, *gpu_table, 0, embedded);
+  gpu.embed(second.tokens, table.gpu, 0, embedded);
   CHECK(got[0].id == -7);  // not written before complete_reads
   gpu.complete_reads(ticket1);
   CHECK(gpu.reads_done(ticket1));
@@ -256,13 +281,7 @@ TEST_CASE("cuda: picks left on the device (defer_reads) reach the host at comple
   }
   const std::vector<float> on_gpu = p.read(gpu, embedded, second.tokens.size() * dim);
   gpu.complete_reads(ticket2);  // a step without picks
-  ForwardBatch resolved = second;
-  resolved.tokens = {want[4].id, 7, want[0].id, want[2].id};
-  exec::Buffer expected;
-  cpu.reserve(expected, resolved.tokens.size() * dim);
-  cpu.begin_step(resolved);
-  cpu.embed(resolved.tokens, *cpu_table, 0, expected);
-  CHECK(on_gpu == p.read(cpu, expected, resolved.tokens.size() * dim));
+  CHECK(on_gpu == table.on_cpu(p, second, {want[4].id, 7, want[0].id, want[2].id}));
 }
 
 TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next step's embedding - tokens at "
@@ -271,13 +290,8 @@ TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next
   if (!have_gpu()) return;
   Pair p;
   exec::Backend& gpu = *p.gpu;
-  exec::Backend& cpu = p.cpu.backend;
   const int dim = 64, vocab = 5000, rows = 4;
-  const HostMatrixData table(random_values(size_t(vocab) * dim, 21), vocab, dim, DType::bf16);
-  auto gpu_table = gpu.upload_matrix(table.m, exec::WeightUse::lookup);
-  auto cpu_table = cpu.upload_matrix(table.m, exec::WeightUse::lookup);
-  REQUIRE(gpu_table.ok());
-  REQUIRE(cpu_table.ok());
+  const EmbeddingTables table(p, vocab, dim, 21);
   // Rows: a plain draw, top-k with top-p, min-p, and a flat row (temperature 4: a head wider than the candidates).
   std::vector<SamplingOptions> options(static_cast<size_t>(rows));
   options[1].top_k = 30;
@@ -326,7 +340,7 @@ TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next
   gpu.reserve(embedded, second.tokens.size() * dim);
   gpu.begin_step(second);
   const uint64_t ticket2 = gpu.defer_reads();
-  gpu.embed(second.tokens, *gpu_table, 0, embedded);
+  gpu.embed(second.tokens, table.gpu, 0, embedded);
   CHECK(drawn[0].token == -7);  // not written before complete_reads
   gpu.complete_reads(ticket1);
   for (int r = 0; r < rows; ++r) {
@@ -335,13 +349,7 @@ TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next
   }
   const std::vector<float> on_gpu = p.read(gpu, embedded, second.tokens.size() * dim);
   gpu.complete_reads(ticket2);
-  ForwardBatch resolved = second;
-  resolved.tokens = {want[3].token, 9, want[1].token};
-  exec::Buffer expected;
-  cpu.reserve(expected, resolved.tokens.size() * dim);
-  cpu.begin_step(resolved);
-  cpu.embed(resolved.tokens, *cpu_table, 0, expected);
-  CHECK(on_gpu == p.read(cpu, expected, resolved.tokens.size() * dim));
+  CHECK(on_gpu == table.on_cpu(p, second, {want[3].token, 9, want[1].token}));
 }
 
 TEST_CASE("cuda: norm, activations, add, embedding, gathers, scatters and column copies equal the CPU backend",
