@@ -533,11 +533,7 @@ class CudaBackend final : public exec::Backend {
     if (picks_->active()) {
       const int32_t* tokens = row_sampler_->sample_deferred(logits.data(), rows, vocab, requests);
       launch_tokens_to_picks(tokens, rows, picks_->next_rows(rows), stream_);
-      DeferredDraws& d = deferred_draws_[deferred_ticket_ & 1];
-      d.ticket = deferred_ticket_;
-      d.picks.resize(size_t(rows));  // left alone until complete_reads: the copy lands there
-      d.out = out;
-      picks_->queue_copy(d.picks);
+      picks_->queue_copy(out);
       return true;
     }
     row_sampler_->sample(logits.data(), rows, vocab, requests, out);
@@ -550,16 +546,9 @@ class CudaBackend final : public exec::Backend {
   bool samples_ahead(std::span<const SampleRequest> requests, int vocab) override {
     return run_ahead_on_ && row_sampler_->draws_all(requests, vocab);
   }
-  uint64_t defer_reads() override { return deferred_ticket_ = picks_->begin(); }
+  uint64_t defer_reads() override { return picks_->begin(); }
   bool reads_done(uint64_t ticket) override { return picks_->done(ticket); }
-  void complete_reads(uint64_t ticket) override {
-    picks_->complete(ticket);
-    DeferredDraws& d = deferred_draws_[ticket & 1];
-    if (d.ticket != ticket) return;
-    for (size_t i = 0; i < d.out.size() && i < d.picks.size(); ++i) d.out[i] = SampledToken{d.picks[i].id, 0.0f, {}};
-    d.out = {};
-    d.ticket = 0;
-  }
+  void complete_reads(uint64_t ticket) override { picks_->complete(ticket); }
 
  protected:
   // A buffer grows: the launches queued so far (which may read the memory it gives up) run first.
@@ -818,13 +807,6 @@ class CudaBackend final : public exec::Backend {
   CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
   std::unique_ptr<DeviceRowSampler> row_sampler_;
   std::unique_ptr<DeferredPicks> picks_;     // a deferred step's greedy picks or drawn tokens (defer_reads)
-  uint64_t deferred_ticket_ = 0;             // the last defer_reads()
-  struct DeferredDraws {                     // a deferred step's drawn tokens: picks_ copies them into `picks`,
-    uint64_t ticket = 0;                     // complete_reads writes them to the caller's `out`
-    std::vector<RowBest> picks;
-    std::span<SampledToken> out;
-  };
-  DeferredDraws deferred_draws_[2];          // by the ticket's parity, as picks_'s slots
   static constexpr float kSplitDecodeTolerance = 1e-4f;  // f32 sums in another order
   static constexpr float kLongPrefillTolerance = 3e-2f;  // bf16 Q and P against f32 (outputs are averages of V)
   exec::Buffer check_scratch_;           // a fallback's result at a CheckedPath's first use

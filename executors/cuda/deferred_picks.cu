@@ -55,9 +55,13 @@ RowBest* DeferredPicks::next_rows(int rows) {
   return at;
 }
 
-void DeferredPicks::queue_copy(std::span<RowBest> out) {
+void DeferredPicks::queue_copy(std::span<RowBest> out) { queue(Slot::Copy{out, {}, nullptr}, out.size()); }
+
+void DeferredPicks::queue_copy(std::span<SampledToken> out) { queue(Slot::Copy{{}, out, nullptr}, out.size()); }
+
+void DeferredPicks::queue(Slot::Copy copy, size_t room) {
   Slot& s = slot_of(ticket_);
-  ACTORD_CHECK(active() && out.size() >= size_t(s.last_rows));
+  ACTORD_CHECK(active() && room >= size_t(s.last_rows));
   const size_t rows = size_t(s.last_rows);
   if (s.pinned_used + rows > s.pinned_capacity) {
     // A larger step than any before: new staging; the old one, which copies may still land in, goes at complete().
@@ -72,7 +76,10 @@ void DeferredPicks::queue_copy(std::span<RowBest> out) {
   const RowBest* src = static_cast<const RowBest*>(s.rows.get()) + (s.count - s.last_rows);
   ACTORD_CUDA_CHECK(cudaMemcpyAsync(staged, src, rows * sizeof(RowBest), cudaMemcpyDeviceToHost, stream_));
   ACTORD_CUDA_CHECK(cudaEventRecord(s.event, stream_));
-  s.copies.push_back({out.first(rows), staged});
+  if (!copy.out.empty()) copy.out = copy.out.first(rows);
+  if (!copy.tokens.empty()) copy.tokens = copy.tokens.first(rows);
+  copy.staged = staged;
+  s.copies.push_back(copy);
   s.pinned_used += rows;
 }
 
@@ -103,7 +110,10 @@ void DeferredPicks::complete(uint64_t ticket) {
 }
 
 void DeferredPicks::deliver(Slot& s) {
-  for (const Slot::Copy& c : s.copies) std::memcpy(c.out.data(), c.staged, c.out.size_bytes());
+  for (const Slot::Copy& c : s.copies) {
+    if (!c.out.empty()) std::memcpy(c.out.data(), c.staged, c.out.size_bytes());
+    for (size_t i = 0; i < c.tokens.size(); ++i) c.tokens[i] = SampledToken{c.staged[i].id, 0.0f, {}};
+  }
   s.copies.clear();
   for (RowBest* old : s.retired) ACTORD_CUDA_CHECK(cudaFreeHost(old));
   s.retired.clear();

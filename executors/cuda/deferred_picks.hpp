@@ -5,8 +5,9 @@
 // Contract: one stream; at most two steps' picks at a time (the one whose host copies are awaited and the one being
 // queued), each in its own slot, so the step being queued never overwrites the rows the one before left for it.
 // begin() starts a step (its ticket), next_rows() gives the device room for a row_bests launch's rows (appended:
-// a forward pass in pieces calls it once per piece), queue_copy() queues their copy into pinned memory and an event
-// after it. complete(ticket) waits for that event only and writes the host outputs. Not thread-safe (the backend's).
+// a forward pass in pieces calls it once per piece) or for a sample_rows launch's tokens (as the ids of its rows),
+// queue_copy() queues their copy into pinned memory and an event after it. complete(ticket) waits for that event
+// only and writes the host outputs (the picks, or the tokens they carry). Not thread-safe (the backend's).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "executors/row_best.hpp"
+#include "executors/sampler.hpp"
 
 namespace actord::cuda {
 
@@ -32,6 +34,7 @@ class DeferredPicks {
   bool active() const;                   // a step begun and not completed: row_bests append here
   RowBest* next_rows(int rows);          // device room for the current step's next `rows` picks
   void queue_copy(std::span<RowBest> out);  // the rows of the last next_rows(), to `out` at complete()
+  void queue_copy(std::span<SampledToken> out);  // the same rows' ids as tokens (drawn, no logprobs)
   // The picks of the step before the current one (what previous_pick(k) tokens name); null when there is none.
   const RowBest* previous() const;
   int previous_rows() const;
@@ -50,7 +53,8 @@ class DeferredPicks {
     size_t pinned_used = 0;
     std::vector<RowBest*> retired;       // staging outgrown in this step, freed once its copies are delivered
     struct Copy {
-      std::span<RowBest> out;
+      std::span<RowBest> out;            // one of the two
+      std::span<SampledToken> tokens;
       const RowBest* staged = nullptr;   // where it lands (pinned)
     };
     std::vector<Copy> copies;
@@ -59,6 +63,7 @@ class DeferredPicks {
   };
   Slot& slot_of(uint64_t ticket) { return slots_[ticket & 1]; }
   const Slot& slot_of(uint64_t ticket) const { return slots_[ticket & 1]; }
+  void queue(Slot::Copy copy, size_t room);  // the last next_rows()' rows to pinned staging, for `copy`'s output
   void deliver(Slot& s);                 // pinned -> host outputs (the copies must have landed)
   static constexpr size_t kMinPinnedRows = 256;
 
