@@ -5,13 +5,24 @@
 #pragma once
 
 #include <functional>
+#include <random>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 namespace actord::bench {
+
+// A row-major [n, k] bf16 matrix of values drawn from `dist` (the benches' random weights).
+inline std::vector<unsigned char> random_bf16(int n, int k, std::mt19937& rng, std::normal_distribution<float>& dist) {
+  std::vector<float> w32(size_t(n) * size_t(k));
+  for (float& v : w32) v = dist(rng);
+  std::vector<unsigned char> raw(w32.size() * 2);
+  convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
+  return raw;
+}
 
 class DecodeStep {
  public:

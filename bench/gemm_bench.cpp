@@ -74,13 +74,7 @@ int main(int argc, char** argv) {
   // A decode step's products of the whole model, every matrix its own blocked bf16 copy (268 MB from DRAM).
   {
     std::vector<std::vector<unsigned char>> storage;
-    const auto random_bf16 = [&](int n, int k) {  // a row-major [n, k] matrix
-      std::vector<float> w32(size_t(n) * k);
-      for (auto& v : w32) v = dist(rng);
-      std::vector<unsigned char> raw(w32.size() * 2);
-      convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
-      return raw;
-    };
+    const auto random_bf16 = [&](int n, int k) { return bench::random_bf16(n, k, rng, dist); };
     bench::DecodeStep model(
         [&](int n, int k) {
           const std::vector<unsigned char> raw = random_bf16(n, k);

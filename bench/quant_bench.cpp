@@ -199,13 +199,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     std::vector<std::vector<unsigned char>> storage;
     size_t bytes = 0;
-    const auto random_bf16 = [&](int n, int k) {  // a row-major [n, k] matrix
-      std::vector<float> w32(size_t(n) * k);
-      for (auto& x : w32) x = dist(rng);
-      std::vector<unsigned char> raw(w32.size() * 2);
-      convert_from_f32(DType::bf16, w32.data(), raw.data(), w32.size());
-      return raw;
-    };
+    const auto random_bf16 = [&](int n, int k) { return bench::random_bf16(n, k, rng, dist); };
     bench::DecodeStep model(
         [&](int n, int k) {
           const std::vector<unsigned char> raw = random_bf16(n, k);
