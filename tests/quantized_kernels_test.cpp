@@ -36,6 +36,15 @@ std::vector<float> rows_through_int8(const std::vector<float>& x, int m, int64_t
   return out;
 }
 
+// The int8-activation kernels, with whether this CPU runs them: VNNI (512- and 256-bit) and AVX2's vpmaddubsw.
+using QuantizedKernel = void (*)(const cpu::QuantizedX&, const cpu::WeightMatrix&, const float*, float*, int64_t,
+                                 int64_t, int64_t);
+std::vector<std::tuple<bool, QuantizedKernel, const char*>> int8_kernels() {
+  return {{cpu::cpu_has_avx512_vnni(), &cpu::gemm_nt_quantized_avx512_vnni, "avx512-vnni"},
+          {cpu::cpu_has_avx_vnni(), &cpu::gemm_nt_quantized_avx_vnni, "avx-vnni"},
+          {cpu::isa_for(cpu::Isa::avx2, cpu::detected_isa()).ok(), &cpu::gemm_nt_quantized_avx2_int8, "avx2-int8"}};
+}
+
 const QuantSpec kSpecs[] = {
     {QuantKind::int8, 0, false}, {QuantKind::int8, 32, false}, {QuantKind::int8, 16, false},
     {QuantKind::int4, 32, false}, {QuantKind::int4, 128, false}, {QuantKind::int4, 32, true},
@@ -150,8 +159,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
           REQUIRE(std::abs(y[i] - ref[i]) <= 0.5f * x_step * w_sum * 1.001f + 2e-6f * k * bound[i] + 1e-5f);
         }
       };
-      for (auto [has, kernel, name] : {std::tuple{cpu::cpu_has_avx512_vnni(), &cpu::gemm_nt_quantized_avx512_vnni, "avx512-vnni"},
-                                       std::tuple{cpu::cpu_has_avx_vnni(), &cpu::gemm_nt_quantized_avx_vnni, "avx-vnni"}}) {
+      for (auto [has, kernel, name] : int8_kernels()) {
         if (!has) continue;
         const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, packed, 0);
         std::fill(y.begin(), y.end(), 0.0f);
@@ -181,6 +189,51 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
       for (size_t i = 0; i < yg.size(); ++i) {
         INFO("glu index " << i << ": " << yg[i] << " vs " << gate[i]);
         REQUIRE(std::abs(yg[i] - gate[i]) <= 2e-5f * std::max(1.0f, std::sqrt(k / 10.0f)) * max_ref);
+      }
+    }
+  }
+}
+
+// The largest products an int8 kernel meets: 8-bit codes 0 and 255 (an affine group, as GGUF imports make) and 1 and
+// 255 (symmetric), 4-bit 0 and 15, each times an x code of 127 of the same sign, so that every product of a word adds
+// up: vpmaddubsw's saturating 16-bit pair sums must not clip them (AVX2 centres 8-bit codes first).
+TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][kernels]") {
+  const int m = 3, n = 40;
+  const int64_t k = 96;
+  for (int bits : {8, 4}) {
+    for (bool affine : {true, false}) {
+      QuantizedMatrix q;
+      q.bits = bits;
+      q.rows = n;
+      q.cols = k;
+      q.group = 32;
+      const int top = bits == 8 ? 255 : 15, bottom = affine ? 0 : (bits == 8 ? 1 : 0);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < k; ++c) q.codes.push_back(static_cast<uint8_t>((c / 2 + r) % 2 ? top : bottom));  // pairs alike
+      q.scales.assign(size_t(n * q.groups()), f32_to_f16(0.01f));
+      if (affine) q.offsets.assign(size_t(n * q.groups()), f32_to_f16(-1.28f));
+      REQUIRE(q.validate().ok());
+      const auto wq = q.dequantized();
+      std::vector<float> x(size_t(m) * k);
+      for (int i = 0; i < m; ++i)  // the sign of each weight: every product positive
+        for (int64_t c = 0; c < k; ++c) x[i * k + c] = (wq[c] > 0 ? 1.0f : -1.0f) * (i + 1);
+      std::vector<unsigned char> storage(cpu::quantized_bytes(q));
+      const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
+      std::vector<float> ref(size_t(m) * n), y(size_t(m) * n);
+      cpu::reference::matmul_nt(x.data(), wq.data(), ref.data(), m, n, k);  // x is exact in int8 (one value per row)
+      for (auto [has, kernel, name] : int8_kernels()) {
+        if (!has) continue;
+        INFO(name << ", " << bits << " bits" << (affine ? ", affine" : ", symmetric"));
+        const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, packed, 0);
+        kernel(xq, packed, nullptr, y.data(), 0, 0, n);
+        for (size_t i = 0; i < y.size(); ++i) {
+          INFO("index " << i);
+          REQUIRE(y[i] == Approx(ref[i]).epsilon(1e-5));
+        }
+      }
+      if (cpu::isa_for(cpu::Isa::avx2, cpu::detected_isa()).ok()) {  // what the AVX2 products take, and say
+        CHECK(cpu::product_path(cpu::Isa::avx2, m, packed) ==
+              (cpu::cpu_has_avx_vnni() ? cpu::ProductPath::int8_dot : cpu::ProductPath::int8_pairs));
       }
     }
   }

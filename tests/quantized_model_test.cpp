@@ -93,8 +93,11 @@ TEST_CASE("stories260K quantized to int8 and int4 keeps its perplexity and greed
     for (cpu::Isa isa : isas) {
       const Quality q = run(spec, isa);
       const int agree = agreement(q.greedy, f32.greedy);
-      const char* path = cpu::quantized_int8_activations(isa) ? "int8 activations (VNNI)" : "f32 activations";
-      std::printf("  %-28s %-9s %-24s perplexity %.4f (%+.2f%%), greedy agreement %d/64\n", describe(spec).c_str(),
+      cpu::WeightMatrix kind;  // what the dispatch reads: quantized codes of these bits
+      kind.layout = cpu::WeightLayout::quantized;
+      kind.quant.bits = spec.kind == QuantKind::int4 ? 4 : 8;
+      const char* path = cpu::product_path_name(cpu::product_path(isa, 1, kind));
+      std::printf("  %-28s %-9s %-18s perplexity %.4f (%+.2f%%), greedy agreement %d/64\n", describe(spec).c_str(),
                   cpu::isa_name(isa), path, q.perplexity, 100.0 * (q.perplexity / f32.perplexity - 1), agree);
       INFO(describe(spec) << " on " << cpu::isa_name(isa));
       CHECK(std::abs(q.perplexity / f32.perplexity - 1) <= ppl_bound);

@@ -9,6 +9,7 @@
 #include "core/host_cpus.hpp"
 #include "executors/cpu/cpu_features.hpp"
 #include "executors/cpu/gemm.hpp"
+#include "executors/cpu/quantized_weights.hpp"
 #include "executors/cuda/cuda_backend.hpp"
 
 namespace actord::cli {
@@ -75,7 +76,6 @@ int run_info(const InfoArgs& args) {
   const std::string isa_text = cpu::isa_name(isa);
   // What the extensions the kernels do not use yet would be for.
   std::vector<std::string> unused;
-  if (f.avx_vnni && !cpu::cpu_has_avx512_vnni()) unused.push_back("avx-vnni (256-bit int8 products)");
   if (f.amx_bf16 && !cpu::amx_ready()) unused.push_back(std::string("amx-bf16 (") + cpu::amx_status() + ")");
   if (f.amx_int8 && !cpu::amx_int8_ready()) unused.push_back("amx-int8 (int8 tile products: not usable here)");
   const std::string amx_text =
@@ -91,10 +91,15 @@ int run_info(const InfoArgs& args) {
                                               std::to_string(cpu::kAmxMinRows) + " rows (8-bit), " +
                                               std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit)"
                                         : "";
-  const bool vnni = isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vnni();
+  const cpu::Isa automatic = cpu::automatic_isa();
+  const std::string int8_how = automatic >= cpu::Isa::avx512 ? "AVX512-VNNI (vpdpbusd)"
+                               : cpu::cpu_has_avx_vnni()     ? "AVX-VNNI (vpdpbusd)"
+                                                             : "AVX2 (vpmaddubsw + vpmaddwd, 8-bit codes centred)";
   const std::string quantized_text =
-      vnni ? "int8 activations (per row) x int8/int4 codes with AVX512-VNNI (vpdpbusd), f16 scales per group applied in f32"
-           : std::string("f32 activations x int8/int4 codes dequantized in registers (") + isa_text + " FMA)";
+      cpu::quantized_int8_activations(cpu::Isa::automatic)
+          ? "int8 activations (per row) x int8/int4 codes with " + int8_how + ", f16 scales per group applied in f32"
+          : std::string("f32 activations x int8/int4 codes dequantized in registers (") + isa_text + " FMA)";
+  const std::vector<std::string> hidden = cpu::hidden_extensions(), unknown = cpu::unknown_hidden();
   const std::vector<std::string> gpus = cuda::device_names();
   const std::string gpu_reason = gpus.empty() ? cuda::unavailable_reason() : "";
 
@@ -127,7 +132,9 @@ int run_info(const InfoArgs& args) {
           {"products", products},
           {"quantized_gemm", quantized_text},
           {"paged_attention", isa_text},
-          {"not_used_yet", unused}}},
+          {"not_used_yet", unused},
+          {"hidden", hidden},
+          {"hidden_not_recognised", unknown}}},
         {"cuda", {{"built", cuda::built_with_cuda()}, {"devices", gpus}, {"unavailable", gpu_reason},
                   {"paths", cuda::path_names()}}}};
     std::printf("%s\n", j.dump(2).c_str());
@@ -135,6 +142,11 @@ int run_info(const InfoArgs& args) {
   }
   std::printf("cpu: %s (%d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), usable_cpu_cores());
   std::printf("  extensions: %s\n", join(f.names()).c_str());
+  if (!hidden.empty() || !unknown.empty()) {
+    std::printf("  hidden by ACTORD_CPU_HIDE: %s%s%s\n", hidden.empty() ? "none" : join(hidden).c_str(),
+                unknown.empty() ? "" : "; not recognised (only avx_vnni, avx512_vnni): ",
+                unknown.empty() ? "" : join(unknown).c_str());
+  }
   std::string cache_text;
   for (const auto& c : f.caches) {
     cache_text += (cache_text.empty() ? "" : ", ") + std::string("L") + std::to_string(c.level) +

@@ -1,5 +1,7 @@
 #include "executors/cpu/cpu_features.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -29,7 +31,52 @@ uint64_t size_of(const std::string& text) {
   return n;
 }
 
+constexpr const char* kHideable[] = {"avx_vnni", "avx512_vnni"};
+
+// ACTORD_CPU_HIDE's names, split once.
+const std::vector<std::string>& hide_list() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    const char* env = std::getenv("ACTORD_CPU_HIDE");
+    std::string word;
+    for (const char* c = env ? env : ""; ; ++c) {
+      if (*c == ',' || *c == ' ' || *c == '\0') {
+        if (!word.empty()) out.push_back(word);
+        word.clear();
+        if (*c == '\0') break;
+      } else {
+        word += *c;
+      }
+    }
+    return out;
+  }();
+  return names;
+}
+
 }  // namespace
+
+bool extension_hidden(const char* name) {
+  for (const std::string& h : hide_list())
+    if (h == name) return true;
+  return false;
+}
+
+std::vector<std::string> hidden_extensions() {
+  std::vector<std::string> out;
+  for (const char* name : kHideable)
+    if (extension_hidden(name)) out.emplace_back(name);
+  return out;
+}
+
+std::vector<std::string> unknown_hidden() {
+  std::vector<std::string> out;
+  for (const std::string& h : hide_list()) {
+    bool known = false;
+    for (const char* name : kHideable) known = known || h == name;
+    if (!known) out.push_back(h);
+  }
+  return out;
+}
 
 CpuFeatures CpuFeatures::detect() {
   CpuFeatures f;
@@ -60,6 +107,8 @@ CpuFeatures CpuFeatures::detect() {
   if (!__builtin_cpu_supports("avx2")) f.avx2 = false;
   if (!__builtin_cpu_supports("avx512f")) f.avx512f = f.avx512bw = f.avx512vl = f.avx512_vnni = f.avx512_bf16 = false;
 #endif
+  if (extension_hidden("avx_vnni")) f.avx_vnni = false;
+  if (extension_hidden("avx512_vnni")) f.avx512_vnni = false;
   std::ifstream info("/proc/cpuinfo");
   for (std::string line; std::getline(info, line);) {
     if (line.rfind("model name", 0) == 0) {

@@ -28,9 +28,17 @@ struct CpuFeatures {
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   std::vector<CacheLevel> caches;  // cpu0's, by level
 
+  // What the CPU offers less the extensions ACTORD_CPU_HIDE names.
   static CpuFeatures detect();
   // The extensions present, by their usual names ("avx2 fma f16c avx512f ...").
   std::vector<std::string> names() const;
 };
+
+// Extensions the kernels are to act as if absent, read once from ACTORD_CPU_HIDE (names as names() spells them,
+// separated by commas or spaces): to run, test and measure the paths an older CPU takes (a Zen 3's AVX2 without
+// VNNI on a CPU with AVX-VNNI). Only avx_vnni and avx512_vnni are honoured; unknown_hidden() lists other names given.
+bool extension_hidden(const char* name);
+std::vector<std::string> hidden_extensions();
+std::vector<std::string> unknown_hidden();
 
 }  // namespace actord::cpu

@@ -12,6 +12,7 @@
 #include "core/status.hpp"
 #include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/blocked_weights.hpp"
+#include "executors/cpu/cpu_features.hpp"
 #include "executors/cpu/quantized_weights.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
@@ -46,13 +47,14 @@ Isa automatic_isa() {
 }
 
 bool cpu_has_avx512_vnni() {
-  static const bool has = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512vnni");
+  static const bool has =
+      detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512vnni") && !extension_hidden("avx512_vnni");
   return has;
 }
 
 bool cpu_has_avx_vnni() {
   static const bool has = [] {
-    if (detected_isa() < Isa::avx2) return false;
+    if (detected_isa() < Isa::avx2 || extension_hidden("avx_vnni")) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID.(EAX=7, ECX=1):EAX bit 4 (clang 14 knows no "avxvnni")
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
   }();
@@ -239,7 +241,8 @@ ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {
   if (isa == Isa::automatic) isa = automatic_isa();
   if (w.layout == WeightLayout::quantized) {
     if (int8_tiles(isa, m, w)) return ProductPath::int8_tiles;
-    return quantized_int8_activations(isa) ? ProductPath::int8_dot : ProductPath::f32_fma;
+    if (!quantized_int8_activations(isa)) return ProductPath::f32_fma;
+    return isa == Isa::avx2 && !cpu_has_avx_vnni() ? ProductPath::int8_pairs : ProductPath::int8_dot;
   }
   if (w.layout == WeightLayout::row_major || w.dtype != DType::bf16 || !bf16_dot_products(isa))
     return ProductPath::f32_fma;
@@ -256,6 +259,7 @@ const char* product_path_name(ProductPath path) {
     case ProductPath::bf16_dot: return "bf16 (dpbf16)";
     case ProductPath::bf16_tiles: return "bf16 (AMX)";
     case ProductPath::int8_dot: return "int8 (VNNI)";
+    case ProductPath::int8_pairs: return "int8 (vpmaddubsw)";
     case ProductPath::int8_tiles: return "int8 (AMX)";
   }
   return "?";
@@ -458,12 +462,14 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
 }
 
 // Quantized weights: int8 activations through VNNI where the CPU has it (AVX512-VNNI from avx512 on, AVX-VNNI on
-// avx2), f32 activations through the FMA kernels otherwise.
+// avx2) and through vpmaddubsw on AVX2 without it; f32 activations through the FMA kernels otherwise (AVX-512
+// without VNNI, portable).
 using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
                                  int64_t);
 QuantizedKernel quantized_kernel(Isa isa) {
   if (quantized_int8_activations(isa)) {
-    return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx_vnni;
+    if (isa >= Isa::avx512) return &gemm_nt_quantized_avx512_vnni;
+    return cpu_has_avx_vnni() ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
   }
   return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512 : isa == Isa::avx2 ? &gemm_nt_quantized_avx2
                                                                            : &gemm_nt_quantized_portable;
@@ -476,7 +482,7 @@ QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, in
 
 bool quantized_int8_activations(Isa isa) {
   if (isa == Isa::automatic) isa = automatic_isa();
-  return (isa >= Isa::avx512 && cpu_has_avx512_vnni()) || (isa == Isa::avx2 && cpu_has_avx_vnni());
+  return (isa >= Isa::avx512 && cpu_has_avx512_vnni()) || isa == Isa::avx2;
 }
 
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,

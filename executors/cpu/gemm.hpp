@@ -221,6 +221,7 @@ enum class ProductPath {
   bf16_dot,      // bf16-rounded activations with vdpbf16ps (AVX512-BF16)
   bf16_tiles,    // AMX TDPBF16PS
   int8_dot,      // quantized codes x int8 activations with VNNI
+  int8_pairs,    // the same with vpmaddubsw + vpmaddwd (AVX2 without VNNI)
   int8_tiles,    // AMX TDPBSUD
 };
 ProductPath product_path(Isa isa, int m, const WeightMatrix& w);

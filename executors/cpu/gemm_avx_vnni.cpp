@@ -15,11 +15,14 @@ struct Vnni256 {
   static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I zero_i() { return _mm256_setzero_si256(); }
   static F zero_f() { return _mm256_setzero_ps(); }
+  static constexpr int kDot8Offset = 0;
   static I dpbusd(I acc, I u8, I s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
+  static I dot8(I acc, I codes, I x) { return dpbusd(acc, codes, x); }
+  static I dot4x2(I acc, I lo, I x_lo, I hi, I x_hi) { return dpbusd(dpbusd(acc, lo, x_lo), hi, x_hi); }
   static I set1(int32_t v) { return _mm256_set1_epi32(v); }
   static I low_nibbles(I w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
   static I high_nibbles(I w) { return _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0F)); }
-  static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
   static F load_f16(const unsigned char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }

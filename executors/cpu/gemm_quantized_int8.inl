@@ -7,9 +7,11 @@
 // scale * S + offset * sum(q), symmetric codes as scale * (S - zero * sum(q)) in integers; the output is s_x * total.
 //
 // `Vec` provides: kWidth (16 or 8); I, F (int32 and f32 vectors); load(const unsigned char*) (kWidth words);
-// dpbusd(acc, u8, s8); set1(int32_t); low_nibbles(I), high_nibbles(I); sub(I, I); cvt(I) -> F;
-// load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...); set1f(float); loadf(const float*);
-// storef(float*, F); zero_i(), zero_f().
+// dot8(acc, codes, x): acc + per word the four (8-bit code - kDot8Offset) x (x code) products (vpdpbusd: offset 0;
+// AVX2 without VNNI: 128, codes centred so that its 16-bit pair sums cannot saturate); dot4x2(acc, lo, x_lo, hi,
+// x_hi): acc + both nibble planes' products (4-bit codes, exact on either); set1(int32_t); low_nibbles(I),
+// high_nibbles(I); add_i(I, I); cvt(I) -> F; load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...);
+// set1f(float); loadf(const float*); storef(float*, F); zero_i(), zero_f().
 #pragma once
 
 #include <immintrin.h>
@@ -61,8 +63,8 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const I a = Vec::set1(xg[i * ldw + ch]);
-          acc[i][0] = Vec::dpbusd(acc[i][0], w0, a);
-          acc[i][1] = Vec::dpbusd(acc[i][1], w1, a);
+          acc[i][0] = Vec::dot8(acc[i][0], w0, a);
+          acc[i][1] = Vec::dot8(acc[i][1], w1, a);
         }
       } else {
         const I lo0 = Vec::low_nibbles(w0), lo1 = Vec::low_nibbles(w1);
@@ -71,8 +73,8 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
         for (int i = 0; i < MR; ++i) {
           const I a_lo = Vec::set1(xg[i * ldw + 2 * ch]);
           const I a_hi = Vec::set1(xg[i * ldw + 2 * ch + 1]);
-          acc[i][0] = Vec::dpbusd(Vec::dpbusd(acc[i][0], lo0, a_lo), hi0, a_hi);
-          acc[i][1] = Vec::dpbusd(Vec::dpbusd(acc[i][1], lo1, a_lo), hi1, a_hi);
+          acc[i][0] = Vec::dot4x2(acc[i][0], lo0, a_lo, hi0, a_hi);
+          acc[i][1] = Vec::dot4x2(acc[i][1], lo1, a_lo, hi1, a_hi);
         }
       }
     }
@@ -81,15 +83,18 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
     for (int i = 0; i < MR; ++i) {
       // The group's sum S (as f32: exact below 2^24 in magnitude, as sums of one group are) into the total with
       // one FMA per vector: total + scale * S (+ offset * sum(q)), symmetric S less zero * sum(q) in integers.
+      // The sums hold S less kDot8Offset * sum(q) for 8-bit codes.
       const int32_t code_sum = sums[i * x.groups + g];
+      constexpr int kTaken = kBits == 8 ? Vec::kDot8Offset : 0;
+      constexpr int kAdd = kAffine ? kTaken : kTaken - (kBits == 8 ? 128 : 8);
       F c0, c1;
-      if constexpr (kAffine) {
+      if constexpr (kAdd == 0) {
         c0 = Vec::cvt(acc[i][0]);
         c1 = Vec::cvt(acc[i][1]);
       } else {
-        const I zs = Vec::set1(code_sum * (kBits == 8 ? 128 : 8));
-        c0 = Vec::cvt(Vec::sub(acc[i][0], zs));
-        c1 = Vec::cvt(Vec::sub(acc[i][1], zs));
+        const I add = Vec::set1(code_sum * kAdd);
+        c0 = Vec::cvt(Vec::add_i(acc[i][0], add));
+        c1 = Vec::cvt(Vec::add_i(acc[i][1], add));
       }
       F& t0 = kOneGroup ? result[i][0] : total[kOneGroup ? 0 : i][0];
       F& t1 = kOneGroup ? result[i][1] : total[kOneGroup ? 0 : i][1];

@@ -73,13 +73,16 @@ void gemm_nt_quantized_avx2(const QuantizedX& x, const WeightMatrix& w, const fl
                             int64_t ff_glu, int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                               int64_t ff_glu, int64_t n_begin, int64_t n_end);
-// Whether gemm_nt & co. multiply quantized weights by int8 activations on `isa` (VNNI present: AVX512-VNNI from
-// avx512 on, AVX-VNNI on avx2) rather than by f32 ones.
+// Whether gemm_nt & co. multiply quantized weights by int8 activations on `isa` (avx512 with AVX512-VNNI; avx2,
+// with AVX-VNNI or vpmaddubsw) rather than by f32 ones.
 bool quantized_int8_activations(Isa isa);
 // int8 activations (quantized_x_int8) with AVX512-VNNI or AVX-VNNI dot products (gemm_quantized_int8.inl).
 void gemm_nt_quantized_avx512_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                    int64_t ff_glu, int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_avx_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                 int64_t ff_glu, int64_t n_begin, int64_t n_end);
+// The same products on AVX2 without VNNI (vpmaddubsw + vpmaddwd; gemm_avx2.cpp).
+void gemm_nt_quantized_avx2_int8(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                                 int64_t ff_glu, int64_t n_begin, int64_t n_end);
 
 }  // namespace actord::cpu
