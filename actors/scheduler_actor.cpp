@@ -86,18 +86,22 @@ void report_load(self_ptr self) {
 }
 
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones, a reshaped
-// replica's), as their submitters; one handed back kMaxHandBacks times for a failure (`failure`) ends here with an
-// error.
+// replica's), as their submitters; one handed back for a failure (`failure`) the kMaxHandBacks + 1-th time in a row
+// without generating a token since the first ends here with an error (a request that made progress in between was
+// not what killed its workers).
 void hand_back(self_ptr self, HandBack back, const std::string& why, bool failure = true) {
   auto& st = self->state;
   for (const SequenceUpdate& u : back.cancelled) emit(self, u);
   for (SequenceRequest& req : back.requests) {
+    if (failure && req.resumed.size() > req.resumed_at_hand_back) req.hand_backs = 0;
+    if (failure) req.resumed_at_hand_back = static_cast<uint32_t>(req.resumed.size());
     if (failure && ++req.hand_backs > kMaxHandBacks) {
       SequenceUpdate failed;
       failed.id = req.id;
       failed.finish = Finish::error;
       failed.error_code = Errc::worker_failed;
-      failed.error = "handed back " + std::to_string(kMaxHandBacks) + " times, the last because " + why;
+      failed.error = "handed back " + std::to_string(kMaxHandBacks) + " times without a token generated between, the last "
+                     "because " + why;
       failed.prompt_tokens = static_cast<uint32_t>(req.prompt.size());
       failed.owner = req.owner;
       if (req.sampling.n > 1) failed.unforked_samples = req.sampling.n - 1;

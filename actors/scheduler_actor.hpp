@@ -39,8 +39,8 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // A lost worker (a step error of kind worker_failed, an unreachable worker, a missed deadline, or (lost_atom) from
 // the coordinator) fails nothing: the scheduler tells `router` to send it no more (leave_atom), hands every
 // sequence back to it as a continuation with the tokens reported so far (requeue_atom, as the sequence's
-// submitter; at most kMaxHandBacks = 3 times per request, then it ends with an error), stops its ranks, tells
-// `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers. (migrate_atom) -> bool: a
+// submitter; at most kMaxHandBacks = 3 times in a row without a token generated between, then it ends with an
+// error), stops its ranks, tells `supervisor` (lost_atom, why: the coordinator rebuilds the replica) and passes on whatever still arrives. (drain_atom) -> bool: hands back what waits, lets what runs finish, then answers. (migrate_atom) -> bool: a
 // reshape replaces the replica: every sequence goes back (running ones as continuations with their tokens so far,
 // not counted as hand-backs; with limits.move_kv those decoding take their KV along, gathered from the lane's ranks:
 // actors/kv_move.hpp), the steps in flight are dropped, whatever arrives later goes back too, and the answer comes

@@ -122,7 +122,8 @@ struct scheduler_state {
 // Lanes step together: at most this many steps in flight when there are several (one lane: its batcher decides).
 constexpr size_t kMaxLaneStepsInFlight = 3;
 
-// A request handed back more often than this ends with an error instead (one that kills every worker it reaches).
+// A request handed back for failures more often than this in a row, without a token generated between them, ends with
+// an error instead (one that kills every worker it reaches).
 constexpr uint32_t kMaxHandBacks = 3;
 
 // How long a rank may take to export or import a moving sequence's KV before it is recomputed instead.

@@ -189,6 +189,7 @@ SequenceRequest decode_submit(const wire_msg& submit) {
   req.resumed = to_vector<int32_t>(in.getResumeIds());
   req.prompt_logprobs_reported = in.getPromptLogprobsReported();
   req.hand_backs = in.getHandBacks();
+  req.resumed_at_hand_back = in.getResumedAtHandBack();
   return req;
 }
 
@@ -206,6 +207,7 @@ wire_msg encode_submit(const SequenceRequest& req, const wire_msg* kv) {
     fill_list(out.initResumeIds(static_cast<uint32_t>(req.resumed.size())), req.resumed);
     out.setPromptLogprobsReported(req.prompt_logprobs_reported);
     out.setHandBacks(req.hand_backs);
+    out.setResumedAtHandBack(req.resumed_at_hand_back);
     if (kv) {
       WireReader moved(*kv);
       out.setKv(moved.root<wire::KvExport>());

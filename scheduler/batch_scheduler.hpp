@@ -84,7 +84,10 @@ struct SequenceRequest {
   // reported again; the draws go on at sample index resumed.size(), so a seeded request continues as it would have.
   std::vector<int32_t> resumed;
   uint32_t prompt_logprobs_reported = 0;  // prompt positions below it had their logprob reported (not again)
-  uint32_t hand_backs = 0;                // times it was handed back (the scheduler actor bounds it)
+  // Failures it was handed back for in a row without generating a token between them (the scheduler actor bounds
+  // them: a request that kills every worker it reaches fails), and resumed.size() at the last of them.
+  uint32_t hand_backs = 0;
+  uint32_t resumed_at_hand_back = 0;
 };
 
 

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,13 +48,34 @@ inline std::string worker_link_tag(pid_t engine_pid) {
   return "actord-coll-" + std::to_string(engine_pid) + "-link-";
 }
 
-// Live worker processes started by the engine of process engine_pid.
-inline std::vector<pid_t> worker_processes_of(pid_t engine_pid) {
+// How long ago a live process started (/proc/<pid>/stat's start time against /proc/uptime); 0 when unreadable.
+inline std::chrono::milliseconds process_age(const std::filesystem::path& proc_entry) {
+  std::ifstream stat(proc_entry / "stat"), uptime("/proc/uptime");
+  std::string line;
+  double up = 0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return std::chrono::milliseconds(0);
+  const size_t close = line.rfind(')');  // the command's name may hold spaces and parentheses
+  if (close == std::string::npos) return std::chrono::milliseconds(0);
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {  // field 22: the start time, in clock ticks after boot
+    if (i == 22) {
+      const double started = std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      return std::chrono::milliseconds(static_cast<int64_t>(std::max(0.0, up - started) * 1000));
+    }
+  }
+  return std::chrono::milliseconds(0);
+}
+
+// Live worker processes started by the engine of process engine_pid (those at least min_age old).
+inline std::vector<pid_t> worker_processes_of(pid_t engine_pid,
+                                              std::chrono::milliseconds min_age = std::chrono::milliseconds(0)) {
   const std::string tag = worker_link_tag(engine_pid);
   std::vector<pid_t> pids;
   for_each_process([&](pid_t pid, const std::filesystem::path& entry) {
     const std::vector<std::string> args = process_args(entry);
     if (args.size() < 2 || args[1] != "worker") return;
+    if (min_age.count() > 0 && process_age(entry) < min_age) return;
     for (size_t i = 2; i + 1 < args.size(); ++i) {
       if (args[i] == "--to-worker" && args[i + 1].find(tag) != std::string::npos) {
         pids.push_back(pid);

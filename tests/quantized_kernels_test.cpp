@@ -36,13 +36,16 @@ std::vector<float> rows_through_int8(const std::vector<float>& x, int m, int64_t
   return out;
 }
 
-// The int8-activation kernels, with whether this CPU runs them: VNNI (512- and 256-bit) and AVX2's vpmaddubsw.
+// The int8-activation kernels, with whether this CPU runs them: VNNI (512- and 256-bit) and vpmaddubsw (AVX2,
+// AVX-512).
 using QuantizedKernel = void (*)(const cpu::QuantizedX&, const cpu::WeightMatrix&, const float*, float*, int64_t,
                                  int64_t, int64_t);
 std::vector<std::tuple<bool, QuantizedKernel, const char*>> int8_kernels() {
   return {{cpu::cpu_has_avx512_vnni(), &cpu::gemm_nt_quantized_avx512_vnni, "avx512-vnni"},
           {cpu::cpu_has_avx_vnni(), &cpu::gemm_nt_quantized_avx_vnni, "avx-vnni"},
-          {cpu::isa_for(cpu::Isa::avx2, cpu::detected_isa()).ok(), &cpu::gemm_nt_quantized_avx2_int8, "avx2-int8"}};
+          {cpu::isa_for(cpu::Isa::avx2, cpu::detected_isa()).ok(), &cpu::gemm_nt_quantized_avx2_int8, "avx2-int8"},
+          {cpu::isa_for(cpu::Isa::avx512, cpu::detected_isa()).ok(), &cpu::gemm_nt_quantized_avx512_int8,
+           "avx512-int8"}};
 }
 
 const QuantSpec kSpecs[] = {
@@ -131,15 +134,11 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
         }
       };
       std::vector<float> y(size_t(m) * n);
-      for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
-        if (!cpu::isa_for(isa, best).ok()) continue;
+      {  // the f32-activation kernel (portable)
         const cpu::QuantizedX xq = cpu::quantized_x_f32(x.data(), m, packed, 0);
-        auto kernel = isa == cpu::Isa::portable ? &cpu::gemm_nt_quantized_portable
-                      : isa == cpu::Isa::avx2   ? &cpu::gemm_nt_quantized_avx2
-                                                : &cpu::gemm_nt_quantized_avx512;
         std::fill(y.begin(), y.end(), 0.0f);
-        kernel(xq, packed, bias.data(), y.data(), 0, 0, n);
-        check_f32(y, cpu::isa_name(isa));
+        cpu::gemm_nt_quantized_portable(xq, packed, bias.data(), y.data(), 0, 0, n);
+        check_f32(y, "portable");
       }
       // The int8-activation kernels directly (where the CPU has them), then gemm_nt on each ISA (threads, and the
       // path that ISA takes).
@@ -166,7 +165,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
         kernel(xq, packed, bias.data(), y.data(), 0, 0, n);
         check_int8(y, name);
       }
-      for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+      for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
         if (!cpu::isa_for(isa, best).ok()) continue;
         cpu::gemm_nt(x.data(), packed, bias.data(), y.data(), m, pool, {isa});
         if (cpu::quantized_int8_activations(isa)) check_int8(y, cpu::isa_name(isa));
@@ -231,9 +230,10 @@ TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][ker
           REQUIRE(y[i] == Approx(ref[i]).epsilon(1e-5));
         }
       }
-      if (cpu::isa_for(cpu::Isa::avx2, cpu::detected_isa()).ok()) {  // what the AVX2 products take, and say
-        CHECK(cpu::product_path(cpu::Isa::avx2, m, packed) ==
-              (cpu::cpu_has_avx_vnni() ? cpu::ProductPath::int8_dot : cpu::ProductPath::int8_pairs));
+      for (auto [isa, vnni] : {std::pair{cpu::Isa::avx2, cpu::cpu_has_avx_vnni()},
+                               std::pair{cpu::Isa::avx512, cpu::cpu_has_avx512_vnni()}}) {  // what products take
+        if (!cpu::isa_for(isa, cpu::detected_isa()).ok()) continue;
+        CHECK(cpu::product_path(isa, m, packed) == (vnni ? cpu::ProductPath::int8_dot : cpu::ProductPath::int8_pairs));
       }
     }
   }

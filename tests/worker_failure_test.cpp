@@ -1,7 +1,7 @@
 // A worker that stops answering is declared failed in bounded time, its replica is rebuilt and its requests continue
 // there from their tokens so far, unchanged: a worker thread stuck in a step (the scheduler's step deadline), a
 // worker process stopped with SIGSTOP (its heartbeat); and a worker busy with one long step is not mistaken for
-// either.
+// either. A request that kills every worker it reaches ends with an error instead of being retried for ever.
 #include <signal.h>
 #include <unistd.h>
 
@@ -36,7 +36,7 @@ bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
 
 // stories260K as a StallingLlamaForCausalLM that sleeps `stall_ms` in any step carrying token 400.
 TopologyConfig stalling_topology(const test::TempDir& tmp, const std::string& placement, const std::string& timeout,
-                                 int stall_ms, int stall_times = -1) {
+                                 int stall_ms, int stall_times = -1, int abort_token = -1) {
   const auto model = test::copy_stories(tmp.path());
   std::ifstream in(model / "config.json");
   auto cfg = nlohmann::json::parse(in);
@@ -44,6 +44,7 @@ TopologyConfig stalling_topology(const test::TempDir& tmp, const std::string& pl
   cfg["stall_token"] = 400;
   cfg["stall_ms"] = stall_ms;
   if (stall_times >= 0) cfg["stall_times"] = stall_times;
+  if (abort_token >= 0) cfg["abort_token"] = abort_token;
   test::write_file(model / "config.json", cfg.dump(2));
   test::write_file(tmp.path() / "t.yaml", "model: {path: stories260K}\nplugins: [" + std::string(ACTORD_STALL_PLUGIN) +
                                               "]\nengine: {step_timeout: " + timeout + "}\ngroups: [{placement: " +
@@ -95,6 +96,27 @@ TEST_CASE("a worker thread stuck in a step is declared failed by the step deadli
   REQUIRE(clean.ok());
   REQUIRE_FALSE((*clean)[0].error);
   CHECK((*stuck)[0].generated_ids == (*clean)[0].generated_ids);
+}
+
+TEST_CASE("a request that kills every worker it reaches ends with an error after three hand-backs - the others and "
+          "the engine go on", "[failure][process]") {
+  test::TempDir tmp;
+  // Steps carrying token 401 abort the worker process; nothing stalls.
+  auto engine = test::start_engine(stalling_topology(tmp, "process", "30s", 0, -1, 401));
+  const auto t0 = clock_type::now();
+  auto poison = engine->generate({request({1, 401, 407}, 8)});
+  REQUIRE(poison.ok());
+  REQUIRE((*poison)[0].error);
+  CHECK_THAT((*poison)[0].error->message, Catch::Contains("handed back 3 times without a token generated between") &&
+                                              Catch::Contains("signal 6"));
+  CHECK(seconds_since(t0) < 30.0);
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  CHECK(fleet->replacements == 4);  // the first try and three more, each on a rebuilt replica
+  auto after = engine->generate({request({1, 403, 407}, 8)});
+  REQUIRE(after.ok());
+  REQUIRE_FALSE((*after)[0].error);
+  CHECK((*after)[0].generated_ids.size() == 8);
 }
 
 TEST_CASE("a stopped worker process is detected by its heartbeat, killed and replaced", "[failure][process]") {

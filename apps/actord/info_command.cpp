@@ -92,9 +92,11 @@ int run_info(const InfoArgs& args) {
                                               std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit)"
                                         : "";
   const cpu::Isa automatic = cpu::automatic_isa();
-  const std::string int8_how = automatic >= cpu::Isa::avx512 ? "AVX512-VNNI (vpdpbusd)"
-                               : cpu::cpu_has_avx_vnni()     ? "AVX-VNNI (vpdpbusd)"
-                                                             : "AVX2 (vpmaddubsw + vpmaddwd, 8-bit codes centred)";
+  const bool int8_vnni = automatic >= cpu::Isa::avx512 ? cpu::cpu_has_avx512_vnni() : cpu::cpu_has_avx_vnni();
+  const std::string int8_how =
+      int8_vnni ? std::string(automatic >= cpu::Isa::avx512 ? "AVX512-VNNI" : "AVX-VNNI") + " (vpdpbusd)"
+                : std::string(automatic >= cpu::Isa::avx512 ? "AVX-512" : "AVX2") +
+                      " without VNNI (vpmaddubsw + vpmaddwd, 8-bit codes centred)";
   const std::string quantized_text =
       cpu::quantized_int8_activations(cpu::Isa::automatic)
           ? "int8 activations (per row) x int8/int4 codes with " + int8_how + ", f16 scales per group applied in f32"

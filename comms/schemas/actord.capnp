@@ -85,10 +85,12 @@ struct SubmitRequest {
   # SequenceRequest::resumed): the tokens it generated there, already reported; never reported again.
   resumeIds @11 :List(Int32);
   promptLogprobsReported @12 :UInt32;  # prompt positions below it had their logprobs reported
-  handBacks @13 :UInt32;               # times it was handed back (bounded: a request that kills workers fails)
+  handBacks @13 :UInt32;               # failures it was handed back for in a row without a token generated
+                                       # between them (bounded: a request that kills workers fails)
   # A continuation moving with its KV (a reshape, engine.reshape_kv: move): the whole model's KV blocks of its first
   # kv.numTokens positions (gathered from its ranks' shards), the bytes in the message's bulk[0].
   kv @14 :KvExport;
+  resumedAtHandBack @15 :UInt32;       # resumeIds' length at the last of those failures
 }
 
 struct CancelRequest {

@@ -242,7 +242,8 @@ ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {
   if (w.layout == WeightLayout::quantized) {
     if (int8_tiles(isa, m, w)) return ProductPath::int8_tiles;
     if (!quantized_int8_activations(isa)) return ProductPath::f32_fma;
-    return isa == Isa::avx2 && !cpu_has_avx_vnni() ? ProductPath::int8_pairs : ProductPath::int8_dot;
+    const bool vnni = isa >= Isa::avx512 ? cpu_has_avx512_vnni() : cpu_has_avx_vnni();
+    return vnni ? ProductPath::int8_dot : ProductPath::int8_pairs;
   }
   if (w.layout == WeightLayout::row_major || w.dtype != DType::bf16 || !bf16_dot_products(isa))
     return ProductPath::f32_fma;
@@ -461,18 +462,14 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
   return Bf16Rows{storage.data(), m, pairs};
 }
 
-// Quantized weights: int8 activations through VNNI where the CPU has it (AVX512-VNNI from avx512 on, AVX-VNNI on
-// avx2) and through vpmaddubsw on AVX2 without it; f32 activations through the FMA kernels otherwise (AVX-512
-// without VNNI, portable).
+// Quantized weights: int8 activations on every x86 ISA, through VNNI where the CPU has it (AVX512-VNNI from avx512
+// on, AVX-VNNI on avx2) and vpmaddubsw + vpmaddwd where not; f32 activations on the portable kernel.
 using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
                                  int64_t);
 QuantizedKernel quantized_kernel(Isa isa) {
-  if (quantized_int8_activations(isa)) {
-    if (isa >= Isa::avx512) return &gemm_nt_quantized_avx512_vnni;
-    return cpu_has_avx_vnni() ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
-  }
-  return isa >= Isa::avx512 ? &gemm_nt_quantized_avx512 : isa == Isa::avx2 ? &gemm_nt_quantized_avx2
-                                                                           : &gemm_nt_quantized_portable;
+  if (isa >= Isa::avx512) return cpu_has_avx512_vnni() ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx512_int8;
+  if (isa == Isa::avx2) return cpu_has_avx_vnni() ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
+  return &gemm_nt_quantized_portable;
 }
 QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, int slot) {
   return quantized_int8_activations(isa) ? quantized_x_int8(x, m, w, slot) : quantized_x_f32(x, m, w, slot);
@@ -482,7 +479,7 @@ QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, in
 
 bool quantized_int8_activations(Isa isa) {
   if (isa == Isa::automatic) isa = automatic_isa();
-  return (isa >= Isa::avx512 && cpu_has_avx512_vnni()) || isa == Isa::avx2;
+  return isa >= Isa::avx2;
 }
 
 void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float* y, int m, ThreadPool& pool,

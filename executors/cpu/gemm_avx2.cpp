@@ -1,5 +1,5 @@
 // 8-wide AVX2 + FMA + F16C instances of the GEMM micro-kernels (gemm_tiles.inl, gemm_packed.inl, gemm_blocked.inl,
-// gemm_quantized.inl, and gemm_quantized_int8.inl without VNNI). Compiled with -mavx2 -mfma -mf16c; gemm.cpp calls
+// gemm_quantized_int8.inl without VNNI). Compiled with -mavx2 -mfma -mf16c; gemm.cpp calls
 // them only when the CPU has those features.
 #include <immintrin.h>
 
@@ -8,7 +8,6 @@
 
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
-#include "executors/cpu/gemm_quantized.inl"
 #include "executors/cpu/gemm_quantized_int8.inl"
 
 namespace actord::cpu {
@@ -41,19 +40,6 @@ struct Avx2 {
       second = load<D>(p + (16 + half * 8) * esize);
     }
   }
-  using W = __m256i;
-  static W load_words(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  template <int kShift, unsigned kMask>
-  static V codes(W w) {
-    const W shifted = kShift ? _mm256_srli_epi32(w, kShift) : w;
-    return _mm256_cvtepi32_ps(kShift == 24 && kMask == 0xFF ? shifted
-                                                            : _mm256_and_si256(shifted, _mm256_set1_epi32(kMask)));
-  }
-  static V load_f16(const unsigned char* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V set1(float v) { return _mm256_set1_ps(v); }
   static V load_x(const float* p) { return _mm256_loadu_ps(p); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -135,12 +121,6 @@ void gemm_nt_glu_avx2(const float* x, int m, const WeightMatrix& w, int64_t ff, 
 
 void convert_rows_to_f32_avx2(const WeightMatrix& w, int64_t row_begin, int64_t rows, float* out) {
   tiles::convert_rows<Avx2>(w, row_begin, rows, out);
-}
-
-// 16 registers: 2 rows x 2 vectors of group sums and of totals per half block; 4 rows when a row is one group.
-void gemm_nt_quantized_avx2(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y, int64_t ff_glu,
-                            int64_t n_begin, int64_t n_end) {
-  quantized_product::product_any<quantized::Rows, Avx2, 2, 4>(x, w, bias, y, ff_glu, n_begin, n_end);
 }
 
 // 16 registers: as the AVX-VNNI instance, 2 rows x 2 of int32 sums and of f32 totals per half block.

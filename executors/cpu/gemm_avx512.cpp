@@ -1,5 +1,6 @@
-// 16-wide AVX-512 (F, BW) instances of the GEMM micro-kernels (gemm_tiles.inl). Compiled with -mavx512f
-// -mavx512bw -mfma -mf16c; gemm.cpp calls them only when the CPU has those features.
+// 16-wide AVX-512 (F, BW) instances of the GEMM micro-kernels (gemm_tiles.inl, gemm_packed.inl, gemm_blocked.inl,
+// gemm_quantized_int8.inl without VNNI). Compiled with -mavx512f -mavx512bw -mfma -mf16c;
+// gemm.cpp calls them only when the CPU has those features.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -7,7 +8,7 @@
 
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
-#include "executors/cpu/gemm_quantized.inl"
+#include "executors/cpu/gemm_quantized_int8.inl"
 
 namespace actord::cpu {
 namespace {
@@ -38,19 +39,6 @@ struct Avx512 {
       second = load<D>(p + 16 * (D == DType::f32 ? 4 : 2));
     }
   }
-  using W = __m512i;
-  static W load_words(const unsigned char* p) { return _mm512_loadu_si512(p); }
-  template <int kShift, unsigned kMask>
-  static V codes(W w) {
-    const W shifted = kShift ? _mm512_srli_epi32(w, kShift) : w;
-    return _mm512_cvtepi32_ps(kShift == 24 && kMask == 0xFF ? shifted
-                                                            : _mm512_and_si512(shifted, _mm512_set1_epi32(kMask)));
-  }
-  static V load_f16(const unsigned char* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V set1(float v) { return _mm512_set1_ps(v); }
   static V load_x(const float* p) { return _mm512_loadu_ps(p); }
   static V broadcast(const float* p) { return _mm512_broadcastss_ps(_mm_load_ss(p)); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
@@ -58,6 +46,42 @@ struct Avx512 {
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
+};
+
+// The int8-activation quantized product's vector type on AVX-512 without VNNI (Intel Skylake-SP): AVX2's Avx2Int8
+// (gemm_avx2.cpp) 16 columns wide; AVX512-BW has no vpsignb, so x is negated under the mask of negative codes.
+struct Avx512Int8 {
+  static constexpr int kWidth = 16;
+  static constexpr int kDot8Offset = 128;
+  using I = __m512i;
+  using F = __m512;
+  static I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  static I zero_i() { return _mm512_setzero_si512(); }
+  static F zero_f() { return _mm512_setzero_ps(); }
+  static I pairs_to_words(I pairs) { return _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)); }
+  static I dot8(I acc, I codes, I x) {
+    const I centred = _mm512_xor_si512(codes, _mm512_set1_epi8(static_cast<char>(0x80)));
+    const I signed_x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(centred), _mm512_setzero_si512(), x);
+    return _mm512_add_epi32(acc, pairs_to_words(_mm512_maddubs_epi16(_mm512_abs_epi8(centred), signed_x)));
+  }
+  static I dot4x2(I acc, I lo, I x_lo, I hi, I x_hi) {
+    const I pairs = _mm512_add_epi16(_mm512_maddubs_epi16(lo, x_lo), _mm512_maddubs_epi16(hi, x_hi));
+    return _mm512_add_epi32(acc, pairs_to_words(pairs));
+  }
+  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static I low_nibbles(I w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0F)); }
+  static I high_nibbles(I w) { return _mm512_and_si512(_mm512_srli_epi32(w, 4), _mm512_set1_epi8(0x0F)); }
+  static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static F load_f16(const unsigned char* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F set1f(float v) { return _mm512_set1_ps(v); }
+  static F loadf(const float* p) { return _mm512_loadu_ps(p); }
+  static void storef(float* p, F v) { _mm512_storeu_ps(p, v); }
 };
 
 }  // namespace
@@ -105,10 +129,10 @@ void convert_rows_to_f32_avx512(const WeightMatrix& w, int64_t row_begin, int64_
   tiles::convert_rows<Avx512>(w, row_begin, rows, out);
 }
 
-// 32 registers: 6 rows x 2 vectors of group sums and of totals; 12 rows when a row is one group.
-void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
-                              int64_t ff_glu, int64_t n_begin, int64_t n_end) {
-  quantized_product::product_any<quantized::Rows, Avx512, 6, 12>(x, w, bias, y, ff_glu, n_begin, n_end);
+// 32 registers: 4 rows x 2 of int32 sums and of f32 totals beside the centred codes and x (8 when a row is one group).
+void gemm_nt_quantized_avx512_int8(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                                   int64_t ff_glu, int64_t n_begin, int64_t n_end) {
+  quantized_product::product_any<quantized_int8::Rows, Avx512Int8, 4, 8>(x, w, bias, y, ff_glu, n_begin, n_end);
 }
 
 void quantize_rows_int8_avx512(const float* x, int m, int64_t k, int64_t ld, int8_t* codes, float* scales) {

@@ -1,5 +1,5 @@
-// The loop of the quantized GEMMs over a block range (quantized_weights.hpp), shared by the f32-activation kernels
-// (gemm_quantized.inl) and the int8-activation ones (gemm_quantized_int8.inl): every weight block meets the rows of
+// The loop of the quantized GEMMs over a block range (quantized_weights.hpp), for the int8-activation kernels
+// (gemm_quantized_int8.inl) of every instruction set: every weight block meets the rows of
 // prepared x in balanced register blocks, half blocks when vectors are 8 wide, the last partial block through a
 // 32-column scratch; plain outputs (+ bias) or the gated ones of a fused gate/up matrix.
 //

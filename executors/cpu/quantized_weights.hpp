@@ -55,7 +55,7 @@ struct QuantizedX {
   const float* row_scales = nullptr;    // [m]
   const int32_t* code_sums = nullptr;   // [m, groups]
 };
-// For the f32 path (portable, avx2, avx512) and the int8 one (VNNI). Storage is this thread's (valid until its next
+// For the f32 path (portable) and the int8 one (every x86 ISA). Storage is this thread's (valid until its next
 // call with the same `slot`).
 QuantizedX quantized_x_f32(const float* x, int m, const WeightMatrix& w, int slot);
 QuantizedX quantized_x_int8(const float* x, int m, const WeightMatrix& w, int slot);
@@ -69,20 +69,18 @@ void quantize_rows_int8_avx2(const float* x, int m, int64_t k, int64_t ld, int8_
 // outputs of a pack_quantized_glu matrix (ff of them; [n_begin, n_end) fused rows).
 void gemm_nt_quantized_portable(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                 int64_t ff_glu, int64_t n_begin, int64_t n_end);
-void gemm_nt_quantized_avx2(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
-                            int64_t ff_glu, int64_t n_begin, int64_t n_end);
-void gemm_nt_quantized_avx512(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
-                              int64_t ff_glu, int64_t n_begin, int64_t n_end);
-// Whether gemm_nt & co. multiply quantized weights by int8 activations on `isa` (avx512 with AVX512-VNNI; avx2,
-// with AVX-VNNI or vpmaddubsw) rather than by f32 ones.
+// Whether gemm_nt & co. multiply quantized weights by int8 activations on `isa` (every x86 ISA, avx2 on) rather than
+// by f32 ones (portable).
 bool quantized_int8_activations(Isa isa);
 // int8 activations (quantized_x_int8) with AVX512-VNNI or AVX-VNNI dot products (gemm_quantized_int8.inl).
 void gemm_nt_quantized_avx512_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                    int64_t ff_glu, int64_t n_begin, int64_t n_end);
 void gemm_nt_quantized_avx_vnni(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                 int64_t ff_glu, int64_t n_begin, int64_t n_end);
-// The same products on AVX2 without VNNI (vpmaddubsw + vpmaddwd; gemm_avx2.cpp).
+// The same products without VNNI (vpmaddubsw + vpmaddwd): AVX2 (gemm_avx2.cpp), AVX-512 (gemm_avx512.cpp).
 void gemm_nt_quantized_avx2_int8(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
                                  int64_t ff_glu, int64_t n_begin, int64_t n_end);
+void gemm_nt_quantized_avx512_int8(const QuantizedX& x, const WeightMatrix& w, const float* bias, float* y,
+                                   int64_t ff_glu, int64_t n_begin, int64_t n_end);
 
 }  // namespace actord::cpu
