@@ -198,14 +198,14 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
 // up: vpmaddubsw's saturating 16-bit pair sums must not clip them (AVX2 centres 8-bit codes first).
 TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][kernels]") {
   const int m = 3, n = 40;
-  const int64_t k = 96;
-  for (int bits : {8, 4}) {
+  const int64_t k = 256;
+  for (auto [bits, group] : {std::pair{8, 32}, std::pair{4, 32}, std::pair{4, 128}}) {  // 128: several 16-bit runs
     for (bool affine : {true, false}) {
       QuantizedMatrix q;
       q.bits = bits;
       q.rows = n;
       q.cols = k;
-      q.group = 32;
+      q.group = group;
       const int top = bits == 8 ? 255 : 15, bottom = affine ? 0 : (bits == 8 ? 1 : 0);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t c = 0; c < k; ++c) q.codes.push_back(static_cast<uint8_t>((c / 2 + r) % 2 ? top : bottom));  // pairs alike
@@ -222,7 +222,7 @@ TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][ker
       cpu::reference::matmul_nt(x.data(), wq.data(), ref.data(), m, n, k);  // x is exact in int8 (one value per row)
       for (auto [has, kernel, name] : int8_kernels()) {
         if (!has) continue;
-        INFO(name << ", " << bits << " bits" << (affine ? ", affine" : ", symmetric"));
+        INFO(name << ", " << bits << " bits, groups of " << group << (affine ? ", affine" : ", symmetric"));
         const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, packed, 0);
         kernel(xq, packed, nullptr, y.data(), 0, 0, n);
         for (size_t i = 0; i < y.size(); ++i) {
