@@ -9,6 +9,7 @@
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
 #include "executors/cpu/gemm_quantized_int8.inl"
+#include "executors/cpu/int8_vectors.inl"
 
 namespace actord::cpu {
 namespace {
@@ -59,15 +60,8 @@ struct Avx2 {
 // saturating int16) and vpmaddwd (pairs of int16 into int32). A 4-bit code times an x code is at most 15 x 127, so
 // pair sums (and the sum of both nibble planes' pairs) stay far inside int16; 8-bit codes are centred first (code
 // - 128 in -128..127, its magnitude times x with the code's sign: at most 2 x 128 x 127 = 32,512 a pair).
-struct Avx2Int8 {
-  static constexpr int kWidth = 8;
+struct Avx2Int8 : Int8Vectors256 {
   static constexpr int kDot8Offset = 128;
-  using I = __m256i;
-  using F = __m256;
-  static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static I zero_i() { return _mm256_setzero_si256(); }
-  static F zero_f() { return _mm256_setzero_ps(); }
-  static I pairs_to_words(I pairs) { return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)); }
   static I dot8(I acc, I codes, I x) {
     const I centred = _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80)));
     const I pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(centred), _mm256_sign_epi8(x, centred));
@@ -77,18 +71,6 @@ struct Avx2Int8 {
     const I pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x_lo), _mm256_maddubs_epi16(hi, x_hi));
     return _mm256_add_epi32(acc, pairs_to_words(pairs));
   }
-  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static I low_nibbles(I w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
-  static I high_nibbles(I w) { return _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0F)); }
-  static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
-  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
-  static F load_f16(const unsigned char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static F add(F a, F b) { return _mm256_add_ps(a, b); }
-  static F set1f(float v) { return _mm256_set1_ps(v); }
-  static F loadf(const float* p) { return _mm256_loadu_ps(p); }
-  static void storef(float* p, F v) { _mm256_storeu_ps(p, v); }
 };
 
 }  // namespace

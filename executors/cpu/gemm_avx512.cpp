@@ -9,6 +9,7 @@
 #include "executors/cpu/gemm_blocked.inl"
 #include "executors/cpu/gemm_packed.inl"
 #include "executors/cpu/gemm_quantized_int8.inl"
+#include "executors/cpu/int8_vectors.inl"
 
 namespace actord::cpu {
 namespace {
@@ -50,15 +51,8 @@ struct Avx512 {
 
 // The int8-activation quantized product's vector type on AVX-512 without VNNI (Intel Skylake-SP): AVX2's Avx2Int8
 // (gemm_avx2.cpp) 16 columns wide; AVX512-BW has no vpsignb, so x is negated under the mask of negative codes.
-struct Avx512Int8 {
-  static constexpr int kWidth = 16;
+struct Avx512Int8 : Int8Vectors512 {
   static constexpr int kDot8Offset = 128;
-  using I = __m512i;
-  using F = __m512;
-  static I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
-  static I zero_i() { return _mm512_setzero_si512(); }
-  static F zero_f() { return _mm512_setzero_ps(); }
-  static I pairs_to_words(I pairs) { return _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)); }
   static I dot8(I acc, I codes, I x) {
     const I centred = _mm512_xor_si512(codes, _mm512_set1_epi8(static_cast<char>(0x80)));
     const I signed_x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(centred), _mm512_setzero_si512(), x);
@@ -68,20 +62,6 @@ struct Avx512Int8 {
     const I pairs = _mm512_add_epi16(_mm512_maddubs_epi16(lo, x_lo), _mm512_maddubs_epi16(hi, x_hi));
     return _mm512_add_epi32(acc, pairs_to_words(pairs));
   }
-  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
-  static I low_nibbles(I w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0F)); }
-  static I high_nibbles(I w) { return _mm512_and_si512(_mm512_srli_epi32(w, 4), _mm512_set1_epi8(0x0F)); }
-  static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
-  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
-  static F load_f16(const unsigned char* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  static F add(F a, F b) { return _mm512_add_ps(a, b); }
-  static F set1f(float v) { return _mm512_set1_ps(v); }
-  static F loadf(const float* p) { return _mm512_loadu_ps(p); }
-  static void storef(float* p, F v) { _mm512_storeu_ps(p, v); }
 };
 
 }  // namespace

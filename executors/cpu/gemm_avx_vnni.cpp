@@ -4,33 +4,16 @@
 #include <immintrin.h>
 
 #include "executors/cpu/gemm_quantized_int8.inl"
+#include "executors/cpu/int8_vectors.inl"
 
 namespace actord::cpu {
 namespace {
 
-struct Vnni256 {
-  static constexpr int kWidth = 8;
-  using I = __m256i;
-  using F = __m256;
-  static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static I zero_i() { return _mm256_setzero_si256(); }
-  static F zero_f() { return _mm256_setzero_ps(); }
+struct Vnni256 : Int8Vectors256 {
   static constexpr int kDot8Offset = 0;
   static I dpbusd(I acc, I u8, I s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
   static I dot8(I acc, I codes, I x) { return dpbusd(acc, codes, x); }
   static I dot4x2(I acc, I lo, I x_lo, I hi, I x_hi) { return dpbusd(dpbusd(acc, lo, x_lo), hi, x_hi); }
-  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
-  static I low_nibbles(I w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
-  static I high_nibbles(I w) { return _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0F)); }
-  static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
-  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
-  static F load_f16(const unsigned char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static F add(F a, F b) { return _mm256_add_ps(a, b); }
-  static F set1f(float v) { return _mm256_set1_ps(v); }
-  static F loadf(const float* p) { return _mm256_loadu_ps(p); }
-  static void storef(float* p, F v) { _mm256_storeu_ps(p, v); }
 };
 
 }  // namespace
