@@ -100,8 +100,8 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
       failed.id = req.id;
       failed.finish = Finish::error;
       failed.error_code = Errc::worker_failed;
-      failed.error = "handed back " + std::to_string(kMaxHandBacks) + " times without a token generated between, the last "
-                     "because " + why;
+      failed.error = "handed back " + std::to_string(kMaxHandBacks) +
+                     " times without a token generated between, the last because " + why;
       failed.prompt_tokens = static_cast<uint32_t>(req.prompt.size());
       failed.owner = req.owner;
       if (req.sampling.n > 1) failed.unforked_samples = req.sampling.n - 1;

@@ -208,7 +208,8 @@ TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][ker
       q.group = group;
       const int top = bits == 8 ? 255 : 15, bottom = affine ? 0 : (bits == 8 ? 1 : 0);
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < k; ++c) q.codes.push_back(static_cast<uint8_t>((c / 2 + r) % 2 ? top : bottom));  // pairs alike
+        for (int64_t c = 0; c < k; ++c)  // pairs of features alike
+          q.codes.push_back(static_cast<uint8_t>((c / 2 + r) % 2 ? top : bottom));
       q.scales.assign(size_t(n * q.groups()), f32_to_f16(0.01f));
       if (affine) q.offsets.assign(size_t(n * q.groups()), f32_to_f16(-1.28f));
       REQUIRE(q.validate().ok());

@@ -1,7 +1,6 @@
 #include "executors/cpu/cpu_features.hpp"
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 

@@ -467,7 +467,8 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
 using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
                                  int64_t);
 QuantizedKernel quantized_kernel(Isa isa) {
-  if (isa >= Isa::avx512) return cpu_has_avx512_vnni() ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx512_int8;
+  if (isa >= Isa::avx512)
+    return cpu_has_avx512_vnni() ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx512_int8;
   if (isa == Isa::avx2) return cpu_has_avx_vnni() ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
   return &gemm_nt_quantized_portable;
 }
