@@ -411,3 +411,24 @@ TEST_CASE("info prints the CPU, the kernels it runs and the CUDA devices - as te
   CHECK(j.at("cuda").at("devices").size() == static_cast<size_t>(cuda::device_count()));
   CHECK(run_actord({"info", "--bogus"}).exit_code == 2);
 }
+
+TEST_CASE("info under ACTORD_CPU_HIDE names what is hidden and what it did not recognise - quantized products say "
+          "their instructions", "[cli]") {
+  const std::vector<std::pair<std::string, std::string>> hide = {{"ACTORD_CPU_HIDE", "avx_vnni, avx512_vnni,bogus"}};
+  const auto text = run_actord({"info"}, std::chrono::seconds(60), hide);
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("hidden by ACTORD_CPU_HIDE: avx_vnni avx512_vnni; not recognised") &&
+                           Catch::Contains("bogus"));
+  const auto json = run_actord({"info", "--json"}, std::chrono::seconds(60), hide);
+  REQUIRE(json.exit_code == 0);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("kernels").at("hidden") == nlohmann::json({"avx_vnni", "avx512_vnni"}));
+  CHECK(j.at("kernels").at("hidden_not_recognised") == nlohmann::json({"bogus"}));
+  const auto extensions = j.at("cpu").at("extensions").get<std::vector<std::string>>();
+  CHECK(std::find(extensions.begin(), extensions.end(), "avx_vnni") == extensions.end());
+  CHECK(std::find(extensions.begin(), extensions.end(), "avx512_vnni") == extensions.end());
+  if (cpu::detected_isa() != cpu::Isa::portable) {  // no VNNI left: the int8 products are vpmaddubsw's
+    CHECK(j.at("kernels").at("products").at("int8").front().at("path") == "int8 (vpmaddubsw)");
+    CHECK_THAT(j.at("kernels").at("quantized_gemm").get<std::string>(), Catch::Contains("without VNNI"));
+  }
+}

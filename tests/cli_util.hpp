@@ -58,12 +58,13 @@ inline pid_t start_actord(const std::vector<std::string>& args, const std::files
   return pid;
 }
 
-// Runs actord with args to its end (killed after `limit`); its exit code and what it printed.
+// Runs actord with args (and `env` set) to its end (killed after `limit`); its exit code and what it printed.
 inline RunResult run_actord(const std::vector<std::string>& args,
-                            std::chrono::seconds limit = std::chrono::seconds(300)) {
+                            std::chrono::seconds limit = std::chrono::seconds(300),
+                            const std::vector<std::pair<std::string, std::string>>& env = {}) {
   TempDir tmp;
   RunResult r;
-  r.pid = start_actord(args, tmp.path());
+  r.pid = start_actord(args, tmp.path(), env);
   REQUIRE(r.pid > 0);
   int status = 0;
   const bool ended = eventually([&] { return waitpid(r.pid, &status, WNOHANG) == r.pid; }, limit);
