@@ -1,14 +1,16 @@
-// The GEMM over quantized weights (quantized_weights.hpp) with int8 activations and VNNI dot products, written once
-// over a vector type and included by gemm_avx512_vnni.cpp (AVX512-VNNI, 16 columns per vector) and gemm_avx_vnni.cpp
-// (AVX-VNNI, 8 per vector: the block's 32 columns in two halves). x is quantized per row (quantized_x_int8: codes q,
-// one scale s_x per row, integer sums of q per group), and per chunk of the block one vpdpbusd per vector of columns
-// and row adds four features' (unsigned weight code) x (signed x code) products to int32 sums (4-bit codes: the low
-// and the high nibbles, two vpdpbusd). At a group's end the sums are exact integers S; the total takes
-// scale * S + offset * sum(q), symmetric codes as scale * (S - zero * sum(q)) in integers; the output is s_x * total.
+// The GEMM over quantized weights (quantized_weights.hpp) with int8 activations and int8 dot products, written once
+// over a vector type (its shared parts: int8_vectors.inl) and included by gemm_avx512_vnni.cpp (AVX512-VNNI, 16
+// columns per vector), gemm_avx_vnni.cpp (AVX-VNNI, 8 per vector: the block's 32 columns in two halves), and, for
+// CPUs without VNNI, gemm_avx512.cpp and gemm_avx2.cpp (vpmaddubsw + vpmaddwd). x is quantized per row
+// (quantized_x_int8: codes q, one scale s_x per row, integer sums of q per group), and per chunk of the block one dot
+// product per vector of columns and row adds four features' (unsigned weight code) x (signed x code) products to
+// int32 sums (4-bit codes: the low and the high nibbles). At a group's end the sums are exact integers S; the total
+// takes scale * S + offset * sum(q), symmetric codes as scale * (S - zero * sum(q)) in integers; the output is s_x *
+// total.
 //
 // `Vec` provides: kWidth (16 or 8); I, F (int32 and f32 vectors); load(const unsigned char*) (kWidth words);
 // dot8(acc, codes, x): acc + per word the four (8-bit code - kDot8Offset) x (x code) products (vpdpbusd: offset 0;
-// AVX2 without VNNI: 128, codes centred so that its 16-bit pair sums cannot saturate); dot4x2(acc, lo, x_lo, hi,
+// without VNNI: 128, codes centred so that vpmaddubsw's 16-bit pair sums cannot saturate); dot4x2(acc, lo, x_lo, hi,
 // x_hi): acc + both nibble planes' products (4-bit codes, exact on either); set1(int32_t); low_nibbles(I),
 // high_nibbles(I); add_i(I, I); cvt(I) -> F; load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...);
 // set1f(float); loadf(const float*); storef(float*, F); zero_i(), zero_f().
