@@ -85,6 +85,14 @@ void report_load(self_ptr self) {
   if (!work && st.in_flight.empty() && st.importing.empty() && !awaiting) end_drain(st);
 }
 
+// Counts one failure `req` is handed back for: the count starts again when it generated tokens since the last one.
+// Whether it now passes kMaxHandBacks.
+bool counted_failure_exceeds_bound(SequenceRequest& req) {
+  if (req.resumed.size() > req.resumed_at_hand_back) req.hand_backs = 0;
+  req.resumed_at_hand_back = static_cast<uint32_t>(req.resumed.size());
+  return ++req.hand_backs > kMaxHandBacks;
+}
+
 // Sends sequences back to the router as continuations (a lost worker's, a drain's waiting ones, a reshaped
 // replica's), as their submitters; one handed back for a failure (`failure`) the kMaxHandBacks + 1-th time in a row
 // without generating a token since the first ends here with an error (a request that made progress in between was
@@ -93,9 +101,7 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
   auto& st = self->state;
   for (const SequenceUpdate& u : back.cancelled) emit(self, u);
   for (SequenceRequest& req : back.requests) {
-    if (failure && req.resumed.size() > req.resumed_at_hand_back) req.hand_backs = 0;
-    if (failure) req.resumed_at_hand_back = static_cast<uint32_t>(req.resumed.size());
-    if (failure && ++req.hand_backs > kMaxHandBacks) {
+    if (failure && counted_failure_exceeds_bound(req)) {
       SequenceUpdate failed;
       failed.id = req.id;
       failed.finish = Finish::error;

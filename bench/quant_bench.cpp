@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
           case cpu::ProductPath::bf16_tiles: peak = amx_bf16_peak; break;
           case cpu::ProductPath::int8_tiles: peak = amx_int8_peak; break;
           case cpu::ProductPath::int8_dot: peak = vnni_peak; break;
-          case cpu::ProductPath::int8_pairs: peak = 0; break;  // not measured here (AVX2 CPUs stop above)
+          case cpu::ProductPath::int8_pairs: peak = 0; break;  // no vpmaddubsw peak measured (CPUs without VNNI)
           case cpu::ProductPath::bf16_dot: peak = bf16_dot_peak; break;
           case cpu::ProductPath::f32_fma:
           case cpu::ProductPath::bf16_fma: break;

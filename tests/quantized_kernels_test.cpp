@@ -199,7 +199,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
 TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][kernels]") {
   const int m = 3, n = 40;
   const int64_t k = 256;
-  for (auto [bits, group] : {std::pair{8, 32}, std::pair{4, 32}, std::pair{4, 128}}) {  // 128: several 16-bit runs
+  for (auto [bits, group] : {std::pair{8, 32}, std::pair{4, 32}, std::pair{4, 128}}) {  // 128: 16 chunks a group
     for (bool affine : {true, false}) {
       QuantizedMatrix q;
       q.bits = bits;

@@ -92,11 +92,11 @@ int run_info(const InfoArgs& args) {
                                               std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit)"
                                         : "";
   const cpu::Isa automatic = cpu::automatic_isa();
-  const bool int8_vnni = automatic >= cpu::Isa::avx512 ? cpu::cpu_has_avx512_vnni() : cpu::cpu_has_avx_vnni();
-  const std::string int8_how =
-      int8_vnni ? std::string(automatic >= cpu::Isa::avx512 ? "AVX512-VNNI" : "AVX-VNNI") + " (vpdpbusd)"
-                : std::string(automatic >= cpu::Isa::avx512 ? "AVX-512" : "AVX2") +
-                      " without VNNI (vpmaddubsw + vpmaddwd, 8-bit codes centred)";
+  const bool wide = automatic >= cpu::Isa::avx512;
+  const std::string int8_how = cpu::vnni_products(automatic)
+                                   ? std::string(wide ? "AVX512-VNNI" : "AVX-VNNI") + " (vpdpbusd)"
+                                   : std::string(wide ? "AVX-512" : "AVX2") +
+                                         " without VNNI (vpmaddubsw + vpmaddwd, 8-bit codes centred)";
   const std::string quantized_text =
       cpu::quantized_int8_activations(cpu::Isa::automatic)
           ? "int8 activations (per row) x int8/int4 codes with " + int8_how + ", f16 scales per group applied in f32"
@@ -145,9 +145,10 @@ int run_info(const InfoArgs& args) {
   std::printf("cpu: %s (%d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), usable_cpu_cores());
   std::printf("  extensions: %s\n", join(f.names()).c_str());
   if (!hidden.empty() || !unknown.empty()) {
-    std::printf("  hidden by ACTORD_CPU_HIDE: %s%s%s\n", hidden.empty() ? "none" : join(hidden).c_str(),
-                unknown.empty() ? "" : "; not recognised (only avx_vnni, avx512_vnni): ",
-                unknown.empty() ? "" : join(unknown).c_str());
+    std::string line = hidden.empty() ? "none" : join(hidden);
+    if (!unknown.empty())
+      line += "; not recognised (only " + join(cpu::hideable_extensions(), ", ") + "): " + join(unknown);
+    std::printf("  hidden by ACTORD_CPU_HIDE: %s\n", line.c_str());
   }
   std::string cache_text;
   for (const auto& c : f.caches) {

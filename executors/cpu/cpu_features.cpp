@@ -1,5 +1,6 @@
 #include "executors/cpu/cpu_features.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +31,6 @@ uint64_t size_of(const std::string& text) {
   return n;
 }
 
-constexpr const char* kHideable[] = {"avx_vnni", "avx512_vnni"};
 
 // ACTORD_CPU_HIDE's names, split once.
 const std::vector<std::string>& hide_list() {
@@ -54,6 +54,11 @@ const std::vector<std::string>& hide_list() {
 
 }  // namespace
 
+const std::vector<std::string>& hideable_extensions() {
+  static const std::vector<std::string> names = {"avx_vnni", "avx512_vnni"};
+  return names;
+}
+
 bool extension_hidden(const char* name) {
   for (const std::string& h : hide_list())
     if (h == name) return true;
@@ -62,17 +67,16 @@ bool extension_hidden(const char* name) {
 
 std::vector<std::string> hidden_extensions() {
   std::vector<std::string> out;
-  for (const char* name : kHideable)
-    if (extension_hidden(name)) out.emplace_back(name);
+  for (const std::string& name : hideable_extensions())
+    if (extension_hidden(name.c_str())) out.push_back(name);
   return out;
 }
 
 std::vector<std::string> unknown_hidden() {
   std::vector<std::string> out;
   for (const std::string& h : hide_list()) {
-    bool known = false;
-    for (const char* name : kHideable) known = known || h == name;
-    if (!known) out.push_back(h);
+    const auto& known = hideable_extensions();
+    if (std::find(known.begin(), known.end(), h) == known.end()) out.push_back(h);
   }
   return out;
 }

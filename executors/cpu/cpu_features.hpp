@@ -36,7 +36,8 @@ struct CpuFeatures {
 
 // Extensions the kernels are to act as if absent, read once from ACTORD_CPU_HIDE (names as names() spells them,
 // separated by commas or spaces): to run, test and measure the paths an older CPU takes (a Zen 3's AVX2 without
-// VNNI on a CPU with AVX-VNNI). Only avx_vnni and avx512_vnni are honoured; unknown_hidden() lists other names given.
+// VNNI on a CPU with AVX-VNNI). Only hideable_extensions() are honoured; unknown_hidden() lists other names given.
+const std::vector<std::string>& hideable_extensions();  // avx_vnni, avx512_vnni
 bool extension_hidden(const char* name);
 std::vector<std::string> hidden_extensions();
 std::vector<std::string> unknown_hidden();

@@ -61,6 +61,11 @@ bool cpu_has_avx_vnni() {
   return has;
 }
 
+bool vnni_products(Isa isa) {
+  if (isa == Isa::automatic) isa = automatic_isa();
+  return isa >= Isa::avx512 ? cpu_has_avx512_vnni() : isa == Isa::avx2 && cpu_has_avx_vnni();
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::automatic: return "automatic";
@@ -242,8 +247,7 @@ ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {
   if (w.layout == WeightLayout::quantized) {
     if (int8_tiles(isa, m, w)) return ProductPath::int8_tiles;
     if (!quantized_int8_activations(isa)) return ProductPath::f32_fma;
-    const bool vnni = isa >= Isa::avx512 ? cpu_has_avx512_vnni() : cpu_has_avx_vnni();
-    return vnni ? ProductPath::int8_dot : ProductPath::int8_pairs;
+    return vnni_products(isa) ? ProductPath::int8_dot : ProductPath::int8_pairs;
   }
   if (w.layout == WeightLayout::row_major || w.dtype != DType::bf16 || !bf16_dot_products(isa))
     return ProductPath::f32_fma;
@@ -467,9 +471,9 @@ Bf16Rows bf16_rows(const float* x, int m, int64_t k) {
 using QuantizedKernel = void (*)(const QuantizedX&, const WeightMatrix&, const float*, float*, int64_t, int64_t,
                                  int64_t);
 QuantizedKernel quantized_kernel(Isa isa) {
-  if (isa >= Isa::avx512)
-    return cpu_has_avx512_vnni() ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx512_int8;
-  if (isa == Isa::avx2) return cpu_has_avx_vnni() ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
+  const bool vnni = vnni_products(isa);
+  if (isa >= Isa::avx512) return vnni ? &gemm_nt_quantized_avx512_vnni : &gemm_nt_quantized_avx512_int8;
+  if (isa == Isa::avx2) return vnni ? &gemm_nt_quantized_avx_vnni : &gemm_nt_quantized_avx2_int8;
   return &gemm_nt_quantized_portable;
 }
 QuantizedX quantized_x(const float* x, int m, const WeightMatrix& w, Isa isa, int slot) {

@@ -77,10 +77,12 @@ bool have_blas();         // whether this build links OpenBLAS and the one loade
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
 Isa automatic_isa();      // what automatic resolves to: detected_isa(), or avx512_bf16 where the CPU has AVX512-BF16
 bool cpu_has_avx512_bf16();  // AVX512-BF16 (vdpbf16ps), with avx512
-// AVX512-VNNI (vpdpbusd), with avx512: quantized weights then multiply int8 activations (quantized_weights.hpp).
+// AVX512-VNNI (vpdpbusd), with avx512; AVX-VNNI (256-bit vpdpbusd), with avx2 (both less ACTORD_CPU_HIDE's).
 bool cpu_has_avx512_vnni();
-// AVX-VNNI (256-bit vpdpbusd), with avx2: quantized weights then multiply int8 activations on avx2 too.
 bool cpu_has_avx_vnni();
+// Whether the int8 products of quantized weights under `isa` (automatic resolved) take vpdpbusd: AVX512-VNNI from
+// avx512 on, AVX-VNNI on avx2; else vpmaddubsw + vpmaddwd (quantized_weights.hpp).
+bool vnni_products(Isa isa);
 const char* isa_name(Isa isa);
 // The Isa of a configuration name: auto (automatic), portable, avx2, avx512, avx512_bf16; nullopt for any other.
 std::optional<Isa> parse_isa(std::string_view name);
