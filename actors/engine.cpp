@@ -79,6 +79,9 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
   if (group.tbo && group.device == "cuda")
     return make_error(Errc::unsupported, topology.source.string() + ": groups[0].tbo: two-batch overlap runs on CPU ranks "
                                                                     "only so far (device: cuda)");
+  if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")
+    return make_error(Errc::unsupported, topology.source.string() + ": engine.kv_cache_dtype: int8 runs on CPU ranks "
+                                                                    "only so far (groups[0].device: cuda)");
   if (group.device == "cuda") {
     const std::string key = topology.source.string() + ": groups[0].device: cuda: ";
     // A worker on another node looks for its own GPU; one on this machine needs one here, and the ranks of one

@@ -3,6 +3,7 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "core/dtype.hpp"
+#include "core/kv_rows.hpp"
 #include "memory/kv_relayout.hpp"
 
 namespace actord {
@@ -17,8 +18,9 @@ KvShard kv_shard_of(wire::KvLayout::Reader layout) {
   s.first_head = static_cast<int>(layout.getFirstKvHead());
   s.head_dim = static_cast<int>(layout.getHeadDim());
   s.block_size = static_cast<int>(layout.getBlockSize());
-  auto dtype = parse_dtype(std::string_view(layout.getDtype().cStr()));
+  auto dtype = parse_kv_dtype(std::string_view(layout.getDtype().cStr()));
   s.elem_bytes = dtype ? dtype_size(*dtype) : 0;
+  s.scale_bytes = dtype ? size_t(kv_scale_bytes(*dtype, 1)) : 0;
   return s;
 }
 
@@ -50,7 +52,7 @@ std::optional<wire_msg> gather_kv(std::span<const wire_msg> exports) try {
     if (s.elem_bytes == 0 || msg.bulk.size() != 1 || msg.bulk[0].size() != size_t(e.getNumBlocks()) * s.block_bytes())
       return std::nullopt;
     if (!whole) {
-      whole = KvShard::whole(s.total_layers, s.total_heads, s.head_dim, s.block_size, s.elem_bytes);
+      whole = KvShard::whole(s.total_layers, s.total_heads, s.head_dim, s.block_size, s.elem_bytes, s.scale_bytes);
       dtype = e.getLayout().getDtype().cStr();
       num_tokens = e.getNumTokens();
       num_blocks = e.getNumBlocks();

@@ -192,9 +192,14 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
       failure = model.error();
     } else {
       model_ = std::move(*model);
-      const auto kv_dtype = parse_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
+      const auto kv_dtype = parse_kv_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
       // The KV cache in the backend's memory (a GPU's), or the host's, backed now (KvCache::populate: no page faults
       // in the steps that write it); the swap space always on the host, backed as it is used.
+      if (!backend_->stores_kv(kv_dtype)) {
+        ok = false;
+        failure = Error{Errc::unsupported, name_ + ": engine.kv_cache_dtype: the " + backend_->describe() +
+                                               " backend does not store a KV cache of " + dtype_config_name(kv_dtype)};
+      }
       enum class CacheRole { pool, swap };
       auto make_cache = [&](uint32_t blocks, const char* key, CacheRole role) -> std::unique_ptr<KvCache> {
         try {
@@ -244,7 +249,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
         micro_traces_.resize(size_t(micro_batches_ - 1));
         micro_comm_ns_.assign(size_t(micro_batches_ - 1), 0);
       }
-      kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", CacheRole::pool);
+      if (ok) kv_ = make_cache(req.getNumKvBlocks(), "engine.kv_cache_memory", CacheRole::pool);
       if (kv_ && req.getNumSwapBlocks() > 0)
         swap_ = make_cache(req.getNumSwapBlocks(), "engine.swap_space", CacheRole::swap);
       if (!ok) model_.reset();

@@ -23,6 +23,7 @@ KvShard WorkerCore::kv_shard() const {
   out.head_dim = kv_->head_dim();
   out.block_size = kv_->block_size();
   out.elem_bytes = dtype_size(kv_->dtype());
+  out.scale_bytes = size_t(kv_scale_bytes(kv_->dtype(), 1));
   return out;
 }
 

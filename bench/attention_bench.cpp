@@ -1,9 +1,11 @@
 // Microbenchmark of decode attention (executors/cpu/kernels.hpp paged_attention) on a model's shapes: the 134M
 // Llama's (12 layers x 12 heads x head_dim 64, bf16 K/V) or stories260K's (5 layers x 8 query / 4 KV heads x
 // head_dim 8, f32 K/V), K/V in 16-token blocks scattered over the cache, one query per sequence per step, tasks of
-// (sequence, group of heads) over the pool as the model makes them (or HEADS_PER_TASK heads each). Prints the time
-// per step (all layers) and the K/V bytes read per second.
+// (sequence, group of heads) over the pool as the model makes them (or HEADS_PER_TASK heads each); KV_DTYPE sets the
+// cache's element type (engine.kv_cache_dtype spellings: bfloat16, float16, float32, int8). Prints the time per step
+// (all layers) and the K/V bytes read per second (int8: codes and row scales).
 // Usage: actord_attention_bench [threads] [sequences] [context] [heads_per_task (0: as the model)] [134m|stories260k]
+//        [kv_dtype]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <bit>
 #include <vector>
 
+#include "core/kv_rows.hpp"
 #include "core/large_buffer.hpp"
 
 #include "executors/cpu/kernels.hpp"
@@ -28,25 +31,30 @@ int main(int argc, char** argv) {
   const bool stories = argc > 5 && std::string(argv[5]) == "stories260k";
   const int kLayers = stories ? 5 : 12, kHeads = stories ? 8 : 12, kKvHeads = stories ? 4 : 12;
   const int kHeadDim = stories ? 8 : 64, kBlock = 16;
-  const DType dtype = stories ? DType::f32 : DType::bf16;
+  const auto named = argc > 6 ? parse_kv_dtype(argv[6]) : std::optional<DType>(stories ? DType::f32 : DType::bf16);
+  if (!named) {
+    std::fprintf(stderr, "unknown KV dtype '%s'\n", argv[6]);
+    return 2;
+  }
+  const DType dtype = *named;
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int blocks_per_seq = (context + kBlock - 1) / kBlock;
   const int n_blocks = seqs * blocks_per_seq;
-  const int64_t head_stride = int64_t(kBlock) * kHeadDim, block_stride = head_stride * kKvHeads;
+  const int64_t head_stride = kv_head_stride(dtype, kBlock, kHeadDim), block_stride = head_stride * kKvHeads;
   const int64_t layer_elems = int64_t(n_blocks) * block_stride;
   std::mt19937 rng(1);
-  // The cache as KvCache allocates it (huge pages).
+  // The cache as KvCache allocates it (huge pages), rows of values in [1, 2) as the model's writer stores them.
   LargeBuffer k_buffer(size_t(layer_elems * kLayers * esize)), v_buffer(size_t(layer_elems * kLayers * esize));
   auto* k = k_buffer.data();
   auto* v = v_buffer.data();
-  for (int64_t i = 0; i < layer_elems * kLayers; ++i) {
-    const uint16_t kb = static_cast<uint16_t>(0x3c00 + rng() % 256), vb = static_cast<uint16_t>(0x3c00 + rng() % 256);
-    if (dtype == DType::f32) {
-      reinterpret_cast<float*>(k)[i] = std::bit_cast<float>(uint32_t(kb) << 16);
-      reinterpret_cast<float*>(v)[i] = std::bit_cast<float>(uint32_t(vb) << 16);
-    } else {
-      reinterpret_cast<uint16_t*>(k)[i] = kb;
-      reinterpret_cast<uint16_t*>(v)[i] = vb;
+  std::uniform_real_distribution<float> value(1.0f, 2.0f);
+  std::vector<float> row(kHeadDim);
+  for (int64_t region = 0; region < int64_t(n_blocks) * kKvHeads * kLayers; ++region) {
+    for (unsigned char* cache : {k, v}) {
+      for (int slot = 0; slot < kBlock; ++slot) {
+        for (float& e : row) e = value(rng);
+        store_kv_row(dtype, row.data(), kHeadDim, kBlock, cache + region * head_stride * esize, slot);
+      }
     }
   }
   std::vector<uint32_t> order(n_blocks);
@@ -93,7 +101,7 @@ int main(int argc, char** argv) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ++steps;
   }
-  const double bytes = 2.0 * seqs * context * kLayers * kKvHeads * kHeadDim * esize;
+  const double bytes = double(seqs) * context * double(kv_bytes_per_token(dtype, kLayers, kKvHeads, kHeadDim));
   std::printf("%s: threads %d, %d sequences x %d tokens, %d heads per task, %s K/V: best step %.3f ms, %.1f GB/s of K/V\n",
               stories ? "stories260k" : "134m", threads, seqs, context, heads_per_task, dtype_name(dtype), best * 1e3,
               bytes / best / 1e9);

@@ -1,5 +1,8 @@
 #include "core/dtype.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace actord {
 
 const char* dtype_name(DType dtype) {
@@ -7,17 +10,27 @@ const char* dtype_name(DType dtype) {
     case DType::f32: return "F32";
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
+    case DType::i8: return "I8";
   }
   return "?";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::i8: return 1;
+  }
+  return 0;
+}
 
 const char* dtype_config_name(DType dtype) {
   switch (dtype) {
     case DType::f32: return "float32";
     case DType::bf16: return "bfloat16";
     case DType::f16: return "float16";
+    case DType::i8: return "int8";
   }
   return "?";
 }
@@ -27,6 +40,11 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "bfloat16" || name == "bf16" || name == "BF16") return DType::bf16;
   if (name == "float16" || name == "half" || name == "fp16" || name == "F16") return DType::f16;
   return std::nullopt;
+}
+
+std::optional<DType> parse_kv_dtype(std::string_view name) {
+  if (name == "int8" || name == "I8") return DType::i8;
+  return parse_dtype(name);
 }
 
 float f16_to_f32(uint16_t h) {
@@ -98,12 +116,20 @@ void f32_to_halves(const float* src, unsigned char* p, size_t n, FromF32 from_f3
 
 }  // namespace
 
+int8_t f32_to_i8(float f) {
+  if (!(f == f)) return 0;  // NaN
+  return static_cast<int8_t>(std::clamp(std::nearbyint(f), -128.0f, 127.0f));
+}
+
 void convert_to_f32(DType dtype, const void* src, float* dst, size_t n) {
   const auto* p = static_cast<const unsigned char*>(src);
   switch (dtype) {
     case DType::f32: if (n) std::memcpy(dst, src, n * 4); return;  // an empty vector's data() may be null
     case DType::f16: halves_to_f32(p, dst, n, f16_to_f32); return;
     case DType::bf16: halves_to_f32(p, dst, n, bf16_to_f32); return;
+    case DType::i8:
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(static_cast<int8_t>(p[i]));
+      return;
   }
 }
 
@@ -113,6 +139,9 @@ void convert_from_f32(DType dtype, const float* src, void* dst, size_t n) {
     case DType::f32: if (n) std::memcpy(dst, src, n * 4); return;
     case DType::f16: f32_to_halves(src, p, n, f32_to_f16); return;
     case DType::bf16: f32_to_halves(src, p, n, f32_to_bf16); return;
+    case DType::i8:
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(f32_to_i8(src[i]));
+      return;
   }
 }
 

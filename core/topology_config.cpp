@@ -399,8 +399,9 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   engine.read_bytes("kv_cache_memory", cfg.engine.kv_cache_memory);
   engine.read("kv_cache_dtype", cfg.engine.kv_cache_dtype);
   require(cfg.engine.kv_cache_dtype == "auto" || cfg.engine.kv_cache_dtype == "float32" ||
-              cfg.engine.kv_cache_dtype == "bfloat16" || cfg.engine.kv_cache_dtype == "float16",
-          "engine.kv_cache_dtype", "must be auto, float32, bfloat16 or float16, got '" + cfg.engine.kv_cache_dtype + "'");
+              cfg.engine.kv_cache_dtype == "bfloat16" || cfg.engine.kv_cache_dtype == "float16" ||
+              cfg.engine.kv_cache_dtype == "int8",
+          "engine.kv_cache_dtype", "must be auto, float32, bfloat16, float16 or int8, got '" + cfg.engine.kv_cache_dtype + "'");
   require(cfg.engine.kv_cache_memory > 0, "engine.kv_cache_memory", "must be positive");
   engine.read("max_model_len", cfg.engine.max_model_len);
   engine.read("enable_prefix_caching", cfg.engine.enable_prefix_caching);

@@ -84,7 +84,8 @@ struct GemmTarget {
 enum class GatedActivation { silu, gelu_tanh, gelu };
 
 // One layer of a paged KV cache (memory/kv_cache.hpp's layout, in the backend's memory): the row of kv head g at
-// slot s of block b starts at base + b * block_stride + g * head_stride + s * head_dim elements of dtype.
+// slot s of block b starts at base + b * block_stride + g * head_stride + s * head_dim elements of dtype; an i8
+// head region ends with its rows' scales (core/kv_rows.hpp).
 struct KvLayer {
   void* k_base = nullptr;
   void* v_base = nullptr;
@@ -117,6 +118,10 @@ class Backend {
   std::optional<Buffer> host_view(std::span<float> host) const;
   // Whether buffers are host memory (the CPU backend): host_view() works, collectives take buffers' spans directly.
   virtual bool computes_in_host_memory() const = 0;
+
+  // Whether rope_and_store_kv and paged_attention take a KV cache of `dtype`: every float dtype; i8 (codes with a
+  // scale per row) where a backend says so.
+  virtual bool stores_kv(DType dtype) const { return dtype != DType::i8; }
 
   // Zeroed memory of `bytes` in this backend's device, for a KV cache; nullopt when the backend computes in host
   // memory (the caller then uses the host's). copy_bytes() moves bytes between it and the host, either way, in order

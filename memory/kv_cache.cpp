@@ -9,7 +9,8 @@ namespace actord {
 
 size_t KvCache::bytes_for(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size,
                           DType dtype) {
-  return static_cast<size_t>(num_layers) * num_blocks * 2 * block_size * num_kv_heads * head_dim * dtype_size(dtype);
+  return static_cast<size_t>(num_layers) * num_blocks * 2 * num_kv_heads *
+         static_cast<size_t>(kv_head_stride(dtype, block_size, head_dim)) * dtype_size(dtype);
 }
 
 KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, int block_size, DType dtype,

@@ -1,5 +1,6 @@
 // Paged KV memory of one worker: `num_blocks` blocks of `block_size` token slots for every layer, stored as f32,
-// bf16 or f16 (the executor backend's primitives write them: Backend::rope_and_store_kv).
+// bf16, f16 or int8 codes with a scale per row (core/kv_rows.hpp; the executor backend's primitives write them:
+// Backend::rope_and_store_kv).
 //
 // Contract: owned by a worker; which blocks belong to which sequence is decided elsewhere (kv_pool and the
 // scheduler's lease) and arrives with every step as block tables. Not thread-safe; the worker's thread only. The
@@ -14,6 +15,7 @@
 #include <memory>
 
 #include "core/dtype.hpp"
+#include "core/kv_rows.hpp"
 #include "core/large_buffer.hpp"
 
 namespace actord {
@@ -49,13 +51,13 @@ class KvCache {
 
   // Layer bases and strides for attention (PagedAttentionParams): the row of kv head g at slot s of block b is at
   // keys(layer) + b * block_stride() + g * head_stride() + s * head_dim() elements of dtype(); values likewise
-  // from values(layer).
+  // from values(layer). A head's region (core/kv_rows.hpp) ends with its rows' scales for int8.
   const void* keys(int layer) const { return base() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
   const void* values(int layer) const { return base() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
   void* keys(int layer) { return base() + offset(layer, 0, 0, 0) * dtype_size(dtype_); }
   void* values(int layer) { return base() + offset(layer, 0, 1, 0) * dtype_size(dtype_); }
-  int64_t block_stride() const { return 2ll * num_kv_heads_ * block_size_ * head_dim_; }
-  int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
+  int64_t block_stride() const { return 2ll * num_kv_heads_ * head_stride(); }
+  int64_t head_stride() const { return kv_head_stride(dtype_, block_size_, head_dim_); }
 
   int num_layers() const { return num_layers_; }
   int num_kv_heads() const { return num_kv_heads_; }
@@ -66,15 +68,15 @@ class KvCache {
   // Copies block `src` of this cache, every layer, to block `dst` of `to` (this cache itself, or another one with
   // the same layout, e.g. a host swap space). Byte-exact.
   void copy_block(uint32_t src, KvCache& to, uint32_t dst) const;
-  // Block `block`'s bytes, every layer, to `out` [block_bytes()] in the order layer, k|v, kv head, slot, dim; and
-  // back. The export / import format of a block.
+  // Block `block`'s bytes, every layer, to `out` [block_bytes()] in the order layer, k|v, kv head, then the head's
+  // region (slot, dim; int8: then the slots' scales); and back. The export / import format of a block.
   void read_block(uint32_t block, unsigned char* out) const;
   void write_block(uint32_t block, const unsigned char* in);
 
  private:
   size_t offset(int layer, uint32_t block, int kv, int head) const {
     return (((static_cast<size_t>(layer) * num_blocks_ + block) * 2 + kv) * num_kv_heads_ + head) *
-           static_cast<size_t>(block_size_) * head_dim_;
+           static_cast<size_t>(head_stride());
   }
   size_t layer_block_bytes() const { return static_cast<size_t>(block_stride()) * dtype_size(dtype_); }
   unsigned char* base() const { return storage_.data ? storage_.data : const_cast<unsigned char*>(data_.data()); }
@@ -82,8 +84,8 @@ class KvCache {
   void copy_bytes(const KvCache& other, void* dst, const void* src, size_t n) const;
   int num_layers_, num_kv_heads_, head_dim_, row_, num_blocks_, block_size_;
   DType dtype_;
-  // [layers, blocks, 2 (k|v), kv_heads, block_size, head_dim] elements of dtype_: one head's keys in a block are
-  // contiguous. Huge pages: attention reads blocks scattered over the whole cache. Empty with a device's storage.
+  // [layers, blocks, 2 (k|v), kv_heads, head region] with a region of [block_size, head_dim] elements of dtype_
+  // (int8: then block_size f32 scales): one head's keys in a block are contiguous. Huge pages: attention reads blocks scattered over the whole cache. Empty with a device's storage.
   LargeBuffer data_;
   KvStorage storage_;
 };

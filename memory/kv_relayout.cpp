@@ -12,7 +12,7 @@ void copy_kv_overlap(const unsigned char* src, const KvShard& from, unsigned cha
   const int head_lo = std::max(from.first_head, to.first_head);
   const int head_hi = std::min(from.first_head + from.num_heads, to.first_head + to.num_heads);
   if (layer_lo >= layer_hi || head_lo >= head_hi) return;
-  const size_t head_bytes = size_t(from.block_size) * size_t(from.head_dim) * from.elem_bytes;  // one head's slots
+  const size_t head_bytes = from.head_bytes();
   const size_t run = size_t(head_hi - head_lo) * head_bytes;  // the shared heads are contiguous in both
   const size_t from_block = from.block_bytes(), to_block = to.block_bytes();
   for (size_t b = 0; b < num_blocks; ++b) {

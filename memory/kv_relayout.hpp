@@ -3,8 +3,9 @@
 // shape import, so a sequence moves to a replica of another TP / PP shape with its KV instead of being recomputed.
 //
 // Contract: pure byte copies, no allocation. Blocks are laid out as KvCache::read_block writes them: per block, per
-// layer of the shard, k then v, per KV head of the shard, block_size slots of head_dim elements. A shard with every
-// layer and head is the whole model's (the form a moving sequence travels in).
+// layer of the shard, k then v, per KV head of the shard, block_size slots of head_dim elements (int8: then the
+// slots' scales, core/kv_rows.hpp). A shard with every layer and head is the whole model's (the form a moving
+// sequence travels in).
 #pragma once
 
 #include <cstddef>
@@ -18,18 +19,19 @@ struct KvShard {
   int first_head = 0, num_heads = 0;      // and KV heads
   int head_dim = 0, block_size = 0;
   size_t elem_bytes = 0;                  // of the KV dtype
+  size_t scale_bytes = 0;                 // per slot after a head's rows (int8: its f32 scale)
 
-  static KvShard whole(int layers, int heads, int head_dim, int block_size, size_t elem_bytes) {
-    return {layers, heads, 0, layers, 0, heads, head_dim, block_size, elem_bytes};
+  static KvShard whole(int layers, int heads, int head_dim, int block_size, size_t elem_bytes, size_t scale_bytes = 0) {
+    return {layers, heads, 0, layers, 0, heads, head_dim, block_size, elem_bytes, scale_bytes};
   }
   bool operator==(const KvShard&) const = default;
-  size_t block_bytes() const {
-    return size_t(num_layers) * 2 * size_t(num_heads) * size_t(block_size) * size_t(head_dim) * elem_bytes;
-  }
+  // One KV head's region of a block: its slots' rows and scales.
+  size_t head_bytes() const { return size_t(block_size) * (size_t(head_dim) * elem_bytes + scale_bytes); }
+  size_t block_bytes() const { return size_t(num_layers) * 2 * size_t(num_heads) * head_bytes(); }
   // Same model, head size, block size and dtype: blocks of the two can be re-laid out into each other.
   bool compatible(const KvShard& o) const {
     return total_layers == o.total_layers && total_heads == o.total_heads && head_dim == o.head_dim &&
-           block_size == o.block_size && elem_bytes == o.elem_bytes;
+           block_size == o.block_size && elem_bytes == o.elem_bytes && scale_bytes == o.scale_bytes;
   }
   // Every layer and head of `o` is in this shard.
   bool covers(const KvShard& o) const {

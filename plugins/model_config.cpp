@@ -9,18 +9,20 @@
 #include <optional>
 
 #include "core/gguf.hpp"
+#include "core/kv_rows.hpp"
 #include "executors/cpu/kernels.hpp"
 #include "plugins/gguf_model.hpp"
 
 namespace actord {
 
 size_t ModelConfig::kv_bytes_per_token(DType kv_dtype) const {
-  return 2ull * num_layers * num_kv_heads * head_dim * dtype_size(kv_dtype);
+  return actord::kv_bytes_per_token(kv_dtype, num_layers, num_kv_heads, head_dim);
 }
 
 DType ModelConfig::kv_cache_dtype(const std::string& kv_setting, const std::string& model_dtype_setting,
                                   const std::string& torch_dtype) {
-  for (const std::string* name : {&kv_setting, &model_dtype_setting, &torch_dtype}) {
+  if (kv_setting != "auto") return parse_kv_dtype(kv_setting).value_or(DType::f32);
+  for (const std::string* name : {&model_dtype_setting, &torch_dtype}) {
     if (*name == "auto") continue;
     return parse_dtype(*name).value_or(DType::f32);
   }

@@ -154,6 +154,18 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
   CHECK(run_actord({"check", two_groups.string()}).exit_code == 0);
   check_refused(generate({two_groups.string()}),
                 two_groups.string() + ": groups: more than one group is not supported yet");
+  // An int8 KV cache runs in a worker of this process, in a worker process and over tp ranks; not on a cuda group.
+  const Run int8_kv = generate({"configs/quickstart.yaml", "--set", "engine.kv_cache_dtype=int8"});
+  REQUIRE(int8_kv.exit_code == 0);
+  for (const char* file : {"configs/quickstart-2proc.yaml", "configs/tp2.yaml"}) {
+    const Run other = generate({file, "--set", "engine.kv_cache_dtype=int8"});
+    CHECK(other.exit_code == 0);
+    CHECK(other.out == int8_kv.out);
+  }
+  check_refused(generate({"configs/quickstart.yaml", "--set", "groups[0].device=cuda", "--set",
+                          "engine.kv_cache_dtype=int8"}),
+                "configs/quickstart.yaml: engine.kv_cache_dtype: int8 runs on CPU ranks only so far (groups[0].device: "
+                "cuda)");
   // A cuda group: refused before anything starts where this machine has no GPU (CI), or fewer GPUs than a replica's ranks.
   CHECK(run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].device=cuda"}).exit_code == 0);
   if (cuda::device_count() == 0) {

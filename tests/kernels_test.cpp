@@ -9,6 +9,7 @@
 
 #include <atomic>
 
+#include "core/kv_rows.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/kernels.hpp"
@@ -347,6 +348,46 @@ TEST_CASE("dtype conversions round to nearest even and keep specials", "[kernels
   }
 }
 
+TEST_CASE("int8 KV rows: codes of max |x| / 127, the largest at +-127, each value within half a step - a zero row "
+          "is zeros - i8 conversions round and saturate", "[kernels][kv]") {
+  CHECK(f32_to_i8(2.5f) == 2);  // halfway: to even
+  CHECK(f32_to_i8(-3.5f) == -4);
+  CHECK(f32_to_i8(300.0f) == 127);
+  CHECK(f32_to_i8(-1e9f) == -128);
+  CHECK(f32_to_i8(std::nanf("")) == 0);
+  CHECK(parse_kv_dtype("int8") == DType::i8);
+  CHECK(parse_kv_dtype("bfloat16") == DType::bf16);
+  CHECK_FALSE(parse_dtype("int8").has_value());  // never a weight dtype
+  constexpr int hd = 40, bs = 3;
+  std::vector<unsigned char> region(size_t(kv_head_stride(DType::i8, bs, hd)), 0xee);
+  CHECK(region.size() == size_t(bs * hd + 4 * bs));
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> x(hd), back(hd);
+  for (int slot = 0; slot < bs; ++slot) {
+    for (float& e : x) e = dist(rng) * float(slot + 1);
+    x[7] = -4.0f * float(slot + 1);  // the largest magnitude, negative
+    store_kv_row(DType::i8, x.data(), hd, bs, region.data(), slot);
+    const float scale = kv_row_scale(region.data(), bs, hd, slot);
+    CHECK(scale == 4.0f * float(slot + 1) / 127.0f);
+    CHECK(static_cast<int8_t>(region[size_t(slot) * hd + 7]) == -127);
+    load_kv_row(DType::i8, region.data(), hd, bs, slot, back.data());
+    for (int d = 0; d < hd; ++d) REQUIRE(std::abs(back[d] - x[d]) <= scale * 0.5f * 1.0001f);
+  }
+  std::fill(x.begin(), x.end(), 0.0f);
+  store_kv_row(DType::i8, x.data(), hd, bs, region.data(), 1);
+  CHECK(kv_row_scale(region.data(), bs, hd, 1) == 0.0f);
+  load_kv_row(DType::i8, region.data(), hd, bs, 1, back.data());
+  CHECK(std::all_of(back.begin(), back.end(), [](float e) { return e == 0.0f; }));
+  // The float dtypes: the rows are the dtype's conversion, nothing after them.
+  CHECK(kv_head_stride(DType::bf16, bs, hd) == bs * hd);
+  std::vector<unsigned char> halves(size_t(bs * hd * 2));
+  x[3] = 1.00390625f;
+  store_kv_row(DType::bf16, x.data(), hd, bs, halves.data(), 2);
+  load_kv_row(DType::bf16, halves.data(), hd, bs, 2, back.data());
+  CHECK(back[3] == 1.0f);
+}
+
 TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
   std::mt19937 rng(2);
   for (int dim : {8, 64, 130}) {
@@ -372,7 +413,7 @@ TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
   require_close(g, gref);
 }
 
-TEST_CASE("paged attention over scattered blocks matches contiguous reference attention - a query alone gives its bits in a chunk", "[kernels]") {
+TEST_CASE("paged attention over scattered blocks matches contiguous reference attention in every KV dtype (int8 with row scales) - a query alone gives its bits in a chunk", "[kernels]") {
   std::mt19937 rng(3);
   struct Shape { int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0; };
   for (Shape s : {Shape{8, 4, 8, 16, 0, 1}, Shape{8, 4, 8, 16, 0, 37}, Shape{4, 4, 64, 4, 9, 1},
@@ -394,27 +435,27 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
     // Blocks are scattered: sequence block i lives in pool block (2*i + 1) in reverse order.
     std::vector<uint32_t> table(n_blocks_used);
     for (int i = 0; i < n_blocks_used; ++i) table[i] = uint32_t(pool_blocks - 1 - 2 * i);
-    // KvCache's layout: [blocks, 2 (k|v), kv_heads, block_size, head_dim], in each KV dtype; the reference gets
-    // K and V rounded through that dtype.
-    const int64_t head_stride = int64_t(s.block_size) * s.head_dim;
-    const int64_t block_stride = 2 * s.n_kv_heads * head_stride;
     auto k = random_vector(size_t(n_ctx) * kv_row, rng), v = random_vector(size_t(n_ctx) * kv_row, rng);
     auto q = random_vector(size_t(s.n_tokens) * q_row, rng);
-    for (DType kv_dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (DType kv_dtype : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
       INFO("kv dtype " << dtype_name(kv_dtype));
+      // KvCache's layout: [blocks, 2 (k|v), kv_heads, head region] (core/kv_rows.hpp: block_size rows of head_dim,
+      // then for i8 the rows' scales); the reference gets K and V as the cache holds them.
+      const int64_t head_stride = kv_head_stride(kv_dtype, s.block_size, s.head_dim);
+      const int64_t block_stride = 2 * s.n_kv_heads * head_stride;
       const size_t esize = dtype_size(kv_dtype);
       std::vector<unsigned char> pool(size_t(pool_blocks) * block_stride * esize, 0);
       std::vector<float> k_exact(k.size()), v_exact(v.size());
       for (int j = 0; j < n_ctx; ++j) {
         for (int g = 0; g < s.n_kv_heads; ++g) {
-          const int64_t at = table[j / s.block_size] * block_stride + g * head_stride + (j % s.block_size) * s.head_dim;
+          unsigned char* k_head = pool.data() + (table[j / s.block_size] * block_stride + g * head_stride) * esize;
+          unsigned char* v_head = k_head + s.n_kv_heads * head_stride * esize;
+          const int slot = j % s.block_size;
           const size_t src = size_t(j) * kv_row + g * s.head_dim;
-          convert_from_f32(kv_dtype, k.data() + src, pool.data() + at * esize, s.head_dim);
-          convert_from_f32(kv_dtype, v.data() + src, pool.data() + (at + s.n_kv_heads * head_stride) * esize,
-                           s.head_dim);
-          convert_to_f32(kv_dtype, pool.data() + at * esize, k_exact.data() + src, s.head_dim);
-          convert_to_f32(kv_dtype, pool.data() + (at + s.n_kv_heads * head_stride) * esize, v_exact.data() + src,
-                         s.head_dim);
+          store_kv_row(kv_dtype, k.data() + src, s.head_dim, s.block_size, k_head, slot);
+          store_kv_row(kv_dtype, v.data() + src, s.head_dim, s.block_size, v_head, slot);
+          load_kv_row(kv_dtype, k_head, s.head_dim, s.block_size, slot, k_exact.data() + src);
+          load_kv_row(kv_dtype, v_head, s.head_dim, s.block_size, slot, v_exact.data() + src);
         }
       }
       std::vector<float> out(q.size()), ref(q.size());

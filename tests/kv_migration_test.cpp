@@ -27,14 +27,15 @@ wire_msg call(caf::scoped_actor& self, const worker_actor& worker, auto atom, co
   return reply;
 }
 
-void init(caf::scoped_actor& self, const worker_actor& worker, const std::string& name, uint32_t num_blocks) {
+void init(caf::scoped_actor& self, const worker_actor& worker, const std::string& name, uint32_t num_blocks,
+          const std::string& kv_dtype = "F32") {
   wire_msg msg = build<wire::WorkerInit>([&](wire::WorkerInit::Builder out) {
     out.setName(name);
     out.setModelPath(test::stories_dir().string());
     out.setDtype("auto");
     out.setNumKvBlocks(num_blocks);
     out.setBlockSize(kBlockSize);
-    out.setKvDtype("F32");
+    out.setKvDtype(kv_dtype);
     out.setThreads(1);
   });
   const wire_msg reply = call(self, worker, init_atom::value, msg);  // outlives the reader, which refers to it
@@ -141,8 +142,10 @@ struct StopAtEnd {
 
 }  // namespace
 
-TEST_CASE("kv migration - a running sequence moves to another pool and continues with identical output",
-          "[kv][migration]") {
+TEST_CASE("kv migration - a running sequence moves to another pool and continues with identical output - f32 and "
+          "int8 KV (codes and row scales move together)", "[kv][migration]") {
+  const std::string kv_dtype = GENERATE(as<std::string>{}, "F32", "I8");
+  INFO("KV dtype " << kv_dtype);
   ActordSystemConfig cfg(2);
   caf::actor_system system(cfg);
   caf::scoped_actor self{system};
@@ -151,8 +154,8 @@ TEST_CASE("kv migration - a running sequence moves to another pool and continues
   worker_actor source = spawn_remote_worker(system, process);
   worker_actor target = spawn_worker(system, registry);
   StopAtEnd stop{self, {source, target}};
-  init(self, source, "test/worker/a", 32);
-  init(self, target, "test/worker/b", 64);
+  init(self, source, "test/worker/a", 32, kv_dtype);
+  init(self, target, "test/worker/b", 64, kv_dtype);
 
   const std::vector<int32_t> prompt{1, 365, 1473, 471, 263, 931, 29892, 727, 471, 263, 2217, 7826, 4257};
   std::vector<int32_t> safe_prompt;
@@ -177,7 +180,7 @@ TEST_CASE("kv migration - a running sequence moves to another pool and continues
     REQUIRE_FALSE(has_error(e.getError()));
     CHECK(e.getNumBlocks() == 6);
     CHECK(e.getLayout().getBlockSize() == kBlockSize);
-    CHECK(std::string(e.getLayout().getDtype()) == "F32");
+    CHECK(std::string(e.getLayout().getDtype()) == kv_dtype);
     REQUIRE(exported.bulk.size() == 1);
     CHECK(exported.bulk[0].size() == 6 * e.getBlockBytes());
   }

@@ -111,10 +111,26 @@ TEST_CASE("block allocator hands out - frees and lends ids", "[memory]") {
 }
 
 TEST_CASE("KV blocks move byte for byte - to a swap space and back, and through export bytes", "[memory][swap]") {
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
     INFO("dtype " << dtype_name(dtype));
     KvCache pool(3, 2, 8, 6, 4, dtype);
     KvCache host(3, 2, 8, 2, 4, dtype);
+    // 3 layers x k|v x 2 heads x 4 slots of 8 elements, and for int8 a 4-byte scale per slot.
+    CHECK(pool.block_bytes() == size_t(3 * 2 * 2 * 4) * (8 * dtype_size(dtype) + (dtype == DType::i8 ? 4 : 0)));
+    CHECK(KvCache::bytes_for(3, 2, 8, 6, 4, dtype) == 6 * pool.block_bytes());
+    CHECK(pool.head_stride() * int64_t(dtype_size(dtype)) == int64_t(pool.block_bytes() / 12));
+    {  // every block's bytes are its own: each written, all read back
+      std::vector<std::vector<unsigned char>> each(6, std::vector<unsigned char>(pool.block_bytes()));
+      for (uint32_t b = 0; b < 6; ++b) {
+        for (size_t i = 0; i < each[b].size(); ++i) each[b][i] = static_cast<unsigned char>(i * 7 + b * 101 + 3);
+        pool.write_block(b, each[b].data());
+      }
+      std::vector<unsigned char> got(pool.block_bytes());
+      for (uint32_t b = 0; b < 6; ++b) {
+        pool.read_block(b, got.data());
+        CHECK(got == each[b]);
+      }
+    }
     std::vector<unsigned char> original(pool.block_bytes()), back(pool.block_bytes());
     for (size_t i = 0; i < original.size(); ++i) original[i] = static_cast<unsigned char>(i * 37 + 11);
     pool.write_block(4, original.data());

@@ -297,6 +297,8 @@ TEST_CASE("the KV cache dtype follows the setting - then the model dtype - then 
   CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "bfloat16") == DType::bf16);
   CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float32") == DType::f32);
   CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "float64") == DType::f32);
+  CHECK(ModelConfig::kv_cache_dtype("int8", "bfloat16", "float32") == DType::i8);
+  CHECK(ModelConfig::kv_cache_dtype("auto", "auto", "int8") == DType::f32);  // never from a weight dtype
 }
 
 namespace {

@@ -63,7 +63,7 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seqs: lots}\n") ==
         "configs/t.yaml: engine.max_num_seqs: must be an integer, got 'lots'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_dtype: int4}\n") ==
-        "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16 or float16, got 'int4'");
+        "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16, float16 or int8, got 'int4'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 12 parsecs}\n") ==
         "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB, TiB)");
   CHECK(error_of(std::string(kMinimal) + "engine: {swap_space: lots}\n") ==

@@ -3,8 +3,8 @@
 // the same whether it is computed alone, in a prefill chunk of any size and offset, or again after a preemption by
 // recompute (batch invariance: a request's output does not depend on what it was batched with). Keys go in spans of
 // whole blocks aligned to the sequence's start, for all the heads asked for, scoring 16 (AVX-512) or 8 (AVX2) keys
-// per pass where head_dim allows, converting bf16/f16 K/V in registers, with one online-softmax update per head
-// per span. Intrinsics where they pay, else portable C++ whose inner loops the compiler vectorises: included once
+// per pass where head_dim allows, converting bf16/f16/int8 K/V in registers, with one online-softmax update per
+// head per span; int8 rows' scales (core/kv_rows.hpp) multiply a key's score and a value's softmax weight. Intrinsics where they pay, else portable C++ whose inner loops the compiler vectorises: included once
 // per instruction set by attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define
 // ACTORD_ATTENTION_NS to the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/kv_rows.hpp"
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/vector_math.hpp"
 
@@ -43,13 +44,13 @@ inline float to_f32(uint16_t h) {
   }
 }
 
-// The cache's element type for a dtype, and its conversion.
+// The cache's element type for a dtype, and its conversion (an i8 code as it is, its row's scale applied apart).
 template <DType D>
 struct Kv {
-  using Elem = std::conditional_t<D == DType::f32, float, uint16_t>;
+  using Elem = std::conditional_t<D == DType::f32, float, std::conditional_t<D == DType::i8, int8_t, uint16_t>>;
   static float f32(Elem e) {
-    if constexpr (D == DType::f32) {
-      return e;
+    if constexpr (D == DType::f32 || D == DType::i8) {
+      return static_cast<float>(e);
     } else {
       return to_f32<D>(e);
     }
@@ -61,6 +62,7 @@ struct Kv {
 struct QueryState {
   std::vector<float> head_acc, head_max, head_denom;
   std::vector<float> head_scores;
+  std::vector<float> scaled_weights;  // [block_size]: one block's softmax weights times its i8 value scales
 };
 
 #if defined(__AVX512F__)
@@ -69,6 +71,8 @@ template <DType D>
 inline __m512 load16(const typename Kv<D>::Elem* p) {
   if constexpr (D == DType::f32) {
     return _mm512_loadu_ps(p);
+  } else if constexpr (D == DType::i8) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   } else if constexpr (D == DType::bf16) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
@@ -142,12 +146,15 @@ inline void accumulate_values_hd8(const float* w, const typename Kv<D>::Elem* va
   _mm256_storeu_ps(acc, sum);
 }
 
-// scores[j] = q . k_j * scale for 16 keys, head_dim a multiple of 16: one accumulator per key, then one
-// butterfly reduction. Key j's products go to slot 4 (j % 4) + j / 4, so that sum_lanes_16 puts its sum in lane j.
-template <DType D>
+// scores[j] = q . k_j * scale for 16 keys, head_dim a multiple of 16 (HD: known at compile time, 0: hd): one
+// accumulator per key, then one butterfly reduction. Key j's products go to slot 4 (j % 4) + j / 4, so that
+// sum_lanes_16 puts its sum in lane j. The same arithmetic, in the same order, for every HD.
+template <DType D, int HD>
 inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+  if constexpr (HD > 0) hd = HD;
   __m512 part[16];
-  for (int j = 0; j < 16; ++j) {
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {  // unrolled: every part[] index a constant, so the parts stay in registers
     const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
     __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), load16<D>(k));
     for (int c = 16; c < hd; c += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16<D>(k + c), a);
@@ -156,19 +163,30 @@ inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int 
   _mm512_storeu_ps(scores, _mm512_mul_ps(sum_lanes_16(part), _mm512_set1_ps(scale)));
 }
 
-// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16; up to four 16-feature chunks stay in registers.
+// acc[0, 16 CHUNKS) += sum_j w[j] * v_j[0, 16 CHUNKS) over n keys whose rows are `stride` elements apart: the
+// chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
+template <DType D, int CHUNKS>
+inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+  __m512 a[CHUNKS];
+  for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
+  for (int j = 0; j < n; ++j) {
+    const __m512 wj = _mm512_set1_ps(w[j]);
+    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
+    for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_fmadd_ps(wj, load16<D>(v + 16 * c), a[c]);
+  }
+  for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
+}
+
+// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16: 64 features at a time in registers.
 template <DType D>
 inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
   for (int c0 = 0; c0 < hd; c0 += 64) {
-    const int chunks = std::min(4, (hd - c0) / 16);
-    __m512 a[4];
-    for (int c = 0; c < chunks; ++c) a[c] = _mm512_loadu_ps(acc + c0 + 16 * c);
-    for (int j = 0; j < n; ++j) {
-      const __m512 wj = _mm512_set1_ps(w[j]);
-      const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * hd + c0;
-      for (int c = 0; c < chunks; ++c) a[c] = _mm512_fmadd_ps(wj, load16<D>(v + 16 * c), a[c]);
+    switch (std::min(4, (hd - c0) / 16)) {
+      case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
+      case 2: accumulate_chunks<D, 2>(w, values + c0, n, hd, acc + c0); break;
+      case 3: accumulate_chunks<D, 3>(w, values + c0, n, hd, acc + c0); break;
+      default: accumulate_chunks<D, 4>(w, values + c0, n, hd, acc + c0); break;
     }
-    for (int c = 0; c < chunks; ++c) _mm512_storeu_ps(acc + c0 + 16 * c, a[c]);
   }
 }
 #elif defined(__AVX2__)
@@ -177,6 +195,8 @@ template <DType D>
 inline __m256 load8(const typename Kv<D>::Elem* p) {
   if constexpr (D == DType::f32) {
     return _mm256_loadu_ps(p);
+  } else if constexpr (D == DType::i8) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   } else if constexpr (D == DType::bf16) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
@@ -194,10 +214,13 @@ inline __m256 sum_lanes_8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// scores[j] = q . k_j * scale for 8 keys, head_dim a multiple of 8: one accumulator per key, then one reduction.
-template <DType D>
+// scores[j] = q . k_j * scale for 8 keys, head_dim a multiple of 8 (HD: known at compile time, 0: hd): one
+// accumulator per key, then one reduction; the same arithmetic for every HD.
+template <DType D, int HD>
 inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+  if constexpr (HD > 0) hd = HD;
   __m256 part[8];
+#pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) {
     const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
     __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), load8<D>(k));
@@ -207,8 +230,22 @@ inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int h
   _mm256_storeu_ps(scores, _mm256_mul_ps(sum_lanes_8(part), _mm256_set1_ps(scale)));
 }
 
-// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8. Up to eight 8-feature chunks stay in registers;
-// head_dim 8 (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
+// acc[0, 8 CHUNKS) += sum_j w[j] * v_j[0, 8 CHUNKS) over n keys whose rows are `stride` elements apart: the
+// chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
+template <DType D, int CHUNKS>
+inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+  __m256 a[CHUNKS];
+  for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
+  for (int j = 0; j < n; ++j) {
+    const __m256 wj = _mm256_set1_ps(w[j]);
+    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
+    for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_fmadd_ps(wj, load8<D>(v + 8 * c), a[c]);
+  }
+  for (int c = 0; c < CHUNKS; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
+}
+
+// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8: 64 features at a time in registers; head_dim 8
+// (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
 template <DType D>
 inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
   if (hd == 8) {
@@ -222,15 +259,16 @@ inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values
     return;
   }
   for (int c0 = 0; c0 < hd; c0 += 64) {
-    const int chunks = std::min(8, (hd - c0) / 8);
-    __m256 a[8];
-    for (int c = 0; c < chunks; ++c) a[c] = _mm256_loadu_ps(acc + c0 + 8 * c);
-    for (int j = 0; j < n; ++j) {
-      const __m256 wj = _mm256_set1_ps(w[j]);
-      const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * hd + c0;
-      for (int c = 0; c < chunks; ++c) a[c] = _mm256_fmadd_ps(wj, load8<D>(v + 8 * c), a[c]);
+    switch (std::min(8, (hd - c0) / 8)) {
+      case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
+      case 2: accumulate_chunks<D, 2>(w, values + c0, n, hd, acc + c0); break;
+      case 3: accumulate_chunks<D, 3>(w, values + c0, n, hd, acc + c0); break;
+      case 4: accumulate_chunks<D, 4>(w, values + c0, n, hd, acc + c0); break;
+      case 5: accumulate_chunks<D, 5>(w, values + c0, n, hd, acc + c0); break;
+      case 6: accumulate_chunks<D, 6>(w, values + c0, n, hd, acc + c0); break;
+      case 7: accumulate_chunks<D, 7>(w, values + c0, n, hd, acc + c0); break;
+      default: accumulate_chunks<D, 8>(w, values + c0, n, hd, acc + c0); break;
     }
-    for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(acc + c0 + 8 * c, a[c]);
   }
 }
 #endif
@@ -242,14 +280,22 @@ void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
   using E = typename Kv<D>::Elem;
   int j = 0;
 #if defined(__AVX512F__)
-  if (hd % 16 == 0) {
-    for (; j + 16 <= n; j += 16) score_16_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  if (hd == 64) {
+    for (; j + 16 <= n; j += 16) score_16_keys<D, 64>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  } else if (hd == 128) {
+    for (; j + 16 <= n; j += 16) score_16_keys<D, 128>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  } else if (hd % 16 == 0) {
+    for (; j + 16 <= n; j += 16) score_16_keys<D, 0>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
   } else if (hd == 8) {
     for (; j + 16 <= n; j += 16) score_16_keys_hd8<D>(q, keys + static_cast<int64_t>(j) * hd, scale, scores + j);
   }
 #elif defined(__AVX2__)
-  if (hd % 8 == 0) {
-    for (; j + 8 <= n; j += 8) score_8_keys<D>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  if (hd == 64) {
+    for (; j + 8 <= n; j += 8) score_8_keys<D, 64>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  } else if (hd == 128) {
+    for (; j + 8 <= n; j += 8) score_8_keys<D, 128>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+  } else if (hd % 8 == 0) {
+    for (; j + 8 <= n; j += 8) score_8_keys<D, 0>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
   }
 #endif
   for (; j + 4 <= n; j += 4) {
@@ -305,12 +351,30 @@ void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int h
   }
 }
 
+// The largest of x[0, n) (-inf for none), in vectors: a loop of scalar maxima waits on each one's latency. Exact,
+// whatever the order.
+inline float max_of(const float* x, int n) {
+  int i = 0;
+  float m = -INFINITY;
+#if defined(__AVX512F__)
+  __m512 v = _mm512_set1_ps(-INFINITY);
+  for (; i + 16 <= n; i += 16) v = _mm512_max_ps(v, _mm512_loadu_ps(x + i));
+  m = _mm512_reduce_max_ps(v);
+#elif defined(__AVX2__)
+  __m256 v = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  for (float e : lanes) m = std::max(m, e);
+#endif
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
 // Folds n new scores into one head's online softmax: turns them into weights exp(s - max) in place and rescales the
 // head's accumulator and denominator when the running maximum grows.
 inline void softmax_update(float* scores, int n, int hd, float* acc, float& max_score, float& denom) {
-  float span_max = -INFINITY;
-#pragma omp simd reduction(max : span_max)
-  for (int i = 0; i < n; ++i) span_max = std::max(span_max, scores[i]);
+  const float span_max = max_of(scores, n);
   const float new_max = std::max(max_score, span_max);
   const float correction = exp_nonpositive(max_score - new_max);
   max_score = new_max;
@@ -340,7 +404,8 @@ constexpr int64_t kPrefetchMaxBytes = 4096;
 // out_row are the token's rows of all heads. Keys [first, pos] go in spans of whole blocks: the span's scores for
 // every head (block by block, and within a block head by head, so the heads' K of a block are read in address
 // order: one sequential stream per block that the hardware prefetcher follows), one softmax update per head, then
-// the span's values in the same order.
+// the span's values in the same order. An i8 cache's rows are codes: a key's score is multiplied by its row's scale,
+// and a value's softmax weight by its row's.
 template <DType D>
 void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
                    float* out_row, QueryState& st) {
@@ -352,11 +417,13 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
   st.head_max.assign(heads, -INFINITY);
   st.head_denom.assign(heads, 0.0f);
   st.head_scores.resize(static_cast<size_t>(heads) * span);
+  constexpr bool kScaled = D == DType::i8;
+  if constexpr (kScaled) st.scaled_weights.resize(bs);
   const auto* k_base = static_cast<const E*>(p.k_base);
   const auto* v_base = static_cast<const E*>(p.v_base);
   const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
   const int kv_begin = h_begin / group, kv_end = (h_end - 1) / group + 1;  // the KV heads read
-  const int64_t prefetch_bytes = ((kv_end - kv_begin - 1) * p.head_stride + int64_t(bs) * hd) * int64_t(sizeof(E));
+  const int64_t prefetch_bytes = (kv_end - kv_begin) * p.head_stride * int64_t(sizeof(E));
   const bool prefetch = prefetch_bytes <= kPrefetchMaxBytes;
   for (int span_begin = first / bs; span_begin * bs <= pos; span_begin += span_blocks) {
     const int span_end = std::min(span_begin + span_blocks, pos / bs + 1);  // blocks [span_begin, span_end)
@@ -366,6 +433,7 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
     // scattered, so the hardware prefetcher cannot guess the next: the heads' rows of the block kPrefetchAhead
     // blocks on are asked for while this one is worked on.
     // `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
+    // body(block's offset, its first key's slot, n, place in the span, next block's first head or null).
     auto for_each_block = [&](const E* cache, const E* then, auto&& body) {
       for (int block = span_begin; block < span_end; ++block) {
         if (prefetch && block + kPrefetchAhead < span_end) {
@@ -379,10 +447,10 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
         const E* next = prefetch                 ? nullptr
                         : block + 1 < span_end ? cache + p.block_table[block + 1] * p.block_stride + kv_begin * p.head_stride
                                                : then;
-        body(p.block_table[block] * p.block_stride + static_cast<int64_t>(jb - block * bs) * hd, n, jb - span_first, next);
+        body(p.block_table[block] * p.block_stride, jb - block * bs, n, jb - span_first, next);
       }
     };
-    const int64_t head_bytes = int64_t(bs) * hd * int64_t(sizeof(E));
+    const int64_t head_bytes = p.head_stride * int64_t(sizeof(E));
     auto prefetch_head = [&](const E* next, int h) {
       if (!next) return;
       const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
@@ -392,23 +460,32 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
     const E* next_keys = span_end * bs <= pos
                              ? k_base + p.block_table[span_end] * p.block_stride + kv_begin * p.head_stride
                              : nullptr;
-    for_each_block(k_base, first_values, [&](int64_t base, int n, int at, const E* next) {
+    for_each_block(k_base, first_values, [&](int64_t block_at, int slot, int n, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
         if (h % group == 0) prefetch_head(next, h);
-        score_keys<D>(q_row + static_cast<int64_t>(h) * hd, k_base + base + static_cast<int64_t>(h / group) * p.head_stride,
-                      n, hd, scale, st.head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at);
+        const E* region = k_base + block_at + static_cast<int64_t>(h / group) * p.head_stride;
+        float* scores = st.head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
+        score_keys<D>(q_row + static_cast<int64_t>(h) * hd, region + static_cast<int64_t>(slot) * hd, n, hd, scale, scores);
+        if constexpr (kScaled) {
+          for (int j = 0; j < n; ++j) scores[j] *= kv_row_scale(region, bs, hd, slot + j);
+        }
       }
     });
     for (int i = 0; i < heads; ++i) {
       softmax_update(st.head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
                      st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
     }
-    for_each_block(v_base, next_keys, [&](int64_t base, int n, int at, const E* next) {
+    for_each_block(v_base, next_keys, [&](int64_t block_at, int slot, int n, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
         if (h % group == 0) prefetch_head(next, h);
         const int i = h - h_begin;
-        add_values<D>(st.head_scores.data() + static_cast<int64_t>(i) * span + at,
-                      v_base + base + static_cast<int64_t>(h / group) * p.head_stride, n, hd,
+        const E* region = v_base + block_at + static_cast<int64_t>(h / group) * p.head_stride;
+        const float* weights = st.head_scores.data() + static_cast<int64_t>(i) * span + at;
+        if constexpr (kScaled) {
+          for (int j = 0; j < n; ++j) st.scaled_weights[j] = weights[j] * kv_row_scale(region, bs, hd, slot + j);
+          weights = st.scaled_weights.data();
+        }
+        add_values<D>(weights, region + static_cast<int64_t>(slot) * hd, n, hd,
                       st.head_acc.data() + static_cast<int64_t>(i) * hd);
       }
     });
@@ -427,6 +504,7 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
                    float* out_row, QueryState& st) {
   if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h_begin, h_end, pos, q_row, out_row, st);
   if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h_begin, h_end, pos, q_row, out_row, st);
+  if (p.kv_dtype == DType::i8) return attend_single<DType::i8>(p, h_begin, h_end, pos, q_row, out_row, st);
   attend_single<DType::f32>(p, h_begin, h_end, pos, q_row, out_row, st);
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/kv_rows.hpp"
 #include "core/large_buffer.hpp"
 #include "executors/cpu/aligned_vector.hpp"
 #include "executors/cpu/blocked_weights.hpp"
@@ -233,6 +234,7 @@ void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, e
   const size_t q_dim = size_t(nh) * hd, kv_dim = size_t(nkv) * hd;
   const int bs = kv.block_size;
   const size_t esize = dtype_size(kv.dtype);
+  const int64_t head_stride = kv.head_stride;
   auto* k_base = static_cast<unsigned char*>(kv.k_base);
   auto* v_base = static_cast<unsigned char*>(kv.v_base);
   for (const SeqSlice& s : batch.seqs) {
@@ -245,9 +247,9 @@ void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, e
       const int64_t block = s.block_table[pos / bs];
       const int64_t slot = pos % bs;
       for (int g = 0; g < nkv; ++g) {
-        const int64_t at = block * kv.block_stride + g * kv.head_stride + slot * hd;
-        convert_from_f32(kv.dtype, k_row + size_t(g) * hd, k_base + size_t(at) * esize, size_t(hd));
-        convert_from_f32(kv.dtype, v_row + size_t(g) * hd, v_base + size_t(at) * esize, size_t(hd));
+        const size_t head = size_t(block * kv.block_stride + g * head_stride) * esize;  // the head's region
+        store_kv_row(kv.dtype, k_row + size_t(g) * hd, hd, bs, k_base + head, int(slot));
+        store_kv_row(kv.dtype, v_row + size_t(g) * hd, hd, bs, v_base + head, int(slot));
       }
     }
   }

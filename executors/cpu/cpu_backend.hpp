@@ -65,6 +65,7 @@ class CpuBackend final : public exec::Backend {
   static const WeightMatrix& matrix_of(const exec::Weight& w);
 
   bool computes_in_host_memory() const override { return true; }
+  bool stores_kv(DType) const override { return true; }
 
   // Running ahead (Backend::runs_ahead): off unless ACTORD_CPU_RUN_AHEAD=1 when the backend is made. The CPU has
   // computed a step when its forward pass returns, so running ahead only delays its result; on, it serves tests of

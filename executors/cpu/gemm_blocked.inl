@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "core/status.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/vector_math.hpp"
 
@@ -170,7 +171,9 @@ void product_any(const float* x, int m, const WeightMatrix& w, const float* bias
     case DType::f32: return product<Vec, DType::f32, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
     case DType::bf16: return product<Vec, DType::bf16, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
     case DType::f16: return product<Vec, DType::f16, kMaxRows, false>(x, m, w, bias, y, w.rows, w.rows, n_begin, n_end);
+    case DType::i8: break;  // no weight is i8 (quantized ones are QuantizedMatrix codes)
   }
+  ACTORD_CHECK_MSG(false, "an i8 WeightMatrix");
 }
 
 template <class Vec, int kMaxRows>
@@ -179,7 +182,9 @@ void glu_any(const float* x, int m, const WeightMatrix& w, int64_t ff, float* y,
     case DType::f32: return product<Vec, DType::f32, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
     case DType::bf16: return product<Vec, DType::bf16, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
     case DType::f16: return product<Vec, DType::f16, kMaxRows, true>(x, m, w, nullptr, y, ff, ff, n_begin, n_end);
+    case DType::i8: break;  // no weight is i8 (quantized ones are QuantizedMatrix codes)
   }
+  ACTORD_CHECK_MSG(false, "an i8 WeightMatrix");
 }
 
 }  // namespace actord::cpu::blocked

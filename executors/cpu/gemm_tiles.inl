@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/status.hpp"
 #include "executors/cpu/gemm.hpp"
 
 namespace actord::cpu::tiles {
@@ -111,7 +112,9 @@ void gemm_rows(const float* x, const WeightMatrix& w, const float* bias, float* 
     case DType::f32: return rows<Vec, DType::f32, NR_MANY, NR_FEW>(x, w, bias, y, m, n_begin, n_end);
     case DType::bf16: return rows<Vec, DType::bf16, NR_MANY, NR_FEW>(x, w, bias, y, m, n_begin, n_end);
     case DType::f16: return rows<Vec, DType::f16, NR_MANY, NR_FEW>(x, w, bias, y, m, n_begin, n_end);
+    case DType::i8: break;  // no weight is i8 (quantized ones are QuantizedMatrix codes)
   }
+  ACTORD_CHECK_MSG(false, "an i8 WeightMatrix");
 }
 
 // dst[c] = src[c] as f32 for c < count; src holds elements of dtype.

@@ -42,12 +42,13 @@ struct PagedAttentionParams {
   int block_size = 0;
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + n_tokens) / block_size)]
   // Base pointers into the paged cache of one layer (KvCache's layout): the row of kv head g at slot s of block b
-  // starts at base + b * block_stride + g * head_stride + s * head_dim elements of kv_dtype.
+  // starts at base + b * block_stride + g * head_stride + s * head_dim elements of kv_dtype; i8 rows hold codes, the
+  // head region's scales after its rows (core/kv_rows.hpp).
   const void* k_base = nullptr;
   const void* v_base = nullptr;
   DType kv_dtype = DType::f32;
   int64_t block_stride = 0;           // elements between consecutive blocks
-  int64_t head_stride = 0;            // elements between consecutive kv heads of a block (block_size * head_dim)
+  int64_t head_stride = 0;            // elements between consecutive kv heads of a block (kv_head_stride)
 };
 
 // How many query heads one decode attention task should take when n_seqs sequences decode on `threads` threads:

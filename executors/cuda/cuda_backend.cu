@@ -30,6 +30,7 @@ cudaDataType_t cuda_type(DType dtype) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
+    case DType::i8: break;  // no weight is i8
   }
   return CUDA_R_32F;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/status.hpp"
 #include "executors/cuda/cuda_kernels.cuh"
 
 namespace actord::cuda {
@@ -30,14 +31,17 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { retu
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
-// Calls f.template operator()<T>() with T the element type of dtype.
+// Calls f.template operator()<T>() with T the element type of dtype: a float dtype (this backend stores no i8 KV
+// cache and has no i8 weights: Backend::stores_kv).
 template <class F>
 inline void with_element_type(DType dtype, F&& f) {
   switch (dtype) {
     case DType::f32: f(float{}); return;
     case DType::bf16: f(__nv_bfloat16{}); return;
     case DType::f16: f(__half{}); return;
+    case DType::i8: break;
   }
+  ACTORD_CHECK_MSG(false, "an i8 tensor on the cuda backend");
 }
 
 // The gated MLP's activation, one formula for every kernel that applies it.
