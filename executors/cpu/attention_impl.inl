@@ -4,7 +4,8 @@
 // recompute (batch invariance: a request's output does not depend on what it was batched with). Keys go in spans of
 // whole blocks aligned to the sequence's start, for all the heads asked for, scoring 16 (AVX-512) or 8 (AVX2) keys
 // per pass where head_dim allows, converting bf16/f16/int8 K/V in registers, with one online-softmax update per
-// head per span; int8 rows' scales (core/kv_rows.hpp) multiply a key's score and a value's softmax weight. Intrinsics where they pay, else portable C++ whose inner loops the compiler vectorises: included once
+// head per span; int8 rows' scales (core/kv_rows.hpp) multiply a key's score and a value's softmax weight.
+// Intrinsics where they pay, else portable C++ whose inner loops the compiler vectorises: included once
 // per instruction set by attention_{avx512,avx2,portable}.cpp (each compiled with its own -m flags), which define
 // ACTORD_ATTENTION_NS to the namespace of their instance; attention.cpp picks one at run time.
 #pragma once
