@@ -3,8 +3,8 @@
 // Contract: a region holds block_size rows (token slots) of head_dim elements of the cache's dtype, row s at element
 // s * head_dim. For DType::i8 the rows hold codes, and after them (at byte block_size * head_dim) one f32 scale per
 // row: element d of row s is code[d] * scale[s], with scale = max_d |x[d]| / 127 (symmetric, per token and KV head;
-// 0 for a row of zeros), so an element is off by at most scale / 2. Scales may be unaligned. Pure functions, no
-// allocation, any thread.
+// 0 for a row of zeros), so an element is off by at most scale / 2; a row holding a NaN or an infinity reads back as
+// NaN. Scales may be unaligned. Pure functions, no allocation, any thread.
 #pragma once
 
 #include <cstdint>

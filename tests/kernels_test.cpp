@@ -349,7 +349,7 @@ TEST_CASE("dtype conversions round to nearest even and keep specials", "[kernels
 }
 
 TEST_CASE("int8 KV rows: codes of max |x| / 127, the largest at +-127, each value within half a step - a zero row "
-          "is zeros - i8 conversions round and saturate", "[kernels][kv]") {
+          "is zeros, a NaN or infinite one NaN - i8 conversions round and saturate", "[kernels][kv]") {
   CHECK(f32_to_i8(2.5f) == 2);  // halfway: to even
   CHECK(f32_to_i8(-3.5f) == -4);
   CHECK(f32_to_i8(300.0f) == 127);
@@ -379,6 +379,14 @@ TEST_CASE("int8 KV rows: codes of max |x| / 127, the largest at +-127, each valu
   CHECK(kv_row_scale(region.data(), bs, hd, 1) == 0.0f);
   load_kv_row(DType::i8, region.data(), hd, bs, 1, back.data());
   CHECK(std::all_of(back.begin(), back.end(), [](float e) { return e == 0.0f; }));
+  // A row holding a NaN or an infinity reads back as NaN (what attention over it then gives), not as numbers.
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::fill(x.begin(), x.end(), 1.0f);
+    x[5] = bad;
+    store_kv_row(DType::i8, x.data(), hd, bs, region.data(), 2);
+    load_kv_row(DType::i8, region.data(), hd, bs, 2, back.data());
+    CHECK(std::all_of(back.begin(), back.end(), [](float e) { return std::isnan(e); }));
+  }
   // The float dtypes: the rows are the dtype's conversion, nothing after them.
   CHECK(kv_head_stride(DType::bf16, bs, hd) == bs * hd);
   std::vector<unsigned char> halves(size_t(bs * hd * 2));
