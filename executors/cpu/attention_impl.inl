@@ -58,6 +58,9 @@ struct Kv {
   }
 };
 
+// Queries of a prefill attended together (their K/V rows read and converted once for all of them).
+constexpr int kMaxTile = 4;
+
 // One thread's scratch for a query: its state per head ([heads][head_dim], [heads]) and one span's scores
 // ([heads][span]).
 struct QueryState {
@@ -92,21 +95,6 @@ inline __m512 sum_quads_16(const __m512* s) {
   }
   return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// Sums each of 16 vectors across its lanes, in one vector: lane 4c + e of the result is the sum of v[4e + c] (a
-// butterfly of 256-bit, 128-bit and in-lane shuffles: 45 instructions instead of 16 separate reductions).
-inline __m512 sum_lanes_16(const __m512* v) {
-  __m512 r[8], s[4];
-  for (int i = 0; i < 8; ++i) {  // half h of r[i]: partial sums of v[2i + h]
-    r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  for (int j = 0; j < 4; ++j) {  // 128-bit lane c of s[j]: partial sums of v[4j + c]
-    s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  return sum_quads_16(s);
 }
 
 // scores[j] = q . k_j * scale for 16 keys of head_dim 8 (stories260K's): two keys per vector, one 128-bit
@@ -147,11 +135,51 @@ inline void accumulate_values_hd8(const float* w, const typename Kv<D>::Elem* va
   _mm256_storeu_ps(acc, sum);
 }
 
-// scores[j] = q . k_j * scale for 16 keys, head_dim a multiple of 16 (HD: known at compile time, 0: hd): one
-// accumulator per key, then one butterfly reduction. Key j's products go to slot 4 (j % 4) + j / 4, so that
-// sum_lanes_16 puts its sum in lane j. The same arithmetic, in the same order, for every HD.
+// scores[t][j] = q[t] . k_j * scale for 16 keys and Q queries, head_dim a multiple of 16 (HD: known at compile
+// time, 0: hd): each key's K chunks are converted once for all the queries. Per query, one accumulator per key, then
+// a butterfly of 256-bit, 128-bit and in-lane shuffles (45 instructions instead of 16 separate reductions) that puts
+// key j's sum in lane j: key j's products are part 4 (j % 4) + j / 4, parts are made in order, each pair of parts is
+// summed into a first-level vector (half h: the partial sums of part 2i + h) and each pair of those into a
+// second-level one (128-bit lane c: of part 4i + c) as soon as both exist, and sum_quads_16 does the rest. The same
+// operations on the same values for every Q: a query's scores are the same bits alone and in a tile.
+template <DType D, int HD, int Q>
+[[gnu::always_inline]] inline void score_16_keys_multi(const float* const* q, const typename Kv<D>::Elem* keys, int hd, float scale,
+                                float* const* scores) {
+  if constexpr (HD > 0) hd = HD;
+  __m512 second[Q][4], first[Q], part[Q];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>((m % 4) * 4 + m / 4) * hd;
+    __m512 a[Q];
+    const __m512 k0 = load16<D>(k);
+    for (int t = 0; t < Q; ++t) a[t] = _mm512_mul_ps(_mm512_loadu_ps(q[t]), k0);
+    for (int c = 16; c < hd; c += 16) {
+      const __m512 kc = load16<D>(k + c);
+      for (int t = 0; t < Q; ++t) a[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q[t] + c), kc, a[t]);
+    }
+    for (int t = 0; t < Q; ++t) {
+      if (m % 2 == 0) {
+        part[t] = a[t];
+        continue;
+      }
+      const __m512 level1 = _mm512_add_ps(_mm512_shuffle_f32x4(part[t], a[t], _MM_SHUFFLE(1, 0, 1, 0)),
+                                          _mm512_shuffle_f32x4(part[t], a[t], _MM_SHUFFLE(3, 2, 3, 2)));
+      if (m % 4 == 1) {
+        first[t] = level1;
+        continue;
+      }
+      second[t][m / 4] = _mm512_add_ps(_mm512_shuffle_f32x4(first[t], level1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_f32x4(first[t], level1, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+  }
+  for (int t = 0; t < Q; ++t) _mm512_storeu_ps(scores[t], _mm512_mul_ps(sum_quads_16(second[t]), _mm512_set1_ps(scale)));
+}
+
+// One query's 16 scores: the same operations as score_16_keys_multi (the same bits), the keys taken in address order
+// (a decode reads them from memory: the hardware prefetcher follows a sequential stream) and every part kept in a
+// register until the butterfly.
 template <DType D, int HD>
-inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+[[gnu::always_inline]] inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
   if constexpr (HD > 0) hd = HD;
   __m512 part[16];
 #pragma GCC unroll 16
@@ -161,13 +189,77 @@ inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int 
     for (int c = 16; c < hd; c += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16<D>(k + c), a);
     part[(j % 4) * 4 + j / 4] = a;
   }
-  _mm512_storeu_ps(scores, _mm512_mul_ps(sum_lanes_16(part), _mm512_set1_ps(scale)));
+  __m512 first[8], second[4];
+  for (int i = 0; i < 8; ++i) {
+    first[i] = _mm512_add_ps(_mm512_shuffle_f32x4(part[2 * i], part[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(part[2 * i], part[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  for (int i = 0; i < 4; ++i) {
+    second[i] = _mm512_add_ps(_mm512_shuffle_f32x4(first[2 * i], first[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                              _mm512_shuffle_f32x4(first[2 * i], first[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  _mm512_storeu_ps(scores, _mm512_mul_ps(sum_quads_16(second), _mm512_set1_ps(scale)));
 }
 
-// acc[0, 16 CHUNKS) += sum_j w[j] * v_j[0, 16 CHUNKS) over n keys whose rows are `stride` elements apart: the
-// chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
+// Up to kMaxTile queries' 16-key scores over n keys (n a multiple of 16), in kernels of four, two or one queries.
+template <DType D, int HD>
+inline void score_16_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* keys, int n, int hd,
+                               float scale, float* const* scores) {
+  for (int j = 0; j + 16 <= n; j += 16) {
+    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
+    float* at[4];
+    int t = 0;
+    for (; t + 4 <= nq; t += 4) {
+      for (int u = 0; u < 4; ++u) at[u] = scores[t + u] + j;
+      score_16_keys_multi<D, HD, 4>(q + t, k, hd, scale, at);
+    }
+    for (; t + 2 <= nq; t += 2) {
+      for (int u = 0; u < 2; ++u) at[u] = scores[t + u] + j;
+      score_16_keys_multi<D, HD, 2>(q + t, k, hd, scale, at);
+    }
+    for (; t < nq; ++t) score_16_keys<D, HD>(q[t], k, hd, scale, scores[t] + j);
+  }
+}
+
+// acc[t][0, 16 CHUNKS) += sum_j w[t][j] * v_j[0, 16 CHUNKS) over query t's n[t] keys (rows `stride` elements
+// apart) for Q queries: each value chunk converted once for all of them, the accumulators in registers (counts known
+// at compile time, so that none lives in memory). Per query the same operations in the same order for every Q.
+template <DType D, int CHUNKS, int Q>
+[[gnu::always_inline]] inline void accumulate_chunks_multi(const float* const* w, const int* n, const typename Kv<D>::Elem* values,
+                                    int64_t stride, float* const* acc) {
+  __m512 a[Q][CHUNKS];
+  int n_min = n[0], n_max = n[0];
+  for (int t = 0; t < Q; ++t) {
+    n_min = std::min(n_min, n[t]);
+    n_max = std::max(n_max, n[t]);
+    for (int c = 0; c < CHUNKS; ++c) a[t][c] = _mm512_loadu_ps(acc[t] + 16 * c);
+  }
+  int j = 0;
+  for (; j < n_min; ++j) {  // keys every query sees
+    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
+    __m512 wj[Q];
+    for (int t = 0; t < Q; ++t) wj[t] = _mm512_set1_ps(w[t][j]);
+    for (int c = 0; c < CHUNKS; ++c) {
+      const __m512 vc = load16<D>(v + 16 * c);
+      for (int t = 0; t < Q; ++t) a[t][c] = _mm512_fmadd_ps(wj[t], vc, a[t][c]);
+    }
+  }
+  for (; j < n_max; ++j) {  // keys only the later queries see
+    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
+    for (int c = 0; c < CHUNKS; ++c) {
+      const __m512 vc = load16<D>(v + 16 * c);
+      for (int t = 0; t < Q; ++t) {
+        if (j < n[t]) a[t][c] = _mm512_fmadd_ps(_mm512_set1_ps(w[t][j]), vc, a[t][c]);
+      }
+    }
+  }
+  for (int t = 0; t < Q; ++t)
+    for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc[t] + 16 * c, a[t][c]);
+}
+
+// One query's: the same operations as accumulate_chunks_multi (the same bits), without its bookkeeping.
 template <DType D, int CHUNKS>
-inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
   __m512 a[CHUNKS];
   for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
   for (int j = 0; j < n; ++j) {
@@ -178,9 +270,19 @@ inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values
   for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
 }
 
+// Up to four queries' values over a 64-feature group of CHUNKS chunks, in kernels of four, two or one queries.
+template <DType D, int CHUNKS>
+inline void accumulate_chunks_tile(const float* const* w, const int* n, int nq, const typename Kv<D>::Elem* values,
+                                   int64_t stride, float* const* acc) {
+  int t = 0;
+  for (; t + 4 <= nq; t += 4) accumulate_chunks_multi<D, CHUNKS, 4>(w + t, n + t, values, stride, acc + t);
+  for (; t + 2 <= nq; t += 2) accumulate_chunks_multi<D, CHUNKS, 2>(w + t, n + t, values, stride, acc + t);
+  for (; t < nq; ++t) accumulate_chunks<D, CHUNKS>(w[t], values, n[t], stride, acc[t]);
+}
+
 // acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16: 64 features at a time in registers.
 template <DType D>
-inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
   for (int c0 = 0; c0 < hd; c0 += 64) {
     switch (std::min(4, (hd - c0) / 16)) {
       case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
@@ -234,7 +336,7 @@ inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int h
 // acc[0, 8 CHUNKS) += sum_j w[j] * v_j[0, 8 CHUNKS) over n keys whose rows are `stride` elements apart: the
 // chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
 template <DType D, int CHUNKS>
-inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
   __m256 a[CHUNKS];
   for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
   for (int j = 0; j < n; ++j) {
@@ -248,7 +350,7 @@ inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values
 // acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8: 64 features at a time in registers; head_dim 8
 // (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
 template <DType D>
-inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
   if (hd == 8) {
     __m256 a[4] = {_mm256_loadu_ps(acc), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int j = 0;
@@ -277,8 +379,11 @@ inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values
 // scores[j] = q . k_j * scale for the n keys of one head in one block: 16 (AVX-512) or 8 (AVX2) keys per pass when
 // head_dim allows, otherwise four independent dot products per pass, bf16/f16 K converted in registers.
 template <DType D>
-void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd, float scale, float* scores) {
-  using E = typename Kv<D>::Elem;
+void score_keys_tail(const float* q, const typename Kv<D>::Elem* keys, int j, int n, int hd, float scale,
+                     float* scores);
+
+template <DType D>
+[[gnu::always_inline]] inline void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd, float scale, float* scores) {
   int j = 0;
 #if defined(__AVX512F__)
   if (hd == 64) {
@@ -299,6 +404,14 @@ void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
     for (; j + 8 <= n; j += 8) score_8_keys<D, 0>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
   }
 #endif
+  score_keys_tail<D>(q, keys, j, n, hd, scale, scores);
+}
+
+// score_keys for keys [j, n) of the block, past its vector passes: four independent dot products per pass, then one.
+template <DType D>
+void score_keys_tail(const float* q, const typename Kv<D>::Elem* keys, int j, int n, int hd, float scale,
+                     float* scores) {
+  using E = typename Kv<D>::Elem;
   for (; j + 4 <= n; j += 4) {
     const E* k = keys + static_cast<int64_t>(j) * hd;
     float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
@@ -326,7 +439,7 @@ void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
 
 // acc[0, hd) += sum_j w[j] * v_j over the n keys of one head in one block, bf16/f16 V converted in registers.
 template <DType D>
-void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
   using E = typename Kv<D>::Elem;
 #if defined(__AVX512F__)
   if (hd % 16 == 0) return accumulate_values<D>(w, values, n, hd, acc);
@@ -350,6 +463,56 @@ void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int h
 #pragma omp simd
     for (int d = 0; d < hd; ++d) acc[d] += wj * Kv<D>::f32(v[d]);
   }
+}
+
+// A tile's queries (at most kMaxTile) that see the same n keys of a block: scores[t][j] as score_keys gives them for
+// q[t], the K rows converted once for all the queries where the instance has a multi-query kernel (AVX-512, head_dim
+// a multiple of 16), else query by query.
+template <DType D>
+void score_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* keys, int n, int hd, float scale,
+                     float* const* scores) {
+  int j = 0;
+#if defined(__AVX512F__)
+  if (hd == 64) {
+    score_16_keys_tile<D, 64>(q, nq, keys, n, hd, scale, scores);
+  } else if (hd == 128) {
+    score_16_keys_tile<D, 128>(q, nq, keys, n, hd, scale, scores);
+  } else if (hd % 16 == 0) {
+    score_16_keys_tile<D, 0>(q, nq, keys, n, hd, scale, scores);
+  } else {
+    for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
+    return;
+  }
+  j = n / 16 * 16;
+  for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, j, n, hd, scale, scores[t]);
+#else
+  (void)j;
+  for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
+#endif
+}
+
+// acc[t][0, hd) += sum_j w[t][j] * v_j over query t's n[t] keys of a block, as add_values gives it, each value row
+// converted once for all the queries where the instance has a multi-query kernel (AVX-512, head_dim a multiple of
+// 16), else query by query.
+template <DType D>
+void add_values_tile(const float* const* w, const int* n, int nq, const typename Kv<D>::Elem* values, int hd,
+                     float* const* acc) {
+#if defined(__AVX512F__)
+  if (hd % 16 == 0) {
+    float* at[kMaxTile];
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+      for (int t = 0; t < nq; ++t) at[t] = acc[t] + c0;
+      switch (std::min(4, (hd - c0) / 16)) {
+        case 1: accumulate_chunks_tile<D, 1>(w, n, nq, values + c0, hd, at); break;
+        case 2: accumulate_chunks_tile<D, 2>(w, n, nq, values + c0, hd, at); break;
+        case 3: accumulate_chunks_tile<D, 3>(w, n, nq, values + c0, hd, at); break;
+        default: accumulate_chunks_tile<D, 4>(w, n, nq, values + c0, hd, at); break;
+      }
+    }
+    return;
+  }
+#endif
+  for (int t = 0; t < nq; ++t) add_values<D>(w[t], values, n[t], hd, acc[t]);
 }
 
 // The largest of x[0, n) (-inf for none), in vectors: a loop of scalar maxima waits on each one's latency. Exact,
@@ -401,40 +564,52 @@ constexpr int kSingleQuerySpan = 256;
 constexpr int kPrefetchAhead = 2;  // blocks
 constexpr int64_t kPrefetchMaxBytes = 4096;
 
-// One query (decode, or a prefill's last lone query) at position pos, for query heads [h_begin, h_end): q_row and
-// out_row are the token's rows of all heads. Keys [first, pos] go in spans of whole blocks: the span's scores for
-// every head (block by block, and within a block head by head, so the heads' K of a block are read in address
-// order: one sequential stream per block that the hardware prefetcher follows), one softmax update per head, then
-// the span's values in the same order. An i8 cache's rows are codes: a key's score is multiplied by its row's scale,
-// and a value's softmax weight by its row's.
+// Queries t < nq (at most kMaxTile) at positions pos0 + t, for query heads [h_begin, h_end): q0 / out0 are the first
+// token's rows of all heads, the others q_stride floats apart; several queries only without a sliding window. Keys
+// [first, pos] go in spans of whole blocks aligned to the sequence's start: the span's scores for every head (block by
+// block, and within a block head by head, so the heads' K of a block are read in address order: one sequential
+// stream per block that the hardware prefetcher follows), one softmax update per head, then the span's values in the
+// same order. The queries of a tile share each block's K and V rows where they see the same keys; each query's
+// arithmetic is the same as alone (batch invariance). An i8 cache's rows are codes: a key's score is multiplied by
+// its row's scale, and a value's softmax weight by its row's.
 template <DType D>
-void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
-                   float* out_row, QueryState& st) {
+void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int nq, const float* q0, float* out0,
+            int64_t q_stride, QueryState* st) {
   using E = typename Kv<D>::Elem;
   const int hd = p.head_dim, bs = p.block_size, group = p.n_heads / p.n_kv_heads, heads = h_end - h_begin;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int span_blocks = std::max(1, kSingleQuerySpan / bs), span = span_blocks * bs;
-  st.head_acc.assign(static_cast<size_t>(heads) * hd, 0.0f);
-  st.head_max.assign(heads, -INFINITY);
-  st.head_denom.assign(heads, 0.0f);
-  st.head_scores.resize(static_cast<size_t>(heads) * span);
   constexpr bool kScaled = D == DType::i8;
-  if constexpr (kScaled) st.scaled_weights.resize(bs);
+  for (int t = 0; t < nq; ++t) {
+    st[t].head_acc.assign(static_cast<size_t>(heads) * hd, 0.0f);
+    st[t].head_max.assign(heads, -INFINITY);
+    st[t].head_denom.assign(heads, 0.0f);
+    st[t].head_scores.resize(static_cast<size_t>(heads) * span);
+    if constexpr (kScaled) st[t].scaled_weights.resize(bs);
+  }
   const auto* k_base = static_cast<const E*>(p.k_base);
   const auto* v_base = static_cast<const E*>(p.v_base);
-  const int first = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+  const int pos_last = pos0 + nq - 1;
+  const int first = p.sliding_window > 0 ? std::max(0, pos0 - p.sliding_window + 1) : 0;
   const int kv_begin = h_begin / group, kv_end = (h_end - 1) / group + 1;  // the KV heads read
   const int64_t prefetch_bytes = (kv_end - kv_begin) * p.head_stride * int64_t(sizeof(E));
   const bool prefetch = prefetch_bytes <= kPrefetchMaxBytes;
-  for (int span_begin = first / bs; span_begin * bs <= pos; span_begin += span_blocks) {
-    const int span_end = std::min(span_begin + span_blocks, pos / bs + 1);  // blocks [span_begin, span_end)
-    const int span_first = std::max(first, span_begin * bs);                 // its first key
-    const int n_span = std::min(pos + 1, span_end * bs) - span_first;
-    // Keys [jb, jb + n) of a block, their element offset in the cache and their place in the span. Blocks are
-    // scattered, so the hardware prefetcher cannot guess the next: the heads' rows of the block kPrefetchAhead
-    // blocks on are asked for while this one is worked on.
-    // `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
-    // body(block's offset, its first key's slot, n, place in the span, next block's first head or null).
+  const int64_t head_bytes = p.head_stride * int64_t(sizeof(E));
+  auto prefetch_head = [&](const E* next, int h) {
+    if (!next) return;
+    const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
+    for (int64_t b = 0; b < head_bytes; b += 64) _mm_prefetch(rows + b, _MM_HINT_T0);
+  };
+  for (int span_begin = first / bs; span_begin * bs <= pos_last; span_begin += span_blocks) {
+    const int span_first = std::max(first, span_begin * bs);  // its first key
+    // The queries this span reaches (the earliest may end before it) and the keys each sees in it.
+    int t0 = 0;
+    while (pos0 + t0 < span_begin * bs) ++t0;
+    const int span_end = std::min(span_begin + span_blocks, pos_last / bs + 1);  // blocks [span_begin, span_end)
+    // Keys [jb, jb + n) of a block, their place in the span. Blocks are scattered, so the hardware prefetcher cannot
+    // guess the next: the heads' rows of the block kPrefetchAhead blocks on are asked for while this one is worked
+    // on. `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
+    // body(block, block's offset, its first key's slot, place in the span, next block's first head or null).
     auto for_each_block = [&](const E* cache, const E* then, auto&& body) {
       for (int block = span_begin; block < span_end; ++block) {
         if (prefetch && block + kPrefetchAhead < span_end) {
@@ -442,71 +617,123 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
               cache + p.block_table[block + kPrefetchAhead] * p.block_stride + kv_begin * p.head_stride);
           for (int64_t b = 0; b < prefetch_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
         }
-        const int jb = std::max(first, block * bs), n = std::min(pos + 1, block * bs + bs) - jb;
+        const int jb = std::max(first, block * bs);
         // Larger blocks: the next block's rows of the heads read, into L2 (the hardware prefetcher stops at the
         // end of this block, and the next one lies elsewhere).
         const E* next = prefetch                 ? nullptr
                         : block + 1 < span_end ? cache + p.block_table[block + 1] * p.block_stride + kv_begin * p.head_stride
                                                : then;
-        body(p.block_table[block] * p.block_stride, jb - block * bs, n, jb - span_first, next);
+        body(block, p.block_table[block] * p.block_stride, jb - block * bs, jb - span_first, next);
       }
     };
-    const int64_t head_bytes = p.head_stride * int64_t(sizeof(E));
-    auto prefetch_head = [&](const E* next, int h) {
-      if (!next) return;
-      const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
-      for (int64_t b = 0; b < head_bytes; b += 64) _mm_prefetch(rows + b, _MM_HINT_T0);
+    // The keys query t sees in `block`, from its first key's slot on (0 when the block is past it).
+    auto keys_seen = [&](int t, int block, int slot) {
+      return std::max(0, std::min(pos0 + t + 1, block * bs + bs) - (block * bs + slot));
     };
     const E* first_values = v_base + p.block_table[span_begin] * p.block_stride + kv_begin * p.head_stride;
-    const E* next_keys = span_end * bs <= pos
+    const E* next_keys = span_end * bs <= pos_last
                              ? k_base + p.block_table[span_end] * p.block_stride + kv_begin * p.head_stride
                              : nullptr;
-    for_each_block(k_base, first_values, [&](int64_t block_at, int slot, int n, int at, const E* next) {
+    for_each_block(k_base, first_values, [&](int block, int64_t block_at, int slot, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
         if (h % group == 0) prefetch_head(next, h);
         const E* region = k_base + block_at + static_cast<int64_t>(h / group) * p.head_stride;
-        float* scores = st.head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
-        score_keys<D>(q_row + static_cast<int64_t>(h) * hd, region + static_cast<int64_t>(slot) * hd, n, hd, scale, scores);
+        const E* keys = region + static_cast<int64_t>(slot) * hd;
+        if (nq == 1) {  // a decode: straight to the kernels
+          const int n = keys_seen(0, block, slot);
+          float* s_0 = st[0].head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
+          score_keys<D>(q0 + static_cast<int64_t>(h) * hd, keys, n, hd, scale, s_0);
+          if constexpr (kScaled) {
+            for (int j = 0; j < n; ++j) s_0[j] *= kv_row_scale(region, bs, hd, slot + j);
+          }
+          continue;
+        }
+        const float* q[kMaxTile];
+        float* scores[kMaxTile];
+        int whole = 0;  // the queries that see the whole block from slot on go first, together
+        const int n_block = bs - slot;
+        for (int t = t0; t < nq; ++t) {
+          const int n = keys_seen(t, block, slot);
+          float* s_t = st[t].head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
+          const float* q_t = q0 + t * q_stride + static_cast<int64_t>(h) * hd;
+          if (n == n_block) {
+            q[whole] = q_t;
+            scores[whole++] = s_t;
+          } else if (n > 0) {
+            score_keys<D>(q_t, keys, n, hd, scale, s_t);
+            if constexpr (kScaled) {
+              for (int j = 0; j < n; ++j) s_t[j] *= kv_row_scale(region, bs, hd, slot + j);
+            }
+          }
+        }
+        if (whole > 0) score_keys_tile<D>(q, whole, keys, n_block, hd, scale, scores);
         if constexpr (kScaled) {
-          for (int j = 0; j < n; ++j) scores[j] *= kv_row_scale(region, bs, hd, slot + j);
+          for (int u = 0; u < whole; ++u)
+            for (int j = 0; j < n_block; ++j) scores[u][j] *= kv_row_scale(region, bs, hd, slot + j);
         }
       }
     });
-    for (int i = 0; i < heads; ++i) {
-      softmax_update(st.head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
-                     st.head_acc.data() + static_cast<int64_t>(i) * hd, st.head_max[i], st.head_denom[i]);
+    for (int t = t0; t < nq; ++t) {
+      const int pos = pos0 + t;
+      const int n_span = std::min(pos + 1, std::min(span_begin + span_blocks, pos / bs + 1) * bs) - span_first;
+      for (int i = 0; i < heads; ++i) {
+        softmax_update(st[t].head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
+                       st[t].head_acc.data() + static_cast<int64_t>(i) * hd, st[t].head_max[i], st[t].head_denom[i]);
+      }
     }
-    for_each_block(v_base, next_keys, [&](int64_t block_at, int slot, int n, int at, const E* next) {
+    for_each_block(v_base, next_keys, [&](int block, int64_t block_at, int slot, int at, const E* next) {
       for (int h = h_begin; h < h_end; ++h) {
         if (h % group == 0) prefetch_head(next, h);
         const int i = h - h_begin;
         const E* region = v_base + block_at + static_cast<int64_t>(h / group) * p.head_stride;
-        const float* weights = st.head_scores.data() + static_cast<int64_t>(i) * span + at;
-        if constexpr (kScaled) {
-          for (int j = 0; j < n; ++j) st.scaled_weights[j] = weights[j] * kv_row_scale(region, bs, hd, slot + j);
-          weights = st.scaled_weights.data();
+        if (nq == 1) {  // a decode: straight to the kernel
+          const int n = keys_seen(0, block, slot);
+          const float* w = st[0].head_scores.data() + static_cast<int64_t>(i) * span + at;
+          if constexpr (kScaled) {
+            for (int j = 0; j < n; ++j) st[0].scaled_weights[j] = w[j] * kv_row_scale(region, bs, hd, slot + j);
+            w = st[0].scaled_weights.data();
+          }
+          add_values<D>(w, region + static_cast<int64_t>(slot) * hd, n, hd, st[0].head_acc.data() + static_cast<int64_t>(i) * hd);
+          continue;
         }
-        add_values<D>(weights, region + static_cast<int64_t>(slot) * hd, n, hd,
-                      st.head_acc.data() + static_cast<int64_t>(i) * hd);
+        const float* weights[kMaxTile];
+        float* accs[kMaxTile];
+        int counts[kMaxTile];
+        int seen = 0;
+        for (int t = t0; t < nq; ++t) {
+          const int n = keys_seen(t, block, slot);
+          if (n == 0) continue;
+          const float* w = st[t].head_scores.data() + static_cast<int64_t>(i) * span + at;
+          if constexpr (kScaled) {
+            for (int j = 0; j < n; ++j) st[t].scaled_weights[j] = w[j] * kv_row_scale(region, bs, hd, slot + j);
+            w = st[t].scaled_weights.data();
+          }
+          weights[seen] = w;
+          accs[seen] = st[t].head_acc.data() + static_cast<int64_t>(i) * hd;
+          counts[seen++] = n;
+        }
+        add_values_tile<D>(weights, counts, seen, region + static_cast<int64_t>(slot) * hd, hd, accs);
       }
     });
   }
-  for (int h = h_begin; h < h_end; ++h) {
-    const int i = h - h_begin;
-    const float inv = 1.0f / st.head_denom[i];
-    const float* a = st.head_acc.data() + static_cast<int64_t>(i) * hd;
-    float* out = out_row + static_cast<int64_t>(h) * hd;
+  for (int t = 0; t < nq; ++t) {
+    for (int h = h_begin; h < h_end; ++h) {
+      const int i = h - h_begin;
+      const float inv = 1.0f / st[t].head_denom[i];
+      const float* a = st[t].head_acc.data() + static_cast<int64_t>(i) * hd;
+      float* out = out0 + t * q_stride + static_cast<int64_t>(h) * hd;
 #pragma omp simd
-    for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
+      for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
+    }
   }
 }
 
-void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int pos, const float* q_row,
-                   float* out_row, QueryState& st) {
-  if (p.kv_dtype == DType::bf16) return attend_single<DType::bf16>(p, h_begin, h_end, pos, q_row, out_row, st);
-  if (p.kv_dtype == DType::f16) return attend_single<DType::f16>(p, h_begin, h_end, pos, q_row, out_row, st);
-  if (p.kv_dtype == DType::i8) return attend_single<DType::i8>(p, h_begin, h_end, pos, q_row, out_row, st);
-  attend_single<DType::f32>(p, h_begin, h_end, pos, q_row, out_row, st);
+void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int nq, const float* q0, float* out0,
+            int64_t q_stride, QueryState* st) {
+  if (p.kv_dtype == DType::bf16) return attend<DType::bf16>(p, h_begin, h_end, pos0, nq, q0, out0, q_stride, st);
+  if (p.kv_dtype == DType::f16) return attend<DType::f16>(p, h_begin, h_end, pos0, nq, q0, out0, q_stride, st);
+  if (p.kv_dtype == DType::i8) return attend<DType::i8>(p, h_begin, h_end, pos0, nq, q0, out0, q_stride, st);
+  attend<DType::f32>(p, h_begin, h_end, pos0, nq, q0, out0, q_stride, st);
 }
 
 }  // namespace
@@ -514,12 +741,15 @@ void attend_single(const PagedAttentionParams& p, int h_begin, int h_end, int po
 void paged_attention(const PagedAttentionParams& p) {
   const int q_row = p.n_heads * p.head_dim;
   const int head_end = p.head_end > 0 ? p.head_end : p.n_heads;
-  thread_local QueryState st;
-  // Query by query, each with the heads asked for: a query's arithmetic is the same alone (decode) and in a
-  // prefill chunk of any size or offset (batch invariance).
-  for (int t = 0; t < p.n_tokens; ++t) {
+  thread_local QueryState st[kMaxTile];
+  // Tiles of consecutive queries (one where a sliding window moves each query's first key), each with the heads asked
+  // for: a query's arithmetic is the same alone (decode) and in a prefill chunk of any size or offset (batch
+  // invariance).
+  const int tile = p.sliding_window > 0 ? 1 : kMaxTile;
+  for (int t = 0; t < p.n_tokens; t += tile) {
     const int64_t row = static_cast<int64_t>(t) * q_row;
-    attend_single(p, p.head_begin, head_end, p.start_pos + t, p.q + row, p.out + row, st);
+    attend(p, p.head_begin, head_end, p.start_pos + t, std::min(tile, p.n_tokens - t), p.q + row, p.out + row, q_row,
+           st);
   }
 }
 
