@@ -471,24 +471,20 @@ template <DType D>
 template <DType D>
 void score_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* keys, int n, int hd, float scale,
                      float* const* scores) {
-  int j = 0;
 #if defined(__AVX512F__)
-  if (hd == 64) {
-    score_16_keys_tile<D, 64>(q, nq, keys, n, hd, scale, scores);
-  } else if (hd == 128) {
-    score_16_keys_tile<D, 128>(q, nq, keys, n, hd, scale, scores);
-  } else if (hd % 16 == 0) {
-    score_16_keys_tile<D, 0>(q, nq, keys, n, hd, scale, scores);
-  } else {
-    for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
+  if (hd % 16 == 0) {
+    if (hd == 64) {
+      score_16_keys_tile<D, 64>(q, nq, keys, n, hd, scale, scores);
+    } else if (hd == 128) {
+      score_16_keys_tile<D, 128>(q, nq, keys, n, hd, scale, scores);
+    } else {
+      score_16_keys_tile<D, 0>(q, nq, keys, n, hd, scale, scores);
+    }
+    for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, n / 16 * 16, n, hd, scale, scores[t]);
     return;
   }
-  j = n / 16 * 16;
-  for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, j, n, hd, scale, scores[t]);
-#else
-  (void)j;
-  for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
 #endif
+  for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
 }
 
 // acc[t][0, hd) += sum_j w[t][j] * v_j over query t's n[t] keys of a block, as add_values gives it, each value row
