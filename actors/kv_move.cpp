@@ -3,7 +3,6 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "core/dtype.hpp"
-#include "core/kv_rows.hpp"
 #include "memory/kv_relayout.hpp"
 
 namespace actord {
@@ -19,8 +18,7 @@ KvShard kv_shard_of(wire::KvLayout::Reader layout) {
   s.head_dim = static_cast<int>(layout.getHeadDim());
   s.block_size = static_cast<int>(layout.getBlockSize());
   auto dtype = parse_kv_dtype(std::string_view(layout.getDtype().cStr()));
-  s.elem_bytes = dtype ? dtype_size(*dtype) : 0;
-  s.scale_bytes = dtype ? size_t(kv_scale_bytes(*dtype, 1)) : 0;
+  if (dtype) s.set_dtype(*dtype);  // else elem_bytes 0: compatible with nothing
   return s;
 }
 

@@ -22,8 +22,7 @@ KvShard WorkerCore::kv_shard() const {
   out.num_heads = kv_->num_kv_heads();
   out.head_dim = kv_->head_dim();
   out.block_size = kv_->block_size();
-  out.elem_bytes = dtype_size(kv_->dtype());
-  out.scale_bytes = size_t(kv_scale_bytes(kv_->dtype(), 1));
+  out.set_dtype(kv_->dtype());
   return out;
 }
 

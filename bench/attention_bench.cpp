@@ -13,7 +13,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <bit>
 #include <vector>
 
 #include "core/kv_rows.hpp"

@@ -24,7 +24,7 @@ inline int64_t kv_head_stride(DType dtype, int block_size, int head_dim) {
 }
 // Bytes of one token's K and V rows over `num_layers` x `num_kv_heads` heads, scales included.
 inline size_t kv_bytes_per_token(DType dtype, int num_layers, int num_kv_heads, int head_dim) {
-  return 2ull * num_layers * num_kv_heads * (size_t(head_dim) * dtype_size(dtype) + (dtype == DType::i8 ? 4 : 0));
+  return 2ull * num_layers * num_kv_heads * (size_t(head_dim) * dtype_size(dtype) + size_t(kv_scale_bytes(dtype, 1)));
 }
 
 // Row `slot`'s scale in the i8 region at `head`.

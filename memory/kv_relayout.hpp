@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/kv_rows.hpp"
+
 namespace actord {
 
 struct KvShard {
@@ -25,6 +27,11 @@ struct KvShard {
     return {layers, heads, 0, layers, 0, heads, head_dim, block_size, elem_bytes, scale_bytes};
   }
   bool operator==(const KvShard&) const = default;
+  // elem_bytes and scale_bytes of a cache of `dtype` (core/kv_rows.hpp).
+  void set_dtype(DType dtype) {
+    elem_bytes = dtype_size(dtype);
+    scale_bytes = size_t(kv_scale_bytes(dtype, 1));
+  }
   // One KV head's region of a block: its slots' rows and scales.
   size_t head_bytes() const { return size_t(block_size) * (size_t(head_dim) * elem_bytes + scale_bytes); }
   size_t block_bytes() const { return size_t(num_layers) * 2 * size_t(num_heads) * head_bytes(); }

@@ -143,8 +143,8 @@ inline void accumulate_values_hd8(const float* w, const typename Kv<D>::Elem* va
 // second-level one (128-bit lane c: of part 4i + c) as soon as both exist, and sum_quads_16 does the rest. The same
 // operations on the same values for every Q: a query's scores are the same bits alone and in a tile.
 template <DType D, int HD, int Q>
-[[gnu::always_inline]] inline void score_16_keys_multi(const float* const* q, const typename Kv<D>::Elem* keys, int hd, float scale,
-                                float* const* scores) {
+[[gnu::always_inline]] inline void score_16_keys_multi(const float* const* q, const typename Kv<D>::Elem* keys,
+                                                       int hd, float scale, float* const* scores) {
   if constexpr (HD > 0) hd = HD;
   __m512 second[Q][4], first[Q], part[Q];
 #pragma GCC unroll 16
@@ -172,14 +172,16 @@ template <DType D, int HD, int Q>
                                        _mm512_shuffle_f32x4(first[t], level1, _MM_SHUFFLE(3, 1, 3, 1)));
     }
   }
-  for (int t = 0; t < Q; ++t) _mm512_storeu_ps(scores[t], _mm512_mul_ps(sum_quads_16(second[t]), _mm512_set1_ps(scale)));
+  for (int t = 0; t < Q; ++t)
+    _mm512_storeu_ps(scores[t], _mm512_mul_ps(sum_quads_16(second[t]), _mm512_set1_ps(scale)));
 }
 
 // One query's 16 scores: the same operations as score_16_keys_multi (the same bits), the keys taken in address order
 // (a decode reads them from memory: the hardware prefetcher follows a sequential stream) and every part kept in a
 // register until the butterfly.
 template <DType D, int HD>
-[[gnu::always_inline]] inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
+[[gnu::always_inline]] inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd,
+                                                 float scale, float* scores) {
   if constexpr (HD > 0) hd = HD;
   __m512 part[16];
 #pragma GCC unroll 16
@@ -225,8 +227,9 @@ inline void score_16_keys_tile(const float* const* q, int nq, const typename Kv<
 // apart) for Q queries: each value chunk converted once for all of them, the accumulators in registers (counts known
 // at compile time, so that none lives in memory). Per query the same operations in the same order for every Q.
 template <DType D, int CHUNKS, int Q>
-[[gnu::always_inline]] inline void accumulate_chunks_multi(const float* const* w, const int* n, const typename Kv<D>::Elem* values,
-                                    int64_t stride, float* const* acc) {
+[[gnu::always_inline]] inline void accumulate_chunks_multi(const float* const* w, const int* n,
+                                                           const typename Kv<D>::Elem* values, int64_t stride,
+                                                           float* const* acc) {
   __m512 a[Q][CHUNKS];
   int n_min = n[0], n_max = n[0];
   for (int t = 0; t < Q; ++t) {
@@ -259,7 +262,8 @@ template <DType D, int CHUNKS, int Q>
 
 // One query's: the same operations as accumulate_chunks_multi (the same bits), without its bookkeeping.
 template <DType D, int CHUNKS>
-[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n,
+                                                     int64_t stride, float* acc) {
   __m512 a[CHUNKS];
   for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
   for (int j = 0; j < n; ++j) {
@@ -282,7 +286,8 @@ inline void accumulate_chunks_tile(const float* const* w, const int* n, int nq, 
 
 // acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16: 64 features at a time in registers.
 template <DType D>
-[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n,
+                                                     int hd, float* acc) {
   for (int c0 = 0; c0 < hd; c0 += 64) {
     switch (std::min(4, (hd - c0) / 16)) {
       case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
@@ -336,7 +341,8 @@ inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int h
 // acc[0, 8 CHUNKS) += sum_j w[j] * v_j[0, 8 CHUNKS) over n keys whose rows are `stride` elements apart: the
 // chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
 template <DType D, int CHUNKS>
-[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n, int64_t stride, float* acc) {
+[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n,
+                                                     int64_t stride, float* acc) {
   __m256 a[CHUNKS];
   for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
   for (int j = 0; j < n; ++j) {
@@ -350,7 +356,8 @@ template <DType D, int CHUNKS>
 // acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8: 64 features at a time in registers; head_dim 8
 // (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
 template <DType D>
-[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n,
+                                                     int hd, float* acc) {
   if (hd == 8) {
     __m256 a[4] = {_mm256_loadu_ps(acc), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int j = 0;
@@ -383,7 +390,8 @@ void score_keys_tail(const float* q, const typename Kv<D>::Elem* keys, int j, in
                      float* scores);
 
 template <DType D>
-[[gnu::always_inline]] inline void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd, float scale, float* scores) {
+[[gnu::always_inline]] inline void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
+                                              float scale, float* scores) {
   int j = 0;
 #if defined(__AVX512F__)
   if (hd == 64) {
@@ -439,7 +447,8 @@ void score_keys_tail(const float* q, const typename Kv<D>::Elem* keys, int j, in
 
 // acc[0, hd) += sum_j w[j] * v_j over the n keys of one head in one block, bf16/f16 V converted in registers.
 template <DType D>
-[[gnu::always_inline]] inline void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd, float* acc) {
+[[gnu::always_inline]] inline void add_values(const float* w, const typename Kv<D>::Elem* values, int n, int hd,
+                                              float* acc) {
   using E = typename Kv<D>::Elem;
 #if defined(__AVX512F__)
   if (hd % 16 == 0) return accumulate_values<D>(w, values, n, hd, acc);
@@ -596,6 +605,15 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
     const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
     for (int64_t b = 0; b < head_bytes; b += 64) _mm_prefetch(rows + b, _MM_HINT_T0);
   };
+  // i8: the n scores of keys from `slot` on in a head region times their rows' scales; a query's n softmax weights
+  // times the value rows' scales (into its scratch, which it returns).
+  auto scale_scores = [&](const E* region, int slot, float* scores, int n) {
+    for (int j = 0; j < n; ++j) scores[j] *= kv_row_scale(region, bs, hd, slot + j);
+  };
+  auto scale_weights = [&](QueryState& q_st, const E* region, int slot, const float* w, int n) {
+    for (int j = 0; j < n; ++j) q_st.scaled_weights[j] = w[j] * kv_row_scale(region, bs, hd, slot + j);
+    return static_cast<const float*>(q_st.scaled_weights.data());
+  };
   for (int span_begin = first / bs; span_begin * bs <= pos_last; span_begin += span_blocks) {
     const int span_first = std::max(first, span_begin * bs);  // its first key
     // The queries this span reaches (the earliest may end before it) and the keys each sees in it.
@@ -635,13 +653,11 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
         if (h % group == 0) prefetch_head(next, h);
         const E* region = k_base + block_at + static_cast<int64_t>(h / group) * p.head_stride;
         const E* keys = region + static_cast<int64_t>(slot) * hd;
-        if (nq == 1) {  // a decode: straight to the kernels
+        if (nq == 1) {  // a decode: straight to the kernels (small heads feel the tile's bookkeeping)
           const int n = keys_seen(0, block, slot);
           float* s_0 = st[0].head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
           score_keys<D>(q0 + static_cast<int64_t>(h) * hd, keys, n, hd, scale, s_0);
-          if constexpr (kScaled) {
-            for (int j = 0; j < n; ++j) s_0[j] *= kv_row_scale(region, bs, hd, slot + j);
-          }
+          if constexpr (kScaled) scale_scores(region, slot, s_0, n);
           continue;
         }
         const float* q[kMaxTile];
@@ -657,15 +673,12 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
             scores[whole++] = s_t;
           } else if (n > 0) {
             score_keys<D>(q_t, keys, n, hd, scale, s_t);
-            if constexpr (kScaled) {
-              for (int j = 0; j < n; ++j) s_t[j] *= kv_row_scale(region, bs, hd, slot + j);
-            }
+            if constexpr (kScaled) scale_scores(region, slot, s_t, n);
           }
         }
         if (whole > 0) score_keys_tile<D>(q, whole, keys, n_block, hd, scale, scores);
         if constexpr (kScaled) {
-          for (int u = 0; u < whole; ++u)
-            for (int j = 0; j < n_block; ++j) scores[u][j] *= kv_row_scale(region, bs, hd, slot + j);
+          for (int u = 0; u < whole; ++u) scale_scores(region, slot, scores[u], n_block);
         }
       }
     });
@@ -685,11 +698,9 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
         if (nq == 1) {  // a decode: straight to the kernel
           const int n = keys_seen(0, block, slot);
           const float* w = st[0].head_scores.data() + static_cast<int64_t>(i) * span + at;
-          if constexpr (kScaled) {
-            for (int j = 0; j < n; ++j) st[0].scaled_weights[j] = w[j] * kv_row_scale(region, bs, hd, slot + j);
-            w = st[0].scaled_weights.data();
-          }
-          add_values<D>(w, region + static_cast<int64_t>(slot) * hd, n, hd, st[0].head_acc.data() + static_cast<int64_t>(i) * hd);
+          if constexpr (kScaled) w = scale_weights(st[0], region, slot, w, n);
+          add_values<D>(w, region + static_cast<int64_t>(slot) * hd, n, hd,
+                        st[0].head_acc.data() + static_cast<int64_t>(i) * hd);
           continue;
         }
         const float* weights[kMaxTile];
@@ -700,10 +711,7 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
           const int n = keys_seen(t, block, slot);
           if (n == 0) continue;
           const float* w = st[t].head_scores.data() + static_cast<int64_t>(i) * span + at;
-          if constexpr (kScaled) {
-            for (int j = 0; j < n; ++j) st[t].scaled_weights[j] = w[j] * kv_row_scale(region, bs, hd, slot + j);
-            w = st[t].scaled_weights.data();
-          }
+          if constexpr (kScaled) w = scale_weights(st[t], region, slot, w, n);
           weights[seen] = w;
           accs[seen] = st[t].head_acc.data() + static_cast<int64_t>(i) * hd;
           counts[seen++] = n;

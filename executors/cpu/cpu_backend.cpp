@@ -234,7 +234,6 @@ void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, e
   const size_t q_dim = size_t(nh) * hd, kv_dim = size_t(nkv) * hd;
   const int bs = kv.block_size;
   const size_t esize = dtype_size(kv.dtype);
-  const int64_t head_stride = kv.head_stride;
   auto* k_base = static_cast<unsigned char*>(kv.k_base);
   auto* v_base = static_cast<unsigned char*>(kv.v_base);
   for (const SeqSlice& s : batch.seqs) {
@@ -247,7 +246,7 @@ void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, e
       const int64_t block = s.block_table[pos / bs];
       const int64_t slot = pos % bs;
       for (int g = 0; g < nkv; ++g) {
-        const size_t head = size_t(block * kv.block_stride + g * head_stride) * esize;  // the head's region
+        const size_t head = size_t(block * kv.block_stride + g * kv.head_stride) * esize;  // the head's region
         store_kv_row(kv.dtype, k_row + size_t(g) * hd, hd, bs, k_base + head, int(slot));
         store_kv_row(kv.dtype, v_row + size_t(g) * hd, hd, bs, v_base + head, int(slot));
       }
