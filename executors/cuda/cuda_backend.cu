@@ -866,39 +866,6 @@ void without_step_graphs(exec::Backend& backend, const std::string& why) {
   if (cuda) cuda->graphs().disable("off: " + why);
 }
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
-std::string unavailable_reason() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("no CUDA device usable (no driver, or none this runtime accepts): ") + cudaGetErrorString(err);
-  }
-  return n == 0 ? "no CUDA device" : "";
-}
-
-std::vector<std::string> device_names() {
-  std::vector<std::string> names;
-  for (int d = 0, n = device_count(); d < n; ++d) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
-      cudaGetLastError();
-      continue;
-    }
-    names.push_back(std::string(prop.name) + " (" + std::to_string(prop.totalGlobalMem >> 30) + " GiB, sm_" +
-                    std::to_string(prop.major) + std::to_string(prop.minor) + ")");
-  }
-  return names;
-}
-
 Result<std::unique_ptr<exec::Backend>> make_backend(int device, cpu::ThreadPool* pool) {
   const int n = device_count();
   if (n == 0) return make_error(Errc::unsupported, "device: cuda: " + unavailable_reason());
