@@ -7,7 +7,7 @@
 // m = 1, 8, 16, 32, 128 rows, on the automatic path and, where it takes the tiles, the vector one beside it: ms per
 // step, the weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and
 // their share of the peak of the instructions the path uses.
-// Usage: actord_quant_bench [threads]
+// Usage: actord_quant_bench [threads] [weights: one variant's name, e.g. "int4 g32 zp"; default all]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/decode_step.hpp"
@@ -104,6 +105,7 @@ __attribute__((target("amx-tile,amx-bf16,amx-int8"))) float amx_chains(long iter
     std::memcpy(config + 16 + 2 * t, &colsb, 2);
     config[48 + t] = 16;
   }
+  asm volatile("" : : "r"(config) : "memory");  // as gemm_amx.cpp: the stores must reach memory
   _tile_loadconfig(config);
   alignas(64) static unsigned char operand[16 * 64];
   std::memset(operand, 1, sizeof(operand));
@@ -164,6 +166,7 @@ double peak_gmacs(cpu::ThreadPool& pool, Peak peak) {
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const std::string only = argc > 2 ? argv[2] : "";
   cpu::ThreadPool pool(threads);
   if (cpu::detected_isa() != cpu::Isa::avx512) {
     std::printf("this benchmark's peaks need AVX-512 (this CPU: %s)\n", cpu::isa_name(cpu::detected_isa()));
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
   std::printf("\nwhole decode step (12 layers + lm_head, weights streamed: from DRAM, or from an L3 larger than the model)\n%-12s %5s %-16s %9s %8s %7s %9s %7s\n",
               "weights", "m", "activations", "ms/step", "GB/s", "of BW", "GMAC/s", "of peak");
   for (const Variant& v : variants) {
+    if (!only.empty() && only != v.name) continue;
     std::vector<std::vector<unsigned char>> storage;
     size_t bytes = 0;
     const auto random_bf16 = [&](int n, int k) { return bench::random_bf16(n, k, rng, dist); };

@@ -3,6 +3,8 @@
 // double reference with x rounded to bf16 (any CPU); and, where this CPU has AMX (amx_ready()), the hardware's tiles
 // and the amx dispatch against the same reference.
 #include <catch2/catch.hpp>
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -205,6 +207,73 @@ TEST_CASE("amx: 8-bit and 4-bit codes times int8 rows over emulated tiles (TDPBS
   check_int8_kernel(&cpu::gemm_nt_quantized_amx);
 }
 
+namespace {
+
+// What another user of the tiles on this thread (a library, a benchmark) may do between two of our products: leave
+// its own configuration, or release the tiles (which clears the configuration; a tile instruction then faults).
+__attribute__((target("amx-tile"))) void foreign_tile_use(bool release) {
+  if (release) {
+    _tile_release();
+    return;
+  }
+  alignas(64) unsigned char config[64] = {};
+  config[0] = 1;
+  for (int t = 0; t < 8; ++t) {
+    config[16 + 2 * t] = 16;  // 16 bytes a row
+    config[48 + t] = 2;       // two rows
+  }
+  asm volatile("" : : "r"(config) : "memory");  // as gemm_amx.cpp: the stores must reach memory
+  _tile_loadconfig(config);
+}
+
+}  // namespace
+
+TEST_CASE("amx: each product configures the tiles itself - another configuration or a release on the thread between "
+          "two products changes nothing",
+          "[kernels][amx]") {
+  if (!cpu::amx_int8_ready()) {
+    WARN("skipped: AMX-INT8 not used here (" << cpu::amx_status() << ")");
+    return;
+  }
+  std::mt19937 rng(43);
+  const int m = 32, n = 64, k = 256;
+  const auto w = test::random_vector(size_t(n) * k, rng), x = test::random_vector(size_t(m) * k, rng);
+  const auto wb16 = as_bf16(w);
+  std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(DType::bf16, n, k));
+  const cpu::WeightMatrix blocked =
+      cpu::pack_blocked(cpu::WeightMatrix{DType::bf16, wb16.data(), n, k, 0}, blocked_storage.data());
+  const QuantizedMatrix q = quantize(DType::f32, w.data(), n, k, k, QuantSpec{QuantKind::int8, 32, false});
+  std::vector<unsigned char> quantized_storage(cpu::quantized_bytes(q));
+  const cpu::WeightMatrix quantized = cpu::pack_quantized(q, quantized_storage.data());
+  const cpu::QuantizedX xq = cpu::quantized_x_int8(x.data(), m, quantized, 0);
+  const cpu::AmxQuantizedX xa = cpu::amx_quantized_x(xq, 0);
+  const cpu::AmxRows shape = cpu::amx_rows_shape(m, (k + 1) / 2);
+  std::vector<uint32_t> rows(size_t(shape.padded_rows) * size_t(shape.row_pairs));
+  cpu::to_amx_rows(x.data(), k, rows.data(), shape);
+  cpu::AmxRows xr = shape;
+  xr.data = rows.data();
+  const auto bf16_product = [&] {
+    std::vector<float> y(size_t(m) * n);
+    cpu::gemm_nt_blocked_amx(xr, blocked, nullptr, y.data(), 0, n);
+    return y;
+  };
+  const auto int8_product = [&] {
+    std::vector<float> y(size_t(m) * n);
+    cpu::gemm_nt_quantized_amx(xa, quantized, nullptr, y.data(), 0, 0, n);
+    return y;
+  };
+  for (const bool release : {true, false}) {
+    INFO((release ? "after a release" : "after another configuration"));
+    // The same product twice, the foreign use between: a configuration kept from the first would be stale.
+    const std::vector<float> want_bf16 = bf16_product();
+    foreign_tile_use(release);
+    CHECK(bf16_product() == want_bf16);
+    const std::vector<float> want_int8 = int8_product();
+    foreign_tile_use(release);
+    CHECK(int8_product() == want_int8);
+  }
+}
+
 TEST_CASE("amx: the hardware path's AVX-512 block work gives the scalar twins' bits - B operands, unpacked nibbles, "
           "group sums, outputs",
           "[kernels][amx]") {
@@ -308,9 +377,11 @@ TEST_CASE("product_path names the kernels of each instruction set, weight layout
   f16.dtype = DType::f16;
   row_major.layout = cpu::WeightLayout::row_major;
   int8.layout = int4.layout = cpu::WeightLayout::quantized;
-  int8.quant.bits = 8;
-  int4.quant.bits = 4;
-  for (const int m : {1, 15, 16, 31, 32, 128}) {
+  int8.quant = {8, 32, false};
+  int4.quant = {4, 128, false};
+  cpu::WeightMatrix int4_g32 = int4;  // Q4_0, Q4_K and model.quantization: int4
+  int4_g32.quant = {4, 32, true};
+  for (const int m : {1, 15, 16, 31, 32, 63, 64, 128}) {
     INFO("m=" << m);
     for (const cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
       CHECK(cpu::product_path(isa, m, bf16) == ProductPath::f32_fma);
@@ -322,7 +393,8 @@ TEST_CASE("product_path names the kernels of each instruction set, weight layout
     const ProductPath vector_int8 =
         cpu::quantized_int8_activations(cpu::Isa::avx512) ? ProductPath::int8_dot : ProductPath::f32_fma;
     CHECK(cpu::product_path(cpu::Isa::avx512, m, int8) == vector_int8);
-    // amx: tiles from kAmxMinRows rows (4-bit codes from kAmxMinRows4Bit, codes only where AMX-INT8 is ready);
+    // amx: tiles from kAmxMinRows rows (4-bit codes from kAmxMinRows4Bit in groups of kAmxMinGroup4Bit or more,
+    // never in groups of 32; codes only where AMX-INT8 is ready);
     // below, vdpbf16ps or FMA on the rounded rows as this CPU's chains decided.
     const ProductPath small = cpu::small_products_on_bf16_dot() ? ProductPath::bf16_dot : ProductPath::bf16_fma;
     CHECK(cpu::product_path(cpu::Isa::amx, m, bf16) == (m >= cpu::kAmxMinRows ? ProductPath::bf16_tiles : small));
@@ -332,6 +404,7 @@ TEST_CASE("product_path names the kernels of each instruction set, weight layout
                                                                                  : ProductPath::f32_fma;
     CHECK(cpu::product_path(cpu::Isa::amx, m, int8) == (tiles8 ? ProductPath::int8_tiles : amx_vector));
     CHECK(cpu::product_path(cpu::Isa::amx, m, int4) == (tiles4 ? ProductPath::int8_tiles : amx_vector));
+    CHECK(cpu::product_path(cpu::Isa::amx, m, int4_g32) == amx_vector);
   }
   CHECK(std::string(cpu::product_path_name(ProductPath::bf16_tiles)) == "bf16 (AMX)");
   CHECK(std::string(cpu::product_path_name(ProductPath::int8_dot)) == "int8 (VNNI)");

@@ -50,15 +50,17 @@ std::vector<WeightKind> weight_kinds() {
   cpu::WeightMatrix bf16;
   bf16.dtype = DType::bf16;
   bf16.layout = cpu::WeightLayout::blocked;
-  cpu::WeightMatrix f16 = bf16, int8 = bf16, int4 = bf16;
+  cpu::WeightMatrix f16 = bf16, int8 = bf16, int4 = bf16, int4_g128 = bf16;
   f16.dtype = DType::f16;
-  int8.layout = int4.layout = cpu::WeightLayout::quantized;
-  int8.quant.bits = 8;
-  int4.quant.bits = 4;
+  int8.layout = int4.layout = int4_g128.layout = cpu::WeightLayout::quantized;
+  int8.quant = {8, 32, false};
+  int4.quant = {4, 32, true};
+  int4_g128.quant = {4, 128, true};
   return {{"bf16", "bf16 weights", bf16},
           {"f16_f32", "f16 and f32 weights", f16},
           {"int8", "8-bit quantized weights", int8},
-          {"int4", "4-bit quantized weights", int4}};
+          {"int4", "4-bit quantized weights in groups of 32 (Q4_0, Q4_K, model.quantization: int4)", int4},
+          {"int4_g128", "4-bit quantized weights in groups of 128 (AWQ, GPTQ)", int4_g128}};
 }
 
 }  // namespace
@@ -89,7 +91,8 @@ int run_info(const InfoArgs& args) {
   const std::string amx_int8_text = cpu::amx_int8_ready()
                                         ? " ; quantized codes x int8 activations on TDPBSUD tiles from " +
                                               std::to_string(cpu::kAmxMinRows) + " rows (8-bit), " +
-                                              std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit)"
+                                              std::to_string(cpu::kAmxMinRows4Bit) + " rows (4-bit, in groups of " +
+                                              std::to_string(cpu::kAmxMinGroup4Bit) + " or more)"
                                         : "";
   const cpu::Isa automatic = cpu::automatic_isa();
   const bool wide = automatic >= cpu::Isa::avx512;

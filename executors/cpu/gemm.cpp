@@ -239,7 +239,9 @@ AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
 }
 
 bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
-  return isa == Isa::amx && m >= (w.quant.bits == 4 ? kAmxMinRows4Bit : kAmxMinRows) && amx_int8_ready();
+  if (isa != Isa::amx) return false;
+  if (w.quant.bits == 4 && (m < kAmxMinRows4Bit || w.quant.group < kAmxMinGroup4Bit)) return false;
+  return m >= kAmxMinRows && amx_int8_ready();
 }
 
 ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {

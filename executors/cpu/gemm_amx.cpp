@@ -19,10 +19,10 @@ struct HardwareTiles {
   static constexpr auto add_group_sums = amx_detail::add_group_sums_avx512;
   static constexpr auto write_sums = amx_detail::write_sums_avx512;
   // Palette 1: sums in tiles 0..3 (16 rows x 64 bytes), A operands in 4, 5 (16 rows x a_colsb bytes), B operands in
-  // 6, 7 (b_rows rows x 64 bytes). The configuration is thread state: loaded when this thread's differs.
+  // 6, 7 (b_rows rows x 64 bytes). The configuration is thread state that other code in the process (a library, a
+  // benchmark) may change or release: loaded at every product's start, released at its end (release() also lets
+  // the kernel skip the tiles' 8 KB when it switches this thread out).
   static void configure(int a_colsb, int b_rows) {
-    thread_local int loaded_a = -1, loaded_b = -1;
-    if (loaded_a == a_colsb && loaded_b == b_rows) return;
     alignas(64) unsigned char config[64] = {};
     config[0] = 1;  // palette
     for (int t = 0; t < 8; ++t) {
@@ -30,10 +30,11 @@ struct HardwareTiles {
       std::memcpy(config + 16 + 2 * t, &colsb, 2);
       config[48 + t] = static_cast<unsigned char>(t >= 6 ? b_rows : amx_detail::kTileRows);
     }
+    // GCC 12 does not count the 64 bytes as read by the intrinsic and may drop stores to them: make them visible.
+    asm volatile("" : : "r"(config) : "memory");
     _tile_loadconfig(config);
-    loaded_a = a_colsb;
-    loaded_b = b_rows;
   }
+  static void release() { _tile_release(); }
   // The tile intrinsics paste their register number into the instruction's text: literal numbers, one per branch.
   template <int T>
   static void zero() {

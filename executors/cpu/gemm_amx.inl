@@ -101,6 +101,7 @@ void product(const AmxRows& x, const WeightMatrix& w, const float* bias, float* 
                         ldy);
     }
   }
+  Tiles::release();
 }
 
 // Quantized codes (quantized_weights.hpp: 8 bits symmetric around 128, 4 bits symmetric around 8 or affine) times
@@ -190,6 +191,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
       }
     }
   }
+  Tiles::release();
 }
 
 }  // namespace actord::cpu::amx_detail

@@ -34,6 +34,7 @@ struct EmulatedTiles {
     shape(4).colsb = shape(5).colsb = a_colsb;
     shape(6).rows = shape(7).rows = b_rows;
   }
+  static void release() {}
   template <int T>
   static void zero() {
     std::memset(tile(T).bytes, 0, sizeof(Tile::bytes));
