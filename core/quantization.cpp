@@ -81,15 +81,19 @@ Result<QuantizedMatrix> QuantizedMatrix::slice(int64_t first, int64_t count, int
 }
 
 Status QuantizedMatrix::validate() const {
-  if (bits != 8 && bits != 4) return make_error(Errc::invalid_argument, "quantized bits must be 8 or 4");
+  if (bits != 8 && bits != 6 && bits != 4) return make_error(Errc::invalid_argument, "quantized bits must be 8, 6 or 4");
   if (rows <= 0 || cols <= 0 || group <= 0) return make_error(Errc::invalid_argument, "empty quantized matrix");
   const size_t n_scales = static_cast<size_t>(rows * groups());
   if (codes.size() != static_cast<size_t>(rows * cols) || scales.size() != n_scales ||
       (!offsets.empty() && offsets.size() != n_scales)) {
     return make_error(Errc::invalid_argument, "quantized matrix sizes do not match its shape");
   }
-  if (bits == 4 && std::any_of(codes.begin(), codes.end(), [](uint8_t c) { return c > 15; })) {
-    return make_error(Errc::invalid_argument, "4-bit codes above 15");
+  if (bits == 6 && (group % 16 != 0 || !offsets.empty())) {
+    return make_error(Errc::invalid_argument, "6-bit codes need symmetric groups of a multiple of 16");
+  }
+  const uint8_t top = bits == 8 ? 255 : bits == 6 ? 63 : 15;
+  if (std::any_of(codes.begin(), codes.end(), [top](uint8_t c) { return c > top; })) {
+    return make_error(Errc::invalid_argument, std::to_string(bits) + "-bit codes above " + std::to_string(top));
   }
   return {};
 }

@@ -3,7 +3,8 @@
 // a GGUF or AWQ/GPTQ file's quantized tensors are converted to. A backend packs it into its own layout.
 //
 // Contract: value(r, c) = scale(r, g) * code(r, c) + offset(r, g) with g = c / group, where a symmetric matrix has
-// no stored offsets and offset = -zero() * scale (zero() = 128 for 8 bits, 8 for 4 bits: codes are unsigned).
+// no stored offsets and offset = -zero() * scale (zero() = 128 for 8 bits, 32 for 6, 8 for 4: codes are unsigned).
+// 6-bit codes come only from files (GGUF's Q6_K): symmetric, in groups of a multiple of 16.
 // Scales and offsets are f16 (what GGUF's Q8_0 / Q4_0 store; quantize() rounds a scale to f16 before it computes
 // the codes, so its own matrices have no extra rounding). group divides nothing in particular: the last group of a
 // row may be partial. Pure functions, no allocation beyond the result.
@@ -39,14 +40,14 @@ Result<QuantSpec> make_quant_spec(QuantKind kind, int group, bool zero_points);
 std::string describe(const QuantSpec& spec);  // "int4 (groups of 32, zero points)"
 
 struct QuantizedMatrix {
-  int bits = 8;  // 8 or 4
+  int bits = 8;  // 8, 6 or 4
   int64_t rows = 0, cols = 0;
   int group = 0;                   // values per scale along a row (the last group of a row may be partial)
-  std::vector<uint8_t> codes;      // [rows, cols], one unsigned code per value (4 bits: 0..15)
+  std::vector<uint8_t> codes;      // [rows, cols], one unsigned code per value (6 bits: 0..63, 4 bits: 0..15)
   std::vector<uint16_t> scales;    // f16 [rows, groups()]
   std::vector<uint16_t> offsets;   // f16 [rows, groups()]; empty: symmetric
   int64_t groups() const { return group > 0 ? (cols + group - 1) / group : 0; }
-  int zero() const { return bits == 8 ? 128 : 8; }
+  int zero() const { return bits == 8 ? 128 : bits == 6 ? 32 : 8; }
   bool affine() const { return !offsets.empty(); }
   float scale(int64_t r, int64_t g) const { return f16_to_f32(scales[r * groups() + g]); }
   float offset(int64_t r, int64_t g) const {

@@ -99,7 +99,7 @@ Result<QuantizedMatrix> gguf_quantized(const GgufTensor& t) {
       return q;
     }
     case GgmlType::q6_k: {
-      QuantizedMatrix q = shaped(t, 8, 16, false);
+      QuantizedMatrix q = shaped(t, 6, 16, false);
       for (int64_t b = 0; b < blocks; ++b, p += 210) {
         const unsigned char* ql = p;
         const unsigned char* qh = p + 128;
@@ -115,10 +115,10 @@ Result<QuantizedMatrix> gguf_quantized(const GgufTensor& t) {
             const int q2 = (l_[l + 32] & 0x0F) | (((h_[l] >> 2) & 3) << 4);
             const int q3 = (l_[l] >> 4) | (((h_[l] >> 4) & 3) << 4);
             const int q4 = (l_[l + 32] >> 4) | (((h_[l] >> 6) & 3) << 4);
-            c[l] = static_cast<uint8_t>(q1 + 96);  // (q - 32) + 128
-            c[l + 32] = static_cast<uint8_t>(q2 + 96);
-            c[l + 64] = static_cast<uint8_t>(q3 + 96);
-            c[l + 96] = static_cast<uint8_t>(q4 + 96);
+            c[l] = static_cast<uint8_t>(q1);  // value d * sc * (q - 32): 6-bit codes around zero() = 32
+            c[l + 32] = static_cast<uint8_t>(q2);
+            c[l + 64] = static_cast<uint8_t>(q3);
+            c[l + 96] = static_cast<uint8_t>(q4);
           }
           for (int s = 0; s < 8; ++s) q.scales[b * 16 + 8 * half + s] = f32_to_f16(d * static_cast<float>(sc[8 * half + s]));
         }

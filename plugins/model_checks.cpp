@@ -36,7 +36,7 @@ double quantized_bytes_per_param(const QuantSpec& spec) {
 }
 
 // A GGUF file's weights as workers hold them, per weight: float tensors at their size, quantized ones repacked
-// (Q8_0 8.5 bits, Q4_0 4.5, Q4_1 and Q4_K 5, Q6_K 9).
+// (Q8_0 8.5 bits, Q4_0 4.5, Q4_1 and Q4_K 5, Q6_K 7).
 double held_bytes_per_param(const GgufFile& file) {
   double bytes = 0, elements = 0;
   for (const GgufTensor& t : file.tensors()) {
@@ -49,7 +49,7 @@ double held_bytes_per_param(const GgufFile& file) {
       case GgmlType::q4_0: per = 18.0 / 32; break;
       case GgmlType::q4_1:
       case GgmlType::q4_k: per = 20.0 / 32; break;
-      case GgmlType::q6_k: per = 18.0 / 16; break;
+      case GgmlType::q6_k: per = 14.0 / 16; break;
       default: per = 2; break;
     }
     bytes += per * double(t.elements());

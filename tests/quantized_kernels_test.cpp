@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +56,45 @@ const QuantSpec kSpecs[] = {
     {QuantKind::int4, 64, true},
 };
 
+// 6-bit codes as GGUF's Q6_K holds them (quantize() makes none): symmetric around 32 in groups of 16, scale = max
+// |w| / 31 rounded to f16, codes round(w / scale) + 32 clamped to 0..63.
+QuantizedMatrix quantize_six_bit(const float* w, int64_t rows, int64_t cols) {
+  QuantizedMatrix q;
+  q.bits = 6;
+  q.rows = rows;
+  q.cols = cols;
+  q.group = 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < q.groups(); ++g) {
+      const int64_t c0 = g * 16, c1 = std::min(cols, c0 + 16);
+      float amax = 0;
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::abs(w[r * cols + c]));
+      q.scales.push_back(f32_to_f16(amax / 31.0f));
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const float scale = q.scale(r, c / 16);
+      const float code = scale > 0 ? std::nearbyint(w[r * cols + c] / scale) + 32.0f : 32.0f;
+      q.codes.push_back(static_cast<uint8_t>(std::clamp(code, 0.0f, 63.0f)));
+    }
+  }
+  return q;
+}
+
+// Every kind of matrix the kernels meet: quantize()'s specs and the 6-bit codes of GGUF files.
+struct Kind {
+  std::string name;
+  std::function<QuantizedMatrix(const float* w, int64_t rows, int64_t cols)> make;
+};
+std::vector<Kind> kinds() {
+  std::vector<Kind> out;
+  for (const QuantSpec& spec : kSpecs)
+    out.push_back({describe(spec), [spec](const float* w, int64_t rows, int64_t cols) {
+                     return quantize(DType::f32, w, rows, cols, 0, spec);
+                   }});
+  out.push_back({"6-bit (groups of 16, as Q6_K)", &quantize_six_bit});
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("quantize keeps every value within half a step of its group and slices on group bounds", "[quant]") {
@@ -88,12 +129,41 @@ TEST_CASE("quantize keeps every value within half a step of its group and slices
   CHECK_FALSE(parse_quant_kind("int3").ok());
 }
 
+TEST_CASE("6-bit matrices: codes 0..63 around 32 in symmetric groups of a multiple of 16, anything else refused",
+          "[quant]") {
+  std::mt19937 rng(7);
+  const auto w = random_vector(size_t(3 * 48), rng);
+  const QuantizedMatrix q = quantize_six_bit(w.data(), 3, 48);
+  REQUIRE(q.validate().ok());
+  CHECK(q.zero() == 32);
+  CHECK(q.value(1, 5) == q.scale(1, 0) * (float(q.codes[48 + 5]) - 32.0f));
+  QuantizedMatrix bad = q;
+  bad.codes[7] = 64;
+  CHECK(bad.validate().error().message == "6-bit codes above 63");
+  bad = q;
+  bad.offsets.assign(bad.scales.size(), 0);
+  CHECK_FALSE(bad.validate().ok());
+  bad = q;
+  bad.group = 24;
+  bad.scales.resize(size_t(3 * bad.groups()));
+  CHECK_FALSE(bad.validate().ok());
+  bad = q;
+  bad.bits = 5;
+  CHECK_FALSE(bad.validate().ok());
+  auto part = q.slice(1, 2, 16, 32);  // TP shards fall on its groups
+  REQUIRE(part.ok());
+  CHECK(part->bits == 6);
+  CHECK(part->value(0, 0) == q.value(1, 16));
+}
+
 TEST_CASE("packed quantized rows dequantize to the matrix's values", "[quant]") {
   std::mt19937 rng(5);
-  for (const QuantSpec& spec : kSpecs) {
+  for (const Kind& kind : kinds()) {
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 7}, {33, 172}, {64, 256}, {70, 45}}) {
+      INFO(kind.name << " " << rows << " x " << cols);
       const auto w = random_vector(size_t(rows * cols), rng);
-      const QuantizedMatrix q = quantize(DType::f32, w.data(), rows, cols, 0, spec);
+      const QuantizedMatrix q = kind.make(w.data(), rows, cols);
+      REQUIRE(q.validate().ok());
       std::vector<unsigned char> storage(cpu::quantized_bytes(q));
       const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
       std::vector<float> row(static_cast<size_t>(cols));
@@ -112,13 +182,13 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
   std::mt19937 rng(11);
   cpu::ThreadPool pool(3);
   const cpu::Isa best = cpu::detected_isa();
-  for (const QuantSpec& spec : kSpecs) {
+  for (const Kind& kind : kinds()) {
     for (auto [m, n, k] : {std::tuple{1, 1, 8}, {3, 7, 5}, {12, 64, 172}, {13, 96, 64}, {32, 100, 33},
                            {40, 160, 700}, {7, 45, 256}}) {
-      INFO(describe(spec) << " m=" << m << " n=" << n << " k=" << k);
+      INFO(kind.name << " m=" << m << " n=" << n << " k=" << k);
       const auto x = random_vector(size_t(m) * k, rng), w32 = random_vector(size_t(n) * k, rng, 0.1f);
       const auto bias = random_vector(n, rng);
-      const QuantizedMatrix q = quantize(DType::f32, w32.data(), n, k, 0, spec);
+      const QuantizedMatrix q = kind.make(w32.data(), n, k);
       const auto wq = q.dequantized();
       std::vector<unsigned char> storage(cpu::quantized_bytes(q));
       const cpu::WeightMatrix packed = cpu::pack_quantized(q, storage.data());
@@ -174,7 +244,7 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
 
       // The fused gate/up product: silu(x G^T) * (x U^T) with G = these weights, U new ones.
       const auto u32 = random_vector(size_t(n) * k, rng, 0.1f);
-      const QuantizedMatrix qu = quantize(DType::f32, u32.data(), n, k, 0, spec);
+      const QuantizedMatrix qu = kind.make(u32.data(), n, k);
       std::vector<unsigned char> fused(cpu::quantized_glu_bytes(q));
       const cpu::WeightMatrix glu = cpu::pack_quantized_glu(q, qu, fused.data());
       const auto x_used = cpu::quantized_int8_activations(best) ? x8 : x;
@@ -193,20 +263,22 @@ TEST_CASE("quantized gemm and glu match the reference on every instruction set",
   }
 }
 
-// The largest products an int8 kernel meets: 8-bit codes 0 and 255 (an affine group, as GGUF imports make) and 1 and
-// 255 (symmetric), 4-bit 0 and 15, each times an x code of 127 of the same sign, so that every product of a word adds
-// up: vpmaddubsw's saturating 16-bit pair sums must not clip them (AVX2 centres 8-bit codes first).
+// The largest products an int8 kernel meets: 8-bit codes 0 and 255 (an affine group) and 1 and 255 (symmetric),
+// 6-bit 0 and 63, 4-bit 0 and 15, each times an x code of 127 of the same sign, so that every product of a word adds
+// up: vpmaddubsw's saturating 16-bit pair sums must not clip them (AVX2 centres 8-bit codes first; two 6-bit pairs
+// come within 2.3% of the int16 limit).
 TEST_CASE("int8-activation kernels are exact on the extreme codes", "[quant][kernels]") {
   const int m = 3, n = 40;
   const int64_t k = 256;
-  for (auto [bits, group] : {std::pair{8, 32}, std::pair{4, 32}, std::pair{4, 128}}) {  // 128: 16 chunks a group
-    for (bool affine : {true, false}) {
+  for (auto [bits, group] : {std::pair{8, 32}, std::pair{6, 16}, std::pair{6, 64}, std::pair{4, 32}, std::pair{4, 128}}) {
+    for (bool affine : {true, false}) {  // 128: 16 chunks a group
+      if (bits == 6 && affine) continue;  // 6-bit codes are symmetric
       QuantizedMatrix q;
       q.bits = bits;
       q.rows = n;
       q.cols = k;
       q.group = group;
-      const int top = bits == 8 ? 255 : 15, bottom = affine ? 0 : (bits == 8 ? 1 : 0);
+      const int top = bits == 8 ? 255 : bits == 6 ? 63 : 15, bottom = affine ? 0 : (bits == 8 ? 1 : 0);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t c = 0; c < k; ++c)  // pairs of features alike
           q.codes.push_back(static_cast<uint8_t>((c / 2 + r) % 2 ? top : bottom));

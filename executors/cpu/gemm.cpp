@@ -240,6 +240,7 @@ AmxQuantizedX amx_quantized_x(const QuantizedX& xq, int slot) {
 
 bool int8_tiles(Isa isa, int m, const WeightMatrix& w) {
   if (isa != Isa::amx) return false;
+  if (w.quant.bits == 6) return false;  // no tile kernel for 6-bit codes (Q6_K's groups of 16 would not gain)
   if (w.quant.bits == 4 && (m < kAmxMinRows4Bit || w.quant.group < kAmxMinGroup4Bit)) return false;
   return m >= kAmxMinRows && amx_int8_ready();
 }

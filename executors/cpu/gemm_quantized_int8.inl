@@ -8,11 +8,13 @@
 // takes scale * S + offset * sum(q), symmetric codes as scale * (S - zero * sum(q)) in integers; the output is s_x *
 // total.
 //
-// `Vec` provides: kWidth (16 or 8); I, F (int32 and f32 vectors); load(const unsigned char*) (kWidth words);
+// `Vec` provides: kWidth (16 or 8); I, F (int32 and f32 vectors); load(const unsigned char*) (kWidth words),
+// store(unsigned char*, I), add_bytes(I, char);
 // dot8(acc, codes, x): acc + per word the four (8-bit code - kDot8Offset) x (x code) products (vpdpbusd: offset 0;
 // without VNNI: 128, codes centred so that vpmaddubsw's 16-bit pair sums cannot saturate); dot4x2(acc, lo, x_lo, hi,
-// x_hi): acc + both nibble planes' products (4-bit codes, exact on either); set1(int32_t); low_nibbles(I),
-// high_nibbles(I); add_i(I, I); cvt(I) -> F; load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...);
+// x_hi): acc + both planes' products (4-bit or 6-bit codes, exact on either: two 6-bit pairs sum to at most 4 x 63 x
+// 127 = 32,004 in int16); set1(int32_t); low_nibbles(I), high_nibbles(I); with_crumbs<shift>(nibbles, h) (nibbles
+// with bits 4-5 of each byte from h shifted left by `shift`, right for a negative one); add_i(I, I); cvt(I) -> F; load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...);
 // set1f(float); loadf(const float*); storef(float*, F); zero_i(), zero_f().
 #pragma once
 
@@ -37,8 +39,10 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
   using I = typename Vec::I;
   using F = typename Vec::F;
   constexpr int W = Vec::kWidth;
-  constexpr int kFeatures = kBits == 8 ? 4 : 8;
-  const int64_t chunks = x.group_stride / kFeatures;
+  // A unit of codes (quantized_weights.hpp): one chunk of 4 (8 bits) or 8 (4 bits) features, three of 16 (6 bits).
+  constexpr int kFeatures = kBits == 8 ? 4 : kBits == 4 ? 8 : 16;
+  constexpr int64_t kUnit = kBits == 6 ? 3 * kChunk : kChunk;
+  const int64_t units = x.group_stride / kFeatures;
   const int64_t group_bytes = quant_group_bytes(w);
   const auto* xr = reinterpret_cast<const int32_t*>(x.codes + row0 * x.ld);  // 4 codes per word
   const int64_t ldw = x.ld / 4;
@@ -58,10 +62,31 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = Vec::zero_i();
     const int32_t* xg = xr + g * x.group_stride / 4;
-    for (int64_t ch = 0; ch < chunks; ++ch, p += kChunk) {
+    for (int64_t ch = 0; ch < units; ++ch, p += kUnit) {
       _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kChunk), _MM_HINT_T0);
+      if constexpr (kBits == 6) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kChunk + 2 * kChunk), _MM_HINT_T0);
       const I w0 = Vec::load(p + at0), w1 = Vec::load(p + at1);
-      if constexpr (kBits == 8) {
+      if constexpr (kBits == 6) {
+        // Features 16 ch + (0..3, 4..7, 8..11, 12..15) of each word: a nibble plane's low four bits with the high
+        // two from the third chunk (at bits 4-5 after a shift of 4, 2, 0 or -2), 0..63 each.
+        const I v0 = Vec::load(p + kChunk + at0), v1 = Vec::load(p + kChunk + at1);
+        const I h0 = Vec::load(p + 2 * kChunk + at0), h1 = Vec::load(p + 2 * kChunk + at1);
+        const I q00 = Vec::template with_crumbs<4>(Vec::low_nibbles(w0), h0);
+        const I q01 = Vec::template with_crumbs<2>(Vec::high_nibbles(w0), h0);
+        const I q02 = Vec::template with_crumbs<0>(Vec::low_nibbles(v0), h0);
+        const I q03 = Vec::template with_crumbs<-2>(Vec::high_nibbles(v0), h0);
+        const I q10 = Vec::template with_crumbs<4>(Vec::low_nibbles(w1), h1);
+        const I q11 = Vec::template with_crumbs<2>(Vec::high_nibbles(w1), h1);
+        const I q12 = Vec::template with_crumbs<0>(Vec::low_nibbles(v1), h1);
+        const I q13 = Vec::template with_crumbs<-2>(Vec::high_nibbles(v1), h1);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const int32_t* xw = xg + i * ldw + 4 * ch;
+          const I a0 = Vec::set1(xw[0]), a1 = Vec::set1(xw[1]), a2 = Vec::set1(xw[2]), a3 = Vec::set1(xw[3]);
+          acc[i][0] = Vec::dot4x2(Vec::dot4x2(acc[i][0], q00, a0, q01, a1), q02, a2, q03, a3);
+          acc[i][1] = Vec::dot4x2(Vec::dot4x2(acc[i][1], q10, a0, q11, a1), q12, a2, q13, a3);
+        }
+      } else if constexpr (kBits == 8) {
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const I a = Vec::set1(xg[i * ldw + ch]);
@@ -88,7 +113,7 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
       // The sums hold S less kDot8Offset * sum(q) for 8-bit codes.
       const int32_t code_sum = sums[i * x.groups + g];
       constexpr int kTaken = kBits == 8 ? Vec::kDot8Offset : 0;
-      constexpr int kAdd = kAffine ? kTaken : kTaken - (kBits == 8 ? 128 : 8);
+      constexpr int kAdd = kAffine ? kTaken : kTaken - (kBits == 8 ? 128 : kBits == 6 ? 32 : 8);
       F c0, c1;
       if constexpr (kAdd == 0) {
         c0 = Vec::cvt(acc[i][0]);

@@ -18,11 +18,18 @@ struct Int8Vectors256 {
   using I = __m256i;
   using F = __m256;
   static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store(unsigned char* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static I add_bytes(I a, char b) { return _mm256_add_epi8(a, _mm256_set1_epi8(b)); }
   static I zero_i() { return _mm256_setzero_si256(); }
   static F zero_f() { return _mm256_setzero_ps(); }
   static I set1(int32_t v) { return _mm256_set1_epi32(v); }
   static I low_nibbles(I w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
   static I high_nibbles(I w) { return _mm256_and_si256(_mm256_srli_epi32(w, 4), _mm256_set1_epi8(0x0F)); }
+  template <int kShift>
+  static I with_crumbs(I nibbles, I h) {
+    const I moved = kShift > 0 ? _mm256_slli_epi32(h, kShift) : kShift < 0 ? _mm256_srli_epi32(h, -kShift) : h;
+    return _mm256_or_si256(nibbles, _mm256_and_si256(moved, _mm256_set1_epi8(0x30)));
+  }
   static I add_i(I a, I b) { return _mm256_add_epi32(a, b); }
   // Adjacent int16 pairs summed into int32 (vpmaddwd by ones).
   static I pairs_to_words(I pairs) { return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)); }
@@ -45,11 +52,19 @@ struct Int8Vectors512 {
   using I = __m512i;
   using F = __m512;
   static I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  static void store(unsigned char* p, I v) { _mm512_storeu_si512(p, v); }
+  static I add_bytes(I a, char b) { return _mm512_add_epi8(a, _mm512_set1_epi8(b)); }
   static I zero_i() { return _mm512_setzero_si512(); }
   static F zero_f() { return _mm512_setzero_ps(); }
   static I set1(int32_t v) { return _mm512_set1_epi32(v); }
   static I low_nibbles(I w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0F)); }
   static I high_nibbles(I w) { return _mm512_and_si512(_mm512_srli_epi32(w, 4), _mm512_set1_epi8(0x0F)); }
+  template <int kShift>
+  static I with_crumbs(I nibbles, I h) {
+    const I moved = kShift > 0 ? _mm512_slli_epi32(h, kShift) : kShift < 0 ? _mm512_srli_epi32(h, -kShift) : h;
+    // Per bit: the mask's bits (4-5) from `moved`, the others from `nibbles` (vpternlogd, C ? B : A).
+    return _mm512_ternarylogic_epi32(nibbles, moved, _mm512_set1_epi8(0x30), 0xD8);
+  }
   static I add_i(I a, I b) { return _mm512_add_epi32(a, b); }
   static I pairs_to_words(I pairs) { return _mm512_madd_epi16(pairs, _mm512_set1_epi16(1)); }
   // maskz forms: GCC 12 warns about the undefined pass-through operand of the plain ones.

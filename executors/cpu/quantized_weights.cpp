@@ -25,13 +25,37 @@ WeightMatrix describe(const QuantizedMatrix& q, int64_t rows) {
   return w;
 }
 
-// Features per 128-byte chunk.
-int chunk_features(int bits) { return bits == 8 ? 4 : 8; }
+// The codes of a group come in units: 8 bits, 4 features per 128-byte chunk; 4 bits, 8 per chunk; 6 bits, 16
+// features per three chunks (two 4-bit chunks of their low four bits, then one of their high two).
+int unit_features(int bits) { return bits == 8 ? 4 : bits == 4 ? 8 : 16; }
+int64_t unit_bytes(int bits) { return bits == 6 ? 3 * kChunkBytes : kChunkBytes; }
 
-// Byte of column c's word in a chunk that holds feature f (< chunk_features) of the chunk, and the bit shift.
-void code_position(int bits, int c, int f, int* byte, int* shift) {
-  *byte = 4 * c + (bits == 8 ? f : f % 4);
-  *shift = bits == 8 ? 0 : (f / 4) * 4;
+// A 4-bit code's place in its chunk: feature f (< 8) of column c at byte 4c + f % 4, low nibble for f < 4.
+int nibble_byte(int c, int f) { return 4 * c + f % 4; }
+int nibble_shift(int f) { return (f / 4) * 4; }
+
+// Column c's code of feature f (< unit_features) of a unit, written into (zeroed) or read from it.
+void put_code(unsigned char* unit, int bits, int c, int f, unsigned code) {
+  if (bits == 8) {
+    unit[4 * c + f] = static_cast<unsigned char>(code);
+  } else if (bits == 4) {
+    unit[nibble_byte(c, f)] |= static_cast<unsigned char>(code << nibble_shift(f));
+  } else {
+    unit[f / 8 * kChunkBytes + nibble_byte(c, f % 8)] |= static_cast<unsigned char>((code & 15) << nibble_shift(f % 8));
+    unit[2 * kChunkBytes + 4 * c + f % 4] |= static_cast<unsigned char>((code >> 4) << (2 * (f / 4)));
+  }
+}
+unsigned get_code(const unsigned char* unit, int bits, int c, int f) {
+  if (bits == 8) return unit[4 * c + f];
+  if (bits == 4) return (unit[nibble_byte(c, f)] >> nibble_shift(f)) & 15u;
+  const unsigned low = (unit[f / 8 * kChunkBytes + nibble_byte(c, f % 8)] >> nibble_shift(f % 8)) & 15u;
+  const unsigned high = (unit[2 * kChunkBytes + 4 * c + f % 4] >> (2 * (f / 4))) & 3u;
+  return low | high << 4;
+}
+
+// Where a group's scales start: after its codes.
+int64_t codes_bytes(const WeightMatrix& w) {
+  return quant_group_stride(w) / unit_features(w.quant.bits) * unit_bytes(w.quant.bits);
 }
 
 // A quantized block-layout matrix of `rows` output features, row r from source(r) = (matrix, its row) or null.
@@ -39,8 +63,8 @@ template <class RowOf>
 WeightMatrix pack_rows(const QuantizedMatrix& like, int64_t rows, RowOf row_of, void* dst) {
   WeightMatrix w = describe(like, rows);
   w.data = dst;
-  const int64_t groups = quant_groups(w), stride = quant_group_stride(w), group_bytes = quant_group_bytes(w);
-  const int features = chunk_features(like.bits);
+  const int64_t groups = quant_groups(w), group_bytes = quant_group_bytes(w);
+  const int features = unit_features(like.bits);
   const int64_t blocks = (rows + kBlockCols - 1) / kBlockCols;
   auto* out = static_cast<unsigned char*>(dst);
   std::memset(out, 0, static_cast<size_t>(blocks * quant_block_bytes(w)));
@@ -53,11 +77,10 @@ WeightMatrix pack_rows(const QuantizedMatrix& like, int64_t rows, RowOf row_of, 
         const int64_t c0 = g * like.group, c1 = std::min(like.cols, c0 + like.group);
         for (int64_t t = c0; t < c1; ++t) {
           const int64_t f = t - c0;
-          int byte = 0, shift = 0;
-          code_position(like.bits, c, static_cast<int>(f % features), &byte, &shift);
-          group[f / features * kChunkBytes + byte] |= static_cast<unsigned char>(m->codes[r * like.cols + t] << shift);
+          put_code(group + f / features * unit_bytes(like.bits), like.bits, c, static_cast<int>(f % features),
+                   m->codes[r * like.cols + t]);
         }
-        unsigned char* scales = group + stride / features * kChunkBytes;
+        unsigned char* scales = group + codes_bytes(w);
         std::memcpy(scales + 2 * c, &m->scales[r * groups + g], 2);
         if (like.affine()) std::memcpy(scales + 64 + 2 * c, &m->offsets[r * groups + g], 2);
       }
@@ -71,8 +94,7 @@ using Source = std::pair<const QuantizedMatrix*, int64_t>;
 }  // namespace
 
 int64_t quant_group_bytes(const WeightMatrix& w) {
-  const int64_t codes = quant_group_stride(w) / chunk_features(w.quant.bits) * kChunkBytes;
-  return codes + (w.quant.affine ? 128 : 64);
+  return codes_bytes(w) + (w.quant.affine ? 128 : 64);
 }
 
 size_t quantized_bytes(const QuantizedMatrix& q) {
@@ -105,13 +127,12 @@ namespace {
 
 // The dequantized values of block column c over features [0, cols) (a weight row, or one column of a fused block).
 void dequantize_column(const WeightMatrix& w, const unsigned char* block, int c, float* out) {
-  const int64_t groups = quant_groups(w), stride = quant_group_stride(w), group_bytes = quant_group_bytes(w);
-  const int features = chunk_features(w.quant.bits);
-  const int zero = w.quant.bits == 8 ? 128 : 8;
-  const unsigned mask = w.quant.bits == 8 ? 0xFF : 0x0F;
+  const int64_t groups = quant_groups(w), group_bytes = quant_group_bytes(w);
+  const int bits = w.quant.bits, features = unit_features(bits);
+  const int zero = bits == 8 ? 128 : bits == 6 ? 32 : 8;
   for (int64_t g = 0; g < groups; ++g) {
     const unsigned char* group = block + g * group_bytes;
-    const unsigned char* scales = group + stride / features * kChunkBytes;
+    const unsigned char* scales = group + codes_bytes(w);
     uint16_t s16 = 0, o16 = 0;
     std::memcpy(&s16, scales + 2 * c, 2);
     const float scale = f16_to_f32(s16);
@@ -123,9 +144,7 @@ void dequantize_column(const WeightMatrix& w, const unsigned char* block, int c,
     const int64_t c0 = g * w.quant.group, c1 = std::min(w.cols, c0 + w.quant.group);
     for (int64_t t = c0; t < c1; ++t) {
       const int64_t f = t - c0;
-      int byte = 0, shift = 0;
-      code_position(w.quant.bits, c, static_cast<int>(f % features), &byte, &shift);
-      const unsigned code = (group[f / features * kChunkBytes + byte] >> shift) & mask;
+      const unsigned code = get_code(group + f / features * unit_bytes(bits), bits, c, static_cast<int>(f % features));
       out[t] = scale * static_cast<float>(code) + offset;
     }
   }

@@ -9,6 +9,10 @@
 //            one 32-bit word per column c = 0..31 (column c at byte 4c): 8 bits: byte b = code of feature
 //            F j + b; 4 bits: byte b = code of feature F j + b (low nibble) | code of F j + 4 + b (high nibble).
 //            So a word is four 8-bit codes of consecutive features, as vpdpbusd reads them.
+//            6 bits (group_stride a multiple of 16): per 16 features 16 j .. 16 j + 15 three chunks, the first two
+//            the low four bits of features 16 j .. + 7 and 16 j + 8 .. + 15 as the 4-bit chunks, the third their
+//            high two bits: byte b of column c's word = bits 0-1 of feature 16 j + b, 2-3 of 16 j + 4 + b, 4-5 of
+//            16 j + 8 + b, 6-7 of 16 j + 12 + b (each nibble plane's high bits at one shift of the word).
 //   scales:  32 f16 (column c at 2c), 64 bytes;
 //   offsets: 32 f16, 64 bytes, only when affine (else offset = -zero * scale).
 // Padding features carry code 0: the kernels pad x with zeros to cols_padded(), so they add nothing.
