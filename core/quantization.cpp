@@ -80,6 +80,18 @@ Result<QuantizedMatrix> QuantizedMatrix::slice(int64_t first, int64_t count, int
   return out;
 }
 
+QuantizedMatrix QuantizedMatrix::with_row_order(const std::vector<int64_t>& order) const {
+  QuantizedMatrix out = *this;
+  const auto move_rows = [&](const auto& from, auto& to, int64_t per_row) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(from.begin() + order[static_cast<size_t>(r)] * per_row, per_row, to.begin() + r * per_row);
+  };
+  move_rows(codes, out.codes, cols);
+  move_rows(scales, out.scales, groups());
+  if (affine()) move_rows(offsets, out.offsets, groups());
+  return out;
+}
+
 Status QuantizedMatrix::validate() const {
   if (bits != 8 && bits != 6 && bits != 4) return make_error(Errc::invalid_argument, "quantized bits must be 8, 6 or 4");
   if (rows <= 0 || cols <= 0 || group <= 0) return make_error(Errc::invalid_argument, "empty quantized matrix");

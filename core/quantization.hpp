@@ -61,6 +61,8 @@ struct QuantizedMatrix {
   // Rows [first, first + count) and columns [col_first, col_first + col_count) (col_first a multiple of group, and
   // col_count too unless it reaches the end): a tensor-parallel shard.
   Result<QuantizedMatrix> slice(int64_t first, int64_t count, int64_t col_first, int64_t col_count) const;
+  // Row r of the result is row order[r] of this one, codes, scales and offsets (order has `rows` entries).
+  QuantizedMatrix with_row_order(const std::vector<int64_t>& order) const;
   // Checks sizes and code ranges (a file's tensor): an error naming what is wrong.
   Status validate() const;
 };

@@ -52,17 +52,7 @@ Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name
   }
   auto q = gguf_quantized(*t);
   if (!q) return named(name, q.error());
-  if (!order.empty()) {  // HF's row order: whole rows of codes and of scales move
-    QuantizedMatrix permuted = *q;
-    const int64_t groups = q->groups();
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t from = source_row(r);
-      std::copy_n(q->codes.begin() + from * cols, cols, permuted.codes.begin() + r * cols);
-      std::copy_n(q->scales.begin() + from * groups, groups, permuted.scales.begin() + r * groups);
-      if (q->affine()) std::copy_n(q->offsets.begin() + from * groups, groups, permuted.offsets.begin() + r * groups);
-    }
-    q = std::move(permuted);
-  }
+  if (!order.empty()) q = q->with_row_order(order);  // HF's row order: whole rows of codes and of scales move
   if (s->row_count != rows || s->col_count != cols) {
     auto part = q->slice(s->row_first, s->row_count, s->col_first, s->col_count);
     if (!part) return named(name, part.error());
