@@ -39,6 +39,9 @@ Result<QuantKind> parse_quant_kind(std::string_view name);
 Result<QuantSpec> make_quant_spec(QuantKind kind, int group, bool zero_points);
 std::string describe(const QuantSpec& spec);  // "int4 (groups of 32, zero points)"
 
+// The code of value 0 in a symmetric matrix of `bits`-bit codes (unsigned, around the middle of their range).
+constexpr int symmetric_zero(int bits) { return bits == 8 ? 128 : bits == 6 ? 32 : 8; }
+
 struct QuantizedMatrix {
   int bits = 8;  // 8, 6 or 4
   int64_t rows = 0, cols = 0;
@@ -47,7 +50,7 @@ struct QuantizedMatrix {
   std::vector<uint16_t> scales;    // f16 [rows, groups()]
   std::vector<uint16_t> offsets;   // f16 [rows, groups()]; empty: symmetric
   int64_t groups() const { return group > 0 ? (cols + group - 1) / group : 0; }
-  int zero() const { return bits == 8 ? 128 : bits == 6 ? 32 : 8; }
+  int zero() const { return symmetric_zero(bits); }
   bool affine() const { return !offsets.empty(); }
   float scale(int64_t r, int64_t g) const { return f16_to_f32(scales[r * groups() + g]); }
   float offset(int64_t r, int64_t g) const {

@@ -125,7 +125,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
   constexpr int64_t kChunkBytes = 128;
   const QuantizedX& x = *xa.x;
   const bool four = w.quant.bits == 4, affine = w.quant.affine;
-  const int zero = affine ? 0 : four ? 8 : 128;
+  const int zero = affine ? 0 : symmetric_zero(w.quant.bits);
   const int kq = int8_step_bytes(x.group_stride);
   const int64_t group_bytes = quant_group_bytes(w);
   const int64_t codes_bytes = x.group_stride / (four ? 8 : 4) * kChunkBytes;  // a group's codes in the layout

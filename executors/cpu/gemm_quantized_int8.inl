@@ -14,8 +14,9 @@
 // without VNNI: 128, codes centred so that vpmaddubsw's 16-bit pair sums cannot saturate); dot4x2(acc, lo, x_lo, hi,
 // x_hi): acc + both planes' products (4-bit or 6-bit codes, exact on either: two 6-bit pairs sum to at most 4 x 63 x
 // 127 = 32,004 in int16); set1(int32_t); low_nibbles(I), high_nibbles(I); with_crumbs<shift>(nibbles, h) (nibbles
-// with bits 4-5 of each byte from h shifted left by `shift`, right for a negative one); add_i(I, I); cvt(I) -> F; load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...);
-// set1f(float); loadf(const float*); storef(float*, F); zero_i(), zero_f().
+// with bits 4-5 of each byte from h shifted left by `shift`, right for a negative one); add_i(I, I); cvt(I) -> F;
+// load_f16(const unsigned char*) (kWidth f16 as f32); fma, mul, add(F...); set1f(float); loadf(const float*);
+// storef(float*, F); zero_i(), zero_f().
 #pragma once
 
 #include <immintrin.h>
@@ -113,7 +114,7 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
       // The sums hold S less kDot8Offset * sum(q) for 8-bit codes.
       const int32_t code_sum = sums[i * x.groups + g];
       constexpr int kTaken = kBits == 8 ? Vec::kDot8Offset : 0;
-      constexpr int kAdd = kAffine ? kTaken : kTaken - (kBits == 8 ? 128 : kBits == 6 ? 32 : 8);
+      constexpr int kAdd = kAffine ? kTaken : kTaken - symmetric_zero(kBits);
       F c0, c1;
       if constexpr (kAdd == 0) {
         c0 = Vec::cvt(acc[i][0]);

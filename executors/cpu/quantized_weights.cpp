@@ -129,7 +129,7 @@ namespace {
 void dequantize_column(const WeightMatrix& w, const unsigned char* block, int c, float* out) {
   const int64_t groups = quant_groups(w), group_bytes = quant_group_bytes(w);
   const int bits = w.quant.bits, features = unit_features(bits);
-  const int zero = bits == 8 ? 128 : bits == 6 ? 32 : 8;
+  const int zero = symmetric_zero(bits);
   for (int64_t g = 0; g < groups; ++g) {
     const unsigned char* group = block + g * group_bytes;
     const unsigned char* scales = group + codes_bytes(w);
