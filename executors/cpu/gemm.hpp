@@ -213,9 +213,9 @@ bool amx_int8_ready();
 // for 8-bit codes; for 4-bit ones m >= kAmxMinRows4Bit and groups of kAmxMinGroup4Bit features or more. Each group's
 // sums leave the tiles through memory to be scaled, and 4-bit codes are unpacked per block first: in groups of 32
 // (Q4_0, Q4_K, `model.quantization: int4`) the tiles lost to VNNI at every row count on the AMX Xeon measured (one
-// [2048 x 768] product in cache, 2 threads, AMX / VNNI time: with offsets 0.78-0.89x at 32 rows, 0.88-1.39x at 128;
-// symmetric 0.77-0.90x at 32, 0.98-1.04x at 128), in groups of 64 or 128 they win from 64 rows (1.01-1.27x at 64,
-// 1.05-1.52x at 128) and tie at 32.
+// [2048 x 768] product in cache, 2 threads, the tiles' speed over VNNI's: with offsets 0.78-0.89x at 32 rows,
+// 0.82-0.89x at 128; symmetric 0.77-0.90x at 32, 0.98-1.04x at 128), in groups of 64 or 128 they win from 64 rows
+// (1.01-1.27x at 64, 1.05-1.52x at 128) and tie at 32 (0.87-1.02x).
 constexpr int kAmxMinRows4Bit = 64;
 constexpr int kAmxMinGroup4Bit = 64;
 bool int8_tiles(Isa isa, int m, const WeightMatrix& w);

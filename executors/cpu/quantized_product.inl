@@ -110,8 +110,8 @@ void product(const QuantizedX& x, const WeightMatrix& w, const float* bias, floa
   if constexpr (kBits == 6) {
     // Where three or more register blocks of rows meet each weight block, it is unpacked once to 8-bit codes and
     // the 8-bit kernel runs on it; fewer, the 6-bit kernel unpacks in registers. (One [2048 x 768] product, 2
-    // threads, VNNI, against the same codes stored as 8 bits: unpacked in registers 0.83-0.91x at 32 rows; once per
-    // block 0.72-0.81x at 8 rows, 0.90-0.98x at 32.)
+    // threads, VNNI, the same codes stored as 8 bits taking 0.83-0.91x the time at 32 rows when unpacked in
+    // registers; unpacked once per block 0.72-0.81x at 8 rows, 0.90-0.98x at 32.)
     if (x.m > 2 * (x.groups == 1 ? kMaxOne : kMaxRows)) {
       WeightMatrix eight = w;
       eight.quant.bits = 8;
