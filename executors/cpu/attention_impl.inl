@@ -85,6 +85,17 @@ inline __m512 load16(const typename Kv<D>::Elem* p) {
   }
 }
 
+// The first two levels of a 16-key butterfly: half h of fold_256(a, b) holds the partial sums of (a, b)[h]; 128-bit
+// lane c of fold_128(a, b), of the (a, a, b, b)[c] whose halves fold_256 made.
+inline __m512 fold_256(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+inline __m512 fold_128(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // The last two levels of a 16-key butterfly: s[j]'s 128-bit lane c holds four partial sums of key 4j + c
 // (j < 4); the result's lane 4c + e is the sum of key 4e + c.
 inline __m512 sum_quads_16(const __m512* s) {
@@ -162,14 +173,12 @@ template <DType D, int HD, int Q>
         part[t] = a[t];
         continue;
       }
-      const __m512 level1 = _mm512_add_ps(_mm512_shuffle_f32x4(part[t], a[t], _MM_SHUFFLE(1, 0, 1, 0)),
-                                          _mm512_shuffle_f32x4(part[t], a[t], _MM_SHUFFLE(3, 2, 3, 2)));
+      const __m512 level1 = fold_256(part[t], a[t]);
       if (m % 4 == 1) {
         first[t] = level1;
         continue;
       }
-      second[t][m / 4] = _mm512_add_ps(_mm512_shuffle_f32x4(first[t], level1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                       _mm512_shuffle_f32x4(first[t], level1, _MM_SHUFFLE(3, 1, 3, 1)));
+      second[t][m / 4] = fold_128(first[t], level1);
     }
   }
   for (int t = 0; t < Q; ++t)
@@ -192,14 +201,8 @@ template <DType D, int HD>
     part[(j % 4) * 4 + j / 4] = a;
   }
   __m512 first[8], second[4];
-  for (int i = 0; i < 8; ++i) {
-    first[i] = _mm512_add_ps(_mm512_shuffle_f32x4(part[2 * i], part[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(part[2 * i], part[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  for (int i = 0; i < 4; ++i) {
-    second[i] = _mm512_add_ps(_mm512_shuffle_f32x4(first[2 * i], first[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_f32x4(first[2 * i], first[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
+  for (int i = 0; i < 8; ++i) first[i] = fold_256(part[2 * i], part[2 * i + 1]);
+  for (int i = 0; i < 4; ++i) second[i] = fold_128(first[2 * i], first[2 * i + 1]);
   _mm512_storeu_ps(scores, _mm512_mul_ps(sum_quads_16(second), _mm512_set1_ps(scale)));
 }
 

@@ -128,7 +128,7 @@ void product_int8(const AmxQuantizedX& xa, const WeightMatrix& w, const float* b
   const int zero = affine ? 0 : symmetric_zero(w.quant.bits);
   const int kq = int8_step_bytes(x.group_stride);
   const int64_t group_bytes = quant_group_bytes(w);
-  const int64_t codes_bytes = x.group_stride / (four ? 8 : 4) * kChunkBytes;  // a group's codes in the layout
+  const int64_t codes_bytes = quant_codes_bytes(w);  // a group's codes in the layout
   const int64_t unpacked_bytes = x.group_stride / 4 * kChunkBytes;            // ... as 8-bit chunks
   const int64_t block_bytes = x.groups * group_bytes;
   const auto* base = static_cast<const unsigned char*>(w.data);

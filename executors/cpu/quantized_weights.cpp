@@ -53,11 +53,6 @@ unsigned get_code(const unsigned char* unit, int bits, int c, int f) {
   return low | high << 4;
 }
 
-// Where a group's scales start: after its codes.
-int64_t codes_bytes(const WeightMatrix& w) {
-  return quant_group_stride(w) / unit_features(w.quant.bits) * unit_bytes(w.quant.bits);
-}
-
 // A quantized block-layout matrix of `rows` output features, row r from source(r) = (matrix, its row) or null.
 template <class RowOf>
 WeightMatrix pack_rows(const QuantizedMatrix& like, int64_t rows, RowOf row_of, void* dst) {
@@ -80,7 +75,7 @@ WeightMatrix pack_rows(const QuantizedMatrix& like, int64_t rows, RowOf row_of, 
           put_code(group + f / features * unit_bytes(like.bits), like.bits, c, static_cast<int>(f % features),
                    m->codes[r * like.cols + t]);
         }
-        unsigned char* scales = group + codes_bytes(w);
+        unsigned char* scales = group + quant_codes_bytes(w);
         std::memcpy(scales + 2 * c, &m->scales[r * groups + g], 2);
         if (like.affine()) std::memcpy(scales + 64 + 2 * c, &m->offsets[r * groups + g], 2);
       }
@@ -93,8 +88,12 @@ using Source = std::pair<const QuantizedMatrix*, int64_t>;
 
 }  // namespace
 
+int64_t quant_codes_bytes(const WeightMatrix& w) {
+  return quant_group_stride(w) / unit_features(w.quant.bits) * unit_bytes(w.quant.bits);
+}
+
 int64_t quant_group_bytes(const WeightMatrix& w) {
-  return codes_bytes(w) + (w.quant.affine ? 128 : 64);
+  return quant_codes_bytes(w) + (w.quant.affine ? 128 : 64);
 }
 
 size_t quantized_bytes(const QuantizedMatrix& q) {
@@ -132,7 +131,7 @@ void dequantize_column(const WeightMatrix& w, const unsigned char* block, int c,
   const int zero = symmetric_zero(bits);
   for (int64_t g = 0; g < groups; ++g) {
     const unsigned char* group = block + g * group_bytes;
-    const unsigned char* scales = group + codes_bytes(w);
+    const unsigned char* scales = group + quant_codes_bytes(w);
     uint16_t s16 = 0, o16 = 0;
     std::memcpy(&s16, scales + 2 * c, 2);
     const float scale = f16_to_f32(s16);

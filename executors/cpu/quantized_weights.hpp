@@ -30,7 +30,9 @@ namespace actord::cpu {
 inline int64_t quant_group_stride(const WeightMatrix& w) { return (w.quant.group + 7) / 8 * 8; }
 inline int64_t quant_groups(const WeightMatrix& w) { return (w.cols + w.quant.group - 1) / w.quant.group; }
 inline int64_t quant_cols_padded(const WeightMatrix& w) { return quant_groups(w) * quant_group_stride(w); }
-// Bytes of one group of one block (codes, scales, offsets) and of one block.
+// Bytes of one group's codes in one block (its scales follow them), of the whole group (codes, scales, offsets) and of
+// one block.
+int64_t quant_codes_bytes(const WeightMatrix& w);
 int64_t quant_group_bytes(const WeightMatrix& w);
 inline int64_t quant_block_bytes(const WeightMatrix& w) { return quant_groups(w) * quant_group_bytes(w); }
 
