@@ -118,6 +118,10 @@ class Backend {
   std::optional<Buffer> host_view(std::span<float> host) const;
   // Whether buffers are host memory (the CPU backend): host_view() works, collectives take buffers' spans directly.
   virtual bool computes_in_host_memory() const = 0;
+  // The most tokens a model's forward pass gives this backend in one piece: a step of more tokens (a big prefill)
+  // runs as consecutive pieces of at most this many, so activations stay bounded by it. Small for caches (the CPU's
+  // default); a GPU takes thousands, its products filling the device only from that many rows.
+  virtual int forward_piece_tokens() const { return 512; }
 
   // Whether rope_and_store_kv and paged_attention take a KV cache of `dtype`: every float dtype; i8 (codes with a
   // scale per row) where a backend says so.

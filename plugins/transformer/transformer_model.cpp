@@ -427,7 +427,8 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
     // Attention lanes (and AFD's FFN ranks, which have no batch): as many micro-batches as the busiest lane runs;
     // those this rank lacks only serve experts.
     const int n = static_cast<int>(batch.tokens.size());
-    const auto micro_batches = [](int tokens) { return (tokens + kMicroBatchTokens - 1) / kMicroBatchTokens; };
+    const int piece = backend_->forward_piece_tokens();
+    const auto micro_batches = [piece](int tokens) { return (tokens + piece - 1) / piece; };
     ACTORD_TRY_STATUS(forward_micro_batches(batch, kv, logits, context));
     for (int m = micro_batches(n); m < micro_batches(std::max(n, context.lane_tokens)); ++m)
       ACTORD_TRY_STATUS(serve_experts(context));
@@ -438,8 +439,8 @@ Status TransformerModel::forward(const ForwardBatch& batch, KvCache& kv, std::ve
 
 Status TransformerModel::forward_micro_batches(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                                                const ForwardContext& context) {
-  if (static_cast<int>(batch.tokens.size()) <= kMicroBatchTokens)
-    return forward_micro_batch(batch, kv, logits, context);
+  const int piece_tokens = backend_->forward_piece_tokens();
+  if (static_cast<int>(batch.tokens.size()) <= piece_tokens) return forward_micro_batch(batch, kv, logits, context);
   ForwardContext pieces = context;
   pieces.sampling = nullptr;  // the logit rows of every piece, sampled by the caller
   logits.clear();
@@ -455,8 +456,8 @@ Status TransformerModel::forward_micro_batches(const ForwardBatch& batch, KvCach
   };
   for (const SeqSlice& s : batch.seqs) {
     for (int done = 0; done < s.num_tokens;) {
-      if (static_cast<int>(micro_.tokens.size()) == kMicroBatchTokens) ACTORD_TRY_STATUS(flush());
-      const int take = std::min(s.num_tokens - done, kMicroBatchTokens - static_cast<int>(micro_.tokens.size()));
+      if (static_cast<int>(micro_.tokens.size()) == piece_tokens) ACTORD_TRY_STATUS(flush());
+      const int take = std::min(s.num_tokens - done, piece_tokens - static_cast<int>(micro_.tokens.size()));
       SeqSlice piece = s;
       piece.first_token = static_cast<int32_t>(micro_.tokens.size());
       piece.num_tokens = take;

@@ -69,12 +69,11 @@ class TransformerModel final : public Model {
     return {place_.ffn() ? 0 : shard_.layers.count, std::max(1, shard_.kv_heads.count), cfg_.head_dim,
             shard_.layers.first, shard_.kv_heads.first, cfg_.num_layers, cfg_.num_kv_heads};
   }
-  // Steps of more than kMicroBatchTokens tokens (big prefills) run as consecutive micro-batches of at most that many,
-  // cutting sequences where needed (a later piece attends to the K/V the earlier one wrote): activations stay
-  // bounded by the micro-batch, whatever the scheduler's token budget.
+  // Steps of more than the backend's forward_piece_tokens() (big prefills) run as consecutive micro-batches of at
+  // most that many, cutting sequences where needed (a later piece attends to the K/V the earlier one wrote):
+  // activations stay bounded by the piece, whatever the scheduler's token budget.
   Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                  const ForwardContext& context) override;
-  static constexpr int kMicroBatchTokens = 512;
   ExpertLoad expert_load() const override;
   std::unique_ptr<Model> twin() const override;
   Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) override;
