@@ -11,7 +11,7 @@
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
 #                                   [--deadline SECONDS] [--only "NAMES"]
 #   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
-#   graphs ahead hf long_b1 sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
+#   graphs early ahead hf long_b1 sampled profile_sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
@@ -100,6 +100,12 @@ if [ "$DEVICE" = cuda ] && wanted graphs; then
     echo "  $run: $(grep -h 'step graphs' "$OUT/$run.err" 2>/dev/null | tail -1)"
   done
 fi
+# Small-batch products launched early (streaming their first weights while the kernel before them runs) against
+# launched after it (ACTORD_CUDA_DISABLE=early_launch), at batch 1 and 64.
+if [ "$DEVICE" = cuda ] && wanted early; then
+  ACTORD_CUDA_DISABLE=early_launch actord_run actord_b1_not_early 420 128 64 1
+  ACTORD_CUDA_DISABLE=early_launch actord_run actord_b64_not_early 420 128 64 64
+fi
 # Each step queued behind the one before, its tokens read after (WorkerCore::step: the device never waits for the
 # host between steps) against one step at a time (ACTORD_CUDA_DISABLE=run_ahead), at AHEAD_BATCHES (1 64 256).
 if [ "$DEVICE" = cuda ] && wanted ahead; then
@@ -139,6 +145,11 @@ if [ "$DEVICE" = cuda ] && wanted sampled; then
     ACTORD_CUDA_DISABLE=device_sampling sampled_run "actord_sampled_host_b$b" "$b"
     ACTORD_CUDA_DISABLE=run_ahead sampled_run "actord_sampled_no_ahead_b$b" "$b"
   done
+fi
+# Where a sampled batch-256 step's time goes (greedy steps of that batch take ~7 ms less on an H200).
+if [ "$DEVICE" = cuda ] && wanted profile_sampled; then
+  ACTORD_CUDA_PROFILE=1 actord_run actord_profile_sampled_b256 300 128 16 256 --temperature 0.8 --top-k 50 --top-p 0.95
+  grep 'cuda profile' "$OUT/actord_profile_sampled_b256.err" | head -16
 fi
 # Paths against their fallbacks in the same run (ACTORD_CUDA_DISABLE, executors/cuda/cuda_backend.cu): batch 1 with
 # cuBLAS for every product, the 4k prefill's attention through cuBLAS (S and P in memory) instead of the flash
@@ -205,7 +216,8 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
                   ("actord_long_b1", "decode_tokens_per_s"), ("actord_sampled_b64", "decode_tokens_per_s"), ("actord_sampled_host_b64", "decode_tokens_per_s"),
                   ("actord_sampled_no_ahead_b64", "decode_tokens_per_s"), ("actord_sampled_b256", "decode_tokens_per_s"),
                   ("actord_sampled_no_ahead_b256", "decode_tokens_per_s"),
-                  ("actord_sampled_host_b256", "decode_tokens_per_s")):
+                  ("actord_sampled_host_b256", "decode_tokens_per_s"),
+                  ("actord_b1_not_early", "decode_tokens_per_s"), ("actord_b64_not_early", "decode_tokens_per_s")):
     run = load(name)
     if run and run.get(key):
         ab[name] = round(run[key], 1)

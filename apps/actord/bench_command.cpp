@@ -140,8 +140,10 @@ int run_bench(const BenchArgs& args) {
     r.ignore_eos = true;
     return r;
   };
-  // Warm-up: touches every weight page and every code path once.
-  if (auto warm = (*engine)->generate({make_request(std::min(args.input_len, 16), 2)}); !warm) return fail(warm.error());
+  // Warm-up: touches every weight page and every code path once, one prompt of the run's length (a device's
+  // libraries load the kernels of a product shape at its first use; a prefill measured cold would count that).
+  if (auto warm = (*engine)->generate({make_request(args.input_len, std::min(args.output_len, 2))}); !warm)
+    return fail(warm.error());
   auto before = (*engine)->stats();
   if (!before) return fail(before.error());
 

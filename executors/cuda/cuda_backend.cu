@@ -93,7 +93,8 @@ class CudaBackend final : public exec::Backend {
   // off or does not fit), flash_prefill (the one-kernel tensor-core attention of long prefills: the cuBLAS path
   // instead), split_decode (one warp per decode), device_sampling (logits downloaded and sampled by the worker),
   // step_graphs (every launch on its own instead of a decode step's launches as one CUDA graph), run_ahead (the
-  // worker reads each step's tokens before it queues the next: runs_ahead() false).
+  // worker reads each step's tokens before it queues the next: runs_ahead() false), early_launch (small-batch
+  // products start only when the kernel before them has ended, not streaming their first weights meanwhile).
   void disable_paths(const char* list) {
     if (!list) return;
     std::string names = list;
@@ -118,6 +119,8 @@ class CudaBackend final : public exec::Backend {
         graphs_->disable("off: ACTORD_CUDA_DISABLE");
       } else if (name == "run_ahead") {
         run_ahead_on_ = false;
+      } else if (name == "early_launch") {
+        early_launch_on_ = false;
       } else {
         std::string known;
         for (const std::string& path : path_names()) known += (known.empty() ? "" : ", ") + path;
@@ -280,7 +283,7 @@ class CudaBackend final : public exec::Backend {
         SmallBatchTargets one;
         add_target(one, *w, bp, yp);
         one.accumulate[0] = accumulate;
-        launch_small_batch_gemm(one, w->dtype, xp, n, static_cast<int>(w->cols), stream_);
+        launch_small_batch_gemm(one, w->dtype, xp, n, static_cast<int>(w->cols), stream_, early_launch_on_);
         return;
       }
       cublas_product(xp, room, *w, yp, n, accumulate);
@@ -331,7 +334,7 @@ class CudaBackend final : public exec::Backend {
     graphs_->note(xp, n);
     graphs_->run([=, this] {
       KernelTimed timed(times_, "gemm_multi (small batch)", stream_);
-      launch_small_batch_gemm(all, first->dtype, xp, n, static_cast<int>(first->cols), stream_);
+      launch_small_batch_gemm(all, first->dtype, xp, n, static_cast<int>(first->cols), stream_, early_launch_on_);
     });
   }
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override {
@@ -345,7 +348,7 @@ class CudaBackend final : public exec::Backend {
       graphs_->run([=, this] {
         KernelTimed timed(times_, "gemm_glu (small batch)", stream_);
         launch_small_batch_glu(w->data, w->dtype, xp, n, static_cast<int>(ff), static_cast<int>(w->cols), yp,
-                               stream_);
+                               stream_, early_launch_on_);
       });
       return;
     }
@@ -808,7 +811,8 @@ class CudaBackend final : public exec::Backend {
   int heads_ = 32;                           // query heads of the last attention (the next plan's warps per split)
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
-  bool small_batch_on_ = true, tiles_on_ = true, run_ahead_on_ = true;  // ACTORD_CUDA_DISABLE can turn these off
+  // ACTORD_CUDA_DISABLE can turn these off.
+  bool small_batch_on_ = true, tiles_on_ = true, run_ahead_on_ = true, early_launch_on_ = true;
   CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
   std::unique_ptr<DeviceRowSampler> row_sampler_;
   std::unique_ptr<DeferredPicks> picks_;     // a deferred step's greedy picks or drawn tokens (defer_reads)
@@ -842,7 +846,7 @@ void* stream_of(const exec::Backend& backend) {
 
 std::vector<std::string> path_names() {
   return {"small_batch", "prefill_tiles", "long_prefill", "flash_prefill", "split_decode", "device_sampling",
-          "step_graphs", "run_ahead"};
+          "step_graphs", "run_ahead", "early_launch"};
 }
 
 namespace {

@@ -43,6 +43,7 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int dim, float eps) {
+  let_next_grid_start();  // the product after it may start streaming its weights
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   float ss = 0.0f;
@@ -56,6 +57,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* y, int di
 constexpr int kNormThreads = 256, kNormVectors = 8;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec4_kernel(const float* x, const float* w, float* y, int dim,
                                                                    float eps) {
+  let_next_grid_start();  // the product after it may start streaming its weights
   const int vectors = dim / 4;
   const auto* xr = reinterpret_cast<const float4*>(x + int64_t(blockIdx.x) * dim);
   auto* yr = reinterpret_cast<float4*>(y + int64_t(blockIdx.x) * dim);
@@ -214,6 +216,7 @@ __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const 
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* rows, int dim, float* dst) {
+  let_next_grid_start();
   const int i = blockIdx.x;
   for (int c = threadIdx.x; c < dim; c += blockDim.x) dst[int64_t(i) * dim + c] = src[int64_t(rows[i]) * dim + c];
 }

@@ -68,11 +68,13 @@ struct SmallBatchTargets {
   bool accumulate[kSmallBatchTargets] = {};
   int count = 0;
 };
+// early: launched so that its blocks may start, and load their first weights, while the stream's previous kernel
+// still runs (programmatic dependent launch; the same results).
 void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, const float* x, int n, int k,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool early = false);
 // y [n, ff] = silu(x G^T) * (x U^T) with w = [G; U] [2 ff, k].
 void launch_small_batch_glu(const void* w, DType dtype, const float* x, int n, int ff, int k, float* y,
-                            cudaStream_t stream);
+                            cudaStream_t stream, bool early = false);
 // y[r, c] += bias[c], r < n, c < m.
 void launch_add_bias(float* y, const float* bias, int n, int m, cudaStream_t stream);
 // y[r, c] = silu(gu[r, c]) * gu[r, ff + c]: the gate and up halves of one [n, 2 ff] product.

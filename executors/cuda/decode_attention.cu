@@ -96,6 +96,7 @@ __device__ __forceinline__ int first_key(int pos, int window) { return window > 
 template <class T>
 __global__ void paged_attention_kernel(StepLayout step, const float* q, float* out, int n_heads, int n_kv_heads,
                                        int head_dim, int window, KvView kv, int skip_flags) {
+  let_next_grid_start();  // the output product after it may start streaming its weights
   const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= int64_t(step.n) * n_heads) return;
   const int t = int(pair / n_heads), h = int(pair % n_heads);
@@ -140,6 +141,7 @@ __global__ void split_attention_kernel(StepLayout step, const float* q, float* p
 // out of each split token = its splits merged: M = max m_i, L = sum l_i e^(m_i - M), out = sum acc_i e^(m_i - M) / L.
 // A warp per (item, head), items that start a token (split 0) only.
 __global__ void merge_splits_kernel(StepLayout step, const float* partial, float* out, int n_heads, int head_dim) {
+  let_next_grid_start();  // the output product after it may start streaming its weights
   const int64_t pair = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= int64_t(step.n_splits) * n_heads) return;
   const int item = int(pair / n_heads), h = int(pair % n_heads);

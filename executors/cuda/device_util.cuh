@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/status.hpp"
+#include "executors/cuda/device_memory.hpp"
 #include "executors/cuda/cuda_kernels.cuh"
 
 namespace actord::cuda {
@@ -60,6 +62,45 @@ __device__ __forceinline__ void keep_best(float& value, int& column, float other
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with launch_after_previous() may start while the kernel
+// before it in the stream still runs. Such a kernel must call wait_for_previous_grid() before it reads or writes
+// anything an earlier kernel touches (it may read weights before). A kernel that calls let_next_grid_start() lets
+// its dependent's blocks start once every block of it has called it, instead of at its end. Elsewhere (a kernel
+// launched plainly, an older device) both are no-ops.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void let_next_grid_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), launched so that it may start before the previous kernel of the
+// stream ends where `early` (it then calls wait_for_previous_grid() before touching that kernel's data).
+template <class... Params, class... Args>
+inline void launch_after_previous(bool early, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                                  Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = early ? 1 : 0;
+  if (early && cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess) return;
+  if (early) {  // a driver or a graph capture that refuses the attribute: the plain launch, in stream order
+    cudaGetLastError();
+    config.numAttrs = 0;
+  }
+  ACTORD_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 __device__ __forceinline__ int64_t kv_offset(const StepLayout& step, const KvView& kv, int seq, int pos, int g,

@@ -56,9 +56,12 @@ __device__ __forceinline__ void accumulate(const uint4& wv, const float4* const*
   }
 }
 
-// acc[r] = sum over k of row[k] * x[r][k] (rounded), warp-summed: every lane holds the totals.
+// acc[r] = sum over k of row[k] * x[r][k] (rounded), warp-summed: every lane holds the totals. With `first`, the
+// kernel may have started before the previous one ended (launch_after_previous): the first weight loads are in
+// flight before it waits for that kernel, then x is read.
 template <class T, int N>
-__device__ __forceinline__ void row_products(const T* row, const float4* const* xs, int k, int lane, float* acc) {
+__device__ __forceinline__ void row_products(const T* row, const float4* const* xs, int k, int lane, float* acc,
+                                             bool first = false) {
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = 0.0f;
   const int chunks = k / 8;
@@ -69,9 +72,14 @@ __device__ __forceinline__ void row_products(const T* row, const float4* const* 
     uint4 wv[kLoads];
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) wv[i] = __ldcs(wr + c + 32 * i);
+    if (first) {
+      wait_for_previous_grid();
+      first = false;
+    }
 #pragma unroll
     for (int i = 0; i < kLoads; ++i) accumulate<T, N>(wv[i], xs, c + 32 * i, acc);
   }
+  if (first) wait_for_previous_grid();
   for (; c < chunks; c += 32) accumulate<T, N>(__ldcs(wr + c), xs, c, acc);
 #pragma unroll
   for (int r = 0; r < N; ++r) acc[r] = warp_sum(acc[r]);
@@ -109,11 +117,12 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(S
       }
     }
   }
+  let_next_grid_start();
   if (w == nullptr) return;
   const float4* xs[N];
   rows_of_x<N>(x, k, xs);
   float acc[N];
-  row_products<T, N>(w + size_t(row) * size_t(k), xs, k, lane, acc);
+  row_products<T, N>(w + size_t(row) * size_t(k), xs, k, lane, acc, true);
   if (lane == 0) {
     const float b = bias ? bias[row] : 0.0f;
 #pragma unroll
@@ -132,11 +141,12 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_glu_kernel(co
                                                                               int k, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int j = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  let_next_grid_start();
   if (j >= ff) return;
   const float4* xs[N];
   rows_of_x<N>(x, k, xs);
   float gate[N], up[N];
-  row_products<T, N>(w + size_t(j) * size_t(k), xs, k, lane, gate);
+  row_products<T, N>(w + size_t(j) * size_t(k), xs, k, lane, gate, true);
   row_products<T, N>(w + size_t(ff + j) * size_t(k), xs, k, lane, up);
   if (lane == 0) {
 #pragma unroll
@@ -178,7 +188,7 @@ bool small_batch_gemm_fits(DType dtype, int n, int k) {
 }
 
 void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, const float* x, int n, int k,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool early) {
   if (!small_batch_gemm_fits(dtype, n, k) || targets.count <= 0 || targets.count > kSmallBatchTargets) return;
   int64_t rows = 0;
   for (int t = 0; t < targets.count; ++t) rows += targets.rows[t];
@@ -187,20 +197,21 @@ void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, cons
     using T = decltype(zero);
     with_rows(n, [&](auto rows_of_x_const) {
       constexpr int N = decltype(rows_of_x_const)::value;
-      small_batch_gemm_kernel<T, N><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, stream>>>(targets, x, k);
+      launch_after_previous(early, small_batch_gemm_kernel<T, N>, blocks_for_rows(rows), 32 * kWarpsPerBlock, stream,
+                            targets, x, k);
     });
   });
 }
 
 void launch_small_batch_glu(const void* w, DType dtype, const float* x, int n, int ff, int k, float* y,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bool early) {
   if (!small_batch_gemm_fits(dtype, n, k) || ff <= 0) return;
   with_16_bit_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     with_rows(n, [&](auto rows_of_x_const) {
       constexpr int N = decltype(rows_of_x_const)::value;
-      small_batch_glu_kernel<T, N>
-          <<<blocks_for_rows(ff), 32 * kWarpsPerBlock, 0, stream>>>(static_cast<const T*>(w), x, ff, k, y);
+      launch_after_previous(early, small_batch_glu_kernel<T, N>, blocks_for_rows(ff), 32 * kWarpsPerBlock, stream,
+                            static_cast<const T*>(w), x, ff, k, y);
     });
   });
 }
