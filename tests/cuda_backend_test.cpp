@@ -204,6 +204,54 @@ TEST_CASE("cuda: gemm, gemm_accumulate, gemm_multi and gemm_glu equal the CPU ba
   }
 }
 
+// Products launched early (early_launch) start while the kernel before them runs and must wait for what it wrote:
+// a chain of layers, each product reading what the norm or the product before it wrote and adding to the residual
+// stream the next layer reads, gives the same bits as with every product launched after the kernel before it.
+TEST_CASE("cuda: products launched early read what the kernel before them wrote - the same bits as launched after",
+          "[cuda]") {
+  if (!have_gpu()) return;
+  Pair early, after("early_launch");
+  const int h = 1024, ff = 2816, kv = 256, layers = 6;
+  const HostMatrixData q(random_values(size_t(h) * h, 31, 0.05f), h, h, DType::bf16);
+  const HostMatrixData k(random_values(size_t(kv) * h, 32, 0.05f), kv, h, DType::bf16);
+  const HostMatrixData o(random_values(size_t(h) * h, 33, 0.05f), h, h, DType::bf16);
+  const HostMatrixData gate(random_values(size_t(ff) * h, 34, 0.05f), ff, h, DType::bf16);
+  const HostMatrixData up(random_values(size_t(ff) * h, 35, 0.05f), ff, h, DType::bf16);
+  const HostMatrixData down(random_values(size_t(h) * ff, 36, 0.05f), h, ff, DType::bf16);
+  const auto norm_w = random_values(size_t(h), 37, 1.0f);
+  for (int n : {1, 4}) {
+    INFO("rows " << n);
+    const auto x0 = random_values(size_t(n) * h, 38 + n);
+    std::vector<float> got[2];
+    Pair* pairs[2] = {&early, &after};
+    for (int b = 0; b < 2; ++b) {
+      exec::Backend& be = *pairs[b]->gpu;
+      auto wq = be.upload_matrix(q.m, exec::WeightUse::gemm), wk = be.upload_matrix(k.m, exec::WeightUse::gemm),
+           wo = be.upload_matrix(o.m, exec::WeightUse::gemm), wd = be.upload_matrix(down.m, exec::WeightUse::gemm);
+      auto glu = be.upload_glu(gate.m, up.m);
+      REQUIRE((wq.ok() && wk.ok() && wo.ok() && wd.ok() && glu.ok()));
+      exec::Buffer x = be.upload(x0), nw = be.upload(norm_w), xn, yq, yk, g, scratch;
+      be.reserve(xn, size_t(n) * h);
+      be.reserve(yq, size_t(n) * h);
+      be.reserve(yk, size_t(n) * kv);
+      be.reserve(g, size_t(n) * ff);
+      be.reserve(scratch, size_t(n) * h);
+      for (int l = 0; l < layers; ++l) {
+        be.rms_norm(x, nw, xn, n, h, 1e-5f);
+        const exec::GemmTarget qk[2] = {{&*wq, nullptr, &yq}, {&*wk, nullptr, &yk}};
+        be.gemm_multi(xn, qk, n);
+        be.gemm_accumulate(yq, *wo, x, n, scratch);  // x += (q of the norm of x) O^T
+        be.rms_norm(x, nw, xn, n, h, 1e-5f);
+        be.gemm_glu(xn, *glu, ff, g, n);
+        be.gemm_accumulate(g, *wd, x, n, scratch);  // x += silu(gate) * up D^T
+      }
+      got[b] = pairs[b]->read(be, x, size_t(n) * h);
+      for (float v : got[b]) REQUIRE(std::isfinite(v));
+    }
+    CHECK(got[0] == got[1]);
+  }
+}
+
 TEST_CASE("cuda: row_bests (the greedy pick of each row) equals the CPU backend's - ties - NaN - -inf - widths",
           "[cuda]") {
   if (!have_gpu()) return;
