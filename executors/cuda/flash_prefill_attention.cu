@@ -3,8 +3,10 @@
 //
 // A block takes one prefill tile (up to kPrefillTileQueries queries of a sequence, from the step's plan) for up to
 // kMaxHeadsPerBlock query heads of one KV head: two warps per head, 16 queries each (the m of mma.m16n8k16). Keys and
-// values come through shared memory kKeyTile at a time, read once per block for all its heads (GQA), V stored
-// transposed so that both products load their B fragments as 32-bit words. Per key tile a warp computes S = Q K^T
+// values come through shared memory kKeyTile at a time, read once per block for all its heads (GQA), in two stages:
+// the next tile's 16-byte copies (cp.async) are in flight while the block computes on the current one. S = Q K^T
+// takes its B fragments from the keys as 32-bit words; P V takes them from the values as they are stored ([key]
+// [dimension]) with ldmatrix.trans, which hands each lane the transposed pairs. Per key tile a warp computes S = Q K^T
 // (Q scaled by 1/sqrt(head_dim) and rounded to the cache's type, as the cuBLAS path does), masks it (causal and the
 // sliding window), updates its rows' running max and sum, and adds P V (P rounded to the cache's type) to its
 // accumulators; the rows are divided by their sums at the end. All sums in f32.
@@ -60,13 +62,47 @@ __device__ __forceinline__ uint32_t word_at(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, completed by
+// wait_copies); zeros where !present (nothing is read then: the source size is 0).
+__device__ __forceinline__ void copy_16_async(void* shared_dst, const void* src, bool present) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(present ? 16 : 0));
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory, transposed: lane l gives the address of row l % 8 of
+// matrix l / 8; register i of lane (g, t) = (lane / 4, lane % 4) receives matrix i's elements (row 2t, column g) and
+// (row 2t + 1, column g): with rows as keys and columns as dimensions, the B fragment word of mma.m16n8k16 for
+// keys 2t, 2t + 1 and dimension g.
+__device__ __forceinline__ void load_transposed_x4(const void* row_address, uint32_t* r) {
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+}
+
+template <int HD>
+__host__ __device__ constexpr size_t stage_elements() {
+  return size_t(2) * kKeyTile * (HD + kPad);  // a tile's keys, then its values, rows of HD + kPad
+}
+// The dynamic shared memory of flash_prefill_kernel<T, HD>: two stages of a key tile's keys and values.
+template <class T, int HD>
+__host__ __device__ constexpr size_t flash_shared_bytes() {
+  return 2 * stage_elements<HD>() * sizeof(T);
+}
+
 // Grid: (the tiles first_tile .. first_tile + gridDim.x - 1, n_heads / heads_per_block); 64 * heads_per_block threads.
 template <class T, int HD>
 __global__ void __launch_bounds__(64 * kMaxHeadsPerBlock) flash_prefill_kernel(
     StepLayout step, int first_tile, const float* __restrict__ q, float* __restrict__ out, int n_heads,
     int n_kv_heads, int heads_per_block, float scale, int window, KvView kv) {
-  __shared__ __align__(16) T keys[kKeyTile][HD + kPad];
-  __shared__ __align__(16) T values_t[HD][kKeyTile + kPad];  // transposed: [dimension][key]
+  extern __shared__ __align__(16) unsigned char flash_shared[];
+  T* const stages = reinterpret_cast<T*>(flash_shared);  // stage s: keys [kKeyTile][HD + kPad], then values alike
   constexpr int kSteps = HD / 16, kKeyTiles8 = kKeyTile / 8, kDimTiles8 = HD / 8, kChunks = HD / 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g4 = lane >> 2, t4 = lane & 3;
   // The last tiles (the most keys) first: the longest blocks start in the first wave, not the last.
@@ -106,23 +142,33 @@ __global__ void __launch_bounds__(64 * kMaxHeadsPerBlock) flash_prefill_kernel(
   const T* kc = static_cast<const T*>(kv.k_base);
   const T* vc = static_cast<const T*>(kv.v_base);
 
-  for (int k0 = k_first; k0 <= q_last; k0 += kKeyTile) {
-    __syncthreads();  // every warp is done with the previous tile
+  // The copies of the key tile at k0 into stage `stage` (keys and values past q_last as zeros), one group.
+  auto load_tile = [&](int stage, int k0) {
+    T* const keys = stages + size_t(stage) * stage_elements<HD>();
+    T* const values = keys + size_t(kKeyTile) * (HD + kPad);
     for (int i = int(threadIdx.x); i < kKeyTile * kChunks; i += int(blockDim.x)) {
       const int key = i / kChunks, part = i % kChunks, pos = k0 + key;
-      uint4 kw = make_uint4(0, 0, 0, 0), vw = make_uint4(0, 0, 0, 0);
-      if (pos <= q_last) {
-        const int64_t at = kv_offset(step, kv, seq, pos, g, HD) + part * 8;
-        kw = *reinterpret_cast<const uint4*>(kc + at);
-        vw = *reinterpret_cast<const uint4*>(vc + at);
-      }
-      *reinterpret_cast<uint4*>(&keys[key][part * 8]) = kw;
-      const T* v8 = reinterpret_cast<const T*>(&vw);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) values_t[part * 8 + e][key] = v8[e];
+      const bool present = pos <= q_last;
+      const int64_t at = present ? kv_offset(step, kv, seq, pos, g, HD) + part * 8 : 0;
+      copy_16_async(keys + key * (HD + kPad) + part * 8, kc + at, present);
+      copy_16_async(values + key * (HD + kPad) + part * 8, vc + at, present);
     }
-    __syncthreads();
-    if (!active) continue;
+    commit_copies();
+  };
+  if (k_first <= q_last) load_tile(0, k_first);
+  for (int k0 = k_first, stage = 0; k0 <= q_last; k0 += kKeyTile, stage ^= 1) {
+    // The next tile's copies go into the other stage (the block finished with it at the end of the last
+    // iteration), then this tile's are awaited: one group may stay in flight.
+    if (k0 + kKeyTile <= q_last) load_tile(stage ^ 1, k0 + kKeyTile);
+    else commit_copies();  // an empty group: the count of groups stays the same
+    wait_copies<1>();
+    __syncthreads();  // every thread's copies of this tile are in shared memory
+    const T* const keys = stages + size_t(stage) * stage_elements<HD>();
+    const T* const values = keys + size_t(kKeyTile) * (HD + kPad);
+    if (!active) {
+      __syncthreads();
+      continue;
+    }
 
     float s[kKeyTiles8][4];  // S = Q K^T of the warp's rows and the tile's keys
 #pragma unroll
@@ -131,7 +177,7 @@ __global__ void __launch_bounds__(64 * kMaxHeadsPerBlock) flash_prefill_kernel(
     for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
       for (int j = 0; j < kKeyTiles8; ++j) {
-        const T* krow = &keys[j * 8 + g4][kk * 16 + 2 * t4];
+        const T* krow = keys + (j * 8 + g4) * (HD + kPad) + kk * 16 + 2 * t4;
         Mma<T>::run(s[j], qa[kk], word_at(krow), word_at(krow + 8));
       }
     }
@@ -179,12 +225,18 @@ __global__ void __launch_bounds__(64 * kMaxHeadsPerBlock) flash_prefill_kernel(
       const uint32_t pa[4] = {Mma<T>::pack(s[2 * j2][0], s[2 * j2][1]), Mma<T>::pack(s[2 * j2][2], s[2 * j2][3]),
                               Mma<T>::pack(s[2 * j2 + 1][0], s[2 * j2 + 1][1]),
                               Mma<T>::pack(s[2 * j2 + 1][2], s[2 * j2 + 1][3])};
+      // Lane l addresses key 16 j2 + l % 16 at dimension 8 (l / 16) of a pair of dimension tiles: registers 0, 1
+      // are the B words of the first tile (keys 2t, 2t + 1, then + 8), 2, 3 those of the second.
+      const T* vlane = values + (j2 * 16 + (lane & 15)) * (HD + kPad) + 8 * (lane >> 4);
 #pragma unroll
-      for (int dn = 0; dn < kDimTiles8; ++dn) {
-        const T* vrow = &values_t[dn * 8 + g4][j2 * 16 + 2 * t4];
-        Mma<T>::run(o[dn], pa, word_at(vrow), word_at(vrow + 8));
+      for (int dn = 0; dn < kDimTiles8; dn += 2) {
+        uint32_t b[4];
+        load_transposed_x4(vlane + dn * 8, b);
+        Mma<T>::run(o[dn], pa, b[0], b[1]);
+        Mma<T>::run(o[dn + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp is done with this stage before the next iteration's copies overwrite it
   }
   if (!active) return;
 #pragma unroll
@@ -229,8 +281,14 @@ void launch_flash_prefill(const StepLayout& step, int first_tile, int n_tiles, c
   auto launch = [&](auto zero, auto dims) {
     using T = decltype(zero);
     constexpr int HD = decltype(dims)::value;
-    flash_prefill_kernel<T, HD><<<grid, threads, 0, stream>>>(step, first_tile, q, out, n_heads, n_kv_heads,
-                                                               per_block, scale, window, kv);
+    constexpr size_t bytes = flash_shared_bytes<T, HD>();
+    static const bool raised = [] {  // past the default 48 KB of dynamic shared memory, once per kernel
+      return cudaFuncSetAttribute(flash_prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(bytes)) == cudaSuccess;
+    }();
+    ACTORD_CHECK_MSG(raised, "flash prefill attention: no room for its shared memory");
+    flash_prefill_kernel<T, HD><<<grid, threads, bytes, stream>>>(step, first_tile, q, out, n_heads, n_kv_heads,
+                                                                  per_block, scale, window, kv);
   };
   auto with_dims = [&](auto zero) {
     if (head_dim == 64) {

@@ -34,6 +34,18 @@ def mma(d, a, b):  # d [32][4], a [32][4][2], b [32][2][2]
         for e in range(4):
             d[lane][e] = D[c_layout(lane, e)]
 
+# ldmatrix.sync.aligned.m8n8.x4.trans.b16 (PTX ISA): lane l gives row l % 8 of matrix l / 8 as (row, first column)
+# of `mem`; matrix i's element (r, c) is mem[row of lane 8 i + r][its column + c]; with .trans, register i of lane
+# (g, t) holds matrix i's (2t, g) and (2t + 1, g).
+def ldmatrix_x4_trans(mem, rows):
+    regs = [[None] * 4 for _ in range(32)]
+    for i in range(4):
+        M = np.array([[mem[rows[8 * i + r][0], rows[8 * i + r][1] + c] for c in range(8)] for r in range(8)])
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            regs[lane][i] = [M[2 * t, g], M[2 * t + 1, g]]
+    return regs
+
 def run(count, p_first, window, ctx_keys):
     Q = rng.standard_normal((16, HD)); K = rng.standard_normal((ctx_keys, HD)); V = rng.standard_normal((ctx_keys, HD))
     scale = 1 / np.sqrt(HD)
@@ -50,10 +62,10 @@ def run(count, p_first, window, ctx_keys):
     o = [[[0.0] * 4 for _ in range(HD // 8)] for _ in range(32)]
     m = [[-np.inf, -np.inf] for _ in range(32)]; l = [[0.0, 0.0] for _ in range(32)]
     for k0 in range(k_first, q_last + 1, KT):
-        keys = np.zeros((KT, HD)); vt = np.zeros((HD, KT))
+        keys = np.zeros((KT, HD)); values = np.zeros((KT, HD))  # as the kernel's shared stage holds them
         for key in range(KT):
             if k0 + key <= q_last:
-                keys[key] = K[k0 + key]; vt[:, key] = V[k0 + key]
+                keys[key] = K[k0 + key]; values[key] = V[k0 + key]
         s = [[[0.0] * 4 for _ in range(KT // 8)] for _ in range(32)]
         for kk in range(HD // 16):
             for j in range(KT // 8):
@@ -93,14 +105,14 @@ def run(count, p_first, window, ctx_keys):
         for j2 in range(KT // 16):
             pa = [[[s[lane][2 * j2][0], s[lane][2 * j2][1]], [s[lane][2 * j2][2], s[lane][2 * j2][3]],
                    [s[lane][2 * j2 + 1][0], s[lane][2 * j2 + 1][1]], [s[lane][2 * j2 + 1][2], s[lane][2 * j2 + 1][3]]] for lane in range(32)]
-            for dn in range(HD // 8):
-                b = []
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    vr = vt[dn * 8 + g]
-                    b.append([[vr[j2 * 16 + 2 * t], vr[j2 * 16 + 2 * t + 1]], [vr[j2 * 16 + 8 + 2 * t], vr[j2 * 16 + 9 + 2 * t]]])
-                dl = [o[lane][dn] for lane in range(32)]
-                mma(dl, pa, b)
+            for dn in range(0, HD // 8, 2):
+                # the kernel's lane addresses: key 16 j2 + lane % 16, dimension 8 dn + 8 (lane / 16)
+                rows = [(j2 * 16 + (lane & 15), dn * 8 + 8 * (lane >> 4)) for lane in range(32)]
+                regs = ldmatrix_x4_trans(values, rows)
+                for half in range(2):
+                    b = [[regs[lane][2 * half], regs[lane][2 * half + 1]] for lane in range(32)]
+                    dl = [o[lane][dn + half] for lane in range(32)]
+                    mma(dl, pa, b)
     out = np.full((16, HD), np.nan)
     for lane in range(32):
         g, t = lane >> 2, lane & 3
