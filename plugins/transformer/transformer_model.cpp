@@ -495,7 +495,11 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   const int n_out = static_cast<int>(logit_rows_.size());
   const size_t own = place_.tp > 1 ? vocab_counts_[static_cast<size_t>(place_.tp_rank)] : size_t(vocab);
   std::vector<RowBest>* const bests = context.row_bests;  // each row's best of the ids held, no logits
-  logits.resize(bests ? 0 : size_t(n_out) * vocab);
+  // The host vector is sized only where logits land in it: a backend computing in host memory writes it in place; a
+  // device's rows sampled where they are never come here (resizing would zero-fill rows x vocab floats, 131 MB a
+  // step at 256 rows of a 128k vocabulary, on the step's critical path).
+  const bool host_memory = be.computes_in_host_memory();
+  if (bests || host_memory || n_out == 0) logits.resize(bests ? 0 : size_t(n_out) * vocab);
   const size_t bests_before = bests ? bests->size() : 0;  // forward() runs its batch in pieces: appended
   if (bests) bests->resize(bests_before + size_t(n_out));
   if (n_out == 0) return {};
@@ -511,8 +515,12 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
     return {};
   }
   // The logits straight into the caller's vector where the backend computes in host memory.
-  std::optional<exec::Buffer> in_place = be.host_view(logits);
+  std::optional<exec::Buffer> in_place = host_memory ? be.host_view(logits) : std::nullopt;
   if (!in_place) be.reserve(out_logits_, size_t(n_out) * vocab);
+  auto download = [&] {
+    logits.resize(size_t(n_out) * vocab);
+    be.download(out_logits_, 0, logits);
+  };
   exec::Buffer& out = in_place ? *in_place : out_logits_;
   // The whole rows sampled where they are when the context asks and the backend can (no logits returned).
   auto sampled_here = [&] {
@@ -528,7 +536,7 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   };
   if (place_.tp == 1) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
-    if (!sampled_here() && !in_place) be.download(out_logits_, 0, logits);
+    if (!sampled_here() && !in_place) download();
     return {};
   }
   be.reserve(vocab_part_, size_t(n_out) * own);
@@ -549,7 +557,7 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
     block += counts[r];
     column += v;
   }
-  if (!sampled_here() && !in_place) be.download(out_logits_, 0, logits);
+  if (!sampled_here() && !in_place) download();
   return {};
 }
 
