@@ -369,11 +369,12 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     for (int shift = 24; shift >= 0 && !all; shift -= 8) {
       for (int b = tid; b < 256; b += kThreads) sh.hist[b] = 0;
       __syncthreads();
-      for (int i = tid; i < vocab; i += kThreads) {
-        const float s = row[i] / t;
-        if (isnan(s)) continue;
-        const uint32_t key = order_key(s);
-        if ((key & mask) == prefix) atomicAdd(&sh.hist[(key >> shift) & 255u], 1u);
+      // One atomic per distinct bin of a warp (count_in): a nearly flat row's keys share a few bins.
+      for (int base = 0; base < vocab; base += kThreads) {  // the same trips for every lane: count_in
+        const int i = base + tid;
+        const float s = i < vocab ? row[i] / t : NAN;
+        const uint32_t key = isnan(s) ? 0u : order_key(s);
+        count_in(sh.hist, !isnan(s) && (key & mask) == prefix, (key >> shift) & 255u);
       }
       __syncthreads();
       const int digit = digit_holding(sh.hist, remaining);
