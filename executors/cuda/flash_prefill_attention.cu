@@ -282,11 +282,10 @@ void launch_flash_prefill(const StepLayout& step, int first_tile, int n_tiles, c
     using T = decltype(zero);
     constexpr int HD = decltype(dims)::value;
     constexpr size_t bytes = flash_shared_bytes<T, HD>();
-    static const bool raised = [] {  // past the default 48 KB of dynamic shared memory, once per kernel
-      return cudaFuncSetAttribute(flash_prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(bytes)) == cudaSuccess;
-    }();
-    ACTORD_CHECK_MSG(raised, "flash prefill attention: no room for its shared memory");
+    // Past the default 48 KB of dynamic shared memory: set for the current device at each launch (a process may
+    // drive several devices; a prefill step launches this once a layer).
+    ACTORD_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(bytes)));
     flash_prefill_kernel<T, HD><<<grid, threads, bytes, stream>>>(step, first_tile, q, out, n_heads, n_kv_heads,
                                                                   per_block, scale, window, kv);
   };
