@@ -545,8 +545,8 @@ class CudaBackend final : public exec::Backend {
   }
 
   bool computes_in_host_memory() const override { return false; }
-  // Prefill pieces of up to 4,096 tokens: cuBLAS reaches the device's matrix rate only from thousands of rows (the
-  // 8B shape's Q/K/V products of 512 rows ran at ~100 TFLOP/s on an H200, of 4,096 at ~750). Activations of a
+  // Prefill pieces of up to 4,096 tokens: cuBLAS nears the device's matrix rate only from thousands of rows (the
+  // 8B shape's prefill products through PyTorch on an H200: 740-800 TFLOP/s at 4,096 rows). Activations of a
   // piece: ~0.5 GB at an ffn of 14,336.
   int forward_piece_tokens() const override { return 4096; }
 
