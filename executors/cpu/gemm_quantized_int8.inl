@@ -68,24 +68,16 @@ void micro_kernel(const QuantizedX& x, int row0, const WeightMatrix& w, const un
       if constexpr (kBits == 6) _mm_prefetch(reinterpret_cast<const char*>(p + 8 * kChunk + 2 * kChunk), _MM_HINT_T0);
       const I w0 = Vec::load(p + at0), w1 = Vec::load(p + at1);
       if constexpr (kBits == 6) {
-        // Features 16 ch + (0..3, 4..7, 8..11, 12..15) of each word: a nibble plane's low four bits with the high
-        // two from the third chunk (at bits 4-5 after a shift of 4, 2, 0 or -2), 0..63 each.
-        const I v0 = Vec::load(p + kChunk + at0), v1 = Vec::load(p + kChunk + at1);
-        const I h0 = Vec::load(p + 2 * kChunk + at0), h1 = Vec::load(p + 2 * kChunk + at1);
-        const I q00 = Vec::template with_crumbs<4>(Vec::low_nibbles(w0), h0);
-        const I q01 = Vec::template with_crumbs<2>(Vec::high_nibbles(w0), h0);
-        const I q02 = Vec::template with_crumbs<0>(Vec::low_nibbles(v0), h0);
-        const I q03 = Vec::template with_crumbs<-2>(Vec::high_nibbles(v0), h0);
-        const I q10 = Vec::template with_crumbs<4>(Vec::low_nibbles(w1), h1);
-        const I q11 = Vec::template with_crumbs<2>(Vec::high_nibbles(w1), h1);
-        const I q12 = Vec::template with_crumbs<0>(Vec::low_nibbles(v1), h1);
-        const I q13 = Vec::template with_crumbs<-2>(Vec::high_nibbles(v1), h1);
+        // Features 16 ch + (0..3, 4..7, 8..11, 12..15) of each word, 0..63 each.
+        I q0[4], q1[4];
+        quantized_product::six_bit_codes<Vec>(w0, Vec::load(p + kChunk + at0), Vec::load(p + 2 * kChunk + at0), q0);
+        quantized_product::six_bit_codes<Vec>(w1, Vec::load(p + kChunk + at1), Vec::load(p + 2 * kChunk + at1), q1);
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const int32_t* xw = xg + i * ldw + 4 * ch;
           const I a0 = Vec::set1(xw[0]), a1 = Vec::set1(xw[1]), a2 = Vec::set1(xw[2]), a3 = Vec::set1(xw[3]);
-          acc[i][0] = Vec::dot4x2(Vec::dot4x2(acc[i][0], q00, a0, q01, a1), q02, a2, q03, a3);
-          acc[i][1] = Vec::dot4x2(Vec::dot4x2(acc[i][1], q10, a0, q11, a1), q12, a2, q13, a3);
+          acc[i][0] = Vec::dot4x2(Vec::dot4x2(acc[i][0], q0[0], a0, q0[1], a1), q0[2], a2, q0[3], a3);
+          acc[i][1] = Vec::dot4x2(Vec::dot4x2(acc[i][1], q1[0], a0, q1[1], a1), q1[2], a2, q1[3], a3);
         }
       } else if constexpr (kBits == 8) {
 #pragma GCC unroll 16

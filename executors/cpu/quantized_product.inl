@@ -77,6 +77,18 @@ void product_blocks(const QuantizedX& x, const WeightMatrix& w, const float* bia
   }
 }
 
+// The codes of one vector of a 6-bit unit (quantized_weights.hpp), 0..63 each, from its three chunks' vectors (the
+// low-nibble chunk of features 16 j .. + 7, that of 16 j + 8 .. + 15, the high-bits chunk): q[k] holds features
+// 16 j + 4 k .. + 3 of each word, a nibble plane's low four bits with the high two moved to bits 4-5.
+template <class Vec>
+inline void six_bit_codes(typename Vec::I first, typename Vec::I second, typename Vec::I high,
+                          typename Vec::I (&q)[4]) {
+  q[0] = Vec::template with_crumbs<4>(Vec::low_nibbles(first), high);
+  q[1] = Vec::template with_crumbs<2>(Vec::high_nibbles(first), high);
+  q[2] = Vec::template with_crumbs<0>(Vec::low_nibbles(second), high);
+  q[3] = Vec::template with_crumbs<-2>(Vec::high_nibbles(second), high);
+}
+
 // A block of 6-bit codes (quantized_weights.hpp) as the same block of 8-bit codes (code + 96: centred on 128 as
 // 8-bit codes are, so that the 8-bit kernels' arithmetic gives the 6-bit sums exactly), scales copied.
 template <class Vec>
@@ -85,17 +97,15 @@ void six_bit_block_to_eight(const unsigned char* block, const WeightMatrix& six,
   constexpr int64_t kChunk = 128, kStep = Vec::kWidth * 4;  // bytes of one vector
   const int64_t groups = quant_groups(six), units = quant_group_stride(six) / 16;
   const int64_t six_bytes = quant_group_bytes(six), eight_bytes = quant_group_bytes(eight);
-  const auto centred = [](typename Vec::I q) { return Vec::add_bytes(q, 96); };
   for (int64_t g = 0; g < groups; ++g) {
     const unsigned char* p = block + g * six_bytes;
     unsigned char* o = out + g * eight_bytes;
     for (int64_t u = 0; u < units; ++u, p += 3 * kChunk, o += 4 * kChunk) {
       for (int64_t at = 0; at < kChunk; at += kStep) {
-        const auto w = Vec::load(p + at), v = Vec::load(p + kChunk + at), h = Vec::load(p + 2 * kChunk + at);
-        Vec::store(o + at, centred(Vec::template with_crumbs<4>(Vec::low_nibbles(w), h)));
-        Vec::store(o + kChunk + at, centred(Vec::template with_crumbs<2>(Vec::high_nibbles(w), h)));
-        Vec::store(o + 2 * kChunk + at, centred(Vec::template with_crumbs<0>(Vec::low_nibbles(v), h)));
-        Vec::store(o + 3 * kChunk + at, centred(Vec::template with_crumbs<-2>(Vec::high_nibbles(v), h)));
+        typename Vec::I q[4];
+        six_bit_codes<Vec>(Vec::load(p + at), Vec::load(p + kChunk + at), Vec::load(p + 2 * kChunk + at), q);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) Vec::store(o + k * kChunk + at, Vec::add_bytes(q[k], 96));
       }
     }
     std::copy_n(p, 64, o);  // the scales
