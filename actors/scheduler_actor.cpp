@@ -165,10 +165,23 @@ uint64_t thread_cpu_ns() {
 
 // Books the oldest step's times: its round trip, and its share of the wall clock (scheduler/step_clock.hpp: up to
 // when it was done, `answered_late_us` before its result came), so that overlapping steps are not counted twice.
+// At --log-level trace, one line a step says how its share was made (where the prefill / decode split comes from).
 void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
                     uint64_t answered_late_us) {
   st.stats.round_trip_us += micros_between(sent.at, now);
-  (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += st.clock.book(sent.at, now, answered_late_us);
+  const auto previous_end = st.clock.last_end();
+  const uint64_t share = st.clock.book(sent.at, now, answered_late_us);
+  (sent.decode_only ? st.stats.decode_us : st.stats.prefill_us) += share;
+  if (spdlog::should_log(spdlog::level::trace)) {
+    const auto signed_us = [](auto from, auto to) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+    };
+    spdlog::trace("{}: step {} ({} prefill + {} decode tokens) booked {} us as {}: result {} us after it was sent, "
+                  "answered {} us late; sent {} us after the last booked end",
+                  st.actor_name, sent.step_id, sent.prefill_tokens, sent.decode_tokens, share,
+                  sent.decode_only ? "decode" : "prefill", micros_between(sent.at, now), answered_late_us,
+                  previous_end == std::chrono::steady_clock::time_point{} ? 0 : signed_us(previous_end, sent.at));
+  }
 }
 
 // Steps that compute faster than a message round trip (~0.1-0.3 ms of thread wake-ups here) leave the worker

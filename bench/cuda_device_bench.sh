@@ -11,7 +11,7 @@
 # Usage: bench/cuda_device_bench.sh [--device cuda|cpu] [--shape 8b|tiny] [--out DIR] [--actord BIN] [--quick]
 #                                   [--deadline SECONDS] [--only "NAMES"]
 #   --only: just these runs (the GPU's limits always): b1 b64 b256 prefill profile_b1 profile_b64 profile_prefill
-#   graphs early ahead hf long_b1 sampled profile_sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
+#   graphs early ahead clock hf long_b1 sampled profile_sampled fallbacks, e.g. --only "b1 profile_b1 hf" for a short lease.
 #   --shape tiny --device cpu: a smoke run of the script itself on a machine without a GPU (PyTorch parts skipped
 #   where torch, CUDA or transformers are missing). Each step is bounded by `timeout`; a failed step is reported and
 #   the others still run.
@@ -112,6 +112,12 @@ if [ "$DEVICE" = cuda ] && wanted ahead; then
   for b in ${AHEAD_BATCHES:-1 64 256}; do
     ACTORD_CUDA_DISABLE=run_ahead actord_run "actord_b${b}_no_ahead" 420 128 64 "$b"
   done
+fi
+# How the scheduler books each step's share of the wall clock at batch 64 (--log-level trace: one line a step), for
+# the bench's decode tokens/s that disagree with the clients' time per output token under running ahead.
+if wanted clock; then
+  actord_run actord_b64_clock 420 128 64 64 --log-level trace
+  grep -h 'booked' "$OUT/actord_b64_clock.err" | sed 's/^.*scheduler: //' | head -24
 fi
 # The peer, right after the runs it is compared with (the issue asks for both in one call); the profiles, paths and
 # fallbacks after it are what a deadline cuts first.

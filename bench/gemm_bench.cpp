@@ -1,7 +1,8 @@
 // Microbenchmark of the CPU GEMM (executors/cpu/gemm.hpp) on the shapes of a 134M Llama (hidden 768, ffn 2048,
 // vocab 32000): GFLOP/s and weight bandwidth at decode (m = 1, 8, 32) and prefill (m = 128) sizes, bf16 and f32.
 // Then a whole decode step's products over all the model's matrices (weights streaming from DRAM).
-// Usage: actord_gemm_bench [threads] [step]   (step: only the whole decode step, e.g. AMX against AVX512-BF16)
+// Usage: actord_gemm_bench [threads] [step | ISA]   (step: only the whole decode step, e.g. AMX against
+//        AVX512-BF16; ISA: the per-shape table through that instruction set, e.g. avx2 on an AVX-512 CPU)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,12 +21,22 @@ using namespace actord;
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const bool step_only = argc > 2 && std::string(argv[2]) == "step";
+  cpu::Isa table_isa = cpu::Isa::automatic;
+  if (argc > 2 && !step_only) {
+    auto isa = cpu::isa_for(argv[2], cpu::detected_isa());
+    if (!isa) {
+      std::fprintf(stderr, "%s\n", isa.error().message.c_str());
+      return 2;
+    }
+    table_isa = *isa;
+  }
   cpu::ThreadPool pool(threads);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   struct Shape { int n, k; const char* what; };
   const Shape shapes[] = {{768, 768, "q/o proj"}, {2048, 768, "gate/up"}, {768, 2048, "down"}, {32000, 768, "lm_head"}};
-  std::printf("isa %s, %d threads\n", cpu::isa_name(cpu::detected_isa()), threads);
+  std::printf("isa %s (table: %s), %d threads\n", cpu::isa_name(cpu::detected_isa()), cpu::isa_name(table_isa),
+              threads);
   std::printf("%-10s %6s %6s %5s %5s %-8s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "path", "us", "GFLOP/s",
               "GB/s(W)");
   for (DType dtype : {DType::bf16, DType::f32}) {
@@ -47,8 +58,9 @@ int main(int argc, char** argv) {
         const cpu::Kernel kernel = kernels[variant];
         const bool use_blocked = variant >= 4, dot_bf16 = variant == 5;
         if (kernel == cpu::Kernel::blas && !cpu::have_blas()) continue;
-        if (dot_bf16 && (dtype != DType::bf16 || !cpu::cpu_has_avx512_bf16())) continue;
-        const cpu::GemmPath path{dot_bf16 ? cpu::Isa::avx512_bf16 : cpu::Isa::automatic, kernel};
+        if (dot_bf16 && (dtype != DType::bf16 || !cpu::cpu_has_avx512_bf16() || table_isa != cpu::Isa::automatic))
+          continue;
+        const cpu::GemmPath path{dot_bf16 ? cpu::Isa::avx512_bf16 : table_isa, kernel};
         const cpu::WeightMatrix& wm_used = use_blocked ? blocked : wm;
         std::vector<float> x(size_t(m) * s.k, 0.5f), y(size_t(m) * s.n);
         cpu::gemm_nt(x.data(), wm_used, nullptr, y.data(), m, pool, path);  // warm-up
