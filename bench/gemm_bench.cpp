@@ -1,8 +1,9 @@
 // Microbenchmark of the CPU GEMM (executors/cpu/gemm.hpp) on the shapes of a 134M Llama (hidden 768, ffn 2048,
 // vocab 32000): GFLOP/s and weight bandwidth at decode (m = 1, 8, 32) and prefill (m = 128) sizes, bf16 and f32.
 // Then a whole decode step's products over all the model's matrices (weights streaming from DRAM).
-// Usage: actord_gemm_bench [threads] [step | ISA]   (step: only the whole decode step, e.g. AMX against
-//        AVX512-BF16; ISA: the per-shape table through that instruction set, e.g. avx2 on an AVX-512 CPU)
+// Usage: actord_gemm_bench [threads] [step | ISA [ROWS,...]]   (step: only the whole decode step, e.g. AMX against
+//        AVX512-BF16; ISA: the per-shape table through that instruction set, e.g. avx2 on an AVX-512 CPU; ROWS: only
+//        that table, bf16 only, at those rows)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +31,22 @@ int main(int argc, char** argv) {
     }
     table_isa = *isa;
   }
+  std::vector<int> table_rows = {1, 8, 16, 32, 64, 128, 512};
+  std::vector<DType> table_dtypes = {DType::bf16, DType::f32};
+  if (argc > 3 && !step_only) {
+    table_rows.clear();
+    for (const char* p = argv[3]; *p;) {
+      char* end = nullptr;
+      const long rows = std::strtol(p, &end, 10);
+      if (end == p || rows <= 0) {
+        std::fprintf(stderr, "rows: a comma-separated list of positive numbers, not '%s'\n", argv[3]);
+        return 2;
+      }
+      table_rows.push_back(static_cast<int>(rows));
+      p = *end == ',' ? end + 1 : end;
+    }
+    table_dtypes = {DType::bf16};
+  }
   cpu::ThreadPool pool(threads);
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
@@ -39,7 +56,7 @@ int main(int argc, char** argv) {
               threads);
   std::printf("%-10s %6s %6s %5s %5s %-8s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "path", "us", "GFLOP/s",
               "GB/s(W)");
-  for (DType dtype : {DType::bf16, DType::f32}) {
+  for (DType dtype : table_dtypes) {
     if (step_only) break;
     for (const Shape& s : shapes) {
       std::vector<float> w32(size_t(s.n) * s.k);
@@ -49,7 +66,7 @@ int main(int argc, char** argv) {
       const cpu::WeightMatrix wm{dtype, w.data(), s.n, s.k, 0};
       std::vector<unsigned char> blocked_storage(cpu::blocked_bytes(dtype, s.n, s.k));
       const cpu::WeightMatrix blocked = cpu::pack_blocked(wm, blocked_storage.data());
-      for (int m : {1, 8, 16, 32, 64, 128, 512})
+      for (int m : table_rows)
       for (int variant = 0; variant < 6; ++variant) {
         // The row-major kernels, then the blocked layout (what the engine loads models into).
         // Variant 5: blocked bf16 weights through the AVX512-BF16 dot products (x rounded to bf16).
@@ -84,7 +101,7 @@ int main(int argc, char** argv) {
   }
 
   // A decode step's products of the whole model, every matrix its own blocked bf16 copy (268 MB from DRAM).
-  {
+  if (argc <= 3 || step_only) {
     std::vector<std::vector<unsigned char>> storage;
     const auto random_bf16 = [&](int n, int k) { return bench::random_bf16(n, k, rng, dist); };
     bench::DecodeStep model(
