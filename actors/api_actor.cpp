@@ -32,7 +32,7 @@ namespace {
 
 struct api_state {
   std::shared_ptr<ApiClient::Registry> registry;
-  std::vector<caf::actor> tokenizers;
+  std::vector<tokenizer_actor> tokenizers;
   static inline const char* name = "api";
 };
 
@@ -81,10 +81,10 @@ void on_deltas(self_ptr self, const wire_msg& msg) {
 }
 
 caf::behavior api_impl(self_ptr self, std::shared_ptr<ApiClient::Registry> registry,
-                       std::vector<caf::actor> tokenizers) {
+                       std::vector<tokenizer_actor> tokenizers) {
   self->state.registry = std::move(registry);
   self->state.tokenizers = std::move(tokenizers);
-  auto tokenizer_of = [self](uint64_t id) -> const caf::actor& {
+  auto tokenizer_of = [self](uint64_t id) -> const tokenizer_actor& {
     return self->state.tokenizers[id % self->state.tokenizers.size()];
   };
   return {
@@ -103,7 +103,7 @@ caf::behavior api_impl(self_ptr self, std::shared_ptr<ApiClient::Registry> regis
 
 }  // namespace
 
-ApiClient::ApiClient(caf::actor_system& system, std::vector<caf::actor> tokenizers)
+ApiClient::ApiClient(caf::actor_system& system, std::vector<tokenizer_actor> tokenizers)
     : registry_(std::make_shared<Registry>()),
       actor_(std::make_unique<caf::actor>(system.spawn(api_impl, registry_, std::move(tokenizers)))) {}
 

@@ -16,15 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "comms/wire_msg.hpp"
 #include "actors/stream_event.hpp"
+#include "actors/tokenizer_interface.hpp"
+#include "comms/wire_msg.hpp"
 
 namespace actord {
 
 
 class ApiClient {
  public:
-  ApiClient(caf::actor_system& system, std::vector<caf::actor> tokenizers);
+  ApiClient(caf::actor_system& system, std::vector<tokenizer_actor> tokenizers);
   ~ApiClient();
   ApiClient(const ApiClient&) = delete;
   ApiClient& operator=(const ApiClient&) = delete;

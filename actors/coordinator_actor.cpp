@@ -610,7 +610,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
   });
   return {
       [=](start_atom) {
-        auto rp = self->make_response_promise<uint32_t, std::string, caf::actor>();
+        auto rp = self->make_response_promise<uint32_t, std::string, router_actor>();
         auto& st = self->state;
         const GroupSection& group = st.params.topology.groups.at(0);
         st.router = spawn_router(self->system(), st.params.route_policy, st.params.limits.block_size);
@@ -620,7 +620,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
                        [=](std::optional<Error> failure) mutable {
           if (failure) {
             stop_all(self);
-            rp.deliver(static_cast<uint32_t>(failure->code), failure->message, caf::actor{});
+            rp.deliver(static_cast<uint32_t>(failure->code), failure->message, router_actor{});
             return;
           }
           for (auto& [index, r] : self->state.replicas) join_router(self, r, /*warm_in=*/false);

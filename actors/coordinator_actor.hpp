@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/router_interface.hpp"
 #include "actors/trace_sink.hpp"
 #include "comms/atoms.hpp"
 #include "comms/wire_msg.hpp"
@@ -84,7 +85,7 @@ constexpr uint32_t kCoordinatorOk = UINT32_MAX;
 // The coordinator's typed interface (the messages above; lost_atom comes from its schedulers, rebuild_atom from
 // itself).
 using coordinator_actor =
-    caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, caf::actor>,
+    caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, router_actor>,
                      caf::replies_to<scale_atom, std::string, int32_t>::with<uint32_t, std::string>,
                      caf::replies_to<reshape_atom, wire_msg>::with<uint32_t, std::string>,
                      caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,

@@ -38,7 +38,7 @@ struct Replica {
   std::shared_ptr<const CoordinatorParams> params;  // what it is built from (a reshape's replicas differ)
   uint32_t incarnation = 0;
   ReplicaState state = ReplicaState::starting;
-  std::vector<caf::actor> kv_pools;  // one per lane
+  std::vector<kv_pool_actor> kv_pools;  // one per lane
   scheduler_actor scheduler;
   std::vector<worker_actor> ranks;  // lane-major, then stage, then tp rank; then AFD's FFN ranks
   std::vector<std::string> rank_names;
@@ -53,7 +53,7 @@ struct Replica {
 
 struct coordinator_state {
   CoordinatorParams params;
-  caf::actor router;
+  router_actor router;
   std::map<int, Replica> replicas;
   CpuAllocator cpus{usable_cpus()};  // this machine's CPUs among its worker processes (engine.cpu_binding)
   uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id

@@ -156,13 +156,13 @@ struct Engine::Impl {
   std::shared_ptr<TraceSink> trace;       // --trace; written once the actors have stopped
   std::unique_ptr<caf::actor_system> system;
   coordinator_actor coordinator;
-  caf::actor router;                      // where the tokenizer actors submit; it sums the replicas' stats
+  router_actor router;                    // where the tokenizer actors submit; it sums the replicas' stats
   TopologyConfig topology;                // as started; groups[0].replicas follows scale()
   ModelShape shape;
   DType kv_dtype = DType::f32;
   uint64_t whole_weight_bytes = 0;        // the model's weights as one worker holds them
   std::mutex scale_mutex;                 // one scale() or apply() at a time
-  std::vector<caf::actor> tokenizers;
+  std::vector<tokenizer_actor> tokenizers;
   std::unique_ptr<ApiClient> api;
   std::atomic<uint64_t> next_id{1};
 
@@ -263,7 +263,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     caf::scoped_actor self{*impl->system};
     self->request(impl->coordinator, caf::infinite, start_atom::value)
         .receive(
-            [&](uint32_t code, std::string& error, caf::actor& router) {
+            [&](uint32_t code, std::string& error, router_actor& router) {
               if (code == kCoordinatorOk) impl->router = std::move(router);
               else failure = Error{static_cast<Errc>(code), std::move(error)};
             },

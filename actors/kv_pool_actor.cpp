@@ -1,8 +1,8 @@
 #include "actors/kv_pool_actor.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -19,7 +19,8 @@ struct kv_pool_state {
   static inline const char* name = "kv_pool";
 };
 
-caf::behavior kv_pool_impl(caf::stateful_actor<kv_pool_state>* self, uint32_t num_blocks, uint32_t block_size) {
+kv_pool_actor::behavior_type kv_pool_impl(kv_pool_actor::stateful_pointer<kv_pool_state> self, uint32_t num_blocks,
+                                          uint32_t block_size) {
   self->state.blocks = BlockAllocator(num_blocks);
   self->state.block_size = block_size;
   return {
@@ -48,7 +49,7 @@ caf::behavior kv_pool_impl(caf::stateful_actor<kv_pool_state>* self, uint32_t nu
 
 }  // namespace
 
-caf::actor spawn_kv_pool(caf::actor_system& system, uint32_t num_blocks, uint32_t block_size) {
+kv_pool_actor spawn_kv_pool(caf::actor_system& system, uint32_t num_blocks, uint32_t block_size) {
   return system.spawn(kv_pool_impl, num_blocks, block_size);
 }
 

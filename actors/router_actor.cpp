@@ -1,15 +1,16 @@
 #include "actors/router_actor.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
 #include <deque>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "actors/tell.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
@@ -45,7 +46,7 @@ struct router_state {
   static inline const char* name = "router";
 };
 
-using self_ptr = caf::stateful_actor<router_state>*;
+using self_ptr = router_actor::stateful_pointer<router_state>;
 
 Known* find(router_state& st, const caf::actor_addr& who) {
   for (Known& k : st.known)
@@ -56,7 +57,7 @@ Known* find(router_state& st, const caf::actor_addr& who) {
 
 // One final delta per sample of request `id`, cancelled, to its owner.
 void end_cancelled(self_ptr self, const caf::actor& owner, uint64_t id, uint32_t samples) {
-  self->send(owner, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
+  tell(self, owner, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
                auto deltas = out.initDeltas(samples);
                for (uint32_t s = 0; s < samples; ++s) {
                  deltas[s].setRequestId(id + s);
@@ -119,7 +120,7 @@ void remember_cancel(router_state& st, uint64_t id) {
   }
 }
 
-caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
+router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int block_size) {
   self->state.router = std::make_unique<ReplicaRouter>(policy, block_size);
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
@@ -251,7 +252,7 @@ caf::behavior router_impl(self_ptr self, RoutePolicy policy, int block_size) {
 
 }  // namespace
 
-caf::actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size) {
+router_actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size) {
   return system.spawn(router_impl, policy, block_size);
 }
 

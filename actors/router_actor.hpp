@@ -23,10 +23,12 @@
 
 #include <caf/fwd.hpp>
 
+#include "actors/router_interface.hpp"
+
 #include "scheduler/replica_router.hpp"
 
 namespace actord {
 
-caf::actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size);
+router_actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size);
 
 }  // namespace actord

@@ -64,7 +64,7 @@ void end_drain(scheduler_state& st) {
 // Submissions that came before the lease go back to the router as they are.
 void requeue_pending(self_ptr self) {
   auto& st = self->state;
-  for (auto& [sink, m] : st.pending) tell(self, st.router, requeue_atom::value, sink, std::move(m));
+  for (auto& [sink, m] : st.pending) self->send(st.router, requeue_atom::value, sink, std::move(m));
   st.pending.clear();
 }
 
@@ -79,7 +79,7 @@ void report_load(self_ptr self) {
     work = work || lane->batcher->has_work();
   }
   if (st.worker_failure.empty() && !st.drain)
-    timed_send(st, [&] { tell(self, st.router, load_atom::value, outstanding); });
+    timed_send(st, [&] { self->send(st.router, load_atom::value, outstanding); });
   bool awaiting = false;
   for (const auto& lane : st.lanes) awaiting = awaiting || !lane->awaiting_blocks.empty();
   if (!work && st.in_flight.empty() && st.importing.empty() && !awaiting) end_drain(st);
@@ -115,7 +115,7 @@ void hand_back(self_ptr self, HandBack back, const std::string& why, bool failur
       continue;
     }
     st.arrivals.erase(req.id);
-    tell(self, st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
+    self->send(st.router, requeue_atom::value, st.submitters[req.owner], encode_submit(req));
   }
 }
 
@@ -400,7 +400,7 @@ void tend_lease(self_ptr self, Lane& lane) {
   }
   if (const size_t spare = b.blocks_spare(); spare > 0 && !lane.lease_growing) {
     std::vector<uint32_t> ids = lane.lease.take_free(spare);
-    tell(self, lane.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
+    self->send(lane.kv_pool, release_atom::value, build<wire::KvRelease>([&](wire::KvRelease::Builder out) {
                  out.setHolder(lane.holder);
                  fill_list(out.initBlockIds(static_cast<uint32_t>(ids.size())), ids);
                }));
@@ -603,7 +603,7 @@ void handle_submit(self_ptr self, const caf::actor& sink, const wire_msg& msg) {
 }
 
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits limits, std::vector<SchedulerLane> lanes,
-                                              std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
+                                              std::vector<worker_actor> ffn_pool, MicroBatching micro, router_actor router,
                                               caf::actor supervisor,
                              std::string name, std::chrono::milliseconds step_timeout, EplbSettings eplb,
                              std::shared_ptr<TraceSink> trace) {
@@ -653,7 +653,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
       [=](submit_atom, wire_msg& msg) {
         auto sink = caf::actor_cast<caf::actor>(self->current_sender());
         if (!self->state.worker_failure.empty() || self->state.drain) {  // routed here before the router knew
-          tell(self, self->state.router, requeue_atom::value, sink, std::move(msg));
+          self->send(self->state.router, requeue_atom::value, sink, std::move(msg));
           return;
         }
         if (self->state.lanes_ready < self->state.lanes.size()) {
@@ -741,7 +741,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
 namespace actord {
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
+                                std::vector<worker_actor> ffn_pool, MicroBatching micro, router_actor router,
                                 caf::actor supervisor, std::string name, std::chrono::milliseconds step_timeout,
                                 EplbSettings eplb, std::shared_ptr<TraceSink> trace) {
   return system.spawn(sched::scheduler_impl, limits, std::move(lanes), std::move(ffn_pool), micro, std::move(router),

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/kv_pool_interface.hpp"
+#include "actors/router_interface.hpp"
 #include "actors/trace_sink.hpp"
 #include "actors/worker_interface.hpp"
 #include "scheduler/batch_scheduler.hpp"
@@ -61,7 +63,7 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 struct SchedulerLane {
   worker_actor worker;
   std::vector<worker_actor> followers;
-  caf::actor kv_pool;
+  kv_pool_actor kv_pool;
   std::shared_ptr<SchedulingPolicy> policy;
 };
 
@@ -78,7 +80,7 @@ struct MicroBatching {
 // busiest lane's tokens, and serves the lanes' FFNs; stopped with the lanes. `micro`: with two-batch overlap, so
 // that ranks of lanes and FFN pools are told the busiest lane's tokens in each micro-batch.
 scheduler_actor spawn_scheduler(caf::actor_system& system, const SchedulerLimits& limits, std::vector<SchedulerLane> lanes,
-                                std::vector<worker_actor> ffn_pool, MicroBatching micro, caf::actor router,
+                                std::vector<worker_actor> ffn_pool, MicroBatching micro, router_actor router,
                                 caf::actor supervisor, std::string name,
                                 std::chrono::milliseconds step_timeout = std::chrono::milliseconds(2000),
                                 EplbSettings eplb = {}, std::shared_ptr<TraceSink> trace = nullptr);

@@ -16,13 +16,13 @@ namespace actord::sched {
 void hand_back_imports(self_ptr self) {
   auto& st = self->state;
   for (const auto& lane : st.lanes) {
-    for (auto& [sink, msg] : lane->awaiting_blocks) tell(self, st.router, requeue_atom::value, sink, std::move(msg));
+    for (auto& [sink, msg] : lane->awaiting_blocks) self->send(st.router, requeue_atom::value, sink, std::move(msg));
     lane->awaiting_blocks.clear();
     lane->import_wanted = 0;
   }
   for (auto& [id, imp] : st.importing) {
     imp->handed_back = true;
-    tell(self, st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+    self->send(st.router, requeue_atom::value, imp->sink, std::move(imp->submit));
   }
   st.importing.clear();
 }
@@ -55,7 +55,7 @@ void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
         ++s.stats.kv_moves_out;
         ++moved;
       }
-      tell(self, s.router, requeue_atom::value, s.submitters[leaving.request.owner],
+      self->send(s.router, requeue_atom::value, s.submitters[leaving.request.owner],
            encode_submit(leaving.request, kv ? &*kv : nullptr));
     }
     spdlog::info("{}: replaced: {} sequences go on elsewhere, {} with their KV", s.actor_name, m->seqs.size(), moved);
@@ -128,7 +128,7 @@ void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor&
     BatchScheduler& batcher = *imp->lane->batcher;
     if (!s.worker_failure.empty()) {  // this replica is going: the continuation goes on elsewhere, with its KV
       batcher.return_blocks(imp->blocks);
-      tell(self, s.router, requeue_atom::value, imp->sink, std::move(imp->submit));
+      self->send(s.router, requeue_atom::value, imp->sink, std::move(imp->submit));
     } else if (imp->cancelled) {
       batcher.return_blocks(imp->blocks);
       SequenceUpdate u;

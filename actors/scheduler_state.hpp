@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/tell.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/trace_sink.hpp"
 #include "core/scheduler_stats.hpp"
@@ -33,7 +34,7 @@ struct Lane {
   std::unique_ptr<BatchScheduler> batcher;
   worker_actor worker;                        // the lane's driver rank: answers each step
   std::vector<worker_actor> followers;        // its other tensor/pipeline parallel ranks: get each step too
-  caf::actor kv_pool;
+  kv_pool_actor kv_pool;
   std::string holder;                         // the lease's holder name
   bool lease_ready = false;
   bool lease_growing = false;                 // a lease request is on its way to the kv_pool
@@ -71,7 +72,7 @@ struct scheduler_state {
   std::unique_ptr<StepDeadline> deadline;     // when to give up on a step's result
   bool deadline_check_armed = false;          // a deadline_atom is on its way to this actor
   caf::actor supervisor;                      // told when the worker is lost (the coordinator)
-  caf::actor router;                          // where sequences go back when the worker is lost or it drains
+  router_actor router;                        // where sequences go back when the worker is lost or it drains
   std::string worker_failure;                 // non-empty once the worker was lost: everything goes back
   uint64_t abandoned_through = 0;             // results of steps up to this id are dropped (failed already)
   size_t lanes_ready = 0;                     // lanes holding their first lease
@@ -130,12 +131,6 @@ constexpr uint32_t kMaxHandBacks = 3;
 constexpr auto kKvMoveTimeout = std::chrono::seconds(10);
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
-
-// A message to an untyped actor (router, kv_pool, a submitter, the coordinator) with this scheduler as its sender.
-template <class... Ts>
-void tell(self_ptr self, const caf::actor& to, Ts&&... xs) {
-  caf::send_as(caf::actor_cast<caf::actor>(self), to, std::forward<Ts>(xs)...);
-}
 
 uint64_t thread_cpu_ns();
 

@@ -1,13 +1,14 @@
 #include "actors/tokenizer_actor.hpp"
 
 #include <caf/actor_system.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <unordered_map>
 
+#include "actors/tell.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "core/sampling_options.hpp"
@@ -34,13 +35,13 @@ struct Request {
 
 struct tokenizer_state {
   std::shared_ptr<const Tokenizer> tokenizer;
-  caf::actor scheduler;
+  router_actor router;                             // where requests go (route_atom)
   std::unordered_map<uint64_t, Request> requests;  // by first id
   std::unordered_map<uint64_t, Sample> samples;    // by sample id
   static inline const char* name = "tokenizer";
 };
 
-using self_ptr = caf::stateful_actor<tokenizer_state>*;
+using self_ptr = tokenizer_actor::stateful_pointer<tokenizer_state>;
 
 wire_msg cancel_request(uint64_t id) {
   return build<wire::CancelRequest>([&](wire::CancelRequest::Builder c) { c.setRequestId(id); });
@@ -48,7 +49,7 @@ wire_msg cancel_request(uint64_t id) {
 
 // A request that cannot reach the scheduler ends here: one final delta per sample, with the error.
 void refuse(self_ptr self, const caf::actor& client, uint64_t id, uint32_t samples, const Error& error) {
-  self->send(client, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
+  tell(self, client, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder out) {
                auto deltas = out.initDeltas(samples);
                for (uint32_t s = 0; s < samples; ++s) {
                  deltas[s].setRequestId(id + s);
@@ -68,7 +69,7 @@ void on_submit(self_ptr self, const wire_msg& msg) {
   const uint64_t id = in.getRequestId();
   // An invalid n is refused by the scheduler with one final delta: the request is then one sample here too.
   const uint32_t n = SamplingOptions::samples_of(in.getSampling().getN());
-  if (!st.scheduler) return refuse(self, client, id, n, Error{Errc::internal, "the tokenizer has no scheduler"});
+  if (!st.router) return refuse(self, client, id, n, Error{Errc::internal, "the tokenizer has no router to submit to"});
   for (uint32_t s = 0; s < n; ++s) {
     if (st.samples.count(id + s))
       return refuse(self, client, id, n, Error{Errc::invalid_argument, "request id " + std::to_string(id + s) +
@@ -91,7 +92,7 @@ void on_submit(self_ptr self, const wire_msg& msg) {
   for (int32_t eos : st.tokenizer->stop_ids())
     if (std::find(stop_ids.begin(), stop_ids.end(), eos) == stop_ids.end()) stop_ids.push_back(eos);
   const size_t words = 64 + request.prompt_ids.size() / 2 + stop_ids.size() / 2;
-  self->send(st.scheduler, submit_atom::value, build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
+  self->send(st.router, submit_atom::value, build<wire::SubmitRequest>([&](wire::SubmitRequest::Builder out) {
                out.setCorrelationId(in.getCorrelationId());
                out.setRequestId(id);
                fill_list(out.initPromptIds(static_cast<uint32_t>(request.prompt_ids.size())), request.prompt_ids);
@@ -132,7 +133,7 @@ void on_deltas(self_ptr self, const wire_msg& msg) {
       if (sample.text.stopped()) {
         out.stopped = true;
         sample.stopped = true;
-        if (!finished) self->send(st.scheduler, cancel_atom::value, cancel_request(it->first));
+        if (!finished) self->send(st.router, cancel_atom::value, cancel_request(it->first));
       }
       auto client = std::find_if(by_client.begin(), by_client.end(),
                                  [&](const auto& c) { return c.first == request.client; });
@@ -144,7 +145,7 @@ void on_deltas(self_ptr self, const wire_msg& msg) {
   for (auto& [client, outs] : by_client) {
     size_t words = 16;
     for (const Out& o : outs) words += 16 + o.text.size() / 8 + (o.prompt_ids ? o.prompt_ids->size() / 2 : 0);
-    self->send(client, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder batch) {
+    tell(self, client, delta_atom::value, build<wire::StreamDeltaBatch>([&](wire::StreamDeltaBatch::Builder batch) {
                  auto deltas = batch.initDeltas(static_cast<uint32_t>(outs.size()));
                  for (uint32_t k = 0; k < outs.size(); ++k) {
                    deltas.setWithCaveats(k, in[outs[k].index]);
@@ -164,7 +165,7 @@ void on_deltas(self_ptr self, const wire_msg& msg) {
   }
 }
 
-caf::behavior tokenizer_impl(self_ptr self, std::shared_ptr<const Tokenizer> tok) {
+tokenizer_actor::behavior_type tokenizer_impl(self_ptr self, std::shared_ptr<const Tokenizer> tok) {
   self->state.tokenizer = std::move(tok);
   return {
       [=](tokenize_atom, const wire_msg& msg) -> wire_msg {
@@ -179,8 +180,8 @@ caf::behavior tokenizer_impl(self_ptr self, std::shared_ptr<const Tokenizer> tok
           for (uint32_t i = 0; i < ids.size(); ++i) list.set(i, ids[i]);
         });
       },
-      [=](route_atom, const caf::actor& scheduler) {
-        self->state.scheduler = scheduler;
+      [=](route_atom, const router_actor& router) {
+        self->state.router = router;
         return true;
       },
       [=](submit_atom, const wire_msg& msg) {
@@ -203,11 +204,11 @@ caf::behavior tokenizer_impl(self_ptr self, std::shared_ptr<const Tokenizer> tok
         const uint64_t id = reader.root<wire::CancelRequest>().getRequestId();
         auto& st = self->state;
         auto request = st.requests.find(id);
-        if (request == st.requests.end() || !st.scheduler) return;
+        if (request == st.requests.end() || !st.router) return;
         for (uint64_t s = id; s < id + request->second.num_samples; ++s) {
           auto sample = st.samples.find(s);
           if (sample != st.samples.end() && !sample->second.stopped)
-            self->send(st.scheduler, cancel_atom::value, cancel_request(s));
+            self->send(st.router, cancel_atom::value, cancel_request(s));
         }
       },
   };
@@ -215,7 +216,7 @@ caf::behavior tokenizer_impl(self_ptr self, std::shared_ptr<const Tokenizer> tok
 
 }  // namespace
 
-caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer) {
+tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer) {
   return system.spawn(tokenizer_impl, std::move(tokenizer));
 }
 

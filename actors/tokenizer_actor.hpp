@@ -18,10 +18,12 @@
 #include <caf/fwd.hpp>
 #include <memory>
 
+#include "actors/tokenizer_interface.hpp"
+
 namespace actord {
 
 class Tokenizer;
 
-caf::actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer);
+tokenizer_actor spawn_tokenizer(caf::actor_system& system, std::shared_ptr<const Tokenizer> tokenizer);
 
 }  // namespace actord

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   auto shared = std::make_shared<const Tokenizer>(std::move(*tok));
   ActordSystemConfig cfg(static_cast<size_t>(n_actors));
   caf::actor_system system(cfg);
-  std::vector<caf::actor> pool;
+  std::vector<tokenizer_actor> pool;
   for (int i = 0; i < n_actors; ++i) pool.push_back(spawn_tokenizer(system, shared));
   caf::scoped_actor self{system};
   t0 = std::chrono::steady_clock::now();

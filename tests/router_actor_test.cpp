@@ -152,7 +152,8 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
   REQUIRE(total);
   CHECK(total->steps == 3 + 4);
   CHECK(total->running_seqs == 2);
-  for (auto* a : {&s0, &s1, &tokenizer, &router}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  for (auto* a : {&s0, &s1, &tokenizer}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
   f.sched->run();
 }
