@@ -469,7 +469,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             "must be 0 (never) or a number of steps, got " + std::to_string(group.eplb_step_interval));
     require(group.ep > 1 || (group.num_redundant_experts == 0 && group.eplb_step_interval == 0),
             p + (group.num_redundant_experts > 0 ? ".num_redundant_experts" : ".eplb_step_interval"),
-            "needs expert parallelism (ep > 1)");
+            group.afd.active() ? "is not built for an afd group's FFN pool yet (EPLB places experts over ep ranks)"
+                               : "needs expert parallelism (ep > 1)");
     total_ranks += uint64_t(group.replicas) * uint64_t(group.ranks_per_replica());
     require(total_ranks <= kMaxRanks, p,
             "the groups so far have " + std::to_string(total_ranks) + " ranks (replicas x " +

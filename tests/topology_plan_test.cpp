@@ -179,6 +179,14 @@ TEST_CASE("ep shards whole experts over the tp ranks - attention stays TP-sharde
     REQUIRE_FALSE(refused.ok());
     CHECK_THAT(refused.error().message, Catch::EndsWith("needs expert parallelism (ep > 1)"));
   }
+  // An afd group's experts live in its FFN pool, where EPLB is not built: refused naming the key.
+  auto afd = parse_topology(
+      "model: {path: m}\ngroups:\n  - {afd: {attention: {workers: 1}, ffn: {workers: 2}}, num_redundant_experts: 2}\n",
+      "t.yaml");
+  REQUIRE_FALSE(afd.ok());
+  CHECK_THAT(afd.error().message,
+             Catch::EndsWith("groups[0].num_redundant_experts: is not built for an afd group's FFN pool yet (EPLB "
+                             "places experts over ep ranks)"));
 }
 
 TEST_CASE("ep beyond tp - attention data parallel lanes of tp ranks - each lane its own KV pool - experts over all "
