@@ -87,7 +87,8 @@ void on_submit(self_ptr self, const wire_msg& msg) {
   }
   std::vector<std::string> stop_strings;
   for (auto s : in.getStopStrings()) stop_strings.push_back(string_of(s));
-  for (uint32_t s = 0; s < n; ++s) st.samples.emplace(id + s, Sample{id, TextStream(*st.tokenizer, stop_strings)});
+  for (uint32_t s = 0; s < n; ++s)
+    st.samples.emplace(id + s, Sample{id, TextStream(*st.tokenizer, stop_strings, request.prompt_ids)});
   std::vector<int32_t> stop_ids = to_vector<int32_t>(in.getStopIds());
   for (int32_t eos : st.tokenizer->stop_ids())
     if (std::find(stop_ids.begin(), stop_ids.end(), eos) == stop_ids.end()) stop_ids.push_back(eos);

@@ -1,5 +1,7 @@
 #include "api/openai_protocol.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -55,6 +57,46 @@ bool boolean(const json& body, const char* field) {
   const json& v = body.at(field);
   if (!v.is_boolean()) refuse(field, "must be true or false, got " + describe(v));
   return v.get<bool>();
+}
+
+// The OpenAI API's logit_bias: an object from token ids (decimal strings) to biases in [-100, 100], ids in the
+// vocabulary; in increasing id order for SamplingOptions.
+std::vector<LogitBias> logit_biases(const json& body, int vocab_size) {
+  const json& v = body.at("logit_bias");
+  if (!v.is_object()) refuse("logit_bias", "must be an object from token ids to biases, got " + describe(v));
+  std::vector<LogitBias> biases;
+  for (const auto& [key, value] : v.items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    const auto [at, error] = std::from_chars(key.data(), end, id);
+    if (key.empty() || error != std::errc{} || at != end || id < 0)
+      refuse("logit_bias", "keys must be token ids, got " + describe(json(key)));
+    if (vocab_size > 0 && id >= vocab_size)
+      refuse("logit_bias", "token id " + key + " is outside the vocabulary (size " + std::to_string(vocab_size) + ")");
+    if (id > INT32_MAX) refuse("logit_bias", "token id " + key + " is outside the vocabulary");
+    if (!value.is_number()) refuse("logit_bias", "the bias of token " + key + " must be a number, got " + describe(value));
+    const double bias = value.get<double>();
+    if (!(bias >= -SamplingOptions::kMaxLogitBias && bias <= SamplingOptions::kMaxLogitBias))
+      refuse("logit_bias", "the bias of token " + key + " must be in [-100, 100], got " + describe(value));
+    biases.push_back({static_cast<int32_t>(id), static_cast<float>(bias)});
+  }
+  std::sort(biases.begin(), biases.end(), [](const LogitBias& a, const LogitBias& b) { return a.id < b.id; });
+  for (size_t i = 1; i < biases.size(); ++i) {
+    if (biases[i].id == biases[i - 1].id)
+      refuse("logit_bias", "token id " + std::to_string(biases[i].id) + " is given twice");
+  }
+  return biases;
+}
+
+// response_format: plain text only (structured outputs, json_object and json_schema, are not built).
+void text_response_format(const json& body) {
+  const json& v = body.at("response_format");
+  if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
+    refuse("response_format", "must be an object with a string type, got " + describe(v));
+  const std::string& type = v["type"].get_ref<const std::string&>();
+  if (type != "text")
+    refuse("response_format", "type " + describe(v["type"]) +
+                                  " is not supported: structured outputs are not built (only \"text\")");
 }
 
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
@@ -128,11 +170,13 @@ const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> completions{
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
       "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "user", "priority",
-      "ignore_eos", "min_tokens", "stream", "stream_options", "prompt_logprobs", "suffix", "best_of"};
+      "ignore_eos", "min_tokens", "stream", "stream_options", "prompt_logprobs", "suffix", "best_of", "logit_bias",
+      "response_format"};
   static const std::set<std::string> chat_fields{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
-      "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options"};
+      "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
+      "response_format"};
   return chat ? chat_fields : completions;
 }
 
@@ -166,6 +210,8 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("min_tokens")) o.min_tokens = static_cast<uint32_t>(integer(body, "min_tokens", 0, proto.max_tokens));
   if (has("priority")) proto.priority = static_cast<int32_t>(integer(body, "priority", INT32_MIN, INT32_MAX));
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
+  if (has("logit_bias")) o.logit_bias = logit_biases(body, context.vocab_size);
+  if (has("response_format")) text_response_format(body);
   if (has("stream")) request.stream = boolean(body, "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];

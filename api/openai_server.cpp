@@ -3,12 +3,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "api/admin_routes.hpp"
 #include "api/metrics.hpp"
 #include "api/openai_protocol.hpp"
+#include "tokenizer/token_texts.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -40,6 +43,7 @@ struct Call {
   struct Choice : GenerateOutput {  // what came so far (GenerateOutput::add), and when
     clock_type::time_point first_token, last_token;
     bool announced = false;  // chat stream: the role chunk went out
+    std::optional<TokenTexts> texts;  // logprobs' token texts, as far as they were shown
   };
   std::vector<Choice> choices;
   std::vector<uint64_t> request_ids;  // per prompt, for cancelling
@@ -192,41 +196,63 @@ class Server {
     return r.prompt ? *r.prompt : tokenizer_->decode(call.choices[index].prompt_ids, false);
   }
 
-  std::string token_text(int32_t id) const { return tokenizer_->decode({id}, false); }
+  // Choice `index`'s token texts as logprobs show them (tokenizer/token_texts.hpp), brought up to its ids: with echo
+  // the prompt's tokens first, else the text after the prompt.
+  const TokenTexts& texts_of(Call& call, size_t index) {
+    Call::Choice& c = call.choices[index];
+    const bool echo = call.request.echo && !call.request.chat;
+    if (!c.texts) {
+      c.texts.emplace(*tokenizer_, echo ? std::vector<int32_t>{} : c.prompt_ids);
+      if (echo) c.texts->extend(c.prompt_ids, false);
+    }
+    const size_t shown = c.texts->size() - (echo ? c.prompt_ids.size() : 0);
+    c.texts->extend(std::span<const int32_t>(c.generated_ids).subspan(std::min(shown, c.generated_ids.size())),
+                    !c.finish_reason.empty());
+    return *c.texts;
+  }
 
-  json completion_logprobs(const Call& call, size_t index, size_t from) const {
+  // What token `id` would add after the first `prompt` prompt ids and `generated` generated ones (an alternative).
+  std::string text_after(const Call::Choice& c, size_t prompt, size_t generated, int32_t id) const {
+    std::vector<int32_t> before(c.prompt_ids.begin(), c.prompt_ids.begin() + static_cast<std::ptrdiff_t>(prompt));
+    before.insert(before.end(), c.generated_ids.begin(), c.generated_ids.begin() + static_cast<std::ptrdiff_t>(generated));
+    return TokenTexts::after(*tokenizer_, before, id);
+  }
+
+  json completion_logprobs(Call& call, size_t index, size_t from) {
+    const TokenTexts& texts = texts_of(call, index);
     const Call::Choice& c = call.choices[index];
+    const size_t first = call.request.echo ? c.prompt_ids.size() : 0;  // the texts' index of generated id 0
     json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
-    size_t offset = 0;
-    auto add = [&](int32_t id, const TokenLogprobs* lp) {
-      const std::string text = token_text(id);
-      tokens.push_back(text);
+    auto add = [&](size_t at, const TokenLogprobs* lp, size_t prompt, size_t generated) {
+      tokens.push_back(texts.text(at));
       values.push_back(lp ? json(lp->logprob) : json(nullptr));
       json top = json::object();
-      if (lp) for (size_t k = 0; k < lp->top_ids.size(); ++k) top[token_text(lp->top_ids[k])] = lp->top_logprobs[k];
+      if (lp)
+        for (size_t k = 0; k < lp->top_ids.size(); ++k) top[text_after(c, prompt, generated, lp->top_ids[k])] = lp->top_logprobs[k];
       tops.push_back(lp ? top : json(nullptr));
-      offsets.push_back(offset);
-      offset += text.size();
+      offsets.push_back(texts.offset(at));
     };
     if (call.request.echo && from == 0) {
       for (size_t t = 0; t < c.prompt_ids.size(); ++t)
-        add(c.prompt_ids[t], t > 0 && t - 1 < c.prompt_logprobs.size() ? &c.prompt_logprobs[t - 1] : nullptr);
+        add(t, t > 0 && t - 1 < c.prompt_logprobs.size() ? &c.prompt_logprobs[t - 1] : nullptr, t, 0);
     }
-    for (size_t t = from; t < c.generated_ids.size(); ++t) add(c.generated_ids[t], t < c.logprobs.size() ? &c.logprobs[t] : nullptr);
+    for (size_t t = from; t < c.generated_ids.size(); ++t)
+      add(first + t, t < c.logprobs.size() ? &c.logprobs[t] : nullptr, c.prompt_ids.size(), t);
     return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
   }
 
-  json chat_logprobs(const Call::Choice& c, size_t from) const {
-    auto entry = [&](int32_t id, float logprob) {
-      const std::string text = token_text(id);
+  json chat_logprobs(Call& call, size_t index, size_t from) {
+    const TokenTexts& texts = texts_of(call, index);
+    const Call::Choice& c = call.choices[index];
+    auto entry = [](const std::string& text, float logprob) {
       return json{{"token", text}, {"logprob", logprob}, {"bytes", std::vector<uint8_t>(text.begin(), text.end())}};
     };
     json content = json::array();
     for (size_t t = from; t < c.generated_ids.size() && t < c.logprobs.size(); ++t) {
-      json e = entry(c.generated_ids[t], c.logprobs[t].logprob);
+      json e = entry(texts.text(t), c.logprobs[t].logprob);
       json top = json::array();
       for (size_t k = 0; k < c.logprobs[t].top_ids.size(); ++k)
-        top.push_back(entry(c.logprobs[t].top_ids[k], c.logprobs[t].top_logprobs[k]));
+        top.push_back(entry(text_after(c, c.prompt_ids.size(), t, c.logprobs[t].top_ids[k]), c.logprobs[t].top_logprobs[k]));
       e["top_logprobs"] = top;
       content.push_back(e);
     }
@@ -277,7 +303,7 @@ class Server {
       c.announced = true;
       if (!e.text.empty()) chunk += "\"content\":" + dump(e.text);
       chunk += "},\"logprobs\":";
-      chunk += call.request.logprobs >= 0 ? dump(chat_logprobs(c, from)) : "null";
+      chunk += call.request.logprobs >= 0 ? dump(chat_logprobs(call, index, from)) : "null";
     } else {
       const bool echo = call.request.echo && from == 0 && !e.prompt_ids.empty();
       chunk += ",\"text\":" + dump(echo ? prompt_text(call, index) + e.text : e.text);
@@ -319,7 +345,7 @@ class Server {
       json choice{{"index", i}, {"finish_reason", c.finish_reason}};
       if (call.request.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(c, 0) : json(nullptr);
+        choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(call, i, 0) : json(nullptr);
       } else {
         choice["text"] = call.request.echo ? prompt_text(call, i) + c.text : c.text;
         choice["logprobs"] = call.request.logprobs >= 0 ? completion_logprobs(call, i, 0) : json(nullptr);

@@ -15,6 +15,13 @@ void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
   out.setLogprobs(in.logprobs);
   out.setN(in.n);
   out.setPromptLogprobs(in.prompt_logprobs);
+  if (!in.logit_bias.empty()) {
+    auto biases = out.initLogitBias(static_cast<uint32_t>(in.logit_bias.size()));
+    for (uint32_t i = 0; i < biases.size(); ++i) {
+      biases[i].setId(in.logit_bias[i].id);
+      biases[i].setBias(in.logit_bias[i].bias);
+    }
+  }
 }
 
 SamplingOptions from_wire(wire::SamplingParams::Reader in) {
@@ -31,6 +38,8 @@ SamplingOptions from_wire(wire::SamplingParams::Reader in) {
   o.logprobs = in.getLogprobs();
   o.n = in.getN();
   o.prompt_logprobs = in.getPromptLogprobs();
+  o.logit_bias.reserve(in.getLogitBias().size());
+  for (const auto b : in.getLogitBias()) o.logit_bias.push_back({b.getId(), b.getBias()});
   return o;
 }
 

@@ -39,6 +39,17 @@ Status SamplingOptions::validate(int vocab_size) const {
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxLogprobs)
     return refuse("prompt_logprobs", "at most " + std::to_string(kMaxLogprobs) + " (or -1 for none)", prompt_logprobs);
   if (n < 1 || n > kMaxSamples) return refuse("n", "in [1, " + std::to_string(kMaxSamples) + "]", n);
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const LogitBias& b = logit_bias[i];
+    if (b.id < 0 || (vocab_size > 0 && b.id >= vocab_size)) {
+      const std::string ids = vocab_size > 0 ? "in [0, " + std::to_string(vocab_size - 1) + "]" : "non-negative";
+      return refuse("logit_bias", "keyed by token ids " + ids, b.id);
+    }
+    if (i > 0 && b.id <= logit_bias[i - 1].id)
+      return refuse("logit_bias", "keyed by each token id once, in increasing order", b.id);
+    if (!(b.bias >= -kMaxLogitBias && b.bias <= kMaxLogitBias))
+      return refuse("logit_bias", "biases in [-100, 100]", b.bias);
+  }
   return {};
 }
 

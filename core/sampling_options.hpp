@@ -3,8 +3,9 @@
 //
 // Contract: validate() is the only gate: a request whose options it refuses never reaches a worker, and the
 // message names the field and the rule. Semantics (applied by the worker's sampler, executors/sampler.hpp, in this
-// order): repetition / frequency / presence penalties on the raw logits, stop ids masked while fewer than
-// min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded draw.
+// order): logit biases added to the raw logits, repetition / frequency / presence penalties, stop ids masked while
+// fewer than min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded
+// draw (vLLM's order).
 // Logprobs are those of the raw logits (log-softmax before any penalty, temperature or filter), as vLLM's default.
 #pragma once
 
@@ -14,6 +15,14 @@
 #include "core/status.hpp"
 
 namespace actord {
+
+// A value added to one token's logit before anything else (the OpenAI API's logit_bias: -100 bans the token in
+// practice, 100 all but forces it).
+struct LogitBias {
+  int32_t id = 0;
+  float bias = 0.0f;
+  friend bool operator==(const LogitBias&, const LogitBias&) = default;
+};
 
 struct SamplingOptions {
   float temperature = 1.0f;          // >= 0; 0: greedy (highest logit, lowest id on ties)
@@ -33,8 +42,11 @@ struct SamplingOptions {
   // -1: none; 0: the logprob of each prompt token given the ones before it (from the second on); N (<= 20): and the
   // top N there. Such a request does not use the prefix cache (every prompt row must be computed).
   int32_t prompt_logprobs = -1;
+  // Token ids in increasing order, each once, biases in [-kMaxLogitBias, kMaxLogitBias]; empty: none.
+  std::vector<LogitBias> logit_bias;
 
   static constexpr int32_t kMaxLogprobs = 20;
+  static constexpr float kMaxLogitBias = 100.0f;  // as the OpenAI API
   static constexpr uint32_t kMaxSamples = 128;  // as the OpenAI API's n
   // How many samples a request asking for `n` has on the request path: n, or 1 when n is invalid (the scheduler
   // refuses such a request with one error).
@@ -52,7 +64,7 @@ struct SamplingOptions {
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
-  // Checks every field against its rule; vocab_size > 0 also bounds top_k. The error is invalid_argument and names
+  // Checks every field against its rule; vocab_size > 0 also bounds top_k and the logit_bias ids. The error is invalid_argument and names
   // the field as users write it (`top_p: must be in (0, 1], got 0`).
   Status validate(int vocab_size = 0) const;
 };

@@ -16,6 +16,7 @@ void plan_device_sampling(std::span<const SampleRequest> requests, int vocab, De
     p.host = o.logprobs >= 0 || (o.top_k > kDeviceSampleCandidates && o.top_k < vocab);
     p.ops_first = static_cast<int32_t>(plan.ops.size());
     if (!p.host) {
+      for (const LogitBias& b : o.logit_bias) plan.ops.push_back({b.id, DeviceSampleOp::kSubtract, -b.bias});
       if (request.history != nullptr && o.repetition_penalty != 1.0f) {
         for (const int32_t id : request.history->seen())
           plan.ops.push_back({id, DeviceSampleOp::kRepetition, o.repetition_penalty});

@@ -392,8 +392,8 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int n, int
   return top;
 }
 
-// Repetition, then frequency and presence penalties, then the masks, in place (vLLM's order); ids outside the row are
-// ignored. saved (when not null) gets (id, value before) for each change.
+// Logit biases, then repetition, then frequency and presence penalties, then the masks, in place (vLLM's order); ids
+// outside the row are ignored. saved (when not null) gets (id, value before) for each change.
 void penalise_and_mask(float* logits, int n, const SampleRequest& request, SavedLogits* saved) {
   const SamplingOptions& o = *request.options;
   auto change = [&](int32_t id, auto&& update) {
@@ -401,6 +401,7 @@ void penalise_and_mask(float* logits, int n, const SampleRequest& request, Saved
     if (saved != nullptr) saved->emplace_back(id, logits[id]);
     logits[id] = update(logits[id]);
   };
+  for (const LogitBias& b : o.logit_bias) change(b.id, [bias = b.bias](float l) { return l + bias; });
   const float r = o.repetition_penalty;
   if (request.history != nullptr && r != 1.0f)
     for (const int32_t id : request.history->seen()) change(id, [r](float l) { return l > 0.0f ? l / r : l * r; });
@@ -464,7 +465,8 @@ SampledToken Sampler::sample(float* logits, int vocab_size, const SampleRequest&
 }
 
 bool takes_raw_argmax(const SamplingOptions& o, bool masked) {
-  return (o.temperature <= 0.0f || o.top_k == 1) && !o.has_penalties() && o.logprobs < 0 && !masked;
+  return (o.temperature <= 0.0f || o.top_k == 1) && !o.has_penalties() && o.logit_bias.empty() && o.logprobs < 0 &&
+         !masked;
 }
 
 RowBest row_best(const float* row, int n, int32_t first) {

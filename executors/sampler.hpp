@@ -1,4 +1,4 @@
-// Token sampling from rows of logits, per request: penalties, min_tokens masking, greedy or temperature, min-p,
+// Token sampling from rows of logits, per request: logit biases, penalties, min_tokens masking, greedy or temperature, min-p,
 // top-k, top-p, a seeded draw, and logprobs (see core/sampling_options.hpp for each option's rule and the order).
 //
 // Contract: deterministic. The random draw is keyed by (seed, sample_index), the number of tokens the sequence had
@@ -97,7 +97,7 @@ class BatchSampler {
 };
 
 // Whether a row sampled with `options` is the argmax of its raw logits: greedy (temperature 0 or top_k 1) without
-// penalties, logprobs or ids masked (`masked`: stop ids before min_tokens). Then each vocabulary shard's best decides
+// logit biases, penalties, logprobs or ids masked (`masked`: stop ids before min_tokens). Then each vocabulary shard's best decides
 // it: tensor parallel ranks exchange their best (RowBest) instead of their logits.
 bool takes_raw_argmax(const SamplingOptions& options, bool masked);
 

@@ -682,7 +682,7 @@ TEST_CASE("cuda: stories260K on the GPU reproduces its 256-token greedy referenc
   CHECK((*on_gpu)[1].generated_ids == (*on_cpu)[0].generated_ids);  // the batch does not change a seeded draw
 }
 
-TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties - masks - top-k - top-p - min-p",
+TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - biases - penalties - masks - top-k - top-p - min-p",
           "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
@@ -690,8 +690,8 @@ TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties 
     // Options by row: greedy, plain draws at three temperatures, top-k (small, at the candidates' limit, wider: the
     // host), top-p, min-p, all three, penalties and masks, logprobs (the host); then rows the candidate lists cannot
     // hold, walked over the whole row on the GPU: a top-k 50 of a row of equal logits (every token ties the 50th),
-    // flat rows (temperature 4) with top-p 0.99 and without.
-    std::vector<SamplingOptions> options(17);
+    // flat rows (temperature 4) with top-p 0.99 and without; logit biases, greedy and drawn, with a penalty.
+    std::vector<SamplingOptions> options(19);
     options[0].temperature = 0.0f;
     options[1].temperature = 0.3f;
     options[2].temperature = 1.0f;
@@ -715,6 +715,10 @@ TEST_CASE("cuda: sampling on the GPU draws the CPU sampler's tokens - penalties 
     options[15].temperature = 4.0f;
     options[15].top_p = 0.99f;
     options[16].temperature = 4.0f;
+    options[17].temperature = 0.0f;
+    options[17].logit_bias = {{7, 30.0f}, {500, -100.0f}, {999, 2.5f}};
+    options[18].logit_bias = {{5, 3.0f}, {77, -4.0f}, {900, 6.0f}};
+    options[18].repetition_penalty = 1.3f;
     PenaltyHistory history;
     const std::vector<int32_t> prompt{1, 5, 9, 400};
     history.add_prompt(prompt);

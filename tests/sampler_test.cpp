@@ -456,6 +456,51 @@ TEST_CASE("sampler: repetition penalty divides positive and multiplies negative 
   CHECK(row == raw);
 }
 
+TEST_CASE("sampler: logit biases are added to the raw logits before the penalties - logprobs stay raw", "[sampler]") {
+  const std::vector<float> raw{2.0f, 1.9f, -1.0f, 0.5f, -3.0f, 1.0f};
+  Sampler s;
+  SamplingOptions o = options(0.0f);
+  o.logit_bias = {{0, -100.0f}, {4, 5.5f}, {9, 3.0f} /* outside the row: ignored */};
+  std::vector<float> row = raw;
+  CHECK(s.sample(row.data(), int(row.size()), SampleRequest{&o, 0, nullptr, {}}).token == 4);
+  CHECK(row[0] == 2.0f - 100.0f);
+  CHECK(row[4] == -3.0f + 5.5f);
+  CHECK(row[1] == raw[1]);
+  // -100 keeps the raw best away, and no other bias: the second best.
+  o.logit_bias = {{0, -100.0f}};
+  row = raw;
+  CHECK(s.sample(row.data(), int(row.size()), SampleRequest{&o, 0, nullptr, {}}).token == 1);
+  // Before the repetition penalty (vLLM's order): token 4 biased to 2.5, then divided by 1.25, is 2.0 and beats
+  // token 1's 1.9 (token 0, seen too, drops to 1.6). Biased after the penalty it would be -3.75 + 5.5 = 1.75.
+  o.logit_bias = {{4, 5.5f}};
+  o.repetition_penalty = 1.25f;
+  const PenaltyHistory history = make_history({0, 4}, {});
+  row = raw;
+  CHECK(s.sample(row.data(), int(row.size()), SampleRequest{&o, 0, &history, {}}).token == 4);
+  CHECK(row[4] == (-3.0f + 5.5f) / 1.25f);
+  CHECK(row[0] == 2.0f / 1.25f);
+  // Logprobs are of the raw row, the sampled token's included.
+  const std::vector<double> expected = reference_log_softmax(raw);
+  o = options(0.0f);
+  o.logprobs = 3;
+  o.logit_bias = {{4, 100.0f}};
+  row = raw;
+  const SampledToken t = s.sample(row.data(), int(row.size()), SampleRequest{&o, 0, nullptr, {}});
+  CHECK(t.token == 4);
+  CHECK(t.logprob == Approx(expected[4]).margin(1e-6));
+  REQUIRE(t.top.size() == 3);
+  CHECK(t.top[0].first == 0);
+  CHECK(t.top[0].second == Approx(expected[0]).margin(1e-6));
+  // A seeded draw sees the biased row: a token biased by +100 is (all but) certain.
+  o = options(1.0f);
+  o.logit_bias = {{2, 100.0f}};
+  for (uint32_t i = 0; i < 20; ++i) {
+    row = raw;
+    o.seed = i;
+    CHECK(s.sample(row.data(), int(row.size()), SampleRequest{&o, i, nullptr, {}}).token == 2);
+  }
+}
+
 TEST_CASE("sampler: frequency and presence penalties count generated tokens only", "[sampler]") {
   const std::vector<float> raw = random_logits(64, 2.0f, 15);
   const std::vector<int32_t> prompt{1, 2, 3, 7};
@@ -711,6 +756,22 @@ TEST_CASE("SamplingOptions::validate refuses bad values and names the field", "[
   o = {};
   o.min_p = 2.0f;
   refused(o, "min_p");
+  o = {};
+  o.logit_bias = {{3, 100.0f}, {7, -100.0f}};
+  CHECK(o.validate(1000).ok());
+  o.logit_bias = {{3, 100.5f}};
+  refused(o, "logit_bias");
+  o.logit_bias = {{3, std::nanf("")}};
+  refused(o, "logit_bias");
+  o.logit_bias = {{-1, 1.0f}};
+  refused(o, "logit_bias");
+  o.logit_bias = {{1000, 1.0f}};
+  refused(o, "logit_bias", 1000);
+  CHECK(o.validate(0).ok());  // no vocabulary known: any non-negative id
+  o.logit_bias = {{7, 1.0f}, {3, 1.0f}};
+  refused(o, "logit_bias");  // out of order
+  o.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  refused(o, "logit_bias");  // twice
 }
 
 TEST_CASE("sampler: greedy from vocabulary shards - each shard's best merged gives the whole row's greedy token",
@@ -769,6 +830,8 @@ TEST_CASE("sampler: which options make a row the argmax of its raw logits", "[sa
   SamplingOptions k1;
   k1.top_k = 1;  // a draw from one candidate
   CHECK(takes_raw_argmax(k1, false));
+  k1.logit_bias = {{3, 1.0f}};  // the biased row's argmax, not the raw one's
+  CHECK_FALSE(takes_raw_argmax(k1, false));
 }
 
 // The host plan of sampling on a device (executors/device_sampling_plan.hpp): which rows stay on the host, and that
@@ -798,7 +861,7 @@ TEST_CASE("device sampling plan: penalties and masks as operations draw what the
   for (int32_t id : {17, 40, 40, 41, 7}) history.add_output(id);
   const std::vector<int32_t> masked{2, 41, 999};
 
-  std::vector<SamplingOptions> options(6);
+  std::vector<SamplingOptions> options(7);
   options[0].temperature = 0.0f;  // greedy after penalties
   options[0].repetition_penalty = 1.3f;
   options[1].temperature = 0.8f;  // a draw with every penalty
@@ -812,6 +875,10 @@ TEST_CASE("device sampling plan: penalties and masks as operations draw what the
   options[3].logprobs = 2;  // the host's: raw logprobs
   options[4].top_k = 2000;  // wider than the device's candidates: the host's
   options[5].top_k = 5000;  // not a cut (at least the vocabulary): the device's
+  options[6].temperature = 0.9f;  // logit biases, then the penalties
+  options[6].repetition_penalty = 1.2f;
+  options[6].presence_penalty = 0.3f;
+  options[6].logit_bias = {{5, 2.5f}, {40, -1.5f}, {1200, 4.0f}, {2999, -100.0f}};
   for (size_t i = 0; i < options.size(); ++i) options[i].seed = 11 + i;
 
   std::vector<SampleRequest> requests(options.size());
@@ -827,7 +894,7 @@ TEST_CASE("device sampling plan: penalties and masks as operations draw what the
   CHECK(plan.params[3].host == 1);
   CHECK(plan.params[3].ops_count == 0);
   CHECK(plan.params[4].host == 1);
-  for (size_t i : {0u, 1u, 2u, 5u}) CHECK(plan.params[i].host == 0);
+  for (size_t i : {0u, 1u, 2u, 5u, 6u}) CHECK(plan.params[i].host == 0);
   for (size_t i = 0; i < requests.size(); ++i) {
     CHECK(plan.params[i].key == draw_key(options[i].seed, requests[i].sample_index));
     CHECK(plan.params[i].temperature == options[i].temperature);
@@ -839,18 +906,26 @@ TEST_CASE("device sampling plan: penalties and masks as operations draw what the
   CHECK(plan.ops[size_t(plan.params[1].ops_first + 6)].kind == DeviceSampleOp::kRepetition);
   CHECK(plan.ops[size_t(plan.params[1].ops_first + 7)].kind == DeviceSampleOp::kSubtract);
   CHECK(plan.params[2].ops_count == 3);
+  // The biases first (as subtractions of their negations), then the penalties.
+  CHECK(plan.params[6].ops_count == 4 + 7 + 4);
+  CHECK(plan.ops[size_t(plan.params[6].ops_first)].kind == DeviceSampleOp::kSubtract);
+  CHECK(plan.ops[size_t(plan.params[6].ops_first)].value == -2.5f);
+  CHECK(plan.ops[size_t(plan.params[6].ops_first + 4)].kind == DeviceSampleOp::kRepetition);
 
   // The operations applied to a raw row, then a request without history or masks, draw the same tokens as the
   // request with them on the raw row, for many rows (peaked and flat).
   Sampler sampler;
   for (uint32_t seed = 0; seed < 40; ++seed) {
-    for (size_t i : {0u, 1u, 2u, 5u}) {
+    for (size_t i : {0u, 1u, 2u, 5u, 6u}) {
       INFO("row seed " << seed << ", options " << i);
       const std::vector<float> raw = random_logits(kVocab, seed % 2 ? 4.0f : 0.5f, seed);
       std::vector<float> with_request = raw, with_ops = raw;
       const SampledToken want = sampler.sample(with_request.data(), kVocab, requests[i]);
       apply(plan, i, with_ops);
       SampleRequest plain = requests[i];
+      SamplingOptions unbiased = options[i];
+      unbiased.logit_bias.clear();
+      plain.options = &unbiased;
       plain.history = nullptr;
       plain.masked_ids = {};
       const SampledToken got = sampler.sample(with_ops.data(), kVocab, plain);

@@ -254,6 +254,10 @@ TEST_CASE("bad sampling options are refused with the field named - the engine ke
   CHECK(bad([](SamplingOptions& o) { o.prompt_logprobs = 21; }) ==
         "prompt_logprobs: must be at most 20 (or -1 for none), got 21");
   CHECK(bad([](SamplingOptions& o) { o.n = 129; }) == "n: must be in [1, 128], got 129");
+  CHECK(bad([](SamplingOptions& o) { o.logit_bias = {{512, 1.0f}}; }) ==
+        "logit_bias: must be keyed by token ids in [0, 511], got 512");
+  CHECK(bad([](SamplingOptions& o) { o.logit_bias = {{5, -101.0f}}; }) ==
+        "logit_bias: must be biases in [-100, 100], got -101");
   CHECK(bad([](SamplingOptions& o) { o.n = 100; }) ==
         "n: must be at most engine.max_num_seqs (64): the samples run together, got 100");
   SamplingOptions ok;
@@ -276,6 +280,56 @@ TEST_CASE("two processes - penalties and logprobs cross the process boundary", "
   REQUIRE_FALSE((*out)[0].error);
   CHECK((*out)[0].generated_ids == run_directly(prompt, 24, o).generated);
   CHECK((*out)[0].logprobs.size() == 24);
+}
+
+namespace {
+
+// Logit biases through the engine (scheduler, step messages, worker) give what the model run directly with the
+// sampler gives: a banned token never comes, a token biased by +100 every time, and a small bias moves greedy and
+// seeded tokens as the sampler says.
+void check_logit_biases(Engine& engine) {
+  const auto prompt = prompt_of(12);
+  SamplingOptions plain;
+  plain.temperature = 0.0f;
+  const std::vector<int32_t> unbiased = run_directly(prompt, 24, plain).generated;
+  SamplingOptions banned = plain;  // the first two greedy tokens banned
+  banned.logit_bias = {{std::min(unbiased[0], unbiased[1]), -100.0f}, {std::max(unbiased[0], unbiased[1]), -100.0f}};
+  REQUIRE(unbiased[0] != unbiased[1]);
+  SamplingOptions forced = plain;
+  forced.logit_bias = {{300, 100.0f}};
+  SamplingOptions nudged = plain;
+  nudged.temperature = 0.9f;
+  nudged.seed = 5;
+  nudged.repetition_penalty = 1.1f;
+  nudged.logit_bias = {{unbiased[2], 1.5f}, {400, 3.0f}};
+  nudged.logprobs = 1;
+  auto out = engine.generate({request(prompt, 24, banned), request(prompt, 24, forced), request(prompt, 24, nudged)});
+  REQUIRE(out.ok());
+  for (const GenerateOutput& o : *out) REQUIRE_FALSE(o.error);
+  const auto& ban = (*out)[0].generated_ids;
+  CHECK(std::count(ban.begin(), ban.end(), unbiased[0]) == 0);
+  CHECK(std::count(ban.begin(), ban.end(), unbiased[1]) == 0);
+  CHECK(ban == run_directly(prompt, 24, banned).generated);
+  CHECK((*out)[1].generated_ids == std::vector<int32_t>(24, 300));
+  CHECK((*out)[2].generated_ids == run_directly(prompt, 24, nudged).generated);
+  // Logprobs stay those of the raw row: the model's, not the biased one's.
+  const DirectRun direct = run_directly(prompt, 24, nudged);
+  REQUIRE((*out)[2].logprobs.size() == 24);
+  for (size_t i = 0; i < 24; ++i)
+    CHECK((*out)[2].logprobs[i].logprob == Approx(direct.log_softmax[i][size_t(direct.generated[i])]).margin(1e-4));
+}
+
+}  // namespace
+
+TEST_CASE("logit biases steer tokens as the sampler says - in one process and across two", "[engine][sampling]") {
+  SECTION("one process") {
+    auto engine = test::start_engine(test::quickstart());
+    check_logit_biases(*engine);
+  }
+  SECTION("the worker in its own process") {
+    auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml"));
+    check_logit_biases(*engine);
+  }
 }
 
 namespace {

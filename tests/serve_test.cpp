@@ -189,6 +189,75 @@ TEST_CASE("serve - bad requests get OpenAI errors with the right status - the se
   CHECK(json::parse(ok.body)["choices"][0]["finish_reason"] == "length");
 }
 
+TEST_CASE("serve - logit_bias steers the tokens, completions and chat - bad biases and structured outputs are refused",
+          "[serve]") {
+  test::TempDir tmp;  // stories260K with a chat template of our own
+  const auto model = test::copy_stories(tmp.path());
+  test::write_file(model / "tokenizer_config.json",
+                   R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})");
+  Served s("", 1 << 20, model.string());
+  auto post = [&](const std::string& target, const json& body) { return call(s.port, "POST", target, body.dump()); };
+  const json greedy{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 0}};
+  const Reply plain = post("/v1/completions", greedy);
+  REQUIRE(plain.status == 200);
+  const json plain_tokens = json::parse(plain.body)["choices"][0]["logprobs"]["tokens"];
+  // +100 on one token: greedy takes it at every step; -100 on it then: it never comes.
+  json forced = greedy;
+  forced["logit_bias"] = {{"300", 100}};
+  const Reply f = post("/v1/completions", forced);
+  REQUIRE(f.status == 200);
+  const json forced_tokens = json::parse(f.body)["choices"][0]["logprobs"]["tokens"];
+  REQUIRE(forced_tokens.size() == 6);
+  for (const json& t : forced_tokens) CHECK(t == forced_tokens[0]);
+  CHECK(forced_tokens != plain_tokens);
+  json banned = forced;
+  banned["logit_bias"] = {{"300", -100}};
+  const Reply b = post("/v1/completions", banned);
+  REQUIRE(b.status == 200);
+  for (const json& t : json::parse(b.body)["choices"][0]["logprobs"]["tokens"]) CHECK(t != forced_tokens[0]);
+  // Chat takes it too, and plain text as the response format; null is no bias.
+  const json chat{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}, {"temperature", 0},
+                  {"logit_bias", {{"300", 100}}}, {"response_format", {{"type", "text"}}}};
+  const Reply c = post("/v1/chat/completions", chat);
+  INFO(c.body);
+  REQUIRE(c.status == 200);
+  const std::string text = json::parse(c.body)["choices"][0]["message"]["content"];
+  // The forced token four times, the first with its leading space: what the tokens add after the prompt.
+  const std::string piece = forced_tokens[0];
+  CHECK(piece == " ha");
+  CHECK(text == piece + piece + piece + piece);
+  json no_bias = greedy;
+  no_bias["logit_bias"] = nullptr;
+  CHECK(json::parse(post("/v1/completions", no_bias).body)["choices"][0]["logprobs"]["tokens"] == plain_tokens);
+  // Refused, naming the field, each with why.
+  auto refusal = [&](const json& bias) {
+    json body = greedy;
+    body["logit_bias"] = bias;
+    const Reply r = post("/v1/completions", body);
+    CHECK(r.status == 400);
+    const json e = json::parse(r.body)["error"];
+    CHECK(e["param"] == "logit_bias");
+    return e["message"].get<std::string>();
+  };
+  CHECK(refusal({{"512", 1}}) == "logit_bias: token id 512 is outside the vocabulary (size 512)");
+  CHECK(refusal({{"7", 100.5}}) == "logit_bias: the bias of token 7 must be in [-100, 100], got 100.5");
+  CHECK(refusal({{"seven", 1}}) == "logit_bias: keys must be token ids, got \"seven\"");
+  CHECK(refusal({{"-3", 1}}) == "logit_bias: keys must be token ids, got \"-3\"");
+  CHECK(refusal({{"7", "high"}}) == "logit_bias: the bias of token 7 must be a number, got \"high\"");
+  CHECK(refusal({{"7", 1}, {"07", 2}}) == "logit_bias: token id 7 is given twice");
+  CHECK(refusal(json::array({1, 2})) == "logit_bias: must be an object from token ids to biases, got an array");
+  json schema = chat;
+  schema["response_format"] = {{"type", "json_object"}};
+  const Reply j = post("/v1/chat/completions", schema);
+  CHECK(j.status == 400);
+  CHECK(json::parse(j.body)["error"]["param"] == "response_format");
+  CHECK_THAT(json::parse(j.body)["error"]["message"].get<std::string>(),
+             Catch::Contains("structured outputs are not built"));
+  schema["response_format"] = "text";
+  CHECK(post("/v1/chat/completions", schema).status == 400);
+  CHECK(post("/v1/completions", greedy).status == 200);  // still serving
+}
+
 TEST_CASE("serve - a client that disconnects mid-stream cancels its request", "[serve]") {
   Served s;
   asio::io_context ioc;

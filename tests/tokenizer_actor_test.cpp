@@ -172,7 +172,12 @@ TEST_CASE("tokenizer actor: encodes and submits as itself, streams text, ends sa
     ++cut;
   REQUIRE(cut < story.size());
   const std::vector<int32_t> lily(story.begin(), story.begin() + long(cut)), park(story.begin() + long(cut), story.end());
-  const std::string whole = tok->decode(story);
+  // The text the story adds after the prompt: " Lily went to the park" (its leading space kept).
+  std::vector<int32_t> prompt_and_story = tok->encode(prompt, true);
+  const std::string prompt_text = tok->decode(prompt_and_story);
+  prompt_and_story.insert(prompt_and_story.end(), story.begin(), story.end());
+  const std::string whole = tok->decode(prompt_and_story).substr(prompt_text.size());
+  REQUIRE(whole == " " + tok->decode(story));
   const std::string before_stop = whole.substr(0, whole.find(" the"));
   caf::send_as(scheduler, tokenizer, delta_atom::value, deltas({{20, lily}}));
   sched.run();

@@ -300,6 +300,39 @@ TEST_CASE("incremental detokenizer equals decode for every split", "[tokenizer]"
   CHECK(stream(tok, ids, uneven, false) == tok.decode(ids, false));
 }
 
+TEST_CASE("incremental detokenizer after a context gives what the tokens add to it - leading space kept",
+          "[tokenizer]") {
+  const auto tok = load_stories();
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time,");  // BOS first: skipped as context
+  const std::vector<int32_t> story = tok.encode("there was a little girl named Lily", false);
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), story.begin(), story.end());
+  const std::string prompt_text = tok.decode(prompt);
+  const std::string added = tok.decode(all).substr(prompt_text.size());
+  REQUIRE(added == " there was a little girl named Lily");
+  CHECK(tok.decode(story) == "there was a little girl named Lily");  // alone: the space stripped at the start
+  for (std::size_t k = 0; k <= story.size(); ++k) {
+    actord::IncrementalDetokenizer detok(tok, true, prompt);
+    std::string out = detok.push({story.begin(), story.begin() + long(k)});
+    for (std::size_t t = k; t < story.size(); ++t) out += detok.push({story[t]});
+    out += detok.finish();
+    CHECK(out == added);
+  }
+  {  // the first token's own text
+    actord::IncrementalDetokenizer detok(tok, true, prompt);
+    CHECK(detok.push({story[0]}) == " there");
+  }
+  {  // a context of BOS only (nothing once skipped): the text's start, as decode gives it
+    actord::IncrementalDetokenizer detok(tok, true, {1});
+    CHECK(detok.push(story) + detok.finish() == tok.decode(story));
+  }
+  {  // a context ending inside a character (two of the emoji's four byte tokens): the ids' own text, whole
+    const std::vector<int32_t> cut{403, 410, 243, 162};
+    actord::IncrementalDetokenizer detok(tok, true, cut);
+    CHECK(detok.push({155, 131, 407}) + detok.finish() == tok.decode({155, 131, 407}));
+  }
+}
+
 TEST_CASE("incremental detokenizer never splits a character", "[tokenizer]") {
   const auto tok = load_stories();
   // "héllo 世界 😀" ends with 😀 as four byte-fallback tokens <0xF0> <0x9F> <0x98> <0x80>.

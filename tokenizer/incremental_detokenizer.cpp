@@ -14,8 +14,55 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
-IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens)
-    : tok_(&tok), skip_special_(skip_special_tokens) {}
+// Context tokens kept before the first generated one: enough for any decoder rule that looks back (vLLM keeps 5).
+constexpr std::size_t kContextTokens = 6;
+constexpr std::size_t kLongestContext = 256;
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
+                                               const std::vector<int32_t>& context)
+    : tok_(&tok), skip_special_(skip_special_tokens) {
+  append(context);
+  if (ids_.empty()) return;
+  // The window starts kContextTokens back, not inside a byte run (ByteFallback decodes a run as a whole: cut, its
+  // text would change), at a token that decodes to something alone (the rule push() keeps).
+  std::size_t begin = ids_.size() > kContextTokens ? ids_.size() - kContextTokens : 0;
+  while (begin > 0 && tok_->is_byte_token(ids_[begin]) && tok_->is_byte_token(ids_[begin - 1])) --begin;
+  if (ids_.size() - begin > kLongestContext) {
+    ids_.clear();  // a run too long to decode at every push: the ids' own text
+    return;
+  }
+  while (begin + 1 < ids_.size() && window_text(begin, begin + 1).empty()) ++begin;
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(begin));
+  std::string text = window_text(0, ids_.size());
+  if (ends_with(text, kReplacement)) {
+    ids_.clear();  // it ends inside a character
+    return;
+  }
+  read_offset_ = ids_.size();
+  context_in_byte_run_ = tok_->is_byte_token(ids_.back());
+  prefix_text_ = std::move(text);
+  emitted_bytes_ = prefix_text_->size();
+}
+
+void IncrementalDetokenizer::append(const std::vector<int32_t>& ids) {
+  for (int32_t id : ids) {
+    if (skip_special_ && tok_->is_special(id)) continue;  // decode would drop it anyway
+    // So would it an id without a token (past the vocabulary, a hole in it, a model's padded logits): kept, it would
+    // end a byte run here that decode() joins with the bytes after it.
+    if (!tok_->id_to_token(id)) continue;
+    if (context_in_byte_run_) {
+      // The context's last byte run ends here unless this id is a byte too: then the run (whose decode, as a whole,
+      // may yet turn every byte of it into U+FFFD) would change text counted as the context's; go without it.
+      context_in_byte_run_ = false;
+      if (tok_->is_byte_token(id)) {
+        ids_.clear();
+        prefix_offset_ = read_offset_ = emitted_bytes_ = 0;
+        prefix_text_.reset();
+      }
+    }
+    ids_.push_back(id);
+  }
+}
 
 std::string IncrementalDetokenizer::window_text(std::size_t begin, std::size_t end) const {
   if (begin >= end) return {};
@@ -24,13 +71,7 @@ std::string IncrementalDetokenizer::window_text(std::size_t begin, std::size_t e
 }
 
 std::string IncrementalDetokenizer::push(const std::vector<int32_t>& ids) {
-  for (int32_t id : ids) {
-    if (skip_special_ && tok_->is_special(id)) continue;  // decode would drop it anyway
-    // So would it an id without a token (past the vocabulary, a hole in it, a model's padded logits): kept, it would
-    // end a byte run here that decode() joins with the bytes after it.
-    if (!tok_->id_to_token(id)) continue;
-    ids_.push_back(id);
-  }
+  append(ids);
   if (ids_.size() == read_offset_) return {};
   if (tok_->is_byte_token(ids_.back())) return {};  // a byte run may still grow
   if (!prefix_text_) prefix_text_ = window_text(prefix_offset_, read_offset_);

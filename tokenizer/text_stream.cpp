@@ -2,8 +2,9 @@
 
 namespace actord {
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-    : detokenizer_(tokenizer), stops_(std::move(stop_strings)) {}
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+                       const std::vector<int32_t>& context)
+    : detokenizer_(tokenizer, true, context), stops_(std::move(stop_strings)) {}
 
 std::string TextStream::push(const std::vector<int32_t>& ids, bool final) {
   if (stops_.stopped()) return {};

@@ -3,7 +3,8 @@
 // Contract: push(ids, final) returns the text that is safe to emit now (never a partial UTF-8 character, never a
 // tail that could still grow into a stop string); `final` (the sequence ended) flushes what was held back. Once a
 // stop string has appeared, stopped() is true: that push returns the text before it, later ones nothing. One per
-// sequence; the Tokenizer must outlive it.
+// sequence; the Tokenizer must outlive it. `context` (the prompt's ids) is what the text follows: the first token's
+// text is what it adds after it (IncrementalDetokenizer).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,8 @@ namespace actord {
 
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings);
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+             const std::vector<int32_t>& context = {});
 
   std::string push(const std::vector<int32_t>& ids, bool final);
   bool stopped() const { return stops_.stopped(); }

@@ -23,12 +23,19 @@ struct CommonArgs {
   std::string trace;  // --trace FILE: a Chrome trace of every step of every rank, written when the run ends
 };
 
+// The CLI's default sampling: temperature 0.8.
+inline SamplingOptions cli_sampling_defaults() {
+  SamplingOptions o;
+  o.temperature = 0.8f;
+  return o;
+}
+
 struct GenerateArgs {
   CommonArgs common;
   std::vector<std::string> prompts;
   std::string prompt_ids;
   int max_tokens = 128;
-  SamplingOptions sampling{0.8f};  // the CLI's default temperature is 0.8
+  SamplingOptions sampling = cli_sampling_defaults();
   bool json = false;
   bool echo = false;
   bool ignore_eos = false;

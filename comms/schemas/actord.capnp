@@ -39,6 +39,12 @@ struct SamplingParams {
   logprobs @9 :Int32 = -1;         # -1: none; 0: the sampled token's; N: and the N best alternatives
   n @10 :UInt32 = 1;               # samples of the prompt; sample i is request id + i and draws with seed + i
   promptLogprobs @11 :Int32 = -1;  # -1: none; 0: each prompt token's logprob (from the second on); N: and the top N
+  logitBias @12 :List(LogitBias);  # added to the raw logits first; ids increasing, each once
+}
+
+struct LogitBias {
+  id @0 :Int32;
+  bias @1 :Float32;
 }
 # (core/sampling_options.hpp is the C++ side; comms/codecs.hpp the one conversion between the two.)
 

@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) device_sampling_kernel(float* logits
     return;
   }
   float* row = logits + int64_t(r) * vocab;
-  if (tid == 0) {  // penalties, then masks, in the order given (sampler.cpp's penalise_and_mask)
+  if (tid == 0) {  // biases, penalties, then masks, in the order given (sampler.cpp's penalise_and_mask)
     for (int k = p.ops_first; k < p.ops_first + p.ops_count; ++k) {
       const DeviceSampleOp op = ops[k];
       if (op.id < 0 || op.id >= vocab) continue;

@@ -49,6 +49,24 @@ async function main() {
   check('completion logprobs shape', l.tokens.length === 4 && l.token_logprobs.length === 4 &&
         l.top_logprobs.length === 4 && Object.keys(l.top_logprobs[0]).length <= 2 && l.text_offset[0] === 0, l);
 
+  // Token texts as the text reads them: the leading space kept, tokens adding up to the text, offsets into it.
+  const spaced = await client.completions.create({ ...greedy, prompt: 'Once upon a time,', max_tokens: 6, logprobs: 1 });
+  const st = spaced.choices[0];
+  check('completion keeps the first token\'s leading space', st.text.startsWith(' '), st.text);
+  check('logprobs tokens add up to the text', st.logprobs.tokens.join('') === st.text, st.logprobs.tokens);
+  check('text_offset indexes the text', st.logprobs.tokens.every((t, i) => st.text.startsWith(t, st.logprobs.text_offset[i])),
+        st.logprobs.text_offset);
+  const spacedEcho = await client.completions.create({ ...greedy, prompt: 'Once upon a time,', max_tokens: 6, echo: true });
+  check('echo is the prompt and the completion', spacedEcho.choices[0].text === 'Once upon a time,' + st.text,
+        spacedEcho.choices[0].text);
+
+  // logit_bias: +100 forces a token at every step, -100 keeps it away.
+  const forced = await client.completions.create({ ...greedy, max_tokens: 4, logprobs: 0, logit_bias: { '300': 100 } });
+  const ft = forced.choices[0].logprobs.tokens;
+  check('logit_bias +100 forces the token', ft.length === 4 && ft.every(t => t === ft[0]), ft);
+  const bannedTok = await client.completions.create({ ...greedy, max_tokens: 8, logprobs: 0, logit_bias: { '300': -100 } });
+  check('logit_bias -100 bans the token', !bannedTok.choices[0].logprobs.tokens.includes(ft[0]), bannedTok.choices[0].logprobs);
+
   const echo = await client.completions.create({ ...greedy, max_tokens: 3, echo: true });
   check('echo starts with the prompt', echo.choices[0].text.startsWith('Once upon a time'), echo.choices[0]);
 
