@@ -81,9 +81,9 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
         b.setNewSequence(true);
         to_wire(req.sampling, b.initSampling());
         b.setPromptLen(static_cast<uint32_t>(req.prompt.size()));
-        if (req.sampling.min_tokens > 0 && !req.ignore_eos)
+        if ((req.sampling.min_tokens > 0 || req.sampling.structured()) && !req.ignore_eos)
           fill_list(b.initStopIds(static_cast<uint32_t>(req.stop_ids.size())), req.stop_ids);
-        if (s.start_pos > 0 && req.sampling.has_penalties()) {
+        if (s.start_pos > 0 && (req.sampling.has_penalties() || req.sampling.structured())) {
           auto context = b.initContextTokens(static_cast<uint32_t>(s.start_pos));
           for (uint32_t t = 0; t < static_cast<uint32_t>(s.start_pos); ++t) context.set(t, s.context[t]);
         }

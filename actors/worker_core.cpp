@@ -25,6 +25,7 @@
 #include "executors/cpu/gemm.hpp"
 #include "executors/cuda/cuda_backend.hpp"
 #include "plugins/plugin_loader.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace actord {
 
@@ -78,6 +79,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
   Error failure;
   bool ok = true;
   auto model_dir = std::filesystem::path(std::string(req.getModelPath()));
+  model_dir_ = model_dir;
   for (auto plugin : req.getPlugins()) {
     if (!ok) break;
     if (auto st = load_plugin(std::string(plugin), registry_); !st) {
@@ -297,7 +299,7 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
     if (s.getPromptLogprobsFrom() >= 0) return false;
     if (!s.getSample()) continue;
     const auto& st = *states[i];
-    const bool masked = s.getSampleIndex() < st.sampling.min_tokens && !st.masked_until_min_tokens.empty();
+    const bool masked = s.getSampleIndex() < st.sampling.min_tokens && !st.stop_ids.empty();
     if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;
   }
   return true;
@@ -309,6 +311,7 @@ template <class Seqs>
 size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   sample_requests_.clear();
   sample_seq_ids_.clear();
+  sample_states_.clear();
   fork_options_.clear();
   size_t forked_rows = 0;
   for (uint32_t i = 0; i < seqs.size(); ++i) {
@@ -317,20 +320,45 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   fork_options_.reserve(forked_rows);  // stable addresses for the requests below
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].getSample()) continue;
-    const SequenceState& st = *states_[i];
-    SampleRequest r;
+    SequenceState& st = *states_[i];
+    SampleRequest r;  // a response format's allowed ids come once the step's tokens are fed (allow_next_tokens)
     r.options = &st.sampling;
     r.sample_index = seqs[i].getSampleIndex();
     if (st.sampling.has_penalties()) r.history = &st.history;
-    if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.masked_until_min_tokens;
+    if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.stop_ids;
     const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
     for (uint32_t f = 0; f < forks; ++f) {
       if (forks > 1) r.options = &fork_options_.emplace_back(st.sampling.for_sample(f));
       sample_requests_.push_back(r);
       sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
+      sample_states_.push_back(&st);
     }
   }
   return forked_rows;
+}
+
+Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
+  if (!token_vocabulary_) {
+    auto tok = Tokenizer::load(model_dir_);
+    if (!tok) return make_error(tok.error().code, "response_format: " + tok.error().message);
+    token_vocabulary_ = structured::TokenVocabulary::from(*tok, model_->config().vocab_size);
+  }
+  return &*token_vocabulary_;
+}
+
+std::string WorkerCore::feed_response_format(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id) {
+  if (pos < st.json_next) return {};  // the prompt's, or fed already
+  if (pos > st.json_next)
+    return "sequence " + std::to_string(seq_id) + ": generated tokens before position " + std::to_string(pos) +
+           " were never fed to its response format";
+  auto vocab = token_vocabulary();
+  if (!vocab) return vocab.error().message;
+  ++st.json_next;
+  if (id < 0 || id >= (*vocab)->size()) return {};
+  // The sampler drew from the ids the grammar allowed: a byte it refuses (a stop id has none) changes nothing.
+  for (const char b : (*vocab)->bytes[static_cast<size_t>(id)])
+    if (!st.json->feed(static_cast<uint8_t>(b))) break;
+  return {};
 }
 
 std::string WorkerCore::pick_greedy() {
@@ -360,7 +388,7 @@ WorkerCore::RunAhead WorkerCore::may_run_ahead(const Step& step, const Seqs& seq
   for (uint32_t i = 0; i < seqs.size(); ++i)
     if (seqs[i].getPromptLogprobsFrom() >= 0) return RunAhead::no;
   for (const SampleRequest& r : sample_requests_)
-    if (r.history) return RunAhead::no;
+    if (r.history || r.options->structured()) return RunAhead::no;
   return backend_->samples_ahead(sample_requests_, model_->config().vocab_size) ? RunAhead::draws : RunAhead::no;
 }
 
@@ -438,10 +466,19 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       if (auto valid = fresh.sampling.validate(vocab); !valid)
         return fail("sequence " + std::to_string(seq_id) + ": " + valid.error().message);
       fresh.prompt_len = s.getPromptLen();
-      fresh.masked_until_min_tokens = to_vector<int32_t>(s.getStopIds());
-      if (fresh.sampling.has_penalties()) {  // the tokens of a cached prefix, which this worker is not fed
-        uint32_t pos = 0;
-        for (int32_t id : s.getContextTokens()) fresh.remember(pos++, id);
+      fresh.stop_ids = to_vector<int32_t>(s.getStopIds());
+      if (fresh.sampling.structured() && driver()) {
+        fresh.json.emplace();
+        fresh.json_next = fresh.prompt_len;
+      }
+      // The tokens of a cached prefix, which this worker is not fed.
+      uint32_t pos = 0;
+      for (int32_t id : s.getContextTokens()) {
+        if (fresh.sampling.has_penalties()) fresh.remember(pos, id);
+        if (fresh.json) {
+          if (auto failed = feed_response_format(seq_id, fresh, pos, id); !failed.empty()) return fail(failed);
+        }
+        ++pos;
       }
       seqs_[seq_id] = std::move(fresh);
     }
@@ -493,14 +530,32 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       driver() && sampled_rows > 0 ? may_run_ahead(step, seqs, argmax_only, forked_rows) : RunAhead::no;
   if (pending_ && ahead == RunAhead::no) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
-  if (driver()) {  // the penalty history of the sampling rank
+  if (driver()) {  // the penalty history and the response format of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
       SequenceState& st = *states_[i];
-      if (!st.sampling.has_penalties()) continue;
+      const bool penalties = st.sampling.has_penalties();
+      if (!penalties && !st.json) continue;
       const SeqSlice& slice = batch_.seqs[i];
-      for (int32_t t = 0; t < slice.num_tokens; ++t)
-        if (const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)]; !is_previous_pick(id))
-          st.remember(static_cast<uint32_t>(slice.start_pos + t), id);
+      for (int32_t t = 0; t < slice.num_tokens; ++t) {
+        const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)];
+        if (is_previous_pick(id)) continue;
+        const auto pos = static_cast<uint32_t>(slice.start_pos + t);
+        if (penalties) st.remember(pos, id);
+        if (st.json) {
+          if (auto failed = feed_response_format(seqs[i].getSeqId(), st, pos, id); !failed.empty()) return fail(failed);
+        }
+      }
+    }
+    // Each sampled row of a response format: the ids its grammar takes next (a forking row's once).
+    for (size_t r = 0; r < sample_requests_.size(); ++r) {
+      SequenceState& st = *sample_states_[r];
+      if (!st.json) continue;
+      if (r == 0 || sample_states_[r - 1] != &st) {
+        auto vocab = token_vocabulary();
+        if (!vocab) return fail(vocab.error().message);
+        structured::allowed_tokens(*st.json, **vocab, st.stop_ids, st.allowed);
+      }
+      sample_requests_[r].allowed = st.allowed;
     }
   }
 

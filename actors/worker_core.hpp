@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,8 @@
 #include "memory/kv_cache.hpp"
 #include "memory/kv_relayout.hpp"
 #include "plugins/model_registry.hpp"
+#include "structured/json_matcher.hpp"
+#include "structured/token_mask.hpp"
 
 namespace actord {
 
@@ -136,9 +139,15 @@ class WorkerCore {
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
-    std::vector<int32_t> masked_until_min_tokens;  // stop ids, while fewer than min_tokens were generated
-    PenaltyHistory history;                        // fed only when the sampling options have penalties
-    std::vector<uint32_t> blocks;                  // its KV block table
+    std::vector<int32_t> stop_ids;  // sent when min_tokens masks them or a response format allows them at its end
+    PenaltyHistory history;         // fed only when the sampling options have penalties
+    std::vector<uint32_t> blocks;   // its KV block table
+    // A response format's grammar over the generated text (structured/), on the sampling rank: fed each generated
+    // token once, in position order (json_next: the next one's position), so that recompute, forks and migration
+    // rebuild it from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
+    std::optional<structured::JsonObjectMatcher> json;
+    uint32_t json_next = 0;
+    std::vector<uint64_t> allowed;
 
     // Adds the token at `pos` to the penalty history: prompt below prompt_len, output from there on.
     void remember(uint32_t pos, int32_t id) {
@@ -147,8 +156,17 @@ class WorkerCore {
     }
   };
 
+  // Feeds the generated token at `pos` to the sequence's response format (positions before the prompt's end and
+  // already fed ones are skipped); an error when tokens before it are missing.
+  std::string feed_response_format(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id);
+  // The vocabulary's token bytes for response formats, loaded from the model's tokenizer at the first use.
+  Result<const structured::TokenVocabulary*> token_vocabulary();
+
   ModelRegistry registry_;
   RankLinks links_;
+  std::filesystem::path model_dir_;
+  std::optional<structured::TokenVocabulary> token_vocabulary_;
+  std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
   RankPlace place_;
   std::string name_ = "worker";
   std::unique_ptr<cpu::ThreadPool> pool_;

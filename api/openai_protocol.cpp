@@ -88,15 +88,22 @@ std::vector<LogitBias> logit_biases(const json& body, int vocab_size) {
   return biases;
 }
 
-// response_format: plain text only (structured outputs, json_object and json_schema, are not built).
-void text_response_format(const json& body) {
+// response_format: text, or json_object (one JSON object; the model must have an end-of-sequence token to end it);
+// json_schema is not built.
+ResponseFormat response_format(const json& body, const ParseContext& context) {
   const json& v = body.at("response_format");
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
     refuse("response_format", "must be an object with a string type, got " + describe(v));
   const std::string& type = v["type"].get_ref<const std::string&>();
-  if (type != "text")
-    refuse("response_format", "type " + describe(v["type"]) +
-                                  " is not supported: structured outputs are not built (only \"text\")");
+  if (type == "text") return ResponseFormat::text;
+  if (type == "json_object") {
+    if (context.tokenizer && context.tokenizer->stop_ids().empty())
+      refuse("response_format", "json_object needs the model to have an end-of-sequence token, and it has none");
+    return ResponseFormat::json_object;
+  }
+  if (type == "json_schema")
+    refuse("response_format", "json_schema is not supported: schemas are not built (json_object and text are)");
+  refuse("response_format", "type must be text or json_object, got " + describe(v["type"]));
 }
 
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
@@ -211,7 +218,9 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("priority")) proto.priority = static_cast<int32_t>(integer(body, "priority", INT32_MIN, INT32_MAX));
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
   if (has("logit_bias")) o.logit_bias = logit_biases(body, context.vocab_size);
-  if (has("response_format")) text_response_format(body);
+  if (has("response_format")) o.response_format = response_format(body, context);
+  if (o.structured() && proto.ignore_eos)
+    refuse("ignore_eos", "cannot be true with a response_format of json_object: the object ends at its end of sequence");
   if (has("stream")) request.stream = boolean(body, "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];

@@ -15,6 +15,8 @@ void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
   out.setLogprobs(in.logprobs);
   out.setN(in.n);
   out.setPromptLogprobs(in.prompt_logprobs);
+  out.setResponseFormat(in.response_format == ResponseFormat::json_object ? wire::ResponseFormat::JSON_OBJECT
+                                                                           : wire::ResponseFormat::TEXT);
   if (!in.logit_bias.empty()) {
     auto biases = out.initLogitBias(static_cast<uint32_t>(in.logit_bias.size()));
     for (uint32_t i = 0; i < biases.size(); ++i) {
@@ -38,6 +40,8 @@ SamplingOptions from_wire(wire::SamplingParams::Reader in) {
   o.logprobs = in.getLogprobs();
   o.n = in.getN();
   o.prompt_logprobs = in.getPromptLogprobs();
+  o.response_format =
+      in.getResponseFormat() == wire::ResponseFormat::JSON_OBJECT ? ResponseFormat::json_object : ResponseFormat::text;
   o.logit_bias.reserve(in.getLogitBias().size());
   for (const auto b : in.getLogitBias()) o.logit_bias.push_back({b.getId(), b.getBias()});
   return o;

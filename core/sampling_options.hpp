@@ -3,8 +3,8 @@
 //
 // Contract: validate() is the only gate: a request whose options it refuses never reaches a worker, and the
 // message names the field and the rule. Semantics (applied by the worker's sampler, executors/sampler.hpp, in this
-// order): logit biases added to the raw logits, repetition / frequency / presence penalties, stop ids masked while
-// fewer than min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded
+// order): tokens a response format rules out masked, logit biases added to the raw logits, repetition / frequency /
+// presence penalties, stop ids masked while fewer than min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded
 // draw (vLLM's order).
 // Logprobs are those of the raw logits (log-softmax before any penalty, temperature or filter), as vLLM's default.
 #pragma once
@@ -23,6 +23,10 @@ struct LogitBias {
   float bias = 0.0f;
   friend bool operator==(const LogitBias&, const LogitBias&) = default;
 };
+
+// What the generated text must be: any text, or one JSON object (the OpenAI API's response_format json_object):
+// tokens that cannot continue it are masked before the draw, and the stop ids only come once it is complete.
+enum class ResponseFormat : uint8_t { text, json_object };
 
 struct SamplingOptions {
   float temperature = 1.0f;          // >= 0; 0: greedy (highest logit, lowest id on ties)
@@ -44,6 +48,7 @@ struct SamplingOptions {
   int32_t prompt_logprobs = -1;
   // Token ids in increasing order, each once, biases in [-kMaxLogitBias, kMaxLogitBias]; empty: none.
   std::vector<LogitBias> logit_bias;
+  ResponseFormat response_format = ResponseFormat::text;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr float kMaxLogitBias = 100.0f;  // as the OpenAI API
@@ -61,6 +66,7 @@ struct SamplingOptions {
   }
 
   bool greedy() const { return temperature == 0.0f; }
+  bool structured() const { return response_format != ResponseFormat::text; }
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }

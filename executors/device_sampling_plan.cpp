@@ -13,7 +13,7 @@ void plan_device_sampling(std::span<const SampleRequest> requests, int vocab, De
     p.min_p = o.min_p;
     p.top_k = o.top_k;
     p.key = draw_key(o.seed, request.sample_index);
-    p.host = o.logprobs >= 0 || (o.top_k > kDeviceSampleCandidates && o.top_k < vocab);
+    p.host = o.logprobs >= 0 || (o.top_k > kDeviceSampleCandidates && o.top_k < vocab) || !request.allowed.empty();
     p.ops_first = static_cast<int32_t>(plan.ops.size());
     if (!p.host) {
       for (const LogitBias& b : o.logit_bias) plan.ops.push_back({b.id, DeviceSampleOp::kSubtract, -b.bias});

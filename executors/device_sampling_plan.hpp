@@ -2,7 +2,8 @@
 // from the rows' requests (pure C++: no CUDA, tested in CI).
 //
 // Contract: one DeviceSampleParams per request, in order; a row the device does not sample (logprobs asked: they
-// are of the raw row; or a top-k above kDeviceSampleCandidates) has host = 1 and no operations. The others get the
+// are of the raw row; a top-k above kDeviceSampleCandidates; a response format's allowed ids) has host = 1 and no
+// operations. The others get the
 // operations executors/sampler.cpp's penalise_and_mask applies, in its order: each logit bias (kSubtract of its
 // negation: l - (-b) is l + b exactly), the repetition penalty of every id the history has seen, then the frequency
 // and presence penalties of every generated id (value = frequency x count + presence, as the CPU computes it in

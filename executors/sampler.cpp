@@ -392,8 +392,8 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int n, int
   return top;
 }
 
-// Logit biases, then repetition, then frequency and presence penalties, then the masks, in place (vLLM's order); ids
-// outside the row are ignored. saved (when not null) gets (id, value before) for each change.
+// The response format's mask, logit biases, then repetition, then frequency and presence penalties, then the masks,
+// in place (vLLM's order); ids outside the row are ignored. saved (when not null) gets (id, value before) for each change.
 void penalise_and_mask(float* logits, int n, const SampleRequest& request, SavedLogits* saved) {
   const SamplingOptions& o = *request.options;
   auto change = [&](int32_t id, auto&& update) {
@@ -401,6 +401,10 @@ void penalise_and_mask(float* logits, int n, const SampleRequest& request, Saved
     if (saved != nullptr) saved->emplace_back(id, logits[id]);
     logits[id] = update(logits[id]);
   };
+  if (!request.allowed.empty()) {  // not saved: a masked id is never the sampled one, whose raw logit is asked
+    for (int id = 0; id < n; ++id)
+      if (!((request.allowed[static_cast<size_t>(id) / 64] >> (id % 64)) & 1u)) logits[id] = -kInf;
+  }
   for (const LogitBias& b : o.logit_bias) change(b.id, [bias = b.bias](float l) { return l + bias; });
   const float r = o.repetition_penalty;
   if (request.history != nullptr && r != 1.0f)
@@ -465,8 +469,8 @@ SampledToken Sampler::sample(float* logits, int vocab_size, const SampleRequest&
 }
 
 bool takes_raw_argmax(const SamplingOptions& o, bool masked) {
-  return (o.temperature <= 0.0f || o.top_k == 1) && !o.has_penalties() && o.logit_bias.empty() && o.logprobs < 0 &&
-         !masked;
+  return (o.temperature <= 0.0f || o.top_k == 1) && !o.has_penalties() && o.logit_bias.empty() && !o.structured() &&
+         o.logprobs < 0 && !masked;
 }
 
 RowBest row_best(const float* row, int n, int32_t first) {

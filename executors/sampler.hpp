@@ -1,4 +1,5 @@
-// Token sampling from rows of logits, per request: logit biases, penalties, min_tokens masking, greedy or temperature, min-p,
+// Token sampling from rows of logits, per request: a response format's allowed ids, logit biases, penalties,
+// min_tokens masking, greedy or temperature, min-p,
 // top-k, top-p, a seeded draw, and logprobs (see core/sampling_options.hpp for each option's rule and the order).
 //
 // Contract: deterministic. The random draw is keyed by (seed, sample_index), the number of tokens the sequence had
@@ -58,6 +59,9 @@ struct SampleRequest {
   uint32_t sample_index = 0;                // tokens the sequence generated before this one
   const PenaltyHistory* history = nullptr;  // null: no penalties applied
   std::span<const int32_t> masked_ids;      // ids that must not be sampled (stop ids before min_tokens); may be empty
+  // A response format's grammar (structured/token_mask.hpp): bit id % 64 of word id / 64 set for each id it allows,
+  // the others masked before anything else; empty: every id.
+  std::span<const uint64_t> allowed;
 };
 
 struct SampledToken {

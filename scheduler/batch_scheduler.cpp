@@ -86,6 +86,12 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
       return refused;
     }
   }
+  if (request.sampling.structured() && (request.ignore_eos || request.stop_ids.empty())) {
+    refused.error = request.ignore_eos
+                        ? "response_format: json_object cannot ignore the end of sequence, which ends the object"
+                        : "response_format: json_object needs a stop id to end the object, and the request has none";
+    return refused;
+  }
   if (static_cast<int>(n) > limits_.max_num_seqs) {
     refused.error = "n: must be at most engine.max_num_seqs (" + std::to_string(limits_.max_num_seqs) +
                     "): the samples run together, got " + std::to_string(n);

@@ -501,6 +501,43 @@ TEST_CASE("sampler: logit biases are added to the raw logits before the penaltie
   }
 }
 
+TEST_CASE("sampler: a response format's allowed ids - the others never sampled, before the biases - logprobs raw",
+          "[sampler]") {
+  const std::vector<float> raw = random_logits(300, 3.0f, 21);
+  std::vector<uint64_t> bits((300 + 63) / 64, 0);
+  const std::vector<int32_t> allowed_ids{3, 64, 65, 170, 299};
+  for (int32_t id : allowed_ids) bits[size_t(id) / 64] |= uint64_t{1} << (id % 64);
+  Sampler s;
+  SamplingOptions o = options(0.0f);
+  o.logprobs = 2;
+  o.logit_bias = {{4, 100.0f}, {170, 5.0f}};  // 4 is not allowed: its bias cannot bring it back
+  std::vector<float> row = raw;
+  const SampledToken greedy = s.sample(row.data(), 300, SampleRequest{&o, 0, nullptr, {}, bits});
+  CHECK(greedy.token == 170);
+  for (int32_t id = 0; id < 300; ++id) {
+    const bool ok = std::find(allowed_ids.begin(), allowed_ids.end(), id) != allowed_ids.end();
+    if (!ok) CHECK(std::isinf(row[size_t(id)]));
+  }
+  const std::vector<double> expected = reference_log_softmax(raw);
+  CHECK(greedy.logprob == Approx(expected[170]).margin(1e-6));  // of the raw row
+  o = options(1.5f);
+  o.logit_bias.clear();
+  for (uint32_t i = 0; i < 200; ++i) {
+    o.seed = i;
+    row = raw;
+    const int32_t t = s.sample(row.data(), 300, SampleRequest{&o, i, nullptr, {}, bits}).token;
+    CHECK(std::find(allowed_ids.begin(), allowed_ids.end(), t) != allowed_ids.end());
+  }
+  SamplingOptions json_mode = options(0.0f);
+  json_mode.response_format = ResponseFormat::json_object;
+  CHECK_FALSE(takes_raw_argmax(json_mode, false));
+  DeviceSamplingPlan plan;
+  const SampleRequest requests[] = {SampleRequest{&json_mode, 0, nullptr, {}, bits}, SampleRequest{&json_mode, 0, nullptr, {}, {}}};
+  plan_device_sampling(requests, 300, plan);
+  CHECK(plan.params[0].host == 1);  // rows with allowed ids are drawn on the host
+  CHECK(plan.params[1].host == 0);
+}
+
 TEST_CASE("sampler: frequency and presence penalties count generated tokens only", "[sampler]") {
   const std::vector<float> raw = random_logits(64, 2.0f, 15);
   const std::vector<int32_t> prompt{1, 2, 3, 7};

@@ -20,6 +20,7 @@
 #include "engine_test_util.hpp"
 #include "cli_util.hpp"
 #include "process_util.hpp"
+#include "structured/json_matcher.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
@@ -189,7 +190,7 @@ TEST_CASE("serve - bad requests get OpenAI errors with the right status - the se
   CHECK(json::parse(ok.body)["choices"][0]["finish_reason"] == "length");
 }
 
-TEST_CASE("serve - logit_bias steers the tokens, completions and chat - bad biases and structured outputs are refused",
+TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mode - bad biases and schemas are refused",
           "[serve]") {
   test::TempDir tmp;  // stories260K with a chat template of our own
   const auto model = test::copy_stories(tmp.path());
@@ -246,15 +247,32 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - bad bias
   CHECK(refusal({{"7", "high"}}) == "logit_bias: the bias of token 7 must be a number, got \"high\"");
   CHECK(refusal({{"7", 1}, {"07", 2}}) == "logit_bias: token id 7 is given twice");
   CHECK(refusal(json::array({1, 2})) == "logit_bias: must be an object from token ids to biases, got an array");
-  json schema = chat;
-  schema["response_format"] = {{"type", "json_object"}};
-  const Reply j = post("/v1/chat/completions", schema);
-  CHECK(j.status == 400);
-  CHECK(json::parse(j.body)["error"]["param"] == "response_format");
-  CHECK_THAT(json::parse(j.body)["error"]["message"].get<std::string>(),
-             Catch::Contains("structured outputs are not built"));
+  // JSON mode: the reply begins a JSON object (closed: it parses as one); schemas are refused, as is ignore_eos.
+  json object_mode = chat;
+  object_mode.erase("logit_bias");
+  object_mode["max_tokens"] = 30;
+  object_mode["response_format"] = {{"type", "json_object"}};
+  const Reply j = post("/v1/chat/completions", object_mode);
+  REQUIRE(j.status == 200);
+  const json choice = json::parse(j.body)["choices"][0];
+  const std::string content = choice["message"]["content"];
+  structured::JsonObjectMatcher matcher;
+  size_t fed = 0;
+  while (fed < content.size() && matcher.feed(static_cast<uint8_t>(content[fed]))) ++fed;
+  CHECK(fed == content.size());
+  if (choice["finish_reason"] == "stop") CHECK(json::parse(content).is_object());
+  json schema = object_mode;
+  schema["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", {{"type", "object"}}}}}};
+  const Reply js = post("/v1/chat/completions", schema);
+  CHECK(js.status == 400);
+  CHECK(json::parse(js.body)["error"]["param"] == "response_format");
+  CHECK_THAT(json::parse(js.body)["error"]["message"].get<std::string>(), Catch::Contains("schemas are not built"));
   schema["response_format"] = "text";
   CHECK(post("/v1/chat/completions", schema).status == 400);
+  object_mode["ignore_eos"] = true;
+  const Reply endless = post("/v1/chat/completions", object_mode);
+  CHECK(endless.status == 400);
+  CHECK(json::parse(endless.body)["error"]["param"] == "ignore_eos");
   CHECK(post("/v1/completions", greedy).status == 200);  // still serving
 }
 

@@ -194,4 +194,39 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
+std::string Decoder::token_bytes(const std::string& token) const {
+  if (!present_) return token;
+  std::string t = token;
+  bool fused = false;
+  for (const Step& st : steps_) {
+    switch (st.kind) {
+      case Kind::replace:
+        t = replace_all(t, st.a, st.b);
+        break;
+      case Kind::replace_regex:
+        t = st.regex.replace_all(t, st.b);
+        break;
+      case Kind::byte_level: {
+        std::string bytes;
+        if (!byte_level_decode(t, bytes)) bytes = t;
+        t = std::move(bytes);
+        break;
+      }
+      case Kind::byte_fallback:
+        if (const int b = parse_byte_token(t); b >= 0) t = std::string(1, static_cast<char>(b));
+        break;
+      case Kind::fuse:
+        fused = true;
+        break;
+      case Kind::strip:
+        if (!fused) t = strip_token(t, st.a, st.start, st.stop);
+        break;
+      case Kind::metaspace:
+        t = replace_all(t, st.a, " ");
+        break;
+    }
+  }
+  return t;
+}
+
 }  // namespace actord::tok

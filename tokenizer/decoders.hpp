@@ -25,6 +25,10 @@ class Decoder {
   static Result<Decoder> from_json(const nlohmann::json& j, const std::string& where);
 
   std::string decode(std::vector<std::string> tokens) const;
+  // The bytes one token adds in the middle of a text: every step as decode applies it to that token, but for the
+  // rules of a text's start (Metaspace's dropped first replacement; a Strip after Fuse, which strips the joined
+  // text) and with raw bytes where decode would make U+FFFD (a byte-fallback token's byte, ByteLevel's bytes).
+  std::string token_bytes(const std::string& token) const;
   // True when the chain contains ByteFallback (so `<0xXX>` tokens combine across token boundaries).
   bool has_byte_fallback() const;
 

@@ -330,6 +330,12 @@ bool Tokenizer::is_special(int32_t id) const {
   return t && t->special;
 }
 
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  const std::string* t = impl_->token_of(id);
+  if (!t || is_special(id)) return std::nullopt;
+  return impl_->decoder.token_bytes(*t);
+}
+
 bool Tokenizer::is_byte_token(int32_t id) const {
   if (!impl_->byte_fallback_decoder) return false;
   const std::string* t = impl_->token_of(id);

@@ -60,6 +60,9 @@ class Tokenizer {
   // True when `id` decodes through ByteFallback as one raw byte (a `<0xXX>` token); such tokens may combine
   // with their neighbours into one character.
   bool is_byte_token(int32_t id) const;
+  // The bytes token `id` adds in the middle of a text (" there" for "▁there", one raw byte for "<0xE2>"): what a
+  // grammar over the text's bytes sees. nullopt for special tokens and ids without a token.
+  std::optional<std::string> token_bytes(int32_t id) const;
 
   struct Impl;
 

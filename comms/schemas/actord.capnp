@@ -40,6 +40,12 @@ struct SamplingParams {
   n @10 :UInt32 = 1;               # samples of the prompt; sample i is request id + i and draws with seed + i
   promptLogprobs @11 :Int32 = -1;  # -1: none; 0: each prompt token's logprob (from the second on); N: and the top N
   logitBias @12 :List(LogitBias);  # added to the raw logits first; ids increasing, each once
+  responseFormat @13 :ResponseFormat;
+}
+
+enum ResponseFormat {
+  text @0;
+  jsonObject @1;                   # one JSON object: tokens that cannot continue it are masked
 }
 
 struct LogitBias {
@@ -171,11 +177,12 @@ struct SeqStep {
   newSequence @8 :Bool;          # first slice since the sequence was admitted: (re)create the worker's state for it
                                  # from sampling, promptLen and stopIds (sent only then); it lasts until `released`
   promptLen @9 :UInt32;          # with newSequence: positions below it are prompt (for the penalties)
-  stopIds @10 :List(Int32);      # with newSequence and minTokens > 0: ids masked until minTokens were generated
+  stopIds @10 :List(Int32);      # with newSequence and minTokens > 0 (ids masked until minTokens were generated)
+                                 # or a response format (ids it allows once its text is complete)
   appendBlocks @11 :List(UInt32);  # without newSequence: blocks added to the table the worker keeps for it
                                    # (blockTable is then empty: the whole table travels only with newSequence)
-  contextTokens @12 :List(Int32);  # with newSequence, startPos > 0 (a cached prefix) and penalties: the tokens
-                                   # before startPos, for the penalty history
+  contextTokens @12 :List(Int32);  # with newSequence, startPos > 0 (a cached prefix) and penalties or a response
+                                   # format: the tokens before startPos, for the penalty history and the grammar
   promptLogprobsFrom @14 :Int32 = -1;  # >= 0: report the logprob of each prompt token at a position from this one
                                  # that this slice's rows predict (a row at position p predicts p + 1)
   nextPromptToken @15 :Int32 = -1;  # with promptLogprobsFrom: the prompt token after this slice's tokens, if any

@@ -67,6 +67,15 @@ async function main() {
   const bannedTok = await client.completions.create({ ...greedy, max_tokens: 8, logprobs: 0, logit_bias: { '300': -100 } });
   check('logit_bias -100 bans the token', !bannedTok.choices[0].logprobs.tokens.includes(ft[0]), bannedTok.choices[0].logprobs);
 
+  // JSON mode: with "}" favoured the object closes, and the reply parses as one.
+  const jsonMode = await client.completions.create({ ...greedy, max_tokens: 40, logit_bias: { '128': 10 },
+                                                     response_format: { type: 'json_object' } });
+  const jm = jsonMode.choices[0];
+  let parsed = null;
+  try { parsed = JSON.parse(jm.text); } catch (e) { parsed = null; }
+  check('json_object gives a JSON object', jm.finish_reason === 'stop' && parsed !== null && typeof parsed === 'object' &&
+        !Array.isArray(parsed), jm);
+
   const echo = await client.completions.create({ ...greedy, max_tokens: 3, echo: true });
   check('echo starts with the prompt', echo.choices[0].text.startsWith('Once upon a time'), echo.choices[0]);
 

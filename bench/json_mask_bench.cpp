@@ -1,0 +1,66 @@
+// The cost of response_format json_object per sampled row: structured::allowed_tokens (the ids the JSON matcher
+// takes next) over real vocabularies, at matcher states between values and inside strings and numbers, and the
+// one-off TokenVocabulary::from. Prints the best of several repetitions (the machine is shared) in microseconds.
+// Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
+// GPT-2 and Qwen3 vocabularies)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "structured/json_matcher.hpp"
+#include "structured/token_mask.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actord;
+
+namespace {
+
+double micros_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repetitions = argc > 1 ? std::atoi(argv[1]) : 20;
+  std::vector<std::string> dirs;
+  for (int i = 2; i < argc; ++i) dirs.emplace_back(argv[i]);
+  if (dirs.empty()) {
+    const std::string src = ACTORD_SOURCE_DIR;
+    dirs = {src + "/models/stories260K", src + "/tests/fixtures/tokenizers/gpt2",
+            src + "/tests/fixtures/tokenizers/qwen3"};
+  }
+  const std::vector<std::pair<const char*, std::string>> states{
+      {"start", ""}, {"after {", "{"}, {"in a key", "{\"na"}, {"after :", "{\"name\":"},
+      {"in a string", "{\"name\": \"Lily went to the"}, {"in a number", "{\"a\": 12"}, {"after a value", "{\"a\": 1"},
+      {"complete", "{\"a\": 1}"}};
+  std::printf("best of %d, one thread; us per mask (a sampled row of a json_object sequence)\n", repetitions);
+  for (const std::string& dir : dirs) {
+    auto tok = Tokenizer::load(dir);
+    if (!tok) {
+      std::fprintf(stderr, "%s\n", tok.error().message.c_str());
+      return 1;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
+    std::printf("%s: vocabulary %d, its bytes gathered in %.0f us\n", dir.c_str(), vocab.size(), micros_since(t0));
+    std::vector<uint64_t> bits;
+    for (const auto& [name, prefix] : states) {
+      structured::JsonObjectMatcher m;
+      for (char c : prefix) m.feed(static_cast<uint8_t>(c));
+      double best = 1e30;
+      for (int r = 0; r < repetitions; ++r) {
+        t0 = std::chrono::steady_clock::now();
+        structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+        best = std::min(best, micros_since(t0));
+      }
+      int allowed = 0;
+      for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+      std::printf("  %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,114 @@
+#include "structured/token_mask.hpp"
+
+#include <algorithm>
+
+#include "tokenizer/tokenizer.hpp"
+
+namespace actord::structured {
+
+namespace {
+
+// Whether `b` is text a string takes whole from between characters, and ends between characters.
+bool plain_string_text(const std::string& b) {
+  JsonObjectMatcher m;
+  for (char c : std::string("{\"")) m.feed(static_cast<uint8_t>(c));
+  for (char c : b) {
+    if (c == '"' || c == '\\' || !m.advance(static_cast<uint8_t>(c))) return false;
+  }
+  return m.in_string_text();
+}
+
+bool tries(JsonObjectMatcher m, const std::string& b, size_t from) {
+  for (size_t i = from; i < b.size(); ++i)
+    if (!m.advance(static_cast<uint8_t>(b[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
+  TokenVocabulary v;
+  v.bytes.resize(static_cast<size_t>(vocab_size));
+  v.plain_string.assign((static_cast<size_t>(vocab_size) + 63) / 64, 0);
+  std::vector<int32_t> with_bytes;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    std::string b = tok.token_bytes(id).value_or("");
+    if (!b.empty()) {
+      with_bytes.push_back(id);
+      if (plain_string_text(b)) v.plain_string[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+      else v.not_plain.push_back(id);
+    }
+    v.bytes[static_cast<size_t>(id)] = std::move(b);
+  }
+  // The trie, built from the bytes in sorted order: each token shares the path of its common prefix with the one
+  // before it and adds nodes for the rest, appended as last children.
+  std::stable_sort(with_bytes.begin(), with_bytes.end(),
+                   [&](int32_t a, int32_t b) { return v.bytes[static_cast<size_t>(a)] < v.bytes[static_cast<size_t>(b)]; });
+  v.trie.emplace_back();
+  std::vector<int32_t> path{0}, last_child{-1};  // path[d]: the node of the current prefix of length d
+  const std::string* previous = nullptr;
+  std::vector<std::vector<int32_t>> ends;  // per node, the ids ending there
+  ends.emplace_back();
+  for (const int32_t id : with_bytes) {
+    const std::string& b = v.bytes[static_cast<size_t>(id)];
+    size_t common = 0;
+    if (previous) {
+      while (common < b.size() && common < previous->size() && b[common] == (*previous)[common]) ++common;
+    }
+    path.resize(common + 1);
+    for (size_t d = common; d < b.size(); ++d) {
+      const auto node = static_cast<int32_t>(v.trie.size());
+      v.trie.push_back({-1, -1, 0, 0, static_cast<uint8_t>(b[d])});
+      ends.emplace_back();
+      last_child.push_back(-1);
+      const int32_t parent = path[d];
+      if (last_child[static_cast<size_t>(parent)] < 0) v.trie[static_cast<size_t>(parent)].first_child = node;
+      else v.trie[static_cast<size_t>(last_child[static_cast<size_t>(parent)])].next_sibling = node;
+      last_child[static_cast<size_t>(parent)] = node;
+      path.push_back(node);
+    }
+    ends[static_cast<size_t>(path[b.size()])].push_back(id);
+    previous = &b;
+  }
+  for (size_t n = 0; n < v.trie.size(); ++n) {
+    v.trie[n].tokens_begin = static_cast<int32_t>(v.node_tokens.size());
+    v.node_tokens.insert(v.node_tokens.end(), ends[n].begin(), ends[n].end());
+    v.trie[n].tokens_end = static_cast<int32_t>(v.node_tokens.size());
+  }
+  return v;
+}
+
+void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits) {
+  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+  if (matcher.in_string_text()) {  // every plain token goes; the others are tried
+    bits = vocab.plain_string;
+    for (const int32_t id : vocab.not_plain)
+      if (tries(matcher, vocab.bytes[static_cast<size_t>(id)], 0)) set(id);
+    return;  // a string is never the end of the object: no stop id
+  }
+  bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
+  // Depth first over the trie: a node's state is its parent's fed the node's byte.
+  struct Visit {
+    int32_t node;
+    JsonObjectMatcher state;  // the parent's
+  };
+  std::vector<Visit> stack;
+  for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+    stack.push_back({c, matcher});
+  while (!stack.empty()) {
+    Visit v = stack.back();
+    stack.pop_back();
+    const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(v.node)];
+    if (!v.state.advance(node.byte)) continue;
+    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
+    for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+      stack.push_back({c, v.state});
+  }
+  if (matcher.complete()) {
+    for (const int32_t id : stop_ids)
+      if (id >= 0 && id < vocab.size()) set(id);
+  }
+}
+
+}  // namespace actord::structured

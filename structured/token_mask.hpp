@@ -1,0 +1,52 @@
+// Which tokens may come next under a structured output's grammar (json_matcher.hpp): a bit per token id.
+//
+// Contract: TokenVocabulary holds each id's bytes in the middle of a text (Tokenizer::token_bytes); special tokens
+// and ids without a token have none and are never allowed by the grammar. allowed_tokens sets bit id % 64 of word
+// id / 64 for every token whose bytes the matcher takes whole from its state (all its bytes: a token may end inside
+// a UTF-8 character, the next one continues it), and for the stop ids once the object is complete. Cost: inside a
+// string's text, a copy of the plain tokens' bits and a try of each other token; elsewhere a walk of the tokens'
+// trie, one matcher copy per prefix the matcher takes (bench/json_mask_bench.cpp; the structured README).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "structured/json_matcher.hpp"
+
+namespace actord {
+class Tokenizer;
+}
+
+namespace actord::structured {
+
+struct TokenVocabulary {
+  std::vector<std::string> bytes;                   // [vocab size]
+  // A bit per id whose bytes are plain string text (JsonObjectMatcher::in_string_text), and the other ids that have
+  // bytes: inside a string only those are tried.
+  std::vector<uint64_t> plain_string;
+  std::vector<int32_t> not_plain;
+  // The tokens' bytes as a trie (node 0 the root): a walk takes each prefix once and drops every token under a
+  // prefix the matcher refuses.
+  struct Node {
+    int32_t first_child = -1, next_sibling = -1;
+    int32_t tokens_begin = 0, tokens_end = 0;  // [begin, end) of node_tokens: the ids whose bytes end here
+    uint8_t byte = 0;
+  };
+  std::vector<Node> trie;
+  std::vector<int32_t> node_tokens;
+
+  // Every id below vocab_size (the logits row's width, which may exceed the tokenizer's).
+  static TokenVocabulary from(const Tokenizer& tok, int vocab_size);
+  int size() const { return static_cast<int>(bytes.size()); }
+};
+
+void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits);
+
+inline bool allowed(std::span<const uint64_t> bits, int32_t id) {
+  return id >= 0 && static_cast<size_t>(id) / 64 < bits.size() && (bits[static_cast<size_t>(id) / 64] >> (id % 64)) & 1u;
+}
+
+}  // namespace actord::structured
