@@ -321,7 +321,7 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].getSample()) continue;
     SequenceState& st = *states_[i];
-    SampleRequest r;  // a response format's allowed ids come once the step's tokens are fed (allow_next_tokens)
+    SampleRequest r;  // a response format's allowed ids are set in launch(), once the step's tokens are fed
     r.options = &st.sampling;
     r.sample_index = seqs[i].getSampleIndex();
     if (st.sampling.has_penalties()) r.history = &st.history;

@@ -213,8 +213,10 @@ class Server {
 
   // What token `id` would add after the first `prompt` prompt ids and `generated` generated ones (an alternative).
   std::string text_after(const Call::Choice& c, size_t prompt, size_t generated, int32_t id) const {
-    std::vector<int32_t> before(c.prompt_ids.begin(), c.prompt_ids.begin() + static_cast<std::ptrdiff_t>(prompt));
-    before.insert(before.end(), c.generated_ids.begin(), c.generated_ids.begin() + static_cast<std::ptrdiff_t>(generated));
+    const size_t total = prompt + generated, keep = std::min(total, TokenTexts::kBefore);
+    std::vector<int32_t> before;
+    before.reserve(keep);
+    for (size_t k = total - keep; k < total; ++k) before.push_back(k < prompt ? c.prompt_ids[k] : c.generated_ids[k - prompt]);
     return TokenTexts::after(*tokenizer_, before, id);
   }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/incremental_detokenizer.hpp"
+#include "tokenizer/token_texts.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 #ifndef ACTORD_SOURCE_DIR
@@ -331,6 +332,54 @@ TEST_CASE("incremental detokenizer after a context gives what the tokens add to 
     actord::IncrementalDetokenizer detok(tok, true, cut);
     CHECK(detok.push({155, 131, 407}) + detok.finish() == tok.decode({155, 131, 407}));
   }
+}
+
+std::string show_texts(const actord::TokenTexts& texts) {
+  std::string out;
+  for (size_t i = 0; i < texts.size(); ++i) out += "[" + texts.text(i) + "]";
+  return out;
+}
+
+TEST_CASE("token texts: what each token adds - they add up to the text, offsets index it, names for specials",
+          "[tokenizer]") {
+  const auto tok = load_stories();
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time,");
+  // " there was 😀 ok" then the end of sequence: the emoji is four byte tokens.
+  std::vector<int32_t> gen = tok.encode("there was \xF0\x9F\x98\x80 ok", false);
+  gen.push_back(2);  // </s>
+  actord::TokenTexts texts(tok, prompt);
+  texts.extend(std::span<const int32_t>(gen).first(3), false);
+  texts.extend(std::span<const int32_t>(gen).subspan(3), true);
+  REQUIRE(texts.size() == gen.size());
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), gen.begin(), gen.end());
+  const std::string text = tok.decode(all).substr(tok.decode(prompt).size());
+  CHECK(text == " there was \xF0\x9F\x98\x80 ok");
+  std::string joined;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    INFO("token " << i << " '" << texts.text(i) << "' at " << texts.offset(i));
+    if (gen[i] == 2) {
+      CHECK(texts.text(i) == "</s>");  // by name, adding nothing to the text
+      CHECK(texts.offset(i) == text.size());
+      continue;
+    }
+    CHECK(texts.offset(i) == joined.size());
+    CHECK(text.compare(texts.offset(i), texts.text(i).size(), texts.text(i)) == 0);
+    joined += texts.text(i);
+  }
+  CHECK(joined == text);
+  CHECK(texts.text(0) == " there");
+  // The emoji's four byte tokens show nothing (a byte run may go on), the token after them the whole character
+  // with its own text, as the streamed text gives them.
+  size_t empty = 0;
+  for (size_t i = 0; i < texts.size(); ++i) empty += texts.text(i).empty();
+  INFO(show_texts(texts));
+  CHECK(empty == 4);
+  CHECK(texts.text(gen.size() - 3) == "\xF0\x9F\x98\x80 o");
+  // An alternative's text after the ids before it.
+  CHECK(actord::TokenTexts::after(tok, prompt, *tok.token_to_id("\xE2\x96\x81there")) == " there");
+  CHECK(actord::TokenTexts::after(tok, {}, *tok.token_to_id("\xE2\x96\x81there")) == "there");
+  CHECK(actord::TokenTexts::after(tok, prompt, 2) == "</s>");
 }
 
 TEST_CASE("incremental detokenizer never splits a character", "[tokenizer]") {

@@ -4,10 +4,6 @@
 
 namespace actord {
 
-namespace {
-constexpr size_t kBefore = 64;  // ids before a token that after() reads (IncrementalDetokenizer keeps what it needs)
-}  // namespace
-
 TokenTexts::TokenTexts(const Tokenizer& tok, const std::vector<int32_t>& context)
     : tok_(&tok), detokenizer_(tok, true, context) {}
 

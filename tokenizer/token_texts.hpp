@@ -3,8 +3,8 @@
 // the sequence's text and the offsets index it (OpenAI's tokens and text_offset, chat's token and bytes).
 //
 // Contract: texts come from an IncrementalDetokenizer over the ids that skips special tokens; a special token shows
-// its own name (e.g. "</s>") and adds nothing to the offsets. A byte-fallback token that does not end a character
-// shows "" and the token that ends it the whole character. extend(ids, true) ends the sequence: text held back
+// its own name (e.g. "</s>") and adds nothing to the offsets. Byte-fallback tokens show "" and the first token after
+// their run the whole character (a run may go on), as the streamed text gives them. extend(ids, true) ends the sequence: text held back
 // (a truncated character) goes to the last token. after() is the same text for a token that was not sampled (an
 // alternative of top_logprobs) after the ids before it. One per sequence; the Tokenizer must outlive it.
 #pragma once
@@ -30,6 +30,8 @@ class TokenTexts {
   const std::string& text(size_t i) const { return texts_[i]; }
   size_t offset(size_t i) const { return offsets_[i]; }  // where token i's text starts in the shown text
 
+  // The ids before a token that after() reads (IncrementalDetokenizer keeps what it needs of them).
+  static constexpr size_t kBefore = 64;
   static std::string after(const Tokenizer& tok, std::span<const int32_t> before, int32_t id);
 
  private:
