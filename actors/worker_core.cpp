@@ -546,16 +546,22 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
         }
       }
     }
-    // Each sampled row of a response format: the ids its grammar takes next (a forking row's once).
+    // Each sampled row of a response format: the ids its grammar takes next (a forking row's once), the sequences
+    // spread over the pool.
+    grammars_.clear();
     for (size_t r = 0; r < sample_requests_.size(); ++r) {
-      SequenceState& st = *sample_states_[r];
-      if (!st.json) continue;
-      if (r == 0 || sample_states_[r - 1] != &st) {
-        auto vocab = token_vocabulary();
-        if (!vocab) return fail(vocab.error().message);
+      SequenceState* st = sample_states_[r];
+      if (st->json && (r == 0 || sample_states_[r - 1] != st)) grammars_.push_back(st);
+    }
+    if (!grammars_.empty()) {
+      auto vocab = token_vocabulary();
+      if (!vocab) return fail(vocab.error().message);
+      pool_->parallel_for(static_cast<int>(grammars_.size()), [&](int g) {
+        SequenceState& st = *grammars_[static_cast<size_t>(g)];
         structured::allowed_tokens(*st.json, **vocab, st.stop_ids, st.allowed);
-      }
-      sample_requests_[r].allowed = st.allowed;
+      });
+      for (size_t r = 0; r < sample_requests_.size(); ++r)
+        if (sample_states_[r]->json) sample_requests_[r].allowed = sample_states_[r]->allowed;
     }
   }
 

@@ -167,6 +167,7 @@ class WorkerCore {
   std::filesystem::path model_dir_;
   std::optional<structured::TokenVocabulary> token_vocabulary_;
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
+  std::vector<SequenceState*> grammars_;       // the step's sampled sequences with a response format, each once
   RankPlace place_;
   std::string name_ = "worker";
   std::unique_ptr<cpu::ThreadPool> pool_;
