@@ -57,6 +57,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
       ->check(CLI::Range(1e-6f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--response-format", args.response_format,
+                  "text, or json_object (JSON mode: each output one JSON object; a request then ends at its object's "
+                  "end or at --output-len)")
+      ->check(CLI::IsMember({"text", "json_object"}))
+      ->capture_default_str();
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -137,7 +142,11 @@ int run_bench(const BenchArgs& args) {
     r.sampling.top_p = args.top_p;
     r.sampling.top_k = args.top_k;
     r.sampling.seed = requests_made++;
-    r.ignore_eos = true;
+    if (args.response_format == "json_object") {
+      r.sampling.response_format = ResponseFormat::json_object;  // it ends at its end of sequence
+    } else {
+      r.ignore_eos = true;
+    }
     return r;
   };
   // Warm-up: touches every weight page and every code path once, one prompt of the run's length (a device's
@@ -204,6 +213,7 @@ int run_bench(const BenchArgs& args) {
   j["temperature"] = args.temperature;
   j["top_p"] = args.top_p;
   j["top_k"] = args.top_k;
+  j["response_format"] = args.response_format;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());
   j["prefill_tokens_per_s"] = rate(run.prefill_tokens, run.prefill_us);

@@ -65,6 +65,7 @@ struct BenchArgs {
   float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
   float top_p = 1.0f;
   int top_k = 0;  // 0: all tokens
+  std::string response_format = "text";  // or json_object (then a request may end early, at its object's end)
   std::vector<std::string> set;
   std::string log_level = "warn";
   std::string trace;  // --trace FILE
