@@ -311,6 +311,19 @@ TEST_CASE("bench offline prints one JSON object with throughput and latency figu
     CHECK(j.at(key).at("p50").get<double>() > 0);
     CHECK(j.at(key).at("p99").get<double>() >= j.at(key).at("p50").get<double>());
   }
+  // JSON mode: at most --output-len tokens each, fewer where an object closed.
+  auto json_mode = run_actord({"bench", "offline", "--model", "models/stories260K", "--num-prompts", "2", "--input-len",
+                               "16", "--output-len", "8", "--concurrency", "2", "--threads", "1", "--response-format",
+                               "json_object", "--json"});
+  INFO(json_mode.err);
+  REQUIRE(json_mode.exit_code == 0);
+  auto jm = nlohmann::json::parse(json_mode.out);
+  CHECK(jm.at("response_format") == "json_object");
+  CHECK(jm.at("output_tokens").get<int>() > 0);
+  CHECK(jm.at("output_tokens").get<int>() <= 16);
+  auto bad_format = run_actord({"bench", "offline", "--model", "models/stories260K", "--response-format", "yaml"});
+  CHECK(bad_format.exit_code != 0);
+  CHECK_THAT(bad_format.err, Catch::Contains("--response-format"));
   auto bad = run_actord({"bench", "offline", "--model", "models/stories260K", "--input-len", "500", "--output-len",
                          "100", "--json"});
   CHECK(bad.exit_code == 2);
