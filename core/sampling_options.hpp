@@ -4,8 +4,8 @@
 // Contract: validate() is the only gate: a request whose options it refuses never reaches a worker, and the
 // message names the field and the rule. Semantics (applied by the worker's sampler, executors/sampler.hpp, in this
 // order): tokens a response format rules out masked, logit biases added to the raw logits, repetition / frequency /
-// presence penalties, stop ids masked while fewer than min_tokens were generated, then greedy (temperature 0) or temperature, min-p, top-k, top-p and a seeded
-// draw (vLLM's order).
+// presence penalties, stop ids masked while fewer than min_tokens were generated, then greedy (temperature 0) or
+// temperature, min-p, top-k, top-p and a seeded draw (vLLM's order).
 // Logprobs are those of the raw logits (log-softmax before any penalty, temperature or filter), as vLLM's default.
 #pragma once
 
@@ -70,7 +70,8 @@ struct SamplingOptions {
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
-  // Checks every field against its rule; vocab_size > 0 also bounds top_k and the logit_bias ids. The error is invalid_argument and names
+  // Checks every field against its rule; vocab_size > 0 also bounds top_k and the logit_bias ids. The error is
+  // invalid_argument and names
   // the field as users write it (`top_p: must be in (0, 1], got 0`).
   Status validate(int vocab_size = 0) const;
 };

@@ -393,7 +393,8 @@ std::vector<std::pair<int32_t, float>> top_logprobs(const float* row, int n, int
 }
 
 // The response format's mask, logit biases, then repetition, then frequency and presence penalties, then the masks,
-// in place (vLLM's order); ids outside the row are ignored. saved (when not null) gets (id, value before) for each change.
+// in place (vLLM's order); ids outside the row are ignored. saved (when not null) gets (id, value before) for each
+// change.
 void penalise_and_mask(float* logits, int n, const SampleRequest& request, SavedLogits* saved) {
   const SamplingOptions& o = *request.options;
   auto change = [&](int32_t id, auto&& update) {

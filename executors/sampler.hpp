@@ -100,9 +100,9 @@ class BatchSampler {
   std::vector<Sampler> samplers_;  // [pool.size()]
 };
 
-// Whether a row sampled with `options` is the argmax of its raw logits: greedy (temperature 0 or top_k 1) without
-// logit biases, penalties, logprobs or ids masked (`masked`: stop ids before min_tokens). Then each vocabulary shard's best decides
-// it: tensor parallel ranks exchange their best (RowBest) instead of their logits.
+// Whether a row sampled with `options` is the argmax of its raw logits: greedy (temperature 0 or top_k 1) without a
+// response format, logit biases, penalties, logprobs or ids masked (`masked`: stop ids before min_tokens). Then each
+// vocabulary shard's best decides it: tensor parallel ranks exchange their best (RowBest) instead of their logits.
 bool takes_raw_argmax(const SamplingOptions& options, bool masked);
 
 // Over ids first .. first + n - 1 of row (row[0] is id first): NaN ignored, as the greedy sampler does.
