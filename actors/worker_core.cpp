@@ -25,7 +25,6 @@
 #include "executors/cpu/gemm.hpp"
 #include "executors/cuda/cuda_backend.hpp"
 #include "plugins/plugin_loader.hpp"
-#include "tokenizer/tokenizer.hpp"
 
 namespace actord {
 
@@ -337,30 +336,6 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   return forked_rows;
 }
 
-Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
-  if (!token_vocabulary_) {
-    auto tok = Tokenizer::load(model_dir_);
-    if (!tok) return make_error(tok.error().code, "response_format: " + tok.error().message);
-    token_vocabulary_ = structured::TokenVocabulary::from(*tok, model_->config().vocab_size);
-  }
-  return &*token_vocabulary_;
-}
-
-std::string WorkerCore::feed_response_format(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id) {
-  if (pos < st.json_next) return {};  // the prompt's, or fed already
-  if (pos > st.json_next)
-    return "sequence " + std::to_string(seq_id) + ": generated tokens before position " + std::to_string(pos) +
-           " were never fed to its response format";
-  auto vocab = token_vocabulary();
-  if (!vocab) return vocab.error().message;
-  ++st.json_next;
-  if (id < 0 || id >= (*vocab)->size()) return {};
-  // The sampler drew from the ids the grammar allowed: a byte it refuses (a stop id has none) changes nothing.
-  for (const char b : (*vocab)->bytes[static_cast<size_t>(id)])
-    if (!st.json->feed(static_cast<uint8_t>(b))) break;
-  return {};
-}
-
 std::string WorkerCore::pick_greedy() {
   const size_t rows = row_bests_.size();
   greedy_tokens_.resize(rows);
@@ -473,13 +448,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       }
       // The tokens of a cached prefix, which this worker is not fed.
       uint32_t pos = 0;
-      for (int32_t id : s.getContextTokens()) {
-        if (fresh.sampling.has_penalties()) fresh.remember(pos, id);
-        if (fresh.json) {
-          if (auto failed = feed_response_format(seq_id, fresh, pos, id); !failed.empty()) return fail(failed);
-        }
-        ++pos;
-      }
+      for (int32_t id : s.getContextTokens())
+        if (auto failed = remember_token(seq_id, fresh, pos++, id); !failed.empty()) return fail(failed);
       seqs_[seq_id] = std::move(fresh);
     }
     auto state = seqs_.find(seq_id);
@@ -533,36 +503,16 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   if (driver()) {  // the penalty history and the response format of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
       SequenceState& st = *states_[i];
-      const bool penalties = st.sampling.has_penalties();
-      if (!penalties && !st.json) continue;
+      if (!st.sampling.has_penalties() && !st.json) continue;
       const SeqSlice& slice = batch_.seqs[i];
       for (int32_t t = 0; t < slice.num_tokens; ++t) {
         const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)];
         if (is_previous_pick(id)) continue;
         const auto pos = static_cast<uint32_t>(slice.start_pos + t);
-        if (penalties) st.remember(pos, id);
-        if (st.json) {
-          if (auto failed = feed_response_format(seqs[i].getSeqId(), st, pos, id); !failed.empty()) return fail(failed);
-        }
+        if (auto failed = remember_token(seqs[i].getSeqId(), st, pos, id); !failed.empty()) return fail(failed);
       }
     }
-    // Each sampled row of a response format: the ids its grammar takes next (a forking row's once), the sequences
-    // spread over the pool.
-    grammars_.clear();
-    for (size_t r = 0; r < sample_requests_.size(); ++r) {
-      SequenceState* st = sample_states_[r];
-      if (st->json && (r == 0 || sample_states_[r - 1] != st)) grammars_.push_back(st);
-    }
-    if (!grammars_.empty()) {
-      auto vocab = token_vocabulary();
-      if (!vocab) return fail(vocab.error().message);
-      pool_->parallel_for(static_cast<int>(grammars_.size()), [&](int g) {
-        SequenceState& st = *grammars_[static_cast<size_t>(g)];
-        structured::allowed_tokens(*st.json, **vocab, st.stop_ids, st.allowed);
-      });
-      for (size_t r = 0; r < sample_requests_.size(); ++r)
-        if (sample_states_[r]->json) sample_requests_[r].allowed = sample_states_[r]->allowed;
-    }
+    if (auto failed = allow_next_tokens(); !failed.empty()) return fail(failed);
   }
 
   // The same on every rank: the same step (ranks that serve each other's FFNs always run every micro-batch, some

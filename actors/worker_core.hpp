@@ -143,8 +143,8 @@ class WorkerCore {
     PenaltyHistory history;         // fed only when the sampling options have penalties
     std::vector<uint32_t> blocks;   // its KV block table
     // A response format's grammar over the generated text (structured/), on the sampling rank: fed each generated
-    // token once, in position order (json_next: the next one's position), so that recompute, forks and migration
-    // rebuild it from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
+    // token once, in position order (json_next: the next one's position), so that recompute and forks rebuild it
+    // from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
     std::optional<structured::JsonObjectMatcher> json;
     uint32_t json_next = 0;
     std::vector<uint64_t> allowed;
@@ -156,9 +156,13 @@ class WorkerCore {
     }
   };
 
-  // Feeds the generated token at `pos` to the sequence's response format (positions before the prompt's end and
-  // already fed ones are skipped); an error when tokens before it are missing.
-  std::string feed_response_format(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id);
+  // worker_core_grammar.cpp, the history a sequence's sampling needs:
+  // The token at `pos` into the penalty history (when the options have penalties) and, a generated one, into the
+  // response format's grammar (each once, in position order); an error when tokens before it were never fed.
+  std::string remember_token(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id);
+  // The ids each of the step's sampled rows with a response format may take (sample_requests_[r].allowed), a
+  // sequence's once, over the pool; an error when the tokenizer cannot be loaded.
+  std::string allow_next_tokens();
   // The vocabulary's token bytes for response formats, loaded from the model's tokenizer at the first use.
   Result<const structured::TokenVocabulary*> token_vocabulary();
 

@@ -213,7 +213,7 @@ class Server {
 
   // What token `id` would add after the first `prompt` prompt ids and `generated` generated ones (an alternative).
   std::string text_after(const Call::Choice& c, size_t prompt, size_t generated, int32_t id) const {
-    const size_t total = prompt + generated, keep = std::min(total, TokenTexts::kBefore);
+    const size_t total = prompt + generated, keep = std::min(total, IncrementalDetokenizer::kContextReach);
     std::vector<int32_t> before;
     before.reserve(keep);
     for (size_t k = total - keep; k < total; ++k) before.push_back(k < prompt ? c.prompt_ids[k] : c.generated_ids[k - prompt]);

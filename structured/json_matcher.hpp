@@ -4,11 +4,11 @@
 // Contract: feed(b) returns false when b cannot continue a JSON object text from here, and then leaves the matcher
 // as it was (so a caller may try another byte); true moves it on. complete() is true once the object has closed;
 // after it only one more gap of whitespace. Whitespace between tokens is a gap of llama.cpp's JSON grammars: nothing,
-// one space, or a newline and up to kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes, nesting goes
-// to kMaxDepth: bounds that keep a model from looping on whitespace or digits. Strings
-// take any UTF-8 text but control characters, and the JSON escapes (\uXXXX with 4 hex digits); invalid UTF-8
-// (overlong forms, surrogates, bytes past U+10FFFF) is refused. The state is a fixed-size value: copies are cheap
-// (token masks copy it once per token tried).
+// one space, or a newline and up to kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes, nesting
+// goes to kMaxDepth: bounds that keep a model from looping on whitespace or digits. Strings take any UTF-8 text but
+// control characters, and the JSON escapes (\uXXXX with 4 hex digits); invalid UTF-8 (overlong forms, surrogates,
+// bytes past U+10FFFF) is refused. The state is a fixed-size value: copies are cheap (token masks copy it once per
+// prefix of the tokens' trie they feed).
 #pragma once
 
 #include <array>
@@ -43,7 +43,7 @@ class JsonObjectMatcher {
     escape,         // after a backslash in a string
     unicode,        // in the hex digits of \uXXXX (hex_left_ to go)
     number,         // in a number (number_ is its DFA state)
-    literal,        // in true / false / null (literal_, literal_at_)
+    literal,        // in true / false / null (literal_: what is left of it)
     done,           // the object has closed
   };
   // The number grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?

@@ -18,9 +18,10 @@ bool plain_string_text(const std::string& b) {
   return m.in_string_text();
 }
 
-bool tries(JsonObjectMatcher m, const std::string& b, size_t from) {
-  for (size_t i = from; i < b.size(); ++i)
-    if (!m.advance(static_cast<uint8_t>(b[i]))) return false;
+// Whether the matcher takes all of `b` from its state.
+bool takes(JsonObjectMatcher m, const std::string& b) {
+  for (char c : b)
+    if (!m.advance(static_cast<uint8_t>(c))) return false;
   return true;
 }
 
@@ -84,7 +85,7 @@ void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& voc
   if (matcher.in_string_text()) {  // every plain token goes; the others are tried
     bits = vocab.plain_string;
     for (const int32_t id : vocab.not_plain)
-      if (tries(matcher, vocab.bytes[static_cast<size_t>(id)], 0)) set(id);
+      if (takes(matcher, vocab.bytes[static_cast<size_t>(id)])) set(id);
     return;  // a string is never the end of the object: no stop id
   }
   bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);

@@ -323,8 +323,21 @@ TEST_CASE("incremental detokenizer after a context gives what the tokens add to 
     actord::IncrementalDetokenizer detok(tok, true, prompt);
     CHECK(detok.push({story[0]}) == " there");
   }
+  {  // a context longer than the detokenizer reads (its last kContextReach ids): the same text after it
+    std::vector<int32_t> long_prompt{1};
+    const auto ref = reference_ids();
+    for (int twice = 0; twice < 2; ++twice) long_prompt.insert(long_prompt.end(), ref.begin(), ref.end());
+    REQUIRE(long_prompt.size() > actord::IncrementalDetokenizer::kContextReach);
+    std::vector<int32_t> whole = long_prompt;
+    whole.insert(whole.end(), story.begin(), story.end());
+    actord::IncrementalDetokenizer detok(tok, true, long_prompt);
+    std::string out;
+    for (int32_t id : story) out += detok.push({id});
+    CHECK(out + detok.finish() == tok.decode(whole).substr(tok.decode(long_prompt).size()));
+  }
   {  // a context of BOS only (nothing once skipped): the text's start, as decode gives it
-    actord::IncrementalDetokenizer detok(tok, true, {1});
+    const std::vector<int32_t> bos{1};
+    actord::IncrementalDetokenizer detok(tok, true, bos);
     CHECK(detok.push(story) + detok.finish() == tok.decode(story));
   }
   {  // a context ending inside a character (two of the emoji's four byte tokens): the ids' own text, whole

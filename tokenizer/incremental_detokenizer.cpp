@@ -1,5 +1,6 @@
 #include "tokenizer/incremental_detokenizer.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 namespace actord {
@@ -14,21 +15,20 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 
 }  // namespace
 
-// Context tokens kept before the first generated one: enough for any decoder rule that looks back (vLLM keeps 5).
-constexpr std::size_t kContextTokens = 6;
-constexpr std::size_t kLongestContext = 256;
-
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
-                                               const std::vector<int32_t>& context)
+                                               std::span<const int32_t> context)
     : tok_(&tok), skip_special_(skip_special_tokens) {
-  append(context);
+  // The kept context ids of kContextReach from its end: the prompt before them is never read.
+  for (auto it = context.rbegin(); it != context.rend() && ids_.size() < kContextReach; ++it)
+    if (kept(*it)) ids_.push_back(*it);
+  std::reverse(ids_.begin(), ids_.end());
   if (ids_.empty()) return;
   // The window starts kContextTokens back, not inside a byte run (ByteFallback decodes a run as a whole: cut, its
   // text would change), at a token that decodes to something alone (the rule push() keeps).
   std::size_t begin = ids_.size() > kContextTokens ? ids_.size() - kContextTokens : 0;
   while (begin > 0 && tok_->is_byte_token(ids_[begin]) && tok_->is_byte_token(ids_[begin - 1])) --begin;
-  if (ids_.size() - begin > kLongestContext) {
-    ids_.clear();  // a run too long to decode at every push: the ids' own text
+  if (ids_.size() - begin > kLongestByteRun) {
+    ids_.clear();  // a run too long to decode at every push (or reaching past what was read): the ids' own text
     return;
   }
   while (begin + 1 < ids_.size() && window_text(begin, begin + 1).empty()) ++begin;
@@ -44,12 +44,16 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_s
   emitted_bytes_ = prefix_text_->size();
 }
 
+bool IncrementalDetokenizer::kept(int32_t id) const {
+  if (skip_special_ && tok_->is_special(id)) return false;  // decode would drop it anyway
+  // So would it an id without a token (past the vocabulary, a hole in it, a model's padded logits): kept, it would
+  // end a byte run here that decode() joins with the bytes after it.
+  return tok_->id_to_token(id).has_value();
+}
+
 void IncrementalDetokenizer::append(const std::vector<int32_t>& ids) {
   for (int32_t id : ids) {
-    if (skip_special_ && tok_->is_special(id)) continue;  // decode would drop it anyway
-    // So would it an id without a token (past the vocabulary, a hole in it, a model's padded logits): kept, it would
-    // end a byte run here that decode() joins with the bytes after it.
-    if (!tok_->id_to_token(id)) continue;
+    if (!kept(id)) continue;
     if (context_in_byte_run_) {
       // The context's last byte run ends here unless this id is a byte too: then the run (whose decode, as a whole,
       // may yet turn every byte of it into U+FFFD) would change text counted as the context's; go without it.

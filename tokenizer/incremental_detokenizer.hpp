@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,15 +33,22 @@ namespace actord {
 
 class IncrementalDetokenizer {
  public:
+  // Context ids read from the end of `context`, at most: the window's tokens and a byte run before them up to the
+  // longest the window reaches back for (a longer run ending there leaves the context out).
+  static constexpr std::size_t kContextTokens = 6;
+  static constexpr std::size_t kLongestByteRun = 256;
+  static constexpr std::size_t kContextReach = kContextTokens + kLongestByteRun;
+
   IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens = true,
-                         const std::vector<int32_t>& context = {});
+                         std::span<const int32_t> context = {});
 
   std::string push(const std::vector<int32_t>& ids);
   std::string finish();
 
  private:
   std::string window_text(std::size_t begin, std::size_t end) const;
-  void append(const std::vector<int32_t>& ids);  // the ids decode() would not drop
+  bool kept(int32_t id) const;                   // an id decode() would not drop
+  void append(const std::vector<int32_t>& ids);  // the kept ones of `ids`
 
   const Tokenizer* tok_;
   bool skip_special_;

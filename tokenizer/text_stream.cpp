@@ -3,7 +3,7 @@
 namespace actord {
 
 TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                       const std::vector<int32_t>& context)
+                       std::span<const int32_t> context)
     : detokenizer_(tokenizer, true, context), stops_(std::move(stop_strings)) {}
 
 std::string TextStream::push(const std::vector<int32_t>& ids, bool final) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ namespace actord {
 class TextStream {
  public:
   TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-             const std::vector<int32_t>& context = {});
+             std::span<const int32_t> context = {});
 
   std::string push(const std::vector<int32_t>& ids, bool final);
   bool stopped() const { return stops_.stopped(); }

@@ -1,10 +1,8 @@
 #include "tokenizer/token_texts.hpp"
 
-#include <algorithm>
-
 namespace actord {
 
-TokenTexts::TokenTexts(const Tokenizer& tok, const std::vector<int32_t>& context)
+TokenTexts::TokenTexts(const Tokenizer& tok, std::span<const int32_t> context)
     : tok_(&tok), detokenizer_(tok, true, context) {}
 
 void TokenTexts::extend(std::span<const int32_t> ids, bool last) {
@@ -36,8 +34,7 @@ void TokenTexts::extend(std::span<const int32_t> ids, bool last) {
 
 std::string TokenTexts::after(const Tokenizer& tok, std::span<const int32_t> before, int32_t id) {
   if (tok.is_special(id)) return tok.id_to_token(id).value_or("");
-  const size_t keep = std::min(before.size(), kBefore);
-  IncrementalDetokenizer detok(tok, true, std::vector<int32_t>(before.end() - static_cast<std::ptrdiff_t>(keep), before.end()));
+  IncrementalDetokenizer detok(tok, true, before);
   std::string text = detok.push({id});
   return text + detok.finish();
 }

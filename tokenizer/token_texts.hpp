@@ -23,15 +23,14 @@ class TokenTexts {
  public:
   // `context`: the ids the sequence follows (a prompt whose text is not shown), none when the shown text starts
   // with the first token.
-  TokenTexts(const Tokenizer& tok, const std::vector<int32_t>& context);
+  TokenTexts(const Tokenizer& tok, std::span<const int32_t> context);
 
   void extend(std::span<const int32_t> ids, bool last);
   size_t size() const { return texts_.size(); }
   const std::string& text(size_t i) const { return texts_[i]; }
   size_t offset(size_t i) const { return offsets_[i]; }  // where token i's text starts in the shown text
 
-  // The ids before a token that after() reads (IncrementalDetokenizer keeps what it needs of them).
-  static constexpr size_t kBefore = 64;
+  // `before` need hold no more than its last IncrementalDetokenizer::kContextReach ids: nothing before is read.
   static std::string after(const Tokenizer& tok, std::span<const int32_t> before, int32_t id);
 
  private:
