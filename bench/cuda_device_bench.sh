@@ -100,11 +100,11 @@ if [ "$DEVICE" = cuda ] && wanted graphs; then
     echo "  $run: $(grep -h 'step graphs' "$OUT/$run.err" 2>/dev/null | tail -1)"
   done
 fi
-# Small-batch products launched early (streaming their first weights while the kernel before them runs) against
-# launched after it (ACTORD_CUDA_DISABLE=early_launch), at batch 1 and 64.
+# Small-batch products launched early (ACTORD_CUDA_ENABLE=early_launch: streaming their first weights while the
+# kernel before them runs; off by default until validated) against the default launch after it, at batch 1 and 64.
 if [ "$DEVICE" = cuda ] && wanted early; then
-  ACTORD_CUDA_DISABLE=early_launch actord_run actord_b1_not_early 420 128 64 1
-  ACTORD_CUDA_DISABLE=early_launch actord_run actord_b64_not_early 420 128 64 64
+  ACTORD_CUDA_ENABLE=early_launch actord_run actord_b1_early 420 128 64 1
+  ACTORD_CUDA_ENABLE=early_launch actord_run actord_b64_early 420 128 64 64
 fi
 # Each step queued behind the one before, its tokens read after (WorkerCore::step: the device never waits for the
 # host between steps) against one step at a time (ACTORD_CUDA_DISABLE=run_ahead), at AHEAD_BATCHES (1 64 256).
@@ -132,7 +132,7 @@ fi
 [ "$DEVICE" = cuda ] && actord_profile 64
 if [ "$DEVICE" = cuda ] && wanted profile_prefill; then  # where the 4k prefill's time goes
   ACTORD_CUDA_PROFILE=1 actord_prefill actord_profile_prefill
-  grep 'cuda profile' "$OUT/actord_profile_prefill.err" | head -16
+  grep "cuda profile" "$OUT/actord_profile_prefill.err" | head -28
 fi
 # Batch-1 decode at a 4k context (split-K decode attention: every decode there is cut into splits).
 if [ "$DEVICE" = cuda ] && wanted long_b1; then actord_run actord_long_b1 420 4000 64 1; fi
@@ -223,7 +223,7 @@ for name, key in (("actord_b1", "decode_tokens_per_s"), ("actord_b1_cublas", "de
                   ("actord_sampled_no_ahead_b64", "decode_tokens_per_s"), ("actord_sampled_b256", "decode_tokens_per_s"),
                   ("actord_sampled_no_ahead_b256", "decode_tokens_per_s"),
                   ("actord_sampled_host_b256", "decode_tokens_per_s"),
-                  ("actord_b1_not_early", "decode_tokens_per_s"), ("actord_b64_not_early", "decode_tokens_per_s")):
+                  ("actord_b1_early", "decode_tokens_per_s"), ("actord_b64_early", "decode_tokens_per_s")):
     run = load(name)
     if run and run.get(key):
         ab[name] = round(run[key], 1)

@@ -41,11 +41,14 @@ std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
 struct Pair {
   test::CpuRank cpu{2};
   std::unique_ptr<exec::Backend> gpu;
-  // disable: ACTORD_CUDA_DISABLE for this pair's GPU backend (read when it is made), e.g. "flash_prefill".
-  explicit Pair(const char* disable = nullptr) {
+  // disable / enable: ACTORD_CUDA_DISABLE / ACTORD_CUDA_ENABLE for this pair's GPU backend (read when it is made),
+  // e.g. "flash_prefill" / "early_launch".
+  explicit Pair(const char* disable = nullptr, const char* enable = nullptr) {
     if (disable) setenv("ACTORD_CUDA_DISABLE", disable, 1);
+    if (enable) setenv("ACTORD_CUDA_ENABLE", enable, 1);
     auto made = cuda::make_backend(0);
     if (disable) unsetenv("ACTORD_CUDA_DISABLE");
+    if (enable) unsetenv("ACTORD_CUDA_ENABLE");
     if (!made) FAIL(made.error().message);
     gpu = std::move(*made);
   }
@@ -210,7 +213,7 @@ TEST_CASE("cuda: gemm, gemm_accumulate, gemm_multi and gemm_glu equal the CPU ba
 TEST_CASE("cuda: products launched early read what the kernel before them wrote - the same bits as launched after",
           "[cuda]") {
   if (!have_gpu()) return;
-  Pair early, after("early_launch");
+  Pair early(nullptr, "early_launch"), after("early_launch");
   const int h = 1024, ff = 2816, kv = 256, layers = 6;
   const HostMatrixData q(random_values(size_t(h) * h, 31, 0.05f), h, h, DType::bf16);
   const HostMatrixData k(random_values(size_t(kv) * h, 32, 0.05f), kv, h, DType::bf16);

@@ -85,7 +85,16 @@ class CudaBackend final : public exec::Backend {
     // Plain f32 products stay f32 (no TF32): an f32 model keeps its reference outputs.
     ACTORD_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
     ACTORD_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device_));
+    enable_paths(std::getenv("ACTORD_CUDA_ENABLE"));
     disable_paths(std::getenv("ACTORD_CUDA_DISABLE"));
+  }
+  // ACTORD_CUDA_ENABLE=name,...: paths that are off until a GPU run has validated them (ACTORD_CUDA_DISABLE wins):
+  // early_launch (small-batch products launched while the kernel before them runs, streaming their first weights
+  // meanwhile; its first device run gave other bits than launched after, and the fix is not yet run on a GPU).
+  void enable_paths(const char* list) {
+    if (!list) return;
+    const std::string names = std::string(",") + list + ",";
+    if (names.find(",early_launch,") != std::string::npos) early_launch_on_ = true;
   }
   // ACTORD_CUDA_DISABLE=name,name...: the paths named fall back to the general ones (to measure a path against its
   // fallback in one run, or to step around one): small_batch (cuBLAS for every product), prefill_tiles (one warp per
@@ -812,7 +821,7 @@ class CudaBackend final : public exec::Backend {
   static constexpr int kSplitWarpsPerSm = 16;  // split decodes' warps per SM (their ~128 registers a thread fit 16)
   exec::Buffer split_partial_;               // launch_split_attention's partial results
   // ACTORD_CUDA_DISABLE can turn these off.
-  bool small_batch_on_ = true, tiles_on_ = true, run_ahead_on_ = true, early_launch_on_ = true;
+  bool small_batch_on_ = true, tiles_on_ = true, run_ahead_on_ = true, early_launch_on_ = false;
   CheckedPath split_decode_path_, long_prefill_path_, flash_prefill_path_;
   std::unique_ptr<DeviceRowSampler> row_sampler_;
   std::unique_ptr<DeferredPicks> picks_;     // a deferred step's greedy picks or drawn tokens (defer_reads)

@@ -66,7 +66,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // Programmatic dependent launch (sm_90): a kernel launched with launch_after_previous() may start while the kernel
 // before it in the stream still runs. Such a kernel must call wait_for_previous_grid() before it reads or writes
-// anything an earlier kernel touches (it may read weights before). A kernel that calls let_next_grid_start() lets
+// anything an earlier kernel touches (it may read weights before), and read such data with ordinary loads: never
+// __ldg or const __restrict__ pointers (ld.global.nc), whose read-only cache and invariant loads assume that no
+// grid writes the data while this one runs, which the kernel before it may still do. A kernel that calls let_next_grid_start() lets
 // its dependent's blocks start once every block of it has called it, instead of at its end. Elsewhere (a kernel
 // launched plainly, an older device) both are no-ops.
 __device__ __forceinline__ void wait_for_previous_grid() {

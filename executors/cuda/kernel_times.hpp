@@ -5,7 +5,8 @@
 // (called at each step's start, when the previous step's events are done or nearly) adds each pair's elapsed time
 // to its name's total; the host time from one collect() to the next is the step's wall time. report() (at the
 // backend's end) writes one line per name to stderr: calls, total ms, mean us, share of the GPU time, and per step
-// the GPU's busy time against the wall time (their difference: the GPU waiting on the host, launch gaps).
+// the GPU's busy time against the wall time (their difference: the GPU waiting on the host, launch gaps); then the
+// same per name for the last step with work alone.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,6 +63,7 @@ class KernelTimes {
     if (steps_ > 0) wall_ms_ += std::chrono::duration<double, std::milli>(now - last_).count();
     last_ = now;
     double busy = 0;
+    if (used_ > 0) last_step_.clear();
     for (size_t i = 0; i < used_; ++i) {
       float ms = 0;
       cudaEventSynchronize(events_[i].second);
@@ -73,6 +75,9 @@ class KernelTimes {
       ++calls;
       total += ms;
       busy += ms;
+      auto& [last_calls, last_total] = last_step_[names_[i]];
+      ++last_calls;
+      last_total += ms;
     }
     if (used_ > 0) {
       ++steps_;
@@ -97,6 +102,14 @@ class KernelTimes {
                    stat.first, stat.second, 1000.0 * stat.second / double(std::max(1L, stat.first)),
                    all > 0 ? 100.0 * stat.second / all : 0.0);
     }
+    // The last step alone: free of the first use of its shapes (cuBLAS and the driver load kernels lazily), which
+    // the totals above include where a run has few steps (one warm-up and one timed prefill).
+    std::vector<std::pair<std::string, std::pair<long, double>>> last(last_step_.begin(), last_step_.end());
+    std::sort(last.begin(), last.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    for (const auto& [name, stat] : last) {
+      std::fprintf(stderr, "cuda profile, last step: %-28s %6ld calls %10.3f ms %9.2f us each\n", name.c_str(),
+                   stat.first, stat.second, 1000.0 * stat.second / double(std::max(1L, stat.first)));
+    }
   }
 
  private:
@@ -105,6 +118,7 @@ class KernelTimes {
   std::vector<const char*> names_;                           // [used_]
   size_t used_ = 0;
   std::map<std::string, std::pair<long, double>> totals_;    // name -> calls, ms
+  std::map<std::string, std::pair<long, double>> last_step_; // the same for the last step with work
   long steps_ = 0;
   double busy_ms_ = 0, wall_ms_ = 0;
   std::chrono::steady_clock::time_point last_{};

@@ -49,7 +49,9 @@ __device__ __forceinline__ void accumulate(const uint4& wv, const float4* const*
   unpack8<T>(wv, w);
 #pragma unroll
   for (int r = 0; r < N; ++r) {
-    const float4 lo = __ldg(xs[r] + 2 * chunk), hi = __ldg(xs[r] + 2 * chunk + 1);
+    // Plain loads, not __ldg: x is written by the kernel before this one, which may still run when this kernel
+    // starts (launch_after_previous), and the read-only path is only defined for data no running grid writes.
+    const float4 lo = xs[r][2 * chunk], hi = xs[r][2 * chunk + 1];
     const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[r] = fmaf(w[e], to_f32(from_f32<T>(x[e])), acc[r]);  // x rounded to T
@@ -94,7 +96,7 @@ __device__ __forceinline__ void rows_of_x(const float* x, int k, const float4** 
 // Warp w of the grid takes row w of the targets' rows laid end to end.
 template <class T, int N>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(SmallBatchTargets targets,
-                                                                               const float* __restrict__ x, int k) {
+                                                                               const float* x, int k) {
   const int lane = threadIdx.x & 31;
   int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   // The target of this row (unrolled: constant indexes keep the parameters out of local memory).
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_gemm_kernel(S
 // Warp j: gate row j and up row ff + j of w [2 ff, k]; y [n, ff] = silu(gate) * up.
 template <class T, int N>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) small_batch_glu_kernel(const T* __restrict__ w,
-                                                                              const float* __restrict__ x, int ff,
+                                                                              const float* x, int ff,
                                                                               int k, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int j = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
