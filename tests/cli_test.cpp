@@ -407,6 +407,22 @@ TEST_CASE("info prints the CPU, the kernels it runs and the CUDA devices - as te
   if (cpu::detected_isa() != cpu::Isa::portable) {
     CHECK(std::find(extensions.begin(), extensions.end(), "avx2") != extensions.end());
   }
+#if defined(__x86_64__)
+  // Vendor, family and the caches from CPUID where sysfs has none (VMs): every x86 CPU we run on names them.
+  const auto& cpu_json = j.at("cpu");
+  CHECK((cpu_json.at("vendor") == "GenuineIntel" || cpu_json.at("vendor") == "AuthenticAMD"));
+  CHECK(cpu_json.at("family").get<int>() >= 6);
+  for (const auto& c : cpu_json.at("caches")) {
+    CHECK(c.at("level").get<int>() >= 1);
+    CHECK(c.at("level").get<int>() <= 4);
+    CHECK(c.at("bytes").get<uint64_t>() >= 1024);
+  }
+  CHECK(!cpu_json.at("caches").empty());
+  if (cpu_json.at("vendor") == "AuthenticAMD" && cpu_json.at("family").get<int>() == 0x1a) {
+    CHECK(cpu_json.at("microarchitecture") == "AMD Zen 5");
+  }
+  CHECK_THAT(text.out, Catch::Contains("family 0x"));
+#endif
   // The kernels each kind of weights takes, from the dispatch's own product_path: bf16 weights at one row and at 64.
   cpu::WeightMatrix bf16;
   bf16.dtype = DType::bf16;

@@ -126,7 +126,9 @@ int run_info(const InfoArgs& args) {
   }
   if (args.json) {
     nlohmann::json j = {
-        {"cpu", {{"model", f.model}, {"usable_cores", usable_cpu_cores()}, {"extensions", f.names()}, {"caches", caches}}},
+        {"cpu", {{"model", f.model}, {"vendor", f.vendor}, {"family", f.family}, {"model_number", f.model_number},
+                 {"microarchitecture", f.microarchitecture()}, {"usable_cores", usable_cpu_cores()},
+                 {"extensions", f.names()}, {"caches", caches}}},
         {"kernels",
          {{"isa", isa_text},
           {"gemm", "blocked weights (bf16, f16, f32) with f32 accumulation, " + isa_text},
@@ -145,7 +147,12 @@ int run_info(const InfoArgs& args) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("cpu: %s (%d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), usable_cpu_cores());
+  char identity[96];
+  std::snprintf(identity, sizeof identity, "%s%sfamily 0x%x, model 0x%02x", f.microarchitecture().c_str(),
+                f.microarchitecture().empty() ? "" : ": ", static_cast<unsigned>(f.family),
+                static_cast<unsigned>(f.model_number));
+  std::printf("cpu: %s (%s; %d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), identity,
+              usable_cpu_cores());
   std::printf("  extensions: %s\n", join(f.names()).c_str());
   if (!hidden.empty() || !unknown.empty()) {
     std::string line = hidden.empty() ? "none" : join(hidden);

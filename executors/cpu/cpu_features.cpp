@@ -31,6 +31,28 @@ uint64_t size_of(const std::string& text) {
   return n;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// The deterministic cache parameters of CPUID leaf 4 (Intel) or 0x8000001D (AMD; the same layout), subleaf by
+// subleaf until a null entry: type, level, ways x partitions x line size x sets, and how many logical processors
+// may share it.
+std::vector<CacheLevel> cpuid_caches(unsigned leaf) {
+  std::vector<CacheLevel> out;
+  for (unsigned sub = 0; sub < 16; ++sub) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(leaf, sub, a, b, c, d);
+    const unsigned type = a & 0x1f;
+    if (type == 0) break;
+    CacheLevel level;
+    level.level = static_cast<int>((a >> 5) & 7);
+    level.type = type == 1 ? "Data" : type == 2 ? "Instruction" : "Unified";
+    const uint64_t ways = ((b >> 22) & 0x3ff) + 1, partitions = ((b >> 12) & 0x3ff) + 1, line = (b & 0xfff) + 1;
+    level.bytes = ways * partitions * line * (uint64_t(c) + 1);
+    level.shared_cpus = "up to " + std::to_string(((a >> 14) & 0xfff) + 1);
+    out.push_back(level);
+  }
+  return out;
+}
+#endif
 
 // ACTORD_CPU_HIDE's names, split once.
 const std::vector<std::string>& hide_list() {
@@ -85,7 +107,21 @@ CpuFeatures CpuFeatures::detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
+  unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char name[13] = {};
+    for (int i = 0; i < 4; ++i) {
+      name[i] = static_cast<char>(b >> (8 * i));
+      name[4 + i] = static_cast<char>(d >> (8 * i));
+      name[8 + i] = static_cast<char>(c >> (8 * i));
+    }
+    f.vendor = name;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const int base_family = static_cast<int>((a >> 8) & 0xf), base_model = static_cast<int>((a >> 4) & 0xf);
+    f.family = base_family == 0xf ? base_family + static_cast<int>((a >> 20) & 0xff) : base_family;
+    f.model_number = base_family == 0xf || base_family == 6 ? base_model + (static_cast<int>((a >> 16) & 0xf) << 4)
+                                                            : base_model;
     f.sse42 = c & bit_SSE4_2;
     f.fma = c & bit_FMA;
     f.avx = c & bit_AVX;
@@ -132,7 +168,40 @@ CpuFeatures CpuFeatures::detect() {
     level.shared_cpus = read_line(dir / "shared_cpu_list");
     f.caches.push_back(level);
   }
+#if defined(__x86_64__) || defined(__i386__)
+  if (f.caches.empty()) {  // a VM without sysfs cache entries: the CPU's own descriptors
+    if (f.vendor == "GenuineIntel" && max_leaf >= 4) {
+      f.caches = cpuid_caches(4);
+    } else if (f.vendor == "AuthenticAMD" && __get_cpuid_max(0x80000000u, nullptr) >= 0x8000001Du) {
+      unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+      __cpuid(0x80000001u, a1, b1, c1, d1);
+      if (c1 & (1u << 22)) f.caches = cpuid_caches(0x8000001Du);  // TopologyExtensions: the leaf is there
+    }
+    if (f.caches.empty() && __get_cpuid_max(0x80000000u, nullptr) >= 0x80000006u) {
+      // The older extended descriptors, which VMs that hide the others still pass: L2 in KB (0x80000006, Intel and
+      // AMD); on AMD also L1 in KB (0x80000005) and L3 in 512 KB units.
+      const bool amd = f.vendor == "AuthenticAMD";
+      unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+      __cpuid(0x80000005u, a1, b1, c1, d1);
+      if (amd && (c1 >> 24)) f.caches.push_back({1, "Data", uint64_t(c1 >> 24) << 10, ""});
+      if (amd && (d1 >> 24)) f.caches.push_back({1, "Instruction", uint64_t(d1 >> 24) << 10, ""});
+      __cpuid(0x80000006u, a1, b1, c1, d1);
+      if (c1 >> 16) f.caches.push_back({2, "Unified", uint64_t(c1 >> 16) << 10, ""});
+      if (amd && (d1 >> 18)) f.caches.push_back({3, "Unified", uint64_t(d1 >> 18) << 19, ""});
+    }
+  }
+#endif
   return f;
+}
+
+std::string CpuFeatures::microarchitecture() const {
+  if (vendor != "AuthenticAMD") return "";
+  switch (family) {
+    case 0x17: return "AMD Zen, Zen+ or Zen 2";
+    case 0x19: return avx512f ? "AMD Zen 4" : "AMD Zen 3";
+    case 0x1a: return "AMD Zen 5";
+    default: return "";
+  }
 }
 
 std::vector<std::string> CpuFeatures::names() const {

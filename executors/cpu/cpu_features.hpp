@@ -1,6 +1,7 @@
 // What this machine's CPU offers the kernels, read at run time: the instruction set extensions (CPUID), its model
-// name (/proc/cpuinfo) and its caches (sysfs). For `actord info` and for choosing kernels by what is present rather
-// than assumed.
+// name (/proc/cpuinfo), vendor, family and model (CPUID), and its caches (sysfs; where a VM hides those, CPUID's
+// cache descriptors: leaf 4 on Intel, 0x8000001D on AMD, else 0x80000005 / 0x80000006). For `actord info`
+// and for choosing kernels by what is present rather than assumed.
 //
 // Contract: detect() never fails; what it cannot read is left empty (a model name of "", no caches). x86-64 only:
 // elsewhere every extension reads false.
@@ -16,7 +17,7 @@ struct CacheLevel {
   int level = 0;           // 1, 2, 3
   std::string type;        // Data, Instruction, Unified
   uint64_t bytes = 0;
-  std::string shared_cpus;  // sysfs shared_cpu_list of cpu0's cache, e.g. "0-1"
+  std::string shared_cpus;  // sysfs shared_cpu_list of cpu0's cache, e.g. "0-1"; from CPUID "up to N"
 };
 
 struct CpuFeatures {
@@ -27,6 +28,11 @@ struct CpuFeatures {
   bool avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   std::vector<CacheLevel> caches;  // cpu0's, by level
+  std::string vendor;              // "GenuineIntel", "AuthenticAMD" (CPUID leaf 0)
+  int family = 0, model_number = 0;  // display family and model (CPUID leaf 1, extended fields added)
+
+  // The core's generation where the vendor, family, model and extensions tell it ("AMD Zen 4", "AMD Zen 5"), else "".
+  std::string microarchitecture() const;
 
   // What the CPU offers less the extensions ACTORD_CPU_HIDE names.
   static CpuFeatures detect();
