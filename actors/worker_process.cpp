@@ -134,8 +134,14 @@ std::string WorkerProcess::describe_exit(int status) const {
 void WorkerProcess::receive_loop() {
   using clock = std::chrono::steady_clock;
   auto last_heard = clock::now();  // the child beats from its first moments, model loading included
+  bool heard = false;              // until then it may still be starting: kStartSilence at least
+  auto silence_allowed = [&] {
+    return heard ? options_.heartbeat_timeout
+                 : std::max<std::chrono::milliseconds>(options_.heartbeat_timeout, kStartSilence);
+  };
   auto deliver = [&](Envelope env) {
     last_heard = clock::now();
+    heard = true;
     if (env.kind != wire::MessageKind::HEARTBEAT) on_message_(std::move(env));
   };
   uint64_t beats = 0;
@@ -146,8 +152,9 @@ void WorkerProcess::receive_loop() {
     if (const uint64_t b = link_->beats(); b != beats) {  // its heartbeat is a counter
       beats = b;
       last_heard = clock::now();
+      heard = true;
     }
-    if (clock::now() - last_heard > options_.heartbeat_timeout) {
+    if (clock::now() - last_heard > silence_allowed()) {
       return make_error(Errc::worker_failed, "worker process " + options_.name + " went silent");
     }
     siginfo_t info{};
@@ -168,7 +175,7 @@ void WorkerProcess::receive_loop() {
     auto got = receive(20);
     if (!got.ok() && got.error().code == Errc::parse_error) spdlog::warn("{}: {}", options_.name, got.error().message);
     if (got.ok() && got->has_value()) deliver(std::move(**got));
-    if (!exited_.load() && silence_reason_.empty() && clock::now() - last_heard > options_.heartbeat_timeout) {
+    if (!exited_.load() && silence_reason_.empty() && clock::now() - last_heard > silence_allowed()) {
       // Stopped (SIGSTOP), frozen or starved: declared failed, and killed so that it cannot come back half-way.
       const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - last_heard);
       silence_reason_ = "worker process " + options_.name + " (pid " + std::to_string(pid_) +

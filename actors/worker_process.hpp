@@ -5,7 +5,9 @@
 // left even if this process is killed. send() may be called from one thread at a time (the proxy actor's). The
 // receive loop runs on its own thread and reports through callbacks: on_message for every envelope, on_exit once
 // when the child has exited (with a human-readable reason). A child that sends nothing, not even its heartbeat, for
-// options.heartbeat_timeout is declared failed: killed (SIGKILL), and on_exit says it stopped answering. The destructor asks the child to shut down, waits up to
+// options.heartbeat_timeout is declared failed: killed (SIGKILL), and on_exit says it stopped answering; until its
+// first beat the silence allowed is kStartSilence at least (exec and the loading of its shared libraries, CUDA's
+// among them, take ~0.4 s alone and seconds on a loaded machine). The destructor asks the child to shut down, waits up to
 // two seconds, then kills it, and joins the receive thread. Linux only. With options.node_agent the worker runs on
 // another machine, started by that node's agent: two ZeroMQ tcp sockets instead, and its end is learnt from the agent
 // (asked every 250 ms; an agent that does not answer twice in a row counts as the worker's end) or its silence.
@@ -43,6 +45,8 @@ class WorkerProcess {
   pid_t pid() const { return pid_; }
   // Kills the child now (SIGKILL), for one declared failed; the receive thread reaps it. Any thread.
   void kill();
+  // The silence allowed before the child's first beat or message, when options.heartbeat_timeout is shorter.
+  static constexpr std::chrono::seconds kStartSilence{10};
   // How often the child beats: an eighth of options.heartbeat_timeout, between 10 and 250 ms.
   static std::chrono::milliseconds heartbeat_interval(const WorkerProcessOptions& options);
   const std::string& name() const { return options_.name; }
