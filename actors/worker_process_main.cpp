@@ -107,15 +107,14 @@ class EngineLink {
   // Why the engine is gone (its process exited, or its tcp connection closed), if it is.
   std::optional<Error> engine_gone_error() {
     if (getppid() != parent_) return make_error(Errc::worker_failed, "the engine process went away");
-    if (monitor_) {
-      zmq::message_t event;
-      if (monitor_->recv(event, zmq::recv_flags::dontwait)) {
-        zmq::message_t address;
-        (void)monitor_->recv(address, zmq::recv_flags::dontwait);
-        uint16_t id = 0;
-        if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
-        if (id == ZMQ_EVENT_DISCONNECTED) return make_error(Errc::worker_failed, "the engine's connection closed");
-      }
+    // Every event queued since the last call (connect, handshake, retries...): one a call let a backlog of them
+    // hold the disconnection back for seconds.
+    for (zmq::message_t event; monitor_ && monitor_->recv(event, zmq::recv_flags::dontwait);) {
+      zmq::message_t address;
+      (void)monitor_->recv(address, zmq::recv_flags::dontwait);
+      uint16_t id = 0;
+      if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
+      if (id == ZMQ_EVENT_DISCONNECTED) return make_error(Errc::worker_failed, "the engine's connection closed");
     }
     return std::nullopt;
   }

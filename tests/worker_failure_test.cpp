@@ -181,6 +181,24 @@ TEST_CASE("a worker process stopped mid-run: its running request continues on th
   CHECK(gone_within(workers[0], std::chrono::seconds(2)));
 }
 
+// Before its first beat a worker process may still be starting (exec, its shared libraries, CUDA's among them):
+// a start four times engine.step_timeout long is waited for, not declared silent.
+TEST_CASE("a worker process slow to start (2 s before it runs, four times engine.step_timeout) is not declared failed",
+          "[failure][process]") {
+  test::TempDir tmp;
+  const auto slow = tmp.path() / "slow-actord";
+  test::write_file(slow, "#!/bin/sh\nsleep 2\nexec '" + test::actord_binary().string() + "' \"$@\"\n");
+  std::filesystem::permissions(slow, std::filesystem::perms::owner_all);
+  EngineOptions options = test::engine_options();
+  options.worker_executable = slow;
+  auto engine = Engine::start(stalling_topology(tmp, "process", "500ms", 0), options);
+  if (!engine) FAIL(engine.error().message);
+  auto out = (*engine)->generate({request({1, 403, 407}, 8)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids.size() == 8);
+}
+
 TEST_CASE("a worker process busy with one long step keeps beating and is not declared failed", "[failure][process]") {
   test::TempDir tmp;
   // The first step stalls 1.5 s, three times engine.step_timeout: with no step time known yet only the heartbeat
