@@ -139,9 +139,12 @@ void WorkerProcess::receive_loop() {
     return heard ? options_.heartbeat_timeout
                  : std::max<std::chrono::milliseconds>(options_.heartbeat_timeout, kStartSilence);
   };
-  auto deliver = [&](Envelope env) {
+  auto hear = [&] {
     last_heard = clock::now();
     heard = true;
+  };
+  auto deliver = [&](Envelope env) {
+    hear();
     if (env.kind != wire::MessageKind::HEARTBEAT) on_message_(std::move(env));
   };
   uint64_t beats = 0;
@@ -151,8 +154,7 @@ void WorkerProcess::receive_loop() {
     if (stopping_.load()) return make_error(Errc::worker_failed, "stopping");
     if (const uint64_t b = link_->beats(); b != beats) {  // its heartbeat is a counter
       beats = b;
-      last_heard = clock::now();
-      heard = true;
+      hear();
     }
     if (clock::now() - last_heard > silence_allowed()) {
       return make_error(Errc::worker_failed, "worker process " + options_.name + " went silent");

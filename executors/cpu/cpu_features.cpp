@@ -107,7 +107,7 @@ CpuFeatures CpuFeatures::detect() {
   CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
-  unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
   if (__get_cpuid(0, &a, &b, &c, &d)) {
     char name[13] = {};
     for (int i = 0; i < 4; ++i) {
@@ -170,14 +170,15 @@ CpuFeatures CpuFeatures::detect() {
   }
 #if defined(__x86_64__) || defined(__i386__)
   if (f.caches.empty()) {  // a VM without sysfs cache entries: the CPU's own descriptors
+    const unsigned max_extended = __get_cpuid_max(0x80000000u, nullptr);
     if (f.vendor == "GenuineIntel" && max_leaf >= 4) {
       f.caches = cpuid_caches(4);
-    } else if (f.vendor == "AuthenticAMD" && __get_cpuid_max(0x80000000u, nullptr) >= 0x8000001Du) {
+    } else if (f.vendor == "AuthenticAMD" && max_extended >= 0x8000001Du) {
       unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
       __cpuid(0x80000001u, a1, b1, c1, d1);
       if (c1 & (1u << 22)) f.caches = cpuid_caches(0x8000001Du);  // TopologyExtensions: the leaf is there
     }
-    if (f.caches.empty() && __get_cpuid_max(0x80000000u, nullptr) >= 0x80000006u) {
+    if (f.caches.empty() && max_extended >= 0x80000006u) {
       // The older extended descriptors, which VMs that hide the others still pass: L2 in KB (0x80000006, Intel and
       // AMD); on AMD also L1 in KB (0x80000005) and L3 in 512 KB units.
       const bool amd = f.vendor == "AuthenticAMD";
