@@ -59,10 +59,12 @@ class EngineLink {
     in_.emplace(context_, zmq::socket_type::pull);
     out_.emplace(context_, zmq::socket_type::push);
     // Over tcp (a worker a node agent started: no parent to watch) the engine's end is seen as its connection
-    // closing: a monitor of the receiving socket reports the disconnect.
+    // closing, or as a connection attempt failing (the engine binds before it asks for this worker, so a refused
+    // attempt means it is gone: it died while this process started): a monitor of the receiving socket reports both.
     if (args_.to_worker_endpoint.rfind("tcp://", 0) == 0) {
       const std::string monitor = "inproc://engine-link";
-      if (zmq_socket_monitor(in_->handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+      if (zmq_socket_monitor(in_->handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) ==
+          0) {
         monitor_.emplace(context_, zmq::socket_type::pair);
         monitor_->connect(monitor);
       }
@@ -115,6 +117,9 @@ class EngineLink {
       uint16_t id = 0;
       if (event.size() >= sizeof(id)) std::memcpy(&id, event.data(), sizeof(id));
       if (id == ZMQ_EVENT_DISCONNECTED) return make_error(Errc::worker_failed, "the engine's connection closed");
+      if (id == ZMQ_EVENT_CONNECT_RETRIED)
+        return make_error(Errc::worker_failed, "the engine's endpoint " + args_.to_worker_endpoint +
+                                                   " refused the connection: the engine is gone");
     }
     return std::nullopt;
   }

@@ -78,7 +78,9 @@ Serving serve(const std::string& yaml, uint32_t max_tokens) {
 
 TEST_CASE("apply: a serving group takes new shapes while requests stream - every request completes with a clean "
           "run's tokens", "[engine][apply]") {
-  auto [engine, requests, clean] = serve(quickstart_with("  - {name: main}\n"), 160);
+  // 400 tokens each: every round outlasts its reshape several times over, under load too, so that sequences are
+  // running at each cut (the last reshape takes ~60 ms; the check after the loop needs KV moved).
+  auto [engine, requests, clean] = serve(quickstart_with("  - {name: main}\n"), 400);
   const std::vector<std::string> shapes = {
       "  - {name: main, tp: 2, placement: process, threads: 1}\n",
       "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, tbo: true, placement: process, threads: 1}\n",

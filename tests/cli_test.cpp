@@ -1,5 +1,8 @@
 // The actord command line as a user runs it: output contract, exit codes, one-line errors, no orphans.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -175,6 +178,35 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
                        "scheduler.policy: unknown policy 'lifo' (known: fcfs, priority");
   check_one_line_error(gen({"configs/quickstart.yaml", "--prompt", "x", "--frobnicate"}),
                        "The following argument was not expected: --frobnicate");
+}
+
+// A loopback port that nothing listens on (bound, read, closed).
+static int closed_loopback_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE("a worker whose engine died before it connected (its endpoint refuses) ends at once, saying so", "[cli]") {
+  // The engine binds before a node agent starts its worker: a refused connection means the engine is gone. Such a
+  // worker used to wait for an engine that never came, for ever.
+  const std::string to = "tcp://127.0.0.1:" + std::to_string(closed_loopback_port());
+  const std::string from = "tcp://127.0.0.1:" + std::to_string(closed_loopback_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_actord({"worker", "--name", "orphan", "--to-worker", to, "--from-worker", from},
+                            std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("the engine's endpoint " + to + " refused the connection: the engine is gone"));
+  CHECK(seconds < 10);
+  WARN("the orphan worker ended after " << seconds << " s");
 }
 
 TEST_CASE("bad input to every subcommand - one clear line on stderr and exit code 2", "[cli]") {
