@@ -520,12 +520,12 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
   }
 }
 
-TEST_CASE("decode attention tasks take whole GQA groups and leave work for every thread", "[kernels]") {
+TEST_CASE("decode attention tasks take whole GQA groups and leave a task for every thread", "[kernels]") {
   CHECK(cpu::decode_heads_per_task(12, 12, 32, 2) == 12);  // 32 tasks of all heads for 2 threads
-  CHECK(cpu::decode_heads_per_task(12, 12, 1, 2) == 2);    // one sequence: 6 tasks
-  CHECK(cpu::decode_heads_per_task(32, 8, 1, 2) == 4);     // groups of 4 query heads per KV head stay together
-  CHECK(cpu::decode_heads_per_task(32, 8, 3, 16) == 4);
-  CHECK(cpu::decode_heads_per_task(14, 2, 2, 2) == 7);
+  CHECK(cpu::decode_heads_per_task(12, 12, 1, 2) == 6);    // one sequence: a task per thread
+  CHECK(cpu::decode_heads_per_task(32, 8, 1, 2) == 16);    // groups of 4 query heads per KV head stay together
+  CHECK(cpu::decode_heads_per_task(32, 8, 3, 16) == 8);   // 6 tasks a sequence: 6 heads, a whole group more
+  CHECK(cpu::decode_heads_per_task(14, 2, 2, 2) == 14);
   for (int seqs : {1, 2, 5, 64})
     for (int threads : {1, 2, 8}) {
       const int h = cpu::decode_heads_per_task(12, 4, seqs, threads);

@@ -28,7 +28,7 @@ void paged_attention(const PagedAttentionParams& p) { paged_attention(p, Isa::au
 
 int decode_heads_per_task(int n_heads, int n_kv_heads, int n_seqs, int threads) {
   const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 1;
-  const int tasks_per_seq = std::clamp((4 * threads + n_seqs - 1) / std::max(1, n_seqs), 1, n_heads);
+  const int tasks_per_seq = std::clamp((threads + n_seqs - 1) / std::max(1, n_seqs), 1, n_heads);
   const int heads = (n_heads + tasks_per_seq - 1) / tasks_per_seq;
   return std::min(n_heads, (heads + group - 1) / group * group);
 }
