@@ -1,8 +1,5 @@
 // The actord command line as a user runs it: output contract, exit codes, one-line errors, no orphans.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +11,7 @@
 #include <sstream>
 
 #include "cli_util.hpp"
+#include "free_port.hpp"
 #include "core/host_cpus.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cuda/cuda_backend.hpp"
@@ -180,25 +178,11 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
                        "The following argument was not expected: --frobnicate");
 }
 
-// A loopback port that nothing listens on (bound, read, closed).
-static int closed_loopback_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST_CASE("a worker whose engine died before it connected (its endpoint refuses) ends at once, saying so", "[cli]") {
   // The engine binds before a node agent starts its worker: a refused connection means the engine is gone. Such a
   // worker used to wait for an engine that never came, for ever.
-  const std::string to = "tcp://127.0.0.1:" + std::to_string(closed_loopback_port());
-  const std::string from = "tcp://127.0.0.1:" + std::to_string(closed_loopback_port());
+  const std::string to = "tcp://127.0.0.1:" + std::to_string(test::free_port());
+  const std::string from = "tcp://127.0.0.1:" + std::to_string(test::free_port());
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = run_actord({"worker", "--name", "orphan", "--to-worker", to, "--from-worker", from},
                             std::chrono::seconds(20));

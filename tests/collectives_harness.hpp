@@ -6,13 +6,10 @@
 // reaped; one still running at the limit is killed and fails the test. No timings are asserted.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "free_port.hpp"
 #include "comms/collectives/group_factory.hpp"
 #include "comms/collectives/phase_board.hpp"
 #include "comms/collectives/shm_segment.hpp"
@@ -397,20 +395,7 @@ const Fleet kShm{"shared memory, processes", Backend::shared_memory, true};
 const Fleet kTcp{"zmq tcp loopback, processes", Backend::zmq, true};
 const Fleet kIpc{"zmq ipc, processes", Backend::zmq, true, true};
 
-// A TCP port nobody listens on now (the system's pick for a socket bound to port 0).
-inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using test::free_port;  // free_port.hpp
 
 // The spec of a group of `size` ranks on `fleet`, with 4 KiB slots, rings and frames (operations go in pieces).
 inline GroupSpec test_spec(const Fleet& fleet, const std::filesystem::path& ipc_folder, uint64_t id, int size,

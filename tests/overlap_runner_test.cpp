@@ -1,9 +1,6 @@
 // OverlapRunner (actors/overlap_runner.hpp): micro-batches as fibers of one thread, switched only where a
 // collective would wait for peers. Two ranks as threads, each with a runner of two micro-batches on collective
 // groups of their own, over every CPU backend.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "free_port.hpp"
 #include "actors/overlap_runner.hpp"
 #include "comms/collectives/group_factory.hpp"
 
@@ -39,17 +37,7 @@ std::vector<std::unique_ptr<coll::Communicator>> pair_group(uint64_t id, coll::B
   }
   spec.placement = backend == coll::Backend::zmq ? coll::Placement::node : coll::Placement::process;
   if (backend == coll::Backend::zmq) {
-    // A port nobody listens on now (the system's pick for a socket bound to port 0).
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    close(fd);
-    spec.endpoints = {"tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "tcp://127.0.0.1:*"};
+    spec.endpoints = {"tcp://127.0.0.1:" + std::to_string(test::free_port()), "tcp://127.0.0.1:*"};
   }
   std::vector<std::unique_ptr<coll::Communicator>> comms(2);
   std::vector<std::thread> joiners;
