@@ -524,7 +524,9 @@ TEST_CASE("decode attention tasks take whole GQA groups and leave a task for eve
   CHECK(cpu::decode_heads_per_task(12, 12, 32, 2) == 12);  // 32 tasks of all heads for 2 threads
   CHECK(cpu::decode_heads_per_task(12, 12, 1, 2) == 6);    // one sequence: a task per thread
   CHECK(cpu::decode_heads_per_task(32, 8, 1, 2) == 16);    // groups of 4 query heads per KV head stay together
-  CHECK(cpu::decode_heads_per_task(32, 8, 3, 16) == 8);   // 6 tasks a sequence: 6 heads, a whole group more
+  CHECK(cpu::decode_heads_per_task(32, 8, 3, 16) == 4);    // whole groups of 4 heads: 24 tasks for 16 threads
+  CHECK(cpu::decode_heads_per_task(12, 12, 3, 2) == 6);    // 3 sequences: 6 tasks, not 3 on 2 threads
+  CHECK(cpu::decode_heads_per_task(12, 12, 9, 16) == 2);   // 9 sequences on 16 threads: 54 tasks, not 18
   CHECK(cpu::decode_heads_per_task(14, 2, 2, 2) == 14);
   for (int seqs : {1, 2, 5, 64})
     for (int threads : {1, 2, 8}) {

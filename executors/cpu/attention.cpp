@@ -28,7 +28,11 @@ void paged_attention(const PagedAttentionParams& p) { paged_attention(p, Isa::au
 
 int decode_heads_per_task(int n_heads, int n_kv_heads, int n_seqs, int threads) {
   const int group = n_kv_heads > 0 ? n_heads / n_kv_heads : 1;
-  const int tasks_per_seq = std::clamp((threads + n_seqs - 1) / std::max(1, n_seqs), 1, n_heads);
+  const int seqs = std::max(1, n_seqs);
+  int tasks_per_seq = std::clamp((threads + seqs - 1) / seqs, 1, n_heads);
+  // More, smaller tasks only while the tasks would not come out even over the threads and are few.
+  while (tasks_per_seq < n_heads && seqs * tasks_per_seq % threads != 0 && seqs * tasks_per_seq < 4 * threads)
+    ++tasks_per_seq;
   const int heads = (n_heads + tasks_per_seq - 1) / tasks_per_seq;
   return std::min(n_heads, (heads + group - 1) / group * group);
 }
