@@ -179,8 +179,8 @@ TEST_CASE("bad input - one clear line on stderr and exit code 2", "[cli]") {
 }
 
 TEST_CASE("a worker whose engine died before it connected (its endpoint refuses) ends at once, saying so", "[cli]") {
-  // The engine binds before a node agent starts its worker: a refused connection means the engine is gone. Such a
-  // worker used to wait for an engine that never came, for ever.
+  // The engine binds before a node agent starts its worker: a refused connection means the engine is gone, and a
+  // worker that waited on would wait for ever.
   const std::string to = "tcp://127.0.0.1:" + std::to_string(test::free_port());
   const std::string from = "tcp://127.0.0.1:" + std::to_string(test::free_port());
   const auto t0 = std::chrono::steady_clock::now();
