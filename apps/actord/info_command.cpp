@@ -147,9 +147,10 @@ int run_info(const InfoArgs& args) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  const std::string generation = f.microarchitecture();
   char identity[96];
-  std::snprintf(identity, sizeof identity, "%s%sfamily 0x%x, model 0x%02x", f.microarchitecture().c_str(),
-                f.microarchitecture().empty() ? "" : ": ", static_cast<unsigned>(f.family),
+  std::snprintf(identity, sizeof identity, "%s%sfamily 0x%x, model 0x%02x", generation.c_str(),
+                generation.empty() ? "" : ": ", static_cast<unsigned>(f.family),
                 static_cast<unsigned>(f.model_number));
   std::printf("cpu: %s (%s; %d usable cores)\n", f.model.empty() ? "unknown model" : f.model.c_str(), identity,
               usable_cpu_cores());

@@ -54,8 +54,9 @@ struct PagedAttentionParams {
 // How many query heads one decode attention task should take when n_seqs sequences decode on `threads` threads:
 // as many as still leaves a task per thread, and tasks that come out even over the threads or number at least four
 // per thread (more heads per task read each K/V block in longer sequential runs, which matters once the K/V comes
-// from DRAM, as it does between layers that stream their weights), rounded up to whole GQA groups, at most n_heads. One sequence of the 134M model on 2 threads, K/V evicted between layers
-// (actord_attention_bench with EVICT_MB), 512 positions: 6 heads a task 0.53-0.55 ms a step, 2 heads 0.67-0.78.
+// from DRAM, as it does between layers that stream their weights), rounded up to whole GQA groups, at most n_heads.
+// One sequence of the 134M model on 2 threads, K/V evicted between layers (actord_attention_bench with EVICT_MB),
+// 512 positions: 6 heads a task 0.53-0.55 ms a step, 2 heads 0.67-0.78.
 int decode_heads_per_task(int n_heads, int n_kv_heads, int n_seqs, int threads);
 
 // Causal scaled-dot-product attention over paged K/V (attention_impl.inl); any head_dim, GQA ratio and block size.

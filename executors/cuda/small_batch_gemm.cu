@@ -183,6 +183,16 @@ void with_rows(int n, F&& f) {
   }
 }
 
+// f(bool_constant<early>): the kernels' read of x follows their launch order (kEarly).
+template <class F>
+void with_launch_order(bool early, F&& f) {
+  if (early) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 template <class F>
 void with_16_bit_type(DType dtype, F&& f) {
   if (dtype == DType::bf16) {
@@ -208,13 +218,11 @@ void launch_small_batch_gemm(const SmallBatchTargets& targets, DType dtype, cons
     using T = decltype(zero);
     with_rows(n, [&](auto rows_of_x_const) {
       constexpr int N = decltype(rows_of_x_const)::value;
-      if (early) {
-        launch_after_previous(true, small_batch_gemm_kernel<T, N, true>, blocks_for_rows(rows), 32 * kWarpsPerBlock,
-                              stream, targets, x, k);
-      } else {
-        launch_after_previous(false, small_batch_gemm_kernel<T, N, false>, blocks_for_rows(rows), 32 * kWarpsPerBlock,
-                              stream, targets, x, k);
-      }
+      with_launch_order(early, [&](auto early_const) {
+        constexpr bool kEarly = decltype(early_const)::value;
+        launch_after_previous(kEarly, small_batch_gemm_kernel<T, N, kEarly>, blocks_for_rows(rows),
+                              32 * kWarpsPerBlock, stream, targets, x, k);
+      });
     });
   });
 }
@@ -226,13 +234,11 @@ void launch_small_batch_glu(const void* w, DType dtype, const float* x, int n, i
     using T = decltype(zero);
     with_rows(n, [&](auto rows_of_x_const) {
       constexpr int N = decltype(rows_of_x_const)::value;
-      if (early) {
-        launch_after_previous(true, small_batch_glu_kernel<T, N, true>, blocks_for_rows(ff), 32 * kWarpsPerBlock,
+      with_launch_order(early, [&](auto early_const) {
+        constexpr bool kEarly = decltype(early_const)::value;
+        launch_after_previous(kEarly, small_batch_glu_kernel<T, N, kEarly>, blocks_for_rows(ff), 32 * kWarpsPerBlock,
                               stream, static_cast<const T*>(w), x, ff, k, y);
-      } else {
-        launch_after_previous(false, small_batch_glu_kernel<T, N, false>, blocks_for_rows(ff), 32 * kWarpsPerBlock,
-                              stream, static_cast<const T*>(w), x, ff, k, y);
-      }
+      });
     });
   });
 }
