@@ -23,6 +23,7 @@
 #include "core/micro_batch_split.hpp"
 #include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
+#include "structured/json_schema.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
@@ -620,6 +621,13 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   ACTORD_CHECK_MSG(!lanes.empty(), "a scheduler without a lane");
+  // A request's JSON schema must compile here, so that the worker that samples it never fails a step over it.
+  limits.check_response_format = [](const SamplingOptions& o) -> Status {
+    if (o.response_format != ResponseFormat::json_schema) return {};
+    auto schema = structured::JsonSchema::compile(o.json_schema);
+    if (!schema) return make_error(Errc::invalid_argument, "response_format: json_schema: " + schema.error().message);
+    return {};
+  };
   for (size_t i = 0; i < lanes.size(); ++i) {
     auto lane = std::make_unique<Lane>();
     lane->worker = std::move(lanes[i].worker);

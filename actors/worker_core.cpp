@@ -443,8 +443,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       fresh.prompt_len = s.getPromptLen();
       fresh.stop_ids = to_vector<int32_t>(s.getStopIds());
       if (fresh.sampling.structured() && driver()) {
-        fresh.json.emplace();
-        fresh.json_next = fresh.prompt_len;
+        if (auto failed = start_grammar(fresh); !failed.empty())
+          return fail("sequence " + std::to_string(seq_id) + ": " + failed);
       }
       // The tokens of a cached prefix, which this worker is not fed.
       uint32_t pos = 0;

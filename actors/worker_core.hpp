@@ -145,7 +145,8 @@ class WorkerCore {
     // A response format's grammar over the generated text (structured/), on the sampling rank: fed each generated
     // token once, in position order (json_next: the next one's position), so that recompute and forks rebuild it
     // from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
-    std::optional<structured::JsonObjectMatcher> json;
+    std::optional<structured::JsonMatcher> json;
+    std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `json` matches against
     uint32_t json_next = 0;
     std::vector<uint64_t> allowed;
 
@@ -165,11 +166,17 @@ class WorkerCore {
   std::string allow_next_tokens();
   // The vocabulary's token bytes for response formats, loaded from the model's tokenizer at the first use.
   Result<const structured::TokenVocabulary*> token_vocabulary();
+  // A new sequence's grammar for its response format (json_object, or its json_schema compiled, each distinct
+  // schema once); an error when the schema does not compile.
+  std::string start_grammar(SequenceState& st);
 
   ModelRegistry registry_;
   RankLinks links_;
   std::filesystem::path model_dir_;
   std::optional<structured::TokenVocabulary> token_vocabulary_;
+  // Compiled schemas by their text (the last kMaxSchemas distinct ones; a sequence keeps its own alive).
+  static constexpr size_t kMaxSchemas = 64;
+  std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
   std::vector<SequenceState*> grammars_;       // the step's sampled sequences with a response format, each once
   RankPlace place_;

@@ -17,6 +17,24 @@ Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
   return &*token_vocabulary_;
 }
 
+std::string WorkerCore::start_grammar(SequenceState& st) {
+  st.json_next = st.prompt_len;
+  if (st.sampling.response_format != ResponseFormat::json_schema) {
+    st.json.emplace();
+    return {};
+  }
+  auto known = schemas_.find(st.sampling.json_schema);
+  if (known == schemas_.end()) {
+    auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
+    if (!compiled) return "response_format: json_schema: " + compiled.error().message;
+    if (schemas_.size() >= kMaxSchemas) schemas_.clear();
+    known = schemas_.emplace(st.sampling.json_schema, std::move(*compiled)).first;
+  }
+  st.schema = known->second;
+  st.json.emplace(*st.schema);
+  return {};
+}
+
 std::string WorkerCore::remember_token(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id) {
   if (st.sampling.has_penalties()) st.remember(pos, id);
   if (!st.json || pos < st.json_next) return {};  // no grammar; the prompt's token, or fed already

@@ -6,12 +6,13 @@
 #include <limits>
 #include <set>
 
+#include "structured/json_schema.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps a schema's properties in their order
 
 struct Refusal {
   ApiError error;
@@ -88,22 +89,43 @@ std::vector<LogitBias> logit_biases(const json& body, int vocab_size) {
   return biases;
 }
 
-// response_format: text, or json_object (one JSON object; the model must have an end-of-sequence token to end it);
-// json_schema is not built.
-ResponseFormat response_format(const json& body, const ParseContext& context) {
+// response_format: text, json_object (one JSON object) or json_schema (one JSON object its schema admits,
+// structured/json_schema.hpp, compiled here so that a schema it does not support is refused naming the keyword);
+// the JSON formats need the model to have an end-of-sequence token to end the object.
+void response_format(const json& body, const ParseContext& context, SamplingOptions& o) {
   const json& v = body.at("response_format");
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string())
     refuse("response_format", "must be an object with a string type, got " + describe(v));
   const std::string& type = v["type"].get_ref<const std::string&>();
-  if (type == "text") return ResponseFormat::text;
-  if (type == "json_object") {
-    if (context.tokenizer && context.tokenizer->stop_ids().empty())
-      refuse("response_format", "json_object needs the model to have an end-of-sequence token, and it has none");
-    return ResponseFormat::json_object;
+  if (type == "text") {
+    o.response_format = ResponseFormat::text;
+    return;
   }
-  if (type == "json_schema")
-    refuse("response_format", "json_schema is not supported: schemas are not built (json_object and text are)");
-  refuse("response_format", "type must be text or json_object, got " + describe(v["type"]));
+  if (type != "json_object" && type != "json_schema")
+    refuse("response_format", "type must be text, json_object or json_schema, got " + describe(v["type"]));
+  if (context.tokenizer && context.tokenizer->stop_ids().empty())
+    refuse("response_format", type + " needs the model to have an end-of-sequence token, and it has none");
+  if (type == "json_object") {
+    o.response_format = ResponseFormat::json_object;
+    return;
+  }
+  if (!v.contains("json_schema") || !v["json_schema"].is_object())
+    refuse("response_format", "json_schema must be an object with the schema in json_schema.schema");
+  const json& js = v["json_schema"];
+  for (const auto& [key, value] : js.items()) {
+    if (key != "name" && key != "schema" && key != "strict" && key != "description")
+      refuse("response_format", "json_schema." + key + ": unknown field");
+  }
+  if (js.contains("name") && !js["name"].is_string()) refuse("response_format", "json_schema.name must be a string");
+  if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+    refuse("response_format", "json_schema.strict must be a boolean");
+  if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
+    refuse("response_format", "json_schema.schema must be a JSON schema (an object)");
+  std::string text = js["schema"].dump();
+  if (auto compiled = structured::JsonSchema::compile(text); !compiled)
+    refuse("response_format", "json_schema.schema: " + compiled.error().message);
+  o.response_format = ResponseFormat::json_schema;
+  o.json_schema = std::move(text);
 }
 
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
@@ -218,9 +240,10 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("priority")) proto.priority = static_cast<int32_t>(integer(body, "priority", INT32_MIN, INT32_MAX));
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
   if (has("logit_bias")) o.logit_bias = logit_biases(body, context.vocab_size);
-  if (has("response_format")) o.response_format = response_format(body, context);
+  if (has("response_format")) response_format(body, context, o);
   if (o.structured() && proto.ignore_eos)
-    refuse("ignore_eos", "cannot be true with a response_format of json_object: the object ends at its end of sequence");
+    refuse("ignore_eos", std::string("cannot be true with a response_format of ") + o.response_format_name() +
+                             ": the object ends at its end of sequence");
   if (has("stream")) request.stream = boolean(body, "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];

@@ -1,6 +1,7 @@
-// The cost of response_format json_object per sampled row: structured::allowed_tokens (the ids the JSON matcher
-// takes next) over real vocabularies, at matcher states between values and inside strings and numbers, and the
-// one-off TokenVocabulary::from. Prints the best of several repetitions (the machine is shared) in microseconds.
+// The cost of response_format json_object and json_schema per sampled row: structured::allowed_tokens (the ids the
+// JSON matcher takes next) over real vocabularies, at matcher states between values and inside strings and numbers
+// (and under a schema: in a key, a bounded string, an enum value, an integer), and the one-off
+// TokenVocabulary::from. Prints the best of several repetitions (the machine is shared) in microseconds.
 // Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
 // GPT-2 and Qwen3 vocabularies)
 #include <algorithm>
@@ -37,7 +38,21 @@ int main(int argc, char** argv) {
       {"start", ""}, {"after {", "{"}, {"in a key", "{\"na"}, {"after :", "{\"name\":"},
       {"in a string", "{\"name\": \"Lily went to the"}, {"in a number", "{\"a\": 12"}, {"after a value", "{\"a\": 1"},
       {"complete", "{\"a\": 1}"}};
-  std::printf("best of %d, one thread; us per mask (a sampled row of a json_object sequence)\n", repetitions);
+  auto schema = structured::JsonSchema::compile(
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 32}, "age": {"type": "integer"},
+          "color": {"enum": ["red", "green", "blue"]}, "tags": {"type": "array", "items": {"type": "string"}}},
+          "required": ["name", "age", "color", "tags"]})");
+  if (!schema) {
+    std::fprintf(stderr, "%s\n", schema.error().message.c_str());
+    return 1;
+  }
+  const std::vector<std::pair<const char*, std::string>> schema_states{
+      {"after {", "{"}, {"in a key", "{\"na"}, {"bounded string", "{\"name\": \"Lily went to the"},
+      {"in an integer", "{\"name\": \"a\", \"age\": 12"},
+      {"in an enum", "{\"name\": \"a\", \"age\": 1, \"color\": \"gr"},
+      {"free string", "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"tags\": [\"Lily went"}};
+  std::printf("best of %d, one thread; us per mask (a sampled row of a json_object / json_schema sequence)\n",
+              repetitions);
   for (const std::string& dir : dirs) {
     auto tok = Tokenizer::load(dir);
     if (!tok) {
@@ -48,18 +63,21 @@ int main(int argc, char** argv) {
     const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
     std::printf("%s: vocabulary %d, its bytes gathered in %.0f us\n", dir.c_str(), vocab.size(), micros_since(t0));
     std::vector<uint64_t> bits;
-    for (const auto& [name, prefix] : states) {
-      structured::JsonObjectMatcher m;
-      for (char c : prefix) m.feed(static_cast<uint8_t>(c));
-      double best = 1e30;
-      for (int r = 0; r < repetitions; ++r) {
-        t0 = std::chrono::steady_clock::now();
-        structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
-        best = std::min(best, micros_since(t0));
+    for (const bool under_schema : {false, true}) {
+      std::printf("  %s\n", under_schema ? "json_schema (4 required properties)" : "json_object");
+      for (const auto& [name, prefix] : under_schema ? schema_states : states) {
+        structured::JsonMatcher m = under_schema ? structured::JsonMatcher(**schema) : structured::JsonMatcher();
+        for (char c : prefix) m.feed(static_cast<uint8_t>(c));
+        double best = 1e30;
+        for (int r = 0; r < repetitions; ++r) {
+          t0 = std::chrono::steady_clock::now();
+          structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+          best = std::min(best, micros_since(t0));
+        }
+        int allowed = 0;
+        for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+        std::printf("    %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
       }
-      int allowed = 0;
-      for (uint64_t w : bits) allowed += __builtin_popcountll(w);
-      std::printf("  %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
     }
   }
   return 0;

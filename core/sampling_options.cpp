@@ -50,6 +50,10 @@ Status SamplingOptions::validate(int vocab_size) const {
     if (!(b.bias >= -kMaxLogitBias && b.bias <= kMaxLogitBias))
       return refuse("logit_bias", "biases in [-100, 100]", b.bias);
   }
+  if (response_format == ResponseFormat::json_schema && json_schema.empty())
+    return make_error(Errc::invalid_argument, "response_format: json_schema needs a schema");
+  if (response_format != ResponseFormat::json_schema && !json_schema.empty())
+    return make_error(Errc::invalid_argument, "response_format: a schema is given, but the format is not json_schema");
   return {};
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.hpp"
@@ -24,9 +25,10 @@ struct LogitBias {
   friend bool operator==(const LogitBias&, const LogitBias&) = default;
 };
 
-// What the generated text must be: any text, or one JSON object (the OpenAI API's response_format json_object):
-// tokens that cannot continue it are masked before the draw, and the stop ids only come once it is complete.
-enum class ResponseFormat : uint8_t { text, json_object };
+// What the generated text must be: any text, one JSON object (the OpenAI API's response_format json_object), or one
+// that a JSON schema admits (json_schema: SamplingOptions::json_schema, structured/json_schema.hpp): tokens that
+// cannot continue it are masked before the draw, and the stop ids only come once it is complete.
+enum class ResponseFormat : uint8_t { text, json_object, json_schema };
 
 struct SamplingOptions {
   float temperature = 1.0f;          // >= 0; 0: greedy (highest logit, lowest id on ties)
@@ -49,6 +51,9 @@ struct SamplingOptions {
   // Token ids in increasing order, each once, biases in [-kMaxLogitBias, kMaxLogitBias]; empty: none.
   std::vector<LogitBias> logit_bias;
   ResponseFormat response_format = ResponseFormat::text;
+  // response_format json_schema: the schema's JSON text (compiled where the request enters and by the sampling
+  // worker); empty otherwise.
+  std::string json_schema;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr float kMaxLogitBias = 100.0f;  // as the OpenAI API
@@ -67,6 +72,12 @@ struct SamplingOptions {
 
   bool greedy() const { return temperature == 0.0f; }
   bool structured() const { return response_format != ResponseFormat::text; }
+  // "json_object" / "json_schema" / "text": as the OpenAI API names the format.
+  const char* response_format_name() const {
+    return response_format == ResponseFormat::json_object   ? "json_object"
+           : response_format == ResponseFormat::json_schema ? "json_schema"
+                                                            : "text";
+  }
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }

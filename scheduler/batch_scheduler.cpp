@@ -87,10 +87,17 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
     }
   }
   if (request.sampling.structured() && (request.ignore_eos || request.stop_ids.empty())) {
+    const std::string format = request.sampling.response_format_name();
     refused.error = request.ignore_eos
-                        ? "response_format: json_object cannot ignore the end of sequence, which ends the object"
-                        : "response_format: json_object needs a stop id to end the object, and the request has none";
+                        ? "response_format: " + format + " cannot ignore the end of sequence, which ends the object"
+                        : "response_format: " + format + " needs a stop id to end the object, and the request has none";
     return refused;
+  }
+  if (request.sampling.structured() && limits_.check_response_format) {
+    if (auto valid = limits_.check_response_format(request.sampling); !valid) {
+      refused.error = valid.error().message;
+      return refused;
+    }
   }
   if (static_cast<int>(n) > limits_.max_num_seqs) {
     refused.error = "n: must be at most engine.max_num_seqs (" + std::to_string(limits_.max_num_seqs) +

@@ -35,6 +35,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -68,6 +69,9 @@ struct SchedulerLimits {
   // engine.reshape_kv: a reshape's running sequences move to the new replicas with their KV blocks (true) or are
   // recomputed there from their tokens (false). The scheduler actor's business; the batcher only says which can.
   bool move_kv = true;
+  // A check of a structured request's response format that the scheduler cannot make itself (that its JSON
+  // schema compiles: the scheduler actor gives structured/'s); its error refuses the request. Null: none.
+  std::function<Status(const SamplingOptions&)> check_response_format;
 };
 
 struct SequenceRequest {

@@ -12,6 +12,7 @@ PACKAGES=(
   nodejs  # runs tests/openai_client with the official openai npm client
   curl  # the plain-HTTP client of the SSE framing test
   python3-torch  # the independent PyTorch reference of tests/reference
+  python3-jsonschema  # the JSON schema validator that checks structured/json_schema (tests/reference)
   clang libclang-rt-14-dev llvm-14  # the fuzz build (fuzz/): libFuzzer, ASan and UBSan runtimes, llvm-symbolizer
 )
 

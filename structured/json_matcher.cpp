@@ -10,16 +10,25 @@ bool is_space(uint8_t b) { return b == ' ' || b == '\t' || b == '\n' || b == '\r
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 
+using Kind = SchemaNode::Kind;
+
 }  // namespace
 
-bool JsonObjectMatcher::feed(uint8_t b) {
-  const JsonObjectMatcher before = *this;
+int64_t JsonMatcher::plain_text_room() const {
+  if (mode_ != Mode::string || utf8_left_ != 0 || pending_low_) return -1;
+  const uint32_t max = node(node_).max_length;
+  if (in_key_ || max == UINT32_MAX) return kUnbounded;
+  return int64_t{max} - chars_;
+}
+
+bool JsonMatcher::feed(uint8_t b) {
+  const JsonMatcher before = *this;
   if (step(b)) return true;
   *this = before;
   return false;
 }
 
-bool JsonObjectMatcher::gap(uint8_t b) {
+bool JsonMatcher::gap(uint8_t b) {
   if (gap_ == 0) {
     if (b != ' ' && b != '\n') return false;
     gap_ = b == ' ' ? 1 : 2;
@@ -30,37 +39,139 @@ bool JsonObjectMatcher::gap(uint8_t b) {
   return true;
 }
 
-bool JsonObjectMatcher::push(char container) {
+bool JsonMatcher::push(char container, int32_t n) {
   if (depth_ >= kMaxDepth) return false;
-  stack_[static_cast<std::size_t>(depth_++)] = container;
+  stack_[static_cast<std::size_t>(depth_++)] = Frame{static_cast<int16_t>(n), 0, container};
   return true;
 }
 
-bool JsonObjectMatcher::number_may_end(Num n) {
+// An object of any keys (under an any node, or an object schema without properties) or of its properties.
+bool JsonMatcher::may_close_object() const {
+  const SchemaNode& s = node(top().node);
+  if (s.kind == Kind::any || s.any_keys) return true;
+  for (size_t i = top().count; i < s.properties.size(); ++i)
+    if (s.properties[i].required) return false;
+  return true;
+}
+
+bool JsonMatcher::may_add(const Frame& f) const {
+  const SchemaNode& s = node(f.node);
+  if (f.container == '[') return f.count < s.max_items;
+  return s.kind == Kind::any || s.any_keys || f.count < s.properties.size();
+}
+
+bool JsonMatcher::may_close_array(const Frame& f) const { return f.count >= node(f.node).min_items; }
+
+bool JsonMatcher::begin_key() {
+  gap_ = 0;
+  const SchemaNode& s = node(top().node);
+  if (s.kind == Kind::any || s.any_keys) {
+    mode_ = Mode::string;
+    in_key_ = true;
+    utf8_left_ = 0;
+    return true;
+  }
+  // The names the key may be: the next property on, up to the first required one (the optional ones before it may
+  // be left out).
+  candidates_ = 0;
+  for (size_t i = top().count; i < s.properties.size(); ++i) {
+    candidates_ |= uint64_t{1} << i;
+    if (s.properties[i].required) break;
+  }
+  if (candidates_ == 0) return false;
+  offset_ = 0;
+  mode_ = Mode::property;
+  return true;
+}
+
+bool JsonMatcher::property_byte(uint8_t b) {
+  const auto& props = node(top().node).properties;
+  uint64_t next = 0;
+  for (uint64_t c = candidates_; c; c &= c - 1) {
+    const int i = __builtin_ctzll(c);
+    const std::string& name = props[static_cast<size_t>(i)].name;
+    if (offset_ < name.size() && static_cast<uint8_t>(name[offset_]) == b) next |= uint64_t{1} << i;
+  }
+  if (next) {  // a '"' a name continues with is escaped in it
+    candidates_ = next;
+    ++offset_;
+    return true;
+  }
+  if (b != '"') return false;
+  for (uint64_t c = candidates_; c; c &= c - 1) {
+    const int i = __builtin_ctzll(c);
+    if (props[static_cast<size_t>(i)].name.size() != offset_) continue;
+    top().count = static_cast<uint16_t>(i + 1);
+    value_node_ = static_cast<int16_t>(props[static_cast<size_t>(i)].node);
+    mode_ = Mode::colon;
+    gap_ = 0;
+    return true;
+  }
+  return false;
+}
+
+bool JsonMatcher::literal_byte(uint8_t b) {
+  const auto& values = node(node_).literals;
+  uint64_t next = 0, ended = 0;
+  for (uint64_t c = candidates_; c; c &= c - 1) {
+    const int i = __builtin_ctzll(c);
+    const std::string& v = values[static_cast<size_t>(i)];
+    if (offset_ < v.size() && static_cast<uint8_t>(v[offset_]) == b) next |= uint64_t{1} << i;
+    if (v.size() == offset_) ended |= uint64_t{1} << i;
+  }
+  if (!next) {  // a value that ended here (a number, whose end only its next byte shows) is followed by b
+    if (!ended) return false;
+    close_value();
+    return step(b);
+  }
+  candidates_ = next;
+  ++offset_;
+  for (uint64_t c = next; c; c &= c - 1)
+    if (values[static_cast<size_t>(__builtin_ctzll(c))].size() != offset_) return true;
+  return close_value();  // every value still possible is whole
+}
+
+bool JsonMatcher::number_may_end(Num n) {
   return n == Num::zero || n == Num::integer || n == Num::fraction || n == Num::exponent;
 }
 
-bool JsonObjectMatcher::close_value() {
+bool JsonMatcher::close_value() {
   mode_ = depth_ == 0 ? Mode::done : Mode::after_value;
   gap_ = 0;
+  if (depth_ > 0 && top().container == '[' && top().count < UINT16_MAX) ++top().count;
   return true;
 }
 
-bool JsonObjectMatcher::start_value(uint8_t b) {
+bool JsonMatcher::start_value(uint8_t b) {
   gap_ = 0;
+  const int32_t n = schema_->resolve(value_node_, b);
+  if (n < 0) return false;
+  node_ = static_cast<int16_t>(n);
+  if (node(n).kind == Kind::literals) {
+    candidates_ = 0;
+    const auto& values = node(n).literals;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (static_cast<uint8_t>(values[i][0]) == b) candidates_ |= uint64_t{1} << i;
+    offset_ = 0;
+    mode_ = Mode::literal_set;
+    return literal_byte(b);
+  }
+  // resolve() took b: it begins a value of the node's kind (or of any kind).
   switch (b) {
     case '{':
-      if (!push('{')) return false;
+      if (!push('{', n)) return false;
       mode_ = Mode::key_or_close;
       return true;
     case '[':
-      if (!push('[')) return false;
+      if (!push('[', n)) return false;
       mode_ = Mode::value_or_close;
       return true;
     case '"':
       mode_ = Mode::string;
       in_key_ = false;
       utf8_left_ = 0;
+      chars_ = 0;
+      pending_low_ = false;
       return true;
     case 't':
       literal_ = "rue";
@@ -83,7 +194,7 @@ bool JsonObjectMatcher::start_value(uint8_t b) {
   }
 }
 
-bool JsonObjectMatcher::step(uint8_t b) {
+bool JsonMatcher::step(uint8_t b) {
   switch (mode_) {
     case Mode::start:
       if (is_space(b)) return gap(b);
@@ -97,23 +208,27 @@ bool JsonObjectMatcher::step(uint8_t b) {
     case Mode::value_or_close:
       if (is_space(b)) return gap(b);
       if (b == ']') {
+        if (!may_close_array(top())) return false;
         --depth_;
         return close_value();
       }
+      if (!may_add(top())) return false;
+      value_node_ = static_cast<int16_t>(node(top().node).items);
       return start_value(b);
     case Mode::key_or_close:
     case Mode::key:
       if (is_space(b)) return gap(b);
       if (b == '}' && mode_ == Mode::key_or_close) {
+        if (!may_close_object()) return false;
         --depth_;
         return close_value();
       }
       if (b != '"') return false;
-      gap_ = 0;
-      mode_ = Mode::string;
-      in_key_ = true;
-      utf8_left_ = 0;
-      return true;
+      return begin_key();
+    case Mode::property:
+      return property_byte(b);
+    case Mode::literal_set:
+      return literal_byte(b);
     case Mode::colon:
       if (is_space(b)) return gap(b);
       if (b != ':') return false;
@@ -124,10 +239,14 @@ bool JsonObjectMatcher::step(uint8_t b) {
       if (is_space(b)) return gap(b);
       gap_ = 0;
       if (b == ',') {
-        mode_ = stack_[static_cast<std::size_t>(depth_ - 1)] == '{' ? Mode::key : Mode::value;
+        if (!may_add(top())) return false;
+        const bool object = top().container == '{';
+        mode_ = object ? Mode::key : Mode::value;
+        if (!object) value_node_ = static_cast<int16_t>(node(top().node).items);
         return true;
       }
-      if (b != (stack_[static_cast<std::size_t>(depth_ - 1)] == '{' ? '}' : ']')) return false;
+      if (b != (top().container == '{' ? '}' : ']')) return false;
+      if (top().container == '{' ? !may_close_object() : !may_close_array(top())) return false;
       --depth_;
       return close_value();
     case Mode::string:
@@ -139,19 +258,29 @@ bool JsonObjectMatcher::step(uint8_t b) {
         return true;
       }
       if (b == '"') {
+        if (pending_low_) return false;
         if (in_key_) {
           mode_ = Mode::colon;
+          value_node_ = JsonSchema::kAny;
           gap_ = 0;
           return true;
         }
+        if (chars_ < node(node_).min_length) return false;
         return close_value();
       }
+      if (b < 0x20) return false;  // control characters must be escaped
+      // A character begins (an escape, an ASCII byte or a lead byte).
+      if (!in_key_ && !pending_low_ && chars_ >= node(node_).max_length) return false;  // a pair's low half is free
       if (b == '\\') {
         mode_ = Mode::escape;
+        ++chars_;
         return true;
       }
-      if (b < 0x20) return false;  // control characters must be escaped
-      if (b < 0x80) return true;
+      if (pending_low_) return false;  // a high surrogate's escape: its low one's is due
+      if (b < 0x80) {
+        ++chars_;
+        return true;
+      }
       // A lead byte (RFC 3629): the count of continuation bytes and the range of the first one.
       if (b >= 0xC2 && b <= 0xDF) {
         utf8_left_ = 1;
@@ -166,23 +295,36 @@ bool JsonObjectMatcher::step(uint8_t b) {
       } else {
         return false;
       }
+      ++chars_;
       return true;
     case Mode::escape:
       switch (b) {
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+          if (pending_low_) return false;
           mode_ = Mode::string;
           return true;
         case 'u':
           mode_ = Mode::unicode;
           hex_left_ = 4;
+          code_ = 0;
           return true;
         default:
           return false;
       }
-    case Mode::unicode:
+    case Mode::unicode: {
       if (!is_hex(b)) return false;
-      if (--hex_left_ == 0) mode_ = Mode::string;
+      const auto digit = static_cast<uint16_t>(is_digit(b) ? b - '0' : (b | 0x20) - 'a' + 10);
+      // Surrogates come in pairs (as nlohmann and most parsers require): after a high one's escape only a low one's
+      // (\uDC00-\uDFFF), and a low one nowhere else; checked digit by digit, so that no byte taken leads nowhere.
+      if (hex_left_ == 4 && pending_low_ && digit != 0xD) return false;
+      if (hex_left_ == 3 && code_ == 0xD && (digit >= 0xC) != pending_low_) return false;
+      code_ = static_cast<uint16_t>(code_ << 4 | digit);
+      if (--hex_left_ > 0) return true;
+      mode_ = Mode::string;
+      if (pending_low_) --chars_;  // \uD83D\uDE00 is one character (U+1F600)
+      pending_low_ = code_ >= 0xD800 && code_ <= 0xDBFF;
       return true;
+    }
     case Mode::literal:
       if (b != static_cast<uint8_t>(*literal_)) return false;
       if (*++literal_ == '\0') return close_value();
@@ -190,6 +332,7 @@ bool JsonObjectMatcher::step(uint8_t b) {
     case Mode::number: {
       Num next = number_;
       bool in_number = true;
+      if (node(node_).kind == Kind::integer && (b == '.' || b == 'e' || b == 'E')) return false;
       switch (number_) {
         case Num::minus:
           if (!is_digit(b)) return false;
@@ -230,7 +373,15 @@ bool JsonObjectMatcher::step(uint8_t b) {
           break;
       }
       if (in_number) {
-        if (++number_bytes_ > kMaxNumberBytes) return false;
+        // Within kMaxNumberBytes with room left to end it (no byte taken leads nowhere), and exponents of at most
+        // kMaxExponentDigits digits: every number is then a finite double (nlohmann refuses 1e999).
+        const int to_end = next == Num::exp_sign || next == Num::exp || next == Num::dot ? 1 : 0;
+        if (number_bytes_ + 1 + to_end > kMaxNumberBytes) return false;
+        if (next == Num::exponent) {
+          exponent_digits_ = number_ == Num::exponent ? exponent_digits_ + 1 : 1;
+          if (exponent_digits_ > kMaxExponentDigits) return false;
+        }
+        ++number_bytes_;
         number_ = next;
         return true;
       }

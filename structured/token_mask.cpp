@@ -10,16 +10,21 @@ namespace {
 
 // Whether `b` is text a string takes whole from between characters, and ends between characters.
 bool plain_string_text(const std::string& b) {
-  JsonObjectMatcher m;
+  JsonMatcher m;
   for (char c : std::string("{\"")) m.feed(static_cast<uint8_t>(c));
   for (char c : b) {
     if (c == '"' || c == '\\' || !m.advance(static_cast<uint8_t>(c))) return false;
   }
-  return m.in_string_text();
+  return m.plain_text_room() >= 0;
+}
+
+// The characters of UTF-8 text (its bytes less the continuation bytes).
+int64_t characters(const std::string& b) {
+  return std::count_if(b.begin(), b.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
 }
 
 // Whether the matcher takes all of `b` from its state.
-bool takes(JsonObjectMatcher m, const std::string& b) {
+bool takes(JsonMatcher m, const std::string& b) {
   for (char c : b)
     if (!m.advance(static_cast<uint8_t>(c))) return false;
   return true;
@@ -31,13 +36,21 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
   TokenVocabulary v;
   v.bytes.resize(static_cast<size_t>(vocab_size));
   v.plain_string.assign((static_cast<size_t>(vocab_size) + 63) / 64, 0);
+  v.plain_within.assign(kRoomSteps + 1, v.plain_string);
   std::vector<int32_t> with_bytes;
   for (int32_t id = 0; id < vocab_size; ++id) {
     std::string b = tok.token_bytes(id).value_or("");
     if (!b.empty()) {
       with_bytes.push_back(id);
-      if (plain_string_text(b)) v.plain_string[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
-      else v.not_plain.push_back(id);
+      if (plain_string_text(b)) {
+        const uint64_t bit = uint64_t{1} << (id % 64);
+        v.plain_string[static_cast<size_t>(id) / 64] |= bit;
+        const int64_t n = characters(b);
+        for (int64_t k = n; k <= kRoomSteps; ++k) v.plain_within[static_cast<size_t>(k)][static_cast<size_t>(id) / 64] |= bit;
+        if (n > kRoomSteps) v.longer_plain.emplace_back(id, n);
+      } else {
+        v.not_plain.push_back(id);
+      }
     }
     v.bytes[static_cast<size_t>(id)] = std::move(b);
   }
@@ -79,11 +92,17 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
   return v;
 }
 
-void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
   auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-  if (matcher.in_string_text()) {  // every plain token goes; the others are tried
-    bits = vocab.plain_string;
+  if (const int64_t room = matcher.plain_text_room(); room >= 0) {  // the plain tokens that fit go; the others are tried
+    if (room == JsonMatcher::kUnbounded) {
+      bits = vocab.plain_string;
+    } else {
+      bits = vocab.plain_within[static_cast<size_t>(std::min<int64_t>(room, TokenVocabulary::kRoomSteps))];
+      for (const auto& [id, n] : vocab.longer_plain)
+        if (n <= room) set(id);
+    }
     for (const int32_t id : vocab.not_plain)
       if (takes(matcher, vocab.bytes[static_cast<size_t>(id)])) set(id);
     return;  // a string is never the end of the object: no stop id
@@ -92,7 +111,7 @@ void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& voc
   // Depth first over the trie: a node's state is its parent's fed the node's byte.
   struct Visit {
     int32_t node;
-    JsonObjectMatcher state;  // the parent's
+    JsonMatcher state;  // the parent's
   };
   std::vector<Visit> stack;
   for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "structured/json_matcher.hpp"
@@ -23,10 +24,15 @@ namespace actord::structured {
 
 struct TokenVocabulary {
   std::vector<std::string> bytes;                   // [vocab size]
-  // A bit per id whose bytes are plain string text (JsonObjectMatcher::in_string_text), and the other ids that have
+  // A bit per id whose bytes are plain string text (JsonMatcher::plain_text_room), and the other ids that have
   // bytes: inside a string only those are tried.
   std::vector<uint64_t> plain_string;
   std::vector<int32_t> not_plain;
+  // For strings with a maximum length: plain_within[k] a bit per plain id of at most k characters (k up to
+  // kRoomSteps), longer_plain the plain ids of more, with their counts.
+  static constexpr int kRoomSteps = 32;
+  std::vector<std::vector<uint64_t>> plain_within;
+  std::vector<std::pair<int32_t, int64_t>> longer_plain;
   // The tokens' bytes as a trie (node 0 the root): a walk takes each prefix once and drops every token under a
   // prefix the matcher refuses.
   struct Node {
@@ -42,7 +48,7 @@ struct TokenVocabulary {
   int size() const { return static_cast<int>(bytes.size()); }
 };
 
-void allowed_tokens(const JsonObjectMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
 
 inline bool allowed(std::span<const uint64_t> bits, int32_t id) {

@@ -211,7 +211,7 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mod
   CHECK(refusal({{"7", "high"}}) == "logit_bias: the bias of token 7 must be a number, got \"high\"");
   CHECK(refusal({{"7", 1}, {"07", 2}}) == "logit_bias: token id 7 is given twice");
   CHECK(refusal(json::array({1, 2})) == "logit_bias: must be an object from token ids to biases, got an array");
-  // JSON mode: the reply begins a JSON object (closed: it parses as one); schemas are refused, as is ignore_eos.
+  // JSON mode: the reply begins a JSON object (closed: it parses as one); ignore_eos is refused with it.
   json object_mode = chat;
   object_mode.erase("logit_bias");
   object_mode["max_tokens"] = 30;
@@ -220,19 +220,41 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mod
   REQUIRE(j.status == 200);
   const json choice = json::parse(j.body)["choices"][0];
   const std::string content = choice["message"]["content"];
-  structured::JsonObjectMatcher matcher;
+  structured::JsonMatcher matcher;
   size_t fed = 0;
   while (fed < content.size() && matcher.feed(static_cast<uint8_t>(content[fed]))) ++fed;
   CHECK(fed == content.size());
   if (choice["finish_reason"] == "stop") CHECK(json::parse(content).is_object());
-  json schema = object_mode;
-  schema["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", {{"type", "object"}}}}}};
-  const Reply js = post("/v1/chat/completions", schema);
-  CHECK(js.status == 400);
-  CHECK(json::parse(js.body)["error"]["param"] == "response_format");
-  CHECK_THAT(json::parse(js.body)["error"]["message"].get<std::string>(), Catch::Contains("schemas are not built"));
+  // json_schema: the reply is an object of the schema (its properties in the schema's order, as the body gave
+  // them); a schema the engine cannot enforce is refused naming the keyword.
+  using ordered = nlohmann::ordered_json;  // the body as written: the schema's properties in their order
+  ordered schema = object_mode;
+  schema["max_tokens"] = 80;
+  schema["response_format"] = ordered::parse(R"({"type": "json_schema", "json_schema": {"name": "pet", "strict": true,
+      "schema": {"type": "object", "properties": {"zebra": {"type": "boolean"}, "age": {"type": "integer"},
+      "name": {"type": "string", "maxLength": 5}}, "required": ["zebra", "age", "name"]}}})");
+  const Reply js = call(s.port, "POST", "/v1/chat/completions", schema.dump());
+  REQUIRE(js.status == 200);
+  const json schema_choice = json::parse(js.body)["choices"][0];
+  const std::string object_text = schema_choice["message"]["content"];
+  INFO(object_text);
+  CHECK(schema_choice["finish_reason"] == "stop");
+  CHECK(object_text.find("\"zebra\"") < object_text.find("\"age\""));
+  const json object = json::parse(object_text);
+  CHECK(object["zebra"].is_boolean());
+  CHECK(object["age"].is_number_integer());
+  CHECK(object["name"].get<std::string>().size() <= 5);
+  schema["response_format"]["json_schema"]["schema"]["properties"]["age"]["minimum"] = 0;
+  const Reply unsupported = call(s.port, "POST", "/v1/chat/completions", schema.dump());
+  CHECK(unsupported.status == 400);
+  CHECK(json::parse(unsupported.body)["error"]["param"] == "response_format");
+  CHECK_THAT(json::parse(unsupported.body)["error"]["message"].get<std::string>(),
+             Catch::StartsWith("response_format: json_schema.schema: minimum is not supported") &&
+                 Catch::EndsWith("(at /properties/age)"));
+  schema["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "a"}}}};
+  CHECK(call(s.port, "POST", "/v1/chat/completions", schema.dump()).status == 400);
   schema["response_format"] = "text";
-  CHECK(post("/v1/chat/completions", schema).status == 400);
+  CHECK(call(s.port, "POST", "/v1/chat/completions", schema.dump()).status == 400);
   object_mode["ignore_eos"] = true;
   const Reply endless = post("/v1/chat/completions", object_mode);
   CHECK(endless.status == 400);

@@ -14,14 +14,14 @@
 #include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
-using structured::JsonObjectMatcher;
+using structured::JsonMatcher;
 using json = nlohmann::json;
 
 namespace {
 
 // How many bytes of `text` the matcher takes (text.size(): all).
-size_t taken(const std::string& text, JsonObjectMatcher* out = nullptr) {
-  JsonObjectMatcher m;
+size_t taken(const std::string& text, JsonMatcher* out = nullptr) {
+  JsonMatcher m;
   size_t i = 0;
   while (i < text.size() && m.feed(static_cast<uint8_t>(text[i]))) ++i;
   if (out) *out = m;
@@ -29,7 +29,7 @@ size_t taken(const std::string& text, JsonObjectMatcher* out = nullptr) {
 }
 
 bool whole_object(const std::string& text) {
-  JsonObjectMatcher m;
+  JsonMatcher m;
   return taken(text, &m) == text.size() && m.complete();
 }
 
@@ -172,18 +172,18 @@ TEST_CASE("json object matcher: bounds on whitespace runs, number lengths and de
   CHECK(whole_object("{\"a\":" + std::string(32, '1') + "}"));
   CHECK_FALSE(whole_object("{\"a\":" + std::string(33, '1') + "}"));
   std::string deep = "{\"a\":";
-  for (int i = 1; i < JsonObjectMatcher::kMaxDepth; ++i) deep += "[";
+  for (int i = 1; i < JsonMatcher::kMaxDepth; ++i) deep += "[";
   CHECK(taken(deep) == deep.size());
   CHECK(taken(deep + "[") == deep.size());  // one level too deep
-  JsonObjectMatcher m;
+  JsonMatcher m;
   for (char c : std::string("{\"a\":1")) REQUIRE(m.feed(static_cast<uint8_t>(c)));
-  const JsonObjectMatcher before = m;
+  const JsonMatcher before = m;
   CHECK_FALSE(m.feed(']'));
   CHECK(m.feed('}'));
   CHECK(m.complete());
   CHECK(m.feed(' '));
   CHECK_FALSE(m.feed('{'));  // one object only
-  JsonObjectMatcher again = before;
+  JsonMatcher again = before;
   CHECK(again.feed(','));
 }
 
@@ -217,7 +217,7 @@ TEST_CASE("token masks: the ids whose bytes the matcher takes whole, stop ids on
   std::vector<uint64_t> bits;
   for (const std::string prefix : {"", "{", "{\"na", "{\"name\":", "{\"name\": \"Li", "{\"a\":12", "{\"a\":[1,", "{}"}) {
     INFO(prefix);
-    JsonObjectMatcher m;
+    JsonMatcher m;
     REQUIRE(taken(prefix, &m) == prefix.size());
     structured::allowed_tokens(m, vocab, stops, bits);
     int count = 0;
@@ -226,7 +226,7 @@ TEST_CASE("token masks: the ids whose bytes the matcher takes whole, stop ids on
       bool takes = false;
       const std::string& b = vocab.bytes[static_cast<size_t>(id)];
       if (!b.empty()) {
-        JsonObjectMatcher copy = m;
+        JsonMatcher copy = m;
         size_t i = 0;
         while (i < b.size() && copy.feed(static_cast<uint8_t>(b[i]))) ++i;
         takes = i == b.size();
@@ -276,7 +276,7 @@ void check_json_outputs(const std::vector<GenerateOutput>& out, const std::vecto
   for (size_t i = 0; i < out.size(); ++i) {
     INFO("request " << i << ": " << out[i].text);
     REQUIRE_FALSE(out[i].error);
-    JsonObjectMatcher m;
+    JsonMatcher m;
     CHECK(taken(out[i].text, &m) == out[i].text.size());  // every output begins a JSON object
     if (out[i].finish_reason == "stop") {
       CHECK(m.complete());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -58,10 +59,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
       ->capture_default_str();
   cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--response-format", args.response_format,
-                  "text, or json_object (JSON mode: each output one JSON object; a request then ends at its object's "
-                  "end or at --output-len)")
-      ->check(CLI::IsMember({"text", "json_object"}))
+                  "text, json_object (JSON mode: each output one JSON object; a request then ends at its object's "
+                  "end or at --output-len) or json_schema (one object of --json-schema)")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema"}))
       ->capture_default_str();
+  cmd->add_option("--json-schema", args.json_schema_file,
+                  "A JSON schema file for --response-format json_schema (as response_format.json_schema.schema)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -123,6 +127,19 @@ int run_bench(const BenchArgs& args) {
                                              std::to_string(model->max_position_embeddings) + ")"});
   }
 
+  // json_schema: the file's schema, compact (the engine refuses one it cannot enforce, naming the keyword).
+  std::string json_schema;
+  if ((args.response_format == "json_schema") != !args.json_schema_file.empty())
+    return fail({Errc::invalid_argument, "--response-format json_schema and --json-schema go together"});
+  if (!args.json_schema_file.empty()) {
+    std::ifstream in(args.json_schema_file);
+    try {
+      json_schema = nlohmann::ordered_json::parse(in).dump();
+    } catch (const nlohmann::ordered_json::exception& e) {
+      return fail({Errc::invalid_argument, "--json-schema " + args.json_schema_file + ": not JSON: " + e.what()});
+    }
+  }
+
   EngineOptions options;
   options.log_level = args.log_level;
   options.trace_path = args.trace;
@@ -144,6 +161,9 @@ int run_bench(const BenchArgs& args) {
     r.sampling.seed = requests_made++;
     if (args.response_format == "json_object") {
       r.sampling.response_format = ResponseFormat::json_object;  // it ends at its end of sequence
+    } else if (args.response_format == "json_schema") {
+      r.sampling.response_format = ResponseFormat::json_schema;
+      r.sampling.json_schema = json_schema;
     } else {
       r.ignore_eos = true;
     }

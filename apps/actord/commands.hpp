@@ -65,7 +65,8 @@ struct BenchArgs {
   float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
   float top_p = 1.0f;
   int top_k = 0;  // 0: all tokens
-  std::string response_format = "text";  // or json_object (then a request may end early, at its object's end)
+  std::string response_format = "text";  // json_object or json_schema: a request may end early, at its object's end
+  std::string json_schema_file;           // json_schema: the schema's file
   std::vector<std::string> set;
   std::string log_level = "warn";
   std::string trace;  // --trace FILE

@@ -41,11 +41,13 @@ struct SamplingParams {
   promptLogprobs @11 :Int32 = -1;  # -1: none; 0: each prompt token's logprob (from the second on); N: and the top N
   logitBias @12 :List(LogitBias);  # added to the raw logits first; ids increasing, each once
   responseFormat @13 :ResponseFormat;
+  jsonSchema @14 :Text;            # responseFormat jsonSchema: the schema's JSON text
 }
 
 enum ResponseFormat {
   text @0;
   jsonObject @1;                   # one JSON object: tokens that cannot continue it are masked
+  jsonSchema @2;                   # one JSON object that SamplingParams.jsonSchema admits
 }
 
 struct LogitBias {

@@ -1,0 +1,356 @@
+#include "structured/json_schema.hpp"
+
+#include <algorithm>
+#include <bitset>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace actord::structured {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using Kind = SchemaNode::Kind;
+
+bool value_start(uint8_t b) {
+  return b == '{' || b == '[' || b == '"' || b == 't' || b == 'f' || b == 'n' || b == '-' || (b >= '0' && b <= '9');
+}
+
+const std::set<std::string>& supported_keywords() {
+  static const std::set<std::string> k{"type",     "properties", "required", "additionalProperties", "items",
+                                       "minItems", "maxItems",   "minLength", "maxLength", "enum", "const",
+                                       "anyOf",    "oneOf",      "$ref",     "$defs",     "definitions"};
+  return k;
+}
+
+const std::set<std::string>& annotations() {
+  static const std::set<std::string> a{"title",   "description", "default",    "examples", "$schema",
+                                       "$id",     "$comment",    "deprecated", "readOnly", "writeOnly"};
+  return a;
+}
+
+std::string keyword_list() {
+  std::string out;
+  for (const std::string& k : supported_keywords()) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+struct Refused {
+  std::string message;
+};
+
+}  // namespace
+
+// Builds a JsonSchema's nodes from its JSON; throws Refused with the message compile() returns.
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const ojson& root) : root_(root) {}
+
+  std::shared_ptr<JsonSchema> run() {
+    auto schema = std::make_shared<JsonSchema>();
+    out_ = schema.get();
+    out_->nodes_.push_back(SchemaNode{});  // kAny
+    out_->nodes_.emplace_back();           // kRoot, filled below
+    SchemaNode root = build(root_, "");
+    if (root.kind == Kind::any) {
+      root.kind = Kind::object;
+      root.any_keys = true;
+    }
+    if (root.kind != Kind::object) refuse("", "the root must be an object schema (type object)");
+    out_->nodes_[JsonSchema::kRoot] = std::move(root);
+    return schema;
+  }
+
+ private:
+  [[noreturn]] static void refuse(const std::string& path, const std::string& what) {
+    throw Refused{what + (path.empty() ? "" : " (at " + path + ")")};
+  }
+
+  int32_t add(SchemaNode node) {
+    if (out_->nodes_.size() >= JsonSchema::kMaxNodes)
+      refuse("", "the schema has more than " + std::to_string(JsonSchema::kMaxNodes) + " parts");
+    out_->nodes_.push_back(std::move(node));
+    return static_cast<int32_t>(out_->nodes_.size() - 1);
+  }
+
+  int32_t compile(const ojson& s, const std::string& path) {
+    if (s.is_object() && s.contains("$ref")) return reference(s, path);
+    SchemaNode node = build(s, path);
+    if (node.kind == Kind::any) return JsonSchema::kAny;
+    return add(std::move(node));
+  }
+
+  // "$ref": "#/$defs/Name" (or #/definitions/Name), alone beside annotations; each target compiled once, its node
+  // reserved first so that a recursive reference finds it.
+  int32_t reference(const ojson& s, const std::string& path) {
+    for (const auto& [key, value] : s.items())
+      if (key != "$ref" && !annotations().count(key)) refuse(path, "$ref must stand alone, beside " + key);
+    if (!s["$ref"].is_string()) refuse(path + "/$ref", "$ref must be a string");
+    const std::string ref = s["$ref"].get<std::string>();
+    if (auto done = refs_.find(ref); done != refs_.end()) return done->second;
+    const ojson* target = nullptr;
+    for (const char* section : {"$defs", "definitions"}) {
+      const std::string prefix = std::string("#/") + section + "/";
+      if (ref.rfind(prefix, 0) == 0 && root_.is_object() && root_.contains(section) && root_[section].is_object() &&
+          root_[section].contains(ref.substr(prefix.size())))
+        target = &root_[section][ref.substr(prefix.size())];
+    }
+    if (!target)
+      refuse(path + "/$ref", "$ref " + ref + " does not name a schema under #/$defs or #/definitions");
+    // While the target is built, a recursive reference to it sees a node of the target's type (enough for
+    // alternatives to tell it apart), or of any type when that is not one plain type.
+    SchemaNode placeholder;
+    if (target->is_object() && target->contains("type") && (*target)["type"].is_string())
+      placeholder = typed(ojson::object(), (*target)["type"].get<std::string>(), ref.substr(1));
+    const int32_t slot = add(std::move(placeholder));
+    refs_[ref] = slot;
+    pending_.insert(slot);
+    SchemaNode node = build(*target, ref.substr(1));
+    pending_.erase(slot);
+    out_->nodes_[static_cast<size_t>(slot)] = std::move(node);
+    return slot;
+  }
+
+  static uint32_t count(const ojson& s, const char* key, const std::string& path) {
+    const ojson& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
+      refuse(path + "/" + key, std::string(key) + " must be a non-negative integer");
+    return static_cast<uint32_t>(v.get<int64_t>());
+  }
+
+  SchemaNode build(const ojson& s, const std::string& path) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(path, "a schema of false admits no value");
+      return SchemaNode{};
+    }
+    if (!s.is_object()) refuse(path, "a schema must be an object or true");
+    for (const auto& [key, value] : s.items()) {
+      if (!supported_keywords().count(key) && !annotations().count(key))
+        refuse(path, key + " is not supported; supported: " + keyword_list());
+    }
+    if (s.contains("$ref")) return out_->nodes_[static_cast<size_t>(reference(s, path))];
+    if (s.contains("enum") || s.contains("const")) return literals(s, path);
+    if (s.contains("anyOf") || s.contains("oneOf")) {
+      for (const char* other : {"type", "properties", "items"})
+        if (s.contains(other)) refuse(path, std::string("anyOf / oneOf beside ") + other + " is not supported");
+      const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
+      if (s.contains("anyOf") && s.contains("oneOf")) refuse(path, "anyOf beside oneOf is not supported");
+      const ojson& list = s[key];
+      if (!list.is_array() || list.empty()) refuse(path + "/" + key, std::string(key) + " must be a non-empty array");
+      std::vector<int32_t> members;
+      for (size_t i = 0; i < list.size(); ++i)
+        members.push_back(compile(list[i], path + "/" + key + "/" + std::to_string(i)));
+      return alternatives(members, path + "/" + key);
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const ojson& t = s["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array() && !t.empty())
+        for (const ojson& e : t) {
+          if (!e.is_string()) refuse(path + "/type", "type must be a string or a list of strings");
+          types.push_back(e.get<std::string>());
+        }
+      else refuse(path + "/type", "type must be a string or a non-empty list of strings");
+    } else if (s.contains("properties")) {
+      types.push_back("object");
+    } else if (s.contains("items")) {
+      types.push_back("array");
+    }
+    if (types.empty()) return SchemaNode{};
+    if (types.size() == 1) return typed(s, types[0], path);
+    std::vector<int32_t> members;
+    for (const std::string& t : types) members.push_back(add(typed(s, t, path)));
+    return alternatives(members, path + "/type");
+  }
+
+  SchemaNode typed(const ojson& s, const std::string& type, const std::string& path) {
+    SchemaNode n;
+    if (type == "object") {
+      n.kind = Kind::object;
+      if (s.contains("additionalProperties") && !s["additionalProperties"].is_boolean() &&
+          !s["additionalProperties"].is_object())
+        refuse(path + "/additionalProperties", "additionalProperties must be a boolean or a schema");
+      if (!s.contains("properties")) {
+        if (s.contains("required") && !s["required"].empty())
+          refuse(path + "/required", "required names properties, and there are none");
+        n.any_keys = true;
+        return n;
+      }
+      const ojson& props = s["properties"];
+      if (!props.is_object()) refuse(path + "/properties", "properties must be an object");
+      if (props.size() > JsonSchema::kMaxProperties)
+        refuse(path + "/properties", "more than " + std::to_string(JsonSchema::kMaxProperties) + " properties");
+      for (const auto& [name, sub] : props.items()) {
+        const std::string text = ojson(name).dump();
+        n.properties.push_back({text.substr(1, text.size() - 2), compile(sub, path + "/properties/" + name), false});
+      }
+      if (s.contains("required")) {
+        const ojson& req = s["required"];
+        if (!req.is_array()) refuse(path + "/required", "required must be an array of property names");
+        for (const ojson& r : req) {
+          if (!r.is_string()) refuse(path + "/required", "required must be an array of property names");
+          const std::string text = ojson(r).dump();
+          auto it = std::find_if(n.properties.begin(), n.properties.end(), [&](const SchemaNode::Property& p) {
+            return p.name == text.substr(1, text.size() - 2);
+          });
+          if (it == n.properties.end())
+            refuse(path + "/required", "required names " + text + ", which is not among the properties");
+          it->required = true;
+        }
+      }
+    } else if (type == "array") {
+      n.kind = Kind::array;
+      if (s.contains("items")) {
+        if (s["items"].is_boolean() && !s["items"].get<bool>()) n.max_items = 0;
+        else n.items = compile(s["items"], path + "/items");
+      }
+      if (s.contains("minItems")) n.min_items = count(s, "minItems", path);
+      if (s.contains("maxItems")) n.max_items = std::min(n.max_items, count(s, "maxItems", path));
+      if (n.min_items > n.max_items) refuse(path, "minItems is larger than maxItems");
+    } else if (type == "string") {
+      n.kind = Kind::string;
+      if (s.contains("minLength")) n.min_length = count(s, "minLength", path);
+      if (s.contains("maxLength")) n.max_length = count(s, "maxLength", path);
+      if (n.min_length > n.max_length) refuse(path, "minLength is larger than maxLength");
+    } else if (type == "number") {
+      n.kind = Kind::number;
+    } else if (type == "integer") {
+      n.kind = Kind::integer;
+    } else if (type == "boolean") {
+      n.kind = Kind::boolean;
+    } else if (type == "null") {
+      n.kind = Kind::null;
+    } else {
+      refuse(path + "/type", "unknown type " + ojson(type).dump());
+    }
+    return n;
+  }
+
+  SchemaNode literals(const ojson& s, const std::string& path) {
+    if (s.contains("enum") && s.contains("const")) refuse(path, "enum beside const is not supported");
+    const char* key = s.contains("enum") ? "enum" : "const";
+    std::vector<ojson> values;
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) refuse(path + "/enum", "enum must be a non-empty array");
+      values.assign(s["enum"].begin(), s["enum"].end());
+    } else {
+      values.push_back(s["const"]);
+    }
+    if (values.size() > JsonSchema::kMaxLiterals)
+      refuse(path + "/" + key, "more than " + std::to_string(JsonSchema::kMaxLiterals) + " values");
+    SchemaNode n;
+    n.kind = Kind::literals;
+    for (const ojson& v : values) {
+      if (v.is_object() || v.is_array())
+        refuse(path + "/" + key, std::string(key) + " values must be strings, numbers, booleans or null");
+      std::string text = v.dump();
+      if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
+        n.literals.push_back(std::move(text));
+    }
+    return n;
+  }
+
+  std::bitset<256> first_bytes(int32_t n) const {
+    std::bitset<256> set;
+    for (int b = 0; b < 256; ++b) set[static_cast<size_t>(b)] = out_->resolve(n, static_cast<uint8_t>(b)) >= 0;
+    return set;
+  }
+
+  // Alternatives told apart by their first byte: nested ones flattened, integer dropped beside number, any value
+  // when one of them is; two that may begin with the same byte are refused.
+  SchemaNode alternatives(const std::vector<int32_t>& members, const std::string& path) {
+    std::vector<int32_t> flat;
+    for (int32_t m : members) {
+      const SchemaNode& node = out_->node(m);
+      if (pending_.count(m) && node.kind == Kind::any)
+        refuse(path, "a recursive $ref among alternatives needs a target with one type");
+      if (node.kind == Kind::any) return SchemaNode{};
+      if (node.kind == Kind::alternatives) flat.insert(flat.end(), node.alternatives.begin(), node.alternatives.end());
+      else flat.push_back(m);
+    }
+    auto of_kind = [&](Kind k) { return [this, k](int32_t m) { return out_->node(m).kind == k; }; };
+    if (std::any_of(flat.begin(), flat.end(), of_kind(Kind::number)))
+      flat.erase(std::remove_if(flat.begin(), flat.end(), of_kind(Kind::integer)), flat.end());
+    if (flat.size() == 1) return out_->node(flat[0]);
+    for (size_t i = 0; i < flat.size(); ++i) {
+      for (size_t j = i + 1; j < flat.size(); ++j) {
+        const std::bitset<256> both = first_bytes(flat[i]) & first_bytes(flat[j]);
+        if (both.any()) {
+          int b = 0;
+          while (!both[static_cast<size_t>(b)]) ++b;
+          refuse(path, "alternatives " + std::to_string(i) + " and " + std::to_string(j) + " can both begin with '" +
+                           std::string(1, static_cast<char>(b)) +
+                           "': only alternatives that begin differently (different JSON types) are supported");
+        }
+      }
+    }
+    SchemaNode n;
+    n.kind = Kind::alternatives;
+    n.alternatives = std::move(flat);
+    return n;
+  }
+
+  const ojson& root_;
+  JsonSchema* out_ = nullptr;
+  std::map<std::string, int32_t> refs_;
+  std::set<int32_t> pending_;  // references whose target is being built
+};
+
+Result<std::shared_ptr<const JsonSchema>> JsonSchema::compile(std::string_view schema_json) {
+  // Nesting is bounded while parsing: compiling recurses once per level.
+  struct TooDeep {};
+  ojson parsed;
+  try {
+    parsed = ojson::parse(schema_json, [](int depth, ojson::parse_event_t, ojson&) {
+      if (depth > kMaxDepth) throw TooDeep{};
+      return true;
+    });
+  } catch (const TooDeep&) {
+    return make_error(Errc::invalid_argument, "the schema nests deeper than " + std::to_string(kMaxDepth) + " levels");
+  } catch (const ojson::exception& e) {
+    return make_error(Errc::invalid_argument, std::string("the schema is not valid JSON: ") + e.what());
+  }
+  try {
+    return std::shared_ptr<const JsonSchema>(SchemaCompiler(parsed).run());
+  } catch (const Refused& r) {
+    return make_error(Errc::invalid_argument, r.message);
+  }
+}
+
+const JsonSchema& JsonSchema::any_object() {
+  static const JsonSchema schema = [] {
+    JsonSchema s;
+    s.nodes_.resize(2);
+    s.nodes_[kRoot].kind = Kind::object;
+    s.nodes_[kRoot].any_keys = true;
+    return s;
+  }();
+  return schema;
+}
+
+int32_t JsonSchema::resolve(int32_t n, uint8_t b) const {
+  const SchemaNode& node = nodes_[static_cast<size_t>(n)];
+  switch (node.kind) {
+    case Kind::any: return value_start(b) ? n : -1;
+    case Kind::object: return b == '{' ? n : -1;
+    case Kind::array: return b == '[' ? n : -1;
+    case Kind::string: return b == '"' ? n : -1;
+    case Kind::number:
+    case Kind::integer: return b == '-' || (b >= '0' && b <= '9') ? n : -1;
+    case Kind::boolean: return b == 't' || b == 'f' ? n : -1;
+    case Kind::null: return b == 'n' ? n : -1;
+    case Kind::literals:
+      for (const std::string& l : node.literals)
+        if (static_cast<uint8_t>(l[0]) == b) return n;
+      return -1;
+    case Kind::alternatives:
+      for (int32_t m : node.alternatives)
+        if (int32_t r = resolve(m, b); r >= 0) return r;
+      return -1;
+  }
+  return -1;
+}
+
+}  // namespace actord::structured

@@ -1,0 +1,66 @@
+// JsonSchema: a response_format json_schema's schema (JSON Schema, the subset OpenAI's structured outputs use)
+// compiled into the nodes JsonMatcher walks while a sequence generates: what value may come where.
+//
+// Contract: compile() takes the schema's JSON text and either returns the nodes or an invalid_argument error naming
+// the keyword and where it is (`minimum (at /properties/age) is not supported; ...`). Supported: type (one or a
+// list), properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum and const
+// of strings, numbers, booleans and null, anyOf / oneOf whose alternatives begin differently (different JSON types,
+// or literals with different first bytes), $ref to "#/$defs/..." or "#/definitions/..." (recursion included),
+// boolean schemas of true; annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
+// readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
+// the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
+// is never generated); an object schema without properties takes any keys and values; strings' lengths count
+// Unicode characters (an escape is one). The root must be an object schema. The nodes are immutable: matchers of
+// many sequences share them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace actord::structured {
+
+struct SchemaNode {
+  enum class Kind : uint8_t { any, object, array, string, number, integer, boolean, null, literals, alternatives };
+  struct Property {
+    std::string name;  // as written between the key's quotes (its JSON text, escapes included)
+    int32_t node = 0;
+    bool required = false;
+  };
+  Kind kind = Kind::any;
+  std::vector<Property> properties;  // object, in generation order
+  bool any_keys = false;             // object: no properties given, any keys and values
+  int32_t items = 0;                 // array: the elements' node (JsonSchema::kAny: any value)
+  uint32_t min_items = 0, max_items = UINT32_MAX;
+  uint32_t min_length = 0, max_length = UINT32_MAX;  // string, in characters
+  std::vector<std::string> literals;  // literals: each value's JSON text, compact
+  std::vector<int32_t> alternatives;  // alternatives: nodes no two of which take the same first byte
+};
+
+class JsonSchema {
+ public:
+  static constexpr int32_t kAny = 0;   // node 0: any JSON value
+  static constexpr int32_t kRoot = 1;  // node 1: the schema's root, an object
+  static constexpr size_t kMaxProperties = 64;
+  static constexpr size_t kMaxLiterals = 64;
+  static constexpr size_t kMaxNodes = 4096;
+  static constexpr int kMaxDepth = 64;  // levels of JSON nesting in the schema's text
+
+  static Result<std::shared_ptr<const JsonSchema>> compile(std::string_view schema_json);
+  // response_format json_object: any one JSON object.
+  static const JsonSchema& any_object();
+
+  const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  // The node that a value beginning with byte `b` takes where node `n` is due (through alternatives), or -1.
+  int32_t resolve(int32_t n, uint8_t b) const;
+
+ private:
+  friend class SchemaCompiler;
+  std::vector<SchemaNode> nodes_;
+};
+
+}  // namespace actord::structured

@@ -1,0 +1,338 @@
+// response_format json_schema (structured/json_schema, JsonMatcher under a schema): documents the matcher admits,
+// walked at random byte by byte, checked by the jsonschema package (Debian's python3-jsonschema, the peer:
+// tests/reference/validate_json_schema.py); hand-written documents it must take or refuse; compile errors naming
+// the keyword; token masks; and schemas through the whole engine.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine_test_util.hpp"
+#include "structured/json_matcher.hpp"
+#include "structured/json_schema.hpp"
+#include "structured/token_mask.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+using namespace actord;
+using structured::JsonMatcher;
+using structured::JsonSchema;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::shared_ptr<const JsonSchema> compiled(const std::string& schema) {
+  auto s = JsonSchema::compile(schema);
+  INFO(schema);
+  REQUIRE(s.ok());
+  return *s;
+}
+
+// Whether the schema's matcher takes `text` whole and complete.
+bool admits(const JsonSchema& schema, const std::string& text) {
+  JsonMatcher m(schema);
+  for (const char c : text)
+    if (!m.feed(static_cast<uint8_t>(c))) return false;
+  return m.complete();
+}
+
+std::string compile_error(const std::string& schema) {
+  auto s = JsonSchema::compile(schema);
+  return s.ok() ? std::string("(compiled)") : s.error().message;
+}
+
+// A random document the matcher admits: each next byte drawn among those it takes; past `soft_limit` bytes the
+// closing ones first ('"', '}', ']', then short values), so that every walk ends.
+std::string random_walk(const JsonSchema& schema, std::mt19937& rng, size_t soft_limit) {
+  JsonMatcher m(schema);
+  std::string out;
+  static const std::string closing = "\"}]n0tf";
+  while (!m.complete() && out.size() < 4096) {
+    std::vector<uint8_t> ok;
+    for (int b = 0; b < 256; ++b) {
+      JsonMatcher copy = m;
+      if (copy.feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
+    }
+    REQUIRE_FALSE(ok.empty());  // the matcher never strands a walk
+    uint8_t pick = ok[rng() % ok.size()];
+    // Printable ASCII most of the time, so that documents read well; any byte the matcher takes sometimes.
+    std::vector<uint8_t> plain;
+    for (uint8_t b : ok)
+      if (b >= 0x20 && b < 0x7f) plain.push_back(b);
+    if (!plain.empty() && rng() % 8 != 0) pick = plain[rng() % plain.size()];
+    if (out.size() > soft_limit) {
+      for (const char c : closing) {
+        if (std::find(ok.begin(), ok.end(), static_cast<uint8_t>(c)) != ok.end()) {
+          pick = static_cast<uint8_t>(c);
+          break;
+        }
+      }
+    }
+    REQUIRE(m.feed(pick));
+    out.push_back(static_cast<char>(pick));
+  }
+  INFO(out);
+  REQUIRE(m.complete());
+  return out;
+}
+
+const std::vector<std::string>& peer_schemas() {
+  static const std::vector<std::string> schemas = {
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
+          "score": {"type": "number"}, "ok": {"type": "boolean"}, "none": {"type": "null"}},
+          "required": ["name", "age", "ok"], "additionalProperties": false})",
+      R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "minLength": 1,
+          "maxLength": 3}, "minItems": 1, "maxItems": 3}, "color": {"enum": ["red", "green", 1, 10, 1.5, null, true]},
+          "unit": {"const": "kg"}}, "required": ["tags", "color"]})",
+      R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+          "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["v"]}},
+          "type": "object", "properties": {"root": {"$ref": "#/$defs/node"}}, "required": ["root"]})",
+      R"({"type": "object", "properties": {"maybe": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
+          "many": {"type": ["integer", "boolean", "null"]}, "free": {"type": "object"}, "anything": {},
+          "quoted \"key\"\u00e9": {"type": "string", "minLength": 2, "maxLength": 2}}, "required": ["free"]})",
+  };
+  return schemas;
+}
+
+}  // namespace
+
+TEST_CASE("json_schema: random documents the matcher admits are valid for the jsonschema package (the peer)",
+          "[structured][json_schema]") {
+  std::mt19937 rng(7);
+  ojson cases = ojson::array();
+  size_t documents = 0;
+  for (const std::string& text : peer_schemas()) {
+    const auto schema = compiled(text);
+    ojson c{{"schema", ojson::parse(text)}, {"documents", ojson::array()}};
+    for (int i = 0; i < 60; ++i) {
+      std::string doc = random_walk(*schema, rng, 20 + rng() % 120);
+      // Bytes outside UTF-8 cannot reach the peer as JSON text: the matcher refuses them, so every walk is UTF-8.
+      c["documents"].push_back(doc);
+      ++documents;
+    }
+    cases.push_back(std::move(c));
+  }
+  const auto file = std::filesystem::temp_directory_path() / ("actord_json_schema_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << cases.dump();
+  const std::string cmd = "/usr/bin/python3 " +
+                          (test::source_dir() / "tests/reference/validate_json_schema.py").string() + " " +
+                          file.string() + " > " + file.string() + ".out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(file.string() + ".out");
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  INFO(report);
+  CHECK(rc == 0);
+  CHECK_THAT(report, Catch::Contains(std::to_string(documents) + " documents, 0 refused"));
+  std::filesystem::remove(file);
+  std::filesystem::remove(file.string() + ".out");
+}
+
+TEST_CASE("json_schema: hand-written documents - order, required and optional properties, bounds, enums, refs",
+          "[structured][json_schema]") {
+  const auto person = compiled(peer_schemas()[0]);
+  CHECK(admits(*person, R"({"name": "Lily", "age": 3, "ok": true})"));
+  CHECK(admits(*person, R"({"name":"Li","age":-0,"score":1.5e3,"ok":false,"none":null})"));
+  CHECK_FALSE(admits(*person, R"({"age": 3, "name": "Lily", "ok": true})"));       // out of the schema's order
+  CHECK_FALSE(admits(*person, R"({"name": "Lily", "ok": true})"));                 // age is required
+  CHECK_FALSE(admits(*person, R"({"name": "Lily", "age": 3.5, "ok": true})"));     // an integer
+  CHECK_FALSE(admits(*person, R"({"name": "Lilyann", "age": 3, "ok": true})"));    // 7 characters, at most 6
+  CHECK(admits(*person, R"({"name": "éé世界😀\n", "age": 3, "ok": true})"));       // characters, not bytes
+  CHECK_FALSE(admits(*person, R"({"name": "Lily", "age": 3, "ok": true, "x": 1})"));  // no other keys
+  CHECK_FALSE(admits(*person, R"({"name": "Lily", "age": "3", "ok": true})"));
+  CHECK_FALSE(admits(*person, R"({"nam": "Lily", "age": 3, "ok": true})"));
+
+  const auto tags = compiled(peer_schemas()[1]);
+  CHECK(admits(*tags, R"({"tags": ["a"], "color": 10})"));
+  CHECK(admits(*tags, R"({"tags": ["a", "bc", "def"], "color": 1, "unit": "kg"})"));
+  CHECK(admits(*tags, R"({"tags": ["a"], "color": 1.5})"));
+  CHECK_FALSE(admits(*tags, R"({"tags": [], "color": "red"})"));                  // minItems 1
+  CHECK_FALSE(admits(*tags, R"({"tags": ["a", "b", "c", "d"], "color": "red"})")); // maxItems 3
+  CHECK_FALSE(admits(*tags, R"({"tags": [""], "color": "red"})"));                // minLength 1
+  CHECK_FALSE(admits(*tags, R"({"tags": ["a"], "color": 100})"));
+  CHECK_FALSE(admits(*tags, R"({"tags": ["a"], "color": "blue"})"));
+  CHECK_FALSE(admits(*tags, R"({"tags": ["a"], "color": "red", "unit": "g"})"));
+
+  const auto tree = compiled(peer_schemas()[2]);
+  CHECK(admits(*tree, R"({"root": {"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]}})"));
+  CHECK_FALSE(admits(*tree, R"({"root": {"v": 1, "kids": [{"w": 2}]}})"));
+
+  const auto mixed = compiled(peer_schemas()[3]);
+  CHECK(admits(*mixed, R"({"maybe": null, "many": 7, "free": {"any": [1, {"x": "y"}]}, "anything": [true]})"));
+  CHECK(admits(*mixed, R"({"maybe": "abcd", "many": false, "free": {}, "quoted \"key\"é": "ab"})"));
+  CHECK_FALSE(admits(*mixed, R"({"many": 1.5, "free": {}})"));
+  CHECK_FALSE(admits(*mixed, R"({"maybe": "abcde", "free": {}})"));
+
+  // json_object: any one object, as before.
+  CHECK(admits(JsonSchema::any_object(), R"({"a": [1, "b", {"c": null}]})"));
+  CHECK_FALSE(admits(JsonSchema::any_object(), R"([1])"));
+}
+
+TEST_CASE("json matcher: what nlohmann cannot read is refused - lone surrogate escapes, exponents past 99 - and no "
+          "byte leads nowhere (fuzz/corpus/json_schema/crash_*)",
+          "[structured][json_schema][fuzz]") {
+  const JsonSchema& any = JsonSchema::any_object();
+  CHECK(admits(any, R"({"b": "\ud83d\ude00", "c": "\uD83D\uDE00x"})"));
+  CHECK_FALSE(admits(any, R"({"a": "o\ude00"})"));     // a low surrogate alone
+  CHECK_FALSE(admits(any, R"({"a": "\ud83d"})"));      // a high one without its low one
+  CHECK_FALSE(admits(any, R"({"a": "\ud83dx"})"));
+  CHECK_FALSE(admits(any, R"({"a": "\ud83d\u0041"})"));
+  CHECK(admits(any, R"({"a": 1e99, "b": -2.5E-07})"));
+  CHECK_FALSE(admits(any, R"({"a": 610e10717})"));      // nlohmann: number overflow
+  // 31 bytes of number, then "e": no room for its exponent's digit, so the "e" is refused (the number can still end).
+  JsonMatcher m;
+  for (const char c : std::string(R"({"a": 1234567890123456789012345678901)"))
+    REQUIRE(m.feed(static_cast<uint8_t>(c)));
+  CHECK_FALSE(m.feed('e'));
+  CHECK_FALSE(m.feed('.'));
+  CHECK(m.feed('}'));
+  CHECK(m.complete());
+  // A string at its maximum length after a high surrogate's escape still takes the low one's.
+  const auto two = compiled(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 1}}})");
+  CHECK(admits(*two, R"({"s": "\ud83d\ude00"})"));
+  CHECK_FALSE(admits(*two, R"({"s": "\ud83d\ude00a"})"));
+}
+
+TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keyword and where it is",
+          "[structured][json_schema]") {
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
+             Catch::StartsWith("minimum is not supported; supported: ") && Catch::EndsWith("(at /properties/age)"));
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}})"),
+             Catch::StartsWith("pattern is not supported"));
+  CHECK(compile_error(R"({"type": "array"})") == "the root must be an object schema (type object)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})") ==
+        "required names \"b\", which is not among the properties (at /required)");
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "object"},
+             {"type": "object", "properties": {"x": {}}}]}}})"),
+             Catch::StartsWith("alternatives 0 and 1 can both begin with '{'"));
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})") ==
+        "$ref #/$defs/missing does not name a schema under #/$defs or #/definitions (at /properties/a/$ref)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "tuple"}}})") ==
+        "unknown type \"tuple\" (at /properties/a/type)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"enum": [[1]]}}})") ==
+        "enum values must be strings, numbers, booleans or null (at /properties/a/enum)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}})") ==
+        "minLength is larger than maxLength (at /properties/a)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": false}})") ==
+        "a schema of false admits no value (at /properties/a)");
+  CHECK_THAT(compile_error("{"), Catch::StartsWith("the schema is not valid JSON"));
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += R"({"type": "object", "properties": {"a": )";
+  deep += "{}" + std::string(80, '}');
+  CHECK(compile_error(deep) == "the schema nests deeper than 64 levels");  // refused while parsed, never recursed
+  // Boolean schemas, integer beside number, annotations.
+  CHECK(compile_error(R"({"title": "t", "type": "object", "properties": {"a": true, "b": {"type": ["integer", "number"],
+        "description": "d", "default": 1}}})") == "(compiled)");
+}
+
+TEST_CASE("json_schema: token masks inside a key allow only the names' bytes", "[structured][json_schema]") {
+  auto tok = Tokenizer::load(test::stories_dir());
+  REQUIRE(tok.ok());
+  const auto vocab = structured::TokenVocabulary::from(*tok, 512);
+  const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})");
+  JsonMatcher m(*schema);
+  for (const char c : std::string("{\"n")) REQUIRE(m.feed(static_cast<uint8_t>(c)));
+  CHECK(m.plain_text_room() < 0);
+  std::vector<uint64_t> bits;
+  structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+  int count = 0;
+  for (int id = 0; id < vocab.size(); ++id) {
+    if (!structured::allowed(bits, id)) continue;
+    ++count;
+    const std::string& b = vocab.bytes[static_cast<size_t>(id)];
+    INFO(id << " " << b);
+    CHECK(std::string("ame\":").rfind(b, 0) == 0);  // a prefix of what must follow
+  }
+  CHECK(count >= 1);
+}
+
+TEST_CASE("json_schema: token masks equal trying every token whole - keys, bounded strings, enums, integers",
+          "[structured][json_schema]") {
+  const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
+      "age": {"type": "integer"}, "color": {"enum": ["red", "green"]}, "note": {"type": "string", "minLength": 2}},
+      "required": ["name", "age", "color"]})");
+  for (const std::string dir : {test::stories_dir().string(), (test::source_dir() / "tests/fixtures/tokenizers/gpt2").string()}) {
+    auto tok = Tokenizer::load(dir);
+    REQUIRE(tok.ok());
+    const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
+    for (const std::string prefix : {"{", "{\"na", "{\"name\": \"", "{\"name\": \"Li", "{\"name\": \"Lily",
+                                     "{\"name\": \"Lilyé", "{\"name\": \"a\", \"age\": 1",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"r",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"note\": \"x",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\"}"}) {
+      INFO(dir << " after " << prefix);
+      JsonMatcher m(*schema);
+      for (const char c : prefix) REQUIRE(m.feed(static_cast<uint8_t>(c)));
+      std::vector<uint64_t> bits;
+      structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+      int differ = 0;
+      for (int id = 0; id < vocab.size(); ++id) {
+        JsonMatcher copy = m;
+        const std::string& b = vocab.bytes[static_cast<size_t>(id)];
+        bool whole = !b.empty();
+        for (const char c : b) whole = whole && copy.feed(static_cast<uint8_t>(c));
+        const bool stop = m.complete() && std::count(tok->stop_ids().begin(), tok->stop_ids().end(), id) > 0;
+        differ += structured::allowed(bits, id) != (whole || stop);
+      }
+      CHECK(differ == 0);
+    }
+  }
+}
+
+namespace {
+
+GenerateRequest schema_request(const std::string& schema, float temperature, uint64_t seed) {
+  auto tok = Tokenizer::load(test::stories_dir());
+  REQUIRE(tok.ok());
+  GenerateRequest r;
+  r.prompt_ids = tok->encode("Once upon a time", true);
+  r.max_tokens = 120;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.sampling.response_format = ResponseFormat::json_schema;
+  r.sampling.json_schema = schema;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("json_schema through the engine: every output is a document the schema admits, in a worker process "
+          "too, and a schema it cannot enforce is refused",
+          "[structured][json_schema][engine]") {
+  const std::string schema =
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
+          "happy": {"type": "boolean"}, "pet": {"enum": ["cat", "dog"]}}, "required": ["name", "age", "happy", "pet"]})";
+  std::vector<GenerateRequest> requests{schema_request(schema, 0.0f, 0)};
+  for (uint64_t seed = 1; seed <= 5; ++seed) requests.push_back(schema_request(schema, 1.0f, seed));
+  const auto compiled_schema = compiled(schema);
+  auto check = [&](const std::vector<GenerateOutput>& out) {
+    REQUIRE(out.size() == requests.size());
+    for (const GenerateOutput& o : out) {
+      INFO(o.text);
+      REQUIRE_FALSE(o.error);
+      CHECK(o.finish_reason == "stop");  // the schema bounds the object: it closes within max_tokens
+      CHECK(admits(*compiled_schema, o.text));
+      const ojson doc = ojson::parse(o.text);
+      CHECK(doc.size() == 4);
+      CHECK(doc["age"].is_number_integer());
+    }
+  };
+  for (const char* config : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
+    INFO(config);
+    auto engine = test::start_engine(test::quickstart(config));
+    auto out = engine->generate(requests);
+    REQUIRE(out.ok());
+    check(*out);
+  }
+  auto engine = test::start_engine(test::quickstart());
+  GenerateRequest bad = schema_request(R"({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}})",
+                                       0.0f, 0);
+  auto refused = engine->generate({bad});
+  REQUIRE(refused.ok());
+  REQUIRE((*refused)[0].error);
+  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: json_schema: format is not supported"));
+  auto still = engine->generate({requests[0]});  // the engine keeps serving
+  REQUIRE(still.ok());
+  CHECK((*still)[0].finish_reason == "stop");
+}
