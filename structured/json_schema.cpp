@@ -273,7 +273,7 @@ class SchemaCompiler {
     auto of_kind = [&](Kind k) { return [this, k](int32_t m) { return out_->node(m).kind == k; }; };
     if (std::any_of(flat.begin(), flat.end(), of_kind(Kind::number)))
       flat.erase(std::remove_if(flat.begin(), flat.end(), of_kind(Kind::integer)), flat.end());
-    if (flat.size() == 1) return out_->node(flat[0]);
+    if (flat.size() == 1 && !pending_.count(flat[0])) return out_->node(flat[0]);  // (a pending one is not built yet)
     for (size_t i = 0; i < flat.size(); ++i) {
       for (size_t j = i + 1; j < flat.size(); ++j) {
         const std::bitset<256> both = first_bytes(flat[i]) & first_bytes(flat[j]);

@@ -158,6 +158,13 @@ TEST_CASE("json_schema: hand-written documents - order, required and optional pr
   CHECK(admits(*tree, R"({"root": {"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]}})"));
   CHECK_FALSE(admits(*tree, R"({"root": {"v": 1, "kids": [{"w": 2}]}})"));
 
+  // A recursive reference as the only alternative is the schema, not a stand-in for it while it was built.
+  const auto list = compiled(R"({"$defs": {"item": {"type": "object", "properties": {"v": {"type": "integer"},
+      "next": {"anyOf": [{"$ref": "#/$defs/item"}]}}, "required": ["v"]}}, "type": "object",
+      "properties": {"head": {"$ref": "#/$defs/item"}}, "required": ["head"]})");
+  CHECK(admits(*list, R"({"head": {"v": 1, "next": {"v": 2}}})"));
+  CHECK_FALSE(admits(*list, R"({"head": {"v": 1, "next": {"w": 2}}})"));
+
   const auto mixed = compiled(peer_schemas()[3]);
   CHECK(admits(*mixed, R"({"maybe": null, "many": 7, "free": {"any": [1, {"x": "y"}]}, "anything": [true]})"));
   CHECK(admits(*mixed, R"({"maybe": "abcd", "many": false, "free": {}, "quoted \"key\"é": "ab"})"));
