@@ -56,8 +56,20 @@ bool JsonMatcher::may_close_object() const {
 
 bool JsonMatcher::may_add(const Frame& f) const {
   const SchemaNode& s = node(f.node);
-  if (f.container == '[') return f.count < s.max_items;
-  return s.kind == Kind::any || s.any_keys || f.count < s.properties.size();
+  if (f.container == '[') return f.count < s.max_items && depth_ + schema_->min_nesting(s.items) <= kMaxDepth;
+  return s.kind == Kind::any || s.any_keys || key_candidates() != 0;
+}
+
+// The properties the innermost object's next key may name: from its next property on, up to the first required one
+// (the optional ones before it may be left out), less those whose value could not close within kMaxDepth.
+uint64_t JsonMatcher::key_candidates() const {
+  const SchemaNode& s = node(top().node);
+  uint64_t candidates = 0;
+  for (size_t i = top().count; i < s.properties.size(); ++i) {
+    if (depth_ + schema_->min_nesting(s.properties[i].node) <= kMaxDepth) candidates |= uint64_t{1} << i;
+    if (s.properties[i].required) break;
+  }
+  return candidates;
 }
 
 bool JsonMatcher::may_close_array(const Frame& f) const { return f.count >= node(f.node).min_items; }
@@ -71,13 +83,7 @@ bool JsonMatcher::begin_key() {
     utf8_left_ = 0;
     return true;
   }
-  // The names the key may be: the next property on, up to the first required one (the optional ones before it may
-  // be left out).
-  candidates_ = 0;
-  for (size_t i = top().count; i < s.properties.size(); ++i) {
-    candidates_ |= uint64_t{1} << i;
-    if (s.properties[i].required) break;
-  }
+  candidates_ = key_candidates();
   if (candidates_ == 0) return false;
   offset_ = 0;
   mode_ = Mode::property;
@@ -145,7 +151,7 @@ bool JsonMatcher::close_value() {
 bool JsonMatcher::start_value(uint8_t b) {
   gap_ = 0;
   const int32_t n = schema_->resolve(value_node_, b);
-  if (n < 0) return false;
+  if (n < 0 || depth_ + schema_->min_nesting(n) > kMaxDepth) return false;  // it could never close
   node_ = static_cast<int16_t>(n);
   if (node(n).kind == Kind::literals) {
     candidates_ = 0;

@@ -7,8 +7,8 @@
 // only one more gap of whitespace. Whitespace between tokens is a gap of llama.cpp's JSON grammars: nothing, one
 // space, or a newline and up to kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes (exponents up to
 // kMaxExponentDigits digits: every number a finite double), nesting goes to kMaxDepth: bounds that keep a model from
-// looping on whitespace or digits; no byte taken leads to a state that cannot end (but where a schema's required
-// values nest past kMaxDepth: such a schema admits no document of that depth). Strings take any UTF-8 text but
+// looping on whitespace or digits; no byte taken leads to a state that cannot end (a value, or an optional
+// property, that could not close within kMaxDepth levels is not begun). Strings take any UTF-8 text but
 // control characters, and the JSON escapes (\uXXXX with 4 hex digits, surrogates only in pairs); invalid UTF-8
 // (overlong forms, surrogates, bytes past U+10FFFF) is refused. Under a schema (json_schema.hpp) each value must be
 // of its node's kind: an object's keys are its properties' names as the schema writes them, in its order, every
@@ -27,7 +27,7 @@ namespace actord::structured {
 
 class JsonMatcher {
  public:
-  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxDepth = JsonSchema::kMaxNesting;
   static constexpr int kMaxIndent = 20;
   static constexpr int kMaxNumberBytes = 32;
   static constexpr int kMaxExponentDigits = 2;
@@ -83,6 +83,7 @@ class JsonMatcher {
   bool begin_key();       // '"' of a key in the innermost object
   bool may_close_object() const;
   bool may_add(const Frame& f) const;     // ',' in the innermost container
+  uint64_t key_candidates() const;
   bool may_close_array(const Frame& f) const;
   const SchemaNode& node(int32_t n) const { return schema_->node(n); }
   Frame& top() { return stack_[static_cast<size_t>(depth_ - 1)]; }

@@ -59,6 +59,10 @@ class SchemaCompiler {
     }
     if (root.kind != Kind::object) refuse("", "the root must be an object schema (type object)");
     out_->nodes_[JsonSchema::kRoot] = std::move(root);
+    out_->compute_min_nesting();
+    if (out_->min_nesting(JsonSchema::kRoot) > JsonSchema::kMaxNesting)
+      refuse("", "the schema admits no document nested at most " + std::to_string(JsonSchema::kMaxNesting) +
+                     " levels deep (its required properties or items recurse)");
     return schema;
   }
 
@@ -325,9 +329,45 @@ const JsonSchema& JsonSchema::any_object() {
     s.nodes_.resize(2);
     s.nodes_[kRoot].kind = Kind::object;
     s.nodes_[kRoot].any_keys = true;
+    s.compute_min_nesting();
     return s;
   }();
   return schema;
+}
+
+// A fixed point from "cannot end" down: each pass lowers a node to what its parts allow, until none changes (at most
+// kMaxNesting + 1 passes: every change lowers a value that starts at kMaxNesting + 1).
+void JsonSchema::compute_min_nesting() {
+  constexpr int kNever = kMaxNesting + 1;
+  min_nesting_.assign(nodes_.size(), kNever);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const SchemaNode& n = nodes_[i];
+      int m = 0;
+      switch (n.kind) {
+        case Kind::object:
+          m = 1;
+          for (const SchemaNode::Property& p : n.properties)
+            if (p.required) m = std::max(m, 1 + min_nesting_[static_cast<size_t>(p.node)]);
+          break;
+        case Kind::array:
+          m = n.min_items > 0 ? 1 + min_nesting_[static_cast<size_t>(n.items)] : 1;
+          break;
+        case Kind::alternatives:
+          m = kNever;
+          for (int32_t a : n.alternatives) m = std::min(m, min_nesting_[static_cast<size_t>(a)]);
+          break;
+        default:
+          m = 0;  // a scalar (any value: null)
+      }
+      m = std::min(m, kNever);
+      if (m < min_nesting_[i]) {
+        min_nesting_[i] = m;
+        changed = true;
+      }
+    }
+  }
 }
 
 int32_t JsonSchema::resolve(int32_t n, uint8_t b) const {

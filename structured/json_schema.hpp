@@ -10,8 +10,9 @@
 // readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
 // the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
 // is never generated); an object schema without properties takes any keys and values; strings' lengths count
-// Unicode characters (an escape is one). The root must be an object schema. The nodes are immutable: matchers of
-// many sequences share them.
+// Unicode characters (an escape is one). The root must be an object schema, and one that admits a document nested
+// at most kMaxNesting levels (a required property that always recurses admits none). The nodes are immutable:
+// matchers of many sequences share them.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,8 @@ class JsonSchema {
   static constexpr size_t kMaxProperties = 64;
   static constexpr size_t kMaxLiterals = 64;
   static constexpr size_t kMaxNodes = 4096;
-  static constexpr int kMaxDepth = 64;  // levels of JSON nesting in the schema's text
+  static constexpr int kMaxDepth = 64;    // levels of JSON nesting in the schema's text
+  static constexpr int kMaxNesting = 32;  // levels of objects and arrays in a document (JsonMatcher::kMaxDepth)
 
   static Result<std::shared_ptr<const JsonSchema>> compile(std::string_view schema_json);
   // response_format json_object: any one JSON object.
@@ -57,10 +59,15 @@ class JsonSchema {
   const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   // The node that a value beginning with byte `b` takes where node `n` is due (through alternatives), or -1.
   int32_t resolve(int32_t n, uint8_t b) const;
+  // The fewest levels of objects and arrays a value of node `n` opens (its required properties and minItems
+  // included); kMaxNesting + 1 when it cannot end within kMaxNesting (a required property that recurses).
+  int min_nesting(int32_t n) const { return min_nesting_[static_cast<size_t>(n)]; }
 
  private:
   friend class SchemaCompiler;
+  void compute_min_nesting();
   std::vector<SchemaNode> nodes_;
+  std::vector<int> min_nesting_;
 };
 
 }  // namespace actord::structured

@@ -201,6 +201,41 @@ TEST_CASE("json matcher: what nlohmann cannot read is refused - lone surrogate e
   CHECK_FALSE(admits(*two, R"({"s": "\ud83d\ude00a"})"));
 }
 
+TEST_CASE("json_schema: near the nesting bound no byte leads nowhere - deep optional branches are not begun",
+          "[structured][json_schema]") {
+  // A list whose items each need 3 more levels ({"v": [[...]]}), under an optional recursive property.
+  const auto schema = compiled(R"({"$defs": {"n": {"type": "object", "properties": {"v": {"type": "array",
+      "items": {"type": "array", "items": {"type": "integer"}, "minItems": 1}, "minItems": 1},
+      "down": {"$ref": "#/$defs/n"}}, "required": ["v"]}}, "type": "object",
+      "properties": {"top": {"$ref": "#/$defs/n"}}, "required": ["top"]})");
+  std::mt19937 rng(3);
+  for (int i = 0; i < 40; ++i) {  // random walks that go down as far as they may: each ends complete
+    JsonMatcher m(*schema);
+    std::string out;
+    while (!m.complete()) {
+      std::vector<uint8_t> ok;
+      for (int b = 0; b < 256; ++b) {
+        JsonMatcher copy = m;
+        if (copy.feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
+      }
+      INFO(out);
+      REQUIRE_FALSE(ok.empty());
+      uint8_t pick = ok[rng() % ok.size()];
+      for (const char c : std::string("d[1\",")) {  // down as far as it may go
+        if (std::find(ok.begin(), ok.end(), static_cast<uint8_t>(c)) != ok.end()) {
+          pick = static_cast<uint8_t>(c);
+          break;
+        }
+      }
+      if (out.size() > 2000 && std::find(ok.begin(), ok.end(), '}') != ok.end()) pick = '}';
+      if (out.size() > 2000 && std::find(ok.begin(), ok.end(), ']') != ok.end()) pick = ']';
+      REQUIRE(m.feed(pick));
+      out.push_back(static_cast<char>(pick));
+    }
+    CHECK(ojson::parse(out).is_object());
+  }
+}
+
 TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keyword and where it is",
           "[structured][json_schema]") {
   CHECK_THAT(compile_error(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
@@ -224,6 +259,10 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
   CHECK(compile_error(R"({"type": "object", "properties": {"a": false}})") ==
         "a schema of false admits no value (at /properties/a)");
   CHECK_THAT(compile_error("{"), Catch::StartsWith("the schema is not valid JSON"));
+  CHECK(compile_error(R"({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}},
+        "required": ["next"]}}, "type": "object", "properties": {"head": {"$ref": "#/$defs/n"}},
+        "required": ["head"]})") ==
+        "the schema admits no document nested at most 32 levels deep (its required properties or items recurse)");
   std::string deep;
   for (int i = 0; i < 40; ++i) deep += R"({"type": "object", "properties": {"a": )";
   deep += "{}" + std::string(80, '}');
