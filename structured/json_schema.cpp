@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bitset>
+#include <cmath>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -134,10 +136,21 @@ class SchemaCompiler {
         refuse(path, key + " is not supported; supported: " + keyword_list());
     }
     if (s.contains("$ref")) return out_->nodes_[static_cast<size_t>(reference(s, path))];
-    if (s.contains("enum") || s.contains("const")) return literals(s, path);
+    // enum / const and anyOf / oneOf stand beside annotations and definitions only (enum / const beside type too),
+    // so that no keyword next to them goes unenforced.
+    auto alone = [&](const char* what, std::initializer_list<const char*> also) {
+      for (const auto& [key, value] : s.items()) {
+        if (annotations().count(key) || key == "$defs" || key == "definitions") continue;
+        if (std::any_of(also.begin(), also.end(), [&](const char* a) { return key == a; })) continue;
+        refuse(path, std::string(what) + " beside " + key + " is not supported");
+      }
+    };
+    if (s.contains("enum") || s.contains("const")) {
+      alone(s.contains("enum") ? "enum" : "const", {"enum", "const", "type"});
+      return literals(s, path);
+    }
     if (s.contains("anyOf") || s.contains("oneOf")) {
-      for (const char* other : {"type", "properties", "items"})
-        if (s.contains(other)) refuse(path, std::string("anyOf / oneOf beside ") + other + " is not supported");
+      alone(s.contains("anyOf") ? "anyOf" : "oneOf", {"anyOf", "oneOf"});
       const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
       if (s.contains("anyOf") && s.contains("oneOf")) refuse(path, "anyOf beside oneOf is not supported");
       const ojson& list = s[key];
@@ -244,15 +257,34 @@ class SchemaCompiler {
     }
     if (values.size() > JsonSchema::kMaxLiterals)
       refuse(path + "/" + key, "more than " + std::to_string(JsonSchema::kMaxLiterals) + " values");
+    // Beside type: the values of its type(s) only.
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
+      if (s["type"].is_array())
+        for (const ojson& t : s["type"])
+          if (t.is_string()) types.push_back(t.get<std::string>());
+      if (types.empty()) refuse(path + "/type", "type must be a string or a non-empty list of strings");
+    }
+    auto of_type = [&](const ojson& v) {
+      const bool whole = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                   std::floor(v.get<double>()) == v.get<double>());
+      return types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& t) {
+               return (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+                      (t == "integer" && whole) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null());
+             });
+    };
     SchemaNode n;
     n.kind = Kind::literals;
     for (const ojson& v : values) {
       if (v.is_object() || v.is_array())
         refuse(path + "/" + key, std::string(key) + " values must be strings, numbers, booleans or null");
+      if (!of_type(v)) continue;
       std::string text = v.dump();
       if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
         n.literals.push_back(std::move(text));
     }
+    if (n.literals.empty()) refuse(path + "/" + key, std::string("no ") + key + " value is of the type beside it");
     return n;
   }
 

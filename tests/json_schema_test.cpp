@@ -259,6 +259,17 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
   CHECK(compile_error(R"({"type": "object", "properties": {"a": false}})") ==
         "a schema of false admits no value (at /properties/a)");
   CHECK_THAT(compile_error("{"), Catch::StartsWith("the schema is not valid JSON"));
+  // Nothing beside enum / const or anyOf goes unenforced: refused, or (type beside enum) applied.
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"enum": ["abcd"], "maxLength": 2}}})") ==
+        "enum beside maxLength is not supported (at /properties/a)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}], "minLength": 2}}})") ==
+        "anyOf beside minLength is not supported (at /properties/a)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "integer", "enum": ["x", 1.5]}}})") ==
+        "no enum value is of the type beside it (at /properties/a/enum)");
+  const auto typed_enum = compiled(R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, "1", 2.0]}}})");
+  CHECK(admits(*typed_enum, R"({"a": 1})"));
+  CHECK(admits(*typed_enum, R"({"a": 2.0})"));
+  CHECK_FALSE(admits(*typed_enum, R"({"a": "1"})"));
   CHECK(compile_error(R"({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}},
         "required": ["next"]}}, "type": "object", "properties": {"head": {"$ref": "#/$defs/n"}},
         "required": ["head"]})") ==
