@@ -139,7 +139,8 @@ class SchemaCompiler {
     // enum / const and anyOf / oneOf stand beside annotations and definitions only (enum / const beside type too),
     // so that no keyword next to them goes unenforced.
     auto alone = [&](const char* what, std::initializer_list<const char*> also) {
-      for (const auto& [key, value] : s.items()) {
+      for (const auto& item : s.items()) {
+        const std::string& key = item.key();
         if (annotations().count(key) || key == "$defs" || key == "definitions") continue;
         if (std::any_of(also.begin(), also.end(), [&](const char* a) { return key == a; })) continue;
         refuse(path, std::string(what) + " beside " + key + " is not supported");

@@ -46,7 +46,8 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
         const uint64_t bit = uint64_t{1} << (id % 64);
         v.plain_string[static_cast<size_t>(id) / 64] |= bit;
         const int64_t n = characters(b);
-        for (int64_t k = n; k <= kRoomSteps; ++k) v.plain_within[static_cast<size_t>(k)][static_cast<size_t>(id) / 64] |= bit;
+        for (int64_t k = n; k <= kRoomSteps; ++k)
+          v.plain_within[static_cast<size_t>(k)][static_cast<size_t>(id) / 64] |= bit;
         if (n > kRoomSteps) v.longer_plain.emplace_back(id, n);
       } else {
         v.not_plain.push_back(id);
@@ -95,7 +96,8 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
 void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
   auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-  if (const int64_t room = matcher.plain_text_room(); room >= 0) {  // the plain tokens that fit go; the others are tried
+  // In a string's text the plain tokens that fit go, and the others are tried.
+  if (const int64_t room = matcher.plain_text_room(); room >= 0) {
     if (room == JsonMatcher::kUnbounded) {
       bits = vocab.plain_string;
     } else {

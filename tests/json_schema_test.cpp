@@ -114,7 +114,8 @@ TEST_CASE("json_schema: random documents the matcher admits are valid for the js
     }
     cases.push_back(std::move(c));
   }
-  const auto file = std::filesystem::temp_directory_path() / ("actord_json_schema_" + std::to_string(::getpid()) + ".json");
+  const auto file =
+      std::filesystem::temp_directory_path() / ("actord_json_schema_" + std::to_string(::getpid()) + ".json");
   std::ofstream(file) << cases.dump();
   const std::string cmd = "/usr/bin/python3 " +
                           (test::source_dir() / "tests/reference/validate_json_schema.py").string() + " " +
@@ -254,7 +255,8 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
         "unknown type \"tuple\" (at /properties/a/type)");
   CHECK(compile_error(R"({"type": "object", "properties": {"a": {"enum": [[1]]}}})") ==
         "enum values must be strings, numbers, booleans or null (at /properties/a/enum)");
-  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}})") ==
+  CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "string", "minLength": 3,
+        "maxLength": 2}}})") ==
         "minLength is larger than maxLength (at /properties/a)");
   CHECK(compile_error(R"({"type": "object", "properties": {"a": false}})") ==
         "a schema of false admits no value (at /properties/a)");
@@ -266,7 +268,8 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
         "anyOf beside minLength is not supported (at /properties/a)");
   CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "integer", "enum": ["x", 1.5]}}})") ==
         "no enum value is of the type beside it (at /properties/a/enum)");
-  const auto typed_enum = compiled(R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, "1", 2.0]}}})");
+  const auto typed_enum =
+      compiled(R"({"type": "object", "properties": {"a": {"type": "integer", "enum": [1, "1", 2.0]}}})");
   CHECK(admits(*typed_enum, R"({"a": 1})"));
   CHECK(admits(*typed_enum, R"({"a": 2.0})"));
   CHECK_FALSE(admits(*typed_enum, R"({"a": "1"})"));
@@ -287,7 +290,8 @@ TEST_CASE("json_schema: token masks inside a key allow only the names' bytes", "
   auto tok = Tokenizer::load(test::stories_dir());
   REQUIRE(tok.ok());
   const auto vocab = structured::TokenVocabulary::from(*tok, 512);
-  const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})");
+  const auto schema =
+      compiled(R"({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})");
   JsonMatcher m(*schema);
   for (const char c : std::string("{\"n")) REQUIRE(m.feed(static_cast<uint8_t>(c)));
   CHECK(m.plain_text_room() < 0);
@@ -309,7 +313,8 @@ TEST_CASE("json_schema: token masks equal trying every token whole - keys, bound
   const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
       "age": {"type": "integer"}, "color": {"enum": ["red", "green"]}, "note": {"type": "string", "minLength": 2}},
       "required": ["name", "age", "color"]})");
-  for (const std::string dir : {test::stories_dir().string(), (test::source_dir() / "tests/fixtures/tokenizers/gpt2").string()}) {
+  const std::string gpt2 = (test::source_dir() / "tests/fixtures/tokenizers/gpt2").string();
+  for (const std::string dir : {test::stories_dir().string(), gpt2}) {
     auto tok = Tokenizer::load(dir);
     REQUIRE(tok.ok());
     const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
@@ -359,7 +364,8 @@ TEST_CASE("json_schema through the engine: every output is a document the schema
           "[structured][json_schema][engine]") {
   const std::string schema =
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
-          "happy": {"type": "boolean"}, "pet": {"enum": ["cat", "dog"]}}, "required": ["name", "age", "happy", "pet"]})";
+          "happy": {"type": "boolean"}, "pet": {"enum": ["cat", "dog"]}},
+          "required": ["name", "age", "happy", "pet"]})";
   std::vector<GenerateRequest> requests{schema_request(schema, 0.0f, 0)};
   for (uint64_t seed = 1; seed <= 5; ++seed) requests.push_back(schema_request(schema, 1.0f, seed));
   const auto compiled_schema = compiled(schema);
@@ -383,7 +389,8 @@ TEST_CASE("json_schema through the engine: every output is a document the schema
     check(*out);
   }
   auto engine = test::start_engine(test::quickstart());
-  GenerateRequest bad = schema_request(R"({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}})",
+  GenerateRequest bad = schema_request(R"({"type": "object", "properties": {"a": {"type": "string",
+                                           "format": "email"}}})",
                                        0.0f, 0);
   auto refused = engine->generate({bad});
   REQUIRE(refused.ok());
