@@ -12,6 +12,29 @@ bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= '
 
 using Kind = SchemaNode::Kind;
 
+// Objects of any keys: under an any node, or of an object schema without properties.
+bool any_keys(const SchemaNode& s) { return s.kind == Kind::any || s.any_keys; }
+
+// Of the texts `candidates` marks (a bit per index), those whose byte at `offset` is b; text(i) is text i.
+template <class Text>
+uint64_t continuing(uint64_t candidates, size_t offset, uint8_t b, Text&& text) {
+  uint64_t next = 0;
+  for (uint64_t c = candidates; c; c &= c - 1) {
+    const int i = __builtin_ctzll(c);
+    const std::string& t = text(i);
+    if (offset < t.size() && static_cast<uint8_t>(t[offset]) == b) next |= uint64_t{1} << i;
+  }
+  return next;
+}
+
+// The first of the texts `candidates` marks that is `length` bytes long, or -1.
+template <class Text>
+int ending(uint64_t candidates, size_t length, Text&& text) {
+  for (uint64_t c = candidates; c; c &= c - 1)
+    if (text(__builtin_ctzll(c)).size() == length) return __builtin_ctzll(c);
+  return -1;
+}
+
 }  // namespace
 
 int64_t JsonMatcher::plain_text_room() const {
@@ -45,10 +68,9 @@ bool JsonMatcher::push(char container, int32_t n) {
   return true;
 }
 
-// An object of any keys (under an any node, or an object schema without properties) or of its properties.
 bool JsonMatcher::may_close_object() const {
   const SchemaNode& s = node(top().node);
-  if (s.kind == Kind::any || s.any_keys) return true;
+  if (any_keys(s)) return true;
   for (size_t i = top().count; i < s.properties.size(); ++i)
     if (s.properties[i].required) return false;
   return true;
@@ -57,7 +79,7 @@ bool JsonMatcher::may_close_object() const {
 bool JsonMatcher::may_add(const Frame& f) const {
   const SchemaNode& s = node(f.node);
   if (f.container == '[') return f.count < s.max_items && depth_ + schema_->min_nesting(s.items) <= kMaxDepth;
-  return s.kind == Kind::any || s.any_keys || key_candidates() != 0;
+  return any_keys(s) || key_candidates() != 0;
 }
 
 // The properties the innermost object's next key may name: from its next property on, up to the first required one
@@ -76,8 +98,7 @@ bool JsonMatcher::may_close_array(const Frame& f) const { return f.count >= node
 
 bool JsonMatcher::begin_key() {
   gap_ = 0;
-  const SchemaNode& s = node(top().node);
-  if (s.kind == Kind::any || s.any_keys) {
+  if (any_keys(node(top().node))) {
     mode_ = Mode::string;
     in_key_ = true;
     utf8_left_ = 0;
@@ -92,48 +113,34 @@ bool JsonMatcher::begin_key() {
 
 bool JsonMatcher::property_byte(uint8_t b) {
   const auto& props = node(top().node).properties;
-  uint64_t next = 0;
-  for (uint64_t c = candidates_; c; c &= c - 1) {
-    const int i = __builtin_ctzll(c);
-    const std::string& name = props[static_cast<size_t>(i)].name;
-    if (offset_ < name.size() && static_cast<uint8_t>(name[offset_]) == b) next |= uint64_t{1} << i;
-  }
-  if (next) {  // a '"' a name continues with is escaped in it
+  auto name = [&](int i) -> const std::string& { return props[static_cast<size_t>(i)].name; };
+  if (const uint64_t next = continuing(candidates_, offset_, b, name)) {  // a '"' a name continues with is escaped
     candidates_ = next;
     ++offset_;
     return true;
   }
-  if (b != '"') return false;
-  for (uint64_t c = candidates_; c; c &= c - 1) {
-    const int i = __builtin_ctzll(c);
-    if (props[static_cast<size_t>(i)].name.size() != offset_) continue;
-    top().count = static_cast<uint16_t>(i + 1);
-    value_node_ = static_cast<int16_t>(props[static_cast<size_t>(i)].node);
-    mode_ = Mode::colon;
-    gap_ = 0;
-    return true;
-  }
-  return false;
+  const int i = b == '"' ? ending(candidates_, offset_, name) : -1;
+  if (i < 0) return false;
+  top().count = static_cast<uint16_t>(i + 1);
+  value_node_ = static_cast<int16_t>(props[static_cast<size_t>(i)].node);
+  mode_ = Mode::colon;
+  gap_ = 0;
+  return true;
 }
 
 bool JsonMatcher::literal_byte(uint8_t b) {
   const auto& values = node(node_).literals;
-  uint64_t next = 0, ended = 0;
-  for (uint64_t c = candidates_; c; c &= c - 1) {
-    const int i = __builtin_ctzll(c);
-    const std::string& v = values[static_cast<size_t>(i)];
-    if (offset_ < v.size() && static_cast<uint8_t>(v[offset_]) == b) next |= uint64_t{1} << i;
-    if (v.size() == offset_) ended |= uint64_t{1} << i;
-  }
+  auto value = [&](int i) -> const std::string& { return values[static_cast<size_t>(i)]; };
+  const uint64_t next = continuing(candidates_, offset_, b, value);
   if (!next) {  // a value that ended here (a number, whose end only its next byte shows) is followed by b
-    if (!ended) return false;
+    if (ending(candidates_, offset_, value) < 0) return false;
     close_value();
     return step(b);
   }
   candidates_ = next;
   ++offset_;
   for (uint64_t c = next; c; c &= c - 1)
-    if (values[static_cast<size_t>(__builtin_ctzll(c))].size() != offset_) return true;
+    if (value(__builtin_ctzll(c)).size() != offset_) return true;
   return close_value();  // every value still possible is whole
 }
 
@@ -153,11 +160,9 @@ bool JsonMatcher::start_value(uint8_t b) {
   const int32_t n = schema_->resolve(value_node_, b);
   if (n < 0 || depth_ + schema_->min_nesting(n) > kMaxDepth) return false;  // it could never close
   node_ = static_cast<int16_t>(n);
-  if (node(n).kind == Kind::literals) {
-    candidates_ = 0;
-    const auto& values = node(n).literals;
-    for (size_t i = 0; i < values.size(); ++i)
-      if (static_cast<uint8_t>(values[i][0]) == b) candidates_ |= uint64_t{1} << i;
+  if (node(n).kind == Kind::literals) {  // every value, narrowed by b
+    const size_t count = node(n).literals.size();
+    candidates_ = count == 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
     offset_ = 0;
     mode_ = Mode::literal_set;
     return literal_byte(b);

@@ -118,6 +118,24 @@ class SchemaCompiler {
     return slot;
   }
 
+  // The names of s's "type": one, or a non-empty list (empty when s has none).
+  static std::vector<std::string> type_names(const ojson& s, const std::string& path) {
+    std::vector<std::string> types;
+    if (!s.contains("type")) return types;
+    const ojson& t = s["type"];
+    if (t.is_string()) {
+      types.push_back(t.get<std::string>());
+    } else if (t.is_array() && !t.empty()) {
+      for (const ojson& e : t) {
+        if (!e.is_string()) refuse(path + "/type", "type must be a string or a list of strings");
+        types.push_back(e.get<std::string>());
+      }
+    } else {
+      refuse(path + "/type", "type must be a string or a non-empty list of strings");
+    }
+    return types;
+  }
+
   static uint32_t count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
@@ -161,21 +179,9 @@ class SchemaCompiler {
         members.push_back(compile(list[i], path + "/" + key + "/" + std::to_string(i)));
       return alternatives(members, path + "/" + key);
     }
-    std::vector<std::string> types;
-    if (s.contains("type")) {
-      const ojson& t = s["type"];
-      if (t.is_string()) types.push_back(t.get<std::string>());
-      else if (t.is_array() && !t.empty())
-        for (const ojson& e : t) {
-          if (!e.is_string()) refuse(path + "/type", "type must be a string or a list of strings");
-          types.push_back(e.get<std::string>());
-        }
-      else refuse(path + "/type", "type must be a string or a non-empty list of strings");
-    } else if (s.contains("properties")) {
-      types.push_back("object");
-    } else if (s.contains("items")) {
-      types.push_back("array");
-    }
+    std::vector<std::string> types = type_names(s, path);
+    if (types.empty() && s.contains("properties")) types.push_back("object");
+    if (types.empty() && s.contains("items")) types.push_back("array");
     if (types.empty()) return SchemaNode{};
     if (types.size() == 1) return typed(s, types[0], path);
     std::vector<int32_t> members;
@@ -259,14 +265,7 @@ class SchemaCompiler {
     if (values.size() > JsonSchema::kMaxLiterals)
       refuse(path + "/" + key, "more than " + std::to_string(JsonSchema::kMaxLiterals) + " values");
     // Beside type: the values of its type(s) only.
-    std::vector<std::string> types;
-    if (s.contains("type")) {
-      if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
-      if (s["type"].is_array())
-        for (const ojson& t : s["type"])
-          if (t.is_string()) types.push_back(t.get<std::string>());
-      if (types.empty()) refuse(path + "/type", "type must be a string or a non-empty list of strings");
-    }
+    const std::vector<std::string> types = type_names(s, path);
     auto of_type = [&](const ojson& v) {
       const bool whole = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
                                                    std::floor(v.get<double>()) == v.get<double>());

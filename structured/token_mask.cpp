@@ -36,7 +36,7 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
   TokenVocabulary v;
   v.bytes.resize(static_cast<size_t>(vocab_size));
   v.plain_string.assign((static_cast<size_t>(vocab_size) + 63) / 64, 0);
-  v.plain_within.assign(kRoomSteps + 1, v.plain_string);
+  v.plain_within.assign(kRoomSteps + 1, std::vector<uint64_t>(v.plain_string.size(), 0));
   std::vector<int32_t> with_bytes;
   for (int32_t id = 0; id < vocab_size; ++id) {
     std::string b = tok.token_bytes(id).value_or("");

@@ -43,6 +43,16 @@ std::string compile_error(const std::string& schema) {
   return s.ok() ? std::string("(compiled)") : s.error().message;
 }
 
+// The bytes the matcher takes next.
+std::vector<uint8_t> bytes_taken(const JsonMatcher& m) {
+  std::vector<uint8_t> ok;
+  for (int b = 0; b < 256; ++b) {
+    JsonMatcher copy = m;
+    if (copy.feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
+  }
+  return ok;
+}
+
 // A random document the matcher admits: each next byte drawn among those it takes; past `soft_limit` bytes the
 // closing ones first ('"', '}', ']', then short values), so that every walk ends.
 std::string random_walk(const JsonSchema& schema, std::mt19937& rng, size_t soft_limit) {
@@ -50,11 +60,7 @@ std::string random_walk(const JsonSchema& schema, std::mt19937& rng, size_t soft
   std::string out;
   static const std::string closing = "\"}]n0tf";
   while (!m.complete() && out.size() < 4096) {
-    std::vector<uint8_t> ok;
-    for (int b = 0; b < 256; ++b) {
-      JsonMatcher copy = m;
-      if (copy.feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
-    }
+    const std::vector<uint8_t> ok = bytes_taken(m);
     REQUIRE_FALSE(ok.empty());  // the matcher never strands a walk
     uint8_t pick = ok[rng() % ok.size()];
     // Printable ASCII most of the time, so that documents read well; any byte the matcher takes sometimes.
@@ -214,11 +220,7 @@ TEST_CASE("json_schema: near the nesting bound no byte leads nowhere - deep opti
     JsonMatcher m(*schema);
     std::string out;
     while (!m.complete()) {
-      std::vector<uint8_t> ok;
-      for (int b = 0; b < 256; ++b) {
-        JsonMatcher copy = m;
-        if (copy.feed(static_cast<uint8_t>(b))) ok.push_back(static_cast<uint8_t>(b));
-      }
+      const std::vector<uint8_t> ok = bytes_taken(m);
       INFO(out);
       REQUIRE_FALSE(ok.empty());
       uint8_t pick = ok[rng() % ok.size()];
