@@ -171,8 +171,8 @@ std::vector<GenerateRequest> prompts_of(const json& prompt, int vocab_size) {
   return out;
 }
 
-// The conversation rendered with the chat template, as token ids.
-std::vector<int32_t> chat_prompt(const json& body, const ParseContext& context) {
+// The conversation rendered with the chat template (with the request's tools), as token ids.
+std::vector<int32_t> chat_prompt(const json& body, const json& tools, const ParseContext& context) {
   const json& messages = body.at("messages");
   if (!messages.is_array() || messages.empty()) refuse("messages", "must be a non-empty list of messages");
   for (const json& m : messages) {
@@ -185,8 +185,9 @@ std::vector<int32_t> chat_prompt(const json& body, const ParseContext& context) 
     throw Refusal{ApiError{400, "the model has no chat template: use /v1/completions", "messages"}};
   }
   nlohmann::ordered_json render;
-  render["messages"] = messages;
+  render["messages"] = messages_for_template(messages);
   render["add_generation_prompt"] = true;
+  render["tools"] = tools;  // null without tools, as HF's apply_chat_template gives it
   if (context.special_tokens) {
     for (const auto& [key, value] : context.special_tokens->items()) render[key] = value;
   }
@@ -205,7 +206,7 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
       "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
-      "response_format"};
+      "response_format", "tools", "tool_choice", "parallel_tool_calls"};
   return chat ? chat_fields : completions;
 }
 
@@ -241,6 +242,30 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
   if (has("logit_bias")) o.logit_bias = logit_biases(body, context.vocab_size);
   if (has("response_format")) response_format(body, context, o);
+  json tools;  // for the chat template
+  if (chat) {
+    auto read = read_tools(body, context.tool_format,
+                           context.chat_template && renders_tools(*context.chat_template));
+    if (auto* e = std::get_if<ToolsError>(&read))
+      throw Refusal{ApiError{400, e->message.rfind(e->param, 0) == 0 ? e->message : e->param + ": " + e->message,
+                             e->param}};
+    ToolsRequest& t = std::get<ToolsRequest>(read);
+    request.tools = t.use;
+    tools = std::move(t.tools);
+    if (t.use.constrained()) {  // the text is the call(s): constrained as a json_schema
+      const bool named = t.use.choice == ToolUse::Choice::named;
+      if (o.structured())
+        refuse("tool_choice", std::string(named ? "a named function" : "required") +
+                                  " cannot be combined with a response_format of " + o.response_format_name());
+      if (context.tokenizer && context.tokenizer->stop_ids().empty())
+        refuse("tool_choice", "needs the model to have an end-of-sequence token to end the call, and it has none");
+      o.response_format = ResponseFormat::json_schema;
+      o.json_schema = std::move(t.schema);
+    }
+  }
+  if (o.structured() && proto.ignore_eos && request.tools.constrained())
+    refuse("ignore_eos", "cannot be true with tool_choice required or a named function: the call ends at its end of "
+                         "sequence");
   if (o.structured() && proto.ignore_eos)
     refuse("ignore_eos", std::string("cannot be true with a response_format of ") + o.response_format_name() +
                              ": the object ends at its end of sequence");
@@ -289,7 +314,7 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (chat) {
     if (!has("messages")) refuse("messages", "is required");
     GenerateRequest r = proto;
-    r.prompt_ids = chat_prompt(body, context);
+    r.prompt_ids = chat_prompt(body, tools, context);
     request.prompts.push_back(std::move(r));
   } else {
     if (!has("prompt")) refuse("prompt", "is required");

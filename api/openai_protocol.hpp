@@ -6,7 +6,9 @@
 // integers beyond their field's range or 64 bits, floats for integer fields and non-finite or beyond-float numbers
 // (1e999 reads as inf, 1e300) are refused naming the field. Sampling values go through
 // SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
-// template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template.
+// template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template;
+// tools, tool_choice and parallel_tool_calls as openai_tools.hpp says (a constrained tool_choice becomes the
+// request's json_schema).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "api/openai_tools.hpp"
 #include "tokenizer/chat_template.hpp"
 
 namespace actord {
@@ -36,6 +39,7 @@ struct ApiRequest {
   bool include_usage = false;              // stream_options.include_usage
   bool echo = false;                       // completions: the prompt's text before the completion
   int logprobs = -1;                       // -1: none; else the top alternatives per token (chat: top_logprobs)
+  ToolUse tools;                           // chat: tools, tool_choice, parallel_tool_calls (openai_tools.hpp)
 };
 
 struct ParseContext {
@@ -43,6 +47,8 @@ struct ParseContext {
   const Tokenizer* tokenizer = nullptr;    // for chat: encodes the rendered conversation
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat requests are refused)
   const nlohmann::json* special_tokens = nullptr;  // bos_token, eos_token, ... for the template
+  std::optional<ToolCallFormat> tool_format;      // how the model writes tool calls (none: requests with tools
+                                                  // and tool_choice auto are refused)
 };
 
 // Bodies nested deeper than this (arrays and objects) are refused with a 400 while they are parsed.

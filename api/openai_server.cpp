@@ -44,6 +44,8 @@ struct Call {
     clock_type::time_point first_token, last_token;
     bool announced = false;  // chat stream: the role chunk went out
     std::optional<TokenTexts> texts;  // logprobs' token texts, as far as they were shown
+    std::optional<ToolCallReader> tools;  // chat with tools: reads calls out of the text
+    size_t calls_sent = 0;                // stream: tool calls given out so far
   };
   std::vector<Choice> choices;
   std::vector<uint64_t> request_ids;  // per prompt, for cancelling
@@ -64,6 +66,8 @@ class Server {
     if (chat) chat_template_.emplace(std::move(*chat));
     context_.chat_template = chat_template_ ? &*chat_template_ : nullptr;
     context_.special_tokens = &special_tokens_;
+    auto format = tool_call_format(options_.tool_call_parser, context_.chat_template);
+    if (format) context_.tool_format = *format;  // (the setting was checked with the topology)
   }
 
   // The engine calls on_event, which uses this server, until each of a call's choices has finished: calls still
@@ -137,6 +141,8 @@ class Server {
                         std::chrono::system_clock::now().time_since_epoch()).count();
     call->n = request.prompts[0].sampling.n;
     call->choices.resize(request.prompts.size() * call->n);
+    if (request.tools.choice != ToolUse::Choice::none)
+      for (auto& c : call->choices) c.tools.emplace(request.tools);
     call->id = (request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_call_++);
     call->request = std::move(request);
     if (call->request.stream) {
@@ -299,11 +305,31 @@ class Server {
     }
     std::string chunk = call.chunk_head;
     chunk += std::to_string(index);
+    std::string finish_reason = e.finish_reason;
     if (call.request.chat) {
+      std::string content = e.text, tool_calls;
+      if (c.tools) {  // content that is surely not a call, and calls once whole
+        ToolCallReader::Delta d = c.tools->push(e.text);
+        if (!e.finish_reason.empty()) {
+          ToolCallReader::Delta end = c.tools->finish();
+          d.content += end.content;
+          for (ToolCall& t : end.calls) d.calls.push_back(std::move(t));
+        }
+        content = std::move(d.content);
+        if (!d.calls.empty()) {
+          json list = json::array();
+          for (const ToolCall& t : d.calls) list.push_back(tool_call_json(t, c.calls_sent++));
+          tool_calls = dump(list);
+        }
+        if (finish_reason == "stop" && called_automatically(call, c)) finish_reason = "tool_calls";
+      }
       chunk += ",\"delta\":{";
-      if (!c.announced) chunk += e.text.empty() ? "\"role\":\"assistant\"" : "\"role\":\"assistant\",";
+      std::string fields;
+      if (!c.announced) fields = "\"role\":\"assistant\"";
       c.announced = true;
-      if (!e.text.empty()) chunk += "\"content\":" + dump(e.text);
+      if (!content.empty()) fields += (fields.empty() ? "" : ",") + std::string("\"content\":") + dump(content);
+      if (!tool_calls.empty()) fields += (fields.empty() ? "" : ",") + std::string("\"tool_calls\":") + tool_calls;
+      chunk += fields;
       chunk += "},\"logprobs\":";
       chunk += call.request.logprobs >= 0 ? dump(chat_logprobs(call, index, from)) : "null";
     } else {
@@ -313,7 +339,7 @@ class Server {
       chunk += call.request.logprobs >= 0 ? dump(completion_logprobs(call, index, from)) : "null";
     }
     chunk += ",\"finish_reason\":";
-    chunk += e.finish_reason.empty() || e.finish_reason == "cancelled" ? "null" : dump(e.finish_reason);
+    chunk += finish_reason.empty() || finish_reason == "cancelled" ? "null" : dump(finish_reason);
     chunk += call.request.include_usage ? "}],\"usage\":null}" : "}]}";
     call.exchange->event(std::move(chunk));
   }
@@ -347,6 +373,21 @@ class Server {
       json choice{{"index", i}, {"finish_reason", c.finish_reason}};
       if (call.request.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (c.tools) {
+          ToolCallReader reader(call.request.tools);
+          ToolCallReader::Delta d = reader.push(c.text);
+          ToolCallReader::Delta end = reader.finish();
+          d.content += end.content;
+          for (ToolCall& t : end.calls) d.calls.push_back(std::move(t));
+          if (!d.calls.empty()) {
+            json list = json::array();
+            for (size_t k = 0; k < d.calls.size(); ++k) list.push_back(tool_call_json(d.calls[k], std::nullopt));
+            choice["message"]["content"] = d.content.empty() ? json(nullptr) : json(d.content);
+            choice["message"]["tool_calls"] = list;
+            if (c.finish_reason == "stop" && call.request.tools.choice == ToolUse::Choice::automatic)
+              choice["finish_reason"] = "tool_calls";
+          }
+        }
         choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(call, i, 0) : json(nullptr);
       } else {
         choice["text"] = call.request.echo ? prompt_text(call, i) + c.text : c.text;
@@ -359,6 +400,21 @@ class Server {
     body["choices"] = choices;
     body["usage"] = usage(call);
     call.exchange->respond(200, "application/json", dump(body));
+  }
+
+  // A tool call as a message gives it, or (with its index among the choice's calls) as a stream's delta does.
+  static json tool_call_json(const ToolCall& t, std::optional<size_t> index) {
+    json j;
+    if (index) j["index"] = *index;
+    j["id"] = t.id;
+    j["type"] = "function";
+    j["function"] = {{"name", t.name}, {"arguments", t.arguments}};
+    return j;
+  }
+
+  // Whether the model chose to call tools (tool_choice auto): its finish reason is then tool_calls, as OpenAI's.
+  static bool called_automatically(const Call& call, const Call::Choice& c) {
+    return call.request.tools.choice == ToolUse::Choice::automatic && c.calls_sent > 0;
   }
 
   std::string metrics_text() {

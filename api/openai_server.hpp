@@ -24,6 +24,7 @@ struct OpenAiOptions {
   std::string model_name;   // what /v1/models lists and requests may name
   std::string api_key;      // empty: no authentication
   size_t max_queued_requests = 4096;  // requests in flight beyond which new ones get 429
+  std::string tool_call_parser = "auto";  // how the model writes tool calls (api/openai_tools.hpp)
 };
 
 class OpenAiServer {

@@ -1,6 +1,7 @@
 // The cost of response_format json_object and json_schema per sampled row: structured::allowed_tokens (the ids the
 // JSON matcher takes next) over real vocabularies, at matcher states between values and inside strings and numbers
-// (and under a schema: in a key, a bounded string, an enum value, an integer), and the one-off
+// (and under a schema: in a key, a bounded string, an enum value, an integer; and tool_choice required's array of
+// a tagged union: in the tag, a key, an integer), and the one-off
 // TokenVocabulary::from. Prints the best of several repetitions (the machine is shared) in microseconds.
 // Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
 // GPT-2 and Qwen3 vocabularies)
@@ -51,6 +52,33 @@ int main(int argc, char** argv) {
       {"in an integer", "{\"name\": \"a\", \"age\": 12"},
       {"in an enum", "{\"name\": \"a\", \"age\": 1, \"color\": \"gr"},
       {"free string", "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"tags\": [\"Lily went"}};
+  // tool_choice required over two tools (api/openai_tools.cpp builds this): an array of a tagged union.
+  auto tools = structured::JsonSchema::compile(
+      R"({"type": "array", "minItems": 1, "items": {"anyOf": [
+          {"type": "object", "properties": {"name": {"const": "get_weather"}, "parameters": {"type": "object",
+           "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}},
+           "required": ["name", "parameters"], "additionalProperties": false},
+          {"type": "object", "properties": {"name": {"const": "add"}, "parameters": {"type": "object",
+           "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+           "required": ["name", "parameters"], "additionalProperties": false}]}})");
+  if (!tools) {
+    std::fprintf(stderr, "%s\n", tools.error().message.c_str());
+    return 1;
+  }
+  const std::vector<std::pair<const char*, std::string>> tool_states{
+      {"start", ""}, {"in the tag", "[{\"name\": \"ge"},
+      {"in a key", "[{\"name\": \"get_weather\", \"parameters\": {\"ci"},
+      {"in an integer", "[{\"name\": \"add\", \"parameters\": {\"a\": 12"},
+      {"after a call", "[{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}"}};
+  struct Section {
+    const char* title;
+    const structured::JsonSchema* schema;
+    const std::vector<std::pair<const char*, std::string>>* states;
+  };
+  const std::vector<Section> sections{{"json_object", &structured::JsonSchema::any_object(), &states},
+                                      {"json_schema (4 required properties)", schema->get(), &schema_states},
+                                      {"tool_choice required (2 tools: an array of a tagged union)", tools->get(),
+                                       &tool_states}};
   std::printf("best of %d, one thread; us per mask (a sampled row of a json_object / json_schema sequence)\n",
               repetitions);
   for (const std::string& dir : dirs) {
@@ -63,10 +91,10 @@ int main(int argc, char** argv) {
     const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
     std::printf("%s: vocabulary %d, its bytes gathered in %.0f us\n", dir.c_str(), vocab.size(), micros_since(t0));
     std::vector<uint64_t> bits;
-    for (const bool under_schema : {false, true}) {
-      std::printf("  %s\n", under_schema ? "json_schema (4 required properties)" : "json_object");
-      for (const auto& [name, prefix] : under_schema ? schema_states : states) {
-        structured::JsonMatcher m = under_schema ? structured::JsonMatcher(**schema) : structured::JsonMatcher();
+    for (const Section& section : sections) {
+      std::printf("  %s\n", section.title);
+      for (const auto& [name, prefix] : *section.states) {
+        structured::JsonMatcher m(*section.schema);
         for (char c : prefix) m.feed(static_cast<uint8_t>(c));
         double best = 1e30;
         for (int r = 0; r < repetitions; ++r) {

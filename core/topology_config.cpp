@@ -367,7 +367,14 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
           quant.ok() ? "" : quant.error().message);
 
   Section server(top.get("server"), "server");
-  server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout", "max_queued_requests"});
+  server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout", "max_queued_requests",
+                     "tool_call_parser"});
+  server.read("tool_call_parser", cfg.server.tool_call_parser);
+  {
+    const std::string& p = cfg.server.tool_call_parser;
+    require(p == "auto" || p == "hermes" || p == "mistral" || p == "llama3_json", "server.tool_call_parser",
+            "must be auto, hermes, mistral or llama3_json, got '" + p + "'");
+  }
   server.read("host", cfg.server.host);
   server.read("port", cfg.server.port);
   require(cfg.server.port >= 0 && cfg.server.port < 65536, "server.port",

@@ -38,6 +38,8 @@ struct ServerSection {
   uint64_t max_request_body = 1ull << 20;   // bytes; larger bodies get 413
   int shutdown_timeout_s = 30;              // SIGTERM/SIGINT: seconds for requests in flight to finish
   int max_queued_requests = 4096;           // requests in flight (running or waiting) beyond which new ones get 429
+  std::string tool_call_parser = "auto";    // how the model writes tool calls: auto (from its chat template),
+                                            // hermes, mistral or llama3_json (api/openai_tools.hpp)
 };
 
 struct EngineSection {

@@ -1,11 +1,16 @@
 // The HTTP request bodies of the API (api/openai_protocol: parse_request), completions and chat, against the
 // stories260K tokenizer (vocabulary 512) and the ChatML tool-calling template of tests/fixtures.
-// Input: a request body; each input is parsed as a completions body and as a chat body.
+// Input: a request body; each input is parsed as a completions body and as a chat body (tool_choice auto reading
+// hermes calls), and read as a model's text by the ToolCallReader of each tool-call format, whole and in pieces.
 // Properties: parse_request never throws or crashes; a refusal is a 400 with a message; an accepted request has
-// valid sampling options, max_tokens in [1, 2^24], at least one prompt and token ids inside the vocabulary.
+// valid sampling options, max_tokens in [1, 2^24], at least one prompt and token ids inside the vocabulary; a
+// constrained tool_choice comes with a json_schema that compiles. The readers never throw; what they give as content
+// is the text less what they read as calls (never more of it), and the same whole as in pieces.
 #include <string>
 
 #include "api/openai_protocol.hpp"
+#include "api/openai_tools.hpp"
+#include "structured/json_schema.hpp"
 #include "fuzz_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -27,6 +32,7 @@ struct Context {
       if (!tok || !tmpl) fuzz::fail("cannot load the stories260K tokenizer or the chatml_tools template");
       auto* ctx = new Context{std::move(*tok), std::move(*tmpl), std::move(special), {}};
       ctx->parse = ParseContext{ctx->tokenizer.vocab_size(), &ctx->tokenizer, &ctx->chat_template, &ctx->special_tokens};
+      ctx->parse.tool_format = ToolCallFormat::hermes;
       return ctx;
     }();
     return *c;
@@ -53,6 +59,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (int32_t id : r.prompt_ids)
         fuzz::require(id >= 0 && id < ctx.parse.vocab_size, "token id " + std::to_string(id) + " accepted");
       fuzz::require(r.prompt.has_value() || !r.prompt_ids.empty(), "an empty prompt accepted");
+      if (request.tools.constrained())
+        fuzz::require(structured::JsonSchema::compile(r.sampling.json_schema).ok(), "a tool schema that does not compile");
+    }
+  }
+  // The body as a model's text, for each reader: whole, and in pieces of 1 to 7 bytes.
+  for (const ToolUse::Choice choice : {ToolUse::Choice::automatic, ToolUse::Choice::required, ToolUse::Choice::named}) {
+    for (const ToolCallFormat format : {ToolCallFormat::hermes, ToolCallFormat::mistral, ToolCallFormat::llama3_json}) {
+      ToolUse use;
+      use.choice = choice;
+      use.format = format;
+      use.function = "f";
+      auto run = [&](size_t piece) {
+        ToolCallReader reader(use);
+        std::string content;
+        size_t calls = 0;
+        for (size_t at = 0; at < body.size(); at += piece) {
+          ToolCallReader::Delta d = reader.push(std::string_view(body).substr(at, piece));
+          content += d.content;
+          calls += d.calls.size();
+        }
+        ToolCallReader::Delta d = reader.finish();
+        content += d.content;
+        calls += d.calls.size();
+        fuzz::require(content.size() <= body.size(), "a reader gave more content than the text");
+        if (calls == 0) fuzz::require(content == body, "a reader without calls did not give the text as it is");
+        return std::make_pair(content, calls);
+      };
+      const auto whole = run(body.size() + 1);
+      const auto pieces = run(1 + size % 7);
+      fuzz::require(whole == pieces, "a reader read the text differently in pieces");
     }
   }
   return 0;

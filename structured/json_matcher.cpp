@@ -133,15 +133,25 @@ bool JsonMatcher::literal_byte(uint8_t b) {
   auto value = [&](int i) -> const std::string& { return values[static_cast<size_t>(i)]; };
   const uint64_t next = continuing(candidates_, offset_, b, value);
   if (!next) {  // a value that ended here (a number, whose end only its next byte shows) is followed by b
-    if (ending(candidates_, offset_, value) < 0) return false;
-    close_value();
+    const int i = ending(candidates_, offset_, value);
+    if (i < 0) return false;
+    close_literal(i);
     return step(b);
   }
   candidates_ = next;
   ++offset_;
   for (uint64_t c = next; c; c &= c - 1)
     if (value(__builtin_ctzll(c)).size() != offset_) return true;
-  return close_value();  // every value still possible is whole
+  return close_literal(__builtin_ctzll(next));  // every value still possible is whole: one, as they differ
+}
+
+bool JsonMatcher::in_tag() const {
+  return depth_ > 0 && top().container == '{' && top().count == 1 && !node(top().node).tags.empty();
+}
+
+bool JsonMatcher::close_literal(int i) {
+  if (in_tag()) top().node = static_cast<int16_t>(node(top().node).tags[static_cast<size_t>(i)]);
+  return close_value();
 }
 
 bool JsonMatcher::number_may_end(Num n) {
@@ -163,6 +173,11 @@ bool JsonMatcher::start_value(uint8_t b) {
   if (node(n).kind == Kind::literals) {  // every value, narrowed by b
     const size_t count = node(n).literals.size();
     candidates_ = count == 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+    if (in_tag()) {  // a tagged union's tag: only values whose alternative can close within kMaxDepth
+      const auto& tags = node(top().node).tags;
+      for (size_t i = 0; i < count; ++i)
+        if (depth_ - 1 + schema_->min_nesting(tags[i]) > kMaxDepth) candidates_ &= ~(uint64_t{1} << i);
+    }
     offset_ = 0;
     mode_ = Mode::literal_set;
     return literal_byte(b);
@@ -209,7 +224,7 @@ bool JsonMatcher::step(uint8_t b) {
   switch (mode_) {
     case Mode::start:
       if (is_space(b)) return gap(b);
-      if (b != '{') return false;
+      if (b != '{' && b != '[') return false;  // the root: an object or an array
       return start_value(b);
     case Mode::done:
       return is_space(b) && gap(b);

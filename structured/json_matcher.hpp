@@ -1,9 +1,9 @@
-// JsonMatcher: whether a byte stream is a prefix of one JSON object (RFC 8259) that a JsonSchema admits, fed a byte
+// JsonMatcher: whether a byte stream is a prefix of one JSON object or array (RFC 8259) that a JsonSchema admits, fed a byte
 // at a time: what a response_format of json_object (JsonSchema::any_object(), the default) or json_schema
 // constrains a sequence's generated text to.
 //
 // Contract: feed(b) returns false when b cannot continue such a text from here, and then leaves the matcher as it
-// was (so a caller may try another byte); true moves it on. complete() is true once the object has closed; after it
+// was (so a caller may try another byte); true moves it on. complete() is true once the root value has closed; after it
 // only one more gap of whitespace. Whitespace between tokens is a gap of llama.cpp's JSON grammars: nothing, one
 // space, or a newline and up to kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes (exponents up to
 // kMaxExponentDigits digits: every number a finite double), nesting goes to kMaxDepth: bounds that keep a model from
@@ -13,7 +13,8 @@
 // (overlong forms, surrogates, bytes past U+10FFFF) is refused. Under a schema (json_schema.hpp) each value must be
 // of its node's kind: an object's keys are its properties' names as the schema writes them, in its order, every
 // required one present; arrays and strings keep their bounds (in characters: an escaped surrogate pair is one);
-// enum / const values are matched byte for byte. The schema must outlive the matcher.
+// enum / const values are matched byte for byte; a tagged union's object goes on as the alternative its tag's value
+// names. The schema must outlive the matcher.
 // The state is a fixed-size value: copies are cheap (token masks copy it once per prefix of the tokens' trie they
 // feed).
 #pragma once
@@ -47,7 +48,7 @@ class JsonMatcher {
 
  private:
   enum class Mode : uint8_t {
-    start,          // before the object: whitespace, then '{'
+    start,          // before the root: whitespace, then its { or [
     value,          // a value is due: after ':' or ','
     key_or_close,   // after '{': a key or '}'
     key,            // after ',' in an object: a key
@@ -61,7 +62,7 @@ class JsonMatcher {
     literal,        // in true / false / null (literal_: what is left of it)
     property,       // in a key of an object with properties: candidates_ are the names it may still be
     literal_set,    // in an enum / const value: candidates_ are the values it may still be
-    done,           // the object has closed
+    done,           // the root has closed
   };
   // The number grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
   enum class Num : uint8_t { minus, zero, integer, dot, fraction, exp, exp_sign, exponent };
@@ -80,6 +81,8 @@ class JsonMatcher {
   bool string_byte(uint8_t b);
   bool property_byte(uint8_t b);
   bool literal_byte(uint8_t b);
+  bool in_tag() const;            // the value due or read is the tag of the innermost object, a tagged union
+  bool close_literal(int value);  // an enum / const value ended: a tag's value makes the object its alternative
   bool begin_key();       // '"' of a key in the innermost object
   bool may_close_object() const;
   bool may_add(const Frame& f) const;     // ',' in the innermost container

@@ -59,7 +59,8 @@ class SchemaCompiler {
       root.kind = Kind::object;
       root.any_keys = true;
     }
-    if (root.kind != Kind::object) refuse("", "the root must be an object schema (type object)");
+    if (root.kind != Kind::object && root.kind != Kind::array)
+      refuse("", "the root must be an object or array schema (type object or array)");
     out_->nodes_[JsonSchema::kRoot] = std::move(root);
     out_->compute_min_nesting();
     if (out_->min_nesting(JsonSchema::kRoot) > JsonSchema::kMaxNesting)
@@ -309,6 +310,14 @@ class SchemaCompiler {
     auto of_kind = [&](Kind k) { return [this, k](int32_t m) { return out_->node(m).kind == k; }; };
     if (std::any_of(flat.begin(), flat.end(), of_kind(Kind::number)))
       flat.erase(std::remove_if(flat.begin(), flat.end(), of_kind(Kind::integer)), flat.end());
+    if (std::count_if(flat.begin(), flat.end(), of_kind(Kind::object)) > 1) {  // one tagged union in their place
+      std::vector<int32_t> objects;
+      for (int32_t m : flat)
+        if (out_->node(m).kind == Kind::object) objects.push_back(m);
+      const int32_t tagged = tagged_union(objects, path);
+      flat.erase(std::remove_if(flat.begin(), flat.end(), of_kind(Kind::object)), flat.end());
+      flat.push_back(tagged);
+    }
     if (flat.size() == 1 && !pending_.count(flat[0])) return out_->node(flat[0]);  // (a pending one is not built yet)
     for (size_t i = 0; i < flat.size(); ++i) {
       for (size_t j = i + 1; j < flat.size(); ++j) {
@@ -326,6 +335,45 @@ class SchemaCompiler {
     n.kind = Kind::alternatives;
     n.alternatives = std::move(flat);
     return n;
+  }
+
+  // Objects among alternatives, told apart by their first property: in each the same name, required, its value a
+  // const / enum (a literals node), no value in two of them. One object node takes their place: its one property is
+  // the tag, over every alternative's values, and `tags` says which alternative each value goes on as.
+  int32_t tagged_union(const std::vector<int32_t>& objects, const std::string& path) {
+    const std::string rule =
+        ": objects among alternatives must each begin with the same required property, whose const or enum values "
+        "(no value in two of them) tell them apart";
+    SchemaNode tag;
+    tag.kind = Kind::literals;
+    std::vector<int32_t> tags;
+    std::string name;
+    for (size_t i = 0; i < objects.size(); ++i) {
+      if (pending_.count(objects[i])) refuse(path, "a recursive $ref among alternatives of objects" + rule);
+      const SchemaNode& o = out_->node(objects[i]);
+      const std::string which = "alternative " + std::to_string(i) + " of the objects";
+      if (o.any_keys || o.properties.empty() || !o.properties[0].required)
+        refuse(path, which + " has no required first property" + rule);
+      if (i == 0) name = o.properties[0].name;
+      if (o.properties[0].name != name)
+        refuse(path, which + " begins with \"" + o.properties[0].name + "\", not \"" + name + "\"" + rule);
+      const SchemaNode& values = out_->node(o.properties[0].node);
+      if (values.kind != Kind::literals) refuse(path, which + "'s \"" + name + "\" is not a const or enum" + rule);
+      for (size_t k = 0; k < values.literals.size(); ++k) {  // (a tagged union among them: its alternatives)
+        const std::string& v = values.literals[k];
+        if (std::find(tag.literals.begin(), tag.literals.end(), v) != tag.literals.end())
+          refuse(path, "the value " + v + " of \"" + name + "\" is in two alternatives" + rule);
+        tag.literals.push_back(v);
+        tags.push_back(o.tags.empty() ? objects[i] : o.tags[k]);
+      }
+    }
+    if (tag.literals.size() > JsonSchema::kMaxLiterals)
+      refuse(path, "more than " + std::to_string(JsonSchema::kMaxLiterals) + " values of \"" + name + "\" in all");
+    SchemaNode u;
+    u.kind = Kind::object;
+    u.properties.push_back({name, add(std::move(tag)), true});
+    u.tags = std::move(tags);
+    return add(std::move(u));
   }
 
   const ojson& root_;
@@ -382,6 +430,10 @@ void JsonSchema::compute_min_nesting() {
           m = 1;
           for (const SchemaNode::Property& p : n.properties)
             if (p.required) m = std::max(m, 1 + min_nesting_[static_cast<size_t>(p.node)]);
+          if (!n.tags.empty()) {  // a tagged union: as its shallowest alternative
+            m = kNever;
+            for (int32_t t : n.tags) m = std::min(m, min_nesting_[static_cast<size_t>(t)]);
+          }
           break;
         case Kind::array:
           m = n.min_items > 0 ? 1 + min_nesting_[static_cast<size_t>(n.items)] : 1;

@@ -5,12 +5,14 @@
 // the keyword and where it is (`minimum (at /properties/age) is not supported; ...`). Supported: type (one or a
 // list), properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum and const
 // of strings, numbers, booleans and null, anyOf / oneOf whose alternatives begin differently (different JSON types,
-// or literals with different first bytes), $ref to "#/$defs/..." or "#/definitions/..." (recursion included),
+// or literals with different first bytes) or are objects told apart by their first property (a tagged union: the
+// same required property first in each, its values const / enum, no value in two of them), $ref to
+// "#/$defs/..." or "#/definitions/..." (recursion included),
 // boolean schemas of true; annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
 // the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
 // is never generated); an object schema without properties takes any keys and values; strings' lengths count
-// Unicode characters (an escape is one). The root must be an object schema, and one that admits a document nested
+// Unicode characters (an escape is one). The root must be an object or array schema, and one that admits a document nested
 // at most kMaxNesting levels (a required property that always recurses admits none). The nodes are immutable:
 // matchers of many sequences share them.
 #pragma once
@@ -40,12 +42,15 @@ struct SchemaNode {
   uint32_t min_length = 0, max_length = UINT32_MAX;  // string, in characters
   std::vector<std::string> literals;  // literals: each value's JSON text, compact
   std::vector<int32_t> alternatives;  // alternatives: nodes no two of which take the same first byte
+  // object, a tagged union: the alternatives, by the index of the value of the one property (its tag, a literals
+  // node) that each begins with; once the tag's value is read, the object goes on as that alternative.
+  std::vector<int32_t> tags;
 };
 
 class JsonSchema {
  public:
   static constexpr int32_t kAny = 0;   // node 0: any JSON value
-  static constexpr int32_t kRoot = 1;  // node 1: the schema's root, an object
+  static constexpr int32_t kRoot = 1;  // node 1: the schema's root, an object or an array
   static constexpr size_t kMaxProperties = 64;
   static constexpr size_t kMaxLiterals = 64;
   static constexpr size_t kMaxNodes = 4096;

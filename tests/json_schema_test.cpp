@@ -84,6 +84,16 @@ std::string random_walk(const JsonSchema& schema, std::mt19937& rng, size_t soft
   return out;
 }
 
+// An array root whose items are a tagged union (what tool_choice "required" generates) or null.
+const std::string kToolCalls = R"({"type": "array", "minItems": 1, "maxItems": 3, "items": {"anyOf": [
+    {"type": "object", "properties": {"name": {"const": "get_weather"}, "parameters": {"type": "object",
+     "properties": {"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}}, "required": ["city"],
+     "additionalProperties": false}}, "required": ["name", "parameters"], "additionalProperties": false},
+    {"type": "object", "properties": {"name": {"enum": ["add", "sub"]}, "parameters": {"type": "object",
+     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+     "required": ["name", "parameters"]},
+    {"type": "null"}]}})";
+
 const std::vector<std::string>& peer_schemas() {
   static const std::vector<std::string> schemas = {
       R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"},
@@ -98,6 +108,7 @@ const std::vector<std::string>& peer_schemas() {
       R"({"type": "object", "properties": {"maybe": {"anyOf": [{"type": "string", "maxLength": 4}, {"type": "null"}]},
           "many": {"type": ["integer", "boolean", "null"]}, "free": {"type": "object"}, "anything": {},
           "quoted \"key\"\u00e9": {"type": "string", "minLength": 2, "maxLength": 2}}, "required": ["free"]})",
+      kToolCalls,
   };
   return schemas;
 }
@@ -180,7 +191,41 @@ TEST_CASE("json_schema: hand-written documents - order, required and optional pr
 
   // json_object: any one object, as before.
   CHECK(admits(JsonSchema::any_object(), R"({"a": [1, "b", {"c": null}]})"));
-  CHECK_FALSE(admits(JsonSchema::any_object(), R"([1])"));
+  CHECK_FALSE(admits(JsonSchema::any_object(), R"([1])"));  // json_object: an object
+}
+
+TEST_CASE("json_schema: an array root, and objects told apart by their first property (a tagged union)",
+          "[structured][json_schema]") {
+  const auto calls = compiled(kToolCalls);
+  CHECK(admits(*calls, R"([{"name": "get_weather", "parameters": {"city": "Paris"}}])"));
+  CHECK(admits(*calls, R"([{"name": "add", "parameters": {"a": 1, "b": 2}}, null,)"
+                       R"( {"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}])"));
+  CHECK_FALSE(admits(*calls, R"([{"name": "add", "parameters": {"city": "Paris"}}])"));  // add's parameters
+  CHECK_FALSE(admits(*calls, R"([{"name": "get_weather", "parameters": {"a": 1, "b": 2}}])"));
+  CHECK_FALSE(admits(*calls, R"([{"name": "mul", "parameters": {"a": 1, "b": 2}}])"));   // no such tag
+  CHECK_FALSE(admits(*calls, R"([{"parameters": {"a": 1, "b": 2}, "name": "add"}])"));   // the tag comes first
+  CHECK_FALSE(admits(*calls, R"([{"name": "add"}])"));                                   // parameters required
+  CHECK_FALSE(admits(*calls, R"([])"));                                                  // minItems 1
+  CHECK_FALSE(admits(*calls, R"({"name": "add"})"));                                     // the root is an array
+  CHECK_FALSE(admits(*calls, R"([{"name": "get_weather", "parameters": {"city": "Paris"}, "x": 1}])"));
+  // A tag's value whose alternative could not close within the nesting bound is not begun.
+  const auto deep = compiled(R"({"$defs": {"n": {"type": "object", "properties": {"k": {"anyOf": [
+      {"type": "object", "properties": {"t": {"const": "leaf"}}, "required": ["t"]},
+      {"type": "object", "properties": {"t": {"const": "pair"}, "a": {"$ref": "#/$defs/n"}}, "required": ["t", "a"]}
+      ]}}}}, "type": "object", "properties": {"r": {"$ref": "#/$defs/n"}}, "required": ["r"]})");
+  JsonMatcher m(*deep);
+  std::string text = R"({"r": )";
+  for (int level = 0; level < 40; ++level) text += level % 2 == 0 ? R"({"k": )" : R"({"t": "pair", "a": )";
+  size_t taken = 0;
+  for (const char c : text) {
+    if (!m.feed(static_cast<uint8_t>(c))) break;
+    ++taken;
+  }
+  CHECK(taken < text.size());  // stopped where going deeper could not close
+  CHECK(text.substr(taken, 4) != "leaf");
+  CHECK_FALSE(bytes_taken(m).empty());  // and not stranded
+  std::mt19937 rng(3);
+  for (int i = 0; i < 20; ++i) CHECK(admits(*deep, random_walk(*deep, rng, 200 + rng() % 400)));
 }
 
 TEST_CASE("json matcher: what nlohmann cannot read is refused - lone surrogate escapes, exponents past 99 - and no "
@@ -245,12 +290,25 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
              Catch::StartsWith("minimum is not supported; supported: ") && Catch::EndsWith("(at /properties/age)"));
   CHECK_THAT(compile_error(R"({"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]+$"}}})"),
              Catch::StartsWith("pattern is not supported"));
-  CHECK(compile_error(R"({"type": "array"})") == "the root must be an object schema (type object)");
+  CHECK(compile_error(R"({"type": "string"})") == "the root must be an object or array schema (type object or array)");
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [
+             {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]},
+             {"type": "object", "properties": {"k": {"enum": [2, 1]}}, "required": ["k"]}]}}})"),
+             Catch::StartsWith("the value 1 of \"k\" is in two alternatives: objects among alternatives must each "
+                               "begin with the same required property"));
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [
+             {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]},
+             {"type": "object", "properties": {"j": {"const": 2}}, "required": ["j"]}]}}})"),
+             Catch::StartsWith("alternative 1 of the objects begins with \"j\", not \"k\""));
+  CHECK_THAT(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [
+             {"type": "object", "properties": {"k": {"const": 1}}},
+             {"type": "object", "properties": {"k": {"const": 2}}, "required": ["k"]}]}}})"),
+             Catch::StartsWith("alternative 0 of the objects has no required first property"));
   CHECK(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})") ==
         "required names \"b\", which is not among the properties (at /required)");
   CHECK_THAT(compile_error(R"({"type": "object", "properties": {"a": {"anyOf": [{"type": "object"},
              {"type": "object", "properties": {"x": {}}}]}}})"),
-             Catch::StartsWith("alternatives 0 and 1 can both begin with '{'"));
+             Catch::StartsWith("alternative 0 of the objects has no required first property"));
   CHECK(compile_error(R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}})") ==
         "$ref #/$defs/missing does not name a schema under #/$defs or #/definitions (at /properties/a/$ref)");
   CHECK(compile_error(R"({"type": "object", "properties": {"a": {"type": "tuple"}}})") ==

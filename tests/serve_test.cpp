@@ -367,11 +367,12 @@ TEST_CASE("serve - plain curl sees Server-Sent Events framed as the spec says", 
 }
 
 TEST_CASE("serve - the official openai client (npm) gets what it expects", "[serve][openai]") {
-  // stories260K with a chat template of our own, so that chat completions have one to render.
+  // stories260K with a chat template of our own, so that chat completions have one to render (tools included, in
+  // the hermes format: tool_choice auto reads <tool_call> tags; only their names, as its context is 512 tokens).
   test::TempDir tmp;
   const auto model = test::copy_stories(tmp.path());
   test::write_file(model / "tokenizer_config.json",
-                   R"({"chat_template": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"})");
+                   R"({"chat_template": "{% if tools %}Call a tool as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}{% for m in messages %}{{ m.role }}: {% if m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"})");
   Served s("sekrit", 1 << 20, model.string());
   const std::string npm = ACTORD_NPM_DIR;
   INFO("the openai client is installed by scripts/setup.sh into " << npm);
