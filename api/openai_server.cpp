@@ -309,19 +309,11 @@ class Server {
     if (call.request.chat) {
       std::string content = e.text, tool_calls;
       if (c.tools) {  // content that is surely not a call, and calls once whole
-        ToolCallReader::Delta d = c.tools->push(e.text);
-        if (!e.finish_reason.empty()) {
-          ToolCallReader::Delta end = c.tools->finish();
-          d.content += end.content;
-          for (ToolCall& t : end.calls) d.calls.push_back(std::move(t));
-        }
+        ToolCallReader::Delta d = c.tools->push(e.text, !e.finish_reason.empty());
         content = std::move(d.content);
-        if (!d.calls.empty()) {
-          json list = json::array();
-          for (const ToolCall& t : d.calls) list.push_back(tool_call_json(t, c.calls_sent++));
-          tool_calls = dump(list);
-        }
-        if (finish_reason == "stop" && called_automatically(call, c)) finish_reason = "tool_calls";
+        if (!d.calls.empty()) tool_calls = dump(tool_calls_json(d.calls, c.calls_sent));
+        c.calls_sent += d.calls.size();
+        finish_reason = finish_reason_with_tools(call, finish_reason, c.calls_sent > 0);
       }
       chunk += ",\"delta\":{";
       std::string fields;
@@ -374,18 +366,11 @@ class Server {
       if (call.request.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         if (c.tools) {
-          ToolCallReader reader(call.request.tools);
-          ToolCallReader::Delta d = reader.push(c.text);
-          ToolCallReader::Delta end = reader.finish();
-          d.content += end.content;
-          for (ToolCall& t : end.calls) d.calls.push_back(std::move(t));
+          const ToolCallReader::Delta d = ToolCallReader(call.request.tools).push(c.text, true);
           if (!d.calls.empty()) {
-            json list = json::array();
-            for (size_t k = 0; k < d.calls.size(); ++k) list.push_back(tool_call_json(d.calls[k], std::nullopt));
             choice["message"]["content"] = d.content.empty() ? json(nullptr) : json(d.content);
-            choice["message"]["tool_calls"] = list;
-            if (c.finish_reason == "stop" && call.request.tools.choice == ToolUse::Choice::automatic)
-              choice["finish_reason"] = "tool_calls";
+            choice["message"]["tool_calls"] = tool_calls_json(d.calls, std::nullopt);
+            choice["finish_reason"] = finish_reason_with_tools(call, c.finish_reason, true);
           }
         }
         choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(call, i, 0) : json(nullptr);
@@ -402,19 +387,26 @@ class Server {
     call.exchange->respond(200, "application/json", dump(body));
   }
 
-  // A tool call as a message gives it, or (with its index among the choice's calls) as a stream's delta does.
-  static json tool_call_json(const ToolCall& t, std::optional<size_t> index) {
-    json j;
-    if (index) j["index"] = *index;
-    j["id"] = t.id;
-    j["type"] = "function";
-    j["function"] = {{"name", t.name}, {"arguments", t.arguments}};
-    return j;
+  // Tool calls as a message gives them, or as a stream's delta does (each with its index among the choice's calls,
+  // from `first`).
+  static json tool_calls_json(const std::vector<ToolCall>& calls, std::optional<size_t> first) {
+    json list = json::array();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      json j;
+      if (first) j["index"] = *first + k;
+      j["id"] = calls[k].id;
+      j["type"] = "function";
+      j["function"] = {{"name", calls[k].name}, {"arguments", calls[k].arguments}};
+      list.push_back(std::move(j));
+    }
+    return list;
   }
 
-  // Whether the model chose to call tools (tool_choice auto): its finish reason is then tool_calls, as OpenAI's.
-  static bool called_automatically(const Call& call, const Call::Choice& c) {
-    return call.request.tools.choice == ToolUse::Choice::automatic && c.calls_sent > 0;
+  // A choice that ended by itself after the model chose to call tools (tool_choice auto) finishes with tool_calls,
+  // as OpenAI's and vLLM's; a call the request forced (required, named) with stop.
+  static std::string finish_reason_with_tools(const Call& call, const std::string& reason, bool called) {
+    return reason == "stop" && called && call.request.tools.choice == ToolUse::Choice::automatic ? "tool_calls"
+                                                                                                   : reason;
   }
 
   std::string metrics_text() {

@@ -368,14 +368,15 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
       const size_t start = first_non_space(held_);
       const std::string_view rest = std::string_view(held_).substr(start);
       const size_t found = held_.find(marker);
-      if (found != std::string::npos) {
-        give(std::string_view(held_).substr(0, found));
-        held_.erase(0, found);  // the marker stays in held_ until the calls parse
-        in_calls_ = true;
-      } else if (at_start_ && !at_end && (rest.empty() || marker.substr(0, rest.size()) == rest)) {
+      if (at_start_ && rest.rfind(marker, 0) == 0) {
+        in_calls_ = true;  // the marker first: the rest is calls
+      } else if (at_start_ && !at_end && marker.substr(0, rest.size()) == rest) {
         return;  // only whitespace, or the start of the marker, so far: a call may still begin
       } else if (at_start_ && !rest.empty() && rest[0] == opener) {
-        held_.erase(0, start);
+        in_calls_ = true;  // (the whitespace before stays: it is content if these are not calls)
+      } else if (found != std::string::npos) {
+        give(std::string_view(held_).substr(0, found));
+        held_.erase(0, found);  // the marker stays in held_ until the calls parse
         in_calls_ = true;
       } else {
         const size_t keep = at_end ? 0 : partial_marker(held_, marker);
@@ -386,7 +387,7 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
     if (in_calls_ && at_end) {
       std::string_view text = held_;
       const std::string_view marker = use_.format == ToolCallFormat::mistral ? kMistralMarker : kPythonTag;
-      if (text.rfind(marker, 0) == 0) text.remove_prefix(marker.size());
+      if (text.substr(first_non_space(text)).rfind(marker, 0) == 0) text.remove_prefix(first_non_space(text) + marker.size());
       if (auto calls = parse_calls(text)) add(std::move(*calls));
       else give(held_);  // not calls after all: the text as it is
       held_.clear();
@@ -401,16 +402,10 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
   }
 }
 
-ToolCallReader::Delta ToolCallReader::push(std::string_view text) {
+ToolCallReader::Delta ToolCallReader::push(std::string_view text, bool at_end) {
   Delta out;
   held_ += text;
-  read_calls(out, false);
-  return out;
-}
-
-ToolCallReader::Delta ToolCallReader::finish() {
-  Delta out;
-  read_calls(out, true);
+  read_calls(out, at_end);
   return out;
 }
 

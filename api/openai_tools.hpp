@@ -86,8 +86,8 @@ class ToolCallReader {
     std::string content;
     std::vector<ToolCall> calls;
   };
-  Delta push(std::string_view text);  // the next piece of the choice's text
-  Delta finish();                     // the text has ended: what was held back
+  // The next piece of the choice's text; with at_end, its last (what was held back comes out too).
+  Delta push(std::string_view text, bool at_end = false);
   size_t calls_read() const { return calls_read_; }
 
  private:

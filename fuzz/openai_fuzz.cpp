@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           content += d.content;
           calls += d.calls.size();
         }
-        ToolCallReader::Delta d = reader.finish();
+        ToolCallReader::Delta d = reader.push("", true);
         content += d.content;
         calls += d.calls.size();
         fuzz::require(content.size() <= body.size(), "a reader gave more content than the text");

@@ -60,7 +60,7 @@ struct Read {
 
 Read read_whole(const ToolUse& use, const std::string& text) {
   ToolCallReader reader(use);
-  ToolCallReader::Delta a = reader.push(text), b = reader.finish();
+  ToolCallReader::Delta a = reader.push(text), b = reader.push("", true);
   Read r{a.content + b.content, a.calls};
   r.calls.insert(r.calls.end(), b.calls.begin(), b.calls.end());
   return r;
@@ -75,7 +75,7 @@ Read read_streamed(const ToolUse& use, const std::string& text) {
     r.content += d.content;
     r.calls.insert(r.calls.end(), d.calls.begin(), d.calls.end());
   }
-  ToolCallReader::Delta d = reader.finish();
+  ToolCallReader::Delta d = reader.push("", true);
   r.content += d.content;
   r.calls.insert(r.calls.end(), d.calls.begin(), d.calls.end());
   return r;
@@ -243,6 +243,12 @@ TEST_CASE("tools: mistral and llama3_json calls, with and without their markers"
   CHECK(read_both(llama, "<|python_tag|>{\"name\": \"add\", \"parameters\": {}}").calls.size() == 1);
   CHECK(read_both(llama, "The answer is {42}.").content == "The answer is {42}.");
   CHECK(read_both(llama, "{not json}").content == "{not json}");
+  // Found by fuzz/openai_fuzz (crash_reader_leading_space): the whitespace before what looked like calls is kept.
+  CHECK(read_both(llama, " {{m\"99es").content == " {{m\"99es");
+  CHECK(read_both(mistral, "\n [x").content == "\n [x");
+  // (crash_reader_marker_later) JSON at the start is read as the calls, whatever comes later: whole as in pieces.
+  const std::string later = "{\"a\": 1} <|python_tag|>{\"name\": \"c\", \"parameters\": {}}";
+  CHECK(read_both(llama, later).content == later);
 }
 
 TEST_CASE("tools: the call format is read from the chat template, or set", "[api][tools]") {
