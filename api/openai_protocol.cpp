@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "api/openai_reasoning.hpp"
 #include "structured/json_schema.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -171,8 +172,13 @@ std::vector<GenerateRequest> prompts_of(const json& prompt, int vocab_size) {
   return out;
 }
 
-// The conversation rendered with the chat template (with the request's tools), as token ids.
-std::vector<int32_t> chat_prompt(const json& body, const json& tools, const ParseContext& context) {
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  bool opens_reasoning = false;  // the prompt leaves a <think> block open (openai_reasoning.hpp)
+};
+
+// The conversation rendered with the chat template (with the request's tools and chat_template_kwargs), as token ids.
+ChatPrompt chat_prompt(const json& body, const json& tools, const ParseContext& context) {
   const json& messages = body.at("messages");
   if (!messages.is_array() || messages.empty()) refuse("messages", "must be a non-empty list of messages");
   for (const json& m : messages) {
@@ -191,9 +197,19 @@ std::vector<int32_t> chat_prompt(const json& body, const json& tools, const Pars
   if (context.special_tokens) {
     for (const auto& [key, value] : context.special_tokens->items()) render[key] = value;
   }
+  // vLLM's chat_template_kwargs: more variables for the template (Qwen3's enable_thinking: false).
+  if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+    const json& kwargs = body["chat_template_kwargs"];
+    if (!kwargs.is_object()) refuse("chat_template_kwargs", "must be an object of template variables");
+    for (const auto& [key, value] : kwargs.items()) {
+      if (key == "messages" || key == "tools" || key == "add_generation_prompt")
+        refuse("chat_template_kwargs", key + " is set by the request itself, not here");
+      render[key] = value;
+    }
+  }
   auto text = context.chat_template->render(render);
   if (!text) refuse("messages", text.error().message);
-  return context.tokenizer->encode(*text, false);
+  return ChatPrompt{context.tokenizer->encode(*text, false), prompt_opens_reasoning(*text)};
 }
 
 const std::set<std::string>& known_fields(bool chat) {
@@ -206,7 +222,7 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
       "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
-      "response_format", "tools", "tool_choice", "parallel_tool_calls"};
+      "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs"};
   return chat ? chat_fields : completions;
 }
 
@@ -314,8 +330,12 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (chat) {
     if (!has("messages")) refuse("messages", "is required");
     GenerateRequest r = proto;
-    r.prompt_ids = chat_prompt(body, tools, context);
+    ChatPrompt prompt = chat_prompt(body, tools, context);
+    r.prompt_ids = std::move(prompt.ids);
     request.prompts.push_back(std::move(r));
+    // A reply that is not constrained to JSON is split into reasoning and content (openai_reasoning.hpp).
+    request.reasoning = context.reasoning && !o.structured();
+    request.reasoning_open = request.reasoning && prompt.opens_reasoning;
   } else {
     if (!has("prompt")) refuse("prompt", "is required");
     for (GenerateRequest& p : prompts_of(body["prompt"], context.vocab_size)) {

@@ -8,7 +8,8 @@
 // SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
 // template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template;
 // tools, tool_choice and parallel_tool_calls as openai_tools.hpp says (a constrained tool_choice becomes the
-// request's json_schema).
+// request's json_schema); chat_template_kwargs (vLLM's: more template variables, such as Qwen3's enable_thinking)
+// go to the template; a reasoning model's replies are split as openai_reasoning.hpp says.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,8 @@ struct ApiRequest {
   bool echo = false;                       // completions: the prompt's text before the completion
   int logprobs = -1;                       // -1: none; else the top alternatives per token (chat: top_logprobs)
   ToolUse tools;                           // chat: tools, tool_choice, parallel_tool_calls (openai_tools.hpp)
+  bool reasoning = false;                  // chat: the reply is split into reasoning_content and content
+  bool reasoning_open = false;             // ... and its prompt opened the <think> block (openai_reasoning.hpp)
 };
 
 struct ParseContext {
@@ -49,6 +52,7 @@ struct ParseContext {
   const nlohmann::json* special_tokens = nullptr;  // bos_token, eos_token, ... for the template
   std::optional<ToolCallFormat> tool_format;      // how the model writes tool calls (none: requests with tools
                                                   // and tool_choice auto are refused)
+  bool reasoning = false;                         // replies are split at </think> (openai_reasoning.hpp)
 };
 
 // Bodies nested deeper than this (arrays and objects) are refused with a 400 while they are parsed.

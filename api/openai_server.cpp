@@ -11,6 +11,7 @@
 #include "api/admin_routes.hpp"
 #include "api/metrics.hpp"
 #include "api/openai_protocol.hpp"
+#include "api/openai_reasoning.hpp"
 #include "tokenizer/token_texts.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -44,8 +45,9 @@ struct Call {
     clock_type::time_point first_token, last_token;
     bool announced = false;  // chat stream: the role chunk went out
     std::optional<TokenTexts> texts;  // logprobs' token texts, as far as they were shown
-    std::optional<ToolCallReader> tools;  // chat with tools: reads calls out of the text
-    size_t calls_sent = 0;                // stream: tool calls given out so far
+    std::optional<ReasoningReader> reasoning;  // chat, stream: splits the reasoning off the text
+    std::optional<ToolCallReader> tools;       // chat with tools, stream: reads calls out of the content
+    size_t calls_sent = 0;                     // stream: tool calls given out so far
   };
   std::vector<Choice> choices;
   std::vector<uint64_t> request_ids;  // per prompt, for cancelling
@@ -68,6 +70,7 @@ class Server {
     context_.special_tokens = &special_tokens_;
     auto format = tool_call_format(options_.tool_call_parser, context_.chat_template);
     if (format) context_.tool_format = *format;  // (the setting was checked with the topology)
+    context_.reasoning = options_.reasoning_parser == "auto" && chat_template_ && reasoning_template(*chat_template_);
   }
 
   // The engine calls on_event, which uses this server, until each of a call's choices has finished: calls still
@@ -141,8 +144,7 @@ class Server {
                         std::chrono::system_clock::now().time_since_epoch()).count();
     call->n = request.prompts[0].sampling.n;
     call->choices.resize(request.prompts.size() * call->n);
-    if (request.tools.choice != ToolUse::Choice::none)
-      for (auto& c : call->choices) c.tools.emplace(request.tools);
+    for (auto& c : call->choices) open_readers(request, c.reasoning, c.tools);
     call->id = (request.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_call_++);
     call->request = std::move(request);
     if (call->request.stream) {
@@ -307,20 +309,20 @@ class Server {
     chunk += std::to_string(index);
     std::string finish_reason = e.finish_reason;
     if (call.request.chat) {
-      std::string content = e.text, tool_calls;
-      if (c.tools) {  // content that is surely not a call, and calls once whole
-        ToolCallReader::Delta d = c.tools->push(e.text, !e.finish_reason.empty());
-        content = std::move(d.content);
-        if (!d.calls.empty()) tool_calls = dump(tool_calls_json(d.calls, c.calls_sent));
-        c.calls_sent += d.calls.size();
-        finish_reason = finish_reason_with_tools(call, finish_reason, c.calls_sent > 0);
-      }
+      // Reasoning and content that are surely so, and tool calls once whole.
+      MessageDelta d = read_message(c.reasoning, c.tools, e.text, !e.finish_reason.empty());
       chunk += ",\"delta\":{";
       std::string fields;
-      if (!c.announced) fields = "\"role\":\"assistant\"";
+      auto field = [&](const char* name, const std::string& json_text) {
+        fields += (fields.empty() ? "\"" : ",\"") + std::string(name) + "\":" + json_text;
+      };
+      if (!c.announced) field("role", "\"assistant\"");
       c.announced = true;
-      if (!content.empty()) fields += (fields.empty() ? "" : ",") + std::string("\"content\":") + dump(content);
-      if (!tool_calls.empty()) fields += (fields.empty() ? "" : ",") + std::string("\"tool_calls\":") + tool_calls;
+      if (!d.reasoning.empty()) field("reasoning_content", dump(d.reasoning));
+      if (!d.content.empty()) field("content", dump(d.content));
+      if (!d.calls.empty()) field("tool_calls", dump(tool_calls_json(d.calls, c.calls_sent)));
+      c.calls_sent += d.calls.size();
+      finish_reason = finish_reason_with_tools(call, finish_reason, c.calls_sent > 0);
       chunk += fields;
       chunk += "},\"logprobs\":";
       chunk += call.request.logprobs >= 0 ? dump(chat_logprobs(call, index, from)) : "null";
@@ -364,14 +366,16 @@ class Server {
       const Call::Choice& c = call.choices[i];
       json choice{{"index", i}, {"finish_reason", c.finish_reason}};
       if (call.request.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        if (c.tools) {
-          const ToolCallReader::Delta d = ToolCallReader(call.request.tools).push(c.text, true);
-          if (!d.calls.empty()) {
-            choice["message"]["content"] = d.content.empty() ? json(nullptr) : json(d.content);
-            choice["message"]["tool_calls"] = tool_calls_json(d.calls, std::nullopt);
-            choice["finish_reason"] = finish_reason_with_tools(call, c.finish_reason, true);
-          }
+        std::optional<ReasoningReader> reasoning;
+        std::optional<ToolCallReader> tools;
+        open_readers(call.request, reasoning, tools);
+        const MessageDelta d = read_message(reasoning, tools, c.text, true);
+        choice["message"] = {{"role", "assistant"}, {"content", d.content}};
+        if (reasoning) choice["message"]["reasoning_content"] = d.reasoning.empty() ? json(nullptr) : json(d.reasoning);
+        if (!d.calls.empty()) {
+          if (d.content.empty()) choice["message"]["content"] = nullptr;
+          choice["message"]["tool_calls"] = tool_calls_json(d.calls, std::nullopt);
+          choice["finish_reason"] = finish_reason_with_tools(call, c.finish_reason, true);
         }
         choice["logprobs"] = call.request.logprobs >= 0 ? chat_logprobs(call, i, 0) : json(nullptr);
       } else {
@@ -385,6 +389,35 @@ class Server {
     body["choices"] = choices;
     body["usage"] = usage(call);
     call.exchange->respond(200, "application/json", dump(body));
+  }
+
+  // The readers a chat choice's text goes through: reasoning off first, then tool calls out of the content.
+  static void open_readers(const ApiRequest& request, std::optional<ReasoningReader>& reasoning,
+                           std::optional<ToolCallReader>& tools) {
+    if (request.reasoning) reasoning.emplace(request.reasoning_open);
+    if (request.tools.choice != ToolUse::Choice::none) tools.emplace(request.tools);
+  }
+
+  struct MessageDelta {
+    std::string reasoning, content;
+    std::vector<ToolCall> calls;
+  };
+  // What a chat choice's next text (its last with at_end) adds to its message.
+  static MessageDelta read_message(std::optional<ReasoningReader>& reasoning, std::optional<ToolCallReader>& tools,
+                                   std::string_view text, bool at_end) {
+    MessageDelta d;
+    d.content = text;
+    if (reasoning) {
+      ReasoningReader::Delta r = reasoning->push(text, at_end);
+      d.reasoning = std::move(r.reasoning);
+      d.content = std::move(r.content);
+    }
+    if (tools) {
+      ToolCallReader::Delta t = tools->push(d.content, at_end);
+      d.content = std::move(t.content);
+      d.calls = std::move(t.calls);
+    }
+    return d;
   }
 
   // Tool calls as a message gives them, or as a stream's delta does (each with its index among the choice's calls,

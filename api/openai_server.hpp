@@ -25,6 +25,8 @@ struct OpenAiOptions {
   std::string api_key;      // empty: no authentication
   size_t max_queued_requests = 4096;  // requests in flight beyond which new ones get 429
   std::string tool_call_parser = "auto";  // how the model writes tool calls (api/openai_tools.hpp)
+  std::string reasoning_parser = "auto";  // auto: replies split at </think> where the template writes <think>;
+                                          // none: never (api/openai_reasoning.hpp)
 };
 
 class OpenAiServer {

@@ -368,7 +368,10 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
 
   Section server(top.get("server"), "server");
   server.check_keys({"host", "port", "api_key", "max_request_body", "shutdown_timeout", "max_queued_requests",
-                     "tool_call_parser"});
+                     "tool_call_parser", "reasoning_parser"});
+  server.read("reasoning_parser", cfg.server.reasoning_parser);
+  require(cfg.server.reasoning_parser == "auto" || cfg.server.reasoning_parser == "none", "server.reasoning_parser",
+          "must be auto or none, got '" + cfg.server.reasoning_parser + "'");
   server.read("tool_call_parser", cfg.server.tool_call_parser);
   {
     const std::string& p = cfg.server.tool_call_parser;

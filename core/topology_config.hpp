@@ -40,6 +40,8 @@ struct ServerSection {
   int max_queued_requests = 4096;           // requests in flight (running or waiting) beyond which new ones get 429
   std::string tool_call_parser = "auto";    // how the model writes tool calls: auto (from its chat template),
                                             // hermes, mistral or llama3_json (api/openai_tools.hpp)
+  std::string reasoning_parser = "auto";    // auto: chat replies split into reasoning_content and content where
+                                            // the chat template writes <think>; none: never (api/openai_reasoning.hpp)
 };
 
 struct EngineSection {

@@ -1,14 +1,17 @@
 // The HTTP request bodies of the API (api/openai_protocol: parse_request), completions and chat, against the
 // stories260K tokenizer (vocabulary 512) and the ChatML tool-calling template of tests/fixtures.
 // Input: a request body; each input is parsed as a completions body and as a chat body (tool_choice auto reading
-// hermes calls), and read as a model's text by the ToolCallReader of each tool-call format, whole and in pieces.
+// hermes calls), and read as a model's text by the ToolCallReader of each tool-call format and the ReasoningReader,
+// whole and in pieces.
 // Properties: parse_request never throws or crashes; a refusal is a 400 with a message; an accepted request has
 // valid sampling options, max_tokens in [1, 2^24], at least one prompt and token ids inside the vocabulary; a
 // constrained tool_choice comes with a json_schema that compiles. The readers never throw; what they give as content
-// is the text less what they read as calls (never more of it), and the same whole as in pieces.
+// is the text less what they read as calls (never more of it), and the same whole as in pieces; so is what the
+// ReasoningReader splits off as reasoning.
 #include <string>
 
 #include "api/openai_protocol.hpp"
+#include "api/openai_reasoning.hpp"
 #include "api/openai_tools.hpp"
 #include "structured/json_schema.hpp"
 #include "fuzz_util.hpp"
@@ -90,6 +93,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto pieces = run(1 + size % 7);
       fuzz::require(whole == pieces, "a reader read the text differently in pieces");
     }
+  }
+  // The body as a reasoning model's reply, the block opened by the reply or by the prompt: whole and in pieces.
+  for (const bool opened : {false, true}) {
+    auto run = [&](size_t piece) {
+      ReasoningReader reader(opened);
+      std::string reasoning, content;
+      for (size_t at = 0; at < body.size(); at += piece) {
+        ReasoningReader::Delta d = reader.push(std::string_view(body).substr(at, piece));
+        reasoning += d.reasoning;
+        content += d.content;
+      }
+      ReasoningReader::Delta d = reader.push("", true);
+      reasoning += d.reasoning;
+      content += d.content;
+      fuzz::require(reasoning.size() + content.size() <= body.size(), "a reasoning reader gave more than the text");
+      return std::make_pair(reasoning, content);
+    };
+    fuzz::require(run(body.size() + 1) == run(1 + size % 7), "a reasoning reader read the text differently in pieces");
   }
   return 0;
 }

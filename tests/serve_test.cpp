@@ -262,6 +262,63 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mod
   CHECK(post("/v1/completions", greedy).status == 200);  // still serving
 }
 
+TEST_CASE("serve - a reasoning model's <think> block is reasoning_content - chat_template_kwargs reach the template",
+          "[serve][reasoning]") {
+  // stories260K with a template that opens the block in the generation prompt (as DeepSeek R1's does) unless
+  // enable_thinking is false (then it writes an empty one, as Qwen3's does).
+  test::TempDir tmp;
+  const auto model = test::copy_stories(tmp.path());
+  test::write_file(model / "tokenizer_config.json",
+                   R"({"chat_template": "{% for m in messages %}{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% else %}<think>{% endif %}{% endif %}"})");
+  Served s("", 1 << 20, model.string());
+  auto post = [&](const json& body) { return call(s.port, "POST", "/v1/chat/completions", body.dump()); };
+  const json base{{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}, {"max_tokens", 12},
+                  {"temperature", 0}};
+  const Reply thinking = post(base);
+  REQUIRE(thinking.status == 200);
+  const json m = json::parse(thinking.body)["choices"][0]["message"];
+  // Cut off by max_tokens inside the block: all of it is reasoning.
+  CHECK(m["reasoning_content"].is_string());
+  CHECK_FALSE(m["reasoning_content"].get<std::string>().empty());
+  CHECK(m["content"] == "");
+  json off = base;
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const Reply answer = post(off);
+  REQUIRE(answer.status == 200);
+  const json a = json::parse(answer.body)["choices"][0]["message"];
+  CHECK(a["reasoning_content"].is_null());
+  CHECK_FALSE(a["content"].get<std::string>().empty());
+  // Streamed: the reasoning deltas add up to the whole reply's.
+  json streamed = base;
+  streamed["stream"] = true;
+  const Reply st = post(streamed);
+  REQUIRE(st.status == 200);
+  std::string reasoning, content;
+  for (const std::string& e : events_of(st.body)) {
+    if (e == "[DONE]") continue;
+    const json delta = json::parse(e)["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  CHECK(reasoning == m["reasoning_content"].get<std::string>());
+  CHECK(content.empty());
+  // A reply constrained to JSON is not split: it is the JSON.
+  json jsonmode = base;
+  jsonmode["response_format"] = {{"type", "json_object"}};
+  jsonmode["max_tokens"] = 40;
+  const json j = json::parse(post(jsonmode).body)["choices"][0]["message"];
+  CHECK_FALSE(j.contains("reasoning_content"));
+  CHECK(j["content"].get<std::string>().find('{') != std::string::npos);
+  // Bad kwargs are refused naming the field.
+  json bad = base;
+  bad["chat_template_kwargs"] = {{"messages", json::array()}};
+  const Reply refused = post(bad);
+  CHECK(refused.status == 400);
+  CHECK(json::parse(refused.body)["error"]["param"] == "chat_template_kwargs");
+  bad["chat_template_kwargs"] = 3;
+  CHECK(post(bad).status == 400);
+}
+
 TEST_CASE("serve - a client that disconnects mid-stream cancels its request", "[serve]") {
   Served s;
   asio::io_context ioc;

@@ -66,6 +66,8 @@ TEST_CASE("malformed YAML and bad values give one clear error", "[config]") {
         "configs/t.yaml: engine.kv_cache_dtype: must be auto, float32, bfloat16, float16 or int8, got 'int4'");
   CHECK(error_of(std::string(kMinimal) + "engine: {kv_cache_memory: 12 parsecs}\n") ==
         "configs/t.yaml: engine.kv_cache_memory: unknown size unit 'parsecs' in '12 parsecs' (use KiB, MiB, GiB, TiB)");
+  CHECK(error_of(std::string(kMinimal) + "server: {reasoning_parser: deepseek}\n") ==
+        "configs/t.yaml: server.reasoning_parser: must be auto or none, got 'deepseek'");
   CHECK(error_of(std::string(kMinimal) + "server: {tool_call_parser: xml}\n") ==
         "configs/t.yaml: server.tool_call_parser: must be auto, hermes, mistral or llama3_json, got 'xml'");
   CHECK(error_of(std::string(kMinimal) + "engine: {swap_space: lots}\n") ==

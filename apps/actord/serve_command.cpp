@@ -67,6 +67,7 @@ int run_serve(const ServeArgs& args) {
   api.api_key = server.api_key;
   api.max_queued_requests = static_cast<size_t>(server.max_queued_requests);
   api.tool_call_parser = server.tool_call_parser;
+  api.reasoning_parser = server.reasoning_parser;
   OpenAiServer openai(**engine, api);
   HttpServer http;
   HttpServerOptions http_options{server.host, server.port, args.http_threads, server.max_request_body};
