@@ -157,7 +157,8 @@ std::variant<ToolsRequest, ToolsError> read_tools(const ojson& body, std::option
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
       });
       if (!valid_name)
-        return ToolsError{"tools", at + ".function.name must be 1 to 64 letters, digits, '_' or '-', got '" + name + "'"};
+        return ToolsError{"tools",
+                          at + ".function.name must be 1 to 64 letters, digits, '_' or '-', got '" + name + "'"};
       if (!names.insert(name).second) return ToolsError{"tools", at + ": the name '" + name + "' is given twice"};
       if (f.contains("description") && !f["description"].is_string())
         return ToolsError{"tools", at + ".function.description must be a string"};
@@ -216,7 +217,8 @@ std::variant<ToolsRequest, ToolsError> read_tools(const ojson& body, std::option
   };
   if (out.use.choice == Choice::named) {
     auto it = std::find_if(tools.begin(), tools.end(), [&](const Tool& t) { return t.name == out.use.function; });
-    if (it == tools.end()) return ToolsError{"tool_choice", "names '" + out.use.function + "', which is not among the tools"};
+    if (it == tools.end())
+      return ToolsError{"tool_choice", "names '" + out.use.function + "', which is not among the tools"};
     out.schema = it->parameters.dump();
     if (auto e = compile_check(out.schema, "tools[" + std::to_string(it - tools.begin()) + "]")) return *e;
     return out;
@@ -255,7 +257,8 @@ ojson messages_for_template(const ojson& messages) {
       if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
       ojson& f = call["function"];
       if (!f.contains("arguments") || !f["arguments"].is_string()) continue;
-      if (auto parsed = parse_json(f["arguments"].get<std::string>()); parsed && parsed->is_object()) f["arguments"] = *parsed;
+      auto parsed = parse_json(f["arguments"].get<std::string>());
+      if (parsed && parsed->is_object()) f["arguments"] = *parsed;
     }
   }
   return out;
@@ -355,16 +358,17 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
       const size_t close = held_.find(kHermesClose);
       if (close == std::string::npos && !at_end) break;
       const std::string_view inner = std::string_view(held_).substr(0, close);
+      const std::string_view close_tag = close == std::string::npos ? std::string_view() : kHermesClose;
       if (auto calls = parse_calls(inner)) add(std::move(*calls));
-      else give(std::string(kHermesOpen) + std::string(inner) + (close == std::string::npos ? "" : std::string(kHermesClose)));
+      else give(std::string(kHermesOpen).append(inner).append(close_tag));  // not a call: the text as it is
       held_.erase(0, close == std::string::npos ? held_.size() : close + kHermesClose.size());
       in_calls_ = false;
       if (held_.empty()) break;
     }
-  } else {  // mistral, llama3_json: calls at the text's start (or, mistral, after its marker) run to its end
+  } else {  // mistral, llama3_json: calls at the text's start (or after its marker) run to its end
+    const std::string_view marker = use_.format == ToolCallFormat::mistral ? kMistralMarker : kPythonTag;
+    const char opener = use_.format == ToolCallFormat::mistral ? '[' : '{';
     if (!in_calls_) {
-      const std::string_view marker = use_.format == ToolCallFormat::mistral ? kMistralMarker : kPythonTag;
-      const char opener = use_.format == ToolCallFormat::mistral ? '[' : '{';
       const size_t start = first_non_space(held_);
       const std::string_view rest = std::string_view(held_).substr(start);
       const size_t found = held_.find(marker);
@@ -386,8 +390,8 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
     }
     if (in_calls_ && at_end) {
       std::string_view text = held_;
-      const std::string_view marker = use_.format == ToolCallFormat::mistral ? kMistralMarker : kPythonTag;
-      if (text.substr(first_non_space(text)).rfind(marker, 0) == 0) text.remove_prefix(first_non_space(text) + marker.size());
+      const size_t start = first_non_space(text);
+      if (text.substr(start).rfind(marker, 0) == 0) text.remove_prefix(start + marker.size());
       if (auto calls = parse_calls(text)) add(std::move(*calls));
       else give(held_);  // not calls after all: the text as it is
       held_.clear();

@@ -88,7 +88,6 @@ class ToolCallReader {
   };
   // The next piece of the choice's text; with at_end, its last (what was held back comes out too).
   Delta push(std::string_view text, bool at_end = false);
-  size_t calls_read() const { return calls_read_; }
 
  private:
   void read_calls(Delta& out, bool at_end);

@@ -1,6 +1,6 @@
-// JsonMatcher: whether a byte stream is a prefix of one JSON object or array (RFC 8259) that a JsonSchema admits, fed a byte
-// at a time: what a response_format of json_object (JsonSchema::any_object(), the default) or json_schema
-// constrains a sequence's generated text to.
+// JsonMatcher: whether a byte stream is a prefix of one JSON object or array (RFC 8259) that a JsonSchema admits,
+// fed a byte at a time: what a response_format of json_object (JsonSchema::any_object(), the default) or
+// json_schema (or a constrained tool_choice) constrains a sequence's generated text to.
 //
 // Contract: feed(b) returns false when b cannot continue such a text from here, and then leaves the matcher as it
 // was (so a caller may try another byte); true moves it on. complete() is true once the root value has closed; after it

@@ -12,8 +12,8 @@
 // readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
 // the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
 // is never generated); an object schema without properties takes any keys and values; strings' lengths count
-// Unicode characters (an escape is one). The root must be an object or array schema, and one that admits a document nested
-// at most kMaxNesting levels (a required property that always recurses admits none). The nodes are immutable:
+// Unicode characters (an escape is one). The root must be an object or array schema, and one that admits a document
+// nested at most kMaxNesting levels (a required property that always recurses admits none). The nodes are immutable:
 // matchers of many sequences share them.
 #pragma once
 
