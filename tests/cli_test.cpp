@@ -382,6 +382,36 @@ TEST_CASE("generate --stop ends the text before the stop string", "[cli][stop]")
   CHECK(r.out == "Once upon a time, there was a little girl \n");
 }
 
+TEST_CASE("generate --response-format json_schema prints a document of the schema - bad pairs are refused",
+          "[cli][json_schema]") {
+  test::TempDir tmp;
+  const auto schema = tmp.path() / "schema.json";
+  test::write_file(schema, R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+      "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": false})");
+  auto r = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once upon a time", "--max-tokens", "80",
+                       "--temperature", "0", "--response-format", "json_schema", "--json-schema", schema.string(),
+                       "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto out = nlohmann::json::parse(r.out);
+  REQUIRE(out.at("finish_reason") == "stop");
+  const auto doc = nlohmann::json::parse(out.at("text").get<std::string>());
+  CHECK(doc.size() == 2);
+  CHECK(doc.at("name").is_string());
+  CHECK(doc.at("age").is_number());  // an integer of any size (a greedy stories260K writes 31 digits)
+  const std::string text = out.at("text").get<std::string>();
+  const std::string age = text.substr(text.find("\"age\"") + 5);  // after the key
+  CHECK(age.find_first_of(".eE") == std::string::npos);
+  auto alone = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once", "--response-format",
+                           "json_schema"});
+  CHECK(alone.exit_code == 2);
+  CHECK_THAT(alone.err, Catch::Contains("--response-format json_schema and --json-schema go together"));
+  auto eos = run_actord({"generate", "configs/quickstart.yaml", "--prompt", "Once", "--response-format",
+                         "json_object", "--ignore-eos"});
+  CHECK(eos.exit_code == 2);
+  CHECK_THAT(eos.err, Catch::Contains("--ignore-eos cannot go with --response-format json_object"));
+}
+
 TEST_CASE("tokenize renders messages with the model's chat template", "[cli][tokenizer][chat_template]") {
   test::TempDir tmp;
   test::write_file(tmp.path() / "in.jsonl", R"({"messages": [{"role": "user", "content": "Hello!"}]})"

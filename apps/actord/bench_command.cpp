@@ -58,14 +58,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
       ->check(CLI::Range(1e-6f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--response-format", args.response_format,
-                  "text, json_object (JSON mode: each output one JSON object; a request then ends at its object's "
-                  "end or at --output-len) or json_schema (one object of --json-schema)")
-      ->check(CLI::IsMember({"text", "json_object", "json_schema"}))
-      ->capture_default_str();
-  cmd->add_option("--json-schema", args.json_schema_file,
-                  "A JSON schema file for --response-format json_schema (as response_format.json_schema.schema)")
-      ->check(CLI::ExistingFile);
+  add_response_format_options(cmd, args.response_format);
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
@@ -127,18 +120,8 @@ int run_bench(const BenchArgs& args) {
                                              std::to_string(model->max_position_embeddings) + ")"});
   }
 
-  // json_schema: the file's schema, compact (the engine refuses one it cannot enforce, naming the keyword).
-  std::string json_schema;
-  if ((args.response_format == "json_schema") != !args.json_schema_file.empty())
-    return fail({Errc::invalid_argument, "--response-format json_schema and --json-schema go together"});
-  if (!args.json_schema_file.empty()) {
-    std::ifstream in(args.json_schema_file);
-    try {
-      json_schema = nlohmann::ordered_json::parse(in).dump();
-    } catch (const nlohmann::ordered_json::exception& e) {
-      return fail({Errc::invalid_argument, "--json-schema " + args.json_schema_file + ": not JSON: " + e.what()});
-    }
-  }
+  SamplingOptions format;  // the response format every request takes
+  if (auto applied = apply_response_format(args.response_format, format); !applied) return fail(applied.error());
 
   EngineOptions options;
   options.log_level = args.log_level;
@@ -159,14 +142,9 @@ int run_bench(const BenchArgs& args) {
     r.sampling.top_p = args.top_p;
     r.sampling.top_k = args.top_k;
     r.sampling.seed = requests_made++;
-    if (args.response_format == "json_object") {
-      r.sampling.response_format = ResponseFormat::json_object;  // it ends at its end of sequence
-    } else if (args.response_format == "json_schema") {
-      r.sampling.response_format = ResponseFormat::json_schema;
-      r.sampling.json_schema = json_schema;
-    } else {
-      r.ignore_eos = true;
-    }
+    r.sampling.response_format = format.response_format;  // JSON ends at its end of sequence
+    r.sampling.json_schema = format.json_schema;
+    r.ignore_eos = !format.structured();
     return r;
   };
   // Warm-up: touches every weight page and every code path once, one prompt of the run's length (a device's
@@ -233,7 +211,7 @@ int run_bench(const BenchArgs& args) {
   j["temperature"] = args.temperature;
   j["top_p"] = args.top_p;
   j["top_k"] = args.top_k;
-  j["response_format"] = args.response_format;
+  j["response_format"] = args.response_format.format;
   j["threads"] = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
   j["isa"] = cpu::isa_name(cpu::detected_isa());
   j["prefill_tokens_per_s"] = rate(run.prefill_tokens, run.prefill_us);

@@ -30,8 +30,15 @@ inline SamplingOptions cli_sampling_defaults() {
   return o;
 }
 
+// --response-format and --json-schema (generate, bench offline).
+struct ResponseFormatArgs {
+  std::string format = "text";  // json_object or json_schema: output ends at its value's end
+  std::string schema_file;      // json_schema: the schema's file
+};
+
 struct GenerateArgs {
   CommonArgs common;
+  ResponseFormatArgs response_format;
   std::vector<std::string> prompts;
   std::string prompt_ids;
   int max_tokens = 128;
@@ -65,8 +72,7 @@ struct BenchArgs {
   float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
   float top_p = 1.0f;
   int top_k = 0;  // 0: all tokens
-  std::string response_format = "text";  // json_object or json_schema: a request may end early, at its object's end
-  std::string json_schema_file;           // json_schema: the schema's file
+  ResponseFormatArgs response_format;
   std::vector<std::string> set;
   std::string log_level = "warn";
   std::string trace;  // --trace FILE
@@ -141,6 +147,11 @@ struct TokenizeArgs {
 
 // Adds CONFIG, --model, --set, --log-level and (for commands that run steps) --trace to a subcommand of a topology.
 void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& default_log_level, bool trace = true);
+// Adds --response-format and --json-schema.
+void add_response_format_options(CLI::App* cmd, ResponseFormatArgs& args);
+// Sets the options' response format (json_schema: the file's schema, compact; the engine refuses one it cannot
+// enforce, naming the keyword); an error naming the flag when the two do not go together or the file is not JSON.
+Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o);
 // The topology of CONFIG with --set and --model applied, validated.
 Result<TopologyConfig> load_topology_of(const CommonArgs& args);
 // Sets the spdlog level; false (and a message) for an unknown level name.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "apps/actord/commands.hpp"
 
@@ -21,6 +23,32 @@ void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& defa
     cmd->add_option("--trace", args.trace,
                   "Write a Chrome trace (JSON, for Perfetto) of every step of every rank to this file when the run "
                   "ends: phases per layer, each collective, sampling, idle time");
+}
+
+void add_response_format_options(CLI::App* cmd, ResponseFormatArgs& args) {
+  cmd->add_option("--response-format", args.format,
+                  "text, json_object (JSON mode: the output is one JSON object and ends at its end, or at the token "
+                  "limit) or json_schema (one value of --json-schema)")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema"}))
+      ->capture_default_str();
+  cmd->add_option("--json-schema", args.schema_file,
+                  "A JSON schema file for --response-format json_schema (as response_format.json_schema.schema)")
+      ->check(CLI::ExistingFile);
+}
+
+Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o) {
+  if ((args.format == "json_schema") != !args.schema_file.empty())
+    return Error{Errc::invalid_argument, "--response-format json_schema and --json-schema go together"};
+  if (args.format == "json_object") o.response_format = ResponseFormat::json_object;
+  if (args.format != "json_schema") return Status::success();
+  std::ifstream in(args.schema_file);
+  try {
+    o.json_schema = nlohmann::ordered_json::parse(in).dump();
+  } catch (const nlohmann::ordered_json::exception& e) {
+    return Error{Errc::invalid_argument, "--json-schema " + args.schema_file + ": not JSON: " + e.what()};
+  }
+  o.response_format = ResponseFormat::json_schema;
+  return Status::success();
 }
 
 Result<TopologyConfig> load_topology_of(const CommonArgs& args) {

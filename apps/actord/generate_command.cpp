@@ -88,6 +88,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_option("--stop", args.stop, "Stop at this text, which is not printed (repeatable)")->take_all();
+  add_response_format_options(cmd, args.response_format);
   return cmd;
 }
 
@@ -113,7 +114,11 @@ int run_generate(const GenerateArgs& args) {
   }
 
   std::vector<GenerateRequest> requests;
-  const SamplingOptions& sampling = args.sampling;
+  SamplingOptions sampling = args.sampling;
+  if (auto applied = apply_response_format(args.response_format, sampling); !applied) return fail(applied.error());
+  if (sampling.structured() && args.ignore_eos)
+    return fail({Errc::invalid_argument, "--ignore-eos cannot go with --response-format " +
+                                             args.response_format.format + ": the output ends at its end of sequence"});
   if (!args.prompt_ids.empty()) {
     auto ids = parse_ids(args.prompt_ids);
     if (!ids) return fail(ids.error());
