@@ -3,18 +3,14 @@
 #include <algorithm>
 #include <cctype>
 
+#include "api/text_marks.hpp"
+
 namespace actord {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
-// The length of the longest end of `text` that `marker` begins with (a tag that may still be arriving).
-size_t partial_tag(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
 
 size_t leading_newlines(std::string_view s) {
   size_t i = 0;
@@ -70,7 +66,7 @@ ReasoningReader::Delta ReasoningReader::push(std::string_view text, bool at_end)
       const size_t close = held_.find(kClose);
       const std::string_view before = std::string_view(held_).substr(0, close);
       // Newlines at the reasoning's end are trimmed: they wait until text follows them, as does a tag's start.
-      size_t keep = close == std::string::npos && !at_end ? partial_tag(before, kClose) : 0;
+      size_t keep = close == std::string::npos && !at_end ? partial_mark(before, kClose) : 0;
       keep += trailing_newlines(before.substr(0, before.size() - keep));
       const std::string_view ready = before.substr(0, before.size() - keep);
       out.reasoning += ready;

@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "api/text_marks.hpp"
 #include "structured/json_schema.hpp"
 
 namespace actord {
@@ -27,12 +28,6 @@ size_t first_non_space(std::string_view s) {
   return i;
 }
 
-// The length of the longest end of `text` that `marker` begins with (a marker that may still be arriving).
-size_t partial_marker(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
 
 std::string new_call_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -346,7 +341,7 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
       if (!in_calls_) {
         const size_t open = held_.find(kHermesOpen);
         if (open == std::string::npos) {
-          const size_t keep = at_end ? 0 : partial_marker(held_, kHermesOpen);
+          const size_t keep = at_end ? 0 : partial_mark(held_, kHermesOpen);
           give(std::string_view(held_).substr(0, held_.size() - keep));
           held_.erase(0, held_.size() - keep);
           break;
@@ -383,7 +378,7 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
         held_.erase(0, found);  // the marker stays in held_ until the calls parse
         in_calls_ = true;
       } else {
-        const size_t keep = at_end ? 0 : partial_marker(held_, marker);
+        const size_t keep = at_end ? 0 : partial_mark(held_, marker);
         give(std::string_view(held_).substr(0, held_.size() - keep));
         held_.erase(0, held_.size() - keep);
       }
