@@ -309,7 +309,7 @@ class Server {
     chunk += std::to_string(index);
     std::string finish_reason = e.finish_reason;
     if (call.request.chat) {
-      // Reasoning and content that are surely so, and tool calls once whole.
+      // Reasoning and content that are surely so, tool calls once whole (a named choice's as its arguments come).
       MessageDelta d = read_message(c.reasoning, c.tools, e.text, !e.finish_reason.empty());
       chunk += ",\"delta\":{";
       std::string fields;
@@ -320,8 +320,11 @@ class Server {
       c.announced = true;
       if (!d.reasoning.empty()) field("reasoning_content", dump(d.reasoning));
       if (!d.content.empty()) field("content", dump(d.content));
-      if (!d.calls.empty()) field("tool_calls", dump(tool_calls_json(d.calls, c.calls_sent)));
+      json calls = tool_calls_json(d.calls, c.calls_sent);
       c.calls_sent += d.calls.size();
+      if (!d.arguments.empty())  // more of the last call's arguments
+        calls.push_back({{"index", c.calls_sent - 1}, {"function", {{"arguments", d.arguments}}}});
+      if (!calls.empty()) field("tool_calls", dump(calls));
       finish_reason = finish_reason_with_tools(call, finish_reason, c.calls_sent > 0);
       chunk += fields;
       chunk += "},\"logprobs\":";
@@ -401,6 +404,7 @@ class Server {
   struct MessageDelta {
     std::string reasoning, content;
     std::vector<ToolCall> calls;
+    std::string arguments;  // more of the last call's arguments (a named choice's)
   };
   // What a chat choice's next text (its last with at_end) adds to its message.
   static MessageDelta read_message(std::optional<ReasoningReader>& reasoning, std::optional<ToolCallReader>& tools,
@@ -416,6 +420,7 @@ class Server {
       ToolCallReader::Delta t = tools->push(d.content, at_end);
       d.content = std::move(t.content);
       d.calls = std::move(t.calls);
+      d.arguments = std::move(t.arguments);
     }
     return d;
   }

@@ -325,12 +325,14 @@ void ToolCallReader::read_calls(Delta& out, bool at_end) {
     }
   };
 
-  if (use_.choice == ToolUse::Choice::named || use_.choice == ToolUse::Choice::required) {
+  if (use_.choice == ToolUse::Choice::named) {  // the text is the call's arguments: they stream as they come
+    if (held_.empty() && !at_end) return;
+    if (calls_read_ == 0) add({ToolCall{new_call_id(), use_.function, held_}});
+    else out.arguments += held_;
+    held_.clear();
+  } else if (use_.choice == ToolUse::Choice::required) {
     if (!at_end) return;
-    if (use_.choice == ToolUse::Choice::named) {
-      auto parsed = parse_json(held_);
-      add({ToolCall{new_call_id(), use_.function, parsed ? parsed->dump() : held_}});
-    } else if (auto calls = parse_calls(held_)) {
+    if (auto calls = parse_calls(held_)) {
       add(std::move(*calls));
     } else {
       give(held_);  // cut short (finish_reason length): the text as it is

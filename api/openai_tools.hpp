@@ -20,7 +20,9 @@
 //   so the mistral and llama3_json readers also take their JSON without its marker at the text's start.
 // - ToolCallReader reads one choice's text as it streams: content that is surely not part of a call goes out at
 //   once; a call goes out whole once it has ended; text that looked like a call but does not parse as one goes out
-//   as content at the end. Arguments are compact JSON text.
+//   as content at the end. Arguments are compact JSON text, but for a named choice's call: its arguments are the
+//   text as the model writes it (as vLLM gives them), streamed as they come (the call goes out with its first
+//   piece, then Delta::arguments adds to it).
 #pragma once
 
 #include <cstdint>
@@ -84,7 +86,8 @@ class ToolCallReader {
 
   struct Delta {
     std::string content;
-    std::vector<ToolCall> calls;
+    std::vector<ToolCall> calls;  // calls that went out with this piece
+    std::string arguments;        // named choice: more of its call's arguments (the call went out before)
   };
   // The next piece of the choice's text; with at_end, its last (what was held back comes out too).
   Delta push(std::string_view text, bool at_end = false);

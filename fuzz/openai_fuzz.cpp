@@ -76,17 +76,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto run = [&](size_t piece) {
         ToolCallReader reader(use);
         std::string content;
-        size_t calls = 0;
-        for (size_t at = 0; at < body.size(); at += piece) {
-          ToolCallReader::Delta d = reader.push(std::string_view(body).substr(at, piece));
+        std::vector<std::string> calls;  // name and arguments, streamed arguments added to the last
+        auto take = [&](const ToolCallReader::Delta& d) {
           content += d.content;
-          calls += d.calls.size();
-        }
-        ToolCallReader::Delta d = reader.push("", true);
-        content += d.content;
-        calls += d.calls.size();
+          for (const ToolCall& c : d.calls) calls.push_back(c.name + "(" + c.arguments);
+          if (!d.arguments.empty()) {
+            fuzz::require(!calls.empty(), "arguments streamed before their call");
+            calls.back() += d.arguments;
+          }
+        };
+        for (size_t at = 0; at < body.size(); at += piece) take(reader.push(std::string_view(body).substr(at, piece)));
+        take(reader.push("", true));
         fuzz::require(content.size() <= body.size(), "a reader gave more content than the text");
-        if (calls == 0) fuzz::require(content == body, "a reader without calls did not give the text as it is");
+        if (calls.empty()) fuzz::require(content == body, "a reader without calls did not give the text as it is");
         return std::make_pair(content, calls);
       };
       const auto whole = run(body.size() + 1);

@@ -58,11 +58,21 @@ struct Read {
   std::vector<ToolCall> calls;
 };
 
+// What a stream's deltas add up to: content, calls, and the arguments added to the last call.
+void add(Read& r, const ToolCallReader::Delta& d) {
+  r.content += d.content;
+  r.calls.insert(r.calls.end(), d.calls.begin(), d.calls.end());
+  if (!d.arguments.empty()) {
+    REQUIRE_FALSE(r.calls.empty());
+    r.calls.back().arguments += d.arguments;
+  }
+}
+
 Read read_whole(const ToolUse& use, const std::string& text) {
   ToolCallReader reader(use);
-  ToolCallReader::Delta a = reader.push(text), b = reader.push("", true);
-  Read r{a.content + b.content, a.calls};
-  r.calls.insert(r.calls.end(), b.calls.begin(), b.calls.end());
+  Read r;
+  add(r, reader.push(text));
+  add(r, reader.push("", true));
   return r;
 }
 
@@ -70,14 +80,8 @@ Read read_whole(const ToolUse& use, const std::string& text) {
 Read read_streamed(const ToolUse& use, const std::string& text) {
   ToolCallReader reader(use);
   Read r;
-  for (const char c : text) {
-    ToolCallReader::Delta d = reader.push(std::string(1, c));
-    r.content += d.content;
-    r.calls.insert(r.calls.end(), d.calls.begin(), d.calls.end());
-  }
-  ToolCallReader::Delta d = reader.push("", true);
-  r.content += d.content;
-  r.calls.insert(r.calls.end(), d.calls.begin(), d.calls.end());
+  for (const char c : text) add(r, reader.push(std::string(1, c)));
+  add(r, reader.push("", true));
   return r;
 }
 
@@ -178,10 +182,16 @@ TEST_CASE("tools: named and required choices constrain the text to the tools' sc
   CHECK_FALSE(admits(defs.schema, R"([{"name": "g", "parameters": {"x": 1}}])"));
 
   // What the model writes under them reads back as calls.
-  const Read n = read_both(named.use, R"({"a": 1, "b": -2})");
+  const Read n = read_both(named.use, R"( {"a": 1, "b": -2})");
   REQUIRE(n.calls.size() == 1);
   CHECK(n.calls[0].name == "add");
-  CHECK(n.calls[0].arguments == R"({"a":1,"b":-2})");
+  CHECK(n.calls[0].arguments == R"( {"a": 1, "b": -2})");  // as the model writes them, streamed as they come
+  ToolCallReader streaming(named.use);
+  CHECK(streaming.push("").calls.empty());  // nothing yet: no call
+  const ToolCallReader::Delta first = streaming.push(R"( {"a")");
+  REQUIRE(first.calls.size() == 1);
+  CHECK(first.calls[0].arguments == R"( {"a")");
+  CHECK(streaming.push(": 1}", true).arguments == ": 1}");
   CHECK(n.content.empty());
   const Read r = read_both(required.use, R"([{"name": "get_weather", "parameters": {"city": "Oslo"}},
                                               {"name": "add", "parameters": {"a": 1, "b": 2}}])");
