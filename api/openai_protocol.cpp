@@ -90,9 +90,9 @@ std::vector<LogitBias> logit_biases(const json& body, int vocab_size) {
   return biases;
 }
 
-// response_format: text, json_object (one JSON object) or json_schema (one JSON object its schema admits,
+// response_format: text, json_object (one JSON object) or json_schema (one JSON object or array its schema admits,
 // structured/json_schema.hpp, compiled here so that a schema it does not support is refused naming the keyword);
-// the JSON formats need the model to have an end-of-sequence token to end the object.
+// the JSON formats need the model to have an end-of-sequence token to end the value.
 void response_format(const json& body, const ParseContext& context, SamplingOptions& o) {
   const json& v = body.at("response_format");
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string())

@@ -26,7 +26,8 @@ struct LogitBias {
 };
 
 // What the generated text must be: any text, one JSON object (the OpenAI API's response_format json_object), or one
-// that a JSON schema admits (json_schema: SamplingOptions::json_schema, structured/json_schema.hpp): tokens that
+// object or array that a JSON schema admits (json_schema: SamplingOptions::json_schema, structured/json_schema.hpp;
+// also what a constrained tool_choice becomes): tokens that
 // cannot continue it are masked before the draw, and the stop ids only come once it is complete.
 enum class ResponseFormat : uint8_t { text, json_object, json_schema };
 
