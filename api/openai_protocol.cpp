@@ -279,12 +279,12 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
       o.json_schema = std::move(t.schema);
     }
   }
-  if (o.structured() && proto.ignore_eos && request.tools.constrained())
-    refuse("ignore_eos", "cannot be true with tool_choice required or a named function: the call ends at its end of "
-                         "sequence");
   if (o.structured() && proto.ignore_eos)
-    refuse("ignore_eos", std::string("cannot be true with a response_format of ") + o.response_format_name() +
-                             ": the object ends at its end of sequence");
+    refuse("ignore_eos", request.tools.constrained()
+                             ? std::string("cannot be true with tool_choice required or a named function: the call "
+                                           "ends at its end of sequence")
+                             : std::string("cannot be true with a response_format of ") + o.response_format_name() +
+                                   ": the object ends at its end of sequence");
   if (has("stream")) request.stream = boolean(body, "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];

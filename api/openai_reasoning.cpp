@@ -1,7 +1,6 @@
 #include "api/openai_reasoning.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 #include "api/text_marks.hpp"
 
@@ -45,8 +44,7 @@ ReasoningReader::Delta ReasoningReader::push(std::string_view text, bool at_end)
   held_ += text;
   for (;;) {
     if (state_ == State::before) {
-      size_t start = 0;
-      while (start < held_.size() && std::isspace(static_cast<unsigned char>(held_[start]))) ++start;
+      const size_t start = first_non_space(held_);
       const std::string_view rest = std::string_view(held_).substr(start);
       if (rest.rfind(kOpen, 0) == 0) {
         held_.erase(0, start + kOpen.size());

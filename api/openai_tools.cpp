@@ -22,13 +22,6 @@ bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
 }
 
-size_t first_non_space(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  return i;
-}
-
-
 std::string new_call_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
@@ -110,15 +103,6 @@ Result<std::optional<ToolCallFormat>> tool_call_format(std::string_view setting,
   if (source.find(kPythonTag) != std::string::npos || source.find("\"parameters\": ") != std::string::npos)
     return std::optional<ToolCallFormat>(ToolCallFormat::llama3_json);
   return std::optional<ToolCallFormat>();
-}
-
-const char* tool_call_format_name(ToolCallFormat format) {
-  switch (format) {
-    case ToolCallFormat::hermes: return "hermes";
-    case ToolCallFormat::mistral: return "mistral";
-    case ToolCallFormat::llama3_json: return "llama3_json";
-  }
-  return "?";
 }
 
 bool renders_tools(const ChatTemplate& chat_template) {

@@ -43,7 +43,6 @@ enum class ToolCallFormat : uint8_t { hermes, mistral, llama3_json };
 // The server's tool_call_parser setting ("auto", "hermes", "mistral", "llama3_json") with the model's chat template:
 // the format, or none when "auto" finds no tool calls in the template (then requests with tools are refused).
 Result<std::optional<ToolCallFormat>> tool_call_format(std::string_view setting, const ChatTemplate* chat_template);
-const char* tool_call_format_name(ToolCallFormat format);
 bool renders_tools(const ChatTemplate& chat_template);
 
 struct ToolUse {

@@ -373,11 +373,9 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   require(cfg.server.reasoning_parser == "auto" || cfg.server.reasoning_parser == "none", "server.reasoning_parser",
           "must be auto or none, got '" + cfg.server.reasoning_parser + "'");
   server.read("tool_call_parser", cfg.server.tool_call_parser);
-  {
-    const std::string& p = cfg.server.tool_call_parser;
-    require(p == "auto" || p == "hermes" || p == "mistral" || p == "llama3_json", "server.tool_call_parser",
-            "must be auto, hermes, mistral or llama3_json, got '" + p + "'");
-  }
+  const std::string& parser = cfg.server.tool_call_parser;
+  require(parser == "auto" || parser == "hermes" || parser == "mistral" || parser == "llama3_json",
+          "server.tool_call_parser", "must be auto, hermes, mistral or llama3_json, got '" + parser + "'");
   server.read("host", cfg.server.host);
   server.read("port", cfg.server.port);
   require(cfg.server.port >= 0 && cfg.server.port < 65536, "server.port",
