@@ -200,6 +200,8 @@ class Backend {
   virtual void gated_activation(GatedActivation act, Buffer& gate, const Buffer& up, size_t count) = 0;
   // x[i] += y[i], i < count.
   virtual void add(Buffer& x, const Buffer& y, size_t count) = 0;
+  // x[i] *= factor, i < count.
+  virtual void scale(Buffer& x, float factor, size_t count) = 0;
   // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
   // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot. `batch` is the
   // one begin_step() named, as for paged_attention.

@@ -53,6 +53,13 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
   return inv;
 }
 
+std::vector<float> ModelConfig::rope_inv_freq_local() const {
+  if (rope_local_theta <= 0.0f) return rope_inv_freq();
+  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
+  cpu::rope_inv_freq(head_dim, rope_local_theta, inv.data());
+  return inv;
+}
+
 namespace {
 
 using nlohmann::json;
@@ -135,6 +142,25 @@ int window_value(const Fields& f, int absent) {
   return f.has("sliding_window") ? f.int32("sliding_window", 1, INT32_MAX) : 0;
 }
 
+// The windows of the layers config.json's `layer_types` marks "sliding_attention" (the others "full_attention").
+std::vector<int> windows_of_layer_types(const Fields& f, int num_layers, int window) {
+  std::vector<int> windows(static_cast<size_t>(num_layers), 0);
+  const json& types = f.at("layer_types");
+  if (!types.is_array() || types.size() != static_cast<size_t>(num_layers)) {
+    throw FieldError{f.path("layer_types"), "must be a list of num_hidden_layers (" + std::to_string(num_layers) +
+                                                ") names, got " + types.dump().substr(0, 200)};
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    const json& t = types[static_cast<size_t>(l)];
+    if (t == "sliding_attention") windows[static_cast<size_t>(l)] = window;
+    else if (t != "full_attention") {
+      throw FieldError{f.path("layer_types") + "[" + std::to_string(l) + "]",
+                       "must be full_attention or sliding_attention, got " + t.dump(), Errc::unsupported};
+    }
+  }
+  return windows;
+}
+
 // Each layer's attention window by HF's rule for the architecture (ModelConfig::sliding_window states it).
 std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int num_layers) {
   std::vector<int> windows(static_cast<size_t>(num_layers), 0);
@@ -145,24 +171,18 @@ std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int n
     if (!f.boolean("use_sliding_window", false)) return windows;
     const int window = window_value(f, 4096);
     if (window == 0) return windows;
-    if (f.has("layer_types")) {
-      const json& types = f.at("layer_types");
-      if (!types.is_array() || types.size() != static_cast<size_t>(num_layers)) {
-        throw FieldError{f.path("layer_types"), "must be a list of num_hidden_layers (" + std::to_string(num_layers) +
-                                                    ") names, got " + types.dump().substr(0, 200)};
-      }
-      for (int l = 0; l < num_layers; ++l) {
-        const json& t = types[static_cast<size_t>(l)];
-        if (t == "sliding_attention") windows[static_cast<size_t>(l)] = window;
-        else if (t != "full_attention") {
-          throw FieldError{f.path("layer_types") + "[" + std::to_string(l) + "]",
-                           "must be full_attention or sliding_attention, got " + t.dump(), Errc::unsupported};
-        }
-      }
-      return windows;
-    }
+    if (f.has("layer_types")) return windows_of_layer_types(f, num_layers, window);
     const int first = f.int32("max_window_layers", 0, INT32_MAX, 28);
     for (int l = first; l < num_layers; ++l) windows[static_cast<size_t>(l)] = window;
+    return windows;
+  }
+  if (arch == "Gemma3ForCausalLM") {
+    // Gemma3TextConfig: layer_types, else every layer sliding but each sliding_window_pattern-th.
+    const int window = window_value(f, 4096);
+    if (window == 0) return windows;
+    if (f.has("layer_types")) return windows_of_layer_types(f, num_layers, window);
+    const int pattern = f.int32("sliding_window_pattern", 1, ModelConfig::kMaxCount, 6);
+    for (int l = 0; l < num_layers; ++l) windows[static_cast<size_t>(l)] = (l + 1) % pattern != 0 ? window : 0;
     return windows;
   }
   int window = 0;
@@ -171,6 +191,26 @@ std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int n
   else if (f.boolean("use_sliding_window", true)) window = window_value(f, 0);
   std::fill(windows.begin(), windows.end(), window);
   return windows;
+}
+
+// Gemma 3's own keys (Gemma3TextConfig and its defaults). The logit soft-capping it allows (null in every published
+// Gemma 3) and bidirectional attention (EmbeddingGemma) are refused by name.
+void read_gemma3(const Fields& f, ModelConfig& c) {
+  c.hidden_act = f.text("hidden_activation", f.text("hidden_act", "gelu_pytorch_tanh"));
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
+  c.rms_norm_eps = f.real("rms_norm_eps", 1e-6f, &between_0_and_1, "must be a number above 0 and below 1");
+  c.rope_theta = f.real("rope_theta", 1e6f, &positive, kPositive);
+  c.rope_local_theta = f.real("rope_local_base_freq", 10000.0f, &positive, kPositive);
+  c.query_pre_attn_scalar = f.real("query_pre_attn_scalar", 256.0f, &positive, kPositive);
+  c.max_position_embeddings = f.int32("max_position_embeddings", 1, ModelConfig::kMaxPositions, 131072);
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (f.has(key)) throw FieldError{key, "logit soft-capping is not supported (Gemma 3 models leave it null)",
+                                     Errc::unsupported};
+  }
+  if (f.boolean("use_bidirectional_attention", false)) {
+    throw FieldError{"use_bidirectional_attention", "bidirectional attention (an embedding model) is not supported",
+                     Errc::unsupported};
+  }
 }
 
 ModelConfig read_config(const json& j) {
@@ -195,7 +235,8 @@ ModelConfig read_config(const json& j) {
   c.hidden_act = f.text("hidden_act", "silu");
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   // HF: head_dim when set, else hidden_size // num_attention_heads.
-  c.head_dim = f.int32("head_dim", 2, ModelConfig::kMaxCount, c.hidden_size / c.num_heads);
+  const bool gemma3 = c.architecture == "Gemma3ForCausalLM";
+  c.head_dim = f.int32("head_dim", 2, ModelConfig::kMaxCount, gemma3 ? 256 : c.hidden_size / c.num_heads);
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.head_dim > ModelConfig::kMaxCount) {
     throw FieldError{f.has("head_dim") ? "head_dim" : "hidden_size",
                      "the head dimension (head_dim, else hidden_size / num_attention_heads) must be even (RoPE) and "
@@ -247,6 +288,10 @@ ModelConfig read_config(const json& j) {
     }
   }
   c.sliding_window = sliding_windows(f, c.architecture, c.num_layers);
+  if (gemma3) {
+    c.qk_norm = true;
+    read_gemma3(f, c);
+  }
 
   if (f.has("rope_scaling")) {
     const json& rs = j.at("rope_scaling");
@@ -273,7 +318,7 @@ ModelConfig read_config(const json& j) {
   using big = __int128;
   const big h = c.hidden_size, q = big(c.num_heads) * c.head_dim, kv = big(c.num_kv_heads) * c.head_dim,
             ff = std::max(c.intermediate_size, c.moe_intermediate_size), experts = std::max(1, c.num_experts);
-  const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 2 * h + q + 2 * kv +
+  const big per_layer = h * (q + 2 * kv) + q * h + experts * 3 * ff * h + big(c.num_experts) * h + 4 * h + q + 2 * kv +
                         2 * big(c.head_dim) + 3 * big(c.shared_expert_intermediate_size) * h +
                         (c.shared_expert_intermediate_size > 0 ? h : 0);
   const big total = 2 * big(c.vocab_size) * h + big(c.num_layers) * per_layer + h;

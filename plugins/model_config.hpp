@@ -38,7 +38,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // the MLP's gate activation (Gemma 3: hidden_activation)
   std::string torch_dtype = "float32";
   bool attention_bias = false;        // q/k/v projections have biases (Qwen2: always)
   bool qk_norm = false;               // RMSNorm of each query and key head before RoPE (Qwen3, Qwen3-MoE)
@@ -54,9 +54,16 @@ struct ModelConfig {
   // by Hugging Face's rule for the architecture: Llama never; Mistral and Mixtral `sliding_window` on every layer
   // unless null (absent: Mistral 4096, Mixtral none, as HF's config classes default); Qwen2 only with
   // `use_sliding_window: true`, then `sliding_window` (absent: 4096) on the layers `layer_types` marks
-  // "sliding_attention", or without layer_types on layers >= `max_window_layers` (absent: 28); any other
-  // architecture (a plugin's) `sliding_window` on every layer when set and `use_sliding_window` is not false.
+  // "sliding_attention", or without layer_types on layers >= `max_window_layers` (absent: 28); Gemma 3
+  // `sliding_window` (absent: 4096) on the layers `layer_types` marks "sliding_attention", or without layer_types on
+  // every layer but each `sliding_window_pattern`-th (absent: 6); any other architecture (a plugin's)
+  // `sliding_window` on every layer when set and `use_sliding_window` is not false.
   std::vector<int> sliding_window;
+  // Gemma 3: the attention's scores are scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (0: head_dim).
+  float query_pre_attn_scalar = 0.0f;
+  // Gemma 3: the RoPE base of the layers with a sliding window (rope_local_base_freq), applied without rope_scaling;
+  // 0: every layer uses rope_theta and rope_scaling.
+  float rope_local_theta = 0.0f;
 
   struct RopeScaling {
     std::string type;                 // empty (none) | linear | llama3
@@ -79,6 +86,8 @@ struct ModelConfig {
 
   // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied.
   std::vector<float> rope_inv_freq() const;
+  // The sliding-window layers' frequencies where rope_local_theta is set (unscaled); rope_inv_freq() otherwise.
+  std::vector<float> rope_inv_freq_local() const;
 
   // Bytes one token's K and V take over all layers, in f32.
   size_t kv_bytes_per_token(DType kv_dtype) const;

@@ -284,13 +284,18 @@ TEST_CASE("model parallel: a random Mixtral's experts split by TP equal one rank
   check_equivalent(*cfg, dummy(dir), 2, 1, 16);
 }
 
-TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own width, a dense layer) and Qwen2-MoE "
-          "(a shared expert) sharded equal one rank", "[model][parallel]") {
+TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own width, a dense layer), Qwen2-MoE "
+          "(a shared expert) and Gemma 3 (sandwich norms, scaled embeddings, local RoPE) sharded equal one rank",
+          "[model][parallel]") {
   test::TempDir tmp;
   const auto qwen3 = write_llama(tmp.path() / "qwen3", 128, 2, 256, 1000, "Qwen3ForCausalLM", ", \"head_dim\": 32");
   const auto moe = write_qwen3_moe(tmp.path());
   const auto qwen2_moe = write_qwen2_moe(tmp.path());
-  for (const auto& dir : {qwen3, moe, qwen2_moe}) {
+  // Windows of 4 on layers 0 and 2 (pattern 2), shorter than the prompts.
+  const auto gemma3 = write_llama(tmp.path() / "gemma3", 128, 3, 256, 1000, "Gemma3ForCausalLM",
+                                  ", \"head_dim\": 32, \"sliding_window\": 4, \"sliding_window_pattern\": 2, "
+                                  "\"query_pre_attn_scalar\": 24");
+  for (const auto& dir : {qwen3, moe, qwen2_moe, gemma3}) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
     for (auto [tp, pp] : {std::pair{2, 1}, {1, 3}, {2, 3}}) {

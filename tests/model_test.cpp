@@ -131,8 +131,9 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   REQUIRE(cfg.ok());
   auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
-  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: LlamaForCausalLM, MistralForCausalLM, "
-                                   "MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
+  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: Gemma3ForCausalLM, "
+                                   "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                                   "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
 
 TEST_CASE("sampling - greedy ties - top-k 1 - seeded draws are reproducible", "[model]") {
@@ -478,4 +479,65 @@ TEST_CASE("sliding windows follow HF per architecture - Qwen2 only with use_slid
   CHECK(windows("GeluLlamaForCausalLM", {{"sliding_window", 4}}) == W(5, 4));
   CHECK(windows("GeluLlamaForCausalLM", {{"sliding_window", 4}, {"use_sliding_window", false}}) == none);
   CHECK(windows("GeluLlamaForCausalLM", {}) == none);
+}
+
+TEST_CASE("Gemma 3's config: its defaults, windows by pattern or layer_types, local RoPE and refused keys",
+          "[model][config]") {
+  test::TempDir tmp;
+  const std::string file = (tmp.path() / "config.json").string() + ": ";
+  auto gemma = [](nlohmann::json changes) {
+    changes["architectures"] = {"Gemma3ForCausalLM"};
+    return changes;
+  };
+  // Gemma3TextConfig's defaults where config.json says nothing (stories260K's keys otherwise; 5 layers).
+  auto cfg = load_changed(tmp, gemma({{"rms_norm_eps", nullptr}, {"rope_theta", nullptr}, {"head_dim", nullptr},
+                                      {"hidden_act", nullptr}, {"tie_word_embeddings", nullptr}}));
+  if (!cfg) FAIL(cfg.error().message);
+  CHECK(cfg->hidden_act == "gelu_pytorch_tanh");
+  CHECK(cfg->tie_word_embeddings);
+  CHECK(cfg->rms_norm_eps == 1e-6f);
+  CHECK(cfg->rope_theta == 1e6f);
+  CHECK(cfg->rope_local_theta == 10000.0f);
+  CHECK(cfg->query_pre_attn_scalar == 256.0f);
+  CHECK(cfg->head_dim == 256);
+  CHECK(cfg->qk_norm);
+  // Every layer but each sliding_window_pattern-th (default 6) slides, window 4096 by default.
+  CHECK(cfg->sliding_window == std::vector<int>(5, 4096));
+  cfg = load_changed(tmp, gemma({{"sliding_window", 7}, {"sliding_window_pattern", 2}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->sliding_window == std::vector<int>{7, 0, 7, 0, 7});
+  const nlohmann::json types = {"full_attention", "sliding_attention", "sliding_attention", "full_attention",
+                                "full_attention"};
+  cfg = load_changed(tmp, gemma({{"sliding_window", 7}, {"sliding_window_pattern", 2}, {"layer_types", types}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->sliding_window == std::vector<int>{0, 7, 7, 0, 0});
+  // The sliding layers' frequencies: rope_local_base_freq, never scaled; the others rope_theta, scaled.
+  cfg = load_changed(tmp, gemma({{"head_dim", 8}, {"rope_local_base_freq", 100.0}, {"rope_theta", 1e4},
+                                 {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}}));
+  REQUIRE(cfg.ok());
+  const std::vector<float> local = cfg->rope_inv_freq_local();
+  REQUIRE(local.size() == 4);
+  CHECK(local[0] == 1.0f);
+  CHECK(local[1] == Approx(1.0 / std::sqrt(10.0)));
+  CHECK(local[2] == Approx(0.1));
+  CHECK(local[3] == Approx(1.0 / std::sqrt(1000.0)));
+  CHECK(cfg->rope_inv_freq()[1] == Approx(0.1f / 8.0f));
+  CHECK(load_error(tmp, gemma({{"final_logit_softcapping", 30.0}})) ==
+        file + "final_logit_softcapping: logit soft-capping is not supported (Gemma 3 models leave it null)");
+  CHECK(load_error(tmp, gemma({{"attn_logit_softcapping", 50.0}})) ==
+        file + "attn_logit_softcapping: logit soft-capping is not supported (Gemma 3 models leave it null)");
+  CHECK(load_error(tmp, gemma({{"use_bidirectional_attention", true}})) ==
+        file + "use_bidirectional_attention: bidirectional attention (an embedding model) is not supported");
+  CHECK(load_error(tmp, gemma({{"query_pre_attn_scalar", 0}})) ==
+        file + "query_pre_attn_scalar: must be a finite positive number, got 0");
+  CHECK(load_error(tmp, gemma({{"layer_types", {"full_attention"}}})) ==
+        file + "layer_types: must be a list of num_hidden_layers (5) names, got [\"full_attention\"]");
+  // An activation no backend has is refused when the model is made, naming Gemma's key.
+  cfg = load_changed(tmp, gemma({{"hidden_activation", "relu2"}}));
+  REQUIRE(cfg.ok());
+  test::CpuRank rank;
+  auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(tmp.path()));
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.error().message ==
+        "hidden_activation 'relu2' is not supported (silu, gelu_pytorch_tanh, gelu_new, gelu)");
 }

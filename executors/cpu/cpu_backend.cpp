@@ -227,6 +227,11 @@ void CpuBackend::add(exec::Buffer& x, const exec::Buffer& y, size_t count) {
   add_inplace(x.data(), y.data(), static_cast<int>(count));
 }
 
+void CpuBackend::scale(exec::Buffer& x, float factor, size_t count) {
+  float* p = x.data();
+  for (size_t i = 0; i < count; ++i) p[i] *= factor;
+}
+
 void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                                    const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                                    const exec::KvLayer& kv) {

@@ -45,6 +45,7 @@ class CpuBackend final : public exec::Backend {
   void gemm_glu(const exec::Buffer& x, const exec::Weight& gate_up, int64_t ff, exec::Buffer& y, int n) override;
   void gated_activation(exec::GatedActivation act, exec::Buffer& gate, const exec::Buffer& up, size_t count) override;
   void add(exec::Buffer& x, const exec::Buffer& y, size_t count) override;
+  void scale(exec::Buffer& x, float factor, size_t count) override;
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override;

@@ -391,6 +391,14 @@ class CudaBackend final : public exec::Backend {
       launch_add(xp, yp, count, stream_);
     });
   }
+  void scale(exec::Buffer& x, float factor, size_t count) override {
+    float* xp = x.data();
+    graphs_->note(kScaleTag, xp, factor, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "scale", stream_);
+      launch_scale(xp, factor, count, stream_);
+    });
+  }
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override {
@@ -797,6 +805,7 @@ class CudaBackend final : public exec::Backend {
     kGluTag,
     kActivationTag,
     kAddTag,
+    kScaleTag,
     kRopeTag,
     kAttentionTag,
     kCopyTag,

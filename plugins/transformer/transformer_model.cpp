@@ -31,7 +31,27 @@ TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
                            : ExpertNaming::mixtral;
   spec.sparse_layers = c.sparse_layers;
   spec.sliding_window = c.sliding_window;
+  spec.activation = activation_of(c.hidden_act).value_or(Activation::silu);
+  if (c.architecture == "Gemma3ForCausalLM") {
+    spec.norm_weight_offset = 1.0f;
+    spec.sandwich_norms = true;
+    // Gemma3TextScaledWordEmbedding: sqrt(hidden_size) in the weights' dtype.
+    const float scale = std::sqrt(static_cast<float>(c.hidden_size));
+    const std::optional<DType> dtype = parse_dtype(c.torch_dtype);
+    spec.embedding_scale = dtype == DType::bf16   ? bf16_to_f32(f32_to_bf16(scale))
+                           : dtype == DType::f16 ? f16_to_f32(f32_to_f16(scale))
+                                                 : scale;
+    spec.query_scale = std::sqrt(static_cast<float>(c.head_dim) / c.query_pre_attn_scalar);
+    spec.local_rope = c.rope_local_theta > 0.0f;
+  }
   return spec;
+}
+
+std::optional<Activation> activation_of(const std::string& hidden_act) {
+  if (hidden_act == "silu" || hidden_act == "swish") return Activation::silu;
+  if (hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_new") return Activation::gelu_tanh;
+  if (hidden_act == "gelu") return Activation::gelu;
+  return std::nullopt;
 }
 
 namespace {
@@ -69,6 +89,10 @@ std::vector<WeightSpec> TransformerModel::weight_specs(const ModelConfig& c, con
       specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, ShardKind::replicated, l});
     }
     specs.push_back({p + "post_attention_layernorm.weight", {h}, ShardKind::replicated, l});
+    if (spec.sandwich_norms) {
+      specs.push_back({p + "pre_feedforward_layernorm.weight", {h}, ShardKind::replicated, l});
+      specs.push_back({p + "post_feedforward_layernorm.weight", {h}, ShardKind::replicated, l});
+    }
     if (!layer_is_sparse(spec, l)) {
       specs.push_back({p + "mlp.gate_proj.weight", {ff, h}, ShardKind::column, l});
       specs.push_back({p + "mlp.up_proj.weight", {ff, h}, ShardKind::column, l});
@@ -141,6 +165,9 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
                       "TransformerSpec: sliding_window lists " + std::to_string(spec.sliding_window.size()) +
                           " layers, the model has " + std::to_string(cfg.num_layers));
   }
+  if (spec.query_scale != 1.0f && !spec.qk_norm) {
+    return make_error(Errc::invalid_argument, "TransformerSpec: a query_scale needs qk_norm (it is folded into q_norm)");
+  }
   const RankPlace& place = options.place;
   const ModelShape shape = model_shape(cfg);
   if (auto problem = parallelism_problem(shape, place.tp, place.pp, place.ep); !problem.empty())
@@ -178,6 +205,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   m->backend_ = &backend;
   m->store_ = *store;
   m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
+  if (spec.local_rope) m->inv_freq_local_ = backend.upload(cfg.rope_inv_freq_local());
   m->place_ = place;
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep, place.lane);
   if (place.ffn()) return create_ffn(std::move(m));
@@ -216,6 +244,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
     } else {
       auto vec = m->store_->vector_f32(w.name, w.shape[0], slice.col_first, slice.col_count);
       if (!vec) return Error{vec.error().code, options.model_dir.string() + ": " + vec.error().message};
+      if (w.name.ends_with("norm.weight")) {  // the norms' weights as they multiply: offset, the query scale
+        const float scale = w.name.ends_with("q_norm.weight") ? spec.query_scale : 1.0f;
+        for (float& v : *vec) v = (spec.norm_weight_offset + v) * scale;
+      }
       vectors[w.name] = backend.upload(*vec);
     }
   }
@@ -242,7 +274,13 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       L.q_norm = std::move(vectors.at(p + "self_attn.q_norm.weight"));
       L.k_norm = std::move(vectors.at(p + "self_attn.k_norm.weight"));
     }
-    L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
+    if (spec.sandwich_norms) {
+      L.post_attn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
+      L.ffn_norm = std::move(vectors.at(p + "pre_feedforward_layernorm.weight"));
+      L.post_ffn_norm = std::move(vectors.at(p + "post_feedforward_layernorm.weight"));
+    } else {
+      L.ffn_norm = std::move(vectors.at(p + "post_attention_layernorm.weight"));
+    }
     // gate, up, down of one MLP (dense or an expert) of `width` intermediate features: this rank's `rows` of them.
     auto load_mlp = [&](const std::string& gate, const std::string& up, const std::string& down, int width,
                         Range rows) -> Result<Expert> {
@@ -391,6 +429,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l) 
   shape.head_dim = cfg_.head_dim;
   shape.sliding_window =
       spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(shard_.layers.first + l)];
+  const exec::Buffer& inv_freq = spec_.local_rope && shape.sliding_window > 0 ? inv_freq_local_ : inv_freq_;
   exec::KvLayer layer;
   layer.k_base = kv.keys(l);
   layer.v_base = kv.values(l);
@@ -398,7 +437,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l) 
   layer.block_size = kv.block_size();
   layer.block_stride = kv.block_stride();
   layer.head_stride = kv.head_stride();
-  backend_->rope_and_store_kv(batch, q_, k_, v_, shape, inv_freq_, layer);
+  backend_->rope_and_store_kv(batch, q_, k_, v_, shape, inv_freq, layer);
   backend_->paged_attention(batch, q_, attn_, shape, layer);
 }
 
@@ -478,8 +517,9 @@ Status TransformerModel::embed(const ForwardBatch& batch, const ForwardContext& 
   const int n = static_cast<int>(batch.tokens.size()), h = cfg_.hidden_size;
   for (const int32_t id : batch.tokens) ACTORD_CHECK(id < cfg_.vocab_size && (id >= 0 || backend_->runs_ahead()));
   backend_->embed(batch.tokens, embed_, shard_.vocab.first, x_);
-  if (place_.tp == 1) return {};
-  return timed(context, [&] { return context.tp->all_reduce(x_.first(size_t(n) * h)); });
+  if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(x_.first(size_t(n) * h)); }));
+  if (spec_.embedding_scale != 0.0f) backend_->scale(x_, spec_.embedding_scale, size_t(n) * h);
+  return {};
 }
 
 // The final norm and the lm_head for the rows asked for; with TP, every rank's vocabulary part gathered into whole
@@ -583,7 +623,8 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   const std::span<float> hidden = x_.first(rows * h), partial = tmp_.first(rows * h);
   // Without TP (nothing to sum between a layer's output product and the residual add) the output products add to
   // x_ in their own epilogue (Backend::gemm_accumulate): a launch fewer each on a device.
-  const bool residual_in_product = place_.tp == 1;
+  // Sandwich norms normalise the product first.
+  const bool residual_in_product = place_.tp == 1 && !spec_.sandwich_norms;
 
   StepTrace* const trace = context.trace;
   if (trace) trace->layer = -1;
@@ -613,6 +654,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       }
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
+    if (spec_.sandwich_norms) be.rms_norm(tmp_, L.post_attn_norm, tmp_, n, h, cfg_.rms_norm_eps);
     if (!residual_in_product) be.add(x_, tmp_, rows * h);
     bool mlp_added = false;  // the dense MLP's down product added to x_ itself
     if (place_.afd() && !L.sparse) {  // the FFN ranks' slices of the MLP, summed
@@ -630,6 +672,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       ACTORD_TRY_STATUS(moe(L, l, n, context));
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
+    if (spec_.sandwich_norms) be.rms_norm(tmp_, L.post_ffn_norm, tmp_, n, h, cfg_.rms_norm_eps);
     if (!mlp_added) be.add(x_, tmp_, rows * h);
   }
   if (trace) trace->layer = -1;

@@ -1,5 +1,5 @@
-// The decoder-only transformer that the built-in families share (Llama, Mistral, Qwen2, Mixtral): RMSNorm,
-// RoPE attention with GQA over the paged KV cache, and a SiLU-gated MLP or a sparse mixture of experts.
+// The decoder-only transformer that the built-in families share (Llama, Mistral, Qwen2/3, Mixtral, the Qwen MoEs,
+// Gemma 3): RMSNorm, RoPE attention with GQA over the paged KV cache, and a gated MLP or a sparse mixture of experts.
 //
 // Contract: a family plugin describes what differs (TransformerSpec) and this class declares its weights
 // (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore into the rank's executor
@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,26 @@ struct TransformerSpec {
   // [num_layers] each layer's attention window (ModelConfig::sliding_window); 0, or an empty list: full causal
   std::vector<int> sliding_window;
   Activation activation = Activation::silu;
+  // Gemma: every RMSNorm weight is stored as an offset from this (the norm multiplies by offset + w); 0: as stored.
+  float norm_weight_offset = 0.0f;
+  // Gemma 3: the attention's and the MLP's outputs are normalised (post_attention_layernorm,
+  // post_feedforward_layernorm) before they join the residual stream, and the MLP's input norm is
+  // pre_feedforward_layernorm (post_attention_layernorm is the MLP's input norm otherwise).
+  bool sandwich_norms = false;
+  // Gemma: the embeddings are multiplied by this before the first layer; 0: not scaled.
+  float embedding_scale = 0.0f;
+  // The queries' scale on top of attention's 1 / sqrt(head_dim) (Gemma 3: sqrt(head_dim / query_pre_attn_scalar)),
+  // folded into the q_norm weights at load: needs qk_norm where it is not 1.
+  float query_scale = 1.0f;
+  // Layers with a sliding window take RoPE frequencies of their own (ModelConfig::rope_inv_freq_local: Gemma 3).
+  bool local_rope = false;
 };
 
-// The spec of the built-in families, from config.json's fields.
+// HF's hidden_act names of the activations the backends have: silu; gelu_pytorch_tanh, gelu_new (tanh GELU); gelu.
+std::optional<Activation> activation_of(const std::string& hidden_act);
+
+// The spec of the built-in families, from config.json's fields (an activation activation_of() does not know is
+// left silu: the registry refuses it first).
 TransformerSpec transformer_spec_from_config(const ModelConfig& config);
 
 class TransformerModel final : public Model {
@@ -98,6 +116,7 @@ class TransformerModel final : public Model {
     exec::Buffer q_norm, k_norm;        // [head_dim] each; empty without qk_norm
     bool sparse = false;                // the MLP is the mixture of experts
     exec::Buffer ffn_norm;              // [hidden]
+    exec::Buffer post_attn_norm, post_ffn_norm;  // [hidden] each: sandwich norms of the sublayers' outputs
     Expert mlp;                         // dense MLP
     exec::Weight router;                // [num_experts, hidden]
     std::vector<Expert> experts;        // ep 1: every expert (TP-split), in order
@@ -135,6 +154,7 @@ class TransformerModel final : public Model {
   std::vector<size_t> vocab_counts_;    // [tp] vocabulary rows of each TP rank's lm_head part
   std::shared_ptr<WeightStore> store_;  // keeps weight memory the backend reads in place alive
   exec::Buffer inv_freq_;               // [head_dim / 2]
+  exec::Buffer inv_freq_local_;         // [head_dim / 2] of the sliding-window layers (spec_.local_rope); else unset
   exec::Weight embed_;                  // [vocab rows of this rank, hidden]
   exec::Weight lm_head_;                // [vocab rows of this rank, hidden]; the embedding when tied
   exec::Buffer final_norm_;             // [hidden]

@@ -6,7 +6,7 @@ Standalone: python3 standard library + torch only (Debian's python3-torch, run w
 written here with json + struct.
 
 Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral, qwen3, qwen3_moe,
-qwen2_moe.
+qwen2_moe, gemma3_text.
 
 Subcommands
 -----------
@@ -37,8 +37,17 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
       qwen2-moe          Qwen2MoeForCausalLM  64     2     4     2   (16)    96  q/k/v biases, 4 experts
                                                                                  of 32, top-2 as routed,
                                                                                  shared expert of 48
+      gemma3             Gemma3ForCausalLM    64     3     4     1   32      96  gelu_pytorch_tanh,
+                                                                                 query_pre_attn_scalar 24,
+                                                                                 window 5 on layers 0-1
+                                                                                 (pattern 3), local
+                                                                                 theta 1e4, tied (default)
+      gemma3-scaled      Gemma3ForCausalLM    64     2     4     2   16      96  layer_types [full,
+                                                                                 sliding], rope_scaling
+                                                                                 linear 4, untied
     (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
-    qwen2-bias and mixtral-4x2 at 1e6; only llama-mha-hd128 ties lm_head to the embeddings)
+    qwen2-bias, mixtral-4x2 and the gemma3 kinds at 1e6; among the others only llama-mha-hd128 ties
+    lm_head to the embeddings)
     or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
     except llama-mha-hd128 (3.3 MB float32, 1.7 MB bfloat16).
 
@@ -102,6 +111,14 @@ Forward pass (the HF modelling equations, written out):
         moe_intermediate_size; dense layers use intermediate_size. qwen2_moe: the same routing (qwen2's
         biases and windows, no q/k norm) plus sigmoid(h @ shared_expert_gate^T) * shared_expert(h), the
         shared expert an MLP of shared_expert_intermediate_size.
+  gemma3_text (Gemma3ForCausalLM, HF's modeling_gemma3): x = embed_tokens[ids] * normalizer, the
+        normalizer sqrt(hidden) rounded to the embedding's stored dtype; every RMSNorm multiplies by
+        (1 + w); per layer: x += rmsnorm(attn(rmsnorm(x, input_layernorm)), post_attention_layernorm);
+        x += rmsnorm(mlp(rmsnorm(x, pre_feedforward_layernorm)), post_feedforward_layernorm);
+        q/k norms per head as qwen3; scores scaled by query_pre_attn_scalar^-1/2; sliding layers
+        (layer_types, else all but every sliding_window_pattern-th) use rope_local_base_freq
+        without scaling, the others rope_theta with rope_scaling (linear: inv_freq / factor);
+        mlp down(gelu_tanh(gate(h)) * up(h)); tie_word_embeddings defaults to true.
 """
 
 import argparse
@@ -243,10 +260,21 @@ KINDS = {
     "qwen2-moe": dict(arch="Qwen2MoeForCausalLM", model_type="qwen2_moe", hidden=64, layers=2,
                       heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
                       experts=4, top_k=2, moe_ff=32, shared_ff=48, norm_topk=False, mlp_only=[]),
+    # Gemma 3: sandwich norms, (1 + w) norm weights, scaled embeddings, its own attention scale, local RoPE on
+    # the sliding layers (window 5 < the suite's 20 tokens), tied by default (no key written).
+    "gemma3": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=3, heads=4,
+                   kv_heads=1, head_dim=32, ff=96, tied=True, theta=1000000.0, window=5, pattern=3,
+                   qpas=24),
+    # Gemma 3 with layer_types, linear RoPE scaling on the global layer, an untied lm_head.
+    "gemma3-scaled": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=2,
+                          heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
+                          window=5, layer_types=["full_attention", "sliding_attention"], qpas=16,
+                          rope_scaling={"rope_type": "linear", "factor": 4.0}),
 }
 QWEN3 = ("qwen3", "qwen3_moe")
 QWEN2 = ("qwen2", "qwen2_moe")
 QWEN_MOE = ("qwen3_moe", "qwen2_moe")
+QK_NORM = QWEN3 + ("gemma3_text",)
 VOCAB = 512
 MAX_POS = 512
 EPS = 1e-5
@@ -308,6 +336,20 @@ def make_config(spec, dtype_name):
                     "output_router_logits": False, "router_aux_loss_coef": 0.001})
     if mt == "qwen2_moe":
         cfg["shared_expert_intermediate_size"] = spec["shared_ff"]
+    if mt == "gemma3_text":
+        # Gemma3TextConfig's keys: hidden_activation, not hidden_act; tie_word_embeddings only when untied.
+        del cfg["hidden_act"]
+        if spec["tied"]:
+            del cfg["tie_word_embeddings"]
+        cfg.update({"hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+                    "query_pre_attn_scalar": spec["qpas"], "rope_local_base_freq": 10000.0,
+                    "sliding_window": spec["window"], "final_logit_softcapping": None,
+                    "attn_logit_softcapping": None, "attention_bias": False,
+                    "rope_scaling": spec.get("rope_scaling")})
+        if "layer_types" in spec:
+            cfg["layer_types"] = spec["layer_types"]
+        else:
+            cfg["sliding_window_pattern"] = spec["pattern"]
     return cfg
 
 
@@ -326,13 +368,18 @@ def make_weights(kind, spec, seed):
         # std gain/sqrt(fan_in) (0.125 for fan_in 64): every projection output has rms ~gain.
         return normal((out_f, in_f), gain / math.sqrt(in_f))
 
+    # Gemma stores norm weights as offsets from 1.
+    norm_base = 0.0 if spec["model_type"] == "gemma3_text" else 1.0
+
     def norm_w(n):
-        return 1.0 + normal((n,), 0.1)
+        return norm_base + normal((n,), 0.1)
 
     # Logits std ~2 through the (tied or untied) output projection. The layers' outputs (gain 2
     # on o_proj / down_proj) dominate the residual stream over the embedding (rms 2/sqrt(h)),
     # so tied models do not just predict their last input token again.
     emb_std = 2.0 / math.sqrt(h)
+    if spec["model_type"] == "gemma3_text":  # Gemma scales the embeddings up by sqrt(h): rms 0.5 after it
+        emb_std = 0.5 / math.sqrt(h)
     w["model.embed_tokens.weight"] = normal((VOCAB, h), emb_std)
     for i in range(spec["layers"]):
         p = f"model.layers.{i}."
@@ -345,10 +392,13 @@ def make_weights(kind, spec, seed):
             w[p + "self_attn.k_proj.bias"] = normal((kvd,), 0.3)
             w[p + "self_attn.v_proj.bias"] = normal((kvd,), 0.3)
         w[p + "self_attn.o_proj.weight"] = mat(h, qd, 2.0)
-        if spec["model_type"] in QWEN3:
+        if spec["model_type"] in QK_NORM:
             w[p + "self_attn.q_norm.weight"] = norm_w(hd)
             w[p + "self_attn.k_norm.weight"] = norm_w(hd)
         w[p + "post_attention_layernorm.weight"] = norm_w(h)
+        if spec["model_type"] == "gemma3_text":
+            w[p + "pre_feedforward_layernorm.weight"] = norm_w(h)
+            w[p + "post_feedforward_layernorm.weight"] = norm_w(h)
         if spec["model_type"] in QWEN_MOE and i not in spec["mlp_only"]:
             m = p + "mlp."
             mff = spec["moe_ff"]
@@ -418,6 +468,13 @@ def layer_windows(c, model_type, layers):
             types = ["sliding_attention" if w is not None and i >= first else "full_attention"
                      for i in range(layers)]
         return [w if t == "sliding_attention" else None for t in types]
+    if model_type == "gemma3_text":
+        w = c.get("sliding_window", 4096)
+        types = c.get("layer_types")
+        if types is None:
+            pattern = c.get("sliding_window_pattern", 6)
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+        return [w if t == "sliding_attention" else None for t in types]
     raise ValueError(f"no sliding-window rule for model_type {model_type!r}")
 
 
@@ -427,18 +484,25 @@ class Model:
             c = json.load(f)
         self.cfg = c
         self.mt = c.get("model_type")
-        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe") + QWEN3:
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "gemma3_text") + QWEN3:
             raise ValueError(f"unsupported model_type {self.mt!r}")
+        self.gemma = self.mt == "gemma3_text"
         # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
         acts = {"silu": torch.nn.functional.silu,
                 "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
                 "gelu": torch.nn.functional.gelu}
-        if c.get("hidden_act", "silu") not in acts:
-            raise ValueError(f"unsupported hidden_act {c.get('hidden_act')!r}")
-        self.act = acts[c.get("hidden_act", "silu")]
+        act = c.get("hidden_activation", "gelu_pytorch_tanh") if self.gemma else c.get("hidden_act", "silu")
+        if act not in acts:
+            raise ValueError(f"unsupported hidden_act {act!r}")
+        self.act = acts[act]
         rs = c.get("rope_scaling")
-        if rs is not None and rs.get("rope_type", rs.get("type")) != "default":
-            raise ValueError(f"unsupported rope_scaling {rs!r}")
+        self.rope_factor = 1.0
+        if rs is not None:
+            kind = rs.get("rope_type", rs.get("type"))
+            if self.gemma and kind == "linear":
+                self.rope_factor = rs["factor"]
+            elif kind != "default":
+                raise ValueError(f"unsupported rope_scaling {rs!r}")
         self.dt = compute_dtype
         self.hidden = c["hidden_size"]
         self.layers = c["num_hidden_layers"]
@@ -447,7 +511,11 @@ class Model:
         # Recent HF modelling code: getattr(config, "head_dim", None) or hidden // heads.
         self.head_dim = c.get("head_dim") or self.hidden // self.heads
         self.eps = c.get("rms_norm_eps", 1e-6)
-        self.theta = c.get("rope_theta", 10000.0)
+        self.theta = c.get("rope_theta", 1000000.0 if self.gemma else 10000.0)
+        # Gemma 3: sliding layers rotate with their own base, unscaled; scores scaled by query_pre_attn_scalar.
+        self.local_theta = c.get("rope_local_base_freq", 10000.0) if self.gemma else None
+        self.scale = (c.get("query_pre_attn_scalar", 256) if self.gemma else self.head_dim) ** -0.5
+        self.norm_offset = 1.0 if self.gemma else 0.0
         self.vocab = c["vocab_size"]
         self.windows = layer_windows(c, self.mt, self.layers)
         self.kv_dt = kv_dtype or compute_dtype
@@ -471,12 +539,16 @@ class Model:
         self.qkv_bias = self.mt in QWEN2 or bool(c.get("attention_bias", False))
         self.o_bias = self.mt in ("llama",) and bool(c.get("attention_bias", False))
         self.mlp_bias = self.mt == "llama" and bool(c.get("mlp_bias", False))
-        self.tied = bool(c.get("tie_word_embeddings", False))  # HF default for these four
+        # HF's defaults: Gemma3TextConfig ties, the others do not.
+        self.tied = bool(c.get("tie_word_embeddings", self.gemma))
 
         raw = load_weights(model_dir)
         self.used = set()
         self.raw = raw
         self.W = {k: v.to(compute_dtype) for k, v in raw.items()}
+        # Gemma3TextScaledWordEmbedding: sqrt(hidden) as a tensor of the embedding's dtype.
+        emb_dtype = raw["model.embed_tokens.weight"].dtype
+        self.embed_scale = torch.tensor(self.hidden ** 0.5, dtype=emb_dtype).to(compute_dtype) if self.gemma else None
 
     def w(self, name, shape=None):
         if name not in self.W:
@@ -497,12 +569,15 @@ class Model:
             raise ValueError(f"unused tensors in checkpoint: {unused[:8]}")
 
     def rmsnorm(self, x, w):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * w
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (self.norm_offset + w)
 
-    def rope(self, x, pos):
+    def rope(self, x, pos, local=False):
         # x: [n_heads, T, d]; HF rotate_half convention, pairs (i, i + d/2).
         d = self.head_dim
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(self.dt) / d))
+        theta = self.local_theta if local else self.theta
+        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(self.dt) / d))
+        if not local:
+            inv_freq = inv_freq / self.rope_factor
         freqs = pos.to(self.dt)[:, None] * inv_freq[None, :]          # [T, d/2]
         emb = torch.cat((freqs, freqs), dim=-1)                        # [T, d]
         cos, sin = emb.cos(), emb.sin()
@@ -528,19 +603,20 @@ class Model:
         q = self.linear(h, a + "q_proj", H * d, self.hidden, self.qkv_bias)
         k = self.linear(h, a + "k_proj", KV * d, self.hidden, self.qkv_bias)
         v = self.linear(h, a + "v_proj", KV * d, self.hidden, self.qkv_bias)
-        if self.mt in QWEN3:  # Qwen3: RMSNorm over each head's d features, before RoPE
+        if self.mt in QK_NORM:  # Qwen3, Gemma 3: RMSNorm over each head's d features, before RoPE
             q = self.rmsnorm(q.view(T, H, d), self.w(a + "q_norm.weight", (d,))).view(T, H * d)
             k = self.rmsnorm(k.view(T, KV, d), self.w(a + "k_norm.weight", (d,))).view(T, KV * d)
         q = q.view(T, H, d).transpose(0, 1)   # [H, T, d]
         k = k.view(T, KV, d).transpose(0, 1)  # [KV, T, d]
         v = v.view(T, KV, d).transpose(0, 1)
-        q, k = self.rope(q, pos), self.rope(k, pos)
+        local = self.gemma and window is not None
+        q, k = self.rope(q, pos, local), self.rope(k, pos, local)
         # What a KV cache of kv_dt holds: K after RoPE and V, rounded to that type.
         k, v = k.to(self.kv_dt).to(self.dt), v.to(self.kv_dt).to(self.dt)
         group = H // KV
         k = k.repeat_interleave(group, dim=0)  # query head h -> kv head h // group
         v = v.repeat_interleave(group, dim=0)
-        scores = (q @ k.transpose(1, 2)) * (1.0 / math.sqrt(d))  # [H, T, T]
+        scores = (q @ k.transpose(1, 2)) * self.scale  # [H, T, T]
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         allowed = j <= i
@@ -620,8 +696,17 @@ class Model:
         T = len(ids)
         pos = torch.arange(T)
         x = self.w("model.embed_tokens.weight", (self.vocab, self.hidden))[torch.tensor(ids)]
+        if self.gemma:
+            x = x * self.embed_scale
         for l in range(self.layers):
             p = f"model.layers.{l}."
+            if self.gemma:  # sandwich norms around each sublayer
+                norm = lambda t, name: self.rmsnorm(t, self.w(p + name + ".weight", (self.hidden,)))
+                h = norm(x, "input_layernorm")
+                x = x + norm(self.attention(h, p, pos, self.windows[l]), "post_attention_layernorm")
+                h = norm(x, "pre_feedforward_layernorm")
+                x = x + norm(self.mlp(h, p), "post_feedforward_layernorm")
+                continue
             h = self.rmsnorm(x, self.w(p + "input_layernorm.weight", (self.hidden,)))
             x = x + self.attention(h, p, pos, self.windows[l])
             h = self.rmsnorm(x, self.w(p + "post_attention_layernorm.weight", (self.hidden,)))
