@@ -8,15 +8,53 @@ namespace actord {
 
 using nlohmann::json;
 
+namespace {
+
+// A gemma3 file's keys beyond the shared ones, as llama.cpp reads them (the header states the rules).
+Status gemma3_keys(const GgufFile& file, json& j) {
+  const std::string a = "gemma3.";
+  j.erase("hidden_act");
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["rms_norm_eps"] = file.number_or(a + "attention.layer_norm_rms_epsilon").value_or(1e-6);
+  j["rope_theta"] = file.number_or(a + "rope.freq_base").value_or(1e6);
+  j["rope_local_base_freq"] = file.number_or(a + "rope.freq_base_swa").value_or(10000.0);
+  if (!j.contains("head_dim")) j["head_dim"] = 256;
+  const int64_t layers = j["num_hidden_layers"].get<int64_t>();
+  j["query_pre_attn_scalar"] = layers == 62 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
+                                            : j["head_dim"].get<int64_t>();
+  const auto window = file.integer_or(a + "attention.sliding_window");
+  j["sliding_window"] = window && *window > 0 ? json(*window) : json(nullptr);
+  if (const GgufValue* pattern = file.find(a + "attention.sliding_window_pattern")) {
+    if (pattern->kind == GgufValue::Kind::array) {
+      if (pattern->numbers.size() != static_cast<size_t>(layers)) {
+        return make_error(Errc::invalid_config, file.path().string() + ": " + a +
+                                                    "attention.sliding_window_pattern lists " +
+                                                    std::to_string(pattern->numbers.size()) + " layers, block_count is " +
+                                                    std::to_string(layers));
+      }
+      json types = json::array();
+      for (double swa : pattern->numbers) types.push_back(swa != 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    } else if (auto n = file.integer_or(a + "attention.sliding_window_pattern")) {
+      j["sliding_window_pattern"] = *n;
+    }
+  }
+  if (const auto cap = file.number_or(a + "final_logit_softcapping"); cap && *cap != 0) j["final_logit_softcapping"] = *cap;
+  return Status::success();
+}
+
+}  // namespace
+
 Result<json> hf_config_from_gguf(const GgufFile& file) {
   const std::string where = file.path().string();
   auto arch = file.string("general.architecture");
   if (!arch) return arch.error();
-  const std::map<std::string, std::string> known{{"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  const std::map<std::string, std::string> known{
+      {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}};
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: llama, qwen2)");
+                                             "' is not supported from GGUF (known: gemma3, llama, qwen2)");
   }
   const std::string a = *arch + ".";
   if (file.integer_or(a + "expert_count").value_or(0) > 0) {
@@ -29,7 +67,7 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   }
   json j = json::object();
   j["architectures"] = {it->second};
-  j["model_type"] = *arch;
+  j["model_type"] = *arch == "gemma3" ? "gemma3_text" : *arch;
   auto need = [&](const std::string& key, const char* hf_key) -> Status {
     auto v = file.integer(a + key);
     if (!v) return v.error();
@@ -63,12 +101,23 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
     return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
   }
   if (*arch == "qwen2") j["attention_bias"] = true;
+  if (*arch == "gemma3") ACTORD_TRY_STATUS(gemma3_keys(file, j));
   if (auto eos = file.integer_or("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
   if (auto bos = file.integer_or("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *bos;
   return j;
 }
 
-std::optional<std::string> gguf_tensor_name(const std::string& hf) {
+std::optional<std::string> gguf_tensor_name(const GgufFile& file, const std::string& hf) {
+  const auto arch = file.string("general.architecture");
+  return gguf_tensor_name(hf, arch ? *arch : std::string());
+}
+
+float gguf_norm_shift(const GgufFile& file, const std::string& hf_name) {
+  const auto arch = file.string("general.architecture");
+  return arch && *arch == "gemma3" && hf_name.ends_with("norm.weight") ? 1.0f : 0.0f;
+}
+
+std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::string& architecture) {
   static const std::map<std::string, std::string> top{{"model.embed_tokens.weight", "token_embd.weight"},
                                                       {"model.norm.weight", "output_norm.weight"},
                                                       {"lm_head.weight", "output.weight"}};
@@ -84,9 +133,18 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf) {
       {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
+  // Gemma 3's sandwich norms and q/k norms.
+  static const std::map<std::string, std::string> gemma3_parts{
+      {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"}};
   const size_t last = rest.rfind('.');
   if (last == std::string::npos) return std::nullopt;
-  auto it = parts.find(rest.substr(0, last));
+  const std::string part = rest.substr(0, last);
+  if (architecture == "gemma3") {
+    if (auto g = gemma3_parts.find(part); g != gemma3_parts.end()) return "blk." + layer + "." + g->second + rest.substr(last);
+  }
+  auto it = parts.find(part);
   if (it == parts.end()) return std::nullopt;
   return "blk." + layer + "." + it->second + rest.substr(last);
 }

@@ -62,7 +62,7 @@ bool WeightStore::contains(const std::string& name) const {
   if (file_ && checkpoint_.enabled() && file_->contains(checkpoint_prefix(name) + "qweight")) return true;
   if (file_) return file_->contains(name);
   if (gguf_) {
-    const auto gguf_name = gguf_tensor_name(name);
+    const auto gguf_name = gguf_tensor_name(*gguf_, name);
     return gguf_name && gguf_->tensor(*gguf_name);
   }
   return name != "lm_head.weight" || !tied_;
@@ -287,7 +287,7 @@ Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int6
   if (!s) return s.error();
   std::vector<float> v;
   if (gguf_) {
-    const auto gguf_name = gguf_tensor_name(name);
+    const auto gguf_name = gguf_tensor_name(*gguf_, name);
     const GgufTensor* t = gguf_name ? gguf_->tensor(*gguf_name) : nullptr;
     if (!t) return make_error(Errc::not_found, "tensor " + name + " not found in " + gguf_->path().string());
     if (t->elements() != n) {
@@ -297,6 +297,9 @@ Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int6
     auto values = gguf_values_f32(*t);
     if (!values) return values.error();
     v = std::move(*values);
+    if (const float shift = gguf_norm_shift(*gguf_, name); shift != 0.0f) {
+      for (float& x : v) x -= shift;  // HF's stored weight
+    }
   } else if (!file_) {
     v = dummy_values(name, static_cast<size_t>(n));
     // Round through the served dtype so dummy models behave like files of that dtype.

@@ -13,7 +13,7 @@ using store_detail::resolve;
 
 Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name, int64_t rows, int64_t cols,
                                                          MatrixSlice slice, const GgufTensor** from_gguf) {
-  const auto gguf_name = gguf_tensor_name(name);
+  const auto gguf_name = gguf_tensor_name(*gguf_, name);
   const GgufTensor* t = gguf_name ? gguf_->tensor(*gguf_name) : nullptr;
   if (!t) return make_error(Errc::not_found, "tensor " + name + " not found in " + gguf_->path().string());
   if (t->dims.size() != 2 || t->rows() != rows || t->cols() != cols) {
@@ -74,7 +74,7 @@ Result<exec::Weight> WeightStore::gguf_weight(exec::Backend& backend, const std:
   Result<exec::Weight> w = make_error(Errc::internal, "unreachable");
   if (m->quantized) {
     w = backend.upload_quantized(*m->quantized);
-    if (const auto gguf_name = gguf_tensor_name(name)) gguf_->release(*gguf_->tensor(*gguf_name));
+    if (const auto gguf_name = gguf_tensor_name(*gguf_, name)) gguf_->release(*gguf_->tensor(*gguf_name));
   } else if (use == exec::WeightUse::gemm && quant_.enabled()) {
     const exec::HostMatrix& h = *m->host;
     const QuantizedMatrix q = quantize(h.dtype, h.data, h.rows, h.cols, h.row_stride, quant_);
@@ -140,7 +140,7 @@ Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const 
       gguf_->release(*view);
     } else if (m->host) {
       owned_.pop_back();
-    } else if (const GgufTensor* t = gguf_->tensor(gguf_tensor_name(*name).value_or(""))) {
+    } else if (const GgufTensor* t = gguf_->tensor(gguf_tensor_name(*gguf_, *name).value_or(""))) {
       gguf_->release(*t);
     }
   }

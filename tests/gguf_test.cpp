@@ -120,6 +120,79 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
   w.write(out);
 }
 
+// A Gemma 3 HF folder (f32) as llama.cpp's converter writes it: architecture gemma3, norm weights as they multiply
+// (1 + w), q/k rows as they are, the window, its local RoPE base and the pattern as keys (an integer, or with
+// pattern_as_list each layer's flag), the stories260K vocabulary.
+void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern_as_list) {
+  auto cfg = ModelConfig::load(folder);
+  REQUIRE(cfg.ok());
+  auto loader = WeightLoader::open(folder);
+  REQUIRE(loader.ok());
+  test::GgufWriter w;
+  const std::string a = "gemma3.";
+  w.add_string("general.architecture", "gemma3");
+  w.add_u32(a + "block_count", cfg->num_layers);
+  w.add_u32(a + "embedding_length", cfg->hidden_size);
+  w.add_u32(a + "feed_forward_length", cfg->intermediate_size);
+  w.add_u32(a + "attention.head_count", cfg->num_heads);
+  w.add_u32(a + "attention.head_count_kv", cfg->num_kv_heads);
+  w.add_u32(a + "attention.key_length", cfg->head_dim);
+  w.add_u32(a + "attention.value_length", cfg->head_dim);
+  w.add_u32(a + "context_length", cfg->max_position_embeddings);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
+  w.add_f32(a + "rope.freq_base", cfg->rope_theta);
+  w.add_f32(a + "rope.freq_base_swa", cfg->rope_local_theta);
+  w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(*std::max_element(cfg->sliding_window.begin(),
+                                                                                     cfg->sliding_window.end())));
+  if (pattern_as_list) {
+    std::vector<bool> swa;
+    for (int window : cfg->sliding_window) swa.push_back(window > 0);
+    w.add_bools(a + "attention.sliding_window_pattern", swa);
+  } else {
+    w.add_u32(a + "attention.sliding_window_pattern", 3);  // the folder's sliding_window_pattern
+  }
+  const auto tj = read_json(folder / "tokenizer.json");
+  const Vocab v = vocab_of(tj);
+  std::vector<float> scores;
+  for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  w.add_f32s("tokenizer.ggml.scores", scores);
+  w.add_i32s("tokenizer.ggml.token_type", v.types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  const int h = cfg->hidden_size, ff = cfg->intermediate_size, hd = cfg->head_dim;
+  auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
+    auto values = loader->load_f32(hf, shape);
+    REQUIRE(values.ok());
+    std::vector<float> data = *values;
+    if (hf.ends_with("norm.weight")) {
+      for (float& x : data) x += 1.0f;
+    }
+    const auto name = gguf_tensor_name(hf, "gemma3");
+    REQUIRE(name);
+    w.add_tensor(*name, shape.size() == 2 ? shape[0] : 1, shape.back(), data.data(), GgmlType::f32);
+  };
+  add("model.embed_tokens.weight", {cfg->vocab_size, h});
+  add("model.norm.weight", {h});
+  for (int l = 0; l < cfg->num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                             "post_feedforward_layernorm"})
+      add(p + norm + ".weight", {h});
+    add(p + "self_attn.q_norm.weight", {hd});
+    add(p + "self_attn.k_norm.weight", {hd});
+    add(p + "self_attn.q_proj.weight", {cfg->num_heads * hd, h});
+    add(p + "self_attn.k_proj.weight", {cfg->num_kv_heads * hd, h});
+    add(p + "self_attn.v_proj.weight", {cfg->num_kv_heads * hd, h});
+    add(p + "self_attn.o_proj.weight", {h, cfg->num_heads * hd});
+    add(p + "mlp.gate_proj.weight", {ff, h});
+    add(p + "mlp.up_proj.weight", {ff, h});
+    add(p + "mlp.down_proj.weight", {h, ff});
+  }
+  w.write(out);
+}
+
 std::vector<int32_t> greedy(const fs::path& model_path, int steps) {
   test::CpuRank rank;
   auto cfg = ModelConfig::load(model_path);
@@ -306,6 +379,72 @@ TEST_CASE("stories260K from GGUF generates as from its folder - f32 exactly - Q8
     while (agree < 64 && tokens[agree] == reference[agree]) ++agree;
     std::printf("stories260K %s GGUF: greedy agreement with the f32 reference %d/64\n", ggml_type_name(type), agree);
     CHECK(agree >= min_agree);
+  }
+}
+
+TEST_CASE("a Gemma 3 GGUF as llama.cpp writes it gives the logits of its HF folder - the window pattern as a number "
+          "or a list", "[gguf][model]") {
+  test::TempDir dir;
+  const fs::path folder = dir.path() / "gemma3";
+  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
+  REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind gemma3 --out " + folder.string() +
+                       " > /dev/null 2>&1").c_str()) == 0);
+  {  // llama.cpp scales queries by head_dim^-1/2 (a GGUF cannot say otherwise below 62 layers): the folder too
+    nlohmann::json j = read_json(folder / "config.json");
+    j["query_pre_attn_scalar"] = j["head_dim"];
+    test::write_file(folder / "config.json", j.dump());
+  }
+  auto run = [](const fs::path& model_path) {
+    test::CpuRank rank;
+    auto cfg = ModelConfig::load(model_path);
+    if (!cfg) FAIL(cfg.error().message);
+    auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(model_path));
+    if (!model) FAIL(model.error().message);
+    KvCache kv(cfg->num_layers, cfg->num_kv_heads, cfg->head_dim, 8, 4);
+    std::vector<uint32_t> table{0, 1, 2, 3, 4, 5, 6, 7};
+    ForwardBatch batch;
+    batch.tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 40, 41, 42, 43};
+    batch.seqs = {SeqSlice{0, int32_t(batch.tokens.size()), 0, table.data(), true, true}};
+    std::vector<float> logits;
+    REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
+    return logits;
+  };
+  const std::vector<float> want = run(folder);
+  for (bool as_list : {false, true}) {
+    INFO("pattern as a list: " << as_list);
+    const fs::path gguf = dir.path() / (as_list ? "list.gguf" : "number.gguf");
+    write_gemma3_gguf(folder, gguf, as_list);
+    auto cfg = ModelConfig::load(gguf);
+    REQUIRE(cfg.ok());
+    CHECK(cfg->architecture == "Gemma3ForCausalLM");
+    CHECK(cfg->sliding_window == std::vector<int>{5, 5, 0});
+    CHECK(cfg->rope_local_theta == 10000.0f);
+    CHECK(cfg->query_pre_attn_scalar == float(cfg->head_dim));
+    CHECK(cfg->tie_word_embeddings);
+    const std::vector<float> got = run(gguf);
+    REQUIRE(got.size() == want.size());
+    // The norms' (1 + w) - 1 + 1 round trip may move them an ulp: every logit of all 16 positions within 1e-5.
+    float worst = 0, largest = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      largest = std::max(largest, std::abs(want[i]));
+    }
+    CHECK(worst <= 1e-5f * largest);
+  }
+  // A pattern list of the wrong length names the key.
+  {
+    test::GgufWriter w;
+    w.add_string("general.architecture", "gemma3");
+    for (const char* key : {"block_count", "embedding_length", "feed_forward_length", "attention.head_count"})
+      w.add_u32(std::string("gemma3.") + key, 4);
+    w.add_u32("gemma3.attention.sliding_window", 8);
+    w.add_bools("gemma3.attention.sliding_window_pattern", {true, false});
+    std::vector<float> embedding(16 * 4, 0.5f);
+    w.add_tensor("token_embd.weight", 16, 4, embedding.data(), GgmlType::f32);
+    w.write(dir.path() / "bad.gguf");
+    auto cfg = ModelConfig::load(dir.path() / "bad.gguf");
+    REQUIRE_FALSE(cfg.ok());
+    CHECK_THAT(cfg.error().message, Catch::Contains("gemma3.attention.sliding_window_pattern lists 2 layers, block_count is 4"));
   }
 }
 

@@ -33,6 +33,10 @@ class GgufWriter {
     array_of(key, 6, v.size());
     for (float x : v) put(meta_, x);
   }
+  void add_bools(const std::string& key, const std::vector<bool>& v) {
+    array_of(key, 7, v.size());
+    for (bool x : v) put(meta_, uint8_t(x));
+  }
   void add_i32s(const std::string& key, const std::vector<int32_t>& v) {
     array_of(key, 5, v.size());
     for (int32_t x : v) put(meta_, x);
