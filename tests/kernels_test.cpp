@@ -396,7 +396,7 @@ TEST_CASE("int8 KV rows: codes of max |x| / 127, the largest at +-127, each valu
   CHECK(back[3] == 1.0f);
 }
 
-TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
+TEST_CASE("rms_norm - rope - silu_mul and gelu_tanh_mul match the reference", "[kernels]") {
   std::mt19937 rng(2);
   for (int dim : {8, 64, 130}) {
     auto x = random_vector(size_t(3) * dim, rng), w = random_vector(dim, rng);
@@ -419,6 +419,15 @@ TEST_CASE("rms_norm - rope and silu_mul match the reference", "[kernels]") {
   cpu::silu_mul(g.data(), u.data(), 100);
   cpu::reference::silu_mul(gref.data(), u.data(), 100);
   require_close(g, gref);
+  // GELU over [-12, 12] (both tails, where tanh saturates), and the extremes.
+  std::vector<float> x, up;
+  for (int i = -1200; i <= 1200; ++i) x.push_back(float(i) / 100.0f);
+  for (float v : {-100.0f, 100.0f, 0.0f, -0.0f}) x.push_back(v);
+  up = random_vector(x.size(), rng);
+  auto xref = x;
+  cpu::gelu_tanh_mul(x.data(), up.data(), int(x.size()));
+  cpu::reference::gelu_tanh_mul(xref.data(), up.data(), int(xref.size()));
+  require_close(x, xref);
 }
 
 TEST_CASE("paged attention over scattered blocks matches contiguous reference attention in every KV dtype (int8 with row scales) - a query alone gives its bits in a chunk", "[kernels]") {

@@ -212,10 +212,7 @@ void CpuBackend::gated_activation(exec::GatedActivation act, exec::Buffer& gate,
       silu_mul(g, u, n);
       return;
     case exec::GatedActivation::gelu_tanh:
-      for (int i = 0; i < n; ++i) {
-        const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))) * u[i];
-      }
+      gelu_tanh_mul(g, u, n);
       return;
     case exec::GatedActivation::gelu:
       for (int i = 0; i < n; ++i) g[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * 0.70710678f)) * u[i];

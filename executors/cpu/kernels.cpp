@@ -45,6 +45,11 @@ void silu_mul(float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) gate[i] = silu(gate[i]) * up[i];
 }
 
+void gelu_tanh_mul(float* gate, const float* up, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
+}
+
 void add_inplace(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
 }

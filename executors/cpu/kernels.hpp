@@ -24,6 +24,8 @@ void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float*
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int n);
+// gate[i] = gelu_tanh(gate[i]) * up[i] (HF's gelu_pytorch_tanh), n elements.
+void gelu_tanh_mul(float* gate, const float* up, int n);
 
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int n);

@@ -38,6 +38,13 @@ void silu_mul(float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) gate[i] = float(double(gate[i]) / (1.0 + std::exp(-double(gate[i]))) * up[i]);
 }
 
+void gelu_tanh_mul(float* gate, const float* up, int n) {
+  for (int i = 0; i < n; ++i) {
+    const double x = gate[i];
+    gate[i] = float(0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * up[i]);
+  }
+}
+
 void attention(const float* q, const float* k, const float* v, float* out, int n_tokens, int start_pos, int n_heads,
                int n_kv_heads, int head_dim, int sliding_window) {
   const int q_row = n_heads * head_dim, kv_row = n_kv_heads * head_dim, group = n_heads / n_kv_heads;

@@ -11,6 +11,7 @@ void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim
 void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k);
 void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta);
 void silu_mul(float* gate, const float* up, int n);
+void gelu_tanh_mul(float* gate, const float* up, int n);
 
 // q: [n_tokens, n_heads * head_dim]; k, v: [start_pos + n_tokens, n_kv_heads * head_dim]; out like q.
 // sliding_window > 0: position p sees only positions p - sliding_window + 1 .. p.

@@ -49,4 +49,14 @@ inline float silu(float g) {
   return g * (numerator / (1.0f + e));
 }
 
+// GELU, tanh approximation (HF's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3), computed
+// as g * sigmoid(2u) (the same function) through e = exp(-|2u|), as silu.
+inline float gelu_tanh(float g) {
+  const float u2 = 1.5957691216f * (g + 0.044715f * g * g * g);
+  const float e = exp_nonpositive(-std::fabs(u2));
+  const float negative = static_cast<float>(std::bit_cast<uint32_t>(u2) >> 31);
+  const float numerator = negative * e + (1.0f - negative);
+  return g * (numerator / (1.0f + e));
+}
+
 }  // namespace actord::cpu
