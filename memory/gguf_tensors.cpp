@@ -75,6 +75,27 @@ Result<QuantizedMatrix> gguf_quantized(const GgufTensor& t) {
       }
       return q;
     }
+    case GgmlType::q5_0:
+    case GgmlType::q5_1: {
+      // 5-bit codes (low nibbles in qs, the fifth bits in the 32-bit qh): Q5_0 d (q - 16) as 6-bit codes q + 16
+      // around zero() = 32; Q5_1 d q + m as 8-bit codes q with the offset m (6-bit codes are symmetric only).
+      const bool affine = t.type == GgmlType::q5_1;
+      const int header = affine ? 4 : 2;
+      QuantizedMatrix q = shaped(t, affine ? 8 : 6, 32, affine);
+      for (int64_t b = 0; b < blocks; ++b, p += header + 20) {
+        q.scales[b] = half_at(p);
+        if (affine) q.offsets[b] = half_at(p + 2);
+        uint32_t qh = 0;
+        std::memcpy(&qh, p + header, 4);
+        const unsigned char* qs = p + header + 4;
+        const int shift = affine ? 0 : 16;
+        for (int j = 0; j < 16; ++j) {
+          q.codes[b * 32 + j] = static_cast<uint8_t>(((qs[j] & 0x0F) | ((qh >> j) & 1) << 4) + shift);
+          q.codes[b * 32 + 16 + j] = static_cast<uint8_t>(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + shift);
+        }
+      }
+      return q;
+    }
     case GgmlType::q4_k: {
       QuantizedMatrix q = shaped(t, 4, 32, true);
       for (int64_t b = 0; b < blocks; ++b, p += 144) {

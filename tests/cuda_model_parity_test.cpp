@@ -1,5 +1,5 @@
-// Whole models on the CUDA backend against the CPU backend: random-weight bf16 Llama, Qwen2 (attention biases) and
-// Mixtral (8 experts, top 2) folders (load_format dummy, the same seed on both), head_dim 64, served by an engine with
+// Whole models on the CUDA backend against the CPU backend: random-weight bf16 Llama, Qwen2 (attention biases),
+// Gemma 3 and Mixtral (8 experts, top 2) folders (load_format dummy, the same seed on both), head_dim 64, served by an engine with
 // `device: cuda` and one with `device: cpu`. Teacher-forced first: every prompt position's top-5 log-probabilities
 // (prompt_logprobs) agree within bf16 tolerance; then greedy generation gives the same tokens, where a divergence is
 // allowed only at a step whose CPU top two are closer than that tolerance (a tie either backend may break); for
@@ -143,6 +143,15 @@ TEST_CASE("cuda: bf16 random Qwen2 (attention biases) on the GPU matches the CPU
   if (!have_gpu()) return;
   test::TempDir tmp;
   check_model(write_dense(tmp.path() / "qwen2", "Qwen2ForCausalLM", ""), false);
+}
+
+TEST_CASE("cuda: bf16 random Gemma 3 (sandwich norms, scaled embeddings, tanh GELU, windows of 16 with their own RoPE "
+          "base) on the GPU matches the CPU backend", "[cuda][model]") {
+  if (!have_gpu()) return;
+  test::TempDir tmp;
+  check_model(write_dense(tmp.path() / "gemma3", "Gemma3ForCausalLM",
+                          R"(, "head_dim": 64, "sliding_window": 16, "sliding_window_pattern": 2, "query_pre_attn_scalar": 48)"),
+              false);
 }
 
 TEST_CASE("cuda: bf16 random Mixtral (8 experts, top 2) on the GPU matches the CPU backend", "[cuda][model]") {

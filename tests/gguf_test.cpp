@@ -218,7 +218,8 @@ TEST_CASE("each GGUF block format decodes to its values", "[gguf]") {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 0.05f);
   test::TempDir dir;
-  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k, GgmlType::q6_k}) {
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q4_k,
+                        GgmlType::q6_k}) {
     INFO(ggml_type_name(type));
     const int64_t rows = 3, cols = 512;
     std::vector<float> values(rows * cols);
@@ -234,8 +235,9 @@ TEST_CASE("each GGUF block format decodes to its values", "[gguf]") {
     CHECK(t->cols() == cols);
     auto decoded = gguf_values_f32(*t);
     REQUIRE(decoded.ok());
-    // Q8_0 and Q4_0 exactly; Q4_K and Q6_K with their d * sc products rounded to f16 (2^-11 of the step's scale).
-    const bool exact = type == GgmlType::q8_0 || type == GgmlType::q4_0;
+    // Q8_0, Q4_0 and Q5_0 exactly; Q5_1's codes exactly, its d q + m summed in f32 where the reference sums in
+    // double; Q4_K and Q6_K with their d * sc products rounded to f16 (2^-11 of the step's scale).
+    const bool exact = type == GgmlType::q8_0 || type == GgmlType::q4_0 || type == GgmlType::q5_0;
     for (int64_t r = 0; r < rows; ++r) {
       const std::vector<float> row(values.begin() + r * cols, values.begin() + (r + 1) * cols);
       const auto expected = test::GgufWriter::round_trip(row, type);
@@ -246,7 +248,10 @@ TEST_CASE("each GGUF block format decodes to its values", "[gguf]") {
         if (exact) REQUIRE(got == expected[c]);
         else REQUIRE(std::abs(got - expected[c]) <= std::ldexp(max_abs, -9));
         // and near the original value: half a step, one for a 4-bit code clamped at 15
-        const float step = type == GgmlType::q8_0 ? 1 / 127.0f : type == GgmlType::q6_k ? 1 / 31.0f : 1 / 7.0f;
+        const float step = type == GgmlType::q8_0                                ? 1 / 127.0f
+                           : type == GgmlType::q6_k                              ? 1 / 31.0f
+                           : type == GgmlType::q5_0 || type == GgmlType::q5_1 ? 1 / 15.0f
+                                                                                 : 1 / 7.0f;
         REQUIRE(std::abs(got - row[c]) <= step * max_abs + 1e-6f);
       }
     }

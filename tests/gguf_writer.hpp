@@ -135,6 +135,29 @@ class GgufWriter {
           for (int j = 0; j < 16; ++j) put(out, uint8_t(code(j) | code(j + 16) << 4));
         }
         return;
+      case GgmlType::q5_0:
+      case GgmlType::q5_1:
+        for (int64_t b = 0; b < n; b += 32) {  // llama.cpp's reference quantizers
+          float lo = v[b], hi = v[b], m = 0;
+          for (int j = 0; j < 32; ++j) {
+            lo = std::min(lo, v[b + j]), hi = std::max(hi, v[b + j]);
+            if (std::fabs(v[b + j]) > std::fabs(m)) m = v[b + j];
+          }
+          const bool affine = type == GgmlType::q5_1;
+          const float d = f16_to_f32(f32_to_f16(affine ? (hi - lo) / 31.0f : m / -16.0f));
+          half(out, d);
+          if (affine) half(out, lo);
+          const float base = affine ? f16_to_f32(f32_to_f16(lo)) : 0.0f;
+          auto code = [&](int j) {
+            if (d == 0) return affine ? 0 : 16;
+            return int(std::clamp(std::nearbyint((v[b + j] - base) / d) + (affine ? 0.0f : 16.0f), 0.0f, 31.0f));
+          };
+          uint32_t qh = 0;
+          for (int j = 0; j < 16; ++j) qh |= uint32_t(code(j) >> 4) << j | uint32_t(code(j + 16) >> 4) << (j + 16);
+          put(out, qh);
+          for (int j = 0; j < 16; ++j) put(out, uint8_t((code(j) & 15) | (code(j + 16) & 15) << 4));
+        }
+        return;
       case GgmlType::q4_k:
         for (int64_t b = 0; b < n; b += 256) {
           float scale[8], mins[8];
@@ -227,6 +250,22 @@ class GgufWriter {
             out[b + j + 16] = float(h(p) * ((p[2 + j] >> 4) - 8));
           }
         break;
+      case GgmlType::q5_0:
+      case GgmlType::q5_1: {
+        const bool affine = type == GgmlType::q5_1;
+        const int header = affine ? 4 : 2;
+        for (int64_t b = 0; b < n; b += 32, p += header + 20) {
+          uint32_t qh;
+          std::memcpy(&qh, p + header, 4);
+          for (int j = 0; j < 16; ++j) {
+            const int x0 = (p[header + 4 + j] & 15) | ((qh >> j) & 1) << 4;
+            const int x1 = (p[header + 4 + j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+            out[b + j] = float(affine ? h(p) * x0 + h(p + 2) : h(p) * (x0 - 16));
+            out[b + j + 16] = float(affine ? h(p) * x1 + h(p + 2) : h(p) * (x1 - 16));
+          }
+        }
+        break;
+      }
       case GgmlType::q4_k:
         for (int64_t b = 0; b < n; b += 256, p += 144) {
           const unsigned char* s = p + 4;
