@@ -101,6 +101,7 @@ struct AttentionShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   int sliding_window = 0;  // > 0: position p sees only positions p - sliding_window + 1 .. p
+  float logit_softcap = 0.0f;  // > 0: each score s becomes cap tanh(s / cap) before the softmax (CPU only so far)
 };
 
 class Backend {
@@ -202,6 +203,8 @@ class Backend {
   virtual void add(Buffer& x, const Buffer& y, size_t count) = 0;
   // x[i] *= factor, i < count.
   virtual void scale(Buffer& x, float factor, size_t count) = 0;
+  // x[i] = cap tanh(x[i] / cap), i < count (Gemma 2's logit cap).
+  virtual void softcap(Buffer& x, float cap, size_t count) = 0;
   // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
   // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot. `batch` is the
   // one begin_step() named, as for paged_attention.

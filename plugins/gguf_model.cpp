@@ -10,20 +10,23 @@ using nlohmann::json;
 
 namespace {
 
-// A gemma3 file's keys beyond the shared ones, as llama.cpp reads them (the header states the rules).
-Status gemma3_keys(const GgufFile& file, json& j) {
-  const std::string a = "gemma3.";
+// A gemma2 or gemma3 file's keys beyond the shared ones, as llama.cpp reads them (the header states the rules).
+Status gemma_keys(const GgufFile& file, const std::string& arch, json& j) {
+  const std::string a = arch + ".";
+  const bool gemma3 = arch == "gemma3";
   j.erase("hidden_act");
   j["hidden_activation"] = "gelu_pytorch_tanh";
   j["rms_norm_eps"] = file.number_or(a + "attention.layer_norm_rms_epsilon").value_or(1e-6);
-  j["rope_theta"] = file.number_or(a + "rope.freq_base").value_or(1e6);
-  j["rope_local_base_freq"] = file.number_or(a + "rope.freq_base_swa").value_or(10000.0);
+  j["rope_theta"] = file.number_or(a + "rope.freq_base").value_or(gemma3 ? 1e6 : 10000.0);
+  if (gemma3) j["rope_local_base_freq"] = file.number_or(a + "rope.freq_base_swa").value_or(10000.0);
   if (!j.contains("head_dim")) j["head_dim"] = 256;
   const int64_t layers = j["num_hidden_layers"].get<int64_t>();
-  j["query_pre_attn_scalar"] = layers == 62 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
-                                            : j["head_dim"].get<int64_t>();
+  const bool b27 = layers == (gemma3 ? 62 : 46);
+  j["query_pre_attn_scalar"] = b27 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
+                                   : j["head_dim"].get<int64_t>();
   const auto window = file.integer_or(a + "attention.sliding_window");
-  j["sliding_window"] = window && *window > 0 ? json(*window) : json(nullptr);
+  if (window) j["sliding_window"] = *window > 0 ? json(*window) : json(nullptr);
+  else j["sliding_window"] = gemma3 ? json(nullptr) : json(4096);
   if (const GgufValue* pattern = file.find(a + "attention.sliding_window_pattern")) {
     if (pattern->kind == GgufValue::Kind::array) {
       if (pattern->numbers.size() != static_cast<size_t>(layers)) {
@@ -39,7 +42,9 @@ Status gemma3_keys(const GgufFile& file, json& j) {
       j["sliding_window_pattern"] = *n;
     }
   }
-  if (const auto cap = file.number_or(a + "final_logit_softcapping"); cap && *cap != 0) j["final_logit_softcapping"] = *cap;
+  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (const auto v = file.number_or(a + cap)) j[cap] = *v > 0 ? json(*v) : json(nullptr);
+  }
   return Status::success();
 }
 
@@ -50,11 +55,14 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   auto arch = file.string("general.architecture");
   if (!arch) return arch.error();
   const std::map<std::string, std::string> known{
-      {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}};
+      {"llama", "LlamaForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},
+      {"gemma2", "Gemma2ForCausalLM"},
+      {"gemma3", "Gemma3ForCausalLM"}};
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: gemma3, llama, qwen2)");
+                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, qwen2)");
   }
   const std::string a = *arch + ".";
   if (file.integer_or(a + "expert_count").value_or(0) > 0) {
@@ -101,7 +109,7 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
     return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
   }
   if (*arch == "qwen2") j["attention_bias"] = true;
-  if (*arch == "gemma3") ACTORD_TRY_STATUS(gemma3_keys(file, j));
+  if (*arch == "gemma2" || *arch == "gemma3") ACTORD_TRY_STATUS(gemma_keys(file, *arch, j));
   if (auto eos = file.integer_or("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
   if (auto bos = file.integer_or("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *bos;
   return j;
@@ -114,7 +122,7 @@ std::optional<std::string> gguf_tensor_name(const GgufFile& file, const std::str
 
 float gguf_norm_shift(const GgufFile& file, const std::string& hf_name) {
   const auto arch = file.string("general.architecture");
-  return arch && *arch == "gemma3" && hf_name.ends_with("norm.weight") ? 1.0f : 0.0f;
+  return arch && (*arch == "gemma2" || *arch == "gemma3") && hf_name.ends_with("norm.weight") ? 1.0f : 0.0f;
 }
 
 std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::string& architecture) {
@@ -133,7 +141,7 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
       {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
-  // Gemma 3's sandwich norms and q/k norms.
+  // Gemma 2's and 3's sandwich norms and Gemma 3's q/k norms.
   static const std::map<std::string, std::string> gemma3_parts{
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},      {"self_attn.q_norm", "attn_q_norm"},
@@ -141,7 +149,7 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
   const size_t last = rest.rfind('.');
   if (last == std::string::npos) return std::nullopt;
   const std::string part = rest.substr(0, last);
-  if (architecture == "gemma3") {
+  if (architecture == "gemma2" || architecture == "gemma3") {
     if (auto g = gemma3_parts.find(part); g != gemma3_parts.end()) return "blk." + layer + "." + g->second + rest.substr(last);
   }
   auto it = parts.find(part);

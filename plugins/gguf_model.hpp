@@ -3,19 +3,21 @@
 //
 // Contract:
 // - Architectures: general.architecture "llama" (Llama, Mistral, TinyLlama: LlamaForCausalLM), "qwen2"
-//   (Qwen2ForCausalLM) and "gemma3" (Gemma3ForCausalLM, as llama.cpp reads it: sliding windows on every layer but
-//   each attention.sliding_window_pattern-th (absent: 6; a list of booleans marks each layer), rope.freq_base_swa
-//   (absent: 10000) on those layers, queries scaled by head_dim^-1/2 except in the 62-layer 27B, hidden_size /
-//   heads there); others, MoE GGUFs (expert_count > 0) and Llama 3.1's rope_freqs tensor are Errc::unsupported
-//   naming what. Missing keys are errors naming the file and the key.
+//   (Qwen2ForCausalLM), "gemma3" (Gemma3ForCausalLM) and "gemma2" (Gemma2ForCausalLM), as llama.cpp reads them:
+//   sliding windows (gemma2 absent: 4096; gemma3 absent: none) on every layer but each
+//   attention.sliding_window_pattern-th (absent: gemma3 6, gemma2 2; a list of booleans marks each layer),
+//   gemma3's rope.freq_base_swa (absent: 10000) on those layers, queries scaled by head_dim^-1/2 except in the 27Bs
+//   (62 and 46 layers), hidden_size / heads there, the logit caps of attn_logit_softcapping and
+//   final_logit_softcapping (gemma2 absent: 50 and 30); others, MoE GGUFs (expert_count > 0) and Llama 3.1's
+//   rope_freqs tensor are Errc::unsupported naming what. Missing keys are errors naming the file and the key.
 // - Names: token_embd / output_norm / output, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
 //   ffn_gate, ffn_up, ffn_down} (.weight, .bias) for model.embed_tokens / model.norm / lm_head and
 //   model.layers.N.{input_layernorm, self_attn.*_proj, post_attention_layernorm, mlp.*_proj}; gemma3 also
-//   attn_q_norm / attn_k_norm (self_attn.q_norm / k_norm), and its post_attention_layernorm is post_attention_norm,
-//   pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm.
+//   attn_q_norm / attn_k_norm (self_attn.q_norm / k_norm), and gemma2's and gemma3's post_attention_layernorm is
+//   post_attention_norm, pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm.
 // - llama.cpp's converter reorders the rows of a "llama" model's q and k projections for its interleaved RoPE; the
-//   loader undoes it (qk_row_order) to get back HF's rotate-half rows. It stores gemma3's norm weights as they
-//   multiply (1 + HF's weight); gguf_norm_shift() says what to take off to get HF's back.
+//   loader undoes it (qk_row_order) to get back HF's rotate-half rows. It stores gemma2's and gemma3's norm weights
+//   as they multiply (1 + HF's weight); gguf_norm_shift() says what to take off to get HF's back.
 #pragma once
 
 #include <optional>
@@ -36,7 +38,7 @@ Result<nlohmann::json> hf_config_from_gguf(const GgufFile& file);
 std::optional<std::string> gguf_tensor_name(const std::string& hf_name, const std::string& architecture = "llama");
 std::optional<std::string> gguf_tensor_name(const GgufFile& file, const std::string& hf_name);
 
-// What llama.cpp's converter added to an HF vector's values (1 for a gemma3 norm weight, else 0).
+// What llama.cpp's converter added to an HF vector's values (1 for a gemma2 or gemma3 norm weight, else 0).
 float gguf_norm_shift(const GgufFile& file, const std::string& hf_name);
 
 // For a "llama" GGUF's q or k projection (`heads` heads of head_dim rows each): HF row r is GGUF row order[r].

@@ -176,12 +176,14 @@ std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int n
     for (int l = first; l < num_layers; ++l) windows[static_cast<size_t>(l)] = window;
     return windows;
   }
-  if (arch == "Gemma3ForCausalLM") {
-    // Gemma3TextConfig: layer_types, else every layer sliding but each sliding_window_pattern-th.
+  if (arch == "Gemma3ForCausalLM" || arch == "Gemma2ForCausalLM") {
+    // Gemma3TextConfig / Gemma2Config: layer_types, else every layer sliding but each sliding_window_pattern-th (6;
+    // Gemma 2 every second).
     const int window = window_value(f, 4096);
     if (window == 0) return windows;
     if (f.has("layer_types")) return windows_of_layer_types(f, num_layers, window);
-    const int pattern = f.int32("sliding_window_pattern", 1, ModelConfig::kMaxCount, 6);
+    const int pattern =
+        f.int32("sliding_window_pattern", 1, ModelConfig::kMaxCount, arch == "Gemma2ForCausalLM" ? 2 : 6);
     for (int l = 0; l < num_layers; ++l) windows[static_cast<size_t>(l)] = (l + 1) % pattern != 0 ? window : 0;
     return windows;
   }
@@ -193,20 +195,24 @@ std::vector<int> sliding_windows(const Fields& f, const std::string& arch, int n
   return windows;
 }
 
-// Gemma 3's own keys (Gemma3TextConfig and its defaults). The logit soft-capping it allows (null in every published
-// Gemma 3) and bidirectional attention (EmbeddingGemma) are refused by name.
-void read_gemma3(const Fields& f, ModelConfig& c) {
+// Gemma 2's and Gemma 3's own keys (Gemma2Config, Gemma3TextConfig and their defaults). Bidirectional attention
+// (EmbeddingGemma) is refused by name.
+void read_gemma(const Fields& f, ModelConfig& c, bool gemma3) {
   c.hidden_act = f.text("hidden_activation", f.text("hidden_act", "gelu_pytorch_tanh"));
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
   c.rms_norm_eps = f.real("rms_norm_eps", 1e-6f, &between_0_and_1, "must be a number above 0 and below 1");
-  c.rope_theta = f.real("rope_theta", 1e6f, &positive, kPositive);
-  c.rope_local_theta = f.real("rope_local_base_freq", 10000.0f, &positive, kPositive);
+  c.rope_theta = f.real("rope_theta", gemma3 ? 1e6f : 10000.0f, &positive, kPositive);
+  if (gemma3) c.rope_local_theta = f.real("rope_local_base_freq", 10000.0f, &positive, kPositive);
   c.query_pre_attn_scalar = f.real("query_pre_attn_scalar", 256.0f, &positive, kPositive);
-  c.max_position_embeddings = f.int32("max_position_embeddings", 1, ModelConfig::kMaxPositions, 131072);
-  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
-    if (f.has(key)) throw FieldError{key, "logit soft-capping is not supported (Gemma 3 models leave it null)",
-                                     Errc::unsupported};
-  }
+  c.max_position_embeddings =
+      f.int32("max_position_embeddings", 1, ModelConfig::kMaxPositions, gemma3 ? 131072 : 8192);
+  // Gemma2Config's defaults cap both (absent: 50 and 30), Gemma3TextConfig's neither; null turns a cap off.
+  auto cap = [&](const char* key, float gemma2_default) {
+    if (f.present(key) && !f.has(key)) return 0.0f;
+    return f.real(key, gemma3 ? 0.0f : gemma2_default, &positive, kPositive);
+  };
+  c.attn_logit_softcapping = cap("attn_logit_softcapping", 50.0f);
+  c.final_logit_softcapping = cap("final_logit_softcapping", 30.0f);
   if (f.boolean("use_bidirectional_attention", false)) {
     throw FieldError{"use_bidirectional_attention", "bidirectional attention (an embedding model) is not supported",
                      Errc::unsupported};
@@ -235,8 +241,9 @@ ModelConfig read_config(const json& j) {
   c.hidden_act = f.text("hidden_act", "silu");
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
   // HF: head_dim when set, else hidden_size // num_attention_heads.
-  const bool gemma3 = c.architecture == "Gemma3ForCausalLM";
-  c.head_dim = f.int32("head_dim", 2, ModelConfig::kMaxCount, gemma3 ? 256 : c.hidden_size / c.num_heads);
+  const bool gemma3 = c.architecture == "Gemma3ForCausalLM", gemma2 = c.architecture == "Gemma2ForCausalLM";
+  c.head_dim =
+      f.int32("head_dim", 2, ModelConfig::kMaxCount, gemma3 || gemma2 ? 256 : c.hidden_size / c.num_heads);
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.head_dim > ModelConfig::kMaxCount) {
     throw FieldError{f.has("head_dim") ? "head_dim" : "hidden_size",
                      "the head dimension (head_dim, else hidden_size / num_attention_heads) must be even (RoPE) and "
@@ -288,9 +295,9 @@ ModelConfig read_config(const json& j) {
     }
   }
   c.sliding_window = sliding_windows(f, c.architecture, c.num_layers);
-  if (gemma3) {
-    c.qk_norm = true;
-    read_gemma3(f, c);
+  if (gemma3 || gemma2) {
+    c.qk_norm = gemma3;
+    read_gemma(f, c, gemma3);
   }
 
   if (f.has("rope_scaling")) {

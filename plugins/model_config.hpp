@@ -54,13 +54,18 @@ struct ModelConfig {
   // by Hugging Face's rule for the architecture: Llama never; Mistral and Mixtral `sliding_window` on every layer
   // unless null (absent: Mistral 4096, Mixtral none, as HF's config classes default); Qwen2 only with
   // `use_sliding_window: true`, then `sliding_window` (absent: 4096) on the layers `layer_types` marks
-  // "sliding_attention", or without layer_types on layers >= `max_window_layers` (absent: 28); Gemma 3
+  // "sliding_attention", or without layer_types on layers >= `max_window_layers` (absent: 28); Gemma 2 and 3
   // `sliding_window` (absent: 4096) on the layers `layer_types` marks "sliding_attention", or without layer_types on
-  // every layer but each `sliding_window_pattern`-th (absent: 6); any other architecture (a plugin's)
+  // every layer but each `sliding_window_pattern`-th (absent: Gemma 2 2, Gemma 3 6); any other architecture (a plugin's)
   // `sliding_window` on every layer when set and `use_sliding_window` is not false.
   std::vector<int> sliding_window;
-  // Gemma 3: the attention's scores are scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (0: head_dim).
+  // Gemma 2 and 3: the attention's scores are scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2 (0:
+  // head_dim).
   float query_pre_attn_scalar = 0.0f;
+  // Gemma 2 (and Gemma 3 where set): attention scores s become cap tanh(s / cap) before the softmax, and the logits
+  // likewise (0: not capped).
+  float attn_logit_softcapping = 0.0f;
+  float final_logit_softcapping = 0.0f;
   // Gemma 3: the RoPE base of the layers with a sliding window (rope_local_base_freq), applied without rope_scaling;
   // 0: every layer uses rope_theta and rope_scaling.
   float rope_local_theta = 0.0f;

@@ -8,11 +8,10 @@ namespace {
 
 // The built-in families all run on TransformerModel; their differences come from config.json (qkv biases for
 // Qwen2 and Qwen2-MoE, experts for Mixtral and the Qwen MoE families (Qwen2-MoE's shared one too), q/k norms for
-// Qwen3, a sliding window for Mistral, Gemma 3's norms, scaled embeddings and local RoPE).
+// Qwen3, a sliding window for Mistral, Gemma's norms, scaled embeddings, logit caps (2) and local RoPE (3)).
 Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const ModelLoadOptions& options) {
   if (!activation_of(config.hidden_act)) {
-    return make_error(Errc::unsupported, std::string(config.architecture == "Gemma3ForCausalLM" ? "hidden_activation"
-                                                                                                : "hidden_act") +
+    return make_error(Errc::unsupported, std::string(config.architecture.starts_with("Gemma") ? "hidden_activation" : "hidden_act") +
                                              " '" + config.hidden_act +
                                              "' is not supported (silu, gelu_pytorch_tanh, gelu_new, gelu)");
   }
@@ -31,7 +30,8 @@ Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const M
 ModelRegistry ModelRegistry::with_builtins() {
   ModelRegistry r;
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM",
-                           "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM"}) {
+                           "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma2ForCausalLM",
+                           "Gemma3ForCausalLM"}) {
     r.add(arch, &create_builtin);
   }
   return r;

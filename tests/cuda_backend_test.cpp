@@ -403,7 +403,7 @@ TEST_CASE("cuda: draws of a step that runs ahead stay on the device for the next
   CHECK(on_gpu == table.on_cpu(p, second, {want[3].token, 9, want[1].token}));
 }
 
-TEST_CASE("cuda: norm, activations, add, scale, embedding, gathers, scatters and column copies equal the CPU backend",
+TEST_CASE("cuda: norm, activations, add, scale, softcap, embedding, gathers, scatters and column copies equal the CPU backend",
           "[cuda]") {
   if (!have_gpu()) return;
   Pair p;
@@ -449,6 +449,7 @@ TEST_CASE("cuda: norm, activations, add, scale, embedding, gathers, scatters and
       be.gated_activation(act, gate, up, x.size());
       be.add(gate, up, x.size());
       be.scale(gate, 33.9375f, x.size());  // Gemma's embedding scale, sqrt(1152) in f16
+      be.softcap(gate, 30.0f, x.size());   // Gemma 2's logit cap
       out[b] = p.read(be, gate, x.size());
     }
     check_close(out[1], out[0], 1e-5);

@@ -120,17 +120,18 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
   w.write(out);
 }
 
-// A Gemma 3 HF folder (f32) as llama.cpp's converter writes it: architecture gemma3, norm weights as they multiply
-// (1 + w), q/k rows as they are, the window, its local RoPE base and the pattern as keys (an integer, or with
-// pattern_as_list each layer's flag), the stories260K vocabulary.
-void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern_as_list) {
+// A Gemma 3 or Gemma 2 HF folder (f32) as llama.cpp's converter writes it: architecture gemma3 / gemma2, norm weights
+// as they multiply (1 + w), q/k rows as they are, the window, gemma3's local RoPE base, gemma2's caps and the pattern
+// as keys (an integer, or with pattern_as_list each layer's flag), the stories260K vocabulary.
+void write_gemma_gguf(const fs::path& folder, const fs::path& out, bool pattern_as_list) {
   auto cfg = ModelConfig::load(folder);
   REQUIRE(cfg.ok());
   auto loader = WeightLoader::open(folder);
   REQUIRE(loader.ok());
   test::GgufWriter w;
-  const std::string a = "gemma3.";
-  w.add_string("general.architecture", "gemma3");
+  const bool gemma3 = cfg->architecture == "Gemma3ForCausalLM";
+  const std::string arch = gemma3 ? "gemma3" : "gemma2", a = arch + ".";
+  w.add_string("general.architecture", arch);
   w.add_u32(a + "block_count", cfg->num_layers);
   w.add_u32(a + "embedding_length", cfg->hidden_size);
   w.add_u32(a + "feed_forward_length", cfg->intermediate_size);
@@ -141,7 +142,12 @@ void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern
   w.add_u32(a + "context_length", cfg->max_position_embeddings);
   w.add_f32(a + "attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
   w.add_f32(a + "rope.freq_base", cfg->rope_theta);
-  w.add_f32(a + "rope.freq_base_swa", cfg->rope_local_theta);
+  if (gemma3) {
+    w.add_f32(a + "rope.freq_base_swa", cfg->rope_local_theta);
+  } else {
+    w.add_f32(a + "attn_logit_softcapping", cfg->attn_logit_softcapping);
+    w.add_f32(a + "final_logit_softcapping", cfg->final_logit_softcapping);
+  }
   w.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(*std::max_element(cfg->sliding_window.begin(),
                                                                                      cfg->sliding_window.end())));
   if (pattern_as_list) {
@@ -149,7 +155,7 @@ void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern
     for (int window : cfg->sliding_window) swa.push_back(window > 0);
     w.add_bools(a + "attention.sliding_window_pattern", swa);
   } else {
-    w.add_u32(a + "attention.sliding_window_pattern", 3);  // the folder's sliding_window_pattern
+    w.add_u32(a + "attention.sliding_window_pattern", gemma3 ? 3 : 2);  // the folder's pattern
   }
   const auto tj = read_json(folder / "tokenizer.json");
   const Vocab v = vocab_of(tj);
@@ -169,7 +175,7 @@ void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern
     if (hf.ends_with("norm.weight")) {
       for (float& x : data) x += 1.0f;
     }
-    const auto name = gguf_tensor_name(hf, "gemma3");
+    const auto name = gguf_tensor_name(hf, arch);
     REQUIRE(name);
     w.add_tensor(*name, shape.size() == 2 ? shape[0] : 1, shape.back(), data.data(), GgmlType::f32);
   };
@@ -180,8 +186,10 @@ void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern
     for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                              "post_feedforward_layernorm"})
       add(p + norm + ".weight", {h});
-    add(p + "self_attn.q_norm.weight", {hd});
-    add(p + "self_attn.k_norm.weight", {hd});
+    if (gemma3) {
+      add(p + "self_attn.q_norm.weight", {hd});
+      add(p + "self_attn.k_norm.weight", {hd});
+    }
     add(p + "self_attn.q_proj.weight", {cfg->num_heads * hd, h});
     add(p + "self_attn.k_proj.weight", {cfg->num_kv_heads * hd, h});
     add(p + "self_attn.v_proj.weight", {cfg->num_kv_heads * hd, h});
@@ -190,6 +198,7 @@ void write_gemma3_gguf(const fs::path& folder, const fs::path& out, bool pattern
     add(p + "mlp.up_proj.weight", {ff, h});
     add(p + "mlp.down_proj.weight", {h, ff});
   }
+  if (!cfg->tie_word_embeddings) add("lm_head.weight", {cfg->vocab_size, h});
   w.write(out);
 }
 
@@ -387,18 +396,10 @@ TEST_CASE("stories260K from GGUF generates as from its folder - f32 exactly - Q8
   }
 }
 
-TEST_CASE("a Gemma 3 GGUF as llama.cpp writes it gives the logits of its HF folder - the window pattern as a number "
-          "or a list", "[gguf][model]") {
+TEST_CASE("Gemma 3 and Gemma 2 GGUFs as llama.cpp writes them give the logits of their HF folders - the window "
+          "pattern as a number or a list", "[gguf][model]") {
   test::TempDir dir;
-  const fs::path folder = dir.path() / "gemma3";
   const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
-  REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind gemma3 --out " + folder.string() +
-                       " > /dev/null 2>&1").c_str()) == 0);
-  {  // llama.cpp scales queries by head_dim^-1/2 (a GGUF cannot say otherwise below 62 layers): the folder too
-    nlohmann::json j = read_json(folder / "config.json");
-    j["query_pre_attn_scalar"] = j["head_dim"];
-    test::write_file(folder / "config.json", j.dump());
-  }
   auto run = [](const fs::path& model_path) {
     test::CpuRank rank;
     auto cfg = ModelConfig::load(model_path);
@@ -414,27 +415,42 @@ TEST_CASE("a Gemma 3 GGUF as llama.cpp writes it gives the logits of its HF fold
     REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
     return logits;
   };
-  const std::vector<float> want = run(folder);
-  for (bool as_list : {false, true}) {
-    INFO("pattern as a list: " << as_list);
-    const fs::path gguf = dir.path() / (as_list ? "list.gguf" : "number.gguf");
-    write_gemma3_gguf(folder, gguf, as_list);
-    auto cfg = ModelConfig::load(gguf);
-    REQUIRE(cfg.ok());
-    CHECK(cfg->architecture == "Gemma3ForCausalLM");
-    CHECK(cfg->sliding_window == std::vector<int>{5, 5, 0});
-    CHECK(cfg->rope_local_theta == 10000.0f);
-    CHECK(cfg->query_pre_attn_scalar == float(cfg->head_dim));
-    CHECK(cfg->tie_word_embeddings);
-    const std::vector<float> got = run(gguf);
-    REQUIRE(got.size() == want.size());
-    // The norms' (1 + w) - 1 + 1 round trip may move them an ulp: every logit of all 16 positions within 1e-5.
-    float worst = 0, largest = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-      largest = std::max(largest, std::abs(want[i]));
+  for (const std::string kind : {"gemma3", "gemma2"}) {
+    INFO(kind);
+    const fs::path folder = dir.path() / kind;
+    REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
+                         " > /dev/null 2>&1").c_str()) == 0);
+    {  // llama.cpp scales queries by head_dim^-1/2 (a GGUF cannot say otherwise below 27B): the folder too
+      nlohmann::json j = read_json(folder / "config.json");
+      j["query_pre_attn_scalar"] = j["head_dim"];
+      test::write_file(folder / "config.json", j.dump());
     }
-    CHECK(worst <= 1e-5f * largest);
+    const std::vector<float> want = run(folder);
+    for (bool as_list : {false, true}) {
+      INFO("pattern as a list: " << as_list);
+      const fs::path gguf = dir.path() / (kind + (as_list ? "-list.gguf" : "-number.gguf"));
+      write_gemma_gguf(folder, gguf, as_list);
+      auto cfg = ModelConfig::load(gguf);
+      REQUIRE(cfg.ok());
+      auto folder_cfg = ModelConfig::load(folder);
+      REQUIRE(folder_cfg.ok());
+      CHECK(cfg->architecture == folder_cfg->architecture);
+      CHECK(cfg->sliding_window == folder_cfg->sliding_window);
+      CHECK(cfg->rope_local_theta == folder_cfg->rope_local_theta);
+      CHECK(cfg->attn_logit_softcapping == folder_cfg->attn_logit_softcapping);
+      CHECK(cfg->final_logit_softcapping == folder_cfg->final_logit_softcapping);
+      CHECK(cfg->query_pre_attn_scalar == float(cfg->head_dim));
+      CHECK(cfg->tie_word_embeddings == folder_cfg->tie_word_embeddings);
+      const std::vector<float> got = run(gguf);
+      REQUIRE(got.size() == want.size());
+      // The norms' (1 + w) - 1 + 1 round trip may move them an ulp: every logit of all 16 positions within 1e-5.
+      float worst = 0, largest = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(got[i] - want[i]));
+        largest = std::max(largest, std::abs(want[i]));
+      }
+      CHECK(worst <= 1e-5f * largest);
+    }
   }
   // A pattern list of the wrong length names the key.
   {

@@ -396,7 +396,7 @@ TEST_CASE("int8 KV rows: codes of max |x| / 127, the largest at +-127, each valu
   CHECK(back[3] == 1.0f);
 }
 
-TEST_CASE("rms_norm - rope - silu_mul and gelu_tanh_mul match the reference", "[kernels]") {
+TEST_CASE("rms_norm - rope - silu_mul - gelu_tanh_mul and softcap match the reference", "[kernels]") {
   std::mt19937 rng(2);
   for (int dim : {8, 64, 130}) {
     auto x = random_vector(size_t(3) * dim, rng), w = random_vector(dim, rng);
@@ -428,11 +428,23 @@ TEST_CASE("rms_norm - rope - silu_mul and gelu_tanh_mul match the reference", "[
   cpu::gelu_tanh_mul(x.data(), up.data(), int(x.size()));
   cpu::reference::gelu_tanh_mul(xref.data(), up.data(), int(xref.size()));
   require_close(x, xref);
+  // Gemma 2's cap of logits (30) over [-120, 120]: cap tanh(x / cap) within 1e-6 of the cap.
+  std::vector<float> logits, capped;
+  for (int i = -1200; i <= 1200; ++i) logits.push_back(float(i) / 10.0f);
+  capped = logits;
+  cpu::softcap_inplace(capped.data(), 30.0f, capped.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    INFO("x " << logits[i]);
+    REQUIRE(std::abs(capped[i] - 30.0 * std::tanh(double(logits[i]) / 30.0)) <= 3e-5);
+  }
 }
 
 TEST_CASE("paged attention over scattered blocks matches contiguous reference attention in every KV dtype (int8 with row scales) - a query alone gives its bits in a chunk", "[kernels]") {
   std::mt19937 rng(3);
-  struct Shape { int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0; };
+  struct Shape {
+    int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0;
+    float softcap = 0.0f;  // Gemma 2's cap of the scores
+  };
   for (Shape s : {Shape{8, 4, 8, 16, 0, 1}, Shape{8, 4, 8, 16, 0, 37}, Shape{4, 4, 64, 4, 9, 1},
                   Shape{6, 2, 16, 8, 20, 5}, Shape{2, 1, 128, 1, 3, 3}, Shape{2, 2, 64, 16, 40, 50},
                   Shape{3, 1, 24, 16, 100, 1}, Shape{2, 1, 32, 16, 0, 70, 7}, Shape{2, 2, 16, 4, 30, 20, 9},
@@ -444,9 +456,13 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
                   Shape{8, 4, 8, 16, 40, 1}, Shape{4, 2, 8, 16, 36, 1}, Shape{2, 2, 8, 32, 70, 1, 45},
                   // decode over several 256-key softmax spans: whole, ending mid-block, starting mid-span (window)
                   Shape{8, 4, 8, 16, 511, 1}, Shape{4, 2, 8, 16, 600, 1}, Shape{2, 2, 64, 16, 700, 1, 333},
-                  Shape{2, 1, 24, 5, 530, 1}}) {
+                  Shape{2, 1, 24, 5, 530, 1},
+                  // capped scores: a prefill, a windowed one, decodes over one span and several
+                  Shape{4, 2, 64, 16, 5, 17, 0, 0.7f}, Shape{2, 2, 16, 8, 3, 33, 6, 0.5f},
+                  Shape{4, 2, 128, 16, 203, 1, 0, 1.0f}, Shape{2, 2, 64, 16, 700, 1, 333, 0.8f}}) {
     INFO("heads " << s.n_heads << "/" << s.n_kv_heads << " head_dim " << s.head_dim << " block " << s.block_size
-                  << " start " << s.start_pos << " tokens " << s.n_tokens << " window " << s.sliding_window);
+                  << " start " << s.start_pos << " tokens " << s.n_tokens << " window " << s.sliding_window
+                  << " softcap " << s.softcap);
     const int n_ctx = s.start_pos + s.n_tokens, kv_row = s.n_kv_heads * s.head_dim, q_row = s.n_heads * s.head_dim;
     const int n_blocks_used = (n_ctx + s.block_size - 1) / s.block_size, pool_blocks = n_blocks_used * 2 + 3;
     // Blocks are scattered: sequence block i lives in pool block (2*i + 1) in reverse order.
@@ -492,8 +508,9 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
       p.block_stride = block_stride;
       p.head_stride = head_stride;
       p.sliding_window = s.sliding_window;
+      p.logit_softcap = s.softcap;
       cpu::reference::attention(q.data(), k_exact.data(), v_exact.data(), ref.data(), s.n_tokens, s.start_pos,
-                                s.n_heads, s.n_kv_heads, s.head_dim, s.sliding_window);
+                                s.n_heads, s.n_kv_heads, s.head_dim, s.sliding_window, s.softcap);
       // Every instance this CPU can run (the others fall back to one it can).
       for (cpu::Isa isa : {cpu::Isa::portable, cpu::Isa::avx2, cpu::Isa::avx512}) {
         INFO("isa " << cpu::isa_name(isa));

@@ -285,7 +285,8 @@ TEST_CASE("model parallel: a random Mixtral's experts split by TP equal one rank
 }
 
 TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own width, a dense layer), Qwen2-MoE "
-          "(a shared expert) and Gemma 3 (sandwich norms, scaled embeddings, local RoPE) sharded equal one rank",
+          "(a shared expert), Gemma 3 (sandwich norms, scaled embeddings, local RoPE) and Gemma 2 (logit caps) sharded "
+          "equal one rank",
           "[model][parallel]") {
   test::TempDir tmp;
   const auto qwen3 = write_llama(tmp.path() / "qwen3", 128, 2, 256, 1000, "Qwen3ForCausalLM", ", \"head_dim\": 32");
@@ -295,7 +296,11 @@ TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own wi
   const auto gemma3 = write_llama(tmp.path() / "gemma3", 128, 3, 256, 1000, "Gemma3ForCausalLM",
                                   ", \"head_dim\": 32, \"sliding_window\": 4, \"sliding_window_pattern\": 2, "
                                   "\"query_pre_attn_scalar\": 24");
-  for (const auto& dir : {qwen3, moe, qwen2_moe, gemma3}) {
+  // Gemma 2: capped scores and logits, the query scale on the queries themselves (no q/k norms).
+  const auto gemma2 = write_llama(tmp.path() / "gemma2", 128, 3, 256, 1000, "Gemma2ForCausalLM",
+                                  ", \"head_dim\": 32, \"sliding_window\": 4, \"query_pre_attn_scalar\": 24, "
+                                  "\"attn_logit_softcapping\": 3.0, \"final_logit_softcapping\": 5.0");
+  for (const auto& dir : {qwen3, moe, qwen2_moe, gemma3, gemma2}) {
     auto cfg = ModelConfig::load(dir);
     REQUIRE(cfg.ok());
     for (auto [tp, pp] : {std::pair{2, 1}, {1, 3}, {2, 3}}) {

@@ -131,7 +131,8 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   REQUIRE(cfg.ok());
   auto model = ModelRegistry::with_builtins().create(*cfg, rank.load(dir));
   REQUIRE_FALSE(model.ok());
-  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: Gemma3ForCausalLM, "
+  CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: Gemma2ForCausalLM, "
+                                   "Gemma3ForCausalLM, "
                                    "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
                                    "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
@@ -481,8 +482,8 @@ TEST_CASE("sliding windows follow HF per architecture - Qwen2 only with use_slid
   CHECK(windows("GeluLlamaForCausalLM", {}) == none);
 }
 
-TEST_CASE("Gemma 3's config: its defaults, windows by pattern or layer_types, local RoPE and refused keys",
-          "[model][config]") {
+TEST_CASE("Gemma 2 and 3 configs: their defaults, windows by pattern or layer_types, local RoPE, logit caps and "
+          "refused keys", "[model][config]") {
   test::TempDir tmp;
   const std::string file = (tmp.path() / "config.json").string() + ": ";
   auto gemma = [](nlohmann::json changes) {
@@ -522,16 +523,44 @@ TEST_CASE("Gemma 3's config: its defaults, windows by pattern or layer_types, lo
   CHECK(local[2] == Approx(0.1));
   CHECK(local[3] == Approx(1.0 / std::sqrt(1000.0)));
   CHECK(cfg->rope_inv_freq()[1] == Approx(0.1f / 8.0f));
-  CHECK(load_error(tmp, gemma({{"final_logit_softcapping", 30.0}})) ==
-        file + "final_logit_softcapping: logit soft-capping is not supported (Gemma 3 models leave it null)");
-  CHECK(load_error(tmp, gemma({{"attn_logit_softcapping", 50.0}})) ==
-        file + "attn_logit_softcapping: logit soft-capping is not supported (Gemma 3 models leave it null)");
+  CHECK(cfg->attn_logit_softcapping == 0.0f);  // Gemma 3 caps nothing unless told
+  CHECK(cfg->final_logit_softcapping == 0.0f);
+  cfg = load_changed(tmp, gemma({{"final_logit_softcapping", 30.0}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->final_logit_softcapping == 30.0f);
+  CHECK(load_error(tmp, gemma({{"attn_logit_softcapping", -1.0}})) ==
+        file + "attn_logit_softcapping: must be a finite positive number, got -1.0");
   CHECK(load_error(tmp, gemma({{"use_bidirectional_attention", true}})) ==
         file + "use_bidirectional_attention: bidirectional attention (an embedding model) is not supported");
   CHECK(load_error(tmp, gemma({{"query_pre_attn_scalar", 0}})) ==
         file + "query_pre_attn_scalar: must be a finite positive number, got 0");
   CHECK(load_error(tmp, gemma({{"layer_types", {"full_attention"}}})) ==
         file + "layer_types: must be a list of num_hidden_layers (5) names, got [\"full_attention\"]");
+  // Gemma 2 (Gemma2Config): both caps by default (a null turns one off), windows on every second layer, one RoPE base.
+  auto gemma2 = [](nlohmann::json changes) {
+    changes["architectures"] = {"Gemma2ForCausalLM"};
+    return changes;
+  };
+  cfg = load_changed(tmp, gemma2({{"rope_theta", nullptr}, {"head_dim", nullptr}, {"sliding_window", 6}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->attn_logit_softcapping == 50.0f);
+  CHECK(cfg->final_logit_softcapping == 30.0f);
+  CHECK(cfg->sliding_window == std::vector<int>{6, 0, 6, 0, 6});
+  CHECK(cfg->rope_theta == 10000.0f);
+  CHECK(cfg->rope_local_theta == 0.0f);
+  CHECK(cfg->head_dim == 256);
+  CHECK_FALSE(cfg->qk_norm);
+  {  // (load_changed removes a key set to null: write the null itself)
+    std::ifstream in(test::stories_dir() / "config.json");
+    auto j = nlohmann::json::parse(in);
+    j["architectures"] = {"Gemma2ForCausalLM"};
+    j["attn_logit_softcapping"] = nullptr;
+    test::write_file(tmp.path() / "config.json", j.dump());
+    cfg = ModelConfig::load(tmp.path());
+    REQUIRE(cfg.ok());
+    CHECK(cfg->attn_logit_softcapping == 0.0f);
+    CHECK(cfg->final_logit_softcapping == 30.0f);
+  }
   // An activation no backend has is refused when the model is made, naming Gemma's key.
   cfg = load_changed(tmp, gemma({{"hidden_activation", "relu2"}}));
   REQUIRE(cfg.ok());

@@ -229,6 +229,10 @@ void CpuBackend::scale(exec::Buffer& x, float factor, size_t count) {
   for (size_t i = 0; i < count; ++i) p[i] *= factor;
 }
 
+void CpuBackend::softcap(exec::Buffer& x, float cap, size_t count) {
+  softcap_inplace(x.data(), cap, count);
+}
+
 void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                                    const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                                    const exec::KvLayer& kv) {
@@ -283,6 +287,7 @@ void CpuBackend::paged_attention(const ForwardBatch& batch, const exec::Buffer& 
     p.head_begin = at.head_begin;
     p.head_end = at.head_end;
     p.sliding_window = shape.sliding_window;
+    p.logit_softcap = shape.logit_softcap;
     p.head_dim = hd;
     p.block_size = kv.block_size;
     p.block_table = s.block_table;

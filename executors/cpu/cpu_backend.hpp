@@ -46,6 +46,7 @@ class CpuBackend final : public exec::Backend {
   void gated_activation(exec::GatedActivation act, exec::Buffer& gate, const exec::Buffer& up, size_t count) override;
   void add(exec::Buffer& x, const exec::Buffer& y, size_t count) override;
   void scale(exec::Buffer& x, float factor, size_t count) override;
+  void softcap(exec::Buffer& x, float cap, size_t count) override;
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override;

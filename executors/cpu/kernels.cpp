@@ -50,6 +50,12 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
   for (int i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
 }
 
+void softcap_inplace(float* x, float cap, size_t n) {
+  const float inv = 1.0f / cap;
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) x[i] = cap * tanh_fast(x[i] * inv);
+}
+
 void add_inplace(float* x, const float* y, int n) {
   for (int i = 0; i < n; ++i) x[i] += y[i];
 }

@@ -29,6 +29,8 @@ void gelu_tanh_mul(float* gate, const float* up, int n);
 
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int n);
+// x[i] = cap tanh(x[i] / cap)
+void softcap_inplace(float* x, float cap, size_t n);
 
 struct PagedAttentionParams {
   const float* q = nullptr;           // [n_tokens, n_heads * head_dim]
@@ -40,6 +42,7 @@ struct PagedAttentionParams {
   int head_begin = 0;                 // only query heads [head_begin, head_end) are computed
   int head_end = 0;                   // 0: all heads
   int sliding_window = 0;             // > 0: position p sees only positions p - sliding_window + 1 .. p
+  float logit_softcap = 0.0f;         // > 0: each score s becomes cap tanh(s / cap) before the softmax
   int head_dim = 0;
   int block_size = 0;
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + n_tokens) / block_size)]

@@ -46,7 +46,7 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
 }
 
 void attention(const float* q, const float* k, const float* v, float* out, int n_tokens, int start_pos, int n_heads,
-               int n_kv_heads, int head_dim, int sliding_window) {
+               int n_kv_heads, int head_dim, int sliding_window, float softcap) {
   const int q_row = n_heads * head_dim, kv_row = n_kv_heads * head_dim, group = n_heads / n_kv_heads;
   for (int t = 0; t < n_tokens; ++t)
     for (int h = 0; h < n_heads; ++h) {
@@ -58,6 +58,7 @@ void attention(const float* q, const float* k, const float* v, float* out, int n
         double dot = 0;
         for (int d = 0; d < head_dim; ++d) dot += double(q[t * q_row + h * head_dim + d]) * k[j * kv_row + g * head_dim + d];
         s[j] = dot / std::sqrt(double(head_dim));
+        if (softcap > 0) s[j] = softcap * std::tanh(s[j] / softcap);
         mx = std::max(mx, s[j]);
       }
       for (double& x : s) sum += (x = std::exp(x - mx));  // exp(-inf) = 0 outside the window

@@ -16,6 +16,6 @@ void gelu_tanh_mul(float* gate, const float* up, int n);
 // q: [n_tokens, n_heads * head_dim]; k, v: [start_pos + n_tokens, n_kv_heads * head_dim]; out like q.
 // sliding_window > 0: position p sees only positions p - sliding_window + 1 .. p.
 void attention(const float* q, const float* k, const float* v, float* out, int n_tokens, int start_pos, int n_heads,
-               int n_kv_heads, int head_dim, int sliding_window = 0);
+               int n_kv_heads, int head_dim, int sliding_window = 0, float softcap = 0.0f);
 
 }  // namespace actord::cpu::reference

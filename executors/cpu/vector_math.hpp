@@ -49,6 +49,13 @@ inline float silu(float g) {
   return g * (numerator / (1.0f + e));
 }
 
+// tanh(x) through e = exp(-2|x|): sign(x) (1 - e) / (1 + e), branch-free.
+inline float tanh_fast(float x) {
+  const float e = exp_nonpositive(-2.0f * std::fabs(x));
+  const float t = (1.0f - e) / (1.0f + e);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(t) | (std::bit_cast<uint32_t>(x) & 0x80000000u));
+}
+
 // GELU, tanh approximation (HF's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3), computed
 // as g * sigmoid(2u) (the same function) through e = exp(-|2u|), as silu.
 inline float gelu_tanh(float g) {

@@ -399,6 +399,14 @@ class CudaBackend final : public exec::Backend {
       launch_scale(xp, factor, count, stream_);
     });
   }
+  void softcap(exec::Buffer& x, float cap, size_t count) override {
+    float* xp = x.data();
+    graphs_->note(kSoftcapTag, xp, cap, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, "softcap", stream_);
+      launch_softcap(xp, cap, count, stream_);
+    });
+  }
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                          const exec::KvLayer& kv) override {
@@ -806,6 +814,7 @@ class CudaBackend final : public exec::Backend {
     kActivationTag,
     kAddTag,
     kScaleTag,
+    kSoftcapTag,
     kRopeTag,
     kAttentionTag,
     kCopyTag,

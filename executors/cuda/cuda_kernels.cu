@@ -189,6 +189,11 @@ __global__ void scale_kernel(float* x, float factor, size_t count) {
   if (i < count) x[i] *= factor;
 }
 
+__global__ void softcap_kernel(float* x, float cap, size_t count) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] = cap * tanhf(x[i] / cap);
+}
+
 // A thread per (token, head, pair i / i + half): rotates q's and k's pairs; a K head's thread also stores its two
 // rotated keys and two values in the cache (a decode's heads spread over the GPU, not one block).
 template <class T>
@@ -292,6 +297,10 @@ void launch_add(float* x, const float* y, size_t count, cudaStream_t stream) {
 
 void launch_scale(float* x, float factor, size_t count, cudaStream_t stream) {
   if (count > 0) scale_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, factor, count);
+}
+
+void launch_softcap(float* x, float cap, size_t count, cudaStream_t stream) {
+  if (count > 0) softcap_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, cap, count);
 }
 
 void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,

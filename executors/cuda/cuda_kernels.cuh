@@ -84,6 +84,8 @@ void launch_gated_activation(int act, float* gate, const float* up, size_t count
 void launch_add(float* x, const float* y, size_t count, cudaStream_t stream);
 // x[i] *= factor, i < count.
 void launch_scale(float* x, float factor, size_t count, cudaStream_t stream);
+// x[i] = cap tanh(x[i] / cap), i < count.
+void launch_softcap(float* x, float cap, size_t count, cudaStream_t stream);
 // Rotate-half RoPE of q [n, n_heads, hd] and k [n, n_kv_heads, hd] at each token's position; k and v stored into
 // the cache at the token's block and slot.
 void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,

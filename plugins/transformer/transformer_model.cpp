@@ -32,10 +32,10 @@ TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
   spec.sparse_layers = c.sparse_layers;
   spec.sliding_window = c.sliding_window;
   spec.activation = activation_of(c.hidden_act).value_or(Activation::silu);
-  if (c.architecture == "Gemma3ForCausalLM") {
+  if (c.architecture == "Gemma3ForCausalLM" || c.architecture == "Gemma2ForCausalLM") {
     spec.norm_weight_offset = 1.0f;
     spec.sandwich_norms = true;
-    // Gemma3TextScaledWordEmbedding: sqrt(hidden_size) in the weights' dtype.
+    // Gemma3TextScaledWordEmbedding, Gemma2Model's normalizer: sqrt(hidden_size) in the weights' dtype.
     const float scale = std::sqrt(static_cast<float>(c.hidden_size));
     const std::optional<DType> dtype = parse_dtype(c.torch_dtype);
     spec.embedding_scale = dtype == DType::bf16   ? bf16_to_f32(f32_to_bf16(scale))
@@ -43,6 +43,8 @@ TransformerSpec transformer_spec_from_config(const ModelConfig& c) {
                                                  : scale;
     spec.query_scale = std::sqrt(static_cast<float>(c.head_dim) / c.query_pre_attn_scalar);
     spec.local_rope = c.rope_local_theta > 0.0f;
+    spec.attn_softcap = c.attn_logit_softcapping;
+    spec.final_softcap = c.final_logit_softcapping;
   }
   return spec;
 }
@@ -165,9 +167,6 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
                       "TransformerSpec: sliding_window lists " + std::to_string(spec.sliding_window.size()) +
                           " layers, the model has " + std::to_string(cfg.num_layers));
   }
-  if (spec.query_scale != 1.0f && !spec.qk_norm) {
-    return make_error(Errc::invalid_argument, "TransformerSpec: a query_scale needs qk_norm (it is folded into q_norm)");
-  }
   const RankPlace& place = options.place;
   const ModelShape shape = model_shape(cfg);
   if (auto problem = parallelism_problem(shape, place.tp, place.pp, place.ep); !problem.empty())
@@ -193,6 +192,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   }
   if (!options.backend) return make_error(Errc::invalid_argument, "ModelLoadOptions: no executor backend");
   exec::Backend& backend = *options.backend;
+  if (spec.attn_softcap > 0.0f && backend.kind() != exec::DeviceKind::cpu) {
+    return make_error(Errc::unsupported, options.model_dir.string() + ": attn_logit_softcapping (Gemma 2) on " +
+                                             backend.describe() + ": capped attention runs on CPU ranks only so far");
+  }
   if ((place.ep > 1 || place.afd()) && !backend.computes_in_host_memory()) {
     return make_error(Errc::unsupported, (place.afd() ? std::string("attention-FFN disaggregation")
                                                       : "ep " + std::to_string(place.ep)) +
@@ -429,6 +432,7 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l) 
   shape.head_dim = cfg_.head_dim;
   shape.sliding_window =
       spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(shard_.layers.first + l)];
+  shape.logit_softcap = spec_.attn_softcap;
   const exec::Buffer& inv_freq = spec_.local_rope && shape.sliding_window > 0 ? inv_freq_local_ : inv_freq_;
   exec::KvLayer layer;
   layer.k_base = kv.keys(l);
@@ -547,9 +551,14 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   be.reserve(normed_rows_, size_t(n_out) * h);
   be.gather_rows(x_, logit_rows_, h, rows_);
   be.rms_norm(rows_, final_norm_, normed_rows_, n_out, h, cfg_.rms_norm_eps);
+  // Gemma 2's logit cap, on each product's logits where they are (elementwise: before or after gathering alike).
+  auto capped = [&](exec::Buffer& b, size_t count) {
+    if (spec_.final_softcap > 0.0f) be.softcap(b, spec_.final_softcap, count);
+  };
   if (bests) {
     be.reserve(vocab_part_, size_t(n_out) * own);
     be.gemm(normed_rows_, lm_head_, nullptr, vocab_part_, n_out);
+    capped(vocab_part_, size_t(n_out) * own);
     be.row_bests(vocab_part_, n_out, static_cast<int>(own), place_.tp > 1 ? shard_.vocab.first : 0,
                  std::span<RowBest>(*bests).subspan(bests_before));
     return {};
@@ -576,11 +585,13 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   };
   if (place_.tp == 1) {
     be.gemm(normed_rows_, lm_head_, nullptr, out, n_out);
+    capped(out, size_t(n_out) * vocab);
     if (!sampled_here() && !in_place) download();
     return {};
   }
   be.reserve(vocab_part_, size_t(n_out) * own);
   be.gemm(normed_rows_, lm_head_, nullptr, vocab_part_, n_out);
+  capped(vocab_part_, size_t(n_out) * own);
   std::vector<size_t> counts(vocab_counts_.size());
   for (size_t r = 0; r < counts.size(); ++r) counts[r] = size_t(n_out) * vocab_counts_[r];
   be.reserve(gathered_, size_t(n_out) * vocab);
@@ -642,9 +653,11 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
       const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
       be.gemm_multi(xn_, qkv, n);
-      if (spec_.qk_norm) {  // each head's head_dim features, as rows
+      if (spec_.qk_norm) {  // each head's head_dim features, as rows (q_norm carries the query scale)
         be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
         be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
+      } else if (spec_.query_scale != 1.0f) {
+        be.scale(q_, spec_.query_scale, rows * q_dim);
       }
       attention(batch, kv, l);
       if (residual_in_product) {

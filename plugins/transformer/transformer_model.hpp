@@ -1,5 +1,5 @@
 // The decoder-only transformer that the built-in families share (Llama, Mistral, Qwen2/3, Mixtral, the Qwen MoEs,
-// Gemma 3): RMSNorm, RoPE attention with GQA over the paged KV cache, and a gated MLP or a sparse mixture of experts.
+// Gemma 2 and 3): RMSNorm, RoPE attention with GQA over the paged KV cache, and a gated MLP or a sparse mixture of experts.
 //
 // Contract: a family plugin describes what differs (TransformerSpec) and this class declares its weights
 // (weight_specs(): HF names, shapes, TP/EP split), loads exactly those from a WeightStore into the rank's executor
@@ -61,9 +61,13 @@ struct TransformerSpec {
   bool sandwich_norms = false;
   // Gemma: the embeddings are multiplied by this before the first layer; 0: not scaled.
   float embedding_scale = 0.0f;
-  // The queries' scale on top of attention's 1 / sqrt(head_dim) (Gemma 3: sqrt(head_dim / query_pre_attn_scalar)),
-  // folded into the q_norm weights at load: needs qk_norm where it is not 1.
+  // The queries' scale on top of attention's 1 / sqrt(head_dim) (Gemma: sqrt(head_dim / query_pre_attn_scalar)):
+  // folded into the q_norm weights at load with qk_norm, else a scale of the queries before RoPE.
   float query_scale = 1.0f;
+  // Gemma 2: attention scores and final logits capped to cap tanh(x / cap) (0: not capped). A capped attention runs on
+  // CPU backends only so far (create() refuses others).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
   // Layers with a sliding window take RoPE frequencies of their own (ModelConfig::rope_inv_freq_local: Gemma 3).
   bool local_rope = false;
 };

@@ -6,7 +6,7 @@ Standalone: python3 standard library + torch only (Debian's python3-torch, run w
 written here with json + struct.
 
 Supported architectures (config.json "model_type"): llama, mistral, qwen2, mixtral, qwen3, qwen3_moe,
-qwen2_moe, gemma3_text.
+qwen2_moe, gemma2, gemma3_text.
 
 Subcommands
 -----------
@@ -45,6 +45,11 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
       gemma3-scaled      Gemma3ForCausalLM    64     2     4     2   16      96  layer_types [full,
                                                                                  sliding], rope_scaling
                                                                                  linear 4, untied
+      gemma2             Gemma2ForCausalLM    64     3     4     2   32      96  attention scores capped
+                                                                                 at 2, logits at 1.5,
+                                                                                 query_pre_attn_scalar 24,
+                                                                                 window 5 on layers 0, 2,
+                                                                                 untied
     (all: vocab 512, max_position_embeddings 512, rms_norm_eps 1e-5, silu; theta 1e4 except
     qwen2-bias, mixtral-4x2 and the gemma3 kinds at 1e6; among the others only llama-mha-hd128 ties
     lm_head to the embeddings)
@@ -119,6 +124,10 @@ Forward pass (the HF modelling equations, written out):
         (layer_types, else all but every sliding_window_pattern-th) use rope_local_base_freq
         without scaling, the others rope_theta with rope_scaling (linear: inv_freq / factor);
         mlp down(gelu_tanh(gate(h)) * up(h)); tie_word_embeddings defaults to true.
+  gemma2 (Gemma2ForCausalLM): as gemma3_text without q/k norms or a local RoPE base (rope_theta on
+        every layer; sliding layers by layer_types, else the even ones), plus the caps: scores s
+        (after the scale) become c tanh(s / c), c = attn_logit_softcapping (absent: 50, null: none),
+        and the logits likewise with final_logit_softcapping (absent: 30).
 """
 
 import argparse
@@ -265,6 +274,11 @@ KINDS = {
     "gemma3": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=3, heads=4,
                    kv_heads=1, head_dim=32, ff=96, tied=True, theta=1000000.0, window=5, pattern=3,
                    qpas=24),
+    # Gemma 2: capped attention scores and logits (caps small enough to bend them), no q/k norms (the query scale
+    # multiplies the queries), windows on the even layers, untied.
+    "gemma2": dict(arch="Gemma2ForCausalLM", model_type="gemma2", hidden=64, layers=3, heads=4, kv_heads=2,
+                   head_dim=32, ff=96, tied=False, theta=10000.0, window=5, qpas=24, attn_cap=2.0,
+                   final_cap=1.5),
     # Gemma 3 with layer_types, linear RoPE scaling on the global layer, an untied lm_head.
     "gemma3-scaled": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=2,
                           heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
@@ -275,6 +289,7 @@ QWEN3 = ("qwen3", "qwen3_moe")
 QWEN2 = ("qwen2", "qwen2_moe")
 QWEN_MOE = ("qwen3_moe", "qwen2_moe")
 QK_NORM = QWEN3 + ("gemma3_text",)
+GEMMA = ("gemma2", "gemma3_text")
 VOCAB = 512
 MAX_POS = 512
 EPS = 1e-5
@@ -336,6 +351,12 @@ def make_config(spec, dtype_name):
                     "output_router_logits": False, "router_aux_loss_coef": 0.001})
     if mt == "qwen2_moe":
         cfg["shared_expert_intermediate_size"] = spec["shared_ff"]
+    if mt == "gemma2":
+        del cfg["hidden_act"]
+        cfg.update({"hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+                    "query_pre_attn_scalar": spec["qpas"], "sliding_window": spec["window"],
+                    "attn_logit_softcapping": spec["attn_cap"], "final_logit_softcapping": spec["final_cap"],
+                    "attention_bias": False})
     if mt == "gemma3_text":
         # Gemma3TextConfig's keys: hidden_activation, not hidden_act; tie_word_embeddings only when untied.
         del cfg["hidden_act"]
@@ -369,7 +390,7 @@ def make_weights(kind, spec, seed):
         return normal((out_f, in_f), gain / math.sqrt(in_f))
 
     # Gemma stores norm weights as offsets from 1.
-    norm_base = 0.0 if spec["model_type"] == "gemma3_text" else 1.0
+    norm_base = 0.0 if spec["model_type"] in GEMMA else 1.0
 
     def norm_w(n):
         return norm_base + normal((n,), 0.1)
@@ -378,7 +399,7 @@ def make_weights(kind, spec, seed):
     # on o_proj / down_proj) dominate the residual stream over the embedding (rms 2/sqrt(h)),
     # so tied models do not just predict their last input token again.
     emb_std = 2.0 / math.sqrt(h)
-    if spec["model_type"] == "gemma3_text":  # Gemma scales the embeddings up by sqrt(h): rms 0.5 after it
+    if spec["model_type"] in GEMMA:  # Gemma scales the embeddings up by sqrt(h): rms 0.5 after it
         emb_std = 0.5 / math.sqrt(h)
     w["model.embed_tokens.weight"] = normal((VOCAB, h), emb_std)
     for i in range(spec["layers"]):
@@ -396,7 +417,7 @@ def make_weights(kind, spec, seed):
             w[p + "self_attn.q_norm.weight"] = norm_w(hd)
             w[p + "self_attn.k_norm.weight"] = norm_w(hd)
         w[p + "post_attention_layernorm.weight"] = norm_w(h)
-        if spec["model_type"] == "gemma3_text":
+        if spec["model_type"] in GEMMA:
             w[p + "pre_feedforward_layernorm.weight"] = norm_w(h)
             w[p + "post_feedforward_layernorm.weight"] = norm_w(h)
         if spec["model_type"] in QWEN_MOE and i not in spec["mlp_only"]:
@@ -468,11 +489,11 @@ def layer_windows(c, model_type, layers):
             types = ["sliding_attention" if w is not None and i >= first else "full_attention"
                      for i in range(layers)]
         return [w if t == "sliding_attention" else None for t in types]
-    if model_type == "gemma3_text":
+    if model_type in GEMMA:
         w = c.get("sliding_window", 4096)
         types = c.get("layer_types")
         if types is None:
-            pattern = c.get("sliding_window_pattern", 6)
+            pattern = c.get("sliding_window_pattern", 6 if model_type == "gemma3_text" else 2)
             types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
         return [w if t == "sliding_attention" else None for t in types]
     raise ValueError(f"no sliding-window rule for model_type {model_type!r}")
@@ -484,9 +505,9 @@ class Model:
             c = json.load(f)
         self.cfg = c
         self.mt = c.get("model_type")
-        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "gemma3_text") + QWEN3:
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe") + GEMMA + QWEN3:
             raise ValueError(f"unsupported model_type {self.mt!r}")
-        self.gemma = self.mt == "gemma3_text"
+        self.gemma = self.mt in GEMMA
         # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
         acts = {"silu": torch.nn.functional.silu,
                 "gelu_pytorch_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
@@ -499,7 +520,7 @@ class Model:
         self.rope_factor = 1.0
         if rs is not None:
             kind = rs.get("rope_type", rs.get("type"))
-            if self.gemma and kind == "linear":
+            if self.mt == "gemma3_text" and kind == "linear":
                 self.rope_factor = rs["factor"]
             elif kind != "default":
                 raise ValueError(f"unsupported rope_scaling {rs!r}")
@@ -511,9 +532,13 @@ class Model:
         # Recent HF modelling code: getattr(config, "head_dim", None) or hidden // heads.
         self.head_dim = c.get("head_dim") or self.hidden // self.heads
         self.eps = c.get("rms_norm_eps", 1e-6)
-        self.theta = c.get("rope_theta", 1000000.0 if self.gemma else 10000.0)
-        # Gemma 3: sliding layers rotate with their own base, unscaled; scores scaled by query_pre_attn_scalar.
-        self.local_theta = c.get("rope_local_base_freq", 10000.0) if self.gemma else None
+        self.theta = c.get("rope_theta", 1000000.0 if self.mt == "gemma3_text" else 10000.0)
+        # Gemma 3: sliding layers rotate with their own base, unscaled; Gemma: scores scaled by
+        # query_pre_attn_scalar; Gemma 2 caps scores and logits (absent: its defaults; null: none).
+        self.local_theta = c.get("rope_local_base_freq", 10000.0) if self.mt == "gemma3_text" else None
+        gemma2 = self.mt == "gemma2"
+        self.attn_cap = c.get("attn_logit_softcapping", 50.0 if gemma2 else None) if self.gemma else None
+        self.final_cap = c.get("final_logit_softcapping", 30.0 if gemma2 else None) if self.gemma else None
         self.scale = (c.get("query_pre_attn_scalar", 256) if self.gemma else self.head_dim) ** -0.5
         self.norm_offset = 1.0 if self.gemma else 0.0
         self.vocab = c["vocab_size"]
@@ -609,7 +634,7 @@ class Model:
         q = q.view(T, H, d).transpose(0, 1)   # [H, T, d]
         k = k.view(T, KV, d).transpose(0, 1)  # [KV, T, d]
         v = v.view(T, KV, d).transpose(0, 1)
-        local = self.gemma and window is not None
+        local = self.local_theta is not None and window is not None
         q, k = self.rope(q, pos, local), self.rope(k, pos, local)
         # What a KV cache of kv_dt holds: K after RoPE and V, rounded to that type.
         k, v = k.to(self.kv_dt).to(self.dt), v.to(self.kv_dt).to(self.dt)
@@ -617,6 +642,8 @@ class Model:
         k = k.repeat_interleave(group, dim=0)  # query head h -> kv head h // group
         v = v.repeat_interleave(group, dim=0)
         scores = (q @ k.transpose(1, 2)) * self.scale  # [H, T, T]
+        if self.attn_cap is not None:
+            scores = torch.tanh(scores / self.attn_cap) * self.attn_cap
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         allowed = j <= i
@@ -725,7 +752,10 @@ class Model:
             head = self.w("lm_head.weight", (self.vocab, self.hidden))
         else:
             raise KeyError("lm_head.weight missing and tie_word_embeddings is false")
-        return self.mm(x, head)
+        logits = self.mm(x, head)
+        if self.final_cap is not None:
+            logits = torch.tanh(logits / self.final_cap) * self.final_cap
+        return logits
 
 
 def argmax_lowest(row):
