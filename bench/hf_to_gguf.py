@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Convert a Hugging Face layout Llama or Gemma 3 folder to a GGUF file that llama.cpp can load.
+"""Convert a Hugging Face layout Llama, Gemma 2 or Gemma 3 folder to a GGUF file that llama.cpp can load.
 
 Input folder: config.json, model.safetensors (F32/F16/BF16 tensors), tokenizer.json
 (SentencePiece-style BPE with byte fallback), optionally tokenizer_config.json.
-Output: GGUF v3, architecture "llama" (LlamaForCausalLM) or "gemma3" (Gemma3ForCausalLM: its
+Output: GGUF v3, architecture "llama" (LlamaForCausalLM), "gemma3" (Gemma3ForCausalLM: its
 norm weights stored as they multiply, 1 + w, its q/k rows kept, its sandwich and q/k norms, the
-sliding window, local RoPE base and window pattern written as keys), tokenizer embedded as a
-"llama" (SPM) vocab.
+sliding window, local RoPE base and window pattern written as keys) or "gemma2" (the same without
+q/k norms or local RoPE base, with its two logit caps), tokenizer embedded as a "llama" (SPM) vocab.
 
 The GGUF writer here is written from the format description (magic, version,
 tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
@@ -233,14 +233,16 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
+    gemma2 = cfg.get("architectures", [""])[0] == "Gemma2ForCausalLM"
     gemma3 = cfg.get("architectures", [""])[0] == "Gemma3ForCausalLM"
-    arch = "gemma3" if gemma3 else "llama"
-    if not gemma3 and cfg.get("model_type", "llama") != "llama":
+    gemma = gemma2 or gemma3
+    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "llama"
+    if not gemma and cfg.get("model_type", "llama") != "llama":
         print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
     if cfg.get("rope_scaling"):
         raise SystemExit("rope_scaling is not supported by this converter")
-    if gemma3 and (cfg.get("layer_types") or cfg.get("query_pre_attn_scalar", 256) != cfg.get("head_dim", 256)):
-        raise SystemExit("gemma3: layer_types and a query_pre_attn_scalar other than head_dim are not written")
+    if gemma and (cfg.get("layer_types") or cfg.get("query_pre_attn_scalar", 256) != cfg.get("head_dim", 256)):
+        raise SystemExit(f"{arch}: layer_types and a query_pre_attn_scalar other than head_dim are not written")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise SystemExit("bias tensors are not supported by this converter")
 
@@ -248,7 +250,7 @@ def main():
     n_layer = cfg["num_hidden_layers"]
     n_head = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_head)
-    head_dim = cfg.get("head_dim") or (256 if gemma3 else hidden // n_head)
+    head_dim = cfg.get("head_dim") or (256 if gemma else hidden // n_head)
     ffn = cfg["intermediate_size"]
     ctx = cfg.get("max_position_embeddings", 2048)
     eps = cfg.get("rms_norm_eps", 1e-6)
@@ -256,7 +258,7 @@ def main():
 
     st_path = os.path.join(args.model_dir, "model.safetensors")
     st = read_safetensors(st_path)
-    tied = cfg.get("tie_word_embeddings", gemma3) or "lm_head.weight" not in st
+    tied = cfg.get("tie_word_embeddings", gemma) or "lm_head.weight" not in st
     tok = load_tokenizer(args.model_dir, cfg)
 
     w = GGUFWriter()
@@ -274,15 +276,21 @@ def main():
     w.add(a + "attention.head_count_kv", T_UINT32, n_kv)
     w.add(a + "attention.layer_norm_rms_epsilon", T_FLOAT32, float(eps))
     w.add(a + "rope.freq_base", T_FLOAT32, float(theta))
-    if head_dim * n_head != hidden or gemma3:
+    if head_dim * n_head != hidden or gemma:
         w.add(a + "attention.key_length", T_UINT32, head_dim)
         w.add(a + "attention.value_length", T_UINT32, head_dim)
-    if gemma3:
+    if gemma:
         window = cfg.get("sliding_window", 4096)
         if window:
             w.add(a + "attention.sliding_window", T_UINT32, window)
-            w.add(a + "attention.sliding_window_pattern", T_UINT32, cfg.get("sliding_window_pattern", 6))
+            w.add(a + "attention.sliding_window_pattern", T_UINT32, cfg.get("sliding_window_pattern", 6 if gemma3 else 2))
+        if gemma3:
             w.add(a + "rope.freq_base_swa", T_FLOAT32, float(cfg.get("rope_local_base_freq", 10000.0)))
+        else:  # Gemma2Config's defaults; llama.cpp reads no "none", so a null cap cannot be written
+            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+                if key in cfg and cfg[key] is None:
+                    raise SystemExit(f"gemma2: {key} null is not written")
+                w.add(a + key, T_FLOAT32, float(cfg.get(key, default)))
     w.add(a + "vocab_size", T_UINT32, len(tok["tokens"]))
 
     w.add("tokenizer.ggml.model", T_STRING, "llama")
@@ -311,7 +319,7 @@ def main():
     def plus_one(a):  # Gemma's norms multiply by 1 + w; llama.cpp's files store 1 + w
         return a + np.float32(1.0)
 
-    norm = plus_one if gemma3 else None
+    norm = plus_one if gemma else None
     add("token_embd.weight", "model.embed_tokens.weight", wt)
     add("output_norm.weight", "model.norm.weight", GGML_F32, norm)
     if not tied:
@@ -320,17 +328,18 @@ def main():
         p = f"model.layers.{i}."
         b = f"blk.{i}."
         add(b + "attn_norm.weight", p + "input_layernorm.weight", GGML_F32, norm)
-        if gemma3:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
+        if gemma:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt)
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt)
+        if gemma3:
             add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", GGML_F32, norm)
             add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", GGML_F32, norm)
-        else:
+        if not gemma:
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_head))
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_kv))
         add(b + "attn_v.weight", p + "self_attn.v_proj.weight", wt)
         add(b + "attn_output.weight", p + "self_attn.o_proj.weight", wt)
-        if gemma3:
+        if gemma:
             add(b + "post_attention_norm.weight", p + "post_attention_layernorm.weight", GGML_F32, norm)
             add(b + "ffn_norm.weight", p + "pre_feedforward_layernorm.weight", GGML_F32, norm)
             add(b + "post_ffw_norm.weight", p + "post_feedforward_layernorm.weight", GGML_F32, norm)
