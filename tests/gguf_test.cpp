@@ -59,6 +59,20 @@ Vocab vocab_of(const nlohmann::json& tj) {
   return v;
 }
 
+// Layer prefix p's attention and MLP projections, through add(HF name, shape).
+template <class Add>
+void add_projections(Add& add, const ModelConfig& cfg, const std::string& p) {
+  const int64_t h = cfg.hidden_size, ff = cfg.intermediate_size, q = int64_t(cfg.num_heads) * cfg.head_dim,
+                kv = int64_t(cfg.num_kv_heads) * cfg.head_dim;
+  add(p + "self_attn.q_proj.weight", {q, h});
+  add(p + "self_attn.k_proj.weight", {kv, h});
+  add(p + "self_attn.v_proj.weight", {kv, h});
+  add(p + "self_attn.o_proj.weight", {h, q});
+  add(p + "mlp.gate_proj.weight", {ff, h});
+  add(p + "mlp.up_proj.weight", {ff, h});
+  add(p + "mlp.down_proj.weight", {h, ff});
+}
+
 // stories260K's folder as a GGUF, every 2-D weight stored as `type` where its rows are whole blocks (else F32), q and
 // k rows in llama.cpp's interleaved order, the SentencePiece vocabulary with scores -id.
 void write_stories_gguf(const fs::path& out, GgmlType type) {
@@ -88,7 +102,7 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
   w.add_u32("tokenizer.ggml.eos_token_id", 2);
   w.add_u32("tokenizer.ggml.unknown_token_id", 0);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
-  const int h = cfg->hidden_size, ff = cfg->intermediate_size, hd = cfg->head_dim;
+  const int h = cfg->hidden_size, hd = cfg->head_dim;
   auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
     auto values = loader->load_f32(hf, shape);
     REQUIRE(values.ok());
@@ -109,13 +123,7 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {h});
     add(p + "post_attention_layernorm.weight", {h});
-    add(p + "self_attn.q_proj.weight", {cfg->num_heads * hd, h});
-    add(p + "self_attn.k_proj.weight", {cfg->num_kv_heads * hd, h});
-    add(p + "self_attn.v_proj.weight", {cfg->num_kv_heads * hd, h});
-    add(p + "self_attn.o_proj.weight", {h, cfg->num_heads * hd});
-    add(p + "mlp.gate_proj.weight", {ff, h});
-    add(p + "mlp.up_proj.weight", {ff, h});
-    add(p + "mlp.down_proj.weight", {h, ff});
+    add_projections(add, *cfg, p);
   }
   w.write(out);
 }
@@ -167,7 +175,7 @@ void write_gemma_gguf(const fs::path& folder, const fs::path& out, bool pattern_
   w.add_i32s("tokenizer.ggml.token_type", v.types);
   w.add_u32("tokenizer.ggml.bos_token_id", 1);
   w.add_u32("tokenizer.ggml.eos_token_id", 2);
-  const int h = cfg->hidden_size, ff = cfg->intermediate_size, hd = cfg->head_dim;
+  const int h = cfg->hidden_size, hd = cfg->head_dim;
   auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
     auto values = loader->load_f32(hf, shape);
     REQUIRE(values.ok());
@@ -190,13 +198,7 @@ void write_gemma_gguf(const fs::path& folder, const fs::path& out, bool pattern_
       add(p + "self_attn.q_norm.weight", {hd});
       add(p + "self_attn.k_norm.weight", {hd});
     }
-    add(p + "self_attn.q_proj.weight", {cfg->num_heads * hd, h});
-    add(p + "self_attn.k_proj.weight", {cfg->num_kv_heads * hd, h});
-    add(p + "self_attn.v_proj.weight", {cfg->num_kv_heads * hd, h});
-    add(p + "self_attn.o_proj.weight", {h, cfg->num_heads * hd});
-    add(p + "mlp.gate_proj.weight", {ff, h});
-    add(p + "mlp.up_proj.weight", {ff, h});
-    add(p + "mlp.down_proj.weight", {h, ff});
+    add_projections(add, *cfg, p);
   }
   if (!cfg->tie_word_embeddings) add("lm_head.weight", {cfg->vocab_size, h});
   w.write(out);
