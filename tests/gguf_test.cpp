@@ -59,6 +59,19 @@ Vocab vocab_of(const nlohmann::json& tj) {
   return v;
 }
 
+// A SentencePiece-style tokenizer.json as a GGUF "llama" vocabulary (scores -id for normal tokens, BOS 1, EOS 2).
+void add_spm_vocab(test::GgufWriter& w, const fs::path& tokenizer_json) {
+  const Vocab v = vocab_of(read_json(tokenizer_json));
+  std::vector<float> scores;
+  for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", v.tokens);
+  w.add_f32s("tokenizer.ggml.scores", scores);
+  w.add_i32s("tokenizer.ggml.token_type", v.types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+}
+
 // Layer prefix p's attention and MLP projections, through add(HF name, shape).
 template <class Add>
 void add_projections(Add& add, const ModelConfig& cfg, const std::string& p) {
@@ -90,16 +103,7 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
   w.add_u32("llama.context_length", cfg->max_position_embeddings);
   w.add_f32("llama.attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
   w.add_f32("llama.rope.freq_base", cfg->rope_theta);
-  const auto tj = read_json(test::stories_dir() / "tokenizer.json");
-  const Vocab v = vocab_of(tj);
-  std::vector<float> scores;
-  for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
-  w.add_string("tokenizer.ggml.model", "llama");
-  w.add_strings("tokenizer.ggml.tokens", v.tokens);
-  w.add_f32s("tokenizer.ggml.scores", scores);
-  w.add_i32s("tokenizer.ggml.token_type", v.types);
-  w.add_u32("tokenizer.ggml.bos_token_id", 1);
-  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  add_spm_vocab(w, test::stories_dir() / "tokenizer.json");
   w.add_u32("tokenizer.ggml.unknown_token_id", 0);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   const int h = cfg->hidden_size, hd = cfg->head_dim;
@@ -165,16 +169,7 @@ void write_gemma_gguf(const fs::path& folder, const fs::path& out, bool pattern_
   } else {
     w.add_u32(a + "attention.sliding_window_pattern", gemma3 ? 3 : 2);  // the folder's pattern
   }
-  const auto tj = read_json(folder / "tokenizer.json");
-  const Vocab v = vocab_of(tj);
-  std::vector<float> scores;
-  for (size_t i = 0; i < v.tokens.size(); ++i) scores.push_back(v.types[i] == 1 ? -float(i) : 0.0f);
-  w.add_string("tokenizer.ggml.model", "llama");
-  w.add_strings("tokenizer.ggml.tokens", v.tokens);
-  w.add_f32s("tokenizer.ggml.scores", scores);
-  w.add_i32s("tokenizer.ggml.token_type", v.types);
-  w.add_u32("tokenizer.ggml.bos_token_id", 1);
-  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  add_spm_vocab(w, folder / "tokenizer.json");
   const int h = cfg->hidden_size, hd = cfg->head_dim;
   auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
     auto values = loader->load_f32(hf, shape);
