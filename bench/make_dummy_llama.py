@@ -6,7 +6,9 @@ vocab 32000, context 2048, BF16 weights, untied lm_head. Weights are seeded norm
 norm weights 1.0. --gemma3 writes a Gemma3ForCausalLM instead (sandwich and q/k norms stored as
 offsets from 1, so 0.0; tied embeddings; windows of 512 on five layers of six), e.g. Gemma 3 1B's
 shape: --gemma3 --hidden 1152 --layers 26 --heads 4 --kv-heads 1 --head-dim 256 --ffn 6912
---vocab 262144. The folder gets config.json, generation_config.json, model.safetensors,
+--vocab 262144. --gemma2 writes a Gemma2ForCausalLM (no q/k norms, one RoPE base, windows of 4096 on
+every second layer, attention and logits capped at 50 and 30), e.g. Gemma 2 2B's shape: --gemma2 --hidden 2304
+--layers 26 --heads 8 --kv-heads 4 --head-dim 256 --ffn 9216 --vocab 256000. The folder gets config.json, generation_config.json, model.safetensors,
 tokenizer.json (trivial SentencePiece-style BPE: <unk>, <s>, </s>, 256 byte tokens, filler
 tokens tok_N, byte fallback, no merges) and tokenizer_config.json.
 
@@ -83,6 +85,7 @@ def main():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--head-dim", type=int, default=0, help="0: hidden / heads")
     ap.add_argument("--gemma3", action="store_true", help="a Gemma3ForCausalLM of this shape")
+    ap.add_argument("--gemma2", action="store_true", help="a Gemma2ForCausalLM of this shape")
     ap.add_argument("--no-weights", action="store_true",
                     help="config and tokenizer only, for load_format: dummy (random weights made at load)")
     args = ap.parse_args()
@@ -90,6 +93,8 @@ def main():
     h, L, nh, nkv, ffn, V = args.hidden, args.layers, args.heads, args.kv_heads, args.ffn, args.vocab
     hd = args.head_dim or h // nh
     g3 = args.gemma3
+    g2 = args.gemma2
+    gemma = g2 or g3
     os.makedirs(args.out_dir, exist_ok=True)
 
     cfg = {
@@ -108,6 +113,11 @@ def main():
                     "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
                     "rope_local_base_freq": 10000.0, "sliding_window": 512, "sliding_window_pattern": 6,
                     "query_pre_attn_scalar": hd, "final_logit_softcapping": None, "attn_logit_softcapping": None})
+    if g2:
+        del cfg["hidden_act"]
+        cfg.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "tie_word_embeddings": True,
+                    "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "sliding_window": 4096,
+                    "query_pre_attn_scalar": hd, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})
     if args.experts:
         cfg.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                     "num_local_experts": args.experts, "num_experts_per_tok": args.experts_per_tok})
@@ -123,8 +133,9 @@ def main():
             (p + "post_attention_layernorm.weight", (h,), True),
         ]
         if g3:
-            tensors += [(p + "self_attn.q_norm.weight", (hd,), True), (p + "self_attn.k_norm.weight", (hd,), True),
-                        (p + "pre_feedforward_layernorm.weight", (h,), True),
+            tensors += [(p + "self_attn.q_norm.weight", (hd,), True), (p + "self_attn.k_norm.weight", (hd,), True)]
+        if gemma:
+            tensors += [(p + "pre_feedforward_layernorm.weight", (h,), True),
                         (p + "post_feedforward_layernorm.weight", (h,), True)]
         if args.experts:
             tensors.append((p + "block_sparse_moe.gate.weight", (args.experts, h), False))
@@ -135,7 +146,7 @@ def main():
         else:
             tensors += [(p + "mlp.gate_proj.weight", (ffn, h), False), (p + "mlp.up_proj.weight", (ffn, h), False),
                         (p + "mlp.down_proj.weight", (h, ffn), False)]
-    tensors += [("model.norm.weight", (h,), True)] + ([] if g3 else [("lm_head.weight", (V, h), False)])
+    tensors += [("model.norm.weight", (h,), True)] + ([] if gemma else [("lm_head.weight", (V, h), False)])
 
     header, off, n_params = {}, 0, 0
     for name, shape, _ in tensors:
@@ -154,7 +165,7 @@ def main():
         f.write(struct.pack("<Q", len(hb)) + hb)
         for name, shape, is_norm in tensors:
             if is_norm:  # Gemma's norm weights are offsets from 1
-                a = np.zeros(shape, dtype=np.float32) if g3 else np.ones(shape, dtype=np.float32)
+                a = np.zeros(shape, dtype=np.float32) if gemma else np.ones(shape, dtype=np.float32)
             else:
                 a = rng.standard_normal(shape, dtype=np.float32) * np.float32(args.std)
             to_bf16_bits(a).tofile(f)

@@ -564,14 +564,14 @@ class Model:
         self.qkv_bias = self.mt in QWEN2 or bool(c.get("attention_bias", False))
         self.o_bias = self.mt in ("llama",) and bool(c.get("attention_bias", False))
         self.mlp_bias = self.mt == "llama" and bool(c.get("mlp_bias", False))
-        # HF's defaults: Gemma3TextConfig ties, the others do not.
+        # HF's defaults: the Gemma configs tie, the others do not.
         self.tied = bool(c.get("tie_word_embeddings", self.gemma))
 
         raw = load_weights(model_dir)
         self.used = set()
         self.raw = raw
         self.W = {k: v.to(compute_dtype) for k, v in raw.items()}
-        # Gemma3TextScaledWordEmbedding: sqrt(hidden) as a tensor of the embedding's dtype.
+        # Gemma3TextScaledWordEmbedding, Gemma2Model's normalizer: sqrt(hidden) in the embedding's dtype.
         emb_dtype = raw["model.embed_tokens.weight"].dtype
         self.embed_scale = torch.tensor(self.hidden ** 0.5, dtype=emb_dtype).to(compute_dtype) if self.gemma else None
 
