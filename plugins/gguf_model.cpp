@@ -30,10 +30,10 @@ Status gemma_keys(const GgufFile& file, const std::string& arch, json& j) {
   if (const GgufValue* pattern = file.find(a + "attention.sliding_window_pattern")) {
     if (pattern->kind == GgufValue::Kind::array) {
       if (pattern->numbers.size() != static_cast<size_t>(layers)) {
-        return make_error(Errc::invalid_config, file.path().string() + ": " + a +
-                                                    "attention.sliding_window_pattern lists " +
-                                                    std::to_string(pattern->numbers.size()) + " layers, block_count is " +
-                                                    std::to_string(layers));
+        return make_error(Errc::invalid_config,
+                          file.path().string() + ": " + a + "attention.sliding_window_pattern lists " +
+                              std::to_string(pattern->numbers.size()) + " layers, block_count is " +
+                              std::to_string(layers));
       }
       json types = json::array();
       for (double swa : pattern->numbers) types.push_back(swa != 0 ? "sliding_attention" : "full_attention");
@@ -142,7 +142,7 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   // Gemma 2's and 3's sandwich norms and Gemma 3's q/k norms.
-  static const std::map<std::string, std::string> gemma3_parts{
+  static const std::map<std::string, std::string> gemma_parts{
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},      {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}};
@@ -150,7 +150,9 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
   if (last == std::string::npos) return std::nullopt;
   const std::string part = rest.substr(0, last);
   if (architecture == "gemma2" || architecture == "gemma3") {
-    if (auto g = gemma3_parts.find(part); g != gemma3_parts.end()) return "blk." + layer + "." + g->second + rest.substr(last);
+    if (auto g = gemma_parts.find(part); g != gemma_parts.end()) {
+      return "blk." + layer + "." + g->second + rest.substr(last);
+    }
   }
   auto it = parts.find(part);
   if (it == parts.end()) return std::nullopt;
