@@ -55,7 +55,7 @@ struct TransformerSpec {
   Activation activation = Activation::silu;
   // Gemma: every RMSNorm weight is stored as an offset from this (the norm multiplies by offset + w); 0: as stored.
   float norm_weight_offset = 0.0f;
-  // Gemma 3: the attention's and the MLP's outputs are normalised (post_attention_layernorm,
+  // Gemma 2 and 3: the attention's and the MLP's outputs are normalised (post_attention_layernorm,
   // post_feedforward_layernorm) before they join the residual stream, and the MLP's input norm is
   // pre_feedforward_layernorm (post_attention_layernorm is the MLP's input norm otherwise).
   bool sandwich_norms = false;
