@@ -179,7 +179,7 @@ int run_info(const InfoArgs& args) {
   std::printf("  AMX tiles (TDPBF16PS, TDPBSUD): %s%s\n", amx_text.c_str(), amx_int8_text.c_str());
   std::printf("  products under auto, by rows of activations (their type and the instructions):\n");
   for (const std::string& line : product_lines) std::printf("    %s\n", line.c_str());
-  std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q6_K): %s\n",
+  std::printf("  quantized weights (model.quantization, GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q6_K): %s\n",
               quantized_text.c_str());
   std::printf("  present but not used yet: %s\n", unused.empty() ? "none" : join(unused, ", ").c_str());
   if (!cuda::built_with_cuda()) {
