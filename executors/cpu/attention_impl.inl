@@ -689,11 +689,11 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
       const int pos = pos0 + t;
       const int n_span = std::min(pos + 1, std::min(span_begin + span_blocks, pos / bs + 1) * bs) - span_first;
       for (int i = 0; i < heads; ++i) {
-        if (p.logit_softcap > 0.0f) {  // Gemma 2: cap tanh(s / cap), on the scores as scaled (masking is by span)
+        if (p.logit_softcap > 0.0f) {  // Gemma 2: on the scores as scaled (masking is by span: no -inf here)
           float* s = st[t].head_scores.data() + static_cast<int64_t>(i) * span;
           const float cap = p.logit_softcap, inv = 1.0f / cap;
 #pragma omp simd
-          for (int j = 0; j < n_span; ++j) s[j] = cap * tanh_fast(s[j] * inv);
+          for (int j = 0; j < n_span; ++j) s[j] = softcap(s[j], cap, inv);
         }
         softmax_update(st[t].head_scores.data() + static_cast<int64_t>(i) * span, n_span, hd,
                        st[t].head_acc.data() + static_cast<int64_t>(i) * hd, st[t].head_max[i], st[t].head_denom[i]);

@@ -53,7 +53,7 @@ void gelu_tanh_mul(float* gate, const float* up, int n) {
 void softcap_inplace(float* x, float cap, size_t n) {
   const float inv = 1.0f / cap;
 #pragma omp simd
-  for (size_t i = 0; i < n; ++i) x[i] = cap * tanh_fast(x[i] * inv);
+  for (size_t i = 0; i < n; ++i) x[i] = softcap(x[i], cap, inv);
 }
 
 void add_inplace(float* x, const float* y, int n) {

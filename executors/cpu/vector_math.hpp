@@ -40,14 +40,17 @@ inline float exp_nonpositive(float x) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
 }
 
-// silu(g) = g * sigmoid(g), through e = exp(-|g|) so that the exponential never overflows.
-inline float silu(float g) {
-  const float e = exp_nonpositive(-std::fabs(g));
-  const float negative = static_cast<float>(std::bit_cast<uint32_t>(g) >> 31);  // 1 for g < 0 (and -0)
-  // sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) below; both products are exact, so is their sum.
+// sigmoid(x) through e = exp(-|x|), so that the exponential never overflows.
+inline float sigmoid(float x) {
+  const float e = exp_nonpositive(-std::fabs(x));
+  const float negative = static_cast<float>(std::bit_cast<uint32_t>(x) >> 31);  // 1 for x < 0 (and -0)
+  // sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) below; both products are exact, so is their sum.
   const float numerator = negative * e + (1.0f - negative);
-  return g * (numerator / (1.0f + e));
+  return numerator / (1.0f + e);
 }
+
+// silu(g) = g * sigmoid(g).
+inline float silu(float g) { return g * sigmoid(g); }
 
 // tanh(x) through e = exp(-2|x|): sign(x) (1 - e) / (1 + e), branch-free.
 inline float tanh_fast(float x) {
@@ -57,13 +60,10 @@ inline float tanh_fast(float x) {
 }
 
 // GELU, tanh approximation (HF's gelu_pytorch_tanh): 0.5 g (1 + tanh(u)), u = sqrt(2 / pi) (g + 0.044715 g^3), computed
-// as g * sigmoid(2u) (the same function) through e = exp(-|2u|), as silu.
-inline float gelu_tanh(float g) {
-  const float u2 = 1.5957691216f * (g + 0.044715f * g * g * g);
-  const float e = exp_nonpositive(-std::fabs(u2));
-  const float negative = static_cast<float>(std::bit_cast<uint32_t>(u2) >> 31);
-  const float numerator = negative * e + (1.0f - negative);
-  return g * (numerator / (1.0f + e));
-}
+// as g * sigmoid(2u) (the same function).
+inline float gelu_tanh(float g) { return g * sigmoid(1.5957691216f * (g + 0.044715f * g * g * g)); }
+
+// cap tanh(x / cap), inv = 1 / cap (Gemma 2's cap of scores and logits).
+inline float softcap(float x, float cap, float inv) { return cap * tanh_fast(x * inv); }
 
 }  // namespace actord::cpu
