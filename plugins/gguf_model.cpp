@@ -24,9 +24,10 @@ Status gemma_keys(const GgufFile& file, const std::string& arch, json& j) {
   const bool b27 = layers == (gemma3 ? 62 : 46);
   j["query_pre_attn_scalar"] = b27 ? j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>()
                                    : j["head_dim"].get<int64_t>();
+  // No window key: gemma3 none; gemma2 the config's own default (4096, llama.cpp's too).
   const auto window = file.integer_or(a + "attention.sliding_window");
   if (window) j["sliding_window"] = *window > 0 ? json(*window) : json(nullptr);
-  else j["sliding_window"] = gemma3 ? json(nullptr) : json(4096);
+  else if (gemma3) j["sliding_window"] = nullptr;
   if (const GgufValue* pattern = file.find(a + "attention.sliding_window_pattern")) {
     if (pattern->kind == GgufValue::Kind::array) {
       if (pattern->numbers.size() != static_cast<size_t>(layers)) {
