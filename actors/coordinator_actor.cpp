@@ -297,6 +297,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setNumSwapBlocks(p.limits.preemption_mode == PreemptionMode::swap && ffn < 0 ? p.limits.swap_blocks : 0);
       out.setKvDtype(dtype_name(p.kv_dtype));
       out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
+      out.setMaxModelLen(static_cast<uint32_t>(std::max(p.limits.max_model_len, 0)));
       out.setLogLevel(p.log_level);
       out.setLoadFormat(p.topology.model.load_format);
       out.setQuantization(p.topology.model.quantization);

@@ -148,6 +148,7 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     options.seed = req.getSeed();
     options.quantization = *quant;
     options.place = place_;
+    options.max_model_len = static_cast<int>(std::min<uint32_t>(req.getMaxModelLen(), INT32_MAX));
     model_.reset();  // a model loaded before goes with the backend that holds it
     backend_.reset();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

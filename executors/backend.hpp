@@ -102,6 +102,9 @@ struct AttentionShape {
   int head_dim = 0;
   int sliding_window = 0;  // > 0: position p sees only positions p - sliding_window + 1 .. p
   float logit_softcap = 0.0f;  // > 0: each score s becomes cap tanh(s / cap) before the softmax (CPU only so far)
+  int rotary_dim = 0;          // the leading dimensions of each head RoPE rotates (even, <= head_dim); 0: head_dim
+  int rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  float rotary_scale = 1.0f;   // cos and sin multiplied by this (LongRoPE's and YaRN's attention factor)
 };
 
 class Backend {
@@ -206,7 +209,7 @@ class Backend {
   // x[i] = cap tanh(x[i] / cap), i < count (Gemma 2's logit cap).
   virtual void softcap(Buffer& x, float cap, size_t count) = 0;
   // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
-  // with inv_freq [head_dim / 2]) and writes k and v into the cache at the token's block and slot. `batch` is the
+  // of each head's first shape.rotary() elements with inv_freq [rotary() / 2], the rest unchanged) and writes k and v into the cache at the token's block and slot. `batch` is the
   // one begin_step() named, as for paged_attention.
   virtual void rope_and_store_kv(const ForwardBatch& batch, Buffer& q, Buffer& k, const Buffer& v,
                                  const AttentionShape& shape, const Buffer& inv_freq, const KvLayer& kv) = 0;

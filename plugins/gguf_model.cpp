@@ -49,6 +49,37 @@ Status gemma_keys(const GgufFile& file, const std::string& arch, json& j) {
   return Status::success();
 }
 
+// A phi3 file's keys, as llama.cpp's converter writes them: the rotated dimensions, the pretrained context, and
+// LongRoPE's factors as the tensors rope_factors_long / rope_factors_short with attn_factor beside them.
+Status phi3_keys(const GgufFile& file, json& j) {
+  const int64_t head_dim = j.contains("head_dim") ? j["head_dim"].get<int64_t>()
+                                                  : j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>();
+  if (const auto rot = file.integer_or("phi3.rope.dimension_count"); rot && *rot != head_dim && head_dim > 0) {
+    j["partial_rotary_factor"] = double(*rot) / double(head_dim);
+  }
+  if (const auto orig = file.integer_or("phi3.rope.scaling.original_context_length")) {
+    j["original_max_position_embeddings"] = *orig;
+  }
+  const auto window = file.integer_or("phi3.attention.sliding_window");
+  j["sliding_window"] = window && *window > 0 ? json(*window) : json(nullptr);
+  const GgufTensor* long_factors = file.tensor("rope_factors_long.weight");
+  const GgufTensor* short_factors = file.tensor("rope_factors_short.weight");
+  if (!long_factors && !short_factors) return Status::success();
+  if (!long_factors || !short_factors) {
+    return make_error(Errc::invalid_config, file.path().string() + ": rope_factors_long.weight and "
+                                            "rope_factors_short.weight come together (LongRoPE), found one");
+  }
+  json rope = {{"type", "longrope"}};
+  for (auto [t, key] : {std::pair{long_factors, "long_factor"}, {short_factors, "short_factor"}}) {
+    auto values = gguf_values_f32(*t);
+    if (!values) return Error{values.error().code, file.path().string() + ": " + t->name + ": " + values.error().message};
+    rope[key] = *values;
+  }
+  if (const auto factor = file.number_or("phi3.rope.scaling.attn_factor")) rope["attention_factor"] = *factor;
+  j["rope_scaling"] = rope;
+  return Status::success();
+}
+
 }  // namespace
 
 Result<json> hf_config_from_gguf(const GgufFile& file) {
@@ -59,11 +90,12 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
       {"llama", "LlamaForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"},
-      {"gemma3", "Gemma3ForCausalLM"}};
+      {"gemma3", "Gemma3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"}};
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, qwen2)");
+                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2)");
   }
   const std::string a = *arch + ".";
   if (file.integer_or(a + "expert_count").value_or(0) > 0) {
@@ -111,6 +143,7 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   }
   if (*arch == "qwen2") j["attention_bias"] = true;
   if (*arch == "gemma2" || *arch == "gemma3") ACTORD_TRY_STATUS(gemma_keys(file, *arch, j));
+  if (*arch == "phi3") ACTORD_TRY_STATUS(phi3_keys(file, j));
   if (auto eos = file.integer_or("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
   if (auto bos = file.integer_or("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *bos;
   return j;
@@ -147,9 +180,18 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},      {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"}};
+  // Phi-3's fused q/k/v and gate/up (the weight store serves the parts from them; the parts have no tensor).
+  static const std::map<std::string, std::string> phi3_parts{{"self_attn.qkv_proj", "attn_qkv"},
+                                                             {"mlp.gate_up_proj", "ffn_up"}};
   const size_t last = rest.rfind('.');
   if (last == std::string::npos) return std::nullopt;
   const std::string part = rest.substr(0, last);
+  if (architecture == "phi3") {
+    if (auto p = phi3_parts.find(part); p != phi3_parts.end()) return "blk." + layer + "." + p->second + rest.substr(last);
+    if (part == "mlp.gate_proj" || part == "mlp.up_proj" || part.ends_with("q_proj") || part.ends_with("k_proj") ||
+        part.ends_with("v_proj"))
+      return std::nullopt;
+  }
   if (architecture == "gemma2" || architecture == "gemma3") {
     if (auto g = gemma_parts.find(part); g != gemma_parts.end()) {
       return "blk." + layer + "." + g->second + rest.substr(last);

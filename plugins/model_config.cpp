@@ -29,37 +29,6 @@ DType ModelConfig::kv_cache_dtype(const std::string& kv_setting, const std::stri
   return DType::f32;
 }
 
-std::vector<float> ModelConfig::rope_inv_freq() const {
-  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
-  cpu::rope_inv_freq(head_dim, rope_theta, inv.data());
-  if (rope_scaling.type == "linear") {
-    for (float& f : inv) f /= rope_scaling.factor;
-  } else if (rope_scaling.type == "llama3") {
-    // Llama 3.1: long wavelengths are slowed by `factor`, short ones kept, a smooth blend in between.
-    const float old_len = static_cast<float>(rope_scaling.original_max_position_embeddings);
-    const float low_wavelen = old_len / rope_scaling.low_freq_factor;
-    const float high_wavelen = old_len / rope_scaling.high_freq_factor;
-    for (float& f : inv) {
-      const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
-      if (wavelen > low_wavelen) {
-        f = f / rope_scaling.factor;
-      } else if (wavelen >= high_wavelen) {
-        const float smooth = (old_len / wavelen - rope_scaling.low_freq_factor) /
-                             (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
-        f = (1.0f - smooth) * f / rope_scaling.factor + smooth * f;
-      }
-    }
-  }
-  return inv;
-}
-
-std::vector<float> ModelConfig::rope_inv_freq_local() const {
-  if (rope_local_theta <= 0.0f) return rope_inv_freq();
-  std::vector<float> inv(static_cast<size_t>(head_dim / 2));
-  cpu::rope_inv_freq(head_dim, rope_local_theta, inv.data());
-  return inv;
-}
-
 namespace {
 
 using nlohmann::json;
@@ -219,6 +188,116 @@ void read_gemma(const Fields& f, ModelConfig& c, bool gemma3) {
   }
 }
 
+// A list of `n` positive numbers (longrope's factors).
+std::vector<float> positive_list(const Fields& f, const std::string& key, int n) {
+  if (!f.has(key)) throw FieldError{f.path(key), "missing (a list of rotary_dim / 2 = " + std::to_string(n) + " numbers)"};
+  const json& v = f.at(key);
+  if (!v.is_array() || v.size() != static_cast<size_t>(n)) {
+    throw FieldError{f.path(key), "must be a list of rotary_dim / 2 = " + std::to_string(n) + " numbers, got " +
+                                      v.dump().substr(0, 200)};
+  }
+  std::vector<float> out;
+  for (const json& x : v) {
+    const double d = x.is_number() ? x.get<double>() : -1.0;
+    if (!(d > 0.0 && d <= std::numeric_limits<float>::max())) {
+      throw FieldError{f.path(key), "must hold finite positive numbers, got " + x.dump()};
+    }
+    out.push_back(static_cast<float>(d));
+  }
+  return out;
+}
+
+// HF's yarn mscale: 0.1 m ln(scale) + 1 above scale 1.
+float yarn_mscale(float scale, float m) { return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f; }
+
+// partial_rotary_factor and rope_scaling (ModelConfig::rotary_dim, RopeScaling say what each means).
+void read_rotary(const Fields& f, const json& j, ModelConfig& c) {
+  const float partial = f.real("partial_rotary_factor", 1.0f, [](float v) { return v > 0.0f && v <= 1.0f; },
+                               "must be a number above 0 and at most 1");
+  // HF truncates head_dim x factor; the small margin keeps a factor written as rotated / head_dim (a GGUF's) whole.
+  c.rotary_dim = static_cast<int>(static_cast<double>(c.head_dim) * partial + 1e-3);
+  if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0) {
+    throw FieldError{"partial_rotary_factor", "times head_dim (" + std::to_string(c.head_dim) + ") must give an even "
+                                              "number of rotated dimensions, got " + std::to_string(c.rotary_dim)};
+  }
+  if (!f.has("rope_scaling")) return;
+  const json& rs = j.at("rope_scaling");
+  if (!rs.is_object()) throw FieldError{"rope_scaling", "must be an object or null, got " + rs.dump().substr(0, 200)};
+  const Fields r(rs, "rope_scaling.");
+  ModelConfig::RopeScaling& s = c.rope_scaling;
+  s.type = r.has("rope_type") ? r.text("rope_type", "") : r.text("type", "");
+  if (s.type == "default") s.type.clear();
+  if (s.type == "su") s.type = "longrope";  // Phi-3's first configs
+  if (!s.type.empty() && s.type != "linear" && s.type != "llama3" && s.type != "longrope" && s.type != "yarn") {
+    throw FieldError{"rope_scaling", "type '" + s.type + "' is not supported (linear, llama3, longrope, yarn)",
+                     Errc::unsupported};
+  }
+  s.factor = r.real("factor", 1.0f, &positive, kPositive);
+  s.low_freq_factor = r.real("low_freq_factor", 1.0f, &positive, kPositive);
+  s.high_freq_factor = r.real("high_freq_factor", 4.0f, &positive, kPositive);
+  s.original_max_position_embeddings = r.int32("original_max_position_embeddings", 1, ModelConfig::kMaxPositions,
+                                               s.type == "llama3" ? 8192 : c.max_position_embeddings);
+  if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor)) {
+    throw FieldError{"rope_scaling.high_freq_factor", "must be greater than low_freq_factor (llama3 divides by "
+                                                      "their difference)"};
+  }
+  const float attention_factor = r.real("attention_factor", 0.0f, &positive, kPositive);
+  if (s.type == "longrope") {
+    // HF: Phi-3 keeps the pretrained context at the top level (Phi3Config: default 4096) and scales by the ratio.
+    const bool top = f.has("original_max_position_embeddings") || c.architecture == "Phi3ForCausalLM";
+    if (top) {
+      s.original_max_position_embeddings =
+          f.int32("original_max_position_embeddings", 1, ModelConfig::kMaxPositions, 4096);
+    }
+    if (top || r.has("original_max_position_embeddings")) {
+      s.factor = static_cast<float>(static_cast<double>(c.max_position_embeddings) / s.original_max_position_embeddings);
+    }
+    s.short_factor = positive_list(r, "short_factor", c.rotary_dim / 2);
+    s.long_factor = positive_list(r, "long_factor", c.rotary_dim / 2);
+    s.attention_factor = attention_factor > 0.0f ? attention_factor
+                         : s.factor <= 1.0f
+                             ? 1.0f
+                             : static_cast<float>(std::sqrt(1.0 + std::log(double(s.factor)) /
+                                                                      std::log(double(s.original_max_position_embeddings))));
+  } else if (s.type == "yarn") {
+    s.beta_fast = r.real("beta_fast", 32.0f, &positive, kPositive);
+    s.beta_slow = r.real("beta_slow", 1.0f, &positive, kPositive);
+    s.truncate = r.boolean("truncate", true);
+    const float mscale = r.real("mscale", 0.0f, &positive, kPositive);
+    const float mscale_all_dim = r.real("mscale_all_dim", 0.0f, &positive, kPositive);
+    s.attention_factor = attention_factor > 0.0f ? attention_factor
+                         : mscale > 0.0f && mscale_all_dim > 0.0f
+                             ? yarn_mscale(s.factor, mscale) / yarn_mscale(s.factor, mscale_all_dim)
+                             : yarn_mscale(s.factor, 1.0f);
+  }
+}
+
+ModelConfig read_config(const json& j);
+
+// Gemma 3's multimodal checkpoints (4B and up): the text model of text_config, with Gemma3TextConfig's defaults for
+// what it leaves out (those configs give little more than the sizes that differ), its tensors under
+// "language_model.".
+ModelConfig read_gemma3_text_config(const json& j) {
+  if (!j.contains("text_config") || !j.at("text_config").is_object()) {
+    throw FieldError{"text_config", "missing (Gemma3ForConditionalGeneration keeps its text model's config there)"};
+  }
+  json t = j.at("text_config");
+  const json defaults = {{"vocab_size", 262208},       {"hidden_size", 2304},     {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},     {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+                         {"torch_dtype", j.value("torch_dtype", json("bfloat16"))}};
+  for (const auto& [key, value] : defaults.items())
+    if (!t.contains(key) || t.at(key).is_null()) t[key] = value;
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  try {
+    ModelConfig c = read_config(t);
+    c.weight_prefix = "language_model.";
+    return c;
+  } catch (FieldError& e) {
+    e.key = "text_config." + e.key;
+    throw;
+  }
+}
+
 ModelConfig read_config(const json& j) {
   const Fields f(j, "");
   ModelConfig c;
@@ -228,6 +307,7 @@ ModelConfig read_config(const json& j) {
     throw FieldError{"architectures", "must be a non-empty list of names, got " + archs.dump().substr(0, 200)};
   }
   c.architecture = archs[0].get<std::string>();
+  if (c.architecture == "Gemma3ForConditionalGeneration") return read_gemma3_text_config(j);
   c.hidden_size = f.int32("hidden_size", 1, ModelConfig::kMaxWidth);
   c.intermediate_size = f.int32("intermediate_size", 1, ModelConfig::kMaxWidth);
   c.num_layers = f.int32("num_hidden_layers", 1, ModelConfig::kMaxCount);
@@ -300,26 +380,7 @@ ModelConfig read_config(const json& j) {
     read_gemma(f, c, gemma3);
   }
 
-  if (f.has("rope_scaling")) {
-    const json& rs = j.at("rope_scaling");
-    if (!rs.is_object()) throw FieldError{"rope_scaling", "must be an object or null, got " + rs.dump().substr(0, 200)};
-    const Fields r(rs, "rope_scaling.");
-    c.rope_scaling.type = r.has("rope_type") ? r.text("rope_type", "") : r.text("type", "");
-    if (c.rope_scaling.type == "default") c.rope_scaling.type.clear();
-    if (!c.rope_scaling.type.empty() && c.rope_scaling.type != "linear" && c.rope_scaling.type != "llama3") {
-      throw FieldError{"rope_scaling", "type '" + c.rope_scaling.type + "' is not supported (linear, llama3)",
-                       Errc::unsupported};
-    }
-    c.rope_scaling.factor = r.real("factor", 1.0f, &positive, kPositive);
-    c.rope_scaling.low_freq_factor = r.real("low_freq_factor", 1.0f, &positive, kPositive);
-    c.rope_scaling.high_freq_factor = r.real("high_freq_factor", 4.0f, &positive, kPositive);
-    c.rope_scaling.original_max_position_embeddings =
-        r.int32("original_max_position_embeddings", 1, ModelConfig::kMaxPositions, 8192);
-    if (c.rope_scaling.type == "llama3" && !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor)) {
-      throw FieldError{"rope_scaling.high_freq_factor", "must be greater than low_freq_factor (llama3 divides by "
-                                                        "their difference)"};
-    }
-  }
+  read_rotary(f, j, c);
 
   // Every weight element together (the families of plugins/transformer), in 128 bits: far below int64 when accepted.
   using big = __int128;

@@ -26,7 +26,11 @@ struct ModelConfig {
   static constexpr int64_t kMaxPositions = 1 << 30;   // max_position_embeddings, original_max_position_embeddings
   static constexpr int64_t kMaxParameters = 1ll << 50;  // all weight elements together
 
-  std::string architecture;  // HF architectures[0], the model registry key
+  std::string architecture;  // HF architectures[0], the model registry key (Gemma3ForConditionalGeneration: its
+                             // text model's, Gemma3ForCausalLM)
+  // Where the checkpoint keeps the text model's tensors: "language_model." in Gemma 3's multimodal checkpoints
+  // (text_config; the vision tower is not loaded), else "".
+  std::string weight_prefix;
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_layers = 0;
@@ -70,12 +74,27 @@ struct ModelConfig {
   // 0: every layer uses rope_theta and rope_scaling.
   float rope_local_theta = 0.0f;
 
+  // The leading dimensions of each head that RoPE rotates: head_dim x partial_rotary_factor (Phi-4-mini: 0.75),
+  // even; head_dim when the key is absent.
+  int rotary_dim = 0;
+
   struct RopeScaling {
-    std::string type;                 // empty (none) | linear | llama3
-    float factor = 1.0f;
+    std::string type;                 // empty (none) | linear | llama3 | longrope | yarn
+    float factor = 1.0f;              // linear, llama3, yarn; longrope: max_position_embeddings / the original
     float low_freq_factor = 1.0f;     // llama3
     float high_freq_factor = 4.0f;    // llama3
-    int original_max_position_embeddings = 8192;  // llama3
+    // llama3 (default 8192); longrope (Phi-3: the top-level key, else rope_scaling's, else max_position_embeddings);
+    // yarn (rope_scaling's, else max_position_embeddings)
+    int original_max_position_embeddings = 8192;
+    // longrope: each rotated pair's wavelength factor [rotary_dim / 2], `long_factor` when the served context is longer
+    // than original_max_position_embeddings, else `short_factor` (as vLLM and llama.cpp choose: by the context length
+    // the engine serves, not per request)
+    std::vector<float> short_factor, long_factor;
+    // longrope, yarn: cos and sin are multiplied by this (resolved at load: the key `attention_factor`, else longrope
+    // sqrt(1 + ln(factor) / ln(original)), yarn 0.1 ln(factor) + 1 (DeepSeek: mscale / mscale_all_dim's ratio))
+    float attention_factor = 1.0f;
+    float beta_fast = 32.0f, beta_slow = 1.0f;  // yarn: the correction range, in rotations
+    bool truncate = true;                        // yarn: the range rounded out to whole dimensions
   } rope_scaling;
 
   // Weights quantized in the checkpoint (config.json quantization_config): AWQ (AutoAWQ's gemm packing) or GPTQ
@@ -89,8 +108,11 @@ struct ModelConfig {
     bool enabled() const { return !method.empty(); }
   } checkpoint_quantization;
 
-  // RoPE inverse frequencies [head_dim / 2], with rope_scaling applied.
-  std::vector<float> rope_inv_freq() const;
+  // RoPE inverse frequencies [head_dim / 2] (the first rotary_dim / 2 used, the rest 0), with rope_scaling applied
+  // for a served context of context_length tokens (0: max_position_embeddings; only longrope depends on it).
+  std::vector<float> rope_inv_freq(int context_length = 0) const;
+  // What RoPE multiplies cos and sin by (rope_scaling.attention_factor: longrope, yarn), else 1.
+  float rope_attention_factor() const;
   // The sliding-window layers' frequencies where rope_local_theta is set (unscaled); rope_inv_freq() otherwise.
   std::vector<float> rope_inv_freq_local() const;
 

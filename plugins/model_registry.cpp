@@ -8,7 +8,9 @@ namespace {
 
 // The built-in families all run on TransformerModel; their differences come from config.json (qkv biases for
 // Qwen2 and Qwen2-MoE, experts for Mixtral and the Qwen MoE families (Qwen2-MoE's shared one too), q/k norms for
-// Qwen3, a sliding window for Mistral, Gemma's norms, scaled embeddings, logit caps (2) and local RoPE (3)).
+// Qwen3, a sliding window for Mistral, Gemma's norms, scaled embeddings, logit caps (2) and local RoPE (3), Phi-3's
+// fused q/k/v and gate/up tensors (split by the weight store), LongRoPE and partial rotary). Gemma 3's multimodal
+// checkpoints load as their text model (ModelConfig::load reads text_config).
 Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const ModelLoadOptions& options) {
   if (!activation_of(config.hidden_act)) {
     return make_error(Errc::unsupported, std::string(config.architecture.starts_with("Gemma") ? "hidden_activation" : "hidden_act") +
@@ -31,7 +33,7 @@ ModelRegistry ModelRegistry::with_builtins() {
   ModelRegistry r;
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM",
                            "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma2ForCausalLM",
-                           "Gemma3ForCausalLM"}) {
+                           "Gemma3ForCausalLM", "Phi3ForCausalLM"}) {
     r.add(arch, &create_builtin);
   }
   return r;

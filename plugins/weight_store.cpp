@@ -17,6 +17,8 @@ Result<std::shared_ptr<WeightStore>> WeightStore::open(const ModelConfig& config
   store->quant_ = options.quantization;
   store->checkpoint_ = config.checkpoint_quantization;
   store->tied_ = config.tie_word_embeddings;
+  store->prefix_ = config.weight_prefix;
+  store->fused_ = store_detail::FusedRows::of(config);
   std::optional<DType> requested;
   if (options.dtype != "auto") {
     requested = parse_dtype(options.dtype);
@@ -58,14 +60,33 @@ using store_detail::checkpoint_prefix;
 using store_detail::named;
 using store_detail::resolve;
 
-bool WeightStore::contains(const std::string& name) const {
+bool WeightStore::stored(const std::string& name) const {
   if (file_ && checkpoint_.enabled() && file_->contains(checkpoint_prefix(name) + "qweight")) return true;
   if (file_) return file_->contains(name);
   if (gguf_) {
     const auto gguf_name = gguf_tensor_name(*gguf_, name);
     return gguf_name && gguf_->tensor(*gguf_name);
   }
-  return name != "lm_head.weight" || !tied_;
+  return name != prefix_ + "lm_head.weight" || !tied_;
+}
+
+bool WeightStore::contains(const std::string& name) const {
+  if (stored(prefix_ + name)) return true;
+  const auto part = store_detail::fused_part(prefix_ + name, fused_);
+  return part && stored(part->stored);
+}
+
+Result<WeightStore::Located> WeightStore::locate(const std::string& name, int64_t rows, int64_t cols,
+                                                 MatrixSlice slice) const {
+  const std::string full = prefix_ + name;
+  if (stored(full)) return Located{full, rows, slice};
+  if (const auto part = store_detail::fused_part(full, fused_); part && stored(part->stored)) {
+    auto s = resolve(name, rows, cols, slice);
+    if (!s) return s.error();
+    s->row_first += part->first_row;
+    return Located{part->stored, part->stored_rows, *s};
+  }
+  return Located{full, rows, slice};  // reading it says what is missing
 }
 
 const void* WeightStore::own(std::vector<unsigned char> bytes) {
@@ -169,8 +190,13 @@ std::vector<float> cut(const std::vector<float>& full, int64_t cols, const Matri
 
 }  // namespace
 
-Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
-                                         exec::WeightUse use, MatrixSlice slice) {
+Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::string& hf_name, int64_t hf_rows,
+                                         int64_t cols, exec::WeightUse use, MatrixSlice hf_slice) {
+  auto at = locate(hf_name, hf_rows, cols, hf_slice);
+  if (!at) return at.error();
+  const std::string& name = at->name;
+  const int64_t rows = at->rows;
+  const MatrixSlice slice = at->slice;
   if (gguf_) return gguf_weight(backend, name, rows, cols, use, slice);
   auto checkpoint = checkpoint_matrix(name, rows, cols, slice);
   if (!checkpoint) return checkpoint.error();
@@ -198,12 +224,17 @@ Result<exec::Weight> WeightStore::weight(exec::Backend& backend, const std::stri
 Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::string& gate_name,
                                              const std::string& up_name, int64_t ff, int64_t cols, int64_t row_first,
                                              int64_t row_count) {
-  if (gguf_) return gguf_glu_weight(backend, gate_name, up_name, ff, cols, row_first, row_count);
   const MatrixSlice row_slice{row_first, row_count};
-  auto gate_q = checkpoint_matrix(gate_name, ff, cols, row_slice);
+  auto gate_at = locate(gate_name, ff, cols, row_slice);
+  if (!gate_at) return gate_at.error();
+  auto up_at = locate(up_name, ff, cols, row_slice);
+  if (!up_at) return up_at.error();
+  const Located &g = *gate_at, &u = *up_at;
+  if (gguf_) return gguf_glu_weight(backend, g, u, cols);
+  auto gate_q = checkpoint_matrix(g.name, g.rows, cols, g.slice);
   if (!gate_q) return gate_q.error();
   if (*gate_q) {
-    auto up_q = checkpoint_matrix(up_name, ff, cols, row_slice);
+    auto up_q = checkpoint_matrix(u.name, u.rows, cols, u.slice);
     if (!up_q) return up_q.error();
     if (!*up_q) return make_error(Errc::parse_error, up_name + " is not quantized while " + gate_name + " is");
     auto fused = backend.upload_quantized_glu(**gate_q, **up_q);
@@ -212,10 +243,9 @@ Result<exec::Weight> WeightStore::glu_weight(exec::Backend& backend, const std::
   }
   const TensorView* gate_file = nullptr;
   const TensorView* up_file = nullptr;
-  const MatrixSlice rows{row_first, row_count};
-  auto gate = row_major(gate_name, ff, cols, rows, &gate_file);
+  auto gate = row_major(g.name, g.rows, cols, g.slice, &gate_file);
   if (!gate) return gate.error();
-  auto up = row_major(up_name, ff, cols, rows, &up_file);
+  auto up = row_major(u.name, u.rows, cols, u.slice, &up_file);
   if (!up) {
     drop_row_major(gate_file);
     return up.error();
@@ -282,8 +312,14 @@ Result<exec::HostMatrix> WeightStore::row_major(const std::string& name, int64_t
   return m;
 }
 
-Result<std::vector<float>> WeightStore::vector_f32(const std::string& name, int64_t n, int64_t first, int64_t count) {
-  auto s = resolve(name, 1, n, MatrixSlice{0, 1, first, count});
+Result<std::vector<float>> WeightStore::vector_f32(const std::string& hf_name, int64_t hf_n, int64_t first,
+                                                   int64_t count) {
+  // A vector is located as a matrix of one column (a fused bias's part is a range of its elements).
+  auto at = locate(hf_name, hf_n, 1, MatrixSlice{first, count, 0, 1});
+  if (!at) return at.error();
+  const std::string& name = at->name;
+  const int64_t n = at->rows;
+  auto s = resolve(name, 1, n, MatrixSlice{0, 1, at->slice.row_first, at->slice.row_count});
   if (!s) return s.error();
   std::vector<float> v;
   if (gguf_) {

@@ -23,6 +23,7 @@
 #include "executors/backend.hpp"
 #include "memory/weight_loader.hpp"
 #include "plugins/model_config.hpp"
+#include "plugins/weight_store_fused.hpp"
 
 namespace actord {
 
@@ -61,6 +62,7 @@ struct ModelLoadOptions {
   QuantSpec quantization;             // enabled: matrices multiplied (not looked up) are quantized at load
   exec::Backend* backend = nullptr;    // the rank's executor backend: the weights go to its memory (required)
   RankPlace place;                     // the shard to load
+  int max_model_len = 0;               // the context the engine serves (0: max_position_embeddings): LongRoPE's choice
 };
 
 // The part of a stored matrix a rank loads (a tensor-parallel shard): rows [row_first, row_first + row_count) and
@@ -71,6 +73,9 @@ struct MatrixSlice {
   int64_t col_first = 0, col_count = -1;
 };
 
+// Names: HF's. A checkpoint that stores q/k/v in one `qkv_proj` and gate/up in one `gate_up_proj` (Phi-3) serves
+// q_proj, k_proj, v_proj, gate_proj and up_proj as rows of those (a view when nothing is converted), from safetensors
+// and GGUF alike; a multimodal checkpoint's text tensors are found under ModelConfig::weight_prefix.
 class WeightStore {
  public:
   static Result<std::shared_ptr<WeightStore>> open(const ModelConfig& config, const ModelLoadOptions& options);
@@ -119,9 +124,18 @@ class WeightStore {
                                                            MatrixSlice slice);
   Result<exec::Weight> gguf_weight(exec::Backend& backend, const std::string& name, int64_t rows, int64_t cols,
                                    exec::WeightUse use, MatrixSlice slice);
-  Result<exec::Weight> gguf_glu_weight(exec::Backend& backend, const std::string& gate_name,
-                                       const std::string& up_name, int64_t ff, int64_t cols, int64_t row_first,
-                                       int64_t row_count);
+  // A weight as stored: the tensor's name (with prefix_), its row count and the slice of it the weight is.
+  struct Located {
+    std::string name;
+    int64_t rows = 0;
+    MatrixSlice slice;
+  };
+  // Where HF weight `name` ([rows, cols], the slice of it) is: itself, or rows of a fused tensor (fused_part) that
+  // the checkpoint has instead.
+  Result<Located> locate(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice) const;
+  // Whether the checkpoint has this tensor (a name as stored: prefix_ included); dummy weights have every tensor.
+  bool stored(const std::string& name) const;
+  Result<exec::Weight> gguf_glu_weight(exec::Backend& backend, const Located& gate, const Located& up, int64_t cols);
 
   std::optional<WeightLoader> file_;   // safetensors; empty for dummy weights and GGUF
   std::shared_ptr<GgufFile> gguf_;     // a GGUF file's tensors
@@ -132,6 +146,8 @@ class WeightStore {
   uint64_t seed_ = 0;
   bool tied_ = false;
   std::deque<std::vector<unsigned char>> owned_;  // row-major copies (dummy weights, dtype conversions)
+  std::string prefix_;       // ModelConfig::weight_prefix: the text model's tensors in a multimodal checkpoint
+  store_detail::FusedRows fused_;  // the row counts of the parts of fused tensors
 };
 
 }  // namespace actord

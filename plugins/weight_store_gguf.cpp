@@ -88,14 +88,13 @@ Result<exec::Weight> WeightStore::gguf_weight(exec::Backend& backend, const std:
   return w;
 }
 
-Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const std::string& gate_name,
-                                                  const std::string& up_name, int64_t ff, int64_t cols,
-                                                  int64_t row_first, int64_t row_count) {
-  const MatrixSlice rows{row_first, row_count};
+Result<exec::Weight> WeightStore::gguf_glu_weight(exec::Backend& backend, const Located& gate_at, const Located& up_at,
+                                                  int64_t cols) {
+  const std::string &gate_name = gate_at.name, &up_name = up_at.name;
   const GgufTensor *gate_view = nullptr, *up_view = nullptr;
-  auto gate = gguf_matrix(gate_name, ff, cols, rows, &gate_view);
+  auto gate = gguf_matrix(gate_name, gate_at.rows, cols, gate_at.slice, &gate_view);
   if (!gate) return gate.error();
-  auto up = gguf_matrix(up_name, ff, cols, rows, &up_view);
+  auto up = gguf_matrix(up_name, up_at.rows, cols, up_at.slice, &up_view);
   if (!up) return up.error();
   // Both quantized alike: fused as they are. Otherwise both as f32 (dequantized), quantized when asked.
   auto as_quantized = [&](GgufMatrix& m) -> QuantizedMatrix {

@@ -405,14 +405,20 @@ TEST_CASE("rms_norm - rope - silu_mul - gelu_tanh_mul and softcap match the refe
     cpu::reference::rms_norm(x.data(), w.data(), ref.data(), 3, dim, 1e-5f);
     require_close(y, ref);
   }
-  for (int head_dim : {2, 8, 64, 128}) {
+  // Whole heads, and partial rotary (the first rotary_dim elements rotate, the rest pass through unchanged).
+  // cos and sin scaled (an attention factor) or not.
+  for (auto [head_dim, rotary_dim] : {std::pair{2, 2}, {8, 8}, {64, 64}, {128, 128}, {128, 96}, {64, 16}, {8, 2}}) {
     for (int pos : {0, 1, 17, 511}) {
+      const float scale = pos == 17 ? 1.19f : 1.0f;
       auto x = random_vector(size_t(4) * head_dim, rng), ref = x;
-      std::vector<float> inv_freq(head_dim / 2);
-      cpu::rope_inv_freq(head_dim, 10000.0f, inv_freq.data());
-      cpu::rope_rotate_half(x.data(), 4, head_dim, pos, inv_freq.data());
-      cpu::reference::rope_rotate_half(ref.data(), 4, head_dim, pos, 10000.0f);
+      const auto before = x;
+      std::vector<float> inv_freq(rotary_dim / 2);
+      cpu::rope_inv_freq(rotary_dim, 10000.0f, inv_freq.data());
+      cpu::rope_rotate_half(x.data(), 4, head_dim, rotary_dim, pos, inv_freq.data(), scale);
+      cpu::reference::rope_rotate_half(ref.data(), 4, head_dim, rotary_dim, pos, 10000.0f, scale);
       require_close(x, ref, 1e-4f);
+      for (int h = 0; h < 4; ++h)
+        for (int i = rotary_dim; i < head_dim; ++i) REQUIRE(x[size_t(h * head_dim + i)] == before[size_t(h * head_dim + i)]);
     }
   }
   auto g = random_vector(100, rng, 4.0f), u = random_vector(100, rng), gref = g;

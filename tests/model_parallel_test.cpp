@@ -311,6 +311,26 @@ TEST_CASE("model parallel: Qwen3 (q/k norms), Qwen3-MoE (experts of their own wi
   }
 }
 
+TEST_CASE("model parallel: Phi-3's fused qkv_proj and gate_up_proj split by TP and PP from real files equal one rank "
+          "- partial rotary and LongRoPE included", "[model][parallel]") {
+  // Safetensors with the fused tensors (the PyTorch reference's Phi-3 folders): each rank takes its heads' rows of
+  // q, k and v and its rows of gate and up out of the fused tensors.
+  test::TempDir tmp;
+  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
+  for (const char* kind : {"phi3", "phi3-partial"}) {
+    const auto dir = tmp.path() / kind;
+    REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + dir.string() +
+                         " > /dev/null").c_str()) == 0);
+    auto cfg = ModelConfig::load(dir);
+    REQUIRE(cfg.ok());
+    ModelLoadOptions options;
+    options.model_dir = dir;
+    for (auto [tp, pp] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
+      DYNAMIC_SECTION(kind << " tp " << tp << " pp " << pp) { check_equivalent(*cfg, options, tp, pp, 16); }
+    }
+  }
+}
+
 TEST_CASE("model parallel: experts sharded whole over the TP ranks (ep) equal one rank - Mixtral and Qwen3-MoE of 8 "
           "experts top-2 and Qwen2-MoE", "[model][parallel][ep]") {
   test::TempDir tmp;

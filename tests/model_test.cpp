@@ -133,7 +133,7 @@ TEST_CASE("bad model folders give clear errors", "[model]") {
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message == "architecture 'GPT2LMHeadModel' is not supported (known: Gemma2ForCausalLM, "
                                    "Gemma3ForCausalLM, "
-                                   "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                                   "LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, "
                                    "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)");
 }
 

@@ -312,6 +312,7 @@ struct WorkerInit {
   quantizationGroup @32 :UInt32; # input features per scale; 0: per channel (int8) or 32 (int4)
   quantizationZeroPoints @33 :Bool;
   cpus @34 :List(UInt32);        # the CPUs a worker process binds all its threads to (engine.cpu_binding); empty: unbound
+  maxModelLen @35 :UInt32;       # the context the engine serves (LongRoPE picks its factors by it); 0: the model's
 }
 
 # One micro-batch's collective groups of a rank (size 0: none).

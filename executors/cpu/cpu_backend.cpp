@@ -236,7 +236,7 @@ void CpuBackend::softcap(exec::Buffer& x, float cap, size_t count) {
 void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                                    const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
                                    const exec::KvLayer& kv) {
-  const int hd = shape.head_dim, nh = shape.n_heads, nkv = shape.n_kv_heads;
+  const int hd = shape.head_dim, nh = shape.n_heads, nkv = shape.n_kv_heads, rd = shape.rotary();
   const size_t q_dim = size_t(nh) * hd, kv_dim = size_t(nkv) * hd;
   const int bs = kv.block_size;
   const size_t esize = dtype_size(kv.dtype);
@@ -247,8 +247,8 @@ void CpuBackend::rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, e
       const int t = s.first_token + i, pos = s.start_pos + i;
       float* k_row = k.data() + size_t(t) * kv_dim;
       const float* v_row = v.data() + size_t(t) * kv_dim;
-      rope_rotate_half(q.data() + size_t(t) * q_dim, nh, hd, pos, inv_freq.data());
-      rope_rotate_half(k_row, nkv, hd, pos, inv_freq.data());
+      rope_rotate_half(q.data() + size_t(t) * q_dim, nh, hd, rd, pos, inv_freq.data(), shape.rotary_scale);
+      rope_rotate_half(k_row, nkv, hd, rd, pos, inv_freq.data(), shape.rotary_scale);
       const int64_t block = s.block_table[pos / bs];
       const int64_t slot = pos % bs;
       for (int g = 0; g < nkv; ++g) {

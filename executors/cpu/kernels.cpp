@@ -18,18 +18,19 @@ void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim
   }
 }
 
-void rope_inv_freq(int head_dim, float theta, float* inv_freq) {
-  for (int i = 0; i < head_dim / 2; ++i) {
-    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+void rope_inv_freq(int rotary_dim, float theta, float* inv_freq) {
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rotary_dim));
   }
 }
 
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float* inv_freq) {
-  const int half = head_dim / 2;
+void rope_rotate_half(float* x, int n_heads, int head_dim, int rotary_dim, int pos, const float* inv_freq,
+                      float scale) {
+  const int half = rotary_dim / 2;
   for (int i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq[i];
-    const float c = std::cos(angle);
-    const float s = std::sin(angle);
+    const float c = std::cos(angle) * scale;
+    const float s = std::sin(angle) * scale;
     for (int h = 0; h < n_heads; ++h) {
       float* xh = x + static_cast<int64_t>(h) * head_dim;
       const float a = xh[i];

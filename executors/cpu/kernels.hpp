@@ -15,12 +15,14 @@ namespace actord::cpu {
 // y[r] = x[r] / rms(x[r]) * weight, for each of n_rows rows of dim floats. y may alias x.
 void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim, float eps);
 
-// The RoPE inverse frequencies [head_dim / 2]: theta^(-2i / head_dim), computed in f32 as HF does.
-void rope_inv_freq(int head_dim, float theta, float* inv_freq);
+// The RoPE inverse frequencies [rotary_dim / 2]: theta^(-2i / rotary_dim), computed in f32 as HF does.
+void rope_inv_freq(int rotary_dim, float theta, float* inv_freq);
 
-// In place, HF "rotate half" RoPE for one token: x is [n_heads, head_dim]; pairs (i, i + head_dim/2) rotate by
-// pos * inv_freq[i].
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, const float* inv_freq);
+// In place, HF "rotate half" RoPE for one token: x is [n_heads, head_dim]; in each head the first rotary_dim
+// (<= head_dim, even) elements rotate, pairs (i, i + rotary_dim / 2) by pos * inv_freq[i]; the rest pass through
+// (partial rotary: Phi-4-mini). cos and sin are multiplied by `scale` (LongRoPE's and YaRN's attention factor).
+void rope_rotate_half(float* x, int n_heads, int head_dim, int rotary_dim, int pos, const float* inv_freq,
+                      float scale = 1.0f);
 
 // gate[i] = silu(gate[i]) * up[i], n elements.
 void silu_mul(float* gate, const float* up, int n);

@@ -23,14 +23,15 @@ void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k) {
     }
 }
 
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta) {
-  const int half = head_dim / 2;
+void rope_rotate_half(float* x, int n_heads, int head_dim, int rotary_dim, int pos, float theta, double scale) {
+  const int half = rotary_dim / 2;
   for (int h = 0; h < n_heads; ++h)
     for (int i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(double(theta), -2.0 * i / head_dim);
+      const double angle = pos * std::pow(double(theta), -2.0 * i / rotary_dim);
       const double a = x[h * head_dim + i], b = x[h * head_dim + i + half];
-      x[h * head_dim + i] = float(a * std::cos(angle) - b * std::sin(angle));
-      x[h * head_dim + i + half] = float(b * std::cos(angle) + a * std::sin(angle));
+      const double c = std::cos(angle) * scale, s = std::sin(angle) * scale;
+      x[h * head_dim + i] = float(a * c - b * s);
+      x[h * head_dim + i + half] = float(b * c + a * s);
     }
 }
 

@@ -9,7 +9,7 @@ namespace actord::cpu::reference {
 
 void rms_norm(const float* x, const float* weight, float* y, int n_rows, int dim, float eps);
 void matmul_nt(const float* x, const float* w, float* y, int m, int n, int k);
-void rope_rotate_half(float* x, int n_heads, int head_dim, int pos, float theta);
+void rope_rotate_half(float* x, int n_heads, int head_dim, int rotary_dim, int pos, float theta, double scale = 1.0);
 void silu_mul(float* gate, const float* up, int n);
 void gelu_tanh_mul(float* gate, const float* up, int n);
 

@@ -415,10 +415,13 @@ class CudaBackend final : public exec::Backend {
     const float *vp = v.data(), *freq = inv_freq.data();
     const KvView cache = view(kv);
     note_attention(kRopeTag, shape, cache);
-    graphs_->note(qp, kp, vp, freq);
+    const int rotary = shape.rotary();
+    const float rotary_scale = shape.rotary_scale;
+    graphs_->note(qp, kp, vp, freq, rotary, rotary_scale);
     graphs_->run([=, this, step = step_] {
       KernelTimed timed(times_, "rope_and_store_kv", stream_);
-      launch_rope_store_kv(step, qp, kp, vp, shape.n_heads, shape.n_kv_heads, shape.head_dim, freq, cache, stream_);
+      launch_rope_store_kv(step, qp, kp, vp, shape.n_heads, shape.n_kv_heads, shape.head_dim, rotary, rotary_scale,
+                           freq, cache, stream_);
     });
   }
   void paged_attention(const ForwardBatch& batch, const exec::Buffer& q, exec::Buffer& out,

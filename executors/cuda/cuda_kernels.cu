@@ -194,12 +194,15 @@ __global__ void softcap_kernel(float* x, float cap, size_t count) {
   if (i < count) x[i] = cap * tanhf(x[i] / cap);
 }
 
-// A thread per (token, head, pair i / i + half): rotates q's and k's pairs; a K head's thread also stores its two
-// rotated keys and two values in the cache (a decode's heads spread over the GPU, not one block).
+// A thread per (token, head, i < head_dim / 2): with i < rotary_dim / 2 it rotates q's and k's pair (i, i + r) (r =
+// rotary_dim / 2); past that (partial rotary) its pair is elements rotary_dim + 2 (i - r) and the next, unrotated. A
+// K head's thread also stores its two keys and the values i and i + head_dim / 2 in the cache (a decode's heads
+// spread over the GPU, not one block).
 template <class T>
 __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
-                                     int head_dim, const float* inv_freq, KvView kv) {
-  const int half = head_dim / 2, heads = n_heads + n_kv_heads;
+                                     int head_dim, int rotary_dim, float rotary_scale, const float* inv_freq,
+                                     KvView kv) {
+  const int half = head_dim / 2, r = rotary_dim / 2, heads = n_heads + n_kv_heads;
   const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= int64_t(step.n) * heads * half) return;
   const int t = int(j / (int64_t(heads) * half)), head = int(j / half % heads), i = int(j % half);
@@ -207,20 +210,28 @@ __global__ void rope_store_kv_kernel(StepLayout step, float* q, float* k, const 
   const bool is_q = head < n_heads;
   float* x = is_q ? q + (int64_t(t) * n_heads + head) * head_dim
                   : k + (int64_t(t) * n_kv_heads + (head - n_heads)) * head_dim;
-  float s, c;
-  sincosf(float(pos) * inv_freq[i], &s, &c);
-  const float a = x[i], b = x[i + half];
-  const float ra = a * c - b * s, rb = b * c + a * s;
-  x[i] = ra;
-  x[i + half] = rb;
+  const bool rotates = i < r;
+  const int ia = rotates ? i : rotary_dim + 2 * (i - r), ib = rotates ? i + r : ia + 1;
+  float ra = x[ia], rb = x[ib];
+  if (rotates) {
+    float s, c;
+    sincosf(float(pos) * inv_freq[i], &s, &c);
+    s *= rotary_scale;
+    c *= rotary_scale;
+    const float a = ra, b = rb;
+    ra = a * c - b * s;
+    rb = b * c + a * s;
+    x[ia] = ra;
+    x[ib] = rb;
+  }
   if (is_q) return;
   const int g = head - n_heads;
   const int64_t at = kv_offset(step, kv, step.token_seq[t], pos, g, head_dim);
   const float* vh = v + (int64_t(t) * n_kv_heads + g) * head_dim;
   T* kc = static_cast<T*>(kv.k_base);
   T* vc = static_cast<T*>(kv.v_base);
-  kc[at + i] = from_f32<T>(ra);
-  kc[at + i + half] = from_f32<T>(rb);
+  kc[at + ia] = from_f32<T>(ra);
+  kc[at + ib] = from_f32<T>(rb);
   vc[at + i] = from_f32<T>(vh[i]);
   vc[at + i + half] = from_f32<T>(vh[i + half]);
 }
@@ -304,14 +315,15 @@ void launch_softcap(float* x, float cap, size_t count, cudaStream_t stream) {
 }
 
 void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
-                          int head_dim, const float* inv_freq, const KvView& kv, cudaStream_t stream) {
+                          int head_dim, int rotary_dim, float rotary_scale, const float* inv_freq, const KvView& kv,
+                          cudaStream_t stream) {
   if (step.n == 0) return;
   with_element_type(kv.dtype, [&](auto zero) {
     using T = decltype(zero);
     const size_t pairs = size_t(step.n) * size_t(n_heads + n_kv_heads) * size_t(head_dim / 2);
     if (pairs == 0) return;
     rope_store_kv_kernel<T><<<blocks_for(pairs), kThreads, 0, stream>>>(step, q, k, v, n_heads, n_kv_heads, head_dim,
-                                                                       inv_freq, kv);
+                                                                       rotary_dim, rotary_scale, inv_freq, kv);
   });
 }
 

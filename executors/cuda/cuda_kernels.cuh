@@ -86,10 +86,12 @@ void launch_add(float* x, const float* y, size_t count, cudaStream_t stream);
 void launch_scale(float* x, float factor, size_t count, cudaStream_t stream);
 // x[i] = cap tanh(x[i] / cap), i < count.
 void launch_softcap(float* x, float cap, size_t count, cudaStream_t stream);
-// Rotate-half RoPE of q [n, n_heads, hd] and k [n, n_kv_heads, hd] at each token's position; k and v stored into
-// the cache at the token's block and slot.
+// Rotate-half RoPE of q [n, n_heads, hd] and k [n, n_kv_heads, hd] at each token's position (each head's first
+// rotary_dim elements, cos and sin times rotary_scale; the rest unchanged); k and v stored into the cache at the
+// token's block and slot.
 void launch_rope_store_kv(const StepLayout& step, float* q, float* k, const float* v, int n_heads, int n_kv_heads,
-                          int head_dim, const float* inv_freq, const KvView& kv, cudaStream_t stream);
+                          int head_dim, int rotary_dim, float rotary_scale, const float* inv_freq, const KvView& kv,
+                          cudaStream_t stream);
 // out [n, n_heads * hd] = causal attention of each token's queries over its sequence's cached K/V (positions 0 ..
 // its own, or the last `window` of them), softmax scaled by 1/sqrt(hd), GQA (head h reads kv head
 // h / (n_heads / n_kv_heads)). One warp per (token, head) with an online softmax over the keys: any head_dim up to

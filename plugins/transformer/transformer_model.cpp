@@ -207,7 +207,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   std::unique_ptr<TransformerModel> m(new TransformerModel(cfg, spec));
   m->backend_ = &backend;
   m->store_ = *store;
-  m->inv_freq_ = backend.upload(cfg.rope_inv_freq());
+  m->inv_freq_ = backend.upload(cfg.rope_inv_freq(options.max_model_len));
+  m->rope_attention_factor_ = cfg.rope_attention_factor();
   if (spec.local_rope) m->inv_freq_local_ = backend.upload(cfg.rope_inv_freq_local());
   m->place_ = place;
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep, place.lane);
@@ -433,7 +434,10 @@ void TransformerModel::attention(const ForwardBatch& batch, KvCache& kv, int l) 
   shape.sliding_window =
       spec_.sliding_window.empty() ? 0 : spec_.sliding_window[static_cast<size_t>(shard_.layers.first + l)];
   shape.logit_softcap = spec_.attn_softcap;
-  const exec::Buffer& inv_freq = spec_.local_rope && shape.sliding_window > 0 ? inv_freq_local_ : inv_freq_;
+  shape.rotary_dim = cfg_.rotary_dim;
+  const bool local = spec_.local_rope && shape.sliding_window > 0;
+  shape.rotary_scale = local ? 1.0f : rope_attention_factor_;
+  const exec::Buffer& inv_freq = local ? inv_freq_local_ : inv_freq_;
   exec::KvLayer layer;
   layer.k_base = kv.keys(l);
   layer.v_base = kv.values(l);

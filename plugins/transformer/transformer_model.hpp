@@ -159,6 +159,7 @@ class TransformerModel final : public Model {
   std::shared_ptr<WeightStore> store_;  // keeps weight memory the backend reads in place alive
   exec::Buffer inv_freq_;               // [head_dim / 2]
   exec::Buffer inv_freq_local_;         // [head_dim / 2] of the sliding-window layers (spec_.local_rope); else unset
+  float rope_attention_factor_ = 1.0f;  // ModelConfig::rope_attention_factor (the local frequencies take none)
   exec::Weight embed_;                  // [vocab rows of this rank, hidden]
   exec::Weight lm_head_;                // [vocab rows of this rank, hidden]; the embedding when tied
   exec::Buffer final_norm_;             // [hidden]

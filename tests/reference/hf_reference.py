@@ -284,6 +284,20 @@ KINDS = {
                           heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
                           window=5, layer_types=["full_attention", "sliding_attention"], qpas=16,
                           rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    # Phi-3 (3.5-mini's kind): q/k/v fused in qkv_proj, gate/up in gate_up_proj, a window on every layer, LongRoPE
+    # whose pretrained context (4096) exceeds the served one: the short factors, attention factor 1.
+    "phi3": dict(arch="Phi3ForCausalLM", model_type="phi3", hidden=64, layers=2, heads=4, kv_heads=2,
+                 head_dim=16, ff=96, tied=False, theta=10000.0, window=5, original_max=4096,
+                 rope_scaling="longrope"),
+    # Phi-4-mini's kind: a quarter of each head unrotated (partial_rotary_factor 0.75), tied, LongRoPE past its
+    # pretrained context (8 < the served 512): the long factors, cos and sin times sqrt(1 + ln 64 / ln 8).
+    "phi3-partial": dict(arch="Phi3ForCausalLM", model_type="phi3", hidden=64, layers=2, heads=4, kv_heads=2,
+                         head_dim=16, ff=96, tied=True, theta=10000.0, partial=0.75, original_max=8,
+                         rope_scaling="longrope"),
+    # YaRN (Qwen's long-context setting) on a Llama: factor 4 over a pretrained context of 64.
+    "llama-yarn": dict(arch="LlamaForCausalLM", model_type="llama", hidden=64, layers=2, heads=4,
+                       kv_heads=2, head_dim=16, ff=96, tied=False, theta=10000.0,
+                       rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
 }
 QWEN3 = ("qwen3", "qwen3_moe")
 QWEN2 = ("qwen2", "qwen2_moe")
@@ -327,7 +341,19 @@ def make_config(spec, dtype_name):
         "use_cache": True,
     })
     if mt == "llama":
-        cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
+        cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1,
+                    "rope_scaling": spec.get("rope_scaling")})
+    elif mt == "phi3":
+        # Phi3Config: original_max_position_embeddings at the top level; LongRoPE factors per rotated pair.
+        rot = int(spec["head_dim"] * spec.get("partial", 1.0))
+        g = torch.Generator().manual_seed(zlib.crc32(("factors" + spec["arch"] + str(rot)).encode()))
+        short = (1.0 + torch.rand(rot // 2, generator=g) * 0.5).tolist()
+        long = (1.0 + torch.rand(rot // 2, generator=g) * 8.0).tolist()
+        cfg.update({"original_max_position_embeddings": spec["original_max"],
+                    "sliding_window": spec.get("window"), "attention_bias": False,
+                    "rope_scaling": {"type": "longrope", "short_factor": short, "long_factor": long}})
+        if "partial" in spec:
+            cfg["partial_rotary_factor"] = spec["partial"]
     elif mt == "mistral":
         cfg.update({"sliding_window": spec.get("window")})
     elif mt in QWEN2:
@@ -448,6 +474,11 @@ def make_weights(kind, spec, seed):
     w["model.norm.weight"] = norm_w(h)
     if not spec["tied"]:
         w["lm_head.weight"] = normal((VOCAB, h), emb_std)
+    if spec["model_type"] == "phi3":  # Phi-3 checkpoints store q/k/v and gate/up fused
+        for i in range(spec["layers"]):
+            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            w[a + "qkv_proj.weight"] = torch.cat([w.pop(a + n + "_proj.weight") for n in "qkv"])
+            w[m + "gate_up_proj.weight"] = torch.cat([w.pop(m + "gate_proj.weight"), w.pop(m + "up_proj.weight")])
     return w
 
 
@@ -479,7 +510,7 @@ def layer_windows(c, model_type, layers):
         return [None] * layers
     if model_type == "mistral":
         return [c.get("sliding_window", 4096)] * layers
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "phi3"):
         return [c.get("sliding_window")] * layers
     if model_type in QWEN2 + QWEN3:
         w = c.get("sliding_window", 4096) if c.get("use_sliding_window", False) else None
@@ -499,13 +530,62 @@ def layer_windows(c, model_type, layers):
     raise ValueError(f"no sliding-window rule for model_type {model_type!r}")
 
 
+def rope_parameters(c, dim, theta):
+    """HF's RoPE initialisation (modeling_rope_utils) for the rope_scaling types the engine reads: the inverse
+    frequencies [dim / 2] in float32 and the attention factor cos and sin are multiplied by. LongRoPE takes its long
+    factors when the served context (max_position_embeddings here: the engine's default max_model_len, as vLLM
+    and llama.cpp choose by the context) exceeds the pretrained one; YaRN's factor is rope_scaling.factor as vLLM
+    and llama.cpp read it."""
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    inv_freq = 1.0 / (theta ** shape)
+    rs = c.get("rope_scaling")
+    kind = None if rs is None else rs.get("rope_type", rs.get("type"))
+    if kind in (None, "default"):
+        return inv_freq, 1.0
+    if kind == "linear":
+        return inv_freq / rs["factor"], 1.0
+    max_pos = c["max_position_embeddings"]
+    if kind in ("longrope", "su"):
+        original = c.get("original_max_position_embeddings",
+                         rs.get("original_max_position_embeddings", max_pos))
+        factor = max_pos / original
+        attention = rs.get("attention_factor") or (
+            1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original)))
+        ext = torch.tensor(rs["long_factor"] if max_pos > original else rs["short_factor"], dtype=torch.float32)
+        return 1.0 / (ext * theta ** shape), attention
+    if kind == "yarn":
+        factor = rs["factor"]
+        original = rs.get("original_max_position_embeddings", max_pos)
+        mscale = lambda scale, m=1.0: 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+        attention = rs.get("attention_factor")
+        if attention is None:
+            if rs.get("mscale") and rs.get("mscale_all_dim"):
+                attention = mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"])
+            else:
+                attention = mscale(factor)
+        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+        correction = lambda rotations: (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+        low, high = correction(beta_fast), correction(beta_slow)
+        if rs.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        pos_freqs = theta ** shape
+        inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+        return inv, attention
+    raise ValueError(f"unsupported rope_scaling {rs!r}")
+
+
 class Model:
     def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None, round_inputs=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             c = json.load(f)
         self.cfg = c
         self.mt = c.get("model_type")
-        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe") + GEMMA + QWEN3:
+        if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "phi3") + GEMMA + QWEN3:
             raise ValueError(f"unsupported model_type {self.mt!r}")
         self.gemma = self.mt in GEMMA
         # HF's ACT2FN for the activations the engine supports (the GELU ones serve the example plugin).
@@ -516,14 +596,6 @@ class Model:
         if act not in acts:
             raise ValueError(f"unsupported hidden_act {act!r}")
         self.act = acts[act]
-        rs = c.get("rope_scaling")
-        self.rope_factor = 1.0
-        if rs is not None:
-            kind = rs.get("rope_type", rs.get("type"))
-            if self.mt == "gemma3_text" and kind == "linear":
-                self.rope_factor = rs["factor"]
-            elif kind != "default":
-                raise ValueError(f"unsupported rope_scaling {rs!r}")
         self.dt = compute_dtype
         self.hidden = c["hidden_size"]
         self.layers = c["num_hidden_layers"]
@@ -531,8 +603,11 @@ class Model:
         self.kv_heads = c.get("num_key_value_heads") or self.heads
         # Recent HF modelling code: getattr(config, "head_dim", None) or hidden // heads.
         self.head_dim = c.get("head_dim") or self.hidden // self.heads
+        # Partial rotary (Phi-4-mini): RoPE turns the first int(head_dim x factor) features of each head.
+        self.rot = int(self.head_dim * c.get("partial_rotary_factor", 1.0))
         self.eps = c.get("rms_norm_eps", 1e-6)
         self.theta = c.get("rope_theta", 1000000.0 if self.mt == "gemma3_text" else 10000.0)
+        self.inv_freq, self.rope_attention = rope_parameters(c, self.rot, self.theta)
         # Gemma 3: sliding layers rotate with their own base, unscaled; Gemma: scores scaled by
         # query_pre_attn_scalar; Gemma 2 caps scores and logits (absent: its defaults; null: none).
         self.local_theta = c.get("rope_local_base_freq", 10000.0) if self.mt == "gemma3_text" else None
@@ -597,17 +672,20 @@ class Model:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (self.norm_offset + w)
 
     def rope(self, x, pos, local=False):
-        # x: [n_heads, T, d]; HF rotate_half convention, pairs (i, i + d/2).
-        d = self.head_dim
-        theta = self.local_theta if local else self.theta
-        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(self.dt) / d))
-        if not local:
-            inv_freq = inv_freq / self.rope_factor
-        freqs = pos.to(self.dt)[:, None] * inv_freq[None, :]          # [T, d/2]
+        # x: [n_heads, T, head_dim]; HF rotate_half convention on the first d = self.rot features, pairs
+        # (i, i + d/2); cos and sin times the attention factor (LongRoPE, YaRN); the rest pass through.
+        d = self.rot
+        if local:
+            inv_freq = 1.0 / (self.local_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+            attention = 1.0
+        else:
+            inv_freq, attention = self.inv_freq, self.rope_attention
+        freqs = pos.to(torch.float32)[:, None] * inv_freq[None, :]    # [T, d/2], f32 as HF's rotary embedding
         emb = torch.cat((freqs, freqs), dim=-1)                        # [T, d]
-        cos, sin = emb.cos(), emb.sin()
-        rot = torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
-        return x * cos + rot * sin
+        cos, sin = (emb.cos() * attention).to(self.dt), (emb.sin() * attention).to(self.dt)
+        x_rot, x_pass = x[..., :d], x[..., d:]
+        rot = torch.cat((-x_rot[..., d // 2:], x_rot[..., : d // 2]), dim=-1)
+        return torch.cat((x_rot * cos + rot * sin, x_pass), dim=-1)
 
     def mm(self, x, w):
         """x @ w^T, x rounded through round_inputs first when set."""
@@ -625,9 +703,13 @@ class Model:
         T = h.shape[0]
         H, KV, d = self.heads, self.kv_heads, self.head_dim
         a = p + "self_attn."
-        q = self.linear(h, a + "q_proj", H * d, self.hidden, self.qkv_bias)
-        k = self.linear(h, a + "k_proj", KV * d, self.hidden, self.qkv_bias)
-        v = self.linear(h, a + "v_proj", KV * d, self.hidden, self.qkv_bias)
+        if self.mt == "phi3":  # Phi3Attention: one qkv_proj, split q | k | v
+            qkv = self.linear(h, a + "qkv_proj", (H + 2 * KV) * d, self.hidden)
+            q, k, v = qkv[:, : H * d], qkv[:, H * d: (H + KV) * d], qkv[:, (H + KV) * d:]
+        else:
+            q = self.linear(h, a + "q_proj", H * d, self.hidden, self.qkv_bias)
+            k = self.linear(h, a + "k_proj", KV * d, self.hidden, self.qkv_bias)
+            v = self.linear(h, a + "v_proj", KV * d, self.hidden, self.qkv_bias)
         if self.mt in QK_NORM:  # Qwen3, Gemma 3: RMSNorm over each head's d features, before RoPE
             q = self.rmsnorm(q.view(T, H, d), self.w(a + "q_norm.weight", (d,))).view(T, H * d)
             k = self.rmsnorm(k.view(T, KV, d), self.w(a + "k_norm.weight", (d,))).view(T, KV * d)
@@ -657,6 +739,9 @@ class Model:
     def mlp(self, h, p):
         ff = self.cfg["intermediate_size"]
         m = p + "mlp."
+        if self.mt == "phi3":  # Phi3MLP: gate_up_proj, chunked gate | up
+            gate, up = self.linear(h, m + "gate_up_proj", 2 * ff, self.hidden).chunk(2, dim=-1)
+            return self.linear(self.act(gate) * up, m + "down_proj", self.hidden, ff)
         gate = self.linear(h, m + "gate_proj", ff, self.hidden, self.mlp_bias)
         up = self.linear(h, m + "up_proj", ff, self.hidden, self.mlp_bias)
         return self.linear(self.act(gate) * up, m + "down_proj", self.hidden, ff,
