@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Convert a Hugging Face layout Llama, Gemma 2 or Gemma 3 folder to a GGUF file that llama.cpp can load.
+"""Convert a Hugging Face layout Llama, Gemma 2, Gemma 3 or Phi-3 folder to a GGUF file that llama.cpp can load.
 
 Input folder: config.json, model.safetensors (F32/F16/BF16 tensors), tokenizer.json
 (SentencePiece-style BPE with byte fallback), optionally tokenizer_config.json.
 Output: GGUF v3, architecture "llama" (LlamaForCausalLM), "gemma3" (Gemma3ForCausalLM: its
 norm weights stored as they multiply, 1 + w, its q/k rows kept, its sandwich and q/k norms, the
 sliding window, local RoPE base and window pattern written as keys) or "gemma2" (the same without
-q/k norms or local RoPE base, with its two logit caps), tokenizer embedded as a "llama" (SPM) vocab.
+q/k norms or local RoPE base, with its two logit caps) or "phi3" (Phi3ForCausalLM: qkv_proj as attn_qkv,
+gate_up_proj as ffn_up, the rotated dimensions, LongRoPE's factors as rope_factors_long / rope_factors_short
+with the attention factor and pretrained context, the window as attention.sliding_window), tokenizer embedded
+as a "llama" (SPM) vocab.
 
 The GGUF writer here is written from the format description (magic, version,
 tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
@@ -17,6 +20,7 @@ Requires numpy.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -236,11 +240,13 @@ def main():
     gemma2 = cfg.get("architectures", [""])[0] == "Gemma2ForCausalLM"
     gemma3 = cfg.get("architectures", [""])[0] == "Gemma3ForCausalLM"
     gemma = gemma2 or gemma3
-    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "llama"
-    if not gemma and cfg.get("model_type", "llama") != "llama":
+    phi3 = cfg.get("architectures", [""])[0] == "Phi3ForCausalLM"
+    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "llama"
+    if not gemma and not phi3 and cfg.get("model_type", "llama") != "llama":
         print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
-    if cfg.get("rope_scaling"):
-        raise SystemExit("rope_scaling is not supported by this converter")
+    rope_scaling = cfg.get("rope_scaling")
+    if rope_scaling and not (phi3 and rope_scaling.get("rope_type", rope_scaling.get("type")) in ("longrope", "su")):
+        raise SystemExit("rope_scaling is not supported by this converter (but Phi-3's longrope)")
     if gemma and (cfg.get("layer_types") or cfg.get("query_pre_attn_scalar", 256) != cfg.get("head_dim", 256)):
         raise SystemExit(f"{arch}: layer_types and a query_pre_attn_scalar other than head_dim are not written")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
@@ -271,7 +277,8 @@ def main():
     w.add(a + "embedding_length", T_UINT32, hidden)
     w.add(a + "block_count", T_UINT32, n_layer)
     w.add(a + "feed_forward_length", T_UINT32, ffn)
-    w.add(a + "rope.dimension_count", T_UINT32, head_dim)
+    rot = int(head_dim * cfg.get("partial_rotary_factor", 1.0))
+    w.add(a + "rope.dimension_count", T_UINT32, rot)
     w.add(a + "attention.head_count", T_UINT32, n_head)
     w.add(a + "attention.head_count_kv", T_UINT32, n_kv)
     w.add(a + "attention.layer_norm_rms_epsilon", T_FLOAT32, float(eps))
@@ -291,6 +298,14 @@ def main():
                 if key in cfg and cfg[key] is None:
                     raise SystemExit(f"gemma2: {key} null is not written")
                 w.add(a + key, T_FLOAT32, float(cfg.get(key, default)))
+    if phi3:  # as llama.cpp's Phi3MiniModel writes them
+        original = cfg.get("original_max_position_embeddings", 4096)
+        w.add(a + "rope.scaling.original_context_length", T_UINT32, original)
+        w.add(a + "attention.sliding_window", T_UINT32, cfg.get("sliding_window") or 0)
+        if rope_scaling:
+            scale = ctx / original
+            attn_factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+            w.add(a + "rope.scaling.attn_factor", T_FLOAT32, float(attn_factor))
     w.add(a + "vocab_size", T_UINT32, len(tok["tokens"]))
 
     w.add("tokenizer.ggml.model", T_STRING, "llama")
@@ -320,6 +335,10 @@ def main():
         return a + np.float32(1.0)
 
     norm = plus_one if gemma else None
+    if phi3 and rope_scaling:
+        for kind in ("long", "short"):
+            factors = np.asarray(rope_scaling[kind + "_factor"], dtype=np.float32)
+            w.add_tensor(f"rope_factors_{kind}.weight", [len(factors)], GGML_F32, lambda f=factors: f)
     add("token_embd.weight", "model.embed_tokens.weight", wt)
     add("output_norm.weight", "model.norm.weight", GGML_F32, norm)
     if not tied:
@@ -328,6 +347,13 @@ def main():
         p = f"model.layers.{i}."
         b = f"blk.{i}."
         add(b + "attn_norm.weight", p + "input_layernorm.weight", GGML_F32, norm)
+        if phi3:  # fused as HF has them; rotate-half RoPE (NEOX), rows unchanged
+            add(b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight", wt)
+            add(b + "attn_output.weight", p + "self_attn.o_proj.weight", wt)
+            add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", GGML_F32)
+            add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight", wt)
+            add(b + "ffn_down.weight", p + "mlp.down_proj.weight", wt)
+            continue
         if gemma:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt)
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt)
