@@ -384,8 +384,8 @@ TEST_CASE("config.json numbers are range-checked - never cut to 32 bits - and th
   CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "llama3"}, {"original_max_position_embeddings", -8192}}}}) ==
         file + "rope_scaling.original_max_position_embeddings: must be an integer between 1 and 1073741824, got -8192");
   CHECK(load_error(tmp, {{"rope_scaling", "linear"}}) == file + "rope_scaling: must be an object or null, got \"linear\"");
-  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "yarn"}}}}) ==
-        file + "rope_scaling: type 'yarn' is not supported (linear, llama3)");
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "dynamic"}}}}) ==
+        file + "rope_scaling: type 'dynamic' is not supported (linear, llama3, longrope, yarn)");
 
   // Sliding-window fields, when the architecture uses them.
   CHECK(load_error(tmp, {{"architectures", {"MistralForCausalLM"}}, {"sliding_window", 0}}) ==
@@ -569,4 +569,119 @@ TEST_CASE("Gemma 2 and 3 configs: their defaults, windows by pattern or layer_ty
   REQUIRE_FALSE(model.ok());
   CHECK(model.error().message ==
         "hidden_activation 'relu2' is not supported (silu, gelu_pytorch_tanh, gelu_new, gelu)");
+}
+
+TEST_CASE("Phi-3 configs: partial rotary, LongRoPE's factors chosen by the served context and its attention factor, "
+          "YaRN, and what is refused", "[model][config]") {
+  test::TempDir tmp;
+  const std::string file = (tmp.path() / "config.json").string() + ": ";
+  // Factors for 6 rotated dimensions (3 pairs) and for all 8 of stories260K's head_dim (4 pairs).
+  const std::vector<float> shorts{1.0f, 1.5f, 2.0f}, longs{4.0f, 8.0f, 16.0f};
+  const std::vector<float> shorts4{1.0f, 1.5f, 2.0f, 2.5f}, longs4{4.0f, 8.0f, 16.0f, 32.0f};
+  auto phi3 = [&](nlohmann::json changes) {
+    changes["architectures"] = {"Phi3ForCausalLM"};
+    if (!changes.contains("rope_scaling"))
+      changes["rope_scaling"] = {{"type", "longrope"}, {"short_factor", shorts4}, {"long_factor", longs4}};
+    return changes;
+  };
+  // stories260K's shapes (head_dim 8, max_position_embeddings 512): 6 of 8 rotated, Phi3Config's pretrained context
+  // 4096 when the key is absent, which the 512 served stay under: the short factors, no attention factor.
+  auto cfg = load_changed(tmp, phi3({{"partial_rotary_factor", 0.75},
+                                     {"rope_scaling", {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}}}}));
+  if (!cfg) FAIL(cfg.error().message);
+  CHECK(cfg->rotary_dim == 6);
+  CHECK(cfg->rope_scaling.type == "longrope");
+  CHECK(cfg->rope_scaling.original_max_position_embeddings == 4096);
+  CHECK(cfg->rope_attention_factor() == 1.0f);
+  std::vector<float> inv = cfg->rope_inv_freq();
+  REQUIRE(inv.size() == 4);  // head_dim / 2, the unrotated pair 0
+  for (int i = 0; i < 3; ++i) CHECK(inv[size_t(i)] == Approx(1.0 / (shorts[size_t(i)] * std::pow(10000.0, 2.0 * i / 6))));
+  CHECK(inv[3] == 0.0f);
+  // Phi-3.5-mini's ratio (131072 / 4096): cos and sin times sqrt(1 + ln 32 / ln 4096); the long factors above the
+  // pretrained context, the short ones at or below it.
+  cfg = load_changed(tmp, phi3({{"max_position_embeddings", 131072}}));
+  REQUIRE(cfg.ok());
+  CHECK(cfg->rotary_dim == 8);
+  CHECK(cfg->rope_attention_factor() == Approx(std::sqrt(1.0 + std::log(32.0) / std::log(4096.0))));
+  CHECK(cfg->rope_inv_freq()[1] == Approx(1.0 / (8.0 * std::pow(10000.0, 2.0 / 8))));
+  CHECK(cfg->rope_inv_freq(4097)[1] == Approx(1.0 / (8.0 * std::pow(10000.0, 2.0 / 8))));
+  CHECK(cfg->rope_inv_freq(4096)[1] == Approx(1.0 / (1.5 * std::pow(10000.0, 2.0 / 8))));
+  // Phi-3's first configs call it "su"; attention_factor, when given, is taken as it is.
+  cfg = load_changed(tmp, phi3({{"rope_scaling", {{"type", "su"}, {"short_factor", {1, 1, 1, 1}},
+                                                   {"long_factor", {2, 2, 2, 2}}, {"attention_factor", 1.5}}}}));
+  if (!cfg) FAIL(cfg.error().message);
+  CHECK(cfg->rope_scaling.type == "longrope");
+  CHECK(cfg->rope_attention_factor() == 1.5f);
+  // Refused, naming the key.
+  CHECK(load_error(tmp, phi3({{"rope_scaling", {{"type", "longrope"}, {"short_factor", shorts4}, {"long_factor", longs}}}})) ==
+        file + "rope_scaling.long_factor: must be a list of rotary_dim / 2 = 4 numbers, got [4.0,8.0,16.0]");
+  CHECK(load_error(tmp, phi3({{"rope_scaling", {{"type", "longrope"}, {"long_factor", {1, 1, 1, 1}}}}})) ==
+        file + "rope_scaling.short_factor: missing (a list of rotary_dim / 2 = 4 numbers)");
+  CHECK(load_error(tmp, phi3({{"partial_rotary_factor", 0.75},
+                              {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1, 1, -1}}, {"long_factor", longs}}}})) ==
+        file + "rope_scaling.short_factor: must hold finite positive numbers, got -1");
+  CHECK(load_error(tmp, phi3({{"partial_rotary_factor", 0.2}})) ==
+        file + "partial_rotary_factor: times head_dim (8) must give an even number of rotated dimensions, got 1");
+  CHECK(load_error(tmp, phi3({{"partial_rotary_factor", 1.5}})) ==
+        file + "partial_rotary_factor: must be a number above 0 and at most 1, got 1.5");
+
+  // YaRN (factor 4 over a pretrained 64 on head_dim 8): the fastest pairs kept, the slowest interpolated (divided by
+  // 4), a ramp between; cos and sin times 0.1 ln 4 + 1, or DeepSeek's mscale ratio.
+  const nlohmann::json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  cfg = load_changed(tmp, {{"rope_scaling", yarn}});
+  REQUIRE(cfg.ok());
+  CHECK(cfg->rope_attention_factor() == Approx(0.1 * std::log(4.0) + 1.0));
+  inv = cfg->rope_inv_freq();
+  CHECK(inv[0] == 1.0f);
+  CHECK(inv[3] == Approx(std::pow(10000.0, -6.0 / 8) / 4.0));
+  CHECK(inv[1] < float(std::pow(10000.0, -2.0 / 8)));
+  CHECK(inv[1] > float(std::pow(10000.0, -2.0 / 8) / 4.0));
+  nlohmann::json deepseek = yarn;
+  deepseek["mscale"] = 1.0;
+  deepseek["mscale_all_dim"] = 0.5;
+  cfg = load_changed(tmp, {{"rope_scaling", deepseek}});
+  REQUIRE(cfg.ok());
+  CHECK(cfg->rope_attention_factor() == Approx((0.1 * std::log(4.0) + 1.0) / (0.05 * std::log(4.0) + 1.0)));
+  CHECK(load_error(tmp, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 0}}}}) ==
+        file + "rope_scaling.beta_fast: must be a finite positive number, got 0");
+}
+
+TEST_CASE("Gemma 3's multimodal checkpoints load as their text model - text_config with Gemma3TextConfig's defaults, "
+          "tensors under language_model.", "[model][config]") {
+  test::TempDir tmp;
+  const std::string file = (tmp.path() / "config.json").string() + ": ";
+  // What Gemma 3 4B's config.json gives of its text model (the rest is Gemma3TextConfig's defaults).
+  const nlohmann::json text = {{"hidden_size", 2560},      {"intermediate_size", 10240},
+                               {"model_type", "gemma3_text"}, {"num_hidden_layers", 34},
+                               {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                               {"sliding_window", 1024}};
+  nlohmann::json j = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                      {"torch_dtype", "bfloat16"}, {"text_config", text}, {"vision_config", {{"hidden_size", 1152}}}};
+  test::write_file(tmp.path() / "config.json", j.dump());
+  auto cfg = ModelConfig::load(tmp.path());
+  if (!cfg) FAIL(cfg.error().message);
+  CHECK(cfg->architecture == "Gemma3ForCausalLM");
+  CHECK(cfg->weight_prefix == "language_model.");
+  CHECK(cfg->torch_dtype == "bfloat16");
+  CHECK(cfg->vocab_size == 262208);
+  CHECK(cfg->num_heads == 8);
+  CHECK(cfg->num_kv_heads == 4);
+  CHECK(cfg->head_dim == 256);
+  CHECK(cfg->num_layers == 34);
+  CHECK(cfg->tie_word_embeddings);
+  CHECK(cfg->rope_scaling.type == "linear");
+  CHECK(cfg->sliding_window[0] == 1024);
+  CHECK(cfg->sliding_window[5] == 0);
+  // Errors name the key inside text_config.
+  j["text_config"]["num_hidden_layers"] = -1;
+  test::write_file(tmp.path() / "config.json", j.dump());
+  cfg = ModelConfig::load(tmp.path());
+  REQUIRE_FALSE(cfg.ok());
+  CHECK(cfg.error().message == file + "text_config.num_hidden_layers: must be an integer between 1 and 65536, got -1");
+  j.erase("text_config");
+  test::write_file(tmp.path() / "config.json", j.dump());
+  cfg = ModelConfig::load(tmp.path());
+  REQUIRE_FALSE(cfg.ok());
+  CHECK(cfg.error().message ==
+        file + "text_config: missing (Gemma3ForConditionalGeneration keeps its text model's config there)");
 }

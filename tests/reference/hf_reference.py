@@ -279,6 +279,11 @@ KINDS = {
     "gemma2": dict(arch="Gemma2ForCausalLM", model_type="gemma2", hidden=64, layers=3, heads=4, kv_heads=2,
                    head_dim=32, ff=96, tied=False, theta=10000.0, window=5, qpas=24, attn_cap=2.0,
                    final_cap=1.5),
+    # Gemma 3 as its 4B+ checkpoints are published (Gemma3ForConditionalGeneration): the text model's config in
+    # text_config, its tensors under language_model., a vision tower beside them that the engine does not load.
+    "gemma3-multimodal": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=2, heads=4,
+                              kv_heads=2, head_dim=16, ff=96, tied=True, theta=1000000.0, window=5, pattern=2,
+                              qpas=16, multimodal=True),
     # Gemma 3 with layer_types, linear RoPE scaling on the global layer, an untied lm_head.
     "gemma3-scaled": dict(arch="Gemma3ForCausalLM", model_type="gemma3_text", hidden=64, layers=2,
                           heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
@@ -493,6 +498,21 @@ def make_model(kind, out_dir, dtype_name="float32", seed=0, tokenizer_dir=STORIE
         json.dump(cfg, f, indent=2)
         f.write("\n")
     weights = {k: v.to(DTYPES[dtype_name]) for k, v in make_weights(kind, spec, seed).items()}
+    if spec.get("multimodal"):
+        cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "torch_dtype": dtype_name,
+               "text_config": {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")},
+               "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "image_size": 16,
+                                 "patch_size": 8, "num_hidden_layers": 1},
+               "mm_tokens_per_image": 4, "image_token_index": 262144}
+        weights = {"language_model." + k: v for k, v in weights.items()}
+        g = torch.Generator().manual_seed(seed)
+        weights["vision_tower.vision_model.embeddings.patch_embedding.weight"] = torch.randn(
+            (8, 3, 8, 8), generator=g).to(DTYPES[dtype_name])
+        weights["multi_modal_projector.mm_input_projection_weight"] = torch.randn(
+            (8, spec["hidden"]), generator=g).to(DTYPES[dtype_name])
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+            f.write("\n")
     write_safetensors(os.path.join(out_dir, "model.safetensors"), weights)
     for name in TOKENIZER_FILES:
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out_dir, name))
@@ -583,6 +603,12 @@ class Model:
     def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None, round_inputs=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             c = json.load(f)
+        # Gemma3ForConditionalGeneration: its language model (text_config, tensors under language_model.); the vision
+        # tower and projector are not part of a text forward pass.
+        self.prefix = ""
+        if c.get("architectures", [""])[0] == "Gemma3ForConditionalGeneration":
+            c = dict(c["text_config"], torch_dtype=c.get("torch_dtype"))
+            self.prefix = "language_model."
         self.cfg = c
         self.mt = c.get("model_type")
         if self.mt not in ("llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "phi3") + GEMMA + QWEN3:
@@ -642,7 +668,7 @@ class Model:
         # HF's defaults: the Gemma configs tie, the others do not.
         self.tied = bool(c.get("tie_word_embeddings", self.gemma))
 
-        raw = load_weights(model_dir)
+        raw = {k[len(self.prefix):]: v for k, v in load_weights(model_dir).items() if k.startswith(self.prefix)}
         self.used = set()
         self.raw = raw
         self.W = {k: v.to(compute_dtype) for k, v in raw.items()}
