@@ -8,7 +8,11 @@ offsets from 1, so 0.0; tied embeddings; windows of 512 on five layers of six), 
 shape: --gemma3 --hidden 1152 --layers 26 --heads 4 --kv-heads 1 --head-dim 256 --ffn 6912
 --vocab 262144. --gemma2 writes a Gemma2ForCausalLM (no q/k norms, one RoPE base, windows of 4096 on
 every second layer, attention and logits capped at 50 and 30), e.g. Gemma 2 2B's shape: --gemma2 --hidden 2304
---layers 26 --heads 8 --kv-heads 4 --head-dim 256 --ffn 9216 --vocab 256000. The folder gets config.json, generation_config.json, model.safetensors,
+--layers 26 --heads 8 --kv-heads 4 --head-dim 256 --ffn 9216 --vocab 256000. --phi3 writes a Phi3ForCausalLM
+(q/k/v fused in qkv_proj, gate/up in gate_up_proj, LongRoPE over a pretrained 4096 with factors of Phi-3.5's
+range, --partial-rotary of each head rotated, --tied to tie the embeddings), e.g. Phi-4-mini's shape: --phi3
+--hidden 3072 --layers 32 --heads 24 --kv-heads 8 --ffn 8192 --vocab 200064 --ctx 131072 --partial-rotary 0.75
+--tied. The folder gets config.json, generation_config.json, model.safetensors,
 tokenizer.json (trivial SentencePiece-style BPE: <unk>, <s>, </s>, 256 byte tokens, filler
 tokens tok_N, byte fallback, no merges) and tokenizer_config.json.
 
@@ -86,6 +90,9 @@ def main():
     ap.add_argument("--head-dim", type=int, default=0, help="0: hidden / heads")
     ap.add_argument("--gemma3", action="store_true", help="a Gemma3ForCausalLM of this shape")
     ap.add_argument("--gemma2", action="store_true", help="a Gemma2ForCausalLM of this shape")
+    ap.add_argument("--phi3", action="store_true", help="a Phi3ForCausalLM of this shape (fused tensors, LongRoPE)")
+    ap.add_argument("--partial-rotary", type=float, default=1.0, help="--phi3: the share of each head RoPE turns")
+    ap.add_argument("--tied", action="store_true", help="--phi3: tie the embeddings (no lm_head)")
     ap.add_argument("--no-weights", action="store_true",
                     help="config and tokenizer only, for load_format: dummy (random weights made at load)")
     args = ap.parse_args()
@@ -118,20 +125,30 @@ def main():
         cfg.update({"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "tie_word_embeddings": True,
                     "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "sliding_window": 4096,
                     "query_pre_attn_scalar": hd, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})
+    phi3 = args.phi3
+    if phi3:
+        rot = int(hd * args.partial_rotary)
+        pairs = np.arange(rot // 2, dtype=np.float64) / max(rot // 2 - 1, 1)
+        cfg.update({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "tie_word_embeddings": args.tied,
+                    "original_max_position_embeddings": 4096, "sliding_window": 262144,
+                    "partial_rotary_factor": args.partial_rotary,
+                    "rope_scaling": {"type": "longrope", "short_factor": (1.0 + 0.1 * pairs).tolist(),
+                                     "long_factor": (1.0 + 40.0 * pairs ** 2).tolist()}})
     if args.experts:
         cfg.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                     "num_local_experts": args.experts, "num_experts_per_tok": args.experts_per_tok})
     tensors = [("model.embed_tokens.weight", (V, h), False)]
     for i in range(L):
         p = f"model.layers.{i}."
-        tensors += [
-            (p + "input_layernorm.weight", (h,), True),
-            (p + "self_attn.q_proj.weight", (nh * hd, h), False),
-            (p + "self_attn.k_proj.weight", (nkv * hd, h), False),
-            (p + "self_attn.v_proj.weight", (nkv * hd, h), False),
-            (p + "self_attn.o_proj.weight", (h, nh * hd), False),
-            (p + "post_attention_layernorm.weight", (h,), True),
-        ]
+        tensors.append((p + "input_layernorm.weight", (h,), True))
+        if phi3:
+            tensors.append((p + "self_attn.qkv_proj.weight", ((nh + 2 * nkv) * hd, h), False))
+        else:
+            tensors += [(p + "self_attn.q_proj.weight", (nh * hd, h), False),
+                        (p + "self_attn.k_proj.weight", (nkv * hd, h), False),
+                        (p + "self_attn.v_proj.weight", (nkv * hd, h), False)]
+        tensors += [(p + "self_attn.o_proj.weight", (h, nh * hd), False),
+                    (p + "post_attention_layernorm.weight", (h,), True)]
         if g3:
             tensors += [(p + "self_attn.q_norm.weight", (hd,), True), (p + "self_attn.k_norm.weight", (hd,), True)]
         if gemma:
@@ -143,10 +160,13 @@ def main():
                 q = p + f"block_sparse_moe.experts.{e}."
                 tensors += [(q + "w1.weight", (ffn, h), False), (q + "w3.weight", (ffn, h), False),
                             (q + "w2.weight", (h, ffn), False)]
+        elif phi3:
+            tensors += [(p + "mlp.gate_up_proj.weight", (2 * ffn, h), False), (p + "mlp.down_proj.weight", (h, ffn), False)]
         else:
             tensors += [(p + "mlp.gate_proj.weight", (ffn, h), False), (p + "mlp.up_proj.weight", (ffn, h), False),
                         (p + "mlp.down_proj.weight", (h, ffn), False)]
-    tensors += [("model.norm.weight", (h,), True)] + ([] if gemma else [("lm_head.weight", (V, h), False)])
+    tied = gemma or (phi3 and args.tied)
+    tensors += [("model.norm.weight", (h,), True)] + ([] if tied else [("lm_head.weight", (V, h), False)])
 
     header, off, n_params = {}, 0, 0
     for name, shape, _ in tensors:

@@ -16,6 +16,11 @@ enum TokenType { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnu
 const char* const kLlama3Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// GPT-4o's o200k (llama.cpp's "gpt-4o" pre-tokenizer: Phi-4-mini, Llama 4), as its tokenizer.json writes it.
+const char* const kGpt4oRegex =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* const kQwen2Regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -227,12 +232,19 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
                              {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}}, {"behavior", "Isolated"},
                                {"invert", false}},
                               byte_level(false, false)}}};
+    } else if (pre == "gpt-4o") {
+      t["normalizer"] = nullptr;
+      t["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", kGpt4oRegex}}}, {"behavior", "Isolated"},
+                               {"invert", false}},
+                              byte_level(false, true)}}};
     } else if (pre == "gpt-2" || pre == "default") {
       t["normalizer"] = nullptr;
       t["pre_tokenizer"] = byte_level(true, true);
     } else {
       return make_error(Errc::unsupported, where + ": tokenizer.ggml.pre '" + pre +
-                                               "' is not supported (known: llama-bpe, qwen2, gpt-2, default)");
+                                               "' is not supported (known: llama-bpe, qwen2, gpt-4o, gpt-2, default)");
     }
     t["decoder"] = byte_level(true, true);
     t["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
