@@ -91,6 +91,20 @@ void add_projections(Add& add, const ModelConfig& cfg, const std::string& p) {
   add(p + "mlp.down_proj.weight", {h, ff});
 }
 
+// The shape keys every architecture's GGUF has, as llama.cpp's converter writes them.
+void add_shape_keys(test::GgufWriter& w, const std::string& arch, const ModelConfig& cfg) {
+  const std::string a = arch + ".";
+  w.add_string("general.architecture", arch);
+  w.add_u32(a + "block_count", cfg.num_layers);
+  w.add_u32(a + "embedding_length", cfg.hidden_size);
+  w.add_u32(a + "feed_forward_length", cfg.intermediate_size);
+  w.add_u32(a + "attention.head_count", cfg.num_heads);
+  w.add_u32(a + "attention.head_count_kv", cfg.num_kv_heads);
+  w.add_u32(a + "context_length", cfg.max_position_embeddings);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", cfg.rms_norm_eps);
+  w.add_f32(a + "rope.freq_base", cfg.rope_theta);
+}
+
 // stories260K's folder as a GGUF, every 2-D weight stored as `type` where its rows are whole blocks (else F32), q and
 // k rows in llama.cpp's interleaved order, the SentencePiece vocabulary with scores -id.
 void write_stories_gguf(const fs::path& out, GgmlType type) {
@@ -99,15 +113,7 @@ void write_stories_gguf(const fs::path& out, GgmlType type) {
   auto loader = WeightLoader::open(test::stories_dir());
   REQUIRE(loader.ok());
   test::GgufWriter w;
-  w.add_string("general.architecture", "llama");
-  w.add_u32("llama.block_count", cfg->num_layers);
-  w.add_u32("llama.embedding_length", cfg->hidden_size);
-  w.add_u32("llama.feed_forward_length", cfg->intermediate_size);
-  w.add_u32("llama.attention.head_count", cfg->num_heads);
-  w.add_u32("llama.attention.head_count_kv", cfg->num_kv_heads);
-  w.add_u32("llama.context_length", cfg->max_position_embeddings);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
-  w.add_f32("llama.rope.freq_base", cfg->rope_theta);
+  add_shape_keys(w, "llama", *cfg);
   add_spm_vocab(w, test::stories_dir() / "tokenizer.json");
   w.add_u32("tokenizer.ggml.unknown_token_id", 0);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
@@ -148,17 +154,9 @@ void write_gemma_gguf(const fs::path& folder, const fs::path& out, bool pattern_
   test::GgufWriter w;
   const bool gemma3 = cfg->architecture == "Gemma3ForCausalLM";
   const std::string arch = gemma3 ? "gemma3" : "gemma2", a = arch + ".";
-  w.add_string("general.architecture", arch);
-  w.add_u32(a + "block_count", cfg->num_layers);
-  w.add_u32(a + "embedding_length", cfg->hidden_size);
-  w.add_u32(a + "feed_forward_length", cfg->intermediate_size);
-  w.add_u32(a + "attention.head_count", cfg->num_heads);
-  w.add_u32(a + "attention.head_count_kv", cfg->num_kv_heads);
+  add_shape_keys(w, arch, *cfg);
   w.add_u32(a + "attention.key_length", cfg->head_dim);
   w.add_u32(a + "attention.value_length", cfg->head_dim);
-  w.add_u32(a + "context_length", cfg->max_position_embeddings);
-  w.add_f32(a + "attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
-  w.add_f32(a + "rope.freq_base", cfg->rope_theta);
   if (gemma3) {
     w.add_f32(a + "rope.freq_base_swa", cfg->rope_local_theta);
   } else {
@@ -261,15 +259,7 @@ void write_phi3_gguf(const fs::path& folder, const fs::path& out, GgmlType type)
   auto loader = WeightLoader::open(folder);
   REQUIRE(loader.ok());
   test::GgufWriter w;
-  w.add_string("general.architecture", "phi3");
-  w.add_u32("phi3.block_count", cfg->num_layers);
-  w.add_u32("phi3.embedding_length", cfg->hidden_size);
-  w.add_u32("phi3.feed_forward_length", cfg->intermediate_size);
-  w.add_u32("phi3.attention.head_count", cfg->num_heads);
-  w.add_u32("phi3.attention.head_count_kv", cfg->num_kv_heads);
-  w.add_u32("phi3.context_length", cfg->max_position_embeddings);
-  w.add_f32("phi3.attention.layer_norm_rms_epsilon", cfg->rms_norm_eps);
-  w.add_f32("phi3.rope.freq_base", cfg->rope_theta);
+  add_shape_keys(w, "phi3", *cfg);
   w.add_u32("phi3.rope.dimension_count", cfg->rotary_dim);
   w.add_u32("phi3.rope.scaling.original_context_length", cfg->rope_scaling.original_max_position_embeddings);
   w.add_f32("phi3.rope.scaling.attn_factor", cfg->rope_scaling.attention_factor);
