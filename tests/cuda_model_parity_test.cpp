@@ -1,5 +1,5 @@
 // Whole models on the CUDA backend against the CPU backend: random-weight bf16 Llama, Qwen2 (attention biases),
-// Gemma 3 and Mixtral (8 experts, top 2) folders (load_format dummy, the same seed on both), head_dim 64, served by an engine with
+// Gemma 3, Phi-3 (partial rotary, LongRoPE) and Mixtral (8 experts, top 2) folders (load_format dummy, the same seed on both), head_dim 64, served by an engine with
 // `device: cuda` and one with `device: cpu`. Teacher-forced first: every prompt position's top-5 log-probabilities
 // (prompt_logprobs) agree within bf16 tolerance; then greedy generation gives the same tokens, where a divergence is
 // allowed only at a step whose CPU top two are closer than that tolerance (a tie either backend may break); for
@@ -151,6 +151,23 @@ TEST_CASE("cuda: bf16 random Gemma 3 (sandwich norms, scaled embeddings, tanh GE
   test::TempDir tmp;
   check_model(write_dense(tmp.path() / "gemma3", "Gemma3ForCausalLM",
                           R"(, "head_dim": 64, "sliding_window": 16, "sliding_window_pattern": 2, "query_pre_attn_scalar": 48)"),
+              false);
+}
+
+TEST_CASE("cuda: bf16 random Phi-3 (partial rotary 0.75, LongRoPE's long factors and attention factor) on the GPU "
+          "matches the CPU backend", "[cuda][model]") {
+  if (!have_gpu()) return;
+  test::TempDir tmp;
+  // head_dim 64: 48 dimensions rotated, 24 factors per list; a pretrained context of 64 below the served 1024.
+  std::string shorts, longs;
+  for (int i = 0; i < 24; ++i) {
+    shorts += (i ? ", " : "") + std::to_string(1.0 + 0.01 * i);
+    longs += (i ? ", " : "") + std::to_string(1.0 + 0.5 * i);
+  }
+  check_model(write_dense(tmp.path() / "phi3", "Phi3ForCausalLM",
+                          R"(, "partial_rotary_factor": 0.75, "original_max_position_embeddings": 64, )"
+                          R"("rope_scaling": {"type": "longrope", "short_factor": [)" + shorts +
+                              R"(], "long_factor": [)" + longs + "]}"),
               false);
 }
 
