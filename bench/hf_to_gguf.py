@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert a Hugging Face layout Llama, Gemma 2, Gemma 3 or Phi-3 folder to a GGUF file that llama.cpp can load.
+"""Convert a Hugging Face layout Llama, Qwen3, Gemma 2, Gemma 3 or Phi-3 folder to a GGUF file llama.cpp can load.
 
 Input folder: config.json, model.safetensors (F32/F16/BF16 tensors), tokenizer.json
 (SentencePiece-style BPE with byte fallback), optionally tokenizer_config.json.
@@ -8,8 +8,9 @@ norm weights stored as they multiply, 1 + w, its q/k rows kept, its sandwich and
 sliding window, local RoPE base and window pattern written as keys) or "gemma2" (the same without
 q/k norms or local RoPE base, with its two logit caps) or "phi3" (Phi3ForCausalLM: qkv_proj as attn_qkv,
 gate_up_proj as ffn_up, the rotated dimensions, LongRoPE's factors as rope_factors_long / rope_factors_short
-with the attention factor and pretrained context, the window as attention.sliding_window), tokenizer embedded
-as a "llama" (SPM) vocab.
+with the attention factor and pretrained context, the window as attention.sliding_window) or "qwen3" (q/k norms,
+rows as HF has them); a YaRN rope_scaling as rope.scaling.{type, factor, original_context_length}; tokenizer
+embedded as a "llama" (SPM) vocab.
 
 The GGUF writer here is written from the format description (magic, version,
 tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
@@ -241,12 +242,14 @@ def main():
     gemma3 = cfg.get("architectures", [""])[0] == "Gemma3ForCausalLM"
     gemma = gemma2 or gemma3
     phi3 = cfg.get("architectures", [""])[0] == "Phi3ForCausalLM"
-    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "llama"
-    if not gemma and not phi3 and cfg.get("model_type", "llama") != "llama":
+    qwen3 = cfg.get("architectures", [""])[0] == "Qwen3ForCausalLM"
+    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "qwen3" if qwen3 else "llama"
+    if arch == "llama" and cfg.get("model_type", "llama") != "llama":
         print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
     rope_scaling = cfg.get("rope_scaling")
-    if rope_scaling and not (phi3 and rope_scaling.get("rope_type", rope_scaling.get("type")) in ("longrope", "su")):
-        raise SystemExit("rope_scaling is not supported by this converter (but Phi-3's longrope)")
+    rope_type = rope_scaling.get("rope_type", rope_scaling.get("type")) if rope_scaling else None
+    if rope_scaling and not (phi3 and rope_type in ("longrope", "su")) and rope_type != "yarn":
+        raise SystemExit("rope_scaling is not supported by this converter (but Phi-3's longrope, and yarn)")
     if gemma and (cfg.get("layer_types") or cfg.get("query_pre_attn_scalar", 256) != cfg.get("head_dim", 256)):
         raise SystemExit(f"{arch}: layer_types and a query_pre_attn_scalar other than head_dim are not written")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
@@ -283,7 +286,7 @@ def main():
     w.add(a + "attention.head_count_kv", T_UINT32, n_kv)
     w.add(a + "attention.layer_norm_rms_epsilon", T_FLOAT32, float(eps))
     w.add(a + "rope.freq_base", T_FLOAT32, float(theta))
-    if head_dim * n_head != hidden or gemma:
+    if head_dim * n_head != hidden or gemma or qwen3:
         w.add(a + "attention.key_length", T_UINT32, head_dim)
         w.add(a + "attention.value_length", T_UINT32, head_dim)
     if gemma:
@@ -306,6 +309,11 @@ def main():
             scale = ctx / original
             attn_factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
             w.add(a + "rope.scaling.attn_factor", T_FLOAT32, float(attn_factor))
+    if rope_type == "yarn":  # as llama.cpp's converter writes it
+        w.add(a + "rope.scaling.type", T_STRING, "yarn")
+        w.add(a + "rope.scaling.factor", T_FLOAT32, float(rope_scaling["factor"]))
+        w.add(a + "rope.scaling.original_context_length", T_UINT32,
+              rope_scaling.get("original_max_position_embeddings", ctx))
     w.add(a + "vocab_size", T_UINT32, len(tok["tokens"]))
 
     w.add("tokenizer.ggml.model", T_STRING, "llama")
@@ -354,13 +362,16 @@ def main():
             add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight", wt)
             add(b + "ffn_down.weight", p + "mlp.down_proj.weight", wt)
             continue
-        if gemma:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
+        if gemma or qwen3:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt)
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt)
+        if qwen3:
+            add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", GGML_F32)
+            add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", GGML_F32)
         if gemma3:
             add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", GGML_F32, norm)
             add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", GGML_F32, norm)
-        if not gemma:
+        if arch == "llama":
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_head))
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt, lambda a: hf_to_meta_rows(a, n_kv))
         add(b + "attn_v.weight", p + "self_attn.v_proj.weight", wt)

@@ -89,13 +89,14 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   const std::map<std::string, std::string> known{
       {"llama", "LlamaForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
+      {"qwen3", "Qwen3ForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"},
       {"gemma3", "Gemma3ForCausalLM"},
       {"phi3", "Phi3ForCausalLM"}};
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2)");
+                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2, qwen3)");
   }
   const std::string a = *arch + ".";
   if (file.integer_or(a + "expert_count").value_or(0) > 0) {
@@ -138,6 +139,20 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   j["torch_dtype"] = dtype_config_name(gguf_float_dtype(embedding->type).value_or(DType::f16));
   if (auto type = file.string(a + "rope.scaling.type"); type && *type == "linear") {
     j["rope_scaling"] = {{"type", "linear"}, {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)}};
+  } else if (type && *type == "yarn") {
+    // As llama.cpp applies it: the ramp between beta_fast and beta_slow over the pretrained context, cos and sin
+    // times 0.1 ln(factor) + 1, or DeepSeek's ratio when yarn_log_multiplier is set.
+    json rope = {{"rope_type", "yarn"},
+                 {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)},
+                 {"original_max_position_embeddings",
+                  file.integer_or(a + "rope.scaling.original_context_length").value_or(j["max_position_embeddings"].get<int64_t>())}};
+    if (const auto fast = file.number_or(a + "rope.scaling.yarn_beta_fast")) rope["beta_fast"] = *fast;
+    if (const auto slow = file.number_or(a + "rope.scaling.yarn_beta_slow")) rope["beta_slow"] = *slow;
+    if (const auto log_mul = file.number_or(a + "rope.scaling.yarn_log_multiplier"); log_mul && *log_mul != 0.0) {
+      rope["mscale"] = 1.0;
+      rope["mscale_all_dim"] = *log_mul;
+    }
+    j["rope_scaling"] = rope;
   } else if (type && *type != "none") {
     return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
   }
@@ -170,16 +185,16 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
   if (dot == std::string::npos) return std::nullopt;
   const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
   const std::string rest = hf.substr(dot + 1);
+  // q/k norms: Qwen3's and Gemma 3's.
   static const std::map<std::string, std::string> parts{
       {"input_layernorm", "attn_norm"},        {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
-  // Gemma 2's and 3's sandwich norms and Gemma 3's q/k norms.
+      {"mlp.down_proj", "ffn_down"},           {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+  // Gemma 2's and 3's sandwich norms.
   static const std::map<std::string, std::string> gemma_parts{
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},
-      {"post_feedforward_layernorm", "post_ffw_norm"},      {"self_attn.q_norm", "attn_q_norm"},
-      {"self_attn.k_norm", "attn_k_norm"}};
+      {"post_feedforward_layernorm", "post_ffw_norm"}};
   // Phi-3's fused q/k/v and gate/up (the weight store serves the parts from them; the parts have no tensor).
   static const std::map<std::string, std::string> phi3_parts{{"self_attn.qkv_proj", "attn_qkv"},
                                                              {"mlp.gate_up_proj", "ffn_up"}};

@@ -2,23 +2,27 @@
 // name's tensor in it, with the row order HF's layout has.
 //
 // Contract:
-// - Architectures: general.architecture "llama" (Llama, Mistral, TinyLlama: LlamaForCausalLM), "qwen2"
-//   (Qwen2ForCausalLM), "gemma3" (Gemma3ForCausalLM), "gemma2" (Gemma2ForCausalLM) and "phi3" (Phi3ForCausalLM:
-//   Phi-3, Phi-3.5-mini, Phi-4-mini; rope.dimension_count as partial_rotary_factor, rope_factors_long /
-//   rope_factors_short and rope.scaling.attn_factor as LongRoPE, rope.scaling.original_context_length, its
-//   attention.sliding_window kept as HF applies it, where llama.cpp turns Phi's windows off), as llama.cpp reads them:
-//   sliding windows (gemma2 absent: 4096; gemma3 absent: none) on every layer but each
-//   attention.sliding_window_pattern-th (absent: gemma3 6, gemma2 2; a list of booleans marks each layer),
-//   gemma3's rope.freq_base_swa (absent: 10000) on those layers, queries scaled by head_dim^-1/2 except in the 27Bs
-//   (62 and 46 layers), hidden_size / heads there, the logit caps of attn_logit_softcapping and
-//   final_logit_softcapping (gemma2 absent: 50 and 30); others, MoE GGUFs (expert_count > 0) and Llama 3.1's
-//   rope_freqs tensor are Errc::unsupported naming what. Missing keys are errors naming the file and the key.
+// - Architectures, as llama.cpp reads them: general.architecture "llama" (Llama, Mistral, TinyLlama:
+//   LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3" (Qwen3ForCausalLM), "gemma3" (Gemma3ForCausalLM),
+//   "gemma2" (Gemma2ForCausalLM) and "phi3" (Phi3ForCausalLM: Phi-3, Phi-3.5-mini, Phi-4-mini).
+//   - gemma: sliding windows (gemma2 absent: 4096; gemma3 absent: none) on every layer but each
+//     attention.sliding_window_pattern-th (absent: gemma3 6, gemma2 2; a list of booleans marks each layer),
+//     gemma3's rope.freq_base_swa (absent: 10000) on those layers, queries scaled by head_dim^-1/2 except in the 27Bs
+//     (62 and 46 layers), hidden_size / heads there, the logit caps of attn_logit_softcapping and
+//     final_logit_softcapping (gemma2 absent: 50 and 30).
+//   - phi3: rope.dimension_count as partial_rotary_factor, rope_factors_long / rope_factors_short and
+//     rope.scaling.attn_factor as LongRoPE, rope.scaling.original_context_length; its attention.sliding_window kept
+//     as HF applies it (llama.cpp turns Phi's windows off).
+//   - rope.scaling.type linear and yarn (factor, original_context_length, yarn_beta_fast / yarn_beta_slow,
+//     yarn_log_multiplier as DeepSeek's mscale ratio, as llama.cpp applies them).
+//   Others, MoE GGUFs (expert_count > 0) and Llama 3.1's rope_freqs tensor are Errc::unsupported naming what.
+//   Missing keys are errors naming the file and the key.
 // - Names: token_embd / output_norm / output, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-//   ffn_gate, ffn_up, ffn_down} (.weight, .bias) for model.embed_tokens / model.norm / lm_head and
-//   model.layers.N.{input_layernorm, self_attn.*_proj, post_attention_layernorm, mlp.*_proj}; gemma3 also
-//   attn_q_norm / attn_k_norm (self_attn.q_norm / k_norm), and gemma2's and gemma3's post_attention_layernorm is
-//   post_attention_norm, pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm; phi3 has
-//   attn_qkv (self_attn.qkv_proj) and ffn_up holding gate and up (mlp.gate_up_proj), and no separate parts.
+//   ffn_gate, ffn_up, ffn_down, attn_q_norm, attn_k_norm} (.weight, .bias) for model.embed_tokens / model.norm /
+//   lm_head and model.layers.N.{input_layernorm, self_attn.*_proj, post_attention_layernorm, mlp.*_proj,
+//   self_attn.q_norm / k_norm}; gemma2's and gemma3's post_attention_layernorm is post_attention_norm,
+//   pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm; phi3 has attn_qkv
+//   (self_attn.qkv_proj) and ffn_up holding gate and up (mlp.gate_up_proj), and no separate parts.
 // - llama.cpp's converter reorders the rows of a "llama" model's q and k projections for its interleaved RoPE; the
 //   loader undoes it (qk_row_order) to get back HF's rotate-half rows. It stores gemma2's and gemma3's norm weights
 //   as they multiply (1 + HF's weight); gguf_norm_shift() says what to take off to get HF's back.

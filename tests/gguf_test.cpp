@@ -293,6 +293,45 @@ void write_phi3_gguf(const fs::path& folder, const fs::path& out, GgmlType type)
   w.write(out);
 }
 
+// A Qwen3 HF folder (f32, q/k norms) as llama.cpp's converter writes it: architecture qwen3, rows as HF has them
+// (rotate-half RoPE), the head size as key_length, a YaRN rope_scaling as rope.scaling.* keys; matrices as f32.
+void write_qwen3_gguf(const fs::path& folder, const fs::path& out) {
+  auto cfg = ModelConfig::load(folder);
+  REQUIRE(cfg.ok());
+  auto loader = WeightLoader::open(folder);
+  REQUIRE(loader.ok());
+  test::GgufWriter w;
+  add_shape_keys(w, "qwen3", *cfg);
+  w.add_u32("qwen3.attention.key_length", cfg->head_dim);
+  w.add_u32("qwen3.attention.value_length", cfg->head_dim);
+  if (cfg->rope_scaling.type == "yarn") {
+    w.add_string("qwen3.rope.scaling.type", "yarn");
+    w.add_f32("qwen3.rope.scaling.factor", cfg->rope_scaling.factor);
+    w.add_u32("qwen3.rope.scaling.original_context_length", cfg->rope_scaling.original_max_position_embeddings);
+  }
+  add_spm_vocab(w, folder / "tokenizer.json");
+  const int64_t h = cfg->hidden_size, hd = cfg->head_dim;
+  auto add = [&](const std::string& hf, std::vector<int64_t> shape) {
+    auto values = loader->load_f32(hf, shape);
+    REQUIRE(values.ok());
+    const auto name = gguf_tensor_name(hf, "qwen3");
+    REQUIRE(name);
+    w.add_tensor(*name, shape.size() == 2 ? shape[0] : 1, shape.back(), values->data(), GgmlType::f32);
+  };
+  add("model.embed_tokens.weight", {cfg->vocab_size, h});
+  add("model.norm.weight", {h});
+  if (!cfg->tie_word_embeddings) add("lm_head.weight", {cfg->vocab_size, h});
+  for (int l = 0; l < cfg->num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "self_attn.q_norm.weight", {hd});
+    add(p + "self_attn.k_norm.weight", {hd});
+    add_projections(add, *cfg, p);
+  }
+  w.write(out);
+}
+
 }  // namespace
 
 TEST_CASE("each GGUF block format decodes to its values", "[gguf]") {
@@ -583,6 +622,35 @@ TEST_CASE("Phi-3 GGUFs as llama.cpp writes them give the logits of their HF fold
   REQUIRE_FALSE(cfg.ok());
   CHECK(cfg.error().message == broken.string() + ": rope_factors_long.weight and rope_factors_short.weight come "
                                                  "together (LongRoPE), found one");
+}
+
+TEST_CASE("Qwen3 GGUFs as llama.cpp writes them give the logits of their HF folders - q/k norms, YaRN from "
+          "rope.scaling keys", "[gguf][model]") {
+  test::TempDir dir;
+  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
+  const fs::path folder = dir.path() / "qwen3";
+  REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind qwen3 --out " + folder.string() +
+                       " > /dev/null 2>&1").c_str()) == 0);
+  for (bool yarn : {false, true}) {
+    INFO("yarn: " << yarn);
+    if (yarn) {  // Qwen's long-context setting: YaRN factor 4 over a pretrained 64
+      nlohmann::json j = read_json(folder / "config.json");
+      j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+      test::write_file(folder / "config.json", j.dump());
+    }
+    const fs::path gguf = dir.path() / (yarn ? "qwen3-yarn.gguf" : "qwen3.gguf");
+    write_qwen3_gguf(folder, gguf);
+    auto cfg = ModelConfig::load(gguf);
+    REQUIRE(cfg.ok());
+    auto folder_cfg = ModelConfig::load(folder);
+    REQUIRE(folder_cfg.ok());
+    CHECK(cfg->architecture == "Qwen3ForCausalLM");
+    CHECK(cfg->qk_norm);
+    CHECK(cfg->rope_scaling.type == folder_cfg->rope_scaling.type);
+    CHECK(cfg->rope_inv_freq() == folder_cfg->rope_inv_freq());
+    CHECK(cfg->rope_attention_factor() == Approx(folder_cfg->rope_attention_factor()));
+    CHECK(relative_error(sixteen_positions(gguf), sixteen_positions(folder)) <= 1e-5f);
+  }
 }
 
 TEST_CASE("the engine serves a GGUF file - prompt text encoded by its vocabulary - worker in its own process",
