@@ -9,7 +9,9 @@ sliding window, local RoPE base and window pattern written as keys) or "gemma2" 
 q/k norms or local RoPE base, with its two logit caps) or "phi3" (Phi3ForCausalLM: qkv_proj as attn_qkv,
 gate_up_proj as ffn_up, the rotated dimensions, LongRoPE's factors as rope_factors_long / rope_factors_short
 with the attention factor and pretrained context, the window as attention.sliding_window) or "qwen3" (q/k norms,
-rows as HF has them); a YaRN rope_scaling as rope.scaling.{type, factor, original_context_length}; tokenizer
+rows as HF has them), "qwen3moe" and Mixtral (as "llama") with each projection's experts stacked
+(ffn_gate_exps / ffn_up_exps / ffn_down_exps, [experts, rows, cols]) and the router as ffn_gate_inp; a YaRN
+rope_scaling as rope.scaling.{type, factor, original_context_length}; tokenizer
 embedded as a "llama" (SPM) vocab.
 
 The GGUF writer here is written from the format description (magic, version,
@@ -242,8 +244,13 @@ def main():
     gemma3 = cfg.get("architectures", [""])[0] == "Gemma3ForCausalLM"
     gemma = gemma2 or gemma3
     phi3 = cfg.get("architectures", [""])[0] == "Phi3ForCausalLM"
-    qwen3 = cfg.get("architectures", [""])[0] == "Qwen3ForCausalLM"
-    arch = "gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "qwen3" if qwen3 else "llama"
+    qwen3moe = cfg.get("architectures", [""])[0] == "Qwen3MoeForCausalLM"
+    mixtral = cfg.get("architectures", [""])[0] == "MixtralForCausalLM"
+    qwen3 = cfg.get("architectures", [""])[0] == "Qwen3ForCausalLM" or qwen3moe
+    arch = ("gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "qwen3moe" if qwen3moe
+            else "qwen3" if qwen3 else "llama")
+    if qwen3moe and (cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1):
+        raise SystemExit("qwen3moe: every layer must be sparse (no mlp_only_layers, decoder_sparse_step 1)")
     if arch == "llama" and cfg.get("model_type", "llama") != "llama":
         print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
     rope_scaling = cfg.get("rope_scaling")
@@ -309,6 +316,13 @@ def main():
             scale = ctx / original
             attn_factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
             w.add(a + "rope.scaling.attn_factor", T_FLOAT32, float(attn_factor))
+    n_experts = cfg.get("num_local_experts" if mixtral else "num_experts", 0) if (mixtral or qwen3moe) else 0
+    expert_ff = cfg.get("moe_intermediate_size", ffn) if qwen3moe else ffn
+    if n_experts:
+        w.add(a + "expert_count", T_UINT32, n_experts)
+        w.add(a + "expert_used_count", T_UINT32, cfg["num_experts_per_tok"])
+        if qwen3moe:
+            w.add(a + "expert_feed_forward_length", T_UINT32, expert_ff)
     if rope_type == "yarn":  # as llama.cpp's converter writes it
         w.add(a + "rope.scaling.type", T_STRING, "yarn")
         w.add(a + "rope.scaling.factor", T_FLOAT32, float(rope_scaling["factor"]))
@@ -382,6 +396,19 @@ def main():
             add(b + "post_ffw_norm.weight", p + "post_feedforward_layernorm.weight", GGML_F32, norm)
         else:
             add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight", GGML_F32)
+        if n_experts:  # the router in f32, each projection's experts stacked [experts, rows, cols]
+            moe = p + ("block_sparse_moe." if mixtral else "mlp.")
+            add(b + "ffn_gate_inp.weight", moe + "gate.weight", GGML_F32)
+            names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+            for gguf_part, part in zip(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), names):
+                hf = [moe + f"experts.{e}.{part}.weight" for e in range(n_experts)]
+                for name in hf:
+                    if name not in st:
+                        raise SystemExit(f"missing tensor {name}")
+                shape = (n_experts,) + tuple(st[hf[0]][1])
+                w.add_tensor(b + gguf_part + ".weight", shape, wt,
+                             lambda hf=hf: np.stack([to_f32(st[name]) for name in hf]))
+            continue
         add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight", wt)
         add(b + "ffn_up.weight", p + "mlp.up_proj.weight", wt)
         add(b + "ffn_down.weight", p + "mlp.down_proj.weight", wt)

@@ -90,25 +90,30 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
       {"llama", "LlamaForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"},
+      {"qwen3moe", "Qwen3MoeForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"},
       {"gemma3", "Gemma3ForCausalLM"},
       {"phi3", "Phi3ForCausalLM"}};
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2, qwen3)");
+                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe)");
   }
   const std::string a = *arch + ".";
-  if (file.integer_or(a + "expert_count").value_or(0) > 0) {
-    return make_error(Errc::unsupported, where + ": mixture-of-experts GGUF files are not supported yet (" + a +
-                                             "expert_count); load the HF folder");
+  const int64_t experts = file.integer_or(a + "expert_count").value_or(0);
+  if (experts > 0 && *arch != "llama" && *arch != "qwen3moe") {
+    return make_error(Errc::unsupported, where + ": mixture-of-experts GGUF files of '" + *arch + "' are not "
+                                             "supported (llama as Mixtral, qwen3moe are); load the HF folder");
+  }
+  if (*arch == "qwen3moe" && experts == 0) {
+    return make_error(Errc::invalid_config, where + ": " + a + "expert_count is missing or 0 in a qwen3moe file");
   }
   if (file.tensor("rope_freqs.weight")) {
     return make_error(Errc::unsupported, where + ": rope_freqs.weight (Llama 3.1 RoPE scaling) is not supported from "
                                                  "GGUF yet; load the HF folder");
   }
   json j = json::object();
-  j["architectures"] = {it->second};
+  j["architectures"] = {experts > 0 && *arch == "llama" ? "MixtralForCausalLM" : it->second};
   j["model_type"] = *arch == "gemma3" ? "gemma3_text" : *arch;
   auto need = [&](const std::string& key, const char* hf_key) -> Status {
     auto v = file.integer(a + key);
@@ -157,6 +162,20 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
     return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
   }
   if (*arch == "qwen2") j["attention_bias"] = true;
+  if (experts > 0) {
+    // Stacked experts (ffn_*_exps), every layer sparse, the kept routing weights renormalised (llama.cpp's Mixtral
+    // and Qwen3-MoE graphs both do).
+    auto used = file.integer(a + "expert_used_count");
+    if (!used) return used.error();
+    j[*arch == "llama" ? "num_local_experts" : "num_experts"] = experts;
+    j["num_experts_per_tok"] = *used;
+    if (*arch == "qwen3moe") {
+      auto width = file.integer(a + "expert_feed_forward_length");
+      if (!width) return width.error();
+      j["moe_intermediate_size"] = *width;
+      j["norm_topk_prob"] = true;
+    }
+  }
   if (*arch == "gemma2" || *arch == "gemma3") ACTORD_TRY_STATUS(gemma_keys(file, *arch, j));
   if (*arch == "phi3") ACTORD_TRY_STATUS(phi3_keys(file, j));
   if (auto eos = file.integer_or("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
@@ -190,7 +209,12 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
       {"input_layernorm", "attn_norm"},        {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
       {"self_attn.v_proj", "attn_v"},          {"self_attn.o_proj", "attn_output"},
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},  {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},           {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
+      {"mlp.down_proj", "ffn_down"},           {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
+      // a mixture of experts: the router, and the experts stacked (weight_store_fused.hpp's names)
+      {"block_sparse_moe.gate", "ffn_gate_inp"}, {"mlp.gate", "ffn_gate_inp"},
+      {"block_sparse_moe.experts.w1", "ffn_gate_exps"}, {"block_sparse_moe.experts.w3", "ffn_up_exps"},
+      {"block_sparse_moe.experts.w2", "ffn_down_exps"},  {"mlp.experts.gate_proj", "ffn_gate_exps"},
+      {"mlp.experts.up_proj", "ffn_up_exps"},           {"mlp.experts.down_proj", "ffn_down_exps"}};
   // Gemma 2's and 3's sandwich norms.
   static const std::map<std::string, std::string> gemma_parts{
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},

@@ -3,8 +3,10 @@
 //
 // Contract:
 // - Architectures, as llama.cpp reads them: general.architecture "llama" (Llama, Mistral, TinyLlama:
-//   LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3" (Qwen3ForCausalLM), "gemma3" (Gemma3ForCausalLM),
-//   "gemma2" (Gemma2ForCausalLM) and "phi3" (Phi3ForCausalLM: Phi-3, Phi-3.5-mini, Phi-4-mini).
+//   LlamaForCausalLM; with expert_count, Mixtral: MixtralForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3"
+//   (Qwen3ForCausalLM), "qwen3moe" (Qwen3MoeForCausalLM: every layer sparse, expert_feed_forward_length, the kept
+//   routing weights renormalised as llama.cpp does), "gemma3" (Gemma3ForCausalLM), "gemma2" (Gemma2ForCausalLM) and
+//   "phi3" (Phi3ForCausalLM: Phi-3, Phi-3.5-mini, Phi-4-mini).
 //   - gemma: sliding windows (gemma2 absent: 4096; gemma3 absent: none) on every layer but each
 //     attention.sliding_window_pattern-th (absent: gemma3 6, gemma2 2; a list of booleans marks each layer),
 //     gemma3's rope.freq_base_swa (absent: 10000) on those layers, queries scaled by head_dim^-1/2 except in the 27Bs
@@ -15,14 +17,16 @@
 //     as HF applies it (llama.cpp turns Phi's windows off).
 //   - rope.scaling.type linear and yarn (factor, original_context_length, yarn_beta_fast / yarn_beta_slow,
 //     yarn_log_multiplier as DeepSeek's mscale ratio, as llama.cpp applies them).
-//   Others, MoE GGUFs (expert_count > 0) and Llama 3.1's rope_freqs tensor are Errc::unsupported naming what.
+//   Others, other architectures' experts and Llama 3.1's rope_freqs tensor are Errc::unsupported naming what.
 //   Missing keys are errors naming the file and the key.
 // - Names: token_embd / output_norm / output, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
 //   ffn_gate, ffn_up, ffn_down, attn_q_norm, attn_k_norm} (.weight, .bias) for model.embed_tokens / model.norm /
 //   lm_head and model.layers.N.{input_layernorm, self_attn.*_proj, post_attention_layernorm, mlp.*_proj,
 //   self_attn.q_norm / k_norm}; gemma2's and gemma3's post_attention_layernorm is post_attention_norm,
 //   pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm; phi3 has attn_qkv
-//   (self_attn.qkv_proj) and ffn_up holding gate and up (mlp.gate_up_proj), and no separate parts.
+//   (self_attn.qkv_proj) and ffn_up holding gate and up (mlp.gate_up_proj), and no separate parts; experts are
+//   ffn_gate_inp (the router) and ffn_gate_exps / ffn_up_exps / ffn_down_exps, each expert's matrix stacked after
+//   the last (3-D, [experts, rows, cols]), which WeightStore serves per expert (weight_store_fused.hpp).
 // - llama.cpp's converter reorders the rows of a "llama" model's q and k projections for its interleaved RoPE; the
 //   loader undoes it (qk_row_order) to get back HF's rotate-half rows. It stores gemma2's and gemma3's norm weights
 //   as they multiply (1 + HF's weight); gguf_norm_shift() says what to take off to get HF's back.

@@ -90,7 +90,7 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
     std::vector<std::string> types;
     for (const GgufTensor& t : file->tensors()) {
       const std::string name = ggml_type_name(t.type);
-      if (t.dims.size() == 2 && std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
+      if (t.dims.size() >= 2 && std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
     }
     m.weight_format = "GGUF";
     for (size_t i = 0; i < types.size(); ++i) m.weight_format += (i ? ", " : " ") + types[i];

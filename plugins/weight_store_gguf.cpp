@@ -16,7 +16,8 @@ Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name
   const auto gguf_name = gguf_tensor_name(*gguf_, name);
   const GgufTensor* t = gguf_name ? gguf_->tensor(*gguf_name) : nullptr;
   if (!t) return make_error(Errc::not_found, "tensor " + name + " not found in " + gguf_->path().string());
-  if (t->dims.size() != 2 || t->rows() != rows || t->cols() != cols) {
+  // 2-D, or 3-D stacked experts read as their [experts x rows, cols].
+  if (t->dims.size() < 2 || t->dims.size() > 3 || t->rows() != rows || t->cols() != cols) {
     return make_error(Errc::invalid_argument, name + " (GGUF " + t->name + "): expected [" + std::to_string(rows) +
                                                   ", " + std::to_string(cols) + "], found [" +
                                                   std::to_string(t->rows()) + ", " + std::to_string(t->cols()) + "]");
@@ -50,11 +51,22 @@ Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name
     out.host = m;
     return out;
   }
-  auto q = gguf_quantized(*t);
+  // Rows kept in place (no reorder) are cut before decoding: a row is whole blocks, so one expert of a stack or a
+  // rank's shard decodes only its own rows.
+  GgufTensor rows_only = *t;
+  MatrixSlice rest = *s;
+  if (order.empty() && s->row_count != rows) {
+    const size_t row_bytes = t->bytes / static_cast<size_t>(rows);
+    rows_only.data = t->data + static_cast<size_t>(s->row_first) * row_bytes;
+    rows_only.bytes = static_cast<size_t>(s->row_count) * row_bytes;
+    rows_only.dims = {cols, s->row_count};
+    rest.row_first = 0;
+  }
+  auto q = gguf_quantized(rows_only);
   if (!q) return named(name, q.error());
   if (!order.empty()) q = q->with_row_order(order);  // HF's row order: whole rows of codes and of scales move
-  if (s->row_count != rows || s->col_count != cols) {
-    auto part = q->slice(s->row_first, s->row_count, s->col_first, s->col_count);
+  if (rest.row_count != q->rows || rest.col_count != cols) {
+    auto part = q->slice(rest.row_first, rest.row_count, rest.col_first, rest.col_count);
     if (!part) return named(name, part.error());
     q = std::move(part);
   }

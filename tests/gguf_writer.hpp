@@ -42,10 +42,14 @@ class GgufWriter {
     for (int32_t x : v) put(meta_, x);
   }
   // A tensor of `rows` x `cols` f32 values stored as `type` (rows of cols: fastest dimension first in the file).
-  void add_tensor(const std::string& name, int64_t rows, int64_t cols, const float* values, GgmlType type) {
+  // `stacked` > 1: a 3-D tensor of that many [rows / stacked, cols] matrices (a mixture's experts).
+  void add_tensor(const std::string& name, int64_t rows, int64_t cols, const float* values, GgmlType type,
+                  int64_t stacked = 1) {
     std::vector<unsigned char> bytes;
     for (int64_t r = 0; r < rows; ++r) encode_row(values + r * cols, cols, type, bytes);
-    Tensor t{name, rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows}, type, std::move(bytes)};
+    std::vector<int64_t> dims = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
+    if (stacked > 1) dims = {cols, rows / stacked, stacked};
+    Tensor t{name, std::move(dims), type, std::move(bytes)};
     tensors_.push_back(std::move(t));
   }
   void write(const std::filesystem::path& path) const {

@@ -152,7 +152,7 @@ void compare_suite(const std::string& weights, const std::string& kv_setting, fl
       CHECK(out.logprobs[k].logprob == Approx(log_prob(ref_logits[k], ref_greedy[k])).margin(tolerance));
     }
   }
-  CHECK(kinds >= 18);
+  CHECK(kinds >= 19);
 }
 
 }  // namespace

@@ -264,6 +264,10 @@ KINDS = {
     "qwen3-moe": dict(arch="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden=64, layers=3,
                       heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
                       experts=8, top_k=2, moe_ff=32, norm_topk=True, mlp_only=[1]),
+    # Qwen3-MoE as its GGUFs keep it (every layer sparse, the kept weights renormalised): 4 experts of 32, top-2.
+    "qwen3-moe-sparse": dict(arch="Qwen3MoeForCausalLM", model_type="qwen3_moe", hidden=64, layers=2,
+                             heads=4, kv_heads=2, head_dim=16, ff=96, tied=False, theta=1000000.0,
+                             experts=4, top_k=2, moe_ff=32, norm_topk=True, mlp_only=[]),
     # Qwen2-MoE: q/k/v biases, 4 experts of 32 top-2 not renormalised, a shared expert of 48 behind
     # a sigmoid gate.
     "qwen2-moe": dict(arch="Qwen2MoeForCausalLM", model_type="qwen2_moe", hidden=64, layers=2,
