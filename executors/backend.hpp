@@ -209,8 +209,9 @@ class Backend {
   // x[i] = cap tanh(x[i] / cap), i < count (Gemma 2's logit cap).
   virtual void softcap(Buffer& x, float cap, size_t count) = 0;
   // Rotates q [n, n_heads * head_dim] and k [n, n_kv_heads * head_dim] by each token's position (rotate-half RoPE
-  // of each head's first shape.rotary() elements with inv_freq [rotary() / 2], the rest unchanged) and writes k and v into the cache at the token's block and slot. `batch` is the
-  // one begin_step() named, as for paged_attention.
+  // of each head's first shape.rotary() elements with inv_freq [rotary() / 2], cos and sin times
+  // shape.rotary_scale, the rest unchanged) and writes k and v into the cache at the token's block and slot. `batch`
+  // is the one begin_step() named, as for paged_attention.
   virtual void rope_and_store_kv(const ForwardBatch& batch, Buffer& q, Buffer& k, const Buffer& v,
                                  const AttentionShape& shape, const Buffer& inv_freq, const KvLayer& kv) = 0;
   // out [n, n_heads * head_dim] = causal attention of q over each sequence's cached K/V.

@@ -52,8 +52,9 @@ Status gemma_keys(const GgufFile& file, const std::string& arch, json& j) {
 // A phi3 file's keys, as llama.cpp's converter writes them: the rotated dimensions, the pretrained context, and
 // LongRoPE's factors as the tensors rope_factors_long / rope_factors_short with attn_factor beside them.
 Status phi3_keys(const GgufFile& file, json& j) {
-  const int64_t head_dim = j.contains("head_dim") ? j["head_dim"].get<int64_t>()
-                                                  : j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>();
+  const int64_t head_dim = j.contains("head_dim")
+                               ? j["head_dim"].get<int64_t>()
+                               : j["hidden_size"].get<int64_t>() / j["num_attention_heads"].get<int64_t>();
   if (const auto rot = file.integer_or("phi3.rope.dimension_count"); rot && *rot != head_dim && head_dim > 0) {
     j["partial_rotary_factor"] = double(*rot) / double(head_dim);
   }
@@ -72,7 +73,9 @@ Status phi3_keys(const GgufFile& file, json& j) {
   json rope = {{"type", "longrope"}};
   for (auto [t, key] : {std::pair{long_factors, "long_factor"}, {short_factors, "short_factor"}}) {
     auto values = gguf_values_f32(*t);
-    if (!values) return Error{values.error().code, file.path().string() + ": " + t->name + ": " + values.error().message};
+    if (!values) {
+      return Error{values.error().code, file.path().string() + ": " + t->name + ": " + values.error().message};
+    }
     rope[key] = *values;
   }
   if (const auto factor = file.number_or("phi3.rope.scaling.attn_factor")) rope["attention_factor"] = *factor;
@@ -97,7 +100,8 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   const auto it = known.find(*arch);
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
-                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe)");
+                                             "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, "
+                                             "qwen2, qwen3, qwen3moe)");
   }
   const std::string a = *arch + ".";
   const int64_t experts = file.integer_or(a + "expert_count").value_or(0);
@@ -147,10 +151,11 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   } else if (type && *type == "yarn") {
     // As llama.cpp applies it: the ramp between beta_fast and beta_slow over the pretrained context, cos and sin
     // times 0.1 ln(factor) + 1, or DeepSeek's ratio when yarn_log_multiplier is set.
+    const int64_t context = j["max_position_embeddings"].get<int64_t>();
     json rope = {{"rope_type", "yarn"},
                  {"factor", file.number_or(a + "rope.scaling.factor").value_or(1.0)},
                  {"original_max_position_embeddings",
-                  file.integer_or(a + "rope.scaling.original_context_length").value_or(j["max_position_embeddings"].get<int64_t>())}};
+                  file.integer_or(a + "rope.scaling.original_context_length").value_or(context)}};
     if (const auto fast = file.number_or(a + "rope.scaling.yarn_beta_fast")) rope["beta_fast"] = *fast;
     if (const auto slow = file.number_or(a + "rope.scaling.yarn_beta_slow")) rope["beta_slow"] = *slow;
     if (const auto log_mul = file.number_or(a + "rope.scaling.yarn_log_multiplier"); log_mul && *log_mul != 0.0) {
@@ -226,7 +231,9 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
   if (last == std::string::npos) return std::nullopt;
   const std::string part = rest.substr(0, last);
   if (architecture == "phi3") {
-    if (auto p = phi3_parts.find(part); p != phi3_parts.end()) return "blk." + layer + "." + p->second + rest.substr(last);
+    if (auto p = phi3_parts.find(part); p != phi3_parts.end()) {
+      return "blk." + layer + "." + p->second + rest.substr(last);
+    }
     if (part == "mlp.gate_proj" || part == "mlp.up_proj" || part.ends_with("q_proj") || part.ends_with("k_proj") ||
         part.ends_with("v_proj"))
       return std::nullopt;

@@ -190,7 +190,9 @@ void read_gemma(const Fields& f, ModelConfig& c, bool gemma3) {
 
 // A list of `n` positive numbers (longrope's factors).
 std::vector<float> positive_list(const Fields& f, const std::string& key, int n) {
-  if (!f.has(key)) throw FieldError{f.path(key), "missing (a list of rotary_dim / 2 = " + std::to_string(n) + " numbers)"};
+  if (!f.has(key)) {
+    throw FieldError{f.path(key), "missing (a list of rotary_dim / 2 = " + std::to_string(n) + " numbers)"};
+  }
   const json& v = f.at(key);
   if (!v.is_array() || v.size() != static_cast<size_t>(n)) {
     throw FieldError{f.path(key), "must be a list of rotary_dim / 2 = " + std::to_string(n) + " numbers, got " +
@@ -250,15 +252,15 @@ void read_rotary(const Fields& f, const json& j, ModelConfig& c) {
           f.int32("original_max_position_embeddings", 1, ModelConfig::kMaxPositions, 4096);
     }
     if (top || r.has("original_max_position_embeddings")) {
-      s.factor = static_cast<float>(static_cast<double>(c.max_position_embeddings) / s.original_max_position_embeddings);
+      s.factor =
+          static_cast<float>(static_cast<double>(c.max_position_embeddings) / s.original_max_position_embeddings);
     }
     s.short_factor = positive_list(r, "short_factor", c.rotary_dim / 2);
     s.long_factor = positive_list(r, "long_factor", c.rotary_dim / 2);
+    const double ratio = std::log(double(s.factor)) / std::log(double(s.original_max_position_embeddings));
     s.attention_factor = attention_factor > 0.0f ? attention_factor
-                         : s.factor <= 1.0f
-                             ? 1.0f
-                             : static_cast<float>(std::sqrt(1.0 + std::log(double(s.factor)) /
-                                                                      std::log(double(s.original_max_position_embeddings))));
+                         : s.factor <= 1.0f      ? 1.0f
+                                                 : static_cast<float>(std::sqrt(1.0 + ratio));
   } else if (s.type == "yarn") {
     s.beta_fast = r.real("beta_fast", 32.0f, &positive, kPositive);
     s.beta_slow = r.real("beta_slow", 1.0f, &positive, kPositive);

@@ -64,7 +64,8 @@ std::vector<float> ModelConfig::rope_inv_freq(int context_length) const {
     const int served = context_length > 0 ? context_length : max_position_embeddings;
     const std::vector<float>& ext = served > rs.original_max_position_embeddings ? rs.long_factor : rs.short_factor;
     for (int i = 0; i < dim / 2; ++i) {
-      inv[size_t(i)] = 1.0f / (ext[size_t(i)] * std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(dim)));
+      const float base = std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(dim));
+      inv[size_t(i)] = 1.0f / (ext[size_t(i)] * base);
     }
   } else if (rs.type == "yarn") {
     yarn_frequencies(rs, dim, rope_theta, inv.data());
