@@ -9,7 +9,7 @@ sliding window, local RoPE base and window pattern written as keys) or "gemma2" 
 q/k norms or local RoPE base, with its two logit caps) or "phi3" (Phi3ForCausalLM: qkv_proj as attn_qkv,
 gate_up_proj as ffn_up, the rotated dimensions, LongRoPE's factors as rope_factors_long / rope_factors_short
 with the attention factor and pretrained context, the window as attention.sliding_window) or "qwen3" (q/k norms,
-rows as HF has them), "qwen3moe" and Mixtral (as "llama") with each projection's experts stacked
+rows as HF has them), "qwen3moe", "qwen2moe" (q/k/v biases, a shared expert) and Mixtral (as "llama") with each projection's experts stacked
 (ffn_gate_exps / ffn_up_exps / ffn_down_exps, [experts, rows, cols]) and the router as ffn_gate_inp; a YaRN
 rope_scaling as rope.scaling.{type, factor, original_context_length}; tokenizer
 embedded as a "llama" (SPM) vocab.
@@ -245,12 +245,13 @@ def main():
     gemma = gemma2 or gemma3
     phi3 = cfg.get("architectures", [""])[0] == "Phi3ForCausalLM"
     qwen3moe = cfg.get("architectures", [""])[0] == "Qwen3MoeForCausalLM"
+    qwen2moe = cfg.get("architectures", [""])[0] == "Qwen2MoeForCausalLM"
     mixtral = cfg.get("architectures", [""])[0] == "MixtralForCausalLM"
     qwen3 = cfg.get("architectures", [""])[0] == "Qwen3ForCausalLM" or qwen3moe
     arch = ("gemma3" if gemma3 else "gemma2" if gemma2 else "phi3" if phi3 else "qwen3moe" if qwen3moe
-            else "qwen3" if qwen3 else "llama")
-    if qwen3moe and (cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1):
-        raise SystemExit("qwen3moe: every layer must be sparse (no mlp_only_layers, decoder_sparse_step 1)")
+            else "qwen2moe" if qwen2moe else "qwen3" if qwen3 else "llama")
+    if (qwen3moe or qwen2moe) and (cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1):
+        raise SystemExit(f"{arch}: every layer must be sparse (no mlp_only_layers, decoder_sparse_step 1)")
     if arch == "llama" and cfg.get("model_type", "llama") != "llama":
         print(f"warning: model_type {cfg.get('model_type')} treated as llama", file=sys.stderr)
     rope_scaling = cfg.get("rope_scaling")
@@ -259,8 +260,8 @@ def main():
         raise SystemExit("rope_scaling is not supported by this converter (but Phi-3's longrope, and yarn)")
     if gemma and (cfg.get("layer_types") or cfg.get("query_pre_attn_scalar", 256) != cfg.get("head_dim", 256)):
         raise SystemExit(f"{arch}: layer_types and a query_pre_attn_scalar other than head_dim are not written")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-        raise SystemExit("bias tensors are not supported by this converter")
+    if (cfg.get("attention_bias") and not qwen2moe) or cfg.get("mlp_bias"):
+        raise SystemExit("bias tensors are not supported by this converter (but Qwen2-MoE's q/k/v biases)")
 
     hidden = cfg["hidden_size"]
     n_layer = cfg["num_hidden_layers"]
@@ -316,13 +317,16 @@ def main():
             scale = ctx / original
             attn_factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
             w.add(a + "rope.scaling.attn_factor", T_FLOAT32, float(attn_factor))
-    n_experts = cfg.get("num_local_experts" if mixtral else "num_experts", 0) if (mixtral or qwen3moe) else 0
-    expert_ff = cfg.get("moe_intermediate_size", ffn) if qwen3moe else ffn
+    n_experts = cfg.get("num_local_experts" if mixtral else "num_experts", 0) if (mixtral or qwen3moe or qwen2moe) else 0
+    expert_ff = cfg.get("moe_intermediate_size", ffn) if (qwen3moe or qwen2moe) else ffn
+    shared_ff = cfg.get("shared_expert_intermediate_size", 0) if qwen2moe else 0
     if n_experts:
         w.add(a + "expert_count", T_UINT32, n_experts)
         w.add(a + "expert_used_count", T_UINT32, cfg["num_experts_per_tok"])
-        if qwen3moe:
+        if qwen3moe or qwen2moe:
             w.add(a + "expert_feed_forward_length", T_UINT32, expert_ff)
+        if shared_ff:
+            w.add(a + "expert_shared_feed_forward_length", T_UINT32, shared_ff)
     if rope_type == "yarn":  # as llama.cpp's converter writes it
         w.add(a + "rope.scaling.type", T_STRING, "yarn")
         w.add(a + "rope.scaling.factor", T_FLOAT32, float(rope_scaling["factor"]))
@@ -376,9 +380,12 @@ def main():
             add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight", wt)
             add(b + "ffn_down.weight", p + "mlp.down_proj.weight", wt)
             continue
-        if gemma or qwen3:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
+        if gemma or qwen3 or qwen2moe:  # rotate-half RoPE (NEOX) in llama.cpp: rows as HF has them
             add(b + "attn_q.weight", p + "self_attn.q_proj.weight", wt)
             add(b + "attn_k.weight", p + "self_attn.k_proj.weight", wt)
+        if qwen2moe:
+            for x in "qkv":
+                add(b + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias", GGML_F32)
         if qwen3:
             add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight", GGML_F32)
             add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight", GGML_F32)
@@ -399,6 +406,13 @@ def main():
         if n_experts:  # the router in f32, each projection's experts stacked [experts, rows, cols]
             moe = p + ("block_sparse_moe." if mixtral else "mlp.")
             add(b + "ffn_gate_inp.weight", moe + "gate.weight", GGML_F32)
+            if shared_ff:  # Qwen2-MoE's shared expert, its gate a vector
+                add(b + "ffn_gate_shexp.weight", moe + "shared_expert.gate_proj.weight", wt)
+                add(b + "ffn_up_shexp.weight", moe + "shared_expert.up_proj.weight", wt)
+                add(b + "ffn_down_shexp.weight", moe + "shared_expert.down_proj.weight", wt)
+                gate_entry = st[moe + "shared_expert_gate.weight"]
+                w.add_tensor(b + "ffn_gate_inp_shexp.weight", (hidden,), GGML_F32,
+                             lambda e=gate_entry: to_f32(e).reshape(hidden))
             names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
             for gguf_part, part in zip(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), names):
                 hf = [moe + f"experts.{e}.{part}.weight" for e in range(n_experts)]

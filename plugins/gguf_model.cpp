@@ -94,6 +94,7 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
       {"qwen2", "Qwen2ForCausalLM"},
       {"qwen3", "Qwen3ForCausalLM"},
       {"qwen3moe", "Qwen3MoeForCausalLM"},
+      {"qwen2moe", "Qwen2MoeForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"},
       {"gemma3", "Gemma3ForCausalLM"},
       {"phi3", "Phi3ForCausalLM"}};
@@ -101,16 +102,18 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   if (it == known.end()) {
     return make_error(Errc::unsupported, where + ": general.architecture '" + *arch +
                                              "' is not supported from GGUF (known: gemma2, gemma3, llama, phi3, "
-                                             "qwen2, qwen3, qwen3moe)");
+                                             "qwen2, qwen2moe, qwen3, qwen3moe)");
   }
   const std::string a = *arch + ".";
   const int64_t experts = file.integer_or(a + "expert_count").value_or(0);
-  if (experts > 0 && *arch != "llama" && *arch != "qwen3moe") {
-    return make_error(Errc::unsupported, where + ": mixture-of-experts GGUF files of '" + *arch + "' are not "
-                                             "supported (llama as Mixtral, qwen3moe are); load the HF folder");
+  const bool qwen_moe = *arch == "qwen3moe" || *arch == "qwen2moe";
+  if (experts > 0 && *arch != "llama" && !qwen_moe) {
+    return make_error(Errc::unsupported, where + ": mixture-of-experts GGUF files of '" + *arch +
+                                             "' are not supported (llama as Mixtral, qwen2moe, qwen3moe are); load "
+                                             "the HF folder");
   }
-  if (*arch == "qwen3moe" && experts == 0) {
-    return make_error(Errc::invalid_config, where + ": " + a + "expert_count is missing or 0 in a qwen3moe file");
+  if (qwen_moe && experts == 0) {
+    return make_error(Errc::invalid_config, where + ": " + a + "expert_count is missing or 0 in a " + *arch + " file");
   }
   if (file.tensor("rope_freqs.weight")) {
     return make_error(Errc::unsupported, where + ": rope_freqs.weight (Llama 3.1 RoPE scaling) is not supported from "
@@ -166,19 +169,24 @@ Result<json> hf_config_from_gguf(const GgufFile& file) {
   } else if (type && *type != "none") {
     return make_error(Errc::unsupported, where + ": " + a + "rope.scaling.type '" + *type + "' is not supported");
   }
-  if (*arch == "qwen2") j["attention_bias"] = true;
+  if (*arch == "qwen2" || *arch == "qwen2moe") j["attention_bias"] = true;
   if (experts > 0) {
-    // Stacked experts (ffn_*_exps), every layer sparse, the kept routing weights renormalised (llama.cpp's Mixtral
-    // and Qwen3-MoE graphs both do).
+    // Stacked experts (ffn_*_exps), every layer sparse, the kept routing weights renormalised as llama.cpp's Mixtral
+    // and Qwen3-MoE graphs do (its Qwen2-MoE graph keeps them as they are, beside a shared expert).
     auto used = file.integer(a + "expert_used_count");
     if (!used) return used.error();
     j[*arch == "llama" ? "num_local_experts" : "num_experts"] = experts;
     j["num_experts_per_tok"] = *used;
-    if (*arch == "qwen3moe") {
+    if (qwen_moe) {
       auto width = file.integer(a + "expert_feed_forward_length");
       if (!width) return width.error();
       j["moe_intermediate_size"] = *width;
-      j["norm_topk_prob"] = true;
+      j["norm_topk_prob"] = *arch == "qwen3moe";
+    }
+    if (*arch == "qwen2moe") {
+      auto shared = file.integer(a + "expert_shared_feed_forward_length");
+      if (!shared) return shared.error();
+      j["shared_expert_intermediate_size"] = *shared;
     }
   }
   if (*arch == "gemma2" || *arch == "gemma3") ACTORD_TRY_STATUS(gemma_keys(file, *arch, j));
@@ -219,7 +227,10 @@ std::optional<std::string> gguf_tensor_name(const std::string& hf, const std::st
       {"block_sparse_moe.gate", "ffn_gate_inp"}, {"mlp.gate", "ffn_gate_inp"},
       {"block_sparse_moe.experts.w1", "ffn_gate_exps"}, {"block_sparse_moe.experts.w3", "ffn_up_exps"},
       {"block_sparse_moe.experts.w2", "ffn_down_exps"},  {"mlp.experts.gate_proj", "ffn_gate_exps"},
-      {"mlp.experts.up_proj", "ffn_up_exps"},           {"mlp.experts.down_proj", "ffn_down_exps"}};
+      {"mlp.experts.up_proj", "ffn_up_exps"},           {"mlp.experts.down_proj", "ffn_down_exps"},
+      // Qwen2-MoE's shared expert and its gate
+      {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"}, {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_expert.down_proj", "ffn_down_shexp"}, {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"}};
   // Gemma 2's and 3's sandwich norms.
   static const std::map<std::string, std::string> gemma_parts{
       {"post_attention_layernorm", "post_attention_norm"}, {"pre_feedforward_layernorm", "ffn_norm"},

@@ -5,7 +5,9 @@
 // - Architectures, as llama.cpp reads them: general.architecture "llama" (Llama, Mistral, TinyLlama:
 //   LlamaForCausalLM; with expert_count, Mixtral: MixtralForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3"
 //   (Qwen3ForCausalLM), "qwen3moe" (Qwen3MoeForCausalLM: every layer sparse, expert_feed_forward_length, the kept
-//   routing weights renormalised as llama.cpp does), "gemma3" (Gemma3ForCausalLM), "gemma2" (Gemma2ForCausalLM) and
+//   routing weights renormalised as llama.cpp does), "qwen2moe" (Qwen2MoeForCausalLM: the same with a shared expert,
+//   expert_shared_feed_forward_length, routing weights kept as they are), "gemma3" (Gemma3ForCausalLM), "gemma2"
+//   (Gemma2ForCausalLM) and
 //   "phi3" (Phi3ForCausalLM: Phi-3, Phi-3.5-mini, Phi-4-mini).
 //   - gemma: sliding windows (gemma2 absent: 4096; gemma3 absent: none) on every layer but each
 //     attention.sliding_window_pattern-th (absent: gemma3 6, gemma2 2; a list of booleans marks each layer),
@@ -26,7 +28,8 @@
 //   pre_feedforward_layernorm ffn_norm, post_feedforward_layernorm post_ffw_norm; phi3 has attn_qkv
 //   (self_attn.qkv_proj) and ffn_up holding gate and up (mlp.gate_up_proj), and no separate parts; experts are
 //   ffn_gate_inp (the router) and ffn_gate_exps / ffn_up_exps / ffn_down_exps, each expert's matrix stacked after
-//   the last (3-D, [experts, rows, cols]), which WeightStore serves per expert (weight_store_fused.hpp).
+//   the last (3-D, [experts, rows, cols]), which WeightStore serves per expert (weight_store_fused.hpp); Qwen2-MoE's
+//   shared expert is ffn_{gate,up,down}_shexp with its gate ffn_gate_inp_shexp.
 // - llama.cpp's converter reorders the rows of a "llama" model's q and k projections for its interleaved RoPE; the
 //   loader undoes it (qk_row_order) to get back HF's rotate-half rows. It stores gemma2's and gemma3's norm weights
 //   as they multiply (1 + HF's weight); gguf_norm_shift() says what to take off to get HF's back.

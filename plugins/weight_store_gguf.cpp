@@ -16,8 +16,9 @@ Result<WeightStore::GgufMatrix> WeightStore::gguf_matrix(const std::string& name
   const auto gguf_name = gguf_tensor_name(*gguf_, name);
   const GgufTensor* t = gguf_name ? gguf_->tensor(*gguf_name) : nullptr;
   if (!t) return make_error(Errc::not_found, "tensor " + name + " not found in " + gguf_->path().string());
-  // 2-D, or 3-D stacked experts read as their [experts x rows, cols].
-  if (t->dims.size() < 2 || t->dims.size() > 3 || t->rows() != rows || t->cols() != cols) {
+  // 2-D, 3-D stacked experts read as their [experts x rows, cols], or a vector as one row (Qwen2-MoE's shared
+  // expert gate).
+  if (t->dims.empty() || t->dims.size() > 3 || t->rows() != rows || t->cols() != cols) {
     return make_error(Errc::invalid_argument, name + " (GGUF " + t->name + "): expected [" + std::to_string(rows) +
                                                   ", " + std::to_string(cols) + "], found [" +
                                                   std::to_string(t->rows()) + ", " + std::to_string(t->cols()) + "]");

@@ -303,10 +303,11 @@ std::vector<float> interleaved_qk(const std::vector<float>& values, int64_t rows
   return data;
 }
 
-// A Qwen3, Qwen3-MoE or Mixtral HF folder (f32) as llama.cpp's converter writes it: architecture `arch` (qwen3,
-// qwen3moe, llama), q/k rows interleaved for a llama file's RoPE (as they are otherwise), q/k norms, the head size
-// as key_length, each layer's experts stacked (3-D ffn_*_exps) with expert_count / expert_used_count /
-// expert_feed_forward_length, a YaRN rope_scaling as rope.scaling.* keys; 2-D matrices as `type`.
+// A Qwen3, Qwen3-MoE, Qwen2-MoE or Mixtral HF folder (f32) as llama.cpp's converter writes it: architecture `arch`
+// (qwen3, qwen3moe, qwen2moe, llama), q/k rows interleaved for a llama file's RoPE (as they are otherwise), q/k norms,
+// q/k/v biases, the head size as key_length, each layer's experts stacked (3-D ffn_*_exps) with expert_count /
+// expert_used_count / expert_feed_forward_length, a shared expert (ffn_*_shexp, its gate a vector), a YaRN
+// rope_scaling as rope.scaling.* keys; 2-D matrices as `type`.
 void write_gguf_like_llamacpp(const fs::path& folder, const fs::path& out, const std::string& arch, GgmlType type) {
   auto cfg = ModelConfig::load(folder);
   REQUIRE(cfg.ok());
@@ -326,7 +327,9 @@ void write_gguf_like_llamacpp(const fs::path& folder, const fs::path& out, const
   if (n_experts > 0) {
     w.add_u32(a + "expert_count", uint32_t(n_experts));
     w.add_u32(a + "expert_used_count", uint32_t(cfg->experts_per_token));
-    if (arch == "qwen3moe") w.add_u32(a + "expert_feed_forward_length", cfg->moe_intermediate_size);
+    if (arch != "llama") w.add_u32(a + "expert_feed_forward_length", cfg->moe_intermediate_size);
+    if (cfg->shared_expert_intermediate_size > 0)
+      w.add_u32(a + "expert_shared_feed_forward_length", cfg->shared_expert_intermediate_size);
   }
   add_spm_vocab(w, folder / "tokenizer.json");
   auto values_of = [&](const std::string& hf, const std::vector<int64_t>& shape) {
@@ -369,8 +372,19 @@ void write_gguf_like_llamacpp(const fs::path& folder, const fs::path& out, const
     add(p + "self_attn.k_proj.weight", {kv, h});
     add(p + "self_attn.v_proj.weight", {kv, h});
     add(p + "self_attn.o_proj.weight", {h, q});
+    if (cfg->attention_bias) {
+      add(p + "self_attn.q_proj.bias", {q});
+      add(p + "self_attn.k_proj.bias", {kv});
+      add(p + "self_attn.v_proj.bias", {kv});
+    }
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
     add(moe + "gate.weight", {n_experts, h});
+    if (const int64_t sff = cfg->shared_expert_intermediate_size; sff > 0) {
+      add(moe + "shared_expert.gate_proj.weight", {sff, h});
+      add(moe + "shared_expert.up_proj.weight", {sff, h});
+      add(moe + "shared_expert.down_proj.weight", {h, sff});
+      put(moe + "shared_expert_gate.weight", 1, h, values_of(moe + "shared_expert_gate.weight", {1, h}), 1);
+    }
     const std::vector<std::pair<std::string, bool>> stacks =  // (name, is down)
         mixtral ? std::vector<std::pair<std::string, bool>>{{"w1", false}, {"w3", false}, {"w2", true}}
                 : std::vector<std::pair<std::string, bool>>{{"gate_proj", false}, {"up_proj", false}, {"down_proj", true}};
@@ -708,11 +722,13 @@ TEST_CASE("Qwen3 GGUFs as llama.cpp writes them give the logits of their HF fold
   }
 }
 
-TEST_CASE("mixture-of-experts GGUFs as llama.cpp writes them give the logits of their HF folders - Mixtral (llama) "
-          "and Qwen3-MoE, experts stacked, f32 exactly and Qwen3-MoE's Q8_0 within bounds", "[gguf][model]") {
+TEST_CASE("mixture-of-experts GGUFs as llama.cpp writes them give the logits of their HF folders - Mixtral (llama), "
+          "Qwen3-MoE and Qwen2-MoE (a shared expert, q/k/v biases), experts stacked, f32 exactly and Q8_0 within bounds",
+          "[gguf][model]") {
   test::TempDir dir;
   const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
-  for (auto [kind, arch] : {std::pair{"mixtral-4x2", "llama"}, {"qwen3-moe-sparse", "qwen3moe"}}) {
+  for (auto [kind, arch] :
+       {std::pair{"mixtral-4x2", "llama"}, {"qwen3-moe-sparse", "qwen3moe"}, {"qwen2-moe", "qwen2moe"}}) {
     INFO(kind);
     const fs::path folder = dir.path() / kind;
     REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
@@ -737,6 +753,8 @@ TEST_CASE("mixture-of-experts GGUFs as llama.cpp writes them give the logits of 
       CHECK(cfg->moe_intermediate_size == folder_cfg->moe_intermediate_size);
       CHECK(cfg->norm_topk_prob == folder_cfg->norm_topk_prob);
       CHECK(cfg->sparse_layers == folder_cfg->sparse_layers);
+      CHECK(cfg->shared_expert_intermediate_size == folder_cfg->shared_expert_intermediate_size);
+      CHECK(cfg->attention_bias == folder_cfg->attention_bias);
       // f32: every logit within 1e-5; Q8_0 (each expert's rows cut out of its stack before decoding) within 10%.
       CHECK(relative_error(sixteen_positions(gguf), want) <= (type == GgmlType::f32 ? 1e-5f : 0.1f));
     }
@@ -752,7 +770,7 @@ TEST_CASE("mixture-of-experts GGUFs as llama.cpp writes them give the logits of 
   auto cfg = ModelConfig::load(other);
   REQUIRE_FALSE(cfg.ok());
   CHECK(cfg.error().message == other.string() + ": mixture-of-experts GGUF files of 'qwen2' are not supported "
-                                                "(llama as Mixtral, qwen3moe are); load the HF folder");
+                                                "(llama as Mixtral, qwen2moe, qwen3moe are); load the HF folder");
 }
 
 TEST_CASE("the engine serves a GGUF file - prompt text encoded by its vocabulary - worker in its own process",
