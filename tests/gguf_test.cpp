@@ -221,6 +221,15 @@ std::string read_bytes(const fs::path& p) {
   return ss.str();
 }
 
+// A random-weight HF folder of the PyTorch reference's `kind` (tests/reference/hf_reference.py), written into dir.
+fs::path reference_folder(const fs::path& dir, const std::string& kind) {
+  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
+  const fs::path folder = dir / kind;
+  REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
+                       " > /dev/null 2>&1").c_str()) == 0);
+  return folder;
+}
+
 // The logits at all 16 positions of a fixed prompt, the model loaded from `model_path` (folder or GGUF).
 std::vector<float> sixteen_positions(const fs::path& model_path) {
   test::CpuRank rank;
@@ -587,13 +596,10 @@ TEST_CASE("stories260K from GGUF generates as from its folder - f32 exactly - Q8
 TEST_CASE("Gemma 3 and Gemma 2 GGUFs as llama.cpp writes them give the logits of their HF folders - the window "
           "pattern as a number or a list", "[gguf][model]") {
   test::TempDir dir;
-  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
   const auto run = sixteen_positions;
   for (const std::string kind : {"gemma3", "gemma2"}) {
     INFO(kind);
-    const fs::path folder = dir.path() / kind;
-    REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
-                         " > /dev/null 2>&1").c_str()) == 0);
+    const fs::path folder = reference_folder(dir.path(), kind);
     {  // llama.cpp scales queries by head_dim^-1/2 (a GGUF cannot say otherwise below 27B): the folder too
       nlohmann::json j = read_json(folder / "config.json");
       j["query_pre_attn_scalar"] = j["head_dim"];
@@ -641,12 +647,9 @@ TEST_CASE("Gemma 3 and Gemma 2 GGUFs as llama.cpp writes them give the logits of
 TEST_CASE("Phi-3 GGUFs as llama.cpp writes them give the logits of their HF folders - fused qkv and gate/up, "
           "partial rotary, LongRoPE's factor tensors - f32 exactly and Q8_0 within bounds", "[gguf][model]") {
   test::TempDir dir;
-  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
   for (const std::string kind : {"phi3", "phi3-partial"}) {
     INFO(kind);
-    const fs::path folder = dir.path() / kind;
-    REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
-                         " > /dev/null 2>&1").c_str()) == 0);
+    const fs::path folder = reference_folder(dir.path(), kind);
     const std::vector<float> want = sixteen_positions(folder);
     auto folder_cfg = ModelConfig::load(folder);
     REQUIRE(folder_cfg.ok());
@@ -696,10 +699,7 @@ TEST_CASE("Phi-3 GGUFs as llama.cpp writes them give the logits of their HF fold
 TEST_CASE("Qwen3 GGUFs as llama.cpp writes them give the logits of their HF folders - q/k norms, YaRN from "
           "rope.scaling keys", "[gguf][model]") {
   test::TempDir dir;
-  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
-  const fs::path folder = dir.path() / "qwen3";
-  REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind qwen3 --out " + folder.string() +
-                       " > /dev/null 2>&1").c_str()) == 0);
+  const fs::path folder = reference_folder(dir.path(), "qwen3");
   for (bool yarn : {false, true}) {
     INFO("yarn: " << yarn);
     if (yarn) {  // Qwen's long-context setting: YaRN factor 4 over a pretrained 64
@@ -726,13 +726,10 @@ TEST_CASE("mixture-of-experts GGUFs as llama.cpp writes them give the logits of 
           "Qwen3-MoE and Qwen2-MoE (a shared expert, q/k/v biases), experts stacked, f32 exactly and Q8_0 within bounds",
           "[gguf][model]") {
   test::TempDir dir;
-  const std::string script = (test::source_dir() / "tests/reference/hf_reference.py").string();
   for (auto [kind, arch] :
        {std::pair{"mixtral-4x2", "llama"}, {"qwen3-moe-sparse", "qwen3moe"}, {"qwen2-moe", "qwen2moe"}}) {
     INFO(kind);
-    const fs::path folder = dir.path() / kind;
-    REQUIRE(std::system(("/usr/bin/python3 " + script + " make-model --kind " + kind + " --out " + folder.string() +
-                         " > /dev/null 2>&1").c_str()) == 0);
+    const fs::path folder = reference_folder(dir.path(), kind);
     const std::vector<float> want = sixteen_positions(folder);
     auto folder_cfg = ModelConfig::load(folder);
     REQUIRE(folder_cfg.ok());
