@@ -28,7 +28,10 @@
 #include "plugins/model_registry.hpp"
 #include "scheduler/policy_registry.hpp"
 
-#define ACTORD_PLUGIN_API_VERSION 1u
+// Raised whenever a type that crosses the boundary changes layout. 2: ModelConfig (rotary_dim, LongRoPE / YaRN
+// fields, weight_prefix), ModelLoadOptions::max_model_len, exec::AttentionShape (rotary_dim, rotary_scale),
+// TransformerSpec (Gemma's fields).
+#define ACTORD_PLUGIN_API_VERSION 2u
 
 #define ACTORD_PLUGIN_VERSION()                                                                  \
   extern "C" __attribute__((visibility("default"))) uint32_t actord_plugin_api_version() {      \
