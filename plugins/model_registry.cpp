@@ -13,8 +13,8 @@ namespace {
 // checkpoints load as their text model (ModelConfig::load reads text_config).
 Result<std::unique_ptr<Model>> create_builtin(const ModelConfig& config, const ModelLoadOptions& options) {
   if (!activation_of(config.hidden_act)) {
-    return make_error(Errc::unsupported, std::string(config.architecture.starts_with("Gemma") ? "hidden_activation" : "hidden_act") +
-                                             " '" + config.hidden_act +
+    const char* key = config.architecture.starts_with("Gemma") ? "hidden_activation" : "hidden_act";
+    return make_error(Errc::unsupported, std::string(key) + " '" + config.hidden_act +
                                              "' is not supported (silu, gelu_pytorch_tanh, gelu_new, gelu)");
   }
   if (config.architecture == "MixtralForCausalLM" && config.num_experts == 0) {

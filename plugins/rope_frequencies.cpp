@@ -36,10 +36,13 @@ void yarn_frequencies(const ModelConfig::RopeScaling& rs, int dim, float theta, 
   }
 }
 
+// The dimensions RoPE rotates (rotary_dim is set by load(); a config built in code may leave it 0: all of them).
+int rotated(const ModelConfig& c) { return c.rotary_dim > 0 ? c.rotary_dim : c.head_dim; }
+
 }  // namespace
 
 std::vector<float> ModelConfig::rope_inv_freq(int context_length) const {
-  const int dim = rotary_dim > 0 ? rotary_dim : head_dim;
+  const int dim = rotated(*this);
   std::vector<float> inv(static_cast<size_t>(head_dim / 2), 0.0f);
   cpu::rope_inv_freq(dim, rope_theta, inv.data());
   const RopeScaling& rs = rope_scaling;
@@ -80,7 +83,7 @@ float ModelConfig::rope_attention_factor() const {
 std::vector<float> ModelConfig::rope_inv_freq_local() const {
   if (rope_local_theta <= 0.0f) return rope_inv_freq();
   std::vector<float> inv(static_cast<size_t>(head_dim / 2), 0.0f);
-  cpu::rope_inv_freq(rotary_dim > 0 ? rotary_dim : head_dim, rope_local_theta, inv.data());
+  cpu::rope_inv_freq(rotated(*this), rope_local_theta, inv.data());
   return inv;
 }
 

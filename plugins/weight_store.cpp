@@ -70,17 +70,22 @@ bool WeightStore::stored(const std::string& name) const {
   return name != prefix_ + "lm_head.weight" || !tied_;
 }
 
+std::optional<store_detail::FusedPart> WeightStore::stored_fused(const std::string& name) const {
+  auto part = store_detail::fused_part(name, fused_);
+  if (part && stored(part->stored)) return part;
+  return std::nullopt;
+}
+
 bool WeightStore::contains(const std::string& name) const {
-  if (stored(prefix_ + name)) return true;
-  const auto part = store_detail::fused_part(prefix_ + name, fused_);
-  return part && stored(part->stored);
+  const std::string full = prefix_ + name;
+  return stored(full) || stored_fused(full);
 }
 
 Result<WeightStore::Located> WeightStore::locate(const std::string& name, int64_t rows, int64_t cols,
                                                  MatrixSlice slice) const {
   const std::string full = prefix_ + name;
   if (stored(full)) return Located{full, rows, slice};
-  if (const auto part = store_detail::fused_part(full, fused_); part && stored(part->stored)) {
+  if (const auto part = stored_fused(full)) {
     auto s = resolve(name, rows, cols, slice);
     if (!s) return s.error();
     s->row_first += part->first_row;

@@ -135,6 +135,8 @@ class WeightStore {
   Result<Located> locate(const std::string& name, int64_t rows, int64_t cols, MatrixSlice slice) const;
   // Whether the checkpoint has this tensor (a name as stored: prefix_ included); dummy weights have every tensor.
   bool stored(const std::string& name) const;
+  // The fused tensor holding `name` (as stored) where the checkpoint has that instead; nullopt otherwise.
+  std::optional<store_detail::FusedPart> stored_fused(const std::string& name) const;
   Result<exec::Weight> gguf_glu_weight(exec::Backend& backend, const Located& gate, const Located& up, int64_t cols);
 
   std::optional<WeightLoader> file_;   // safetensors; empty for dummy weights and GGUF

@@ -29,6 +29,14 @@ json byte_level(bool use_regex, bool trim_offsets) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", trim_offsets}, {"use_regex", use_regex}};
 }
 
+// A pre-tokenizer that splits by `regex` (matches kept whole) and then maps bytes (llama.cpp's regex pre-tokenizers).
+json split_then_bytes(const char* regex, bool trim_offsets) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+            byte_level(false, trim_offsets)}}};
+}
+
 json template_with(const std::vector<std::pair<std::string, int64_t>>& before, bool sequence,
                    const std::vector<std::pair<std::string, int64_t>>& after) {
   json single = json::array(), specials = json::object();
@@ -219,26 +227,14 @@ Result<TokenizerDocuments> tokenizer_documents_from_gguf(const GgufFile& file) {
     bool ignore_merges = false;
     if (pre == "llama-bpe" || pre == "llama3") {
       t["normalizer"] = nullptr;
-      t["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers",
-                             {{{"type", "Split"}, {"pattern", {{"Regex", kLlama3Regex}}}, {"behavior", "Isolated"},
-                               {"invert", false}},
-                              byte_level(false, true)}}};
+      t["pre_tokenizer"] = split_then_bytes(kLlama3Regex, true);
       ignore_merges = true;
     } else if (pre == "qwen2") {
       t["normalizer"] = {{"type", "NFC"}};
-      t["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers",
-                             {{{"type", "Split"}, {"pattern", {{"Regex", kQwen2Regex}}}, {"behavior", "Isolated"},
-                               {"invert", false}},
-                              byte_level(false, false)}}};
+      t["pre_tokenizer"] = split_then_bytes(kQwen2Regex, false);
     } else if (pre == "gpt-4o") {
       t["normalizer"] = nullptr;
-      t["pre_tokenizer"] = {{"type", "Sequence"},
-                            {"pretokenizers",
-                             {{{"type", "Split"}, {"pattern", {{"Regex", kGpt4oRegex}}}, {"behavior", "Isolated"},
-                               {"invert", false}},
-                              byte_level(false, true)}}};
+      t["pre_tokenizer"] = split_then_bytes(kGpt4oRegex, true);
     } else if (pre == "gpt-2" || pre == "default") {
       t["normalizer"] = nullptr;
       t["pre_tokenizer"] = byte_level(true, true);

@@ -392,20 +392,10 @@ class CudaBackend final : public exec::Backend {
     });
   }
   void scale(exec::Buffer& x, float factor, size_t count) override {
-    float* xp = x.data();
-    graphs_->note(kScaleTag, xp, factor, count);
-    graphs_->run([=, this] {
-      KernelTimed timed(times_, "scale", stream_);
-      launch_scale(xp, factor, count, stream_);
-    });
+    queue_in_place(kScaleTag, "scale", &launch_scale, x, factor, count);
   }
   void softcap(exec::Buffer& x, float cap, size_t count) override {
-    float* xp = x.data();
-    graphs_->note(kSoftcapTag, xp, cap, count);
-    graphs_->run([=, this] {
-      KernelTimed timed(times_, "softcap", stream_);
-      launch_softcap(xp, cap, count, stream_);
-    });
+    queue_in_place(kSoftcapTag, "softcap", &launch_softcap, x, cap, count);
   }
   void rope_and_store_kv(const ForwardBatch& batch, exec::Buffer& q, exec::Buffer& k, const exec::Buffer& v,
                          const exec::AttentionShape& shape, const exec::Buffer& inv_freq,
@@ -468,6 +458,17 @@ class CudaBackend final : public exec::Backend {
     if (check_split) check_split_decode(q, out, shape, kv, tiled);
   }
   // An attention launch's shape and cache in the step's signature.
+  // An elementwise primitive x[i] = f(x[i], value), i < count: noted for the step graphs under `tag`, launched (timed
+  // as `name`) by `launch`.
+  void queue_in_place(uint32_t tag, const char* name, void (*launch)(float*, float, size_t, cudaStream_t),
+                      exec::Buffer& x, float value, size_t count) {
+    float* xp = x.data();
+    graphs_->note(tag, xp, value, count);
+    graphs_->run([=, this] {
+      KernelTimed timed(times_, name, stream_);
+      launch(xp, value, count, stream_);
+    });
+  }
   void note_attention(uint32_t tag, const exec::AttentionShape& shape, const KvView& cache) {
     graphs_->note(tag, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.sliding_window, cache.k_base,
                   cache.v_base, static_cast<int>(cache.dtype), cache.block_size, cache.block_stride,
