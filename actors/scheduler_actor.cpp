@@ -235,15 +235,18 @@ void on_step_results(self_ptr self) {
       all_ok = false;
       if (sent.planned[i]) updates = lane.batcher->on_step_failed(info.error->message);
     } else {
-      st.stats.sampled_tokens += st.samples.size();
-      if (sent.decode_only) st.stats.decode_tokens += st.samples.size();
+      // Samples of rejected drafts are no tokens: the batcher tells which it kept.
+      const uint64_t drafts = lane.batcher->num_draft_tokens(), accepted = lane.batcher->num_accepted_drafts();
+      if (sent.planned[i]) updates = lane.batcher->on_step_result(st.samples, st.prompt_logprobs);
+      const uint64_t rejected = (lane.batcher->num_draft_tokens() - drafts) - (lane.batcher->num_accepted_drafts() - accepted);
+      st.stats.sampled_tokens += st.samples.size() - rejected;
+      if (sent.decode_only) st.stats.decode_tokens += st.samples.size() - rejected;
       // Lanes run at once: the step took as long as its slowest lane.
       compute_us = std::max(compute_us, info.compute_us);
       idle_us = std::max(idle_us, info.idle_us);
       comm_us = std::max(comm_us, info.comm_us);
       answered_late_us = std::min(answered_late_us, info.answered_late_us);  // done when its last lane was
       st.expert_load = add_expert_load(msg, st.stats) || st.expert_load.value_or(false);
-      if (sent.planned[i]) updates = lane.batcher->on_step_result(st.samples, st.prompt_logprobs);
     }
     emit(self, updates);
     finished = finished || std::any_of(updates.begin(), updates.end(),
@@ -680,6 +683,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         for (const auto& lane : self->state.lanes) {  // the lanes' batchers, summed
           const BatchScheduler& b = *lane->batcher;
           stats.preemptions += b.num_preemptions();
+          stats.draft_tokens += b.num_draft_tokens();
+          stats.accepted_draft_tokens += b.num_accepted_drafts();
           stats.swap_outs += b.num_swap_outs();
           stats.swap_ins += b.num_swap_ins();
           stats.swapped_blocks += b.swapped_blocks();

@@ -76,6 +76,7 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
         b.setNextPromptToken(s.next_prompt_token);
       }
       if (s.forks > 1) b.setForks(s.forks);
+      if (s.drafts > 0) b.setDrafts(static_cast<uint32_t>(s.drafts));
       if (s.new_sequence) {
         const SequenceRequest& req = *s.request;
         b.setNewSequence(true);

@@ -300,7 +300,7 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
     if (!s.getSample()) continue;
     const auto& st = *states[i];
     const bool masked = s.getSampleIndex() < st.sampling.min_tokens && !st.stop_ids.empty();
-    if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;
+    if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;  // drafts' rows: masked later, if row 0 is not
   }
   return true;
 }
@@ -314,9 +314,7 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   sample_states_.clear();
   fork_options_.clear();
   size_t forked_rows = 0;
-  for (uint32_t i = 0; i < seqs.size(); ++i) {
-    if (seqs[i].getSample()) forked_rows += std::max<uint32_t>(seqs[i].getForks(), 1);
-  }
+  for (uint32_t i = 0; i < seqs.size(); ++i) forked_rows += sample_count(seqs[i]);
   fork_options_.reserve(forked_rows);  // stable addresses for the requests below
   for (uint32_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].getSample()) continue;
@@ -331,6 +329,14 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
       if (forks > 1) r.options = &fork_options_.emplace_back(st.sampling.for_sample(f));
       sample_requests_.push_back(r);
       sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
+      sample_states_.push_back(&st);
+    }
+    // Draft rows (speculative decoding): each sampled as the token after the one before it would be.
+    for (uint32_t j = 1; j <= seqs[i].getDrafts(); ++j) {
+      r.sample_index = seqs[i].getSampleIndex() + j;
+      r.masked_ids = r.sample_index < st.sampling.min_tokens ? std::span<const int32_t>(st.stop_ids) : std::span<const int32_t>();
+      sample_requests_.push_back(r);
+      sample_seq_ids_.push_back(seqs[i].getSeqId());
       sample_states_.push_back(&st);
     }
   }
@@ -354,13 +360,13 @@ std::string WorkerCore::pick_greedy() {
 
 template <class Step, class Seqs>
 WorkerCore::RunAhead WorkerCore::may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only,
-                                               size_t forked_rows) {
+                                               size_t sampled_rows) {
   if (!backend_->runs_ahead() || place_.sharded() || place_.ep_group() || place_.ep > 1 || !twins_.empty())
     return RunAhead::no;
   if (step.getTrace() || step.hasExpertPlacement() || model_->config().num_experts > 0) return RunAhead::no;
   if (argmax_only) return RunAhead::picks;
   // Draws: whole rows, one token each, without a penalty history (it would miss the pending step's tokens).
-  if (forked_rows != sample_requests_.size()) return RunAhead::no;
+  if (sampled_rows != sample_requests_.size()) return RunAhead::no;
   for (uint32_t i = 0; i < seqs.size(); ++i)
     if (seqs[i].getPromptLogprobsFrom() >= 0) return RunAhead::no;
   for (const SampleRequest& r : sample_requests_)
@@ -462,14 +468,24 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     if (s.getForks() > SamplingOptions::kMaxSamples)
       return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(s.getForks()) + " forks, more than " +
                   std::to_string(SamplingOptions::kMaxSamples));
+    const uint32_t drafts = s.getDrafts();
+    if (drafts > 0) {
+      // Its rows are sampled as one step each would sample them: no state that follows the tokens may be involved.
+      const SequenceState& st = state->second;
+      if (!s.getSample() || s.getForks() > 1 || s.getPromptLogprobsFrom() >= 0 || s.getFromPrevious() >= 0 ||
+          drafts >= s.getTokenIds().size() || st.sampling.has_penalties() || st.sampling.structured())
+        return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(drafts) +
+                    " draft tokens in a slice that cannot verify them (drafts need a sampling slice of more tokens, "
+                    "without forks, prompt logprobs, penalties or a response format)");
+    }
     SeqSlice slice;
     slice.first_token = static_cast<int32_t>(batch_.tokens.size());
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
     slice.start_pos = static_cast<int32_t>(s.getStartPos());
-    slice.want_logits = s.getSample();
-    sampled_rows += s.getSample();
-    slice.all_logits = s.getPromptLogprobsFrom() >= 0;
-    prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken()});
+    const int32_t rows_sampled = s.getSample() ? 1 + static_cast<int32_t>(drafts) : 0;
+    sampled_rows += static_cast<size_t>(rows_sampled);
+    slice.logit_rows = s.getPromptLogprobsFrom() >= 0 ? slice.num_tokens : rows_sampled;
+    prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken(), s.getSample()});
     if (s.getFromPrevious() >= 0) {
       if (slice.num_tokens != 1)
         return fail("sequence " + std::to_string(seq_id) + " asks for a token the previous step did not sample");
@@ -498,7 +514,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   size_t forked_rows = 0;
   if (driver()) forked_rows = build_sample_requests(seqs);
   const RunAhead ahead =
-      driver() && sampled_rows > 0 ? may_run_ahead(step, seqs, argmax_only, forked_rows) : RunAhead::no;
+      driver() && sampled_rows > 0 ? may_run_ahead(step, seqs, argmax_only, sampled_rows) : RunAhead::no;
   if (pending_ && ahead == RunAhead::no) done.push_back(finish_pending());
   if (auto unresolved = resolve_previous_tokens(); !unresolved.empty()) return break_links(unresolved);
   if (driver()) {  // the penalty history and the response format of the sampling rank
@@ -524,7 +540,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   row_bests_.clear();  // a forward without logit rows leaves it so
   // Where the driver's rows are in one piece, neither forked nor asked for prompt logprobs, its backend may sample
   // them where the logits are (after the TP gather).
-  bool plain_rows = forked_rows == sample_requests_.size() && !sample_requests_.empty();
+  bool plain_rows = sampled_rows == sample_requests_.size() && !sample_requests_.empty();
   for (uint32_t i = 0; i < seqs.size() && plain_rows; ++i) plain_rows = seqs[i].getPromptLogprobsFrom() < 0;
   const ForwardContext::Sampling sampling{sample_requests_, &samples_};
   samples_.clear();
@@ -673,9 +689,11 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     size_t row = 0, out = 0;
     for (uint32_t i = 0; i < seqs.size(); ++i) {
       if (!seqs[i].getSample()) continue;
-      for (uint32_t f = 0; f < std::max<uint32_t>(seqs[i].getForks(), 1); ++f, ++out)
-        std::copy_n(logits_.data() + row * vocab, vocab, fork_logits_.data() + out * vocab);
-      ++row;
+      const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
+      const uint32_t rows_of_slice = forks > 1 ? 1 : 1 + seqs[i].getDrafts();
+      for (uint32_t r = 0; r < rows_of_slice; ++r, ++row)
+        for (uint32_t f = 0; f < (forks > 1 ? forks : 1); ++f, ++out)
+          std::copy_n(logits_.data() + row * vocab, vocab, fork_logits_.data() + out * vocab);
     }
     rows = fork_logits_.data();
   }
@@ -816,15 +834,17 @@ std::string WorkerCore::resolve_previous_tokens() {
 void WorkerCore::take_prompt_logprobs(int vocab) {
   prompt_logprobs_.clear();
   bool any = false;
-  for (const SeqSlice& s : batch_.seqs) any = any || s.all_logits;
+  for (const PromptSlice& s : prompt_slices_) any = any || s.from >= 0;
   if (!any) return;
-  // Rows: num_tokens per all_logits slice, one per other sampling slice. The prompt rows are turned into
-  // logprobs; each sampling slice's last row is moved down so that logits_ holds the sampled rows only.
+  // Rows: num_tokens per slice with prompt logprobs, the sampled ones per other slice. The prompt rows are turned
+  // into logprobs; a prompt slice's last row, if it samples, is moved down so that logits_ holds the sampled rows
+  // only (other slices' rows move down whole).
   size_t row = 0, kept = 0;
   for (size_t i = 0; i < batch_.seqs.size(); ++i) {
     const SeqSlice& slice = batch_.seqs[i];
-    const size_t rows = slice.all_logits ? slice.num_tokens : (slice.want_logits ? 1 : 0);
-    if (slice.all_logits) {
+    const bool all_logits = prompt_slices_[i].from >= 0;
+    const size_t rows = static_cast<size_t>(slice.logit_rows);
+    if (all_logits) {
       const SequenceState& st = *states_[i];
       const int64_t from = prompt_slices_[i].from;
       PromptLogprobsChunk chunk;
@@ -840,9 +860,11 @@ void WorkerCore::take_prompt_logprobs(int vocab) {
       }
       if (!chunk.entries.empty()) prompt_logprobs_.push_back(std::move(chunk));
     }
-    if (slice.want_logits) {
-      std::memmove(logits_.data() + kept * vocab, logits_.data() + (row + rows - 1) * vocab, sizeof(float) * vocab);
-      ++kept;
+    const size_t sampled = all_logits ? size_t{prompt_slices_[i].samples} : rows;
+    if (sampled > 0) {
+      std::memmove(logits_.data() + kept * vocab, logits_.data() + (row + rows - sampled) * vocab,
+                   sizeof(float) * vocab * sampled);
+      kept += sampled;
     }
     row += rows;
   }

@@ -107,7 +107,7 @@ class WorkerCore {
   // sample_requests_).
   enum class RunAhead { no, picks, draws };
   template <class Step, class Seqs>
-  RunAhead may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only, size_t forked_rows);
+  RunAhead may_run_ahead(const Step& step, const Seqs& seqs, bool argmax_only, size_t sampled_rows);
   std::optional<PendingStep> pending_;
   struct AheadCounts {  // kept only with ACTORD_CUDA_REPORT set (read at init)
     bool on = false;
@@ -116,6 +116,11 @@ class WorkerCore {
     std::vector<double> decode_walk_ms, decode_wait_ms;  // the same, of each step of one token per sequence
   } ahead_counts_;
   std::vector<RowBest> spare_bests_;     // the bests of the next step to run ahead (then the pending one's)
+  // Rows of logits a SeqStep's sampling asks for: none, one per fork, or one per draft and one more.
+  template <class SeqStep>
+  static size_t sample_count(const SeqStep& s) {
+    return !s.getSample() ? 0 : s.getForks() > 1 ? s.getForks() : 1 + size_t{s.getDrafts()};
+  }
   // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed
   // them; an error message when one cannot be resolved (on every rank alike).
   std::string resolve_previous_tokens();
@@ -234,6 +239,7 @@ class WorkerCore {
     uint64_t seq_id = 0;
     int32_t from = -1;        // SeqStep.promptLogprobsFrom
     int32_t next_token = -1;  // SeqStep.nextPromptToken
+    bool samples = false;     // SeqStep.sample (its last row is sampled; no drafts with prompt logprobs)
   };
   std::vector<PromptSlice> prompt_slices_;       // [slices of the step]
   Sampler prompt_sampler_;

@@ -65,6 +65,10 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
   metric("actord_num_requests_running", "gauge", "Requests submitted and not finished.", double(requests_in_flight));
   if (stats) {
     metric("actord_num_preemptions_total", "counter", "Sequences preempted (recompute or swap).", double(stats->preemptions));
+    metric("actord_spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: draft tokens verified.",
+           double(stats->draft_tokens));
+    metric("actord_spec_decode_num_accepted_tokens_total", "counter",
+           "Speculative decoding: draft tokens the samples confirmed.", double(stats->accepted_draft_tokens));
     metric("actord_swapped_kv_blocks", "gauge", "KV blocks in host swap space.", double(stats->swapped_blocks));
     metric("actord_num_seqs_running", "gauge", "Sequences admitted to the running batch.", double(stats->running_seqs));
     metric("actord_num_seqs_waiting", "gauge", "Sequences waiting for admission (swapped ones included).",

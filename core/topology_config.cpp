@@ -320,7 +320,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   cfg.source = source;
   require(root.IsMap(), "", "the topology must be a YAML mapping");
   Section top(root, "");
-  top.check_keys({"model", "server", "engine", "scheduler", "nodes", "groups", "plugins"});
+  top.check_keys({"model", "server", "engine", "scheduler", "speculative", "nodes", "groups", "plugins"});
   if (const YAML::Node plugins = root["plugins"]; plugins && !plugins.IsNull()) {
     require(plugins.IsSequence(), "plugins", "must be a list of shared library paths");
     for (size_t i = 0; i < plugins.size(); ++i) {
@@ -434,6 +434,28 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   scheduler.read("plan_ahead", cfg.scheduler.plan_ahead);
   // Which names exist is known only once plugins are loaded: Engine::start checks it against the policy registry.
   require(!cfg.scheduler.policy.empty(), "scheduler.policy", "must name a policy (fcfs, priority or a plugin's)");
+
+  Section speculative(top.get("speculative"), "speculative");
+  speculative.check_keys(
+      {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "disable_by_batch_size"});
+  SpeculativeSection& spec = cfg.speculative;
+  speculative.read("method", spec.method);
+  require(spec.method == "none" || spec.method == "ngram", "speculative.method",
+          "must be none or ngram (prompt lookup; no draft model is supported yet), got '" + spec.method + "'");
+  speculative.read("num_speculative_tokens", spec.num_speculative_tokens);
+  require(spec.num_speculative_tokens >= 1 && spec.num_speculative_tokens <= 32, "speculative.num_speculative_tokens",
+          "must be between 1 and 32, got " + std::to_string(spec.num_speculative_tokens));
+  speculative.read("prompt_lookup_min", spec.prompt_lookup_min);
+  speculative.read("prompt_lookup_max", spec.prompt_lookup_max);
+  require(spec.prompt_lookup_min >= 1 && spec.prompt_lookup_min <= 16, "speculative.prompt_lookup_min",
+          "must be between 1 and 16, got " + std::to_string(spec.prompt_lookup_min));
+  require(spec.prompt_lookup_max >= spec.prompt_lookup_min && spec.prompt_lookup_max <= 16,
+          "speculative.prompt_lookup_max",
+          "must be between prompt_lookup_min (" + std::to_string(spec.prompt_lookup_min) + ") and 16, got " +
+              std::to_string(spec.prompt_lookup_max));
+  speculative.read("disable_by_batch_size", spec.disable_by_batch_size);
+  require(spec.disable_by_batch_size >= 0, "speculative.disable_by_batch_size",
+          "must be 0 (never) or a number of sequences, got " + std::to_string(spec.disable_by_batch_size));
 
   cfg.nodes = parse_nodes(root["nodes"]);
 

@@ -76,6 +76,17 @@ struct SchedulerSection {
   bool plan_ahead = true;  // plan step N+1 while step N executes (two steps in flight)
 };
 
+// Speculative decoding (scheduler/batch_scheduler.hpp): draft tokens verified by the step that decodes them, so
+// that a sequence may gain several tokens a step, the same tokens as without drafts. vLLM's names.
+struct SpeculativeSection {
+  std::string method = "none";     // none | ngram (prompt lookup: drafts from the sequence's own earlier tokens)
+  int num_speculative_tokens = 4;  // drafts per sequence and step at most
+  int prompt_lookup_min = 1;       // n-gram lengths matched (ngram)
+  int prompt_lookup_max = 4;
+  int disable_by_batch_size = 0;   // no drafts while this many sequences or more run (0: any batch)
+  bool enabled() const { return method != "none"; }
+};
+
 // Where a group's ranks run: threads of the engine's process, worker processes the engine starts on this machine,
 // or worker processes on the nodes `placement_nodes` names (started there by the node's agent).
 enum class Placement { thread, process, node };
@@ -189,6 +200,7 @@ struct TopologyConfig {
   ServerSection server;
   EngineSection engine;
   SchedulerSection scheduler;
+  SpeculativeSection speculative;
   std::vector<NodeSection> nodes;  // besides the implicit local node
   std::vector<GroupSection> groups;
   std::vector<std::filesystem::path> plugins;  // shared libraries (plugins/plugin_api.hpp), resolved like model.path

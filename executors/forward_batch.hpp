@@ -14,8 +14,9 @@ struct SeqSlice {
   int32_t num_tokens = 0;
   int32_t start_pos = 0;              // position of its first token
   const uint32_t* block_table = nullptr;  // [ceil((start_pos + num_tokens) / block_size)] KV block ids
-  bool want_logits = false;           // logits for its last token go to the output
-  bool all_logits = false;            // logits for every one of its tokens go to the output (prompt logprobs)
+  // Logits for its last logit_rows tokens go to the output: 1 for the next token's, 1 + drafts to verify draft
+  // tokens (speculative decoding), num_tokens for every position's (prompt logprobs), 0 for none.
+  int32_t logit_rows = 0;
 };
 
 // A token not known on the host yet: row k of the picks of the step before, still in the device's memory

@@ -29,11 +29,11 @@ BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
       cache_(blocks, limits.block_size, limits.enable_prefix_caching),
       policy_(policy ? std::move(policy) : make_fcfs_policy()),
       swap_space_(limits.preemption_mode == PreemptionMode::swap ? limits.swap_blocks : 0) {
-  max_in_flight_ = limits_.plan_ahead ? 2 : 1;
+  max_in_flight_ = limits_.plan_ahead && !limits_.speculative.enabled() ? 2 : 1;
 }
 
 void BatchScheduler::set_max_steps_in_flight(int n) {
-  max_in_flight_ = limits_.plan_ahead ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
+  max_in_flight_ = limits_.plan_ahead && !limits_.speculative.enabled() ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
 }
 
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request, std::vector<uint32_t> kv_blocks,
@@ -275,7 +275,29 @@ bool BatchScheduler::ends_by_length_after_pending(const Sequence& seq) const {
          static_cast<int>(seq.tokens.size()) + seq.pending >= max_tokens_held();
 }
 
-void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous) {
+int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
+  const SpeculativeLimits& spec = limits_.speculative;
+  const SamplingOptions& sampling = seq.req.sampling;
+  if (!spec.enabled() || seq.generated == 0 || sampling.n > 1 || sampling.has_penalties() || sampling.structured())
+    return 0;
+  if (spec.disable_by_batch_size > 0 && running_.size() >= static_cast<size_t>(spec.disable_by_batch_size)) return 0;
+  // Every draft kept is a token generated, and the sample after the last one is another: no more than max_tokens
+  // and the context (or the lease) hold.
+  int room = std::min(spec.num_tokens, budget - 1);
+  room = std::min(room, static_cast<int>(seq.req.max_tokens) - static_cast<int>(seq.generated) - 1);
+  room = std::min(room, max_tokens_held() - static_cast<int>(seq.tokens.size()) - 1);
+  if (room <= 0) return 0;
+  if (!seq.drafter) seq.drafter = std::make_unique<NgramDrafter>(spec.lookup_min, spec.lookup_max);
+  seq.drafter->propose(seq.tokens, room, drafts_);
+  const int drafts = static_cast<int>(drafts_.size());
+  // Drafts never preempt anyone: without blocks for them the sequence decodes one token.
+  if (drafts == 0 || !ensure_blocks(seq, seq.num_computed + 1 + drafts)) return 0;
+  seq.fed.assign(1, seq.tokens.back());
+  seq.fed.insert(seq.fed.end(), drafts_.begin(), drafts_.end());
+  return drafts;
+}
+
+void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous, int drafts) {
   // The step message reads these right after planning: start their (likely) cache misses now, all in parallel.
   if (from_previous < 0) __builtin_prefetch(seq.tokens.data() + seq.num_computed);
   for (size_t b = seq.fresh ? 0 : seq.blocks_sent; b < seq.blocks.size(); b += 16)
@@ -284,7 +306,11 @@ void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t fro
   s.seq_id = seq.req.id;
   s.num_tokens = chunk;
   s.start_pos = seq.num_computed;
-  if (from_previous < 0) {
+  if (drafts > 0) {
+    s.tokens = seq.fed;
+    s.sample = true;
+    s.drafts = drafts;
+  } else if (from_previous < 0) {
     s.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed), chunk);
     s.sample = seq.num_computed + chunk == static_cast<int>(seq.tokens.size());
   } else {
@@ -306,7 +332,8 @@ void BatchScheduler::add_slice(Step& step, Sequence& seq, int chunk, int32_t fro
   if (seq.fresh) s.context = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(seq.num_computed));
   StepPlan& plan = step.plan;
   plan.num_tokens += chunk;
-  const bool decode = chunk == 1 && s.sample && (from_previous >= 0 || seq.generated > 0);
+  plan.num_drafts += drafts;
+  const bool decode = (chunk == 1 || drafts > 0) && s.sample && (from_previous >= 0 || seq.generated > 0);
   if (!decode) plan.num_prefill_tokens += chunk;
   plan.slices.push_back(s);
   step.seqs.push_back(&seq);
@@ -327,7 +354,7 @@ void BatchScheduler::commit(Step& step) {
     if (slice.sample) {
       ++seq.pending;
       seq.last_sample_slot = sample_slot;
-      sample_slot += static_cast<int32_t>(std::max<uint32_t>(slice.forks, 1));
+      sample_slot += slice.forks > 1 ? static_cast<int32_t>(slice.forks) : 1 + slice.drafts;
       seq.last_sample_step = next_serial_;
     }
   }
@@ -348,7 +375,7 @@ const StepPlan* BatchScheduler::plan_step() {
   plan.swap_in.clear();
   plan.copies.clear();
   step.seqs.clear();
-  plan.num_tokens = plan.num_prefill_tokens = plan.num_samples = 0;
+  plan.num_tokens = plan.num_prefill_tokens = plan.num_samples = plan.num_drafts = 0;
   plan.planned_ahead = ahead;
   shortfall_ = 0;
   int budget = limits_.max_num_batched_tokens;
@@ -365,6 +392,7 @@ const StepPlan* BatchScheduler::plan_step() {
     Sequence& seq = *running_[i];
     int chunk = 0;
     int32_t from_previous = -1;
+    int drafts = 0;
     if (seq.cancelled) {
       ++i;  // finishes when its step comes back
       continue;
@@ -383,6 +411,10 @@ const StepPlan* BatchScheduler::plan_step() {
       if (chunk <= 0) {
         ++i;
         continue;
+      }
+      if (chunk == 1 && !ahead) {
+        drafts = propose_drafts(seq, budget);
+        chunk += drafts;
       }
     }
     bool placed = ensure_blocks(seq, seq.num_computed + chunk);
@@ -406,7 +438,7 @@ const StepPlan* BatchScheduler::plan_step() {
       }
     }
     if (!placed) continue;  // seq itself was the victim: running_[i] is now the next one
-    add_slice(step, seq, chunk, from_previous);
+    add_slice(step, seq, chunk, from_previous, drafts);
     budget -= chunk;
     ++i;
   }
@@ -592,15 +624,27 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
     const PlannedSlice& slice = step.plan.slices[i];
     Sequence& seq = *step.seqs[i];
     --seq.in_flight;
-    const StepSample* sample = nullptr;
+    std::span<const StepSample> rows;  // the slice's own samples: one, or one per draft and one more
     std::span<const StepSample> forks;
     if (slice.sample) {
-      const size_t count = std::max<uint32_t>(slice.forks, 1);
+      const size_t count = slice.forks > 1 ? slice.forks : static_cast<size_t>(1 + slice.drafts);
       ACTORD_CHECK(next_sample + count <= sampled.size() && sampled[next_sample].seq_id == slice.seq_id);
-      sample = &sampled[next_sample];
-      forks = sampled.subspan(next_sample + 1, count - 1);
+      rows = sampled.subspan(next_sample, slice.forks > 1 ? 1 : count);
+      forks = sampled.subspan(next_sample + 1, slice.forks > 1 ? count - 1 : 0);
       next_sample += count;
       --seq.pending;
+    }
+    // Speculative decoding: the drafts kept are those the samples confirm, in order, and the sample after them is
+    // the next token; the KV of the rest is no longer counted as computed.
+    int accepted = 0;
+    if (slice.drafts > 0) {
+      while (accepted < slice.drafts &&
+             rows[static_cast<size_t>(accepted)].token == slice.tokens[static_cast<size_t>(accepted) + 1])
+        ++accepted;
+      rows = rows.first(static_cast<size_t>(accepted) + 1);
+      seq.num_computed -= slice.drafts - accepted;
+      draft_tokens_ += static_cast<uint64_t>(slice.drafts);
+      accepted_drafts_ += static_cast<uint64_t>(accepted);
     }
     StepPromptLogprobs* prompt_chunk = nullptr;  // the worker sends one per slice that predicted prompt tokens
     if (next_prompt < prompt.size() && prompt[next_prompt].seq_id == slice.seq_id) prompt_chunk = &prompt[next_prompt++];
@@ -608,7 +652,6 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
       retire(seq);          // freed once no step in flight carries it
       continue;
     }
-    cache_full_blocks(seq, slice.start_pos, slice.start_pos + slice.num_tokens);
     if (!forks.empty() && !seq.cancelled) fork(seq, forks);
     SequenceUpdate& update = updates_.add(seq.req.id, seq.prompt_len, seq.req.owner);
     if (prompt_chunk) {
@@ -616,12 +659,16 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
       update.prompt_logprobs_from = prompt_chunk->first_pos;
       update.prompt_logprobs = std::move(prompt_chunk->entries);
     }
-    if (sample) {
-      seq.tokens.push_back(sample->token);
+    for (const StepSample& sample : rows) {
+      seq.tokens.push_back(sample.token);
       ++seq.generated;
-      update.new_tokens.push_back(sample->token);
-      if (sample->logprobs) update.logprobs.push_back(*sample->logprobs);
+      update.new_tokens.push_back(sample.token);
+      if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
+      if (finish_of(seq) != Finish::none) break;  // a stop id or max_tokens among kept drafts: the rest is dropped
     }
+    // Blocks whose positions now all hold KV of known tokens become matchable.
+    const int written_to = slice.start_pos + slice.num_tokens - (slice.drafts - accepted);
+    cache_full_blocks(seq, slice.start_pos, std::min(written_to, static_cast<int>(seq.tokens.size())));
     if (const Finish finish = finish_of(seq); finish != Finish::none) {
       finish_update(seq, update, finish);
       retire(seq);

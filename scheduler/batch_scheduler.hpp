@@ -30,6 +30,17 @@
 // and gets a copy of the partial last block, made by the next step sent before its forward pass (copy-on-write);
 // when no block is free for the copy, that sample recomputes its prompt instead. From then on the samples are
 // independent sequences. Ids id + 1 .. id + n - 1 are reserved for them from add().
+//
+// Speculative decoding (SchedulerLimits::speculative): a decoding sequence whose tokens are all known may get draft
+// tokens from its own text (scheduler/ngram_drafter.hpp). Its slice then feeds its last token and the drafts, and
+// the worker samples every one of those rows as it would sample them one step at a time (row j with sample index
+// sample_index + j, so seeded draws are the same); the scheduler keeps the drafts the samples confirm, in order,
+// and the first sample that differs (or the one after the last draft). A sequence thus gains 1 .. drafts + 1 tokens
+// in a step, exactly the tokens decoding without drafts would give (the worker's logits are batch invariant).
+// Rejected drafts' KV positions are written over by later steps; only positions of kept tokens count as computed
+// and are ever cached. No drafts for sequences with penalties or a response format (their state would have to
+// follow each row), before a request of n > 1 forks, or past max_tokens and the context. Speculation plans no step
+// ahead (one step in flight): a sequence's drafts need its last token.
 #pragma once
 
 #include <array>
@@ -48,9 +59,19 @@
 #include "core/status.hpp"
 #include "memory/block_allocator.hpp"
 #include "memory/prefix_cache.hpp"
+#include "scheduler/ngram_drafter.hpp"
 #include "scheduler/scheduling_policy.hpp"
 
 namespace actord {
+
+// Speculative decoding by prompt lookup (the topology's `speculative:` section).
+struct SpeculativeLimits {
+  int num_tokens = 0;              // drafts per sequence and step at most; 0: off
+  int lookup_min = 1;              // n-gram lengths matched against the sequence's earlier tokens
+  int lookup_max = 4;
+  int disable_by_batch_size = 0;   // no drafts while this many sequences or more run (0: always drafts)
+  bool enabled() const { return num_tokens > 0; }
+};
 
 struct SchedulerLimits {
   int max_num_seqs = 64;
@@ -72,6 +93,7 @@ struct SchedulerLimits {
   // A check of a structured request's response format that the scheduler cannot make itself (that its JSON
   // schema compiles: the scheduler actor gives structured/'s); its error refuses the request. Null: none.
   std::function<Status(const SamplingOptions&)> check_response_format;
+  SpeculativeLimits speculative;
 };
 
 struct SequenceRequest {
@@ -112,6 +134,9 @@ struct PlannedSlice {
   bool sample = false;
   uint32_t sample_index = 0;              // tokens the sequence generated before the one sampled here
   int32_t from_previous = -1;             // >= 0: one token, the one sampled at this index of the previous step
+  // > 0 (speculative decoding): the last `drafts` tokens are guesses; the slice samples each of its last drafts + 1
+  // rows (sample indices sample_index, sample_index + 1, ...), and its result has that many samples.
+  int drafts = 0;
   // First slice since the sequence was admitted (or re-admitted after a preemption): the worker (re)creates its
   // state for it from `request` (sampling options, prompt length, stop ids).
   bool new_sequence = false;
@@ -142,7 +167,8 @@ struct StepPlan {
   std::vector<BlockCopy> copies, swap_out, swap_in;
   int num_tokens = 0;
   int num_prefill_tokens = 0;      // tokens whose KV is computed for the first time or again after a preemption
-  int num_samples = 0;             // slices with sample = true
+  int num_samples = 0;             // samples its result carries (a forking slice: forks; with drafts: drafts + 1)
+  int num_drafts = 0;              // draft tokens among num_tokens
   bool planned_ahead = false;      // planned while the previous step was in flight
   bool decode_only() const { return num_prefill_tokens == 0; }
 };
@@ -274,6 +300,8 @@ class BatchScheduler {
   uint64_t num_preemptions() const { return preemptions_; }  // by recompute and by swap
   uint64_t num_swap_outs() const { return swap_outs_; }
   uint64_t num_swap_ins() const { return swap_ins_; }
+  uint64_t num_draft_tokens() const { return draft_tokens_; }      // drafts of steps that returned
+  uint64_t num_accepted_drafts() const { return accepted_drafts_; }  // of which the samples confirmed
   size_t swapped_blocks() const { return swap_space_.num_total() - swap_space_.num_free(); }
 
  private:
@@ -297,6 +325,8 @@ class BatchScheduler {
     bool cancelled = false;
     bool finished = false;              // its final update went out; kept only while a step in flight writes it
     uint64_t arrival = 0;               // submission order
+    std::unique_ptr<NgramDrafter> drafter;  // speculative decoding: its n-gram index, made at its first draft
+    std::vector<int32_t> fed;           // a slice with drafts feeds these: its last token, then the drafts
   };
   struct Step {
     StepPlan plan;
@@ -333,8 +363,12 @@ class BatchScheduler {
   // take another step even alone.
   int max_tokens_held() const;
   size_t pool_blocks() const { return limits_.pool_blocks ? limits_.pool_blocks : blocks_.num_total(); }
-  // Appends seq's next `chunk` tokens (or its pending token when from_previous >= 0) to `step`.
-  void add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous);
+  // Appends seq's next `chunk` tokens (or its pending token when from_previous >= 0; or with drafts > 0, seq.fed)
+  // to `step`.
+  void add_slice(Step& step, Sequence& seq, int chunk, int32_t from_previous, int drafts = 0);
+  // Speculative decoding: drafts for decoding seq into seq.fed (behind its last token) with their KV blocks, at
+  // most budget - 1 of them; 0 when it gets none.
+  int propose_drafts(Sequence& seq, int budget);
   PolicySequence view_of(const Sequence& seq) const;
   // Asks the policy whom to admit (and preempt) into decision_; false when it wants a preemption while steps are
   // in flight (the plan must wait for them).
@@ -381,6 +415,9 @@ class BatchScheduler {
   uint64_t preemptions_ = 0;
   uint64_t swap_outs_ = 0;
   uint64_t swap_ins_ = 0;
+  uint64_t draft_tokens_ = 0;
+  uint64_t accepted_drafts_ = 0;
+  std::vector<int32_t> drafts_;      // scratch
 };
 
 }  // namespace actord

@@ -39,7 +39,7 @@ std::vector<float> logits_in_chunks(Run& run, const std::vector<int32_t>& tokens
     ForwardBatch batch;
     batch.tokens.assign(tokens.begin() + ptrdiff_t(first), tokens.begin() + ptrdiff_t(first + n));
     SeqSlice s{0, int32_t(n), int32_t(first), table.data(), true};
-    s.all_logits = true;
+    s.logit_rows = s.num_tokens;
     batch.seqs = {s};
     REQUIRE(run.model->forward(batch, *kv, logits, run.rank.backend));
     all.insert(all.end(), logits.begin(), logits.end());

@@ -241,7 +241,7 @@ std::vector<float> sixteen_positions(const fs::path& model_path) {
   std::vector<uint32_t> table{0, 1, 2, 3, 4, 5, 6, 7};
   ForwardBatch batch;
   batch.tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 40, 41, 42, 43};
-  batch.seqs = {SeqSlice{0, int32_t(batch.tokens.size()), 0, table.data(), true, true}};
+  batch.seqs = {SeqSlice{0, int32_t(batch.tokens.size()), 0, table.data(), int32_t(batch.tokens.size())}};
   std::vector<float> logits;
   REQUIRE((*model)->forward(batch, kv, logits, rank.backend));
   return logits;

@@ -190,6 +190,9 @@ struct SeqStep {
   nextPromptToken @15 :Int32 = -1;  # with promptLogprobsFrom: the prompt token after this slice's tokens, if any
   forks @13 :UInt32;             # > 1 (with sample): draw this many tokens from the slice's last row, the i-th with
                                  # the options' for_sample(i); results i > 0 carry seqId + i (the scheduler forks them)
+  drafts @16 :UInt32;            # > 0 (with sample; speculative decoding): the last `drafts` tokens are guesses; sample
+                                 # each of the slice's last drafts + 1 rows, row j with sample index sampleIndex + j
+                                 # (one result each, in order; the scheduler keeps the guesses they confirm)
 }
 
 # A copy of one KV block's bytes (every layer) from one block to another.
@@ -455,6 +458,8 @@ struct SchedulerStats {
   expertPlacement @33 :List(Int32);  # EPLB: the placement the ranks have now ([layer][slot]); empty when off
   kvMovesOut @34 :UInt64;          # sequences a reshape sent on with their KV
   kvMovesIn @35 :UInt64;           # continuations that arrived with their KV
+  draftTokens @36 :UInt64;         # speculative decoding: draft tokens verified
+  acceptedDraftTokens @37 :UInt64; # of which the samples confirmed (kept)
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode

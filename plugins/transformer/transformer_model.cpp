@@ -509,7 +509,8 @@ Status TransformerModel::forward_micro_batches(const ForwardBatch& batch, KvCach
       piece.first_token = static_cast<int32_t>(micro_.tokens.size());
       piece.num_tokens = take;
       piece.start_pos = s.start_pos + done;
-      piece.want_logits = s.want_logits && done + take == s.num_tokens;
+      const int first_row = s.num_tokens - s.logit_rows;  // the piece's share of the slice's last logit_rows rows
+      piece.logit_rows = std::max(0, done + take - std::max(done, first_row));
       micro_.tokens.insert(micro_.tokens.end(), batch.tokens.begin() + s.first_token + done,
                            batch.tokens.begin() + s.first_token + done + take);
       micro_.seqs.push_back(piece);
@@ -537,8 +538,7 @@ Status TransformerModel::lm_head(const ForwardBatch& batch, std::vector<float>& 
   const int h = cfg_.hidden_size, vocab = cfg_.vocab_size;
   logit_rows_.clear();
   for (const SeqSlice& s : batch.seqs) {
-    const int rows = s.all_logits ? s.num_tokens : (s.want_logits ? 1 : 0);
-    for (int r = s.num_tokens - rows; r < s.num_tokens; ++r) logit_rows_.push_back(s.first_token + r);
+    for (int r = s.num_tokens - s.logit_rows; r < s.num_tokens; ++r) logit_rows_.push_back(s.first_token + r);
   }
   const int n_out = static_cast<int>(logit_rows_.size());
   const size_t own = place_.tp > 1 ? vocab_counts_[static_cast<size_t>(place_.tp_rank)] : size_t(vocab);

@@ -1,0 +1,55 @@
+#include "scheduler/ngram_drafter.hpp"
+
+#include <algorithm>
+
+namespace actord {
+
+NgramDrafter::NgramDrafter(int min_n, int max_n)
+    : min_n_(std::max(1, min_n)), max_n_(std::max(std::max(1, min_n), max_n)) {
+  latest_.resize(static_cast<size_t>(max_n_ - min_n_ + 1));
+}
+
+uint64_t NgramDrafter::hash(std::span<const int32_t> gram) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ gram.size();
+  for (int32_t id : gram) {
+    h ^= static_cast<uint32_t>(id);
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return h;
+}
+
+void NgramDrafter::index_until(std::span<const int32_t> tokens, size_t end) {
+  for (size_t i = std::max<size_t>(indexed_, static_cast<size_t>(min_n_)); i < end; ++i) {
+    for (int n = min_n_; n <= max_n_ && static_cast<size_t>(n) <= i; ++n)
+      latest_[static_cast<size_t>(n - min_n_)][hash(tokens.subspan(i - static_cast<size_t>(n), static_cast<size_t>(n)))] =
+          static_cast<uint32_t>(i);
+  }
+  indexed_ = std::max(indexed_, end);
+}
+
+void NgramDrafter::propose(std::span<const int32_t> tokens, int max_drafts, std::vector<int32_t>& out) {
+  out.clear();
+  const size_t len = tokens.size();
+  if (max_drafts <= 0 || len < static_cast<size_t>(min_n_) + 1) return;
+  // Every occurrence that is followed by a known token: n-grams ending before the last position.
+  index_until(tokens, len);
+  for (int n = std::min<int>(max_n_, static_cast<int>(len) - 1); n >= min_n_; --n) {
+    const auto suffix = tokens.subspan(len - static_cast<size_t>(n), static_cast<size_t>(n));
+    const auto& index = latest_[static_cast<size_t>(n - min_n_)];
+    const auto hit = index.find(hash(suffix));
+    if (hit == index.end()) continue;
+    const size_t next = hit->second;  // the token after the earlier occurrence
+    if (next < static_cast<size_t>(n) || next >= len ||
+        !std::equal(suffix.begin(), suffix.end(), tokens.begin() + static_cast<ptrdiff_t>(next - static_cast<size_t>(n))))
+      continue;
+    const size_t period = len - next;
+    for (int j = 0; j < max_drafts; ++j) {
+      const size_t at = next + static_cast<size_t>(j);
+      out.push_back(at < len ? tokens[at] : out[static_cast<size_t>(j) - period]);
+    }
+    return;
+  }
+}
+
+}  // namespace actord
