@@ -81,9 +81,11 @@ struct SchedulerSection {
 struct SpeculativeSection {
   std::string method = "none";     // none | ngram (prompt lookup: drafts from the sequence's own earlier tokens)
   int num_speculative_tokens = 4;  // drafts per sequence and step at most
-  int prompt_lookup_min = 1;       // n-gram lengths matched (ngram)
+  int prompt_lookup_min = 2;       // n-gram lengths matched (ngram)
   int prompt_lookup_max = 4;
-  int disable_by_batch_size = 0;   // no drafts while this many sequences or more run (0: any batch)
+  // No drafts while this many sequences or more run (0: at any batch size): verifying drafts costs compute, which
+  // decode has to spare only while the weights' memory traffic bounds it (small batches).
+  int disable_by_batch_size = 32;
   bool enabled() const { return method != "none"; }
 };
 

@@ -29,11 +29,11 @@ BatchScheduler::BatchScheduler(SchedulerLimits limits, BlockAllocator& blocks,
       cache_(blocks, limits.block_size, limits.enable_prefix_caching),
       policy_(policy ? std::move(policy) : make_fcfs_policy()),
       swap_space_(limits.preemption_mode == PreemptionMode::swap ? limits.swap_blocks : 0) {
-  max_in_flight_ = limits_.plan_ahead && !limits_.speculative.enabled() ? 2 : 1;
+  max_in_flight_ = limits_.plan_ahead ? 2 : 1;
 }
 
 void BatchScheduler::set_max_steps_in_flight(int n) {
-  max_in_flight_ = limits_.plan_ahead && !limits_.speculative.enabled() ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
+  max_in_flight_ = limits_.plan_ahead ? std::clamp(n, 1, kMaxStepsInFlight) : 1;
 }
 
 std::optional<SequenceUpdate> BatchScheduler::add(SequenceRequest request, std::vector<uint32_t> kv_blocks,
@@ -275,12 +275,34 @@ bool BatchScheduler::ends_by_length_after_pending(const Sequence& seq) const {
          static_cast<int>(seq.tokens.size()) + seq.pending >= max_tokens_held();
 }
 
-int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
+bool BatchScheduler::speculation_allows_ahead() const {
+  const Step& newest = steps_[(head_ + in_flight_ - 1) % kMaxStepsInFlight];
+  if (newest.plan.num_drafts > 0) return false;
+  for (const Sequence* seq : newest.seqs)
+    if (seq->wants_drafts) return false;
+  return true;
+}
+
+void BatchScheduler::note_draftable(Sequence& seq) {
+  seq.wants_drafts = false;
+  if (!may_draft(seq)) return;
+  if (!seq.drafter)
+    seq.drafter = std::make_unique<NgramDrafter>(limits_.speculative.lookup_min, limits_.speculative.lookup_max);
+  seq.drafter->propose(seq.tokens, 1, drafts_);
+  seq.wants_drafts = !drafts_.empty();
+}
+
+bool BatchScheduler::may_draft(const Sequence& seq) const {
   const SpeculativeLimits& spec = limits_.speculative;
   const SamplingOptions& sampling = seq.req.sampling;
   if (!spec.enabled() || seq.generated == 0 || sampling.n > 1 || sampling.has_penalties() || sampling.structured())
-    return 0;
-  if (spec.disable_by_batch_size > 0 && running_.size() >= static_cast<size_t>(spec.disable_by_batch_size)) return 0;
+    return false;
+  return spec.disable_by_batch_size == 0 || running_.size() < static_cast<size_t>(spec.disable_by_batch_size);
+}
+
+int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
+  if (!may_draft(seq)) return 0;
+  const SpeculativeLimits& spec = limits_.speculative;
   // Every draft kept is a token generated, and the sample after the last one is another: no more than max_tokens
   // and the context (or the lease) hold.
   int room = std::min(spec.num_tokens, budget - 1);
@@ -366,6 +388,7 @@ const StepPlan* BatchScheduler::plan_step() {
   if (in_flight_ >= max_in_flight_) return nullptr;
   const bool ahead = in_flight_ > 0;
   if (ahead && needs_sync_) return nullptr;
+  if (ahead && limits_.speculative.enabled() && !speculation_allows_ahead()) return nullptr;
   const uint64_t newest_step = next_serial_ - 1;  // the step a placeholder refers to
   Step& step = steps_[(head_ + in_flight_) % kMaxStepsInFlight];
   StepPlan& plan = step.plan;
@@ -666,6 +689,7 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
       if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
       if (finish_of(seq) != Finish::none) break;  // a stop id or max_tokens among kept drafts: the rest is dropped
     }
+    if (limits_.speculative.enabled() && !rows.empty()) note_draftable(seq);
     // Blocks whose positions now all hold KV of known tokens become matchable.
     const int written_to = slice.start_pos + slice.num_tokens - (slice.drafts - accepted);
     cache_full_blocks(seq, slice.start_pos, std::min(written_to, static_cast<int>(seq.tokens.size())));

@@ -39,8 +39,10 @@
 // in a step, exactly the tokens decoding without drafts would give (the worker's logits are batch invariant).
 // Rejected drafts' KV positions are written over by later steps; only positions of kept tokens count as computed
 // and are ever cached. No drafts for sequences with penalties or a response format (their state would have to
-// follow each row), before a request of n > 1 forks, or past max_tokens and the context. Speculation plans no step
-// ahead (one step in flight): a sequence's drafts need its last token.
+// follow each row), before a request of n > 1 forks, or past max_tokens and the context. Drafts need a sequence's
+// last token known, so they are only planned with no step in flight, and no step is planned ahead of one with drafts
+// or of one whose sequences drafted at their previous chance: text that repeats itself is verified step by step,
+// text that does not keeps planning ahead.
 #pragma once
 
 #include <array>
@@ -67,7 +69,7 @@ namespace actord {
 // Speculative decoding by prompt lookup (the topology's `speculative:` section).
 struct SpeculativeLimits {
   int num_tokens = 0;              // drafts per sequence and step at most; 0: off
-  int lookup_min = 1;              // n-gram lengths matched against the sequence's earlier tokens
+  int lookup_min = 2;              // n-gram lengths matched against the sequence's earlier tokens
   int lookup_max = 4;
   int disable_by_batch_size = 0;   // no drafts while this many sequences or more run (0: always drafts)
   bool enabled() const { return num_tokens > 0; }
@@ -327,6 +329,7 @@ class BatchScheduler {
     uint64_t arrival = 0;               // submission order
     std::unique_ptr<NgramDrafter> drafter;  // speculative decoding: its n-gram index, made at its first draft
     std::vector<int32_t> fed;           // a slice with drafts feeds these: its last token, then the drafts
+    bool wants_drafts = false;          // its known tokens end in text seen before: its next slice should draft
   };
   struct Step {
     StepPlan plan;
@@ -369,6 +372,13 @@ class BatchScheduler {
   // Speculative decoding: drafts for decoding seq into seq.fed (behind its last token) with their KV blocks, at
   // most budget - 1 of them; 0 when it gets none.
   int propose_drafts(Sequence& seq, int budget);
+  bool may_draft(const Sequence& seq) const;  // whether its sampling and the batch allow drafts
+  // Speculation plans a step ahead only when the newest step in flight has no drafts (its sequences' positions
+  // after it are unknown until it returns) and none of its sequences wants drafts (drafts need its tokens known:
+  // the plan waits for the result).
+  bool speculation_allows_ahead() const;
+  // After seq's tokens grew: whether its next slice should draft (its known tokens end in text seen before).
+  void note_draftable(Sequence& seq);
   PolicySequence view_of(const Sequence& seq) const;
   // Asks the policy whom to admit (and preempt) into decision_; false when it wants a preemption while steps are
   // in flight (the plan must wait for them).

@@ -227,7 +227,7 @@ TEST_CASE("speculative decoding - no drafts where the rows could not be sampled 
 TEST_CASE("speculative decoding - the whole engine gives the 256-token reference in fewer steps", "[speculative][engine]") {
   for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml", "configs/tp2.yaml"}) {
     INFO(file);
-    auto engine = test::start_engine(test::quickstart(file, {"speculative.method=ngram"}));
+    auto engine = test::start_engine(test::quickstart(file, {"speculative.method=ngram", "speculative.prompt_lookup_min=1"}));
     GenerateRequest r;
     r.prompt_ids = {1};
     r.max_tokens = 256;
@@ -243,14 +243,14 @@ TEST_CASE("speculative decoding - the whole engine gives the 256-token reference
     CHECK(s.accepted_draft_tokens > 0);
     CHECK(s.steps + s.accepted_draft_tokens == 256);  // each step: its drafts kept and one token more
     CHECK(s.sampled_tokens == 256);
-    CHECK(s.steps_planned_ahead == 0);
+    CHECK(s.steps < 256);
   }
 }
 
 TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests keep their exact outputs",
           "[speculative][engine]") {
   SECTION("prefix cache and batching") {
-    auto engine = test::start_engine(test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram"}));
+    auto engine = test::start_engine(test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram", "speculative.prompt_lookup_min=1"}));
     const auto requests = test::reference_prefix_requests();
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
@@ -259,7 +259,8 @@ TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests 
   }
   SECTION("a KV cache too small for the batch") {
     auto engine = test::start_engine(
-        test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram", "engine.kv_cache_memory=80KiB"}));
+        test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram", "speculative.prompt_lookup_min=1", "engine.kv_cache_memory=80KiB",
+                                               "scheduler.plan_ahead=false"}));
     const auto ref = test::reference_ids();
     std::vector<GenerateRequest> requests;
     for (int cut = 0; cut < 6; ++cut) {
@@ -303,7 +304,7 @@ TEST_CASE("speculative decoding - sampled tokens and logprobs equal the run with
   std::vector<std::vector<GenerateOutput>> runs;
   for (const char* method : {"none", "ngram"}) {
     auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml",
-                                                      {std::string("speculative.method=") + method}));
+                                                      {std::string("speculative.method=") + method, "speculative.prompt_lookup_min=1"}));
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
     runs.push_back(std::move(*out));
@@ -347,4 +348,28 @@ TEST_CASE("speculative decoding - bad settings are refused naming the key", "[sp
   CHECK(cfg->speculative.num_speculative_tokens == 6);
   CHECK(cfg->speculative.prompt_lookup_max == 3);
   CHECK_FALSE(test::quickstart().speculative.enabled());
+}
+
+TEST_CASE("speculative decoding - plans ahead until the text repeats itself, then verifies drafts step by step",
+          "[speculative][scheduler]") {
+  BlockAllocator blocks(64);
+  SchedulerLimits limits = speculating();
+  BatchScheduler s(limits, blocks);
+  SequenceRequest r = test::request(1, 3, 30);  // 10 11 12: no repeats yet
+  s.add(r);
+  const StepPlan* first = s.plan_step();
+  REQUIRE(first);
+  const StepPlan* second = s.plan_step();  // planned ahead: nothing to draft from
+  REQUIRE(second);
+  CHECK(second->planned_ahead);
+  CHECK(second->slices[0].from_previous == 0);
+  test::answer(s, *first, 10);               // 10 11 12 10: "10" occurred before, followed by 11
+  CHECK_FALSE(s.plan_step());                // the next slice wants drafts: the plan waits for the token in flight
+  test::answer(s, *second, 11);              // 10 11 12 10 11
+  const StepPlan* third = s.plan_step();
+  REQUIRE(third);
+  CHECK_FALSE(third->planned_ahead);
+  CHECK(third->slices[0].drafts == 4);
+  CHECK(ids(third->slices[0].tokens) == std::vector<int32_t>{11, 12, 10, 11, 12});
+  CHECK_FALSE(s.plan_step());                // never ahead of a step with drafts
 }
