@@ -85,7 +85,7 @@ struct SpeculativeSection {
   int prompt_lookup_max = 4;
   // No drafts while this many sequences or more run (0: at any batch size): verifying drafts costs compute, which
   // decode has to spare only while the weights' memory traffic bounds it (small batches).
-  int disable_by_batch_size = 32;
+  int disable_by_batch_size = 8;
   bool enabled() const { return method != "none"; }
 };
 

@@ -813,3 +813,35 @@ TEST_CASE("serve - /metrics counts the tokens routed to each expert of each MoE 
   CHECK_THAT(metrics, Catch::Contains("# TYPE actord_expert_tokens_total counter"));
   for (int layer = 0; layer < 2; ++layer) CHECK(routed[size_t(layer)] == 2 * fed);  // every token fed, to its top 2
 }
+
+TEST_CASE("serve - with speculative decoding, completions and streams equal the server's without it",
+          "[serve][speculative]") {
+  const std::string body =
+      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":120,"temperature":0,"stop":[" happy"]})";
+  std::string text[2], streamed[2], finish[2];
+  for (int spec = 0; spec < 2; ++spec) {
+    std::vector<std::string> set;
+    if (spec)
+      set = {"speculative.method=ngram", "speculative.prompt_lookup_min=1", "speculative.disable_by_batch_size=0"};
+    Served s("", 1 << 20, "", set);
+    auto plain = call(s.port, "POST", "/v1/completions", body);
+    REQUIRE(plain.status == 200);
+    const auto j = json::parse(plain.body);
+    text[spec] = j["choices"][0]["text"];
+    finish[spec] = j["choices"][0]["finish_reason"];
+    auto stream = call(s.port, "POST", "/v1/completions", body.substr(0, body.size() - 1) + R"(,"stream":true})");
+    REQUIRE(stream.status == 200);
+    const auto events = events_of(stream.body);
+    for (size_t e = 0; e + 1 < events.size(); ++e)
+      streamed[spec] += json::parse(events[e])["choices"][0]["text"].get<std::string>();
+    if (spec) {
+      const std::string metrics = call(s.port, "GET", "/metrics").body;
+      CHECK_THAT(metrics, Catch::Contains("# TYPE actord_spec_decode_num_accepted_tokens_total counter"));
+      CHECK(s.engine->stats()->accepted_draft_tokens > 0);
+    }
+  }
+  CHECK(text[1] == text[0]);
+  CHECK(streamed[0] == text[0]);
+  CHECK(streamed[1] == text[0]);
+  CHECK(finish[1] == finish[0]);
+}

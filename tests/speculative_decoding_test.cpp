@@ -20,6 +20,13 @@ std::vector<int32_t> drafts_for(const std::vector<int32_t>& tokens, int max_draf
 
 std::vector<int32_t> ids(std::span<const int32_t> span) { return {span.begin(), span.end()}; }
 
+// Drafts at every chance: any repeated token, any batch size; and `more` overrides.
+std::vector<std::string> drafting(std::vector<std::string> more = {}) {
+  more.insert(more.begin(), {"speculative.method=ngram", "speculative.prompt_lookup_min=1",
+                             "speculative.disable_by_batch_size=0"});
+  return more;
+}
+
 SchedulerLimits speculating(int drafts = 4, int disable_by_batch_size = 0) {
   SchedulerLimits limits{8, 64, 4, 512, 0};
   limits.enable_prefix_caching = false;  // freed blocks go straight back (the engine tests cover the cache)
@@ -80,7 +87,8 @@ TEST_CASE("n-gram drafter - indexes incrementally as the sequence grows", "[spec
   CHECK(out.size() == 4);
 }
 
-TEST_CASE("speculative decoding - drafts ride the decode slice and the confirmed ones are kept", "[speculative][scheduler]") {
+TEST_CASE("speculative decoding - drafts ride the decode slice and the confirmed ones are kept",
+          "[speculative][scheduler]") {
   BlockAllocator blocks(32);
   BatchScheduler s(speculating(), blocks);
   REQUIRE_FALSE(s.add(repeating(1, 20)));
@@ -133,7 +141,8 @@ TEST_CASE("speculative decoding - drafts ride the decode slice and the confirmed
   CHECK(ids(plan->slices[0].tokens) == std::vector<int32_t>{77});
 }
 
-TEST_CASE("speculative decoding - a stop id or max_tokens among the drafts ends the sequence there", "[speculative][scheduler]") {
+TEST_CASE("speculative decoding - a stop id or max_tokens among the drafts ends the sequence there",
+          "[speculative][scheduler]") {
   SECTION("stop id") {
     BlockAllocator blocks(32);
     BatchScheduler s(speculating(), blocks);
@@ -224,10 +233,11 @@ TEST_CASE("speculative decoding - no drafts where the rows could not be sampled 
   }
 }
 
-TEST_CASE("speculative decoding - the whole engine gives the 256-token reference in fewer steps", "[speculative][engine]") {
+TEST_CASE("speculative decoding - the whole engine gives the 256-token reference in fewer steps",
+          "[speculative][engine]") {
   for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml", "configs/tp2.yaml"}) {
     INFO(file);
-    auto engine = test::start_engine(test::quickstart(file, {"speculative.method=ngram", "speculative.prompt_lookup_min=1"}));
+    auto engine = test::start_engine(test::quickstart(file, drafting()));
     GenerateRequest r;
     r.prompt_ids = {1};
     r.max_tokens = 256;
@@ -250,7 +260,7 @@ TEST_CASE("speculative decoding - the whole engine gives the 256-token reference
 TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests keep their exact outputs",
           "[speculative][engine]") {
   SECTION("prefix cache and batching") {
-    auto engine = test::start_engine(test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram", "speculative.prompt_lookup_min=1"}));
+    auto engine = test::start_engine(test::quickstart("configs/quickstart.yaml", drafting()));
     const auto requests = test::reference_prefix_requests();
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
@@ -259,8 +269,8 @@ TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests 
   }
   SECTION("a KV cache too small for the batch") {
     auto engine = test::start_engine(
-        test::quickstart("configs/quickstart.yaml", {"speculative.method=ngram", "speculative.prompt_lookup_min=1", "engine.kv_cache_memory=80KiB",
-                                               "scheduler.plan_ahead=false"}));
+        test::quickstart("configs/quickstart.yaml",
+                         drafting({"engine.kv_cache_memory=80KiB", "scheduler.plan_ahead=false"})));
     const auto ref = test::reference_ids();
     std::vector<GenerateRequest> requests;
     for (int cut = 0; cut < 6; ++cut) {
@@ -303,12 +313,14 @@ TEST_CASE("speculative decoding - sampled tokens and logprobs equal the run with
   add([](GenerateRequest& r) { r.sampling.temperature = 0.0f; r.sampling.logprobs = 2; r.max_tokens = 120; });
   std::vector<std::vector<GenerateOutput>> runs;
   for (const char* method : {"none", "ngram"}) {
-    auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml",
-                                                      {std::string("speculative.method=") + method, "speculative.prompt_lookup_min=1"}));
+    INFO(method);
+    const bool drafts = std::string(method) == "ngram";
+    auto engine = test::start_engine(
+        test::quickstart("configs/quickstart-2proc.yaml", drafts ? drafting() : std::vector<std::string>{}));
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
     runs.push_back(std::move(*out));
-    if (std::string(method) == "ngram") CHECK(engine->stats()->accepted_draft_tokens > 0);
+    if (drafts) CHECK(engine->stats()->accepted_draft_tokens > 0);
   }
   REQUIRE(runs[0].size() == runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) {
