@@ -312,6 +312,7 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
   sample_requests_.clear();
   sample_seq_ids_.clear();
   sample_states_.clear();
+  sample_rows_.clear();
   fork_options_.clear();
   size_t forked_rows = 0;
   for (uint32_t i = 0; i < seqs.size(); ++i) forked_rows += sample_count(seqs[i]);
@@ -330,6 +331,7 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
       sample_requests_.push_back(r);
       sample_seq_ids_.push_back(seqs[i].getSeqId() + f);
       sample_states_.push_back(&st);
+      sample_rows_.emplace_back(i, 0);
     }
     // Draft rows (speculative decoding): each sampled as the token after the one before it would be.
     for (uint32_t j = 1; j <= seqs[i].getDrafts(); ++j) {
@@ -338,6 +340,7 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
       sample_requests_.push_back(r);
       sample_seq_ids_.push_back(seqs[i].getSeqId());
       sample_states_.push_back(&st);
+      sample_rows_.emplace_back(i, j);
     }
   }
   return forked_rows;
@@ -469,15 +472,11 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(s.getForks()) + " forks, more than " +
                   std::to_string(SamplingOptions::kMaxSamples));
     const uint32_t drafts = s.getDrafts();
-    if (drafts > 0) {
-      // Its rows are sampled as one step each would sample them: no state that follows the tokens may be involved.
-      const SequenceState& st = state->second;
-      if (!s.getSample() || s.getForks() > 1 || s.getPromptLogprobsFrom() >= 0 || s.getFromPrevious() >= 0 ||
-          drafts >= s.getTokenIds().size() || st.sampling.has_penalties() || st.sampling.structured())
-        return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(drafts) +
-                    " draft tokens in a slice that cannot verify them (drafts need a sampling slice of more tokens, "
-                    "without forks, prompt logprobs, penalties or a response format)");
-    }
+    if (drafts > 0 && (!s.getSample() || s.getForks() > 1 || s.getPromptLogprobsFrom() >= 0 ||
+                       s.getFromPrevious() >= 0 || drafts >= s.getTokenIds().size()))
+      return fail("sequence " + std::to_string(seq_id) + ": " + std::to_string(drafts) +
+                  " draft tokens in a slice that cannot verify them (drafts need a sampling slice of more tokens, "
+                  "without forks or prompt logprobs)");
     SeqSlice slice;
     slice.first_token = static_cast<int32_t>(batch_.tokens.size());
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
@@ -521,14 +520,10 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
       SequenceState& st = *states_[i];
       if (!st.sampling.has_penalties() && !st.json) continue;
-      const SeqSlice& slice = batch_.seqs[i];
-      for (int32_t t = 0; t < slice.num_tokens; ++t) {
-        const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)];
-        if (is_previous_pick(id)) continue;
-        const auto pos = static_cast<uint32_t>(slice.start_pos + t);
-        if (auto failed = remember_token(seqs[i].getSeqId(), st, pos, id); !failed.empty()) return fail(failed);
-      }
+      if (auto failed = remember_slice(seqs[i].getSeqId(), st, batch_.seqs[i], seqs[i].getDrafts()); !failed.empty())
+        return fail(failed);
     }
+    prepare_draft_rows();
     if (auto failed = allow_next_tokens(); !failed.empty()) return fail(failed);
   }
 

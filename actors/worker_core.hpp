@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -154,6 +155,10 @@ class WorkerCore {
     std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `json` matches against
     uint32_t json_next = 0;
     std::vector<uint64_t> allowed;
+    // The draft tokens of its last slice (speculative decoding), at positions drafts_from ...: the history and the
+    // grammar take the kept ones (the positions before its next slice) when that slice arrives.
+    std::vector<int32_t> drafts;
+    uint32_t drafts_from = 0;
 
     // Adds the token at `pos` to the penalty history: prompt below prompt_len, output from there on.
     void remember(uint32_t pos, int32_t id) {
@@ -163,6 +168,13 @@ class WorkerCore {
   };
 
   // worker_core_grammar.cpp, the history a sequence's sampling needs:
+  // Feeds a slice's tokens to its sequence's penalty history and grammar, after the drafts its previous slice had
+  // and kept (the positions before this slice); a slice's own drafts are fed only once a later slice shows them
+  // kept. `drafts`: the slice's (its last tokens in batch_). An error as remember_token's.
+  std::string remember_slice(uint64_t seq_id, SequenceState& st, const SeqSlice& slice, uint32_t drafts);
+  // Draft rows after a slice's first: penalty histories and grammars with the drafts before each row fed
+  // (draft_histories_, draft_grammars_), pointed to by their requests and row_grammars_.
+  void prepare_draft_rows();
   // The token at `pos` into the penalty history (when the options have penalties) and, a generated one, into the
   // response format's grammar (each once, in position order); an error when tokens before it were never fed.
   std::string remember_token(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id);
@@ -183,7 +195,26 @@ class WorkerCore {
   static constexpr size_t kMaxSchemas = 64;
   std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
-  std::vector<SequenceState*> grammars_;       // the step's sampled sequences with a response format, each once
+  // Per row of sample_requests_: the grammar that says its allowed ids (its sequence's own, or a draft row's below),
+  // where they go and its sequence's stop ids; the distinct ones of a step, each once.
+  struct RowGrammar {
+    const structured::JsonMatcher* json = nullptr;  // null: no response format
+    std::vector<uint64_t>* allowed = nullptr;
+    const std::vector<int32_t>* stop_ids = nullptr;
+    bool operator==(const RowGrammar&) const = default;
+  };
+  std::vector<RowGrammar> row_grammars_, grammars_;
+  // Speculative decoding, per row of sample_requests_: its slice's index in the step and its row among the slice's
+  // sampled rows (draft row j sees the slice's first j drafts).
+  std::vector<std::pair<uint32_t, uint32_t>> sample_rows_;
+  // The penalty histories and grammars of draft rows after a slice's first (its sequence's with the drafts before
+  // the row fed), rebuilt each step; deques: the requests point into them.
+  struct DraftGrammar {
+    structured::JsonMatcher json;
+    std::vector<uint64_t> allowed;
+  };
+  std::deque<PenaltyHistory> draft_histories_;
+  std::deque<DraftGrammar> draft_grammars_;
   RankPlace place_;
   std::string name_ = "worker";
   std::unique_ptr<cpu::ThreadPool> pool_;

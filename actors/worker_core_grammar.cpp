@@ -51,21 +51,79 @@ std::string WorkerCore::remember_token(uint64_t seq_id, SequenceState& st, uint3
   return {};
 }
 
-std::string WorkerCore::allow_next_tokens() {
-  grammars_.clear();  // a forking row's sequence once
-  for (size_t r = 0; r < sample_requests_.size(); ++r) {
-    SequenceState* st = sample_states_[r];
-    if (st->json && (r == 0 || sample_states_[r - 1] != st)) grammars_.push_back(st);
+std::string WorkerCore::remember_slice(uint64_t seq_id, SequenceState& st, const SeqSlice& slice, uint32_t drafts) {
+  // The previous slice's drafts that were kept: this slice starts right after the last of them.
+  for (uint32_t pos = st.drafts_from;
+       pos < static_cast<uint32_t>(slice.start_pos) && pos - st.drafts_from < st.drafts.size(); ++pos) {
+    if (auto failed = remember_token(seq_id, st, pos, st.drafts[pos - st.drafts_from]); !failed.empty()) return failed;
   }
+  st.drafts.clear();
+  const int32_t fed = slice.num_tokens - static_cast<int32_t>(drafts);
+  for (int32_t t = 0; t < fed; ++t) {
+    const int32_t id = batch_.tokens[static_cast<size_t>(slice.first_token + t)];
+    if (is_previous_pick(id)) continue;
+    if (auto failed = remember_token(seq_id, st, static_cast<uint32_t>(slice.start_pos + t), id); !failed.empty())
+      return failed;
+  }
+  if (drafts > 0) {
+    const auto first = batch_.tokens.begin() + slice.first_token;
+    st.drafts.assign(first + fed, first + slice.num_tokens);
+    st.drafts_from = static_cast<uint32_t>(slice.start_pos + fed);
+  }
+  return {};
+}
+
+void WorkerCore::prepare_draft_rows() {
+  draft_histories_.clear();
+  draft_grammars_.clear();
+  row_grammars_.clear();
+  const structured::TokenVocabulary* vocab = nullptr;
+  for (size_t r = 0; r < sample_requests_.size(); ++r) {
+    SequenceState& st = *sample_states_[r];
+    row_grammars_.push_back({st.json ? &*st.json : nullptr, &st.allowed, &st.stop_ids});
+    const auto [slice_index, row] = sample_rows_[r];
+    if (row == 0 || (!st.sampling.has_penalties() && !st.json)) continue;
+    // Row j follows the slice's token j, its j-th draft; a slice's rows come in order, so row j - 1's copies are
+    // the last ones made.
+    const SeqSlice& slice = batch_.seqs[slice_index];
+    const int32_t draft = batch_.tokens[static_cast<size_t>(slice.first_token + static_cast<int32_t>(row))];
+    if (st.sampling.has_penalties()) {
+      PenaltyHistory& history = draft_histories_.emplace_back(row == 1 ? st.history : draft_histories_.back());
+      history.add_output(draft);
+      sample_requests_[r].history = &history;
+    }
+    if (st.json) {
+      if (!vocab) {
+        auto loaded = token_vocabulary();
+        if (!loaded) continue;  // allow_next_tokens reports it
+        vocab = *loaded;
+      }
+      DraftGrammar& g =
+          draft_grammars_.emplace_back(DraftGrammar{row == 1 ? *st.json : draft_grammars_.back().json, {}});
+      // A draft the grammar refuses was masked in the row before, whose sample therefore differs from it: this row
+      // is dropped whatever it allows (the state stays where the refused byte left it).
+      if (draft >= 0 && draft < vocab->size())
+        for (const char b : vocab->bytes[static_cast<size_t>(draft)])
+          if (!g.json.feed(static_cast<uint8_t>(b))) break;
+      row_grammars_.back() = {&g.json, &g.allowed, &st.stop_ids};
+    }
+  }
+}
+
+std::string WorkerCore::allow_next_tokens() {
+  grammars_.clear();  // each grammar once (a forking row's sequence's is its forks' too)
+  for (size_t r = 0; r < row_grammars_.size(); ++r)
+    if (row_grammars_[r].json && (r == 0 || !(row_grammars_[r - 1] == row_grammars_[r])))
+      grammars_.push_back(row_grammars_[r]);
   if (grammars_.empty()) return {};
   auto vocab = token_vocabulary();
   if (!vocab) return vocab.error().message;
   pool_->parallel_for(static_cast<int>(grammars_.size()), [&](int g) {
-    SequenceState& st = *grammars_[static_cast<size_t>(g)];
-    structured::allowed_tokens(*st.json, **vocab, st.stop_ids, st.allowed);
+    const RowGrammar& row = grammars_[static_cast<size_t>(g)];
+    structured::allowed_tokens(*row.json, **vocab, *row.stop_ids, *row.allowed);
   });
   for (size_t r = 0; r < sample_requests_.size(); ++r)
-    if (sample_states_[r]->json) sample_requests_[r].allowed = sample_states_[r]->allowed;
+    if (row_grammars_[r].json) sample_requests_[r].allowed = *row_grammars_[r].allowed;
   return {};
 }
 

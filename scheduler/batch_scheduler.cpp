@@ -295,8 +295,7 @@ void BatchScheduler::note_draftable(Sequence& seq) {
 bool BatchScheduler::may_draft(const Sequence& seq) const {
   const SpeculativeLimits& spec = limits_.speculative;
   const SamplingOptions& sampling = seq.req.sampling;
-  if (!spec.enabled() || seq.generated == 0 || sampling.n > 1 || sampling.has_penalties() || sampling.structured())
-    return false;
+  if (!spec.enabled() || seq.generated == 0 || sampling.n > 1) return false;
   return spec.disable_by_batch_size == 0 || running_.size() < static_cast<size_t>(spec.disable_by_batch_size);
 }
 

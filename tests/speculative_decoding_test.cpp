@@ -185,9 +185,10 @@ TEST_CASE("speculative decoding - a stop id or max_tokens among the drafts ends 
   }
 }
 
-TEST_CASE("speculative decoding - no drafts where the rows could not be sampled alike", "[speculative][scheduler]") {
+TEST_CASE("speculative decoding - no drafts before a fork, for large batches, without blocks",
+          "[speculative][scheduler]") {
   BlockAllocator blocks(64);
-  SECTION("penalties, n > 1 before its fork") {
+  SECTION("n > 1 before its fork; penalties draft") {
     BatchScheduler s(speculating(), blocks);
     SequenceRequest penalised = repeating(1, 20);
     penalised.sampling.repetition_penalty = 1.3f;
@@ -204,7 +205,7 @@ TEST_CASE("speculative decoding - no drafts where the rows could not be sampled 
     s.on_step_result(sampled);
     plan = s.plan_step();
     REQUIRE(plan->slices.size() == 3);
-    CHECK(plan->slices[0].drafts == 0);  // penalties follow every token: no drafts
+    CHECK(plan->slices[0].drafts == 4);  // the worker's penalty history follows each row
     CHECK(plan->slices[1].drafts == 4);  // the forks are sequences of their own now
     CHECK(plan->slices[2].seq_id == 3);
     CHECK(plan->slices[2].drafts == 4);
@@ -293,6 +294,65 @@ TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests 
   }
 }
 
+namespace {
+
+// Each output of `requests` from an engine with drafts at every chance equals the one from an engine without; the
+// drafting engine kept some drafts.
+void check_same_with_drafts(const std::vector<GenerateRequest>& requests) {
+  std::vector<std::vector<GenerateOutput>> runs;
+  for (const bool drafts : {false, true}) {
+    INFO((drafts ? "with drafts" : "without"));
+    auto engine = test::start_engine(
+        test::quickstart("configs/quickstart-2proc.yaml", drafts ? drafting() : std::vector<std::string>{}));
+    auto out = engine->generate(requests);
+    REQUIRE(out.ok());
+    runs.push_back(std::move(*out));
+    if (drafts) CHECK(engine->stats()->accepted_draft_tokens > 0);
+  }
+  REQUIRE(runs[0].size() == runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    INFO("output " << i << ": " << runs[0][i].text);
+    REQUIRE_FALSE(runs[0][i].error);
+    REQUIRE_FALSE(runs[1][i].error);
+    CHECK(runs[1][i].generated_ids == runs[0][i].generated_ids);
+    CHECK(runs[1][i].text == runs[0][i].text);
+    CHECK(runs[1][i].finish_reason == runs[0][i].finish_reason);
+    REQUIRE(runs[1][i].logprobs.size() == runs[0][i].logprobs.size());
+    for (size_t t = 0; t < runs[0][i].logprobs.size(); ++t) {
+      CHECK(runs[1][i].logprobs[t].logprob == runs[0][i].logprobs[t].logprob);
+      CHECK(runs[1][i].logprobs[t].top_ids == runs[0][i].logprobs[t].top_ids);
+      CHECK(runs[1][i].logprobs[t].top_logprobs == runs[0][i].logprobs[t].top_logprobs);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("speculative decoding - penalties and response formats see each row's drafts: the same outputs",
+          "[speculative][engine][structured]") {
+  std::vector<GenerateRequest> requests;
+  auto add = [&](float temperature, auto&& set) {
+    GenerateRequest r;
+    r.prompt = "Once upon a time";
+    r.max_tokens = 100;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 7 + requests.size();
+    set(r);
+    requests.push_back(r);
+  };
+  add(0.0f, [](GenerateRequest& r) { r.sampling.repetition_penalty = 1.1f; });
+  add(0.9f, [](GenerateRequest& r) { r.sampling.frequency_penalty = 0.3f; r.sampling.presence_penalty = 0.2f; });
+  add(0.0f, [](GenerateRequest& r) { r.sampling.response_format = ResponseFormat::json_object; });
+  add(1.0f, [](GenerateRequest& r) { r.sampling.response_format = ResponseFormat::json_object; });
+  add(0.0f, [](GenerateRequest& r) {
+    r.sampling.response_format = ResponseFormat::json_schema;
+    r.sampling.json_schema = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+        "pet": {"enum": ["cat", "dog"]}, "age": {"type": "integer"}}, "required": ["name", "pet", "age"]})";
+  });
+  add(0.0f, [](GenerateRequest& r) { r.sampling.repetition_penalty = 1.3f; r.sampling.logprobs = 2; });
+  check_same_with_drafts(requests);
+}
+
 TEST_CASE("speculative decoding - sampled tokens and logprobs equal the run without drafts", "[speculative][engine]") {
   std::vector<GenerateRequest> requests;
   auto add = [&](auto&& set) {
@@ -311,31 +371,7 @@ TEST_CASE("speculative decoding - sampled tokens and logprobs equal the run with
   add([](GenerateRequest& r) { r.sampling.repetition_penalty = 1.2f; });
   add([](GenerateRequest& r) { r.stop = {" the"}; });
   add([](GenerateRequest& r) { r.sampling.temperature = 0.0f; r.sampling.logprobs = 2; r.max_tokens = 120; });
-  std::vector<std::vector<GenerateOutput>> runs;
-  for (const char* method : {"none", "ngram"}) {
-    INFO(method);
-    const bool drafts = std::string(method) == "ngram";
-    auto engine = test::start_engine(
-        test::quickstart("configs/quickstart-2proc.yaml", drafts ? drafting() : std::vector<std::string>{}));
-    auto out = engine->generate(requests);
-    REQUIRE(out.ok());
-    runs.push_back(std::move(*out));
-    if (drafts) CHECK(engine->stats()->accepted_draft_tokens > 0);
-  }
-  REQUIRE(runs[0].size() == runs[1].size());
-  for (size_t i = 0; i < runs[0].size(); ++i) {
-    INFO("output " << i);
-    REQUIRE_FALSE(runs[1][i].error);
-    CHECK(runs[1][i].generated_ids == runs[0][i].generated_ids);
-    CHECK(runs[1][i].text == runs[0][i].text);
-    CHECK(runs[1][i].finish_reason == runs[0][i].finish_reason);
-    REQUIRE(runs[1][i].logprobs.size() == runs[0][i].logprobs.size());
-    for (size_t t = 0; t < runs[0][i].logprobs.size(); ++t) {
-      CHECK(runs[1][i].logprobs[t].logprob == runs[0][i].logprobs[t].logprob);
-      CHECK(runs[1][i].logprobs[t].top_ids == runs[0][i].logprobs[t].top_ids);
-      CHECK(runs[1][i].logprobs[t].top_logprobs == runs[0][i].logprobs[t].top_logprobs);
-    }
-  }
+  check_same_with_drafts(requests);
 }
 
 TEST_CASE("speculative decoding - bad settings are refused naming the key", "[speculative][config]") {
