@@ -236,7 +236,8 @@ TEST_CASE("speculative decoding - no drafts before a fork, for large batches, wi
 
 TEST_CASE("speculative decoding - the whole engine gives the 256-token reference in fewer steps",
           "[speculative][engine]") {
-  for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml", "configs/tp2.yaml"}) {
+  for (const char* file : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml", "configs/tp2.yaml",
+                           "configs/pp2.yaml", "configs/afd.yaml"}) {
     INFO(file);
     auto engine = test::start_engine(test::quickstart(file, drafting()));
     GenerateRequest r;
