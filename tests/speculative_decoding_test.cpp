@@ -283,11 +283,15 @@ TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests 
       r.sampling.temperature = 0.0f;
       requests.push_back(r);
     }
-    auto out = engine->generate(requests);
-    REQUIRE(out.ok());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      REQUIRE_FALSE((*out)[i].error);
-      CHECK((*out)[i].generated_ids == std::vector<int32_t>(ref.begin() + i * 2, ref.begin() + i * 2 + 40));
+    // Drafts need blocks, which this pool rarely has to spare (how often depends on when the requests arrive and
+    // the lease grows): run the batch until some drafts were kept, every output checked each time.
+    for (int round = 0; round < 5 && engine->stats()->accepted_draft_tokens == 0; ++round) {
+      auto out = engine->generate(requests);
+      REQUIRE(out.ok());
+      for (size_t i = 0; i < requests.size(); ++i) {
+        REQUIRE_FALSE((*out)[i].error);
+        CHECK((*out)[i].generated_ids == std::vector<int32_t>(ref.begin() + i * 2, ref.begin() + i * 2 + 40));
+      }
     }
     const auto stats = engine->stats();
     CHECK(stats->preemptions > 0);
