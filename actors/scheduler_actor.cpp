@@ -238,7 +238,8 @@ void on_step_results(self_ptr self) {
       // Samples of rejected drafts are no tokens: the batcher tells which it kept.
       const uint64_t drafts = lane.batcher->num_draft_tokens(), accepted = lane.batcher->num_accepted_drafts();
       if (sent.planned[i]) updates = lane.batcher->on_step_result(st.samples, st.prompt_logprobs);
-      const uint64_t rejected = (lane.batcher->num_draft_tokens() - drafts) - (lane.batcher->num_accepted_drafts() - accepted);
+      const uint64_t rejected =
+          (lane.batcher->num_draft_tokens() - drafts) - (lane.batcher->num_accepted_drafts() - accepted);
       st.stats.sampled_tokens += st.samples.size() - rejected;
       if (sent.decode_only) st.stats.decode_tokens += st.samples.size() - rejected;
       // Lanes run at once: the step took as long as its slowest lane.

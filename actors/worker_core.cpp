@@ -300,7 +300,8 @@ bool argmax_rows_only(const Seqs& seqs, const States& states) {
     if (!s.getSample()) continue;
     const auto& st = *states[i];
     const bool masked = s.getSampleIndex() < st.sampling.min_tokens && !st.stop_ids.empty();
-    if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;  // drafts' rows: masked later, if row 0 is not
+    // (A slice's draft rows have the higher sample indices: none is masked when its first row is not.)
+    if (s.getForks() > 1 || !takes_raw_argmax(st.sampling, masked)) return false;
   }
   return true;
 }
@@ -336,7 +337,8 @@ size_t WorkerCore::build_sample_requests(const Seqs& seqs) {
     // Draft rows (speculative decoding): each sampled as the token after the one before it would be.
     for (uint32_t j = 1; j <= seqs[i].getDrafts(); ++j) {
       r.sample_index = seqs[i].getSampleIndex() + j;
-      r.masked_ids = r.sample_index < st.sampling.min_tokens ? std::span<const int32_t>(st.stop_ids) : std::span<const int32_t>();
+      r.masked_ids = {};
+      if (r.sample_index < st.sampling.min_tokens) r.masked_ids = st.stop_ids;
       sample_requests_.push_back(r);
       sample_seq_ids_.push_back(seqs[i].getSeqId());
       sample_states_.push_back(&st);

@@ -36,13 +36,14 @@
 // the worker samples every one of those rows as it would sample them one step at a time (row j with sample index
 // sample_index + j, so seeded draws are the same); the scheduler keeps the drafts the samples confirm, in order,
 // and the first sample that differs (or the one after the last draft). A sequence thus gains 1 .. drafts + 1 tokens
-// in a step, exactly the tokens decoding without drafts would give (the worker's logits are batch invariant).
+// in a step, exactly the tokens decoding without drafts would give where the backend's logits are batch invariant
+// (the CPU executor's are; elsewhere the draws follow the same distribution).
 // Rejected drafts' KV positions are written over by later steps; only positions of kept tokens count as computed
 // and are ever cached. Penalties and a response format's grammar see each row's drafts before it (the worker feeds
-// its copies of their state). No drafts before a request of n > 1 forks, or past max_tokens and the context. Drafts need a sequence's
-// last token known, so they are only planned with no step in flight, and no step is planned ahead of one with drafts
-// or of one whose sequences drafted at their previous chance: text that repeats itself is verified step by step,
-// text that does not keeps planning ahead.
+// its copies of their state). No drafts before a request of n > 1 forks, or past max_tokens and the context.
+// Drafts need a sequence's last token known, so they are only planned with no step in flight, and no step is
+// planned ahead of one with drafts or of one whose sequences want drafts (each result is probed for a match): text
+// that repeats itself is verified step by step, text that does not keeps planning ahead.
 #pragma once
 
 #include <array>

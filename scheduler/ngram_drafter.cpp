@@ -21,9 +21,10 @@ uint64_t NgramDrafter::hash(std::span<const int32_t> gram) {
 
 void NgramDrafter::index_until(std::span<const int32_t> tokens, size_t end) {
   for (size_t i = std::max<size_t>(indexed_, static_cast<size_t>(min_n_)); i < end; ++i) {
-    for (int n = min_n_; n <= max_n_ && static_cast<size_t>(n) <= i; ++n)
-      latest_[static_cast<size_t>(n - min_n_)][hash(tokens.subspan(i - static_cast<size_t>(n), static_cast<size_t>(n)))] =
-          static_cast<uint32_t>(i);
+    for (int n = min_n_; n <= max_n_ && static_cast<size_t>(n) <= i; ++n) {
+      const auto gram = tokens.subspan(i - static_cast<size_t>(n), static_cast<size_t>(n));
+      latest_[static_cast<size_t>(n - min_n_)][hash(gram)] = static_cast<uint32_t>(i);
+    }
   }
   indexed_ = std::max(indexed_, end);
 }
@@ -40,9 +41,9 @@ void NgramDrafter::propose(std::span<const int32_t> tokens, int max_drafts, std:
     const auto hit = index.find(hash(suffix));
     if (hit == index.end()) continue;
     const size_t next = hit->second;  // the token after the earlier occurrence
-    if (next < static_cast<size_t>(n) || next >= len ||
-        !std::equal(suffix.begin(), suffix.end(), tokens.begin() + static_cast<ptrdiff_t>(next - static_cast<size_t>(n))))
-      continue;
+    if (next < static_cast<size_t>(n) || next >= len) continue;
+    const auto earlier = tokens.subspan(next - static_cast<size_t>(n), static_cast<size_t>(n));
+    if (!std::equal(suffix.begin(), suffix.end(), earlier.begin())) continue;
     const size_t period = len - next;
     for (int j = 0; j < max_drafts; ++j) {
       const size_t at = next + static_cast<size_t>(j);

@@ -254,7 +254,8 @@ int run_bench(const BenchArgs& args) {
               j["worker_idle_us_mean"].get<double>(), j["scheduler_us_mean"].get<double>(),
               j["scheduler_send_us_mean"].get<double>());
   if (run.draft_tokens > 0)
-    std::printf("  %-28s %10.2f  (%llu of %llu drafts)\n", "speculative: drafts kept", j["draft_acceptance"].get<double>(),
+    std::printf("  %-28s %10.2f  (%llu of %llu drafts)\n", "speculative: drafts kept",
+                j["draft_acceptance"].get<double>(),
                 static_cast<unsigned long long>(run.accepted_draft_tokens),
                 static_cast<unsigned long long>(run.draft_tokens));
   if (load.moe_layers > 0) {
