@@ -300,6 +300,7 @@ bool BatchScheduler::may_draft(const Sequence& seq) const {
 }
 
 int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
+  seq.wants_drafts = false;
   if (!may_draft(seq)) return 0;
   const SpeculativeLimits& spec = limits_.speculative;
   // Every draft kept is a token generated, and the sample after the last one is another: no more than max_tokens
@@ -315,6 +316,7 @@ int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
   if (drafts == 0 || !ensure_blocks(seq, seq.num_computed + 1 + drafts)) return 0;
   seq.fed.assign(1, seq.tokens.back());
   seq.fed.insert(seq.fed.end(), drafts_.begin(), drafts_.end());
+  seq.wants_drafts = true;
   return drafts;
 }
 
@@ -688,7 +690,8 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
       if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
       if (finish_of(seq) != Finish::none) break;  // a stop id or max_tokens among kept drafts: the rest is dropped
     }
-    if (limits_.speculative.enabled() && !rows.empty()) note_draftable(seq);
+    // (After a slice with drafts the next plan has no step in flight: it proposes drafts itself.)
+    if (limits_.speculative.enabled() && !rows.empty() && slice.drafts == 0) note_draftable(seq);
     // Blocks whose positions now all hold KV of known tokens become matchable.
     const int written_to = slice.start_pos + slice.num_tokens - (slice.drafts - accepted);
     cache_full_blocks(seq, slice.start_pos, std::min(written_to, static_cast<int>(seq.tokens.size())));

@@ -330,7 +330,7 @@ class BatchScheduler {
     uint64_t arrival = 0;               // submission order
     std::unique_ptr<NgramDrafter> drafter;  // speculative decoding: its n-gram index, made at its first draft
     std::vector<int32_t> fed;           // a slice with drafts feeds these: its last token, then the drafts
-    bool wants_drafts = false;          // its known tokens end in text seen before: its next slice should draft
+    bool wants_drafts = false;          // its last slice drafted, or its known tokens end in text seen before
   };
   struct Step {
     StepPlan plan;

@@ -13,7 +13,6 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace actord {
@@ -30,10 +29,25 @@ class NgramDrafter {
   void index_until(std::span<const int32_t> tokens, size_t end);
   static uint64_t hash(std::span<const int32_t> gram);
 
+  // Hash of an n-gram (n in the key) -> the position after its latest occurrence: open addressing, linear probing,
+  // at most half full (no allocation per token: the scheduler proposes for every drafting sequence every step).
+  class Index {
+   public:
+    void put(uint64_t key, uint32_t value);
+    const uint32_t* find(uint64_t key) const;
+
+   private:
+    struct Slot {
+      uint64_t key = 0;  // 0: empty (keys are never 0)
+      uint32_t value = 0;
+    };
+    std::vector<Slot> slots_;
+    size_t used_ = 0;
+  };
+
   int min_n_, max_n_;
-  size_t indexed_ = 0;  // n-grams followed by tokens[i] for every i < indexed_ are in the maps
-  // [n - min_n]: hash of an n-gram -> the position after its latest occurrence.
-  std::vector<std::unordered_map<uint64_t, uint32_t>> latest_;
+  size_t indexed_ = 0;  // n-grams followed by tokens[i] for every i < indexed_ are in the index
+  Index latest_;
 };
 
 }  // namespace actord
