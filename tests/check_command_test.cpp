@@ -55,6 +55,9 @@ TEST_CASE("check passes every bundled topology and prints its plan as a table", 
                                          "       256-511"));
   const Run two = run_actord({"check", "configs/two-node.yaml"});
   CHECK_THAT(two.out, Catch::Contains("placement node:local, node:node-b"));
+  const Run drafts = run_actord({"check", "configs/quickstart.yaml", "--set", "speculative.method=ngram"});
+  CHECK_THAT(drafts.out, Catch::Contains("decoding speculative by prompt lookup: up to 4 drafts from n-grams of 2-4 "
+                                         "tokens, below 8 running sequences"));
   CHECK_THAT(two.out, Catch::Contains("node-b  tcp://10.77.0.2:7070  2      2"));
 }
 
@@ -113,6 +116,9 @@ TEST_CASE("check refuses bad topologies with one line naming the key - exit 2", 
                 "configs/quickstart.yaml: groups[0].threads: 1 rank at once x 1024 threads on this machine need 1024 cores, "
                 "it has " + cores + "; lower threads, tp, pp or replicas, place ranks on other nodes, or set "
                 "groups[0].oversubscribe: true");
+  check_refused(run_actord({"check", "configs/quickstart.yaml", "--set", "speculative.method=medusa"}),
+                "configs/quickstart.yaml: speculative.method: must be none or ngram (prompt lookup; no draft model is "
+                "supported yet), got 'medusa'");
   check_refused(run_actord({"check", "configs/tp2.yaml", "--set", "engine.kv_cache_memory=10000"}),
                 "configs/tp2.yaml: engine.kv_cache_memory: 10000 bytes hold no KV block (one block takes 10240 bytes)");
 

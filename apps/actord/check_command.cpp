@@ -79,6 +79,14 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
   std::printf("         weights %s (%s), KV %s per token (%s), max_model_len %d\n",
               format_bytes(m.estimated_weight_bytes).c_str(), m.weight_format.c_str(),
               format_bytes(c.kv_bytes_per_token(m.kv_dtype)).c_str(), dtype_config_name(m.kv_dtype), m.max_model_len);
+  if (t.speculative.enabled()) {
+    const SpeculativeSection& spec = t.speculative;
+    std::printf("decoding speculative by prompt lookup: up to %d drafts from n-grams of %d-%d tokens%s\n",
+                spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max,
+                spec.disable_by_batch_size > 0
+                    ? (", below " + std::to_string(spec.disable_by_batch_size) + " running sequences").c_str()
+                    : ", at any batch size");
+  }
   std::printf("machine  %u cores, %s; ranks here: %d threads%s\n", plan.local_cores,
               available ? (format_bytes(*available) + " available").c_str() : "available memory unknown",
               plan.local_threads, plan.oversubscribed ? " (oversubscribed, as groups[].oversubscribe allows)" : "");
