@@ -110,7 +110,7 @@ TEST_CASE("speculative decoding - drafts ride the decode slice and the confirmed
   CHECK(plan->num_drafts == 4);
   CHECK(plan->num_samples == 5);
   CHECK(plan->decode_only());
-  CHECK_FALSE(s.plan_step());  // speculation plans no step ahead
+  CHECK_FALSE(s.plan_step());  // never ahead of a step with drafts
 
   // Every draft confirmed: five tokens in one step.
   auto updates = answer_rows(s, *plan, {10, 11, 12, 10, 11});
@@ -301,14 +301,13 @@ TEST_CASE("speculative decoding - batched, prefix-cached and preempted requests 
 
 namespace {
 
-// Each output of `requests` from an engine with drafts at every chance equals the one from an engine without; the
-// drafting engine kept some drafts.
-void check_same_with_drafts(const std::vector<GenerateRequest>& requests) {
+// Each output of `requests` from an engine with drafts at every chance equals the one from an engine without (both
+// with `set`); the drafting engine kept some drafts.
+void check_same_with_drafts(const std::vector<GenerateRequest>& requests, const std::vector<std::string>& set = {}) {
   std::vector<std::vector<GenerateOutput>> runs;
   for (const bool drafts : {false, true}) {
     INFO((drafts ? "with drafts" : "without"));
-    auto engine = test::start_engine(
-        test::quickstart("configs/quickstart-2proc.yaml", drafts ? drafting() : std::vector<std::string>{}));
+    auto engine = test::start_engine(test::quickstart("configs/quickstart-2proc.yaml", drafts ? drafting(set) : set));
     auto out = engine->generate(requests);
     REQUIRE(out.ok());
     runs.push_back(std::move(*out));
@@ -327,6 +326,11 @@ void check_same_with_drafts(const std::vector<GenerateRequest>& requests) {
       CHECK(runs[1][i].logprobs[t].logprob == runs[0][i].logprobs[t].logprob);
       CHECK(runs[1][i].logprobs[t].top_ids == runs[0][i].logprobs[t].top_ids);
       CHECK(runs[1][i].logprobs[t].top_logprobs == runs[0][i].logprobs[t].top_logprobs);
+    }
+    REQUIRE(runs[1][i].prompt_logprobs.size() == runs[0][i].prompt_logprobs.size());
+    for (size_t t = 0; t < runs[0][i].prompt_logprobs.size(); ++t) {
+      CHECK(runs[1][i].prompt_logprobs[t].logprob == runs[0][i].prompt_logprobs[t].logprob);
+      CHECK(runs[1][i].prompt_logprobs[t].top_ids == runs[0][i].prompt_logprobs[t].top_ids);
     }
   }
 }
@@ -356,6 +360,26 @@ TEST_CASE("speculative decoding - penalties and response formats see each row's 
   });
   add(0.0f, [](GenerateRequest& r) { r.sampling.repetition_penalty = 1.3f; r.sampling.logprobs = 2; });
   check_same_with_drafts(requests);
+}
+
+TEST_CASE("speculative decoding - a step that verifies drafts beside a chunked prompt with prompt logprobs",
+          "[speculative][engine]") {
+  // A decodes from a prompt that repeats itself (it drafts from its first step on) while B's prompt, with prompt
+  // logprobs, is fed in chunks of a small token budget: steps carry draft rows and all of a prompt chunk's rows.
+  const auto ref = test::reference_ids();
+  GenerateRequest a;
+  a.prompt_ids = {1};
+  for (int copy = 0; copy < 2; ++copy) a.prompt_ids.insert(a.prompt_ids.end(), ref.begin(), ref.begin() + 30);
+  a.max_tokens = 60;
+  a.sampling.temperature = 0.0f;
+  GenerateRequest b;
+  b.prompt_ids = {1};
+  b.prompt_ids.insert(b.prompt_ids.end(), ref.begin() + 40, ref.begin() + 160);
+  b.max_tokens = 8;
+  b.sampling.temperature = 0.0f;
+  b.sampling.prompt_logprobs = 2;
+  b.sampling.logprobs = 1;
+  check_same_with_drafts({a, b}, {"engine.max_num_batched_tokens=24", "engine.enable_prefix_caching=false"});
 }
 
 TEST_CASE("speculative decoding - sampled tokens and logprobs equal the run without drafts", "[speculative][engine]") {
