@@ -491,11 +491,7 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
     return "engine" + restart + ", except max_num_seqs and max_num_batched_tokens";
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;
-  const SpeculativeSection &s0 = now.speculative, &s1 = next.speculative;
-  if (s0.method != s1.method || s0.num_speculative_tokens != s1.num_speculative_tokens ||
-      s0.prompt_lookup_min != s1.prompt_lookup_min || s0.prompt_lookup_max != s1.prompt_lookup_max ||
-      s0.disable_by_batch_size != s1.disable_by_batch_size)
-    return "speculative" + restart;
+  if (now.speculative != next.speculative) return "speculative" + restart;
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))
     return "plugins" + restart;
   if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;

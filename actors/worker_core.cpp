@@ -483,9 +483,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     slice.first_token = static_cast<int32_t>(batch_.tokens.size());
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
     slice.start_pos = static_cast<int32_t>(s.getStartPos());
-    const int32_t rows_sampled = s.getSample() ? 1 + static_cast<int32_t>(drafts) : 0;
-    sampled_rows += static_cast<size_t>(rows_sampled);
-    slice.logit_rows = s.getPromptLogprobsFrom() >= 0 ? slice.num_tokens : rows_sampled;
+    sampled_rows += sampled_rows_of(s);
+    slice.logit_rows = s.getPromptLogprobsFrom() >= 0 ? slice.num_tokens : static_cast<int32_t>(sampled_rows_of(s));
     prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken(), s.getSample()});
     if (s.getFromPrevious() >= 0) {
       if (slice.num_tokens != 1)
@@ -687,9 +686,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     for (uint32_t i = 0; i < seqs.size(); ++i) {
       if (!seqs[i].getSample()) continue;
       const uint32_t forks = std::max<uint32_t>(seqs[i].getForks(), 1);
-      const uint32_t rows_of_slice = forks > 1 ? 1 : 1 + seqs[i].getDrafts();
-      for (uint32_t r = 0; r < rows_of_slice; ++r, ++row)
-        for (uint32_t f = 0; f < (forks > 1 ? forks : 1); ++f, ++out)
+      for (size_t r = 0; r < sampled_rows_of(seqs[i]); ++r, ++row)
+        for (uint32_t f = 0; f < forks; ++f, ++out)
           std::copy_n(logits_.data() + row * vocab, vocab, fork_logits_.data() + out * vocab);
     }
     rows = fork_logits_.data();

@@ -117,10 +117,15 @@ class WorkerCore {
     std::vector<double> decode_walk_ms, decode_wait_ms;  // the same, of each step of one token per sequence
   } ahead_counts_;
   std::vector<RowBest> spare_bests_;     // the bests of the next step to run ahead (then the pending one's)
-  // Rows of logits a SeqStep's sampling asks for: none, one per fork, or one per draft and one more.
+  // Rows of logits a SeqStep samples: none, its last, or one per draft and one more (a forking slice has no drafts).
+  template <class SeqStep>
+  static size_t sampled_rows_of(const SeqStep& s) {
+    return s.getSample() ? 1 + size_t{s.getDrafts()} : 0;
+  }
+  // Tokens a SeqStep's sampling draws: one per sampled row, or one per fork from its last.
   template <class SeqStep>
   static size_t sample_count(const SeqStep& s) {
-    return !s.getSample() ? 0 : s.getForks() > 1 ? s.getForks() : 1 + size_t{s.getDrafts()};
+    return s.getForks() > 1 ? s.getForks() : sampled_rows_of(s);
   }
   // Fills the batch's tokens that slices take from the previous step (previous_slots_) on the ranks that embed
   // them; an error message when one cannot be resolved (on every rank alike).

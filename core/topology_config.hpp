@@ -87,6 +87,7 @@ struct SpeculativeSection {
   // decode has to spare only while the weights' memory traffic bounds it (small batches).
   int disable_by_batch_size = 8;
   bool enabled() const { return method != "none"; }
+  bool operator==(const SpeculativeSection&) const = default;
 };
 
 // Where a group's ranks run: threads of the engine's process, worker processes the engine starts on this machine,

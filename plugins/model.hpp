@@ -87,9 +87,9 @@ class Model {
   // The whole model's unless the model was loaded as a shard.
   virtual KvShape kv_shape() const { return {config().num_layers, config().num_kv_heads, config().head_dim}; }
   // logits: [rows, vocab_size] (or none, see ForwardContext::row_bests): per slice in the order of batch.seqs, the
-  // rows of its last logit_rows tokens, in order; on every rank of the last pipeline stage, and empty on the others. The context's backend runs it. An Error when a communicator failed (a peer rank
-  // died or timed out: the replica is broken), or when the context's backend is not the one the model was loaded
-  // into.
+  // rows of its last logit_rows tokens, in order; on every rank of the last pipeline stage, and empty on the others.
+  // The context's backend runs it. An Error when a communicator failed (a peer rank died or timed out: the replica
+  // is broken), or when the context's backend is not the one the model was loaded into.
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
   virtual ExpertLoad expert_load() const { return {}; }

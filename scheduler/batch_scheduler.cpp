@@ -286,16 +286,19 @@ bool BatchScheduler::speculation_allows_ahead() const {
 void BatchScheduler::note_draftable(Sequence& seq) {
   seq.wants_drafts = false;
   if (!may_draft(seq)) return;
+  look_up_drafts(seq, 1);
+  seq.wants_drafts = !drafts_.empty();
+}
+
+void BatchScheduler::look_up_drafts(Sequence& seq, int max_drafts) {
   if (!seq.drafter)
     seq.drafter = std::make_unique<NgramDrafter>(limits_.speculative.lookup_min, limits_.speculative.lookup_max);
-  seq.drafter->propose(seq.tokens, 1, drafts_);
-  seq.wants_drafts = !drafts_.empty();
+  seq.drafter->propose(seq.tokens, max_drafts, drafts_);
 }
 
 bool BatchScheduler::may_draft(const Sequence& seq) const {
   const SpeculativeLimits& spec = limits_.speculative;
-  const SamplingOptions& sampling = seq.req.sampling;
-  if (!spec.enabled() || seq.generated == 0 || sampling.n > 1) return false;
+  if (!spec.enabled() || seq.generated == 0 || seq.req.sampling.n > 1) return false;
   return spec.disable_by_batch_size == 0 || running_.size() < static_cast<size_t>(spec.disable_by_batch_size);
 }
 
@@ -309,8 +312,7 @@ int BatchScheduler::propose_drafts(Sequence& seq, int budget) {
   room = std::min(room, static_cast<int>(seq.req.max_tokens) - static_cast<int>(seq.generated) - 1);
   room = std::min(room, max_tokens_held() - static_cast<int>(seq.tokens.size()) - 1);
   if (room <= 0) return 0;
-  if (!seq.drafter) seq.drafter = std::make_unique<NgramDrafter>(spec.lookup_min, spec.lookup_max);
-  seq.drafter->propose(seq.tokens, room, drafts_);
+  look_up_drafts(seq, room);
   const int drafts = static_cast<int>(drafts_.size());
   // Drafts never preempt anyone: without blocks for them the sequence decodes one token.
   if (drafts == 0 || !ensure_blocks(seq, seq.num_computed + 1 + drafts)) return 0;

@@ -374,6 +374,8 @@ class BatchScheduler {
   // most budget - 1 of them; 0 when it gets none.
   int propose_drafts(Sequence& seq, int budget);
   bool may_draft(const Sequence& seq) const;  // whether its sampling and the batch allow drafts
+  // Up to max_drafts drafts for seq's known tokens into drafts_ (its n-gram index made at the first look).
+  void look_up_drafts(Sequence& seq, int max_drafts);
   // Speculation plans a step ahead only when the newest step in flight has no drafts (its sequences' positions
   // after it are unknown until it returns) and none of its sequences wants drafts (drafts need its tokens known:
   // the plan waits for the result).
