@@ -298,6 +298,13 @@ void build_replica(self_ptr self, int index, BuildDone done) {
       out.setKvDtype(dtype_name(p.kv_dtype));
       out.setBlockSize(static_cast<uint32_t>(p.limits.block_size));
       out.setMaxModelLen(static_cast<uint32_t>(std::max(p.limits.max_model_len, 0)));
+      const std::vector<LoraModule>& adapters = p.topology.lora.modules;
+      auto lora = out.initLoraModules(static_cast<uint32_t>(adapters.size()));
+      for (uint32_t i = 0; i < adapters.size(); ++i) {
+        lora[i].setName(adapters[i].name);
+        lora[i].setPath(adapters[i].path.string());
+      }
+      out.setMaxLoraRank(static_cast<uint32_t>(p.topology.lora.max_lora_rank));
       out.setLogLevel(p.log_level);
       out.setLoadFormat(p.topology.model.load_format);
       out.setQuantization(p.topology.model.quantization);

@@ -64,6 +64,7 @@ wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
     to_wire(sampling, out.initSampling());
     out.setIgnoreEos(req.ignore_eos);
     out.setPriority(req.priority);
+    out.setLora(req.lora);
     auto stops = out.initStopStrings(static_cast<uint32_t>(req.stop.size()));
     for (uint32_t s = 0; s < req.stop.size(); ++s) stops.set(s, text_of(req.stop[s]));
   }, static_cast<unsigned>(words));
@@ -186,6 +187,13 @@ const ModelConfig& Engine::model_config() const { return impl_->model; }
 int Engine::max_model_len() const { return impl_->max_model_len; }
 const std::filesystem::path& Engine::model_dir() const { return impl_->model_dir; }
 std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
+const std::vector<LoraModule>& Engine::lora_modules() const { return impl_->topology.lora.modules; }
+std::optional<uint32_t> Engine::lora_adapter(const std::string& name) const {
+  const auto& modules = impl_->topology.lora.modules;
+  for (size_t k = 0; k < modules.size(); ++k)
+    if (modules[k].name == name) return static_cast<uint32_t>(k + 1);
+  return std::nullopt;
+}
 
 Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, const EngineOptions& options) {
   ACTORD_TRY_STATUS(refuse_unbuilt(topology));
@@ -239,6 +247,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     params.limits.speculative = SpeculativeLimits{spec.num_speculative_tokens, spec.prompt_lookup_min,
                                                   spec.prompt_lookup_max, spec.disable_by_batch_size};
   }
+  params.limits.num_lora_adapters = static_cast<int>(topology.lora.modules.size());
   params.kv_dtype = kv_dtype;
   params.rank_threads = std::move(rank_threads);
   params.rank_agents = std::move(rank_agents);
@@ -492,6 +501,7 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;
   if (now.speculative != next.speculative) return "speculative" + restart;
+  if (now.lora != next.lora) return "lora" + restart;
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))
     return "plugins" + restart;
   if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;

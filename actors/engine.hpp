@@ -49,6 +49,7 @@ struct GenerateRequest {
   bool ignore_eos = false;
   std::vector<std::string> stop;      // generation ends at the first of these in the text, which is not emitted
   int32_t priority = 0;               // with scheduler.policy priority: lower runs first, and may preempt
+  uint32_t lora = 0;                  // 0: the base model; k: lora.modules' k-th adapter (Engine::lora_adapter)
 };
 
 struct GenerateOutput {
@@ -108,6 +109,9 @@ class Engine {
   int max_model_len() const;
   const std::filesystem::path& model_dir() const;
   std::shared_ptr<const Tokenizer> tokenizer() const;  // immutable: any thread may encode and decode with it
+  // The LoRA adapters it serves (lora.modules, in order), and the GenerateRequest::lora of one by name.
+  const std::vector<LoraModule>& lora_modules() const;
+  std::optional<uint32_t> lora_adapter(const std::string& name) const;
 
   Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
   // Blocks until every request has finished. Returns one output per sample: a request of sampling.n samples

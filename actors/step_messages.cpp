@@ -82,6 +82,7 @@ wire_msg encode_execute_step(const StepPlan& plan, uint64_t step_id, std::span<c
         b.setNewSequence(true);
         to_wire(req.sampling, b.initSampling());
         b.setPromptLen(static_cast<uint32_t>(req.prompt.size()));
+        b.setLora(req.lora);
         if ((req.sampling.min_tokens > 0 || req.sampling.structured()) && !req.ignore_eos)
           fill_list(b.initStopIds(static_cast<uint32_t>(req.stop_ids.size())), req.stop_ids);
         if (s.start_pos > 0 && (req.sampling.has_penalties() || req.sampling.structured())) {
@@ -191,6 +192,7 @@ SequenceRequest decode_submit(const wire_msg& submit) {
   req.prompt_logprobs_reported = in.getPromptLogprobsReported();
   req.hand_backs = in.getHandBacks();
   req.resumed_at_hand_back = in.getResumedAtHandBack();
+  req.lora = in.getLora();
   return req;
 }
 
@@ -209,6 +211,7 @@ wire_msg encode_submit(const SequenceRequest& req, const wire_msg* kv) {
     out.setPromptLogprobsReported(req.prompt_logprobs_reported);
     out.setHandBacks(req.hand_backs);
     out.setResumedAtHandBack(req.resumed_at_hand_back);
+    out.setLora(req.lora);
     if (kv) {
       WireReader moved(*kv);
       out.setKv(moved.root<wire::KvExport>());

@@ -102,6 +102,7 @@ void on_submit(self_ptr self, const wire_msg& msg) {
                fill_list(out.initStopIds(static_cast<uint32_t>(stop_ids.size())), stop_ids);
                out.setIgnoreEos(in.getIgnoreEos());
                out.setPriority(in.getPriority());
+               out.setLora(in.getLora());
              }, static_cast<unsigned>(words)));
 }
 

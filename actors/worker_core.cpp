@@ -149,6 +149,16 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     options.quantization = *quant;
     options.place = place_;
     options.max_model_len = static_cast<int>(std::min<uint32_t>(req.getMaxModelLen(), INT32_MAX));
+    for (auto module : req.getLoraModules()) {
+      auto adapter = LoraAdapter::open({module.getName(), std::string(module.getPath())}, *cfg,
+                                       static_cast<int>(req.getMaxLoraRank()));
+      if (!adapter) {
+        ok = false;
+        failure = Error{adapter.error().code, name_ + ": " + adapter.error().message};
+        break;
+      }
+      options.lora.push_back(std::move(*adapter));
+    }
     model_.reset();  // a model loaded before goes with the backend that holds it
     backend_.reset();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -192,6 +202,10 @@ wire_msg WorkerCore::init(const wire_msg& msg) {
     } else if (!model) {
       ok = false;
       failure = model.error();
+    } else if ((*model)->num_lora_adapters() != static_cast<int>(options.lora.size())) {
+      ok = false;
+      failure = Error{Errc::unsupported, name_ + ": lora.modules: the " + cfg->architecture +
+                                             " model does not take LoRA adapters"};
     } else {
       model_ = std::move(*model);
       const auto kv_dtype = parse_kv_dtype(std::string_view(req.getKvDtype().cStr())).value_or(DType::f32);
@@ -453,6 +467,10 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
       if (auto valid = fresh.sampling.validate(vocab); !valid)
         return fail("sequence " + std::to_string(seq_id) + ": " + valid.error().message);
       fresh.prompt_len = s.getPromptLen();
+      if (s.getLora() > static_cast<uint32_t>(model_->num_lora_adapters()))
+        return fail("sequence " + std::to_string(seq_id) + ": LoRA adapter " + std::to_string(s.getLora()) +
+                    " of the " + std::to_string(model_->num_lora_adapters()) + " this worker serves");
+      fresh.lora = static_cast<int32_t>(s.getLora());
       fresh.stop_ids = to_vector<int32_t>(s.getStopIds());
       if (fresh.sampling.structured() && driver()) {
         if (auto failed = start_grammar(fresh); !failed.empty())
@@ -483,6 +501,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     slice.first_token = static_cast<int32_t>(batch_.tokens.size());
     slice.num_tokens = static_cast<int32_t>(s.getTokenIds().size());
     slice.start_pos = static_cast<int32_t>(s.getStartPos());
+    slice.lora = state->second.lora;
     sampled_rows += sampled_rows_of(s);
     slice.logit_rows = s.getPromptLogprobsFrom() >= 0 ? slice.num_tokens : static_cast<int32_t>(sampled_rows_of(s));
     prompt_slices_.push_back({seq_id, s.getPromptLogprobsFrom(), s.getNextPromptToken(), s.getSample()});

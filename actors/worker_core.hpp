@@ -150,6 +150,7 @@ class WorkerCore {
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
+    int32_t lora = 0;               // 0: the base model; k: the model's k-th LoRA adapter
     std::vector<int32_t> stop_ids;  // sent when min_tokens masks them or a response format allows them at its end
     PenaltyHistory history;         // fed only when the sampling options have penalties
     std::vector<uint32_t> blocks;   // its KV block table

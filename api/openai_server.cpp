@@ -104,13 +104,23 @@ class Server {
       return error(ex, {401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"});
     if (path == "/v1/models") {
       if (req.method != "GET") return error(ex, {405, "use GET for " + path, "", "invalid_request_error"});
-      return ex->respond(200, "application/json",
-                         dump({{"object", "list"},
-                               {"data", json::array({{{"id", options_.model_name},
-                                                      {"object", "model"},
-                                                      {"created", 0},
-                                                      {"owned_by", "actord"},
-                                                      {"max_model_len", engine_.max_model_len()}}})}}));
+      // The base model, then its LoRA adapters with the base as their parent (as vLLM lists them).
+      json models = json::array({{{"id", options_.model_name},
+                                  {"object", "model"},
+                                  {"created", 0},
+                                  {"owned_by", "actord"},
+                                  {"root", options_.model_name},
+                                  {"parent", nullptr},
+                                  {"max_model_len", engine_.max_model_len()}}});
+      for (const LoraModule& adapter : engine_.lora_modules())
+        models.push_back({{"id", adapter.name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "actord"},
+                          {"root", adapter.path.string()},
+                          {"parent", options_.model_name},
+                          {"max_model_len", engine_.max_model_len()}});
+      return ex->respond(200, "application/json", dump({{"object", "list"}, {"data", std::move(models)}}));
     }
     const bool chat = path == "/v1/chat/completions";
     if (!chat && path != "/v1/completions") return error(ex, {404, "no route " + path, "", "not_found_error"});
@@ -122,9 +132,17 @@ class Server {
     auto parsed = parse_request(req.body, chat, context_);
     if (auto* e = std::get_if<ApiError>(&parsed)) return error(ex, *e);
     ApiRequest& request = std::get<ApiRequest>(parsed);
-    if (!request.model.empty() && request.model != options_.model_name)
-      return error(ex, {404, "the model '" + request.model + "' does not exist (this server has '" +
-                                 options_.model_name + "')", "model", "not_found_error"});
+    // The model field names the base model or one of its LoRA adapters.
+    if (!request.model.empty() && request.model != options_.model_name) {
+      const std::optional<uint32_t> adapter = engine_.lora_adapter(request.model);
+      if (!adapter) {
+        std::string have = "'" + options_.model_name + "'";
+        for (const LoraModule& m : engine_.lora_modules()) have += ", '" + m.name + "'";
+        return error(ex, {404, "the model '" + request.model + "' does not exist (this server has " + have + ")",
+                          "model", "not_found_error"});
+      }
+      for (auto& prompt : request.prompts) prompt.lora = *adapter;
+    }
     start(std::move(request), ex);
   }
 
@@ -139,7 +157,7 @@ class Server {
   void start(ApiRequest request, const std::shared_ptr<HttpExchange>& ex) {
     auto call = std::make_shared<Call>();
     call->exchange = ex;
-    call->model = options_.model_name;
+    call->model = request.model.empty() ? options_.model_name : request.model;
     call->created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
     call->n = request.prompts[0].sampling.n;

@@ -320,7 +320,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   cfg.source = source;
   require(root.IsMap(), "", "the topology must be a YAML mapping");
   Section top(root, "");
-  top.check_keys({"model", "server", "engine", "scheduler", "speculative", "nodes", "groups", "plugins"});
+  top.check_keys({"model", "server", "engine", "scheduler", "speculative", "lora", "nodes", "groups", "plugins"});
   if (const YAML::Node plugins = root["plugins"]; plugins && !plugins.IsNull()) {
     require(plugins.IsSequence(), "plugins", "must be a list of shared library paths");
     for (size_t i = 0; i < plugins.size(); ++i) {
@@ -456,6 +456,26 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   speculative.read("disable_by_batch_size", spec.disable_by_batch_size);
   require(spec.disable_by_batch_size >= 0, "speculative.disable_by_batch_size",
           "must be 0 (never) or a number of sequences, got " + std::to_string(spec.disable_by_batch_size));
+
+  Section lora(top.get("lora"), "lora");
+  lora.check_keys({"modules", "max_lora_rank"});
+  lora.read("max_lora_rank", cfg.lora.max_lora_rank);
+  require(cfg.lora.max_lora_rank >= 1 && cfg.lora.max_lora_rank <= 1024, "lora.max_lora_rank",
+          "must be between 1 and 1024, got " + std::to_string(cfg.lora.max_lora_rank));
+  if (const YAML::Node modules = lora.get("modules"); modules && !modules.IsNull()) {
+    require(modules.IsMap(), "lora.modules", "must map adapter names to their folders (name: path)");
+    for (const auto& kv : modules) {
+      const std::string name = kv.first.as<std::string>();
+      const std::string key = "lora.modules." + name;
+      require(!name.empty() && std::ranges::all_of(name, [](unsigned char c) {
+                return std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '/' || c == ':';
+              }), key, "an adapter's name is letters, digits and _ . - / : (requests name it as their model)");
+      require(kv.second.IsScalar() && !kv.second.Scalar().empty(), key, "must be the adapter's folder");
+      std::filesystem::path path = kv.second.Scalar();
+      if (path.is_relative()) path = source.parent_path() / path;
+      cfg.lora.modules.push_back({name, path.lexically_normal()});
+    }
+  }
 
   cfg.nodes = parse_nodes(root["nodes"]);
 

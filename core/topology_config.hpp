@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/lora_module.hpp"
 #include "core/status.hpp"
 
 namespace actord {
@@ -88,6 +89,14 @@ struct SpeculativeSection {
   int disable_by_batch_size = 8;
   bool enabled() const { return method != "none"; }
   bool operator==(const SpeculativeSection&) const = default;
+};
+
+// LoRA adapters (plugins/lora_adapter.hpp) served beside the base model: a request names one as its model
+// (OpenAI's `model` field, as vLLM's --lora-modules). Every worker holds every adapter (they are small).
+struct LoraSection {
+  std::vector<LoraModule> modules;  // in the file's order: request adapter k is modules[k - 1]
+  int max_lora_rank = 64;           // adapters of a larger r are refused
+  bool operator==(const LoraSection&) const = default;
 };
 
 // Where a group's ranks run: threads of the engine's process, worker processes the engine starts on this machine,
@@ -204,6 +213,7 @@ struct TopologyConfig {
   EngineSection engine;
   SchedulerSection scheduler;
   SpeculativeSection speculative;
+  LoraSection lora;
   std::vector<NodeSection> nodes;  // besides the implicit local node
   std::vector<GroupSection> groups;
   std::vector<std::filesystem::path> plugins;  // shared libraries (plugins/plugin_api.hpp), resolved like model.path

@@ -17,6 +17,7 @@ struct SeqSlice {
   // Logits for its last logit_rows tokens go to the output: 1 for the next token's, 1 + drafts to verify draft
   // tokens (speculative decoding), num_tokens for every position's (prompt logprobs), 0 for none.
   int32_t logit_rows = 0;
+  int32_t lora = 0;                   // 0: the base model; k: the model's k-th LoRA adapter (ModelLoadOptions::lora)
 };
 
 // A token not known on the host yet: row k of the picks of the step before, still in the device's memory

@@ -44,7 +44,7 @@ PrefixCache::LruKey PrefixCache::lru_key(uint32_t id) const {
 void PrefixCache::link(uint32_t id, uint32_t parent, std::span<const int32_t> tokens, uint64_t hash) {
   Node& n = nodes_[id];
   Node& p = node(parent);
-  if (parent != kRoot && is_evictable_leaf(p)) lru_.erase(lru_key(parent));  // stops being a leaf
+  if (!is_root(parent) && is_evictable_leaf(p)) lru_.erase(lru_key(parent));  // stops being a leaf
   n.cached = true;
   n.parent = parent;
   n.hash = hash;
@@ -110,7 +110,7 @@ void PrefixCache::unlink(uint32_t id) {
   n.cached = false;
   n.parent = n.next_sibling = n.prev_sibling = n.next_same_hash = kNone;
   --stats_.cached_blocks;
-  if (parent != kRoot && is_evictable_leaf(p)) lru_.insert(lru_key(parent));
+  if (!is_root(parent) && is_evictable_leaf(p)) lru_.insert(lru_key(parent));
 }
 
 void PrefixCache::take_reference(uint32_t id) {
@@ -136,13 +136,20 @@ void PrefixCache::flush_freed() {
   freed_.clear();
 }
 
-size_t PrefixCache::match(std::span<const int32_t> tokens, size_t max_blocks, std::vector<uint32_t>& out) {
+uint32_t PrefixCache::root_of(uint32_t space) {
+  ACTORD_CHECK_MSG(space < kMaxSpaces, "a prefix cache space beyond the roots it has room for");
+  if (space >= roots_.size()) roots_.resize(size_t(space) + 1);
+  return kRoot - space;
+}
+
+size_t PrefixCache::match(std::span<const int32_t> tokens, size_t max_blocks, std::vector<uint32_t>& out,
+                          uint32_t space) {
   size_t want = std::min(tokens.size() / static_cast<size_t>(block_size_), max_blocks);
   ++stats_.queries;
   stats_.query_blocks += want;
   if (!enabled_ || want == 0) return 0;
   ++tick_;
-  uint32_t parent = kRoot;
+  uint32_t parent = root_of(space);
   size_t matched = 0;
   for (; matched < want; ++matched) {
     auto chunk = tokens.subspan(matched * block_size_, block_size_);
@@ -184,10 +191,10 @@ void PrefixCache::share(std::span<const uint32_t> blocks) {
   }
 }
 
-void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const uint32_t> blocks) {
+void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const uint32_t> blocks, uint32_t space) {
   if (!enabled_) return;
   size_t n = std::min(blocks.size(), tokens.size() / static_cast<size_t>(block_size_));
-  uint32_t parent = kRoot;
+  uint32_t parent = root_of(space);
   for (size_t i = 0; i < n; ++i) {
     uint32_t id = blocks[i];
     ACTORD_CHECK_MSG(known(id) && nodes_[id].ref > 0, "inserting a block the caller does not hold");

@@ -57,7 +57,9 @@ class PrefixCache {
 
   // Longest cached prefix of `tokens` in whole blocks, at most max_blocks blocks: appends their ids to `out` (in
   // order) and takes one reference on each for the caller. Returns how many blocks matched.
-  size_t match(std::span<const int32_t> tokens, size_t max_blocks, std::vector<uint32_t>& out);
+  // `space` keeps KV that differs for the same tokens apart (a LoRA adapter's: 0 is the base model's): each space
+  // has a tree of its own, so a match never crosses spaces.
+  size_t match(std::span<const int32_t> tokens, size_t max_blocks, std::vector<uint32_t>& out, uint32_t space = 0);
   // Allocates n fresh blocks (reference count 1, private) into `out`, evicting unreferenced cached blocks (LRU
   // leaves) when the allocator runs short. Returns false and changes nothing when even eviction cannot make room.
   bool allocate(size_t n, std::vector<uint32_t>& out);
@@ -74,7 +76,7 @@ class PrefixCache {
   //   reclaimable. The twin's chain already caches this content; the private tail returns to the allocator when
   //   released, and a later insert() caches it if the twin has been evicted meanwhile.
   // - a block that was forget()-ten and has not gone back to the allocator since.
-  void insert(std::span<const int32_t> tokens, std::span<const uint32_t> blocks);
+  void insert(std::span<const int32_t> tokens, std::span<const uint32_t> blocks, uint32_t space = 0);
   // Drops one reference on each block (a sequence ended or was preempted); the blocks are used now.
   void release(std::span<const uint32_t> blocks);
   // Drops each block from the tree if it is there, with every cached block below it (unreachable without it, and
@@ -94,7 +96,8 @@ class PrefixCache {
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
-  static constexpr uint32_t kRoot = UINT32_MAX - 1;
+  static constexpr uint32_t kRoot = UINT32_MAX - 1;  // space 0's root; space s's is kRoot - s
+  static constexpr uint32_t kMaxSpaces = 1u << 20;     // block ids stay below kRoot - kMaxSpaces
 
   // Per block id (the root has its own). Tree links are meaningful only while `cached`.
   struct Node {
@@ -120,8 +123,10 @@ class PrefixCache {
     auto operator<=>(const LruKey&) const = default;
   };
 
-  Node& node(uint32_t id) { return id == kRoot ? root_ : nodes_[id]; }
-  const Node& node(uint32_t id) const { return id == kRoot ? root_ : nodes_[id]; }
+  static bool is_root(uint32_t id) { return id <= kRoot && id > kRoot - kMaxSpaces; }
+  Node& node(uint32_t id) { return is_root(id) ? roots_[kRoot - id] : nodes_[id]; }
+  const Node& node(uint32_t id) const { return is_root(id) ? roots_[kRoot - id] : nodes_[id]; }
+  uint32_t root_of(uint32_t space);  // the root's id (made on first use)
   bool known(uint32_t id) const { return id < nodes_.size(); }
   std::span<const int32_t> tokens_of(uint32_t id) const;
   uint64_t hash_of(uint32_t parent, std::span<const int32_t> tokens) const;
@@ -138,7 +143,7 @@ class PrefixCache {
   BlockAllocator& blocks_;
   int block_size_;
   bool enabled_;
-  Node root_;
+  std::vector<Node> roots_;                      // [spaces used]: each space's root
   std::vector<Node> nodes_;                      // [max block id seen + 1]
   std::vector<int32_t> tokens_;                  // [max block id seen + 1][block_size], valid while cached
   std::unordered_map<uint64_t, uint32_t> index_; // hash of (parent, tokens) -> first node in its chain

@@ -93,6 +93,9 @@ class Model {
   virtual Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                          const ForwardContext& context) = 0;
   virtual ExpertLoad expert_load() const { return {}; }
+  // The LoRA adapters it serves (ModelLoadOptions::lora, SeqSlice::lora 1 .. this); a model that does not take
+  // adapters says 0, and the worker refuses adapters it was given.
+  virtual int num_lora_adapters() const { return 0; }
   // Two-batch overlap: a model sharing this one's weights (and its expert placement as it is now) with scratch and
   // counters of its own, so that two micro-batches can run forward() on two threads that take turns, never at
   // once. Null when the model cannot (the worker then runs each step as one batch).

@@ -110,6 +110,12 @@ Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& 
     m.weight_bytes_per_param = mixed(embedding, quantized_bytes_per_param(*spec));
   }
   m.estimated_weight_bytes = static_cast<uint64_t>(std::min(1.8e19, std::ceil(double(params) * m.weight_bytes_per_param)));
+  for (const LoraModule& module : topology.lora.modules) {
+    auto adapter = LoraAdapter::open(module, m.config, topology.lora.max_lora_rank);
+    if (!adapter) return make_error(adapter.error().code, where + adapter.error().message);
+    m.estimated_weight_bytes += (*adapter)->bytes();
+    m.lora.push_back(std::move(*adapter));
+  }
   return m;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/status.hpp"
 #include "core/topology_plan.hpp"
+#include "plugins/lora_adapter.hpp"
 #include "plugins/model_config.hpp"
 #include "core/topology_config.hpp"
 #include "plugins/model_registry.hpp"
@@ -37,11 +38,13 @@ struct CheckedModel {
   // How the weights are held, in words: the dtype ("float16"), "int4 (groups of 32)", "AWQ 4-bit, groups of 128",
   // "GGUF Q4_K, Q6_K, F32".
   std::string weight_format;
+  // lora.modules, opened and checked against the model (their bytes are in estimated_weight_bytes).
+  std::vector<std::shared_ptr<const LoraAdapter>> lora;
 };
 
 // The checks every start of a topology makes before anything else (Engine::start, actord check), in this order:
 // the topology's plugins loaded into `registry` and `policies`, scheduler.policy known, config.json read, a plugin
-// for its architecture, engine.max_model_len. Errors from the topology are prefixed with its file.
+// for its architecture, engine.max_model_len, the LoRA adapters of lora.modules. Errors from the topology are prefixed with its file.
 Result<CheckedModel> check_model(const TopologyConfig& topology, ModelRegistry& registry, PolicyRegistry& policies);
 
 // What the topology plan (core/topology_plan.hpp) needs of a model: its sizes from config.json, and the element

@@ -22,6 +22,7 @@
 #include "core/quantization.hpp"
 #include "executors/backend.hpp"
 #include "memory/weight_loader.hpp"
+#include "plugins/lora_adapter.hpp"
 #include "plugins/model_config.hpp"
 #include "plugins/weight_store_fused.hpp"
 
@@ -63,6 +64,8 @@ struct ModelLoadOptions {
   exec::Backend* backend = nullptr;    // the rank's executor backend: the weights go to its memory (required)
   RankPlace place;                     // the shard to load
   int max_model_len = 0;               // the context the engine serves (0: max_position_embeddings): LongRoPE's choice
+  // LoRA adapters (lora.modules) the model serves besides its base: SeqSlice::lora k runs the k-th (1-based).
+  std::vector<std::shared_ptr<const LoraAdapter>> lora;
 };
 
 // The part of a stored matrix a rank loads (a tensor-parallel shard): rows [row_first, row_first + row_count) and

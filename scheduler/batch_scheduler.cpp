@@ -99,6 +99,11 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
       return refused;
     }
   }
+  if (request.lora > static_cast<uint32_t>(std::max(limits_.num_lora_adapters, 0))) {
+    refused.error = "LoRA adapter " + std::to_string(request.lora) + ": the engine serves " +
+                    std::to_string(limits_.num_lora_adapters) + " (lora.modules)";
+    return refused;
+  }
   if (static_cast<int>(n) > limits_.max_num_seqs) {
     refused.error = "n: must be at most engine.max_num_seqs (" + std::to_string(limits_.max_num_seqs) +
                     "): the samples run together, got " + std::to_string(n);
@@ -597,7 +602,7 @@ size_t BatchScheduler::blocks_spare() const {
 void BatchScheduler::reuse_cached_prefix(Sequence& seq) {
   if (!cache_.enabled()) return;
   const size_t usable = (seq.tokens.size() - 1) / static_cast<size_t>(limits_.block_size);
-  const size_t hit = cache_.match(seq.tokens, usable, seq.blocks);
+  const size_t hit = cache_.match(seq.tokens, usable, seq.blocks, seq.req.lora);
   seq.num_computed = static_cast<int>(hit) * limits_.block_size;
 }
 
@@ -606,7 +611,7 @@ void BatchScheduler::cache_full_blocks(Sequence& seq, int written_from, int writ
   const size_t full = static_cast<size_t>(written_to / bs);
   if (!cache_.enabled() || written_to / bs == written_from / bs) return;  // no block filled up
   cache_.insert(std::span<const int32_t>(seq.tokens).first(full * static_cast<size_t>(bs)),
-                std::span<const uint32_t>(seq.blocks).first(std::min(full, seq.blocks.size())));
+                std::span<const uint32_t>(seq.blocks).first(std::min(full, seq.blocks.size())), seq.req.lora);
 }
 
 int BatchScheduler::max_tokens_held() const {

@@ -97,6 +97,7 @@ struct SchedulerLimits {
   // schema compiles: the scheduler actor gives structured/'s); its error refuses the request. Null: none.
   std::function<Status(const SamplingOptions&)> check_response_format;
   SpeculativeLimits speculative;
+  int num_lora_adapters = 0;  // LoRA adapters the workers serve: requests may name 0 (the base) .. this
 };
 
 struct SequenceRequest {
@@ -108,6 +109,9 @@ struct SequenceRequest {
   bool ignore_eos = false;
   int32_t priority = 0;  // for the priority policy: lower runs first
   uint32_t owner = 0;  // the caller's tag for who submitted it (the scheduler actor: an index of its submitters)
+  // 0: the base model; k: the k-th LoRA adapter (lora.modules). Its KV is its own: cached prefixes are matched
+  // among the same adapter's only.
+  uint32_t lora = 0;
   // A continuation (take_all / take_waiting elsewhere): the tokens it generated before, already reported to its
   // client. They count against max_tokens and in the penalties, are recomputed with the prompt, and are never
   // reported again; the draws go on at sample index resumed.size(), so a seeded request continues as it would have.

@@ -13,6 +13,10 @@
 #include "core/status.hpp"
 #include "core/topology_config.hpp"
 
+namespace actord {
+class Engine;
+}
+
 namespace actord::cli {
 
 struct CommonArgs {
@@ -47,6 +51,7 @@ struct GenerateArgs {
   bool echo = false;
   bool ignore_eos = false;
   std::vector<std::string> stop;
+  std::string lora;  // --lora NAME[=PATH]
 };
 
 struct WorkerArgs {
@@ -72,6 +77,7 @@ struct BenchArgs {
   float temperature = 0.0f;  // 0: greedy; above 0, request i draws with seed i
   float top_p = 1.0f;
   int top_k = 0;  // 0: all tokens
+  std::string lora;  // --lora NAME[=PATH]: every request on that adapter
   ResponseFormatArgs response_format;
   std::vector<std::string> set;
   std::string log_level = "warn";
@@ -154,6 +160,12 @@ void add_response_format_options(CLI::App* cmd, ResponseFormatArgs& args);
 Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o);
 // The topology of CONFIG with --set and --model applied, validated.
 Result<TopologyConfig> load_topology_of(const CommonArgs& args);
+// --lora NAME or NAME=PATH (generate, bench): the requests run on the LoRA adapter NAME; with PATH it is declared
+// too (lora.modules.NAME, appended to `set`, the path made absolute). Returns NAME ("" without the flag).
+Result<std::string> lora_request_option(const std::string& spec, std::vector<std::string>& set);
+// The GenerateRequest::lora of adapter `name` ("": 0, the base model); an error naming --lora when the topology
+// declares no such adapter.
+Result<uint32_t> lora_request_id(const Engine& engine, const std::string& name);
 // Sets the spdlog level; false (and a message) for an unknown level name.
 bool apply_log_level(const std::string& level);
 int exit_code_for(const Error& error);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "actors/engine.hpp"
 #include "apps/actord/commands.hpp"
 
 namespace actord::cli {
@@ -56,6 +58,28 @@ Result<TopologyConfig> load_topology_of(const CommonArgs& args) {
   overrides.set = args.set;
   if (!args.model.empty()) overrides.model = args.model;
   return load_topology(args.config, overrides);
+}
+
+Result<std::string> lora_request_option(const std::string& spec, std::vector<std::string>& set) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos) return spec;
+  const std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+  if (name.empty() || path.empty() || name.find('.') != std::string::npos)
+    return make_error(Errc::invalid_argument, "--lora " + spec + ": expected NAME or NAME=PATH (a name without dots)");
+  std::string quoted;  // a YAML single-quoted scalar: any path
+  for (char c : std::filesystem::absolute(path).lexically_normal().string()) quoted += c == '\'' ? "''" : std::string(1, c);
+  set.push_back("lora.modules." + name + "='" + quoted + "'");
+  return name;
+}
+
+Result<uint32_t> lora_request_id(const Engine& engine, const std::string& name) {
+  if (name.empty()) return 0u;
+  if (auto id = engine.lora_adapter(name)) return *id;
+  std::string have;
+  for (const LoraModule& m : engine.lora_modules()) have += (have.empty() ? "" : ", ") + m.name;
+  return make_error(Errc::invalid_argument, "--lora " + name + ": the topology declares no such adapter (lora.modules: " +
+                                                (have.empty() ? std::string("none") : have) +
+                                                "); give NAME=PATH to declare it");
 }
 
 bool apply_log_level(const std::string& level) {

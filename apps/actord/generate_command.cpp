@@ -88,6 +88,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
   cmd->add_flag("--echo", args.echo, "Print the prompt before the generated text");
   cmd->add_flag("--ignore-eos", args.ignore_eos, "Keep generating past end-of-sequence tokens");
   cmd->add_option("--stop", args.stop, "Stop at this text, which is not printed (repeatable)")->take_all();
+  cmd->add_option("--lora", args.lora,
+                  "Run the prompts on this LoRA adapter of lora.modules (NAME), or declare one and run on it "
+                  "(NAME=PATH: a PEFT adapter folder)");
   add_response_format_options(cmd, args.response_format);
   return cmd;
 }
@@ -105,7 +108,10 @@ int run_generate(const GenerateArgs& args) {
     return fail({Errc::invalid_argument, "give a prompt with --prompt TEXT or --prompt-ids 1,2,3"});
   }
 
-  auto topology = load_topology_of(args.common);
+  CommonArgs common = args.common;
+  auto lora = lora_request_option(args.lora, common.set);
+  if (!lora) return fail(lora.error());
+  auto topology = load_topology_of(common);
   if (!topology) return fail(topology.error());
   if (static_cast<int64_t>(args.sampling.n) > topology->engine.max_num_seqs) {
     return fail({Errc::invalid_argument, "--n: must be at most engine.max_num_seqs (" +
@@ -137,6 +143,9 @@ int run_generate(const GenerateArgs& args) {
   if (!engine) return fail(engine.error());
   if (auto valid = check_sampling_flags(args.sampling, (*engine)->model_config().vocab_size); !valid)
     return fail(valid.error());
+  auto adapter = lora_request_id(**engine, *lora);
+  if (!adapter) return fail(adapter.error());
+  for (GenerateRequest& r : requests) r.lora = *adapter;
 
   // Streaming to the terminal only makes sense for one prompt of one sample in text mode.
   const bool stream = !args.json && requests.size() == 1 && sampling.n == 1;

@@ -105,6 +105,7 @@ struct SubmitRequest {
   # kv.numTokens positions (gathered from its ranks' shards), the bytes in the message's bulk[0].
   kv @14 :KvExport;
   resumedAtHandBack @15 :UInt32;       # resumeIds' length at the last of those failures
+  lora @16 :UInt32;              # 0: the base model; k: the k-th LoRA adapter of the topology's lora.modules
 }
 
 struct CancelRequest {
@@ -193,6 +194,7 @@ struct SeqStep {
   drafts @16 :UInt32;            # > 0 (with sample; speculative decoding): the last `drafts` tokens are guesses; sample
                                  # each of the slice's last drafts + 1 rows, row j with sample index sampleIndex + j
                                  # (one result each, in order; the scheduler keeps the guesses they confirm)
+  lora @17 :UInt32;              # with newSequence: 0, the base model; k: the k-th adapter of WorkerInit.loraModules
 }
 
 # A copy of one KV block's bytes (every layer) from one block to another.
@@ -316,6 +318,13 @@ struct WorkerInit {
   quantizationZeroPoints @33 :Bool;
   cpus @34 :List(UInt32);        # the CPUs a worker process binds all its threads to (engine.cpu_binding); empty: unbound
   maxModelLen @35 :UInt32;       # the context the engine serves (LongRoPE picks its factors by it); 0: the model's
+  loraModules @36 :List(LoraModule);  # LoRA adapters the model serves besides its base (lora.modules), in order
+  maxLoraRank @37 :UInt32;       # lora.max_lora_rank
+}
+
+struct LoraModule {
+  name @0 :Text;
+  path @1 :Text;
 }
 
 # One micro-batch's collective groups of a rank (size 0: none).

@@ -212,7 +212,10 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   if (spec.local_rope) m->inv_freq_local_ = backend.upload(cfg.rope_inv_freq_local());
   m->place_ = place;
   m->shard_ = shard_of_rank(shape, place.tp, place.pp, place.tp_rank, place.pp_rank, place.ep, place.lane);
-  if (place.ffn()) return create_ffn(std::move(m));
+  if (place.ffn()) {
+    if (auto lora = m->load_lora(options); !lora) return lora.error();
+    return create_ffn(std::move(m));
+  }
   for (int r = 0; r < place.tp; ++r)
     m->vocab_counts_.push_back(static_cast<size_t>(shard_of_rank(shape, place.tp, place.pp, r, place.pp_rank).vocab.count));
   const RankShard& shard = m->shard_;
@@ -224,7 +227,11 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
   std::map<std::string, exec::Buffer> vectors;
   // SiLU-gated MLPs load gate and up fused (one product and no separate activation pass); other activations apply
   // their own function between two plain products.
-  const bool fused_glu = spec.activation == Activation::silu;
+  // Adapters that change gate or up need the two products apart (their deltas join before the activation).
+  const bool lora_changes_glu = std::ranges::any_of(options.lora, [](const auto& a) {
+    return a->changes(LoraTarget::gate) || a->changes(LoraTarget::up);
+  });
+  const bool fused_glu = spec.activation == Activation::silu && !lora_changes_glu;
   auto is_gate_or_up = [](const std::string& name) {
     return ends_with_any(name, {".gate_proj.weight", ".up_proj.weight", ".w1.weight", ".w3.weight"});
   };
@@ -340,6 +347,7 @@ Result<std::unique_ptr<Model>> TransformerModel::create(const ModelConfig& cfg, 
       }
     }
   }
+  if (auto lora = m->load_lora(options); !lora) return lora.error();
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -396,7 +404,8 @@ Result<std::unique_ptr<Model>> TransformerModel::create_ffn(std::unique_ptr<Tran
   return std::unique_ptr<Model>(std::move(m));
 }
 
-void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate) {
+void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate,
+                           const Layer* lora) {
   exec::Backend& be = *backend_;
   const size_t ff = static_cast<size_t>(e.ff);
   be.reserve(gate_, size_t(n) * ff);
@@ -406,6 +415,10 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
     be.reserve(up_, size_t(n) * ff);
     const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
     be.gemm_multi(x, gate_up, n);
+    if (lora) {
+      add_lora(*lora, LoraTarget::gate, x, gate_, n);
+      add_lora(*lora, LoraTarget::up, x, up_, n);
+    }
     be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
   }
   if (accumulate) {
@@ -413,6 +426,7 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
   } else {
     be.gemm(gate_, e.down, nullptr, out, n);
   }
+  if (lora) add_lora(*lora, LoraTarget::down, gate_, out, n);
 }
 
 // The weights, layers and placement are handles (shared); the scratch buffers are not: the twin reserves its own.
@@ -420,7 +434,7 @@ std::unique_ptr<Model> TransformerModel::twin() const {
   std::unique_ptr<TransformerModel> t(new TransformerModel(*this));
   for (exec::Buffer* b : {&t->x_, &t->xn_, &t->q_, &t->k_, &t->v_, &t->attn_, &t->gate_, &t->up_, &t->tmp_, &t->rows_,
                           &t->normed_rows_, &t->out_logits_, &t->vocab_part_, &t->gathered_, &t->router_logits_, &t->xe_,
-                          &t->ye_, &t->shared_logits_})
+                          &t->ye_, &t->shared_logits_, &t->lora_x_, &t->lora_t_, &t->lora_y_})
     *b = exec::Buffer{};
   return t;
 }
@@ -625,6 +639,8 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
   }
   exec::Backend& be = *backend_;
   be.begin_step(batch);
+  group_lora_rows(batch);
+  const bool lora = !lora_groups_.empty();
   const int h = cfg_.hidden_size, q_dim = shard_.heads.count * cfg_.head_dim,
             kv_dim = shard_.kv_heads.count * cfg_.head_dim;
   const size_t rows = static_cast<size_t>(n);
@@ -657,6 +673,11 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       be.rms_norm(x_, L.attn_norm, xn_, n, h, cfg_.rms_norm_eps);
       const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
       be.gemm_multi(xn_, qkv, n);
+      if (lora) {
+        add_lora(L, LoraTarget::q, xn_, q_, n);
+        add_lora(L, LoraTarget::k, xn_, k_, n);
+        add_lora(L, LoraTarget::v, xn_, v_, n);
+      }
       if (spec_.qk_norm) {  // each head's head_dim features, as rows (q_norm carries the query scale)
         be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
         be.rms_norm(k_, L.k_norm, k_, n * shard_.kv_heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
@@ -669,6 +690,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       } else {
         be.gemm(attn_, L.wo, nullptr, tmp_, n);
       }
+      if (lora) add_lora(L, LoraTarget::o, attn_, residual_in_product ? x_ : tmp_, n);
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     if (spec_.sandwich_norms) be.rms_norm(tmp_, L.post_attn_norm, tmp_, n, h, cfg_.rms_norm_eps);
@@ -682,7 +704,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       TraceScope span(trace, "mlp", "compute");
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);
       mlp_added = residual_in_product;
-      mlp(L.mlp, xn_, mlp_added ? x_ : tmp_, n, mlp_added);
+      mlp(L.mlp, xn_, mlp_added ? x_ : tmp_, n, mlp_added, lora ? &L : nullptr);
     } else {
       TraceScope span(trace, "experts", "compute");  // the dispatch and combine inside it are spans of their own
       be.rms_norm(x_, L.ffn_norm, xn_, n, h, cfg_.rms_norm_eps);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +98,7 @@ class TransformerModel final : public Model {
   Status forward(const ForwardBatch& batch, KvCache& kv, std::vector<float>& logits,
                  const ForwardContext& context) override;
   ExpertLoad expert_load() const override;
+  int num_lora_adapters() const override { return num_lora_; }
   std::unique_ptr<Model> twin() const override;
   Status set_expert_placement(std::span<const int32_t> placement, const ForwardContext& context) override;
 
@@ -128,12 +130,20 @@ class TransformerModel final : public Model {
     std::vector<Expert> slots;          // ep > 1: this rank's slots of `placement`, in order
     Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
     exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
+    // [adapters][LoraTarget]: each LoRA adapter's delta of the projections it changes (unset: none), sliced as the
+    // projection is: a [rank, this rank's inputs], b [this rank's outputs, rank] (scaling folded in).
+    struct LoraDelta {
+      exec::Weight a, b;
+    };
+    std::vector<std::array<LoraDelta, kLoraTargets>> lora;
   };
 
   TransformerModel(const ModelConfig& cfg, const TransformerSpec& spec) : cfg_(cfg), spec_(spec) {}
   void attention(const ForwardBatch& batch, KvCache& kv, int layer);
   // out [n, hidden] = the MLP of x [n, hidden], or out += it where accumulate (then tmp_ is its scratch: not out).
-  void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate = false);
+  // With `lora`: that layer's adapter deltas of gate, up and down added for the batch's adapter rows.
+  void mlp(const Expert& e, const exec::Buffer& x, exec::Buffer& out, int n, bool accumulate = false,
+           const Layer* lora = nullptr);
   // Fills routed_ from the router's logits of xn_'s n rows, and counts them in expert_tokens_ (stage layer l).
   void route(const Layer& L, int l, int n);
   // tmp_ = the MoE of xn_'s n rows at stage layer l (under EP: this rank's tokens' routed part, + the shared
@@ -145,6 +155,12 @@ class TransformerModel final : public Model {
   // AFD: where a layer's FFN lives over the FFN ranks (an MoE layer's experts, a dense MLP's slices).
   ExpertPlacement ffn_placement(bool sparse) const;
   static Result<std::unique_ptr<Model>> create_ffn(std::unique_ptr<TransformerModel> m);
+  // Every layer's deltas of options.lora's adapters, sliced for this rank (transformer_lora.cpp).
+  Status load_lora(const ModelLoadOptions& options);
+  // The batch's token rows per adapter (lora_groups_), before its layers run.
+  void group_lora_rows(const ForwardBatch& batch);
+  // y += the deltas of `target` of layer L for the rows of each adapter that changes it (x [n, in], y [n, out]).
+  void add_lora(const Layer& L, LoraTarget target, const exec::Buffer& x, exec::Buffer& y, int n);
   // Expert e of (global) layer `layer`, whole, from the weight store into the backend.
   Result<Expert> load_expert(int layer, int e);
   // EPLB: layer L's slots as `next` places them, the experts a rank gains sent by ranks holding them.
@@ -164,6 +180,7 @@ class TransformerModel final : public Model {
   exec::Weight lm_head_;                // [vocab rows of this rank, hidden]; the embedding when tied
   exec::Buffer final_norm_;             // [hidden]
   std::vector<Layer> layers_;
+  int num_lora_ = 0;                    // LoRA adapters served (Layer::lora's size)
 
   // Scratch in the backend's memory, reused across steps (forward runs on one thread at a time).
   exec::Buffer x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;  // [n, ...] activations
@@ -193,6 +210,16 @@ class TransformerModel final : public Model {
   std::vector<size_t> ep_chunk_first_, ep_chunk_rows_;
   std::vector<float> ep_send_, ep_received_, ep_outputs_, ep_returned_;
   std::vector<int32_t> logit_rows_;    // the token rows logits are asked for
+  // LoRA: the current batch's token rows of each adapter it uses (all: every row, nothing gathered); the rows
+  // gathered, their products with A and with B.
+  struct LoraGroup {
+    int adapter = 0;  // 0-based index in Layer::lora
+    bool all = false;
+    std::vector<int32_t> rows;
+    std::vector<float> ones;
+  };
+  std::vector<LoraGroup> lora_groups_;
+  exec::Buffer lora_x_, lora_t_, lora_y_;
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
 };
