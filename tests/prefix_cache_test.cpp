@@ -484,3 +484,32 @@ TEST_CASE("randomized sequences against a small pool keep contents and counts ri
     CHECK(alloc.num_free() == kBlocks);
   }
 }
+
+TEST_CASE("spaces (LoRA adapters) keep equal token prefixes apart - each space matches its own blocks",
+          "[prefix][lora]") {
+  BlockAllocator alloc(16);
+  PrefixCache cache(alloc, kBs);
+  const auto tokens = run(100, 3 * kBs);
+  std::vector<uint32_t> base;
+  REQUIRE(cache.allocate(3, base));
+  cache.insert(tokens, base);
+  std::vector<uint32_t> adapter;
+  REQUIRE(cache.allocate(3, adapter));
+  cache.insert(tokens, adapter, 1);  // the same tokens, another space: not a twin of base's blocks
+  for (uint32_t b : adapter) CHECK(cache.is_cached(b));
+  std::vector<uint32_t> found;
+  CHECK(cache.match(tokens, SIZE_MAX, found, 2) == 0);  // a space nobody used
+  CHECK(cache.match(tokens, SIZE_MAX, found, 1) == 3);
+  CHECK(found == adapter);
+  cache.release(found);
+  found.clear();
+  CHECK(cache.match(tokens, SIZE_MAX, found) == 3);
+  CHECK(found == base);
+  cache.release(found);
+  cache.release(base);
+  cache.release(adapter);
+  // Eviction reaches every space's leaves: all six blocks come back.
+  std::vector<uint32_t> all;
+  REQUIRE(cache.allocate(16, all));
+  CHECK(cache.stats().cached_blocks == 0);
+}

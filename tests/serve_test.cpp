@@ -845,3 +845,50 @@ TEST_CASE("serve - with speculative decoding, completions and streams equal the 
   CHECK(streamed[1] == text[0]);
   CHECK(finish[1] == finish[0]);
 }
+
+TEST_CASE("serve - LoRA adapters are models: listed, completions on one equal the engine's, unknown names get 404",
+          "[serve][lora]") {
+  test::TempDir tmp;
+  const std::filesystem::path adapter = tmp.path() / "tiny-lora";
+  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
+                          " make-lora --model " + (test::source_dir() / "models/stories260K").string() + " --out " +
+                          adapter.string() + " --rank 4 > " + (tmp.path() / "log").string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  Served s("", 1 << 20, "", {"lora.modules.tiny-lora=" + adapter.string()});
+  auto models = json::parse(call(s.port, "GET", "/v1/models").body);
+  REQUIRE(models["data"].size() == 2);
+  CHECK(models["data"][1]["id"] == "tiny-lora");
+  CHECK(models["data"][1]["parent"] == "stories260K");
+
+  GenerateRequest g;
+  g.prompt = "Once upon a time";
+  g.max_tokens = 24;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  auto base = s.engine->generate({g});
+  g.lora = 1;
+  auto adapted = s.engine->generate({g});
+  REQUIRE((base.ok() && adapted.ok()));
+  CHECK((*base)[0].text != (*adapted)[0].text);
+  for (const char* model : {"stories260K", "tiny-lora"}) {
+    INFO(model);
+    const std::string body = std::string(R"({"model":")") + model +
+                             R"(","prompt":"Once upon a time","max_tokens":24,"temperature":0,"ignore_eos":true)";
+    const std::string& expected = std::string(model) == "stories260K" ? (*base)[0].text : (*adapted)[0].text;
+    auto plain = call(s.port, "POST", "/v1/completions", body + "}");
+    REQUIRE(plain.status == 200);
+    auto j = json::parse(plain.body);
+    CHECK(j["model"] == model);
+    CHECK(j["choices"][0]["text"] == expected);
+    auto streamed = call(s.port, "POST", "/v1/completions", body + R"(,"stream":true})");
+    REQUIRE(streamed.status == 200);
+    std::string text;
+    for (const auto& e : events_of(streamed.body))
+      if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+    CHECK(text == expected);
+  }
+  auto unknown = call(s.port, "POST", "/v1/completions", R"({"model":"other-lora","prompt":"x","max_tokens":2})");
+  CHECK(unknown.status == 404);
+  CHECK(unknown.body.find("'tiny-lora'") != std::string::npos);
+  CHECK(call(s.port, "POST", "/v1/completions", R"({"model":"tiny-lora","prompt":"x","max_tokens":2})").status == 200);
+}

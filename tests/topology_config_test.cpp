@@ -338,3 +338,30 @@ TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spread
              Catch::StartsWith("configs/t.yaml: nodes[0].cores: unknown key (known keys: address, name)"));
   CHECK(err("nodes: {b: 1}\ngroups: [{}]\n") == "configs/t.yaml: nodes: must be a list of {name, address}");
 }
+
+TEST_CASE("lora.modules keep the file's order - relative adapter paths follow the file - bad names and ranks are refused",
+          "[config][lora]") {
+  auto cfg = parse_topology(kMinimal + std::string("lora:\n  modules:\n    sql: adapters/sql\n    chat-v2: /srv/chat\n"
+                                                   "  max_lora_rank: 16\n"),
+                            "/etc/actord/t.yaml");
+  REQUIRE(cfg.ok());
+  REQUIRE(cfg->lora.modules.size() == 2);
+  CHECK(cfg->lora.modules[0] == LoraModule{"sql", "/etc/actord/adapters/sql"});
+  CHECK(cfg->lora.modules[1] == LoraModule{"chat-v2", "/srv/chat"});
+  CHECK(cfg->lora.max_lora_rank == 16);
+  auto defaults = parse_topology(kMinimal, "/etc/actord/t.yaml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->lora.modules.empty());
+  CHECK(defaults->lora.max_lora_rank == 64);
+  for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
+           {"lora: {modules: [a, b]}\n", "lora.modules"},
+           {"lora: {modules: {'a b': /x}}\n", "lora.modules.a b"},
+           {"lora: {modules: {a: ''}}\n", "lora.modules.a"},
+           {"lora: {max_lora_rank: 0}\n", "lora.max_lora_rank"},
+           {"lora: {adapters: {}}\n", "lora.adapters"}}) {
+    auto bad = parse_topology(kMinimal + yaml, "/etc/actord/t.yaml");
+    REQUIRE_FALSE(bad.ok());
+    INFO(bad.error().message);
+    CHECK(bad.error().message.find(key) != std::string::npos);
+  }
+}

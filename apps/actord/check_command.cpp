@@ -87,6 +87,9 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
                     ? (", below " + std::to_string(spec.disable_by_batch_size) + " running sequences").c_str()
                     : ", at any batch size");
   }
+  for (const auto& adapter : m.lora)
+    std::printf("lora     %s: %s (%s), requests name it as their model\n", adapter->name().c_str(),
+                adapter->describe().c_str(), format_bytes(adapter->bytes()).c_str());
   std::printf("machine  %u cores, %s; ranks here: %d threads%s\n", plan.local_cores,
               available ? (format_bytes(*available) + " available").c_str() : "available memory unknown",
               plan.local_threads, plan.oversubscribed ? " (oversubscribed, as groups[].oversubscribe allows)" : "");
