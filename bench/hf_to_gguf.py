@@ -19,12 +19,23 @@ tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
 it does not use llama.cpp's gguf-py.
 
 Usage: python3 bench/hf_to_gguf.py MODEL_DIR OUT.gguf [--outtype f16|f32]
+       python3 bench/hf_to_gguf.py MODEL_DIR OUT.gguf --lora ADAPTER_DIR [--outtype f16|f32]
 Requires numpy.
+
+--lora writes a llama.cpp LoRA adapter GGUF instead, for a PEFT LoRA folder (adapter_config.json,
+adapter_model.safetensors) trained on the Llama-architecture (dense) base MODEL_DIR: general.type "adapter",
+adapter.type "lora", adapter.lora.alpha, and per adapted projection blk.L.<base name>.lora_a = A [r, in] and
+.lora_b = B [out, r] (numpy order; GGUF dims reversed), base names attn_q/attn_k/attn_v/attn_output/ffn_gate/
+ffn_up/ffn_down.weight. llama.cpp adds scale * B (A x) with scale = alpha / r (r read from lora_b), so with
+use_rslora the alpha written is lora_alpha * sqrt(r). The q/k lora_b rows get the same permutation as the
+q/k weights (HF rotate-half back to Meta's interleaved order); lora_a is unchanged. Refused: tensors other
+than these projections' lora_A / lora_B, DoRA, fan_in_fan_out, bias, modules_to_save, rank/alpha patterns.
 """
 import argparse
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -231,15 +242,93 @@ def load_tokenizer(model_dir, cfg):
                 add_space_prefix=add_space_prefix)
 
 
+LORA_PROJ = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+
+
+def convert_lora(args, cfg):
+    """PEFT LoRA folder -> llama.cpp LoRA adapter GGUF for a dense Llama base (see the module docstring)."""
+    arch0 = cfg.get("architectures", [""])[0]
+    if arch0 not in ("LlamaForCausalLM", "MistralForCausalLM") or cfg.get("model_type", "llama") not in ("llama", "mistral"):
+        raise SystemExit(f"--lora: only dense Llama-architecture bases (LlamaForCausalLM), not {arch0}")
+    with open(os.path.join(args.lora, "adapter_config.json")) as f:
+        ac = json.load(f)
+    if ac.get("peft_type", "LORA") != "LORA":
+        raise SystemExit(f"--lora: peft_type {ac.get('peft_type')!r}, expected LORA")
+    for key in ("use_dora", "fan_in_fan_out", "modules_to_save", "rank_pattern", "alpha_pattern"):
+        if ac.get(key):
+            raise SystemExit(f"--lora: {key} {ac[key]!r} is not supported")
+    if ac.get("bias", "none") != "none":
+        raise SystemExit(f"--lora: bias {ac['bias']!r} is not supported")
+    r, alpha = int(ac.get("r", 8)), float(ac.get("lora_alpha", 8))
+    if alpha == 0:
+        raise SystemExit("--lora: lora_alpha 0 (llama.cpp reads alpha 0 as scale 1)")
+    if ac.get("use_rslora", False):
+        alpha *= math.sqrt(r)  # llama.cpp scales by alpha / r; rsLoRA by lora_alpha / sqrt(r)
+
+    hidden = cfg["hidden_size"]
+    n_layer = cfg["num_hidden_layers"]
+    n_head = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_head)
+    head_dim = cfg.get("head_dim") or hidden // n_head
+    ffn = cfg["intermediate_size"]
+    shapes = {"attn_q": (n_head * head_dim, hidden), "attn_k": (n_kv * head_dim, hidden),
+              "attn_v": (n_kv * head_dim, hidden), "attn_output": (hidden, n_head * head_dim),
+              "ffn_gate": (ffn, hidden), "ffn_up": (ffn, hidden), "ffn_down": (hidden, ffn)}
+
+    st = read_safetensors(os.path.join(args.lora, "adapter_model.safetensors"))
+    pairs = {}
+    for name in st:
+        m = re.fullmatch(r"base_model\.model\.model\.layers\.(\d+)\.(\w+\.\w+)\.lora_([AB])\.weight", name)
+        if not m or m.group(2) not in LORA_PROJ or int(m.group(1)) >= n_layer:
+            raise SystemExit(f"--lora: unexpected adapter tensor {name}")
+        key = (int(m.group(1)), LORA_PROJ[m.group(2)])
+        pairs.setdefault(key, {})[m.group(3)] = name
+    if not pairs:
+        raise SystemExit("--lora: no lora_A / lora_B tensors")
+
+    wt = GGML_F16 if args.outtype == "f16" else GGML_F32
+    w = GGUFWriter()
+    w.add("general.architecture", T_STRING, "llama")
+    w.add("general.type", T_STRING, "adapter")
+    w.add("general.name", T_STRING, os.path.basename(os.path.normpath(args.lora)))
+    w.add("general.alignment", T_UINT32, ALIGNMENT)
+    w.add("general.file_type", T_UINT32, FTYPE_MOSTLY_F16 if args.outtype == "f16" else FTYPE_ALL_F32)
+    w.add("adapter.type", T_STRING, "lora")
+    w.add("adapter.lora.alpha", T_FLOAT32, alpha)
+    for (layer, base), ab in sorted(pairs.items()):
+        if set(ab) != {"A", "B"}:
+            raise SystemExit(f"--lora: blk.{layer}.{base}: lora_{list(ab)[0]} without its pair")
+        out_f, in_f = shapes[base]
+        a_entry, b_entry = st[ab["A"]], st[ab["B"]]
+        if a_entry[1] != (r, in_f) or b_entry[1] != (out_f, r):
+            raise SystemExit(f"--lora: blk.{layer}.{base}: lora_A {a_entry[1]}, lora_B {b_entry[1]}, "
+                             f"expected {(r, in_f)} and {(out_f, r)}")
+        # Rows of B are the rows of the update B A: q/k's are permuted like their weights' rows.
+        heads = {"attn_q": n_head, "attn_k": n_kv}.get(base)
+        name = f"blk.{layer}.{base}.weight"
+        w.add_tensor(name + ".lora_a", a_entry[1], wt, lambda e=a_entry: to_f32(e))
+        w.add_tensor(name + ".lora_b", b_entry[1], wt,
+                     lambda e=b_entry, h=heads: hf_to_meta_rows(to_f32(e), h) if h else to_f32(e))
+    w.write(args.out)
+    print(f"wrote {args.out}: LoRA adapter, {len(pairs)} projections, r {r}, alpha {alpha:g}, "
+          f"outtype {args.outtype}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir")
     ap.add_argument("out")
     ap.add_argument("--outtype", choices=["f16", "f32"], default="f16")
+    ap.add_argument("--lora", metavar="ADAPTER_DIR", help="write a LoRA adapter GGUF for this PEFT folder")
     args = ap.parse_args()
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
+    if args.lora:
+        convert_lora(args, cfg)
+        return
     gemma2 = cfg.get("architectures", [""])[0] == "Gemma2ForCausalLM"
     gemma3 = cfg.get("architectures", [""])[0] == "Gemma3ForCausalLM"
     gemma = gemma2 or gemma3

@@ -56,7 +56,29 @@ make-model --kind KIND --out DIR [--dtype float32|bfloat16|float16] [--seed N] [
     or "all", which writes every kind into DIR/<KIND>/. Folders are 0.5-0.8 MB in float32,
     except llama-mha-hd128 (3.3 MB float32, 1.7 MB bfloat16).
 
-logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-logits]
+make-lora --model DIR --out ADIR --rank R [--alpha A] [--targets q_proj,k_proj,...] [--seed N] [--rslora]
+          [--dtype float32|bfloat16|float16] [--layers 0,1]
+    Writes a random PEFT LoRA adapter folder for the model folder DIR: adapter_config.json (peft_type LORA,
+    task_type CAUSAL_LM, r R, lora_alpha A (default 2R), target_modules, use_rslora, lora_dropout 0, bias none,
+    no DoRA / fan_in_fan_out / modules_to_save / rank or alpha patterns, layers_to_transform null,
+    base_model_name_or_path DIR) and adapter_model.safetensors with PEFT's names
+      base_model.model.model.layers.L.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight
+      base_model.model.model.layers.L.mlp.{gate,up,down}_proj.lora_{A,B}.weight
+    lora_A [R, in_features], lora_B [out_features, R], the features from DIR's config.json (q: heads x head_dim,
+    k/v: kv_heads x head_dim, o: hidden, gate/up: intermediate_size; head_dim from config, else hidden/heads).
+    --targets (default all seven) picks the projections, --layers (default all) the layers; MLP targets are
+    skipped on sparse (MoE) layers; fused-qkv models (phi3) and multimodal folders are refused. Values: each
+    module's pair from its own generator seeded with (seed, "lora", module name), so a --layers subset holds
+    the same values as the full adapter; A ~ N(0, 1/sqrt(in)), B ~ N(0, g) with g = 0.5 / (scaling sqrt(R))
+    (PEFT's zero B would be a no-op): the update then has rms ~0.5 x rms(input), against ~1-2 x for the
+    make-model projections, so greedy tokens change. Drawn in float32, stored in --dtype (default float32).
+
+merge-lora --model DIR --lora ADIR --out MDIR
+    Writes MDIR, a copy of DIR (every file but the safetensors weights and their index copied) whose
+    model.safetensors holds W + scaling B A for each adapted projection, computed in float64 from the stored
+    values and stored in W's dtype; the other tensors unchanged. The same adapter checks as logits --lora.
+
+logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-logits] [--lora ADIR]
        [--compute-dtype float32|float64] [--kv-dtype float32|bfloat16|float16] [--round-inputs bfloat16]
     Loads DIR (any folder above, or models/stories260K), converts the weights to the compute
     dtype (float32 by default) and greedily decodes N >= 1 tokens, recomputing the full forward
@@ -75,6 +97,13 @@ logits --model DIR --prompt-ids 1,2,3 --decode-steps N [--out FILE] [--prompt-lo
     cache of that element type stores them (default: the compute dtype, no rounding).
     --round-inputs rounds the input of every product with a weight matrix (projections, MLPs, experts, routers,
     lm_head) through that dtype first, as a CPU's bf16 dot products (vdpbf16ps) do with bf16 weights.
+    --lora ADIR applies a PEFT LoRA adapter unmerged, as PEFT's Linear does: for each adapted projection
+    y = base(x) (+ bias) + ((x A^T) B^T) * scaling, scaling = lora_alpha / r (lora_alpha / sqrt(r) with
+    use_rslora), A and B converted to the compute dtype; with --round-inputs both LoRA products round their
+    input (x, then x A^T) like every product with a weight matrix. Refused: an adapter tensor whose name is not
+    one of make-lora's (e.g. embeddings, lm_head, experts, fused projections), a lone A or B, a shape that does
+    not fit, one the forward pass does not use (e.g. an MLP target on a sparse layer), DoRA, fan_in_fan_out,
+    bias other than none, modules_to_save, rank_pattern / alpha_pattern. The JSON gains "lora": ADIR.
 
 suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N] [--kv-dtype ...] [--round-inputs ...]
     One process (torch is imported once, ~1-2 s): make-model for every kind into DIR/<KIND>/,
@@ -83,8 +112,8 @@ suite --out DIR [--prompt-ids ...] [--decode-steps N] [--dtype ...] [--seed N] [
     8 decode steps. Prefer this in test fixtures: separate processes pay the import every time.
 
 Errors (unknown model_type, rope_scaling other than default, hidden_act other than silu or gelu(_pytorch_tanh), a
-missing tensor or a wrong shape, a tensor the forward pass did not use) exit non-zero with a
-Python traceback.
+missing tensor or a wrong shape, a tensor the forward pass did not use, an adapter as refused above) exit
+non-zero with a Python traceback.
 
 Forward pass (the HF modelling equations, written out):
   x = embed_tokens[ids]
@@ -134,6 +163,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import sys
@@ -523,6 +553,153 @@ def make_model(kind, out_dir, dtype_name="float32", seed=0, tokenizer_dir=STORIE
 
 
 # --------------------------------------------------------------------------------------------
+# LoRA adapters (PEFT's layout)
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+PEFT_PREFIX = "base_model.model."
+LORA_NAME = re.compile(r"base_model\.model\.(model\.layers\.\d+\.(?:self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj))"
+                       r"\.lora_([AB])\.weight")
+
+
+def sparse_layer(c, l):
+    """Whether layer l of config c has a sparse MoE block instead of a dense MLP (Mixtral: all; Qwen MoE: unless
+    in mlp_only_layers, when (l + 1) % decoder_sparse_step == 0)."""
+    mt = c.get("model_type")
+    if mt == "mixtral":
+        return True
+    if mt in QWEN_MOE:
+        return l not in set(c.get("mlp_only_layers", [])) and (l + 1) % c.get("decoder_sparse_step", 1) == 0
+    return False
+
+
+def lora_modules(c):
+    """{module name: (out_features, in_features)} of every projection a LoRA adapter may target in a model of
+    config c: q/k/v/o on every layer, gate/up/down on the dense-MLP layers."""
+    if "text_config" in c:
+        raise ValueError("LoRA: multimodal folders (text_config) are not supported")
+    if c.get("model_type") == "phi3":
+        raise ValueError("LoRA: fused qkv_proj / gate_up_proj models (phi3) are not supported")
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or heads
+    hd = c.get("head_dim") or hidden // heads
+    ff = c["intermediate_size"]
+    shapes = {"q_proj": (heads * hd, hidden), "k_proj": (kv * hd, hidden), "v_proj": (kv * hd, hidden),
+              "o_proj": (hidden, heads * hd), "gate_proj": (ff, hidden), "up_proj": (ff, hidden),
+              "down_proj": (hidden, ff)}
+    out = {}
+    for l in range(c["num_hidden_layers"]):
+        for t in LORA_TARGETS:
+            if t in LORA_ATTN:
+                out[f"model.layers.{l}.self_attn.{t}"] = shapes[t]
+            elif not sparse_layer(c, l):
+                out[f"model.layers.{l}.mlp.{t}"] = shapes[t]
+    return out
+
+
+def lora_scaling(alpha, r, rslora):
+    """PEFT's LoraLayer.scaling: lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora."""
+    return alpha / math.sqrt(r) if rslora else alpha / r
+
+
+def make_lora(model_dir, out_dir, rank, alpha=None, targets=LORA_TARGETS, seed=0, rslora=False,
+              dtype_name="float32", layers=None):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    modules = lora_modules(c)
+    if rank < 1:
+        raise ValueError("--rank must be >= 1")
+    bad = [t for t in targets if t not in LORA_TARGETS]
+    if bad or not targets:
+        raise ValueError(f"--targets: {bad or 'none'}; choose from {','.join(LORA_TARGETS)}")
+    n_layers = c["num_hidden_layers"]
+    if layers is not None and any(not 0 <= l < n_layers for l in layers):
+        raise ValueError(f"--layers: {layers} outside [0, {n_layers})")
+    alpha = 2 * rank if alpha is None else alpha
+    if isinstance(alpha, float) and alpha.is_integer():
+        alpha = int(alpha)
+    scaling = lora_scaling(alpha, rank, rslora)
+    gain = 0.5 / (scaling * math.sqrt(rank))
+    tensors = {}
+    for name, (out_f, in_f) in modules.items():
+        if name.rsplit(".", 1)[1] not in targets or (layers is not None and int(name.split(".")[2]) not in layers):
+            continue
+        g = torch.Generator().manual_seed(seed * 1000003 + zlib.crc32(("lora." + name).encode()))
+        a = torch.randn((rank, in_f), generator=g, dtype=torch.float32) / math.sqrt(in_f)
+        b = torch.randn((out_f, rank), generator=g, dtype=torch.float32) * gain
+        tensors[PEFT_PREFIX + name + ".lora_A.weight"] = a.to(DTYPES[dtype_name])
+        tensors[PEFT_PREFIX + name + ".lora_B.weight"] = b.to(DTYPES[dtype_name])
+    if not tensors:
+        raise ValueError("make-lora: no projection to adapt (MLP targets on sparse layers only?)")
+    cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+           "target_modules": [t for t in LORA_TARGETS if t in targets], "lora_dropout": 0.0, "bias": "none",
+           "fan_in_fan_out": False, "use_rslora": bool(rslora), "use_dora": False, "modules_to_save": None,
+           "rank_pattern": {}, "alpha_pattern": {}, "layers_to_transform": None,
+           "base_model_name_or_path": model_dir}
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    write_safetensors(os.path.join(out_dir, "adapter_model.safetensors"), tensors)
+
+
+def load_lora(adapter_dir):
+    """Reads a PEFT LoRA folder: {"r", "alpha", "rslora", "scaling", "modules": {module name: (A, B)}} with A
+    [r, in] and B [out, r] in their stored dtype. Refuses what the forward pass here does not implement."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        ac = json.load(f)
+    if ac.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{adapter_dir}: peft_type {ac.get('peft_type')!r}, expected LORA")
+    for key in ("use_dora", "fan_in_fan_out", "modules_to_save", "rank_pattern", "alpha_pattern"):
+        if ac.get(key):
+            raise ValueError(f"{adapter_dir}: {key} {ac[key]!r} is not supported")
+    if ac.get("bias", "none") != "none":
+        raise ValueError(f"{adapter_dir}: bias {ac['bias']!r} is not supported")
+    r, alpha, rslora = ac.get("r", 8), ac.get("lora_alpha", 8), bool(ac.get("use_rslora", False))
+    pairs = {}
+    for name, t in read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors")).items():
+        m = LORA_NAME.fullmatch(name)
+        if not m:
+            raise ValueError(f"{adapter_dir}: unknown adapter tensor {name}")
+        pairs.setdefault(m.group(1), {})[m.group(2)] = t
+    modules = {}
+    for mod, ab in sorted(pairs.items()):
+        if set(ab) != {"A", "B"}:
+            raise ValueError(f"{adapter_dir}: {mod} has lora_{list(ab)[0]} without its pair")
+        a, b = ab["A"], ab["B"]
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != r or b.shape[1] != r:
+            raise ValueError(f"{adapter_dir}: {mod}: lora_A {list(a.shape)}, lora_B {list(b.shape)}, r {r}")
+        modules[mod] = (a, b)
+    return {"r": r, "alpha": alpha, "rslora": rslora, "scaling": lora_scaling(alpha, r, rslora),
+            "modules": modules}
+
+
+def merge_lora(model_dir, adapter_dir, out_dir):
+    if os.path.realpath(model_dir) == os.path.realpath(out_dir):
+        raise ValueError("merge-lora: --out must differ from --model")
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    shapes = lora_modules(c)
+    ad = load_lora(adapter_dir)
+    weights = load_weights(model_dir)
+    for mod, (a, b) in ad["modules"].items():
+        if mod not in shapes:
+            raise ValueError(f"adapter module {mod} is not a projection of this model (sparse layer?)")
+        out_f, in_f = shapes[mod]
+        w = weights[mod + ".weight"]
+        if list(w.shape) != [out_f, in_f] or a.shape[1] != in_f or b.shape[0] != out_f:
+            raise ValueError(f"{mod}: weight {list(w.shape)}, lora_A {list(a.shape)}, lora_B {list(b.shape)}")
+        delta = b.to(torch.float64) @ a.to(torch.float64)
+        weights[mod + ".weight"] = (w.to(torch.float64) + ad["scaling"] * delta).to(w.dtype)
+    os.makedirs(out_dir, exist_ok=True)
+    for fn in sorted(os.listdir(model_dir)):
+        src = os.path.join(model_dir, fn)
+        if os.path.isfile(src) and not fn.endswith(".safetensors") and fn != "model.safetensors.index.json":
+            shutil.copyfile(src, os.path.join(out_dir, fn))
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), weights)
+
+
+# --------------------------------------------------------------------------------------------
 # forward pass
 
 def layer_windows(c, model_type, layers):
@@ -604,7 +781,7 @@ def rope_parameters(c, dim, theta):
 
 
 class Model:
-    def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None, round_inputs=None):
+    def __init__(self, model_dir, compute_dtype=torch.float32, kv_dtype=None, round_inputs=None, lora=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             c = json.load(f)
         # Gemma3ForConditionalGeneration: its language model (text_config, tensors under language_model.); the vision
@@ -679,6 +856,14 @@ class Model:
         # Gemma3TextScaledWordEmbedding, Gemma2Model's normalizer: sqrt(hidden) in the embedding's dtype.
         emb_dtype = raw["model.embed_tokens.weight"].dtype
         self.embed_scale = torch.tensor(self.hidden ** 0.5, dtype=emb_dtype).to(compute_dtype) if self.gemma else None
+        # LoRA adapter (unmerged): {module name: (A, B)} in the compute dtype, applied in linear().
+        self.lora, self.lora_used, self.lora_scaling = {}, set(), None
+        if lora is not None:
+            if self.prefix or self.mt == "phi3":
+                raise ValueError("LoRA: multimodal folders and fused-qkv models (phi3) are not supported")
+            ad = load_lora(lora)
+            self.lora = {k: (a.to(compute_dtype), b.to(compute_dtype)) for k, (a, b) in ad["modules"].items()}
+            self.lora_scaling = ad["scaling"]
 
     def w(self, name, shape=None):
         if name not in self.W:
@@ -697,6 +882,9 @@ class Model:
             unused = [n for n in unused if n != "lm_head.weight"]
         if unused:
             raise ValueError(f"unused tensors in checkpoint: {unused[:8]}")
+        unused = sorted(set(self.lora) - self.lora_used)
+        if unused:
+            raise ValueError(f"unused LoRA modules in adapter: {unused[:8]}")
 
     def rmsnorm(self, x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (self.norm_offset + w)
@@ -727,7 +915,19 @@ class Model:
         y = self.mm(x, self.w(name + ".weight", (out_f, in_f)))
         if bias:
             y = y + self.w(name + ".bias", (out_f,))
+        if name in self.lora:
+            y = y + self.lora_delta(x, name, out_f, in_f)
         return y
+
+    def lora_delta(self, x, name, out_f, in_f):
+        """PEFT's unmerged LoRA term lora_B(lora_A(x)) * scaling; both products round their input as mm does."""
+        a, b = self.lora[name]
+        r = a.shape[0]
+        if list(a.shape) != [r, in_f] or list(b.shape) != [out_f, r]:
+            raise ValueError(f"LoRA {name}: lora_A {list(a.shape)}, lora_B {list(b.shape)}, "
+                             f"expected [r, {in_f}] and [{out_f}, r]")
+        self.lora_used.add(name)
+        return self.mm(self.mm(x, a), b) * self.lora_scaling
 
     def attention(self, h, p, pos, window):
         T = h.shape[0]
@@ -827,11 +1027,7 @@ class Model:
         return out
 
     def sparse(self, l):
-        if self.mt == "mixtral":
-            return True
-        if self.mt in QWEN_MOE:
-            return l not in self.mlp_only and (l + 1) % self.sparse_step == 0
-        return False
+        return sparse_layer(self.cfg, l)
 
     def forward(self, ids, all_positions=False):
         """ids: list of ints. Returns logits [T, vocab] (or [1, vocab] for the last position)."""
@@ -879,18 +1075,20 @@ def argmax_lowest(row):
 
 
 def run_logits(model_dir, prompt_ids, steps, compute_dtype=torch.float32, prompt_logits=False,
-               kv_dtype=None, round_inputs=None):
+               kv_dtype=None, round_inputs=None, lora=None):
     if steps < 1:
         raise ValueError("--decode-steps must be >= 1")
     if not prompt_ids:
         raise ValueError("--prompt-ids must not be empty")
-    model = Model(model_dir, compute_dtype, kv_dtype, round_inputs)
+    model = Model(model_dir, compute_dtype, kv_dtype, round_inputs, lora)
     for t in prompt_ids:
         if not 0 <= t < model.vocab:
             raise ValueError(f"prompt id {t} outside [0, {model.vocab})")
     seq = list(prompt_ids)
     rows, greedy = [], []
     result = {"model": model_dir, "prompt_ids": list(prompt_ids)}
+    if lora is not None:
+        result["lora"] = lora
     with torch.no_grad():
         for k in range(steps):
             if k == 0 and prompt_logits:
@@ -942,6 +1140,22 @@ def main(argv=None):
     mm.add_argument("--seed", type=int, default=0)
     mm.add_argument("--tokenizer-dir", default=STORIES_DIR)
 
+    ml = sub.add_parser("make-lora", help="write a random PEFT LoRA adapter folder for a model folder")
+    ml.add_argument("--model", required=True)
+    ml.add_argument("--out", required=True)
+    ml.add_argument("--rank", type=int, required=True)
+    ml.add_argument("--alpha", type=float)
+    ml.add_argument("--targets", default=",".join(LORA_TARGETS))
+    ml.add_argument("--seed", type=int, default=0)
+    ml.add_argument("--rslora", action="store_true")
+    ml.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ml.add_argument("--layers")
+
+    mg = sub.add_parser("merge-lora", help="write a model folder with a LoRA adapter merged into its weights")
+    mg.add_argument("--model", required=True)
+    mg.add_argument("--lora", required=True)
+    mg.add_argument("--out", required=True)
+
     lg = sub.add_parser("logits", help="greedy decode with full recompute, dump logits as JSON")
     lg.add_argument("--model", required=True)
     lg.add_argument("--prompt-ids", required=True)
@@ -951,6 +1165,7 @@ def main(argv=None):
     lg.add_argument("--prompt-logits", action="store_true")
     lg.add_argument("--kv-dtype", choices=sorted(DTYPES))
     lg.add_argument("--round-inputs", choices=sorted(DTYPES))
+    lg.add_argument("--lora")
 
     su = sub.add_parser("suite", help="make every kind and its reference.json in one process")
     su.add_argument("--out", required=True)
@@ -970,9 +1185,15 @@ def main(argv=None):
                 make_model(kind, os.path.join(a.out, kind), a.dtype, a.seed, a.tokenizer_dir)
         else:
             make_model(a.kind, a.out, a.dtype, a.seed, a.tokenizer_dir)
+    elif a.cmd == "make-lora":
+        targets = [t for t in a.targets.replace(" ", "").split(",") if t]
+        make_lora(a.model, a.out, a.rank, a.alpha, targets, a.seed, a.rslora, a.dtype,
+                  parse_ids(a.layers) if a.layers is not None else None)
+    elif a.cmd == "merge-lora":
+        merge_lora(a.model, a.lora, a.out)
     elif a.cmd == "logits":
         res = run_logits(a.model, parse_ids(a.prompt_ids), a.decode_steps, COMPUTE[a.compute_dtype],
-                         a.prompt_logits, DTYPES.get(a.kv_dtype), DTYPES.get(a.round_inputs))
+                         a.prompt_logits, DTYPES.get(a.kv_dtype), DTYPES.get(a.round_inputs), a.lora)
         write_json(res, a.out)
     elif a.cmd == "suite":
         for kind in sorted(KINDS):
