@@ -51,7 +51,9 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   struct Shape { int n, k; const char* what; };
-  const Shape shapes[] = {{768, 768, "q/o proj"}, {2048, 768, "gate/up"}, {768, 2048, "down"}, {32000, 768, "lm_head"}};
+  // The model's products, then a rank-16 LoRA adapter's (plugins/lora_adapter.hpp): A [16, 768], B [768 | 2048, 16].
+  const Shape shapes[] = {{768, 768, "q/o proj"}, {2048, 768, "gate/up"}, {768, 2048, "down"}, {32000, 768, "lm_head"},
+                          {16, 768, "lora A"},    {768, 16, "lora B"},    {2048, 16, "lora B ff"}};
   std::printf("isa %s (table: %s), %d threads\n", cpu::isa_name(cpu::detected_isa()), cpu::isa_name(table_isa),
               threads);
   std::printf("%-10s %6s %6s %5s %5s %-8s %10s %10s %10s\n", "weight", "n", "k", "dtype", "m", "path", "us", "GFLOP/s",

@@ -176,8 +176,6 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::open(const LoraModule& m
     for (float v : values)
       if (!std::isfinite(v))
         return make_error(Errc::invalid_config, file_name + ": tensor " + name + ": holds a value that is not finite");
-    if (!place->is_a)
-      for (float& v : values) v *= adapter->scaling_;
     halves[size_t(place->layer)][size_t(t)] |= place->is_a ? 1 : 2;
     adapter->bytes_ += values.size() * sizeof(float);
   }

@@ -10,8 +10,9 @@
 //   base_model.model.model.layers.L.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj}.lora_{A,B}.weight of a
 //   layer the model has (a dense MLP: experts take none), in pairs, with the shapes the model's projections imply
 //   (A [r, in], B [out, r]). Errors name the file and the key or tensor.
-// - The pairs come back in f32 on the host with the scaling folded into B; a model slices them as it slices the
-//   projection they change (tensor parallelism) and uploads them to its backend.
+// - The pairs come back as f32 on the host, as stored (the scaling is scaling(), applied by the model); a model
+//   slices them as it slices the projection they change (tensor parallelism) and uploads them to its backend in
+//   the dtype it serves its own weights in (vLLM's lora_dtype auto).
 // - Immutable once opened; shared by the ranks of a process.
 #pragma once
 
@@ -34,7 +35,8 @@ constexpr int kLoraTargets = 7;
 // PEFT's module name of a target: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj.
 const char* lora_target_name(LoraTarget target);
 
-// One projection's low-rank delta: A [rank, in] and B [out, rank] (scaling folded in), row-major f32.
+// One projection's low-rank matrices: A [rank, in] and B [out, rank], row-major f32; the delta is
+// scaling * (x A^T) B^T.
 struct LoraPair {
   int64_t rank = 0, in = 0, out = 0;
   std::vector<float> a, b;

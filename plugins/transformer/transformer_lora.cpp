@@ -1,11 +1,16 @@
 // LoRA adapters in the transformer (plugins/lora_adapter.hpp): each layer holds every adapter's deltas, sliced as
-// the projections they change are, and a step adds them to the rows of the sequences that name the adapter.
+// the projections they change are and in the dtype of the model's own weights, and a step adds
+// scaling * (x A^T) B^T to the rows of the sequences that name the adapter.
 //
 // Tensor parallelism: a column-split projection (q, k, v, gate, up: this rank's output rows) takes A whole and its
 // rows of B; a row-split one (o, down: this rank's input columns, partial sums all-reduced) takes its columns of A
 // and B whole, so each rank's delta is a partial sum of the whole delta that the same all-reduce completes:
 // sum over ranks of (x_r A_r^T) B^T = (x A^T) B^T.
 #include <algorithm>
+#include <iterator>
+#include <vector>
+
+#include "core/dtype.hpp"
 
 #include "plugins/transformer/transformer_model.hpp"
 
@@ -27,6 +32,9 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
                                                "serves from its FFN pool: adapters there change attention only");
   }
   if (place_.ffn()) return {};  // an FFN rank: adapters change nothing it holds
+  for (const auto& adapter : options.lora) lora_scaling_.push_back(adapter->scaling());
+  const DType served = store_->served_dtype();
+  const DType dtype = served == DType::bf16 || served == DType::f16 ? served : DType::f32;
   const int64_t head_dim = cfg_.head_dim;
   const Range heads{shard_.heads.first * static_cast<int>(head_dim), shard_.heads.count * static_cast<int>(head_dim)};
   const Range kv{shard_.kv_heads.first * static_cast<int>(head_dim), shard_.kv_heads.count * static_cast<int>(head_dim)};
@@ -45,18 +53,25 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
                            : target == LoraTarget::k || target == LoraTarget::v ? kv
                            : target == LoraTarget::o                             ? heads
                                                                                  : shard_.intermediate;
-        exec::HostMatrix a{DType::f32, pair->a.data(), pair->rank, pair->in, pair->in};
-        exec::HostMatrix b{DType::f32, pair->b.data(), pair->out, pair->rank, pair->rank};
-        if (row_split) {
-          a.data = pair->a.data() + part.first;
-          a.cols = part.count;
-        } else {
-          b.data = pair->b.data() + int64_t(part.first) * pair->rank;
-          b.rows = part.count;
-        }
-        auto wa = be.upload_matrix(a, exec::WeightUse::gemm);
+        // rows x cols of `m` (row-major, `stride` apart) from `first`, in `as`. A goes in the dtype the model's
+        // weights are served in, so that its products take the base's kernels (bf16 dot products, AMX tiles); B,
+        // whose products have only r inputs, in f32, which runs them faster than bf16 tiles (bench/gemm_bench.cpp's
+        // lora rows, on the AMX Xeon at 512 rows: 127 against 162 us).
+        auto upload = [&](const std::vector<float>& m, int64_t stride, int64_t first, int64_t rows, int64_t cols,
+                          DType as) {
+          std::vector<float> part(size_t(rows * cols));
+          for (int64_t r = 0; r < rows; ++r)
+            std::copy_n(m.begin() + first + r * stride, cols, part.begin() + r * cols);
+          std::vector<unsigned char> converted(part.size() * dtype_size(as));
+          convert_from_f32(as, part.data(), converted.data(), part.size());
+          return be.upload_matrix(exec::HostMatrix{as, converted.data(), rows, cols, cols}, exec::WeightUse::gemm);
+        };
+        auto wa = row_split ? upload(pair->a, pair->in, part.first, pair->rank, part.count, dtype)
+                            : upload(pair->a, pair->in, 0, pair->rank, pair->in, dtype);
         if (!wa) return Error{wa.error().code, "lora.modules." + adapter.name() + ": " + wa.error().message};
-        auto wb = be.upload_matrix(b, exec::WeightUse::gemm);
+        auto wb = row_split ? upload(pair->b, pair->rank, 0, pair->out, pair->rank, DType::f32)
+                            : upload(pair->b, pair->rank, int64_t(part.first) * pair->rank, part.count, pair->rank,
+                                     DType::f32);
         if (!wb) return Error{wb.error().code, "lora.modules." + adapter.name() + ": " + wb.error().message};
         L.lora[k][size_t(t)] = {std::move(*wa), std::move(*wb)};
       }
@@ -85,28 +100,45 @@ void TransformerModel::group_lora_rows(const ForwardBatch& batch) {
   }
 }
 
-void TransformerModel::add_lora(const Layer& L, LoraTarget target, const exec::Buffer& x, exec::Buffer& y, int n) {
+void TransformerModel::add_lora(const Layer& L, std::initializer_list<LoraOutput> outputs, const exec::Buffer& x,
+                                int n) {
   exec::Backend& be = *backend_;
+  ACTORD_CHECK(outputs.size() <= std::size(lora_t_));
   for (const LoraGroup& g : lora_groups_) {
-    const Layer::LoraDelta& delta = L.lora[static_cast<size_t>(g.adapter)][static_cast<size_t>(target)];
-    if (!delta.a) continue;
+    const auto& deltas = L.lora[static_cast<size_t>(g.adapter)];
     const int rows = g.all ? n : static_cast<int>(g.rows.size());
-    const int in = static_cast<int>(delta.a.cols), rank = static_cast<int>(delta.a.rows),
-              out = static_cast<int>(delta.b.rows);
+    // The A products of every output this adapter changes, in one pass over x (its group's rows).
+    exec::GemmTarget shrink[std::size(lora_t_)];
+    const LoraOutput* changed[std::size(lora_t_)];
+    size_t count = 0;
+    for (const LoraOutput& o : outputs) {
+      const Layer::LoraDelta& d = deltas[static_cast<size_t>(o.target)];
+      if (!d.a) continue;
+      be.reserve(lora_t_[count], size_t(rows) * size_t(d.a.rows));
+      shrink[count] = {&d.a, nullptr, &lora_t_[count]};
+      changed[count++] = &o;
+    }
+    if (count == 0) continue;
     const exec::Buffer* input = &x;
     if (!g.all) {
+      const int in = static_cast<int>(shrink[0].w->cols);
       be.reserve(lora_x_, size_t(rows) * in);
       be.gather_rows(x, g.rows, in, lora_x_);
       input = &lora_x_;
     }
-    be.reserve(lora_t_, size_t(rows) * rank);
-    be.gemm(*input, delta.a, nullptr, lora_t_, rows);
-    be.reserve(lora_y_, size_t(rows) * out);
-    be.gemm(lora_t_, delta.b, nullptr, lora_y_, rows);
-    if (g.all) {
-      be.add(y, lora_y_, size_t(rows) * out);
-    } else {
-      be.scatter_add_rows(lora_y_, g.rows, g.ones, out, y);
+    be.gemm_multi(*input, std::span<const exec::GemmTarget>(shrink, count), rows);
+    const float scaling = lora_scaling_[static_cast<size_t>(g.adapter)];
+    for (size_t i = 0; i < count; ++i) {
+      const Layer::LoraDelta& d = deltas[static_cast<size_t>(changed[i]->target)];
+      const int rank = static_cast<int>(d.a.rows), out = static_cast<int>(d.b.rows);
+      be.scale(lora_t_[i], scaling, size_t(rows) * rank);
+      be.reserve(lora_y_, size_t(rows) * out);
+      be.gemm(lora_t_[i], d.b, nullptr, lora_y_, rows);
+      if (g.all) {
+        be.add(*changed[i]->y, lora_y_, size_t(rows) * out);
+      } else {
+        be.scatter_add_rows(lora_y_, g.rows, g.ones, out, *changed[i]->y);
+      }
     }
   }
 }

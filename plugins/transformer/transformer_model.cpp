@@ -416,8 +416,7 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
     const exec::GemmTarget gate_up[] = {{&e.gate, nullptr, &gate_}, {&e.up, nullptr, &up_}};
     be.gemm_multi(x, gate_up, n);
     if (lora) {
-      add_lora(*lora, LoraTarget::gate, x, gate_, n);
-      add_lora(*lora, LoraTarget::up, x, up_, n);
+      add_lora(*lora, {{LoraTarget::gate, &gate_}, {LoraTarget::up, &up_}}, x, n);
     }
     be.gated_activation(spec_.activation, gate_, up_, size_t(n) * ff);
   }
@@ -426,7 +425,7 @@ void TransformerModel::mlp(const Expert& e, const exec::Buffer& x, exec::Buffer&
   } else {
     be.gemm(gate_, e.down, nullptr, out, n);
   }
-  if (lora) add_lora(*lora, LoraTarget::down, gate_, out, n);
+  if (lora) add_lora(*lora, {{LoraTarget::down, &out}}, gate_, n);
 }
 
 // The weights, layers and placement are handles (shared); the scratch buffers are not: the twin reserves its own.
@@ -434,7 +433,8 @@ std::unique_ptr<Model> TransformerModel::twin() const {
   std::unique_ptr<TransformerModel> t(new TransformerModel(*this));
   for (exec::Buffer* b : {&t->x_, &t->xn_, &t->q_, &t->k_, &t->v_, &t->attn_, &t->gate_, &t->up_, &t->tmp_, &t->rows_,
                           &t->normed_rows_, &t->out_logits_, &t->vocab_part_, &t->gathered_, &t->router_logits_, &t->xe_,
-                          &t->ye_, &t->shared_logits_, &t->lora_x_, &t->lora_t_, &t->lora_y_})
+                          &t->ye_, &t->shared_logits_, &t->lora_x_, &t->lora_t_[0], &t->lora_t_[1],
+                          &t->lora_t_[2], &t->lora_y_})
     *b = exec::Buffer{};
   return t;
 }
@@ -674,9 +674,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       const exec::GemmTarget qkv[] = {{&L.wq, &L.bq, &q_}, {&L.wk, &L.bk, &k_}, {&L.wv, &L.bv, &v_}};
       be.gemm_multi(xn_, qkv, n);
       if (lora) {
-        add_lora(L, LoraTarget::q, xn_, q_, n);
-        add_lora(L, LoraTarget::k, xn_, k_, n);
-        add_lora(L, LoraTarget::v, xn_, v_, n);
+        add_lora(L, {{LoraTarget::q, &q_}, {LoraTarget::k, &k_}, {LoraTarget::v, &v_}}, xn_, n);
       }
       if (spec_.qk_norm) {  // each head's head_dim features, as rows (q_norm carries the query scale)
         be.rms_norm(q_, L.q_norm, q_, n * shard_.heads.count, cfg_.head_dim, cfg_.rms_norm_eps);
@@ -690,7 +688,7 @@ Status TransformerModel::forward_micro_batch(const ForwardBatch& batch, KvCache&
       } else {
         be.gemm(attn_, L.wo, nullptr, tmp_, n);
       }
-      if (lora) add_lora(L, LoraTarget::o, attn_, residual_in_product ? x_ : tmp_, n);
+      if (lora) add_lora(L, {{LoraTarget::o, residual_in_product ? &x_ : &tmp_}}, attn_, n);
     }
     if (place_.tp > 1) ACTORD_TRY_STATUS(timed(context, [&] { return context.tp->all_reduce(partial); }));
     if (spec_.sandwich_norms) be.rms_norm(tmp_, L.post_attn_norm, tmp_, n, h, cfg_.rms_norm_eps);

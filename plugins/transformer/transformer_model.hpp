@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -131,7 +132,7 @@ class TransformerModel final : public Model {
     Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
     exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
     // [adapters][LoraTarget]: each LoRA adapter's delta of the projections it changes (unset: none), sliced as the
-    // projection is: a [rank, this rank's inputs], b [this rank's outputs, rank] (scaling folded in).
+    // projection is: a [rank, this rank's inputs], b [this rank's outputs, rank].
     struct LoraDelta {
       exec::Weight a, b;
     };
@@ -159,8 +160,13 @@ class TransformerModel final : public Model {
   Status load_lora(const ModelLoadOptions& options);
   // The batch's token rows per adapter (lora_groups_), before its layers run.
   void group_lora_rows(const ForwardBatch& batch);
-  // y += the deltas of `target` of layer L for the rows of each adapter that changes it (x [n, in], y [n, out]).
-  void add_lora(const Layer& L, LoraTarget target, const exec::Buffer& x, exec::Buffer& y, int n);
+  // For each output (a projection of x [n, in] into y [n, out]): y += the deltas of layer L's `target` for the rows
+  // of each adapter that changes it. Up to three outputs of the same x (q, k, v) share one pass for their A products.
+  struct LoraOutput {
+    LoraTarget target;
+    exec::Buffer* y;
+  };
+  void add_lora(const Layer& L, std::initializer_list<LoraOutput> outputs, const exec::Buffer& x, int n);
   // Expert e of (global) layer `layer`, whole, from the weight store into the backend.
   Result<Expert> load_expert(int layer, int e);
   // EPLB: layer L's slots as `next` places them, the experts a rank gains sent by ranks holding them.
@@ -181,6 +187,7 @@ class TransformerModel final : public Model {
   exec::Buffer final_norm_;             // [hidden]
   std::vector<Layer> layers_;
   int num_lora_ = 0;                    // LoRA adapters served (Layer::lora's size)
+  std::vector<float> lora_scaling_;     // [adapters] each one's scaling (alpha / r, or alpha / sqrt(r))
 
   // Scratch in the backend's memory, reused across steps (forward runs on one thread at a time).
   exec::Buffer x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;  // [n, ...] activations
@@ -219,7 +226,7 @@ class TransformerModel final : public Model {
     std::vector<float> ones;
   };
   std::vector<LoraGroup> lora_groups_;
-  exec::Buffer lora_x_, lora_t_, lora_y_;
+  exec::Buffer lora_x_, lora_t_[3], lora_y_;
   ForwardBatch micro_;                 // the current micro-batch of a big step
   std::vector<float> micro_logits_;    // its logits
 };
