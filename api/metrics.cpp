@@ -32,6 +32,11 @@ void ApiMetrics::count_request(const std::string& outcome) {
   ++requests_[outcome];
 }
 
+void ApiMetrics::count_lora_request(const std::string& adapter) {
+  std::lock_guard lock(mutex_);
+  ++lora_requests_[adapter];
+}
+
 void ApiMetrics::count_tokens(uint64_t prompt, uint64_t generated) {
   std::lock_guard lock(mutex_);
   prompt_tokens_ += prompt;
@@ -58,6 +63,12 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
     auto it = requests_.find(outcome);
     out << "actord_request_success_total{" << label << ",outcome=\"" << outcome << "\"} "
         << (it == requests_.end() ? 0 : it->second) << "\n";
+  }
+  if (!lora_requests_.empty()) {
+    out << "# HELP actord_lora_requests_total Requests naming a LoRA adapter as their model, by adapter.\n"
+           "# TYPE actord_lora_requests_total counter\n";
+    for (const auto& [adapter, count] : lora_requests_)
+      out << "actord_lora_requests_total{" << label << ",lora_name=\"" << adapter << "\"} " << count << "\n";
   }
   metric("actord_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", double(prompt_tokens_));
   metric("actord_generation_tokens_total", "counter", "Generated tokens of finished requests.",

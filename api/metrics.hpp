@@ -22,6 +22,7 @@ class ApiMetrics {
 
   void count_request(const std::string& outcome);  // success | refused | error
   void count_tokens(uint64_t prompt, uint64_t generated);
+  void count_lora_request(const std::string& adapter);  // a request naming LoRA adapter `adapter` as its model
   void observe_ttft(double seconds);
   void observe_itl(double seconds);
   void observe_tpot(double seconds);
@@ -41,6 +42,7 @@ class ApiMetrics {
   std::string model_;
   mutable std::mutex mutex_;
   std::map<std::string, uint64_t> requests_;
+  std::map<std::string, uint64_t> lora_requests_;  // by adapter
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, itl_, tpot_, e2e_, queue_;
 };

@@ -142,6 +142,7 @@ class Server {
                           "model", "not_found_error"});
       }
       for (auto& prompt : request.prompts) prompt.lora = *adapter;
+      metrics_.count_lora_request(request.model);
     }
     start(std::move(request), ex);
   }

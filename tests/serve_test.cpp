@@ -891,4 +891,6 @@ TEST_CASE("serve - LoRA adapters are models: listed, completions on one equal th
   CHECK(unknown.status == 404);
   CHECK(unknown.body.find("'tiny-lora'") != std::string::npos);
   CHECK(call(s.port, "POST", "/v1/completions", R"({"model":"tiny-lora","prompt":"x","max_tokens":2})").status == 200);
+  CHECK(call(s.port, "GET", "/metrics").body.find("actord_lora_requests_total{model_name=\"stories260K\",replica=\"0\","
+                                                 "lora_name=\"tiny-lora\"} 3") != std::string::npos);
 }

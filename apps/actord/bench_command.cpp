@@ -60,7 +60,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
   cmd->add_option("--top-k", args.top_k, "Draw among the k most likely tokens (0: all)")->capture_default_str();
   add_response_format_options(cmd, args.response_format);
   cmd->add_option("--set", args.set, "Override a topology key, as for generate (repeatable)")->take_last();
-  cmd->add_option("--lora", args.lora, "Every request on this LoRA adapter: NAME of lora.modules, or NAME=PATH");
+  cmd->add_option("--lora", args.lora,
+                  "Requests on LoRA adapters: NAME of lora.modules or NAME=PATH, or several comma-separated (request "
+                  "i takes the (i mod count)-th: mixed adapters in every batch)");
   cmd->add_option("--log-level", args.log_level, "Log level")->capture_default_str();
   cmd->add_option("--trace", args.trace,
                   "Write a Chrome trace (JSON, for Perfetto) of every step of every rank to this file at the end");
@@ -100,8 +102,14 @@ int run_bench(const BenchArgs& args) {
                                                         std::min<int64_t>(args.concurrency * prompt_len, 16384))),
                    "groups[0].threads=" + std::to_string(args.threads)};
   overrides.set.insert(overrides.set.end(), args.set.begin(), args.set.end());
-  auto lora = lora_request_option(args.lora, overrides.set);
-  if (!lora) return fail(lora.error());
+  std::vector<std::string> lora_names;
+  for (size_t from = 0; !args.lora.empty() && from <= args.lora.size();) {
+    const size_t comma = std::min(args.lora.find(',', from), args.lora.size());
+    auto name = lora_request_option(args.lora.substr(from, comma - from), overrides.set);
+    if (!name) return fail(name.error());
+    lora_names.push_back(*name);
+    from = comma + 1;
+  }
   Result<TopologyConfig> topology =
       args.config.empty() ? parse_topology("model: {path: .}\ngroups: [{name: bench}]\n", "<bench>", overrides)
                           : load_topology(args.config, overrides);
@@ -131,8 +139,12 @@ int run_bench(const BenchArgs& args) {
   options.trace_path = args.trace;
   auto engine = Engine::start(*topology, options);
   if (!engine) return fail(engine.error());
-  auto adapter = lora_request_id(**engine, *lora);
-  if (!adapter) return fail(adapter.error());
+  std::vector<uint32_t> adapters;
+  for (const std::string& name : lora_names) {
+    auto adapter = lora_request_id(**engine, name);
+    if (!adapter) return fail(adapter.error());
+    adapters.push_back(*adapter);
+  }
 
   std::mt19937_64 rng(args.seed);
   std::uniform_int_distribution<int32_t> token(3, model->vocab_size - 1);
@@ -150,7 +162,7 @@ int run_bench(const BenchArgs& args) {
     r.sampling.response_format = format.response_format;  // JSON ends at its end of sequence
     r.sampling.json_schema = format.json_schema;
     r.ignore_eos = !format.structured();
-    r.lora = *adapter;
+    if (!adapters.empty()) r.lora = adapters[r.sampling.seed % adapters.size()];
     return r;
   };
   // Warm-up: touches every weight page and every code path once, one prompt of the run's length (a device's
