@@ -178,6 +178,7 @@ bool PrefixCache::allocate(size_t n, std::vector<uint32_t>& out) {
     }
     Node& node = nodes_[id];
     ACTORD_CHECK_MSG(node.ref == 0 && !node.cached, "the allocator handed out a block in use");
+    ACTORD_CHECK_MSG(!is_root(id), "a block id among the spaces' roots");
     node.ref = 1;
     node.tainted = false;
   }

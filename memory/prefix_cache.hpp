@@ -99,7 +99,7 @@ class PrefixCache {
   static constexpr uint32_t kRoot = UINT32_MAX - 1;  // space 0's root; space s's is kRoot - s
   static constexpr uint32_t kMaxSpaces = 1u << 20;     // block ids stay below kRoot - kMaxSpaces
 
-  // Per block id (the root has its own). Tree links are meaningful only while `cached`.
+  // Per block id (each space's root has its own). Tree links are meaningful only while `cached`.
   struct Node {
     uint64_t hash = 0;               // of (parent, tokens): key in index_
     uint64_t last_used = 0;          // tick of its last match or release
