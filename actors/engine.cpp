@@ -231,9 +231,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
 
   CoordinatorParams params;
   params.topology = topology;
-  params.limits = SchedulerLimits{topology.engine.max_num_seqs, topology.engine.max_num_batched_tokens,
-                                  topology.engine.block_size,   impl->max_model_len,
-                                  model->vocab_size,            topology.scheduler.plan_ahead};
+  params.limits = SchedulerLimits{};
+  params.limits.max_num_seqs = topology.engine.max_num_seqs;
+  params.limits.max_num_batched_tokens = topology.engine.max_num_batched_tokens;
+  params.limits.block_size = topology.engine.block_size;
+  params.limits.max_model_len = impl->max_model_len;
+  params.limits.vocab_size = model->vocab_size;
+  params.limits.plan_ahead = topology.scheduler.plan_ahead;
   params.num_layers = model->num_layers;
   params.num_experts = model->num_experts;
   // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in

@@ -147,6 +147,14 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
                  "  - {name: main, afd: {attention: {workers: 1}, ffn: {workers: 3}}, threads: 1, oversubscribe: true}\n")),
              Catch::EndsWith("groups[0].afd.ffn.workers: must divide intermediate_size (172): the dense MLPs are split "
                              "over the FFN workers, got 3"));
+  test::TempDir tmp;  // a LoRA adapter that would load: the change itself is what is refused
+  const std::string make_lora = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
+                                " make-lora --model " + test::stories_dir().string() + " --out " +
+                                (tmp.path() / "a").string() + " --rank 2 > /dev/null 2>&1";
+  REQUIRE(std::system(make_lora.c_str()) == 0);
+  CHECK_THAT(refused("lora: {modules: {a: " + (tmp.path() / "a").string() + "}}\n" +
+                     quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
+             Catch::EndsWith("lora: changes need a restart (apply changes groups[0] only)"));
   test::check_serves(*engine);
 }
 
