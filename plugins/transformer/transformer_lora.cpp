@@ -35,9 +35,20 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
   for (const auto& adapter : options.lora) lora_scaling_.push_back(adapter->scaling());
   const DType served = store_->served_dtype();
   const DType dtype = served == DType::bf16 || served == DType::f16 ? served : DType::f32;
-  const int64_t head_dim = cfg_.head_dim;
-  const Range heads{shard_.heads.first * static_cast<int>(head_dim), shard_.heads.count * static_cast<int>(head_dim)};
-  const Range kv{shard_.kv_heads.first * static_cast<int>(head_dim), shard_.kv_heads.count * static_cast<int>(head_dim)};
+  // rows x cols of `m` (row-major, `stride` apart) from `first`, uploaded in `as`. A goes in the dtype the model's
+  // weights are served in, so that its products take the base's kernels (bf16 dot products, AMX tiles); B, whose
+  // products have only r inputs, in f32, which runs them faster than bf16 tiles (bench/gemm_bench.cpp's lora rows,
+  // on the AMX Xeon at 512 rows: 127 against 162 us).
+  auto upload = [&](const std::vector<float>& m, int64_t stride, int64_t first, int64_t rows, int64_t cols, DType as) {
+    std::vector<float> piece(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(m.begin() + first + r * stride, cols, piece.begin() + r * cols);
+    std::vector<unsigned char> converted(piece.size() * dtype_size(as));
+    convert_from_f32(as, piece.data(), converted.data(), piece.size());
+    return be.upload_matrix(exec::HostMatrix{as, converted.data(), rows, cols, cols}, exec::WeightUse::gemm);
+  };
+  const int head_dim = cfg_.head_dim;
+  const Range heads{shard_.heads.first * head_dim, shard_.heads.count * head_dim};
+  const Range kv{shard_.kv_heads.first * head_dim, shard_.kv_heads.count * head_dim};
   for (int local = 0; local < shard_.layers.count; ++local) {
     Layer& L = layers_[static_cast<size_t>(local)];
     L.lora.resize(options.lora.size());
@@ -47,33 +58,19 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
         const auto target = static_cast<LoraTarget>(t);
         const LoraPair* pair = adapter.pair(shard_.layers.first + local, target);
         if (!pair) continue;
-        // Which part of the projection this rank holds: rows of B (column split) or columns of A (row split).
+        // Which part of the projection this rank holds: columns of A (row split) or rows of B (column split).
         const bool row_split = target == LoraTarget::o || target == LoraTarget::down;
-        const Range part = target == LoraTarget::q                               ? heads
+        const Range part = target == LoraTarget::q || target == LoraTarget::o   ? heads
                            : target == LoraTarget::k || target == LoraTarget::v ? kv
-                           : target == LoraTarget::o                             ? heads
                                                                                  : shard_.intermediate;
-        // rows x cols of `m` (row-major, `stride` apart) from `first`, in `as`. A goes in the dtype the model's
-        // weights are served in, so that its products take the base's kernels (bf16 dot products, AMX tiles); B,
-        // whose products have only r inputs, in f32, which runs them faster than bf16 tiles (bench/gemm_bench.cpp's
-        // lora rows, on the AMX Xeon at 512 rows: 127 against 162 us).
-        auto upload = [&](const std::vector<float>& m, int64_t stride, int64_t first, int64_t rows, int64_t cols,
-                          DType as) {
-          std::vector<float> part(size_t(rows * cols));
-          for (int64_t r = 0; r < rows; ++r)
-            std::copy_n(m.begin() + first + r * stride, cols, part.begin() + r * cols);
-          std::vector<unsigned char> converted(part.size() * dtype_size(as));
-          convert_from_f32(as, part.data(), converted.data(), part.size());
-          return be.upload_matrix(exec::HostMatrix{as, converted.data(), rows, cols, cols}, exec::WeightUse::gemm);
-        };
-        auto wa = row_split ? upload(pair->a, pair->in, part.first, pair->rank, part.count, dtype)
-                            : upload(pair->a, pair->in, 0, pair->rank, pair->in, dtype);
-        if (!wa) return Error{wa.error().code, "lora.modules." + adapter.name() + ": " + wa.error().message};
-        auto wb = row_split ? upload(pair->b, pair->rank, 0, pair->out, pair->rank, DType::f32)
-                            : upload(pair->b, pair->rank, int64_t(part.first) * pair->rank, part.count, pair->rank,
-                                     DType::f32);
-        if (!wb) return Error{wb.error().code, "lora.modules." + adapter.name() + ": " + wb.error().message};
-        L.lora[k][size_t(t)] = {std::move(*wa), std::move(*wb)};
+        auto a = row_split ? upload(pair->a, pair->in, part.first, pair->rank, part.count, dtype)
+                           : upload(pair->a, pair->in, 0, pair->rank, pair->in, dtype);
+        if (!a) return Error{a.error().code, "lora.modules." + adapter.name() + ": " + a.error().message};
+        auto b = row_split ? upload(pair->b, pair->rank, 0, pair->out, pair->rank, DType::f32)
+                           : upload(pair->b, pair->rank, int64_t(part.first) * pair->rank, part.count, pair->rank,
+                                    DType::f32);
+        if (!b) return Error{b.error().code, "lora.modules." + adapter.name() + ": " + b.error().message};
+        L.lora[k][size_t(t)] = {std::move(*a), std::move(*b)};
       }
     }
   }
