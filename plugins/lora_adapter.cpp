@@ -121,9 +121,17 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::open(const LoraModule& m
       return bad("lora_alpha", "must be a positive number");
     alpha = j["lora_alpha"].get<double>();
   }
-  const bool rslora = j.value("use_rslora", false);
-  if (j.value("use_dora", false)) return refuse("use_dora", "DoRA adapters are not served");
-  if (j.value("fan_in_fan_out", false)) return refuse("fan_in_fan_out", "only Linear layers' A [r, in] are served");
+  // A boolean key (absent or null: false); nullopt when it holds something else.
+  auto flag = [&](const char* key) -> std::optional<bool> {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) return std::nullopt;
+    return j[key].get<bool>();
+  };
+  for (const char* key : {"use_rslora", "use_dora", "fan_in_fan_out"})
+    if (!flag(key)) return bad(key, "must be true or false");
+  const bool rslora = *flag("use_rslora");
+  if (*flag("use_dora")) return refuse("use_dora", "DoRA adapters are not served");
+  if (*flag("fan_in_fan_out")) return refuse("fan_in_fan_out", "only Linear layers' A [r, in] are served");
   if (j.contains("bias") && j["bias"] != "none") return refuse("bias", "adapters with biases are not served");
   if (j.contains("modules_to_save") && !j["modules_to_save"].is_null() && !j["modules_to_save"].empty())
     return refuse("modules_to_save", "adapters that replace whole modules are not served");

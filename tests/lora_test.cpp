@@ -273,6 +273,18 @@ TEST_CASE("LoRA - bad adapters and requests are refused by name - the engine kee
     return dir;
   };
   refused({"lora.modules.d=" + edited("dora", [](auto& j) { j["use_dora"] = true; }).string()}, "use_dora");
+  refused({"lora.modules.s=" + edited("rs", [](auto& j) { j["use_rslora"] = "yes"; }).string()},
+          "use_rslora: must be true or false");
+  refused({"lora.modules.n=" + edited("alpha", [](auto& j) { j["lora_alpha"] = -1; }).string()}, "lora_alpha");
+  {
+    const std::filesystem::path dir = f.tmp.path() / "broken";
+    std::filesystem::copy(f.adapters[0], dir);
+    std::ofstream(dir / "adapter_config.json") << "{\"r\": 8,";
+    refused({"lora.modules.b=" + dir.string()}, "adapter_config.json: not a JSON object");
+    std::ofstream(dir / "adapter_config.json") << "{\"r\": 8}";
+    std::ofstream(dir / "adapter_model.safetensors") << "not safetensors";
+    refused({"lora.modules.b=" + dir.string()}, "lora.modules.b");
+  }
   refused({"lora.modules.r=" + edited("rank", [](auto& j) { j["r"] = 4; }).string()},
           "expected [4, ");
   refused({"lora.modules.m=" + edited("save", [](auto& j) { j["modules_to_save"] = {"lm_head"}; }).string()},
