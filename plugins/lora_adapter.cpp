@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "memory/safetensors.hpp"
@@ -43,11 +44,28 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// A tensor name split into its layer, target and matrix (A or B); nullopt when it is not an adapter tensor this
-// loader knows.
+// A module an adapter's tensors name: one projection, or Phi-3's fused qkv_proj / gate_up_proj, whose rows are
+// those of several projections in order (q | k | v, gate | up): their deltas share A and split B's rows.
+struct Module {
+  const char* name;  // as PEFT names it under self_attn. or mlp.
+  bool attention;
+  std::vector<LoraTarget> parts;
+};
+const std::vector<Module>& modules() {
+  static const std::vector<Module> all = {
+      {"q_proj", true, {LoraTarget::q}},          {"k_proj", true, {LoraTarget::k}},
+      {"v_proj", true, {LoraTarget::v}},          {"o_proj", true, {LoraTarget::o}},
+      {"gate_proj", false, {LoraTarget::gate}},   {"up_proj", false, {LoraTarget::up}},
+      {"down_proj", false, {LoraTarget::down}},   {"qkv_proj", true, {LoraTarget::q, LoraTarget::k, LoraTarget::v}},
+      {"gate_up_proj", false, {LoraTarget::gate, LoraTarget::up}}};
+  return all;
+}
+
+// A tensor name split into its layer, module (index in modules()) and matrix (A or B); nullopt when it is not an
+// adapter tensor this loader knows.
 struct TensorPlace {
   int layer = 0;
-  LoraTarget target = LoraTarget::q;
+  size_t module = 0;
   bool is_a = true;
 };
 std::optional<TensorPlace> place_of(const std::string& name) {
@@ -64,10 +82,10 @@ std::optional<TensorPlace> place_of(const std::string& name) {
     if (!rest.ends_with(matrix)) continue;
     place.is_a = matrix[6] == 'A';
     rest.resize(rest.size() - std::strlen(matrix));
-    for (int t = 0; t < kLoraTargets; ++t) {
-      const std::string module = (t < 4 ? ".self_attn." : ".mlp.") + std::string(kNames[size_t(t)]);
-      if (rest == module) {
-        place.target = static_cast<LoraTarget>(t);
+    for (size_t m = 0; m < modules().size(); ++m) {
+      const Module& module = modules()[m];
+      if (rest == (module.attention ? ".self_attn." : ".mlp.") + std::string(module.name)) {
+        place.module = m;
         return place;
       }
     }
@@ -148,55 +166,67 @@ Result<std::shared_ptr<const LoraAdapter>> LoraAdapter::open(const LoraModule& m
   adapter->rank_ = static_cast<int>(r);
   adapter->scaling_ = static_cast<float>(rslora ? alpha / std::sqrt(double(r)) : alpha / double(r));
   adapter->layers_.resize(static_cast<size_t>(config.num_layers));
-  std::vector<std::array<int, kLoraTargets>> halves(static_cast<size_t>(config.num_layers));  // bit 1: A, bit 2: B
+  // Each (layer, module)'s A and B as f32, split into the projections' pairs once both are read.
+  struct Matrices {
+    std::vector<float> a, b;
+  };
+  std::map<std::pair<int, size_t>, Matrices> read;
   const std::string file_name = weights_path.string();
   for (const auto& [name, view] : file->tensors()) {
     const auto place = place_of(name);
     if (!place)
       return make_error(Errc::unsupported, file_name + ": tensor " + name +
                                                ": not a LoRA matrix of a projection this engine adapts "
-                                               "(self_attn.q/k/v/o_proj, mlp.gate/up/down_proj of a layer)");
+                                               "(self_attn.q/k/v/o_proj or qkv_proj, mlp.gate/up/down_proj or "
+                                               "gate_up_proj of a layer)");
     if (place->layer >= config.num_layers)
       return make_error(Errc::invalid_config, file_name + ": tensor " + name + ": the model has " +
                                                   std::to_string(config.num_layers) + " layers");
-    const int t = static_cast<int>(place->target);
-    if (t >= static_cast<int>(LoraTarget::gate) && layer_is_sparse(config, place->layer))
+    const Module& module = modules()[place->module];
+    if (!module.attention && layer_is_sparse(config, place->layer))
       return make_error(Errc::unsupported, file_name + ": tensor " + name +
                                                ": the layer's MLP is a mixture of experts, which adapters do not "
                                                "change here");
     if (view.int32) return make_error(Errc::unsupported, file_name + ": tensor " + name + ": I32, not a float");
-    const auto [out, in_features] = projection_shape(config, place->target);
+    int64_t out = 0;
+    const int64_t in_features = projection_shape(config, module.parts[0]).second;
+    for (LoraTarget part : module.parts) out += projection_shape(config, part).first;
     const std::vector<int64_t> want = place->is_a ? std::vector<int64_t>{r, in_features} : std::vector<int64_t>{out, r};
     if (view.shape != want)
       return make_error(Errc::invalid_config, file_name + ": tensor " + name + ": expected " + shape_text(want) +
                                                   ", found " + shape_text(view.shape) + " (r " + std::to_string(r) +
                                                   " from adapter_config.json)");
-    auto& slot = adapter->layers_[size_t(place->layer)][size_t(t)];
-    if (!slot) {
-      slot = std::make_unique<LoraPair>();
-      slot->rank = r;
-      slot->in = in_features;
-      slot->out = out;
-    }
-    std::vector<float>& values = place->is_a ? slot->a : slot->b;
+    std::vector<float>& values = place->is_a ? read[{place->layer, place->module}].a : read[{place->layer, place->module}].b;
     values.resize(view.num_elements());
     convert_to_f32(view, values.data());
     for (float v : values)
       if (!std::isfinite(v))
         return make_error(Errc::invalid_config, file_name + ": tensor " + name + ": holds a value that is not finite");
-    halves[size_t(place->layer)][size_t(t)] |= place->is_a ? 1 : 2;
     adapter->bytes_ += values.size() * sizeof(float);
   }
   bool any = false;
-  for (int l = 0; l < config.num_layers; ++l) {
-    for (int t = 0; t < kLoraTargets; ++t) {
-      const int h = halves[size_t(l)][size_t(t)];
-      if (h == 0) continue;
-      if (h != 3)
-        return make_error(Errc::invalid_config,
-                          file_name + ": layer " + std::to_string(l) + " " + kNames[size_t(t)] + " has lora_" +
-                              (h == 1 ? "A but no lora_B" : "B but no lora_A"));
-      adapter->changes_[size_t(t)] = true;
+  for (auto& [key, m] : read) {
+    const auto [layer, index] = key;
+    const Module& module = modules()[index];
+    const std::string where_in_file = file_name + ": layer " + std::to_string(layer) + " " + module.name;
+    if (m.a.empty() || m.b.empty())
+      return make_error(Errc::invalid_config,
+                        where_in_file + " has lora_" + (m.b.empty() ? "A but no lora_B" : "B but no lora_A"));
+    int64_t first_row = 0;
+    for (LoraTarget part : module.parts) {
+      auto& slot = adapter->layers_[size_t(layer)][size_t(part)];
+      if (slot)
+        return make_error(Errc::invalid_config, where_in_file + ": " + lora_target_name(part) +
+                                                    " is adapted twice (by itself and by a fused module)");
+      const auto [out, in_features] = projection_shape(config, part);
+      slot = std::make_unique<LoraPair>();
+      slot->rank = r;
+      slot->in = in_features;
+      slot->out = out;
+      slot->a = m.a;
+      slot->b.assign(m.b.begin() + first_row * r, m.b.begin() + (first_row + out) * r);
+      first_row += out;
+      adapter->changes_[size_t(part)] = true;
       any = true;
     }
   }

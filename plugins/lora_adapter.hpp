@@ -9,7 +9,9 @@
 //   fan_in_fan_out, modules_to_save, per-module rank or alpha patterns. Every tensor must be one of
 //   base_model.model.model.layers.L.{self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj}.lora_{A,B}.weight of a
 //   layer the model has (a dense MLP: experts take none), in pairs, with the shapes the model's projections imply
-//   (A [r, in], B [out, r]). Errors name the file and the key or tensor.
+//   (A [r, in], B [out, r]); or Phi-3's fused self_attn.qkv_proj / mlp.gate_up_proj, whose B rows are q | k | v
+//   and gate | up (each projection's pair shares A and takes its rows of B). Errors name the file and the key or
+//   tensor.
 // - The pairs come back as f32 on the host, as stored (the scaling is scaling(), applied by the model); a model
 //   slices them as it slices the projection they change (tensor parallelism) and uploads them to its backend in
 //   the dtype it serves its own weights in (vLLM's lora_dtype auto).

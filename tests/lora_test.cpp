@@ -112,10 +112,11 @@ TEST_CASE("LoRA adapters match the PyTorch reference of PEFT's unmerged LoRA - b
           "[lora][reference][model]") {
   // Families with what sets them apart for LoRA: biases (qwen2), q/k norms and tied embeddings (qwen3), GELU
   // without a fused gate/up and sandwich norms (gemma3), experts (attention adapters only on mixtral; qwen3-moe's
-  // dense layer takes MLP adapters too).
+  // dense layer takes MLP adapters too), Phi-3 (its adapters name the fused qkv_proj and gate_up_proj).
   for (const auto& [kind, targets] : std::vector<std::pair<std::string, std::string>>{
            {"llama-gqa", kAll}, {"qwen2-bias", kAll}, {"qwen3", "q_proj,v_proj,down_proj"}, {"gemma3", kAll},
-           {"mixtral-4x2", "q_proj,k_proj,v_proj,o_proj"}, {"qwen3-moe", kAll}}) {
+           {"mixtral-4x2", "q_proj,k_proj,v_proj,o_proj"}, {"qwen3-moe", kAll},
+           {"phi3", "qkv_proj,o_proj,gate_up_proj,down_proj"}}) {  // Phi-3's fused modules: A shared, B's rows split
     INFO("model " << kind << ", adapter on " << targets);
     Folder f(kind, {targets});
     const std::vector<int32_t> prompt{1, 42, 7, 300, 15, 99};

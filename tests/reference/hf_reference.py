@@ -67,7 +67,8 @@ make-lora --model DIR --out ADIR --rank R [--alpha A] [--targets q_proj,k_proj,.
     lora_A [R, in_features], lora_B [out_features, R], the features from DIR's config.json (q: heads x head_dim,
     k/v: kv_heads x head_dim, o: hidden, gate/up: intermediate_size; head_dim from config, else hidden/heads).
     --targets (default all seven) picks the projections, --layers (default all) the layers; MLP targets are
-    skipped on sparse (MoE) layers; fused-qkv models (phi3) and multimodal folders are refused. Values: each
+    skipped on sparse (MoE) layers; Phi-3's fused qkv_proj / gate_up_proj are targets of their own there;
+    multimodal folders are refused. Values: each
     module's pair from its own generator seeded with (seed, "lora", module name), so a --layers subset holds
     the same values as the full adapter; A ~ N(0, 1/sqrt(in)), B ~ N(0, g) with g = 0.5 / (scaling sqrt(R))
     (PEFT's zero B would be a no-op): the update then has rms ~0.5 x rms(input), against ~1-2 x for the
@@ -555,10 +556,12 @@ def make_model(kind, out_dir, dtype_name="float32", seed=0, tokenizer_dir=STORIE
 # --------------------------------------------------------------------------------------------
 # LoRA adapters (PEFT's layout)
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LORA_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                "qkv_proj", "gate_up_proj")  # the last two: Phi-3's fused projections
+LORA_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
 PEFT_PREFIX = "base_model.model."
-LORA_NAME = re.compile(r"base_model\.model\.(model\.layers\.\d+\.(?:self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj))"
+LORA_NAME = re.compile(r"base_model\.model\.(model\.layers\.\d+\.(?:self_attn\.(?:[qkvo]|qkv)_proj|"
+                       r"mlp\.(?:gate|up|down|gate_up)_proj))"
                        r"\.lora_([AB])\.weight")
 
 
@@ -575,21 +578,24 @@ def sparse_layer(c, l):
 
 def lora_modules(c):
     """{module name: (out_features, in_features)} of every projection a LoRA adapter may target in a model of
-    config c: q/k/v/o on every layer, gate/up/down on the dense-MLP layers."""
+    config c: q/k/v/o on every layer, gate/up/down on the dense-MLP layers (Phi-3: its fused qkv_proj and
+    gate_up_proj instead of q/k/v and gate/up)."""
     if "text_config" in c:
         raise ValueError("LoRA: multimodal folders (text_config) are not supported")
-    if c.get("model_type") == "phi3":
-        raise ValueError("LoRA: fused qkv_proj / gate_up_proj models (phi3) are not supported")
+    phi3 = c.get("model_type") == "phi3"
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
     kv = c.get("num_key_value_heads") or heads
     hd = c.get("head_dim") or hidden // heads
     ff = c["intermediate_size"]
     shapes = {"q_proj": (heads * hd, hidden), "k_proj": (kv * hd, hidden), "v_proj": (kv * hd, hidden),
               "o_proj": (hidden, heads * hd), "gate_proj": (ff, hidden), "up_proj": (ff, hidden),
-              "down_proj": (hidden, ff)}
+              "down_proj": (hidden, ff), "qkv_proj": ((heads + 2 * kv) * hd, hidden), "gate_up_proj": (2 * ff, hidden)}
+    fused = ("qkv_proj", "gate_up_proj")
     out = {}
     for l in range(c["num_hidden_layers"]):
         for t in LORA_TARGETS:
+            if phi3 != (t in fused) and t not in ("o_proj", "down_proj"):
+                continue
             if t in LORA_ATTN:
                 out[f"model.layers.{l}.self_attn.{t}"] = shapes[t]
             elif not sparse_layer(c, l):
@@ -859,8 +865,8 @@ class Model:
         # LoRA adapter (unmerged): {module name: (A, B)} in the compute dtype, applied in linear().
         self.lora, self.lora_used, self.lora_scaling = {}, set(), None
         if lora is not None:
-            if self.prefix or self.mt == "phi3":
-                raise ValueError("LoRA: multimodal folders and fused-qkv models (phi3) are not supported")
+            if self.prefix:
+                raise ValueError("LoRA: multimodal folders are not supported")
             ad = load_lora(lora)
             self.lora = {k: (a.to(compute_dtype), b.to(compute_dtype)) for k, (a, b) in ad["modules"].items()}
             self.lora_scaling = ad["scaling"]
