@@ -13,12 +13,12 @@
 namespace actord::coord {
 namespace {
 
-// Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count differs): a
-// reshape then adds or retires replicas and leaves the others alone.
+// Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count differs; the
+// same LoRA adapters): a reshape then adds or retires replicas and leaves the others alone.
 bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
   GroupSection ga = a.topology.groups.at(0), gb = b.topology.groups.at(0);
   ga.replicas = gb.replicas = 0;
-  return ga == gb && a.limits.max_num_seqs == b.limits.max_num_seqs &&
+  return ga == gb && a.topology.lora == b.topology.lora && a.limits.max_num_seqs == b.limits.max_num_seqs &&
          a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
          a.limits.swap_blocks == b.limits.swap_blocks && a.rank_threads == b.rank_threads;
 }
@@ -130,6 +130,7 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
   to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
   to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
   to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
+  to.limits.num_lora_adapters = static_cast<int>(next->lora.modules.size());  // adapters added at the end
   to.rank_threads = to_vector<int>(req.getRankThreads());
   to.rank_agents.clear();
   for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);

@@ -505,7 +505,13 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;
   if (now.speculative != next.speculative) return "speculative" + restart;
-  if (now.lora != next.lora) return "lora" + restart;
+  // Adapters may be added at the end of lora.modules (new replicas load them, requests name them once the apply has
+  // finished); those there keep their place, since running requests name adapters by their place.
+  const std::vector<LoraModule> &l0 = now.lora.modules, &l1 = next.lora.modules;
+  if (now.lora.max_lora_rank != next.lora.max_lora_rank || l1.size() < l0.size() ||
+      !std::equal(l0.begin(), l0.end(), l1.begin(),
+                  [&](const LoraModule& a, const LoraModule& b) { return a.name == b.name && same_path(a.path, b.path); }))
+    return "lora" + restart + ", except adapters added at the end of lora.modules";
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))
     return "plugins" + restart;
   if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;
@@ -529,6 +535,10 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
   ACTORD_TRY_STATUS(refuse_unbuilt(*next));
   ACTORD_TRY_STATUS(check_threads_fit(*next, usable_cpu_cores()));
   if (!route_policy_from_name(next->groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
+  for (size_t k = impl_->topology.lora.modules.size(); k < next->lora.modules.size(); ++k) {  // added adapters
+    auto adapter = LoraAdapter::open(next->lora.modules[k], impl_->model, next->lora.max_lora_rank);
+    if (!adapter) return make_error(adapter.error().code, where + adapter.error().message);
+  }
   auto sizing = size_group(*next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
   if (!sizing) return sizing.error();
   // The coordinator replaces one replica at a time, each new one started beside the old ones: at most one new

@@ -152,9 +152,12 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
                                 " make-lora --model " + test::stories_dir().string() + " --out " +
                                 (tmp.path() / "a").string() + " --rank 2 > /dev/null 2>&1";
   REQUIRE(std::system(make_lora.c_str()) == 0);
-  CHECK_THAT(refused("lora: {modules: {a: " + (tmp.path() / "a").string() + "}}\n" +
+  CHECK_THAT(refused("lora: {max_lora_rank: 8}\n" + quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
+             Catch::EndsWith("lora: changes need a restart (apply changes groups[0] only), except adapters added at "
+                             "the end of lora.modules"));
+  CHECK_THAT(refused("lora: {modules: {a: " + (tmp.path() / "missing").string() + "}}\n" +
                      quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
-             Catch::EndsWith("lora: changes need a restart (apply changes groups[0] only)"));
+             Catch::Contains("lora.modules.a"));  // an added adapter is opened and checked before anything starts
   test::check_serves(*engine);
 }
 
@@ -422,4 +425,55 @@ TEST_CASE("apply: chaos long form - three minutes on stories260K and three on a 
   test::TempDir tmp;
   const auto dir = write_mixtral(tmp.path() / "mixtral");
   run_chaos([&](const std::string& groups) { return mixtral_with(dir, groups); }, moe_shapes(), batch(false), 180);
+}
+
+TEST_CASE("apply: LoRA adapters added at the end of lora.modules load into new replicas while requests stream - "
+          "no request lost - the new adapter serves once applied - removing one is refused", "[engine][apply][lora]") {
+  test::TempDir tmp;
+  for (const char* name : {"a", "b"}) {
+    const std::string make_lora = "/usr/bin/python3 " +
+                                  (test::source_dir() / "tests/reference/hf_reference.py").string() + " make-lora --model " +
+                                  test::stories_dir().string() + " --out " + (tmp.path() / name).string() +
+                                  " --rank 4 --seed " + std::to_string(name[0]) + " > /dev/null 2>&1";
+    REQUIRE(std::system(make_lora.c_str()) == 0);
+  }
+  const std::string lora_a = "lora:\n  modules:\n    a: " + (tmp.path() / "a").string() + "\n";
+  const std::string lora_ab = lora_a + "    b: " + (tmp.path() / "b").string() + "\n";
+  auto [engine, requests, clean] = serve(lora_a + quickstart_with("  - {name: main, tp: 2, placement: process, threads: 1}\n"), 200);
+  for (size_t i = 0; i < requests.size(); i += 2) requests[i].lora = 1;  // half of them on adapter a
+  auto before = engine->generate(requests);
+  REQUIRE(before.ok());
+  CHECK_FALSE(engine->lora_adapter("b"));
+  Result<std::string> applied = Error{Errc::internal, "not applied"};
+  auto during = test::generate_while(*engine, requests, [&] {
+    applied = engine->apply(lora_ab + quickstart_with("  - {name: main, tp: 2, placement: process, threads: 1}\n"),
+                            source());
+  });
+  REQUIRE(applied.ok());
+  REQUIRE(during.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*during)[i].error ? (*during)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*during)[i].error);
+    CHECK((*during)[i].generated_ids == (*before)[i].generated_ids);  // the moved sequences keep their adapter
+  }
+  REQUIRE(engine->lora_adapter("b") == 2u);
+  GenerateRequest on_b = requests[1];
+  on_b.lora = 2;
+  auto served = engine->generate({on_b});
+  REQUIRE(served.ok());
+  REQUIRE_FALSE((*served)[0].error);
+  // The same request on an engine started with both adapters.
+  auto fresh_topology = parse_topology(lora_ab + quickstart_with("  - {name: main}\n"), source());
+  REQUIRE(fresh_topology.ok());
+  auto fresh = test::start_engine(*fresh_topology);
+  auto expected = fresh->generate({on_b});
+  REQUIRE(expected.ok());
+  CHECK((*served)[0].generated_ids == (*expected)[0].generated_ids);
+  CHECK((*served)[0].generated_ids != (*before)[1].generated_ids);
+  // Removing or reordering adapters is refused: running requests name them by their place.
+  auto removed = engine->apply(lora_a + quickstart_with("  - {name: main, tp: 2, placement: process, threads: 1}\n"),
+                               source());
+  REQUIRE_FALSE(removed.ok());
+  CHECK_THAT(removed.error().message, Catch::Contains("except adapters added at the end of lora.modules"));
+  test::check_serves(*engine);
 }
