@@ -121,8 +121,10 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
   if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
   WireReader reader(msg);
   auto req = reader.root<wire::ReshapeRequest>();
-  auto next = parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
+  auto next = req.getAddLora() ? Result<TopologyConfig>(st.params.topology)
+                               : parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
   if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
+  for (auto module : req.getLoraModules()) next->lora.modules.push_back({module.getName(), std::string(module.getPath())});
   auto x = std::make_shared<Reshape>();
   x->from = std::make_shared<const CoordinatorParams>(st.params);
   CoordinatorParams to = st.params;

@@ -529,23 +529,43 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
   std::lock_guard lock(impl_->scale_mutex);
   auto next = parse_topology(yaml, source);
   if (!next) return next.error();
+  return reshape_to(*next, source, yaml);
+}
+
+Result<std::string> Engine::add_lora_adapter(const std::string& name, const std::filesystem::path& path) {
+  std::lock_guard lock(impl_->scale_mutex);
+  if (!is_lora_name(name))
+    return make_error(Errc::invalid_argument,
+                      "lora_name: an adapter's name is letters, digits and _ . - / : (requests name it as their model)");
+  if (name == impl_->model_dir.filename().string() || lora_adapter(name))
+    return make_error(Errc::invalid_argument, "lora_name: '" + name + "' is served already");
+  TopologyConfig next = impl_->topology;
+  next.lora.modules.push_back({name, std::filesystem::absolute(path).lexically_normal()});
+  return reshape_to(next, impl_->topology.source, {});
+}
+
+// apply() and add_lora_adapter(): the checks of `next` against the running topology and the machine, then the
+// coordinator's rolling reshape to it (`yaml`: its text; empty: the running topology with next's added adapters).
+Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::filesystem::path& source,
+                                       const std::string& yaml) {
   const std::string where = source.string() + ": ";
-  if (std::string change = unappliable_change(impl_->topology, *next); !change.empty())
+  if (std::string change = unappliable_change(impl_->topology, next); !change.empty())
     return make_error(Errc::invalid_config, where + change);
-  ACTORD_TRY_STATUS(refuse_unbuilt(*next));
-  ACTORD_TRY_STATUS(check_threads_fit(*next, usable_cpu_cores()));
-  if (!route_policy_from_name(next->groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
-  for (size_t k = impl_->topology.lora.modules.size(); k < next->lora.modules.size(); ++k) {  // added adapters
-    auto adapter = LoraAdapter::open(next->lora.modules[k], impl_->model, next->lora.max_lora_rank);
+  ACTORD_TRY_STATUS(refuse_unbuilt(next));
+  ACTORD_TRY_STATUS(check_threads_fit(next, usable_cpu_cores()));
+  if (!route_policy_from_name(next.groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
+  const size_t lora_before = impl_->topology.lora.modules.size();
+  for (size_t k = lora_before; k < next.lora.modules.size(); ++k) {  // added adapters
+    auto adapter = LoraAdapter::open(next.lora.modules[k], impl_->model, next.lora.max_lora_rank);
     if (!adapter) return make_error(adapter.error().code, where + adapter.error().message);
   }
-  auto sizing = size_group(*next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
+  auto sizing = size_group(next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
   if (!sizing) return sizing.error();
   // The coordinator replaces one replica at a time, each new one started beside the old ones: at most one new
   // replica, or all the added ones when the group grows, must fit the memory available now.
   if (const auto available = available_host_memory()) {
-    const uint64_t per = uint64_t(next->groups[0].replicas);
-    const uint64_t extra = uint64_t(std::max(1, next->groups[0].replicas - impl_->topology.groups[0].replicas));
+    const uint64_t per = uint64_t(next.groups[0].replicas);
+    const uint64_t extra = uint64_t(std::max(1, next.groups[0].replicas - impl_->topology.groups[0].replicas));
     const MemoryAsk& all = sizing->ask;
     const MemoryAsk ask{all.weights / per * extra, all.kv / per * extra, all.swap / per * extra};
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "apply: "));
@@ -558,6 +578,14 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
     fill_list(out.initRankThreads(static_cast<uint32_t>(sizing->rank_threads.size())), sizing->rank_threads);
     auto agents = out.initRankAgents(static_cast<uint32_t>(sizing->rank_agents.size()));
     for (uint32_t i = 0; i < sizing->rank_agents.size(); ++i) agents.set(i, sizing->rank_agents[i]);
+    if (yaml.empty()) {
+      out.setAddLora(true);
+      auto added = out.initLoraModules(static_cast<uint32_t>(next.lora.modules.size() - lora_before));
+      for (uint32_t k = 0; k < added.size(); ++k) {
+        added[k].setName(next.lora.modules[lora_before + k].name);
+        added[k].setPath(next.lora.modules[lora_before + k].path.string());
+      }
+    }
   });
   caf::scoped_actor self{*impl_->system};
   Result<std::string> result = Error{Errc::internal, "no reply from the coordinator"};
@@ -566,7 +594,7 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
           [&](uint32_t code, std::string& message) {
             if (code == kCoordinatorOk) {
               result = std::move(message);
-              impl_->topology = *next;
+              impl_->topology = next;
             } else {
               result = Error{static_cast<Errc>(code), std::move(message)};
             }

@@ -144,9 +144,15 @@ class Engine {
   // plugins: they need a restart; the server section, read once by serve, is not looked at), another group name, placement on nodes, a topology the model or the machine
   // (cores, the memory the new replicas need beside the old) cannot take, a resize in progress.
   Result<std::string> apply(const std::string& yaml, const std::filesystem::path& source);
+  // A LoRA adapter loaded while serving (vLLM's /v1/load_lora_adapter): the running topology with the PEFT folder
+  // `path` appended to lora.modules as `name`, applied as apply() applies a topology (a rolling replacement; no
+  // request lost). Requests may name it once this returns. An error names lora_name or the adapter's file and key.
+  Result<std::string> add_lora_adapter(const std::string& name, const std::filesystem::path& path);
   Result<FleetInfo> fleet();
 
  private:
+  Result<std::string> reshape_to(const TopologyConfig& next, const std::filesystem::path& source,
+                                 const std::string& yaml);
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

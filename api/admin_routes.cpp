@@ -88,7 +88,8 @@ void AdminRoutes::post(std::function<void()> task) {
 }
 
 bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
-  if (path.rfind("/admin/", 0) != 0) return false;
+  const bool lora = path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter";
+  if (path.rfind("/admin/", 0) != 0 && !lora) return false;
   if (!api_key_.empty() && req.authorization != "Bearer " + api_key_) {
     ex->respond(401, "application/json",
                 error_body(ApiError{401, "a valid API key is required (Authorization: Bearer KEY)", "",
@@ -101,6 +102,28 @@ bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const 
       auto fleet = engine_.fleet();
       if (!fleet) return refuse(ex, 500, fleet.error().message);
       ex->respond(200, "application/json", dump(fleet_json(*fleet)));
+    });
+    return true;
+  }
+  if (lora) {
+    const std::optional<json> posted = post_body(path, req, ex, {"lora_name", "lora_path"});
+    if (!posted) return true;
+    const json& body = *posted;
+    if (!body.contains("lora_name") || !body["lora_name"].is_string())
+      return refuse(ex, 400, "lora_name: required, a string", "lora_name"), true;
+    const std::string name = body["lora_name"].get<std::string>();
+    if (path == "/v1/unload_lora_adapter")
+      return refuse(ex, 400, "lora_name: unloading an adapter needs a restart (running requests name adapters by "
+                             "their place in lora.modules)", "lora_name"), true;
+    if (!body.contains("lora_path") || !body["lora_path"].is_string())
+      return refuse(ex, 400, "lora_path: required, the adapter's folder as a string", "lora_path"), true;
+    const std::string folder = body["lora_path"].get<std::string>();
+    post([this, ex, name, folder] {
+      auto added = engine_.add_lora_adapter(name, folder);
+      if (!added)
+        return refuse(ex, added.error().code == Errc::internal ? 500 : 400, added.error().message,
+                      added.error().message.starts_with("lora_name") ? "lora_name" : "lora_path");
+      ex->respond(200, "text/plain", "Success: LoRA adapter '" + name + "' added successfully.");
     });
     return true;
   }

@@ -10,6 +10,10 @@
 //   folder)} -> 200 {"applied", "seconds"} once the group has the new shape (Engine::apply: `actord apply`); 400
 //   for a bad body or a topology the engine refuses (malformed, a change outside groups[0], one the model or the
 //   machine cannot take): the fleet is untouched then.
+// - POST /v1/load_lora_adapter {"lora_name", "lora_path"} (vLLM's) -> 200 "Success: LoRA adapter 'NAME' added
+//   successfully." once the replicas serve it (Engine::add_lora_adapter, a rolling replacement); 400 naming
+//   lora_name or lora_path for a bad body, a name served already or an adapter the model cannot take.
+//   POST /v1/unload_lora_adapter -> 400: unloading needs a restart.
 // With an API key all need `Authorization: Bearer KEY`. The engine calls block (a drain waits for the running
 // requests of the removed replicas), so they run on this object's own thread, one at a time, never on the HTTP
 // server's threads.

@@ -467,9 +467,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     for (const auto& kv : modules) {
       const std::string name = kv.first.as<std::string>();
       const std::string key = "lora.modules." + name;
-      require(!name.empty() && std::ranges::all_of(name, [](unsigned char c) {
-                return std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '/' || c == ':';
-              }), key, "an adapter's name is letters, digits and _ . - / : (requests name it as their model)");
+      require(is_lora_name(name), key, "an adapter's name is letters, digits and _ . - / : (requests name it as their model)");
       require(kv.second.IsScalar() && !kv.second.Scalar().empty(), key, "must be the adapter's folder");
       std::filesystem::path path = kv.second.Scalar();
       if (path.is_relative()) path = source.parent_path() / path;

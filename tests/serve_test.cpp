@@ -894,3 +894,45 @@ TEST_CASE("serve - LoRA adapters are models: listed, completions on one equal th
   CHECK(call(s.port, "GET", "/metrics").body.find("actord_lora_requests_total{model_name=\"stories260K\",replica=\"0\","
                                                  "lora_name=\"tiny-lora\"} 3") != std::string::npos);
 }
+
+TEST_CASE("serve - /v1/load_lora_adapter loads an adapter while serving - requests name it afterwards - bad loads "
+          "get 400 naming the field", "[serve][lora][apply]") {
+  test::TempDir tmp;
+  const std::filesystem::path adapter = tmp.path() / "live";
+  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
+                          " make-lora --model " + (test::source_dir() / "models/stories260K").string() + " --out " +
+                          adapter.string() + " --rank 4 > " + (tmp.path() / "log").string() + " 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  Served s;
+  const std::string completion = R"({"model":"live","prompt":"Once upon a time","max_tokens":16,"temperature":0})";
+  CHECK(call(s.port, "POST", "/v1/completions", completion).status == 404);  // not loaded yet
+  auto loaded = call(s.port, "POST", "/v1/load_lora_adapter",
+                     json{{"lora_name", "live"}, {"lora_path", adapter.string()}}.dump());
+  REQUIRE(loaded.status == 200);
+  CHECK(loaded.body == "Success: LoRA adapter 'live' added successfully.");
+  auto models = json::parse(call(s.port, "GET", "/v1/models").body);
+  REQUIRE(models["data"].size() == 2);
+  CHECK(models["data"][1]["id"] == "live");
+  auto served = call(s.port, "POST", "/v1/completions", completion);
+  REQUIRE(served.status == 200);
+  Served declared("", 1 << 20, "", {"lora.modules.live=" + adapter.string()});  // started with it
+  auto expected = call(declared.port, "POST", "/v1/completions", completion);
+  REQUIRE(expected.status == 200);
+  CHECK(json::parse(served.body)["choices"][0]["text"] == json::parse(expected.body)["choices"][0]["text"]);
+
+  for (const auto& [body, field] : std::vector<std::pair<json, std::string>>{
+           {json{{"lora_path", adapter.string()}}, "lora_name"},
+           {json{{"lora_name", "live"}, {"lora_path", adapter.string()}}, "lora_name"},    // served already
+           {json{{"lora_name", "bad name"}, {"lora_path", adapter.string()}}, "lora_name"},
+           {json{{"lora_name", "other"}, {"lora_path", (tmp.path() / "missing").string()}}, "lora_path"},
+           {json{{"lora_name", "other"}, {"lora_path", adapter.string()}, {"load_inplace", true}}, "load_inplace"}}) {
+    INFO(body.dump());
+    auto refused = call(s.port, "POST", "/v1/load_lora_adapter", body.dump());
+    CHECK(refused.status == 400);
+    CHECK(json::parse(refused.body)["error"]["param"] == field);
+  }
+  auto unload = call(s.port, "POST", "/v1/unload_lora_adapter", R"({"lora_name":"live"})");
+  CHECK(unload.status == 400);
+  CHECK(unload.body.find("restart") != std::string::npos);
+  CHECK(call(s.port, "POST", "/v1/completions", completion).status == 200);
+}

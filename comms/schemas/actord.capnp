@@ -526,4 +526,7 @@ struct ReshapeRequest {
   numSwapBlocks @3 :UInt32;
   rankThreads @4 :List(Int32);   # of each rank of a replica, as the plan resolved them
   rankAgents @5 :List(Text);     # placement on nodes: the node agent of every rank (replica-major), "" here
+  addLora @6 :Bool;              # the coordinator's topology as it is with loraModules appended to lora.modules
+                                 # (topologyYaml unused): a LoRA adapter loaded at run time
+  loraModules @7 :List(LoraModule);
 }
