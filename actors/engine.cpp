@@ -159,6 +159,9 @@ struct Engine::Impl {
   coordinator_actor coordinator;
   router_actor router;                    // where the tokenizer actors submit; it sums the replicas' stats
   TopologyConfig topology;                // as started; groups[0].replicas follows scale()
+  // topology.lora.modules for the API's threads (apply changes the topology on the admin thread).
+  mutable std::mutex lora_mutex;
+  std::vector<LoraModule> lora_modules;
   ModelShape shape;
   DType kv_dtype = DType::f32;
   uint64_t whole_weight_bytes = 0;        // the model's weights as one worker holds them
@@ -187,9 +190,13 @@ const ModelConfig& Engine::model_config() const { return impl_->model; }
 int Engine::max_model_len() const { return impl_->max_model_len; }
 const std::filesystem::path& Engine::model_dir() const { return impl_->model_dir; }
 std::shared_ptr<const Tokenizer> Engine::tokenizer() const { return impl_->tokenizer; }
-const std::vector<LoraModule>& Engine::lora_modules() const { return impl_->topology.lora.modules; }
+std::vector<LoraModule> Engine::lora_modules() const {
+  std::lock_guard lock(impl_->lora_mutex);
+  return impl_->lora_modules;
+}
 std::optional<uint32_t> Engine::lora_adapter(const std::string& name) const {
-  const auto& modules = impl_->topology.lora.modules;
+  std::lock_guard lock(impl_->lora_mutex);
+  const auto& modules = impl_->lora_modules;
   for (size_t k = 0; k < modules.size(); ++k)
     if (modules[k].name == name) return static_cast<uint32_t>(k + 1);
   return std::nullopt;
@@ -213,6 +220,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   auto route_policy = route_policy_from_name(group.router);
   if (!route_policy) return Error{Errc::invalid_config, where + "groups[0].router: " + route_policy.error().message};
   impl->topology = topology;
+  impl->lora_modules = topology.lora.modules;
   impl->shape = model_shape(*checked);
   impl->kv_dtype = kv_dtype;
   impl->whole_weight_bytes = checked->estimated_weight_bytes;
@@ -595,6 +603,8 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
             if (code == kCoordinatorOk) {
               result = std::move(message);
               impl_->topology = next;
+              std::lock_guard lora_lock(impl_->lora_mutex);
+              impl_->lora_modules = next.lora.modules;
             } else {
               result = Error{static_cast<Errc>(code), std::move(message)};
             }

@@ -109,8 +109,8 @@ class Engine {
   int max_model_len() const;
   const std::filesystem::path& model_dir() const;
   std::shared_ptr<const Tokenizer> tokenizer() const;  // immutable: any thread may encode and decode with it
-  // The LoRA adapters it serves (lora.modules, in order), and the GenerateRequest::lora of one by name.
-  const std::vector<LoraModule>& lora_modules() const;
+  // The LoRA adapters it serves (lora.modules, in order), and the GenerateRequest::lora of one by name. Thread-safe.
+  std::vector<LoraModule> lora_modules() const;
   std::optional<uint32_t> lora_adapter(const std::string& name) const;
 
   Result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens = true);
