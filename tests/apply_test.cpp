@@ -148,10 +148,7 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
              Catch::EndsWith("groups[0].afd.ffn.workers: must divide intermediate_size (172): the dense MLPs are split "
                              "over the FFN workers, got 3"));
   test::TempDir tmp;  // a LoRA adapter that would load: the change itself is what is refused
-  const std::string make_lora = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
-                                " make-lora --model " + test::stories_dir().string() + " --out " +
-                                (tmp.path() / "a").string() + " --rank 2 > /dev/null 2>&1";
-  REQUIRE(std::system(make_lora.c_str()) == 0);
+  REQUIRE(test::make_lora(test::stories_dir(), tmp.path() / "a", 2));
   CHECK_THAT(refused("lora: {max_lora_rank: 8}\n" + quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
              Catch::EndsWith("lora: changes need a restart (apply changes groups[0] only), except adapters added at "
                              "the end of lora.modules"));
@@ -430,13 +427,7 @@ TEST_CASE("apply: chaos long form - three minutes on stories260K and three on a 
 TEST_CASE("apply: LoRA adapters added at the end of lora.modules load into new replicas while requests stream - "
           "no request lost - the new adapter serves once applied - removing one is refused", "[engine][apply][lora]") {
   test::TempDir tmp;
-  for (const char* name : {"a", "b"}) {
-    const std::string make_lora = "/usr/bin/python3 " +
-                                  (test::source_dir() / "tests/reference/hf_reference.py").string() + " make-lora --model " +
-                                  test::stories_dir().string() + " --out " + (tmp.path() / name).string() +
-                                  " --rank 4 --seed " + std::to_string(name[0]) + " > /dev/null 2>&1";
-    REQUIRE(std::system(make_lora.c_str()) == 0);
-  }
+  for (const char* name : {"a", "b"}) REQUIRE(test::make_lora(test::stories_dir(), tmp.path() / name, 4, name[0]));
   const std::string lora_a = "lora:\n  modules:\n    a: " + (tmp.path() / "a").string() + "\n";
   const std::string lora_ab = lora_a + "    b: " + (tmp.path() / "b").string() + "\n";
   auto [engine, requests, clean] = serve(lora_a + quickstart_with("  - {name: main, tp: 2, placement: process, threads: 1}\n"), 200);

@@ -850,10 +850,7 @@ TEST_CASE("serve - LoRA adapters are models: listed, completions on one equal th
           "[serve][lora]") {
   test::TempDir tmp;
   const std::filesystem::path adapter = tmp.path() / "tiny-lora";
-  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
-                          " make-lora --model " + (test::source_dir() / "models/stories260K").string() + " --out " +
-                          adapter.string() + " --rank 4 > " + (tmp.path() / "log").string() + " 2>&1";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(test::make_lora(test::stories_dir(), adapter, 4));
   Served s("", 1 << 20, "", {"lora.modules.tiny-lora=" + adapter.string()});
   auto models = json::parse(call(s.port, "GET", "/v1/models").body);
   REQUIRE(models["data"].size() == 2);
@@ -899,10 +896,7 @@ TEST_CASE("serve - /v1/load_lora_adapter loads an adapter while serving - reques
           "get 400 naming the field", "[serve][lora][apply]") {
   test::TempDir tmp;
   const std::filesystem::path adapter = tmp.path() / "live";
-  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/hf_reference.py").string() +
-                          " make-lora --model " + (test::source_dir() / "models/stories260K").string() + " --out " +
-                          adapter.string() + " --rank 4 > " + (tmp.path() / "log").string() + " 2>&1";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  REQUIRE(test::make_lora(test::stories_dir(), adapter, 4));
   Served s;
   const std::string completion = R"({"model":"live","prompt":"Once upon a time","max_tokens":16,"temperature":0})";
   CHECK(call(s.port, "POST", "/v1/completions", completion).status == 404);  // not loaded yet

@@ -27,6 +27,14 @@ inline std::vector<float> random_vector(size_t n, std::mt19937& rng, float scale
 }
 
 inline std::filesystem::path stories_dir() { return source_dir() / "models/stories260K"; }
+// A random PEFT LoRA adapter of rank `rank` for the model folder `model` at `out` (tests/reference/hf_reference.py
+// make-lora, with Debian's python3-torch); whether it was written.
+inline bool make_lora(const std::filesystem::path& model, const std::filesystem::path& out, int rank, int seed = 0) {
+  const std::string cmd = "/usr/bin/python3 " + (source_dir() / "tests/reference/hf_reference.py").string() +
+                          " make-lora --model " + model.string() + " --out " + out.string() + " --rank " +
+                          std::to_string(rank) + " --seed " + std::to_string(seed) + " > /dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
 inline std::filesystem::path actord_binary() {
   const char* env = std::getenv("ACTORD_BINARY");
   return env && *env ? env : ACTORD_BINARY;
