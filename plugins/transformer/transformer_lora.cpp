@@ -1,6 +1,6 @@
 // LoRA adapters in the transformer (plugins/lora_adapter.hpp): each layer holds every adapter's deltas, sliced as
-// the projections they change are and in the dtype of the model's own weights, and a step adds
-// scaling * (x A^T) B^T to the rows of the sequences that name the adapter.
+// the projections they change are (A in the dtype of the model's own weights, B in f32 times the adapter's scaling),
+// and a step adds scaling * (x A^T) B^T to the rows of the sequences that name the adapter.
 //
 // Tensor parallelism: a column-split projection (q, k, v, gate, up: this rank's output rows) takes A whole and its
 // rows of B; a row-split one (o, down: this rank's input columns, partial sums all-reduced) takes its columns of A
@@ -32,16 +32,18 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
                                                "serves from its FFN pool: adapters there change attention only");
   }
   if (place_.ffn()) return {};  // an FFN rank: adapters change nothing it holds
-  for (const auto& adapter : options.lora) lora_scaling_.push_back(adapter->scaling());
   const DType served = store_->served_dtype();
   const DType dtype = served == DType::bf16 || served == DType::f16 ? served : DType::f32;
-  // rows x cols of `m` (row-major, `stride` apart) from `first`, uploaded in `as`. A goes in the dtype the model's
-  // weights are served in, so that its products take the base's kernels (bf16 dot products, AMX tiles); B, whose
-  // products have only r inputs, in f32, which runs them faster than bf16 tiles (bench/gemm_bench.cpp's lora rows,
-  // on the AMX Xeon at 512 rows: 127 against 162 us).
-  auto upload = [&](const std::vector<float>& m, int64_t stride, int64_t first, int64_t rows, int64_t cols, DType as) {
+  // rows x cols of `m` (row-major, `stride` apart) from `first`, times `factor`, uploaded in `as`. A goes in the dtype
+  // the model's weights are served in, so that its products take the base's kernels (bf16 dot products, AMX tiles);
+  // B, whose products have only r inputs, in f32, which runs them faster than bf16 tiles (bench/gemm_bench.cpp's
+  // lora rows, on the AMX Xeon at 512 rows: 127 against 162 us), with the adapter's scaling folded in (f32 keeps it
+  // to a rounding of each element, and a step scales nothing).
+  auto upload = [&](const std::vector<float>& m, int64_t stride, int64_t first, int64_t rows, int64_t cols, DType as,
+                    float factor) {
     std::vector<float> piece(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) std::copy_n(m.begin() + first + r * stride, cols, piece.begin() + r * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) piece[size_t(r * cols + c)] = m[size_t(first + r * stride + c)] * factor;
     std::vector<unsigned char> converted(piece.size() * dtype_size(as));
     convert_from_f32(as, piece.data(), converted.data(), piece.size());
     return be.upload_matrix(exec::HostMatrix{as, converted.data(), rows, cols, cols}, exec::WeightUse::gemm);
@@ -63,12 +65,13 @@ Status TransformerModel::load_lora(const ModelLoadOptions& options) {
         const Range part = target == LoraTarget::q || target == LoraTarget::o   ? heads
                            : target == LoraTarget::k || target == LoraTarget::v ? kv
                                                                                  : shard_.intermediate;
-        auto a = row_split ? upload(pair->a, pair->in, part.first, pair->rank, part.count, dtype)
-                           : upload(pair->a, pair->in, 0, pair->rank, pair->in, dtype);
+        auto a = row_split ? upload(pair->a, pair->in, part.first, pair->rank, part.count, dtype, 1.0f)
+                           : upload(pair->a, pair->in, 0, pair->rank, pair->in, dtype, 1.0f);
         if (!a) return Error{a.error().code, "lora.modules." + adapter.name() + ": " + a.error().message};
-        auto b = row_split ? upload(pair->b, pair->rank, 0, pair->out, pair->rank, DType::f32)
+        const float scaling = adapter.scaling();
+        auto b = row_split ? upload(pair->b, pair->rank, 0, pair->out, pair->rank, DType::f32, scaling)
                            : upload(pair->b, pair->rank, int64_t(part.first) * pair->rank, part.count, pair->rank,
-                                    DType::f32);
+                                    DType::f32, scaling);
         if (!b) return Error{b.error().code, "lora.modules." + adapter.name() + ": " + b.error().message};
         L.lora[k][size_t(t)] = {std::move(*a), std::move(*b)};
       }
@@ -124,11 +127,9 @@ void TransformerModel::add_lora(const Layer& L, std::initializer_list<LoraOutput
       input = &lora_x_;
     }
     be.gemm_multi(*input, std::span<const exec::GemmTarget>(shrink, count), rows);
-    const float scaling = lora_scaling_[static_cast<size_t>(g.adapter)];
     for (size_t i = 0; i < count; ++i) {
       const Layer::LoraDelta& d = deltas[static_cast<size_t>(changed[i]->target)];
-      const int rank = static_cast<int>(d.a.rows), out = static_cast<int>(d.b.rows);
-      be.scale(lora_t_[i], scaling, size_t(rows) * rank);
+      const int out = static_cast<int>(d.b.rows);
       be.reserve(lora_y_, size_t(rows) * out);
       be.gemm(lora_t_[i], d.b, nullptr, lora_y_, rows);
       if (g.all) {

@@ -132,7 +132,7 @@ class TransformerModel final : public Model {
     Expert shared;                      // Qwen2-MoE's shared expert (unset: none)
     exec::Weight shared_gate;           // [1, hidden]: its sigmoid gate
     // [adapters][LoraTarget]: each LoRA adapter's delta of the projections it changes (unset: none), sliced as the
-    // projection is: a [rank, this rank's inputs], b [this rank's outputs, rank].
+    // projection is: a [rank, this rank's inputs], b [this rank's outputs, rank] times the adapter's scaling.
     struct LoraDelta {
       exec::Weight a, b;
     };
@@ -187,7 +187,6 @@ class TransformerModel final : public Model {
   exec::Buffer final_norm_;             // [hidden]
   std::vector<Layer> layers_;
   int num_lora_ = 0;                    // LoRA adapters served (Layer::lora's size)
-  std::vector<float> lora_scaling_;     // [adapters] each one's scaling (alpha / r, or alpha / sqrt(r))
 
   // Scratch in the backend's memory, reused across steps (forward runs on one thread at a time).
   exec::Buffer x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_;  // [n, ...] activations
