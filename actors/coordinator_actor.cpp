@@ -80,7 +80,7 @@ std::string node_named(const TopologyConfig& topology, const std::string& agent)
 void bind_replica_cpus(self_ptr self, Replica& r, const std::function<std::string(int)>& agent_at) {
   auto& st = self->state;
   const CoordinatorParams& p = *r.params;
-  const GroupSection& group = p.topology.groups.at(0);
+  const GroupSection& group = p.group();
   const int tp = group.tp, pp = group.pp, n_ranks = group.ranks_per_replica();
   const int attention = tp * pp * group.lanes();
   r.rank_cpus.assign(static_cast<size_t>(n_ranks), {});
@@ -98,7 +98,20 @@ void bind_replica_cpus(self_ptr self, Replica& r, const std::function<std::strin
   int demand = 0;
   for (int rank = 0; rank < n_ranks; ++rank)
     if (slot_of(rank) == rank && agent_at(rank).empty()) demand += std::max(threads_of(rank), 0);
-  if (mode == "auto" && int64_t(demand) * group.replicas != st.cpus.size()) return;  // not exactly the machine
+  // Auto: only when the ranks of every group here ask for exactly the machine.
+  int64_t others = 0;
+  for (const CoordinatorParams& g : st.groups) {
+    if (g.group_index == p.group_index || g.group().placement == Placement::node) continue;
+    int64_t per_replica = 0;
+    for (int rank = 0; rank < g.group().ranks_per_replica(); ++rank) {
+      const int t = size_t(rank) < g.rank_threads.size() ? g.rank_threads[size_t(rank)] : g.group().threads;
+      const int tpg = g.group().tp, ppg = g.group().pp;
+      const bool first_stage = rank >= tpg * ppg * g.group().lanes() || rank / tpg % ppg == 0;
+      if (first_stage) per_replica += std::max(t, 0);
+    }
+    others += per_replica * g.group().replicas;
+  }
+  if (mode == "auto" && int64_t(demand) * group.replicas + others != int64_t(st.cpus.size())) return;
   for (int rank = 0; rank < n_ranks; ++rank) {
     if (!agent_at(rank).empty() || threads_of(rank) < 1 || threads_of(rank) >= st.cpus.size()) continue;
     const int slot = slot_of(rank);
@@ -115,7 +128,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
   const std::shared_ptr<const CoordinatorParams> params = r.params;
   const CoordinatorParams& p = *params;
   const uint32_t incarnation = r.incarnation;
-  const GroupSection& group = p.topology.groups.at(0);
+  const GroupSection& group = p.group();
   const std::string replica = "replica/" + std::to_string(index);
   const int tp = group.tp, pp = group.pp, lanes = group.lanes(), n_ranks = group.ranks_per_replica();
   // AFD: the FFN ranks follow the attention ranks (their index: attention + f).
@@ -433,7 +446,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
 void join_router(self_ptr self, Replica& r, bool warm_in) {
   r.state = ReplicaState::serving;
   caf::anon_send(self->state.router, join_atom::value, static_cast<uint64_t>(r.index),
-                 caf::actor_cast<caf::actor>(r.scheduler), warm_in);
+                 caf::actor_cast<caf::actor>(r.scheduler), warm_in, static_cast<uint32_t>(r.params->group().role));
 }
 
 void rebuild(self_ptr self, int index, uint32_t incarnation);
@@ -582,7 +595,7 @@ std::string shape_of(const GroupSection& g) {
 wire_msg fleet_status(self_ptr self) {
   const auto& st = self->state;
   return build<wire::FleetStatus>([&](wire::FleetStatus::Builder out) {
-    out.setGroup(st.params.topology.groups.at(0).name);
+    out.setGroup(st.groups.at(0).group().name);
     out.setReplacements(st.replacements);
     out.setScaling(st.scaling);
     out.setChange(st.change);
@@ -597,15 +610,19 @@ wire_msg fleet_status(self_ptr self) {
       for (uint32_t k = 0; k < r.rank_names.size(); ++k) names.set(k, r.rank_names[k]);
       fill_list(rs.initPids(static_cast<uint32_t>(r.pids.size())), r.pids);
       rs.setLastFailure(r.last_failure);
-      if (r.params) rs.setShape(shape_of(r.params->topology.groups.at(0)));
+      if (r.params) {
+        rs.setShape(shape_of(r.params->group()));
+        rs.setGroup(r.params->group().name);
+        rs.setRole(replica_role_name(r.params->group().role));
+      }
       auto nodes = rs.initNodes(static_cast<uint32_t>(r.rank_nodes.size()));
       for (uint32_t k = 0; k < r.rank_nodes.size(); ++k) nodes.set(k, r.rank_nodes[k]);
     }
   });
 }
 
-coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorParams params) {
-  self->state.params = std::move(params);
+coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<CoordinatorParams> groups) {
+  self->state.groups = std::move(groups);
   self->set_down_handler([=](caf::down_msg& msg) {
     for (auto& [index, r] : self->state.replicas) {
       const bool ours =
@@ -620,30 +637,50 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
       [=](start_atom) {
         auto rp = self->make_response_promise<uint32_t, std::string, router_actor>();
         auto& st = self->state;
-        const GroupSection& group = st.params.topology.groups.at(0);
-        st.router = spawn_router(self->system(), st.params.route_policy, st.params.limits.block_size);
-        std::vector<int> indices;
-        for (int i = 0; i < group.replicas; ++i) indices.push_back(i);
-        build_replicas(self, indices, std::make_shared<const CoordinatorParams>(st.params),
-                       [=](std::optional<Error> failure) mutable {
-          if (failure) {
-            stop_all(self);
-            rp.deliver(static_cast<uint32_t>(failure->code), failure->message, router_actor{});
-            return;
+        st.router = spawn_router(self->system(), st.groups.at(0).route_policy, st.groups.at(0).limits.block_size);
+        // Every group's replicas at once, numbered group after group; each is its plan's replica slot in its group.
+        struct Gather {
+          size_t left = 0;
+          std::optional<Error> failure;
+        };
+        auto gather = std::make_shared<Gather>();
+        gather->left = st.groups.size();
+        int next = 0;
+        for (const CoordinatorParams& params : st.groups) {
+          std::vector<int> indices, slots;
+          for (int i = 0; i < params.group().replicas; ++i) {
+            indices.push_back(next++);
+            slots.push_back(i);
           }
-          for (auto& [index, r] : self->state.replicas) join_router(self, r, /*warm_in=*/false);
-          rp.deliver(kCoordinatorOk, std::string(), self->state.router);
-        });
+          build_replicas(self, indices, std::make_shared<const CoordinatorParams>(params),
+                         [=](std::optional<Error> failure) mutable {
+            if (failure && !gather->failure) gather->failure = failure;
+            if (--gather->left > 0) return;
+            if (gather->failure) {
+              stop_all(self);
+              rp.deliver(static_cast<uint32_t>(gather->failure->code), gather->failure->message, router_actor{});
+              return;
+            }
+            for (auto& [index, r] : self->state.replicas) join_router(self, r, /*warm_in=*/false);
+            rp.deliver(kCoordinatorOk, std::string(), self->state.router);
+          }, slots);
+        }
         return rp;
       },
       [=](scale_atom, const std::string& group_name, int32_t replicas) -> caf::result<uint32_t, std::string> {
         auto& st = self->state;
-        const GroupSection& group = st.params.topology.groups.at(0);
+        auto found = std::find_if(st.groups.begin(), st.groups.end(),
+                                  [&](const CoordinatorParams& g) { return g.group().name == group_name; });
+        if (found == st.groups.end())
+          return {static_cast<uint32_t>(Errc::invalid_argument), "unknown group \"" + group_name + "\""};
+        const CoordinatorParams& params = *found;
+        const GroupSection& group = params.group();
         if (st.scaling)
           return {static_cast<uint32_t>(Errc::invalid_argument), "a scale of group " + group.name + " is in progress"};
         std::vector<int> active;
         for (const auto& [index, r] : st.replicas)
-          if (r.state != ReplicaState::draining) active.push_back(index);
+          if (r.state != ReplicaState::draining && r.params && r.params->group_index == params.group_index)
+            active.push_back(index);
         const int have = static_cast<int>(active.size());
         if (replicas == have) return {kCoordinatorOk, "group " + group.name + " has " + std::to_string(have) + " replicas already"};
         st.scaling = true;
@@ -653,7 +690,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, CoordinatorPara
         if (replicas > have) {
           std::vector<int> added;
           for (int index = st.next_index; static_cast<int>(added.size()) < replicas - have; ++index) added.push_back(index);
-          build_replicas(self, added, std::make_shared<const CoordinatorParams>(st.params),
+          build_replicas(self, added, std::make_shared<const CoordinatorParams>(params),
                          [=](std::optional<Error> failure) mutable {
             self->state.scaling = false;
             if (failure) {
@@ -702,8 +739,8 @@ void CoordinatorParams::set_kv_blocks(uint32_t kv_blocks, uint32_t swap_blocks) 
   limits.swap_blocks = swap_blocks;
 }
 
-coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params) {
-  return system.spawn(coord::coordinator_impl, std::move(params));
+coordinator_actor spawn_coordinator(caf::actor_system& system, std::vector<CoordinatorParams> groups) {
+  return system.spawn(coord::coordinator_impl, std::move(groups));
 }
 
 }  // namespace actord

@@ -56,6 +56,8 @@ class ModelRegistry;
 
 struct CoordinatorParams {
   TopologyConfig topology;
+  size_t group_index = 0;  // which of topology.groups these replicas belong to
+  const GroupSection& group() const { return topology.groups.at(group_index); }
   SchedulerLimits limits;
   uint32_t num_kv_blocks = 0;               // of each replica (each of its ranks holds this many of its shard)
   DType kv_dtype = DType::f32;
@@ -91,6 +93,8 @@ using coordinator_actor =
                      caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,
                      caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<stop_atom>>;
 
-coordinator_actor spawn_coordinator(caf::actor_system& system, CoordinatorParams params);
+// One CoordinatorParams per group of the topology, in order (group_index 0, 1, ...): they share the topology and the
+// router settings of the first.
+coordinator_actor spawn_coordinator(caf::actor_system& system, std::vector<CoordinatorParams> groups);
 
 }  // namespace actord

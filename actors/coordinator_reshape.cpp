@@ -16,7 +16,7 @@ namespace {
 // Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count differs; the
 // same LoRA adapters): a reshape then adds or retires replicas and leaves the others alone.
 bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
-  GroupSection ga = a.topology.groups.at(0), gb = b.topology.groups.at(0);
+  GroupSection ga = a.group(), gb = b.group();
   ga.replicas = gb.replicas = 0;
   return ga == gb && a.topology.lora == b.topology.lora && a.limits.max_num_seqs == b.limits.max_num_seqs &&
          a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
@@ -45,7 +45,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // Carries out `x`'s next step, then the one after, and answers once none is left.
 void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
   auto& st = self->state;
-  const std::string& group = st.params.topology.groups.at(0).name;
+  const std::string& group = st.groups.at(0).group().name;
   if (x->done == x->steps.size()) {
     st.scaling = false;
     st.change.clear();
@@ -109,7 +109,7 @@ void run_reshape(self_ptr self, std::shared_ptr<Reshape> x) {
     x->steps = undo;
     x->done = 0;
     x->rolling_back = true;
-    s.params = *x->from;
+    s.groups.at(0) = *x->from;
     run_reshape(self, x);
   }, {slot});
 }
@@ -121,13 +121,13 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
   if (st.scaling) return {static_cast<uint32_t>(Errc::invalid_argument), "a resize of the group is in progress"};
   WireReader reader(msg);
   auto req = reader.root<wire::ReshapeRequest>();
-  auto next = req.getAddLora() ? Result<TopologyConfig>(st.params.topology)
+  auto next = req.getAddLora() ? Result<TopologyConfig>(st.groups.at(0).topology)
                                : parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
   if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
   for (auto module : req.getLoraModules()) next->lora.modules.push_back({module.getName(), std::string(module.getPath())});
   auto x = std::make_shared<Reshape>();
-  x->from = std::make_shared<const CoordinatorParams>(st.params);
-  CoordinatorParams to = st.params;
+  x->from = std::make_shared<const CoordinatorParams>(st.groups.at(0));
+  CoordinatorParams to = st.groups.at(0);
   to.topology = *next;
   to.limits.max_num_seqs = next->engine.max_num_seqs;  // the engine limits apply may change
   to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
@@ -148,7 +148,7 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
   x->t0 = std::chrono::steady_clock::now();
   x->rp = self->make_response_promise<uint32_t, std::string>();
   st.scaling = true;
-  st.params = *x->to;
+  st.groups.at(0) = *x->to;
   run_reshape(self, x);
   return x->rp;
 }

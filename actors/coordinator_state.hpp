@@ -52,7 +52,9 @@ struct Replica {
 };
 
 struct coordinator_state {
-  CoordinatorParams params;
+  // What each group's replicas are built from (CoordinatorParams::group_index is its place here; a reshape, which
+  // only a one-group topology gets, changes groups[0]).
+  std::vector<CoordinatorParams> groups;
   router_actor router;
   std::map<int, Replica> replicas;
   CpuAllocator cpus{usable_cpus()};  // this machine's CPUs among its worker processes (engine.cpu_binding)

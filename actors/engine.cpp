@@ -70,21 +70,31 @@ wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
   }, static_cast<unsigned>(words));
 }
 
-// What the topology may describe but the engine cannot run yet (actord check plans it): more than one group. The
-// error names the key.
+Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi);
+
+// What the topology may describe but the engine cannot run yet (actord check plans it). The error names the key.
 Status refuse_unbuilt(const TopologyConfig& topology) {
-  if (topology.groups.size() != 1)
-    return make_error(Errc::unsupported,
-                      topology.source.string() + ": groups: more than one group is not supported yet");
-  const GroupSection& group = topology.groups[0];
+  for (size_t i = 0; i < topology.groups.size(); ++i)
+    ACTORD_TRY_STATUS(refuse_unbuilt_group(topology, i));
+  return {};
+}
+
+Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
+  const GroupSection& group = topology.groups[gi];
+  const std::string at = topology.source.string() + ": groups[" + std::to_string(gi) + "]";
+  if (gi > 0 && group.device != topology.groups[0].device)
+    return make_error(Errc::unsupported, at + ".device: the groups of one engine run on one kind of device so far (groups[0]: " +
+                                             topology.groups[0].device + ", this one: " + group.device + ")");
+  if (gi > 0 && group.placement == Placement::node)
+    return make_error(Errc::unsupported, at + ".placement: only the first group may be placed on nodes so far");
   if (group.tbo && group.device == "cuda")
-    return make_error(Errc::unsupported, topology.source.string() + ": groups[0].tbo: two-batch overlap runs on CPU ranks "
-                                                                    "only so far (device: cuda)");
+    return make_error(Errc::unsupported, at + ".tbo: two-batch overlap runs on CPU ranks only so far (device: cuda)");
   if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")
     return make_error(Errc::unsupported, topology.source.string() + ": engine.kv_cache_dtype: int8 runs on CPU ranks "
-                                                                    "only so far (groups[0].device: cuda)");
+                                                                    "only so far (" + at.substr(at.rfind(' ') + 1) +
+                                             ".device: cuda)");
   if (group.device == "cuda") {
-    const std::string key = topology.source.string() + ": groups[0].device: cuda: ";
+    const std::string key = at + ".device: cuda: ";
     // A worker on another node looks for its own GPU; one on this machine needs one here, and the ranks of one
     // replica (an NCCL group) one each.
     if (group.placement != Placement::node) {
@@ -98,9 +108,10 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
   }
   return {};
 }
-// What the engine resolves for group 0 of `topology` on this machine: its replicas' KV blocks, the memory its
-// local ranks ask for, each rank's threads and (placed on nodes) each rank's agent. A lone worker holds the whole
-// model (`whole_weight_bytes`); ranks of a larger group their shards, sized by the topology plan.
+// What the engine resolves for group `gi` of `topology` on this machine: its replicas' KV blocks, the memory the
+// local ranks of every group ask for, each of its ranks' threads and (placed on nodes) each rank's agent. A lone
+// worker holds the whole model (`whole_weight_bytes`); ranks of a larger group, or of several groups, their shards,
+// sized by the topology plan.
 struct GroupSizing {
   KvSizing kv;
   MemoryAsk ask;
@@ -108,24 +119,25 @@ struct GroupSizing {
   std::vector<std::string> rank_agents;
 };
 
-Result<GroupSizing> size_group(const TopologyConfig& topology, const ModelShape& shape, const ModelConfig& model,
-                               DType kv_dtype, uint64_t whole_weight_bytes) {
+Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const ModelShape& shape,
+                               const ModelConfig& model, DType kv_dtype, uint64_t whole_weight_bytes) {
   const std::string where = topology.source.string() + ": ";
-  const GroupSection& group = topology.groups[0];
+  const GroupSection& group = topology.groups[gi];
   GroupSizing out;
-  if (group.replicas * group.ranks_per_replica() > 1 || group.placement == Placement::node) {
+  if (topology.groups.size() > 1 || group.replicas * group.ranks_per_replica() > 1 || group.placement == Placement::node) {
     auto plan = plan_topology(topology, shape, usable_cpu_cores());
     if (!plan) return plan.error();
-    out.kv.num_blocks = plan->groups[0].num_kv_blocks;
-    out.kv.swap_blocks = plan->groups[0].num_swap_blocks;
+    const GroupPlan& planned = plan->groups[gi];
+    out.kv.num_blocks = planned.num_kv_blocks;
+    out.kv.swap_blocks = planned.num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
     out.ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes}, group.device);
     for (int r = 0; r < group.ranks_per_replica(); ++r) {
-      const RankPlan& rank = plan->groups[0].ranks[static_cast<size_t>(r)];
+      const RankPlan& rank = planned.ranks[static_cast<size_t>(r)];
       out.rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
     }
     if (group.placement == Placement::node) {
-      for (const RankPlan& rank : plan->groups[0].ranks) {
+      for (const RankPlan& rank : planned.ranks) {
         std::string agent;
         for (const NodeSection& node : topology.nodes)
           if (node.name == rank.node) agent = node.address;
@@ -216,23 +228,23 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   const DType kv_dtype = checked->kv_dtype;
   // A lone worker holds the whole model; each rank of a tp x pp replica its shard, and the topology plan sizes the
   // replica's KV pool (engine.kv_cache_memory per rank: what its largest rank fits) and its ranks' memory.
-  const GroupSection& group = topology.groups[0];
-  auto route_policy = route_policy_from_name(group.router);
+  auto route_policy = route_policy_from_name(topology.groups[0].router);  // one router serves every group
   if (!route_policy) return Error{Errc::invalid_config, where + "groups[0].router: " + route_policy.error().message};
   impl->topology = topology;
   impl->lora_modules = topology.lora.modules;
   impl->shape = model_shape(*checked);
   impl->kv_dtype = kv_dtype;
   impl->whole_weight_bytes = checked->estimated_weight_bytes;
-  auto sizing = size_group(topology, impl->shape, *model, kv_dtype, checked->estimated_weight_bytes);
-  if (!sizing) return sizing.error();
-  KvSizing kv = sizing->kv;
-  const MemoryAsk ask = sizing->ask;
-  std::vector<int> rank_threads = std::move(sizing->rank_threads);
-  std::vector<std::string> rank_agents = std::move(sizing->rank_agents);
-  // Every byte the workers will hold, against what the machine has, before anything is allocated.
+  std::vector<GroupSizing> sizings;
+  for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
+    auto sizing = size_group(topology, gi, impl->shape, *model, kv_dtype, checked->estimated_weight_bytes);
+    if (!sizing) return sizing.error();
+    sizings.push_back(std::move(*sizing));
+  }
+  // Every byte the workers of every group will hold (each sizing's ask is all of them), against what the machine
+  // has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory())
-    ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where));
+    ACTORD_TRY_STATUS(check_memory_fits(sizings.front().ask, *available, where));
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
@@ -248,9 +260,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.limits.plan_ahead = topology.scheduler.plan_ahead;
   params.num_layers = model->num_layers;
   params.num_experts = model->num_experts;
-  // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
-  // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
-  params.set_kv_blocks(kv.num_blocks, kv.swap_blocks);
   params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
   if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
   params.limits.move_kv = topology.engine.reshape_kv == "move";
@@ -261,8 +270,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   }
   params.limits.num_lora_adapters = static_cast<int>(topology.lora.modules.size());
   params.kv_dtype = kv_dtype;
-  params.rank_threads = std::move(rank_threads);
-  params.rank_agents = std::move(rank_agents);
   params.route_policy = *route_policy;
   if (!options.trace_path.empty()) {  // refused now rather than after the run
     std::ofstream probe(options.trace_path);
@@ -279,10 +286,22 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.worker_start_timeout = options.worker_start_timeout;
   params.registry = &impl->registry;
   params.policies = &impl->policies;
+  // Each group: its replicas' KV pools and ranks' threads; a prefill group's schedulers hand prefilled sequences on.
+  std::vector<CoordinatorParams> groups;
+  for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
+    CoordinatorParams& g = groups.emplace_back(params);
+    g.group_index = gi;
+    // The scheduler starts with a quarter of the pool (at least one full-context sequence) and grows its lease in
+    // bulk from there; the kv_pool keeps the rest (for other schedulers once groups share pools, and resizes).
+    g.set_kv_blocks(sizings[gi].kv.num_blocks, sizings[gi].kv.swap_blocks);
+    g.rank_threads = std::move(sizings[gi].rank_threads);
+    g.rank_agents = std::move(sizings[gi].rank_agents);
+    g.limits.hand_off_prefilled = topology.groups[gi].role == ReplicaRole::prefill;
+  }
 
   impl->system = std::make_unique<caf::actor_system>(impl->caf_config);
   for (size_t i = 0; i < kTokenizerActors; ++i) impl->tokenizers.push_back(spawn_tokenizer(*impl->system, impl->tokenizer));
-  impl->coordinator = spawn_coordinator(*impl->system, std::move(params));
+  impl->coordinator = spawn_coordinator(*impl->system, std::move(groups));
 
   std::optional<Error> failure;
   {
@@ -448,28 +467,38 @@ Status Engine::scale(const std::string& group, int replicas) {
   std::lock_guard lock(impl_->scale_mutex);
   const TopologyConfig& now = impl_->topology;
   const std::string where = now.source.string() + ": ";
-  if (group != now.groups[0].name)
-    return make_error(Errc::invalid_argument, "unknown group \"" + group + "\" (the topology has: " + now.groups[0].name + ")");
+  size_t gi = 0;
+  while (gi < now.groups.size() && now.groups[gi].name != group) ++gi;
+  if (gi == now.groups.size()) {
+    std::string names;
+    for (const GroupSection& g : now.groups) names += (names.empty() ? "" : ", ") + g.name;
+    return make_error(Errc::invalid_argument, "unknown group \"" + group + "\" (the topology has: " + names + ")");
+  }
+  const std::string key = "groups[" + std::to_string(gi) + "]";
   if (replicas < 1) return make_error(Errc::invalid_argument, "replicas: must be at least 1, got " + std::to_string(replicas));
   if (replicas > kMaxGroupDimension)
     return make_error(Errc::invalid_argument,
                       "replicas: must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(replicas));
-  const int have = now.groups[0].replicas;
-  if (now.groups[0].placement == Placement::node)
-    return make_error(Errc::unsupported, "groups[0].placement: resizing a group placed on nodes is not supported yet");
+  const int have = now.groups[gi].replicas;
+  if (now.groups[gi].placement == Placement::node)
+    return make_error(Errc::unsupported, key + ".placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {
     // The added replicas must fit the machine: cores (plan_topology checks them as at start) and the memory
     // available now.
     TopologyConfig grown = now;
-    grown.groups[0].replicas = replicas;
+    grown.groups[gi].replicas = replicas;
     auto plan = plan_topology(grown, impl_->shape, usable_cpu_cores());
     if (!plan) return plan.error();
-    const NodePlan& local = plan->nodes.front();
-    const uint64_t per = uint64_t(replicas);
+    // The added replicas' ranks: the group's share of the machine's memory, per replica.
+    uint64_t weights = 0, kv = 0, swap = 0;
+    for (const RankPlan& rank : plan->groups[gi].ranks) {
+      if (rank.replica != 0) continue;
+      weights += rank.weight_bytes;
+      kv += rank.kv_pool_bytes;
+      swap += rank.swap_bytes;
+    }
     const uint64_t added = uint64_t(replicas - have);
-    const MemoryAsk ask = in_host_memory(
-        MemoryAsk{local.weight_bytes / per * added, local.kv_pool_bytes / per * added, local.swap_bytes / per * added},
-        grown.groups[0].device);
+    const MemoryAsk ask = in_host_memory(MemoryAsk{weights * added, kv * added, swap * added}, grown.groups[gi].device);
     if (const auto available = available_host_memory())
       ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "scale to " + std::to_string(replicas) + " replicas: "));
   }
@@ -480,7 +509,7 @@ Status Engine::scale(const std::string& group, int replicas) {
           [&](uint32_t code, std::string& message) {
             if (code == kCoordinatorOk) {
               result = {};
-              impl_->topology.groups[0].replicas = replicas;
+              impl_->topology.groups[gi].replicas = replicas;
             } else {
               result = make_error(static_cast<Errc>(code), std::move(message));
             }
@@ -525,7 +554,9 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;
   for (size_t i = 0; i < now.nodes.size(); ++i)
     if (now.nodes[i].name != next.nodes[i].name || now.nodes[i].address != next.nodes[i].address) return "nodes" + restart;
-  if (next.groups.size() != 1) return "groups: more than one group is not supported yet";
+  if (now.groups.size() != 1 || next.groups.size() != 1)
+    return "groups: apply reshapes a topology of one group; several groups (prefill/decode disaggregation) change "
+           "only by a restart, their replicas count by actord scale";
   if (now.groups[0].name != next.groups[0].name)
     return "groups[0].name: the running group is '" + now.groups[0].name + "' (apply reshapes it, it cannot rename it)";
   return {};
@@ -567,7 +598,7 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
     auto adapter = LoraAdapter::open(next.lora.modules[k], impl_->model, next.lora.max_lora_rank);
     if (!adapter) return make_error(adapter.error().code, where + adapter.error().message);
   }
-  auto sizing = size_group(next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
+  auto sizing = size_group(next, 0, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
   if (!sizing) return sizing.error();
   // The coordinator replaces one replica at a time, each new one started beside the old ones: at most one new
   // replica, or all the added ones when the group grows, must fit the memory available now.
@@ -636,6 +667,8 @@ Result<FleetInfo> Engine::fleet() {
               out.last_failure = string_of(r.getLastFailure());
               out.shape = string_of(r.getShape());
               for (auto node : r.getNodes()) out.nodes.push_back(string_of(node));
+              out.group = string_of(r.getGroup());
+              out.role = string_of(r.getRole());
             }
             result = std::move(info);
           },

@@ -86,10 +86,12 @@ struct ReplicaInfo {
   std::string last_failure;          // why it was last rebuilt
   std::string shape;                 // "tp2 pp1, processes", "afd 1:2, processes"...
   std::vector<std::string> nodes;    // each rank's node, "" for this machine
+  std::string group;                 // its group's name
+  std::string role;                  // its group's role (prefill/decode disaggregation): both | prefill | decode
 };
 
 struct FleetInfo {
-  std::string group;
+  std::string group;                 // the first group's name (each replica names its own)
   std::vector<ReplicaInfo> replicas;
   uint32_t replacements = 0;         // rebuilds after a lost rank since the start
   bool scaling = false;              // a scale or an apply is being carried out

@@ -88,7 +88,9 @@ void route(self_ptr self, const caf::actor& owner, wire_msg submit) {
     ids.reserve(prompt.size() + resumed.size());
     for (int32_t t : prompt) ids.push_back(t);
     for (int32_t t : resumed) ids.push_back(t);
-    replica = st.router->route(ids, in.getMaxTokens() - std::min<uint32_t>(in.getMaxTokens(), resumed.size()), samples);
+    const auto phase = resumed.size() > 0 ? ReplicaRouter::Phase::decode : ReplicaRouter::Phase::prefill;
+    replica = st.router->route(ids, in.getMaxTokens() - std::min<uint32_t>(in.getMaxTokens(), resumed.size()), samples,
+                               phase);
   } catch (const std::exception& e) {
     spdlog::warn("router: malformed SubmitRequest dropped: {}", e.what());
     return;
@@ -174,7 +176,7 @@ router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int b
         for (const Known& k : st.known) caf::send_as(caf::actor_cast<caf::actor>(self->current_sender()),
                                                      k.scheduler, cancel_atom::value, msg);
       },
-      [=](join_atom, uint64_t replica, const caf::actor& scheduler, bool warm_in) {
+      [=](join_atom, uint64_t replica, const caf::actor& scheduler, bool warm_in, uint32_t role) {
         auto& st = self->state;
         if (Known* k = find(st, scheduler.address())) {
           k->routed = true;
@@ -182,8 +184,10 @@ router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int b
           st.known.push_back(Known{scheduler, replica, true, {}});
           self->monitor(scheduler);
         }
-        st.router->add(replica, warm_in);
-        spdlog::info("router: replica {} takes requests ({} in all{})", replica, st.router->size(),
+        const auto replica_role = role <= uint32_t(ReplicaRole::decode) ? ReplicaRole(role) : ReplicaRole::both;
+        st.router->add(replica, warm_in, replica_role);
+        spdlog::info("router: replica {} takes requests ({} in all{}{})", replica, st.router->size(),
+                     replica_role == ReplicaRole::both ? "" : std::string(", ") + replica_role_name(replica_role),
                      st.router->weight(replica) < 1.0 ? ", warming in" : "");
         flush_waiting(self);
       },

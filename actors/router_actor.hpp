@@ -1,16 +1,17 @@
-// The router of a data parallel group: spreads requests over its replicas' schedulers (DESIGN.md §2: tokenizer ->
+// The router of an engine's groups: spreads requests over their replicas' schedulers (DESIGN.md §2: tokenizer ->
 // router -> scheduler), with scheduler/replica_router.hpp's policy.
 //
 // Messages:
 // - (submit_atom, SubmitRequest) from a tokenizer actor: forwarded as that actor (caf::send_as), so the
 //   scheduler's deltas go straight back to it: the router costs one hop per request, none per step. With no
 //   replica taking requests (the only one is being replaced) requests wait here in order until one joins.
-// - (requeue_atom, owner, SubmitRequest) from a scheduler: a continuation it handed back (its worker was lost, or
-//   it drains); routed like a submission, as `owner`. One whose request was cancelled lately ends here, cancelled.
+// - (requeue_atom, owner, SubmitRequest) from a scheduler: a continuation it handed back (its worker was lost, it
+//   drains, or it prefilled the sequence for a decode replica); routed like a submission, as `owner`. One whose request was cancelled lately ends here, cancelled.
 // - (cancel_atom, CancelRequest): to every scheduler known (taking requests or draining); a request waiting here
 //   ends here with a cancelled delta.
-// - (join_atom, uint64 replica, scheduler, bool warm_in) from the coordinator: routes to it from now on (monitored:
-//   one that goes down is forgotten); with warm_in (a replica added to a serving group) its share grows as it
+// - (join_atom, uint64 replica, scheduler, bool warm_in, uint32 role) from the coordinator: routes to it from now
+//   on (monitored: one that goes down is forgotten), the requests of its role's phase (ReplicaRole: a submission
+//   or continuation that generated nothing yet is in its prefill phase, one that did in its decode phase); with warm_in (a replica added to a serving group) its share grows as it
 //   reports finished sequences (scheduler/replica_router.hpp). (leave_atom, scheduler) -> bool from the coordinator or the scheduler itself: no new
 //   requests to it; it still gets cancels until it is down. The answer comes after the last request routed to it
 //   was put in its mailbox (a local send enqueues at once), so whoever then tells the scheduler to hand everything

@@ -83,7 +83,7 @@ void report_load(self_ptr self) {
     timed_send(st, [&] { self->send(st.router, load_atom::value, outstanding); });
   bool awaiting = false;
   for (const auto& lane : st.lanes) awaiting = awaiting || !lane->awaiting_blocks.empty();
-  if (!work && st.in_flight.empty() && st.importing.empty() && !awaiting) end_drain(st);
+  if (!work && st.in_flight.empty() && st.importing.empty() && !awaiting && st.handing_off.empty()) end_drain(st);
 }
 
 // Counts one failure `req` is handed back for: the count starts again when it generated tokens since the last one.
@@ -147,6 +147,7 @@ void lose_worker(self_ptr self, const std::string& why) {
   for (const auto& f : st.ffn_pool) self->send_exit(f, caf::exit_reason::unreachable);
   abandon_in_flight(st);
   for (const auto& lane : st.lanes) hand_back(self, lane->batcher->take_all(), why);
+  flush_hand_offs(self);
   hand_back_imports(self);
   requeue_pending(self);
   end_drain(st);
@@ -252,6 +253,7 @@ void on_step_results(self_ptr self) {
     emit(self, updates);
     finished = finished || std::any_of(updates.begin(), updates.end(),
                                        [](const SequenceUpdate& u) { return u.finish != Finish::none; });
+    hand_off_prefilled(self, lane);  // after its first token went to its client
   }
   account_result(st, sent, now, answered_late_us == UINT64_MAX ? 0 : answered_late_us);
   if (all_ok) {

@@ -43,6 +43,7 @@ void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
     caf::typed_response_promise<bool> rp;
   };
   hand_back_imports(self);  // those still importing go on with the KV they came with
+  flush_hand_offs(self);
   auto m = std::make_shared<Migration>();
   m->rp = std::move(rp);
   auto finish = [self, m]() {
@@ -157,6 +158,56 @@ void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor&
   };
   ask(lane.worker);
   for (const auto& f : lane.followers) ask(f);
+}
+
+void hand_off_prefilled(self_ptr self, Lane& lane) {
+  auto& st = self->state;
+  std::vector<HandOff> off = lane.batcher->take_handed_off();
+  for (HandOff& h : off) {
+    const uint64_t id = h.continuation.id;
+    st.arrivals.erase(id);
+    auto leaving = std::make_shared<HandOffInFlight>();
+    leaving->request = std::move(h.continuation);
+    leaving->lane = &lane;  // lanes live as long as the actor
+    leaving->exports.resize(1 + lane.followers.size());
+    leaving->left = leaving->exports.size();
+    st.handing_off.emplace(id, leaving);
+    auto got = [self, leaving](size_t slot, wire_msg reply) {
+      leaving->exports[slot] = std::move(reply);
+      if (--leaving->left > 0 || leaving->sent) return;
+      auto& s = self->state;
+      leaving->sent = true;
+      std::optional<wire_msg> kv = gather_kv(leaving->exports);
+      ++s.stats.prefill_handoffs;
+      if (kv) ++s.stats.kv_moves_out;
+      const uint64_t id = leaving->request.id;
+      self->send(s.router, requeue_atom::value, s.submitters[leaving->request.owner],
+                 encode_submit(leaving->request, kv ? &*kv : nullptr));
+      leaving->lane->batcher->release_handed_off(id);
+      s.handing_off.erase(id);
+      tend_lease(self, *leaving->lane);
+      maybe_step(self);
+      report_load(self);  // answers a drain once nothing is left
+    };
+    const wire_msg request = export_request(id, h.kv_tokens);
+    auto ask = [&](const worker_actor& rank, size_t slot) {
+      self->request(rank, kKvMoveTimeout, export_kv_atom::value, request)
+          .then([=](wire_msg& reply) { got(slot, std::move(reply)); },
+                [=](const caf::error&) { got(slot, wire_msg{}); });  // gather_kv refuses it: recomputed there
+    };
+    ask(lane.worker, 0);
+    for (size_t f = 0; f < lane.followers.size(); ++f) ask(lane.followers[f], f + 1);
+  }
+}
+
+void flush_hand_offs(self_ptr self) {
+  auto& st = self->state;
+  for (auto& [id, leaving] : st.handing_off) {
+    leaving->sent = true;
+    ++st.stats.prefill_handoffs;
+    self->send(st.router, requeue_atom::value, st.submitters[leaving->request.owner], encode_submit(leaving->request));
+  }
+  st.handing_off.clear();
 }
 
 // The continuations that waited for lane's lease to grow: imported now, or (the pool has no more) recomputed.

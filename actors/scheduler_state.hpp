@@ -60,10 +60,21 @@ struct Import {
   bool handed_back = false;          // this replica went (lost, migrated) meanwhile: it went back to the router
 };
 
+// A prefilled sequence on its way to a decode replica (hand_off_prefilled): its lane's KV ranks export their shards.
+struct HandOffInFlight {
+  SequenceRequest request;
+  Lane* lane = nullptr;
+  std::vector<wire_msg> exports;  // one per KV rank of the lane
+  size_t left = 0;                // exports still to come
+  bool sent = false;              // its continuation went to the router (without KV if the replica went first)
+};
+
 struct scheduler_state {
   std::string actor_name;
   bool move_kv = true;                        // engine.reshape_kv: a migrate sends sequences with their KV
   std::unordered_map<uint64_t, std::shared_ptr<Import>> importing;  // by request id
+  // Prefilled sequences whose KV is being read out (hand_off_prefilled), by request id.
+  std::unordered_map<uint64_t, std::shared_ptr<HandOffInFlight>> handing_off;
   std::vector<std::unique_ptr<Lane>> lanes;   // one, or the attention data parallel lanes (stable addresses)
   std::vector<worker_actor> ffn_pool;         // AFD: the FFN ranks, which get every step (as an idle lane's)
   int micro_batches = 0;                      // two-batch overlap: the ranks' micro-batches per step (0: none)
@@ -181,5 +192,13 @@ void import_kv(self_ptr self, Lane& lane, SequenceRequest req, const caf::actor&
                std::vector<uint32_t> blocks, int kv_tokens);
 // The continuations that waited for lane's lease to grow: imported now, or (the pool has no more) recomputed.
 void retry_imports(self_ptr self, Lane& lane);
+// Prefill/decode disaggregation (a replica of role prefill): the lane's sequences whose prefill is done (their
+// first token reported) go to the router as continuations with their KV, exported from the lane's KV ranks and
+// gathered (as migrate_all's), as their submitters; the router sends them to a decode replica. Their blocks go back
+// to the lease once the exports came. A failed export sends the continuation without KV (recomputed there); none
+// is lost if the replica is lost meanwhile.
+void hand_off_prefilled(self_ptr self, Lane& lane);
+// The replica goes (lost, replaced): the hand-offs still reading their KV go to the router now, without it.
+void flush_hand_offs(self_ptr self);
 
 }  // namespace actord::sched

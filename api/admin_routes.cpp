@@ -28,6 +28,8 @@ json fleet_json(const FleetInfo& fleet) {
                         {"pids", r.pids},
                         {"nodes", r.nodes},
                         {"shape", r.shape},
+                        {"group", r.group},
+                        {"role", r.role},
                         {"last_failure", r.last_failure}});
   }
   return {{"group", fleet.group}, {"replacements", fleet.replacements}, {"scaling", fleet.scaling},
@@ -167,6 +169,14 @@ bool AdminRoutes::handle(const std::string& path, const HttpRequest& req, const 
       auto fleet = engine_.fleet();
       if (!fleet) return refuse(ex, 500, fleet.error().message);
       name = fleet->group;
+      std::vector<std::string> groups;
+      for (const ReplicaInfo& r : fleet->replicas)
+        if (std::find(groups.begin(), groups.end(), r.group) == groups.end()) groups.push_back(r.group);
+      if (groups.size() > 1) {
+        std::string names;
+        for (const std::string& g : groups) names += (names.empty() ? "" : ", ") + g;
+        return refuse(ex, 400, "group: required, the engine serves several groups (" + names + ")", "group");
+      }
     }
     const auto t0 = std::chrono::steady_clock::now();
     const Status done = engine_.scale(name, k);

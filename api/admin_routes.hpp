@@ -2,7 +2,7 @@
 //
 // - GET /admin/fleet -> {"group", "replacements", "scaling", "replicas": [{"index", "state", "incarnation",
 //   "ranks", "pids", "last_failure"}]} (Engine::fleet).
-// - POST /admin/scale {"group": NAME (default: the only group), "replicas": K} -> 200 {"group", "replicas",
+// - POST /admin/scale {"group": NAME (default: the only group; required with several), "replicas": K} -> 200 {"group", "replicas",
 //   "seconds"} once the group has K replicas (added ones serving, removed ones drained: Engine::scale); 400 with
 //   OpenAI's error shape for a bad body (not JSON, unknown fields, replicas not an integer) or a resize the engine
 //   refuses (replicas < 1, an unknown group, more ranks than the cores or memory): the fleet is untouched then.

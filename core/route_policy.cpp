@@ -18,4 +18,20 @@ const char* route_policy_name(RoutePolicy policy) {
   return "?";
 }
 
+Result<ReplicaRole> replica_role_from_name(const std::string& name) {
+  if (name == "both") return ReplicaRole::both;
+  if (name == "prefill") return ReplicaRole::prefill;
+  if (name == "decode") return ReplicaRole::decode;
+  return Error{Errc::invalid_config, "must be both, prefill or decode, got '" + name + "'"};
+}
+
+const char* replica_role_name(ReplicaRole role) {
+  switch (role) {
+    case ReplicaRole::both: return "both";
+    case ReplicaRole::prefill: return "prefill";
+    case ReplicaRole::decode: return "decode";
+  }
+  return "?";
+}
+
 }  // namespace actord

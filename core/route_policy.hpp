@@ -1,6 +1,8 @@
-// How a data parallel group's router picks a replica (groups[].router; scheduler/replica_router.hpp applies it).
+// How the router picks a replica (groups[].router, and groups[].role for prefill/decode disaggregation;
+// scheduler/replica_router.hpp applies both).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.hpp"
@@ -12,5 +14,15 @@ enum class RoutePolicy { round_robin, least_tokens, prefix_affinity };
 // "round_robin" | "least_tokens" | "prefix_affinity"; anything else is an invalid_config error saying so.
 Result<RoutePolicy> route_policy_from_name(const std::string& name);
 const char* route_policy_name(RoutePolicy policy);
+
+// What a group's replicas do in prefill/decode disaggregation (groups[].role): both (a request prefills and decodes
+// where it was routed), prefill (new requests come here; once a sequence's prompt is computed and its first token
+// sampled, it moves on with its KV to a replica that decodes), decode (takes the sequences prefilled elsewhere).
+// Every replica can do either: a phase with no replica of its role goes to the others.
+enum class ReplicaRole : uint8_t { both, prefill, decode };
+
+// "both" | "prefill" | "decode"; anything else is an invalid_config error saying so.
+Result<ReplicaRole> replica_role_from_name(const std::string& name);
+const char* replica_role_name(ReplicaRole role);
 
 }  // namespace actord

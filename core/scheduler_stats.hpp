@@ -43,10 +43,11 @@ namespace actord {
   X(waiting_seqs, WaitingSeqs)               /* sequences waiting for admission (swapped ones included), now */ \
   X(swapped_seqs, SwappedSeqs)               /* waiting sequences whose KV is in host swap space, now */ \
   X(eplb_rebalances, EplbRebalances)         /* EPLB placements sent to the ranks */                            \
-  X(kv_moves_out, KvMovesOut)                /* sequences a reshape sent on with their KV */                    \
+  X(kv_moves_out, KvMovesOut)                /* sequences sent on with their KV (a reshape, a prefill hand-off) */ \
   X(kv_moves_in, KvMovesIn)                  /* continuations that arrived with KV (imported, or recomputed if that failed) */ \
   X(draft_tokens, DraftTokens)               /* speculative decoding: draft tokens verified */                  \
-  X(accepted_draft_tokens, AcceptedDraftTokens) /* of which the samples confirmed (kept) */
+  X(accepted_draft_tokens, AcceptedDraftTokens) /* of which the samples confirmed (kept) */             \
+  X(prefill_handoffs, PrefillHandoffs)       /* role prefill: prefilled sequences sent on to decode elsewhere */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;

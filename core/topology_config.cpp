@@ -97,6 +97,22 @@ void require(bool ok, const std::string& path, const std::string& message) {
   if (!ok) throw ConfigError{path, message};
 }
 
+// groups[].role: a group that only prefills needs one that decodes, and one that only decodes one that prefills.
+void check_roles(const std::vector<GroupSection>& groups) {
+  auto any = [&](ReplicaRole a, ReplicaRole b) {
+    return std::any_of(groups.begin(), groups.end(), [&](const GroupSection& g) { return g.role == a || g.role == b; });
+  };
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const std::string key = "groups[" + std::to_string(i) + "].role";
+    if (groups[i].role == ReplicaRole::prefill)
+      require(any(ReplicaRole::decode, ReplicaRole::both), key,
+              "prefill hands every prefilled sequence to a group that decodes, and no group has role decode or both");
+    if (groups[i].role == ReplicaRole::decode)
+      require(any(ReplicaRole::prefill, ReplicaRole::both), key,
+              "decode takes sequences prefilled elsewhere, and no group has role prefill or both");
+  }
+}
+
 // Splits "groups[0].tp" or "groups.0.tp" into {"groups", "0", "tp"}.
 std::vector<std::string> split_key_path(const std::string& key) {
   std::vector<std::string> parts;
@@ -485,7 +501,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     Section g(groups[i], p);
     require(groups[i].IsMap(), p, "must be a mapping");
     g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link",
-                  "tbo", "micro_batches", "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router"});
+                  "tbo", "micro_batches", "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router",
+                  "role"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -557,6 +574,16 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             p + ".cpu_isa", "must be auto, portable, avx2, avx512, avx512_bf16 or amx, got '" + group.cpu_isa + "'");
     g.read("router", group.router);
     if (auto policy = route_policy_from_name(group.router); !policy) require(false, p + ".router", policy.error().message);
+    if (i > 0)
+      require(group.router == cfg.groups[0].router, p + ".router",
+              "must be groups[0]'s (" + cfg.groups[0].router + "): one router serves every group, got '" + group.router +
+                  "'");
+    std::string role = replica_role_name(group.role);
+    g.read("role", role);
+    if (auto r = replica_role_from_name(role); !r) require(false, p + ".role", r.error().message);
+    else group.role = *r;
+    require(group.role == ReplicaRole::both || group.device == "cpu", p + ".role",
+            "prefill/decode disaggregation runs on CPU ranks only so far (device: " + group.device + ")");
     parse_placement(g.get("placement"), p + ".placement", cfg.nodes, group);
     if (const YAML::Node link = g.get("link"); link && !link.IsNull()) {
       const Section l(link, p + ".link");
@@ -577,6 +604,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     }
     cfg.groups.push_back(group);
   }
+  check_roles(cfg.groups);
   return cfg;
 }
 

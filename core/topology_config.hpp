@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/lora_module.hpp"
+#include "core/route_policy.hpp"
 #include "core/status.hpp"
 
 namespace actord {
@@ -175,6 +176,10 @@ struct GroupSection {
   // round_robin | prefix_affinity (a prompt's leading blocks go where they went before: that replica's prefix
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
+  // Prefill/decode disaggregation (core/route_policy.hpp): both | prefill | decode. A prefill group needs a group
+  // that decodes (decode or both) and a decode group one that prefills; several groups share one router, so their
+  // `router` is the same.
+  ReplicaRole role = ReplicaRole::both;
   LinkModel link;  // `link: {latency: 200us, bandwidth: 10GB/s}`
   // Two-batch overlap: each step's batch runs as `micro_batches` (2 unless set) micro-batches of whole sequences,
   // balanced by tokens, on threads of each rank taking turns to compute, so that one's collectives wait while

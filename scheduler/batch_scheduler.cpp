@@ -57,7 +57,7 @@ void BatchScheduler::return_blocks(std::vector<uint32_t>& blocks) {
 std::vector<std::pair<uint64_t, int>> BatchScheduler::movable_kv() const {
   std::vector<std::pair<uint64_t, int>> out;
   for (const auto& [id, seq] : seqs_) {
-    if (seq.finished || seq.cancelled || !seq.sent || seq.generated == 0 || !seq.host_blocks.empty() ||
+    if (seq.finished || seq.cancelled || seq.leaving || !seq.sent || seq.generated == 0 || !seq.host_blocks.empty() ||
         seq.req.sampling.n > 1)
       continue;
     out.emplace_back(id, static_cast<int>(seq.tokens.size()) - 1);
@@ -163,10 +163,12 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
       blocks_for(kv_tokens) == kv_blocks.size()) {
     seq.blocks = std::move(kv_blocks);
     seq.num_computed = kv_tokens;
+    seq.decodes_here = true;
   } else if (!kv_blocks.empty()) {
     cache_.release(kv_blocks);
     kv_blocks.clear();
   }
+  seq.decodes_here = seq.decodes_here || n > 1;
   seq.req = std::move(request);
   const uint64_t id = seq.req.id;
   for (uint64_t i = 1; i < n; ++i) reserved_ids_.insert(id + i);
@@ -177,7 +179,8 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
 
 std::optional<SequenceUpdate> BatchScheduler::cancel(uint64_t id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.finished) return std::nullopt;
+  // One handed off goes on elsewhere: the router ends it there (it remembers recent cancels).
+  if (it == seqs_.end() || it->second.finished || it->second.leaving) return std::nullopt;
   Sequence& seq = it->second;
   if (seq.in_flight > 0) {
     seq.cancelled = true;  // finished when its step's result comes back
@@ -301,9 +304,13 @@ void BatchScheduler::look_up_drafts(Sequence& seq, int max_drafts) {
   seq.drafter->propose(seq.tokens, max_drafts, drafts_);
 }
 
+bool BatchScheduler::hands_off(const Sequence& seq) const {
+  return limits_.hand_off_prefilled && !seq.decodes_here;
+}
+
 bool BatchScheduler::may_draft(const Sequence& seq) const {
   const SpeculativeLimits& spec = limits_.speculative;
-  if (!spec.enabled() || seq.generated == 0 || seq.req.sampling.n > 1) return false;
+  if (!spec.enabled() || seq.generated == 0 || seq.req.sampling.n > 1 || hands_off(seq)) return false;
   return spec.disable_by_batch_size == 0 || running_.size() < static_cast<size_t>(spec.disable_by_batch_size);
 }
 
@@ -430,8 +437,10 @@ const StepPlan* BatchScheduler::plan_step() {
     }
     if (seq.pending > 0) {
       // Only the newest step's samples can be fed: a sequence it does not sample waits for its tokens.
-      // A sample that forks the sequence is not planned past: the forks exist only once it is back.
-      if (seq.last_sample_step != newest_step || ends_by_length_after_pending(seq) || seq.req.sampling.n > 1) {
+      // A sample that forks the sequence is not planned past: the forks exist only once it is back; nor one after
+      // which the sequence hands off.
+      if (seq.last_sample_step != newest_step || ends_by_length_after_pending(seq) || seq.req.sampling.n > 1 ||
+          hands_off(seq)) {
         ++i;
         continue;
       }
@@ -705,8 +714,15 @@ std::span<const SequenceUpdate> BatchScheduler::on_step_result(std::span<const S
     if (const Finish finish = finish_of(seq); finish != Finish::none) {
       finish_update(seq, update, finish);
       retire(seq);
-    } else if (update.new_tokens.empty() && update.prompt_logprobs.empty()) {
-      updates_.drop_last();  // nothing to say
+    } else {
+      if (update.new_tokens.empty() && update.prompt_logprobs.empty()) updates_.drop_last();  // nothing to say
+      if (!rows.empty() && !seq.cancelled && hands_off(seq)) {
+        ACTORD_CHECK(seq.in_flight == 0 && seq.pending == 0);
+        remove_from_running(seq);
+        seq.leaving = true;
+        handed_off_.push_back(seq.req.id);
+        ++handing_off_;
+      }
     }
   }
   ACTORD_CHECK(next_sample == sampled.size());
@@ -780,6 +796,7 @@ void BatchScheduler::fork(Sequence& parent, std::span<const StepSample> samples)
     child.prompt_len = parent.prompt_len;
     child.generated = 1;
     child.arrival = parent.arrival;
+    child.decodes_here = true;
     SequenceUpdate& update = updates_.add(child.req.id, child.prompt_len, child.req.owner);
     update.new_tokens.push_back(sample.token);
     if (sample.logprobs) update.logprobs.push_back(*sample.logprobs);
@@ -830,7 +847,7 @@ HandBack BatchScheduler::take_all() {
   HandBack out;
   std::vector<const Sequence*> live;
   for (const auto& [id, seq] : seqs_)
-    if (!seq.finished) live.push_back(&seq);
+    if (!seq.finished && !seq.leaving) live.push_back(&seq);
   std::sort(live.begin(), live.end(), [](const Sequence* a, const Sequence* b) {
     return a->arrival != b->arrival ? a->arrival < b->arrival : a->req.id < b->req.id;
   });
@@ -866,7 +883,29 @@ HandBack BatchScheduler::take_all() {
   copies_.clear();
   fork_seats_ = 0;
   reserved_ids_.clear();
+  handed_off_.clear();
+  handing_off_ = 0;
   return out;
+}
+
+std::vector<HandOff> BatchScheduler::take_handed_off() {
+  std::vector<HandOff> out;
+  out.reserve(handed_off_.size());
+  for (uint64_t id : handed_off_) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || !it->second.leaving) continue;
+    out.push_back(HandOff{continuation_of(it->second), static_cast<int>(it->second.tokens.size()) - 1});
+  }
+  handed_off_.clear();
+  return out;
+}
+
+void BatchScheduler::release_handed_off(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || !it->second.leaving) return;
+  release(it->second);
+  erase(it->second);
+  --handing_off_;
 }
 
 HandBack BatchScheduler::take_waiting() {
@@ -886,7 +925,7 @@ HandBack BatchScheduler::take_waiting() {
 uint64_t BatchScheduler::outstanding_tokens() const {
   uint64_t total = 0;
   for (const auto& [id, seq] : seqs_) {
-    if (seq.finished) continue;
+    if (seq.finished || seq.leaving) continue;
     total += seq.tokens.size() - std::min<size_t>(seq.tokens.size(), static_cast<size_t>(seq.num_computed));
     total += uint64_t(seq.req.max_tokens - std::min(seq.req.max_tokens, seq.generated)) * seq.req.sampling.n;
   }

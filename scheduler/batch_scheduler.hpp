@@ -44,6 +44,14 @@
 // Drafts need a sequence's last token known, so they are only planned with no step in flight, and no step is
 // planned ahead of one with drafts or of one whose sequences want drafts (each result is probed for a match): text
 // that repeats itself is verified step by step, text that does not keeps planning ahead.
+//
+// Prefill/decode disaggregation (SchedulerLimits::hand_off_prefilled, a replica of role prefill): a sequence of one
+// sample that computes its tokens here is never planned past its first sample; once that sample is back (and
+// reported in the step's updates) and the sequence goes on, it leaves the running list and take_handed_off() gives
+// it as a continuation with its KV positions (every token known but the last). It keeps its blocks, unplanned,
+// until release_handed_off(id): the caller reads its KV out of the worker first. A sequence that arrived with its
+// KV (an import: it was prefilled elsewhere) decodes here, as do requests of n > 1 samples (they fork at their
+// first sample). No drafts are proposed for a sequence that hands off.
 #pragma once
 
 #include <array>
@@ -98,6 +106,9 @@ struct SchedulerLimits {
   std::function<Status(const SamplingOptions&)> check_response_format;
   SpeculativeLimits speculative;
   int num_lora_adapters = 0;  // LoRA adapters the workers serve: requests may name 0 (the base) .. this
+  // Prefill/decode disaggregation (groups[].role: prefill): a sequence that computed its prompt here hands off once
+  // its first token is sampled (take_handed_off) instead of decoding here.
+  bool hand_off_prefilled = false;
 };
 
 struct SequenceRequest {
@@ -235,6 +246,13 @@ struct HandBack {
   std::vector<SequenceUpdate> cancelled;
 };
 
+// A prefilled sequence leaving for a decode replica (take_handed_off): its continuation (resumed: the tokens it
+// generated, reported already) and the positions of its KV the worker holds for it.
+struct HandOff {
+  SequenceRequest continuation;
+  int kv_tokens = 0;
+};
+
 class BatchScheduler {
  public:
   static constexpr int kMaxStepsInFlight = 3;
@@ -285,8 +303,15 @@ class BatchScheduler {
   // be reported), and the scheduler is left empty with every block back in the lease. take_waiting(): a replica
   // drains; the sequences no step carries and not running (never admitted, or preempted) leave, the running ones
   // stay to finish here.
+  // take_all() forgets sequences handed off and not released too (their continuations left with take_handed_off).
   HandBack take_all();
   HandBack take_waiting();
+  // Prefill/decode disaggregation: the sequences that finished their prefill since the last call (see the header
+  // comment), in the order their results came; and, once their KV was read out, their blocks back to the lease
+  // (the worker is told to forget them in the next plan). An unknown id is ignored.
+  std::vector<HandOff> take_handed_off();
+  void release_handed_off(uint64_t id);
+  size_t num_handing_off() const { return handing_off_; }  // handed off and not released
   // Tokens still to compute for the live sequences: prompt (and recompute) tokens not computed yet plus tokens
   // still to generate. O(sequences): for load reports, not per step.
   uint64_t outstanding_tokens() const;
@@ -335,6 +360,10 @@ class BatchScheduler {
     std::unique_ptr<NgramDrafter> drafter;  // speculative decoding: its n-gram index, made at its first draft
     std::vector<int32_t> fed;           // a slice with drafts feeds these: its last token, then the drafts
     bool wants_drafts = false;          // its last slice drafted, or its known tokens end in text seen before
+    // Never hands off (hand_off_prefilled): it arrived with its KV (prefilled elsewhere), or is or was forked from
+    // a request of n > 1 samples.
+    bool decodes_here = false;
+    bool leaving = false;               // handed off: holds its blocks until release_handed_off
   };
   struct Step {
     StepPlan plan;
@@ -378,6 +407,8 @@ class BatchScheduler {
   // most budget - 1 of them; 0 when it gets none.
   int propose_drafts(Sequence& seq, int budget);
   bool may_draft(const Sequence& seq) const;  // whether its sampling and the batch allow drafts
+  // Whether seq hands off after its next sample here (hand_off_prefilled and not decodes_here).
+  bool hands_off(const Sequence& seq) const;
   // Up to max_drafts drafts for seq's known tokens into drafts_ (its n-gram index made at the first look).
   void look_up_drafts(Sequence& seq, int max_drafts);
   // Speculation plans a step ahead only when the newest step in flight has no drafts (its sequences' positions
@@ -435,6 +466,8 @@ class BatchScheduler {
   uint64_t draft_tokens_ = 0;
   uint64_t accepted_drafts_ = 0;
   std::vector<int32_t> drafts_;      // scratch
+  std::vector<uint64_t> handed_off_;  // for take_handed_off
+  size_t handing_off_ = 0;           // sequences leaving and not released
 };
 
 }  // namespace actord

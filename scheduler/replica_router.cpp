@@ -16,11 +16,17 @@ bool ReplicaRouter::contains(uint64_t replica) const {
   return std::any_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; });
 }
 
-void ReplicaRouter::add(uint64_t replica, bool warm_in) {
+void ReplicaRouter::add(uint64_t replica, bool warm_in, ReplicaRole role) {
   if (find(replica)) return;
   auto at = std::lower_bound(replicas_.begin(), replicas_.end(), replica,
                              [](const Replica& r, uint64_t id) { return r.id < id; });
-  replicas_.insert(at, Replica{replica, 0, warm_in && !replicas_.empty() ? kWarmStart : 1.0, 0.0});
+  const bool peers = std::any_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.role == role; });
+  replicas_.insert(at, Replica{replica, 0, warm_in && peers ? kWarmStart : 1.0, 0.0, role});
+}
+
+bool ReplicaRouter::candidate(const Replica& r) const {
+  if (any_role_ || r.role == ReplicaRole::both) return true;
+  return r.role == (phase_ == Phase::prefill ? ReplicaRole::prefill : ReplicaRole::decode);
 }
 
 double ReplicaRouter::weight(uint64_t replica) const {
@@ -51,7 +57,7 @@ uint64_t ReplicaRouter::load(uint64_t replica) const {
 ReplicaRouter::Replica* ReplicaRouter::least_loaded() {
   Replica* best = nullptr;
   for (Replica& r : replicas_)
-    if (!best || r.effective() < best->effective()) best = &r;
+    if (candidate(r) && (!best || r.effective() < best->effective())) best = &r;
   return best;
 }
 
@@ -87,14 +93,19 @@ void ReplicaRouter::remember(uint64_t key, uint64_t replica) {
   }
 }
 
-std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples) {
+std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples,
+                                             Phase phase) {
   if (replicas_.empty()) return std::nullopt;
+  phase_ = phase;
+  any_role_ = false;
+  any_role_ = std::none_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return candidate(r); });
   Replica* chosen = nullptr;
   switch (policy_) {
     case RoutePolicy::round_robin:
       // In turn; a warming replica only when its credit reaches 1 (one always does within 1 / kWarmStart turns).
       while (!chosen) {
-        Replica& r = replicas_[next_++ % replicas_.size()];
+        Replica& r = replicas_[next_[size_t(phase)]++ % replicas_.size()];
+        if (!candidate(r)) continue;
         r.credit += r.weight;
         if (r.credit >= 1.0 - 1e-9) {
           r.credit -= 1.0;
@@ -112,17 +123,21 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
         auto hit = affinity_.find(*key);
         if (hit == affinity_.end()) continue;
         Replica* r = find(hit->second.first);
-        if (!r) continue;  // that replica left
+        if (!r || !candidate(*r)) continue;  // that replica left, or does not serve this phase
         const double load = double(r->load) / r->weight, least_load = double(least->load) / least->weight;
         const bool overloaded = load > least_load + double(kAffinityMinGap) && load > least_load * (1.0 + kAffinitySlack);
         chosen = overloaded ? least : r;
       }
       if (!chosen) chosen = least;
-      for (uint64_t key : keys) remember(key, chosen->id);
+      // A decode replica's cache holds what was moved there, not prompts prefilled: prefixes stay with the others.
+      if (chosen->role != ReplicaRole::decode)
+        for (uint64_t key : keys) remember(key, chosen->id);
       break;
     }
   }
-  chosen->load += prompt.size() + uint64_t(max_tokens) * std::max<uint32_t>(1, samples);
+  // A prefill replica computes the prompt and the first token; the rest is a decode replica's.
+  const bool prefill_only = chosen->role == ReplicaRole::prefill && !any_role_;
+  chosen->load += prompt.size() + (prefill_only ? 1 : uint64_t(max_tokens) * std::max<uint32_t>(1, samples));
   return chosen->id;
 }
 

@@ -14,8 +14,13 @@
 // Warm-in: a replica added with warm_in beside others (a scale-up, a rebuilt or reshaped replica) starts with a weight of
 // kWarmStart and takes that share of what an equal one would: least_tokens and prefix_affinity see its load divided
 // by its weight, round_robin passes it over until its credit (its weight added each turn) reaches 1. Each load
-// report (its scheduler finished sequences: it proves it serves) doubles the weight, up to 1. A replica added to an
-// empty router starts at 1: there is no one else to serve.
+// report (its scheduler finished sequences: it proves it serves) doubles the weight, up to 1. A replica added with
+// no other of its role starts at 1: there is no one else to serve.
+// Roles (prefill/decode disaggregation, groups[].role): each replica has one (ReplicaRole::both unless added with
+// another). A request in its prefill phase (nothing generated yet) goes to replicas of role prefill or both, one in
+// its decode phase (a continuation with generated tokens: handed on after its prefill, or back after a failure) to
+// those of role decode or both; each policy chooses among those. When no replica has a role for the phase, every
+// replica is a candidate (any replica can run either phase). A prefill replica books a request's prompt only.
 #pragma once
 
 #include <cstdint>
@@ -41,15 +46,18 @@ class ReplicaRouter {
 
   static constexpr double kWarmStart = 0.125;
 
-  void add(uint64_t replica, bool warm_in = false);  // takes requests from now on (load 0)
+  enum class Phase { prefill, decode };
+
+  void add(uint64_t replica, bool warm_in = false, ReplicaRole role = ReplicaRole::both);  // takes requests from now on (load 0)
   double weight(uint64_t replica) const;  // its warm-in weight: kWarmStart .. 1 (0 for an unknown one)
   void remove(uint64_t replica);  // takes none from now on
   bool empty() const { return replicas_.empty(); }
   size_t size() const { return replicas_.size(); }
   bool contains(uint64_t replica) const;
 
-  // The replica for a request, or nothing when none takes requests.
-  std::optional<uint64_t> route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples = 1);
+  // The replica for a request in `phase`, or nothing when none takes requests.
+  std::optional<uint64_t> route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples = 1,
+                                Phase phase = Phase::prefill);
   void report_load(uint64_t replica, uint64_t outstanding_tokens);
   uint64_t load(uint64_t replica) const;  // 0 for an unknown one
 
@@ -59,10 +67,13 @@ class ReplicaRouter {
     uint64_t load = 0;
     double weight = 1.0;  // warm-in
     double credit = 0.0;  // round_robin: its weight added each turn
+    ReplicaRole role = ReplicaRole::both;
     double effective() const { return double(load + 1) / weight; }
   };
   Replica* find(uint64_t replica);
+  // Among the candidates of the phase being routed (candidate_).
   Replica* least_loaded();
+  bool candidate(const Replica& r) const;
   // Chained hashes of the prompt's leading full blocks (up to kAffinityBlocks).
   std::vector<uint64_t> prefix_keys(std::span<const int32_t> prompt) const;
   void remember(uint64_t key, uint64_t replica);
@@ -70,7 +81,9 @@ class ReplicaRouter {
   RoutePolicy policy_;
   int block_size_;
   std::vector<Replica> replicas_;  // in id order
-  size_t next_ = 0;                // round_robin
+  size_t next_[2] = {0, 0};        // round_robin: each phase's turn
+  Phase phase_ = Phase::prefill;   // of the request being routed
+  bool any_role_ = false;          // no replica has a role for phase_: all are candidates
   // prefix_affinity: key -> replica, with the keys in least-recently-used order.
   std::list<uint64_t> lru_;
   std::unordered_map<uint64_t, std::pair<uint64_t, std::list<uint64_t>::iterator>> affinity_;

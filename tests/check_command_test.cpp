@@ -53,6 +53,12 @@ TEST_CASE("check passes every bundled topology and prints its plan as a table", 
   // tp1.pp1: layers 3-4, query heads 4-7, KV heads 2-3, vocabulary rows 256-511 (lm_head of the last stage).
   CHECK_THAT(tp2pp2.out, Catch::Contains("main/replica/0/worker/tp1.pp1  local  engine   1        3-4     4-7    2-3"
                                          "       256-511"));
+  const Run pd = run_actord({"check", "configs/pd.yaml"});
+  REQUIRE(pd.exit_code == 0);
+  CHECK_THAT(pd.out, Catch::Contains("group prefill (prefill: hands each prefilled sequence with its KV to a decode "
+                                     "group): 1 replica x tp 1 x pp 1 = 1 rank"));
+  CHECK_THAT(pd.out, Catch::Contains("group decode (decode: takes the sequences prefilled elsewhere)"));
+  CHECK_THAT(pd.out, Catch::Contains("decode/replica/0/worker/tp0.pp0"));
   const Run two = run_actord({"check", "configs/two-node.yaml"});
   CHECK_THAT(two.out, Catch::Contains("placement node:local, node:node-b"));
   const Run drafts = run_actord({"check", "configs/quickstart.yaml", "--set", "speculative.method=ngram"});
@@ -140,11 +146,12 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
     args.insert(args.end(), greedy.begin(), greedy.end());
     return run_actord(args);
   };
-  // tp, pp, replicas and nodes run (the same greedy tokens as one worker); several groups do not yet.
+  // tp, pp, replicas, nodes and several groups run (the same greedy tokens as one worker); several groups on different
+  // devices do not yet.
   const Run single = generate({"configs/quickstart.yaml"});
   REQUIRE(single.exit_code == 0);
   for (const char* file : {"configs/tp2.yaml", "configs/pp2.yaml", "configs/tp2-pp2.yaml", "configs/dp2.yaml",
-                           "configs/dp2-tp2.yaml"}) {
+                           "configs/dp2-tp2.yaml", "configs/pd.yaml"}) {
     const Run parallel = generate({file});
     CHECK(parallel.exit_code == 0);
     CHECK(parallel.out == single.out);
@@ -158,8 +165,16 @@ TEST_CASE("the engine runs tp, pp and dp, and refuses what check plans but it ca
   const auto two_groups = tmp.path() / "two-groups.yaml";
   test::write_file(two_groups, "model: {path: " + test::stories_dir().string() + "}\ngroups: [{name: a}, {name: b}]\n");
   CHECK(run_actord({"check", two_groups.string()}).exit_code == 0);
-  check_refused(generate({two_groups.string()}),
-                two_groups.string() + ": groups: more than one group is not supported yet");
+  const Run two = generate({two_groups.string()});
+  CHECK(two.exit_code == 0);
+  CHECK(two.out == single.out);
+  const auto mixed = tmp.path() / "mixed-devices.yaml";
+  test::write_file(mixed, "model: {path: " + test::stories_dir().string() +
+                              "}\ngroups: [{name: a}, {name: b, device: cuda}]\n");
+  CHECK(run_actord({"check", mixed.string()}).exit_code == 0);
+  check_refused(generate({mixed.string()}), mixed.string() +
+                                                ": groups[1].device: the groups of one engine run on one kind of device "
+                                                "so far (groups[0]: cpu, this one: cuda)");
   // An int8 KV cache runs in a worker of this process, in a worker process and over tp ranks; not on a cuda group.
   const Run int8_kv = generate({"configs/quickstart.yaml", "--set", "engine.kv_cache_dtype=int8"});
   REQUIRE(int8_kv.exit_code == 0);

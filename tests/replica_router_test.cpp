@@ -119,3 +119,61 @@ TEST_CASE("router - warm-in: a replica added beside others takes an eighth of an
     CHECK(got[1] == 36);
   }
 }
+
+TEST_CASE("router - roles: prefill requests go to prefill replicas, decode continuations to decode ones, under "
+          "every policy", "[router][disaggregation]") {
+  using Phase = ReplicaRouter::Phase;
+  CHECK(*replica_role_from_name("prefill") == ReplicaRole::prefill);
+  CHECK(*replica_role_from_name("decode") == ReplicaRole::decode);
+  CHECK(*replica_role_from_name("both") == ReplicaRole::both);
+  auto bad = replica_role_from_name("producer");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("prefill") != std::string::npos);
+  for (RoutePolicy policy : {RoutePolicy::round_robin, RoutePolicy::least_tokens, RoutePolicy::prefix_affinity}) {
+    INFO(route_policy_name(policy));
+    ReplicaRouter r(policy, 4);
+    r.add(0, false, ReplicaRole::prefill);
+    r.add(1, false, ReplicaRole::decode);
+    r.add(2, false, ReplicaRole::decode);
+    r.add(3, false, ReplicaRole::prefill);
+    std::map<uint64_t, int> prefills, decodes;
+    for (int i = 0; i < 40; ++i) {
+      ++prefills[*r.route(prompt(100 * i, 16), 8, 1, Phase::prefill)];
+      ++decodes[*r.route(prompt(100 * i, 17), 7, 1, Phase::decode)];
+    }
+    CHECK(prefills.size() == 2);
+    CHECK(prefills.count(0) + prefills.count(3) == 2);
+    CHECK(decodes.size() == 2);
+    CHECK(decodes.count(1) + decodes.count(2) == 2);
+  }
+}
+
+TEST_CASE("router - roles: a replica of role both serves either phase, and a phase with no replica of its role goes to "
+          "the others", "[router][disaggregation]") {
+  using Phase = ReplicaRouter::Phase;
+  ReplicaRouter r(RoutePolicy::least_tokens, 16);
+  r.add(0, false, ReplicaRole::prefill);
+  // No replica decodes yet: a continuation goes to the prefill replica rather than waiting.
+  CHECK(r.route(prompt(0, 8), 8, 1, Phase::decode) == 0u);
+  r.add(5, false, ReplicaRole::both);
+  r.report_load(0, 0);
+  r.report_load(5, 0);
+  CHECK(r.route(prompt(0, 8), 8, 1, Phase::decode) == 5u);  // the only one that decodes
+  r.report_load(5, 1000);
+  CHECK(r.route(prompt(0, 8), 8, 1, Phase::prefill) == 0u);  // least loaded of both prefill-capable ones
+  // A prefill replica books the prompt and the first token only; the rest is a decode replica's.
+  r.report_load(0, 0);
+  REQUIRE(r.route(prompt(0, 8), 100, 1, Phase::prefill) == 0u);
+  CHECK(r.load(0) == 9);
+  r.remove(5);
+  CHECK(r.route(prompt(0, 8), 8, 1, Phase::decode) == 0u);
+}
+
+TEST_CASE("router - roles: warm-in counts only peers of the same role", "[router][disaggregation]") {
+  ReplicaRouter r(RoutePolicy::least_tokens, 16);
+  r.add(0, true, ReplicaRole::prefill);
+  r.add(1, true, ReplicaRole::decode);  // the first decode replica: nobody else decodes
+  CHECK(r.weight(1) == 1.0);
+  r.add(2, true, ReplicaRole::decode);
+  CHECK(r.weight(2) == ReplicaRouter::kWarmStart);
+}

@@ -90,8 +90,8 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
   auto tokenizer = f.sys->spawn(recorder, tok_log, 0);
   auto router = spawn_router(*f.sys, RoutePolicy::least_tokens, 16);
 
-  caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false);
-  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false);
+  caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
   caf::send_as(tokenizer, router, submit_atom::value, submit(1, 100, 100));  // to replica 0 (tie: lowest id)
   caf::send_as(tokenizer, router, submit_atom::value, submit(2, 10, 10));    // to replica 1: less booked
   caf::send_as(tokenizer, router, submit_atom::value, submit(3, 10, 10));    // replica 1 again (20 < 200)
@@ -120,7 +120,7 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
   CHECK(tok_log->at(0).id == 5);
   CHECK(tok_log->at(0).finish == "cancelled");
   // A replica joins again: the waiting request goes there.
-  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false);
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
   f.sched->run();
   CHECK(s1_log->back().what == "submit");
   CHECK(s1_log->back().id == 6);

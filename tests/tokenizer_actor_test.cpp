@@ -79,7 +79,7 @@ router_actor::behavior_type router_impl(router_actor::pointer self, std::shared_
         logs->router.push_back({"cancel", r.root<wire::CancelRequest>().getRequestId(), {}, {},
                                 caf::actor_cast<caf::actor_addr>(self->current_sender())});
       },
-      [=](join_atom, uint64_t, const caf::actor&, bool) {},
+      [=](join_atom, uint64_t, const caf::actor&, bool, uint32_t) {},
       [=](leave_atom, const caf::actor&) { return true; },
       [=](load_atom, uint64_t) {},
       [=](stats_atom, const wire_msg& m) { return m; },

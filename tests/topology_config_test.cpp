@@ -263,7 +263,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{shards: {}}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].shards: unknown key (known keys: afd, cpu_isa, device, ep, eplb_step_interval, link, micro_batches, name, num_redundant_experts, "
-                               "oversubscribe, placement, pp, replicas, router, tbo, threads, tp)"));
+                               "oversubscribe, placement, pp, replicas, role, router, tbo, threads, tp)"));
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
              Catch::EndsWith("groups[0].afd.attention: must be a mapping with workers (and tp)"));
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: 3}]\n"),

@@ -101,8 +101,11 @@ int run_status(const AdminArgs& args) {
               j["replicas"].size(), j.value("replacements", 0),
               !change.empty() ? (", changing: " + change).c_str() : j.value("scaling", false) ? ", scaling" : "");
   for (const auto& r : j["replicas"]) {
-    std::printf("  replica/%d  %-10s %s, incarnation %d\n", r.value("index", 0), r.value("state", std::string()).c_str(),
-                r.value("shape", std::string()).c_str(), r.value("incarnation", 0));
+    const std::string role = r.value("role", std::string("both"));
+    std::printf("  replica/%d  %-10s group %s%s, %s, incarnation %d\n", r.value("index", 0),
+                r.value("state", std::string()).c_str(), r.value("group", std::string()).c_str(),
+                role == "both" || role.empty() ? "" : (" (" + role + ")").c_str(), r.value("shape", std::string()).c_str(),
+                r.value("incarnation", 0));
     const auto& ranks = r["ranks"];
     const auto& pids = r["pids"];
     const json nodes = r.value("nodes", json::array());

@@ -103,8 +103,12 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
         : g.lanes == 1 ? ", experts over ep " + std::to_string(g.ep) + " (the tp ranks)"
                        : ", experts over ep " + std::to_string(g.ep) + " (" + std::to_string(g.lanes) +
                              " attention data parallel lanes of tp " + std::to_string(g.tp) + ", each its own KV pool)";
-    std::printf("\ngroup %s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s\n",
-                g.name.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.ffn_workers > 0 ? "(" : "",
+    const std::string role =
+        section.role == ReplicaRole::prefill  ? " (prefill: hands each prefilled sequence with its KV to a decode group)"
+        : section.role == ReplicaRole::decode ? " (decode: takes the sequences prefilled elsewhere)"
+                                              : "";
+    std::printf("\ngroup %s%s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s\n",
+                g.name.c_str(), role.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.ffn_workers > 0 ? "(" : "",
                 g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp,
                 g.ffn_workers > 0 ? (" + " + std::to_string(g.ffn_workers) + " FFN)").c_str() : "", g.ranks.size(),
                 g.ranks.size() == 1 ? "" : "s", experts.c_str(),
@@ -209,6 +213,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                            {"ffn_workers", g.ffn_workers},
                            {"pp", g.pp},
                            {"device", section.device},
+                           {"role", replica_role_name(section.role)},
                            {"placement", placement_name(section.placement)},
                            {"placement_nodes", section.placement_nodes},
                            {"kv_replication", g.kv_replication},

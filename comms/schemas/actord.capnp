@@ -373,6 +373,8 @@ struct ReplicaStatus {
   lastFailure @5 :Text;          # why it was last rebuilt
   shape @6 :Text;                # how it is laid out ("tp2 pp1, processes", "afd 1:2, processes")
   nodes @7 :List(Text);          # the node of each rank, "" for the engine's machine
+  group @8 :Text;                # its group's name
+  role @9 :Text;                 # its group's role: both | prefill | decode
 }
 
 # ZeroMQ envelope ------------------------------------------------------------------------------------------------
@@ -465,10 +467,11 @@ struct SchedulerStats {
   expertTokens @31 :List(UInt64);  # [layer * numExperts + expert]: tokens routed to it, summed over steps
   eplbRebalances @32 :UInt64;      # EPLB placements sent to the ranks
   expertPlacement @33 :List(Int32);  # EPLB: the placement the ranks have now ([layer][slot]); empty when off
-  kvMovesOut @34 :UInt64;          # sequences a reshape sent on with their KV
+  kvMovesOut @34 :UInt64;          # sequences sent on with their KV (a reshape, a prefill hand-off)
   kvMovesIn @35 :UInt64;           # continuations that arrived with their KV
   draftTokens @36 :UInt64;         # speculative decoding: draft tokens verified
   acceptedDraftTokens @37 :UInt64; # of which the samples confirmed (kept)
+  prefillHandoffs @38 :UInt64;     # prefill/decode disaggregation: prefilled sequences sent on to decode elsewhere
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
