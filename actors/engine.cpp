@@ -297,6 +297,9 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
     g.rank_threads = std::move(sizings[gi].rank_threads);
     g.rank_agents = std::move(sizings[gi].rank_agents);
     g.limits.hand_off_prefilled = topology.groups[gi].role == ReplicaRole::prefill;
+    // A prefill replica's steps are long and compute-bound, and a sequence's KV can only be read out between two of
+    // them: planned ahead, the next step would already be queued at the worker and the hand-off would wait for it.
+    if (g.limits.hand_off_prefilled) g.limits.plan_ahead = false;
   }
 
   impl->system = std::make_unique<caf::actor_system>(impl->caf_config);

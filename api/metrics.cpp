@@ -93,6 +93,11 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
            double(stats->prefix_hit_blocks));
     metric("actord_prefix_cache_blocks", "gauge", "Blocks in the prefix cache.", double(stats->prefix_cached_blocks));
     metric("actord_scheduler_steps_total", "counter", "Steps executed.", double(stats->steps));
+    metric("actord_prefill_handoffs_total", "counter",
+           "Prefill/decode disaggregation: prefilled sequences handed on to a decode replica.",
+           double(stats->prefill_handoffs));
+    metric("actord_kv_transfers_total", "counter",
+           "Sequences whose KV moved to another replica (prefill hand-offs, reshapes).", double(stats->kv_moves_out));
     if (stats->num_experts > 0) {  // MoE layers: a window's load is the difference of two scrapes (rate())
       out << "# HELP actord_expert_tokens_total Tokens routed to each expert of each MoE layer.\n"
              "# TYPE actord_expert_tokens_total counter\n";

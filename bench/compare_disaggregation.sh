@@ -5,7 +5,9 @@
 # decode, THREADS threads each), and llama-server (-t 2, SLOTS slots) on a GGUF of the same weights. Each is loaded
 # by `actord bench serve` with Poisson arrivals (RATE requests/s) of random prompts of INPUT tokens (+-50%) and
 # OUTPUT tokens each: the decoding sequences meet long prompts arriving, which a colocated replica computes in the
-# steps they decode in. Prints per server and round: output tok/s, TTFT and ITL p50 / p99 (ms), as clients saw them.
+# steps they decode in. Prints per server and round: output tok/s, TTFT p50 / p99 and ITL p50 / p90 / p99 / p99.9 /
+# max (ms), as the clients saw them.
+# SERVERS (default "pd dp2 llama") picks which run.
 # Usage: [ROUNDS=2] [RATE=1.5] [NUM=48] [INPUT=512] [OUTPUT=64] [THREADS=1] [SLOTS=8] \
 #        bench/compare_disaggregation.sh MODEL GGUF LLAMA_CPP_BIN_DIR [ACTORD]
 set -euo pipefail
@@ -27,8 +29,10 @@ load() {  # $1: label
     --input-len "$input" --output-len "$output" --random-range-ratio 0.5 --warmup 2 --seed 7 --json 2>/dev/null |
     python3 -c 'import json, sys
 j = json.load(sys.stdin)
-print("round %s %-26s output %7.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %6.1f p99 %7.1f ms" % (sys.argv[1], sys.argv[2],
-      j["output_tokens_per_s"], j["ttft_ms"]["median"], j["ttft_ms"]["p99"], j["itl_ms"]["median"], j["itl_ms"]["p99"]))' "$round" "$1"
+t, i = j["ttft_ms"], j["itl_ms"]
+print("round %s %-26s output %6.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %5.1f p90 %5.1f p99 %6.1f p99.9 %6.1f max %6.1f ms"
+      % (sys.argv[1], sys.argv[2], j["output_tokens_per_s"], t["median"], t["p99"], i["median"], i["p90"], i["p99"],
+         i["p999"], i["max"]))' "$round" "$1"
 }
 actord_server() {  # $1: config, $2: label
   local sets=(--set "engine.kv_cache_memory=512MiB" --set "engine.max_num_seqs=64")
@@ -42,13 +46,18 @@ actord_server() {  # $1: config, $2: label
 }
 echo "$(basename "$model"): ${rate} req/s, $num prompts of $input (+-50%) tokens, $output out; actord $threads thread(s) per worker, llama-server -t 2 -np $slots"
 for round in $(seq "$rounds"); do
-  actord_server pd.yaml "actord pd (1 prefill+1 decode)"
-  actord_server dp2.yaml "actord dp2 (colocated)"
-  LD_LIBRARY_PATH="$bin" "$bin/llama-server" -m "$gguf" -t 2 -np "$slots" -c $((slots * (input * 3 / 2 + output + 16))) \
-    --port "$port" >"$log.server" 2>&1 &
-  pid=$!
-  wait_up
-  load "llama-server (-np $slots)"
-  stop
+  for server in ${SERVERS:-pd dp2 llama}; do
+    case $server in
+      pd) actord_server pd.yaml "actord pd (1 prefill+1 decode)" ;;
+      dp2) actord_server dp2.yaml "actord dp2 (colocated)" ;;
+      llama)
+        LD_LIBRARY_PATH="$bin" "$bin/llama-server" -m "$gguf" -t 2 -np "$slots" \
+          -c $((slots * (input * 3 / 2 + output + 16))) --port "$port" >"$log.server" 2>&1 &
+        pid=$!
+        wait_up
+        load "llama-server (-np $slots)"
+        stop ;;
+    esac
+  done
 done
 rm -f "$log.server"

@@ -27,9 +27,12 @@ struct ServeProcess {
   int port = 0;
   std::string url;
 };
-ServeProcess start_serve(const std::string& config, const std::filesystem::path& dir) {
+ServeProcess start_serve(const std::string& config, const std::filesystem::path& dir,
+                         const std::vector<std::string>& extra = {}) {
   ServeProcess serve;
-  serve.pid = test::start_actord({"serve", config, "--port", "0"}, dir);
+  std::vector<std::string> args = {"serve", config, "--port", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  serve.pid = test::start_actord(args, dir);
   REQUIRE(serve.pid > 0);
   REQUIRE(test::eventually([&] {
     std::ifstream in(dir / "out");
@@ -98,6 +101,46 @@ TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resiz
   int code = 0;
   REQUIRE(test::eventually([&] { return waitpid(pid, &code, WNOHANG) == pid; }, std::chrono::seconds(30)));
   CHECK(WIFEXITED(code));
+  CHECK(test::worker_processes_of(pid).empty());
+}
+
+TEST_CASE("a prefill group and a decode group serve - status shows their roles, each scales by name, metrics count "
+          "the hand-offs", "[serve][process][disaggregation]") {
+  test::TempDir tmp;
+  const auto [pid, port, url] =
+      start_serve("configs/pd.yaml", tmp.path(), {"--set", "groups[1].oversubscribe=true"});
+  check_greedy_completion(port);
+  auto status = test::run_actord({"status", "--url", url});
+  CHECK(status.exit_code == 0);
+  CHECK_THAT(status.out, Catch::Contains("group prefill (prefill), tp1 pp1") &&
+                             Catch::Contains("group decode (decode), tp1 pp1"));
+  CHECK_THAT(call(port, "GET", "/metrics").body, Catch::Contains("actord_prefill_handoffs_total") &&
+                                                     Catch::Contains("actord_kv_transfers_total"));
+  auto fleet = json::parse(call(port, "GET", "/admin/fleet").body);
+  REQUIRE(fleet["replicas"].size() == 2);
+  CHECK(fleet["replicas"][0]["role"] == "prefill");
+  CHECK(fleet["replicas"][1]["role"] == "decode");
+  // Several groups: the group must be named.
+  auto unnamed = call(port, "POST", "/admin/scale", R"({"replicas": 2})");
+  CHECK(unnamed.status == 400);
+  CHECK_THAT(unnamed.body, Catch::Contains("group: required") && Catch::Contains("prefill, decode"));
+  auto up = test::run_actord({"scale", "--url", url, "--group", "decode", "--replicas", "2"});
+  CHECK(up.exit_code == 0);
+  CHECK_THAT(up.out, Catch::Contains("group decode: 2 replicas"));
+  CHECK(test::worker_processes_of(pid).size() == 3);
+  for (int i = 0; i < 4; ++i) check_greedy_completion(port);
+  // Each of the 5 completions (8 tokens) was prefilled on the prefill replica and went on with its KV.
+  const std::string metrics = call(port, "GET", "/metrics").body;
+  for (const char* name : {"actord_prefill_handoffs_total{", "actord_kv_transfers_total{"}) {
+    INFO(metrics);
+    const size_t at = metrics.find(name);
+    REQUIRE(at != std::string::npos);
+    const size_t value = metrics.find("} ", at);
+    CHECK(std::stod(metrics.substr(value + 2)) == 5);
+  }
+  kill(pid, SIGTERM);
+  int code = 0;
+  REQUIRE(test::eventually([&] { return waitpid(pid, &code, WNOHANG) == pid; }, std::chrono::seconds(30)));
   CHECK(test::worker_processes_of(pid).empty());
 }
 

@@ -7,6 +7,7 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -35,8 +36,9 @@ json summary_ms(const std::vector<double>& seconds) {
   double sum = 0;
   for (double s : seconds) sum += s;
   const double mean = seconds.empty() ? 0 : sum / double(seconds.size());
+  const double max = seconds.empty() ? 0 : *std::max_element(seconds.begin(), seconds.end());
   return {{"mean", mean * 1e3}, {"median", percentile(seconds, 50) * 1e3}, {"p90", percentile(seconds, 90) * 1e3},
-          {"p99", percentile(seconds, 99) * 1e3}};
+          {"p99", percentile(seconds, 99) * 1e3}, {"p999", percentile(seconds, 99.9) * 1e3}, {"max", max * 1e3}};
 }
 
 // One streaming request: the arrival time of its first byte of content and of every chunk.
