@@ -108,7 +108,8 @@ TEST_CASE("a prefill group and a decode group serve - status shows their roles, 
           "the hand-offs", "[serve][process][disaggregation]") {
   test::TempDir tmp;
   const auto [pid, port, url] =
-      start_serve("configs/pd.yaml", tmp.path(), {"--set", "groups[1].oversubscribe=true"});
+      start_serve("configs/pd.yaml", tmp.path(),
+                  {"--set", "groups[0].oversubscribe=true", "--set", "groups[1].oversubscribe=true"});
   check_greedy_completion(port);
   auto status = test::run_actord({"status", "--url", url});
   CHECK(status.exit_code == 0);
@@ -125,6 +126,7 @@ TEST_CASE("a prefill group and a decode group serve - status shows their roles, 
   CHECK(unnamed.status == 400);
   CHECK_THAT(unnamed.body, Catch::Contains("group: required") && Catch::Contains("prefill, decode"));
   auto up = test::run_actord({"scale", "--url", url, "--group", "decode", "--replicas", "2"});
+  INFO(up.err);
   CHECK(up.exit_code == 0);
   CHECK_THAT(up.out, Catch::Contains("group decode: 2 replicas"));
   CHECK(test::worker_processes_of(pid).size() == 3);
