@@ -70,18 +70,12 @@ wire_msg submit_message(const GenerateRequest& req, uint64_t id) {
   }, static_cast<unsigned>(words));
 }
 
-Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi);
-
-// What the topology may describe but the engine cannot run yet (actord check plans it). The error names the key.
-Status refuse_unbuilt(const TopologyConfig& topology) {
-  for (size_t i = 0; i < topology.groups.size(); ++i)
-    ACTORD_TRY_STATUS(refuse_unbuilt_group(topology, i));
-  return {};
-}
-
+// What group `gi` of the topology may describe but the engine cannot run yet (actord check plans it). The error
+// names the key.
 Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
   const GroupSection& group = topology.groups[gi];
-  const std::string at = topology.source.string() + ": groups[" + std::to_string(gi) + "]";
+  const std::string path = "groups[" + std::to_string(gi) + "]";
+  const std::string at = topology.source.string() + ": " + path;
   if (gi > 0 && group.device != topology.groups[0].device)
     return make_error(Errc::unsupported, at + ".device: the groups of one engine run on one kind of device so far (groups[0]: " +
                                              topology.groups[0].device + ", this one: " + group.device + ")");
@@ -91,8 +85,7 @@ Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
     return make_error(Errc::unsupported, at + ".tbo: two-batch overlap runs on CPU ranks only so far (device: cuda)");
   if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")
     return make_error(Errc::unsupported, topology.source.string() + ": engine.kv_cache_dtype: int8 runs on CPU ranks "
-                                                                    "only so far (" + at.substr(at.rfind(' ') + 1) +
-                                             ".device: cuda)");
+                                                                    "only so far (" + path + ".device: cuda)");
   if (group.device == "cuda") {
     const std::string key = at + ".device: cuda: ";
     // A worker on another node looks for its own GPU; one on this machine needs one here, and the ranks of one
@@ -108,6 +101,12 @@ Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
   }
   return {};
 }
+
+Status refuse_unbuilt(const TopologyConfig& topology) {
+  for (size_t i = 0; i < topology.groups.size(); ++i) ACTORD_TRY_STATUS(refuse_unbuilt_group(topology, i));
+  return {};
+}
+
 // What the engine resolves for group `gi` of `topology` on this machine: its replicas' KV blocks, the memory the
 // local ranks of every group ask for, each of its ranks' threads and (placed on nodes) each rank's agent. A lone
 // worker holds the whole model (`whole_weight_bytes`); ranks of a larger group, or of several groups, their shards,
