@@ -72,6 +72,27 @@ std::string node_named(const TopologyConfig& topology, const std::string& agent)
   return agent;
 }
 
+// The CPU threads rank `rank` of a replica of p's group computes with (its plan's, else the group's threads).
+int threads_of_rank(const CoordinatorParams& p, int rank) {
+  return size_t(rank) < p.rank_threads.size() ? p.rank_threads[size_t(rank)] : p.group().threads;
+}
+
+// A rank's CPU slot in its replica: the rank itself, or its first stage's rank (lane-major, then stage, then tp
+// rank): a tp rank's stages take turns on one set of CPUs. FFN ranks (AFD) have their own.
+int cpu_slot_of(const GroupSection& g, int rank) {
+  if (rank >= g.tp * g.pp * g.lanes()) return rank;
+  const int k = rank % g.tp, lane = rank / (g.tp * g.pp);
+  return lane * g.tp * g.pp + k;
+}
+
+// The threads a replica of p's group computes with at once on this machine: each CPU slot's, of the ranks `here`.
+int64_t replica_thread_demand(const CoordinatorParams& p, const std::function<bool(int)>& here) {
+  int64_t demand = 0;
+  for (int rank = 0; rank < p.group().ranks_per_replica(); ++rank)
+    if (cpu_slot_of(p.group(), rank) == rank && here(rank)) demand += std::max(threads_of_rank(p, rank), 0);
+  return demand;
+}
+
 // engine.cpu_binding: the CPUs of each of replica r's worker processes on this machine (r.rank_cpus), taken from
 // the coordinator's allocator: a tp rank's stages share a set (they take turns), each lane's tp rank and each FFN
 // rank has its own, of as many CPUs as its threads. A rank with threads 0 (every core), or for which too few CPUs
@@ -81,41 +102,22 @@ void bind_replica_cpus(self_ptr self, Replica& r, const std::function<std::strin
   auto& st = self->state;
   const CoordinatorParams& p = *r.params;
   const GroupSection& group = p.group();
-  const int tp = group.tp, pp = group.pp, n_ranks = group.ranks_per_replica();
-  const int attention = tp * pp * group.lanes();
+  const int n_ranks = group.ranks_per_replica();
   r.rank_cpus.assign(static_cast<size_t>(n_ranks), {});
   const std::string& mode = p.topology.engine.cpu_binding;
   if (!agent_at || mode == "none") return;
-  auto threads_of = [&](int rank) {
-    return size_t(rank) < p.rank_threads.size() ? p.rank_threads[size_t(rank)] : group.threads;
-  };
-  // A rank's slot: the rank itself, or its first stage's rank (lane-major, then stage, then tp rank).
-  auto slot_of = [&](int rank) {
-    if (rank >= attention) return rank;
-    const int k = rank % tp, lane = rank / (tp * pp);
-    return lane * tp * pp + k;
-  };
-  int demand = 0;
-  for (int rank = 0; rank < n_ranks; ++rank)
-    if (slot_of(rank) == rank && agent_at(rank).empty()) demand += std::max(threads_of(rank), 0);
-  // Auto: only when the ranks of every group here ask for exactly the machine.
-  int64_t others = 0;
-  for (const CoordinatorParams& g : st.groups) {
-    if (g.group_index == p.group_index || g.group().placement == Placement::node) continue;
-    int64_t per_replica = 0;
-    for (int rank = 0; rank < g.group().ranks_per_replica(); ++rank) {
-      const int t = size_t(rank) < g.rank_threads.size() ? g.rank_threads[size_t(rank)] : g.group().threads;
-      const int tpg = g.group().tp, ppg = g.group().pp;
-      const bool first_stage = rank >= tpg * ppg * g.group().lanes() || rank / tpg % ppg == 0;
-      if (first_stage) per_replica += std::max(t, 0);
-    }
-    others += per_replica * g.group().replicas;
-  }
-  if (mode == "auto" && int64_t(demand) * group.replicas + others != int64_t(st.cpus.size())) return;
+  // Auto: only when the ranks of every group here ask for exactly the machine (the other groups here are wholly
+  // on this machine: only the first group may be placed on nodes).
+  int64_t demand = replica_thread_demand(p, [&](int rank) { return agent_at(rank).empty(); }) * group.replicas;
+  for (const CoordinatorParams& g : st.groups)
+    if (g.group_index != p.group_index && g.group().placement != Placement::node)
+      demand += replica_thread_demand(g, [](int) { return true; }) * g.group().replicas;
+  if (mode == "auto" && demand != int64_t(st.cpus.size())) return;
   for (int rank = 0; rank < n_ranks; ++rank) {
-    if (!agent_at(rank).empty() || threads_of(rank) < 1 || threads_of(rank) >= st.cpus.size()) continue;
-    const int slot = slot_of(rank);
-    r.rank_cpus[size_t(rank)] = slot == rank ? st.cpus.take(threads_of(rank)) : r.rank_cpus[size_t(slot)];
+    const int threads = threads_of_rank(p, rank);
+    if (!agent_at(rank).empty() || threads < 1 || threads >= st.cpus.size()) continue;
+    const int slot = cpu_slot_of(group, rank);
+    r.rank_cpus[size_t(rank)] = slot == rank ? st.cpus.take(threads) : r.rank_cpus[size_t(slot)];
   }
 }
 

@@ -1,5 +1,9 @@
-// Sequences leaving a replica that a reshape replaces, and arriving at another, with their KV (actors/kv_move.hpp):
-// the scheduler's side of engine.reshape_kv: move.
+// Sequences leaving a replica with their KV and arriving at another (actors/kv_move.hpp): the scheduler's side of
+// engine.reshape_kv: move (a replica replaced by a reshape) and of a prefill replica's hand-offs to decode replicas.
+#include <functional>
+#include <memory>
+#include <optional>
+
 #include <spdlog/spdlog.h>
 
 #include "actors/kv_move.hpp"
@@ -27,19 +31,49 @@ void hand_back_imports(self_ptr self) {
   st.importing.clear();
 }
 
+namespace {
+
+// Reads sequence `id`'s first `tokens` KV positions out of the lane's KV ranks (ExportKv to each: its stage's
+// layers, its KV heads) and calls `done` with them gathered into the whole model's blocks (actors/kv_move.hpp), or
+// with nothing when a rank failed or did not answer within kKvMoveTimeout (the sequence is recomputed where it goes).
+void read_kv(self_ptr self, const Lane& lane, uint64_t id, int tokens,
+             std::function<void(std::optional<wire_msg>)> done) {
+  struct Reading {
+    std::vector<wire_msg> exports;  // one per KV rank of the lane
+    size_t left = 0;
+    std::function<void(std::optional<wire_msg>)> done;
+  };
+  auto reading = std::make_shared<Reading>();
+  reading->exports.resize(1 + lane.followers.size());
+  reading->left = reading->exports.size();
+  reading->done = std::move(done);
+  const wire_msg request = export_request(id, tokens);
+  auto ask = [&](const worker_actor& rank, size_t slot) {
+    auto got = [reading, slot](wire_msg reply) {
+      reading->exports[slot] = std::move(reply);
+      if (--reading->left == 0) reading->done(gather_kv(reading->exports));
+    };
+    self->request(rank, kKvMoveTimeout, export_kv_atom::value, request)
+        .then([=](wire_msg& reply) { got(std::move(reply)); },
+              [=](const caf::error&) { got(wire_msg{}); });  // gather_kv refuses an empty message
+  };
+  ask(lane.worker, 0);
+  for (size_t f = 0; f < lane.followers.size(); ++f) ask(lane.followers[f], f + 1);
+}
+
+}  // namespace
+
 // A reshape replaces this replica: every sequence goes back to the router, as a continuation; with move_kv each
-// one whose KV can move takes it along (its lane's KV ranks export their shards, gathered into the whole model's
-// blocks: actors/kv_move.hpp), in the order they arrived. `rp` is answered once all went.
+// one whose KV can move takes it along (read_kv), in the order they arrived. `rp` is answered once all went.
 void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
   auto& st = self->state;
   struct Leaving {
     SequenceRequest request;
-    std::vector<wire_msg> exports;  // one per KV rank of its lane (empty: it is recomputed)
-    size_t left = 0;
+    std::optional<wire_msg> kv;  // none: it is recomputed
   };
   struct Migration {
     std::vector<Leaving> seqs;
-    size_t left = 0;  // sequences with exports still to come
+    size_t left = 0;  // sequences whose KV is still being read
     caf::typed_response_promise<bool> rp;
   };
   hand_back_imports(self);  // those still importing go on with the KV they came with
@@ -50,27 +84,18 @@ void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
     auto& s = self->state;
     size_t moved = 0;
     for (Leaving& leaving : m->seqs) {
-      std::optional<wire_msg> kv;
-      if (!leaving.exports.empty()) kv = gather_kv(leaving.exports);
-      if (kv) {
+      if (leaving.kv) {
         ++s.stats.kv_moves_out;
         ++moved;
       }
       self->send(s.router, requeue_atom::value, s.submitters[leaving.request.owner],
-           encode_submit(leaving.request, kv ? &*kv : nullptr));
+                 encode_submit(leaving.request, leaving.kv ? &*leaving.kv : nullptr));
     }
     spdlog::info("{}: replaced: {} sequences go on elsewhere, {} with their KV", s.actor_name, m->seqs.size(), moved);
     requeue_pending(self);
     end_drain(s);
     m->rp.deliver(true);
   };
-  struct Ask {
-    size_t seq;
-    worker_actor rank;
-    size_t slot;
-    wire_msg request;
-  };
-  std::vector<Ask> asks;
   for (const auto& lane : st.lanes) {
     std::unordered_map<uint64_t, int> movable;
     if (st.move_kv)
@@ -81,28 +106,16 @@ void migrate_all(self_ptr self, caf::typed_response_promise<bool> rp) {
       st.arrivals.erase(req.id);
       const size_t at = m->seqs.size();
       auto it = movable.find(req.id);
-      m->seqs.push_back(Leaving{std::move(req), {}, 0});
+      m->seqs.push_back(Leaving{std::move(req), std::nullopt});
       if (it == movable.end() || it->second <= 0) continue;
-      Leaving& leaving = m->seqs.back();
-      leaving.exports.resize(1 + lane->followers.size());
-      leaving.left = leaving.exports.size();
-      ++m->left;
-      const wire_msg request = export_request(it->first, it->second);
-      asks.push_back(Ask{at, lane->worker, 0, request});
-      for (size_t f = 0; f < lane->followers.size(); ++f) asks.push_back(Ask{at, lane->followers[f], f + 1, request});
+      ++m->left;  // the answers come in later activations, once every read is counted
+      read_kv(self, *lane, it->first, it->second, [m, finish, at](std::optional<wire_msg> kv) {
+        m->seqs[at].kv = std::move(kv);
+        if (--m->left == 0) finish();
+      });
     }
   }
-  if (m->left == 0) return finish();
-  for (Ask& ask : asks) {
-    auto got = [m, finish, seq = ask.seq, slot = ask.slot](wire_msg reply) {
-      Leaving& leaving = m->seqs[seq];
-      leaving.exports[slot] = std::move(reply);
-      if (--leaving.left == 0 && --m->left == 0) finish();
-    };
-    self->request(ask.rank, kKvMoveTimeout, export_kv_atom::value, std::move(ask.request))
-        .then([=](wire_msg& reply) { got(std::move(reply)); },
-              [=](const caf::error&) { got(wire_msg{}); });  // gather_kv refuses an empty message: recomputed
-  }
+  if (m->left == 0) finish();
 }
 
 // Sends the lane's KV ranks the continuation's KV for `blocks`; it joins the batcher when all wrote it (or, if one
@@ -169,15 +182,11 @@ void hand_off_prefilled(self_ptr self, Lane& lane) {
     auto leaving = std::make_shared<HandOffInFlight>();
     leaving->request = std::move(h.continuation);
     leaving->lane = &lane;  // lanes live as long as the actor
-    leaving->exports.resize(1 + lane.followers.size());
-    leaving->left = leaving->exports.size();
     st.handing_off.emplace(id, leaving);
-    auto got = [self, leaving](size_t slot, wire_msg reply) {
-      leaving->exports[slot] = std::move(reply);
-      if (--leaving->left > 0 || leaving->sent) return;
+    read_kv(self, lane, id, h.kv_tokens, [self, leaving](std::optional<wire_msg> kv) {
+      if (leaving->sent) return;  // flush_hand_offs sent it on already
       auto& s = self->state;
       leaving->sent = true;
-      std::optional<wire_msg> kv = gather_kv(leaving->exports);
       ++s.stats.prefill_handoffs;
       if (kv) ++s.stats.kv_moves_out;
       const uint64_t id = leaving->request.id;
@@ -188,15 +197,7 @@ void hand_off_prefilled(self_ptr self, Lane& lane) {
       tend_lease(self, *leaving->lane);
       maybe_step(self);
       report_load(self);  // answers a drain once nothing is left
-    };
-    const wire_msg request = export_request(id, h.kv_tokens);
-    auto ask = [&](const worker_actor& rank, size_t slot) {
-      self->request(rank, kKvMoveTimeout, export_kv_atom::value, request)
-          .then([=](wire_msg& reply) { got(slot, std::move(reply)); },
-                [=](const caf::error&) { got(slot, wire_msg{}); });  // gather_kv refuses it: recomputed there
-    };
-    ask(lane.worker, 0);
-    for (size_t f = 0; f < lane.followers.size(); ++f) ask(lane.followers[f], f + 1);
+    });
   }
 }
 

@@ -60,13 +60,11 @@ struct Import {
   bool handed_back = false;          // this replica went (lost, migrated) meanwhile: it went back to the router
 };
 
-// A prefilled sequence on its way to a decode replica (hand_off_prefilled): its lane's KV ranks export their shards.
+// A prefilled sequence on its way to a decode replica (hand_off_prefilled) while its KV is read out.
 struct HandOffInFlight {
   SequenceRequest request;
   Lane* lane = nullptr;
-  std::vector<wire_msg> exports;  // one per KV rank of the lane
-  size_t left = 0;                // exports still to come
-  bool sent = false;              // its continuation went to the router (without KV if the replica went first)
+  bool sent = false;  // its continuation went to the router (without KV if the replica went first)
 };
 
 struct scheduler_state {

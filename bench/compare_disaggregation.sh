@@ -34,10 +34,9 @@ print("round %s %-26s output %6.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %
       % (sys.argv[1], sys.argv[2], j["output_tokens_per_s"], t["median"], t["p99"], i["median"], i["p90"], i["p99"],
          i["p999"], i["max"]))' "$round" "$1"
 }
-actord_server() {  # $1: config, $2: label
+actord_server() {  # $1: config, $2: label, $3: its groups' indices
   local sets=(--set "engine.kv_cache_memory=512MiB" --set "engine.max_num_seqs=64")
-  for g in 0 1; do sets+=(--set "groups[$g].threads=$threads"); done
-  [ "$1" = dp2.yaml ] && sets=(--set "engine.kv_cache_memory=512MiB" --set "engine.max_num_seqs=64" --set "groups[0].threads=$threads")
+  for g in $3; do sets+=(--set "groups[$g].threads=$threads"); done
   "$actord" serve "$configs/$1" --model "$model" --port "$port" "${sets[@]}" >"$log.server" 2>&1 &
   pid=$!
   wait_up
@@ -48,8 +47,8 @@ echo "$(basename "$model"): ${rate} req/s, $num prompts of $input (+-50%) tokens
 for round in $(seq "$rounds"); do
   for server in ${SERVERS:-pd dp2 llama}; do
     case $server in
-      pd) actord_server pd.yaml "actord pd (1 prefill+1 decode)" ;;
-      dp2) actord_server dp2.yaml "actord dp2 (colocated)" ;;
+      pd) actord_server pd.yaml "actord pd (1 prefill+1 decode)" "0 1" ;;
+      dp2) actord_server dp2.yaml "actord dp2 (colocated)" 0 ;;
       llama)
         LD_LIBRARY_PATH="$bin" "$bin/llama-server" -m "$gguf" -t 2 -np "$slots" \
           -c $((slots * (input * 3 / 2 + output + 16))) --port "$port" >"$log.server" 2>&1 &

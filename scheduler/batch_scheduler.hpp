@@ -311,7 +311,7 @@ class BatchScheduler {
   // (the worker is told to forget them in the next plan). An unknown id is ignored.
   std::vector<HandOff> take_handed_off();
   void release_handed_off(uint64_t id);
-  size_t num_handing_off() const { return handing_off_; }  // handed off and not released
+  size_t num_handing_off() const;  // handed off and not released (O(sequences): for tests and reports)
   // Tokens still to compute for the live sequences: prompt (and recompute) tokens not computed yet plus tokens
   // still to generate. O(sequences): for load reports, not per step.
   uint64_t outstanding_tokens() const;
@@ -467,7 +467,6 @@ class BatchScheduler {
   uint64_t accepted_drafts_ = 0;
   std::vector<int32_t> drafts_;      // scratch
   std::vector<uint64_t> handed_off_;  // for take_handed_off
-  size_t handing_off_ = 0;           // sequences leaving and not released
 };
 
 }  // namespace actord

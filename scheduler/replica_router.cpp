@@ -24,11 +24,6 @@ void ReplicaRouter::add(uint64_t replica, bool warm_in, ReplicaRole role) {
   replicas_.insert(at, Replica{replica, 0, warm_in && peers ? kWarmStart : 1.0, 0.0, role});
 }
 
-bool ReplicaRouter::candidate(const Replica& r) const {
-  if (any_role_ || r.role == ReplicaRole::both) return true;
-  return r.role == (phase_ == Phase::prefill ? ReplicaRole::prefill : ReplicaRole::decode);
-}
-
 double ReplicaRouter::weight(uint64_t replica) const {
   for (const Replica& r : replicas_)
     if (r.id == replica) return r.weight;
@@ -54,7 +49,7 @@ uint64_t ReplicaRouter::load(uint64_t replica) const {
   return 0;
 }
 
-ReplicaRouter::Replica* ReplicaRouter::least_loaded() {
+ReplicaRouter::Replica* ReplicaRouter::least_loaded(const Candidates& candidate) {
   Replica* best = nullptr;
   for (Replica& r : replicas_)
     if (candidate(r) && (!best || r.effective() < best->effective())) best = &r;
@@ -96,9 +91,8 @@ void ReplicaRouter::remember(uint64_t key, uint64_t replica) {
 std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, uint32_t max_tokens, uint32_t samples,
                                              Phase phase) {
   if (replicas_.empty()) return std::nullopt;
-  phase_ = phase;
-  any_role_ = false;
-  any_role_ = std::none_of(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return candidate(r); });
+  Candidates candidate{phase, false};
+  candidate.any = std::none_of(replicas_.begin(), replicas_.end(), candidate);
   Replica* chosen = nullptr;
   switch (policy_) {
     case RoutePolicy::round_robin:
@@ -114,11 +108,11 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
       }
       break;
     case RoutePolicy::least_tokens:
-      chosen = least_loaded();
+      chosen = least_loaded(candidate);
       break;
     case RoutePolicy::prefix_affinity: {
       const std::vector<uint64_t> keys = prefix_keys(prompt);
-      Replica* least = least_loaded();
+      Replica* least = least_loaded(candidate);
       for (auto key = keys.rbegin(); key != keys.rend() && !chosen; ++key) {
         auto hit = affinity_.find(*key);
         if (hit == affinity_.end()) continue;
@@ -136,7 +130,7 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
     }
   }
   // A prefill replica computes the prompt and the first token; the rest is a decode replica's.
-  const bool prefill_only = chosen->role == ReplicaRole::prefill && !any_role_;
+  const bool prefill_only = chosen->role == ReplicaRole::prefill && !candidate.any;
   chosen->load += prompt.size() + (prefill_only ? 1 : uint64_t(max_tokens) * std::max<uint32_t>(1, samples));
   return chosen->id;
 }

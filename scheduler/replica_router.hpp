@@ -70,10 +70,17 @@ class ReplicaRouter {
     ReplicaRole role = ReplicaRole::both;
     double effective() const { return double(load + 1) / weight; }
   };
+  // Which replicas a request may go to: those whose role serves its phase, or all when none does.
+  struct Candidates {
+    Phase phase = Phase::prefill;
+    bool any = false;
+    bool operator()(const Replica& r) const {
+      return any || r.role == ReplicaRole::both ||
+             r.role == (phase == Phase::prefill ? ReplicaRole::prefill : ReplicaRole::decode);
+    }
+  };
   Replica* find(uint64_t replica);
-  // Among the candidates of the phase being routed (candidate_).
-  Replica* least_loaded();
-  bool candidate(const Replica& r) const;
+  Replica* least_loaded(const Candidates& candidate);
   // Chained hashes of the prompt's leading full blocks (up to kAffinityBlocks).
   std::vector<uint64_t> prefix_keys(std::span<const int32_t> prompt) const;
   void remember(uint64_t key, uint64_t replica);
@@ -82,8 +89,6 @@ class ReplicaRouter {
   int block_size_;
   std::vector<Replica> replicas_;  // in id order
   size_t next_[2] = {0, 0};        // round_robin: each phase's turn
-  Phase phase_ = Phase::prefill;   // of the request being routed
-  bool any_role_ = false;          // no replica has a role for phase_: all are candidates
   // prefix_affinity: key -> replica, with the keys in least-recently-used order.
   std::list<uint64_t> lru_;
   std::unordered_map<uint64_t, std::pair<uint64_t, std::list<uint64_t>::iterator>> affinity_;
