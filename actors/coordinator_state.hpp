@@ -14,6 +14,7 @@
 #include "actors/coordinator_actor.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_interface.hpp"
+#include "comms/collectives/group_spec.hpp"
 #include "core/host_cpus.hpp"
 #include "core/status.hpp"
 
@@ -58,7 +59,10 @@ struct coordinator_state {
   router_actor router;
   std::map<int, Replica> replicas;
   CpuAllocator cpus{usable_cpus()};  // this machine's CPUs among its worker processes (engine.cpu_binding)
-  uint64_t next_group_id = 1;  // collective groups' generations: each group made gets a new id
+  // Collective groups' generations: each group made gets a new id. The first is drawn at random, so that engines
+  // started one after another in one process (tests do that) never reuse the shared memory segment names of groups
+  // an earlier engine's killed ranks may not have unlinked yet ("/actord-coll-<pid>-<id>").
+  uint64_t next_group_id = coll::first_group_id();
   uint32_t replacements = 0;
   int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)
   bool scaling = false;  // a scale or a reshape is being carried out

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 
+#include "comms/collectives/shm_segment.hpp"
 #include "parallel_test_util.hpp"
 
 using namespace actord;
@@ -85,6 +86,23 @@ TEST_CASE("parallel engine: a follower rank killed mid-run - the replica is rebu
   // of steps to go. Its peers notice through their shared-memory groups, the whole replica is rebuilt, and the
   // request continues from its tokens so far.
   test::check_rank_kill_recovers(engine, {r}, "replica/0/worker/tp1.pp0", 4);
+}
+
+TEST_CASE("parallel engine: segments left under the names an earlier engine of this process gave its groups do not "
+          "stop the next engine's shared memory groups",
+          "[engine][parallel][failure]") {
+  // What an earlier engine's killed ranks can leave behind for a moment: segments named after this process and the
+  // first group ids. A new engine's groups must not meet them (each engine draws its ids afresh).
+  std::vector<coll::ShmSegment> left;
+  for (int id = 1; id <= 16; ++id) {
+    auto segment = coll::ShmSegment::create("/actord-coll-" + std::to_string(getpid()) + "-" + std::to_string(id), 4096);
+    REQUIRE(segment.ok());
+    left.push_back(std::move(*segment));
+  }
+  const auto requests = batch(true);
+  const auto expected = run(test::quickstart("configs/quickstart.yaml"), requests);
+  check_same(expected, run(test::quickstart("configs/tp2.yaml", {"groups[0].placement=process"}), requests));
+  for (auto& segment : left) segment.unlink();
 }
 
 TEST_CASE("parallel engine: random Mixtral and Qwen3-MoE of 8 experts top-2 with ep2 over tp2, over two attention "

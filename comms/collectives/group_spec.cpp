@@ -1,6 +1,7 @@
 #include "comms/collectives/group_spec.hpp"
 
 #include <algorithm>
+#include <random>
 
 namespace actord::coll {
 namespace {
@@ -120,6 +121,12 @@ std::vector<std::string> ipc_endpoints(const std::filesystem::path& folder, uint
     out.push_back("ipc://" + (folder / ("coll-" + std::to_string(id) + "-" + std::to_string(r))).string());
   }
   return out;
+}
+
+uint64_t first_group_id() {
+  std::random_device entropy;
+  const uint64_t draw = (uint64_t{entropy()} << 16) ^ entropy();  // 48 random bits
+  return (draw << 4) + 1;
 }
 
 std::string shm_segment_name(const GroupSpec& spec) {

@@ -84,4 +84,9 @@ std::vector<std::string> ipc_endpoints(const std::filesystem::path& folder, uint
 // The name of the shared memory segment of a group ("/actord-coll-<engine_pid>-<id>").
 std::string shm_segment_name(const GroupSpec& spec);
 
+// A random first id for the groups one engine makes (ids then count up from it): several engines of one process
+// (started one after another, as tests do) never name the same segment, even where an earlier engine's killed
+// ranks have not unlinked theirs yet. Below 2^53, so that JSON readers keep it exact.
+uint64_t first_group_id();
+
 }  // namespace actord::coll
