@@ -30,8 +30,8 @@
 
 namespace actord::sched {
 
-void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
-                    uint64_t answered_late_us);
+uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
+                        uint64_t answered_late_us);
 
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
@@ -168,8 +168,9 @@ uint64_t thread_cpu_ns() {
 // Books the oldest step's times: its round trip, and its share of the wall clock (scheduler/step_clock.hpp: up to
 // when it was done, `answered_late_us` before its result came), so that overlapping steps are not counted twice.
 // At --log-level trace, one line a step says how its share was made (where the prefill / decode split comes from).
-void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
-                    uint64_t answered_late_us) {
+// Returns the share.
+uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
+                        uint64_t answered_late_us) {
   st.stats.round_trip_us += micros_between(sent.at, now);
   const auto previous_end = st.clock.last_end();
   const uint64_t share = st.clock.book(sent.at, now, answered_late_us);
@@ -184,6 +185,7 @@ void account_result(scheduler_state& st, const scheduler_state::Sent& sent, std:
                   sent.decode_only ? "decode" : "prefill", micros_between(sent.at, now), answered_late_us,
                   previous_end == std::chrono::steady_clock::time_point{} ? 0 : signed_us(previous_end, sent.at));
   }
+  return share;
 }
 
 // Steps that compute faster than a message round trip (~0.1-0.3 ms of thread wake-ups here) leave the worker
@@ -211,8 +213,6 @@ void on_step_results(self_ptr self) {
         st.trace->add_result(sent.results[i], sent.step_id, ns(sent.at), sent.received_ns[i]);
     } catch (const std::exception&) {  // a malformed result is reported below
     }
-    st.trace->add_scheduler_step(st.actor_name, sent.step_id, ns(sent.at), ns(now), sent.seqs,
-                                 uint64_t(sent.prefill_tokens) + sent.decode_tokens);
   }
   uint64_t compute_us = 0, idle_us = 0, comm_us = 0, answered_late_us = UINT64_MAX;
   bool finished = false, all_ok = true;
@@ -255,7 +255,10 @@ void on_step_results(self_ptr self) {
                                        [](const SequenceUpdate& u) { return u.finish != Finish::none; });
     hand_off_prefilled(self, lane);  // after its first token went to its client
   }
-  account_result(st, sent, now, answered_late_us == UINT64_MAX ? 0 : answered_late_us);
+  const uint64_t share = account_result(st, sent, now, answered_late_us == UINT64_MAX ? 0 : answered_late_us);
+  if (st.trace)
+    st.trace->add_scheduler_step(st.actor_name, sent.step_id, StepTrace::ns_of(sent.at), StepTrace::ns_of(now),
+                                 sent.shape, share);
   if (all_ok) {
     st.stats.worker_compute_us += compute_us;
     st.stats.worker_idle_us += idle_us;
@@ -487,6 +490,7 @@ void plan_and_send(self_ptr self) {
       sent.prefill_tokens += static_cast<uint32_t>(plan->num_prefill_tokens);
       sent.decode_tokens += static_cast<uint32_t>(plan->num_tokens - plan->num_prefill_tokens);
       seqs += plan->slices.size();
+      if (st.trace) sent.shape += shape_of(*plan);
       planned_ahead = planned_ahead || plan->planned_ahead;
       st.stats.tokens += static_cast<uint64_t>(plan->num_tokens);
       st.stats.prefill_tokens += static_cast<uint64_t>(plan->num_prefill_tokens);
@@ -503,7 +507,6 @@ void plan_and_send(self_ptr self) {
     ++st.stats.steps;
     if (planned_ahead) ++st.stats.steps_planned_ahead;
     st.stats.max_seqs_in_step = std::max<uint64_t>(st.stats.max_seqs_in_step, seqs);
-    sent.seqs = seqs;
     std::optional<uint64_t> ahead_us = 0;
     for (const auto& s : st.in_flight) {
       if (!s.expected_us) ahead_us.reset();

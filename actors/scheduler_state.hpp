@@ -25,6 +25,7 @@
 #include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_clock.hpp"
 #include "scheduler/step_deadline.hpp"
+#include "scheduler/step_shape.hpp"
 
 namespace actord::sched {
 
@@ -111,7 +112,7 @@ struct scheduler_state {
     std::vector<wire_msg> results;           // per lane, as they come
     std::vector<uint64_t> received_ns;       // per lane: when its result came (--trace: clock alignment)
     size_t pending = 0;                      // results still to come (the lanes'; with --trace the followers' too)
-    uint64_t seqs = 0;                       // the lanes' sequences in it (--trace)
+    StepShape shape;                         // the lanes' slices together (--trace)
     uint32_t tokens = 0;                     // the busiest lane's tokens
     bool split = true;                       // two-batch overlap: the ranks cut it into micro-batches (tbo: auto)
   };

@@ -50,7 +50,7 @@ void TraceSink::add_result(const wire_msg& result, uint64_t step_id, uint64_t se
 }
 
 void TraceSink::add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns,
-                                   uint64_t end_ns, uint64_t seqs, uint64_t tokens) {
+                                   uint64_t end_ns, const StepShape& shape, uint64_t share_us) {
   std::lock_guard lock(mu_);
   Span span;
   span.pid = pid_of(scheduler);
@@ -59,8 +59,8 @@ void TraceSink::add_scheduler_step(const std::string& scheduler, uint64_t step_i
   span.start_ns = start_ns;
   span.dur_ns = end_ns > start_ns ? end_ns - start_ns : 0;
   span.step = step_id;
-  span.seqs = seqs;
-  span.tokens = tokens;
+  span.shape = shape;
+  span.share_us = share_us;
   spans_.push_back(std::move(span));
 }
 
@@ -90,8 +90,12 @@ Status TraceSink::write() const {
     if (s.layer >= 0) args["layer"] = s.layer;
     if (s.bytes > 0) args["bytes"] = s.bytes;
     if (s.category == "scheduler") {
-      args["seqs"] = s.seqs;
-      args["tokens"] = s.tokens;
+      args["seqs"] = s.shape.sequences;
+      args["tokens"] = s.shape.tokens();
+      args["prefill_tokens"] = s.shape.prefill_tokens;
+      args["decode_tokens"] = s.shape.decode_tokens;
+      args["attention_pairs"] = s.shape.attention_pairs;
+      args["share_us"] = s.share_us;
     }
     events.push_back({{"name", s.name},
                       {"cat", s.category},

@@ -9,7 +9,8 @@
 // by its clock's offset, estimated as NTP does from the step round trips that bracket its "step" spans (the
 // engine's send and receive times around the worker's start and end), keeping the sample of the shortest round
 // trip (its error is at most half of that round trip's time outside the step). Spans carry their step, layer and
-// bytes as args.
+// bytes as args; a scheduler's steps their shape (seqs, tokens, prefill_tokens, decode_tokens, attention_pairs) and
+// share_us.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "comms/wire_msg.hpp"
 #include "core/status.hpp"
+#include "scheduler/step_shape.hpp"
 
 namespace actord {
 
@@ -32,9 +34,10 @@ class TraceSink {
   // received at received_ns on this machine's clock (0: unknown; then it gives no clock sample). Throws on a
   // malformed message, as the step message decoders do.
   void add_result(const wire_msg& result, uint64_t step_id, uint64_t sent_ns = 0, uint64_t received_ns = 0);
-  // A scheduler's step: sent at start_ns, every result in by end_ns (CLOCK_MONOTONIC), with its sequences and tokens.
+  // A scheduler's step: sent at start_ns, every result in by end_ns (CLOCK_MONOTONIC), its shape (all lanes' slices)
+  // and its share of the wall clock in microseconds (scheduler/step_clock.hpp): what `actord calibrate` fits.
   void add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns, uint64_t end_ns,
-                          uint64_t seqs, uint64_t tokens);
+                          const StepShape& shape, uint64_t share_us);
   size_t num_spans() const;
   Status write() const;
 
@@ -45,7 +48,8 @@ class TraceSink {
     uint64_t start_ns = 0, dur_ns = 0, bytes = 0, step = 0;
     int64_t layer = -1;
     int tid = 0;  // the micro-batch
-    uint64_t seqs = 0, tokens = 0;  // scheduler steps
+    StepShape shape;        // scheduler steps
+    uint64_t share_us = 0;  // scheduler steps
   };
   int pid_of(const std::string& track);  // under mu_
   // A rank on another machine: its clock's offset from this one's (its time - ours) from the sample of the

@@ -9,6 +9,7 @@ PACKAGES=(
   libcaf-dev libzmq3-dev cppzmq-dev capnproto libcapnp-dev
   libyaml-cpp-dev libspdlog-dev libcli11-dev nlohmann-json3-dev catch2 libopenblas-pthread-dev
   libpcre2-dev libutf8proc-dev libboost-dev
+  libeigen3-dev  # sim/: the least-squares fit of the step cost model
   nodejs  # runs tests/openai_client with the official openai npm client
   curl  # the plain-HTTP client of the SSE framing test
   python3-torch  # the independent PyTorch reference of tests/reference

@@ -56,17 +56,32 @@ TEST_CASE("trace: a tp2 replica's ranks and scheduler, per step and layer, on on
   std::map<uint64_t, std::pair<double, double>> scheduler_step;  // step -> [start, end]
   std::vector<std::pair<uint64_t, std::pair<double, double>>> rank_steps;
   uint64_t all_reduce_bytes = 0;
+  uint64_t prefill = 0, decode = 0, pairs = 0, share_us = 0;  // the scheduler steps' shapes, summed
   for (const auto& e : doc["traceEvents"]) {
     if (e["ph"] != "X") continue;
     const std::string& track = tracks.at(e["pid"].get<int>());
     ++count[track][e["name"].get<std::string>()];
     const double start = e["ts"], end = start + e["dur"].get<double>();
     const uint64_t step = e["args"]["step"];
-    if (track == "replica/0/scheduler") scheduler_step[step] = {start, end};
-    else if (e["name"] == "step") rank_steps.push_back({step, {start, end}});
+    if (track == "replica/0/scheduler") {
+      scheduler_step[step] = {start, end};
+      prefill += e["args"]["prefill_tokens"].get<uint64_t>();
+      decode += e["args"]["decode_tokens"].get<uint64_t>();
+      pairs += e["args"]["attention_pairs"].get<uint64_t>();
+      share_us += e["args"]["share_us"].get<uint64_t>();
+      CHECK(e["args"]["tokens"].get<uint64_t>() ==
+            e["args"]["prefill_tokens"].get<uint64_t>() + e["args"]["decode_tokens"].get<uint64_t>());
+    } else if (e["name"] == "step") rank_steps.push_back({step, {start, end}});
     if (e["name"] == "all_reduce") all_reduce_bytes = std::max<uint64_t>(all_reduce_bytes, e["args"]["bytes"]);
   }
   CHECK(count["replica/0/scheduler"]["step"] == int(steps));
+  // Shapes: both prompts prefilled once, 11 decode rows each (the 12th token ends them: nothing planned past it);
+  // each prompt of P tokens attends P (P + 1) / 2 pairs, decode row j of a sequence P + j + 1 positions.
+  CHECK(decode == 22);
+  REQUIRE(prefill % 2 == 0);
+  const uint64_t p = prefill / 2;
+  CHECK(pairs == 2 * (p * (p + 1) / 2) + 2 * (11 * p + 11 * 12 / 2));
+  CHECK(share_us > 0);
   for (const char* rank : {"replica/0/worker/tp0.pp0", "replica/0/worker/tp1.pp0"}) {
     INFO(rank);
     CHECK(count[rank]["step"] == int(steps));
@@ -162,7 +177,7 @@ TEST_CASE("trace: a rank on another machine is put on this machine's clock by it
   // A rank of this machine (its clock id is ours) is left as it is, round trips or not.
   sink.add_result(traced_result("local/worker/0", StepTrace::clock_id(), 1040 * us, 380 * us), 1, 1000 * us,
                   1460 * us);
-  sink.add_scheduler_step("local/scheduler", 1, 1000 * us, 1460 * us, 1, 1);
+  sink.add_scheduler_step("local/scheduler", 1, 1000 * us, 1460 * us, StepShape{0, 1, 1, 1}, 460);
   REQUIRE(sink.write().ok());
   std::ifstream in(tmp.path() / "t.json");
   const nlohmann::json doc = nlohmann::json::parse(in);
