@@ -1,4 +1,5 @@
 #include "actors/engine.hpp"
+#include "scheduler/topology_limits.hpp"
 
 #include "executors/cuda/cuda_backend.hpp"
 
@@ -250,24 +251,9 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
 
   CoordinatorParams params;
   params.topology = topology;
-  params.limits = SchedulerLimits{};
-  params.limits.max_num_seqs = topology.engine.max_num_seqs;
-  params.limits.max_num_batched_tokens = topology.engine.max_num_batched_tokens;
-  params.limits.block_size = topology.engine.block_size;
-  params.limits.max_model_len = impl->max_model_len;
-  params.limits.vocab_size = model->vocab_size;
-  params.limits.plan_ahead = topology.scheduler.plan_ahead;
+  params.limits = limits_of(topology, model->vocab_size, impl->max_model_len);
   params.num_layers = model->num_layers;
   params.num_experts = model->num_experts;
-  params.limits.enable_prefix_caching = topology.engine.enable_prefix_caching;
-  if (topology.engine.preemption_mode == "swap") params.limits.preemption_mode = PreemptionMode::swap;
-  params.limits.move_kv = topology.engine.reshape_kv == "move";
-  if (topology.speculative.enabled()) {
-    const SpeculativeSection& spec = topology.speculative;
-    params.limits.speculative = SpeculativeLimits{spec.num_speculative_tokens, spec.prompt_lookup_min,
-                                                  spec.prompt_lookup_max, spec.disable_by_batch_size};
-  }
-  params.limits.num_lora_adapters = static_cast<int>(topology.lora.modules.size());
   params.kv_dtype = kv_dtype;
   params.route_policy = *route_policy;
   if (!options.trace_path.empty()) {  // refused now rather than after the run

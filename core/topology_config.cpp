@@ -18,6 +18,15 @@
 #include <sstream>
 
 namespace actord {
+
+const char* placement_name(Placement placement) {
+  switch (placement) {
+    case Placement::thread: return "thread";
+    case Placement::process: return "process";
+    case Placement::node: return "node";
+  }
+  return "?";
+}
 namespace {
 
 struct ConfigError {

@@ -103,6 +103,7 @@ struct LoraSection {
 // Where a group's ranks run: threads of the engine's process, worker processes the engine starts on this machine,
 // or worker processes on the nodes `placement_nodes` names (started there by the node's agent).
 enum class Placement { thread, process, node };
+const char* placement_name(Placement placement);  // "thread" | "process" | "node"
 
 // The name of this machine among the nodes; it is implicit (never listed under `nodes:`).
 inline constexpr const char* kLocalNode = "local";

@@ -32,7 +32,9 @@ namespace beast = boost::beast;
 using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
 
-json summary_ms(const std::vector<double>& seconds) {
+}  // namespace
+
+json latency_summary_ms(const std::vector<double>& seconds) {
   double sum = 0;
   for (double s : seconds) sum += s;
   const double mean = seconds.empty() ? 0 : sum / double(seconds.size());
@@ -40,6 +42,8 @@ json summary_ms(const std::vector<double>& seconds) {
   return {{"mean", mean * 1e3}, {"median", percentile(seconds, 50) * 1e3}, {"p90", percentile(seconds, 90) * 1e3},
           {"p99", percentile(seconds, 99) * 1e3}, {"p999", percentile(seconds, 99.9) * 1e3}, {"max", max * 1e3}};
 }
+
+namespace {
 
 // One streaming request: the arrival time of its first byte of content and of every chunk.
 struct Stream : std::enable_shared_from_this<Stream> {
@@ -140,10 +144,7 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args) {
   return cmd;
 }
 
-namespace {
-
-// The requests of the run (warm-up ones first), as the options ask.
-Result<std::vector<BenchRequest>> make_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng) {
+Result<std::vector<BenchRequest>> make_bench_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng) {
   if (args.dataset.empty()) {
     return random_requests({count, args.input_len, args.output_len, args.range_ratio, args.vocab}, rng);
   }
@@ -155,6 +156,8 @@ Result<std::vector<BenchRequest>> make_requests(const BenchServeArgs& args, int 
   }
   return dataset_requests({args.dataset, count, args.output_len, args.max_model_len, tokenizer ? &*tokenizer : nullptr});
 }
+
+namespace {
 
 std::string http_request(const Target& target, const BenchServeArgs& args, const BenchRequest& r) {
   json body{{"max_tokens", r.output_len},
@@ -205,7 +208,7 @@ int run_bench_serve(const BenchServeArgs& args) {
   if (!(args.request_rate >= 0) || std::isinf(args.request_rate))
     return print_error({Errc::invalid_argument, "--request-rate must be a finite number >= 0"}), 2;
   std::mt19937_64 rng(args.seed);
-  auto requests = make_requests(args, args.warmup + args.num_prompts, rng);
+  auto requests = make_bench_requests(args, args.warmup + args.num_prompts, rng);
   if (!requests) return print_error(requests.error()), 2;
   asio::io_context ioc;
   asio::ip::tcp::resolver resolver(ioc);
@@ -310,10 +313,10 @@ int run_bench_serve(const BenchServeArgs& args) {
               {"request_throughput", double(ok) / wall},
               {"input_tokens_per_s", double(input_tokens) / wall},
               {"output_tokens_per_s", double(output_tokens) / wall},
-              {"ttft_ms", summary_ms(ttft)},
-              {"tpot_ms", summary_ms(tpot)},
-              {"itl_ms", summary_ms(itl)},
-              {"e2e_ms", summary_ms(e2e)}};
+              {"ttft_ms", latency_summary_ms(ttft)},
+              {"tpot_ms", latency_summary_ms(tpot)},
+              {"itl_ms", latency_summary_ms(itl)},
+              {"e2e_ms", latency_summary_ms(e2e)}};
   if (!first_error.empty()) report["first_error"] = first_error;
   auto write_file = [](const std::string& path, const std::string& text) {
     std::FILE* f = std::fopen(path.c_str(), "w");

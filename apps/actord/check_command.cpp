@@ -14,10 +14,8 @@
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord::cli {
-namespace {
 
-// The checks Engine::start makes of the model folder, in its order, without loading weights or starting actors.
-Result<CheckedModel> check_model(const TopologyConfig& topology) {
+Result<CheckedModel> check_model_folder(const TopologyConfig& topology) {
   ModelRegistry registry = ModelRegistry::with_builtins();
   PolicyRegistry policies = PolicyRegistry::with_builtins();
   auto m = actord::check_model(topology, registry, policies);
@@ -27,19 +25,12 @@ Result<CheckedModel> check_model(const TopologyConfig& topology) {
   return m;
 }
 
+namespace {
+
 std::string range_text(const Range& r) {
   if (r.count == 0) return "-";
   if (r.count == 1) return std::to_string(r.first);
   return std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
-}
-
-const char* placement_name(Placement p) {
-  switch (p) {
-    case Placement::thread: return "thread";
-    case Placement::process: return "process";
-    case Placement::node: return "node";
-  }
-  return "?";
 }
 
 std::string placement_text(const GroupSection& g) {
@@ -255,7 +246,7 @@ int run_check(const CheckArgs& args) {
   };
   auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
-  auto model = check_model(*topology);
+  auto model = check_model_folder(*topology);
   if (!model) return fail(model.error());
   auto plan = plan_topology(*topology, model_shape(*model), usable_cpu_cores());
   if (!plan) return fail(plan.error());

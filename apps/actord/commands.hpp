@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 namespace actord {
 class Engine;
+struct CheckedModel;
 }
 
 namespace actord::cli {
@@ -108,6 +110,22 @@ struct BenchServeArgs {
   bool json = false;
 };
 
+// actord simulate: bench serve's random workload flags, played through a topology on a cost profile.
+struct SimulateArgs {
+  CommonArgs common;
+  std::string profile;
+  int cores = 0;  // 0: this machine's
+  BenchServeArgs workload;
+};
+
+// actord calibrate: a topology's replica shapes measured into a cost profile.
+struct CalibrateArgs {
+  CommonArgs common;
+  std::string output;
+  int max_batch = 64;
+  bool handoff_only = false;
+};
+
 struct ServeArgs {
   CommonArgs common;
   std::string host;   // empty: the topology's server.host
@@ -183,11 +201,25 @@ void add_tokenize_commands(CLI::App& app, TokenizeArgs& args);
 int run_tokenize(const TokenizeArgs& args, bool decode);
 
 CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args);
+// bench serve's requests (warm-up ones first), drawn from `rng` as its options ask; its arrival gaps are drawn from
+// the same generator after them (one per request sent, when --request-rate is set).
+struct BenchRequest;
+Result<std::vector<BenchRequest>> make_bench_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng);
+// mean, median, p90, p99, p999 and max of `seconds`, in milliseconds (bench serve's and simulate's reports).
+nlohmann::json latency_summary_ms(const std::vector<double>& seconds);
 int run_bench_serve(const BenchServeArgs& args);
+
+CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args);
+int run_simulate(const SimulateArgs& args);
+CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args);
+int run_calibrate(const CalibrateArgs& args);
 
 CLI::App* add_serve_command(CLI::App& app, ServeArgs& args);
 int run_serve(const ServeArgs& args);
 
+// The checks Engine::start makes of the topology's model folder, in its order, without loading weights or starting
+// actors (plugins, policy, config.json, architecture, context length, LoRA adapters, tokenizer).
+Result<CheckedModel> check_model_folder(const TopologyConfig& topology);
 CLI::App* add_check_command(CLI::App& app, CheckArgs& args);
 int run_check(const CheckArgs& args);
 CLI::App* add_info_command(CLI::App& app, InfoArgs& args);

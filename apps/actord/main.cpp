@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   auto* agent = actord::cli::add_agent_command(app, agent_args);
   actord::cli::AdminArgs admin_args;
   actord::cli::add_admin_commands(app, admin_args);
+  actord::cli::SimulateArgs simulate_args;
+  auto* simulate = actord::cli::add_simulate_command(app, simulate_args);
+  actord::cli::CalibrateArgs calibrate_args;
+  auto* calibrate = actord::cli::add_calibrate_command(app, calibrate_args);
 
   try {
     app.parse(argc, argv);
@@ -63,6 +67,11 @@ int main(int argc, char** argv) {
   if (tokenize_args.detokenize->parsed()) return actord::cli::run_tokenize(tokenize_args, true);
   if (serve->parsed()) return actord::cli::run_serve(serve_args);
   if (check->parsed()) return actord::cli::run_check(check_args);
+  if (simulate->parsed()) return actord::cli::run_simulate(simulate_args);
+  if (calibrate->parsed()) {
+    actord::cli::end_on_signals_after_cleanup();
+    return actord::cli::run_calibrate(calibrate_args);
+  }
   if (info->parsed()) return actord::cli::run_info(info_args);
   if (worker->parsed()) return actord::cli::run_worker(worker_args);
   if (agent->parsed()) return actord::cli::run_agent(agent_args);

@@ -1,0 +1,162 @@
+// actord simulate: predicts what `actord bench serve` would measure against `actord serve TOPOLOGY`, from a cost
+// profile `actord calibrate` measured (sim/serving_simulator.hpp): the same random requests and Poisson arrivals
+// for the same flags and seed, played through the topology's replicas, batchers and router on a simulated clock.
+// Prints bench serve's report (throughput, TTFT / TPOT / ITL / E2E) and each replica's busy share, steps,
+// preemptions and hand-offs.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "apps/actord/bench_serve_dataset.hpp"
+#include "apps/actord/commands.hpp"
+#include "apps/actord/replica_shapes.hpp"
+#include "core/host_cpus.hpp"
+#include "sim/serving_simulator.hpp"
+
+namespace actord::cli {
+
+CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
+  auto* cmd = app.add_subcommand("simulate",
+                                 "Predict bench serve's figures for a topology from a cost profile (actord calibrate), "
+                                 "without running it");
+  add_common_options(cmd, args.common, "warn", false);
+  cmd->add_option("--profile", args.profile, "Cost profile written by actord calibrate")->required();
+  cmd->add_option("--cores", args.cores, "Cores of the machine simulated (default: this machine's)");
+  BenchServeArgs& w = args.workload;
+  cmd->add_option("--num-prompts", w.num_prompts, "Requests in total")->capture_default_str();
+  cmd->add_option("--concurrency", w.concurrency, "Requests in flight at most")->capture_default_str();
+  cmd->add_option("--request-rate", w.request_rate, "Requests per second, Poisson arrivals (0: all at once)")
+      ->capture_default_str();
+  cmd->add_option("--input-len", w.input_len, "Prompt tokens (random ids)")->capture_default_str();
+  cmd->add_option("--output-len", w.output_len, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--random-range-ratio", w.range_ratio, "Lengths drawn from [len * (1 - r), len * (1 + r)]")
+      ->capture_default_str();
+  cmd->add_option("--vocab", w.vocab, "Prompt ids are drawn from [3, vocab)")->capture_default_str();
+  cmd->add_option("--warmup", w.warmup, "Requests bench serve would send first (drawn, not simulated)")
+      ->capture_default_str();
+  cmd->add_option("--seed", w.seed, "Seed of the prompts and arrivals")->capture_default_str();
+  cmd->add_flag("--json", w.json, "Print the report as JSON instead of a table");
+  return cmd;
+}
+
+int run_simulate(const SimulateArgs& args) {
+  if (!apply_log_level(args.common.log_level)) return 2;
+  auto fail = [](const Error& e) {
+    print_error(e);
+    return exit_code_for(e);
+  };
+  const BenchServeArgs& w = args.workload;
+  for (auto [flag, value, least] : {std::tuple{"--num-prompts", w.num_prompts, 1}, {"--concurrency", w.concurrency, 1},
+                                    {"--input-len", w.input_len, 1}, {"--output-len", w.output_len, 1},
+                                    {"--vocab", w.vocab, 4}, {"--warmup", w.warmup, 0}, {"--cores", args.cores, 0}}) {
+    if (value < least)
+      return fail({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
+                                               ", got " + std::to_string(value)});
+  }
+  if (!(w.range_ratio >= 0 && w.range_ratio < 1))
+    return fail({Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"});
+  if (!(w.request_rate >= 0) || std::isinf(w.request_rate))
+    return fail({Errc::invalid_argument, "--request-rate must be a finite number >= 0"});
+  auto profile = sim::CostProfile::load(args.profile);
+  if (!profile) return fail(profile.error());
+  auto topology = load_topology_of(args.common);
+  if (!topology) return fail(topology.error());
+  auto model = check_model_folder(*topology);
+  if (!model) return fail(model.error());
+  auto fleet = simulated_fleet(*topology, *model, *profile, args.cores > 0 ? unsigned(args.cores) : usable_cpu_cores());
+  if (!fleet) return fail(fleet.error());
+
+  // bench serve's requests and arrivals: the same generator, drawn in the same order.
+  std::mt19937_64 rng(w.seed);
+  auto drawn = make_bench_requests(w, w.warmup + w.num_prompts, rng);
+  if (!drawn) return fail(drawn.error());
+  std::exponential_distribution<double> gap(w.request_rate > 0 ? w.request_rate : 1.0);
+  if (w.request_rate > 0)
+    for (int i = 0; i < w.warmup; ++i) gap(rng);
+  std::vector<sim::SimRequest> requests;
+  double at = 0;
+  for (int i = 0; i < w.num_prompts; ++i) {
+    const BenchRequest& b = (*drawn)[size_t(w.warmup + i)];
+    requests.push_back({at, b.prompt_ids, uint32_t(b.output_len)});
+    if (w.request_rate > 0) at += gap(rng);
+  }
+  auto report = sim::simulate(*fleet, requests, w.concurrency);
+  if (!report) return fail(report.error());
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  size_t ok = 0, output_tokens = 0, input_tokens = 0;
+  std::string first_error;
+  for (size_t i = 0; i < report->requests.size(); ++i) {
+    const sim::SimOutcome& o = report->requests[i];
+    if (!o.error.empty() || o.token_s.empty()) {
+      if (first_error.empty()) first_error = o.error.empty() ? "no tokens" : o.error;
+      continue;
+    }
+    ++ok;
+    output_tokens += o.token_s.size();
+    input_tokens += requests[i].prompt.size();
+    ttft.push_back(o.token_s.front() - o.sent_s);
+    e2e.push_back(o.token_s.back() - o.sent_s);
+    for (size_t t = 1; t < o.token_s.size(); ++t) itl.push_back(o.token_s[t] - o.token_s[t - 1]);
+    if (o.token_s.size() > 1) tpot.push_back((o.token_s.back() - o.token_s.front()) / double(o.token_s.size() - 1));
+  }
+  const double wall = report->end_s > 0 ? report->end_s : 1e-9;
+  nlohmann::json replicas = nlohmann::json::array();
+  for (const sim::SimReplicaStats& r : report->replicas)
+    replicas.push_back({{"group", r.group},
+                        {"steps", r.steps},
+                        {"busy", r.busy_s / wall},
+                        {"prefill_tokens", r.prefill_tokens},
+                        {"decode_tokens", r.decode_tokens},
+                        {"preemptions", r.preemptions},
+                        {"handoffs", r.handoffs}});
+  nlohmann::json out{{"simulated", true},
+                     {"topology", topology->source.string()},
+                     {"profile", args.profile},
+                     {"num_prompts", w.num_prompts},
+                     {"completed", ok},
+                     {"failed", report->requests.size() - ok},
+                     {"concurrency", w.concurrency},
+                     {"request_rate", w.request_rate},
+                     {"input_len", w.input_len},
+                     {"output_len", w.output_len},
+                     {"total_input_tokens", input_tokens},
+                     {"total_output_tokens", output_tokens},
+                     {"duration_s", wall},
+                     {"request_throughput", double(ok) / wall},
+                     {"input_tokens_per_s", double(input_tokens) / wall},
+                     {"output_tokens_per_s", double(output_tokens) / wall},
+                     {"ttft_ms", latency_summary_ms(ttft)},
+                     {"tpot_ms", latency_summary_ms(tpot)},
+                     {"itl_ms", latency_summary_ms(itl)},
+                     {"e2e_ms", latency_summary_ms(e2e)},
+                     {"replicas", replicas}};
+  if (!first_error.empty()) out["first_error"] = first_error;
+  if (w.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("actord simulate: %s, %d requests (%d in + %d out), concurrency %d, rate %s\n",
+                topology->source.string().c_str(), w.num_prompts, w.input_len, w.output_len, w.concurrency,
+                w.request_rate > 0 ? std::to_string(w.request_rate).c_str() : "all at once");
+    std::printf("  %-28s %zu / %zu\n", "completed / failed", ok, report->requests.size() - ok);
+    std::printf("  %-28s %10.2f\n", "duration s", wall);
+    std::printf("  %-28s %10.2f\n", "requests/s", double(ok) / wall);
+    std::printf("  %-28s %10.1f\n", "input tokens/s", double(input_tokens) / wall);
+    std::printf("  %-28s %10.1f\n", "output tokens/s", double(output_tokens) / wall);
+    for (const char* name : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+      const nlohmann::json& m = out[name];
+      std::printf("  %-28s %10.2f %10.2f %10.2f %10.2f  (mean median p90 p99)\n", name, m["mean"].get<double>(),
+                  m["median"].get<double>(), m["p90"].get<double>(), m["p99"].get<double>());
+    }
+    for (size_t r = 0; r < report->replicas.size(); ++r) {
+      const sim::SimReplicaStats& s = report->replicas[r];
+      std::printf("  replica %zu (%s): busy %.0f%%, %llu steps, %llu preemptions, %llu hand-offs\n", r, s.group.c_str(),
+                  100.0 * s.busy_s / wall, static_cast<unsigned long long>(s.steps),
+                  static_cast<unsigned long long>(s.preemptions), static_cast<unsigned long long>(s.handoffs));
+    }
+    if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
+  }
+  return ok == report->requests.size() ? 0 : 1;
+}
+
+}  // namespace actord::cli
