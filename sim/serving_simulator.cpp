@@ -84,7 +84,13 @@ class Simulation {
 
   // Sends the requests whose time has come while the concurrency has room, in order; wakes at the next one's time.
   void send_due() {
-    while (next_ < requests_.size() && in_flight_ < concurrency_ && requests_[next_].arrival_s <= now_) send(next_++);
+    bool sent = false;
+    while (next_ < requests_.size() && in_flight_ < concurrency_ && requests_[next_].arrival_s <= now_) {
+      send(next_++);
+      sent = true;
+    }
+    if (sent)  // once every request of this instant is in: those arriving together share the first step
+      for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
     if (next_ < requests_.size() && in_flight_ < concurrency_ && woken_for_ != next_) {
       woken_for_ = next_;
       push(requests_[next_].arrival_s, EventKind::arrival, 0);
@@ -106,11 +112,11 @@ class Simulation {
     add(*replica, std::move(seq), {}, 0);
   }
 
+  // Queues a sequence at replica r (the caller starts its step: kick).
   void add(size_t r, SequenceRequest seq, std::vector<uint32_t> kv_blocks, int kv_tokens) {
     const uint64_t id = seq.id;
     if (auto refused = replicas_[r].batcher->add(std::move(seq), std::move(kv_blocks), kv_tokens))
       return finish(size_t(id - 1), refused->error.empty() ? "refused" : refused->error);
-    kick(r);
   }
 
   void finish(size_t i, std::string error) {
@@ -171,8 +177,9 @@ class Simulation {
     const auto to = router_.route(h.continuation.prompt, h.continuation.max_tokens, 1, ReplicaRouter::Phase::decode);
     if (!to) return finish(size_t(h.continuation.id - 1), "no replica takes requests");
     auto blocks = replicas_[*to].batcher->take_blocks(h.kv_tokens);
-    if (!blocks) return add(*to, std::move(h.continuation), {}, 0);  // no room for its KV: recomputed there
-    add(*to, std::move(h.continuation), std::move(*blocks), h.kv_tokens);
+    if (blocks) add(*to, std::move(h.continuation), std::move(*blocks), h.kv_tokens);
+    else add(*to, std::move(h.continuation), {}, 0);  // no room for its KV: recomputed there
+    kick(*to);
   }
 
   const SimFleet& fleet_;

@@ -5,7 +5,9 @@
 // (sim/step_cost_model.hpp). A topology with a prefill and a decode group also gets its hand-off measured: the
 // gap between a request's first and second token beyond a decode step, for prompts of several lengths, fitted as a
 // fixed time plus a time per KV position. The entries are added to the profile file (those of the same shape
-// replaced), so one file can hold every shape of a machine.
+// replaced), so one file can hold every shape of a machine. With --from-trace the steps come from a trace the
+// engine wrote while serving (actord serve --trace under a real load), so the costs include whatever shared the
+// cores meanwhile (HTTP, tokenizers, a load generator on the same machine).
 #include <unistd.h>
 
 #include <chrono>
@@ -47,16 +49,19 @@ struct Workload {
   }
 };
 
-// The steps of the trace's scheduler past step `skip`.
+// The steps of every scheduler of a trace, past each one's step `skip`.
 Result<std::vector<sim::MeasuredStep>> steps_of_trace(const std::filesystem::path& file, uint64_t skip) {
   std::ifstream in(file);
+  if (!in) return Error{Errc::invalid_argument, file.string() + ": cannot read the trace"};
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded() || !doc.contains("traceEvents"))
-    return Error{Errc::internal, file.string() + ": the calibration's trace is not a Chrome trace"};
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
+    return Error{Errc::invalid_argument, file.string() + ": not a Chrome trace (no traceEvents list)"};
   std::vector<sim::MeasuredStep> steps;
   for (const auto& e : doc["traceEvents"]) {
-    if (e.value("ph", "") != "X" || e.value("cat", "") != "scheduler" || e.value("name", "") != "step") continue;
-    const auto& a = e["args"];
+    if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "scheduler" || e.value("name", "") != "step")
+      continue;
+    const auto& a = e.value("args", nlohmann::json::object());
+    if (!a.is_object() || !a.contains("share_us")) continue;  // a trace of an engine before shapes were recorded
     if (a.value("step", uint64_t{0}) <= skip) continue;
     sim::MeasuredStep s;
     s.shape.prefill_tokens = a.value("prefill_tokens", uint64_t{0});
@@ -191,6 +196,9 @@ CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args) {
       ->required();
   cmd->add_option("--max-batch", args.max_batch, "Largest decode batch measured (powers of two up to it)")
       ->capture_default_str();
+  cmd->add_option("--from-trace", args.from_trace,
+                  "Fit the steps of this --trace of the topology (e.g. actord serve --trace under a real load) "
+                  "instead of running the grid: the step times under serving conditions");
   return cmd;
 }
 
@@ -216,14 +224,25 @@ int run_calibrate(const CalibrateArgs& args) {
   profile.cpu = cpu::CpuFeatures::detect().model;
   profile.source = topology->source.string();
   std::vector<sim::ReplicaShape> done;
+  if (!args.from_trace.empty()) {  // one trace prices one shape: the steps do not say which group ran them
+    for (size_t gi = 1; gi < topology->groups.size(); ++gi) {
+      auto first = replica_shape(*topology, *plan, 0, *model), other = replica_shape(*topology, *plan, gi, *model);
+      if (first && other && !(*first == *other))
+        return fail({Errc::invalid_argument, "--from-trace: the groups of " + topology->source.string() +
+                                                 " have different replica shapes (groups[0]: " + first->describe() +
+                                                 ", groups[" + std::to_string(gi) + "]: " + other->describe() +
+                                                 "); a trace can calibrate one"});
+    }
+  }
   std::optional<sim::StepCostModel> decode_cost;
   for (size_t gi = 0; gi < topology->groups.size(); ++gi) {
     auto shape = replica_shape(*topology, *plan, gi, *model);
     if (!shape) return fail(shape.error());
     if (std::find(done.begin(), done.end(), *shape) == done.end()) {
-      std::fprintf(stderr, "calibrating groups[%zu] (%s): %s\n", gi, topology->groups[gi].name.c_str(),
-                   shape->describe().c_str());
-      auto steps = measure_group(*topology, gi, shape->threads, *model, args);
+      std::fprintf(stderr, "calibrating groups[%zu] (%s): %s%s\n", gi, topology->groups[gi].name.c_str(),
+                   shape->describe().c_str(), args.from_trace.empty() ? "" : (" from " + args.from_trace).c_str());
+      auto steps = args.from_trace.empty() ? measure_group(*topology, gi, shape->threads, *model, args)
+                                           : steps_of_trace(args.from_trace, 1);
       if (!steps) return fail(steps.error());
       auto cost = sim::StepCostModel::fit(*steps);
       if (!cost) return fail(Error{Errc::internal, "groups[" + std::to_string(gi) + "]: " + cost.error().message});

@@ -123,7 +123,7 @@ struct CalibrateArgs {
   CommonArgs common;
   std::string output;
   int max_batch = 64;
-  bool handoff_only = false;
+  std::string from_trace;  // fit this trace's steps instead of running the grid
 };
 
 struct ServeArgs {

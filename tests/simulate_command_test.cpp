@@ -1,0 +1,96 @@
+// actord calibrate and actord simulate through the CLI on the bundled model: a calibration of the quickstart
+// topology gives a profile that simulate plays bench serve's workload through (every request completed, its
+// report in bench serve's keys), and topologies, profiles and flags it cannot use are refused with one line naming
+// the key.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.hpp"
+
+using namespace actord;
+using actord::test::run_actord;
+
+namespace {
+
+void check_refused(const test::RunResult& r, const std::string& message) {
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains(message));
+}
+
+}  // namespace
+
+TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts bench serve's report",
+          "[cli][sim]") {
+  test::TempDir tmp;
+  const std::string profile = (tmp.path() / "profile.json").string();
+  // One thread per rank, so that two replicas on this machine have the same shape.
+  const std::vector<std::string> one_thread = {"configs/quickstart.yaml", "--set", "groups[0].threads=1"};
+  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail) {
+    head.insert(head.end(), one_thread.begin(), one_thread.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  const auto calibrated = run_actord(with({"calibrate"}, {"-o", profile, "--max-batch", "8"}));
+  INFO(calibrated.err);
+  REQUIRE(calibrated.exit_code == 0);
+  CHECK_THAT(calibrated.out, Catch::Contains("groups[0] tp 1 x pp 1, ep 1") && Catch::Contains("cost profile: "));
+  std::ifstream in(profile);
+  const auto p = nlohmann::json::parse(in);
+  REQUIRE(p.at("replicas").size() == 1);
+  const auto& cost = p["replicas"][0]["cost"];
+  CHECK(cost.at("steps").get<int>() >= 40);
+  CHECK(cost.at("knots").size() >= 2);
+
+  const std::vector<std::string> workload = {"--profile", profile, "--num-prompts", "20", "--request-rate", "50",
+                                             "--input-len", "24", "--output-len", "16", "--json"};
+  const auto simulated = run_actord(with({"simulate"}, workload));
+  INFO(simulated.err);
+  REQUIRE(simulated.exit_code == 0);
+  const auto report = nlohmann::json::parse(simulated.out);
+  CHECK(report.at("simulated") == true);
+  CHECK(report.at("completed") == 20);
+  CHECK(report.at("failed") == 0);
+  CHECK(report.at("total_output_tokens") == 20 * 16);
+  CHECK(report.at("ttft_ms").at("median").get<double>() > 0);
+  CHECK(report.at("itl_ms").at("p99").get<double>() > 0);
+  REQUIRE(report.at("replicas").size() == 1);
+  CHECK(report["replicas"][0].at("steps").get<int>() >= 16);
+
+  // The same seed and flags give the same prediction; a dp2 of the same replica shape is priced from it too.
+  CHECK(run_actord(with({"simulate"}, workload)).out == simulated.out);
+  std::vector<std::string> dp2 = workload;
+  dp2.insert(dp2.end(), {"--set", "groups[0].replicas=2"});
+  const auto two = run_actord(with({"simulate"}, dp2));
+  INFO(two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK(nlohmann::json::parse(two.out).at("replicas").size() == 2);
+
+  // Refused: a shape the profile lacks (named with what it has), a prefill group without a measured hand-off, AFD.
+  check_refused(run_actord({"simulate", "configs/quickstart.yaml", "--set", "groups[0].threads=2", "--profile",
+                            profile}),
+                "configs/quickstart.yaml: groups[0]: the cost profile has no replica of tp 1 x pp 1, ep 1, 2 threads "
+                "per rank, thread, cpu");
+  check_refused(run_actord({"simulate", "configs/pd.yaml", "--profile", profile}),
+                "configs/pd.yaml: groups[0]: the cost profile has no replica of");
+  check_refused(run_actord({"simulate", "configs/afd.yaml", "--profile", profile}),
+                "configs/afd.yaml: groups[0].afd: the simulator does not model AFD pools");
+  check_refused(run_actord(with({"simulate"}, {"--profile", profile, "--concurrency", "0"})),
+                "--concurrency: must be at least 1, got 0");
+  check_refused(run_actord(with({"simulate"}, {"--profile", profile, "--request-rate", "-1"})),
+                "--request-rate must be a finite number >= 0");
+}
+
+TEST_CASE("simulate refuses a missing or malformed profile, naming the file and key", "[cli][sim]") {
+  test::TempDir tmp;
+  const std::string missing = (tmp.path() / "none.json").string();
+  check_refused(run_actord({"simulate", "configs/quickstart.yaml", "--profile", missing}),
+                missing + ": cannot read the cost profile");
+  const std::string bad = (tmp.path() / "bad.json").string();
+  std::ofstream(bad) << "{\"version\": 1, \"replicas\": [{\"shape\": {\"model\": \"m\", \"device\": \"cpu\", "
+                        "\"placement\": \"thread\", \"tp\": 0}}]}";
+  check_refused(run_actord({"simulate", "configs/quickstart.yaml", "--profile", bad}),
+                bad + ": replicas[0].shape.tp: expected an integer of at least 1");
+  check_refused(run_actord({"calibrate", "configs/quickstart.yaml", "-o", bad, "--max-batch", "0"}),
+                "--max-batch: must be at least 1");
+}
