@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # actord simulate against the engine it predicts. For each topology, two cost profiles: `actord calibrate`'s grid
 # (each replica shape alone, in-process), and `actord calibrate --from-trace` of an `actord serve --trace` run under
-# `actord bench serve` at CAL_RATE (serving conditions: on a small machine the HTTP server, tokenizers and the load
+# `actord bench serve` at CAL_RATE on top of it (serving conditions: on a small machine the HTTP server, tokenizers and the load
 # generator share the cores with the workers). Then for each request rate `actord serve` runs under `actord bench
 # serve` and `actord simulate` predicts the same workload from each profile (same flags and seed: the same prompts
 # and Poisson arrivals); one line each, side by side.
@@ -51,6 +51,7 @@ for k in "${!configs[@]}"; do
   # shellcheck disable=SC2046
   "$actord" bench serve --url "http://127.0.0.1:$port" $(workload "$cal_rate") >/dev/null 2>&1
   stop
+  cp "$profile" "$traced"  # the grid's entries fill in the step sizes the trace lacks
   "$actord" calibrate "$configs_dir/$config" "${sets[@]}" --from-trace "$trace" -o "$traced" | sed 's/^/  trace: /'
   echo "$config: ${num} prompts of $input (+-50%) tokens, $output out; traced calibration at $cal_rate req/s"
   for rate in $rates; do

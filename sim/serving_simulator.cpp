@@ -70,10 +70,11 @@ class Simulation {
       events_.pop();
       now_ = e.at;
       switch (e.kind) {
-        case EventKind::arrival: send_due(); break;
+        case EventKind::arrival: break;
         case EventKind::step_done: step_done(e.index); break;
         case EventKind::hand_off: hand_off_arrives(e.index); break;
       }
+      send_due();  // arrivals due now, and those a request that ended let through
     }
     for (const Replica& r : replicas_) report_.replicas.push_back(r.stats);
     return std::move(report_);
@@ -121,8 +122,7 @@ class Simulation {
 
   void finish(size_t i, std::string error) {
     report_.requests[i].error = std::move(error);
-    --in_flight_;
-    send_due();
+    --in_flight_;  // the next send_due() may send another
   }
 
   // Starts replica r's next step when it is idle and has one.

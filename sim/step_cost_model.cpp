@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace actord::sim {
 namespace {
@@ -39,7 +40,53 @@ double percentile(std::vector<double> v, double p) {
 StepCostModel::StepCostModel(std::vector<Knot> knots, double per_pair_us)
     : knots_(std::move(knots)), per_pair_us_(per_pair_us) {}
 
-Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> steps) {
+namespace {
+
+size_t size_class(uint64_t tokens) { return size_t(std::bit_width(tokens)); }  // 1: 1, 2: 2-3, 3: 4-7, ...
+
+// `steps` and, for each size class they lack up to the prior's last knot, the prior's steps scaled as the nearest
+// class they have measured it (see fit()).
+std::vector<MeasuredStep> with_prior(std::span<const MeasuredStep> steps, const StepCostModel& prior) {
+  std::vector<MeasuredStep> all(steps.begin(), steps.end());
+  const size_t classes = size_class(uint64_t(prior.knots().back().tokens)) + 1;
+  std::vector<double> measured(classes, 0), predicted(classes, 0);
+  double pairs = 0, tokens = 0;
+  for (const MeasuredStep& s : steps) {
+    if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+    const size_t c = size_class(s.shape.tokens());
+    if (c < classes) {
+      measured[c] += s.us;
+      predicted[c] += prior.predict_us(s.shape);
+    }
+    pairs += double(s.shape.attention_pairs);
+    tokens += double(s.shape.tokens());
+  }
+  const double pairs_per_token = tokens > 0 ? pairs / tokens : 0;
+  for (size_t c = 1; c < classes; ++c) {
+    if (measured[c] > 0) continue;
+    std::optional<double> ratio;
+    for (size_t d = 1; d < classes && !ratio; ++d) {
+      if (c >= d && measured[c - d] > 0 && predicted[c - d] > 0) ratio = measured[c - d] / predicted[c - d];
+      else if (c + d < classes && measured[c + d] > 0 && predicted[c + d] > 0) ratio = measured[c + d] / predicted[c + d];
+    }
+    if (!ratio) return all;  // nothing measured to scale by
+    StepShape shape;
+    // The class's middle, or the prior's last knot in the class that holds it.
+    shape.decode_tokens = std::min((uint64_t{1} << (c - 1)) + (uint64_t{1} << (c - 1)) / 2,
+                                   uint64_t(prior.knots().back().tokens));
+    shape.attention_pairs = uint64_t(pairs_per_token * double(shape.decode_tokens));
+    shape.sequences = shape.decode_tokens;
+    for (int i = 0; i < StepCostModel::kPriorSteps; ++i) all.push_back({shape, *ratio * prior.predict_us(shape)});
+  }
+  return all;
+}
+
+}  // namespace
+
+Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured, const StepCostModel* prior) {
+  std::vector<MeasuredStep> filled;
+  if (prior && prior->knots().size() >= 2) filled = with_prior(measured, *prior);
+  const std::span<const MeasuredStep> steps = prior ? std::span<const MeasuredStep>(filled) : measured;
   double most = 0, least = 0;
   std::vector<double> times;
   for (const MeasuredStep& s : steps) {
@@ -62,7 +109,7 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> steps) {
   // A single step's share jitters with the threads' wake-ups; relative to its class's mean, large and small
   // classes count alike without the jitter of small steps dominating.
   std::vector<double> class_sum(64, 0), class_count(64, 0);
-  auto class_of = [](uint64_t tokens) { return size_t(std::bit_width(tokens)); };
+  auto class_of = size_class;
   for (const MeasuredStep& s : steps) {
     if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
     class_sum[class_of(s.shape.tokens())] += s.us;
@@ -108,17 +155,17 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> steps) {
   for (size_t i = 0; i < knots; ++i) fitted.push_back({at[i], x(Eigen::Index(i))});
   StepCostModel model(std::move(fitted), per_pair);
   std::vector<double> errors;
-  double predicted = 0, measured = 0;
-  for (const MeasuredStep& s : steps) {
+  double predicted_us = 0, measured_us = 0;
+  for (const MeasuredStep& s : measured) {
     if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
     errors.push_back(std::abs(model.predict_us(s.shape) - s.us) / s.us);
-    predicted += model.predict_us(s.shape);
-    measured += s.us;
+    predicted_us += model.predict_us(s.shape);
+    measured_us += s.us;
   }
   model.median_error_ = percentile(errors, 50);
   model.p90_error_ = percentile(errors, 90);
-  model.total_error_ = (predicted - measured) / measured;
-  model.num_steps_ = times.size();
+  model.total_error_ = measured_us > 0 ? (predicted_us - measured_us) / measured_us : 0;
+  model.num_steps_ = errors.size();
   return model;
 }
 

@@ -37,7 +37,12 @@ class StepCostModel {
   StepCostModel() = default;
   StepCostModel(std::vector<Knot> knots, double per_pair_us);
 
-  static Result<StepCostModel> fit(std::span<const MeasuredStep> steps);
+  // With a prior (a model of the same replica fitted elsewhere, e.g. on `actord calibrate`'s grid while `steps` come
+  // from a served run's trace): each size class of tokens the steps lack, up to the prior's last knot, gets
+  // kPriorSteps steps of the prior's time, scaled by the measured / prior ratio of the nearest class the steps have
+  // (at the steps' mean attention pairs per token). The errors are those of `steps` alone.
+  static constexpr int kPriorSteps = 8;
+  static Result<StepCostModel> fit(std::span<const MeasuredStep> steps, const StepCostModel* prior = nullptr);
 
   double predict_us(const StepShape& shape) const;
   const std::vector<Knot>& knots() const { return knots_; }

@@ -87,6 +87,26 @@ TEST_CASE("step cost model - the fit recovers a flat-then-linear step time and t
   CHECK(back->predict_us(shape(0, 20, 10000)) == Approx(model->predict_us(shape(0, 20, 10000))));
 }
 
+TEST_CASE("step cost model - a prior fills the step sizes the measured steps lack, scaled as they measured it",
+          "[sim]") {
+  // The prior (an isolated grid) says 1 ms + 10 us per token; served steps of 1-8 tokens took twice that.
+  const StepCostModel prior({{1, 1010}, {4096, 1000 + 10 * 4096.0}}, 0);
+  std::vector<MeasuredStep> served;
+  for (uint64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8})
+    served.push_back({shape(0, rows, 0), 2 * (1000 + 10 * double(rows))});
+  auto alone = StepCostModel::fit(served);
+  auto filled = StepCostModel::fit(served, &prior);
+  REQUIRE(alone.ok());
+  REQUIRE(filled.ok());
+  CHECK(filled->predict_us(shape(0, 4, 0)) == Approx(2 * 1040).epsilon(0.03));
+  // 1,000 tokens: the measured ratio (2x) of the nearest measured sizes applied to the prior.
+  CHECK(filled->predict_us(shape(1000, 0, 0)) == Approx(2 * 11000).epsilon(0.05));
+  CHECK(filled->knots().back().tokens == 4096);
+  CHECK(alone->knots().back().tokens == 8);  // alone, the fit knows nothing past 8 tokens
+  CHECK(filled->num_steps() == served.size());  // its errors are those of the measured steps
+  CHECK(filled->median_error() < 0.03);
+}
+
 TEST_CASE("step cost model - too few steps, steps of one size and bad JSON are refused, naming why", "[sim]") {
   std::vector<MeasuredStep> few(5, MeasuredStep{shape(0, 1, 10), 100});
   auto refused = StepCostModel::fit(few);

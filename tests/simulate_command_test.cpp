@@ -94,3 +94,38 @@ TEST_CASE("simulate refuses a missing or malformed profile, naming the file and 
   check_refused(run_actord({"calibrate", "configs/quickstart.yaml", "-o", bad, "--max-batch", "0"}),
                 "--max-batch: must be at least 1");
 }
+
+TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's entry; traces it cannot use are "
+          "refused", "[cli][sim]") {
+  test::TempDir tmp;
+  const std::string profile = (tmp.path() / "profile.json").string(), trace = (tmp.path() / "run.json").string();
+  const std::vector<std::string> topology = {"configs/quickstart.yaml", "--set", "groups[0].threads=1"};
+  auto args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
+    head.insert(head.end(), topology.begin(), topology.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  REQUIRE(run_actord(args({"calibrate"}, {"-o", profile, "--max-batch", "4"})).exit_code == 0);
+  const auto generated = run_actord(args({"generate"}, {"--prompt", "Once upon a time", "--prompt", "One day",
+                                                         "--prompt", "The dog", "--max-tokens", "40",
+                                                         "--ignore-eos", "--trace", trace}));
+  REQUIRE(generated.exit_code == 0);
+  const auto traced = run_actord(args({"calibrate"}, {"--from-trace", trace, "-o", profile}));
+  INFO(traced.err);
+  REQUIRE(traced.exit_code == 0);
+  CHECK_THAT(traced.out, Catch::Contains("sizes the trace lacks from the profile's entry"));
+  std::ifstream in(profile);
+  const auto p = nlohmann::json::parse(in);
+  REQUIRE(p.at("replicas").size() == 1);  // the same shape's entry, replaced
+  CHECK(p["replicas"][0]["cost"]["steps"].get<int>() >= 39);  // the run's steps (the first one skipped)
+  CHECK(p["replicas"][0]["cost"]["knots"].size() > 3);        // sizes up to the grid's, not only the run's
+
+  const std::string bad = (tmp.path() / "bad.json").string();
+  std::ofstream(bad) << "{\"no\": 1}";
+  check_refused(run_actord(args({"calibrate"}, {"--from-trace", bad, "-o", profile})),
+                bad + ": not a Chrome trace (no traceEvents list)");
+  check_refused(run_actord({"calibrate", "configs/pd.yaml", "--set", "groups[1].placement=thread", "--from-trace", trace,
+                            "-o", profile}),
+                "--from-trace: the groups of configs/pd.yaml have different replica shapes");
+}
+

@@ -7,7 +7,9 @@
 // fixed time plus a time per KV position. The entries are added to the profile file (those of the same shape
 // replaced), so one file can hold every shape of a machine. With --from-trace the steps come from a trace the
 // engine wrote while serving (actord serve --trace under a real load), so the costs include whatever shared the
-// cores meanwhile (HTTP, tokenizers, a load generator on the same machine).
+// cores meanwhile (HTTP, tokenizers, a load generator on the same machine); an entry the profile already has for
+// the shape (a grid calibration) fills in the step sizes the trace lacks, scaled as the trace measured its
+// nearest sizes against it.
 #include <unistd.h>
 
 #include <chrono>
@@ -244,12 +246,18 @@ int run_calibrate(const CalibrateArgs& args) {
       auto steps = args.from_trace.empty() ? measure_group(*topology, gi, shape->threads, *model, args)
                                            : steps_of_trace(args.from_trace, 1);
       if (!steps) return fail(steps.error());
-      auto cost = sim::StepCostModel::fit(*steps);
+      // A trace's steps on top of the profile's entry for the shape (a grid calibration): it fills the size classes
+      // the served load never ran.
+      std::optional<sim::StepCostModel> prior;
+      if (!args.from_trace.empty())
+        if (auto entry = profile.find(*shape, ""); entry.ok()) prior = (*entry)->cost;
+      auto cost = sim::StepCostModel::fit(*steps, prior ? &*prior : nullptr);
       if (!cost) return fail(Error{Errc::internal, "groups[" + std::to_string(gi) + "]: " + cost.error().message});
-      std::printf("groups[%zu] %s: %zu steps, %zu knots, %.3g us per attention pair; per step error median %.1f%%, "
+      std::printf("groups[%zu] %s: %zu steps%s, %zu knots, %.3g us per attention pair; per step error median %.1f%%, "
                   "p90 %.1f%%; all steps' time %+.1f%%\n",
-                  gi, shape->describe().c_str(), cost->num_steps(), cost->knots().size(), cost->per_pair_us(),
-                  100 * cost->median_error(), 100 * cost->p90_error(), 100 * cost->total_error());
+                  gi, shape->describe().c_str(), cost->num_steps(),
+                  prior ? " (sizes the trace lacks from the profile's entry)" : "", cost->knots().size(),
+                  cost->per_pair_us(), 100 * cost->median_error(), 100 * cost->p90_error(), 100 * cost->total_error());
       profile.put({*shape, plan->groups[gi].num_kv_blocks, *cost});
       done.push_back(*shape);
     }
