@@ -9,7 +9,9 @@ namespace {
 
 constexpr int kVersion = 1;
 
-Error bad(const std::string& where, const std::string& what) { return Error{Errc::invalid_argument, where + ": " + what}; }
+Error bad(const std::string& where, const std::string& what) {
+  return Error{Errc::invalid_argument, where + ": " + what};
+}
 
 nlohmann::json shape_json(const ReplicaShape& s) {
   return {{"model", s.model}, {"device", s.device}, {"tp", s.tp},           {"pp", s.pp},

@@ -19,7 +19,9 @@
 namespace actord::sim {
 
 struct ReplicaShape {
-  std::string model;  // e.g. "LlamaForCausalLM, 12 layers, hidden 768, 12/12 heads, ffn 2048, vocab 32000, bfloat16 weights, bfloat16 KV"
+  // The model as served, e.g. "LlamaForCausalLM, 12 layers, hidden 768, 12/12 heads, ffn 2048, vocab 32000,
+  // bfloat16 weights, bfloat16 KV".
+  std::string model;
   std::string device = "cpu";
   int tp = 1, pp = 1, ep = 1;
   int threads = 1;  // per rank, as resolved on the machine

@@ -66,8 +66,8 @@ std::vector<MeasuredStep> with_prior(std::span<const MeasuredStep> steps, const 
     if (measured[c] > 0) continue;
     std::optional<double> ratio;
     for (size_t d = 1; d < classes && !ratio; ++d) {
-      if (c >= d && measured[c - d] > 0 && predicted[c - d] > 0) ratio = measured[c - d] / predicted[c - d];
-      else if (c + d < classes && measured[c + d] > 0 && predicted[c + d] > 0) ratio = measured[c + d] / predicted[c + d];
+      for (const size_t n : {c - d, c + d})  // below first (c - d wraps past 0 to a huge index: skipped)
+        if (!ratio && n < classes && measured[n] > 0 && predicted[n] > 0) ratio = measured[n] / predicted[n];
     }
     if (!ratio) return all;  // nothing measured to scale by
     StepShape shape;

@@ -6,10 +6,11 @@
 // its last segment. A CPU's products read every weight once per step however few rows it has (T flat at small
 // batches) and become compute bound with more rows (T linear); attention grows with every row's context.
 //
-// Contract: pure. fit() solves a least-squares problem (Eigen) in relative terms (every step counts by its error
-// as a fraction of the mean time of the steps of its size class: single steps jitter), with a small penalty on T's curvature so that knots without measurements follow
-// their neighbours; per_pair_us is never negative (refitted without it otherwise). It refuses fewer than 8 steps,
-// or steps of one size only. predict_us() is defined for any shape.
+// Contract: pure. fit() solves a least-squares problem (Eigen) in relative terms: every step counts by its error as
+// a fraction of the mean time of the steps of its size class (single steps jitter), with a small penalty on T's
+// curvature so that knots without measurements follow their neighbours; per_pair_us is never negative (refitted
+// without it otherwise). It refuses fewer than 8 steps, or steps of one size only. predict_us() is defined for any
+// shape.
 #pragma once
 
 #include <cstdint>

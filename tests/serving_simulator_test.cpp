@@ -129,7 +129,7 @@ TEST_CASE("step cost model - too few steps, steps of one size and bad JSON are r
         "f.json: replicas[0].cost.per_pair_us: expected a finite number >= 0");
 }
 
-TEST_CASE("cost profile - saved and loaded; a shape it lacks is named with the shapes it has; bad files name the key",
+TEST_CASE("cost profile - saved and loaded, a shape it lacks named with the shapes it has, bad files naming the key",
           "[sim]") {
   CostProfile p;
   p.cpu = "a CPU";
@@ -192,7 +192,7 @@ TEST_CASE("simulator - one request at 1 ms a step: its first token with the pref
   CHECK(report->replicas[0].busy_s == Approx(0.005));
 }
 
-TEST_CASE("simulator - requests batch together; the concurrency holds later ones back until one ends", "[sim]") {
+TEST_CASE("simulator - requests batch together - the concurrency holds later ones back until one ends", "[sim]") {
   const std::vector<SimRequest> two = {request(0, 10, 3, 3), request(0, 12, 3, 50)};
   auto together = simulate(fleet_of(1), two, 8);
   REQUIRE(together.ok());
@@ -253,7 +253,7 @@ TEST_CASE("simulator - a KV pool too small for the batch preempts and still comp
   CHECK(report->replicas[0].preemptions > 0);
 }
 
-TEST_CASE("simulator - refuses fleets without replicas or costs and requests out of order; a request too long fails "
+TEST_CASE("simulator - refuses fleets without replicas or costs and requests out of order - a request too long fails "
           "alone", "[sim]") {
   SimFleet none = fleet_of(0);
   CHECK(simulate(none, {request(0, 4, 2)}, 1).error().message == "the fleet has no replicas");

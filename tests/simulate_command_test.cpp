@@ -95,7 +95,7 @@ TEST_CASE("simulate refuses a missing or malformed profile, naming the file and 
                 "--max-batch: must be at least 1");
 }
 
-TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's entry; traces it cannot use are "
+TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's entry - traces it cannot use are "
           "refused", "[cli][sim]") {
   test::TempDir tmp;
   const std::string profile = (tmp.path() / "profile.json").string(), trace = (tmp.path() / "run.json").string();
@@ -124,8 +124,8 @@ TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's
   std::ofstream(bad) << "{\"no\": 1}";
   check_refused(run_actord(args({"calibrate"}, {"--from-trace", bad, "-o", profile})),
                 bad + ": not a Chrome trace (no traceEvents list)");
-  check_refused(run_actord({"calibrate", "configs/pd.yaml", "--set", "groups[1].placement=thread", "--from-trace", trace,
-                            "-o", profile}),
+  check_refused(run_actord({"calibrate", "configs/pd.yaml", "--set", "groups[1].placement=thread", "--from-trace",
+                            trace, "-o", profile}),
                 "--from-trace: the groups of configs/pd.yaml have different replica shapes");
 }
 

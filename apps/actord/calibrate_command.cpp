@@ -60,8 +60,8 @@ Result<std::vector<sim::MeasuredStep>> steps_of_trace(const std::filesystem::pat
     return Error{Errc::invalid_argument, file.string() + ": not a Chrome trace (no traceEvents list)"};
   std::vector<sim::MeasuredStep> steps;
   for (const auto& e : doc["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "scheduler" || e.value("name", "") != "step")
-      continue;
+    if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "scheduler") continue;
+    if (e.value("name", "") != "step") continue;
     const auto& a = e.value("args", nlohmann::json::object());
     if (!a.is_object() || !a.contains("share_us")) continue;  // a trace of an engine before shapes were recorded
     if (a.value("step", uint64_t{0}) <= skip) continue;
