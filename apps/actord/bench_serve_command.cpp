@@ -23,6 +23,7 @@
 #include "apps/actord/bench_serve_plot.hpp"
 #include "apps/actord/commands.hpp"
 #include "apps/actord/http_client.hpp"
+#include "apps/actord/load_report.hpp"
 
 namespace actord::cli {
 namespace {
@@ -31,19 +32,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using json = nlohmann::json;
 using clock_type = std::chrono::steady_clock;
-
-}  // namespace
-
-json latency_summary_ms(const std::vector<double>& seconds) {
-  double sum = 0;
-  for (double s : seconds) sum += s;
-  const double mean = seconds.empty() ? 0 : sum / double(seconds.size());
-  const double max = seconds.empty() ? 0 : *std::max_element(seconds.begin(), seconds.end());
-  return {{"mean", mean * 1e3}, {"median", percentile(seconds, 50) * 1e3}, {"p90", percentile(seconds, 90) * 1e3},
-          {"p99", percentile(seconds, 99) * 1e3}, {"p999", percentile(seconds, 99.9) * 1e3}, {"max", max * 1e3}};
-}
-
-namespace {
 
 // One streaming request: the arrival time of its first byte of content and of every chunk.
 struct Stream : std::enable_shared_from_this<Stream> {
@@ -275,49 +263,23 @@ int run_bench_serve(const BenchServeArgs& args) {
   run(args.warmup, args.num_prompts, streams);
   const double wall = std::chrono::duration<double>(clock_type::now() - start).count();
 
-  std::vector<double> ttft, tpot, itl, e2e, token_times;
-  size_t ok = 0, output_tokens = 0, input_tokens = 0;
-  std::string first_error;
+  LoadReport figures;
   for (size_t i = 0; i < streams.size(); ++i) {
     const auto& s = streams[i];
     if (!s->error.empty() || s->chunks.empty()) {
-      if (first_error.empty()) first_error = s->error.empty() ? "no tokens" : s->error;
+      figures.add_failure(s->error.empty() ? "no tokens" : s->error);
       continue;
     }
-    ++ok;
+    std::vector<double> chunks;
+    for (auto t : s->chunks) chunks.push_back(std::chrono::duration<double>(t - start).count());
     // The server's counts when it reports usage (a text chunk may hold several tokens, or none), else ours.
-    output_tokens += s->completion_tokens ? size_t(*s->completion_tokens) : s->chunks.size();
-    input_tokens += s->prompt_tokens ? size_t(*s->prompt_tokens)
-                                     : size_t((*requests)[size_t(args.warmup) + i].prompt_tokens);
-    ttft.push_back(std::chrono::duration<double>(s->chunks.front() - s->sent).count());
-    e2e.push_back(std::chrono::duration<double>(s->chunks.back() - s->sent).count());
-    for (size_t c = 1; c < s->chunks.size(); ++c) itl.push_back(std::chrono::duration<double>(s->chunks[c] - s->chunks[c - 1]).count());
-    if (s->chunks.size() > 1)
-      tpot.push_back(std::chrono::duration<double>(s->chunks.back() - s->chunks.front()).count() /
-                     double(s->chunks.size() - 1));
-    for (auto t : s->chunks) token_times.push_back(std::chrono::duration<double>(t - start).count());
+    figures.add(std::chrono::duration<double>(s->sent - start).count(), chunks,
+                s->prompt_tokens ? size_t(*s->prompt_tokens) : size_t((*requests)[size_t(args.warmup) + i].prompt_tokens),
+                s->completion_tokens ? size_t(*s->completion_tokens) : s->chunks.size());
   }
   const std::string source = args.dataset.empty() ? "random" : args.dataset;
-  json report{{"url", args.url},
-              {"dataset", source},
-              {"num_prompts", args.num_prompts},
-              {"completed", ok},
-              {"failed", streams.size() - ok},
-              {"concurrency", args.concurrency},
-              {"request_rate", args.request_rate},
-              {"input_len", args.input_len},
-              {"output_len", args.output_len},
-              {"total_input_tokens", input_tokens},
-              {"total_output_tokens", output_tokens},
-              {"duration_s", wall},
-              {"request_throughput", double(ok) / wall},
-              {"input_tokens_per_s", double(input_tokens) / wall},
-              {"output_tokens_per_s", double(output_tokens) / wall},
-              {"ttft_ms", latency_summary_ms(ttft)},
-              {"tpot_ms", latency_summary_ms(tpot)},
-              {"itl_ms", latency_summary_ms(itl)},
-              {"e2e_ms", latency_summary_ms(e2e)}};
-  if (!first_error.empty()) report["first_error"] = first_error;
+  json report = figures.json(args, wall);
+  report["url"] = args.url;
   auto write_file = [](const std::string& path, const std::string& text) {
     std::FILE* f = std::fopen(path.c_str(), "w");
     if (!f) return print_error({Errc::invalid_argument, "cannot write " + path}), false;
@@ -332,34 +294,28 @@ int run_bench_serve(const BenchServeArgs& args) {
       for (double& x : v) x *= 1e3;
       return v;
     };
-    RunPlot plot{"actord bench serve: " + args.url + ", " + std::to_string(ok) + " requests (" + source +
-                     "), concurrency " + std::to_string(args.concurrency),
-                 {{"TTFT", to_ms(ttft)}, {"TPOT", to_ms(tpot)}, {"ITL", to_ms(itl)}, {"E2E", to_ms(e2e)}},
-                 token_times,
+    RunPlot plot{"actord bench serve: " + args.url + ", " + std::to_string(figures.completed()) + " requests (" +
+                     source + "), concurrency " + std::to_string(args.concurrency),
+                 {{"TTFT", to_ms(figures.ttft())},
+                  {"TPOT", to_ms(figures.tpot())},
+                  {"ITL", to_ms(figures.itl())},
+                  {"E2E", to_ms(figures.e2e())}},
+                 figures.token_times(),
                  wall};
     written &= write_file(args.plot, plot_svg(plot));
   }
   if (args.json) {
     std::printf("%s\n", report.dump().c_str());
   } else {
-    std::printf("actord bench serve: %s, %d requests (%s), concurrency %d, rate %s\n", args.url.c_str(),
-                args.num_prompts,
-                args.dataset.empty() ? (std::to_string(args.input_len) + " in + " + std::to_string(args.output_len) + " out").c_str()
-                                     : args.dataset.c_str(),
-                args.concurrency, args.request_rate > 0 ? std::to_string(args.request_rate).c_str() : "all at once");
-    std::printf("  %-28s %zu / %zu\n", "completed / failed", ok, streams.size() - ok);
-    std::printf("  %-28s %10.2f\n", "duration s", wall);
-    std::printf("  %-28s %10.2f\n", "requests/s", double(ok) / wall);
-    std::printf("  %-28s %10.1f\n", "input tokens/s", double(input_tokens) / wall);
-    std::printf("  %-28s %10.1f\n", "output tokens/s", double(output_tokens) / wall);
-    for (const char* name : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
-      const json& m = report[name];
-      std::printf("  %-28s %10.2f %10.2f %10.2f %10.2f  (mean median p90 p99)\n", name, m["mean"].get<double>(),
-                  m["median"].get<double>(), m["p90"].get<double>(), m["p99"].get<double>());
-    }
-    if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
+    LoadReport::print(report, "actord bench serve: " + args.url + ", " + std::to_string(args.num_prompts) +
+                                  " requests (" +
+                                  (args.dataset.empty() ? std::to_string(args.input_len) + " in + " +
+                                                              std::to_string(args.output_len) + " out"
+                                                        : args.dataset) +
+                                  "), concurrency " + std::to_string(args.concurrency) + ", rate " +
+                                  (args.request_rate > 0 ? std::to_string(args.request_rate) : "all at once"));
   }
-  return ok == streams.size() && written ? 0 : 1;
+  return figures.failed() == 0 && written ? 0 : 1;
 }
 
 }  // namespace actord::cli

@@ -205,8 +205,7 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args);
 // the same generator after them (one per request sent, when --request-rate is set).
 struct BenchRequest;
 Result<std::vector<BenchRequest>> make_bench_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng);
-// mean, median, p90, p99, p999 and max of `seconds`, in milliseconds (bench serve's and simulate's reports).
-nlohmann::json latency_summary_ms(const std::vector<double>& seconds);
+
 int run_bench_serve(const BenchServeArgs& args);
 
 CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args);

@@ -9,6 +9,7 @@
 
 #include "apps/actord/bench_serve_dataset.hpp"
 #include "apps/actord/commands.hpp"
+#include "apps/actord/load_report.hpp"
 #include "apps/actord/replica_shapes.hpp"
 #include "core/host_cpus.hpp"
 #include "sim/serving_simulator.hpp"
@@ -83,24 +84,17 @@ int run_simulate(const SimulateArgs& args) {
   auto report = sim::simulate(*fleet, requests, w.concurrency);
   if (!report) return fail(report.error());
 
-  std::vector<double> ttft, tpot, itl, e2e;
-  size_t ok = 0, output_tokens = 0, input_tokens = 0;
-  std::string first_error;
+  LoadReport figures;
   for (size_t i = 0; i < report->requests.size(); ++i) {
     const sim::SimOutcome& o = report->requests[i];
-    if (!o.error.empty() || o.token_s.empty()) {
-      if (first_error.empty()) first_error = o.error.empty() ? "no tokens" : o.error;
-      continue;
-    }
-    ++ok;
-    output_tokens += o.token_s.size();
-    input_tokens += requests[i].prompt.size();
-    ttft.push_back(o.token_s.front() - o.sent_s);
-    e2e.push_back(o.token_s.back() - o.sent_s);
-    for (size_t t = 1; t < o.token_s.size(); ++t) itl.push_back(o.token_s[t] - o.token_s[t - 1]);
-    if (o.token_s.size() > 1) tpot.push_back((o.token_s.back() - o.token_s.front()) / double(o.token_s.size() - 1));
+    if (!o.error.empty() || o.token_s.empty()) figures.add_failure(o.error.empty() ? "no tokens" : o.error);
+    else figures.add(o.sent_s, o.token_s, requests[i].prompt.size(), o.token_s.size());
   }
   const double wall = report->end_s > 0 ? report->end_s : 1e-9;
+  nlohmann::json out = figures.json(w, wall);
+  out["simulated"] = true;
+  out["topology"] = topology->source.string();
+  out["profile"] = args.profile;
   nlohmann::json replicas = nlohmann::json::array();
   for (const sim::SimReplicaStats& r : report->replicas)
     replicas.push_back({{"group", r.group},
@@ -110,53 +104,22 @@ int run_simulate(const SimulateArgs& args) {
                         {"decode_tokens", r.decode_tokens},
                         {"preemptions", r.preemptions},
                         {"handoffs", r.handoffs}});
-  nlohmann::json out{{"simulated", true},
-                     {"topology", topology->source.string()},
-                     {"profile", args.profile},
-                     {"num_prompts", w.num_prompts},
-                     {"completed", ok},
-                     {"failed", report->requests.size() - ok},
-                     {"concurrency", w.concurrency},
-                     {"request_rate", w.request_rate},
-                     {"input_len", w.input_len},
-                     {"output_len", w.output_len},
-                     {"total_input_tokens", input_tokens},
-                     {"total_output_tokens", output_tokens},
-                     {"duration_s", wall},
-                     {"request_throughput", double(ok) / wall},
-                     {"input_tokens_per_s", double(input_tokens) / wall},
-                     {"output_tokens_per_s", double(output_tokens) / wall},
-                     {"ttft_ms", latency_summary_ms(ttft)},
-                     {"tpot_ms", latency_summary_ms(tpot)},
-                     {"itl_ms", latency_summary_ms(itl)},
-                     {"e2e_ms", latency_summary_ms(e2e)},
-                     {"replicas", replicas}};
-  if (!first_error.empty()) out["first_error"] = first_error;
+  out["replicas"] = replicas;
   if (w.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("actord simulate: %s, %d requests (%d in + %d out), concurrency %d, rate %s\n",
-                topology->source.string().c_str(), w.num_prompts, w.input_len, w.output_len, w.concurrency,
-                w.request_rate > 0 ? std::to_string(w.request_rate).c_str() : "all at once");
-    std::printf("  %-28s %zu / %zu\n", "completed / failed", ok, report->requests.size() - ok);
-    std::printf("  %-28s %10.2f\n", "duration s", wall);
-    std::printf("  %-28s %10.2f\n", "requests/s", double(ok) / wall);
-    std::printf("  %-28s %10.1f\n", "input tokens/s", double(input_tokens) / wall);
-    std::printf("  %-28s %10.1f\n", "output tokens/s", double(output_tokens) / wall);
-    for (const char* name : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
-      const nlohmann::json& m = out[name];
-      std::printf("  %-28s %10.2f %10.2f %10.2f %10.2f  (mean median p90 p99)\n", name, m["mean"].get<double>(),
-                  m["median"].get<double>(), m["p90"].get<double>(), m["p99"].get<double>());
-    }
+    LoadReport::print(out, "actord simulate: " + topology->source.string() + ", " + std::to_string(w.num_prompts) +
+                               " requests (" + std::to_string(w.input_len) + " in + " + std::to_string(w.output_len) +
+                               " out), concurrency " + std::to_string(w.concurrency) + ", rate " +
+                               (w.request_rate > 0 ? std::to_string(w.request_rate) : "all at once"));
     for (size_t r = 0; r < report->replicas.size(); ++r) {
       const sim::SimReplicaStats& s = report->replicas[r];
       std::printf("  replica %zu (%s): busy %.0f%%, %llu steps, %llu preemptions, %llu hand-offs\n", r, s.group.c_str(),
                   100.0 * s.busy_s / wall, static_cast<unsigned long long>(s.steps),
                   static_cast<unsigned long long>(s.preemptions), static_cast<unsigned long long>(s.handoffs));
     }
-    if (!first_error.empty()) std::printf("  first error: %s\n", first_error.c_str());
   }
-  return ok == report->requests.size() ? 0 : 1;
+  return figures.failed() == 0 ? 0 : 1;
 }
 
 }  // namespace actord::cli
