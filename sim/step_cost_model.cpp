@@ -11,6 +11,7 @@ namespace actord::sim {
 namespace {
 
 constexpr size_t kMinSteps = 8;
+constexpr double kMaxTokens = double(uint64_t{1} << 40);  // a knot's tokens at most (steps are far smaller)
 constexpr double kCurvature = 0.05;  // weight of T's slope changes against the steps' relative errors
 
 // Knots at 1, 2, 4, ... below `most` tokens, and `most`.
@@ -42,6 +43,11 @@ StepCostModel::StepCostModel(std::vector<Knot> knots, double per_pair_us)
 
 namespace {
 
+// A step the fit can use: some tokens (at most kMaxTokens), a positive finite time.
+bool usable(const MeasuredStep& s) {
+  return s.shape.tokens() > 0 && double(s.shape.tokens()) <= kMaxTokens && s.us > 0 && std::isfinite(s.us);
+}
+
 size_t size_class(uint64_t tokens) { return size_t(std::bit_width(tokens)); }  // 1: 1, 2: 2-3, 3: 4-7, ...
 
 // `steps` and, for each size class they lack up to the prior's last knot, the prior's steps scaled as the nearest
@@ -52,7 +58,7 @@ std::vector<MeasuredStep> with_prior(std::span<const MeasuredStep> steps, const 
   std::vector<double> measured(classes, 0), predicted(classes, 0);
   double pairs = 0, tokens = 0;
   for (const MeasuredStep& s : steps) {
-    if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+    if (!usable(s)) continue;
     const size_t c = size_class(s.shape.tokens());
     if (c < classes) {
       measured[c] += s.us;
@@ -90,7 +96,7 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured,
   double most = 0, least = 0;
   std::vector<double> times;
   for (const MeasuredStep& s : steps) {
-    if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+    if (!usable(s)) continue;
     const double tokens = double(s.shape.tokens());
     most = std::max(most, tokens);
     least = times.empty() ? tokens : std::min(least, tokens);
@@ -108,10 +114,10 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured,
   // Each step's weight: one over the mean time of the steps of its size class (tokens rounded to a power of two).
   // A single step's share jitters with the threads' wake-ups; relative to its class's mean, large and small
   // classes count alike without the jitter of small steps dominating.
-  std::vector<double> class_sum(64, 0), class_count(64, 0);
+  std::vector<double> class_sum(65, 0), class_count(65, 0);  // classes 0 .. 64
   auto class_of = size_class;
   for (const MeasuredStep& s : steps) {
-    if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+    if (!usable(s)) continue;
     class_sum[class_of(s.shape.tokens())] += s.us;
     class_count[class_of(s.shape.tokens())] += 1;
   }
@@ -126,7 +132,7 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured,
     Eigen::VectorXd b = Eigen::VectorXd::Zero(A.rows());
     Eigen::Index row = 0;
     for (const MeasuredStep& s : steps) {
-      if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+      if (!usable(s)) continue;
       const auto [i, w] = segment_of(at, double(s.shape.tokens()));
       const double k = weight(s);
       A(row, Eigen::Index(i)) = (1 - w) * k;
@@ -157,7 +163,7 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured,
   std::vector<double> errors;
   double predicted_us = 0, measured_us = 0;
   for (const MeasuredStep& s : measured) {
-    if (s.shape.tokens() == 0 || !(s.us > 0)) continue;
+    if (!usable(s)) continue;
     errors.push_back(std::abs(model.predict_us(s.shape) - s.us) / s.us);
     predicted_us += model.predict_us(s.shape);
     measured_us += s.us;
@@ -208,8 +214,8 @@ Result<StepCostModel> StepCostModel::from_json(const nlohmann::json& j, const st
         !std::isfinite(k[0].get<double>()) || !std::isfinite(k[1].get<double>()))
       return bad("knots[" + std::to_string(i) + "]", "expected [tokens, us], two finite numbers");
     const double tokens = k[0].get<double>();
-    if (!(tokens >= 1) || (!parsed.empty() && tokens <= parsed.back().tokens))
-      return bad("knots[" + std::to_string(i) + "]", "tokens must be at least 1 and ascending");
+    if (!(tokens >= 1 && tokens <= kMaxTokens) || (!parsed.empty() && tokens <= parsed.back().tokens))
+      return bad("knots[" + std::to_string(i) + "]", "tokens must be in [1, 2^40] and ascending");
     parsed.push_back({tokens, k[1].get<double>()});
   }
   const auto pair = j.find("per_pair_us");

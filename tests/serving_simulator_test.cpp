@@ -122,7 +122,7 @@ TEST_CASE("step cost model - too few steps, steps of one size and bad JSON are r
   CHECK(bad(json{{"knots", {{1, 5}}}, {"per_pair_us", 0}}) ==
         "f.json: replicas[0].cost.knots: expected a list of at least 2 [tokens, us] pairs");
   CHECK(bad(json{{"knots", {{4, 5}, {2, 6}}}, {"per_pair_us", 0}}) ==
-        "f.json: replicas[0].cost.knots[1]: tokens must be at least 1 and ascending");
+        "f.json: replicas[0].cost.knots[1]: tokens must be in [1, 2^40] and ascending");
   CHECK(bad(json{{"knots", {{1, 5}, {2, "x"}}}, {"per_pair_us", 0}}) ==
         "f.json: replicas[0].cost.knots[1]: expected [tokens, us], two finite numbers");
   CHECK(bad(json{{"knots", {{1, 5}, {2, 6}}}, {"per_pair_us", -1}}) ==

@@ -73,10 +73,6 @@ CLI::App* add_bench_command(CLI::App& app, BenchArgs& args) {
 
 int run_bench(const BenchArgs& args) {
   if (!apply_log_level(args.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1}, {"--input-len", args.input_len, 1},
                                     {"--output-len", args.output_len, 1}, {"--concurrency", args.concurrency, 1},
                                     {"--shared-prefix-len", args.shared_prefix_len, 0}, {"--threads", args.threads, 0},

@@ -26,6 +26,7 @@
 #include "apps/actord/replica_shapes.hpp"
 #include "core/host_cpus.hpp"
 #include "executors/cpu/cpu_features.hpp"
+#include "sim/trace_steps.hpp"
 
 namespace actord::cli {
 namespace {
@@ -51,29 +52,12 @@ struct Workload {
   }
 };
 
-// The steps of every scheduler of a trace, past each one's step `skip`.
-Result<std::vector<sim::MeasuredStep>> steps_of_trace(const std::filesystem::path& file, uint64_t skip) {
+// The steps of every scheduler of the trace `file`, past each one's step `skip`.
+Result<std::vector<sim::MeasuredStep>> steps_of_trace_file(const std::filesystem::path& file, uint64_t skip) {
   std::ifstream in(file);
   if (!in) return Error{Errc::invalid_argument, file.string() + ": cannot read the trace"};
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
-    return Error{Errc::invalid_argument, file.string() + ": not a Chrome trace (no traceEvents list)"};
-  std::vector<sim::MeasuredStep> steps;
-  for (const auto& e : doc["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "scheduler") continue;
-    if (e.value("name", "") != "step") continue;
-    const auto& a = e.value("args", nlohmann::json::object());
-    if (!a.is_object() || !a.contains("share_us")) continue;  // a trace of an engine before shapes were recorded
-    if (a.value("step", uint64_t{0}) <= skip) continue;
-    sim::MeasuredStep s;
-    s.shape.prefill_tokens = a.value("prefill_tokens", uint64_t{0});
-    s.shape.decode_tokens = a.value("decode_tokens", uint64_t{0});
-    s.shape.attention_pairs = a.value("attention_pairs", uint64_t{0});
-    s.shape.sequences = a.value("seqs", uint64_t{0});
-    s.us = double(a.value("share_us", uint64_t{0}));
-    steps.push_back(s);
-  }
-  return steps;
+  return sim::steps_of_trace(doc, skip, file.string());
 }
 
 // One replica of group `gi` alone, through the grid; its steps.
@@ -124,7 +108,7 @@ Result<std::vector<sim::MeasuredStep>> measure_group(const TopologyConfig& topol
     }
     for (int p = 64; p <= std::min(2048, context - 8); p *= 4) ACTORD_TRY_STATUS(run({w.request(p, 2)}));  // prefills
   }  // the engine stops and writes the trace
-  auto steps = steps_of_trace(trace, warm_steps);
+  auto steps = steps_of_trace_file(trace, warm_steps);
   std::error_code ec;
   std::filesystem::remove(trace, ec);
   return steps;
@@ -206,10 +190,6 @@ CLI::App* add_calibrate_command(CLI::App& app, CalibrateArgs& args) {
 
 int run_calibrate(const CalibrateArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   if (args.max_batch < 1) return fail({Errc::invalid_argument, "--max-batch: must be at least 1"});
   auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
@@ -244,7 +224,7 @@ int run_calibrate(const CalibrateArgs& args) {
       std::fprintf(stderr, "calibrating groups[%zu] (%s): %s%s\n", gi, topology->groups[gi].name.c_str(),
                    shape->describe().c_str(), args.from_trace.empty() ? "" : (" from " + args.from_trace).c_str());
       auto steps = args.from_trace.empty() ? measure_group(*topology, gi, shape->threads, *model, args)
-                                           : steps_of_trace(args.from_trace, 1);
+                                           : steps_of_trace_file(args.from_trace, 1);
       if (!steps) return fail(steps.error());
       // A trace's steps on top of the profile's entry for the shape (a grid calibration): it fills the size classes
       // the served load never ran.

@@ -240,10 +240,6 @@ CLI::App* add_check_command(CLI::App& app, CheckArgs& args) {
 
 int run_check(const CheckArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
   auto model = check_model_folder(*topology);

@@ -188,6 +188,8 @@ Result<uint32_t> lora_request_id(const Engine& engine, const std::string& name);
 bool apply_log_level(const std::string& level);
 int exit_code_for(const Error& error);
 void print_error(const Error& error);
+// print_error, then exit_code_for: how a subcommand ends on an error.
+int fail(const Error& error);
 // A run's scheduler statistics as printed by generate --json and bench: totals and per-step means.
 nlohmann::json step_stats_json(const SchedulerStats& stats);
 

@@ -112,6 +112,11 @@ int exit_code_for(const Error& error) {
 
 void print_error(const Error& error) { std::fprintf(stderr, "error: %s\n", error.message.c_str()); }
 
+int fail(const Error& error) {
+  print_error(error);
+  return exit_code_for(error);
+}
+
 nlohmann::json step_stats_json(const SchedulerStats& s) {
   const double steps = std::max<double>(1.0, static_cast<double>(s.steps));
   return {{"steps", s.steps},

@@ -97,10 +97,6 @@ CLI::App* add_generate_command(CLI::App& app, GenerateArgs& args) {
 
 int run_generate(const GenerateArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   if (args.max_tokens < 1) return fail({Errc::invalid_argument, "--max-tokens must be at least 1, got " +
                                                                     std::to_string(args.max_tokens)});
   if (auto valid = check_sampling_flags(args.sampling, 0); !valid) return fail(valid.error());

@@ -34,10 +34,6 @@ CLI::App* add_serve_command(CLI::App& app, ServeArgs& args) {
 
 int run_serve(const ServeArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   auto topology = load_topology_of(args.common);
   if (!topology) return fail(topology.error());
   ServerSection server = topology->server;

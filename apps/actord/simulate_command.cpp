@@ -42,10 +42,6 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
 
 int run_simulate(const SimulateArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
-  auto fail = [](const Error& e) {
-    print_error(e);
-    return exit_code_for(e);
-  };
   const BenchServeArgs& w = args.workload;
   for (auto [flag, value, least] : {std::tuple{"--num-prompts", w.num_prompts, 1}, {"--concurrency", w.concurrency, 1},
                                     {"--input-len", w.input_len, 1}, {"--output-len", w.output_len, 1},
