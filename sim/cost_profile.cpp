@@ -83,8 +83,8 @@ Result<CostProfile> CostProfile::from_json(const nlohmann::json& j, const std::s
   if (version == j.end() || !version->is_number_integer() || version->get<int64_t>() != kVersion)
     return bad(where + ": version", "expected " + std::to_string(kVersion));
   CostProfile p;
-  p.cpu = j.value("cpu", std::string());
-  p.source = j.value("source", std::string());
+  for (auto [key, out] : {std::pair{"cpu", &p.cpu}, {"source", &p.source}})  // words for people: any other type, none
+    if (const auto v = j.find(key); v != j.end() && v->is_string()) *out = v->get<std::string>();
   const auto list = j.find("replicas");
   if (list == j.end() || !list->is_array()) return bad(where + ": replicas", "expected a list");
   for (size_t i = 0; i < list->size(); ++i) {
@@ -113,7 +113,7 @@ Result<CostProfile> CostProfile::from_json(const nlohmann::json& j, const std::s
         return bad(where + ": handoff." + key, "expected a number >= 0");
       *out = v->get<double>();
     }
-    c.samples = h->value("samples", size_t{0});
+    if (const auto n = h->find("samples"); n != h->end() && n->is_number_unsigned()) c.samples = n->get<size_t>();
     p.handoff = c;
   }
   return p;

@@ -222,10 +222,11 @@ Result<StepCostModel> StepCostModel::from_json(const nlohmann::json& j, const st
   if (pair == j.end() || !pair->is_number() || !(pair->get<double>() >= 0) || !std::isfinite(pair->get<double>()))
     return bad("per_pair_us", "expected a finite number >= 0");
   StepCostModel model(std::move(parsed), pair->get<double>());
-  model.median_error_ = j.value("median_error", 0.0);
-  model.p90_error_ = j.value("p90_error", 0.0);
-  model.total_error_ = j.value("total_error", 0.0);
-  model.num_steps_ = j.value("steps", size_t{0});
+  // The fit's report, for people: a value of another type reads as none.
+  for (auto [key, out] : {std::pair{"median_error", &model.median_error_}, {"p90_error", &model.p90_error_},
+                          {"total_error", &model.total_error_}})
+    if (const auto v = j.find(key); v != j.end() && v->is_number()) *out = v->get<double>();
+  if (const auto v = j.find("steps"); v != j.end() && v->is_number_unsigned()) model.num_steps_ = v->get<size_t>();
   return model;
 }
 

@@ -5,10 +5,18 @@
 namespace actord::sim {
 namespace {
 
-// args[key] when it is an unsigned integer, else 0.
+// args[key] when it is a non-negative integer, else 0.
 uint64_t count(const nlohmann::json& args, const char* key) {
   const auto v = args.find(key);
-  return v != args.end() && v->is_number_unsigned() ? v->get<uint64_t>() : 0;
+  if (v == args.end() || !v->is_number_integer()) return 0;
+  if (v->is_number_unsigned()) return v->get<uint64_t>();
+  return v->get<int64_t>() >= 0 ? uint64_t(v->get<int64_t>()) : 0;
+}
+
+// e[key] is the string `want` (false for any other type).
+bool is(const nlohmann::json& e, const char* key, const char* want) {
+  const auto v = e.find(key);
+  return v != e.end() && v->is_string() && v->get_ref<const std::string&>() == want;
 }
 
 }  // namespace
@@ -18,8 +26,7 @@ Result<std::vector<MeasuredStep>> steps_of_trace(const nlohmann::json& trace, ui
     return Error{Errc::invalid_argument, source + ": not a Chrome trace (no traceEvents list)"};
   std::vector<MeasuredStep> steps;
   for (const auto& e : trace["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X" || e.value("cat", "") != "scheduler") continue;
-    if (e.value("name", "") != "step") continue;
+    if (!e.is_object() || !is(e, "ph", "X") || !is(e, "cat", "scheduler") || !is(e, "name", "step")) continue;
     const auto args = e.find("args");
     if (args == e.end() || !args->is_object() || !args->contains("share_us")) continue;
     if (count(*args, "step") <= skip) continue;

@@ -13,6 +13,8 @@
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
 #include "memory/safetensors.hpp"
+#include "sim/cost_profile.hpp"
+#include "sim/trace_steps.hpp"
 #include "test_util.hpp"
 #include "worker_test_util.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -438,3 +440,35 @@ TEST_CASE("streaming detokenizer: a Strip decoder of two characters does not str
   CHECK(streamed == tok->decode(ids, true));
   CHECK(streamed == "Once  h   h");
 }
+
+TEST_CASE("simulator files: keys of another type than expected are skipped or refused, never thrown", "[fuzz][sim]") {
+  using nlohmann::json;
+  // cost_profile_fuzz's first find: a trace event whose "ph" is a number threw nlohmann's type_error.
+  const json trace = {{"traceEvents",
+                       {{{"ph", 5}, {"cat", "scheduler"}, {"name", "step"}, {"args", {{"share_us", 10}}}},
+                        {{"ph", "X"}, {"cat", {1}}, {"name", "step"}},
+                        {{"ph", "X"}, {"cat", "scheduler"}, {"name", "step"},
+                         {"args", {{"share_us", 9}, {"step", 2}, {"decode_tokens", "x"}, {"prefill_tokens", 4}}}}}}};
+  auto steps = sim::steps_of_trace(trace, 0, "t.json");
+  REQUIRE(steps.ok());
+  REQUIRE(steps->size() == 1);
+  CHECK(steps->front().shape.prefill_tokens == 4);
+  CHECK(steps->front().shape.decode_tokens == 0);  // not a count: none
+  // The same in a profile's words for people and the fit's report.
+  const json profile = {{"version", 1},
+                        {"cpu", 7},
+                        {"source", {1, 2}},
+                        {"replicas",
+                         {{{"shape", {{"model", "m"}, {"device", "cpu"}, {"placement", "thread"}, {"tp", 1}, {"pp", 1},
+                                      {"ep", 1}, {"threads", 1}}},
+                           {"kv_blocks", 4},
+                           {"cost", {{"knots", {{1, 5}, {2, 6}}}, {"per_pair_us", 0}, {"steps", "many"},
+                                     {"median_error", "low"}}}}}},
+                        {"handoff", {{"fixed_us", 1}, {"per_token_us", 2}, {"samples", "six"}}}};
+  auto loaded = sim::CostProfile::from_json(profile, "p.json");
+  REQUIRE(loaded.ok());
+  CHECK(loaded->cpu.empty());
+  CHECK(loaded->replicas.front().cost.num_steps() == 0);
+  CHECK(loaded->handoff->samples == 0);
+}
+
