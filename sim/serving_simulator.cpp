@@ -14,7 +14,6 @@ namespace {
 constexpr int32_t kToken = 5;  // every token the simulated replicas "sample": no stop id, requests end by length
 
 struct Replica {
-  size_t group = 0;
   const StepCostModel* cost = nullptr;
   std::unique_ptr<BlockAllocator> blocks;
   std::unique_ptr<BatchScheduler> batcher;
@@ -52,7 +51,6 @@ class Simulation {
       limits.hand_off_prefilled = group.role == ReplicaRole::prefill;
       for (int r = 0; r < group.replicas; ++r) {
         Replica rep;
-        rep.group = g;
         rep.cost = &group.cost;
         rep.blocks = std::make_unique<BlockAllocator>(group.kv_blocks);
         rep.batcher = std::make_unique<BatchScheduler>(limits, *rep.blocks);
