@@ -1,5 +1,4 @@
 #include "actors/engine.hpp"
-#include "scheduler/topology_limits.hpp"
 
 #include "executors/cuda/cuda_backend.hpp"
 
@@ -32,6 +31,7 @@
 #include "memory/memory_budget.hpp"
 #include "plugins/model_checks.hpp"
 #include "plugins/model_registry.hpp"
+#include "scheduler/topology_limits.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {

@@ -30,8 +30,8 @@
 
 namespace actord::sched {
 
-uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
-                        uint64_t answered_late_us);
+uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent,
+                        std::chrono::steady_clock::time_point now, uint64_t answered_late_us);
 
 // Sends the updates to their submitters: one StreamDeltaBatch per submitter.
 void emit(self_ptr self, std::span<const SequenceUpdate> updates) {
@@ -169,8 +169,8 @@ uint64_t thread_cpu_ns() {
 // when it was done, `answered_late_us` before its result came), so that overlapping steps are not counted twice.
 // At --log-level trace, one line a step says how its share was made (where the prefill / decode split comes from).
 // Returns the share.
-uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent, std::chrono::steady_clock::time_point now,
-                        uint64_t answered_late_us) {
+uint64_t account_result(scheduler_state& st, const scheduler_state::Sent& sent,
+                        std::chrono::steady_clock::time_point now, uint64_t answered_late_us) {
   st.stats.round_trip_us += micros_between(sent.at, now);
   const auto previous_end = st.clock.last_end();
   const uint64_t share = st.clock.book(sent.at, now, answered_late_us);
