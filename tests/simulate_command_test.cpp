@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 using namespace actord;
 using actord::test::run_actord;
@@ -79,6 +80,36 @@ TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts b
                 "--concurrency: must be at least 1, got 0");
   check_refused(run_actord(with({"simulate"}, {"--profile", profile, "--request-rate", "-1"})),
                 "--request-rate must be a finite number >= 0");
+}
+
+TEST_CASE("simulate plays a JSONL dataset's prompts, encoded by the model's tokenizer, with their replies' lengths",
+          "[cli][sim]") {
+  test::TempDir tmp;
+  const std::string profile = (tmp.path() / "profile.json").string();
+  REQUIRE(run_actord({"calibrate", "configs/quickstart.yaml", "-o", profile, "--max-batch", "4"}).exit_code == 0);
+  const auto dataset = tmp.path() / "conversations.jsonl";
+  {
+    std::ofstream f(dataset);
+    f << R"({"conversations": [{"from": "human", "value": "Once upon a time there was a dog named Max."}, )"
+         R"({"from": "gpt", "value": "Max liked to play in the park with his red ball."}]})" << "\n"
+      << R"({"prompt": "Tom had a ball.", "output_len": 7})" << "\n";
+  }
+  const auto tokenizer = Tokenizer::load(test::stories_dir());
+  REQUIRE(tokenizer);
+  const size_t reply = tokenizer->encode("Max liked to play in the park with his red ball.", false).size();
+  const size_t prompts = tokenizer->encode("Once upon a time there was a dog named Max.").size() +
+                         tokenizer->encode("Tom had a ball.").size();
+  const auto r = run_actord({"simulate", "configs/quickstart.yaml", "--profile", profile, "--dataset",
+                             dataset.string(), "--num-prompts", "4", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto report = nlohmann::json::parse(r.out);
+  CHECK(report.at("completed") == 4);
+  CHECK(report.at("total_output_tokens") == 2 * (reply + 7));  // two usable lines, cycled
+  CHECK(report.at("total_input_tokens") == 2 * prompts);
+  check_refused(run_actord({"simulate", "configs/quickstart.yaml", "--profile", profile, "--dataset",
+                            (tmp.path() / "none.jsonl").string()}),
+                "none.jsonl");
 }
 
 TEST_CASE("simulate refuses a missing or malformed profile, naming the file and key", "[cli][sim]") {

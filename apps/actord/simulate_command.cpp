@@ -1,10 +1,11 @@
 // actord simulate: predicts what `actord bench serve` would measure against `actord serve TOPOLOGY`, from a cost
-// profile `actord calibrate` measured (sim/serving_simulator.hpp): the same random requests and Poisson arrivals
-// for the same flags and seed, played through the topology's replicas, batchers and router on a simulated clock.
+// profile `actord calibrate` measured (sim/serving_simulator.hpp): the same requests (random ids, or a JSONL
+// dataset's prompts encoded by the model's tokenizer) and Poisson arrivals for the same flags and seed, played through the topology's replicas, batchers and router on a simulated clock.
 // Prints bench serve's report (throughput, TTFT / TPOT / ITL / E2E) and each replica's busy share, steps,
 // preemptions and hand-offs.
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "apps/actord/bench_serve_dataset.hpp"
@@ -13,6 +14,7 @@
 #include "apps/actord/replica_shapes.hpp"
 #include "core/host_cpus.hpp"
 #include "sim/serving_simulator.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace actord::cli {
 
@@ -35,6 +37,13 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
   cmd->add_option("--vocab", w.vocab, "Prompt ids are drawn from [3, vocab)")->capture_default_str();
   cmd->add_option("--warmup", w.warmup, "Requests bench serve would send first (drawn, not simulated)")
       ->capture_default_str();
+  cmd->add_option("--dataset", w.dataset,
+                  "JSONL prompts (ShareGPT, OpenAI messages or {\"prompt\", \"output_len\"} lines) instead of random "
+                  "ids, as bench serve reads them");
+  cmd->add_option("--tokenizer", w.tokenizer,
+                  "Model folder whose tokenizer measures and encodes dataset prompts (default: the topology's model)");
+  cmd->add_option("--max-model-len", w.max_model_len, "Dataset pairs longer than this in all are skipped")
+      ->capture_default_str();
   cmd->add_option("--seed", w.seed, "Seed of the prompts and arrivals")->capture_default_str();
   cmd->add_flag("--json", w.json, "Print the report as JSON instead of a table");
   return cmd;
@@ -45,7 +54,8 @@ int run_simulate(const SimulateArgs& args) {
   const BenchServeArgs& w = args.workload;
   for (auto [flag, value, least] : {std::tuple{"--num-prompts", w.num_prompts, 1}, {"--concurrency", w.concurrency, 1},
                                     {"--input-len", w.input_len, 1}, {"--output-len", w.output_len, 1},
-                                    {"--vocab", w.vocab, 4}, {"--warmup", w.warmup, 0}, {"--cores", args.cores, 0}}) {
+                                    {"--vocab", w.vocab, 4}, {"--warmup", w.warmup, 0}, {"--cores", args.cores, 0},
+                                    {"--max-model-len", w.max_model_len, 2}}) {
     if (value < least)
       return fail({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
                                                ", got " + std::to_string(value)});
@@ -63,9 +73,18 @@ int run_simulate(const SimulateArgs& args) {
   auto fleet = simulated_fleet(*topology, *model, *profile, args.cores > 0 ? unsigned(args.cores) : usable_cpu_cores());
   if (!fleet) return fail(fleet.error());
 
-  // bench serve's requests and arrivals: the same generator, drawn in the same order.
+  // bench serve's requests and arrivals: the same generator, drawn in the same order. Dataset prompts are text: the
+  // tokenizer encodes them as the server would.
+  BenchServeArgs workload = w;
+  if (!workload.dataset.empty() && workload.tokenizer.empty()) workload.tokenizer = topology->model.path.string();
+  std::optional<Tokenizer> tokenizer;
+  if (!workload.dataset.empty()) {
+    auto loaded = Tokenizer::load(workload.tokenizer);
+    if (!loaded) return fail({Errc::invalid_argument, "--tokenizer: " + loaded.error().message});
+    tokenizer.emplace(std::move(*loaded));
+  }
   std::mt19937_64 rng(w.seed);
-  auto drawn = make_bench_requests(w, w.warmup + w.num_prompts, rng);
+  auto drawn = make_bench_requests(workload, w.warmup + w.num_prompts, rng);
   if (!drawn) return fail(drawn.error());
   std::exponential_distribution<double> gap(w.request_rate > 0 ? w.request_rate : 1.0);
   if (w.request_rate > 0)
@@ -74,7 +93,7 @@ int run_simulate(const SimulateArgs& args) {
   double at = 0;
   for (int i = 0; i < w.num_prompts; ++i) {
     const BenchRequest& b = (*drawn)[size_t(w.warmup + i)];
-    requests.push_back({at, b.prompt_ids, uint32_t(b.output_len)});
+    requests.push_back({at, b.prompt_text ? tokenizer->encode(*b.prompt_text) : b.prompt_ids, uint32_t(b.output_len)});
     if (w.request_rate > 0) at += gap(rng);
   }
   auto report = sim::simulate(*fleet, requests, w.concurrency);
@@ -105,8 +124,11 @@ int run_simulate(const SimulateArgs& args) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     LoadReport::print(out, "actord simulate: " + topology->source.string() + ", " + std::to_string(w.num_prompts) +
-                               " requests (" + std::to_string(w.input_len) + " in + " + std::to_string(w.output_len) +
-                               " out), concurrency " + std::to_string(w.concurrency) + ", rate " +
+                               " requests (" +
+                               (w.dataset.empty() ? std::to_string(w.input_len) + " in + " +
+                                                        std::to_string(w.output_len) + " out"
+                                                  : w.dataset) +
+                               "), concurrency " + std::to_string(w.concurrency) + ", rate " +
                                (w.request_rate > 0 ? std::to_string(w.request_rate) : "all at once"));
     for (size_t r = 0; r < report->replicas.size(); ++r) {
       const sim::SimReplicaStats& s = report->replicas[r];
