@@ -90,9 +90,9 @@ std::vector<MeasuredStep> with_prior(std::span<const MeasuredStep> steps, const 
 }  // namespace
 
 Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured, const StepCostModel* prior) {
-  std::vector<MeasuredStep> filled;
-  if (prior && prior->knots().size() >= 2) filled = with_prior(measured, *prior);
-  const std::span<const MeasuredStep> steps = prior ? std::span<const MeasuredStep>(filled) : measured;
+  const bool use_prior = prior && prior->knots().size() >= 2;
+  const std::vector<MeasuredStep> filled = use_prior ? with_prior(measured, *prior) : std::vector<MeasuredStep>{};
+  const std::span<const MeasuredStep> steps = use_prior ? std::span<const MeasuredStep>(filled) : measured;
   double most = 0, least = 0;
   std::vector<double> times;
   for (const MeasuredStep& s : steps) {
@@ -115,14 +115,13 @@ Result<StepCostModel> StepCostModel::fit(std::span<const MeasuredStep> measured,
   // A single step's share jitters with the threads' wake-ups; relative to its class's mean, large and small
   // classes count alike without the jitter of small steps dominating.
   std::vector<double> class_sum(65, 0), class_count(65, 0);  // classes 0 .. 64
-  auto class_of = size_class;
   for (const MeasuredStep& s : steps) {
     if (!usable(s)) continue;
-    class_sum[class_of(s.shape.tokens())] += s.us;
-    class_count[class_of(s.shape.tokens())] += 1;
+    class_sum[size_class(s.shape.tokens())] += s.us;
+    class_count[size_class(s.shape.tokens())] += 1;
   }
   auto weight = [&](const MeasuredStep& s) {
-    const size_t c = class_of(s.shape.tokens());
+    const size_t c = size_class(s.shape.tokens());
     return class_count[c] / class_sum[c];
   };
   auto solve = [&](bool with_pairs) {
