@@ -307,13 +307,7 @@ int run_bench_serve(const BenchServeArgs& args) {
   if (args.json) {
     std::printf("%s\n", report.dump().c_str());
   } else {
-    LoadReport::print(report, "actord bench serve: " + args.url + ", " + std::to_string(args.num_prompts) +
-                                  " requests (" +
-                                  (args.dataset.empty() ? std::to_string(args.input_len) + " in + " +
-                                                              std::to_string(args.output_len) + " out"
-                                                        : args.dataset) +
-                                  "), concurrency " + std::to_string(args.concurrency) + ", rate " +
-                                  (args.request_rate > 0 ? std::to_string(args.request_rate) : "all at once"));
+    LoadReport::print(report, LoadReport::title("actord bench serve: " + args.url, args));
   }
   return figures.failed() == 0 && written ? 0 : 1;
 }

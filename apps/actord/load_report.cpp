@@ -59,6 +59,14 @@ nlohmann::json LoadReport::json(const BenchServeArgs& args, double wall) const {
   return report;
 }
 
+std::string LoadReport::title(const std::string& head, const BenchServeArgs& args) {
+  return head + ", " + std::to_string(args.num_prompts) + " requests (" +
+         (args.dataset.empty() ? std::to_string(args.input_len) + " in + " + std::to_string(args.output_len) + " out"
+                               : args.dataset) +
+         "), concurrency " + std::to_string(args.concurrency) + ", rate " +
+         (args.request_rate > 0 ? std::to_string(args.request_rate) : "all at once");
+}
+
 void LoadReport::print(const nlohmann::json& r, const std::string& title) {
   std::printf("%s\n", title.c_str());
   std::printf("  %-28s %zu / %zu\n", "completed / failed", r["completed"].get<size_t>(), r["failed"].get<size_t>());

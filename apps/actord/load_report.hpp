@@ -32,6 +32,8 @@ class LoadReport {
   nlohmann::json json(const BenchServeArgs& args, double wall) const;
   // The table: `title`, then the report's lines.
   static void print(const nlohmann::json& report, const std::string& title);
+  // "HEAD, N requests (I in + O out | DATASET), concurrency C, rate R": a table's title for `args`' workload.
+  static std::string title(const std::string& head, const BenchServeArgs& args);
 
  private:
   size_t ok_ = 0, failed_ = 0, input_tokens_ = 0, output_tokens_ = 0;

@@ -123,13 +123,7 @@ int run_simulate(const SimulateArgs& args) {
   if (w.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
-    LoadReport::print(out, "actord simulate: " + topology->source.string() + ", " + std::to_string(w.num_prompts) +
-                               " requests (" +
-                               (w.dataset.empty() ? std::to_string(w.input_len) + " in + " +
-                                                        std::to_string(w.output_len) + " out"
-                                                  : w.dataset) +
-                               "), concurrency " + std::to_string(w.concurrency) + ", rate " +
-                               (w.request_rate > 0 ? std::to_string(w.request_rate) : "all at once"));
+    LoadReport::print(out, LoadReport::title("actord simulate: " + topology->source.string(), w));
     for (size_t r = 0; r < report->replicas.size(); ++r) {
       const sim::SimReplicaStats& s = report->replicas[r];
       std::printf("  replica %zu (%s): busy %.0f%%, %llu steps, %llu preemptions, %llu hand-offs\n", r, s.group.c_str(),
