@@ -413,6 +413,7 @@ void build_replica(self_ptr self, int index, BuildDone done) {
     eplb.num_experts = params->num_experts;
     eplb.redundant = group.num_redundant_experts;
     eplb.num_layers = params->num_layers;
+    if (params->trace) params->trace->set_group(replica + "/scheduler", group.name);
     r->scheduler = spawn_scheduler(self->system(), params->limits, std::move(scheduler_lanes), std::move(ffn_pool),
                                    MicroBatching{group.tbo ? group.micro_batches : 0, group.tbo_auto}, s.router,
                                    caf::actor_cast<caf::actor>(self), replica + "/scheduler",

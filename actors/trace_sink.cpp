@@ -64,6 +64,11 @@ void TraceSink::add_scheduler_step(const std::string& scheduler, uint64_t step_i
   spans_.push_back(std::move(span));
 }
 
+void TraceSink::set_group(const std::string& scheduler, const std::string& group) {
+  std::lock_guard lock(mu_);
+  groups_[pid_of(scheduler)] = group;
+}
+
 size_t TraceSink::num_spans() const {
   std::lock_guard lock(mu_);
   return spans_.size();
@@ -96,6 +101,7 @@ Status TraceSink::write() const {
       args["decode_tokens"] = s.shape.decode_tokens;
       args["attention_pairs"] = s.shape.attention_pairs;
       args["share_us"] = s.share_us;
+      if (auto group = groups_.find(s.pid); group != groups_.end()) args["group"] = group->second;
     }
     events.push_back({{"name", s.name},
                       {"cat", s.category},

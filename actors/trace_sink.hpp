@@ -9,8 +9,8 @@
 // by its clock's offset, estimated as NTP does from the step round trips that bracket its "step" spans (the
 // engine's send and receive times around the worker's start and end), keeping the sample of the shortest round
 // trip (its error is at most half of that round trip's time outside the step). Spans carry their step, layer and
-// bytes as args; a scheduler's steps their shape (seqs, tokens, prefill_tokens, decode_tokens, attention_pairs) and
-// share_us.
+// bytes as args; a scheduler's steps their shape (seqs, tokens, prefill_tokens, decode_tokens, attention_pairs),
+// share_us and group.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,9 @@ class TraceSink {
   // and its share of the wall clock in microseconds (scheduler/step_clock.hpp): what `actord calibrate` fits.
   void add_scheduler_step(const std::string& scheduler, uint64_t step_id, uint64_t start_ns, uint64_t end_ns,
                           const StepShape& shape, uint64_t share_us);
+  // The topology group whose replica `scheduler` serves: its steps carry it as the arg "group" (actord calibrate
+  // --from-trace tells the groups' steps apart by it).
+  void set_group(const std::string& scheduler, const std::string& group);
   size_t num_spans() const;
   Status write() const;
 
@@ -63,6 +66,7 @@ class TraceSink {
   std::filesystem::path path_;
   mutable std::mutex mu_;
   std::map<std::string, int> pids_;
+  std::map<int, std::string> groups_;  // a scheduler track's group
   std::vector<Span> spans_;
 };
 

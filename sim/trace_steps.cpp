@@ -1,5 +1,6 @@
 #include "sim/trace_steps.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace actord::sim {
@@ -21,7 +22,8 @@ bool is(const nlohmann::json& e, const char* key, const char* want) {
 
 }  // namespace
 
-Result<std::vector<MeasuredStep>> steps_of_trace(const nlohmann::json& trace, uint64_t skip, const std::string& source) {
+Result<std::vector<MeasuredStep>> steps_of_trace(const nlohmann::json& trace, uint64_t skip, const std::string& source,
+                                                 const std::vector<std::string>& groups) {
   if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array())
     return Error{Errc::invalid_argument, source + ": not a Chrome trace (no traceEvents list)"};
   std::vector<MeasuredStep> steps;
@@ -30,6 +32,9 @@ Result<std::vector<MeasuredStep>> steps_of_trace(const nlohmann::json& trace, ui
     const auto args = e.find("args");
     if (args == e.end() || !args->is_object() || !args->contains("share_us")) continue;
     if (count(*args, "step") <= skip) continue;
+    if (!groups.empty() &&
+        std::none_of(groups.begin(), groups.end(), [&](const std::string& g) { return is(*args, "group", g.c_str()); }))
+      continue;
     MeasuredStep s;
     s.shape.prefill_tokens = count(*args, "prefill_tokens");
     s.shape.decode_tokens = count(*args, "decode_tokens");

@@ -155,8 +155,34 @@ TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's
   std::ofstream(bad) << "{\"no\": 1}";
   check_refused(run_actord(args({"calibrate"}, {"--from-trace", bad, "-o", profile})),
                 bad + ": not a Chrome trace (no traceEvents list)");
+  // A trace of another topology has no steps of this one's groups.
   check_refused(run_actord({"calibrate", "configs/pd.yaml", "--set", "groups[1].placement=thread", "--from-trace",
                             trace, "-o", profile}),
-                "--from-trace: the groups of configs/pd.yaml have different replica shapes");
+                "--from-trace: " + trace + " has no steps of the groups 'prefill'");
+
+  // Groups of different shapes: each priced from its own groups' steps, on top of the grid's entries (a prefill
+  // replica runs a step or two for a batch of prompts: too few to fit alone).
+  const std::string pd_trace = (tmp.path() / "pd.json").string();
+  const std::string pd_profile = (tmp.path() / "pd-profile.json").string();
+  const std::vector<std::string> pd = {"configs/pd.yaml", "--set", "groups[1].placement=thread"};
+  auto pd_args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
+    head.insert(head.end(), pd.begin(), pd.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 6; ++i) prompts.insert(prompts.end(), {"--prompt", "Once upon a time " + std::to_string(i)});
+  prompts.insert(prompts.end(), {"--max-tokens", "24", "--ignore-eos", "--trace", pd_trace});
+  REQUIRE(run_actord(pd_args({"generate"}, prompts)).exit_code == 0);
+  REQUIRE(run_actord(pd_args({"calibrate"}, {"-o", pd_profile, "--max-batch", "4"})).exit_code == 0);
+  const auto both = run_actord(pd_args({"calibrate"}, {"--from-trace", pd_trace, "-o", pd_profile}));
+  INFO(both.err);
+  REQUIRE(both.exit_code == 0);
+  std::ifstream pd_in(pd_profile);
+  const auto two = nlohmann::json::parse(pd_in);
+  REQUIRE(two.at("replicas").size() == 2);
+  CHECK(two["replicas"][0]["shape"]["placement"] == "process");
+  CHECK(two["replicas"][1]["shape"]["placement"] == "thread");
+  CHECK(two.contains("handoff"));
 }
 

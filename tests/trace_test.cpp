@@ -69,6 +69,7 @@ TEST_CASE("trace: a tp2 replica's ranks and scheduler, per step and layer, on on
       decode += e["args"]["decode_tokens"].get<uint64_t>();
       pairs += e["args"]["attention_pairs"].get<uint64_t>();
       share_us += e["args"]["share_us"].get<uint64_t>();
+      CHECK(e["args"]["group"] == "main");  // the topology group of the replica
       CHECK(e["args"]["tokens"].get<uint64_t>() ==
             e["args"]["prefill_tokens"].get<uint64_t>() + e["args"]["decode_tokens"].get<uint64_t>());
     } else if (e["name"] == "step") rank_steps.push_back({step, {start, end}});

@@ -7,7 +7,8 @@
 // fixed time plus a time per KV position. The entries are added to the profile file (those of the same shape
 // replaced), so one file can hold every shape of a machine. With --from-trace the steps come from a trace the
 // engine wrote while serving (actord serve --trace under a real load), so the costs include whatever shared the
-// cores meanwhile (HTTP, tokenizers, a load generator on the same machine); an entry the profile already has for
+// cores meanwhile (HTTP, tokenizers, a load generator on the same machine); each shape from the steps of its groups
+// (every scheduler step names its group); an entry the profile already has for
 // the shape (a grid calibration) fills in the step sizes the trace lacks, scaled as the trace measured its
 // nearest sizes against it.
 #include <unistd.h>
@@ -52,12 +53,13 @@ struct Workload {
   }
 };
 
-// The steps of every scheduler of the trace `file`, past each one's step `skip`.
-Result<std::vector<sim::MeasuredStep>> steps_of_trace_file(const std::filesystem::path& file, uint64_t skip) {
+// The steps of the schedulers of the trace `file` (of `groups` only, when given), past each one's step `skip`.
+Result<std::vector<sim::MeasuredStep>> steps_of_trace_file(const std::filesystem::path& file, uint64_t skip,
+                                                           const std::vector<std::string>& groups = {}) {
   std::ifstream in(file);
   if (!in) return Error{Errc::invalid_argument, file.string() + ": cannot read the trace"};
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  return sim::steps_of_trace(doc, skip, file.string());
+  return sim::steps_of_trace(doc, skip, file.string(), groups);
 }
 
 // One replica of group `gi` alone, through the grid; its steps.
@@ -206,14 +208,18 @@ int run_calibrate(const CalibrateArgs& args) {
   profile.cpu = cpu::CpuFeatures::detect().model;
   profile.source = topology->source.string();
   std::vector<sim::ReplicaShape> done;
-  if (!args.from_trace.empty()) {  // one trace prices one shape: the steps do not say which group ran them
-    for (size_t gi = 1; gi < topology->groups.size(); ++gi) {
-      auto first = replica_shape(*topology, *plan, 0, *model), other = replica_shape(*topology, *plan, gi, *model);
-      if (first && other && !(*first == *other))
-        return fail({Errc::invalid_argument, "--from-trace: the groups of " + topology->source.string() +
-                                                 " have different replica shapes (groups[0]: " + first->describe() +
-                                                 ", groups[" + std::to_string(gi) + "]: " + other->describe() +
-                                                 "); a trace can calibrate one"});
+  // Each shape's groups (--from-trace: the trace's steps of those groups price it; with one shape, every step).
+  std::vector<sim::ReplicaShape> shapes;
+  std::vector<std::vector<std::string>> groups_of_shape;
+  for (size_t gi = 0; gi < topology->groups.size(); ++gi) {
+    auto shape = replica_shape(*topology, *plan, gi, *model);
+    if (!shape) return fail(shape.error());
+    const auto at = std::find(shapes.begin(), shapes.end(), *shape);
+    if (at == shapes.end()) {
+      shapes.push_back(*shape);
+      groups_of_shape.push_back({topology->groups[gi].name});
+    } else {
+      groups_of_shape[size_t(at - shapes.begin())].push_back(topology->groups[gi].name);
     }
   }
   std::optional<sim::StepCostModel> decode_cost;
@@ -223,9 +229,21 @@ int run_calibrate(const CalibrateArgs& args) {
     if (std::find(done.begin(), done.end(), *shape) == done.end()) {
       std::fprintf(stderr, "calibrating groups[%zu] (%s): %s%s\n", gi, topology->groups[gi].name.c_str(),
                    shape->describe().c_str(), args.from_trace.empty() ? "" : (" from " + args.from_trace).c_str());
+      std::vector<std::string> groups;  // with one shape, every step of the trace
+      if (shapes.size() > 1) {
+        const auto at = std::find(shapes.begin(), shapes.end(), *shape);
+        groups = groups_of_shape[size_t(at - shapes.begin())];
+      }
       auto steps = args.from_trace.empty() ? measure_group(*topology, gi, shape->threads, *model, args)
-                                           : steps_of_trace_file(args.from_trace, 1);
+                                           : steps_of_trace_file(args.from_trace, 1, groups);
       if (!steps) return fail(steps.error());
+      if (!args.from_trace.empty() && steps->empty()) {
+        std::string names;
+        for (const std::string& g : groups) names += (names.empty() ? "'" : ", '") + g + "'";
+        return fail({Errc::invalid_argument, "--from-trace: " + args.from_trace + " has no steps" +
+                                                 (groups.empty() ? "" : " of the groups " + names) +
+                                                 " (a trace of actord serve --trace with this topology has them)"});
+      }
       // A trace's steps on top of the profile's entry for the shape (a grid calibration): it fills the size classes
       // the served load never ran.
       std::optional<sim::StepCostModel> prior;
