@@ -17,17 +17,10 @@ using actord::fuzz::require;
 
 namespace {
 
-StepShape shape(uint64_t prefill, uint64_t decode, uint64_t pairs) {
-  StepShape s;
-  s.prefill_tokens = prefill;
-  s.decode_tokens = decode;
-  s.attention_pairs = pairs;
-  return s;
-}
-
 void check_predictions(const sim::StepCostModel& model, const std::string& what) {
-  for (const StepShape& s : {shape(0, 1, 1), shape(0, 64, 64 * 4096), shape(2048, 0, 2048 * 2049 / 2),
-                             shape(uint64_t{1} << 50, 0, UINT64_MAX)}) {
+  // {prefill, decode, attention pairs, sequences}
+  for (const StepShape& s : {StepShape{0, 1, 1, 1}, StepShape{0, 64, 64 * 4096, 64},
+                             StepShape{2048, 0, 2048 * 2049 / 2, 1}, StepShape{uint64_t{1} << 50, 0, UINT64_MAX, 1}}) {
     const double us = model.predict_us(s);
     require(std::isfinite(us) && us >= 0, what + ": a prediction that is negative or not finite");
   }
@@ -47,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(again.ok() && again->replicas.size() == profile->replicas.size(), "a profile that does not read back");
     for (size_t i = 0; i < profile->replicas.size(); ++i) {
       check_predictions(profile->replicas[i].cost, "profile");
-      const StepShape s = shape(3, 7, 500);
+      const StepShape s{3, 7, 500, 8};
       require(again->replicas[i].cost.predict_us(s) == profile->replicas[i].cost.predict_us(s),
               "a profile whose JSON predicts differently");
     }

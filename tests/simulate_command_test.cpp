@@ -19,6 +19,15 @@ void check_refused(const test::RunResult& r, const std::string& message) {
   CHECK_THAT(r.err, Catch::Contains(message));
 }
 
+// One actord command line: the subcommand, the topology (its file and --set arguments), then the other flags.
+std::vector<std::string> command(const std::string& subcommand, const std::vector<std::string>& topology,
+                                 const std::vector<std::string>& flags) {
+  std::vector<std::string> line{subcommand};
+  line.insert(line.end(), topology.begin(), topology.end());
+  line.insert(line.end(), flags.begin(), flags.end());
+  return line;
+}
+
 }  // namespace
 
 TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts bench serve's report",
@@ -27,12 +36,7 @@ TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts b
   const std::string profile = (tmp.path() / "profile.json").string();
   // One thread per rank, so that two replicas on this machine have the same shape.
   const std::vector<std::string> one_thread = {"configs/quickstart.yaml", "--set", "groups[0].threads=1"};
-  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail) {
-    head.insert(head.end(), one_thread.begin(), one_thread.end());
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
-  };
-  const auto calibrated = run_actord(with({"calibrate"}, {"-o", profile, "--max-batch", "8"}));
+  const auto calibrated = run_actord(command("calibrate", one_thread, {"-o", profile, "--max-batch", "8"}));
   INFO(calibrated.err);
   REQUIRE(calibrated.exit_code == 0);
   CHECK_THAT(calibrated.out, Catch::Contains("groups[0] tp 1 x pp 1, ep 1") && Catch::Contains("cost profile: "));
@@ -45,7 +49,7 @@ TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts b
 
   const std::vector<std::string> workload = {"--profile", profile, "--num-prompts", "20", "--request-rate", "50",
                                              "--input-len", "24", "--output-len", "16", "--json"};
-  const auto simulated = run_actord(with({"simulate"}, workload));
+  const auto simulated = run_actord(command("simulate", one_thread, workload));
   INFO(simulated.err);
   REQUIRE(simulated.exit_code == 0);
   const auto report = nlohmann::json::parse(simulated.out);
@@ -59,10 +63,10 @@ TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts b
   CHECK(report["replicas"][0].at("steps").get<int>() >= 16);
 
   // The same seed and flags give the same prediction; a dp2 of the same replica shape is priced from it too.
-  CHECK(run_actord(with({"simulate"}, workload)).out == simulated.out);
+  CHECK(run_actord(command("simulate", one_thread, workload)).out == simulated.out);
   std::vector<std::string> dp2 = workload;
   dp2.insert(dp2.end(), {"--set", "groups[0].replicas=2"});
-  const auto two = run_actord(with({"simulate"}, dp2));
+  const auto two = run_actord(command("simulate", one_thread, dp2));
   INFO(two.err);
   REQUIRE(two.exit_code == 0);
   CHECK(nlohmann::json::parse(two.out).at("replicas").size() == 2);
@@ -76,9 +80,9 @@ TEST_CASE("calibrate then simulate: the quickstart topology's profile predicts b
                 "configs/pd.yaml: groups[0]: the cost profile has no replica of");
   check_refused(run_actord({"simulate", "configs/afd.yaml", "--profile", profile}),
                 "configs/afd.yaml: groups[0].afd: the simulator does not model AFD pools");
-  check_refused(run_actord(with({"simulate"}, {"--profile", profile, "--concurrency", "0"})),
+  check_refused(run_actord(command("simulate", one_thread, {"--profile", profile, "--concurrency", "0"})),
                 "--concurrency: must be at least 1, got 0");
-  check_refused(run_actord(with({"simulate"}, {"--profile", profile, "--request-rate", "-1"})),
+  check_refused(run_actord(command("simulate", one_thread, {"--profile", profile, "--request-rate", "-1"})),
                 "--request-rate must be a finite number >= 0");
 }
 
@@ -131,17 +135,12 @@ TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's
   test::TempDir tmp;
   const std::string profile = (tmp.path() / "profile.json").string(), trace = (tmp.path() / "run.json").string();
   const std::vector<std::string> topology = {"configs/quickstart.yaml", "--set", "groups[0].threads=1"};
-  auto args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
-    head.insert(head.end(), topology.begin(), topology.end());
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
-  };
-  REQUIRE(run_actord(args({"calibrate"}, {"-o", profile, "--max-batch", "4"})).exit_code == 0);
-  const auto generated = run_actord(args({"generate"}, {"--prompt", "Once upon a time", "--prompt", "One day",
-                                                         "--prompt", "The dog", "--max-tokens", "40",
-                                                         "--ignore-eos", "--trace", trace}));
+  REQUIRE(run_actord(command("calibrate", topology, {"-o", profile, "--max-batch", "4"})).exit_code == 0);
+  const auto generated =
+      run_actord(command("generate", topology, {"--prompt", "Once upon a time", "--prompt", "One day", "--prompt",
+                                                "The dog", "--max-tokens", "40", "--ignore-eos", "--trace", trace}));
   REQUIRE(generated.exit_code == 0);
-  const auto traced = run_actord(args({"calibrate"}, {"--from-trace", trace, "-o", profile}));
+  const auto traced = run_actord(command("calibrate", topology, {"--from-trace", trace, "-o", profile}));
   INFO(traced.err);
   REQUIRE(traced.exit_code == 0);
   CHECK_THAT(traced.out, Catch::Contains("sizes the trace lacks from the profile's entry"));
@@ -153,7 +152,7 @@ TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's
 
   const std::string bad = (tmp.path() / "bad.json").string();
   std::ofstream(bad) << "{\"no\": 1}";
-  check_refused(run_actord(args({"calibrate"}, {"--from-trace", bad, "-o", profile})),
+  check_refused(run_actord(command("calibrate", topology, {"--from-trace", bad, "-o", profile})),
                 bad + ": not a Chrome trace (no traceEvents list)");
   // A trace of another topology has no steps of this one's groups.
   check_refused(run_actord({"calibrate", "configs/pd.yaml", "--set", "groups[1].placement=thread", "--from-trace",
@@ -165,17 +164,12 @@ TEST_CASE("calibrate --from-trace fits a run's traced steps on top of the grid's
   const std::string pd_trace = (tmp.path() / "pd.json").string();
   const std::string pd_profile = (tmp.path() / "pd-profile.json").string();
   const std::vector<std::string> pd = {"configs/pd.yaml", "--set", "groups[1].placement=thread"};
-  auto pd_args = [&](std::vector<std::string> head, std::vector<std::string> tail) {
-    head.insert(head.end(), pd.begin(), pd.end());
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
-  };
   std::vector<std::string> prompts;
   for (int i = 0; i < 6; ++i) prompts.insert(prompts.end(), {"--prompt", "Once upon a time " + std::to_string(i)});
   prompts.insert(prompts.end(), {"--max-tokens", "24", "--ignore-eos", "--trace", pd_trace});
-  REQUIRE(run_actord(pd_args({"generate"}, prompts)).exit_code == 0);
-  REQUIRE(run_actord(pd_args({"calibrate"}, {"-o", pd_profile, "--max-batch", "4"})).exit_code == 0);
-  const auto both = run_actord(pd_args({"calibrate"}, {"--from-trace", pd_trace, "-o", pd_profile}));
+  REQUIRE(run_actord(command("generate", pd, prompts)).exit_code == 0);
+  REQUIRE(run_actord(command("calibrate", pd, {"-o", pd_profile, "--max-batch", "4"})).exit_code == 0);
+  const auto both = run_actord(command("calibrate", pd, {"--from-trace", pd_trace, "-o", pd_profile}));
   INFO(both.err);
   REQUIRE(both.exit_code == 0);
   std::ifstream pd_in(pd_profile);

@@ -132,6 +132,22 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args) {
   return cmd;
 }
 
+Status check_workload(const BenchServeArgs& args) {
+  for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1},
+                                    {"--concurrency", args.concurrency, 1}, {"--input-len", args.input_len, 1},
+                                    {"--output-len", args.output_len, 1}, {"--vocab", args.vocab, 4},
+                                    {"--warmup", args.warmup, 0}, {"--max-model-len", args.max_model_len, 2}}) {
+    if (value < least)
+      return Error{Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
+                                               ", got " + std::to_string(value)};
+  }
+  if (!(args.range_ratio >= 0 && args.range_ratio < 1))
+    return Error{Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"};
+  if (!(args.request_rate >= 0) || std::isinf(args.request_rate))
+    return Error{Errc::invalid_argument, "--request-rate must be a finite number >= 0"};
+  return {};
+}
+
 Result<std::vector<BenchRequest>> make_bench_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng) {
   if (args.dataset.empty()) {
     return random_requests({count, args.input_len, args.output_len, args.range_ratio, args.vocab}, rng);
@@ -183,18 +199,7 @@ int run_bench_serve(const BenchServeArgs& args) {
   if (!target)
     return print_error({Errc::invalid_argument, "--url: expected http://host[:port][/prefix] with a port in "
                                                 "[1, 65535], got '" + args.url + "'"}), 2;
-  for (auto [flag, value, least] : {std::tuple{"--num-prompts", args.num_prompts, 1},
-                                    {"--concurrency", args.concurrency, 1}, {"--input-len", args.input_len, 1},
-                                    {"--output-len", args.output_len, 1}, {"--vocab", args.vocab, 4},
-                                    {"--warmup", args.warmup, 0}, {"--max-model-len", args.max_model_len, 2}}) {
-    if (value < least)
-      return print_error({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
-                                                      ", got " + std::to_string(value)}), 2;
-  }
-  if (!(args.range_ratio >= 0 && args.range_ratio < 1))
-    return print_error({Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"}), 2;
-  if (!(args.request_rate >= 0) || std::isinf(args.request_rate))
-    return print_error({Errc::invalid_argument, "--request-rate must be a finite number >= 0"}), 2;
+  if (auto checked = check_workload(args); !checked) return print_error(checked.error()), 2;
   std::mt19937_64 rng(args.seed);
   auto requests = make_bench_requests(args, args.warmup + args.num_prompts, rng);
   if (!requests) return print_error(requests.error()), 2;
@@ -274,7 +279,8 @@ int run_bench_serve(const BenchServeArgs& args) {
     for (auto t : s->chunks) chunks.push_back(std::chrono::duration<double>(t - start).count());
     // The server's counts when it reports usage (a text chunk may hold several tokens, or none), else ours.
     figures.add(std::chrono::duration<double>(s->sent - start).count(), chunks,
-                s->prompt_tokens ? size_t(*s->prompt_tokens) : size_t((*requests)[size_t(args.warmup) + i].prompt_tokens),
+                s->prompt_tokens ? size_t(*s->prompt_tokens)
+                                 : size_t((*requests)[size_t(args.warmup) + i].prompt_tokens),
                 s->completion_tokens ? size_t(*s->completion_tokens) : s->chunks.size());
   }
   const std::string source = args.dataset.empty() ? "random" : args.dataset;

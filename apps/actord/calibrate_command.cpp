@@ -207,61 +207,59 @@ int run_calibrate(const CalibrateArgs& args) {
   }
   profile.cpu = cpu::CpuFeatures::detect().model;
   profile.source = topology->source.string();
-  std::vector<sim::ReplicaShape> done;
-  // Each shape's groups (--from-trace: the trace's steps of those groups price it; with one shape, every step).
-  std::vector<sim::ReplicaShape> shapes;
-  std::vector<std::vector<std::string>> groups_of_shape;
+  // The topology's distinct replica shapes, each with the groups of that shape (--from-trace: the trace's steps of
+  // those groups price it; with one shape, every step) and the first of them (whose plan sizes its KV pool).
+  struct ShapeGroups {
+    sim::ReplicaShape shape;
+    size_t first = 0;
+    std::vector<std::string> groups;
+  };
+  std::vector<ShapeGroups> shapes;
+  std::vector<size_t> shape_of_group;  // each group's index in shapes
   for (size_t gi = 0; gi < topology->groups.size(); ++gi) {
     auto shape = replica_shape(*topology, *plan, gi, *model);
     if (!shape) return fail(shape.error());
-    const auto at = std::find(shapes.begin(), shapes.end(), *shape);
-    if (at == shapes.end()) {
-      shapes.push_back(*shape);
-      groups_of_shape.push_back({topology->groups[gi].name});
-    } else {
-      groups_of_shape[size_t(at - shapes.begin())].push_back(topology->groups[gi].name);
-    }
+    const size_t k = size_t(std::find_if(shapes.begin(), shapes.end(),
+                                         [&](const ShapeGroups& s) { return s.shape == *shape; }) -
+                            shapes.begin());
+    if (k == shapes.size()) shapes.push_back({*shape, gi, {}});
+    shapes[k].groups.push_back(topology->groups[gi].name);
+    shape_of_group.push_back(k);
   }
+  for (const ShapeGroups& s : shapes) {
+    const size_t gi = s.first;
+    std::fprintf(stderr, "calibrating groups[%zu] (%s): %s%s\n", gi, topology->groups[gi].name.c_str(),
+                 s.shape.describe().c_str(), args.from_trace.empty() ? "" : (" from " + args.from_trace).c_str());
+    const std::vector<std::string> groups = shapes.size() > 1 ? s.groups : std::vector<std::string>{};
+    auto steps = args.from_trace.empty() ? measure_group(*topology, gi, s.shape.threads, *model, args)
+                                         : steps_of_trace_file(args.from_trace, 1, groups);
+    if (!steps) return fail(steps.error());
+    if (!args.from_trace.empty() && steps->empty()) {
+      std::string names;
+      for (const std::string& g : groups) names += (names.empty() ? "'" : ", '") + g + "'";
+      return fail({Errc::invalid_argument, "--from-trace: " + args.from_trace + " has no steps" +
+                                               (groups.empty() ? "" : " of the groups " + names) +
+                                               " (a trace of actord serve --trace with this topology has them)"});
+    }
+    // A trace's steps on top of the profile's entry for the shape (a grid calibration): it fills the size classes
+    // the served load never ran.
+    std::optional<sim::StepCostModel> prior;
+    if (!args.from_trace.empty())
+      if (auto entry = profile.find(s.shape, ""); entry.ok()) prior = (*entry)->cost;
+    auto cost = sim::StepCostModel::fit(*steps, prior ? &*prior : nullptr);
+    if (!cost) return fail(Error{Errc::internal, "groups[" + std::to_string(gi) + "]: " + cost.error().message});
+    std::printf("groups[%zu] %s: %zu steps%s, %zu knots, %.3g us per attention pair; per step error median %.1f%%, "
+                "p90 %.1f%%; all steps' time %+.1f%%\n",
+                gi, s.shape.describe().c_str(), cost->num_steps(),
+                prior ? " (sizes the trace lacks from the profile's entry)" : "", cost->knots().size(),
+                cost->per_pair_us(), 100 * cost->median_error(), 100 * cost->p90_error(), 100 * cost->total_error());
+    profile.put({s.shape, plan->groups[gi].num_kv_blocks, *cost});
+  }
+  // The hand-off is measured beyond the decode group's step (the first decode group's shape).
   std::optional<sim::StepCostModel> decode_cost;
-  for (size_t gi = 0; gi < topology->groups.size(); ++gi) {
-    auto shape = replica_shape(*topology, *plan, gi, *model);
-    if (!shape) return fail(shape.error());
-    if (std::find(done.begin(), done.end(), *shape) == done.end()) {
-      std::fprintf(stderr, "calibrating groups[%zu] (%s): %s%s\n", gi, topology->groups[gi].name.c_str(),
-                   shape->describe().c_str(), args.from_trace.empty() ? "" : (" from " + args.from_trace).c_str());
-      std::vector<std::string> groups;  // with one shape, every step of the trace
-      if (shapes.size() > 1) {
-        const auto at = std::find(shapes.begin(), shapes.end(), *shape);
-        groups = groups_of_shape[size_t(at - shapes.begin())];
-      }
-      auto steps = args.from_trace.empty() ? measure_group(*topology, gi, shape->threads, *model, args)
-                                           : steps_of_trace_file(args.from_trace, 1, groups);
-      if (!steps) return fail(steps.error());
-      if (!args.from_trace.empty() && steps->empty()) {
-        std::string names;
-        for (const std::string& g : groups) names += (names.empty() ? "'" : ", '") + g + "'";
-        return fail({Errc::invalid_argument, "--from-trace: " + args.from_trace + " has no steps" +
-                                                 (groups.empty() ? "" : " of the groups " + names) +
-                                                 " (a trace of actord serve --trace with this topology has them)"});
-      }
-      // A trace's steps on top of the profile's entry for the shape (a grid calibration): it fills the size classes
-      // the served load never ran.
-      std::optional<sim::StepCostModel> prior;
-      if (!args.from_trace.empty())
-        if (auto entry = profile.find(*shape, ""); entry.ok()) prior = (*entry)->cost;
-      auto cost = sim::StepCostModel::fit(*steps, prior ? &*prior : nullptr);
-      if (!cost) return fail(Error{Errc::internal, "groups[" + std::to_string(gi) + "]: " + cost.error().message});
-      std::printf("groups[%zu] %s: %zu steps%s, %zu knots, %.3g us per attention pair; per step error median %.1f%%, "
-                  "p90 %.1f%%; all steps' time %+.1f%%\n",
-                  gi, shape->describe().c_str(), cost->num_steps(),
-                  prior ? " (sizes the trace lacks from the profile's entry)" : "", cost->knots().size(),
-                  cost->per_pair_us(), 100 * cost->median_error(), 100 * cost->p90_error(), 100 * cost->total_error());
-      profile.put({*shape, plan->groups[gi].num_kv_blocks, *cost});
-      done.push_back(*shape);
-    }
-    if (topology->groups[gi].role == ReplicaRole::decode && !decode_cost)
-      decode_cost = (*profile.find(*shape, ""))->cost;
-  }
+  for (size_t gi = 0; gi < topology->groups.size() && !decode_cost; ++gi)
+    if (topology->groups[gi].role == ReplicaRole::decode)
+      decode_cost = (*profile.find(shapes[shape_of_group[gi]].shape, ""))->cost;
   const bool disaggregated = std::any_of(topology->groups.begin(), topology->groups.end(),
                                          [](const GroupSection& g) { return g.role == ReplicaRole::prefill; });
   if (disaggregated && decode_cost) {

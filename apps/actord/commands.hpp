@@ -206,6 +206,8 @@ CLI::App* add_bench_serve_command(CLI::App& bench, BenchServeArgs& args);
 // bench serve's requests (warm-up ones first), drawn from `rng` as its options ask; its arrival gaps are drawn from
 // the same generator after them (one per request sent, when --request-rate is set).
 struct BenchRequest;
+// bench serve's workload flags checked (counts, the range ratio, the rate): an error naming the flag.
+Status check_workload(const BenchServeArgs& args);
 Result<std::vector<BenchRequest>> make_bench_requests(const BenchServeArgs& args, int count, std::mt19937_64& rng);
 
 int run_bench_serve(const BenchServeArgs& args);

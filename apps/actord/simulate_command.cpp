@@ -1,8 +1,8 @@
 // actord simulate: predicts what `actord bench serve` would measure against `actord serve TOPOLOGY`, from a cost
 // profile `actord calibrate` measured (sim/serving_simulator.hpp): the same requests (random ids, or a JSONL
-// dataset's prompts encoded by the model's tokenizer) and Poisson arrivals for the same flags and seed, played through the topology's replicas, batchers and router on a simulated clock.
-// Prints bench serve's report (throughput, TTFT / TPOT / ITL / E2E) and each replica's busy share, steps,
-// preemptions and hand-offs.
+// dataset's prompts encoded by the model's tokenizer) and Poisson arrivals for the same flags and seed, played
+// through the topology's replicas, batchers and router on a simulated clock. Prints bench serve's report
+// (throughput, TTFT / TPOT / ITL / E2E) and each replica's busy share, steps, preemptions and hand-offs.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -52,18 +52,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
 int run_simulate(const SimulateArgs& args) {
   if (!apply_log_level(args.common.log_level)) return 2;
   const BenchServeArgs& w = args.workload;
-  for (auto [flag, value, least] : {std::tuple{"--num-prompts", w.num_prompts, 1}, {"--concurrency", w.concurrency, 1},
-                                    {"--input-len", w.input_len, 1}, {"--output-len", w.output_len, 1},
-                                    {"--vocab", w.vocab, 4}, {"--warmup", w.warmup, 0}, {"--cores", args.cores, 0},
-                                    {"--max-model-len", w.max_model_len, 2}}) {
-    if (value < least)
-      return fail({Errc::invalid_argument, std::string(flag) + ": must be at least " + std::to_string(least) +
-                                               ", got " + std::to_string(value)});
-  }
-  if (!(w.range_ratio >= 0 && w.range_ratio < 1))
-    return fail({Errc::invalid_argument, "--random-range-ratio must be in [0, 1)"});
-  if (!(w.request_rate >= 0) || std::isinf(w.request_rate))
-    return fail({Errc::invalid_argument, "--request-rate must be a finite number >= 0"});
+  if (auto checked = check_workload(w); !checked) return fail(checked.error());
+  if (args.cores < 0)
+    return fail({Errc::invalid_argument, "--cores: must be at least 0, got " + std::to_string(args.cores)});
   auto profile = sim::CostProfile::load(args.profile);
   if (!profile) return fail(profile.error());
   auto topology = load_topology_of(args.common);
