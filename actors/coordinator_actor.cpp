@@ -602,6 +602,8 @@ wire_msg fleet_status(self_ptr self) {
     out.setReplacements(st.replacements);
     out.setScaling(st.scaling);
     out.setChange(st.change);
+    out.setRouterPrefill(route_policy_name(st.groups.at(0).route_policies.prefill));
+    out.setRouterDecode(route_policy_name(st.groups.at(0).route_policies.decode));
     auto list = out.initReplicas(static_cast<uint32_t>(st.replicas.size()));
     uint32_t i = 0;
     for (const auto& [index, r] : st.replicas) {
@@ -640,7 +642,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<Coo
       [=](start_atom) {
         auto rp = self->make_response_promise<uint32_t, std::string, router_actor>();
         auto& st = self->state;
-        st.router = spawn_router(self->system(), st.groups.at(0).route_policy, st.groups.at(0).limits.block_size);
+        st.router = spawn_router(self->system(), st.groups.at(0).route_policies, st.groups.at(0).limits.block_size);
         // Every group's replicas at once, numbered group after group; each is its plan's replica slot in its group.
         struct Gather {
           size_t left = 0;

@@ -12,16 +12,19 @@
 //   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
 //   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
 //   name, replicas >= 1 and the machine's cores and memory (Engine::scale).
-// - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Takes the group to
-//   the new topology's group (its shape: tp, pp, ep, afd, tbo, threads, link...; its replicas count; the engine's
-//   max_num_seqs and max_num_batched_tokens) one change at a time, as a rolling update (actors/reshape_plan.hpp):
+// - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Takes each group,
+//   one after another in the topology's order, to the new topology's group of the same place (its shape: tp, pp,
+//   ep, afd, tbo, threads, link...; its replicas count; the engine's max_num_seqs and max_num_batched_tokens), and
+//   the router to the new topology's phase policies (once every group is done; a router-only change rebuilds no
+//   replica). Each group changes one step at a time, as a rolling update (actors/reshape_plan.hpp):
 //   each step builds one replica of the new shape beside the others (make before break), which joins the router,
 //   then retires one old replica: it leaves the router (acknowledged, so nothing more is routed to it) and hands
 //   every sequence back (running ones continue on the others from their tokens so far, recomputed; never an error
 //   or a duplicate), and stops. A replicas-only change builds or retires replicas and touches no other. If a step's
 //   replica fails to start, the steps done are undone in reverse (replicas of the old shape built again under new
-//   indices) and the answer is an error saying so; the group is as before. The caller has validated and planned
-//   the topology (Engine::apply).
+//   indices), then those of the groups reshaped before, the last first, and the answer is an error saying so; every
+//   group is as before. The caller has validated and planned the topology (Engine::apply): the same groups, names
+//   and roles.
 // - (fleet_atom) -> wire_msg FleetStatus: every replica's state, shape, ranks, pids and nodes, and the reshape step
 //   being carried out.
 // - (stop_atom): stops everything, worker processes included.
@@ -69,7 +72,7 @@ struct CoordinatorParams {
   // With placement on nodes: the node agent's address of every rank of the initial replicas (replica-major, then
   // stage, then tp rank), empty for a rank on this machine. Empty list: every rank here.
   std::vector<std::string> rank_agents;
-  RoutePolicy route_policy = RoutePolicy::least_tokens;
+  PhasePolicies route_policies;  // the router's (phase_policies of the topology)
   std::filesystem::path worker_executable;  // for placement: process
   std::string log_level = "warn";
   std::chrono::seconds worker_start_timeout{120};

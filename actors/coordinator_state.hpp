@@ -53,8 +53,8 @@ struct Replica {
 };
 
 struct coordinator_state {
-  // What each group's replicas are built from (CoordinatorParams::group_index is its place here; a reshape, which
-  // only a one-group topology gets, changes groups[0]).
+  // What each group's replicas are built from (CoordinatorParams::group_index is its place here; a reshape changes
+  // each in turn). Every entry's route_policies is the router's.
   std::vector<CoordinatorParams> groups;
   router_actor router;
   std::map<int, Replica> replicas;

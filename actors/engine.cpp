@@ -115,6 +115,7 @@ Status refuse_unbuilt(const TopologyConfig& topology) {
 struct GroupSizing {
   KvSizing kv;
   MemoryAsk ask;
+  MemoryAsk group_ask;  // of this group's ranks on this machine (ask: of every group's)
   std::vector<int> rank_threads;
   std::vector<std::string> rank_agents;
 };
@@ -132,6 +133,14 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
     out.kv.swap_blocks = planned.num_swap_blocks;
     const NodePlan& local = plan->nodes.front();
     out.ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes}, group.device);
+    MemoryAsk own{};
+    for (const RankPlan& rank : planned.ranks) {
+      if (rank.node != kLocalNode) continue;
+      own.weights += rank.weight_bytes;
+      own.kv += rank.kv_pool_bytes;
+      own.swap += rank.swap_bytes;
+    }
+    out.group_ask = in_host_memory(own, group.device);
     for (int r = 0; r < group.ranks_per_replica(); ++r) {
       const RankPlan& rank = planned.ranks[static_cast<size_t>(r)];
       out.rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
@@ -153,6 +162,7 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
   out.ask = in_host_memory(MemoryAsk{whole_weight_bytes, uint64_t(out.kv.num_blocks) * out.kv.block_bytes,
                                      uint64_t(out.kv.swap_blocks) * out.kv.block_bytes},
                            group.device);
+  out.group_ask = out.ask;
   return out;
 }
 
@@ -228,8 +238,6 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   const DType kv_dtype = checked->kv_dtype;
   // A lone worker holds the whole model; each rank of a tp x pp replica its shard, and the topology plan sizes the
   // replica's KV pool (engine.kv_cache_memory per rank: what its largest rank fits) and its ranks' memory.
-  auto route_policy = route_policy_from_name(topology.groups[0].router);  // one router serves every group
-  if (!route_policy) return Error{Errc::invalid_config, where + "groups[0].router: " + route_policy.error().message};
   impl->topology = topology;
   impl->lora_modules = topology.lora.modules;
   impl->shape = model_shape(*checked);
@@ -255,7 +263,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   params.num_layers = model->num_layers;
   params.num_experts = model->num_experts;
   params.kv_dtype = kv_dtype;
-  params.route_policy = *route_policy;
+  params.route_policies = phase_policies(topology);
   if (!options.trace_path.empty()) {  // refused now rather than after the run
     std::ofstream probe(options.trace_path);
     if (!probe) return make_error(Errc::invalid_argument, "--trace: cannot write " + options.trace_path.string());
@@ -508,10 +516,11 @@ Status Engine::scale(const std::string& group, int replicas) {
 
 namespace {
 
-// The first difference between `now` and `next` outside groups[0] that apply() cannot make live, as "key: why".
-// The server section is the HTTP server's, read once at start (and overridden by serve's flags): not compared.
+// The first difference between `now` and `next` that apply() cannot make live, as "key: why": anything outside
+// the groups' shapes, sizes and routers. The server section is the HTTP server's, read once at start (and overridden
+// by serve's flags): not compared.
 std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& next) {
-  const std::string restart = ": changes need a restart (apply changes groups[0] only)";
+  const std::string restart = ": changes need a restart (apply reshapes the groups only)";
   auto same_path = [](const std::filesystem::path& a, const std::filesystem::path& b) {
     std::error_code ea, eb;
     return std::filesystem::weakly_canonical(a, ea) == std::filesystem::weakly_canonical(b, eb);
@@ -542,11 +551,21 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;
   for (size_t i = 0; i < now.nodes.size(); ++i)
     if (now.nodes[i].name != next.nodes[i].name || now.nodes[i].address != next.nodes[i].address) return "nodes" + restart;
-  if (now.groups.size() != 1 || next.groups.size() != 1)
-    return "groups: apply reshapes a topology of one group; several groups (prefill/decode disaggregation) change "
-           "only by a restart, their replicas count by actord scale";
-  if (now.groups[0].name != next.groups[0].name)
-    return "groups[0].name: the running group is '" + now.groups[0].name + "' (apply reshapes it, it cannot rename it)";
+  auto names = [](const TopologyConfig& t) {
+    std::string out;
+    for (const GroupSection& g : t.groups) out += (out.empty() ? "" : ", ") + g.name;
+    return out;
+  };
+  if (now.groups.size() != next.groups.size())
+    return "groups: apply reshapes the running groups (" + names(now) + "); adding or removing a group needs a restart";
+  for (size_t i = 0; i < now.groups.size(); ++i) {
+    const std::string key = "groups[" + std::to_string(i) + "]";
+    if (now.groups[i].name != next.groups[i].name)
+      return key + ".name: the running group is '" + now.groups[i].name + "' (apply reshapes it, it cannot rename it)";
+    if (now.groups[i].role != next.groups[i].role)
+      return key + ".role: changes need a restart (group " + now.groups[i].name + " runs as " +
+             replica_role_name(now.groups[i].role) + ")";
+  }
   return {};
 }
 
@@ -580,31 +599,44 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
     return make_error(Errc::invalid_config, where + change);
   ACTORD_TRY_STATUS(refuse_unbuilt(next));
   ACTORD_TRY_STATUS(check_threads_fit(next, usable_cpu_cores()));
-  if (!route_policy_from_name(next.groups[0].router)) return make_error(Errc::invalid_config, where + "groups[0].router");
   const size_t lora_before = impl_->topology.lora.modules.size();
   for (size_t k = lora_before; k < next.lora.modules.size(); ++k) {  // added adapters
     auto adapter = LoraAdapter::open(next.lora.modules[k], impl_->model, next.lora.max_lora_rank);
     if (!adapter) return make_error(adapter.error().code, where + adapter.error().message);
   }
-  auto sizing = size_group(next, 0, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
-  if (!sizing) return sizing.error();
-  // The coordinator replaces one replica at a time, each new one started beside the old ones: at most one new
-  // replica, or all the added ones when the group grows, must fit the memory available now.
+  std::vector<GroupSizing> sizings;
+  for (size_t gi = 0; gi < next.groups.size(); ++gi) {
+    auto sizing = size_group(next, gi, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes);
+    if (!sizing) return sizing.error();
+    sizings.push_back(std::move(*sizing));
+  }
+  // The coordinator reshapes one group after another and replaces one replica at a time, each new one started
+  // beside the old ones: at most one new replica of a group, or all the added ones when it grows, must fit the
+  // memory available now.
   if (const auto available = available_host_memory()) {
-    const uint64_t per = uint64_t(next.groups[0].replicas);
-    const uint64_t extra = uint64_t(std::max(1, next.groups[0].replicas - impl_->topology.groups[0].replicas));
-    const MemoryAsk& all = sizing->ask;
-    const MemoryAsk ask{all.weights / per * extra, all.kv / per * extra, all.swap / per * extra};
+    MemoryAsk ask{};
+    for (size_t gi = 0; gi < next.groups.size(); ++gi) {
+      const uint64_t per = uint64_t(next.groups[gi].replicas);
+      const uint64_t extra = uint64_t(std::max(1, next.groups[gi].replicas - impl_->topology.groups[gi].replicas));
+      const MemoryAsk& all = sizings[gi].group_ask;
+      const MemoryAsk group{all.weights / per * extra, all.kv / per * extra, all.swap / per * extra};
+      if (group.weights + group.kv + group.swap > ask.weights + ask.kv + ask.swap) ask = group;
+    }
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "apply: "));
   }
   wire_msg request = build<wire::ReshapeRequest>([&](wire::ReshapeRequest::Builder out) {
     out.setTopologyYaml(yaml);
     out.setSource(source.string());
-    out.setNumKvBlocks(sizing->kv.num_blocks);
-    out.setNumSwapBlocks(sizing->kv.swap_blocks);
-    fill_list(out.initRankThreads(static_cast<uint32_t>(sizing->rank_threads.size())), sizing->rank_threads);
-    auto agents = out.initRankAgents(static_cast<uint32_t>(sizing->rank_agents.size()));
-    for (uint32_t i = 0; i < sizing->rank_agents.size(); ++i) agents.set(i, sizing->rank_agents[i]);
+    auto groups = out.initGroups(static_cast<uint32_t>(sizings.size()));
+    for (uint32_t gi = 0; gi < sizings.size(); ++gi) {
+      const GroupSizing& sizing = sizings[gi];
+      auto g = groups[gi];
+      g.setNumKvBlocks(sizing.kv.num_blocks);
+      g.setNumSwapBlocks(sizing.kv.swap_blocks);
+      fill_list(g.initRankThreads(static_cast<uint32_t>(sizing.rank_threads.size())), sizing.rank_threads);
+      auto agents = g.initRankAgents(static_cast<uint32_t>(sizing.rank_agents.size()));
+      for (uint32_t i = 0; i < sizing.rank_agents.size(); ++i) agents.set(i, sizing.rank_agents[i]);
+    }
     if (yaml.empty()) {
       out.setAddLora(true);
       auto added = out.initLoraModules(static_cast<uint32_t>(next.lora.modules.size() - lora_before));
@@ -645,6 +677,8 @@ Result<FleetInfo> Engine::fleet() {
             info.replacements = in.getReplacements();
             info.scaling = in.getScaling();
             info.change = string_of(in.getChange());
+            info.router_prefill = string_of(in.getRouterPrefill());
+            info.router_decode = string_of(in.getRouterDecode());
             for (auto r : in.getReplicas()) {
               ReplicaInfo& out = info.replicas.emplace_back();
               out.index = static_cast<int>(r.getIndex());

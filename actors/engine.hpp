@@ -96,6 +96,8 @@ struct FleetInfo {
   uint32_t replacements = 0;         // rebuilds after a lost rank since the start
   bool scaling = false;              // a scale or an apply is being carried out
   std::string change;                // an apply's current step
+  std::string router_prefill;        // the router's policy for requests in their prefill phase (least_tokens...)
+  std::string router_decode;         // and in their decode phase (groups[].router, core/route_policy.hpp)
 };
 
 using TextCallback = std::function<void(size_t output_index, std::string_view text_delta)>;
@@ -136,15 +138,17 @@ class Engine {
   // to the others, running ones finish. Returns when done. Refused, changing nothing: an unknown group, replicas
   // < 1, more ranks than the machine's cores (without groups[].oversubscribe) or its memory, a scale in progress.
   Status scale(const std::string& group, int replicas);
-  // actord apply: the running group takes the shape of group 0 of the topology `yaml` (parsed as a file at
-  // `source`, its relative paths against that file's folder): tp, pp, ep, afd, tbo, micro_batches, link, threads,
-  // cpu_isa, router and replicas may all change. Make before break: replicas of the new shape start while the old
-  // ones serve and take the requests once ready, then the old ones hand their sequences over (running ones continue
-  // from their tokens so far, recomputed) and stop. Returns when done, with what it did. Refused, changing
-  // nothing, with the key: malformed YAML, any change outside groups[0] and engine.max_num_seqs /
+  // actord apply: each running group, one after another, takes the shape of the group of the same place in the
+  // topology `yaml` (parsed as a file at `source`, its relative paths against that file's folder): tp, pp, ep, afd,
+  // tbo, micro_batches, link, threads, cpu_isa, router and replicas may all change. Make before break: replicas of
+  // the new shape start while the old ones serve and take the requests once ready, then the old ones hand their
+  // sequences over (running ones continue from their tokens so far, recomputed or with their KV) and stop. A
+  // failed step rolls back every group changed so far. Returns when done, with what it did per group. Refused,
+  // changing nothing, with the key: malformed YAML, any change outside the groups and engine.max_num_seqs /
   // max_num_batched_tokens (the new replicas' schedulers take those) (model, the rest of engine, scheduler, nodes,
-  // plugins: they need a restart; the server section, read once by serve, is not looked at), another group name, placement on nodes, a topology the model or the machine
-  // (cores, the memory the new replicas need beside the old) cannot take, a resize in progress.
+  // plugins: they need a restart; the server section, read once by serve, is not looked at), a group added,
+  // removed, renamed or of another role, a topology the model or the machine (cores, the memory one group's new
+  // replicas need beside the old) cannot take, a resize in progress.
   Result<std::string> apply(const std::string& yaml, const std::filesystem::path& source);
   // A LoRA adapter loaded while serving (vLLM's /v1/load_lora_adapter): the running topology with the PEFT folder
   // `path` appended to lora.modules as `name`, applied as apply() applies a topology (a rolling replacement; no

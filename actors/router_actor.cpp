@@ -122,8 +122,8 @@ void remember_cancel(router_state& st, uint64_t id) {
   }
 }
 
-router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int block_size) {
-  self->state.router = std::make_unique<ReplicaRouter>(policy, block_size);
+router_actor::behavior_type router_impl(self_ptr self, PhasePolicies policies, int block_size) {
+  self->state.router = std::make_unique<ReplicaRouter>(policies, block_size);
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
     auto it = std::find_if(st.known.begin(), st.known.end(),
@@ -205,6 +205,15 @@ router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int b
         auto& st = self->state;
         if (Known* k = find(st, caf::actor_cast<caf::actor_addr>(self->current_sender())); k && k->routed) st.router->report_load(k->replica, tokens);
       },
+      [=](policy_atom, uint32_t prefill, uint32_t decode) {
+        const uint32_t last = uint32_t(RoutePolicy::prefix_affinity);
+        if (prefill > last || decode > last) return;
+        const PhasePolicies policies{RoutePolicy(prefill), RoutePolicy(decode)};
+        if (self->state.router->policies() == policies) return;
+        self->state.router->set_policies(policies);
+        spdlog::info("router: prefill requests by {}, decode by {}", route_policy_name(policies.prefill),
+                     route_policy_name(policies.decode));
+      },
       [=](stats_atom, const wire_msg& msg) -> caf::result<wire_msg> {
         auto& st = self->state;
         uint64_t correlation = 0;
@@ -256,8 +265,8 @@ router_actor::behavior_type router_impl(self_ptr self, RoutePolicy policy, int b
 
 }  // namespace
 
-router_actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size) {
-  return system.spawn(router_impl, policy, block_size);
+router_actor spawn_router(caf::actor_system& system, PhasePolicies policies, int block_size) {
+  return system.spawn(router_impl, policies, block_size);
 }
 
 }  // namespace actord

@@ -18,6 +18,8 @@
 //   back (drain, migrate, lost) knows no request reaches it after that: stop a scheduler only after its leave was
 //   answered, or requests routed to it meanwhile are lost with it.
 // - (load_atom, uint64 outstanding tokens) from a scheduler: replaces the router's estimate for it.
+// - (policy_atom, uint32 prefill, uint32 decode) from the coordinator (actord apply): the RoutePolicy of each phase
+//   for the requests routed from now on; a value that is no RoutePolicy is ignored.
 // - (stats_atom, StatsRequest) -> SchedulerStats: the sum over the schedulers known, plus the counters last seen
 //   of those gone (core/scheduler_stats.hpp add_stats).
 #pragma once
@@ -30,6 +32,6 @@
 
 namespace actord {
 
-router_actor spawn_router(caf::actor_system& system, RoutePolicy policy, int block_size);
+router_actor spawn_router(caf::actor_system& system, PhasePolicies policies, int block_size);
 
 }  // namespace actord

@@ -32,8 +32,12 @@ json fleet_json(const FleetInfo& fleet) {
                         {"role", r.role},
                         {"last_failure", r.last_failure}});
   }
-  return {{"group", fleet.group}, {"replacements", fleet.replacements}, {"scaling", fleet.scaling},
-          {"change", fleet.change}, {"replicas", replicas}};
+  return {{"group", fleet.group},
+          {"replacements", fleet.replacements},
+          {"scaling", fleet.scaling},
+          {"change", fleet.change},
+          {"router", {{"prefill", fleet.router_prefill}, {"decode", fleet.router_decode}}},
+          {"replicas", replicas}};
 }
 
 // A POST route's body: a JSON object with no field outside `known`; nullopt once the exchange was answered with

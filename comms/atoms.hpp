@@ -41,6 +41,8 @@ using rebuild_atom = caf::atom_constant<caf::atom("rebuild")>;        // coordin
 using reshape_atom = caf::atom_constant<caf::atom("reshape")>;        // coordinator: ReshapeRequest -> (errc, message)
 using migrate_atom = caf::atom_constant<caf::atom("migrate")>;        // scheduler: hand every sequence back (running
                                                                       // ones with their tokens so far), then answer
+using policy_atom = caf::atom_constant<caf::atom("policy")>;          // router: (policy, prefill, decode) RoutePolicy
+                                                                      // of each phase from now on (actord apply)
 using pending_atom = caf::atom_constant<caf::atom("pending")>;        // worker to itself: answer its pending step
                                                                       // once the device has done it
 

@@ -25,4 +25,16 @@ enum class ReplicaRole : uint8_t { both, prefill, decode };
 Result<ReplicaRole> replica_role_from_name(const std::string& name);
 const char* replica_role_name(ReplicaRole role);
 
+// Whether replicas of `role` serve requests in their prefill (resp. decode) phase.
+inline bool serves_prefill(ReplicaRole role) { return role != ReplicaRole::decode; }
+inline bool serves_decode(ReplicaRole role) { return role != ReplicaRole::prefill; }
+
+// The policy the router applies to requests in each phase: that of the groups serving the phase (several groups
+// serving one phase name one policy; core/topology_config checks it). Colocated groups: one policy for both.
+struct PhasePolicies {
+  RoutePolicy prefill = RoutePolicy::least_tokens;
+  RoutePolicy decode = RoutePolicy::least_tokens;
+  bool operator==(const PhasePolicies&) const = default;
+};
+
 }  // namespace actord

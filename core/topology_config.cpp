@@ -27,6 +27,15 @@ const char* placement_name(Placement placement) {
   }
   return "?";
 }
+PhasePolicies phase_policies(const TopologyConfig& topology) {
+  auto of = [&](bool (*serves)(ReplicaRole)) {
+    for (const GroupSection& g : topology.groups)
+      if (serves(g.role)) return *route_policy_from_name(g.router);
+    return *route_policy_from_name(topology.groups.front().router);
+  };
+  return {of(serves_prefill), of(serves_decode)};
+}
+
 namespace {
 
 struct ConfigError {
@@ -120,6 +129,21 @@ void check_roles(const std::vector<GroupSection>& groups) {
       require(any(ReplicaRole::prefill, ReplicaRole::both), key,
               "decode takes sequences prefilled elsewhere, and no group has role prefill or both");
   }
+}
+
+// groups[].router: one policy per phase, so the groups whose requests share a phase name the same one.
+void check_routers(const std::vector<GroupSection>& groups) {
+  for (size_t i = 1; i < groups.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const ReplicaRole a = groups[i].role, b = groups[j].role;
+      const char* phase = serves_prefill(a) && serves_prefill(b) ? "prefill"
+                          : serves_decode(a) && serves_decode(b)   ? "decode"
+                                                                   : nullptr;
+      if (!phase || groups[i].router == groups[j].router) continue;
+      require(false, "groups[" + std::to_string(i) + "].router",
+              "must be groups[" + std::to_string(j) + "]'s (" + groups[j].router + "): both serve requests in their " +
+                  phase + " phase, which the router routes by one policy, got '" + groups[i].router + "'");
+    }
 }
 
 // Splits "groups[0].tp" or "groups.0.tp" into {"groups", "0", "tp"}.
@@ -583,10 +607,6 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
             p + ".cpu_isa", "must be auto, portable, avx2, avx512, avx512_bf16 or amx, got '" + group.cpu_isa + "'");
     g.read("router", group.router);
     if (auto policy = route_policy_from_name(group.router); !policy) require(false, p + ".router", policy.error().message);
-    if (i > 0)
-      require(group.router == cfg.groups[0].router, p + ".router",
-              "must be groups[0]'s (" + cfg.groups[0].router + "): one router serves every group, got '" + group.router +
-                  "'");
     std::string role = replica_role_name(group.role);
     g.read("role", role);
     if (auto r = replica_role_from_name(role); !r) require(false, p + ".role", r.error().message);
@@ -614,6 +634,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     cfg.groups.push_back(group);
   }
   check_roles(cfg.groups);
+  check_routers(cfg.groups);
   return cfg;
 }
 

@@ -178,8 +178,9 @@ struct GroupSection {
   // cache has them). scheduler/replica_router.hpp.
   std::string router = "least_tokens";
   // Prefill/decode disaggregation (core/route_policy.hpp): both | prefill | decode. A prefill group needs a group
-  // that decodes (decode or both) and a decode group one that prefills; several groups share one router, so their
-  // `router` is the same.
+  // that decodes (decode or both) and a decode group one that prefills. One router serves every group with one
+  // policy per phase: groups serving requests in the same phase name the same `router` (a prefill group and a
+  // decode group may differ).
   ReplicaRole role = ReplicaRole::both;
   LinkModel link;  // `link: {latency: 200us, bandwidth: 10GB/s}`
   // Two-batch overlap: each step's batch runs as `micro_batches` (2 unless set) micro-batches of whole sequences,
@@ -229,6 +230,10 @@ struct TopologyOverrides {
   std::vector<std::string> set;               // "dotted.key=value", e.g. "engine.max_num_seqs=8", "groups[0].tp=2"
   std::optional<std::filesystem::path> model;  // replaces model.path
 };
+
+// The router's policy for each phase of a validated topology: the `router` of the first group serving it (all of
+// them name the same one); groups[0]'s for a phase no group serves.
+PhasePolicies phase_policies(const TopologyConfig& topology);
 
 Result<TopologyConfig> load_topology(const std::filesystem::path& file, const TopologyOverrides& overrides = {});
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,

@@ -4,8 +4,8 @@
 
 namespace actord {
 
-ReplicaRouter::ReplicaRouter(RoutePolicy policy, int block_size)
-    : policy_(policy), block_size_(std::max(1, block_size)) {}
+ReplicaRouter::ReplicaRouter(PhasePolicies policies, int block_size)
+    : policies_(policies), block_size_(std::max(1, block_size)) {}
 
 ReplicaRouter::Replica* ReplicaRouter::find(uint64_t replica) {
   auto it = std::find_if(replicas_.begin(), replicas_.end(), [&](const Replica& r) { return r.id == replica; });
@@ -94,7 +94,7 @@ std::optional<uint64_t> ReplicaRouter::route(std::span<const int32_t> prompt, ui
   Candidates candidate{phase, false};
   candidate.any = std::none_of(replicas_.begin(), replicas_.end(), candidate);
   Replica* chosen = nullptr;
-  switch (policy_) {
+  switch (phase == Phase::prefill ? policies_.prefill : policies_.decode) {
     case RoutePolicy::round_robin:
       // In turn; a warming replica only when its credit reaches 1 (one always does within 1 / kWarmStart turns).
       while (!chosen) {

@@ -11,6 +11,8 @@
 //   replica's load exceeds the least loaded one's by more than kAffinitySlack (relative) and kAffinityMinGap
 //   tokens (absolute); then, and for prompts shorter than a block, least_tokens. Remembers the last kAffinityEntries
 //   prefixes.
+// Each phase (below) has its own policy (PhasePolicies: a prefill group may route by prefix_affinity while the decode
+// group balances by least_tokens); set_policies changes them for the requests routed from then on.
 // Warm-in: a replica added with warm_in beside others (a scale-up, a rebuilt or reshaped replica) starts with a weight of
 // kWarmStart and takes that share of what an equal one would: least_tokens and prefix_affinity see its load divided
 // by its weight, round_robin passes it over until its credit (its weight added each turn) reaches 1. Each load
@@ -42,7 +44,11 @@ class ReplicaRouter {
   static constexpr double kAffinitySlack = 0.5;
   static constexpr uint64_t kAffinityMinGap = 2048;
 
-  ReplicaRouter(RoutePolicy policy, int block_size);
+  ReplicaRouter(PhasePolicies policies, int block_size);
+  ReplicaRouter(RoutePolicy policy, int block_size) : ReplicaRouter(PhasePolicies{policy, policy}, block_size) {}
+
+  void set_policies(PhasePolicies policies) { policies_ = policies; }
+  PhasePolicies policies() const { return policies_; }
 
   static constexpr double kWarmStart = 0.125;
 
@@ -85,7 +91,7 @@ class ReplicaRouter {
   std::vector<uint64_t> prefix_keys(std::span<const int32_t> prompt) const;
   void remember(uint64_t key, uint64_t replica);
 
-  RoutePolicy policy_;
+  PhasePolicies policies_;
   int block_size_;
   std::vector<Replica> replicas_;  // in id order
   size_t next_[2] = {0, 0};        // round_robin: each phase's turn

@@ -43,7 +43,7 @@ struct SimReplicaGroup {
 
 struct SimFleet {
   std::vector<SimReplicaGroup> groups;
-  RoutePolicy router = RoutePolicy::least_tokens;
+  PhasePolicies router;  // each phase's (phase_policies of the topology)
   int block_size = 16;
   HandOffCost handoff;
 };

@@ -2,13 +2,15 @@
 // one worker -> tp2 in processes -> attention-FFN disaggregation 1:1 with ping-pong -> two replicas -> one worker
 // again - and every request completes with the tokens of a clean run (running sequences continue on the new
 // replicas from their tokens so far). Changes apply cannot make, and topologies the model or machine cannot take,
-// are refused with their key and leave the running replicas untouched.
+// are refused with their key and leave the running replicas untouched. A prefill/decode topology's groups take their
+// shapes and routers one group after another, and a failed step rolls every group back.
 #include <signal.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "parallel_test_util.hpp"
@@ -136,10 +138,10 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
              Catch::EndsWith("groups[0].name: the running group is 'main' (apply reshapes it, it cannot rename it)"));
   CHECK_THAT(refused("model:\n  path: ../models/stories260K\n  dtype: bfloat16\nengine:\n  max_num_seqs: 64\n  "
                      "kv_cache_memory: 16MiB\ngroups:\n  - {name: main}\n"),
-             Catch::EndsWith("model: changes need a restart (apply changes groups[0] only)"));
+             Catch::EndsWith("model: changes need a restart (apply reshapes the groups only)"));
   CHECK_THAT(refused("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 32MiB\n"
                      "groups:\n  - {name: main}\n"),
-             Catch::EndsWith("engine: changes need a restart (apply changes groups[0] only), except max_num_seqs and "
+             Catch::EndsWith("engine: changes need a restart (apply reshapes the groups only), except max_num_seqs and "
                              "max_num_batched_tokens"));
   CHECK_THAT(refused(quickstart_with("  - {name: main, replicas: 4, tp: 2, threads: 1}\n")),
              Catch::Contains("groups[0].threads"));
@@ -150,7 +152,7 @@ TEST_CASE("apply: changes it cannot make and topologies that cannot run are refu
   test::TempDir tmp;  // a LoRA adapter that would load: the change itself is what is refused
   REQUIRE(test::make_lora(test::stories_dir(), tmp.path() / "a", 2));
   CHECK_THAT(refused("lora: {max_lora_rank: 8}\n" + quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
-             Catch::EndsWith("lora: changes need a restart (apply changes groups[0] only), except adapters added at "
+             Catch::EndsWith("lora: changes need a restart (apply reshapes the groups only), except adapters added at "
                              "the end of lora.modules"));
   CHECK_THAT(refused("lora: {modules: {a: " + (tmp.path() / "missing").string() + "}}\n" +
                      quickstart_with("  - {name: main, tp: 2, threads: 1}\n")),
@@ -270,6 +272,137 @@ TEST_CASE("apply: a step that fails is rolled back - the replicas replaced so fa
   // The group still takes applies (of the shape before, the engine's topology unchanged).
   auto again = engine->apply(quickstart_with("  - {name: main, placement: process, threads: 1}\n"), source());
   CHECK(again.ok());
+}
+
+TEST_CASE("apply: every group of a prefill/decode topology takes its new shape and router while requests stream - "
+          "every request completes with a clean run's tokens", "[engine][apply][disaggregation]") {
+  const std::string start = "  - {name: prefill, role: prefill, threads: 1}\n"
+                            "  - {name: decode, role: decode, threads: 1}\n";
+  const std::string reshaped =
+      "  - {name: prefill, role: prefill, replicas: 2, threads: 1, router: prefix_affinity, oversubscribe: true}\n"
+      "  - {name: decode, role: decode, tp: 2, placement: process, threads: 1, router: round_robin, oversubscribe: "
+      "true}\n";
+  auto [engine, requests, clean] = serve(quickstart_with(start), 200);
+  for (const std::string& shape : {reshaped, start}) {
+    INFO(shape);
+    Result<std::string> applied = Error{Errc::internal, "not applied"};
+    auto out = test::generate_while(*engine, requests, [&] { applied = engine->apply(quickstart_with(shape), source()); });
+    INFO((applied ? *applied : applied.error().message));
+    REQUIRE(applied.ok());
+    CHECK_THAT(*applied, Catch::Contains("group prefill reshaped in") && Catch::Contains("; group decode reshaped in"));
+    REQUIRE(out.ok());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+      REQUIRE_FALSE((*out)[i].error);
+      CHECK((*out)[i].generated_ids == clean[i].generated_ids);
+    }
+    auto fleet = engine->fleet();
+    REQUIRE(fleet.ok());
+    std::map<std::string, std::vector<std::string>> shapes;  // group -> its replicas' shapes
+    for (const ReplicaInfo& r : fleet->replicas) {
+      CHECK(r.state == "serving");
+      shapes[r.group].push_back(r.shape);
+    }
+    if (shape == reshaped) {
+      CHECK(shapes["prefill"] == std::vector<std::string>{"tp1 pp1, threads", "tp1 pp1, threads"});
+      CHECK(shapes["decode"] == std::vector<std::string>{"tp2 pp1, processes"});
+      CHECK(fleet->router_prefill == "prefix_affinity");
+      CHECK(fleet->router_decode == "round_robin");
+    } else {
+      CHECK(shapes["prefill"] == std::vector<std::string>{"tp1 pp1, threads"});
+      CHECK(shapes["decode"] == std::vector<std::string>{"tp1 pp1, threads"});
+      CHECK(fleet->router_prefill == "least_tokens");
+      CHECK(fleet->router_decode == "least_tokens");
+    }
+  }
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("apply: a router-only change routes by the new policy and rebuilds no replica", "[engine][apply]") {
+  const std::string dp2 = "  - {name: main, replicas: 2, threads: 1}\n";
+  auto topology = parse_topology(quickstart_with(dp2), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  const auto before = ranks_of(*engine);
+  auto applied = engine->apply(quickstart_with("  - {name: main, replicas: 2, threads: 1, router: round_robin}\n"), source());
+  REQUIRE(applied.ok());
+  CHECK(*applied == "group main unchanged");
+  CHECK(ranks_of(*engine) == before);
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  CHECK(fleet->router_prefill == "round_robin");
+  CHECK(fleet->router_decode == "round_robin");
+  test::check_serves(*engine);
+}
+
+TEST_CASE("apply: a step of the second group that fails rolls back the first group's reshape too - both groups as "
+          "before, no request lost", "[engine][apply][disaggregation]") {
+  const std::string start = "  - {name: prefill, role: prefill, placement: process, threads: 1}\n"
+                            "  - {name: decode, role: decode, placement: process, threads: 1}\n";
+  auto [engine, requests, clean] = serve(quickstart_with(start), 160);
+  // prefill: replica/2 replaces replica/0; decode: replica/3 would replace replica/1 and dies as it starts; then
+  // replica/4, of prefill's old shape, replaces replica/2.
+  Result<std::string> applied = Error{Errc::internal, "not applied"};
+  std::future<bool> killer;
+  auto out = test::generate_while(*engine, requests, [&] {
+    killer = std::async(std::launch::async, [] { return kill_worker_named("replica/3/", std::chrono::seconds(30)); });
+    applied = engine->apply(quickstart_with("  - {name: prefill, role: prefill, tp: 2, placement: process, threads: 1, "
+                                            "oversubscribe: true}\n"
+                                            "  - {name: decode, role: decode, tp: 2, placement: process, threads: 1, "
+                                            "oversubscribe: true}\n"),
+                            source());
+  });
+  INFO((applied ? *applied : applied.error().message));
+  REQUIRE(killer.get());
+  REQUIRE_FALSE(applied.ok());
+  CHECK_THAT(applied.error().message, Catch::Contains("rolled back, the groups are as before") &&
+                                          Catch::Contains("group decode: replica/3 replaces replica/1"));
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  REQUIRE(fleet->replicas.size() == 2);
+  CHECK(fleet->replicas[0].index == 1);  // decode: never replaced
+  CHECK(fleet->replicas[0].group == "decode");
+  CHECK(fleet->replicas[1].index == 4);  // prefill: its tp2 replica/2 replaced by one of the old shape
+  CHECK(fleet->replicas[1].group == "prefill");
+  for (const ReplicaInfo& r : fleet->replicas) CHECK(r.shape == "tp1 pp1, processes");
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == clean[i].generated_ids);
+  }
+  test::check_serves(*engine);
+}
+
+TEST_CASE("apply: changes to a topology of several groups it cannot make are refused naming the key - the replicas "
+          "untouched", "[engine][apply][disaggregation]") {
+  const std::string start = "  - {name: prefill, role: prefill, threads: 1}\n"
+                            "  - {name: decode, role: decode, threads: 1}\n";
+  auto topology = parse_topology(quickstart_with(start), source());
+  REQUIRE(topology.ok());
+  auto engine = test::start_engine(*topology);
+  const auto before = ranks_of(*engine);
+  auto refused = [&](const std::string& groups) {
+    auto applied = engine->apply(quickstart_with(groups), source());
+    REQUIRE_FALSE(applied.ok());
+    CHECK(ranks_of(*engine) == before);
+    return applied.error().message;
+  };
+  CHECK_THAT(refused("  - {name: prefill, threads: 1}\n"),
+             Catch::EndsWith("groups: apply reshapes the running groups (prefill, decode); adding or removing a group "
+                             "needs a restart"));
+  CHECK_THAT(refused("  - {name: prefill, role: prefill, threads: 1}\n  - {name: decoder, role: decode, threads: 1}\n"),
+             Catch::EndsWith("groups[1].name: the running group is 'decode' (apply reshapes it, it cannot rename it)"));
+  CHECK_THAT(refused("  - {name: prefill, threads: 1}\n  - {name: decode, threads: 1}\n"),
+             Catch::EndsWith("groups[0].role: changes need a restart (group prefill runs as prefill)"));
+  CHECK_THAT(refused("  - {name: prefill, role: prefill, threads: 1, oversubscribe: true}\n  - {name: decode, role: "
+                     "decode, tp: 3, threads: 1, oversubscribe: true}\n"),
+             Catch::EndsWith("groups[1].tp: must divide num_attention_heads (8), got 3"));
+  CHECK_THAT(refused("  - {name: prefill, role: prefill, threads: 1}\n  - {name: decode, role: decode, replicas: 4, "
+                     "tp: 2, threads: 1}\n"),
+             Catch::Contains("threads"));
+  test::check_serves(*engine);
 }
 
 namespace {

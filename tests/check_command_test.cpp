@@ -59,6 +59,9 @@ TEST_CASE("check passes every bundled topology and prints its plan as a table", 
                                      "group): 1 replica x tp 1 x pp 1 = 1 rank"));
   CHECK_THAT(pd.out, Catch::Contains("group decode (decode: takes the sequences prefilled elsewhere)"));
   CHECK_THAT(pd.out, Catch::Contains("decode/replica/0/worker/tp0.pp0"));
+  const Run routers = run_actord({"check", "configs/pd.yaml", "--set", "groups[0].router=prefix_affinity"});
+  CHECK_THAT(routers.out, Catch::Contains("device cpu, placement process, routed by prefix_affinity\n"));
+  CHECK_THAT(routers.out, Catch::Contains("device cpu, placement process, routed by least_tokens\n"));
   const Run two = run_actord({"check", "configs/two-node.yaml"});
   CHECK_THAT(two.out, Catch::Contains("placement node:local, node:node-b"));
   const Run drafts = run_actord({"check", "configs/quickstart.yaml", "--set", "speculative.method=ngram"});

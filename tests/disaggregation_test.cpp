@@ -179,7 +179,10 @@ TEST_CASE("disaggregation - topologies the roles cannot serve are refused naming
   CHECK_THAT(refused({"groups[1].role=prefill"}), Catch::Contains("groups[0].role") && Catch::Contains("decode"));
   CHECK_THAT(refused({"groups[0].role=decode"}), Catch::Contains("groups[0].role") && Catch::Contains("prefill"));
   CHECK_THAT(refused({"groups[0].role=producer"}), Catch::Contains("groups[0].role") && Catch::Contains("both"));
-  CHECK_THAT(refused({"groups[1].router=round_robin"}), Catch::Contains("groups[1].router"));
+  // One policy per phase: a group of role both and a decode group both route decode continuations.
+  CHECK_THAT(refused({"groups[0].role=both", "groups[1].router=round_robin"}),
+             Catch::EndsWith("groups[1].router: must be groups[0]'s (least_tokens): both serve requests in their decode "
+                             "phase, which the router routes by one policy, got 'round_robin'"));
   CHECK_THAT(refused({"groups[1].device=cuda"}), Catch::Contains("groups[1].role"));
   // A running engine of several groups keeps serving after an apply it refuses.
   auto engine = test::start_engine(test::quickstart("configs/pd.yaml", {"groups[0].placement=thread",

@@ -177,3 +177,29 @@ TEST_CASE("router - roles: warm-in counts only peers of the same role", "[router
   r.add(2, true, ReplicaRole::decode);
   CHECK(r.weight(2) == ReplicaRouter::kWarmStart);
 }
+
+TEST_CASE("router - each phase routes by its own policy, and set_policies changes them for the requests after",
+          "[router][disaggregation]") {
+  using Phase = ReplicaRouter::Phase;
+  ReplicaRouter r(PhasePolicies{RoutePolicy::round_robin, RoutePolicy::least_tokens}, 16);
+  r.add(0, false, ReplicaRole::prefill);
+  r.add(1, false, ReplicaRole::prefill);
+  r.add(2, false, ReplicaRole::decode);
+  r.add(3, false, ReplicaRole::decode);
+  // Prefill in turn, whatever the load: least_tokens would send the third to replica 1 (2 tokens against 101).
+  CHECK(*r.route(prompt(0, 100), 8, 1, Phase::prefill) == 0u);
+  CHECK(*r.route(prompt(0, 1), 8, 1, Phase::prefill) == 1u);
+  CHECK(*r.route(prompt(0, 1), 8, 1, Phase::prefill) == 0u);
+  // Decode by load: round_robin would send the third to replica 2.
+  CHECK(*r.route(prompt(0, 100), 100, 1, Phase::decode) == 2u);
+  CHECK(*r.route(prompt(0, 1), 1, 1, Phase::decode) == 3u);
+  CHECK(*r.route(prompt(0, 1), 1, 1, Phase::decode) == 3u);
+
+  r.set_policies({RoutePolicy::least_tokens, RoutePolicy::round_robin});
+  CHECK(r.policies() == PhasePolicies{RoutePolicy::least_tokens, RoutePolicy::round_robin});
+  CHECK(*r.route(prompt(0, 1), 8, 1, Phase::prefill) == 1u);  // 2 + 2 booked against 101 + 2
+  CHECK(*r.route(prompt(0, 1), 8, 1, Phase::prefill) == 1u);
+  std::map<uint64_t, int> decodes;
+  for (int i = 0; i < 4; ++i) ++decodes[*r.route(prompt(0, 1), 1, 1, Phase::decode)];
+  CHECK(decodes == std::map<uint64_t, int>{{2, 2}, {3, 2}});  // in turn, though replica 2 holds 200 tokens
+}

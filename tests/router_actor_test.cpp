@@ -1,7 +1,8 @@
 // The router actor, run deterministically on CAF's test coordinator (no threads, no sleeps): submissions reach a
 // replica's scheduler as the tokenizer actor that sent them, least_tokens spreads them, requests wait while no
 // replica takes any and go on when one joins, cancels reach every scheduler or end a waiting request, a
-// continuation of a request cancelled meanwhile ends cancelled, and stats are summed over the schedulers.
+// continuation of a request cancelled meanwhile ends cancelled, stats are summed over the schedulers, and a policy
+// message changes how the requests after it are spread.
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 
@@ -88,7 +89,7 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
        tok_log = std::make_shared<std::vector<Seen>>();
   auto s0 = f.sys->spawn(recorder, s0_log, 3), s1 = f.sys->spawn(recorder, s1_log, 4);
   auto tokenizer = f.sys->spawn(recorder, tok_log, 0);
-  auto router = spawn_router(*f.sys, RoutePolicy::least_tokens, 16);
+  auto router = spawn_router(*f.sys, PhasePolicies{}, 16);
 
   caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
   caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
@@ -156,4 +157,29 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
   f.sched->run();
+}
+
+TEST_CASE("router actor: policy_atom changes each phase's policy for the requests routed after it - values that are "
+          "no policy are ignored", "[router][actor]") {
+  Fixture f;
+  auto s0_log = std::make_shared<std::vector<Seen>>(), s1_log = std::make_shared<std::vector<Seen>>();
+  auto s0 = f.sys->spawn(recorder, s0_log, 0), s1 = f.sys->spawn(recorder, s1_log, 0);
+  auto router = spawn_router(*f.sys, PhasePolicies{}, 16);
+  caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
+  auto ids = [](const Log& log) {
+    std::vector<uint64_t> out;
+    for (const Seen& s : *log) out.push_back(s.id);
+    return out;
+  };
+  caf::anon_send(router, submit_atom::value, submit(1, 100, 100));  // least_tokens: replica 0, then 1 and 1 again
+  caf::anon_send(router, submit_atom::value, submit(2, 10, 10));
+  caf::anon_send(router, submit_atom::value, submit(3, 10, 10));
+  caf::anon_send(router, policy_atom::value, uint32_t(RoutePolicy::round_robin), uint32_t(RoutePolicy::round_robin));
+  for (uint64_t id = 4; id <= 6; ++id) caf::anon_send(router, submit_atom::value, submit(id, 10, 10));  // in turn
+  caf::anon_send(router, policy_atom::value, uint32_t{7}, uint32_t{0});  // ignored: still round_robin
+  caf::anon_send(router, submit_atom::value, submit(7, 10, 10));
+  f.sched->run();
+  CHECK(ids(s0_log) == std::vector<uint64_t>{1, 4, 6});
+  CHECK(ids(s1_log) == std::vector<uint64_t>{2, 3, 5, 7});
 }

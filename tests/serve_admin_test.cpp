@@ -104,16 +104,19 @@ TEST_CASE("actord scale and actord status resize a running dp2 serve - bad resiz
   CHECK(test::worker_processes_of(pid).empty());
 }
 
-TEST_CASE("a prefill group and a decode group serve - status shows their roles, each scales by name, metrics count "
-          "the hand-offs", "[serve][process][disaggregation]") {
+TEST_CASE("a prefill group and a decode group serve - status shows their roles and routers, each scales by name, "
+          "apply changes a phase's router, metrics count the hand-offs", "[serve][process][disaggregation]") {
   test::TempDir tmp;
   const auto [pid, port, url] =
       start_serve("configs/pd.yaml", tmp.path(),
-                  {"--set", "groups[0].oversubscribe=true", "--set", "groups[1].oversubscribe=true"});
+                  {"--set", "groups[0].oversubscribe=true", "--set", "groups[1].oversubscribe=true", "--set",
+                   "groups[0].router=prefix_affinity"});
   check_greedy_completion(port);
   auto status = test::run_actord({"status", "--url", url});
   CHECK(status.exit_code == 0);
-  CHECK_THAT(status.out, Catch::Contains("group prefill (prefill), tp1 pp1") &&
+  CHECK_THAT(status.out, Catch::Contains("groups prefill, decode: 2 replicas, 0 replaced after a failure, prefill "
+                                         "routed by prefix_affinity, decode by least_tokens\n") &&
+                             Catch::Contains("group prefill (prefill), tp1 pp1") &&
                              Catch::Contains("group decode (decode), tp1 pp1"));
   CHECK_THAT(call(port, "GET", "/metrics").body, Catch::Contains("actord_prefill_handoffs_total") &&
                                                      Catch::Contains("actord_kv_transfers_total"));
@@ -129,6 +132,20 @@ TEST_CASE("a prefill group and a decode group serve - status shows their roles, 
   INFO(up.err);
   CHECK(up.exit_code == 0);
   CHECK_THAT(up.out, Catch::Contains("group decode: 2 replicas"));
+  CHECK(test::worker_processes_of(pid).size() == 3);
+  // The decode phase by round robin from now on; no replica is rebuilt.
+  const auto edited = test::source_dir() / "configs" / ("apply-pd-" + std::to_string(getpid()) + ".yaml");
+  test::write_file(edited, "model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: "
+                           "64MiB\ngroups:\n  - {name: prefill, role: prefill, placement: process, threads: 1, "
+                           "oversubscribe: true, router: prefix_affinity}\n  - {name: decode, role: decode, replicas: 2, "
+                           "placement: process, threads: 1, oversubscribe: true, router: round_robin}\n");
+  auto applied = test::run_actord({"apply", "--url", url, edited.string()});
+  std::filesystem::remove(edited);
+  INFO(applied.err);
+  CHECK(applied.exit_code == 0);
+  CHECK_THAT(applied.out, Catch::Contains("group prefill unchanged; group decode unchanged"));
+  CHECK(json::parse(call(port, "GET", "/admin/fleet").body)["router"] ==
+        json{{"prefill", "prefix_affinity"}, {"decode", "round_robin"}});
   CHECK(test::worker_processes_of(pid).size() == 3);
   for (int i = 0; i < 4; ++i) check_greedy_completion(port);
   // Each of the 5 completions (8 tokens) was prefilled on the prefill replica and went on with its KV.

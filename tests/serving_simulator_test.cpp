@@ -28,7 +28,7 @@ StepCostModel one_ms() { return StepCostModel({{1, 1000}, {4096, 1000}}, 0); }
 
 SimFleet fleet_of(int replicas, uint32_t kv_blocks = 1024, RoutePolicy router = RoutePolicy::round_robin) {
   SimFleet f;
-  f.router = router;
+  f.router = {router, router};
   SimReplicaGroup g;
   g.name = "main";
   g.replicas = replicas;

@@ -82,6 +82,7 @@ router_actor::behavior_type router_impl(router_actor::pointer self, std::shared_
       [=](join_atom, uint64_t, const caf::actor&, bool, uint32_t) {},
       [=](leave_atom, const caf::actor&) { return true; },
       [=](load_atom, uint64_t) {},
+      [=](policy_atom, uint32_t, uint32_t) {},
       [=](stats_atom, const wire_msg& m) { return m; },
   };
 }

@@ -274,6 +274,27 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
              Catch::Contains("groups[0].afd.ffn.workers: must be"));
 }
 
+TEST_CASE("groups[].router: one policy per phase - a prefill and a decode group may differ, groups sharing a phase "
+          "may not", "[config][router]") {
+  auto pd = parse_topology("model: {path: m}\ngroups: [{name: p, role: prefill, router: prefix_affinity}, "
+                           "{name: d, role: decode, router: round_robin}]\n",
+                           "t.yaml");
+  REQUIRE(pd.ok());
+  CHECK(phase_policies(*pd) == PhasePolicies{RoutePolicy::prefix_affinity, RoutePolicy::round_robin});
+  auto one = parse_topology("model: {path: m}\ngroups: [{router: round_robin}]\n", "t.yaml");
+  REQUIRE(one.ok());
+  CHECK(phase_policies(*one) == PhasePolicies{RoutePolicy::round_robin, RoutePolicy::round_robin});
+  // Two prefill groups beside a group of role both: the prefill phase is theirs and its.
+  CHECK(error_of("model: {path: m}\ngroups: [{name: a, router: least_tokens}, {name: b, role: prefill, router: "
+                 "prefix_affinity}]\n") ==
+        "configs/t.yaml: groups[1].router: must be groups[0]'s (least_tokens): both serve requests in their prefill "
+        "phase, which the router routes by one policy, got 'prefix_affinity'");
+  CHECK(error_of("model: {path: m}\ngroups: [{name: a, role: prefill}, {name: b, role: decode}, {name: c, role: "
+                 "decode, router: round_robin}]\n") ==
+        "configs/t.yaml: groups[2].router: must be groups[1]'s (least_tokens): both serve requests in their decode "
+        "phase, which the router routes by one policy, got 'round_robin'");
+}
+
 TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spreading", "[config]") {
   const std::string nodes =
       "nodes:\n  - {name: b, address: 'tcp://10.0.0.2:7000'}\n  - {name: c, address: 'tcp://[::1]:7001'}\n";

@@ -1,5 +1,6 @@
 // actord scale / status / apply: a running `actord serve`'s admin routes (api/admin_routes.hpp) from the command
 // line.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -97,8 +98,19 @@ int run_status(const AdminArgs& args) {
   const json j = json::parse(reply->body, nullptr, false);
   if (j.is_discarded()) return print_error({Errc::internal, "the server's answer is not JSON: " + reply->body}), 1;
   const std::string change = j.value("change", std::string());
-  std::printf("group %s: %zu replicas, %d replaced after a failure%s\n", j.value("group", std::string()).c_str(),
-              j["replicas"].size(), j.value("replacements", 0),
+  const json router = j.value("router", json::object());
+  const std::string prefill = router.value("prefill", std::string()), decode = router.value("decode", std::string());
+  const std::string routed = prefill == decode ? "routed by " + prefill
+                                               : "prefill routed by " + prefill + ", decode by " + decode;
+  std::vector<std::string> names = {j.value("group", std::string())};  // the first group, then those replicas name
+  for (const auto& r : j["replicas"])
+    if (const std::string g = r.value("group", std::string()); !g.empty() && std::find(names.begin(), names.end(), g) == names.end())
+      names.push_back(g);
+  std::string groups;
+  for (const std::string& name : names) groups += (groups.empty() ? "" : ", ") + name;
+  std::printf("group%s %s: %zu replicas, %d replaced after a failure, %s%s\n", names.size() > 1 ? "s" : "",
+              groups.c_str(), j["replicas"].size(),
+              j.value("replacements", 0), routed.c_str(),
               !change.empty() ? (", changing: " + change).c_str() : j.value("scaling", false) ? ", scaling" : "");
   for (const auto& r : j["replicas"]) {
     const std::string role = r.value("role", std::string("both"));

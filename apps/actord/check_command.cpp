@@ -98,12 +98,12 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
         section.role == ReplicaRole::prefill  ? " (prefill: hands each prefilled sequence with its KV to a decode group)"
         : section.role == ReplicaRole::decode ? " (decode: takes the sequences prefilled elsewhere)"
                                               : "";
-    std::printf("\ngroup %s%s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s\n",
+    std::printf("\ngroup %s%s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s, routed by %s\n",
                 g.name.c_str(), role.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.ffn_workers > 0 ? "(" : "",
                 g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp,
                 g.ffn_workers > 0 ? (" + " + std::to_string(g.ffn_workers) + " FFN)").c_str() : "", g.ranks.size(),
                 g.ranks.size() == 1 ? "" : "s", experts.c_str(),
-                section.device.c_str(), placement_text(section).c_str());
+                section.device.c_str(), placement_text(section).c_str(), section.router.c_str());
     std::printf("  KV per replica%s: %u blocks of %d tokens (%llu tokens)%s", g.lanes > 1 ? " lane" : "", g.num_kv_blocks, t.engine.block_size,
                 static_cast<unsigned long long>(g.num_kv_blocks) * static_cast<unsigned long long>(t.engine.block_size),
                 g.kv_replication > 1 ? (", each KV head on " + std::to_string(g.kv_replication) + " tp ranks").c_str()
@@ -205,6 +205,7 @@ nlohmann::json plan_json(const TopologyConfig& t, const CheckedModel& m, const T
                            {"pp", g.pp},
                            {"device", section.device},
                            {"role", replica_role_name(section.role)},
+                           {"router", section.router},
                            {"placement", placement_name(section.placement)},
                            {"placement_nodes", section.placement_nodes},
                            {"kv_replication", g.kv_replication},

@@ -45,9 +45,7 @@ Result<sim::SimFleet> simulated_fleet(const TopologyConfig& topology, const Chec
   auto plan = plan_topology(topology, model_shape(model), cores);
   if (!plan) return plan.error();
   sim::SimFleet fleet;
-  auto policy = route_policy_from_name(topology.groups.front().router);
-  if (!policy) return policy.error();
-  fleet.router = *policy;
+  fleet.router = phase_policies(topology);
   fleet.block_size = topology.engine.block_size;
   for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
     const GroupSection& g = topology.groups[gi];

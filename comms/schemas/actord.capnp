@@ -362,6 +362,8 @@ struct FleetStatus {
   replacements @2 :UInt32;       # replicas rebuilt after losing a rank, since the start
   scaling @3 :Bool;              # a scale or a reshape is being carried out
   change @4 :Text;               # the reshape's current step ("apply step 2/3: replica/5 replaces replica/2")
+  routerPrefill @5 :Text;        # the router's policy for requests in their prefill phase ("least_tokens")
+  routerDecode @6 :Text;         # and in their decode phase
 }
 
 struct ReplicaStatus {
@@ -520,16 +522,26 @@ struct KvImported {
   error @1 :Error;
 }
 
-# Engine -> coordinator: replace the group's replicas with replicas of a new shape (actord apply). The topology as
-# YAML (the coordinator parses it as the engine did) and what the engine resolved for it on this machine.
+# What the engine resolved on this machine for one group of a topology it reshapes to.
+struct ReshapeGroup {
+  numKvBlocks @0 :UInt32;        # of each replica lane
+  numSwapBlocks @1 :UInt32;
+  rankThreads @2 :List(Int32);   # of each rank of a replica, as the plan resolved them
+  rankAgents @3 :List(Text);     # placement on nodes: the node agent of every rank (replica-major), "" here
+}
+
+# Engine -> coordinator: take the groups' replicas to a new shape (actord apply). The topology as YAML (the
+# coordinator parses it as the engine did) and what the engine resolved for each group on this machine.
 struct ReshapeRequest {
   topologyYaml @0 :Text;
   source @1 :Text;               # the file it came from (error messages name it)
-  numKvBlocks @2 :UInt32;        # of each replica lane
+  # Fields 2-5: groups[0]'s sizing, read only when `groups` is empty (an engine fills `groups`).
+  numKvBlocks @2 :UInt32;
   numSwapBlocks @3 :UInt32;
-  rankThreads @4 :List(Int32);   # of each rank of a replica, as the plan resolved them
-  rankAgents @5 :List(Text);     # placement on nodes: the node agent of every rank (replica-major), "" here
+  rankThreads @4 :List(Int32);
+  rankAgents @5 :List(Text);
   addLora @6 :Bool;              # the coordinator's topology as it is with loraModules appended to lora.modules
                                  # (topologyYaml unused): a LoRA adapter loaded at run time
   loraModules @7 :List(LoraModule);
+  groups @8 :List(ReshapeGroup); # each group's, in the topology's order
 }
