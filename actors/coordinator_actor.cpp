@@ -93,6 +93,19 @@ int64_t replica_thread_demand(const CoordinatorParams& p, const std::function<bo
   return demand;
 }
 
+// The threads all of g's replicas compute with at once on this machine: those of the ranks its plan puts here
+// (g.rank_agents, replica-major: an empty agent, or none, is this machine).
+int64_t local_thread_demand(const CoordinatorParams& g) {
+  const size_t n_ranks = static_cast<size_t>(g.group().ranks_per_replica());
+  int64_t demand = 0;
+  for (size_t slot = 0; slot < static_cast<size_t>(g.group().replicas); ++slot)
+    demand += replica_thread_demand(g, [&](int rank) {
+      const size_t at = slot * n_ranks + static_cast<size_t>(rank);
+      return at >= g.rank_agents.size() || g.rank_agents[at].empty();
+    });
+  return demand;
+}
+
 // engine.cpu_binding: the CPUs of each of replica r's worker processes on this machine (r.rank_cpus), taken from
 // the coordinator's allocator: a tp rank's stages share a set (they take turns), each lane's tp rank and each FFN
 // rank has its own, of as many CPUs as its threads. A rank with threads 0 (every core), or for which too few CPUs
@@ -106,12 +119,9 @@ void bind_replica_cpus(self_ptr self, Replica& r, const std::function<std::strin
   r.rank_cpus.assign(static_cast<size_t>(n_ranks), {});
   const std::string& mode = p.topology.engine.cpu_binding;
   if (!agent_at || mode == "none") return;
-  // Auto: only when the ranks of every group here ask for exactly the machine (the other groups here are wholly
-  // on this machine: only the first group may be placed on nodes).
-  int64_t demand = replica_thread_demand(p, [&](int rank) { return agent_at(rank).empty(); }) * group.replicas;
-  for (const CoordinatorParams& g : st.groups)
-    if (g.group_index != p.group_index && g.group().placement != Placement::node)
-      demand += replica_thread_demand(g, [](int) { return true; }) * g.group().replicas;
+  // Auto: only when the ranks of every group here ask for exactly the machine.
+  int64_t demand = 0;
+  for (const CoordinatorParams& g : st.groups) demand += local_thread_demand(g);
   if (mode == "auto" && demand != int64_t(st.cpus.size())) return;
   for (int rank = 0; rank < n_ranks; ++rank) {
     const int threads = threads_of_rank(p, rank);

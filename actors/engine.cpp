@@ -80,8 +80,6 @@ Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
   if (gi > 0 && group.device != topology.groups[0].device)
     return make_error(Errc::unsupported, at + ".device: the groups of one engine run on one kind of device so far (groups[0]: " +
                                              topology.groups[0].device + ", this one: " + group.device + ")");
-  if (gi > 0 && group.placement == Placement::node)
-    return make_error(Errc::unsupported, at + ".placement: only the first group may be placed on nodes so far");
   if (group.tbo && group.device == "cuda")
     return make_error(Errc::unsupported, at + ".tbo: two-batch overlap runs on CPU ranks only so far (device: cuda)");
   if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")

@@ -1,7 +1,8 @@
 // Two nodes on one machine: this test process (the engine's node, "local") and a network namespace of its own
 // joined to it by a veth pair, where `actord agent` runs as node-b. Ranks placed on node-b are started there by the
 // agent and reached over tcp, collective groups that cross the nodes run on the ZeroMQ backend; the greedy tokens
-// equal one worker's (tp x pp, expert parallel lanes, and attention-FFN disaggregation with the FFN pool on node-b).
+// equal one worker's (tp x pp, expert parallel lanes, attention-FFN disaggregation with the FFN pool on node-b, and
+// a decode group on node-b taking the sequences a prefill group here prefilled).
 // A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
 // on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
 // otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
@@ -126,6 +127,33 @@ TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network n
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
   check_same_tokens(*got, *expected);
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("two nodes: a prefill group here and a decode group on node-b - each prefilled sequence goes on there with "
+          "its KV and every output equals one worker's", "[engine][node][disaggregation]") {
+  OTHER_NODE_OR_SKIP(node);
+  const auto requests = greedy_batch(6, 48);
+  auto single = test::start_engine(test::quickstart());
+  auto expected = single->generate(requests);
+  REQUIRE(expected.ok());
+  single.reset();
+  auto engine = test::start_engine(two_nodes(node, "{name: prefill, role: prefill, threads: 1, placement: process}, "
+                                                   "{name: decode, role: decode, threads: 1, placement: [node:node-b]}"));
+  CHECK(test::worker_processes_of(getpid()).size() == 1);  // the prefill worker; the decode one is the agent's
+  CHECK(workers_of_agent(node.agent).size() == 1);
+  auto got = engine->generate(requests);
+  REQUIRE(got.ok());
+  check_same_tokens(*got, *expected);
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->prefill_handoffs == requests.size());
+  auto fleet = engine->fleet();
+  REQUIRE(fleet.ok());
+  REQUIRE(fleet->replicas.size() == 2);
+  CHECK(fleet->replicas[1].group == "decode");
+  CHECK(fleet->replicas[1].nodes == std::vector<std::string>{"node-b"});
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
