@@ -605,6 +605,36 @@ std::string shape_of(const GroupSection& g) {
   return out + (g.placement == Placement::thread ? ", threads" : g.placement == Placement::process ? ", processes" : ", nodes");
 }
 
+void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint32_t, const std::string&)> done) {
+  auto& st = self->state;
+  const CoordinatorParams& params = st.groups.at(gi);
+  const std::string name = params.group().name;
+  std::vector<int> active;
+  for (const auto& [index, r] : st.replicas)
+    if (r.state != ReplicaState::draining && r.params && r.params->group_index == gi) active.push_back(index);
+  const int have = static_cast<int>(active.size());
+  if (replicas == have) return done(kCoordinatorOk, "group " + name + " has " + std::to_string(have) + " replicas already");
+  st.scaling = true;
+  const std::string message = "group " + name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas";
+  if (replicas > have) {
+    std::vector<int> added;
+    for (int index = st.next_index; static_cast<int>(added.size()) < replicas - have; ++index) added.push_back(index);
+    build_replicas(self, added, std::make_shared<const CoordinatorParams>(params), [=](std::optional<Error> failure) {
+      self->state.scaling = false;
+      if (failure)
+        return done(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
+      for (int index : added) join_router(self, self->state.replicas.at(index));
+      done(kCoordinatorOk, message);
+    });
+  } else {
+    std::vector<int> removed(active.end() - (have - replicas), active.end());
+    drain_replicas(self, removed, [=] {
+      self->state.scaling = false;
+      done(kCoordinatorOk, message);
+    });
+  }
+}
+
 wire_msg fleet_status(self_ptr self) {
   const auto& st = self->state;
   return build<wire::FleetStatus>([&](wire::FleetStatus::Builder out) {
@@ -614,6 +644,11 @@ wire_msg fleet_status(self_ptr self) {
     out.setChange(st.change);
     out.setRouterPrefill(route_policy_name(st.groups.at(0).route_policies.prefill));
     out.setRouterDecode(route_policy_name(st.groups.at(0).route_policies.decode));
+    std::vector<std::string> looks;
+    for (const std::string& look : st.autoscale_looks)
+      if (!look.empty()) looks.push_back(look);
+    auto autoscale = out.initAutoscale(static_cast<uint32_t>(looks.size()));
+    for (uint32_t i = 0; i < looks.size(); ++i) autoscale.set(i, looks[i]);
     auto list = out.initReplicas(static_cast<uint32_t>(st.replicas.size()));
     uint32_t i = 0;
     for (const auto& [index, r] : st.replicas) {
@@ -678,6 +713,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<Coo
             }
             for (auto& [index, r] : self->state.replicas) join_router(self, r, /*warm_in=*/false);
             rp.deliver(kCoordinatorOk, std::string(), self->state.router);
+            arm_autoscale(self);
           }, slots);
         }
         return rp;
@@ -688,40 +724,12 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<Coo
                                   [&](const CoordinatorParams& g) { return g.group().name == group_name; });
         if (found == st.groups.end())
           return {static_cast<uint32_t>(Errc::invalid_argument), "unknown group \"" + group_name + "\""};
-        const CoordinatorParams& params = *found;
-        const GroupSection& group = params.group();
         if (st.scaling)
-          return {static_cast<uint32_t>(Errc::invalid_argument), "a scale of group " + group.name + " is in progress"};
-        std::vector<int> active;
-        for (const auto& [index, r] : st.replicas)
-          if (r.state != ReplicaState::draining && r.params && r.params->group_index == params.group_index)
-            active.push_back(index);
-        const int have = static_cast<int>(active.size());
-        if (replicas == have) return {kCoordinatorOk, "group " + group.name + " has " + std::to_string(have) + " replicas already"};
-        st.scaling = true;
+          return {static_cast<uint32_t>(Errc::invalid_argument), "a scale of group " + group_name + " is in progress"};
         auto rp = self->make_response_promise<uint32_t, std::string>();
-        const std::string done = "group " + group_name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) +
-                                 " replicas";
-        if (replicas > have) {
-          std::vector<int> added;
-          for (int index = st.next_index; static_cast<int>(added.size()) < replicas - have; ++index) added.push_back(index);
-          build_replicas(self, added, std::make_shared<const CoordinatorParams>(params),
-                         [=](std::optional<Error> failure) mutable {
-            self->state.scaling = false;
-            if (failure) {
-              rp.deliver(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
-              return;
-            }
-            for (int index : added) join_router(self, self->state.replicas.at(index));
-            rp.deliver(kCoordinatorOk, done);
-          });
-        } else {
-          std::vector<int> removed(active.end() - (have - replicas), active.end());
-          drain_replicas(self, removed, [=]() mutable {
-            self->state.scaling = false;
-            rp.deliver(kCoordinatorOk, done);
-          });
-        }
+        scale_group(self, found->group_index, replicas, [=](uint32_t code, const std::string& message) mutable {
+          rp.deliver(code, message);
+        });
         return rp;
       },
       [=](reshape_atom, const wire_msg& msg) { return reshape(self, msg); },
@@ -734,6 +742,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<Coo
         }
       },
       [=](rebuild_atom, int index, uint32_t incarnation) { rebuild(self, index, incarnation); },
+      [=](autoscale_atom) { autoscale_tick(self); },
       [=](stop_atom) {
         stop_all(self);
         self->quit();

@@ -25,8 +25,11 @@
 //   indices), then those of the groups reshaped before, the last first, and the answer is an error saying so; every
 //   group is as before. The caller has validated and planned the topology (Engine::apply): the same groups, names
 //   and roles.
-// - (fleet_atom) -> wire_msg FleetStatus: every replica's state, shape, ranks, pids and nodes, and the reshape step
-//   being carried out.
+// - (fleet_atom) -> wire_msg FleetStatus: every replica's state, shape, ranks, pids and nodes, the reshape step
+//   being carried out, the router's policies and each autoscaled group's last look.
+// Autoscaling (groups[i].autoscale): every autoscale.interval the coordinator asks the serving replicas of each
+// autoscaled group for their running and waiting sequences, and when scheduler/autoscaler.hpp says the group wants
+// another size, scales it as scale_atom does (one resize at a time: none while a scale or an apply runs).
 // - (stop_atom): stops everything, worker processes included.
 // Supervision: every rank is monitored. When one goes down (a process killed, a thread's actor gone) its replica
 // is rebuilt: the router stops routing to it, its scheduler hands every sequence back to the router (they continue
@@ -87,14 +90,15 @@ struct CoordinatorParams {
 
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;
 
-// The coordinator's typed interface (the messages above; lost_atom comes from its schedulers, rebuild_atom from
-// itself).
+// The coordinator's typed interface (the messages above; lost_atom comes from its schedulers, rebuild_atom and
+// autoscale_atom from itself).
 using coordinator_actor =
     caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, router_actor>,
                      caf::replies_to<scale_atom, std::string, int32_t>::with<uint32_t, std::string>,
                      caf::replies_to<reshape_atom, wire_msg>::with<uint32_t, std::string>,
                      caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,
-                     caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<stop_atom>>;
+                     caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<autoscale_atom>,
+                     caf::reacts_to<stop_atom>>;
 
 // One CoordinatorParams per group of the topology, in order (group_index 0, 1, ...): they share the topology and the
 // router settings of the first.

@@ -19,6 +19,7 @@ bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
   GroupSection ga = a.group(), gb = b.group();
   ga.replicas = gb.replicas = 0;
   ga.router = gb.router = {};  // the router's, changed there (policy_atom)
+  ga.autoscale = gb.autoscale = {};  // the coordinator's (coordinator_autoscale.cpp)
   return ga == gb && a.topology.lora == b.topology.lora && a.limits.max_num_seqs == b.limits.max_num_seqs &&
          a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
          a.limits.swap_blocks == b.limits.swap_blocks && a.rank_threads == b.rank_threads;
@@ -96,6 +97,7 @@ void finish(self_ptr self, std::shared_ptr<Reshape> x) {
   auto& st = self->state;
   st.scaling = false;
   st.change.clear();
+  arm_autoscale(self);  // the new topology may autoscale a group
   if (x->rolling_back) {
     spdlog::warn("coordinator: apply rolled back after {:.0f} ms: {}", ms_since(x->t0), x->failure);
     x->rp.deliver(static_cast<uint32_t>(Errc::worker_failed),

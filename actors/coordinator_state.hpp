@@ -17,6 +17,7 @@
 #include "comms/collectives/group_spec.hpp"
 #include "core/host_cpus.hpp"
 #include "core/status.hpp"
+#include "scheduler/autoscaler.hpp"
 
 namespace actord::coord {
 
@@ -67,6 +68,10 @@ struct coordinator_state {
   int next_index = 0;    // replica indices are never reused (a rebuilt replica keeps its own)
   bool scaling = false;  // a scale or a reshape is being carried out
   std::string change;    // the reshape's current step, for status
+  // Of each group (by group_index): its autoscaler (none without groups[i].autoscale) and its last look, for status.
+  std::vector<std::optional<Autoscaler>> autoscalers;
+  std::vector<std::string> autoscale_looks;
+  bool autoscale_armed = false;  // an autoscale_atom is on its way
   static inline const char* name = "coordinator";
 };
 
@@ -83,6 +88,15 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_
 void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false);
 // The replica takes requests from the router from now on; warming in unless the whole group starts together.
 void join_router(self_ptr self, Replica& r, bool warm_in = true);
+
+// Resizes group `gi` to `replicas` (added ones built and joined; removed ones, the highest-numbered, drained) and
+// calls `done` with kCoordinatorOk or an Errc, and what it did. The caller checked that no scale runs (scaling).
+void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint32_t, const std::string&)> done);
+
+// coordinator_autoscale.cpp: sends the first autoscale_atom when a group has autoscale and none is on its way;
+// autoscale_tick looks at the autoscaled groups' load, scales one that wants it, and sends the next.
+void arm_autoscale(self_ptr self);
+void autoscale_tick(self_ptr self);
 
 // coordinator_reshape.cpp: (reshape_atom, ReshapeRequest), answered when the rolling reshape is done or rolled back.
 caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg);

@@ -82,6 +82,9 @@ Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
                                              topology.groups[0].device + ", this one: " + group.device + ")");
   if (group.tbo && group.device == "cuda")
     return make_error(Errc::unsupported, at + ".tbo: two-batch overlap runs on CPU ranks only so far (device: cuda)");
+  if (group.autoscale.active() && group.placement == Placement::node)
+    return make_error(Errc::unsupported, at + ".autoscale: a group placed on nodes is not autoscaled so far (actord "
+                                              "apply resizes it)");
   if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")
     return make_error(Errc::unsupported, topology.source.string() + ": engine.kv_cache_dtype: int8 runs on CPU ranks "
                                                                     "only so far (" + path + ".device: cuda)");
@@ -162,6 +165,34 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
                            group.device);
   out.group_ask = out.ask;
   return out;
+}
+
+// The autoscaled groups of `topology` at their max_replicas must fit this machine's cores and memory: the
+// autoscaler grows them there without asking. The error names the first such group's autoscale.max_replicas.
+Status check_autoscale_fits(const TopologyConfig& topology, const ModelShape& shape, const ModelConfig& model,
+                            DType kv_dtype, uint64_t whole_weight_bytes) {
+  TopologyConfig at_max = topology;
+  std::string key;
+  for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
+    const AutoscaleSection& a = topology.groups[gi].autoscale;
+    if (!a.active() || a.max_replicas <= topology.groups[gi].replicas) continue;
+    at_max.groups[gi].replicas = a.max_replicas;
+    if (key.empty())
+      key = "groups[" + std::to_string(gi) + "].autoscale.max_replicas: at " + std::to_string(a.max_replicas) +
+            " replicas, ";
+  }
+  if (key.empty()) return {};
+  const std::string source = topology.source.string() + ": ";
+  auto refuse = [&](const Error& e) {  // the inner error's message, its file named once
+    const bool named = e.message.rfind(source, 0) == 0;
+    return Error{e.code, source + key + (named ? e.message.substr(source.size()) : e.message)};
+  };
+  if (Status fits = check_threads_fit(at_max, usable_cpu_cores()); !fits) return refuse(fits.error());
+  auto sizing = size_group(at_max, 0, shape, model, kv_dtype, whole_weight_bytes);
+  if (!sizing) return refuse(sizing.error());
+  if (const auto available = available_host_memory())
+    if (Status fits = check_memory_fits(sizing->ask, *available, ""); !fits) return refuse(fits.error());
+  return {};
 }
 
 }  // namespace
@@ -251,6 +282,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   // has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory())
     ACTORD_TRY_STATUS(check_memory_fits(sizings.front().ask, *available, where));
+  ACTORD_TRY_STATUS(check_autoscale_fits(topology, impl->shape, *model, kv_dtype, checked->estimated_weight_bytes));
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
@@ -474,6 +506,11 @@ Status Engine::scale(const std::string& group, int replicas) {
     return make_error(Errc::invalid_argument,
                       "replicas: must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(replicas));
   const int have = now.groups[gi].replicas;
+  if (const AutoscaleSection& a = now.groups[gi].autoscale; a.active() && (replicas < a.min_replicas || replicas > a.max_replicas))
+    return make_error(Errc::invalid_argument, "replicas: group " + group + " is autoscaled between " +
+                                                  std::to_string(a.min_replicas) + " and " + std::to_string(a.max_replicas) +
+                                                  " replicas (" + key + ".autoscale; actord apply changes it), got " +
+                                                  std::to_string(replicas));
   if (now.groups[gi].placement == Placement::node)
     return make_error(Errc::unsupported, key + ".placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {
@@ -622,6 +659,7 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
     }
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "apply: "));
   }
+  ACTORD_TRY_STATUS(check_autoscale_fits(next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes));
   wire_msg request = build<wire::ReshapeRequest>([&](wire::ReshapeRequest::Builder out) {
     out.setTopologyYaml(yaml);
     out.setSource(source.string());
@@ -677,6 +715,7 @@ Result<FleetInfo> Engine::fleet() {
             info.change = string_of(in.getChange());
             info.router_prefill = string_of(in.getRouterPrefill());
             info.router_decode = string_of(in.getRouterDecode());
+            for (auto look : in.getAutoscale()) info.autoscale.push_back(string_of(look));
             for (auto r : in.getReplicas()) {
               ReplicaInfo& out = info.replicas.emplace_back();
               out.index = static_cast<int>(r.getIndex());

@@ -98,6 +98,7 @@ struct FleetInfo {
   std::string change;                // an apply's current step
   std::string router_prefill;        // the router's policy for requests in their prefill phase (least_tokens...)
   std::string router_decode;         // and in their decode phase (groups[].router, core/route_policy.hpp)
+  std::vector<std::string> autoscale;  // each autoscaled group's last look at its load (groups[].autoscale)
 };
 
 using TextCallback = std::function<void(size_t output_index, std::string_view text_delta)>;

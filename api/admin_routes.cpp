@@ -37,6 +37,7 @@ json fleet_json(const FleetInfo& fleet) {
           {"scaling", fleet.scaling},
           {"change", fleet.change},
           {"router", {{"prefill", fleet.router_prefill}, {"decode", fleet.router_decode}}},
+          {"autoscale", fleet.autoscale},
           {"replicas", replicas}};
 }
 

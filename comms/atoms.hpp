@@ -43,6 +43,8 @@ using migrate_atom = caf::atom_constant<caf::atom("migrate")>;        // schedul
                                                                       // ones with their tokens so far), then answer
 using policy_atom = caf::atom_constant<caf::atom("policy")>;          // router: (policy, prefill, decode) RoutePolicy
                                                                       // of each phase from now on (actord apply)
+using autoscale_atom = caf::atom_constant<caf::atom("autoscale")>;    // coordinator to itself: look at the
+                                                                      // autoscaled groups' load
 using pending_atom = caf::atom_constant<caf::atom("pending")>;        // worker to itself: answer its pending step
                                                                       // once the device has done it
 

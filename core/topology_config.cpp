@@ -131,6 +131,36 @@ void check_roles(const std::vector<GroupSection>& groups) {
   }
 }
 
+// groups[i].autoscale into group.autoscale; a group without `replicas` starts at min_replicas.
+void parse_autoscale(const Section& g, const std::string& p, GroupSection& group) {
+  const YAML::Node node = g.get("autoscale");
+  if (!node || node.IsNull()) return;
+  const std::string at = p + ".autoscale";
+  const Section a(node, at);
+  a.check_keys({"min_replicas", "max_replicas", "target_sequences", "scale_up_after", "scale_down_after", "interval"});
+  AutoscaleSection& s = group.autoscale;
+  s.min_replicas = 1;
+  a.read("min_replicas", s.min_replicas);
+  a.read("max_replicas", s.max_replicas);
+  a.read("target_sequences", s.target_sequences);
+  a.read_duration("scale_up_after", s.scale_up_after);
+  a.read_duration("scale_down_after", s.scale_down_after);
+  a.read_duration("interval", s.interval);
+  require(s.min_replicas >= 1, at + ".min_replicas", "must be at least 1, got " + std::to_string(s.min_replicas));
+  require(a.get("max_replicas").IsDefined(), at + ".max_replicas", "must be set: the most replicas the group may grow to");
+  require(s.max_replicas >= s.min_replicas, at + ".max_replicas",
+          "must be at least min_replicas (" + std::to_string(s.min_replicas) + "), got " + std::to_string(s.max_replicas));
+  require(s.max_replicas <= kMaxGroupDimension, at + ".max_replicas",
+          "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(s.max_replicas));
+  require(s.target_sequences >= 0, at + ".target_sequences",
+          "must be at least 1 (or 0: half of engine.max_num_seqs), got " + std::to_string(s.target_sequences));
+  require(s.interval.count() >= 10, at + ".interval", "must be at least 10ms, got " + std::to_string(s.interval.count()) + "ms");
+  if (!g.get("replicas").IsDefined()) group.replicas = s.min_replicas;
+  require(group.replicas >= s.min_replicas && group.replicas <= s.max_replicas, p + ".replicas",
+          "must be within autoscale's min_replicas and max_replicas (" + std::to_string(s.min_replicas) + " to " +
+              std::to_string(s.max_replicas) + "), got " + std::to_string(group.replicas));
+}
+
 // groups[].router: one policy per phase, so the groups whose requests share a phase name the same one.
 void check_routers(const std::vector<GroupSection>& groups) {
   for (size_t i = 1; i < groups.size(); ++i)
@@ -535,7 +565,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
     require(groups[i].IsMap(), p, "must be a mapping");
     g.check_keys({"name", "replicas", "tp", "pp", "ep", "num_redundant_experts", "eplb_step_interval", "device", "link",
                   "tbo", "micro_batches", "afd", "placement", "threads", "cpu_isa", "oversubscribe", "router",
-                  "role"});
+                  "role", "autoscale"});
     GroupSection group;
     g.read("name", group.name);
     require(is_simple_name(group.name), p + ".name",
@@ -631,6 +661,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
         group.link.bytes_per_second = *rate;
       }
     }
+    parse_autoscale(g, p, group);
     cfg.groups.push_back(group);
   }
   check_roles(cfg.groups);

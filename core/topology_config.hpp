@@ -142,6 +142,22 @@ struct AfdSection {
   bool operator==(const AfdSection&) const = default;
 };
 
+// groups[i].autoscale: the coordinator sizes the group from its load, between min_replicas and max_replicas
+// (scheduler/autoscaler.hpp says how); the group's `replicas` is the count it starts with (min_replicas when unset).
+struct AutoscaleSection {
+  int min_replicas = 0;
+  int max_replicas = 0;  // 0: no autoscale
+  // Sequences (running + waiting) one replica should hold; the group wants ceil(its sequences / this) replicas.
+  // 0: half of engine.max_num_seqs.
+  int target_sequences = 0;
+  // How long the group must want more (fewer) replicas, at every look, before they are added (retired).
+  std::chrono::milliseconds scale_up_after{5000};
+  std::chrono::milliseconds scale_down_after{60000};
+  std::chrono::milliseconds interval{1000};  // between two looks at the group's load
+  bool active() const { return max_replicas > 0; }
+  bool operator==(const AutoscaleSection&) const = default;
+};
+
 struct GroupSection {
   std::string name = "main";         // [A-Za-z0-9_.-]+, unique among the groups: the first part of its ranks' names
   int replicas = 1;                  // data parallel: identical copies of the model, each with its own scheduler
@@ -193,6 +209,7 @@ struct GroupSection {
   int micro_batches = 2;
   static constexpr int kMaxMicroBatches = 8;
   AfdSection afd;  // `afd: {attention: {workers: A, tp: T}, ffn: {workers: F}}`; tp is then T, pp and ep 1
+  AutoscaleSection autoscale;  // `autoscale: {min_replicas: 1, max_replicas: 4}`
 
   // Attention data parallel lanes of a replica: its attention pool's workers / tp with AFD, ep / tp when ep is a
   // larger multiple of tp, else 1.

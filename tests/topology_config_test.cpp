@@ -262,7 +262,7 @@ TEST_CASE("groups: replicas, tp, pp, names, oversubscribe", "[config]") {
   CHECK(error_of("model: {path: m}\ngroups: [{device: tpu}]\n") ==
         "configs/t.yaml: groups[0].device: unknown device 'tpu' (known: cpu, cuda)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{shards: {}}]\n"),
-             Catch::StartsWith("configs/t.yaml: groups[0].shards: unknown key (known keys: afd, cpu_isa, device, ep, eplb_step_interval, link, micro_batches, name, num_redundant_experts, "
+             Catch::StartsWith("configs/t.yaml: groups[0].shards: unknown key (known keys: afd, autoscale, cpu_isa, device, ep, eplb_step_interval, link, micro_batches, name, num_redundant_experts, "
                                "oversubscribe, placement, pp, replicas, role, router, tbo, threads, tp)"));
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{afd: {}}]\n"),
              Catch::EndsWith("groups[0].afd.attention: must be a mapping with workers (and tp)"));
@@ -385,4 +385,43 @@ TEST_CASE("lora.modules keep the file's order - relative adapter paths follow th
     INFO(bad.error().message);
     CHECK(bad.error().message.find(key) != std::string::npos);
   }
+}
+
+TEST_CASE("groups[].autoscale: bounds, target and windows - a group without replicas starts at min_replicas - bad "
+          "ones name the key", "[config][autoscale]") {
+  auto cfg = parse_topology("model: {path: m}\ngroups: [{autoscale: {min_replicas: 2, max_replicas: 4, "
+                            "target_sequences: 8, scale_up_after: 1s, scale_down_after: 30s, interval: 200ms}}]\n",
+                            "t.yaml");
+  REQUIRE(cfg.ok());
+  const AutoscaleSection& a = cfg->groups[0].autoscale;
+  CHECK(a.active());
+  CHECK(a.min_replicas == 2);
+  CHECK(a.max_replicas == 4);
+  CHECK(a.target_sequences == 8);
+  CHECK(a.scale_up_after == std::chrono::seconds(1));
+  CHECK(a.scale_down_after == std::chrono::seconds(30));
+  CHECK(a.interval == std::chrono::milliseconds(200));
+  CHECK(cfg->groups[0].replicas == 2);
+  auto defaults = parse_topology("model: {path: m}\ngroups: [{replicas: 3, autoscale: {max_replicas: 3}}]\n", "t.yaml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->groups[0].autoscale.min_replicas == 1);
+  CHECK(defaults->groups[0].autoscale.scale_up_after == std::chrono::seconds(5));
+  CHECK(defaults->groups[0].replicas == 3);
+  CHECK_FALSE(parse_topology(kMinimal, "t.yaml")->groups[0].autoscale.active());
+
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {min_replicas: 2}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.max_replicas: must be set: the most replicas the group may grow to");
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {min_replicas: 3, max_replicas: 2}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.max_replicas: must be at least min_replicas (3), got 2");
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {min_replicas: 0, max_replicas: 2}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.min_replicas: must be at least 1, got 0");
+  CHECK(error_of("model: {path: m}\ngroups: [{replicas: 5, autoscale: {max_replicas: 4}}]\n") ==
+        "configs/t.yaml: groups[0].replicas: must be within autoscale's min_replicas and max_replicas (1 to 4), got 5");
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {max_replicas: 2, interval: 1ms}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.interval: must be at least 10ms, got 1ms");
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {max_replicas: 2, scale_up_after: soon}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.scale_up_after: " + parse_duration("soon").error().message);
+  CHECK_THAT(error_of("model: {path: m}\ngroups: [{autoscale: {max_replicas: 2, target: 3}}]\n"),
+             Catch::StartsWith("configs/t.yaml: groups[0].autoscale.target: unknown key"));
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: 3}]\n") == "configs/t.yaml: groups[0].autoscale: must be a mapping");
 }

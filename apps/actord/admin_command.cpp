@@ -112,6 +112,7 @@ int run_status(const AdminArgs& args) {
               groups.c_str(), j["replicas"].size(),
               j.value("replacements", 0), routed.c_str(),
               !change.empty() ? (", changing: " + change).c_str() : j.value("scaling", false) ? ", scaling" : "");
+  for (const auto& look : j.value("autoscale", json::array())) std::printf("  autoscale: %s\n", look.get<std::string>().c_str());
   for (const auto& r : j["replicas"]) {
     const std::string role = r.value("role", std::string("both"));
     std::printf("  replica/%d  %-10s group %s%s, %s, incarnation %d\n", r.value("index", 0),

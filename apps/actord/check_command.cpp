@@ -109,6 +109,13 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
                 g.kv_replication > 1 ? (", each KV head on " + std::to_string(g.kv_replication) + " tp ranks").c_str()
                                      : "");
     if (g.num_swap_blocks > 0) std::printf(", swap %u blocks", g.num_swap_blocks);
+    if (const AutoscaleSection& a = section.autoscale; a.active()) {
+      const std::string target = a.target_sequences > 0 ? std::to_string(a.target_sequences)
+                                                        : std::to_string(std::max(1, t.engine.max_num_seqs / 2));
+      std::printf("\n  autoscaled: %d to %d replicas, %s sequences each; up after %lld ms, down after %lld ms",
+                  a.min_replicas, a.max_replicas, target.c_str(), static_cast<long long>(a.scale_up_after.count()),
+                  static_cast<long long>(a.scale_down_after.count()));
+    }
     std::printf("\n\n");
     const bool moe = c.num_experts > 0;
     std::vector<std::vector<std::string>> rows{{"rank", "node", "process", "threads", "layers", "heads", "kv heads",

@@ -364,6 +364,7 @@ struct FleetStatus {
   change @4 :Text;               # the reshape's current step ("apply step 2/3: replica/5 replaces replica/2")
   routerPrefill @5 :Text;        # the router's policy for requests in their prefill phase ("least_tokens")
   routerDecode @6 :Text;         # and in their decode phase
+  autoscale @7 :List(Text);      # each autoscaled group's last look at its load and what it wants
 }
 
 struct ReplicaStatus {

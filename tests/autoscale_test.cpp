@@ -1,0 +1,121 @@
+// groups[].autoscale through the engine: a group grows to max_replicas while its load wants more and shrinks back
+// when it is idle, every request completing with a clean run's tokens; status shows each look; actord scale stays
+// within the bounds; a max_replicas the machine cannot run is refused at start naming the key.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "parallel_test_util.hpp"
+
+using namespace actord;
+using namespace std::chrono_literals;
+
+namespace {
+
+TopologyConfig autoscaled(const std::string& group) {
+  auto cfg = parse_topology("model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: "
+                            "16MiB\ngroups:\n  - " + group + "\n",
+                            test::source_dir() / "configs/autoscaled.yaml");
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+int serving_replicas(Engine& engine) {
+  auto fleet = engine.fleet();
+  REQUIRE(fleet.ok());
+  int serving = 0;
+  for (const ReplicaInfo& r : fleet->replicas) serving += r.state == "serving";
+  return serving;
+}
+
+}  // namespace
+
+TEST_CASE("autoscale: a group grows while its load wants more replicas and shrinks back once idle - every request "
+          "completes with a clean run's tokens", "[engine][autoscale]") {
+  std::vector<GenerateRequest> requests = test::batch(true);  // 6 sequences: 2 replicas of 4 each
+  for (auto& r : requests) r.max_tokens = 400;
+  auto clean = test::start_engine(test::quickstart())->generate(requests);
+  REQUIRE(clean.ok());
+
+  auto engine = test::start_engine(autoscaled(
+      "{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 4, scale_up_after: 0s, "
+      "scale_down_after: 300ms, interval: 20ms}}"));
+  CHECK(serving_replicas(*engine) == 1);
+  bool grew = false;
+  std::string look;
+  auto out = test::generate_while(*engine, requests, [&] {
+    grew = test::eventually([&] { return serving_replicas(*engine) == 2; }, 20s);
+    auto fleet = engine->fleet();
+    REQUIRE(fleet.ok());
+    if (!fleet->autoscale.empty()) look = fleet->autoscale.front();
+  });
+  CHECK(grew);
+  CHECK_THAT(look, Catch::StartsWith("group main: ") && Catch::Contains("(4 each, 1 to 2 replicas)"));
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  }
+  // Idle: back to min_replicas after scale_down_after, and it still serves.
+  CHECK(test::eventually([&] { return engine->fleet()->replicas.size() == 1; }, 20s));
+  CHECK(test::eventually([&] {  // the next look, at the new size
+    auto fleet = engine->fleet();
+    return fleet.ok() && fleet->autoscale.size() == 1 &&
+           fleet->autoscale[0] == "group main: 0 sequences in 1 replicas (4 each, 1 to 2 replicas)";
+  }, 5s));
+  test::check_serves(*engine);
+  // actord scale stays within the bounds.
+  auto beyond = engine->scale("main", 3);
+  REQUIRE_FALSE(beyond.ok());
+  CHECK(beyond.error().message ==
+        "replicas: group main is autoscaled between 1 and 2 replicas (groups[0].autoscale; actord apply changes it), got 3");
+}
+
+TEST_CASE("autoscale: a max_replicas whose replicas the machine cannot run is refused at start naming the key - and "
+          "groups on nodes are not autoscaled", "[engine][autoscale]") {
+  auto too_many = Engine::start(autoscaled("{name: main, threads: 1, autoscale: {max_replicas: 64}}"),
+                                test::engine_options());
+  REQUIRE_FALSE(too_many.ok());
+  CHECK_THAT(too_many.error().message,
+             Catch::Contains("configs/autoscaled.yaml: groups[0].autoscale.max_replicas: at 64 replicas, groups[0].threads: "));
+  auto cfg = parse_topology("model:\n  path: ../models/stories260K\nnodes: [{name: b, address: 'tcp://127.0.0.1:1'}]\n"
+                            "groups:\n  - {name: main, placement: [node:b], autoscale: {max_replicas: 2}}\n",
+                            test::source_dir() / "configs/autoscaled.yaml");
+  REQUIRE(cfg.ok());
+  auto on_nodes = Engine::start(*cfg, test::engine_options());
+  REQUIRE_FALSE(on_nodes.ok());
+  CHECK_THAT(on_nodes.error().message, Catch::EndsWith("groups[0].autoscale: a group placed on nodes is not autoscaled so "
+                                                       "far (actord apply resizes it)"));
+}
+
+TEST_CASE("autoscale: actord apply turns autoscaling on without rebuilding a replica - the group then grows under "
+          "load - and off again", "[engine][autoscale][apply]") {
+  const std::string plain = "{name: main, threads: 1}";
+  const std::string scaled = "{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 2, "
+                             "scale_up_after: 0s, scale_down_after: 60s, interval: 20ms}}";
+  auto engine = test::start_engine(autoscaled(plain));
+  const auto yaml = [](const std::string& group) {
+    return "model:\n  path: ../models/stories260K\nengine:\n  max_num_seqs: 64\n  kv_cache_memory: 16MiB\ngroups:\n  - " +
+           group + "\n";
+  };
+  const auto source = test::source_dir() / "configs/autoscaled.yaml";
+  auto on = engine->apply(yaml(scaled), source);
+  REQUIRE(on.ok());
+  CHECK(*on == "group main unchanged");
+  std::vector<GenerateRequest> requests = test::batch(true);
+  for (auto& r : requests) r.max_tokens = 400;
+  bool grew = false;
+  auto out = test::generate_while(*engine, requests, [&] {
+    grew = test::eventually([&] { return serving_replicas(*engine) == 2; }, 20s);
+  });
+  CHECK(grew);
+  REQUIRE(out.ok());
+  for (const GenerateOutput& o : *out) CHECK_FALSE(o.error);
+  // Off again: the group keeps its replicas (the file's count), and nothing looks at it any more.
+  auto off = engine->apply(yaml("{name: main, replicas: 2, threads: 1}"), source);
+  REQUIRE(off.ok());
+  CHECK(test::eventually([&] { return engine->fleet()->autoscale.empty(); }, 5s));
+  CHECK(serving_replicas(*engine) == 2);
+}
