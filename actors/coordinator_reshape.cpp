@@ -13,13 +13,15 @@
 namespace actord::coord {
 namespace {
 
-// Whether replicas built from `b` would be built exactly as those from `a` (only the replicas count or the router
-// policy differs; the same LoRA adapters): a reshape then adds or retires replicas and leaves the others alone.
+// Whether replicas built from `b` would be built exactly as those from `a` (the same LoRA adapters; only keys that
+// are not the replicas' own may differ: the replicas count, the router policy, autoscale, oversubscribe): a reshape
+// then adds or retires replicas and leaves the others alone.
 bool same_shape(const CoordinatorParams& a, const CoordinatorParams& b) {
   GroupSection ga = a.group(), gb = b.group();
   ga.replicas = gb.replicas = 0;
-  ga.router = gb.router = {};  // the router's, changed there (policy_atom)
+  ga.router = gb.router = {};        // the router's, changed there (policy_atom)
   ga.autoscale = gb.autoscale = {};  // the coordinator's (coordinator_autoscale.cpp)
+  ga.oversubscribe = gb.oversubscribe = false;  // the engine's check of the machine's cores
   return ga == gb && a.topology.lora == b.topology.lora && a.limits.max_num_seqs == b.limits.max_num_seqs &&
          a.limits.max_num_batched_tokens == b.limits.max_num_batched_tokens && a.num_kv_blocks == b.num_kv_blocks &&
          a.limits.swap_blocks == b.limits.swap_blocks && a.rank_threads == b.rank_threads;

@@ -24,7 +24,8 @@ import tempfile
 import threading
 import time
 
-# The group (one line of `groups:`) each kind applies; "base" is where every kind starts and returns to.
+# The groups (lines of `groups:`) each kind applies; each kind starts from and returns to its base (BASE_OF:
+# "base" unless named), and the kinds of one run share theirs.
 SHAPES = {
     "base": "{name: main, placement: process, threads: 1}",
     "dp": "{name: main, replicas: 2, placement: process, threads: 1}",
@@ -34,7 +35,18 @@ SHAPES = {
     "afd": "{name: main, afd: {attention: {workers: 1}, ffn: {workers: 1}}, placement: process, threads: 1}",
     "afd12": "{name: main, afd: {attention: {workers: 1}, ffn: {workers: 2}}, placement: process, threads: 1, "
              "oversubscribe: true}",
+    # Prefill/decode disaggregation: one prefill and one decode worker process; the decode group to tp 2, the
+    # prefill group to 2 replicas, or both (one group after the other).
+    "pd": "{name: prefill, role: prefill, placement: process, threads: 1, oversubscribe: true}\n"
+          "  - {name: decode, role: decode, placement: process, threads: 1, oversubscribe: true}",
+    "pd_tp": "{name: prefill, role: prefill, placement: process, threads: 1, oversubscribe: true}\n"
+             "  - {name: decode, role: decode, tp: 2, placement: process, threads: 1, oversubscribe: true}",
+    "pd_dp": "{name: prefill, role: prefill, replicas: 2, placement: process, threads: 1, oversubscribe: true}\n"
+             "  - {name: decode, role: decode, placement: process, threads: 1, oversubscribe: true}",
+    "pd_both": "{name: prefill, role: prefill, replicas: 2, placement: process, threads: 1, oversubscribe: true}\n"
+               "  - {name: decode, role: decode, tp: 2, placement: process, threads: 1, oversubscribe: true}",
 }
+BASE_OF = {"pd_tp": "pd", "pd_dp": "pd", "pd_both": "pd"}
 
 
 def topology(args, shape):
@@ -126,9 +138,13 @@ def main():
     ap.add_argument("--kv-cache-memory", default="512MiB")
     ap.add_argument("--reshape-kv", default="move", choices=["move", "recompute"])
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    base = BASE_OF.get(kinds[0], "base")
+    if any(BASE_OF.get(k, "base") != base for k in kinds):
+        sys.exit("--kinds: the kinds of one run start from one base (" + base + ")")
     port = free_port()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as cfg:
-        cfg.write(topology(args, "base"))
+        cfg.write(topology(args, base))
         cfg.flush()
         server = subprocess.Popen([args.actord, "serve", cfg.name, "--port", str(port)],
                                   stdout=subprocess.DEVNULL, stderr=open("/tmp/reshape_bench.serve.log", "w"))
@@ -143,11 +159,11 @@ def main():
                     time.sleep(0.1)
             words = "the quick brown fox jumps over a lazy dog while seven small birds sing".split()
             prompts = [" ".join(words[(i + j) % len(words)] for j in range(args.prompt_words)) for i in range(args.streams)]
-            change(args, port, "base", prompts)  # warm-up: the same shape again (no change)
+            change(args, port, base, prompts)  # warm-up: the same shape again (no change)
             print(f"reshape_kv {args.reshape_kv}, {args.streams} streams, max_tokens {args.max_tokens}")
             print(f"{'change':<16} {'apply s':>8} {'through':>8} {'worst gap ms':>13} {'p99 gap ms':>13}  coordinator")
-            for kind in args.kinds.split(","):
-                for target, name in ((kind, f"1 -> {kind}"), ("base", f"{kind} -> 1")):
+            for kind in kinds:
+                for target, name in ((kind, f"{base} -> {kind}"), (base, f"{kind} -> {base}")):
                     seconds, message, worst, usual, through = change(args, port, target, prompts)
                     usual_ms = sorted(usual)[int(0.99 * (len(usual) - 1))] * 1e3 if usual else 0.0
                     print(f"{name:<16} {seconds:>8.3f} {through:>4}/{len(prompts):<3} {max(worst) * 1e3:>13.0f} "

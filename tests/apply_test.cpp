@@ -319,13 +319,15 @@ TEST_CASE("apply: every group of a prefill/decode topology takes its new shape a
   CHECK(test::worker_processes_of(getpid()).empty());
 }
 
-TEST_CASE("apply: a router-only change routes by the new policy and rebuilds no replica", "[engine][apply]") {
+TEST_CASE("apply: a change of router policy (and of oversubscribe) routes by the new policy and rebuilds no replica",
+          "[engine][apply]") {
   const std::string dp2 = "  - {name: main, replicas: 2, threads: 1}\n";
   auto topology = parse_topology(quickstart_with(dp2), source());
   REQUIRE(topology.ok());
   auto engine = test::start_engine(*topology);
   const auto before = ranks_of(*engine);
-  auto applied = engine->apply(quickstart_with("  - {name: main, replicas: 2, threads: 1, router: round_robin}\n"), source());
+  auto applied = engine->apply(
+      quickstart_with("  - {name: main, replicas: 2, threads: 1, router: round_robin, oversubscribe: true}\n"), source());
   REQUIRE(applied.ok());
   CHECK(*applied == "group main unchanged");
   CHECK(ranks_of(*engine) == before);

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# groups[].autoscale against fixed replica counts, side by side in one run, alternating ROUNDS times, every server on
+# the same 2 cores: actord with one replica, with two replicas, and with an autoscaled group of 1 to 2 replicas
+# (THREADS threads each; the autoscaled group at TARGET sequences per replica, up after UP, down after DOWN). Each
+# is loaded by `actord bench serve` with Poisson arrivals (RATE requests/s) of NUM random prompts of INPUT tokens
+# (+-50%) and OUTPUT tokens each, then left idle for IDLE seconds. Prints per server and round: output tok/s, TTFT
+# p50 / p99 and ITL p50 / p99 (ms) as the clients saw them; for the autoscaled one also each resize, in seconds
+# after the load began, and its replicas at the end of the idle time.
+# Usage: [ROUNDS=2] [RATE=4] [NUM=48] [INPUT=256] [OUTPUT=64] [THREADS=1] [TARGET=4] [UP=1s] [DOWN=5s] [IDLE=8] \
+#        bench/compare_autoscale.sh MODEL [ACTORD]
+set -euo pipefail
+model=$1 actord=${2:-build/actord}
+rounds=${ROUNDS:-2} rate=${RATE:-4} num=${NUM:-48} input=${INPUT:-256} output=${OUTPUT:-64} threads=${THREADS:-1}
+target=${TARGET:-4} up=${UP:-1s} down=${DOWN:-5s} idle=${IDLE:-8}
+config=$(dirname "$0")/../configs/quickstart.yaml
+port=$((20000 + $$ % 20000))
+log=/tmp/compare_autoscale.$$
+pid=
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
+trap stop EXIT
+wait_up() {
+  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && return 0; sleep 0.5; done
+  echo "server did not come up: $(tail -5 "$log.server")" >&2; exit 1
+}
+load() {  # $1: label
+  "$actord" bench serve --url "http://127.0.0.1:$port" --num-prompts "$num" --concurrency "$num" --request-rate "$rate" \
+    --input-len "$input" --output-len "$output" --random-range-ratio 0.5 --warmup 2 --seed 7 --json 2>/dev/null |
+    python3 -c 'import json, sys
+j = json.load(sys.stdin)
+t, i = j["ttft_ms"], j["itl_ms"]
+print("round %s %-24s output %6.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %5.1f p99 %6.1f ms"
+      % (sys.argv[1], sys.argv[2], j["output_tokens_per_s"], t["median"], t["p99"], i["median"], i["p99"]))' "$round" "$1"
+}
+server() {  # $1: label, then --set assignments
+  local label=$1
+  shift
+  "$actord" serve "$config" --model "$model" --port "$port" --log-level info --set "engine.kv_cache_memory=512MiB" \
+    --set "engine.max_num_seqs=64" --set "groups[0].threads=$threads" "$@" >"$log.server" 2>&1 &
+  pid=$!
+  wait_up
+  local began
+  began=$(date +%H:%M:%S.%N)
+  load "$label"
+  if [ "$label" = autoscaled ]; then
+    sleep "$idle"
+    python3 - "$log.server" "$began" <<'PY'
+import re, sys
+def seconds(tod):  # "HH:MM:SS.fraction" -> seconds since midnight
+    h, m, s = tod.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+began = seconds(sys.argv[2])
+for line in open(sys.argv[1]):
+    m = re.match(r"\[(\d+:\d+:\d+\.\d+)\].*autoscale: group \S+: (\d+ -> \d+ replicas)", line)
+    if m:
+        print("          resized %s at %.1f s" % (m.group(2), (seconds(m.group(1)) - began) % 86400))
+PY
+    curl -sf "http://127.0.0.1:$port/admin/fleet" |
+      python3 -c 'import json, sys; j = json.load(sys.stdin); print("          after %s s idle: %d replica(s); %s" % (sys.argv[1], len(j["replicas"]), "; ".join(j["autoscale"])))' "$idle"
+  fi
+  stop
+}
+echo "$(basename "$model"): ${rate} req/s, $num prompts of $input (+-50%) tokens, $output out; $threads thread(s) per replica; autoscale 1-2 replicas, $target sequences each, up after $up, down after $down"
+for round in $(seq "$rounds"); do
+  server "1 replica"
+  server "2 replicas" --set "groups[0].replicas=2"
+  server autoscaled --set "groups[0].autoscale={max_replicas: 2, target_sequences: $target, scale_up_after: $up, scale_down_after: $down, interval: 200ms}"
+done
+rm -f "$log.server"
