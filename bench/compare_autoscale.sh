@@ -13,15 +13,9 @@ model=$1 actord=${2:-build/actord}
 rounds=${ROUNDS:-2} rate=${RATE:-4} num=${NUM:-48} input=${INPUT:-256} output=${OUTPUT:-64} threads=${THREADS:-1}
 target=${TARGET:-4} up=${UP:-1s} down=${DOWN:-5s} idle=${IDLE:-8}
 config=$(dirname "$0")/../configs/quickstart.yaml
-port=$((20000 + $$ % 20000))
 log=/tmp/compare_autoscale.$$
-pid=
-stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
+source "$(dirname "$0")/serve_lib.sh"
 trap stop EXIT
-wait_up() {
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && return 0; sleep 0.5; done
-  echo "server did not come up: $(tail -5 "$log.server")" >&2; exit 1
-}
 load() {  # $1: label
   "$actord" bench serve --url "http://127.0.0.1:$port" --num-prompts "$num" --concurrency "$num" --request-rate "$rate" \
     --input-len "$input" --output-len "$output" --random-range-ratio 0.5 --warmup 2 --seed 7 --json 2>/dev/null |

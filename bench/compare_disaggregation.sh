@@ -15,15 +15,9 @@ model=$1 gguf=$2 bin=$3 actord=${4:-build/actord}
 rounds=${ROUNDS:-2} rate=${RATE:-1.5} num=${NUM:-48} input=${INPUT:-512} output=${OUTPUT:-64}
 threads=${THREADS:-1} slots=${SLOTS:-8}
 configs=$(dirname "$0")/../configs
-port=$((20000 + $$ % 20000))
 log=/tmp/compare_disaggregation.$$
-pid=
-stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
+source "$(dirname "$0")/serve_lib.sh"
 trap stop EXIT
-wait_up() {
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && return 0; sleep 0.5; done
-  echo "server did not come up: $(tail -5 "$log.server")" >&2; exit 1
-}
 load() {  # $1: label
   "$actord" bench serve --url "http://127.0.0.1:$port" --num-prompts "$num" --concurrency "$num" --request-rate "$rate" \
     --input-len "$input" --output-len "$output" --random-range-ratio 0.5 --warmup 2 --seed 7 --json 2>/dev/null |

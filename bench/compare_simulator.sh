@@ -15,16 +15,11 @@ configs_dir=$(dirname "$0")/../configs
 read -r -a configs <<<"${CONFIGS:-quickstart.yaml dp2.yaml pd.yaml}"
 read -r -a threads <<<"${THREADS:-2 1 1}"
 rates=${RATES:-0.5 1.5 3} cal_rate=${CAL_RATE:-1.0} num=${NUM:-48} input=${INPUT:-512} output=${OUTPUT:-64}
-port=$((20000 + $$ % 20000))
 log=/tmp/compare_simulator.$$
+stop_signal=INT
+source "$(dirname "$0")/serve_lib.sh"
 profile=$log.grid.json traced=$log.traced.json trace=$log.trace.json
-pid=
-stop() { [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=; }
 trap 'stop; rm -f "$profile" "$traced" "$trace" "$log.server"' EXIT
-wait_up() {
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && return 0; sleep 0.5; done
-  echo "server did not come up: $(tail -5 "$log.server")" >&2; exit 1
-}
 summary() {  # $1: label; a bench serve / simulate JSON report on stdin
   python3 -c 'import json, sys
 j = json.load(sys.stdin)
