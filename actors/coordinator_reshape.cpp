@@ -193,10 +193,10 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
                                : parse_topology(std::string(req.getTopologyYaml()), std::string(req.getSource()));
   if (!next) return {static_cast<uint32_t>(next.error().code), next.error().message};
   for (auto module : req.getLoraModules()) next->lora.modules.push_back({module.getName(), std::string(module.getPath())});
-  if (next->groups.size() != st.groups.size() || (req.getGroups().size() != 0 && req.getGroups().size() != st.groups.size()))
-    return {static_cast<uint32_t>(Errc::invalid_argument), "apply keeps the running groups: " +
-                                                               std::to_string(st.groups.size()) + " groups run, the "
-                                                               "topology has " + std::to_string(next->groups.size())};
+  if (next->groups.size() != st.groups.size() || req.getGroups().size() != st.groups.size())
+    return {static_cast<uint32_t>(Errc::invalid_argument),
+            "apply keeps the running groups: " + std::to_string(st.groups.size()) + " run, the topology has " +
+                std::to_string(next->groups.size()) + " and the request sizes " + std::to_string(req.getGroups().size())};
   auto x = std::make_shared<Reshape>();
   x->several_groups = st.groups.size() > 1;
   x->policies_before = st.groups.at(0).route_policies;
@@ -211,18 +211,11 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
     to.limits.max_num_batched_tokens = next->engine.max_num_batched_tokens;
     to.limits.move_kv = next->engine.reshape_kv == "move";  // the new replicas' setting, for the next reshape
     to.limits.num_lora_adapters = static_cast<int>(next->lora.modules.size());  // adapters added at the end
-    if (req.getGroups().size() != 0) {
-      auto sizing = req.getGroups()[static_cast<uint32_t>(gi)];
-      to.rank_threads = to_vector<int>(sizing.getRankThreads());
-      to.rank_agents.clear();
-      for (auto agent : sizing.getRankAgents()) to.rank_agents.push_back(agent);
-      to.set_kv_blocks(sizing.getNumKvBlocks(), sizing.getNumSwapBlocks());
-    } else if (gi == 0) {
-      to.rank_threads = to_vector<int>(req.getRankThreads());
-      to.rank_agents.clear();
-      for (auto agent : req.getRankAgents()) to.rank_agents.push_back(agent);
-      to.set_kv_blocks(req.getNumKvBlocks(), req.getNumSwapBlocks());
-    }
+    const auto sizing = req.getGroups()[static_cast<uint32_t>(gi)];
+    to.rank_threads = to_vector<int>(sizing.getRankThreads());
+    to.rank_agents.clear();
+    for (auto agent : sizing.getRankAgents()) to.rank_agents.push_back(agent);
+    to.set_kv_blocks(sizing.getNumKvBlocks(), sizing.getNumSwapBlocks());
     pass.to = std::make_shared<const CoordinatorParams>(std::move(to));
   }
   x->t0 = std::chrono::steady_clock::now();

@@ -536,7 +536,7 @@ struct ReshapeGroup {
 struct ReshapeRequest {
   topologyYaml @0 :Text;
   source @1 :Text;               # the file it came from (error messages name it)
-  # Fields 2-5: groups[0]'s sizing, read only when `groups` is empty (an engine fills `groups`).
+  # Fields 2-5: one group's sizing, from before `groups`; no longer written nor read.
   numKvBlocks @2 :UInt32;
   numSwapBlocks @3 :UInt32;
   rankThreads @4 :List(Int32);
