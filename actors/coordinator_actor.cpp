@@ -613,16 +613,19 @@ void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint
   for (const auto& [index, r] : st.replicas)
     if (r.state != ReplicaState::draining && r.params && r.params->group_index == gi) active.push_back(index);
   const int have = static_cast<int>(active.size());
-  if (replicas == have) return done(kCoordinatorOk, "group " + name + " has " + std::to_string(have) + " replicas already");
+  if (replicas == have)
+    return done(kCoordinatorOk, "group " + name + " has " + std::to_string(have) + " replicas already");
   st.scaling = true;
-  const std::string message = "group " + name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas";
+  const std::string message =
+      "group " + name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas";
   if (replicas > have) {
     std::vector<int> added;
     for (int index = st.next_index; static_cast<int>(added.size()) < replicas - have; ++index) added.push_back(index);
     build_replicas(self, added, std::make_shared<const CoordinatorParams>(params), [=](std::optional<Error> failure) {
       self->state.scaling = false;
       if (failure)
-        return done(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
+        return done(static_cast<uint32_t>(failure->code),
+                    "adding replicas failed, the group is as before: " + failure->message);
       for (int index : added) join_router(self, self->state.replicas.at(index));
       done(kCoordinatorOk, message);
     });

@@ -108,7 +108,8 @@ void finish(self_ptr self, std::shared_ptr<Reshape> x) {
     return;
   }
   if (x->policies_after != x->policies_before)
-    caf::anon_send(st.router, policy_atom::value, uint32_t(x->policies_after.prefill), uint32_t(x->policies_after.decode));
+    caf::anon_send(st.router, policy_atom::value, uint32_t(x->policies_after.prefill),
+                   uint32_t(x->policies_after.decode));
   std::string done;
   for (const GroupPass& pass : x->passes) done += (done.empty() ? "" : "; ") + pass.summary;
   spdlog::info("coordinator: {}", done);
@@ -196,7 +197,8 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
   if (next->groups.size() != st.groups.size() || req.getGroups().size() != st.groups.size())
     return {static_cast<uint32_t>(Errc::invalid_argument),
             "apply keeps the running groups: " + std::to_string(st.groups.size()) + " run, the topology has " +
-                std::to_string(next->groups.size()) + " and the request sizes " + std::to_string(req.getGroups().size())};
+                std::to_string(next->groups.size()) + " and the request sizes " +
+                std::to_string(req.getGroups().size())};
   auto x = std::make_shared<Reshape>();
   x->several_groups = st.groups.size() > 1;
   x->policies_before = st.groups.at(0).route_policies;

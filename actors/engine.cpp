@@ -506,11 +506,12 @@ Status Engine::scale(const std::string& group, int replicas) {
     return make_error(Errc::invalid_argument,
                       "replicas: must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(replicas));
   const int have = now.groups[gi].replicas;
-  if (const AutoscaleSection& a = now.groups[gi].autoscale; a.active() && (replicas < a.min_replicas || replicas > a.max_replicas))
-    return make_error(Errc::invalid_argument, "replicas: group " + group + " is autoscaled between " +
-                                                  std::to_string(a.min_replicas) + " and " + std::to_string(a.max_replicas) +
-                                                  " replicas (" + key + ".autoscale; actord apply changes it), got " +
-                                                  std::to_string(replicas));
+  if (const AutoscaleSection& a = now.groups[gi].autoscale;
+      a.active() && (replicas < a.min_replicas || replicas > a.max_replicas))
+    return make_error(Errc::invalid_argument,
+                      "replicas: group " + group + " is autoscaled between " + std::to_string(a.min_replicas) +
+                          " and " + std::to_string(a.max_replicas) + " replicas (" + key +
+                          ".autoscale; actord apply changes it), got " + std::to_string(replicas));
   if (now.groups[gi].placement == Placement::node)
     return make_error(Errc::unsupported, key + ".placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {

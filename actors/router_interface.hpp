@@ -1,7 +1,8 @@
 // The router's typed interface (actors/router_actor.hpp says what each message does): submit_atom (SubmitRequest, from
 // its owner), requeue_atom (owner, SubmitRequest: a continuation a scheduler hands back), cancel_atom
 // (CancelRequest), join_atom (replica id, scheduler, warm_in, role), leave_atom (scheduler -> true once nothing more goes
-// to it), load_atom (a scheduler's outstanding tokens), policy_atom (each phase's RoutePolicy) and stats_atom (StatsRequest -> SchedulerStats). Schedulers
+// to it), load_atom (a scheduler's outstanding tokens), policy_atom (each phase's
+// RoutePolicy) and stats_atom (StatsRequest -> SchedulerStats). Schedulers
 // and owners travel as plain handles: the router forwards to them as the request's owner (caf::send_as).
 #pragma once
 

@@ -147,14 +147,17 @@ void parse_autoscale(const Section& g, const std::string& p, GroupSection& group
   a.read_duration("scale_down_after", s.scale_down_after);
   a.read_duration("interval", s.interval);
   require(s.min_replicas >= 1, at + ".min_replicas", "must be at least 1, got " + std::to_string(s.min_replicas));
-  require(a.get("max_replicas").IsDefined(), at + ".max_replicas", "must be set: the most replicas the group may grow to");
+  require(a.get("max_replicas").IsDefined(), at + ".max_replicas",
+          "must be set: the most replicas the group may grow to");
   require(s.max_replicas >= s.min_replicas, at + ".max_replicas",
-          "must be at least min_replicas (" + std::to_string(s.min_replicas) + "), got " + std::to_string(s.max_replicas));
+          "must be at least min_replicas (" + std::to_string(s.min_replicas) + "), got " +
+              std::to_string(s.max_replicas));
   require(s.max_replicas <= kMaxGroupDimension, at + ".max_replicas",
           "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(s.max_replicas));
   require(s.target_sequences >= 0, at + ".target_sequences",
           "must be at least 1 (or 0: half of engine.max_num_seqs), got " + std::to_string(s.target_sequences));
-  require(s.interval.count() >= 10, at + ".interval", "must be at least 10ms, got " + std::to_string(s.interval.count()) + "ms");
+  require(s.interval.count() >= 10, at + ".interval",
+          "must be at least 10ms, got " + std::to_string(s.interval.count()) + "ms");
   if (!g.get("replicas").IsDefined()) group.replicas = s.min_replicas;
   require(group.replicas >= s.min_replicas && group.replicas <= s.max_replicas, p + ".replicas",
           "must be within autoscale's min_replicas and max_replicas (" + std::to_string(s.min_replicas) + " to " +

@@ -103,16 +103,18 @@ int run_status(const AdminArgs& args) {
   const std::string routed = prefill == decode ? "routed by " + prefill
                                                : "prefill routed by " + prefill + ", decode by " + decode;
   std::vector<std::string> names = {j.value("group", std::string())};  // the first group, then those replicas name
-  for (const auto& r : j["replicas"])
-    if (const std::string g = r.value("group", std::string()); !g.empty() && std::find(names.begin(), names.end(), g) == names.end())
-      names.push_back(g);
+  for (const auto& r : j["replicas"]) {
+    const std::string g = r.value("group", std::string());
+    if (!g.empty() && std::find(names.begin(), names.end(), g) == names.end()) names.push_back(g);
+  }
   std::string groups;
   for (const std::string& name : names) groups += (groups.empty() ? "" : ", ") + name;
   std::printf("group%s %s: %zu replicas, %d replaced after a failure, %s%s\n", names.size() > 1 ? "s" : "",
               groups.c_str(), j["replicas"].size(),
               j.value("replacements", 0), routed.c_str(),
               !change.empty() ? (", changing: " + change).c_str() : j.value("scaling", false) ? ", scaling" : "");
-  for (const auto& look : j.value("autoscale", json::array())) std::printf("  autoscale: %s\n", look.get<std::string>().c_str());
+  for (const auto& look : j.value("autoscale", json::array()))
+    std::printf("  autoscale: %s\n", look.get<std::string>().c_str());
   for (const auto& r : j["replicas"]) {
     const std::string role = r.value("role", std::string("both"));
     std::printf("  replica/%d  %-10s group %s%s, %s, incarnation %d\n", r.value("index", 0),

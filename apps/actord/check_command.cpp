@@ -98,7 +98,8 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
         section.role == ReplicaRole::prefill  ? " (prefill: hands each prefilled sequence with its KV to a decode group)"
         : section.role == ReplicaRole::decode ? " (decode: takes the sequences prefilled elsewhere)"
                                               : "";
-    std::printf("\ngroup %s%s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s, routed by %s\n",
+    std::printf("\ngroup %s%s: %d replica%s x %s%stp %d x pp %d%s = %zu rank%s%s, device %s, placement %s, "
+                "routed by %s\n",
                 g.name.c_str(), role.c_str(), g.replicas, g.replicas == 1 ? "" : "s", g.ffn_workers > 0 ? "(" : "",
                 g.lanes > 1 ? (std::to_string(g.lanes) + " lanes x ").c_str() : "", g.tp, g.pp,
                 g.ffn_workers > 0 ? (" + " + std::to_string(g.ffn_workers) + " FFN)").c_str() : "", g.ranks.size(),
