@@ -19,8 +19,7 @@ log=/tmp/compare_disaggregation.$$
 source "$(dirname "$0")/serve_lib.sh"
 trap stop EXIT
 load() {  # $1: label
-  "$actord" bench serve --url "http://127.0.0.1:$port" --num-prompts "$num" --concurrency "$num" --request-rate "$rate" \
-    --input-len "$input" --output-len "$output" --random-range-ratio 0.5 --warmup 2 --seed 7 --json 2>/dev/null |
+  bench_serve_json |
     python3 -c 'import json, sys
 j = json.load(sys.stdin)
 t, i = j["ttft_ms"], j["itl_ms"]
