@@ -171,27 +171,14 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
 // autoscaler grows them there without asking. The error names the first such group's autoscale.max_replicas.
 Status check_autoscale_fits(const TopologyConfig& topology, const ModelShape& shape, const ModelConfig& model,
                             DType kv_dtype, uint64_t whole_weight_bytes) {
-  TopologyConfig at_max = topology;
-  std::string key;
-  for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
-    const AutoscaleSection& a = topology.groups[gi].autoscale;
-    if (!a.active() || a.max_replicas <= topology.groups[gi].replicas) continue;
-    at_max.groups[gi].replicas = a.max_replicas;
-    if (key.empty())
-      key = "groups[" + std::to_string(gi) + "].autoscale.max_replicas: at " + std::to_string(a.max_replicas) +
-            " replicas, ";
-  }
-  if (key.empty()) return {};
-  const std::string source = topology.source.string() + ": ";
-  auto refuse = [&](const Error& e) {  // the inner error's message, its file named once
-    const bool named = e.message.rfind(source, 0) == 0;
-    return Error{e.code, source + key + (named ? e.message.substr(source.size()) : e.message)};
-  };
-  if (Status fits = check_threads_fit(at_max, usable_cpu_cores()); !fits) return refuse(fits.error());
-  auto sizing = size_group(at_max, 0, shape, model, kv_dtype, whole_weight_bytes);
-  if (!sizing) return refuse(sizing.error());
+  const auto ceiling = autoscale_ceiling(topology);
+  if (!ceiling) return {};
+  if (Status fits = check_threads_fit(ceiling->topology, usable_cpu_cores()); !fits)
+    return ceiling->refusal(fits.error());
+  auto sizing = size_group(ceiling->topology, 0, shape, model, kv_dtype, whole_weight_bytes);
+  if (!sizing) return ceiling->refusal(sizing.error());
   if (const auto available = available_host_memory())
-    if (Status fits = check_memory_fits(sizing->ask, *available, ""); !fits) return refuse(fits.error());
+    if (Status fits = check_memory_fits(sizing->ask, *available, ""); !fits) return ceiling->refusal(fits.error());
   return {};
 }
 

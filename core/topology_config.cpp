@@ -36,6 +36,26 @@ PhasePolicies phase_policies(const TopologyConfig& topology) {
   return {of(serves_prefill), of(serves_decode)};
 }
 
+std::optional<AutoscaleCeiling> autoscale_ceiling(const TopologyConfig& topology) {
+  AutoscaleCeiling out{topology, {}};
+  for (size_t gi = 0; gi < topology.groups.size(); ++gi) {
+    const AutoscaleSection& a = topology.groups[gi].autoscale;
+    if (!a.active() || a.max_replicas <= topology.groups[gi].replicas) continue;
+    out.topology.groups[gi].replicas = a.max_replicas;
+    if (out.key.empty())
+      out.key = "groups[" + std::to_string(gi) + "].autoscale.max_replicas: at " + std::to_string(a.max_replicas) +
+                " replicas, ";
+  }
+  if (out.key.empty()) return std::nullopt;
+  return out;
+}
+
+Error AutoscaleCeiling::refusal(const Error& inner) const {
+  const std::string source = topology.source.string() + ": ";
+  const bool named = inner.message.rfind(source, 0) == 0;  // the file named once
+  return Error{inner.code, source + key + (named ? inner.message.substr(source.size()) : inner.message)};
+}
+
 namespace {
 
 struct ConfigError {

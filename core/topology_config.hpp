@@ -252,6 +252,17 @@ struct TopologyOverrides {
 // them name the same one); groups[0]'s for a phase no group serves.
 PhasePolicies phase_policies(const TopologyConfig& topology);
 
+// The topology with each autoscaled group at its max_replicas, where the autoscaler may grow it without asking
+// (Engine::start, apply and actord check plan it against the machine too), and how to name a refusal of it:
+// "<source>: groups[i].autoscale.max_replicas: at N replicas, <the refusal's own words>" (the first group grown).
+struct AutoscaleCeiling {
+  TopologyConfig topology;
+  std::string key;  // "groups[i].autoscale.max_replicas: at N replicas, "
+  Error refusal(const Error& inner) const;
+};
+// Nothing when no group can grow beyond its replicas.
+std::optional<AutoscaleCeiling> autoscale_ceiling(const TopologyConfig& topology);
+
 Result<TopologyConfig> load_topology(const std::filesystem::path& file, const TopologyOverrides& overrides = {});
 Result<TopologyConfig> parse_topology(const std::string& yaml_text, const std::filesystem::path& source,
                                       const TopologyOverrides& overrides = {});

@@ -59,6 +59,12 @@ TEST_CASE("check passes every bundled topology and prints its plan as a table", 
                                      "group): 1 replica x tp 1 x pp 1 = 1 rank"));
   CHECK_THAT(pd.out, Catch::Contains("group decode (decode: takes the sequences prefilled elsewhere)"));
   CHECK_THAT(pd.out, Catch::Contains("decode/replica/0/worker/tp0.pp0"));
+  // An autoscaled group is planned at its max_replicas as well.
+  const Run ceiling = run_actord({"check", "configs/quickstart.yaml", "--set", "groups[0].threads=1", "--set",
+                                  "groups[0].autoscale={max_replicas: 64}"});
+  CHECK(ceiling.exit_code == 2);
+  CHECK_THAT(ceiling.err, Catch::Contains("configs/quickstart.yaml: groups[0].autoscale.max_replicas: at 64 replicas, "
+                                          "groups[0].threads: "));
   const Run routers = run_actord({"check", "configs/pd.yaml", "--set", "groups[0].router=prefix_affinity"});
   CHECK_THAT(routers.out, Catch::Contains("device cpu, placement process, routed by prefix_affinity\n"));
   CHECK_THAT(routers.out, Catch::Contains("device cpu, placement process, routed by least_tokens\n"));

@@ -257,12 +257,19 @@ int run_check(const CheckArgs& args) {
   if (!plan) return fail(plan.error());
   // What the ranks on this machine hold, against its available memory, as Engine::start checks one worker's.
   const std::optional<uint64_t> available = available_host_memory();
-  if (available) {
-    const NodePlan& local = plan->nodes.front();
+  auto fits_memory = [&](const TopologyPlan& p) -> Status {
+    if (!available) return {};
+    const NodePlan& local = p.nodes.front();
     const MemoryAsk ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes},
                                          topology->groups[0].device);
-    if (auto fits = check_memory_fits(ask, *available, topology->source.string() + ": "); !fits)
-      return fail(fits.error());
+    return check_memory_fits(ask, *available, topology->source.string() + ": ");
+  };
+  if (Status fits = fits_memory(*plan); !fits) return fail(fits.error());
+  // Autoscaled groups at their max_replicas must fit as well (Engine::start checks the same).
+  if (const auto ceiling = autoscale_ceiling(*topology)) {
+    auto grown = plan_topology(ceiling->topology, model_shape(*model), usable_cpu_cores());
+    if (!grown) return fail(ceiling->refusal(grown.error()));
+    if (Status fits = fits_memory(*grown); !fits) return fail(ceiling->refusal(fits.error()));
   }
   if (args.json) std::printf("%s\n", plan_json(*topology, *model, *plan, available).dump(2).c_str());
   else print_plan(*topology, *model, *plan, available);
