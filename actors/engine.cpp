@@ -132,8 +132,7 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
     const GroupPlan& planned = plan->groups[gi];
     out.kv.num_blocks = planned.num_kv_blocks;
     out.kv.swap_blocks = planned.num_swap_blocks;
-    const NodePlan& local = plan->nodes.front();
-    out.ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes}, group.device);
+    out.ask = local_ask(*plan, group.device);
     MemoryAsk own{};
     for (const RankPlan& rank : planned.ranks) {
       if (rank.node != kLocalNode) continue;
@@ -169,16 +168,11 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
 
 // The autoscaled groups of `topology` at their max_replicas must fit this machine's cores and memory: the
 // autoscaler grows them there without asking. The error names the first such group's autoscale.max_replicas.
-Status check_autoscale_fits(const TopologyConfig& topology, const ModelShape& shape, const ModelConfig& model,
-                            DType kv_dtype, uint64_t whole_weight_bytes) {
+Status check_autoscale_fits(const TopologyConfig& topology, const ModelShape& shape) {
   const auto ceiling = autoscale_ceiling(topology);
   if (!ceiling) return {};
-  if (Status fits = check_threads_fit(ceiling->topology, usable_cpu_cores()); !fits)
-    return ceiling->refusal(fits.error());
-  auto sizing = size_group(ceiling->topology, 0, shape, model, kv_dtype, whole_weight_bytes);
-  if (!sizing) return ceiling->refusal(sizing.error());
-  if (const auto available = available_host_memory())
-    if (Status fits = check_memory_fits(sizing->ask, *available, ""); !fits) return ceiling->refusal(fits.error());
+  if (auto grown = plan_fitting(ceiling->topology, shape, usable_cpu_cores(), available_host_memory()); !grown)
+    return ceiling->refusal(grown.error());
   return {};
 }
 
@@ -269,7 +263,7 @@ Result<std::unique_ptr<Engine>> Engine::start(const TopologyConfig& topology, co
   // has, before anything is allocated.
   if (const auto available = options.available_memory ? options.available_memory : available_host_memory())
     ACTORD_TRY_STATUS(check_memory_fits(sizings.front().ask, *available, where));
-  ACTORD_TRY_STATUS(check_autoscale_fits(topology, impl->shape, *model, kv_dtype, checked->estimated_weight_bytes));
+  ACTORD_TRY_STATUS(check_autoscale_fits(topology, impl->shape));
   auto tokenizer = Tokenizer::load(topology.model.path);
   if (!tokenizer) return tokenizer.error();
   impl->tokenizer = std::make_shared<const Tokenizer>(std::move(*tokenizer));
@@ -647,7 +641,7 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
     }
     ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "apply: "));
   }
-  ACTORD_TRY_STATUS(check_autoscale_fits(next, impl_->shape, impl_->model, impl_->kv_dtype, impl_->whole_weight_bytes));
+  ACTORD_TRY_STATUS(check_autoscale_fits(next, impl_->shape));
   wire_msg request = build<wire::ReshapeRequest>([&](wire::ReshapeRequest::Builder out) {
     out.setTopologyYaml(yaml);
     out.setSource(source.string());

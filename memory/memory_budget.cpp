@@ -4,6 +4,20 @@
 
 namespace actord {
 
+MemoryAsk local_ask(const TopologyPlan& plan, const std::string& device) {
+  const NodePlan& local = plan.nodes.front();
+  return in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes}, device);
+}
+
+Result<TopologyPlan> plan_fitting(const TopologyConfig& topology, const ModelShape& model, unsigned cores,
+                                  std::optional<uint64_t> available) {
+  auto plan = plan_topology(topology, model, cores);
+  if (!plan || !available) return plan;
+  ACTORD_TRY_STATUS(check_memory_fits(local_ask(*plan, topology.groups[0].device), *available,
+                                      topology.source.string() + ": "));
+  return plan;
+}
+
 Status check_memory_fits(const MemoryAsk& ask, uint64_t available, const std::string& where) {
   // Sums saturate: the parts are each below 2^64, their sum need not be.
   auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };

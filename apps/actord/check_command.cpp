@@ -253,24 +253,14 @@ int run_check(const CheckArgs& args) {
   if (!topology) return fail(topology.error());
   auto model = check_model_folder(*topology);
   if (!model) return fail(model.error());
-  auto plan = plan_topology(*topology, model_shape(*model), usable_cpu_cores());
-  if (!plan) return fail(plan.error());
-  // What the ranks on this machine hold, against its available memory, as Engine::start checks one worker's.
+  // The plan, and what its ranks on this machine hold against its available memory, as Engine::start checks them;
+  // autoscaled groups at their max_replicas as well.
   const std::optional<uint64_t> available = available_host_memory();
-  auto fits_memory = [&](const TopologyPlan& p) -> Status {
-    if (!available) return {};
-    const NodePlan& local = p.nodes.front();
-    const MemoryAsk ask = in_host_memory(MemoryAsk{local.weight_bytes, local.kv_pool_bytes, local.swap_bytes},
-                                         topology->groups[0].device);
-    return check_memory_fits(ask, *available, topology->source.string() + ": ");
-  };
-  if (Status fits = fits_memory(*plan); !fits) return fail(fits.error());
-  // Autoscaled groups at their max_replicas must fit as well (Engine::start checks the same).
-  if (const auto ceiling = autoscale_ceiling(*topology)) {
-    auto grown = plan_topology(ceiling->topology, model_shape(*model), usable_cpu_cores());
-    if (!grown) return fail(ceiling->refusal(grown.error()));
-    if (Status fits = fits_memory(*grown); !fits) return fail(ceiling->refusal(fits.error()));
-  }
+  auto plan = plan_fitting(*topology, model_shape(*model), usable_cpu_cores(), available);
+  if (!plan) return fail(plan.error());
+  if (const auto ceiling = autoscale_ceiling(*topology))
+    if (auto grown = plan_fitting(ceiling->topology, model_shape(*model), usable_cpu_cores(), available); !grown)
+      return fail(ceiling->refusal(grown.error()));
   if (args.json) std::printf("%s\n", plan_json(*topology, *model, *plan, available).dump(2).c_str());
   else print_plan(*topology, *model, *plan, available);
   return 0;
