@@ -626,7 +626,13 @@ void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint
       if (failure)
         return done(static_cast<uint32_t>(failure->code),
                     "adding replicas failed, the group is as before: " + failure->message);
-      for (int index : added) join_router(self, self->state.replicas.at(index));
+      // The group lacked capacity: the new replicas take a full share at once, and the others hand back what
+      // they have not started, for the router to spread over them all.
+      for (int index : added) join_router(self, self->state.replicas.at(index), /*warm_in=*/false);
+      for (const auto& [index, r] : self->state.replicas)
+        if (r.params && r.params->group_index == gi && r.state == ReplicaState::serving && r.scheduler &&
+            std::find(added.begin(), added.end(), index) == added.end())
+          caf::anon_send(r.scheduler, rebalance_atom::value);
       done(kCoordinatorOk, message);
     });
   } else {

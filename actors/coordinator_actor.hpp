@@ -7,8 +7,9 @@
 //   gets its scheduler and joins the router. On failure errc is the Errc of the first error and nothing is left
 //   running; on success kCoordinatorOk.
 // - (scale_atom, std::string group, int32_t replicas) -> (uint32_t errc_or_ok, std::string message): adds
-//   replicas (built as at start, joining the router when ready; if one fails the added ones are stopped again
-//   and the fleet is as before) or removes the highest-numbered ones (each drains: the router sends it nothing
+//   replicas (built as at start, joining the router when ready at a full share, not warming in; the group's
+//   other replicas then hand back the sequences they have not started (rebalance_atom), for the router to spread
+//   over the grown group; if one fails the added ones are stopped again and the fleet is as before) or removes the highest-numbered ones (each drains: the router sends it nothing
 //   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
 //   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
 //   name, replicas >= 1 and the machine's cores and memory (Engine::scale).

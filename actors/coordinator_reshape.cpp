@@ -199,6 +199,9 @@ caf::result<uint32_t, std::string> reshape(self_ptr self, const wire_msg& msg) {
             "apply keeps the running groups: " + std::to_string(st.groups.size()) + " run, the topology has " +
                 std::to_string(next->groups.size()) + " and the request sizes " +
                 std::to_string(req.getGroups().size())};
+  for (uint32_t gi = 0; gi < next->groups.size(); ++gi)  // an autoscaled group keeps its replicas (Engine::apply)
+    if (const uint32_t replicas = req.getGroups()[gi].getReplicas(); replicas > 0)
+      next->groups[gi].replicas = static_cast<int>(replicas);
   auto x = std::make_shared<Reshape>();
   x->several_groups = st.groups.size() > 1;
   x->policies_before = st.groups.at(0).route_policies;

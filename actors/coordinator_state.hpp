@@ -89,8 +89,9 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
 // The replica takes requests from the router from now on; warming in unless the whole group starts together.
 void join_router(self_ptr self, Replica& r, bool warm_in = true);
 
-// Resizes group `gi` to `replicas` (added ones built and joined; removed ones, the highest-numbered, drained) and
-// calls `done` with kCoordinatorOk or an Errc, and what it did. The caller checked that no scale runs (scaling).
+// Resizes group `gi` to `replicas` (added ones built and joined at a full share, the others rebalanced; removed
+// ones, the highest-numbered, drained) and calls `done` with kCoordinatorOk or an Errc, and what it did. The
+// caller checked that no scale runs (scaling).
 void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint32_t, const std::string&)> done);
 
 // coordinator_autoscale.cpp: sends the first autoscale_atom when a group has autoscale and none is on its way;

@@ -176,6 +176,17 @@ Status check_autoscale_fits(const TopologyConfig& topology, const ModelShape& sh
   return {};
 }
 
+// `topology` with each group's replicas counted in `fleet` (those not draining): the autoscaler resizes groups
+// without the engine. A group with none there (not possible while it serves) keeps its count.
+TopologyConfig with_replicas_of(TopologyConfig topology, const FleetInfo& fleet) {
+  for (GroupSection& g : topology.groups) {
+    const auto live = std::count_if(fleet.replicas.begin(), fleet.replicas.end(),
+                                    [&](const ReplicaInfo& r) { return r.group == g.name && r.state != "draining"; });
+    if (live > 0) g.replicas = static_cast<int>(live);
+  }
+  return topology;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -190,7 +201,8 @@ struct Engine::Impl {
   std::unique_ptr<caf::actor_system> system;
   coordinator_actor coordinator;
   router_actor router;                    // where the tokenizer actors submit; it sums the replicas' stats
-  TopologyConfig topology;                // as started; groups[0].replicas follows scale()
+  TopologyConfig topology;                // as started, scaled and applied; each group's replicas as the
+                                          // coordinator counted them at the last scale() or apply()
   // topology.lora.modules for the API's threads (apply changes the topology on the admin thread).
   mutable std::mutex lora_mutex;
   std::vector<LoraModule> lora_modules;
@@ -472,6 +484,7 @@ Result<EngineStats> Engine::stats() {
 
 Status Engine::scale(const std::string& group, int replicas) {
   std::lock_guard lock(impl_->scale_mutex);
+  ACTORD_TRY_STATUS(count_replicas());
   const TopologyConfig& now = impl_->topology;
   const std::string where = now.source.string() + ": ";
   size_t gi = 0;
@@ -565,9 +578,13 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
     return "lora" + restart + ", except adapters added at the end of lora.modules";
   if (now.plugins.size() != next.plugins.size() || !std::equal(now.plugins.begin(), now.plugins.end(), next.plugins.begin(), same_path))
     return "plugins" + restart;
-  if (now.nodes.size() != next.nodes.size()) return "nodes" + restart;
-  for (size_t i = 0; i < now.nodes.size(); ++i)
-    if (now.nodes[i].name != next.nodes[i].name || now.nodes[i].address != next.nodes[i].address) return "nodes" + restart;
+  // Nodes join and leave (a group's placement puts replicas on a node added, parse_topology refuses one removed
+  // that a group still names); a node that stays keeps its agent's address, since its ranks run there.
+  for (const NodeSection& node : now.nodes)
+    for (size_t i = 0; i < next.nodes.size(); ++i)
+      if (next.nodes[i].name == node.name && next.nodes[i].address != node.address)
+        return "nodes[" + std::to_string(i) + "].address: node " + node.name + "'s agent is at " + node.address +
+               " (its ranks run there); to move it, remove the node and add one of another name";
   auto names = [](const TopologyConfig& t) {
     std::string out;
     for (const GroupSection& g : t.groups) out += (out.empty() ? "" : ", ") + g.name;
@@ -592,11 +609,20 @@ Result<std::string> Engine::apply(const std::string& yaml, const std::filesystem
   std::lock_guard lock(impl_->scale_mutex);
   auto next = parse_topology(yaml, source);
   if (!next) return next.error();
+  ACTORD_TRY_STATUS(count_replicas());
   return reshape_to(*next, source, yaml);
+}
+
+Status Engine::count_replicas() {
+  auto fleet = this->fleet();
+  if (!fleet) return fleet.error();
+  impl_->topology = with_replicas_of(std::move(impl_->topology), *fleet);
+  return {};
 }
 
 Result<std::string> Engine::add_lora_adapter(const std::string& name, const std::filesystem::path& path) {
   std::lock_guard lock(impl_->scale_mutex);
+  ACTORD_TRY_STATUS(count_replicas());
   if (!is_lora_name(name))
     return make_error(Errc::invalid_argument,
                       "lora_name: an adapter's name is letters, digits and _ . - / : (requests name it as their model)");
@@ -609,11 +635,19 @@ Result<std::string> Engine::add_lora_adapter(const std::string& name, const std:
 
 // apply() and add_lora_adapter(): the checks of `next` against the running topology and the machine, then the
 // coordinator's rolling reshape to it (`yaml`: its text; empty: the running topology with next's added adapters).
-Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::filesystem::path& source,
+Result<std::string> Engine::reshape_to(const TopologyConfig& file, const std::filesystem::path& source,
                                        const std::string& yaml) {
   const std::string where = source.string() + ": ";
-  if (std::string change = unappliable_change(impl_->topology, next); !change.empty())
+  if (std::string change = unappliable_change(impl_->topology, file); !change.empty())
     return make_error(Errc::invalid_config, where + change);
+  // A group autoscaled before and after keeps the replicas it has now, within the new bounds: the autoscaler, not
+  // the file's count (its starting size), decides them.
+  TopologyConfig next = file;
+  for (size_t gi = 0; gi < next.groups.size(); ++gi) {
+    GroupSection& g = next.groups[gi];
+    if (g.autoscale.active() && impl_->topology.groups[gi].autoscale.active())
+      g.replicas = std::clamp(impl_->topology.groups[gi].replicas, g.autoscale.min_replicas, g.autoscale.max_replicas);
+  }
   ACTORD_TRY_STATUS(refuse_unbuilt(next));
   ACTORD_TRY_STATUS(check_threads_fit(next, usable_cpu_cores()));
   const size_t lora_before = impl_->topology.lora.modules.size();
@@ -649,6 +683,7 @@ Result<std::string> Engine::reshape_to(const TopologyConfig& next, const std::fi
     for (uint32_t gi = 0; gi < sizings.size(); ++gi) {
       const GroupSizing& sizing = sizings[gi];
       auto g = groups[gi];
+      g.setReplicas(static_cast<uint32_t>(next.groups[gi].replicas));
       g.setNumKvBlocks(sizing.kv.num_blocks);
       g.setNumSwapBlocks(sizing.kv.swap_blocks);
       fill_list(g.initRankThreads(static_cast<uint32_t>(sizing.rank_threads.size())), sizing.rank_threads);

@@ -144,7 +144,8 @@ class Engine {
   // tbo, micro_batches, link, threads, cpu_isa, router and replicas may all change. Make before break: replicas of
   // the new shape start while the old ones serve and take the requests once ready, then the old ones hand their
   // sequences over (running ones continue from their tokens so far, recomputed or with their KV) and stop. A
-  // failed step rolls back every group changed so far. Returns when done, with what it did per group. Refused,
+  // failed step rolls back every group changed so far. A group autoscaled before and after keeps the replicas it has
+  // (within the new bounds), not the file's count. Returns when done, with what it did per group. Refused,
   // changing nothing, with the key: malformed YAML, any change outside the groups and engine.max_num_seqs /
   // max_num_batched_tokens (the new replicas' schedulers take those) (model, the rest of engine, scheduler, nodes,
   // plugins: they need a restart; the server section, read once by serve, is not looked at), a group added,
@@ -158,8 +159,10 @@ class Engine {
   Result<FleetInfo> fleet();
 
  private:
-  Result<std::string> reshape_to(const TopologyConfig& next, const std::filesystem::path& source,
+  Result<std::string> reshape_to(const TopologyConfig& file, const std::filesystem::path& source,
                                  const std::string& yaml);
+  // Takes each group's replicas in the running topology from the coordinator's count (autoscaling changes them).
+  Status count_replicas();
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

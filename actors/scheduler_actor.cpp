@@ -726,6 +726,21 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
         report_load(self);
         return rp;
       },
+      // A scale-up: what has not started here goes back to the router, to be spread over the grown group.
+      [=](rebalance_atom) {
+        auto& st = self->state;
+        if (!st.worker_failure.empty() || st.drain) return;
+        size_t handed = 0;
+        for (const auto& lane : st.lanes) {
+          HandBack back = lane->batcher->take_unstarted();
+          handed += back.requests.size();
+          hand_back(self, std::move(back), "a replica joined its group", /*failure=*/false);
+        }
+        if (handed == 0) return;
+        st.stats.rebalanced_seqs += handed;
+        spdlog::info("{}: {} waiting sequences handed back to be spread over the grown group", st.actor_name, handed);
+        report_load(self);
+      },
       // A reshape (actord apply) replaces this replica: every sequence goes back to the router, a running one as a
       // continuation with the tokens it has reported and, with move_kv, its KV (migrate_all); the steps in flight
       // are dropped, without counting as a failure; anything that arrives later goes back too.

@@ -26,14 +26,14 @@
 namespace actord {
 
 // The scheduler's typed interface: submissions and cancels (from the router, as the tokenizer actor they came
-// from), stats (summed by the router), the lost worker and drain requests of the coordinator, and its own deadline
-// checks.
+// from), stats (summed by the router), the lost worker, drain, migrate and rebalance requests of the coordinator,
+// and its own deadline checks.
 using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, caf::reacts_to<cancel_atom, wire_msg>,
                                          caf::replies_to<stats_atom, wire_msg>::with<wire_msg>,
                                          caf::reacts_to<deadline_atom>,
                                          caf::replies_to<lost_atom, std::string>::with<std::string>,
                                          caf::replies_to<drain_atom>::with<bool>,
-                                         caf::replies_to<migrate_atom>::with<bool>>;
+                                         caf::replies_to<migrate_atom>::with<bool>, caf::reacts_to<rebalance_atom>>;
 
 // `step_timeout` (engine.step_timeout): a step whose result is that much later than its expected compute time
 // (scheduler/step_deadline.hpp) declares the worker failed: the scheduler stops the worker actor (a worker process
@@ -46,7 +46,9 @@ using scheduler_actor = caf::typed_actor<caf::reacts_to<submit_atom, wire_msg>, 
 // reshape replaces the replica: every sequence goes back (running ones as continuations with their tokens so far,
 // not counted as hand-backs; with limits.move_kv those decoding take their KV along, gathered from the lane's ranks:
 // actors/kv_move.hpp), the steps in flight are dropped, whatever arrives later goes back too, and the answer comes
-// once all went. A continuation that arrives with KV gets blocks from a lane's lease (grown first when short) and is
+// once all went. (rebalance_atom): a replica joined the group (a scale-up): the waiting sequences that hold no KV
+// here go back to the router (not counted as hand-backs), which spreads them over the group with the new one. A
+// continuation that arrives with KV gets blocks from a lane's lease (grown first when short) and is
 // admitted once every KV rank of the lane wrote its part, computing only from there (recomputed if a write failed).
 // After a step that finished sequences it reports its outstanding tokens to the router (load_atom).
 // A replica has one lane, or with attention data parallel (groups[].ep beyond tp) ep / tp lanes: each lane has its

@@ -96,6 +96,9 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
     metric("actord_prefill_handoffs_total", "counter",
            "Prefill/decode disaggregation: prefilled sequences handed on to a decode replica.",
            double(stats->prefill_handoffs));
+    metric("actord_rebalanced_seqs_total", "counter",
+           "Waiting sequences a replica handed back when its group grew, for the router to spread over the group.",
+           double(stats->rebalanced_seqs));
     metric("actord_kv_transfers_total", "counter",
            "Sequences whose KV moved to another replica (prefill hand-offs, reshapes).", double(stats->kv_moves_out));
     if (stats->num_experts > 0) {  // MoE layers: a window's load is the difference of two scrapes (rate())

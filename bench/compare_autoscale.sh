@@ -5,13 +5,14 @@
 # is loaded by `actord bench serve` with Poisson arrivals (RATE requests/s) of NUM random prompts of INPUT tokens
 # (+-50%) and OUTPUT tokens each, then left idle for IDLE seconds. Prints per server and round: output tok/s, TTFT
 # p50 / p99 and ITL p50 / p99 (ms) as the clients saw them; for the autoscaled one also each resize, in seconds
-# after the load began, and its replicas at the end of the idle time.
+# after the load began, and its replicas at the end of the idle time. SEQS: engine.max_num_seqs of every server.
+# BASELINE: another actord binary (an earlier build), whose autoscaled group runs too, after this one's, each round.
 # Usage: [ROUNDS=2] [RATE=4] [NUM=48] [INPUT=256] [OUTPUT=64] [THREADS=1] [TARGET=4] [UP=1s] [DOWN=5s] [IDLE=8] \
-#        bench/compare_autoscale.sh MODEL [ACTORD]
+#        [SEQS=64] [BASELINE=ACTORD] bench/compare_autoscale.sh MODEL [ACTORD]
 set -euo pipefail
 model=$1 actord=${2:-build/actord}
 rounds=${ROUNDS:-2} rate=${RATE:-4} num=${NUM:-48} input=${INPUT:-256} output=${OUTPUT:-64} threads=${THREADS:-1}
-target=${TARGET:-4} up=${UP:-1s} down=${DOWN:-5s} idle=${IDLE:-8}
+target=${TARGET:-4} up=${UP:-1s} down=${DOWN:-5s} idle=${IDLE:-8} seqs=${SEQS:-64} baseline=${BASELINE:-}
 config=$(dirname "$0")/../configs/quickstart.yaml
 log=/tmp/compare_autoscale.$$
 source "$(dirname "$0")/serve_lib.sh"
@@ -24,17 +25,17 @@ t, i = j["ttft_ms"], j["itl_ms"]
 print("round %s %-24s output %6.1f tok/s  TTFT p50 %7.1f p99 %7.1f ms  ITL p50 %5.1f p99 %6.1f ms"
       % (sys.argv[1], sys.argv[2], j["output_tokens_per_s"], t["median"], t["p99"], i["median"], i["p99"]))' "$round" "$1"
 }
-server() {  # $1: label, then --set assignments
+server() {  # $1: label, then --set assignments; serves with $bin (default: ACTORD)
   local label=$1
   shift
-  "$actord" serve "$config" --model "$model" --port "$port" --log-level info --set "engine.kv_cache_memory=512MiB" \
-    --set "engine.max_num_seqs=64" --set "groups[0].threads=$threads" "$@" >"$log.server" 2>&1 &
+  "${bin:-$actord}" serve "$config" --model "$model" --port "$port" --log-level info --set "engine.kv_cache_memory=512MiB" \
+    --set "engine.max_num_seqs=$seqs" --set "groups[0].threads=$threads" "$@" >"$log.server" 2>&1 &
   pid=$!
   wait_up
   local began
   began=$(date +%H:%M:%S.%N)
   load "$label"
-  if [ "$label" = autoscaled ]; then
+  if [[ "$label" = autoscaled* ]]; then
     sleep "$idle"
     python3 - "$log.server" "$began" <<'PY'
 import re, sys
@@ -52,10 +53,12 @@ PY
   fi
   stop
 }
-echo "$(basename "$model"): ${rate} req/s, $num prompts of $input (+-50%) tokens, $output out; $threads thread(s) per replica; autoscale 1-2 replicas, $target sequences each, up after $up, down after $down"
+echo "$(basename "$model"): ${rate} req/s, $num prompts of $input (+-50%) tokens, $output out; $threads thread(s) per replica, max_num_seqs $seqs; autoscale 1-2 replicas, $target sequences each, up after $up, down after $down"
+autoscale="groups[0].autoscale={max_replicas: 2, target_sequences: $target, scale_up_after: $up, scale_down_after: $down, interval: 200ms}"
 for round in $(seq "$rounds"); do
   server "1 replica"
   server "2 replicas" --set "groups[0].replicas=2"
-  server autoscaled --set "groups[0].autoscale={max_replicas: 2, target_sequences: $target, scale_up_after: $up, scale_down_after: $down, interval: 200ms}"
+  server autoscaled --set "$autoscale"
+  [ -z "$baseline" ] || bin=$baseline server "autoscaled (baseline)" --set "$autoscale"
 done
 rm -f "$log.server"

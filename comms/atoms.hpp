@@ -45,6 +45,8 @@ using policy_atom = caf::atom_constant<caf::atom("policy")>;          // router:
                                                                       // of each phase from now on (actord apply)
 using autoscale_atom = caf::atom_constant<caf::atom("autoscale")>;    // coordinator to itself: look at the
                                                                       // autoscaled groups' load
+using rebalance_atom = caf::atom_constant<caf::atom("rebalance")>;    // scheduler: a replica joined its group; hand
+                                                                      // back the sequences it has not started
 using pending_atom = caf::atom_constant<caf::atom("pending")>;        // worker to itself: answer its pending step
                                                                       // once the device has done it
 

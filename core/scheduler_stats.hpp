@@ -47,7 +47,8 @@ namespace actord {
   X(kv_moves_in, KvMovesIn)                  /* continuations that arrived with KV (imported, or recomputed if that failed) */ \
   X(draft_tokens, DraftTokens)               /* speculative decoding: draft tokens verified */                  \
   X(accepted_draft_tokens, AcceptedDraftTokens) /* of which the samples confirmed (kept) */             \
-  X(prefill_handoffs, PrefillHandoffs)       /* role prefill: prefilled sequences sent on to decode elsewhere */
+  X(prefill_handoffs, PrefillHandoffs)       /* role prefill: prefilled sequences sent on to decode elsewhere */ \
+  X(rebalanced_seqs, RebalancedSeqs)         /* waiting sequences handed back to be spread over a grown group */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;

@@ -303,9 +303,13 @@ class BatchScheduler {
   // be reported), and the scheduler is left empty with every block back in the lease. take_waiting(): a replica
   // drains; the sequences no step carries and not running (never admitted, or preempted) leave, the running ones
   // stay to finish here.
+  // take_unstarted(): a replica joined the group (a scale-up); the waiting sequences that hold no KV here, on the
+  // device or swapped out (never admitted, or preempted by recompute), leave, so that the router may spread them
+  // over the group again: nothing computed is lost.
   // take_all() forgets sequences handed off and not released too (their continuations left with take_handed_off).
   HandBack take_all();
   HandBack take_waiting();
+  HandBack take_unstarted();
   // Prefill/decode disaggregation: the sequences that finished their prefill since the last call (see the header
   // comment), in the order their results came; and, once their KV was read out, their blocks back to the lease
   // (the worker is told to forget them in the next plan). An unknown id is ignored.
@@ -389,6 +393,9 @@ class BatchScheduler {
   bool swap_in(Step& step, Sequence& seq, int chunk);
   void release(Sequence& seq);
   void erase(Sequence& seq);
+  // The waiting sequences no step carries for which `leaves` holds, as continuations (take_waiting, take_unstarted).
+  template <class Leaves>
+  HandBack take_waiting_if(Leaves leaves);
   // seq as a request that continues it elsewhere (SequenceRequest::resumed).
   SequenceRequest continuation_of(const Sequence& seq) const;
   // Ends seq after its final update: freed now, or once no step in flight carries it (call it again then).

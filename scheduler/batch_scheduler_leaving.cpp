@@ -1,6 +1,6 @@
-// BatchScheduler (batch_scheduler.hpp): sequences leaving it. Hand-backs of a lost, draining or replaced replica
-// (take_all, take_waiting, as continuations; movable_kv: those whose KV can go along) and a prefill replica's
-// hand-offs to decode replicas (take_handed_off, release_handed_off).
+// BatchScheduler (batch_scheduler.hpp): sequences leaving it. Hand-backs of a lost, draining, replaced or
+// rebalanced replica (take_all, take_waiting, take_unstarted, as continuations; movable_kv: those whose KV can go
+// along) and a prefill replica's hand-offs to decode replicas (take_handed_off, release_handed_off).
 #include <algorithm>
 
 #include "scheduler/batch_scheduler.hpp"
@@ -88,18 +88,27 @@ void BatchScheduler::release_handed_off(uint64_t id) {
   erase(it->second);
 }
 
-HandBack BatchScheduler::take_waiting() {
+template <class Leaves>
+HandBack BatchScheduler::take_waiting_if(Leaves leaves) {
   HandBack out;
   const std::vector<uint64_t> waiting(waiting_.begin(), waiting_.end());
   for (uint64_t id : waiting) {
     Sequence& seq = seqs_.at(id);
-    if (seq.in_flight > 0 || seq.finished) continue;
+    if (seq.in_flight > 0 || seq.finished || !leaves(seq)) continue;
     out.requests.push_back(continuation_of(seq));
     for (uint64_t i = 1; i < seq.req.sampling.n; ++i) reserved_ids_.erase(id + i);
     release(seq);
     erase(seq);
   }
   return out;
+}
+
+HandBack BatchScheduler::take_waiting() {
+  return take_waiting_if([](const Sequence&) { return true; });
+}
+
+HandBack BatchScheduler::take_unstarted() {
+  return take_waiting_if([](const Sequence& seq) { return seq.blocks.empty() && seq.host_blocks.empty(); });
 }
 
 size_t BatchScheduler::num_handing_off() const {

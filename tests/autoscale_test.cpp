@@ -91,7 +91,7 @@ TEST_CASE("autoscale: a max_replicas whose replicas the machine cannot run is re
 }
 
 TEST_CASE("autoscale: actord apply turns autoscaling on without rebuilding a replica - the group then grows under "
-          "load - and off again", "[engine][autoscale][apply]") {
+          "load, keeps its replicas through an apply of new settings - and off again", "[engine][autoscale][apply]") {
   const std::string plain = "{name: main, threads: 1}";
   const std::string scaled = "{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 2, "
                              "scale_up_after: 0s, scale_down_after: 60s, interval: 20ms}}";
@@ -113,6 +113,13 @@ TEST_CASE("autoscale: actord apply turns autoscaling on without rebuilding a rep
   CHECK(grew);
   REQUIRE(out.ok());
   for (const GenerateOutput& o : *out) CHECK_FALSE(o.error);
+  // Grown to 2 by the autoscaler, the group keeps them through an apply that changes its autoscale settings: the
+  // file's count (its starting size, 1) is not the size to go back to.
+  auto retuned = engine->apply(yaml("{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 3, "
+                                    "scale_up_after: 0s, scale_down_after: 60s, interval: 20ms}}"), source);
+  REQUIRE(retuned.ok());
+  CHECK(*retuned == "group main unchanged");
+  CHECK(serving_replicas(*engine) == 2);
   // Off again: the group keeps its replicas (the file's count), and nothing looks at it any more.
   auto off = engine->apply(yaml("{name: main, replicas: 2, threads: 1}"), source);
   REQUIRE(off.ok());

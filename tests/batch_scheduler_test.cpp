@@ -503,6 +503,28 @@ TEST_CASE("swap - the victim's computed blocks go to host memory and come back b
   CHECK(s.num_preemptions() == 1);  // nothing was recomputed
 }
 
+TEST_CASE("swap - a swapped-out sequence holds KV in host memory: take_unstarted keeps it, take_waiting gives it back",
+          "[scheduler][swap][hand_back]") {
+  BlockAllocator blocks(3);  // block_size 2
+  BatchScheduler s(swapping({8, 64, 2, 512, 0}, 4), blocks);
+  s.add(request(1, 2, 10));
+  s.add(request(2, 2, 10));
+  auto plan = s.plan_step();
+  REQUIRE(plan->slices.size() == 2);
+  answer(s, *plan, 5);
+  plan = s.plan_step();  // seq 2 is swapped out
+  REQUIRE(plan);
+  REQUIRE(s.num_swapped() == 1);
+  answer(s, *plan, 6);
+  CHECK(s.take_unstarted().requests.empty());
+  CHECK(s.num_swapped() == 1);
+  HandBack back = s.take_waiting();
+  REQUIRE(back.requests.size() == 1);
+  CHECK(back.requests[0].id == 2);
+  CHECK(back.requests[0].resumed == std::vector<int32_t>{5});
+  CHECK(s.swapped_blocks() == 0);
+}
+
 TEST_CASE("swap - without room in the swap space the victim is recomputed", "[scheduler][swap]") {
   BlockAllocator blocks(3);  // block_size 2
   BatchScheduler s(swapping({8, 64, 2, 512, 0}, 1), blocks);

@@ -1,7 +1,7 @@
 // Data parallel groups while serving: 32 streams over two replicas survive a kill -9 of one replica's worker (or
 // of a TP rank of it) with every answer equal to a clean run, the killed replica rebuilt and the other one serving
 // throughout; the group scales up and down while requests flow, losing and duplicating nothing; impossible scales
-// are refused and change nothing.
+// are refused and change nothing; a scale-up spreads what waits on the busy replica over the grown group.
 #include <signal.h>
 #include <unistd.h>
 
@@ -183,6 +183,31 @@ TEST_CASE("dp: scale up and down while streams run - nothing fails, nothing is d
   REQUIRE(fleet->replicas.size() == 1);
   CHECK(fleet->replicas[0].index == 0);
   REQUIRE(test::eventually([&] { return test::worker_processes_of(getpid()).size() == 1; }, std::chrono::seconds(5)));
+}
+
+TEST_CASE("dp: a scale-up spreads what waits on the busy replica over the grown group - the outputs stay a clean "
+          "run's", "[engine][dp][scale]") {
+  // Two sequences run at a time: the rest of the 16 wait on replica 0 when the second replica joins.
+  auto engine = test::start_engine(test::quickstart(
+      "configs/dp2.yaml", {"groups[0].replicas=1", "groups[0].placement=thread", "engine.max_num_seqs=2"}));
+  const auto requests = streams(16, 400);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  std::thread scaler;
+  std::optional<Status> scaled;
+  auto run = run_streams(*engine, requests, [&](size_t events) {
+    if (events == 20) scaler = std::thread([&] { scaled = engine->scale("main", 2); });
+  });
+  scaler.join();
+  REQUIRE(scaled);
+  INFO((scaled->ok() ? std::string() : scaled->error().message));
+  REQUIRE(scaled->ok());
+  check_equal(run, *clean);
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->rebalanced_seqs > 0);
+  CHECK(stats->rebalanced_seqs <= requests.size());
+  WARN("sequences handed back by replica 0 when replica 1 joined: " << stats->rebalanced_seqs);
 }
 
 TEST_CASE("dp: impossible scales are refused with a clear error and change nothing", "[engine][dp][scale]") {

@@ -122,6 +122,36 @@ TEST_CASE("take_waiting - a draining replica keeps its running sequences and giv
   CHECK(blocks.num_free() == 32);
 }
 
+TEST_CASE("take_unstarted - a replica joined the group: the waiting sequences without KV leave in arrival "
+          "order - the running ones stay", "[scheduler][hand_back]") {
+  BlockAllocator blocks(32);
+  SchedulerLimits l = limits(false);
+  l.max_num_seqs = 1;
+  BatchScheduler s(l, blocks);
+  s.add(request(1, 3, 2));
+  s.add(request(2, 3, 2));
+  s.add(request(3, 4, 2));
+  const StepPlan* plan = s.plan_step();
+  REQUIRE(plan);
+  REQUIRE(plan->slices.size() == 1);  // only 1 runs: max_num_seqs 1
+  HandBack back = s.take_unstarted();
+  REQUIRE(back.requests.size() == 2);
+  CHECK(back.requests[0].id == 2);
+  CHECK(back.requests[1].id == 3);
+  CHECK(back.requests[1].prompt.size() == 4);
+  CHECK(back.requests[0].resumed.empty());
+  CHECK(s.num_waiting() == 0);
+  CHECK(s.take_unstarted().requests.empty());  // nothing left to give
+  answer(s, *plan, 60);
+  plan = s.plan_step();
+  REQUIRE(plan);
+  auto updates = answer(s, *plan, 61);
+  CHECK(updates[0].id == 1);
+  CHECK(updates[0].finish == Finish::length);
+  CHECK_FALSE(s.has_work());
+  CHECK(blocks.num_free() == 32);
+}
+
 TEST_CASE("take_all - a sequence cancelled while its step was in flight ends cancelled, not handed back",
           "[scheduler][hand_back]") {
   BlockAllocator blocks(32);

@@ -3,6 +3,7 @@
 // agent and reached over tcp, collective groups that cross the nodes run on the ZeroMQ backend; the greedy tokens
 // equal one worker's (tp x pp, expert parallel lanes, attention-FFN disaggregation with the FFN pool on node-b, and
 // a decode group on node-b taking the sequences a prefill group here prefilled).
+// Nodes join and leave by actord apply, a replica moving to the joined node and back.
 // A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
 // on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
 // otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "engine_test_util.hpp"
 #include "netns_util.hpp"
@@ -294,30 +296,42 @@ TEST_CASE("two nodes: the ranks a node agent started end when their engine is ki
                                 << " s after its engine was killed");
 }
 
-TEST_CASE("two nodes: actord apply moves a serving replica to node-b and back while requests stream - the running "
-          "sequences move with their KV across the nodes and every output is unchanged", "[engine][node][apply]") {
+TEST_CASE("two nodes: node-b joins by actord apply and a serving replica moves there and back while requests stream, "
+          "then node-b leaves - the running sequences move with their KV across the nodes and every output is "
+          "unchanged", "[engine][node][apply]") {
   OTHER_NODE_OR_SKIP(node);
-  auto yaml = [&](const std::string& group) {
+  const std::string with_b = "[{name: node-b, address: " + node.agent_address() + "}]";
+  auto yaml = [&](const std::string& group, const std::string& nodes) {
     return "model: {path: " + test::stories_dir().string() +
-           "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
-           node.agent_address() + "}]\ngroups: [" + group + "]\n";
+           "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: " + nodes + "\ngroups: [" + group + "]\n";
   };
   const std::filesystem::path source = test::source_dir() / "configs/applied.yaml";
-  auto topology = parse_topology(yaml("{name: main, threads: 1, placement: [node:local]}"), source);
+  auto topology = parse_topology(yaml("{name: main, threads: 1}", "[]"), source);  // this machine alone
   REQUIRE(topology.ok());
   auto engine = test::start_engine(*topology);
   const auto requests = greedy_batch(8, 400);
   auto clean = engine->generate(requests);
   REQUIRE(clean.ok());
-  const std::vector<std::pair<std::string, std::string>> moves = {
-      {"{name: main, threads: 1, placement: [node:node-b]}", "node-b"},
-      {"{name: main, tp: 2, threads: 1, placement: [node:node-b]}", "node-b"},
-      {"{name: main, threads: 1, placement: [node:local]}", ""},
+  // A node that stays keeps its address; one still placed on cannot leave.
+  auto joined = engine->apply(yaml("{name: main, threads: 1}", "[{name: node-b, address: 'tcp://10.9.9.9:1'}]"), source);
+  REQUIRE(joined.ok());  // node-b joins, nothing placed there: nothing rebuilt
+  CHECK(*joined == "group main unchanged");
+  auto readdressed = engine->apply(yaml("{name: main, threads: 1}", with_b), source);
+  REQUIRE_FALSE(readdressed.ok());
+  CHECK_THAT(readdressed.error().message,
+             Catch::EndsWith("nodes[0].address: node node-b's agent is at tcp://10.9.9.9:1 (its ranks run there); to "
+                             "move it, remove the node and add one of another name"));
+  REQUIRE(engine->apply(yaml("{name: main, threads: 1}", "[]"), source).ok());  // and leaves again
+  const std::vector<std::tuple<std::string, std::string, std::string>> moves = {
+      {"{name: main, threads: 1, placement: [node:node-b]}", with_b, "node-b"},
+      {"{name: main, tp: 2, threads: 1, placement: [node:node-b]}", with_b, "node-b"},
+      {"{name: main, threads: 1, placement: [node:local]}", with_b, ""},
+      {"{name: main, threads: 1}", "[]", ""},  // node-b leaves
   };
-  for (const auto& [group, where] : moves) {
-    INFO(group);
+  for (const auto& [group, nodes, where] : moves) {
+    INFO(group << " on nodes " << nodes);
     Result<std::string> applied = Error{Errc::internal, "not applied"};
-    auto out = test::generate_while(*engine, requests, [&] { applied = engine->apply(yaml(group), source); });
+    auto out = test::generate_while(*engine, requests, [&] { applied = engine->apply(yaml(group, nodes), source); });
     INFO((applied ? *applied : applied.error().message));
     REQUIRE(applied.ok());
     REQUIRE(out.ok());

@@ -475,6 +475,7 @@ struct SchedulerStats {
   draftTokens @36 :UInt64;         # speculative decoding: draft tokens verified
   acceptedDraftTokens @37 :UInt64; # of which the samples confirmed (kept)
   prefillHandoffs @38 :UInt64;     # prefill/decode disaggregation: prefilled sequences sent on to decode elsewhere
+  rebalancedSeqs @39 :UInt64;      # waiting sequences handed back (a scale-up) to be spread over the grown group
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
@@ -529,6 +530,8 @@ struct ReshapeGroup {
   numSwapBlocks @1 :UInt32;
   rankThreads @2 :List(Int32);   # of each rank of a replica, as the plan resolved them
   rankAgents @3 :List(Text);     # placement on nodes: the node agent of every rank (replica-major), "" here
+  replicas @4 :UInt32;           # the group's replicas after the apply: the file's, or an autoscaled group's
+                                 # count now within its new bounds (0: the file's)
 }
 
 # Engine -> coordinator: take the groups' replicas to a new shape (actord apply). The topology as YAML (the
