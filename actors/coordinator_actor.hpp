@@ -9,10 +9,13 @@
 // - (scale_atom, std::string group, int32_t replicas) -> (uint32_t errc_or_ok, std::string message): adds
 //   replicas (built as at start, joining the router when ready at a full share, not warming in; the group's
 //   other replicas then hand back the sequences they have not started (rebalance_atom), for the router to spread
-//   over the grown group; if one fails the added ones are stopped again and the fleet is as before) or removes the highest-numbered ones (each drains: the router sends it nothing
-//   new, its waiting sequences go back to the router at once, its running ones finish, then it stops). Answers
-//   when done. One scale at a time (another is refused and changes nothing). The caller has checked the group's
-//   name, replicas >= 1 and the machine's cores and memory (Engine::scale).
+//   over the grown group; if one fails the added ones are stopped again and the fleet is as before) or removes the
+//   highest-numbered ones (each drains: the router sends it nothing new, its waiting sequences go back to the
+//   router at once, its running ones finish, then it stops). A group placed on nodes is laid out as its placement
+//   spreads that many replicas (core/topology_plan.hpp: rank_nodes): a replica keeps a slot on its nodes, added
+//   ones take the slots left, and one left without a slot drains. Answers when done. One scale at a time (another
+//   is refused and changes nothing). The caller has checked the group's name, replicas >= 1 and the machine's
+//   cores and memory (Engine::scale).
 // - (reshape_atom, ReshapeRequest) -> (uint32_t errc_or_ok, std::string message): actord apply. Takes each group,
 //   one after another in the topology's order, to the new topology's group of the same place (its shape: tp, pp,
 //   ep, afd, tbo, threads, link...; its replicas count; the engine's max_num_seqs and max_num_batched_tokens), and

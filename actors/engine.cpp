@@ -82,9 +82,6 @@ Status refuse_unbuilt_group(const TopologyConfig& topology, size_t gi) {
                                              topology.groups[0].device + ", this one: " + group.device + ")");
   if (group.tbo && group.device == "cuda")
     return make_error(Errc::unsupported, at + ".tbo: two-batch overlap runs on CPU ranks only so far (device: cuda)");
-  if (group.autoscale.active() && group.placement == Placement::node)
-    return make_error(Errc::unsupported, at + ".autoscale: a group placed on nodes is not autoscaled so far (actord "
-                                              "apply resizes it)");
   if (group.device == "cuda" && topology.engine.kv_cache_dtype == "int8")
     return make_error(Errc::unsupported, topology.source.string() + ": engine.kv_cache_dtype: int8 runs on CPU ranks "
                                                                     "only so far (" + path + ".device: cuda)");
@@ -506,27 +503,21 @@ Status Engine::scale(const std::string& group, int replicas) {
                       "replicas: group " + group + " is autoscaled between " + std::to_string(a.min_replicas) +
                           " and " + std::to_string(a.max_replicas) + " replicas (" + key +
                           ".autoscale; actord apply changes it), got " + std::to_string(replicas));
-  if (now.groups[gi].placement == Placement::node)
-    return make_error(Errc::unsupported, key + ".placement: resizing a group placed on nodes is not supported yet");
   if (replicas > have) {
     // The added replicas must fit the machine: cores (plan_topology checks them as at start) and the memory
-    // available now.
+    // available now, for the ranks they put here (placed on nodes, some or none).
     TopologyConfig grown = now;
     grown.groups[gi].replicas = replicas;
     auto plan = plan_topology(grown, impl_->shape, usable_cpu_cores());
     if (!plan) return plan.error();
-    // The added replicas' ranks: the group's share of the machine's memory, per replica.
-    uint64_t weights = 0, kv = 0, swap = 0;
-    for (const RankPlan& rank : plan->groups[gi].ranks) {
-      if (rank.replica != 0) continue;
-      weights += rank.weight_bytes;
-      kv += rank.kv_pool_bytes;
-      swap += rank.swap_bytes;
-    }
-    const uint64_t added = uint64_t(replicas - have);
-    const MemoryAsk ask = in_host_memory(MemoryAsk{weights * added, kv * added, swap * added}, grown.groups[gi].device);
+    const std::string& device = grown.groups[0].device;
+    const MemoryAsk after = local_ask(*plan, device);
+    MemoryAsk before{};
+    if (auto running = plan_topology(now, impl_->shape, usable_cpu_cores())) before = local_ask(*running, device);
+    auto minus = [](uint64_t a, uint64_t b) { return a > b ? a - b : 0; };
+    const MemoryAsk added{minus(after.weights, before.weights), minus(after.kv, before.kv), minus(after.swap, before.swap)};
     if (const auto available = available_host_memory())
-      ACTORD_TRY_STATUS(check_memory_fits(ask, *available, where + "scale to " + std::to_string(replicas) + " replicas: "));
+      ACTORD_TRY_STATUS(check_memory_fits(added, *available, where + "scale to " + std::to_string(replicas) + " replicas: "));
   }
   caf::scoped_actor self{*impl_->system};
   Status result = make_error(Errc::internal, "no reply from the coordinator");

@@ -136,8 +136,11 @@ class Engine {
 
   // Data parallel resize while serving: the group gets `replicas` replicas. Added ones start as at start-up and
   // take requests once all are ready; removed ones (the highest-numbered) drain: no new requests, waiting ones go
-  // to the others, running ones finish. Returns when done. Refused, changing nothing: an unknown group, replicas
-  // < 1, more ranks than the machine's cores (without groups[].oversubscribe) or its memory, a scale in progress.
+  // to the others, running ones finish. A group placed on nodes is laid out as its placement spreads `replicas`
+  // replicas: each one added goes to a slot no replica holds, and one left without a slot drains. Returns when
+  // done. Refused, changing nothing: an unknown group, replicas < 1 or outside the group's autoscale bounds, more
+  // ranks than the machine's cores (without groups[].oversubscribe) or its memory (for the ranks added here), a
+  // scale in progress.
   Status scale(const std::string& group, int replicas);
   // actord apply: each running group, one after another, takes the shape of the group of the same place in the
   // topology `yaml` (parsed as a file at `source`, its relative paths against that file's folder): tp, pp, ep, afd,

@@ -366,6 +366,14 @@ void parse_placement(const YAML::Node& value, const std::string& path, const std
             at, "node '" + name + "' is listed twice");
     group.placement_nodes.push_back(name);
   }
+}
+
+// A placement list names no more nodes than the group has units to spread over them (an autoscaled group: at its
+// max_replicas; fewer replicas, as it or actord scale may have, leave the last nodes without any).
+void check_placement_spread(const GroupSection& placed, const std::string& path) {
+  if (placed.placement != Placement::node) return;
+  GroupSection group = placed;
+  if (group.autoscale.active()) group.replicas = group.autoscale.max_replicas;
   const uint64_t units = uint64_t(group.units());
   require(group.placement_nodes.size() <= units, path,
           "lists " + std::to_string(group.placement_nodes.size()) + " nodes, but the group has only " +
@@ -685,6 +693,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
       }
     }
     parse_autoscale(g, p, group);
+    check_placement_spread(group, p + ".placement");
     cfg.groups.push_back(group);
   }
   check_roles(cfg.groups);

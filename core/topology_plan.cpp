@@ -35,6 +35,22 @@ std::string node_of_unit(const GroupSection& group, int unit) {
   return group.placement_nodes.back();
 }
 
+}  // namespace
+
+std::vector<std::string> rank_nodes(const GroupSection& group) {
+  std::vector<std::string> out;
+  const int lanes = group.lanes();
+  for (int r = 0; r < group.replicas; ++r) {
+    for (int lane = 0; lane < lanes; ++lane)
+      for (int s = 0; s < group.pp; ++s)
+        for (int k = 0; k < group.tp; ++k) out.push_back(node_of_unit(group, group.unit_of(r, lane * group.pp + s)));
+    for (int f = 0; f < group.afd.ffn_workers; ++f) out.push_back(node_of_unit(group, group.ffn_unit_of(r, f)));
+  }
+  return out;
+}
+
+namespace {
+
 // Ranks of `group` on this machine: tp per replica lane or stage, one per FFN worker.
 int local_ranks(const GroupSection& group) {
   int ranks = 0;
@@ -269,6 +285,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
     gp.kv_replication = g.tp > m.num_kv_heads ? g.tp / m.num_kv_heads : 1;
     uint64_t largest_per_token = 0;
     const int lanes = g.lanes();
+    const std::vector<std::string> nodes = rank_nodes(g);  // of each rank, in the order they are pushed below
     for (int u = 0; u < g.replicas * lanes; ++u) {  // replica lanes: one per replica without attention lanes
       const int r = u / lanes, lane = u % lanes;
       for (int s = 0; s < g.pp; ++s) {
@@ -282,7 +299,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
           rank.tp_rank = k;
           rank.pp_rank = s;
           rank.placement = g.placement;
-          rank.node = node_of_unit(g, g.unit_of(r, lane * g.pp + s));
+          rank.node = nodes.at(gp.ranks.size());
           rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * (lanes * g.tp + g.afd.ffn_workers) + lane * g.tp + k);
           const RankShard shard = shard_of_rank(m, g.tp, g.pp, k, s, g.ep, lane);
           const bool afd = g.afd.active();
@@ -308,7 +325,7 @@ Result<TopologyPlan> plan_topology(const TopologyConfig& t, const ModelShape& m,
         rank.replica = r;
         rank.ffn_rank = f;
         rank.placement = g.placement;
-        rank.node = node_of_unit(g, g.ffn_unit_of(r, f));
+        rank.node = nodes.at(gp.ranks.size());
         rank.threads = rank.node != kLocalNode ? g.threads : g.threads > 0 ? g.threads : auto_share(r * (lanes * g.tp + g.afd.ffn_workers) + lanes * g.tp + f);
         rank.layers = {0, m.num_layers};
         rank.experts = m.num_experts > 0 ? split_evenly(m.num_experts, g.afd.ffn_workers, f) : Range{};

@@ -146,6 +146,11 @@ struct TopologyPlan {
 // `oversubscribe`: an error naming that group's threads key and both numbers.
 Status check_threads_fit(const TopologyConfig& topology, unsigned local_cores);
 
+// The node each rank of `group` runs on (kLocalNode or a nodes[] name), replica-major, a replica's ranks in the
+// order of GroupPlan::ranks (lanes, then stage, then tp rank; then AFD's FFN workers): how `placement` spreads the
+// group's replicas x pp x lanes over its nodes, evenly and in order. Every rank is kLocalNode unless placed on nodes.
+std::vector<std::string> rank_nodes(const GroupSection& group);
+
 // The plan of `topology` for `model` on a machine of `local_cores` cores: check_threads_fit, the model's rules per
 // group (tp against heads, KV heads, intermediate size and vocabulary; pp against the layers), and the KV pool of
 // engine.kv_cache_memory per rank (core/kv_sizing, as for one worker: a replica's blocks are what its largest rank fits).

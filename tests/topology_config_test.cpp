@@ -338,6 +338,12 @@ TEST_CASE("nodes and placement on nodes: names, addresses, unknown nodes, spread
   CHECK(err(nodes + "groups: [{pp: 2, placement: [node:b, node:c, node:local]}]\n") ==
         "configs/t.yaml: groups[0].placement: lists 3 nodes, but the group has only 2 replica stages (replicas x pp) "
         "to spread over them");
+  // An autoscaled group spreads its max_replicas: one replica to start with, over two nodes.
+  CHECK(parse_topology("model: {path: m}\n" + nodes + "groups: [{placement: [node:local, node:b], autoscale: "
+                       "{max_replicas: 2}}]\n", "t.yaml").ok());
+  CHECK(err(nodes + "groups: [{placement: [node:local, node:b, node:c], autoscale: {max_replicas: 2}}]\n") ==
+        "configs/t.yaml: groups[0].placement: lists 3 nodes, but the group has only 2 replica stages (replicas x pp) "
+        "to spread over them");
   CHECK(err("groups: [{placement: []}]\n") ==
         "configs/t.yaml: groups[0].placement: must be thread, process, node:<name> or a non-empty list of "
         "node:<name>");

@@ -3,7 +3,8 @@
 // agent and reached over tcp, collective groups that cross the nodes run on the ZeroMQ backend; the greedy tokens
 // equal one worker's (tp x pp, expert parallel lanes, attention-FFN disaggregation with the FFN pool on node-b, and
 // a decode group on node-b taking the sequences a prefill group here prefilled).
-// Nodes join and leave by actord apply, a replica moving to the joined node and back.
+// Nodes join and leave by actord apply, a replica moving to the joined node and back. A group placed over both
+// scales, by actord scale or its autoscale, as its placement spreads the replicas.
 // A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
 // on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
 // otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
@@ -129,6 +130,75 @@ TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network n
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
   check_same_tokens(*got, *expected);
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+// Each replica's node (its first rank's), by replica index.
+std::vector<std::string> replica_nodes(Engine& engine) {
+  auto fleet = engine.fleet();
+  REQUIRE(fleet.ok());
+  std::vector<std::string> out;
+  for (const ReplicaInfo& r : fleet->replicas) {
+    REQUIRE_FALSE(r.nodes.empty());
+    out.push_back(r.nodes.front());
+  }
+  return out;
+}
+
+TEST_CASE("two nodes: actord scale of a group placed over this machine and node-b puts each added replica where the "
+          "placement spreads them and retires those it no longer has room for - while requests stream, unchanged",
+          "[engine][node][scale]") {
+  OTHER_NODE_OR_SKIP(node);
+  const auto requests = greedy_batch(8, 300);
+  auto engine = test::start_engine(
+      two_nodes(node, "{name: main, replicas: 2, threads: 1, placement: [node:local, node:node-b]}"));
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  CHECK(replica_nodes(*engine) == std::vector<std::string>{"", "node-b"});
+  // replicas over [local, node-b], evenly and in order: 1 -> [local], 2 -> [local, b], 3 -> [local, local, b].
+  const std::vector<std::pair<int, std::vector<std::string>>> scales = {
+      {3, {"", "node-b", ""}},  // replica/2 here: the plan's second slot here
+      {1, {""}},                // replica/0 keeps the one slot, the others retire
+      {2, {"", "node-b"}},      // replica/3 on node-b
+  };
+  for (const auto& [replicas, nodes] : scales) {
+    INFO("scale to " << replicas);
+    Status scaled = make_error(Errc::internal, "not scaled");
+    auto out = test::generate_while(*engine, requests, [&] { scaled = engine->scale("main", replicas); });
+    INFO((scaled ? std::string() : scaled.error().message));
+    REQUIRE(scaled.ok());
+    REQUIRE(out.ok());
+    check_same_tokens(*out, *clean);
+    CHECK(test::eventually([&] { return replica_nodes(*engine) == nodes; }, std::chrono::seconds(10)));
+  }
+  // node-b runs replica/3 alone: replica/1's worker there ended when it retired.
+  CHECK(test::eventually([&] { return workers_of_agent(node.agent).size() == 1; }, std::chrono::seconds(10)));
+  engine.reset();
+  CHECK(test::worker_processes_of(getpid()).empty());
+}
+
+TEST_CASE("two nodes: an autoscaled group placed over this machine and node-b grows onto node-b under load - every "
+          "output equals one worker's", "[engine][node][autoscale]") {
+  OTHER_NODE_OR_SKIP(node);
+  const auto requests = greedy_batch(6, 400);
+  auto single = test::start_engine(test::quickstart());
+  auto expected = single->generate(requests);
+  REQUIRE(expected.ok());
+  single.reset();
+  auto engine = test::start_engine(two_nodes(
+      node, "{name: main, threads: 1, placement: [node:local, node:node-b], autoscale: {max_replicas: 2, "
+            "target_sequences: 2, scale_up_after: 0s, scale_down_after: 60s, interval: 20ms}}"));
+  CHECK(replica_nodes(*engine) == std::vector<std::string>{""});
+  bool grew = false;
+  auto got = test::generate_while(*engine, requests, [&] {
+    grew = test::eventually([&] { return replica_nodes(*engine) == std::vector<std::string>{"", "node-b"}; },
+                            std::chrono::seconds(20));
+  });
+  CHECK(grew);
+  REQUIRE(got.ok());
+  check_same_tokens(*got, *expected);
+  CHECK(workers_of_agent(node.agent).size() == 1);
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
