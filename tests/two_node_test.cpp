@@ -282,8 +282,8 @@ TEST_CASE("two nodes: attention-FFN disaggregation with the attention here and t
   }
 }
 
-TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams finish on the other, unchanged",
-          "[engine][node][failure]") {
+TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams finish on the other, unchanged - and "
+          "actord apply takes the dead node out", "[engine][node][failure][apply]") {
   OTHER_NODE_OR_SKIP(node);
   auto engine = test::start_engine(two_nodes(node, "{replicas: 2, threads: 1, placement: [node:local, node:node-b]}"));
   const auto requests = greedy_batch(32, 200);
@@ -335,6 +335,24 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
   auto after = engine->generate(greedy_batch(4, 16));
   REQUIRE(after.ok());
   for (const auto& o : *after) CHECK_FALSE(o.error);
+  // The operator takes the dead node out (actord apply of the topology without it): the group is whole again on
+  // this machine, the replica that was rebuilding towards node-b retired.
+  const std::string without_b = "model: {path: " + test::stories_dir().string() +
+                                "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: []\ngroups: [{replicas: 2, "
+                                "threads: 1}]\n";
+  auto left_node = engine->apply(without_b, test::source_dir() / "configs/applied.yaml");
+  INFO((left_node ? *left_node : left_node.error().message));
+  REQUIRE(left_node.ok());
+  CHECK(test::eventually([&] {
+    auto f = engine->fleet();
+    return f.ok() && f->replicas.size() == 2 &&
+           std::all_of(f->replicas.begin(), f->replicas.end(), [](const ReplicaInfo& r) {
+             return r.state == "serving" && r.nodes == std::vector<std::string>{""};
+           });
+  }, std::chrono::seconds(10)));
+  auto whole = engine->generate(requests);
+  REQUIRE(whole.ok());
+  check_same_tokens(*whole, *clean);
 }
 
 TEST_CASE("two nodes: the ranks a node agent started end when their engine is killed", "[engine][node][failure]") {
