@@ -28,9 +28,7 @@ std::optional<std::chrono::milliseconds> next_interval(const coordinator_state& 
 
 // The group's settings with target_sequences resolved (0: half of max_num_seqs).
 AutoscaleSection settings_of(const CoordinatorParams& g) {
-  AutoscaleSection s = g.group().autoscale;
-  if (s.target_sequences == 0) s.target_sequences = std::max(1, g.limits.max_num_seqs / 2);
-  return s;
+  return resolved_autoscale(g.group().autoscale, g.limits.max_num_seqs);
 }
 
 // One group's load being gathered from its schedulers.

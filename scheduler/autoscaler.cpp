@@ -4,6 +4,11 @@
 
 namespace actord {
 
+AutoscaleSection resolved_autoscale(AutoscaleSection settings, int max_num_seqs) {
+  if (settings.target_sequences == 0) settings.target_sequences = std::max(1, max_num_seqs / 2);
+  return settings;
+}
+
 Autoscaler::Autoscaler(const AutoscaleSection& settings) : settings_(settings) {
   settings_.target_sequences = std::max(1, settings_.target_sequences);
 }

@@ -20,6 +20,9 @@
 
 namespace actord {
 
+// `settings` with target_sequences resolved: 0 is half of the group's max_num_seqs (at least 1).
+AutoscaleSection resolved_autoscale(AutoscaleSection settings, int max_num_seqs);
+
 class Autoscaler {
  public:
   using Time = std::chrono::steady_clock::time_point;

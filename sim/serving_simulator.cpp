@@ -1,10 +1,12 @@
 #include "sim/serving_simulator.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <queue>
 
 #include "memory/block_allocator.hpp"
+#include "scheduler/autoscaler.hpp"
 #include "scheduler/replica_router.hpp"
 #include "scheduler/step_shape.hpp"
 
@@ -14,6 +16,8 @@ namespace {
 constexpr int32_t kToken = 5;  // every token the simulated replicas "sample": no stop id, requests end by length
 
 struct Replica {
+  size_t group = 0;
+  bool routed = true;  // takes requests (false once autoscaling retired it: it finishes what runs)
   const StepCostModel* cost = nullptr;
   std::unique_ptr<BlockAllocator> blocks;
   std::unique_ptr<BatchScheduler> batcher;
@@ -28,12 +32,12 @@ struct HandOffInFlight {
   int kv_tokens = 0;
 };
 
-enum class EventKind { arrival, step_done, hand_off };
+enum class EventKind { arrival, step_done, hand_off, autoscale_look, replicas_ready };
 struct Event {
   double at = 0;
   uint64_t order = 0;  // ties in the order the events were made
   EventKind kind = EventKind::arrival;
-  size_t index = 0;    // step_done: the replica; hand_off: into hand_offs
+  size_t index = 0;    // step_done: the replica; hand_off: into hand_offs; autoscale_look, replicas_ready: the group
   bool operator>(const Event& o) const { return at != o.at ? at > o.at : order > o.order; }
 };
 
@@ -49,14 +53,13 @@ class Simulation {
       limits.speculative = {};
       limits.pool_blocks = group.kv_blocks;
       limits.hand_off_prefilled = group.role == ReplicaRole::prefill;
-      for (int r = 0; r < group.replicas; ++r) {
-        Replica rep;
-        rep.cost = &group.cost;
-        rep.blocks = std::make_unique<BlockAllocator>(group.kv_blocks);
-        rep.batcher = std::make_unique<BatchScheduler>(limits, *rep.blocks);
-        rep.stats.group = group.name;
-        router_.add(replicas_.size(), false, group.role);
-        replicas_.push_back(std::move(rep));
+      limits_.push_back(limits);
+      for (int r = 0; r < group.replicas; ++r) add_replica(g);
+      scalers_.emplace_back();
+      pending_.push_back(0);
+      if (group.autoscale.active()) {
+        scalers_.back().emplace(group.autoscale);
+        push(seconds(group.autoscale.interval), EventKind::autoscale_look, g);
       }
     }
   }
@@ -71,6 +74,8 @@ class Simulation {
         case EventKind::arrival: break;
         case EventKind::step_done: step_done(e.index); break;
         case EventKind::hand_off: hand_off_arrives(e.index); break;
+        case EventKind::autoscale_look: autoscale_look(e.index); break;
+        case EventKind::replicas_ready: replicas_ready(e.index); break;
       }
       send_due();  // arrivals due now, and those a request that ended let through
     }
@@ -80,6 +85,80 @@ class Simulation {
 
  private:
   void push(double at, EventKind kind, size_t index) { events_.push(Event{at, order_++, kind, index}); }
+  static double seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
+
+  // A replica of group g that takes requests from now on (at a full share).
+  void add_replica(size_t g) {
+    const SimReplicaGroup& group = fleet_.groups[g];
+    Replica rep;
+    rep.group = g;
+    rep.cost = &group.cost;
+    rep.blocks = std::make_unique<BlockAllocator>(group.kv_blocks);
+    rep.batcher = std::make_unique<BatchScheduler>(limits_[g], *rep.blocks);
+    rep.stats.group = group.name;
+    router_.add(replicas_.size(), false, group.role);
+    replicas_.push_back(std::move(rep));
+  }
+
+  std::vector<size_t> routed_of(size_t g) const {
+    std::vector<size_t> out;
+    for (size_t r = 0; r < replicas_.size(); ++r)
+      if (replicas_[r].group == g && replicas_[r].routed) out.push_back(r);
+    return out;
+  }
+
+  // Sequences a replica handed back, routed again (a continuation with tokens in its decode phase), and started.
+  void route_again(HandBack back) {
+    for (SequenceRequest& seq : back.requests) {
+      const auto phase = seq.resumed.empty() ? ReplicaRouter::Phase::prefill : ReplicaRouter::Phase::decode;
+      const auto to = router_.route(seq.prompt, seq.max_tokens, 1, phase);
+      if (!to) {
+        finish(size_t(seq.id - 1), "no replica takes requests");
+        continue;
+      }
+      add(*to, std::move(seq), {}, 0);
+    }
+    for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
+  }
+
+  // The coordinator's look at group g (coordinator_autoscale.cpp), while requests remain to be served.
+  void autoscale_look(size_t g) {
+    if (next_ == requests_.size() && in_flight_ == 0) return;  // the run is over: no more looks
+    const AutoscaleSection& settings = fleet_.groups[g].autoscale;
+    push(now_ + seconds(settings.interval), EventKind::autoscale_look, g);
+    if (pending_[g] > 0) return;  // replicas being added: the coordinator does not look while it scales
+    const std::vector<size_t> routed = routed_of(g);
+    uint64_t sequences = 0;
+    for (size_t r : routed) sequences += replicas_[r].batcher->num_running() + replicas_[r].batcher->num_waiting();
+    const auto at = std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(now_)));
+    const int have = static_cast<int>(routed.size());
+    const std::optional<int> want = scalers_[g]->look(at, have, sequences);
+    if (!want || *want == have) return;
+    if (*want > have) {
+      pending_[g] = *want - have;
+      push(now_ + fleet_.groups[g].start_s, EventKind::replicas_ready, g);
+      return;
+    }
+    // Fewer: the highest-numbered leave the router, hand back what waits and finish what runs.
+    for (size_t k = routed.size(); k-- > size_t(*want);) {
+      Replica& rep = replicas_[routed[k]];
+      rep.routed = false;
+      router_.remove(routed[k]);
+      route_again(rep.batcher->take_waiting());
+    }
+    report_.resizes.push_back({now_, fleet_.groups[g].name, have, *want});
+  }
+
+  // The replicas the autoscaler added to group g serve: the others hand back what they have not started.
+  void replicas_ready(size_t g) {
+    const std::vector<size_t> before = routed_of(g);
+    for (int k = 0; k < pending_[g]; ++k) add_replica(g);
+    report_.resizes.push_back({now_, fleet_.groups[g].name, int(before.size()), int(before.size()) + pending_[g]});
+    pending_[g] = 0;
+    for (size_t r : before) route_again(replicas_[r].batcher->take_unstarted());
+    for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
+  }
 
   // Sends the requests whose time has come while the concurrency has room, in order; wakes at the next one's time.
   void send_due() {
@@ -185,6 +264,9 @@ class Simulation {
   const int concurrency_;
   ReplicaRouter router_;
   std::vector<Replica> replicas_;
+  std::vector<SchedulerLimits> limits_;                 // of each group's batchers
+  std::vector<std::optional<Autoscaler>> scalers_;      // of each group with autoscale
+  std::vector<int> pending_;                            // of each group: replicas being added
   std::vector<HandOffInFlight> hand_offs_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<StepSample> samples_;
@@ -208,6 +290,10 @@ Result<SimReport> simulate(const SimFleet& fleet, const std::vector<SimRequest>&
       return Error{Errc::invalid_argument, "group '" + g.name + "': no KV blocks"};
     if (g.replicas > 0 && g.cost.knots().size() < 2)
       return Error{Errc::invalid_argument, "group '" + g.name + "': no cost model"};
+    if (g.autoscale.active() && (g.replicas < g.autoscale.min_replicas || g.replicas > g.autoscale.max_replicas ||
+                                 g.autoscale.interval.count() <= 0 || g.kv_blocks == 0 || g.cost.knots().size() < 2))
+      return Error{Errc::invalid_argument, "group '" + g.name + "': autoscaled, it needs KV blocks, a cost model, an "
+                                           "interval and replicas within its bounds"};
   }
   if (replicas == 0) return Error{Errc::invalid_argument, "the fleet has no replicas"};
   for (size_t i = 1; i < requests.size(); ++i)

@@ -263,9 +263,48 @@ TEST_CASE("simulator - refuses fleets without replicas or costs and requests out
   CHECK(simulate(fleet_of(1), {request(1, 4, 2), request(0, 4, 2)}, 1).error().message ==
         "request 1 arrives before the one before it");
   CHECK(simulate(fleet_of(1), {request(0, 4, 2)}, 0).error().message == "concurrency must be at least 1");
+  SimFleet outside = fleet_of(3);
+  outside.groups[0].autoscale = {1, 2, 2, std::chrono::milliseconds(0), std::chrono::milliseconds(0),
+                                 std::chrono::milliseconds(10)};
+  CHECK(simulate(outside, {request(0, 4, 2)}, 1).error().message ==
+        "group 'main': autoscaled, it needs KV blocks, a cost model, an interval and replicas within its bounds");
   auto report = simulate(fleet_of(1), {request(0, 3000, 2), request(0, 4, 2)}, 1);
   REQUIRE(report.ok());
   CHECK_FALSE(report->requests[0].error.empty());
   CHECK(report->requests[0].token_s.empty());
   CHECK(ms(report->requests[1].token_s) == std::vector<double>{1, 2});
+}
+
+TEST_CASE("simulator - an autoscaled group grows by its load as the engine's autoscaler says: the added replica takes "
+          "the sequences the first had not started, and every request completes sooner", "[sim][autoscale]") {
+  // Two sequences run at a time per replica; 8 long requests at once: 6 wait on replica 0.
+  std::vector<SimRequest> eight;
+  for (int i = 0; i < 8; ++i) eight.push_back(request(0, 10, 100, 3 + 17 * i));
+  SimFleet fixed = fleet_of(1);
+  fixed.groups[0].limits.max_num_seqs = 2;
+  auto alone = simulate(fixed, eight, 64);
+  REQUIRE(alone.ok());
+  CHECK(alone->resizes.empty());
+
+  SimFleet scaled = fixed;
+  // 1 to 2 replicas of 2 sequences each, up at the first look that wants more, down after 50 ms; a look every
+  // 10 ms; an added replica serves 5 ms after the decision.
+  scaled.groups[0].autoscale = {1, 2, 2, std::chrono::milliseconds(0), std::chrono::milliseconds(50),
+                                std::chrono::milliseconds(10)};
+  scaled.groups[0].start_s = 0.005;
+  auto grown = simulate(scaled, eight, 64);
+  REQUIRE(grown.ok());
+  for (const SimOutcome& o : grown->requests) {
+    CHECK(o.error.empty());
+    CHECK(o.token_s.size() == 100);
+  }
+  REQUIRE_FALSE(grown->resizes.empty());
+  CHECK(grown->resizes[0].group == "main");
+  CHECK(grown->resizes[0].from == 1);
+  CHECK(grown->resizes[0].to == 2);
+  CHECK(grown->resizes[0].at_s == Approx(0.015));  // the look at 10 ms, then 5 ms to start
+  REQUIRE(grown->replicas.size() == 2);
+  CHECK(grown->replicas[1].prefill_tokens > 0);  // it prefilled sequences that had waited on replica 0
+  CHECK(grown->end_s < alone->end_s);
+  for (size_t k = 1; k < grown->resizes.size(); ++k) CHECK(grown->resizes[k].at_s >= grown->resizes[k - 1].at_s);
 }

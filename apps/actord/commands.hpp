@@ -115,6 +115,7 @@ struct SimulateArgs {
   CommonArgs common;
   std::string profile;
   int cores = 0;  // 0: this machine's
+  double replica_start = 1.0;  // seconds a replica the autoscaler adds takes to serve
   BenchServeArgs workload;
 };
 

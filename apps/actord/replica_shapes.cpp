@@ -3,6 +3,7 @@
 #include "core/dtype.hpp"
 #include "core/host_cpus.hpp"
 #include "core/route_policy.hpp"
+#include "scheduler/autoscaler.hpp"
 #include "scheduler/topology_limits.hpp"
 
 namespace actord::cli {
@@ -41,7 +42,7 @@ Result<sim::ReplicaShape> replica_shape(const TopologyConfig& topology, const To
 }
 
 Result<sim::SimFleet> simulated_fleet(const TopologyConfig& topology, const CheckedModel& model,
-                                      const sim::CostProfile& profile, unsigned cores) {
+                                      const sim::CostProfile& profile, unsigned cores, double replica_start_s) {
   auto plan = plan_topology(topology, model_shape(model), cores);
   if (!plan) return plan.error();
   sim::SimFleet fleet;
@@ -60,6 +61,8 @@ Result<sim::SimFleet> simulated_fleet(const TopologyConfig& topology, const Chec
     group.limits = limits_of(topology, model.config.vocab_size, model.max_model_len);
     group.kv_blocks = plan->groups[gi].num_kv_blocks;
     group.cost = (*entry)->cost;
+    if (g.autoscale.active()) group.autoscale = resolved_autoscale(g.autoscale, topology.engine.max_num_seqs);
+    group.start_s = replica_start_s;
     fleet.groups.push_back(std::move(group));
     if (g.role == ReplicaRole::prefill && !profile.handoff)
       return Error{Errc::invalid_argument, topology.source.string() + ": groups[" + std::to_string(gi) +

@@ -23,8 +23,9 @@ Result<sim::ReplicaShape> replica_shape(const TopologyConfig& topology, const To
                                         const CheckedModel& model);
 
 // The fleet `topology` runs on a machine of `cores` cores (the plan resolves threads and KV pools there), each
-// group priced by its profile entry; errors name the group's key.
+// group priced by its profile entry (an autoscaled group's added replicas serving `replica_start_s` after the
+// decision); errors name the group's key.
 Result<sim::SimFleet> simulated_fleet(const TopologyConfig& topology, const CheckedModel& model,
-                                      const sim::CostProfile& profile, unsigned cores);
+                                      const sim::CostProfile& profile, unsigned cores, double replica_start_s = 1.0);
 
 }  // namespace actord::cli

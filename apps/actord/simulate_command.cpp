@@ -25,6 +25,9 @@ CLI::App* add_simulate_command(CLI::App& app, SimulateArgs& args) {
   add_common_options(cmd, args.common, "warn", false);
   cmd->add_option("--profile", args.profile, "Cost profile written by actord calibrate")->required();
   cmd->add_option("--cores", args.cores, "Cores of the machine simulated (default: this machine's)");
+  cmd->add_option("--replica-start", args.replica_start,
+                  "Seconds a replica added by groups[].autoscale takes to serve after the decision")
+      ->capture_default_str();
   BenchServeArgs& w = args.workload;
   cmd->add_option("--num-prompts", w.num_prompts, "Requests in total")->capture_default_str();
   cmd->add_option("--concurrency", w.concurrency, "Requests in flight at most")->capture_default_str();
@@ -61,7 +64,10 @@ int run_simulate(const SimulateArgs& args) {
   if (!topology) return fail(topology.error());
   auto model = check_model_folder(*topology);
   if (!model) return fail(model.error());
-  auto fleet = simulated_fleet(*topology, *model, *profile, args.cores > 0 ? unsigned(args.cores) : usable_cpu_cores());
+  if (!(args.replica_start >= 0))
+    return fail({Errc::invalid_argument, "--replica-start: must be at least 0, got " + std::to_string(args.replica_start)});
+  auto fleet = simulated_fleet(*topology, *model, *profile, args.cores > 0 ? unsigned(args.cores) : usable_cpu_cores(),
+                               args.replica_start);
   if (!fleet) return fail(fleet.error());
 
   // bench serve's requests and arrivals: the same generator, drawn in the same order. Dataset prompts are text: the
@@ -111,6 +117,10 @@ int run_simulate(const SimulateArgs& args) {
                         {"preemptions", r.preemptions},
                         {"handoffs", r.handoffs}});
   out["replicas"] = replicas;
+  nlohmann::json resizes = nlohmann::json::array();
+  for (const sim::SimResize& r : report->resizes)
+    resizes.push_back({{"at", r.at_s}, {"group", r.group}, {"from", r.from}, {"to", r.to}});
+  out["resizes"] = resizes;
   if (w.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -121,6 +131,8 @@ int run_simulate(const SimulateArgs& args) {
                   100.0 * s.busy_s / wall, static_cast<unsigned long long>(s.steps),
                   static_cast<unsigned long long>(s.preemptions), static_cast<unsigned long long>(s.handoffs));
     }
+    for (const sim::SimResize& r : report->resizes)
+      std::printf("  autoscale: group %s %d -> %d replicas at %.1f s\n", r.group.c_str(), r.from, r.to, r.at_s);
   }
   return figures.failed() == 0 ? 0 : 1;
 }
