@@ -25,7 +25,6 @@
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/collectives/group_factory.hpp"
-#include "core/topology_plan.hpp"
 
 namespace actord::coord {
 
@@ -604,92 +603,6 @@ std::string shape_of(const GroupSection& g) {
                                          (g.ep > 1 ? " ep" + std::to_string(g.ep) : "");
   if (g.tbo) out += std::string(g.tbo_auto ? " tbo auto x" : " tbo x") + std::to_string(g.micro_batches);
   return out + (g.placement == Placement::thread ? ", threads" : g.placement == Placement::process ? ", processes" : ", nodes");
-}
-
-namespace {
-
-// p's group at `replicas` replicas: with placement on nodes, its ranks' agents as the plan spreads that many
-// (core/topology_plan.hpp: rank_nodes).
-CoordinatorParams resized(const CoordinatorParams& p, int replicas) {
-  CoordinatorParams out = p;
-  GroupSection& g = out.topology.groups.at(out.group_index);
-  g.replicas = replicas;
-  if (g.placement != Placement::node) return out;
-  out.rank_agents.clear();
-  for (const std::string& node : rank_nodes(g)) {
-    std::string agent;
-    for (const NodeSection& n : out.topology.nodes)
-      if (n.name == node) agent = n.address;
-    out.rank_agents.push_back(agent);
-  }
-  return out;
-}
-
-// Where replica `slot` of p's plan runs: its ranks' agents ("" for this machine).
-std::vector<std::string> place_of(const CoordinatorParams& p, int slot) {
-  const size_t n = static_cast<size_t>(p.group().ranks_per_replica());
-  std::vector<std::string> out(n);
-  for (size_t k = 0; k < n; ++k)
-    if (const size_t at = static_cast<size_t>(slot) * n + k; at < p.rank_agents.size()) out[k] = p.rank_agents[at];
-  return out;
-}
-
-}  // namespace
-
-void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint32_t, const std::string&)> done) {
-  auto& st = self->state;
-  const std::string name = st.groups.at(gi).group().name;
-  std::vector<int> active;
-  for (const auto& [index, r] : st.replicas)
-    if (r.state != ReplicaState::draining && r.params && r.params->group_index == gi) active.push_back(index);
-  const int have = static_cast<int>(active.size());
-  if (replicas == have)
-    return done(kCoordinatorOk, "group " + name + " has " + std::to_string(have) + " replicas already");
-  // The group as the plan lays out `replicas` replicas: each replica keeps a slot where it runs (the lowest
-  // numbered first), new ones take the slots left, and those left without one retire (placed on nodes, the
-  // plan's even spread can move a slot to another node; on this machine alone the highest-numbered retire).
-  const auto target = std::make_shared<const CoordinatorParams>(resized(st.groups.at(gi), replicas));
-  std::vector<bool> taken(static_cast<size_t>(replicas), false);
-  std::vector<int> removed;
-  for (int index : active) {
-    const Replica& r = st.replicas.at(index);
-    const std::vector<std::string> place = place_of(*r.params, r.plan_slot);
-    int slot = 0;
-    while (slot < replicas && (taken[size_t(slot)] || place_of(*target, slot) != place)) ++slot;
-    if (slot < replicas) taken[size_t(slot)] = true;
-    else removed.push_back(index);
-  }
-  std::vector<int> added, slots;
-  for (int slot = 0; slot < replicas; ++slot)
-    if (!taken[size_t(slot)]) {
-      added.push_back(st.next_index + static_cast<int>(added.size()));
-      slots.push_back(slot);
-    }
-  st.scaling = true;
-  const std::string message =
-      "group " + name + ": " + std::to_string(have) + " -> " + std::to_string(replicas) + " replicas";
-  auto retire = [=] {
-    drain_replicas(self, removed, [=] {
-      self->state.scaling = false;
-      done(kCoordinatorOk, message);
-    });
-  };
-  if (added.empty()) return retire();
-  build_replicas(self, added, target, [=](std::optional<Error> failure) {
-    if (failure) {
-      self->state.scaling = false;
-      return done(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
-    }
-    // The group lacked capacity: the new replicas take a full share at once, and the others hand back what they
-    // have not started, for the router to spread over them all.
-    for (int index : added) join_router(self, self->state.replicas.at(index), /*warm_in=*/false);
-    for (const auto& [index, r] : self->state.replicas)
-      if (r.params && r.params->group_index == gi && r.state == ReplicaState::serving && r.scheduler &&
-          std::find(added.begin(), added.end(), index) == added.end() &&
-          std::find(removed.begin(), removed.end(), index) == removed.end())
-        caf::anon_send(r.scheduler, rebalance_atom::value);
-    retire();
-  }, slots);
 }
 
 wire_msg fleet_status(self_ptr self) {

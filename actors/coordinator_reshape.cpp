@@ -69,11 +69,18 @@ void plan_pass(self_ptr self, GroupPass& pass) {
   std::vector<int> old;
   for (const auto& [index, r] : st.replicas)
     if ((r.params ? r.params->group_index : 0) == pass.group()) old.push_back(index);
-  const bool same = same_shape(*pass.from, *pass.to);
-  pass.steps = plan_reshape(old, same, pass.to->group().replicas, st.next_index);
-  int built = same ? static_cast<int>(old.size()) : 0;  // the new replicas are the plan's replicas in order
-  for (const ReshapeStep& step : pass.steps)
-    if (step.build) pass.plan_slot[*step.build] = built++;
+  if (same_shape(*pass.from, *pass.to)) {  // replicas kept where they run; new ones in the slots left
+    ResizePlan plan = plan_group_resize(st, pass.group(), *pass.to);
+    pass.steps = std::move(plan.steps);
+    size_t b = 0;
+    for (const ReshapeStep& step : pass.steps)
+      if (step.build) pass.plan_slot[*step.build] = plan.slot_of_build.at(b++);
+  } else {
+    pass.steps = plan_reshape(old, false, pass.to->group().replicas, st.next_index);
+    int built = 0;  // the new replicas are the plan's replicas in order
+    for (const ReshapeStep& step : pass.steps)
+      if (step.build) pass.plan_slot[*step.build] = built++;
+  }
   pass.planned = true;
   pass.t0 = std::chrono::steady_clock::now();
   st.groups.at(pass.group()) = *pass.to;

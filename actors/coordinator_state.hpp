@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/coordinator_actor.hpp"
+#include "actors/reshape_plan.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "actors/worker_interface.hpp"
 #include "comms/collectives/group_spec.hpp"
@@ -88,6 +89,11 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_
 void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false);
 // The replica takes requests from the router from now on; warming in unless the whole group starts together.
 void join_router(self_ptr self, Replica& r, bool warm_in = true);
+
+// Where replica `slot` of p's plan runs (p.rank_agents); and the same-shape resize of group gi to `target`'s count
+// and layout: its replicas (not draining) matched to target's slots by place (coordinator_scale.cpp).
+ReplicaPlace place_of(const CoordinatorParams& p, int slot);
+ResizePlan plan_group_resize(const coordinator_state& st, size_t gi, const CoordinatorParams& target);
 
 // Resizes group `gi` to `replicas` (added ones built and joined at a full share, the others rebalanced; removed
 // ones, the highest-numbered, drained) and calls `done` with kCoordinatorOk or an Errc, and what it did. The

@@ -17,6 +17,24 @@ TEST_CASE("reshape plan: a replicas-only change builds the missing replicas or r
   CHECK(plan_reshape({0, 1}, true, 2, 2).empty());
 }
 
+TEST_CASE("reshape plan: a resize of a group placed on nodes keeps each replica where it runs, builds the slots of "
+          "the new layout left, and retires the replicas it has no slot for", "[apply][plan][node]") {
+  const ReplicaPlace here{""}, b{"tcp://b:1"};
+  // [local, b] from 2 to 3 replicas: the even spread is [local, local, b]: replica/2 here, in slot 1.
+  ResizePlan grow = plan_resize({0, 1}, {here, b}, {here, here, b}, 2);
+  CHECK(grow.steps == std::vector<ReshapeStep>{{2, none}});
+  CHECK(grow.slot_of_build == std::vector<int>{1});
+  // From 3 to 1 ([local]): replica/0 keeps it, the others retire, the highest first.
+  ResizePlan shrink = plan_resize({0, 1, 2}, {here, b, here}, {here}, 3);
+  CHECK(shrink.steps == std::vector<ReshapeStep>{{none, 2}, {none, 1}});
+  CHECK(shrink.slot_of_build.empty());
+  // pp 2 over [local, b]: 1 replica straddles both nodes; at 2 each replica has a node to itself, so neither slot
+  // is the old replica's place: two are built, then it retires.
+  ResizePlan straddle = plan_resize({0}, {{"", "tcp://b:1"}}, {{"", ""}, {"tcp://b:1", "tcp://b:1"}}, 1);
+  CHECK(straddle.steps == std::vector<ReshapeStep>{{1, none}, {2, none}, {none, 0}});
+  CHECK(straddle.slot_of_build == std::vector<int>{0, 1});
+}
+
 TEST_CASE("reshape plan: a new shape replaces the replicas one at a time, then builds or retires the difference",
           "[apply][plan]") {
   CHECK(plan_reshape({0}, false, 1, 1) == std::vector<ReshapeStep>{{1, 0}});

@@ -174,6 +174,15 @@ TEST_CASE("two nodes: actord scale of a group placed over this machine and node-
   }
   // node-b runs replica/3 alone: replica/1's worker there ended when it retired.
   CHECK(test::eventually([&] { return workers_of_agent(node.agent).size() == 1; }, std::chrono::seconds(10)));
+  // actord apply of a replicas-only change lays the group out the same way: replica/4 here.
+  const std::string three = "model: {path: " + test::stories_dir().string() +
+                            "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
+                            node.agent_address() +
+                            "}]\ngroups: [{name: main, replicas: 3, threads: 1, placement: [node:local, node:node-b]}]\n";
+  auto applied = engine->apply(three, test::source_dir() / "configs/applied.yaml");
+  INFO((applied ? *applied : applied.error().message));
+  REQUIRE(applied.ok());
+  CHECK(replica_nodes(*engine) == std::vector<std::string>{"", "node-b", ""});
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
