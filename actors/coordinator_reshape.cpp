@@ -66,9 +66,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // from it from now on).
 void plan_pass(self_ptr self, GroupPass& pass) {
   auto& st = self->state;
-  std::vector<int> old;
-  for (const auto& [index, r] : st.replicas)
-    if ((r.params ? r.params->group_index : 0) == pass.group()) old.push_back(index);
   if (same_shape(*pass.from, *pass.to)) {  // replicas kept where they run; new ones in the slots left
     ResizePlan plan = plan_group_resize(st, pass.group(), *pass.to);
     pass.steps = std::move(plan.steps);
@@ -76,6 +73,9 @@ void plan_pass(self_ptr self, GroupPass& pass) {
     for (const ReshapeStep& step : pass.steps)
       if (step.build) pass.plan_slot[*step.build] = plan.slot_of_build.at(b++);
   } else {
+    std::vector<int> old;
+    for (const auto& [index, r] : st.replicas)
+      if ((r.params ? r.params->group_index : 0) == pass.group()) old.push_back(index);
     pass.steps = plan_reshape(old, false, pass.to->group().replicas, st.next_index);
     int built = 0;  // the new replicas are the plan's replicas in order
     for (const ReshapeStep& step : pass.steps)

@@ -12,19 +12,20 @@ namespace actord::coord {
 namespace {
 
 // p's group at `replicas` replicas: with placement on nodes, its ranks' agents as the plan spreads that many
-// (core/topology_plan.hpp: rank_nodes).
+// (core/topology_plan.hpp: rank_agents).
 CoordinatorParams resized(const CoordinatorParams& p, int replicas) {
   CoordinatorParams out = p;
   GroupSection& g = out.topology.groups.at(out.group_index);
   g.replicas = replicas;
-  if (g.placement != Placement::node) return out;
-  out.rank_agents.clear();
-  for (const std::string& node : rank_nodes(g)) {
-    std::string agent;
-    for (const NodeSection& n : out.topology.nodes)
-      if (n.name == node) agent = n.address;
-    out.rank_agents.push_back(agent);
-  }
+  if (g.placement == Placement::node) out.rank_agents = rank_agents(out.topology, g);
+  return out;
+}
+
+// The group's replicas that are not draining, by index.
+std::vector<int> active_replicas(const coordinator_state& st, size_t gi) {
+  std::vector<int> out;
+  for (const auto& [index, r] : st.replicas)
+    if (r.state != ReplicaState::draining && r.params && r.params->group_index == gi) out.push_back(index);
   return out;
 }
 
@@ -39,11 +40,10 @@ ReplicaPlace place_of(const CoordinatorParams& p, int slot) {
 }
 
 ResizePlan plan_group_resize(const coordinator_state& st, size_t gi, const CoordinatorParams& target) {
-  std::vector<int> old;
+  const std::vector<int> old = active_replicas(st, gi);
   std::vector<ReplicaPlace> places, slots;
-  for (const auto& [index, r] : st.replicas) {
-    if (r.state == ReplicaState::draining || !r.params || r.params->group_index != gi) continue;
-    old.push_back(index);
+  for (int index : old) {
+    const Replica& r = st.replicas.at(index);
     places.push_back(place_of(*r.params, r.plan_slot));
   }
   for (int k = 0; k < target.group().replicas; ++k) slots.push_back(place_of(target, k));
@@ -53,10 +53,7 @@ ResizePlan plan_group_resize(const coordinator_state& st, size_t gi, const Coord
 void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint32_t, const std::string&)> done) {
   auto& st = self->state;
   const std::string name = st.groups.at(gi).group().name;
-  std::vector<int> active;
-  for (const auto& [index, r] : st.replicas)
-    if (r.state != ReplicaState::draining && r.params && r.params->group_index == gi) active.push_back(index);
-  const int have = static_cast<int>(active.size());
+  const int have = static_cast<int>(active_replicas(st, gi).size());
   if (replicas == have)
     return done(kCoordinatorOk, "group " + name + " has " + std::to_string(have) + " replicas already");
   // The group as the plan lays out `replicas` replicas: each replica keeps a slot where it runs, new ones take the

@@ -142,14 +142,7 @@ Result<GroupSizing> size_group(const TopologyConfig& topology, size_t gi, const 
       const RankPlan& rank = planned.ranks[static_cast<size_t>(r)];
       out.rank_threads.push_back(rank.threads > 0 ? rank.threads : group.threads);  // 0: resolved on its node
     }
-    if (group.placement == Placement::node) {
-      for (const RankPlan& rank : planned.ranks) {
-        std::string agent;
-        for (const NodeSection& node : topology.nodes)
-          if (node.name == rank.node) agent = node.address;
-        out.rank_agents.push_back(agent);
-      }
-    }
+    if (group.placement == Placement::node) out.rank_agents = rank_agents(topology, group);
     return out;
   }
   auto sized = size_kv_cache(topology.engine, model.kv_bytes_per_token(kv_dtype), where);

@@ -49,6 +49,17 @@ std::vector<std::string> rank_nodes(const GroupSection& group) {
   return out;
 }
 
+std::vector<std::string> rank_agents(const TopologyConfig& topology, const GroupSection& group) {
+  std::vector<std::string> out;
+  for (const std::string& name : rank_nodes(group)) {
+    std::string agent;
+    for (const NodeSection& node : topology.nodes)
+      if (node.name == name) agent = node.address;
+    out.push_back(agent);
+  }
+  return out;
+}
+
 namespace {
 
 // Ranks of `group` on this machine: tp per replica lane or stage, one per FFN worker.

@@ -150,6 +150,8 @@ Status check_threads_fit(const TopologyConfig& topology, unsigned local_cores);
 // order of GroupPlan::ranks (lanes, then stage, then tp rank; then AFD's FFN workers): how `placement` spreads the
 // group's replicas x pp x lanes over its nodes, evenly and in order. Every rank is kLocalNode unless placed on nodes.
 std::vector<std::string> rank_nodes(const GroupSection& group);
+// The same ranks' node agents: each node's nodes[].address in `topology`, "" for this machine.
+std::vector<std::string> rank_agents(const TopologyConfig& topology, const GroupSection& group);
 
 // The plan of `topology` for `model` on a machine of `local_cores` cores: check_threads_fit, the model's rules per
 // group (tp against heads, KV heads, intermediate size and vocabulary; pp against the layers), and the KV pool of

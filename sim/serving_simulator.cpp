@@ -107,7 +107,8 @@ class Simulation {
     return out;
   }
 
-  // Sequences a replica handed back, routed again (a continuation with tokens in its decode phase), and started.
+  // Sequences a replica handed back, routed again (a continuation with tokens in its decode phase); the caller
+  // starts the replicas' steps (kick_all).
   void route_again(HandBack back) {
     for (SequenceRequest& seq : back.requests) {
       const auto phase = seq.resumed.empty() ? ReplicaRouter::Phase::prefill : ReplicaRouter::Phase::decode;
@@ -118,6 +119,9 @@ class Simulation {
       }
       add(*to, std::move(seq), {}, 0);
     }
+  }
+
+  void kick_all() {
     for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
   }
 
@@ -147,6 +151,7 @@ class Simulation {
       router_.remove(routed[k]);
       route_again(rep.batcher->take_waiting());
     }
+    kick_all();
     report_.resizes.push_back({now_, fleet_.groups[g].name, have, *want});
   }
 
@@ -157,7 +162,7 @@ class Simulation {
     report_.resizes.push_back({now_, fleet_.groups[g].name, int(before.size()), int(before.size()) + pending_[g]});
     pending_[g] = 0;
     for (size_t r : before) route_again(replicas_[r].batcher->take_unstarted());
-    for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
+    kick_all();
   }
 
   // Sends the requests whose time has come while the concurrency has room, in order; wakes at the next one's time.
@@ -167,8 +172,7 @@ class Simulation {
       send(next_++);
       sent = true;
     }
-    if (sent)  // once every request of this instant is in: those arriving together share the first step
-      for (size_t r = 0; r < replicas_.size(); ++r) kick(r);
+    if (sent) kick_all();  // once every request of this instant is in: those arriving together share the first step
     if (next_ < requests_.size() && in_flight_ < concurrency_ && woken_for_ != next_) {
       woken_for_ = next_;
       push(requests_[next_].arrival_s, EventKind::arrival, 0);

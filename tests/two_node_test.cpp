@@ -83,11 +83,19 @@ struct OtherNode : test::NetNamespace {
   }                                                                                       \
   name.start_agent()
 
+// These tests' topology text: the model (stories260K unless given), a small KV pool and a 1 s step deadline, `nodes`
+// (a YAML list) and the groups `groups`.
+std::string topology_text(const std::string& nodes, const std::string& groups, const std::string& model = "") {
+  return "model: {path: " + (model.empty() ? test::stories_dir().string() : model) +
+         "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: " + nodes + "\ngroups: [" + groups + "]\n";
+}
+
+// The nodes list naming `node` as node-b.
+std::string node_b(const OtherNode& node) { return "[{name: node-b, address: " + node.agent_address() + "}]"; }
+
 TopologyConfig two_nodes(const OtherNode& node, const std::string& group, const std::string& model = "") {
   test::TempDir tmp;
-  test::write_file(tmp.path() / "t.yaml", "model: {path: " + (model.empty() ? test::stories_dir().string() : model) +
-                                              "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
-                                              node.agent_address() + "}]\ngroups: [" + group + "]\n");
+  test::write_file(tmp.path() / "t.yaml", topology_text(node_b(node), group, model));
   auto cfg = load_topology(tmp.path() / "t.yaml");
   REQUIRE(cfg.ok());
   return *cfg;
@@ -175,10 +183,8 @@ TEST_CASE("two nodes: actord scale of a group placed over this machine and node-
   // node-b runs replica/3 alone: replica/1's worker there ended when it retired.
   CHECK(test::eventually([&] { return workers_of_agent(node.agent).size() == 1; }, std::chrono::seconds(10)));
   // actord apply of a replicas-only change lays the group out the same way: replica/4 here.
-  const std::string three = "model: {path: " + test::stories_dir().string() +
-                            "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: [{name: node-b, address: " +
-                            node.agent_address() +
-                            "}]\ngroups: [{name: main, replicas: 3, threads: 1, placement: [node:local, node:node-b]}]\n";
+  const std::string three =
+      topology_text(node_b(node), "{name: main, replicas: 3, threads: 1, placement: [node:local, node:node-b]}");
   auto applied = engine->apply(three, test::source_dir() / "configs/applied.yaml");
   INFO((applied ? *applied : applied.error().message));
   REQUIRE(applied.ok());
@@ -346,9 +352,7 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
   for (const auto& o : *after) CHECK_FALSE(o.error);
   // The operator takes the dead node out (actord apply of the topology without it): the group is whole again on
   // this machine, the replica that was rebuilding towards node-b retired.
-  const std::string without_b = "model: {path: " + test::stories_dir().string() +
-                                "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: []\ngroups: [{replicas: 2, "
-                                "threads: 1}]\n";
+  const std::string without_b = topology_text("[]", "{replicas: 2, threads: 1}");
   auto left_node = engine->apply(without_b, test::source_dir() / "configs/applied.yaml");
   INFO((left_node ? *left_node : left_node.error().message));
   REQUIRE(left_node.ok());
@@ -397,11 +401,8 @@ TEST_CASE("two nodes: node-b joins by actord apply and a serving replica moves t
           "then node-b leaves - the running sequences move with their KV across the nodes and every output is "
           "unchanged", "[engine][node][apply]") {
   OTHER_NODE_OR_SKIP(node);
-  const std::string with_b = "[{name: node-b, address: " + node.agent_address() + "}]";
-  auto yaml = [&](const std::string& group, const std::string& nodes) {
-    return "model: {path: " + test::stories_dir().string() +
-           "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: " + nodes + "\ngroups: [" + group + "]\n";
-  };
+  const std::string with_b = node_b(node);
+  auto yaml = [&](const std::string& group, const std::string& nodes) { return topology_text(nodes, group); };
   const std::filesystem::path source = test::source_dir() / "configs/applied.yaml";
   auto topology = parse_topology(yaml("{name: main, threads: 1}", "[]"), source);  // this machine alone
   REQUIRE(topology.ok());
