@@ -13,10 +13,12 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "actors/group_codec.hpp"
 #include "actors/kv_pool_actor.hpp"
 #include "actors/node_agent.hpp"
+#include "actors/rebuild_backoff.hpp"
 #include "actors/remote_worker_actor.hpp"
 #include "actors/coordinator_state.hpp"
 #include "actors/router_actor.hpp"
@@ -28,8 +30,6 @@
 
 namespace actord::coord {
 
-constexpr int kRebuildAttempts = 3;
-constexpr auto kRebuildRetryDelay = std::chrono::seconds(1);
 constexpr auto kLostAnswerTimeout = std::chrono::seconds(5);
 
 // The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
@@ -462,6 +462,20 @@ void join_router(self_ptr self, Replica& r, bool warm_in) {
                  caf::actor_cast<caf::actor>(r.scheduler), warm_in, static_cast<uint32_t>(r.params->group().role));
 }
 
+void join_at_full_share(self_ptr self, const std::vector<int>& joining, const std::vector<int>& leaving) {
+  std::set<size_t> groups;
+  for (int index : joining) {
+    Replica& r = self->state.replicas.at(index);
+    join_router(self, r, /*warm_in=*/false);
+    groups.insert(r.params->group_index);
+  }
+  auto among = [](const std::vector<int>& list, int index) { return std::find(list.begin(), list.end(), index) != list.end(); };
+  for (const auto& [index, r] : self->state.replicas)
+    if (r.params && groups.count(r.params->group_index) && r.state == ReplicaState::serving && r.scheduler &&
+        !among(joining, index) && !among(leaving, index))
+      caf::anon_send(r.scheduler, rebalance_atom::value);
+}
+
 void rebuild(self_ptr self, int index, uint32_t incarnation);
 
 // Tells the router to route nothing more to `scheduler` and runs `then` once it answered: from then on nothing new
@@ -504,27 +518,33 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
   if (!r) return;
   stop_replica_actors(self, *r);
   ++r->incarnation;
-  r->state = ReplicaState::rebuilding;
+  if (r->state != ReplicaState::failed) r->state = ReplicaState::rebuilding;  // failed: until an attempt succeeds
   const uint32_t next = r->incarnation;
   build_replica(self, index, [=](std::optional<Error> failure) {
     Replica* r = current(self, index, next);
     if (!r) return;
     if (!failure) {
+      const bool was_failed = r->state == ReplicaState::failed;
+      spdlog::info("coordinator: replica/{} rebuilt (incarnation {}){}", index, next,
+                   r->failed_rebuilds ? " after " + std::to_string(r->failed_rebuilds) + " failed attempts" : "");
       r->failed_rebuilds = 0;
-      spdlog::info("coordinator: replica/{} rebuilt (incarnation {})", index, next);
-      join_router(self, *r);
+      // Back after an outage its group served without it: a full share at once, as an added replica.
+      if (was_failed) join_at_full_share(self, {index});
+      else join_router(self, *r);
       return;
     }
     r->last_failure = failure->message;
-    if (++r->failed_rebuilds >= kRebuildAttempts) {
+    const int failed = ++r->failed_rebuilds;
+    const auto wait = rebuild_delay(failed, r->params->topology.engine.rebuild_retry_max);
+    const double seconds = std::chrono::duration<double>(wait).count();
+    if (rebuilds_exhausted(failed)) {
       r->state = ReplicaState::failed;
-      spdlog::error("coordinator: replica/{} could not be rebuilt ({} attempts): {}", index, kRebuildAttempts,
-                    failure->message);
-      return;
+      spdlog::error("coordinator: replica/{} could not be rebuilt ({} attempts), again in {:.0f} s: {}", index, failed,
+                    seconds, failure->message);
+    } else {
+      spdlog::warn("coordinator: rebuilding replica/{} failed, again in {:.0f} s: {}", index, seconds, failure->message);
     }
-    spdlog::warn("coordinator: rebuilding replica/{} failed, again in {} s: {}", index,
-                 std::chrono::seconds(kRebuildRetryDelay).count(), failure->message);
-    self->delayed_send(self, kRebuildRetryDelay, rebuild_atom::value, index, next);
+    self->delayed_send(self, wait, rebuild_atom::value, index, next);
   });
 }
 

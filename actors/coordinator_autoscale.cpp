@@ -35,7 +35,7 @@ AutoscaleSection settings_of(const CoordinatorParams& g) {
 struct Look {
   size_t group = 0;
   int replicas = 0;         // its replicas not draining
-  uint64_t sequences = 0;   // running + waiting, summed over those that answered
+  GroupLoad load;           // summed over those that answered
   size_t left = 0;          // schedulers yet to answer
   bool complete = true;     // every one answered
 };
@@ -44,12 +44,15 @@ void decide(self_ptr self, const Look& look) {
   auto& st = self->state;
   if (st.scaling || !look.complete || look.group >= st.autoscalers.size() || !st.autoscalers[look.group]) return;
   Autoscaler& scaler = *st.autoscalers[look.group];
-  const std::optional<int> want = scaler.look(std::chrono::steady_clock::now(), look.replicas, look.sequences);
+  const std::optional<int> want = scaler.look(std::chrono::steady_clock::now(), look.replicas, look.load);
   const std::string name = st.groups.at(look.group).group().name;
   const AutoscaleSection& s = scaler.settings();
   st.autoscale_looks.at(look.group) =
-      "group " + name + ": " + std::to_string(look.sequences) + " sequences in " + std::to_string(look.replicas) +
-      " replicas (" + std::to_string(s.target_sequences) + " each, " + std::to_string(s.min_replicas) + " to " +
+      "group " + name + ": " + std::to_string(look.load.sequences) + " sequences" +
+      (s.target_prompt_tokens > 0 ? ", " + std::to_string(look.load.prefill_backlog) + " prompt tokens to prefill," : "") +
+      " in " + std::to_string(look.replicas) + " replicas (" + std::to_string(s.target_sequences) + " sequences" +
+      (s.target_prompt_tokens > 0 ? " or " + std::to_string(s.target_prompt_tokens) + " prompt tokens" : "") +
+      " each, " + std::to_string(s.min_replicas) + " to " +
       std::to_string(s.max_replicas) + " replicas)" + (want ? ", scaling to " + std::to_string(*want) : "");
   if (!want || *want == look.replicas) return;
   spdlog::info("coordinator: autoscale: {}", st.autoscale_looks[look.group]);
@@ -99,6 +102,7 @@ void autoscale_tick(self_ptr self) {
     for (const auto& [index, r] : st.replicas) {
       if (!r.params || r.params->group_index != gi || r.state == ReplicaState::draining) continue;
       ++look->replicas;
+      if (r.state == ReplicaState::failed) continue;  // retried in the background: a member, with no load
       if (r.state != ReplicaState::serving || !r.scheduler) settled = false;
       else schedulers.push_back(r.scheduler);
     }
@@ -110,7 +114,8 @@ void autoscale_tick(self_ptr self) {
               [=](const wire_msg& reply) {
                 WireReader reader(reply);
                 const SchedulerStats s = from_wire(reader.root<wire::SchedulerStats>());
-                look->sequences += s.running_seqs + s.waiting_seqs;
+                look->load.sequences += s.running_seqs + s.waiting_seqs;
+                look->load.prefill_backlog += s.prefill_backlog;
                 if (--look->left == 0) decide(self, *look);
               },
               [=](const caf::error&) {

@@ -81,14 +81,9 @@ void scale_group(self_ptr self, size_t gi, int replicas, std::function<void(uint
       self->state.scaling = false;
       return done(static_cast<uint32_t>(failure->code), "adding replicas failed, the group is as before: " + failure->message);
     }
-    // The group lacked capacity: the new replicas take a full share at once, and the others hand back what they
-    // have not started, for the router to spread over them all.
-    for (int index : added) join_router(self, self->state.replicas.at(index), /*warm_in=*/false);
-    for (const auto& [index, r] : self->state.replicas)
-      if (r.params && r.params->group_index == gi && r.state == ReplicaState::serving && r.scheduler &&
-          std::find(added.begin(), added.end(), index) == added.end() &&
-          std::find(removed.begin(), removed.end(), index) == removed.end())
-        caf::anon_send(r.scheduler, rebalance_atom::value);
+    // The group lacked capacity: the new replicas take a full share at once (the others hand back what they have
+    // not started, for the router to spread over them all).
+    join_at_full_share(self, added, removed);
     retire();
   }, slots);
 }

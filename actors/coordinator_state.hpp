@@ -51,7 +51,7 @@ struct Replica {
   // rank left unbound; given back to coordinator_state::cpus when the replica's actors stop.
   std::vector<std::vector<int>> rank_cpus;
   std::string last_failure;
-  int failed_rebuilds = 0;
+  int failed_rebuilds = 0;  // in a row (actors/rebuild_backoff.hpp: the wait before the next attempt)
 };
 
 struct coordinator_state {
@@ -89,6 +89,10 @@ void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_
 void drain_replicas(self_ptr self, const std::vector<int>& indices, std::function<void()> done, bool migrate = false);
 // The replica takes requests from the router from now on; warming in unless the whole group starts together.
 void join_router(self_ptr self, Replica& r, bool warm_in = true);
+// Replicas `joining` take requests at a full share at once (a group that lacked capacity: added by a scale, back
+// after an outage); the other serving replicas of their groups, except `leaving`, hand back what they have not
+// started (rebalance_atom), for the router to spread over them all.
+void join_at_full_share(self_ptr self, const std::vector<int>& joining, const std::vector<int>& leaving = {});
 
 // Where replica `slot` of p's plan runs (p.rank_agents); and the same-shape resize of group gi to `target`'s count
 // and layout: its replicas (not draining) matched to target's slots by place (coordinator_scale.cpp).

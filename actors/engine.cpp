@@ -548,7 +548,8 @@ std::string unappliable_change(const TopologyConfig& now, const TopologyConfig& 
   // max_num_seqs and max_num_batched_tokens are the schedulers' limits: the new replicas take them.
   if (e0.block_size != e1.block_size || e0.kv_cache_memory != e1.kv_cache_memory || e0.max_model_len != e1.max_model_len ||
       e0.kv_cache_dtype != e1.kv_cache_dtype || e0.enable_prefix_caching != e1.enable_prefix_caching ||
-      e0.preemption_mode != e1.preemption_mode || e0.swap_space != e1.swap_space || e0.step_timeout != e1.step_timeout)
+      e0.preemption_mode != e1.preemption_mode || e0.swap_space != e1.swap_space || e0.step_timeout != e1.step_timeout ||
+      e0.rebuild_retry_max != e1.rebuild_retry_max)
     return "engine" + restart + ", except max_num_seqs and max_num_batched_tokens";
   if (now.scheduler.policy != next.scheduler.policy || now.scheduler.plan_ahead != next.scheduler.plan_ahead)
     return "scheduler" + restart;

@@ -110,6 +110,9 @@ remote_worker_actor::behavior_type remote_worker_impl(self_ptr self, WorkerProce
         pending.pop_front();
         reply.promise.deliver(std::move(body));
       },
+      // The process is gone (it exited, or stopped beating: its node went down): whoever waits gets the reason, and
+      // the actor ends with it, so that its monitors (the coordinator) learn of the loss at once, not at the next
+      // step sent to it.
       [=](link_down_atom, const std::string& reason) {
         auto& st = self->state;
         st.down_reason = reason;
@@ -118,6 +121,7 @@ remote_worker_actor::behavior_type remote_worker_impl(self_ptr self, WorkerProce
           st.pending.pop_front();
           reply.promise.deliver(failure_reply(reply.kind, reason));
         }
+        self->quit(caf::make_error(caf::sec::runtime_error, reason));
       },
   };
 }

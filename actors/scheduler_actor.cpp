@@ -696,6 +696,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
           stats.swapped_blocks += b.swapped_blocks();
           stats.running_seqs += b.num_running();
           stats.waiting_seqs += b.num_waiting();
+          stats.prefill_backlog += b.prefill_backlog();
           stats.swapped_seqs += b.num_swapped();
           const PrefixCacheStats cache = b.prefix_cache_stats();
           stats.prefix_query_blocks += cache.query_blocks;

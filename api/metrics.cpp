@@ -86,6 +86,8 @@ std::string ApiMetrics::text(const SchedulerStats* stats, size_t requests_in_fli
            double(stats->waiting_seqs));
     metric("actord_num_seqs_swapped", "gauge", "Waiting sequences whose KV is in host swap space.",
            double(stats->swapped_seqs));
+    metric("actord_prefill_backlog_tokens", "gauge",
+           "Tokens of live sequences still to prefill (prompts, recomputed sequences).", double(stats->prefill_backlog));
     metric("actord_kv_lease_blocks", "gauge", "KV blocks leased by the scheduler.", double(stats->lease_blocks));
     metric("actord_prefix_cache_queries_total", "counter", "Prompt blocks looked up in the prefix cache.",
            double(stats->prefix_query_blocks));

@@ -48,7 +48,8 @@ namespace actord {
   X(draft_tokens, DraftTokens)               /* speculative decoding: draft tokens verified */                  \
   X(accepted_draft_tokens, AcceptedDraftTokens) /* of which the samples confirmed (kept) */             \
   X(prefill_handoffs, PrefillHandoffs)       /* role prefill: prefilled sequences sent on to decode elsewhere */ \
-  X(rebalanced_seqs, RebalancedSeqs)         /* waiting sequences handed back to be spread over a grown group */
+  X(rebalanced_seqs, RebalancedSeqs)         /* waiting sequences handed back to be spread over a grown group */ \
+  X(prefill_backlog, PrefillBacklog)         /* tokens of live sequences still to prefill, now */
 
 struct SchedulerStats {
 #define ACTORD_STATS_MEMBER(name, Wire) uint64_t name = 0;
@@ -73,7 +74,8 @@ inline void add_expert_tokens(SchedulerStats& total, const SchedulerStats& part)
 }
 
 // What happened between two snapshots of the same scheduler (`later` - `earlier`); the gauges
-// (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks and the sequence counts) are `later`'s.
+// (max_seqs_in_step, lease_blocks, prefix_cached_blocks, swapped_blocks, the sequence counts and prefill_backlog)
+// are `later`'s.
 inline SchedulerStats stats_between(const SchedulerStats& earlier, const SchedulerStats& later) {
   SchedulerStats d;
 #define ACTORD_STATS_DIFF(name, Wire) d.name = later.name - earlier.name;
@@ -86,6 +88,7 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
   d.running_seqs = later.running_seqs;
   d.waiting_seqs = later.waiting_seqs;
   d.swapped_seqs = later.swapped_seqs;
+  d.prefill_backlog = later.prefill_backlog;
   d.num_experts = later.num_experts;
   d.expert_tokens = later.expert_tokens;
   d.expert_placement = later.expert_placement;
@@ -109,6 +112,7 @@ inline void add_stats(SchedulerStats& total, const SchedulerStats& part, bool co
     total.running_seqs = before.running_seqs;
     total.waiting_seqs = before.waiting_seqs;
     total.swapped_seqs = before.swapped_seqs;
+    total.prefill_backlog = before.prefill_backlog;
   }
   add_expert_tokens(total, part);
 }

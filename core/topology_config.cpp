@@ -157,12 +157,14 @@ void parse_autoscale(const Section& g, const std::string& p, GroupSection& group
   if (!node || node.IsNull()) return;
   const std::string at = p + ".autoscale";
   const Section a(node, at);
-  a.check_keys({"min_replicas", "max_replicas", "target_sequences", "scale_up_after", "scale_down_after", "interval"});
+  a.check_keys({"min_replicas", "max_replicas", "target_sequences", "target_prompt_tokens", "scale_up_after",
+                "scale_down_after", "interval"});
   AutoscaleSection& s = group.autoscale;
   s.min_replicas = 1;
   a.read("min_replicas", s.min_replicas);
   a.read("max_replicas", s.max_replicas);
   a.read("target_sequences", s.target_sequences);
+  a.read("target_prompt_tokens", s.target_prompt_tokens);
   a.read_duration("scale_up_after", s.scale_up_after);
   a.read_duration("scale_down_after", s.scale_down_after);
   a.read_duration("interval", s.interval);
@@ -176,6 +178,8 @@ void parse_autoscale(const Section& g, const std::string& p, GroupSection& group
           "must be at most " + std::to_string(kMaxGroupDimension) + ", got " + std::to_string(s.max_replicas));
   require(s.target_sequences >= 0, at + ".target_sequences",
           "must be at least 1 (or 0: half of engine.max_num_seqs), got " + std::to_string(s.target_sequences));
+  require(s.target_prompt_tokens >= 0, at + ".target_prompt_tokens",
+          "must be at least 1 (or 0: the prefill backlog is not a signal), got " + std::to_string(s.target_prompt_tokens));
   require(s.interval.count() >= 10, at + ".interval",
           "must be at least 10ms, got " + std::to_string(s.interval.count()) + "ms");
   if (!g.get("replicas").IsDefined()) group.replicas = s.min_replicas;
@@ -504,7 +508,7 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
   engine.check_keys(
       {"max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory", "max_model_len", "kv_cache_dtype",
        "enable_prefix_caching", "preemption_mode", "swap_space", "step_timeout", "reshape_kv",
-       "cpu_binding"});
+       "cpu_binding", "rebuild_retry_max"});
   engine.read("max_num_seqs", cfg.engine.max_num_seqs);
   require(cfg.engine.max_num_seqs >= 1, "engine.max_num_seqs",
           "must be at least 1, got " + std::to_string(cfg.engine.max_num_seqs));
@@ -535,6 +539,8 @@ TopologyConfig parse(const YAML::Node& root, const std::filesystem::path& source
           "engine.cpu_binding", "must be auto, bind or none, got '" + cfg.engine.cpu_binding + "'");
   engine.read_duration("step_timeout", cfg.engine.step_timeout);
   require(cfg.engine.step_timeout.count() > 0, "engine.step_timeout", "must be positive");
+  engine.read_duration("rebuild_retry_max", cfg.engine.rebuild_retry_max);
+  require(cfg.engine.rebuild_retry_max.count() > 0, "engine.rebuild_retry_max", "must be positive");
   require(cfg.engine.max_model_len >= 0, "engine.max_model_len",
           "must be 0 (the model's context) or positive, got " + std::to_string(cfg.engine.max_model_len));
 

@@ -65,6 +65,9 @@ struct EngineSection {
   // A worker that stops answering is declared failed when a step's result is this much later than its expected
   // compute time, or when a worker process sends no heartbeat for this long.
   std::chrono::milliseconds step_timeout{2000};
+  // The longest wait between attempts to rebuild a lost replica whose rebuilds keep failing (its node is down): the
+  // first three come 1 s apart, then the wait doubles up to this; the replica is never given up.
+  std::chrono::milliseconds rebuild_retry_max{30000};
   // Which CPUs the worker processes on this machine run on (core/host_cpus.hpp): each rank (the stages of a
   // replica's tp rank together: they take turns) gets as many CPUs of the engine's affinity mask as it has threads,
   // to itself. auto: only when the ranks' threads add up to every CPU the engine may use (threads 0, or a topology
@@ -150,6 +153,9 @@ struct AutoscaleSection {
   // Sequences (running + waiting) one replica should hold; the group wants ceil(its sequences / this) replicas.
   // 0: half of engine.max_num_seqs.
   int target_sequences = 0;
+  // Tokens still to prefill (prompts, recomputed sequences) one replica should hold; when set, the group also wants
+  // ceil(its backlog / this) replicas (the larger of the two counts). 0: not a signal.
+  int64_t target_prompt_tokens = 0;
   // How long the group must want more (fewer) replicas, at every look, before they are added (retired).
   std::chrono::milliseconds scale_up_after{5000};
   std::chrono::milliseconds scale_down_after{60000};

@@ -13,13 +13,15 @@ Autoscaler::Autoscaler(const AutoscaleSection& settings) : settings_(settings) {
   settings_.target_sequences = std::max(1, settings_.target_sequences);
 }
 
-int Autoscaler::wanted(uint64_t sequences) const {
-  const uint64_t target = uint64_t(settings_.target_sequences);
-  const uint64_t want = (sequences + target - 1) / target;
+int Autoscaler::wanted(const GroupLoad& load) const {
+  auto ceil_div = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
+  uint64_t want = ceil_div(load.sequences, uint64_t(settings_.target_sequences));
+  if (settings_.target_prompt_tokens > 0)
+    want = std::max(want, ceil_div(load.prefill_backlog, uint64_t(settings_.target_prompt_tokens)));
   return int(std::clamp<uint64_t>(want, uint64_t(settings_.min_replicas), uint64_t(settings_.max_replicas)));
 }
 
-std::optional<int> Autoscaler::look(Time now, int replicas, uint64_t sequences) {
+std::optional<int> Autoscaler::look(Time now, int replicas, const GroupLoad& load) {
   if (replicas != last_replicas_) {
     last_replicas_ = replicas;
     up_since_.reset();
@@ -27,7 +29,7 @@ std::optional<int> Autoscaler::look(Time now, int replicas, uint64_t sequences) 
   }
   if (replicas < settings_.min_replicas) return settings_.min_replicas;
   if (replicas > settings_.max_replicas) return settings_.max_replicas;
-  const int want = wanted(sequences);
+  const int want = wanted(load);
   if (want > replicas) {
     down_since_.reset();
     if (!up_since_) {

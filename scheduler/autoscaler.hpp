@@ -2,8 +2,10 @@
 // autoscale.interval and scales the group to what this says, actors/coordinator_actor.hpp).
 //
 // Contract: pure logic, no actors, no clocks of its own (the caller passes the time). Each look gives the group's
-// serving replicas and the sequences they hold (running + waiting). The group wants
-// clamp(ceil(sequences / target_sequences), min_replicas, max_replicas) replicas. More replicas are asked for
+// serving replicas and their load: the sequences they hold (running + waiting) and their prefill backlog (tokens
+// still to prefill). The group wants as many replicas as the larger of ceil(sequences / target_sequences) and, when
+// target_prompt_tokens is set, ceil(backlog / target_prompt_tokens), within [min_replicas, max_replicas] (a
+// prefill group's load lies in its prompts: its sequences leave as soon as they are prefilled). More replicas are asked for
 // once the group has wanted more at every look for scale_up_after, and then the fewest it wanted over that time
 // (a burst shorter than the window adds nothing); fewer once it has wanted fewer at every look for
 // scale_down_after, and then the most it wanted over that time (as Kubernetes' autoscaler stabilises a scale-down
@@ -20,6 +22,13 @@
 
 namespace actord {
 
+// A group's load at one look, summed over its serving replicas.
+struct GroupLoad {
+  GroupLoad(uint64_t sequences = 0, uint64_t prefill_backlog = 0) : sequences(sequences), prefill_backlog(prefill_backlog) {}
+  uint64_t sequences;        // running + waiting
+  uint64_t prefill_backlog;  // tokens still to prefill (BatchScheduler::prefill_backlog)
+};
+
 // `settings` with target_sequences resolved: 0 is half of the group's max_num_seqs (at least 1).
 AutoscaleSection resolved_autoscale(AutoscaleSection settings, int max_num_seqs);
 
@@ -30,12 +39,12 @@ class Autoscaler {
   // `settings` active; target_sequences resolved (at least 1).
   explicit Autoscaler(const AutoscaleSection& settings);
 
-  // The replicas the group wants from one of its loads (`sequences` in `replicas` serving replicas) at `now`, or
+  // The replicas the group wants from one of its loads (`load` of `replicas` serving replicas) at `now`, or
   // nothing: keep them.
-  std::optional<int> look(Time now, int replicas, uint64_t sequences);
+  std::optional<int> look(Time now, int replicas, const GroupLoad& load);
 
-  // What one look alone wants: clamp(ceil(sequences / target), min, max).
-  int wanted(uint64_t sequences) const;
+  // What one look alone wants: the larger of each target's ceil(load / target), within [min, max].
+  int wanted(const GroupLoad& load) const;
   const AutoscaleSection& settings() const { return settings_; }
 
  private:

@@ -820,6 +820,16 @@ size_t BatchScheduler::num_swapped() const {
   return n;
 }
 
+uint64_t BatchScheduler::prefill_backlog() const {
+  uint64_t total = 0;
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.finished || seq.leaving) continue;
+    const size_t left = seq.tokens.size() - std::min<size_t>(seq.tokens.size(), static_cast<size_t>(seq.num_computed));
+    if (left > 1 || seq.generated == 0) total += left;
+  }
+  return total;
+}
+
 uint64_t BatchScheduler::outstanding_tokens() const {
   uint64_t total = 0;
   for (const auto& [id, seq] : seqs_) {

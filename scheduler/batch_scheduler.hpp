@@ -319,6 +319,10 @@ class BatchScheduler {
   // Tokens still to compute for the live sequences: prompt (and recompute) tokens not computed yet plus tokens
   // still to generate. O(sequences): for load reports, not per step.
   uint64_t outstanding_tokens() const;
+  // The prefill backlog: tokens of the live sequences still to prefill (prompts, and whole sequences preempted by
+  // recompute or handed here as continuations), not counting the one token a decoding sequence feeds each step.
+  // O(sequences): for load reports (autoscale.target_prompt_tokens), not per step.
+  uint64_t prefill_backlog() const;
 
   // The KV lease. The scheduler allocates from the BlockAllocator it was given (its lease of the kv_pool's blocks)
   // and never waits for the pool: its actor grows the lease in bulk when a plan ran short and gives back what it

@@ -132,12 +132,16 @@ class Simulation {
     push(now_ + seconds(settings.interval), EventKind::autoscale_look, g);
     if (pending_[g] > 0) return;  // replicas being added: the coordinator does not look while it scales
     const std::vector<size_t> routed = routed_of(g);
-    uint64_t sequences = 0;
-    for (size_t r : routed) sequences += replicas_[r].batcher->num_running() + replicas_[r].batcher->num_waiting();
+    GroupLoad load;
+    for (size_t r : routed) {
+      const BatchScheduler& b = *replicas_[r].batcher;
+      load.sequences += b.num_running() + b.num_waiting();
+      load.prefill_backlog += b.prefill_backlog();
+    }
     const auto at = std::chrono::steady_clock::time_point(
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(now_)));
     const int have = static_cast<int>(routed.size());
-    const std::optional<int> want = scalers_[g]->look(at, have, sequences);
+    const std::optional<int> want = scalers_[g]->look(at, have, load);
     if (!want || *want == have) return;
     if (*want > have) {
       pending_[g] = *want - have;

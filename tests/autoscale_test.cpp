@@ -52,7 +52,7 @@ TEST_CASE("autoscale: a group grows while its load wants more replicas and shrin
     if (!fleet->autoscale.empty()) look = fleet->autoscale.front();
   });
   CHECK(grew);
-  CHECK_THAT(look, Catch::StartsWith("group main: ") && Catch::Contains("(4 each, 1 to 2 replicas)"));
+  CHECK_THAT(look, Catch::StartsWith("group main: ") && Catch::Contains("(4 sequences each, 1 to 2 replicas)"));
   REQUIRE(out.ok());
   for (size_t i = 0; i < requests.size(); ++i) {
     INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
@@ -64,7 +64,7 @@ TEST_CASE("autoscale: a group grows while its load wants more replicas and shrin
   CHECK(test::eventually([&] {  // the next look, at the new size
     auto fleet = engine->fleet();
     return fleet.ok() && fleet->autoscale.size() == 1 &&
-           fleet->autoscale[0] == "group main: 0 sequences in 1 replicas (4 each, 1 to 2 replicas)";
+           fleet->autoscale[0] == "group main: 0 sequences in 1 replicas (4 sequences each, 1 to 2 replicas)";
   }, 5s));
   test::check_serves(*engine);
   // actord scale stays within the bounds.
@@ -72,6 +72,51 @@ TEST_CASE("autoscale: a group grows while its load wants more replicas and shrin
   REQUIRE_FALSE(beyond.ok());
   CHECK(beyond.error().message ==
         "replicas: group main is autoscaled between 1 and 2 replicas (groups[0].autoscale; actord apply changes it), got 3");
+}
+
+TEST_CASE("autoscale: with target_prompt_tokens a group grows on its queue of prompts while its sequences alone "
+          "would not ask - every request completes with a clean run's tokens", "[engine][autoscale]") {
+  // 12 prompts of 400 tokens fed 16 tokens a step: a long prefill backlog, 12 sequences (under target_sequences).
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest r;
+    r.prompt_ids.push_back(1);
+    for (int j = 1; j < 400; ++j) r.prompt_ids.push_back(3 + (i * 31 + j * 7) % 500);
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    requests.push_back(std::move(r));
+  }
+  const std::string group = "{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 64, %s"
+                            "scale_up_after: 0s, scale_down_after: 300ms, interval: 20ms}}";
+  auto with = [&](const std::string& tokens) {
+    TopologyConfig cfg = autoscaled(group.substr(0, group.find("%s")) + tokens + group.substr(group.find("%s") + 2));
+    cfg.engine.max_num_batched_tokens = 16;
+    return cfg;
+  };
+  auto clean = test::start_engine(with(""))->generate(requests);
+  REQUIRE(clean.ok());
+
+  auto engine = test::start_engine(with("target_prompt_tokens: 400, "));
+  bool grew = false;
+  std::string look;
+  auto out = test::generate_while(*engine, requests, [&] {
+    grew = test::eventually([&] {
+      auto fleet = engine->fleet();
+      if (fleet.ok() && !fleet->autoscale.empty() && look.empty()) look = fleet->autoscale.front();
+      return serving_replicas(*engine) == 2;
+    }, 20s);
+  });
+  CHECK(grew);
+  CHECK_THAT(look, Catch::StartsWith("group main: ") && Catch::Contains(" prompt tokens to prefill, in 1 replicas (64 "
+                                                                        "sequences or 400 prompt tokens each, 1 to 2 replicas)"));
+  REQUIRE(out.ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
+  }
+  CHECK(test::eventually([&] { return engine->fleet()->replicas.size() == 1; }, 20s));
 }
 
 TEST_CASE("autoscale: a max_replicas whose replicas the machine cannot run is refused at start naming the key",

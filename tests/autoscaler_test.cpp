@@ -78,3 +78,24 @@ TEST_CASE("autoscaler - a group outside its bounds is asked back inside at once"
   CHECK(a.look(t0, 5, 100) == 3);
   CHECK_FALSE(a.look(t0, 3, 100));
 }
+
+TEST_CASE("autoscaler - with target_prompt_tokens the group wants the larger of what its sequences and its prefill "
+          "backlog ask", "[autoscale]") {
+  AutoscaleSection s = settings(1, 4, 8, 1s, 5s);
+  s.target_prompt_tokens = 1000;
+  Autoscaler a(s);
+  CHECK(a.wanted({0, 0}) == 1);
+  CHECK(a.wanted({3, 2500}) == 3);   // few sequences, a long queue of prompts: a prefill group's load
+  CHECK(a.wanted({20, 500}) == 3);   // many sequences, little to prefill: the sequences decide
+  CHECK(a.wanted({1, 100000}) == 4); // within the bounds
+  // Without it the backlog is no signal.
+  CHECK(Autoscaler(settings(1, 4, 8, 0ms, 0ms)).wanted({3, 100000}) == 1);
+  // Over time as with sequences alone: more once every look for scale_up_after wanted more, the fewest wanted.
+  CHECK_FALSE(a.look(t0, 1, {2, 3500}));
+  CHECK_FALSE(a.look(t0 + 500ms, 1, {2, 2100}));
+  CHECK(a.look(t0 + 1s, 1, {2, 4000}) == 3);
+  // The queue drained: fewer once every look for scale_down_after wanted fewer.
+  CHECK_FALSE(a.look(t0 + 2s, 3, {2, 0}));
+  CHECK_FALSE(a.look(t0 + 6s, 3, {2, 900}));
+  CHECK(a.look(t0 + 7s, 3, {2, 0}) == 1);
+}

@@ -213,3 +213,33 @@ TEST_CASE("continuations that cannot continue are refused with a reason", "[sche
   REQUIRE(refused);
   CHECK(refused->error.find("resumed token id -2") != std::string::npos);
 }
+
+TEST_CASE("prefill_backlog - the prompt tokens still to prefill, chunk by chunk, none once decoding, all of a "
+          "continuation", "[scheduler][hand_back][autoscale]") {
+  BlockAllocator blocks(32);
+  SchedulerLimits l = limits(false);
+  l.max_num_batched_tokens = 4;
+  BatchScheduler s(l, blocks);
+  s.add(request(1, 10, 3));
+  CHECK(s.prefill_backlog() == 10);
+  const StepPlan* plan = s.plan_step();  // a chunk of 4 (counted once a step carries it)
+  REQUIRE(plan);
+  CHECK(s.prefill_backlog() == 6);
+  answer(s, *plan, 70);
+  plan = s.plan_step();
+  REQUIRE(plan);
+  answer(s, *plan, 70);
+  CHECK(s.prefill_backlog() == 2);
+  plan = s.plan_step();  // the last 2, and the first sample
+  REQUIRE(plan);
+  answer(s, *plan, 71);
+  CHECK(s.prefill_backlog() == 0);  // decoding: one token a step is not a backlog
+  plan = s.plan_step();
+  REQUIRE(plan);
+  CHECK(s.prefill_backlog() == 0);
+  // A continuation prefills its prompt and the tokens it generated elsewhere again.
+  SequenceRequest r = request(7, 3, 4);
+  r.resumed = {50, 51};
+  REQUIRE_FALSE(s.add(r).has_value());
+  CHECK(s.prefill_backlog() == 5);
+}

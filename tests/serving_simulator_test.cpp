@@ -264,7 +264,7 @@ TEST_CASE("simulator - refuses fleets without replicas or costs and requests out
         "request 1 arrives before the one before it");
   CHECK(simulate(fleet_of(1), {request(0, 4, 2)}, 0).error().message == "concurrency must be at least 1");
   SimFleet outside = fleet_of(3);
-  outside.groups[0].autoscale = {1, 2, 2, std::chrono::milliseconds(0), std::chrono::milliseconds(0),
+  outside.groups[0].autoscale = {1, 2, 2, 0, std::chrono::milliseconds(0), std::chrono::milliseconds(0),
                                  std::chrono::milliseconds(10)};
   CHECK(simulate(outside, {request(0, 4, 2)}, 1).error().message ==
         "group 'main': autoscaled, it needs KV blocks, a cost model, an interval and replicas within its bounds");
@@ -289,7 +289,7 @@ TEST_CASE("simulator - an autoscaled group grows by its load as the engine's aut
   SimFleet scaled = fixed;
   // 1 to 2 replicas of 2 sequences each, up at the first look that wants more, down after 50 ms; a look every
   // 10 ms; an added replica serves 5 ms after the decision.
-  scaled.groups[0].autoscale = {1, 2, 2, std::chrono::milliseconds(0), std::chrono::milliseconds(50),
+  scaled.groups[0].autoscale = {1, 2, 2, 0, std::chrono::milliseconds(0), std::chrono::milliseconds(50),
                                 std::chrono::milliseconds(10)};
   scaled.groups[0].start_s = 0.005;
   auto grown = simulate(scaled, eight, 64);

@@ -42,13 +42,24 @@ TEST_CASE("defaults fill what the file leaves out - relative model paths follow 
   CHECK(cfg->engine.block_size == 16);
   CHECK(cfg->engine.kv_cache_memory == 256ull << 20);
   CHECK(cfg->groups.at(0).placement == Placement::thread);
+  CHECK(cfg->engine.rebuild_retry_max == std::chrono::seconds(30));
+}
+
+TEST_CASE("engine.rebuild_retry_max is a positive duration", "[config][failure]") {
+  auto cfg = parse_topology(std::string(kMinimal) + "engine: {rebuild_retry_max: 1.5m}\n", "configs/t.yaml");
+  REQUIRE(cfg.ok());
+  CHECK(cfg->engine.rebuild_retry_max == std::chrono::seconds(90));
+  CHECK(error_of(std::string(kMinimal) + "engine: {rebuild_retry_max: 0s}\n") ==
+        "configs/t.yaml: engine.rebuild_retry_max: must be positive");
+  CHECK_THAT(error_of(std::string(kMinimal) + "engine: {rebuild_retry_max: soon}\n"),
+             Catch::StartsWith("configs/t.yaml: engine.rebuild_retry_max: "));
 }
 
 TEST_CASE("unknown keys are reported with their path", "[config]") {
   CHECK(error_of(std::string(kMinimal) + "engine: {max_num_seq: 3}\n") ==
         "configs/t.yaml: engine.max_num_seq: unknown key (known keys: block_size, cpu_binding, enable_prefix_caching, "
         "kv_cache_dtype, kv_cache_memory, max_model_len, max_num_batched_tokens, max_num_seqs, preemption_mode, "
-        "reshape_kv, step_timeout, swap_space)");
+        "rebuild_retry_max, reshape_kv, step_timeout, swap_space)");
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{name: a, colour: red}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].colour: unknown key"));
   CHECK_THAT(error_of("modle: {path: m}\n"), Catch::StartsWith("configs/t.yaml: modle: unknown key"));
@@ -396,7 +407,8 @@ TEST_CASE("lora.modules keep the file's order - relative adapter paths follow th
 TEST_CASE("groups[].autoscale: bounds, target and windows - a group without replicas starts at min_replicas - bad "
           "ones name the key", "[config][autoscale]") {
   auto cfg = parse_topology("model: {path: m}\ngroups: [{autoscale: {min_replicas: 2, max_replicas: 4, "
-                            "target_sequences: 8, scale_up_after: 1s, scale_down_after: 30s, interval: 200ms}}]\n",
+                            "target_sequences: 8, target_prompt_tokens: 4096, scale_up_after: 1s, scale_down_after: 30s, "
+                            "interval: 200ms}}]\n",
                             "t.yaml");
   REQUIRE(cfg.ok());
   const AutoscaleSection& a = cfg->groups[0].autoscale;
@@ -404,6 +416,7 @@ TEST_CASE("groups[].autoscale: bounds, target and windows - a group without repl
   CHECK(a.min_replicas == 2);
   CHECK(a.max_replicas == 4);
   CHECK(a.target_sequences == 8);
+  CHECK(a.target_prompt_tokens == 4096);
   CHECK(a.scale_up_after == std::chrono::seconds(1));
   CHECK(a.scale_down_after == std::chrono::seconds(30));
   CHECK(a.interval == std::chrono::milliseconds(200));
@@ -413,6 +426,7 @@ TEST_CASE("groups[].autoscale: bounds, target and windows - a group without repl
   CHECK(defaults->groups[0].autoscale.min_replicas == 1);
   CHECK(defaults->groups[0].autoscale.scale_up_after == std::chrono::seconds(5));
   CHECK(defaults->groups[0].replicas == 3);
+  CHECK(defaults->groups[0].autoscale.target_prompt_tokens == 0);
   CHECK_FALSE(parse_topology(kMinimal, "t.yaml")->groups[0].autoscale.active());
 
   CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {min_replicas: 2}}]\n") ==
@@ -429,5 +443,8 @@ TEST_CASE("groups[].autoscale: bounds, target and windows - a group without repl
         "configs/t.yaml: groups[0].autoscale.scale_up_after: " + parse_duration("soon").error().message);
   CHECK_THAT(error_of("model: {path: m}\ngroups: [{autoscale: {max_replicas: 2, target: 3}}]\n"),
              Catch::StartsWith("configs/t.yaml: groups[0].autoscale.target: unknown key"));
+  CHECK(error_of("model: {path: m}\ngroups: [{autoscale: {max_replicas: 2, target_prompt_tokens: -5}}]\n") ==
+        "configs/t.yaml: groups[0].autoscale.target_prompt_tokens: must be at least 1 (or 0: the prefill backlog is not "
+        "a signal), got -5");
   CHECK(error_of("model: {path: m}\ngroups: [{autoscale: 3}]\n") == "configs/t.yaml: groups[0].autoscale: must be a mapping");
 }

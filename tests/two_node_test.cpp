@@ -6,7 +6,7 @@
 // Nodes join and leave by actord apply, a replica moving to the joined node and back. A group placed over both
 // scales, by actord scale or its autoscale, as its placement spreads the replicas.
 // A killed node agent takes its ranks with it: the replica on node-b is lost, its streams go
-// on in the local replica, every one equal to a clean run. Needs root and iproute2; skipped with a message
+// on in the local replica, every one equal to a clean run; the agent started again gets its replica back. Needs root and iproute2; skipped with a message
 // otherwise. Everything it makes (namespace, veth, processes) is removed at the end.
 #include <signal.h>
 #include <sys/wait.h>
@@ -83,11 +83,12 @@ struct OtherNode : test::NetNamespace {
   }                                                                                       \
   name.start_agent()
 
-// These tests' topology text: the model (stories260K unless given), a small KV pool and a 1 s step deadline, `nodes`
-// (a YAML list) and the groups `groups`.
+// These tests' topology text: the model (stories260K unless given), a small KV pool, a 1 s step deadline and lost
+// replicas retried at least every 2 s, `nodes` (a YAML list) and the groups `groups`.
 std::string topology_text(const std::string& nodes, const std::string& groups, const std::string& model = "") {
   return "model: {path: " + (model.empty() ? test::stories_dir().string() : model) +
-         "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s}\nnodes: " + nodes + "\ngroups: [" + groups + "]\n";
+         "}\nengine: {kv_cache_memory: 64MiB, step_timeout: 1s, rebuild_retry_max: 2s}\nnodes: " + nodes +
+         "\ngroups: [" + groups + "]\n";
 }
 
 // The nodes list naming `node` as node-b.
@@ -345,7 +346,7 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
   CHECK(fleet->replacements >= 1);
   CHECK(fleet->replicas.at(0).state == "serving");
   CHECK(fleet->replicas.at(0).incarnation == 0);
-  CHECK(fleet->replicas.at(1).state != "serving");  // its node is gone: rebuilding until it gives up
+  CHECK(fleet->replicas.at(1).state != "serving");  // its node is gone: rebuilding, then failed and retried
   // The local replica keeps serving.
   auto after = engine->generate(greedy_batch(4, 16));
   REQUIRE(after.ok());
@@ -363,6 +364,48 @@ TEST_CASE("two nodes: a killed node agent - its replica is lost, its streams fin
              return r.state == "serving" && r.nodes == std::vector<std::string>{""};
            });
   }, std::chrono::seconds(10)));
+  auto whole = engine->generate(requests);
+  REQUIRE(whole.ok());
+  check_same_tokens(*whole, *clean);
+}
+
+TEST_CASE("two nodes: a node agent killed and started again - its replica, failed meanwhile while the other serves, "
+          "is rebuilt on node-b once the agent answers, without an apply", "[engine][node][failure]") {
+  OTHER_NODE_OR_SKIP(node);
+  auto engine = test::start_engine(two_nodes(node, "{replicas: 2, threads: 1, placement: [node:local, node:node-b]}"));
+  const auto requests = greedy_batch(8, 32);
+  auto clean = engine->generate(requests);
+  REQUIRE(clean.ok());
+  auto replica_b = [&]() -> std::optional<ReplicaInfo> {
+    auto f = engine->fleet();
+    if (!f.ok() || f->replicas.size() != 2) return std::nullopt;
+    return f->replicas.at(1);
+  };
+  const auto killed_at = std::chrono::steady_clock::now();
+  node.kill_agent();  // its workers die with it
+  // Three quick attempts fail (no agent answers), then the replica is marked failed and retried every 2 s.
+  REQUIRE(test::eventually([&] {
+    auto r = replica_b();
+    return r && r->state == "failed";
+  }, std::chrono::seconds(40)));
+  const double to_failed = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  auto meanwhile = engine->generate(requests);  // the local replica serves alone
+  REQUIRE(meanwhile.ok());
+  check_same_tokens(*meanwhile, *clean);
+  CHECK(replica_b()->state == "failed");
+  CHECK_FALSE(replica_b()->last_failure.empty());
+  node.start_agent();
+  const auto restarted_at = std::chrono::steady_clock::now();
+  REQUIRE(test::eventually([&] {
+    auto r = replica_b();
+    return r && r->state == "serving";
+  }, std::chrono::seconds(30)));
+  const double to_serving = std::chrono::duration<double>(std::chrono::steady_clock::now() - restarted_at).count();
+  WARN("agent killed -> replica failed " << to_failed << " s; agent started -> replica serving " << to_serving << " s");
+  const ReplicaInfo back = *replica_b();
+  CHECK(back.nodes == std::vector<std::string>{"node-b"});
+  CHECK(back.incarnation >= 4);  // the rebuild after the loss, and every failed attempt, are incarnations
+  CHECK(test::eventually([&] { return !workers_of_agent(node.agent).empty(); }, std::chrono::seconds(5)));
   auto whole = engine->generate(requests);
   REQUIRE(whole.ok());
   check_same_tokens(*whole, *clean);

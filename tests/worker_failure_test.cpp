@@ -146,6 +146,27 @@ TEST_CASE("a stopped worker process is detected by its heartbeat, killed and rep
   CHECK((*again)[0].generated_ids == (*out)[0].generated_ids);
 }
 
+TEST_CASE("an idle worker process killed is replaced at once, before any request reaches its replica",
+          "[failure][process]") {
+  auto cfg = test::quickstart("configs/quickstart-2proc.yaml", {"engine.step_timeout=500ms"});
+  auto engine = test::start_engine(cfg);
+  const auto workers = own_worker_processes();
+  REQUIRE(workers.size() == 1);
+  REQUIRE(kill(workers[0], SIGKILL) == 0);
+  // No request is sent: the coordinator learns of the loss from the worker's link, not from a failed step.
+  REQUIRE(test::eventually([&] {
+    auto f = engine->fleet();
+    return f.ok() && f->replicas.size() == 1 && f->replicas[0].incarnation == 1 && f->replicas[0].state == "serving";
+  }, std::chrono::seconds(10)));
+  const auto replaced = own_worker_processes();
+  REQUIRE(replaced.size() == 1);
+  CHECK(replaced[0] != workers[0]);
+  auto out = engine->generate({request({1, 403, 407}, 16)});
+  REQUIRE(out.ok());
+  REQUIRE_FALSE((*out)[0].error);
+  CHECK((*out)[0].generated_ids.size() == 16);
+}
+
 TEST_CASE("a worker process stopped mid-run: its running request continues on the rebuilt replica, unchanged",
           "[failure][process]") {
   auto cfg = test::quickstart("configs/quickstart-2proc.yaml", {"engine.step_timeout=500ms"});

@@ -113,8 +113,10 @@ void print_plan(const TopologyConfig& t, const CheckedModel& m, const TopologyPl
     if (const AutoscaleSection& a = section.autoscale; a.active()) {
       const std::string target = a.target_sequences > 0 ? std::to_string(a.target_sequences)
                                                         : std::to_string(std::max(1, t.engine.max_num_seqs / 2));
-      std::printf("\n  autoscaled: %d to %d replicas, %s sequences each; up after %lld ms, down after %lld ms",
-                  a.min_replicas, a.max_replicas, target.c_str(), static_cast<long long>(a.scale_up_after.count()),
+      const std::string tokens =
+          a.target_prompt_tokens > 0 ? " or " + std::to_string(a.target_prompt_tokens) + " prompt tokens to prefill" : "";
+      std::printf("\n  autoscaled: %d to %d replicas, %s sequences%s each; up after %lld ms, down after %lld ms",
+                  a.min_replicas, a.max_replicas, target.c_str(), tokens.c_str(), static_cast<long long>(a.scale_up_after.count()),
                   static_cast<long long>(a.scale_down_after.count()));
     }
     std::printf("\n\n");

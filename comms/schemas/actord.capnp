@@ -476,6 +476,7 @@ struct SchedulerStats {
   acceptedDraftTokens @37 :UInt64; # of which the samples confirmed (kept)
   prefillHandoffs @38 :UInt64;     # prefill/decode disaggregation: prefilled sequences sent on to decode elsewhere
   rebalancedSeqs @39 :UInt64;      # waiting sequences handed back (a scale-up) to be spread over the grown group
+  prefillBacklog @40 :UInt64;      # tokens of live sequences still to prefill, now (autoscale.target_prompt_tokens)
 }
 
 # KV export / import: a sequence's KV blocks leave one worker's pool and enter another's (prefill/decode
