@@ -31,6 +31,7 @@
 namespace actord::coord {
 
 constexpr auto kLostAnswerTimeout = std::chrono::seconds(5);
+constexpr auto kAgentProbeTimeout = std::chrono::seconds(2);
 
 // The replica's actors, stopped and no longer watched: scheduler, ranks (a worker process is killed), kv_pool.
 void stop_replica_actors(self_ptr self, Replica& r) {
@@ -513,7 +514,24 @@ void recover(self_ptr self, int index, const std::string& why) {
   });
 }
 
-void rebuild(self_ptr self, int index, uint32_t incarnation) {
+// A rebuild of replica `index` failed (`why`): the next attempt after rebuild_delay, the replica marked failed once
+// the quick attempts are spent.
+void retry_rebuild_later(self_ptr self, Replica& r, uint32_t incarnation, const std::string& why) {
+  r.last_failure = why;
+  const int failed = ++r.failed_rebuilds;
+  const auto wait = rebuild_delay(failed, r.params->topology.engine.rebuild_retry_max);
+  const double seconds = std::chrono::duration<double>(wait).count();
+  if (rebuilds_exhausted(failed)) {
+    r.state = ReplicaState::failed;
+    spdlog::error("coordinator: replica/{} could not be rebuilt ({} attempts), again in {:.0f} s: {}", r.index, failed,
+                  seconds, why);
+  } else {
+    spdlog::warn("coordinator: rebuilding replica/{} failed, again in {:.0f} s: {}", r.index, seconds, why);
+  }
+  self->delayed_send(self, wait, rebuild_atom::value, r.index, incarnation);
+}
+
+void attempt_rebuild(self_ptr self, int index, uint32_t incarnation) {
   Replica* r = current(self, index, incarnation);
   if (!r) return;
   stop_replica_actors(self, *r);
@@ -533,19 +551,39 @@ void rebuild(self_ptr self, int index, uint32_t incarnation) {
       else join_router(self, *r);
       return;
     }
-    r->last_failure = failure->message;
-    const int failed = ++r->failed_rebuilds;
-    const auto wait = rebuild_delay(failed, r->params->topology.engine.rebuild_retry_max);
-    const double seconds = std::chrono::duration<double>(wait).count();
-    if (rebuilds_exhausted(failed)) {
-      r->state = ReplicaState::failed;
-      spdlog::error("coordinator: replica/{} could not be rebuilt ({} attempts), again in {:.0f} s: {}", index, failed,
-                    seconds, failure->message);
-    } else {
-      spdlog::warn("coordinator: rebuilding replica/{} failed, again in {:.0f} s: {}", index, seconds, failure->message);
-    }
-    self->delayed_send(self, wait, rebuild_atom::value, index, next);
+    retry_rebuild_later(self, *r, next, failure->message);
   });
+}
+
+// A failed replica placed on other nodes first asks their agents, off the coordinator's thread (an agent that is
+// down costs a timeout, and building a group across nodes asks them from here); the answer comes back as
+// (rebuild_atom, index, incarnation, why), why empty when every one answered.
+void rebuild(self_ptr self, int index, uint32_t incarnation) {
+  Replica* r = current(self, index, incarnation);
+  if (!r) return;
+  std::vector<std::string> agents;
+  if (r->state == ReplicaState::failed)
+    for (const std::string& agent : place_of(*r->params, r->plan_slot))
+      if (!agent.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end()) agents.push_back(agent);
+  if (agents.empty()) return attempt_rebuild(self, index, incarnation);
+  const auto me = caf::actor_cast<coordinator_actor>(self);
+  self->system().spawn<caf::detached>([=](caf::event_based_actor* probe) {
+    std::string why;
+    for (const std::string& agent : agents)
+      if (auto port = NodeAgentClient(agent, kAgentProbeTimeout).free_port(); !port) {
+        why = port.error().message;
+        break;
+      }
+    caf::anon_send(me, rebuild_atom::value, index, incarnation, why);
+    probe->quit();
+  });
+}
+
+void probed(self_ptr self, int index, uint32_t incarnation, const std::string& why) {
+  Replica* r = current(self, index, incarnation);
+  if (!r) return;
+  if (why.empty()) return attempt_rebuild(self, index, incarnation);
+  retry_rebuild_later(self, *r, incarnation, why);
 }
 
 void build_replicas(self_ptr self, const std::vector<int>& indices, std::shared_ptr<const CoordinatorParams> params,
@@ -732,6 +770,9 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self, std::vector<Coo
         }
       },
       [=](rebuild_atom, int index, uint32_t incarnation) { rebuild(self, index, incarnation); },
+      [=](rebuild_atom, int index, uint32_t incarnation, const std::string& why) {
+        probed(self, index, incarnation, why);
+      },
       [=](autoscale_atom) { autoscale_tick(self); },
       [=](stop_atom) {
         stop_all(self);

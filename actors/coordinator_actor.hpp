@@ -95,13 +95,15 @@ struct CoordinatorParams {
 constexpr uint32_t kCoordinatorOk = UINT32_MAX;
 
 // The coordinator's typed interface (the messages above; lost_atom comes from its schedulers, rebuild_atom and
-// autoscale_atom from itself).
+// autoscale_atom from itself: rebuild_atom with a text is a failed replica's probe of its node agents answering,
+// empty when they all answered).
 using coordinator_actor =
     caf::typed_actor<caf::replies_to<start_atom>::with<uint32_t, std::string, router_actor>,
                      caf::replies_to<scale_atom, std::string, int32_t>::with<uint32_t, std::string>,
                      caf::replies_to<reshape_atom, wire_msg>::with<uint32_t, std::string>,
                      caf::replies_to<fleet_atom>::with<wire_msg>, caf::reacts_to<lost_atom, std::string>,
-                     caf::reacts_to<rebuild_atom, int, uint32_t>, caf::reacts_to<autoscale_atom>,
+                     caf::reacts_to<rebuild_atom, int, uint32_t>,
+                     caf::reacts_to<rebuild_atom, int, uint32_t, std::string>, caf::reacts_to<autoscale_atom>,
                      caf::reacts_to<stop_atom>>;
 
 // One CoordinatorParams per group of the topology, in order (group_index 0, 1, ...): they share the topology and the

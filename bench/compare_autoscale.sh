@@ -7,12 +7,14 @@
 # p50 / p99 and ITL p50 / p99 (ms) as the clients saw them; for the autoscaled one also each resize, in seconds
 # after the load began, and its replicas at the end of the idle time. SEQS: engine.max_num_seqs of every server.
 # BASELINE: another actord binary (an earlier build), whose autoscaled group runs too, after this one's, each round.
+# TOKENS: a fourth server, the autoscaled group with target_prompt_tokens TOKENS as well (its prefill backlog).
 # Usage: [ROUNDS=2] [RATE=4] [NUM=48] [INPUT=256] [OUTPUT=64] [THREADS=1] [TARGET=4] [UP=1s] [DOWN=5s] [IDLE=8] \
-#        [SEQS=64] [BASELINE=ACTORD] bench/compare_autoscale.sh MODEL [ACTORD]
+#        [SEQS=64] [BASELINE=ACTORD] [TOKENS=N] bench/compare_autoscale.sh MODEL [ACTORD]
 set -euo pipefail
 model=$1 actord=${2:-build/actord}
 rounds=${ROUNDS:-2} rate=${RATE:-4} num=${NUM:-48} input=${INPUT:-256} output=${OUTPUT:-64} threads=${THREADS:-1}
 target=${TARGET:-4} up=${UP:-1s} down=${DOWN:-5s} idle=${IDLE:-8} seqs=${SEQS:-64} baseline=${BASELINE:-}
+tokens=${TOKENS:-}
 config=$(dirname "$0")/../configs/quickstart.yaml
 log=/tmp/compare_autoscale.$$
 source "$(dirname "$0")/serve_lib.sh"
@@ -59,6 +61,7 @@ for round in $(seq "$rounds"); do
   server "1 replica"
   server "2 replicas" --set "groups[0].replicas=2"
   server autoscaled --set "$autoscale"
+  [ -z "$tokens" ] || server "autoscaled +tokens" --set "${autoscale/target_sequences:/target_prompt_tokens: $tokens, target_sequences:}"
   [ -z "$baseline" ] || bin=$baseline server "autoscaled (baseline)" --set "$autoscale"
 done
 rm -f "$log.server"

@@ -394,6 +394,19 @@ TEST_CASE("two nodes: a node agent killed and started again - its replica, faile
   check_same_tokens(*meanwhile, *clean);
   CHECK(replica_b()->state == "failed");
   CHECK_FALSE(replica_b()->last_failure.empty());
+  // Failed, its node's agent is asked first, off the coordinator's thread: no rebuild is tried while it does not
+  // answer (no new incarnation), and the coordinator answers at once meanwhile.
+  const uint32_t failed_incarnation = replica_b()->incarnation;
+  double slowest = 0;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4); std::chrono::steady_clock::now() < until;) {
+    const auto asked = std::chrono::steady_clock::now();
+    REQUIRE(replica_b());
+    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(slowest < 0.5);
+  CHECK(replica_b()->incarnation == failed_incarnation);
+  CHECK(replica_b()->state == "failed");
   node.start_agent();
   const auto restarted_at = std::chrono::steady_clock::now();
   REQUIRE(test::eventually([&] {
