@@ -487,6 +487,22 @@ void after_leaving_router(self_ptr self, const scheduler_actor& scheduler, std::
       .then([=](bool) { then(); }, [=](const caf::error&) { then(); });
 }
 
+// Hands the scheduler's last statistics to the router, which keeps them in its totals once the scheduler is gone
+// (a retired or rebuilt replica's counters stay in /metrics), then runs `then`; on any error `then` all the same.
+void keep_last_stats(self_ptr self, const scheduler_actor& scheduler, std::function<void()> then) {
+  if (!scheduler || !self->state.router) return then();
+  const wire_msg ask = build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(0); });
+  self->request(scheduler, kLostAnswerTimeout, stats_atom::value, ask)
+      .then(
+          [=](const wire_msg& stats) {
+            if (!self->state.router) return then();
+            self->request(self->state.router, kLostAnswerTimeout, stats_atom::value,
+                          caf::actor_cast<caf::actor>(scheduler), stats)
+                .then([=](bool) { then(); }, [=](const caf::error&) { then(); });
+          },
+          [=](const caf::error&) { then(); });
+}
+
 // A rank of replica `index` went down: its sequences go back to the router, and it is rebuilt.
 void recover(self_ptr self, int index, const std::string& why) {
   auto& st = self->state;
@@ -504,11 +520,12 @@ void recover(self_ptr self, int index, const std::string& why) {
   after_leaving_router(self, r.scheduler, [=] {
     Replica* r = current(self, index, incarnation);
     if (!r) return;
-    self->request(r->scheduler, kLostAnswerTimeout, lost_atom::value, why)
+    const scheduler_actor scheduler = r->scheduler;
+    self->request(scheduler, kLostAnswerTimeout, lost_atom::value, why)
         .then(
             [=](const std::string& cause) {
               if (Replica* r = current(self, index, incarnation)) r->last_failure = cause;
-              rebuild(self, index, incarnation);
+              keep_last_stats(self, scheduler, [=] { rebuild(self, index, incarnation); });
             },
             [=](const caf::error&) { rebuild(self, index, incarnation); });
   });
@@ -645,7 +662,8 @@ void drain_replicas(self_ptr self, const std::vector<int>& indices, std::functio
     const scheduler_actor scheduler = r.scheduler;
     after_leaving_router(self, scheduler, [=] {
       auto ask = [&](auto atom) {
-        self->request(scheduler, caf::infinite, atom).then([=](bool) { finish(); }, [=](const caf::error&) { finish(); });
+        self->request(scheduler, caf::infinite, atom)
+            .then([=](bool) { keep_last_stats(self, scheduler, finish); }, [=](const caf::error&) { finish(); });
       };
       if (migrate) ask(migrate_atom::value);
       else ask(drain_atom::value);

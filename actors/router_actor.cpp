@@ -260,6 +260,15 @@ router_actor::behavior_type router_impl(self_ptr self, PhasePolicies policies, i
         }
         return rp;
       },
+      [=](stats_atom, const caf::actor& scheduler, const wire_msg& msg) {
+        try {
+          WireReader reader(msg);
+          if (Known* k = find(self->state, scheduler.address())) k->last = from_wire(reader.root<wire::SchedulerStats>());
+        } catch (const std::exception& e) {
+          spdlog::warn("router: malformed final statistics dropped: {}", e.what());
+        }
+        return true;
+      },
   };
 }
 

@@ -98,7 +98,8 @@ inline SchedulerStats stats_between(const SchedulerStats& earlier, const Schedul
 }
 
 // Adds one scheduler's statistics to a total over several (data parallel replicas): counters and gauges add up,
-// max_seqs_in_step is the largest. With counters_only (a replica that is gone) the gauges are left out.
+// max_seqs_in_step is the largest. With counters_only (a replica that is gone) the gauges, max_seqs_in_step and the
+// expert placement are left out.
 inline void add_stats(SchedulerStats& total, const SchedulerStats& part, bool counters_only = false) {
   const SchedulerStats before = total;
 #define ACTORD_STATS_ADD(name, Wire) total.name += part.name;
@@ -113,8 +114,10 @@ inline void add_stats(SchedulerStats& total, const SchedulerStats& part, bool co
     total.waiting_seqs = before.waiting_seqs;
     total.swapped_seqs = before.swapped_seqs;
     total.prefill_backlog = before.prefill_backlog;
+    total.max_seqs_in_step = before.max_seqs_in_step;
   }
   add_expert_tokens(total, part);
+  if (counters_only) total.expert_placement = before.expert_placement;
 }
 
 }  // namespace actord

@@ -30,6 +30,31 @@ int serving_replicas(Engine& engine) {
   return serving;
 }
 
+// 12 greedy prompts of 400 tokens, 24 generated: fed 16 tokens a step, a long prefill backlog in 12 sequences.
+std::vector<GenerateRequest> long_prompts() {
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest r;
+    r.prompt_ids.push_back(1);
+    for (int j = 1; j < 400; ++j) r.prompt_ids.push_back(3 + (i * 31 + j * 7) % 500);
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+void check_same_tokens(const Result<std::vector<GenerateOutput>>& out, const std::vector<GenerateOutput>& clean) {
+  REQUIRE(out.ok());
+  REQUIRE(out->size() == clean.size());
+  for (size_t i = 0; i < clean.size(); ++i) {
+    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
+    REQUIRE_FALSE((*out)[i].error);
+    CHECK((*out)[i].generated_ids == clean[i].generated_ids);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("autoscale: a group grows while its load wants more replicas and shrinks back once idle - every request "
@@ -76,17 +101,7 @@ TEST_CASE("autoscale: a group grows while its load wants more replicas and shrin
 
 TEST_CASE("autoscale: with target_prompt_tokens a group grows on its queue of prompts while its sequences alone "
           "would not ask - every request completes with a clean run's tokens", "[engine][autoscale]") {
-  // 12 prompts of 400 tokens fed 16 tokens a step: a long prefill backlog, 12 sequences (under target_sequences).
-  std::vector<GenerateRequest> requests;
-  for (int i = 0; i < 12; ++i) {
-    GenerateRequest r;
-    r.prompt_ids.push_back(1);
-    for (int j = 1; j < 400; ++j) r.prompt_ids.push_back(3 + (i * 31 + j * 7) % 500);
-    r.max_tokens = 24;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0.0f;
-    requests.push_back(std::move(r));
-  }
+  const std::vector<GenerateRequest> requests = long_prompts();
   const std::string group = "{name: main, threads: 1, autoscale: {max_replicas: 2, target_sequences: 64, %s"
                             "scale_up_after: 0s, scale_down_after: 300ms, interval: 20ms}}";
   auto with = [&](const std::string& tokens) {
@@ -110,13 +125,45 @@ TEST_CASE("autoscale: with target_prompt_tokens a group grows on its queue of pr
   CHECK(grew);
   CHECK_THAT(look, Catch::StartsWith("group main: ") && Catch::Contains(" prompt tokens to prefill, in 1 replicas (64 "
                                                                         "sequences or 400 prompt tokens each, 1 to 2 replicas)"));
-  REQUIRE(out.ok());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    INFO("request " << i << ": " << ((*out)[i].error ? (*out)[i].error->message : std::string("no error")));
-    REQUIRE_FALSE((*out)[i].error);
-    CHECK((*out)[i].generated_ids == (*clean)[i].generated_ids);
-  }
+  check_same_tokens(out, *clean);
   CHECK(test::eventually([&] { return engine->fleet()->replicas.size() == 1; }, 20s));
+}
+
+TEST_CASE("autoscale: a prefill group (disaggregated) grows on its queue of prompts and hands every prefilled "
+          "sequence on to the decode group - every request completes with a colocated run's tokens",
+          "[engine][autoscale][disaggregation]") {
+  const std::vector<GenerateRequest> requests = long_prompts();
+  auto clean = test::start_engine(test::quickstart())->generate(requests);
+  REQUIRE(clean.ok());
+  auto cfg = parse_topology(
+      "model:\n  path: ../models/stories260K\nengine: {max_num_seqs: 64, max_num_batched_tokens: 16, kv_cache_memory: "
+      "16MiB}\ngroups:\n  - {name: prefill, role: prefill, threads: 1, oversubscribe: true, autoscale: {max_replicas: 2, target_sequences: "
+      "64, target_prompt_tokens: 400, scale_up_after: 0s, scale_down_after: 300ms, interval: 20ms}}\n  - {name: "
+      "decode, role: decode, threads: 1, oversubscribe: true}\n",
+      test::source_dir() / "configs/autoscaled.yaml");
+  REQUIRE(cfg.ok());
+  auto engine = test::start_engine(*cfg);
+  auto prefill_replicas = [&] {
+    auto fleet = engine->fleet();
+    REQUIRE(fleet.ok());
+    int n = 0;
+    for (const ReplicaInfo& r : fleet->replicas) n += r.group == "prefill" && r.state == "serving";
+    return n;
+  };
+  bool grew = false;
+  auto out = test::generate_while(*engine, requests, [&] {
+    grew = test::eventually([&] { return prefill_replicas() == 2; }, 20s);
+  });
+  CHECK(grew);
+  check_same_tokens(out, *clean);
+  CHECK(test::eventually([&] { return prefill_replicas() == 1; }, 20s));
+  auto stats = engine->stats();
+  REQUIRE(stats.ok());
+  // Every prompt was prefilled in the prefill group and crossed with its KV; the retired replica's counters stay in
+  // the totals. The added replica took its share at once: the first one handed back what it had not started.
+  CHECK(stats->prefill_handoffs == requests.size());
+  CHECK(stats->kv_moves_in == requests.size());
+  CHECK(stats->rebalanced_seqs > 0);
 }
 
 TEST_CASE("autoscale: a max_replicas whose replicas the machine cannot run is refused at start naming the key",

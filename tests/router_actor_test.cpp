@@ -183,3 +183,65 @@ TEST_CASE("router actor: policy_atom changes each phase's policy for the request
   CHECK(ids(s0_log) == std::vector<uint64_t>{1, 4, 6});
   CHECK(ids(s1_log) == std::vector<uint64_t>{2, 3, 5, 7});
 }
+
+TEST_CASE("router actor: a retiring scheduler's last statistics, handed over before it stops, stay in the totals once "
+          "it is gone - counters never go back", "[router][actor]") {
+  Fixture f;
+  auto s0_log = std::make_shared<std::vector<Seen>>(), s1_log = std::make_shared<std::vector<Seen>>();
+  auto s0 = f.sys->spawn(recorder, s0_log, 3), s1 = f.sys->spawn(recorder, s1_log, 4);
+  auto router = spawn_router(*f.sys, PhasePolicies{}, 16);
+  caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
+  f.sched->run();
+  std::optional<SchedulerStats> total;
+  std::optional<bool> kept;
+  auto ask_total = [&] {
+    total.reset();
+    auto asker = f.sys->spawn([&](caf::event_based_actor* self) {
+      self->request(router, caf::infinite, stats_atom::value,
+                    build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(1); }))
+          .then([&](const wire_msg& reply) {
+            WireReader r(reply);
+            total = from_wire(r.root<wire::SchedulerStats>());
+          });
+    });
+    f.sched->run();
+    caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
+    f.sched->run();
+  };
+  // s1 retires having stepped 9 times since anyone asked (the router saw none of those steps): its coordinator hands
+  // its last statistics over, then stops it.
+  SchedulerStats last;
+  last.steps = 9;
+  last.prefill_handoffs = 5;
+  last.running_seqs = 2;  // a gauge: not counted once it is gone
+  auto handing = f.sys->spawn([&](caf::event_based_actor* self) {
+    self->request(router, caf::infinite, stats_atom::value, caf::actor_cast<caf::actor>(s1),
+                  build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(last, out); }))
+        .then([&](bool ok) { kept = ok; });
+  });
+  f.sched->run();
+  REQUIRE(kept);
+  CHECK(*kept);
+  caf::anon_send_exit(s1, caf::exit_reason::user_shutdown);
+  f.sched->run();
+  ask_total();
+  REQUIRE(total);
+  CHECK(total->steps == 3 + 9);  // s0 now, s1's last
+  CHECK(total->prefill_handoffs == 5);
+  CHECK(total->running_seqs == 1);  // s0's only
+  // Statistics for a scheduler the router does not know (gone already) are answered and ignored.
+  kept.reset();
+  auto late = f.sys->spawn([&](caf::event_based_actor* self) {
+    self->request(router, caf::infinite, stats_atom::value, caf::actor_cast<caf::actor>(s1),
+                  build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(last, out); }))
+        .then([&](bool ok) { kept = ok; });
+  });
+  f.sched->run();
+  CHECK(kept);
+  ask_total();
+  CHECK(total->steps == 3 + 9);
+  for (auto* a : {&s0, &handing, &late}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  f.sched->run();
+}

@@ -84,6 +84,7 @@ router_actor::behavior_type router_impl(router_actor::pointer self, std::shared_
       [=](load_atom, uint64_t) {},
       [=](policy_atom, uint32_t, uint32_t) {},
       [=](stats_atom, const wire_msg& m) { return m; },
+      [=](stats_atom, const caf::actor&, const wire_msg&) { return true; },
   };
 }
 
