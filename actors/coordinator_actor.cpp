@@ -572,16 +572,16 @@ void attempt_rebuild(self_ptr self, int index, uint32_t incarnation) {
   });
 }
 
-// A failed replica placed on other nodes first asks their agents, off the coordinator's thread (an agent that is
-// down costs a timeout, and building a group across nodes asks them from here); the answer comes back as
-// (rebuild_atom, index, incarnation, why), why empty when every one answered.
+// A replica placed on other nodes is rebuilt once their agents answer, asked off the coordinator's thread (an agent
+// that is down costs a timeout, and building a group across nodes asks them from here): the answer comes back as
+// (rebuild_atom, index, incarnation, why), why empty when every one answered; an agent that does not counts as a
+// failed attempt.
 void rebuild(self_ptr self, int index, uint32_t incarnation) {
   Replica* r = current(self, index, incarnation);
   if (!r) return;
   std::vector<std::string> agents;
-  if (r->state == ReplicaState::failed)
-    for (const std::string& agent : place_of(*r->params, r->plan_slot))
-      if (!agent.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end()) agents.push_back(agent);
+  for (const std::string& agent : place_of(*r->params, r->plan_slot))
+    if (!agent.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end()) agents.push_back(agent);
   if (agents.empty()) return attempt_rebuild(self, index, incarnation);
   const auto me = caf::actor_cast<coordinator_actor>(self);
   self->system().spawn<caf::detached>([=](caf::event_based_actor* probe) {
@@ -600,6 +600,7 @@ void probed(self_ptr self, int index, uint32_t incarnation, const std::string& w
   Replica* r = current(self, index, incarnation);
   if (!r) return;
   if (why.empty()) return attempt_rebuild(self, index, incarnation);
+  stop_replica_actors(self, *r);  // what is left of the lost incarnation
   retry_rebuild_later(self, *r, incarnation, why);
 }
 
