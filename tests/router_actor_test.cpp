@@ -79,6 +79,35 @@ struct Fixture {
   size_t count(const Log& log, const std::string& what) const {
     return static_cast<size_t>(std::count_if(log->begin(), log->end(), [&](const Seen& s) { return s.what == what; }));
   }
+  // The router's answer to a StatsRequest: the total over its schedulers.
+  std::optional<SchedulerStats> total_stats(const router_actor& router) {
+    std::optional<SchedulerStats> total;
+    auto asker = sys->spawn([&](caf::event_based_actor* self) {
+      self->request(router, caf::infinite, stats_atom::value,
+                    build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(7); }))
+          .then([&](const wire_msg& reply) {
+            WireReader r(reply);
+            total = from_wire(r.root<wire::SchedulerStats>());
+          });
+    });
+    sched->run();
+    caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
+    sched->run();
+    return total;
+  }
+  // The router's answer to a retiring scheduler's last statistics `last`.
+  std::optional<bool> hand_last_stats(const router_actor& router, const caf::actor& scheduler, const SchedulerStats& last) {
+    std::optional<bool> kept;
+    auto handing = sys->spawn([&](caf::event_based_actor* self) {
+      self->request(router, caf::infinite, stats_atom::value, scheduler,
+                    build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(last, out); }))
+          .then([&](bool ok) { kept = ok; });
+    });
+    sched->run();
+    caf::anon_send_exit(handing, caf::exit_reason::user_shutdown);
+    sched->run();
+    return kept;
+  }
 };
 
 }  // namespace
@@ -140,22 +169,12 @@ TEST_CASE("router actor: forwards as the tokenizer, spreads by load, queues with
   CHECK(f.count(s1_log, "submit") == 3);
 
   // Stats: the sum over the schedulers known.
-  std::optional<SchedulerStats> total;
-  auto asker = f.sys->spawn([&](caf::event_based_actor* self) {
-    self->request(router, caf::infinite, stats_atom::value,
-                  build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(7); }))
-        .then([&](const wire_msg& reply) {
-          WireReader r(reply);
-          total = from_wire(r.root<wire::SchedulerStats>());
-        });
-  });
-  f.sched->run();
+  const std::optional<SchedulerStats> total = f.total_stats(router);
   REQUIRE(total);
   CHECK(total->steps == 3 + 4);
   CHECK(total->running_seqs == 2);
   for (auto* a : {&s0, &s1, &tokenizer}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
   f.sched->run();
 }
 
@@ -193,55 +212,26 @@ TEST_CASE("router actor: a retiring scheduler's last statistics, handed over bef
   caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
   caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
   f.sched->run();
-  std::optional<SchedulerStats> total;
-  std::optional<bool> kept;
-  auto ask_total = [&] {
-    total.reset();
-    auto asker = f.sys->spawn([&](caf::event_based_actor* self) {
-      self->request(router, caf::infinite, stats_atom::value,
-                    build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(1); }))
-          .then([&](const wire_msg& reply) {
-            WireReader r(reply);
-            total = from_wire(r.root<wire::SchedulerStats>());
-          });
-    });
-    f.sched->run();
-    caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
-    f.sched->run();
-  };
   // s1 retires having stepped 9 times since anyone asked (the router saw none of those steps): its coordinator hands
   // its last statistics over, then stops it.
   SchedulerStats last;
   last.steps = 9;
   last.prefill_handoffs = 5;
   last.running_seqs = 2;  // a gauge: not counted once it is gone
-  auto handing = f.sys->spawn([&](caf::event_based_actor* self) {
-    self->request(router, caf::infinite, stats_atom::value, caf::actor_cast<caf::actor>(s1),
-                  build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(last, out); }))
-        .then([&](bool ok) { kept = ok; });
-  });
-  f.sched->run();
-  REQUIRE(kept);
-  CHECK(*kept);
+  CHECK(f.hand_last_stats(router, s1, last) == true);
   caf::anon_send_exit(s1, caf::exit_reason::user_shutdown);
   f.sched->run();
-  ask_total();
+  std::optional<SchedulerStats> total = f.total_stats(router);
   REQUIRE(total);
   CHECK(total->steps == 3 + 9);  // s0 now, s1's last
   CHECK(total->prefill_handoffs == 5);
   CHECK(total->running_seqs == 1);  // s0's only
   // Statistics for a scheduler the router does not know (gone already) are answered and ignored.
-  kept.reset();
-  auto late = f.sys->spawn([&](caf::event_based_actor* self) {
-    self->request(router, caf::infinite, stats_atom::value, caf::actor_cast<caf::actor>(s1),
-                  build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) { to_wire(last, out); }))
-        .then([&](bool ok) { kept = ok; });
-  });
-  f.sched->run();
-  CHECK(kept);
-  ask_total();
+  CHECK(f.hand_last_stats(router, s1, last) == true);
+  total = f.total_stats(router);
+  REQUIRE(total);
   CHECK(total->steps == 3 + 9);
-  for (auto* a : {&s0, &handing, &late}) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(s0, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   f.sched->run();
 }
