@@ -1,5 +1,7 @@
-// The coordinator's state and the helpers its files share (coordinator_actor.cpp: building, rebuilding, draining
-// replicas, scale, status; coordinator_reshape.cpp: actord apply's rolling reshape). Internal to the coordinator.
+// The coordinator's state and the helpers its files share (coordinator_actor.cpp: building and draining replicas,
+// status; coordinator_recovery.cpp: rebuilding a replica that lost a rank; coordinator_scale.cpp and
+// coordinator_autoscale.cpp: resizes; coordinator_reshape.cpp: actord apply's rolling reshape). Internal to the
+// coordinator.
 #pragma once
 
 #include <caf/typed_event_based_actor.hpp>
@@ -78,6 +80,26 @@ struct coordinator_state {
 
 using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 using BuildDone = std::function<void(std::optional<Error>)>;
+
+// The replica's actors, stopped and no longer watched (a worker process is killed); its CPUs given back.
+void stop_replica_actors(self_ptr self, Replica& r);
+// Replica `index` if it is still the incarnation a callback was made for, else null.
+Replica* current(self_ptr self, int index, uint32_t incarnation);
+// Builds replica `index` from its params (its kv pools, ranks and scheduler); `done` gets nothing once every rank is
+// ready, or the error.
+void build_replica(self_ptr self, int index, BuildDone done);
+// Tells the router to route nothing more to `scheduler` and runs `then` once it answered.
+void after_leaving_router(self_ptr self, const scheduler_actor& scheduler, std::function<void()> then);
+
+// coordinator_recovery.cpp. keep_last_stats: the scheduler's last statistics handed to the router (kept in its totals
+// once the scheduler is gone), then `then`, on any error too. recover: a rank of replica `index` went down (`why`):
+// its sequences go back to the router and it is rebuilt. rebuild: (rebuild_atom, index, incarnation), an attempt
+// (a replica on other nodes asks their agents first, off this thread); probed: that ask's answer (`why` empty: every
+// agent answered).
+void keep_last_stats(self_ptr self, const scheduler_actor& scheduler, std::function<void()> then);
+void recover(self_ptr self, int index, const std::string& why);
+void rebuild(self_ptr self, int index, uint32_t incarnation);
+void probed(self_ptr self, int index, uint32_t incarnation, const std::string& why);
 
 // Builds replicas `indices` together from `params` (as its plan's replicas `plan_slots`; none: the same numbers);
 // `done` gets nothing when all are ready (none joined the router yet), or the first error (every one of them
