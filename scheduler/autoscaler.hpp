@@ -5,9 +5,9 @@
 // serving replicas and their load: the sequences they hold (running + waiting) and their prefill backlog (tokens
 // still to prefill). The group wants as many replicas as the larger of ceil(sequences / target_sequences) and, when
 // target_prompt_tokens is set, ceil(backlog / target_prompt_tokens), within [min_replicas, max_replicas] (a
-// prefill group's load lies in its prompts: its sequences leave as soon as they are prefilled). More replicas are asked for
-// once the group has wanted more at every look for scale_up_after, and then the fewest it wanted over that time
-// (a burst shorter than the window adds nothing); fewer once it has wanted fewer at every look for
+// prefill group's load lies in its prompts: its sequences leave as soon as they are prefilled). More replicas are
+// asked for once the group has wanted more at every look for scale_up_after, and then the fewest it wanted over
+// that time (a burst shorter than the window adds nothing); fewer once it has wanted fewer at every look for
 // scale_down_after, and then the most it wanted over that time (as Kubernetes' autoscaler stabilises a scale-down
 // over its window). A look whose replicas differ from the last look's (a scale was carried out, or someone else
 // resized the group) starts both windows again. Replicas outside [min, max] (an apply or a manual scale) are asked
@@ -24,7 +24,8 @@ namespace actord {
 
 // A group's load at one look, summed over its serving replicas.
 struct GroupLoad {
-  GroupLoad(uint64_t sequences = 0, uint64_t prefill_backlog = 0) : sequences(sequences), prefill_backlog(prefill_backlog) {}
+  GroupLoad(uint64_t sequences = 0, uint64_t prefill_backlog = 0)  // NOLINT: a count of sequences alone converts
+      : sequences(sequences), prefill_backlog(prefill_backlog) {}
   uint64_t sequences;        // running + waiting
   uint64_t prefill_backlog;  // tokens still to prefill (BatchScheduler::prefill_backlog)
 };
