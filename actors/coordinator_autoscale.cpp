@@ -93,7 +93,7 @@ void autoscale_tick(self_ptr self) {
   }
   if (st.scaling) return;
   const auto timeout = next_interval(st).value_or(std::chrono::milliseconds(1000));
-  const wire_msg request = build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(0); });
+  const wire_msg request = stats_request(0);
   for (size_t gi : groups) {
     auto look = std::make_shared<Look>();
     look->group = gi;

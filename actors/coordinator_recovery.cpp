@@ -12,7 +12,7 @@
 #include "actors/coordinator_state.hpp"
 #include "actors/node_agent.hpp"
 #include "actors/rebuild_backoff.hpp"
-#include "comms/capnp_codec.hpp"
+#include "comms/codecs.hpp"
 
 namespace actord::coord {
 
@@ -23,8 +23,7 @@ constexpr auto kAgentProbeTimeout = std::chrono::seconds(2);
 // (a retired or rebuilt replica's counters stay in /metrics), then runs `then`; on any error `then` all the same.
 void keep_last_stats(self_ptr self, const scheduler_actor& scheduler, std::function<void()> then) {
   if (!scheduler || !self->state.router) return then();
-  const wire_msg ask = build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(0); });
-  self->request(scheduler, kLostAnswerTimeout, stats_atom::value, ask)
+  self->request(scheduler, kLostAnswerTimeout, stats_atom::value, stats_request(0))
       .then(
           [=](const wire_msg& stats) {
             if (!self->state.router) return then();

@@ -459,9 +459,8 @@ size_t Engine::num_in_flight() const { return impl_->api->num_in_flight(); }
 
 Result<EngineStats> Engine::stats() {
   caf::scoped_actor self{*impl_->system};
-  wire_msg req = build<wire::StatsRequest>([&](wire::StatsRequest::Builder out) { out.setCorrelationId(1); });
   Result<EngineStats> result = Error{Errc::internal, "no reply from the scheduler"};
-  self->request(impl_->router, caf::infinite, stats_atom::value, std::move(req))
+  self->request(impl_->router, caf::infinite, stats_atom::value, stats_request(1))
       .receive(
           [&](const wire_msg& reply) {
             WireReader reader(reply);

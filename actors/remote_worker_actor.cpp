@@ -47,6 +47,16 @@ wire_msg failure_reply(wire::MessageKind kind, const std::string& reason) {
   return build<wire::StepResult>([&](wire::StepResult::Builder out) { set_error(out.initError(), err); });
 }
 
+// Everyone waiting for a reply gets a failure saying `reason`.
+void fail_pending(self_ptr self, const std::string& reason) {
+  auto& st = self->state;
+  while (!st.pending.empty()) {
+    auto reply = std::move(st.pending.front());
+    st.pending.pop_front();
+    reply.promise.deliver(failure_reply(reply.kind, reason));
+  }
+}
+
 caf::typed_response_promise<wire_msg> forward(self_ptr self, wire::MessageKind send_kind,
                                               wire::MessageKind reply_kind, const wire_msg& msg) {
   auto promise = self->make_response_promise<wire_msg>();
@@ -80,12 +90,7 @@ remote_worker_actor::behavior_type remote_worker_impl(self_ptr self, WorkerProce
   self->set_exit_handler([=](caf::exit_msg& msg) {
     auto& st = self->state;
     if (msg.reason == caf::exit_reason::unreachable && st.process) st.process->kill();
-    const std::string reason = "worker " + options.name + " stopped: " + self->system().render(msg.reason);
-    while (!st.pending.empty()) {
-      auto reply = std::move(st.pending.front());
-      st.pending.pop_front();
-      reply.promise.deliver(failure_reply(reply.kind, reason));
-    }
+    fail_pending(self, "worker " + options.name + " stopped: " + self->system().render(msg.reason));
     self->quit(msg.reason);
   });
   // The receive thread holds a handle to this actor; the cycle breaks when the actor quits (its state, and with it
@@ -114,13 +119,8 @@ remote_worker_actor::behavior_type remote_worker_impl(self_ptr self, WorkerProce
       // the actor ends with it, so that its monitors (the coordinator) learn of the loss at once, not at the next
       // step sent to it.
       [=](link_down_atom, const std::string& reason) {
-        auto& st = self->state;
-        st.down_reason = reason;
-        while (!st.pending.empty()) {
-          auto reply = std::move(st.pending.front());
-          st.pending.pop_front();
-          reply.promise.deliver(failure_reply(reply.kind, reason));
-        }
+        self->state.down_reason = reason;
+        fail_pending(self, reason);
         self->quit(caf::make_error(caf::sec::runtime_error, reason));
       },
   };

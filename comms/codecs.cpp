@@ -81,4 +81,8 @@ SchedulerStats from_wire(wire::SchedulerStats::Reader in) {
   return s;
 }
 
+wire_msg stats_request(uint64_t correlation_id) {
+  return build<wire::StatsRequest>([&](wire::StatsRequest::Builder out) { out.setCorrelationId(correlation_id); });
+}
+
 }  // namespace actord

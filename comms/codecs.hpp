@@ -17,5 +17,7 @@ TokenLogprobs from_wire(wire::TokenLogprobs::Reader in);
 
 void to_wire(const SchedulerStats& in, wire::SchedulerStats::Builder out);
 SchedulerStats from_wire(wire::SchedulerStats::Reader in);
+// A StatsRequest (answered with a SchedulerStats) carrying `correlation_id`.
+wire_msg stats_request(uint64_t correlation_id);
 
 }  // namespace actord
