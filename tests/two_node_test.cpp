@@ -115,6 +115,14 @@ std::vector<GenerateRequest> greedy_batch(size_t n, uint32_t max_tokens) {
   return out;
 }
 
+// The requests' outputs on one worker (quickstart), that engine stopped before the caller starts its own.
+std::vector<GenerateOutput> one_worker(const std::vector<GenerateRequest>& requests) {
+  auto single = test::start_engine(test::quickstart());
+  auto out = single->generate(requests);
+  REQUIRE(out.ok());
+  return *out;
+}
+
 void check_same_tokens(const std::vector<GenerateOutput>& got, const std::vector<GenerateOutput>& expected) {
   REQUIRE(got.size() == expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -130,15 +138,12 @@ TEST_CASE("two nodes: tp2 x pp2 with stage 1 on node-b (its agent in a network n
           "[engine][node]") {
   OTHER_NODE_OR_SKIP(node);
   const auto requests = greedy_batch(6, 64);
-  auto single = test::start_engine(test::quickstart());
-  auto expected = single->generate(requests);
-  REQUIRE(expected.ok());
-  single.reset();
+  const std::vector<GenerateOutput> expected = one_worker(requests);
   auto engine = test::start_engine(two_nodes(node, "{tp: 2, pp: 2, threads: 1, placement: [node:local, node:node-b]}"));
   CHECK(test::worker_processes_of(getpid()).size() == 2);  // stage 0 here; stage 1 is the agent's
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
-  check_same_tokens(*got, *expected);
+  check_same_tokens(*got, expected);
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
 }
@@ -198,10 +203,7 @@ TEST_CASE("two nodes: an autoscaled group placed over this machine and node-b gr
           "output equals one worker's", "[engine][node][autoscale]") {
   OTHER_NODE_OR_SKIP(node);
   const auto requests = greedy_batch(6, 400);
-  auto single = test::start_engine(test::quickstart());
-  auto expected = single->generate(requests);
-  REQUIRE(expected.ok());
-  single.reset();
+  const std::vector<GenerateOutput> expected = one_worker(requests);
   auto engine = test::start_engine(two_nodes(
       node, "{name: main, threads: 1, placement: [node:local, node:node-b], autoscale: {max_replicas: 2, "
             "target_sequences: 2, scale_up_after: 0s, scale_down_after: 60s, interval: 20ms}}"));
@@ -213,7 +215,7 @@ TEST_CASE("two nodes: an autoscaled group placed over this machine and node-b gr
   });
   CHECK(grew);
   REQUIRE(got.ok());
-  check_same_tokens(*got, *expected);
+  check_same_tokens(*got, expected);
   CHECK(workers_of_agent(node.agent).size() == 1);
   engine.reset();
   CHECK(test::worker_processes_of(getpid()).empty());
@@ -223,17 +225,14 @@ TEST_CASE("two nodes: a prefill group here and a decode group on node-b - each p
           "its KV and every output equals one worker's", "[engine][node][disaggregation]") {
   OTHER_NODE_OR_SKIP(node);
   const auto requests = greedy_batch(6, 48);
-  auto single = test::start_engine(test::quickstart());
-  auto expected = single->generate(requests);
-  REQUIRE(expected.ok());
-  single.reset();
+  const std::vector<GenerateOutput> expected = one_worker(requests);
   auto engine = test::start_engine(two_nodes(node, "{name: prefill, role: prefill, threads: 1, placement: process}, "
                                                    "{name: decode, role: decode, threads: 1, placement: [node:node-b]}"));
   CHECK(test::worker_processes_of(getpid()).size() == 1);  // the prefill worker; the decode one is the agent's
   CHECK(workers_of_agent(node.agent).size() == 1);
   auto got = engine->generate(requests);
   REQUIRE(got.ok());
-  check_same_tokens(*got, *expected);
+  check_same_tokens(*got, expected);
   auto stats = engine->stats();
   REQUIRE(stats.ok());
   CHECK(stats->prefill_handoffs == requests.size());
