@@ -14,6 +14,9 @@
 #include <chrono>
 #include <optional>
 #include <deque>
+#include <memory>
+#include <string>
+#include <unordered_set>
 
 #include "actors/kv_move.hpp"
 #include "actors/scheduler_state.hpp"
@@ -24,6 +27,7 @@
 #include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "structured/json_schema.hpp"
+#include "structured/regex.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
@@ -630,11 +634,23 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   ACTORD_CHECK_MSG(!lanes.empty(), "a scheduler without a lane");
-  // A request's JSON schema must compile here, so that the worker that samples it never fails a step over it.
-  limits.check_response_format = [](const SamplingOptions& o) -> Status {
-    if (o.response_format != ResponseFormat::json_schema) return {};
-    auto schema = structured::JsonSchema::compile(o.json_schema);
-    if (!schema) return make_error(Errc::invalid_argument, "response_format: json_schema: " + schema.error().message);
+  // A request's JSON schema or regex must compile here, so that the worker that samples it never fails a step over
+  // it; the last distinct ones that did are remembered, so that a repeated one costs a lookup.
+  limits.check_response_format = [compiled = std::make_shared<std::unordered_set<std::string>>()](
+                                     const SamplingOptions& o) -> Status {
+    const bool schema = o.response_format == ResponseFormat::json_schema;
+    if (!schema && o.response_format != ResponseFormat::regex) return {};
+    const std::string key = (schema ? "s" : "r") + (schema ? o.json_schema : o.regex);
+    if (compiled->count(key)) return {};
+    if (schema) {
+      auto s = structured::JsonSchema::compile(o.json_schema);
+      if (!s) return make_error(Errc::invalid_argument, "response_format: json_schema: " + s.error().message);
+    } else {
+      auto r = structured::Regex::compile(o.regex);
+      if (!r) return make_error(Errc::invalid_argument, "response_format: " + r.error().message);
+    }
+    if (compiled->size() >= 64) compiled->clear();
+    compiled->insert(key);
     return {};
   };
   for (size_t i = 0; i < lanes.size(); ++i) {

@@ -539,7 +539,7 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
   if (driver()) {  // the penalty history and the response format of the sampling rank
     for (size_t i = 0; i < batch_.seqs.size(); ++i) {
       SequenceState& st = *states_[i];
-      if (!st.sampling.has_penalties() && !st.json) continue;
+      if (!st.sampling.has_penalties() && !st.grammar) continue;
       if (auto failed = remember_slice(seqs[i].getSeqId(), st, batch_.seqs[i], seqs[i].getDrafts()); !failed.empty())
         return fail(failed);
     }

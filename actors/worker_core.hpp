@@ -37,7 +37,7 @@
 #include "memory/kv_cache.hpp"
 #include "memory/kv_relayout.hpp"
 #include "plugins/model_registry.hpp"
-#include "structured/json_matcher.hpp"
+#include "structured/output_matcher.hpp"
 #include "structured/token_mask.hpp"
 
 namespace actord {
@@ -155,11 +155,12 @@ class WorkerCore {
     PenaltyHistory history;         // fed only when the sampling options have penalties
     std::vector<uint32_t> blocks;   // its KV block table
     // A response format's grammar over the generated text (structured/), on the sampling rank: fed each generated
-    // token once, in position order (json_next: the next one's position), so that recompute and forks rebuild it
-    // from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
-    std::optional<structured::JsonMatcher> json;
-    std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `json` matches against
-    uint32_t json_next = 0;
+    // token once, in position order (grammar_next: the next one's position), so that recompute and forks rebuild
+    // it from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
+    std::optional<structured::OutputMatcher> grammar;
+    std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `grammar` matches against
+    std::shared_ptr<const structured::RegexMasks> regex;   // regex: what `grammar` matches against, its masks
+    uint32_t grammar_next = 0;
     std::vector<uint64_t> allowed;
     // The draft tokens of its last slice (speculative decoding), at positions drafts_from ...: the history and the
     // grammar take the kept ones (the positions before its next slice) when that slice arrives.
@@ -189,8 +190,8 @@ class WorkerCore {
   std::string allow_next_tokens();
   // The vocabulary's token bytes for response formats, loaded from the model's tokenizer at the first use.
   Result<const structured::TokenVocabulary*> token_vocabulary();
-  // A new sequence's grammar for its response format (json_object, or its json_schema compiled, each distinct
-  // schema once); an error when the schema does not compile.
+  // A new sequence's grammar for its response format (json_object, or its json_schema or regex compiled, each
+  // distinct schema or pattern once); an error when it does not compile.
   std::string start_grammar(SequenceState& st);
 
   ModelRegistry registry_;
@@ -200,11 +201,14 @@ class WorkerCore {
   // Compiled schemas by their text (the last kMaxSchemas distinct ones; a sequence keeps its own alive).
   static constexpr size_t kMaxSchemas = 64;
   std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
+  // The same for regexes, by pattern, with their masks over token_vocabulary_.
+  std::unordered_map<std::string, std::shared_ptr<const structured::RegexMasks>> regexes_;
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
   // Per row of sample_requests_: the grammar that says its allowed ids (its sequence's own, or a draft row's below),
   // where they go and its sequence's stop ids; the distinct ones of a step, each once.
   struct RowGrammar {
-    const structured::JsonMatcher* json = nullptr;  // null: no response format
+    const structured::OutputMatcher* grammar = nullptr;  // null: no response format
+    const structured::RegexMasks* masks = nullptr;       // a regex's: its sequence's
     std::vector<uint64_t>* allowed = nullptr;
     const std::vector<int32_t>* stop_ids = nullptr;
     bool operator==(const RowGrammar&) const = default;
@@ -216,7 +220,7 @@ class WorkerCore {
   // The penalty histories and grammars of draft rows after a slice's first (its sequence's with the drafts before
   // the row fed), rebuilt each step; deques: the requests point into them.
   struct DraftGrammar {
-    structured::JsonMatcher json;
+    structured::OutputMatcher grammar;
     std::vector<uint64_t> allowed;
   };
   std::deque<PenaltyHistory> draft_histories_;

@@ -18,36 +18,54 @@ Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
 }
 
 std::string WorkerCore::start_grammar(SequenceState& st) {
-  st.json_next = st.prompt_len;
-  if (st.sampling.response_format != ResponseFormat::json_schema) {
-    st.json.emplace();
-    return {};
+  st.grammar_next = st.prompt_len;
+  switch (st.sampling.response_format) {
+    case ResponseFormat::json_schema: {
+      auto known = schemas_.find(st.sampling.json_schema);
+      if (known == schemas_.end()) {
+        auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
+        if (!compiled) return "response_format: json_schema: " + compiled.error().message;
+        if (schemas_.size() >= kMaxSchemas) schemas_.clear();
+        known = schemas_.emplace(st.sampling.json_schema, std::move(*compiled)).first;
+      }
+      st.schema = known->second;
+      st.grammar.emplace(structured::JsonMatcher(*st.schema));
+      return {};
+    }
+    case ResponseFormat::regex: {
+      auto known = regexes_.find(st.sampling.regex);
+      if (known == regexes_.end()) {
+        auto compiled = structured::Regex::compile(st.sampling.regex);
+        if (!compiled) return "response_format: " + compiled.error().message;
+        auto vocab = token_vocabulary();
+        if (!vocab) return vocab.error().message;
+        if (regexes_.size() >= kMaxSchemas) regexes_.clear();
+        auto re = std::make_shared<const structured::Regex>(std::move(*compiled));
+        known = regexes_.emplace(st.sampling.regex, std::make_shared<const structured::RegexMasks>(re, **vocab)).first;
+      }
+      st.regex = known->second;
+      st.grammar.emplace(structured::RegexMatcher(st.regex->regex()));
+      return {};
+    }
+    default:
+      st.grammar.emplace(structured::JsonMatcher());
+      return {};
   }
-  auto known = schemas_.find(st.sampling.json_schema);
-  if (known == schemas_.end()) {
-    auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
-    if (!compiled) return "response_format: json_schema: " + compiled.error().message;
-    if (schemas_.size() >= kMaxSchemas) schemas_.clear();
-    known = schemas_.emplace(st.sampling.json_schema, std::move(*compiled)).first;
-  }
-  st.schema = known->second;
-  st.json.emplace(*st.schema);
-  return {};
 }
 
 std::string WorkerCore::remember_token(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id) {
   if (st.sampling.has_penalties()) st.remember(pos, id);
-  if (!st.json || pos < st.json_next) return {};  // no grammar; the prompt's token, or fed already
-  if (pos > st.json_next)
+  if (!st.grammar || pos < st.grammar_next) return {};  // no grammar; the prompt's token, or fed already
+  if (pos > st.grammar_next)
     return "sequence " + std::to_string(seq_id) + ": generated tokens before position " + std::to_string(pos) +
            " were never fed to its response format";
   auto vocab = token_vocabulary();
   if (!vocab) return vocab.error().message;
-  ++st.json_next;
+  ++st.grammar_next;
   if (id < 0 || id >= (*vocab)->size()) return {};
   // The sampler drew from the ids the grammar allowed: a byte it refuses (a stop id has none) changes nothing.
   for (const char b : (*vocab)->bytes[static_cast<size_t>(id)])
-    if (!st.json->feed(static_cast<uint8_t>(b))) break;
+    if (!st.grammar->feed(static_cast<uint8_t>(b))) break;
   return {};
 }
 
@@ -80,9 +98,9 @@ void WorkerCore::prepare_draft_rows() {
   const structured::TokenVocabulary* vocab = nullptr;
   for (size_t r = 0; r < sample_requests_.size(); ++r) {
     SequenceState& st = *sample_states_[r];
-    row_grammars_.push_back({st.json ? &*st.json : nullptr, &st.allowed, &st.stop_ids});
+    row_grammars_.push_back({st.grammar ? &*st.grammar : nullptr, st.regex.get(), &st.allowed, &st.stop_ids});
     const auto [slice_index, row] = sample_rows_[r];
-    if (row == 0 || (!st.sampling.has_penalties() && !st.json)) continue;
+    if (row == 0 || (!st.sampling.has_penalties() && !st.grammar)) continue;
     // Row j follows the slice's token j, its j-th draft; a slice's rows come in order, so row j - 1's copies are
     // the last ones made.
     const SeqSlice& slice = batch_.seqs[slice_index];
@@ -92,20 +110,20 @@ void WorkerCore::prepare_draft_rows() {
       history.add_output(draft);
       sample_requests_[r].history = &history;
     }
-    if (st.json) {
+    if (st.grammar) {
       if (!vocab) {
         auto loaded = token_vocabulary();
         if (!loaded) continue;  // allow_next_tokens reports it
         vocab = *loaded;
       }
       DraftGrammar& g =
-          draft_grammars_.emplace_back(DraftGrammar{row == 1 ? *st.json : draft_grammars_.back().json, {}});
+          draft_grammars_.emplace_back(DraftGrammar{row == 1 ? *st.grammar : draft_grammars_.back().grammar, {}});
       // A draft the grammar refuses was masked in the row before, whose sample therefore differs from it: this row
       // is dropped whatever it allows (the state stays where the refused byte left it).
       if (draft >= 0 && draft < vocab->size())
         for (const char b : vocab->bytes[static_cast<size_t>(draft)])
-          if (!g.json.feed(static_cast<uint8_t>(b))) break;
-      row_grammars_.back() = {&g.json, &g.allowed, &st.stop_ids};
+          if (!g.grammar.feed(static_cast<uint8_t>(b))) break;
+      row_grammars_.back() = {&g.grammar, st.regex.get(), &g.allowed, &st.stop_ids};
     }
   }
 }
@@ -113,17 +131,17 @@ void WorkerCore::prepare_draft_rows() {
 std::string WorkerCore::allow_next_tokens() {
   grammars_.clear();  // each grammar once (a forking row's sequence's is its forks' too)
   for (size_t r = 0; r < row_grammars_.size(); ++r)
-    if (row_grammars_[r].json && (r == 0 || !(row_grammars_[r - 1] == row_grammars_[r])))
+    if (row_grammars_[r].grammar && (r == 0 || !(row_grammars_[r - 1] == row_grammars_[r])))
       grammars_.push_back(row_grammars_[r]);
   if (grammars_.empty()) return {};
   auto vocab = token_vocabulary();
   if (!vocab) return vocab.error().message;
   pool_->parallel_for(static_cast<int>(grammars_.size()), [&](int g) {
     const RowGrammar& row = grammars_[static_cast<size_t>(g)];
-    structured::allowed_tokens(*row.json, **vocab, *row.stop_ids, *row.allowed);
+    structured::allowed_tokens(*row.grammar, **vocab, *row.stop_ids, *row.allowed, row.masks);
   });
   for (size_t r = 0; r < sample_requests_.size(); ++r)
-    if (row_grammars_[r].json) sample_requests_[r].allowed = *row_grammars_[r].allowed;
+    if (row_grammars_[r].grammar) sample_requests_[r].allowed = *row_grammars_[r].allowed;
   return {};
 }
 

@@ -8,6 +8,7 @@
 
 #include "api/openai_reasoning.hpp"
 #include "structured/json_schema.hpp"
+#include "structured/regex.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace actord {
@@ -129,6 +130,58 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
   o.json_schema = std::move(text);
 }
 
+// vLLM's constraints on the generated text, as response_format regex (structured/regex.hpp, compiled here so that a
+// pattern it does not take is refused naming what and where): guided_regex (a pattern the whole text matches),
+// guided_choice (one of the strings, each taken literally), or the same as structured_outputs {regex} or {choice}
+// (vLLM's newer spelling). At most one of them, and not with a response_format other than text.
+void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
+  std::string field, pattern;
+  auto choices_of = [&](const std::string& name, const json& v) {
+    if (!v.is_array() || v.empty()) refuse(name, "must be a non-empty list of strings, got " + describe(v));
+    std::vector<std::string> choices;
+    for (const json& c : v) {
+      if (!c.is_string()) refuse(name, "must be a non-empty list of strings, got " + describe(c) + " in it");
+      choices.push_back(c.get<std::string>());
+    }
+    return structured::regex_of_choices(choices);
+  };
+  auto take = [&](const std::string& name, std::string p) {
+    if (!field.empty()) refuse(name, "cannot be combined with " + field + ": one constraint on the text at a time");
+    field = name;
+    pattern = std::move(p);
+  };
+  if (body.contains("guided_regex") && !body["guided_regex"].is_null()) {
+    if (!body["guided_regex"].is_string()) refuse("guided_regex", "must be a string, got " + describe(body["guided_regex"]));
+    take("guided_regex", body["guided_regex"].get<std::string>());
+  }
+  if (body.contains("guided_choice") && !body["guided_choice"].is_null())
+    take("guided_choice", choices_of("guided_choice", body["guided_choice"]));
+  if (body.contains("structured_outputs") && !body["structured_outputs"].is_null()) {
+    const json& so = body["structured_outputs"];
+    if (!so.is_object()) refuse("structured_outputs", "must be an object, got " + describe(so));
+    for (const auto& [key, value] : so.items()) {
+      if (value.is_null()) continue;
+      if (key == "regex") {
+        if (!value.is_string()) refuse("structured_outputs", "regex must be a string, got " + describe(value));
+        take("structured_outputs.regex", value.get<std::string>());
+      } else if (key == "choice") {
+        take("structured_outputs.choice", choices_of("structured_outputs.choice", value));
+      } else {
+        refuse("structured_outputs", key + " is not supported; supported: regex, choice (a JSON schema goes in "
+                                           "response_format)");
+      }
+    }
+  }
+  if (field.empty()) return;
+  if (o.structured())
+    refuse(field, std::string("cannot be combined with a response_format of ") + o.response_format_name());
+  if (context.tokenizer && context.tokenizer->stop_ids().empty())
+    refuse(field, "needs the model to have an end-of-sequence token to end the text, and it has none");
+  if (auto compiled = structured::Regex::compile(pattern); !compiled) refuse(field, compiled.error().message);
+  o.response_format = ResponseFormat::regex;
+  o.regex = std::move(pattern);
+}
+
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
   std::vector<int32_t> ids;
   const int64_t end = vocab_size > 0 ? vocab_size : int64_t{INT32_MAX} + 1;
@@ -217,12 +270,13 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
       "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "user", "priority",
       "ignore_eos", "min_tokens", "stream", "stream_options", "prompt_logprobs", "suffix", "best_of", "logit_bias",
-      "response_format"};
+      "response_format", "guided_regex", "guided_choice", "structured_outputs"};
   static const std::set<std::string> chat_fields{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
       "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
-      "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs"};
+      "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "guided_regex",
+      "guided_choice", "structured_outputs"};
   return chat ? chat_fields : completions;
 }
 
@@ -258,6 +312,7 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
   if (has("ignore_eos")) proto.ignore_eos = boolean(body, "ignore_eos");
   if (has("logit_bias")) o.logit_bias = logit_biases(body, context.vocab_size);
   if (has("response_format")) response_format(body, context, o);
+  guided(body, context, o);
   json tools;  // for the chat template
   if (chat) {
     auto read = read_tools(body, context.tool_format,
@@ -284,7 +339,7 @@ ApiRequest parse(const json& body, bool chat, const ParseContext& context) {
                              ? std::string("cannot be true with tool_choice required or a named function: the call "
                                            "ends at its end of sequence")
                              : std::string("cannot be true with a response_format of ") + o.response_format_name() +
-                                   ": the object ends at its end of sequence");
+                                   ": the text ends at its end of sequence");
   if (has("stream")) request.stream = boolean(body, "stream");
   if (has("stream_options")) {
     const json& so = body["stream_options"];

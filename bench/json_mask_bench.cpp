@@ -2,17 +2,20 @@
 // JSON matcher takes next) over real vocabularies, at matcher states between values and inside strings and numbers
 // (and under a schema: in a key, a bounded string, an enum value, an integer; and tool_choice required's array of
 // a tagged union: in the tag, a key, an integer), and the one-off
-// TokenVocabulary::from. Prints the best of several repetitions (the machine is shared) in microseconds.
+// TokenVocabulary::from; then response_format regex (vLLM's guided_regex / guided_choice): each pattern's compile
+// time and its masks at a few states. Prints the best of several repetitions (the machine is shared) in microseconds.
 // Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
 // GPT-2 and Qwen3 vocabularies)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "structured/json_matcher.hpp"
+#include "structured/regex.hpp"
 #include "structured/token_mask.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -79,8 +82,39 @@ int main(int argc, char** argv) {
                                       {"json_schema (4 required properties)", schema->get(), &schema_states},
                                       {"tool_choice required (2 tools: an array of a tagged union)", tools->get(),
                                        &tool_states}};
-  std::printf("best of %d, one thread; us per mask (a sampled row of a json_object / json_schema sequence)\n",
-              repetitions);
+  // Regexes: a classification's choices, a bounded sentence, a date, an e-mail address and any one line.
+  struct RegexCase {
+    const char* name;
+    std::string pattern;
+    std::vector<std::pair<const char*, std::string>> states;
+    structured::Regex re;
+  };
+  const std::vector<std::string> labels = {"positive", "negative", "neutral", "mixed feelings"};
+  std::vector<RegexCase> regexes{
+      {"choice of 4", structured::regex_of_choices(labels), {{"start", ""}, {"in a choice", "neg"}}, {}},
+      {"sentence", R"((Lily|Tom|Ben) (was|had|saw) [a-z ,]{1,40}\.)",
+       {{"start", ""}, {"in [a-z ,]", "Lily was a little"}, {"at the end", "Tom had a dog."}}, {}},
+      {"date", R"(\d{4}-\d{2}-\d{2})", {{"start", ""}, {"in the month", "2026-1"}}, {}},
+      {"e-mail", R"([a-z0-9._]+@[a-z]+\.(com|org))", {{"start", ""}, {"in the domain", "lily.b@exam"}}, {}},
+      {"any line", ".*", {{"start", ""}, {"in text", "Lily went to the"}}, {}},
+  };
+  std::printf("best of %d, one thread\n", repetitions);
+  for (RegexCase& c : regexes) {
+    double best = 1e30;
+    for (int r = 0; r < repetitions; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto re = structured::Regex::compile(c.pattern);
+      best = std::min(best, micros_since(t0));
+      if (!re) {
+        std::fprintf(stderr, "%s\n", re.error().message.c_str());
+        return 1;
+      }
+      c.re = std::move(*re);
+    }
+    std::printf("regex %-12s compiled in %8.1f us, %5d DFA states: %s\n", c.name, best, c.re.states(),
+                c.pattern.c_str());
+  }
+  std::printf("us per mask (a sampled row of a json_object / json_schema / regex sequence)\n");
   for (const std::string& dir : dirs) {
     auto tok = Tokenizer::load(dir);
     if (!tok) {
@@ -105,6 +139,27 @@ int main(int argc, char** argv) {
         int allowed = 0;
         for (uint64_t w : bits) allowed += __builtin_popcountll(w);
         std::printf("    %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
+      }
+    }
+    // A regex's masks: the walk of the trie (a state's first mask), then from RegexMasks' cache (every later one).
+    for (const RegexCase& c : regexes) {
+      std::printf("  regex %s (first mask of a state | cached)\n", c.name);
+      const structured::RegexMasks masks(std::make_shared<const structured::Regex>(c.re), vocab);
+      for (const auto& [name, prefix] : c.states) {
+        structured::RegexMatcher m(masks.regex());
+        for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
+        double walk = 1e30, cached = 1e30;
+        for (int r = 0; r < repetitions; ++r) {
+          t0 = std::chrono::steady_clock::now();
+          structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+          walk = std::min(walk, micros_since(t0));
+          t0 = std::chrono::steady_clock::now();
+          masks.allowed(m, tok->stop_ids(), bits);
+          if (r > 0) cached = std::min(cached, micros_since(t0));
+        }
+        int allowed = 0;
+        for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+        std::printf("    %-14s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
       }
     }
   }

@@ -54,6 +54,10 @@ Status SamplingOptions::validate(int vocab_size) const {
     return make_error(Errc::invalid_argument, "response_format: json_schema needs a schema");
   if (response_format != ResponseFormat::json_schema && !json_schema.empty())
     return make_error(Errc::invalid_argument, "response_format: a schema is given, but the format is not json_schema");
+  if (response_format == ResponseFormat::regex && regex.empty())
+    return make_error(Errc::invalid_argument, "response_format: regex needs a pattern");
+  if (response_format != ResponseFormat::regex && !regex.empty())
+    return make_error(Errc::invalid_argument, "response_format: a pattern is given, but the format is not regex");
   return {};
 }
 

@@ -78,8 +78,8 @@ std::optional<SequenceUpdate> BatchScheduler::add_checked(SequenceRequest reques
   if (request.sampling.structured() && (request.ignore_eos || request.stop_ids.empty())) {
     const std::string format = request.sampling.response_format_name();
     refused.error = request.ignore_eos
-                        ? "response_format: " + format + " cannot ignore the end of sequence, which ends the object"
-                        : "response_format: " + format + " needs a stop id to end the object, and the request has none";
+                        ? "response_format: " + format + " cannot ignore the end of sequence, which ends the text"
+                        : "response_format: " + format + " needs a stop id to end the text, and the request has none";
     return refused;
   }
   if (request.sampling.structured() && limits_.check_response_format) {

@@ -133,4 +133,62 @@ void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, st
   }
 }
 
+void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits) {
+  bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
+  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+  const Regex& re = matcher.regex();
+  if (re.continues(matcher.state()) && !vocab.trie.empty()) {
+    struct Visit {
+      int32_t node, state;  // the parent's state
+    };
+    std::vector<Visit> stack;
+    for (int32_t c = vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+      stack.push_back({c, matcher.state()});
+    while (!stack.empty()) {
+      const Visit v = stack.back();
+      stack.pop_back();
+      const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(v.node)];
+      const int32_t state = re.next(v.state, node.byte);
+      if (state == Regex::kDead) continue;
+      for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
+      for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+        stack.push_back({c, state});
+    }
+  }
+  if (matcher.complete()) {
+    for (const int32_t id : stop_ids)
+      if (id >= 0 && id < vocab.size()) set(id);
+  }
+}
+
+void RegexMasks::allowed(const RegexMatcher& matcher, std::span<const int32_t> stop_ids,
+                         std::vector<uint64_t>& bits) const {
+  bool found = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = masks_.find(matcher.state()); it != masks_.end()) {
+      bits = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    allowed_tokens(matcher, *vocab_, {}, bits);
+    std::lock_guard lock(mu_);
+    const size_t size = bits.size() * sizeof(uint64_t);
+    if (bytes_ + size <= kMaxBytes && masks_.emplace(matcher.state(), bits).second) bytes_ += size;
+  }
+  if (matcher.complete()) {
+    for (const int32_t id : stop_ids)
+      if (id >= 0 && id < vocab_->size()) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
+}
+
+void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits, const RegexMasks* masks) {
+  if (const JsonMatcher* json = matcher.json()) return allowed_tokens(*json, vocab, stop_ids, bits);
+  if (masks) return masks->allowed(*matcher.regex(), stop_ids, bits);
+  allowed_tokens(*matcher.regex(), vocab, stop_ids, bits);
+}
+
 }  // namespace actord::structured

@@ -1,4 +1,4 @@
-// Which tokens may come next under a structured output's grammar (json_matcher.hpp): a bit per token id.
+// Which tokens may come next under a structured output's grammar (json_matcher.hpp, regex.hpp): a bit per token id.
 //
 // Contract: TokenVocabulary holds each id's bytes in the middle of a text (Tokenizer::token_bytes); special tokens
 // and ids without a token have none and are never allowed by the grammar. allowed_tokens sets bit id % 64 of word
@@ -9,12 +9,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "structured/json_matcher.hpp"
+#include "structured/output_matcher.hpp"
+#include "structured/regex.hpp"
 
 namespace actord {
 class Tokenizer;
@@ -50,6 +55,34 @@ struct TokenVocabulary {
 
 void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
+// Under a regex: the tokens whose bytes its DFA takes whole from the matcher's state (a walk of the trie, one table
+// lookup per prefix taken), and the stop ids where the text may end.
+void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits);
+
+// A regex's masks over one vocabulary, each DFA state's walk of the trie done once and kept (up to kMaxBytes of
+// masks; past that, computed each time): a sequence under `.*` or `[a-z ]+` asks the same few states step after
+// step, and a walk that allows most of a large vocabulary costs milliseconds (bench/json_mask_bench.cpp). Safe to
+// use from several threads at once. The vocabulary must outlive it.
+class RegexMasks {
+ public:
+  static constexpr size_t kMaxBytes = size_t{64} << 20;
+  RegexMasks(std::shared_ptr<const Regex> re, const TokenVocabulary& vocab) : re_(std::move(re)), vocab_(&vocab) {}
+  const Regex& regex() const { return *re_; }
+  // allowed_tokens(matcher, ...) for a matcher of this regex.
+  void allowed(const RegexMatcher& matcher, std::span<const int32_t> stop_ids, std::vector<uint64_t>& bits) const;
+
+ private:
+  std::shared_ptr<const Regex> re_;
+  const TokenVocabulary* vocab_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by DFA state, without the stop ids
+  mutable size_t bytes_ = 0;
+};
+
+// The mask of whichever grammar the matcher has; a regex's through `masks` when given (its cache).
+void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits, const RegexMasks* masks = nullptr);
 
 inline bool allowed(std::span<const uint64_t> bits, int32_t id) {
   return id >= 0 && static_cast<size_t>(id) / 64 < bits.size() && (bits[static_cast<size_t>(id) / 64] >> (id % 64)) & 1u;

@@ -36,10 +36,11 @@ inline SamplingOptions cli_sampling_defaults() {
   return o;
 }
 
-// --response-format and --json-schema (generate, bench offline).
+// --response-format, --json-schema and --regex (generate, bench offline).
 struct ResponseFormatArgs {
-  std::string format = "text";  // json_object or json_schema: output ends at its value's end
+  std::string format = "text";  // json_object, json_schema or regex: output ends at its value's end
   std::string schema_file;      // json_schema: the schema's file
+  std::string regex;            // regex: the pattern
 };
 
 struct GenerateArgs {

@@ -30,18 +30,26 @@ void add_common_options(CLI::App* cmd, CommonArgs& args, const std::string& defa
 void add_response_format_options(CLI::App* cmd, ResponseFormatArgs& args) {
   cmd->add_option("--response-format", args.format,
                   "text, json_object (JSON mode: the output is one JSON object and ends at its end, or at the token "
-                  "limit) or json_schema (one value of --json-schema)")
-      ->check(CLI::IsMember({"text", "json_object", "json_schema"}))
+                  "limit), json_schema (one value of --json-schema) or regex (a text --regex matches whole, as "
+                  "vLLM's guided_regex)")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema", "regex"}))
       ->capture_default_str();
   cmd->add_option("--json-schema", args.schema_file,
                   "A JSON schema file for --response-format json_schema (as response_format.json_schema.schema)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--regex", args.regex, "The pattern for --response-format regex (Python's re syntax, whole match)");
 }
 
 Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o) {
   if ((args.format == "json_schema") != !args.schema_file.empty())
     return Error{Errc::invalid_argument, "--response-format json_schema and --json-schema go together"};
+  if ((args.format == "regex") != !args.regex.empty())
+    return Error{Errc::invalid_argument, "--response-format regex and --regex go together"};
   if (args.format == "json_object") o.response_format = ResponseFormat::json_object;
+  if (args.format == "regex") {
+    o.response_format = ResponseFormat::regex;
+    o.regex = args.regex;
+  }
   if (args.format != "json_schema") return Status::success();
   std::ifstream in(args.schema_file);
   try {

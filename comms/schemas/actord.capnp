@@ -42,12 +42,14 @@ struct SamplingParams {
   logitBias @12 :List(LogitBias);  # added to the raw logits first; ids increasing, each once
   responseFormat @13 :ResponseFormat;
   jsonSchema @14 :Text;            # responseFormat jsonSchema: the schema's JSON text
+  regex @15 :Text;                 # responseFormat regex: the pattern the whole text matches
 }
 
 enum ResponseFormat {
   text @0;
   jsonObject @1;                   # one JSON object: tokens that cannot continue it are masked
   jsonSchema @2;                   # one JSON object that SamplingParams.jsonSchema admits
+  regex @3;                        # a text that SamplingParams.regex matches whole
 }
 
 struct LogitBias {

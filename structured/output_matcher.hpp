@@ -1,0 +1,35 @@
+// OutputMatcher: the grammar a sequence's response format puts on its generated text, whichever kind it is (one
+// JSON value, json_matcher.hpp; or a text a regular expression matches, regex.hpp), behind one feed / complete.
+//
+// Contract: as each matcher's: feed(b) is false and changes nothing when b cannot continue the text; complete() is
+// true where the text may end (the stop ids may come). A fixed-size value, cheap to copy; what it matches against
+// (a schema, a regex) must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+#include "structured/json_matcher.hpp"
+#include "structured/regex.hpp"
+
+namespace actord::structured {
+
+class OutputMatcher {
+ public:
+  explicit OutputMatcher(const JsonMatcher& m) : m_(m) {}
+  explicit OutputMatcher(const RegexMatcher& m) : m_(m) {}
+
+  bool feed(uint8_t b) {
+    return std::visit([b](auto& m) { return m.feed(b); }, m_);
+  }
+  bool complete() const {
+    return std::visit([](const auto& m) { return m.complete(); }, m_);
+  }
+  const JsonMatcher* json() const { return std::get_if<JsonMatcher>(&m_); }
+  const RegexMatcher* regex() const { return std::get_if<RegexMatcher>(&m_); }
+
+ private:
+  std::variant<JsonMatcher, RegexMatcher> m_;
+};
+
+}  // namespace actord::structured

@@ -1,0 +1,83 @@
+// Regex: a regular expression that a sequence's whole generated text must match (vLLM's guided_regex, and its
+// guided_choice as the alternation of the choices, regex_of_choices), compiled once into a DFA over bytes; and
+// RegexMatcher, its state as the text grows, fed a byte at a time as JsonMatcher is.
+//
+// Syntax (Python's re, as vLLM's backends read it, on whole matches: ^ at the start and $ at the end are allowed and
+// change nothing): literals (UTF-8), `.` (any character but a newline), classes `[...]` with ranges, negation and
+// escapes, `\d \D \w \W \s \S` (ASCII: [0-9], [A-Za-z0-9_], [ \t\n\r\f\v], as Python's re.ASCII), escapes `\n \t
+// \r \f \v \0 \xHH \uHHHH \UHHHHHHHH` and `\` before any punctuation, groups `( )`, `(?: )` and named `(?P<n> )` /
+// `(?<n> )`, alternation `|`, quantifiers `* + ? {n} {n,} {,m} {n,m}` (lazy ones, `*?` ..., match the same texts).
+// Refused, naming what and the byte offset where: backreferences, lookaround, word boundaries, inline flags,
+// possessive quantifiers, unbalanced brackets, quantifiers of nothing, ranges out of order, patterns whose
+// automaton would pass kMaxNfaStates / kMaxDfaStates states or kMaxWork steps to build (`(a{1000}){1000}`), and
+// patterns no text matches.
+//
+// Contract: the DFA keeps only states from which a match can still be reached, so a matcher never takes a byte
+// that leads to a text no continuation could complete (as JsonMatcher). Characters are UTF-8: `.` and negated
+// classes take any valid encoding of a code point but the surrogates, never a stray byte. A Regex is immutable
+// once compiled and may be read from any thread; a RegexMatcher is an int and a pointer (cheap to copy).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace actord::structured {
+
+class Regex {
+ public:
+  static constexpr size_t kMaxPatternBytes = 65536;
+  static constexpr int kMaxNfaStates = 200000;
+  static constexpr int kMaxDfaStates = 20000;
+  static constexpr int64_t kMaxWork = 50'000'000;  // NFA edges looked at while building the DFA (~0.1-0.3 s)
+  static constexpr int32_t kDead = -1;
+
+  static Result<Regex> compile(std::string_view pattern);
+
+  int32_t start() const { return 0; }
+  // The state after `b` from `state`, or kDead.
+  int32_t next(int32_t state, uint8_t b) const {
+    return table_[static_cast<size_t>(state) * classes_ + class_of_[b]];
+  }
+  bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
+  // Whether some byte continues the text from `state` (false: only the end may come).
+  bool continues(int32_t state) const { return continues_[static_cast<size_t>(state)] != 0; }
+  int states() const { return static_cast<int>(accepting_.size()); }
+
+ private:
+  std::array<uint8_t, 256> class_of_{};  // bytes that every transition treats alike share a class
+  size_t classes_ = 1;
+  std::vector<int32_t> table_;           // [state * classes_ + class]
+  std::vector<uint8_t> accepting_, continues_;
+  friend class RegexBuilder;
+};
+
+// The pattern that matches exactly one of `choices`, each taken literally (vLLM's guided_choice).
+std::string regex_of_choices(std::span<const std::string> choices);
+
+class RegexMatcher {
+ public:
+  explicit RegexMatcher(const Regex& re) : re_(&re), state_(re.start()) {}
+  // false, and nothing changes, when b cannot continue a text that matches.
+  bool feed(uint8_t b) {
+    const int32_t n = re_->next(state_, b);
+    if (n == Regex::kDead) return false;
+    state_ = n;
+    return true;
+  }
+  bool complete() const { return re_->accepting(state_); }
+  bool continues() const { return re_->continues(state_); }
+  int32_t state() const { return state_; }
+  const Regex& regex() const { return *re_; }
+
+ private:
+  const Regex* re_;
+  int32_t state_;
+};
+
+}  // namespace actord::structured
