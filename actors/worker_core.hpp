@@ -201,8 +201,10 @@ class WorkerCore {
   // Compiled schemas by their text (the last kMaxSchemas distinct ones; a sequence keeps its own alive).
   static constexpr size_t kMaxSchemas = 64;
   std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
-  // The same for regexes, by pattern, with their masks over token_vocabulary_.
+  // The same for regexes, by pattern, with their masks over token_vocabulary_: kMaskCacheBytes of them in all.
   std::unordered_map<std::string, std::shared_ptr<const structured::RegexMasks>> regexes_;
+  static constexpr int64_t kMaskCacheBytes = int64_t{128} << 20;
+  std::shared_ptr<structured::MaskBudget> mask_budget_ = std::make_shared<structured::MaskBudget>(kMaskCacheBytes);
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
   // Per row of sample_requests_: the grammar that says its allowed ids (its sequence's own, or a draft row's below),
   // where they go and its sequence's stop ids; the distinct ones of a step, each once.

@@ -41,7 +41,8 @@ std::string WorkerCore::start_grammar(SequenceState& st) {
         if (!vocab) return vocab.error().message;
         if (regexes_.size() >= kMaxSchemas) regexes_.clear();
         auto re = std::make_shared<const structured::Regex>(std::move(*compiled));
-        known = regexes_.emplace(st.sampling.regex, std::make_shared<const structured::RegexMasks>(re, **vocab)).first;
+        known = regexes_.emplace(st.sampling.regex,
+                                 std::make_shared<const structured::RegexMasks>(re, **vocab, mask_budget_)).first;
       }
       st.regex = known->second;
       st.grammar.emplace(structured::RegexMatcher(st.regex->regex()));

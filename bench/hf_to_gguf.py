@@ -12,7 +12,7 @@ with the attention factor and pretrained context, the window as attention.slidin
 rows as HF has them), "qwen3moe", "qwen2moe" (q/k/v biases, a shared expert) and Mixtral (as "llama") with each projection's experts stacked
 (ffn_gate_exps / ffn_up_exps / ffn_down_exps, [experts, rows, cols]) and the router as ffn_gate_inp; a YaRN
 rope_scaling as rope.scaling.{type, factor, original_context_length}; tokenizer
-embedded as a "llama" (SPM) vocab.
+embedded as a "llama" (SPM) vocab, or a byte-level BPE (Qwen's, Llama 3's) as a "gpt2" vocab with its merges.
 
 The GGUF writer here is written from the format description (magic, version,
 tensor/kv counts, typed key/values, tensor infos, 32-byte aligned data section);
@@ -183,7 +183,7 @@ def load_tokenizer(model_dir, cfg):
             tcfg = json.load(f)
     model = tj["model"]
     if model.get("type") != "BPE":
-        raise SystemExit("only BPE (SentencePiece-style) tokenizer.json is supported")
+        raise SystemExit("only BPE tokenizer.json (SentencePiece-style or byte-level) is supported")
     vocab = dict(model["vocab"])
     added = {t["content"]: t for t in tj.get("added_tokens", [])}
     for content, t in added.items():
@@ -236,10 +236,19 @@ def load_tokenizer(model_dir, cfg):
     unk_id = vocab.get(unk) if unk is not None else None
     norm = json.dumps(tj.get("normalizer"))
     add_space_prefix = '"Prepend"' in norm
+    # A byte-level BPE (GPT-2 style: Qwen, Llama 3) goes as llama.cpp's "gpt2" vocab with its merges; its
+    # pre-tokenizer named as llama.cpp names Qwen's split pattern ("qwen2") or Llama 3's ("llama-bpe").
+    pre_tok = json.dumps(tj.get("pre_tokenizer"))
+    byte_level = '"ByteLevel"' in pre_tok
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])] if byte_level else []
+    pre = "qwen2" if "\\p{N}" in pre_tok and "{1,3}" not in pre_tok else "llama-bpe"
+    if byte_level:
+        types = [TOK_UNUSED if t.startswith("[PAD") else TOK_CONTROL if (t in added and added[t].get("special", False))
+                 else TOK_USER_DEFINED if t in added else TOK_NORMAL for t in tokens]
     return dict(tokens=tokens, scores=scores, types=types, bos=bos, eos=eos, unk=unk_id,
-                add_bos=bool(tcfg.get("add_bos_token", True)),
+                add_bos=bool(tcfg.get("add_bos_token", not byte_level)) and bos is not None,
                 add_eos=bool(tcfg.get("add_eos_token", False)),
-                add_space_prefix=add_space_prefix)
+                add_space_prefix=add_space_prefix, byte_level=byte_level, merges=merges, pre=pre)
 
 
 LORA_PROJ = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -423,7 +432,10 @@ def main():
               rope_scaling.get("original_max_position_embeddings", ctx))
     w.add(a + "vocab_size", T_UINT32, len(tok["tokens"]))
 
-    w.add("tokenizer.ggml.model", T_STRING, "llama")
+    w.add("tokenizer.ggml.model", T_STRING, "gpt2" if tok["byte_level"] else "llama")
+    if tok["byte_level"]:
+        w.add("tokenizer.ggml.pre", T_STRING, tok["pre"])
+        w.add("tokenizer.ggml.merges", T_ARRAY, tok["merges"], T_STRING)
     w.add("tokenizer.ggml.tokens", T_ARRAY, tok["tokens"], T_STRING)
     w.add("tokenizer.ggml.scores", T_ARRAY, tok["scores"], T_FLOAT32)
     w.add("tokenizer.ggml.token_type", T_ARRAY, tok["types"], T_INT32)

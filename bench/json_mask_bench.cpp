@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
     // A regex's masks: the walk of the trie (a state's first mask), then from RegexMasks' cache (every later one).
     for (const RegexCase& c : regexes) {
       std::printf("  regex %s (first mask of a state | cached)\n", c.name);
-      const structured::RegexMasks masks(std::make_shared<const structured::Regex>(c.re), vocab);
+      const structured::RegexMasks masks(std::make_shared<const structured::Regex>(c.re), vocab,
+                                         std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
       for (const auto& [name, prefix] : c.states) {
         structured::RegexMatcher m(masks.regex());
         for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));

@@ -174,9 +174,14 @@ void RegexMasks::allowed(const RegexMatcher& matcher, std::span<const int32_t> s
   }
   if (!found) {
     allowed_tokens(matcher, *vocab_, {}, bits);
+    const auto size = static_cast<int64_t>(bits.size() * sizeof(uint64_t));
     std::lock_guard lock(mu_);
-    const size_t size = bits.size() * sizeof(uint64_t);
-    if (bytes_ + size <= kMaxBytes && masks_.emplace(matcher.state(), bits).second) bytes_ += size;
+    if (!masks_.count(matcher.state()) && budget_->left.fetch_sub(size) >= size) {
+      masks_.emplace(matcher.state(), bits);
+      bytes_ += static_cast<size_t>(size);
+    } else if (!masks_.count(matcher.state())) {
+      budget_->left += size;  // not taken
+    }
   }
   if (matcher.complete()) {
     for (const int32_t id : stop_ids)

@@ -8,6 +8,7 @@
 // trie, one matcher copy per prefix the matcher takes (bench/json_mask_bench.cpp; the structured README).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -60,14 +61,24 @@ void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, st
 void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
 
-// A regex's masks over one vocabulary, each DFA state's walk of the trie done once and kept (up to kMaxBytes of
-// masks; past that, computed each time): a sequence under `.*` or `[a-z ]+` asks the same few states step after
-// step, and a walk that allows most of a large vocabulary costs milliseconds (bench/json_mask_bench.cpp). Safe to
-// use from several threads at once. The vocabulary must outlive it.
+// The bytes of cached masks that several RegexMasks may hold together (a worker's, over all its patterns): each takes
+// from it as it caches a mask and gives back what it took when it is gone.
+struct MaskBudget {
+  explicit MaskBudget(int64_t bytes) : left(bytes) {}
+  std::atomic<int64_t> left;
+};
+
+// A regex's masks over one vocabulary, each DFA state's walk of the trie done once and kept while `budget` lasts
+// (past it, computed each time): a sequence under `.*` or `[a-z ]+` asks the same few states step after step, and a
+// walk that allows most of a large vocabulary costs milliseconds (bench/json_mask_bench.cpp). Safe to use from
+// several threads at once. The vocabulary must outlive it.
 class RegexMasks {
  public:
-  static constexpr size_t kMaxBytes = size_t{64} << 20;
-  RegexMasks(std::shared_ptr<const Regex> re, const TokenVocabulary& vocab) : re_(std::move(re)), vocab_(&vocab) {}
+  RegexMasks(std::shared_ptr<const Regex> re, const TokenVocabulary& vocab, std::shared_ptr<MaskBudget> budget)
+      : re_(std::move(re)), vocab_(&vocab), budget_(std::move(budget)) {}
+  ~RegexMasks() { budget_->left += static_cast<int64_t>(bytes_); }
+  RegexMasks(const RegexMasks&) = delete;
+  RegexMasks& operator=(const RegexMasks&) = delete;
   const Regex& regex() const { return *re_; }
   // allowed_tokens(matcher, ...) for a matcher of this regex.
   void allowed(const RegexMatcher& matcher, std::span<const int32_t> stop_ids, std::vector<uint64_t>& bits) const;
@@ -75,9 +86,10 @@ class RegexMasks {
  private:
   std::shared_ptr<const Regex> re_;
   const TokenVocabulary* vocab_;
+  std::shared_ptr<MaskBudget> budget_;
   mutable std::mutex mu_;
   mutable std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by DFA state, without the stop ids
-  mutable size_t bytes_ = 0;
+  mutable size_t bytes_ = 0;                                          // taken from the budget
 };
 
 // The mask of whichever grammar the matcher has; a regex's through `masks` when given (its cache).

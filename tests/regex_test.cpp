@@ -262,3 +262,28 @@ TEST_CASE("token masks under a regex: the ids whose bytes the DFA takes whole, s
     else CHECK(count > 0);
   }
 }
+
+TEST_CASE("regex masks: cached per state within a shared budget, equal to the walk, the budget given back",
+          "[structured][regex]") {
+  auto tok = Tokenizer::load(test::stories_dir());
+  REQUIRE(tok.ok());
+  const auto vocab = structured::TokenVocabulary::from(*tok, 512);
+  const int64_t one_mask = static_cast<int64_t>((512 + 63) / 64 * sizeof(uint64_t));
+  auto budget = std::make_shared<structured::MaskBudget>(2 * one_mask);  // room for two states' masks
+  const std::vector<int32_t> stops{2};
+  {
+    const structured::RegexMasks masks(std::make_shared<const Regex>(compiled("[a-z]{0,6}!?")), vocab, budget);
+    std::vector<uint64_t> cached, walked;
+    for (const std::string prefix : {"", "a", "ab", "abc", "", "a", "abcdef", "abcdef!"}) {
+      INFO(prefix);
+      RegexMatcher m(masks.regex());
+      for (const char c : prefix) REQUIRE(m.feed(static_cast<uint8_t>(c)));
+      masks.allowed(m, stops, cached);
+      structured::allowed_tokens(m, vocab, stops, walked);
+      CHECK(cached == walked);
+      CHECK(budget->left >= 0);
+    }
+    CHECK(budget->left == 0);  // two states cached, the others walked each time
+  }
+  CHECK(budget->left == 2 * one_mask);
+}
