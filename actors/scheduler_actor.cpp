@@ -27,6 +27,7 @@
 #include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
 #include "structured/json_schema.hpp"
+#include "structured/grammar.hpp"
 #include "structured/regex.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
@@ -634,20 +635,25 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   st.deadline = std::make_unique<StepDeadline>(step_timeout);
   st.actor_name = std::move(name);
   ACTORD_CHECK_MSG(!lanes.empty(), "a scheduler without a lane");
-  // A request's JSON schema or regex must compile here, so that the worker that samples it never fails a step over
-  // it; the last distinct ones that did are remembered, so that a repeated one costs a lookup.
+  // A request's JSON schema, regex or grammar must compile here, so that the worker that samples it never fails a
+  // step over it; the last distinct ones that did are remembered, so that a repeated one costs a lookup.
   limits.check_response_format = [compiled = std::make_shared<std::unordered_set<std::string>>()](
                                      const SamplingOptions& o) -> Status {
-    const bool schema = o.response_format == ResponseFormat::json_schema;
-    if (!schema && o.response_format != ResponseFormat::regex) return {};
-    const std::string key = (schema ? "s" : "r") + (schema ? o.json_schema : o.regex);
+    const ResponseFormat f = o.response_format;
+    if (f != ResponseFormat::json_schema && f != ResponseFormat::regex && f != ResponseFormat::grammar) return {};
+    const std::string key = f == ResponseFormat::json_schema ? "s" + o.json_schema
+                            : f == ResponseFormat::regex     ? "r" + o.regex
+                                                             : "g" + o.grammar;
     if (compiled->count(key)) return {};
-    if (schema) {
+    if (f == ResponseFormat::json_schema) {
       auto s = structured::JsonSchema::compile(o.json_schema);
       if (!s) return make_error(Errc::invalid_argument, "response_format: json_schema: " + s.error().message);
-    } else {
+    } else if (f == ResponseFormat::regex) {
       auto r = structured::Regex::compile(o.regex);
       if (!r) return make_error(Errc::invalid_argument, "response_format: " + r.error().message);
+    } else {
+      auto g = structured::Grammar::compile(o.grammar);
+      if (!g) return make_error(Errc::invalid_argument, "response_format: " + g.error().message);
     }
     if (compiled->size() >= 64) compiled->clear();
     compiled->insert(key);

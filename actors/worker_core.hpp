@@ -147,6 +147,13 @@ class WorkerCore {
   // micro-batch k (ExecuteStep.laneTokensPerMicroBatch).
   Status forward_overlapped(const ForwardContext& context, const std::vector<uint32_t>& lane_tokens);
   std::vector<uint32_t> lane_tokens_;            // the step's laneTokensPerMicroBatch
+  // A regex or GBNF grammar compiled once per worker, with its states' masks over the vocabulary (the sequences that
+  // ask for it share them).
+  struct CompiledText {
+    std::optional<structured::Regex> regex;
+    std::optional<structured::Grammar> grammar;
+    std::unique_ptr<structured::MaskCache> masks;
+  };
   struct SequenceState {
     SamplingOptions sampling;
     uint32_t prompt_len = 0;
@@ -159,7 +166,7 @@ class WorkerCore {
     // it from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
     std::optional<structured::OutputMatcher> grammar;
     std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `grammar` matches against
-    std::shared_ptr<const structured::RegexMasks> regex;   // regex: what `grammar` matches against, its masks
+    std::shared_ptr<const CompiledText> text;              // regex / grammar: what `grammar` matches against
     uint32_t grammar_next = 0;
     std::vector<uint64_t> allowed;
     // The draft tokens of its last slice (speculative decoding), at positions drafts_from ...: the history and the
@@ -190,8 +197,8 @@ class WorkerCore {
   std::string allow_next_tokens();
   // The vocabulary's token bytes for response formats, loaded from the model's tokenizer at the first use.
   Result<const structured::TokenVocabulary*> token_vocabulary();
-  // A new sequence's grammar for its response format (json_object, or its json_schema or regex compiled, each
-  // distinct schema or pattern once); an error when it does not compile.
+  // A new sequence's grammar for its response format (json_object, or its json_schema, regex or GBNF grammar
+  // compiled, each distinct one once); an error when it does not compile.
   std::string start_grammar(SequenceState& st);
 
   ModelRegistry registry_;
@@ -201,8 +208,9 @@ class WorkerCore {
   // Compiled schemas by their text (the last kMaxSchemas distinct ones; a sequence keeps its own alive).
   static constexpr size_t kMaxSchemas = 64;
   std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
-  // The same for regexes, by pattern, with their masks over token_vocabulary_: kMaskCacheBytes of them in all.
-  std::unordered_map<std::string, std::shared_ptr<const structured::RegexMasks>> regexes_;
+  // The same for regexes and grammars, by "r" + pattern / "g" + grammar, with their masks over token_vocabulary_:
+  // kMaskCacheBytes of them in all.
+  std::unordered_map<std::string, std::shared_ptr<const CompiledText>> texts_;
   static constexpr int64_t kMaskCacheBytes = int64_t{128} << 20;
   std::shared_ptr<structured::MaskBudget> mask_budget_ = std::make_shared<structured::MaskBudget>(kMaskCacheBytes);
   std::vector<SequenceState*> sample_states_;  // per row of sample_requests_: its sequence's state
@@ -210,7 +218,7 @@ class WorkerCore {
   // where they go and its sequence's stop ids; the distinct ones of a step, each once.
   struct RowGrammar {
     const structured::OutputMatcher* grammar = nullptr;  // null: no response format
-    const structured::RegexMasks* masks = nullptr;       // a regex's: its sequence's
+    const structured::MaskCache* masks = nullptr;        // a regex's or grammar's: its sequence's
     std::vector<uint64_t>* allowed = nullptr;
     const std::vector<int32_t>* stop_ids = nullptr;
     bool operator==(const RowGrammar&) const = default;

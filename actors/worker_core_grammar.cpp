@@ -32,20 +32,31 @@ std::string WorkerCore::start_grammar(SequenceState& st) {
       st.grammar.emplace(structured::JsonMatcher(*st.schema));
       return {};
     }
-    case ResponseFormat::regex: {
-      auto known = regexes_.find(st.sampling.regex);
-      if (known == regexes_.end()) {
-        auto compiled = structured::Regex::compile(st.sampling.regex);
-        if (!compiled) return "response_format: " + compiled.error().message;
+    case ResponseFormat::regex:
+    case ResponseFormat::grammar: {
+      const bool regex = st.sampling.response_format == ResponseFormat::regex;
+      const std::string key = regex ? "r" + st.sampling.regex : "g" + st.sampling.grammar;
+      auto known = texts_.find(key);
+      if (known == texts_.end()) {
+        auto text = std::make_shared<CompiledText>();
+        if (regex) {
+          auto compiled = structured::Regex::compile(st.sampling.regex);
+          if (!compiled) return "response_format: " + compiled.error().message;
+          text->regex = std::move(*compiled);
+        } else {
+          auto compiled = structured::Grammar::compile(st.sampling.grammar);
+          if (!compiled) return "response_format: " + compiled.error().message;
+          text->grammar = std::move(*compiled);
+        }
         auto vocab = token_vocabulary();
         if (!vocab) return vocab.error().message;
-        if (regexes_.size() >= kMaxSchemas) regexes_.clear();
-        auto re = std::make_shared<const structured::Regex>(std::move(*compiled));
-        known = regexes_.emplace(st.sampling.regex,
-                                 std::make_shared<const structured::RegexMasks>(re, **vocab, mask_budget_)).first;
+        text->masks = std::make_unique<structured::MaskCache>(**vocab, mask_budget_);
+        if (texts_.size() >= kMaxSchemas) texts_.clear();
+        known = texts_.emplace(key, std::move(text)).first;
       }
-      st.regex = known->second;
-      st.grammar.emplace(structured::RegexMatcher(st.regex->regex()));
+      st.text = known->second;
+      if (regex) st.grammar.emplace(structured::RegexMatcher(*st.text->regex));
+      else st.grammar.emplace(structured::GrammarMatcher(*st.text->grammar));
       return {};
     }
     default:
@@ -99,7 +110,8 @@ void WorkerCore::prepare_draft_rows() {
   const structured::TokenVocabulary* vocab = nullptr;
   for (size_t r = 0; r < sample_requests_.size(); ++r) {
     SequenceState& st = *sample_states_[r];
-    row_grammars_.push_back({st.grammar ? &*st.grammar : nullptr, st.regex.get(), &st.allowed, &st.stop_ids});
+    row_grammars_.push_back({st.grammar ? &*st.grammar : nullptr, st.text ? st.text->masks.get() : nullptr, &st.allowed,
+                             &st.stop_ids});
     const auto [slice_index, row] = sample_rows_[r];
     if (row == 0 || (!st.sampling.has_penalties() && !st.grammar)) continue;
     // Row j follows the slice's token j, its j-th draft; a slice's rows come in order, so row j - 1's copies are
@@ -124,7 +136,7 @@ void WorkerCore::prepare_draft_rows() {
       if (draft >= 0 && draft < vocab->size())
         for (const char b : vocab->bytes[static_cast<size_t>(draft)])
           if (!g.grammar.feed(static_cast<uint8_t>(b))) break;
-      row_grammars_.back() = {&g.grammar, st.regex.get(), &g.allowed, &st.stop_ids};
+      row_grammars_.back() = {&g.grammar, st.text ? st.text->masks.get() : nullptr, &g.allowed, &st.stop_ids};
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "api/openai_reasoning.hpp"
+#include "structured/grammar.hpp"
 #include "structured/json_schema.hpp"
 #include "structured/regex.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -130,12 +131,14 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
   o.json_schema = std::move(text);
 }
 
-// vLLM's constraints on the generated text, as response_format regex (structured/regex.hpp, compiled here so that a
-// pattern it does not take is refused naming what and where): guided_regex (a pattern the whole text matches),
-// guided_choice (one of the strings, each taken literally), or the same as structured_outputs {regex} or {choice}
-// (vLLM's newer spelling). At most one of them, and not with a response_format other than text.
+// vLLM's constraints on the generated text: guided_regex (a pattern the whole text matches) and guided_choice (one of
+// the strings, each taken literally) as response_format regex (structured/regex.hpp), guided_grammar (a GBNF
+// grammar, llama.cpp's format) as response_format grammar (structured/grammar.hpp), or the same as
+// structured_outputs {regex | choice | grammar} (vLLM's newer spelling); each compiled here, so that one it does not
+// take is refused naming what and where. At most one of them, and not with a response_format other than text.
 void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
-  std::string field, pattern;
+  std::string field, text;
+  bool grammar = false;
   auto choices_of = [&](const std::string& name, const json& v) {
     if (!v.is_array() || v.empty()) refuse(name, "must be a non-empty list of strings, got " + describe(v));
     std::vector<std::string> choices;
@@ -145,30 +148,35 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     }
     return structured::regex_of_choices(choices);
   };
-  auto take = [&](const std::string& name, std::string p) {
+  auto take = [&](const std::string& name, std::string t, bool is_grammar) {
     if (!field.empty()) refuse(name, "cannot be combined with " + field + ": one constraint on the text at a time");
     field = name;
-    pattern = std::move(p);
+    text = std::move(t);
+    grammar = is_grammar;
   };
-  if (body.contains("guided_regex") && !body["guided_regex"].is_null()) {
-    if (!body["guided_regex"].is_string()) refuse("guided_regex", "must be a string, got " + describe(body["guided_regex"]));
-    take("guided_regex", body["guided_regex"].get<std::string>());
-  }
-  if (body.contains("guided_choice") && !body["guided_choice"].is_null())
-    take("guided_choice", choices_of("guided_choice", body["guided_choice"]));
-  if (body.contains("structured_outputs") && !body["structured_outputs"].is_null()) {
+  auto string_of = [&](const std::string& name, const json& v) {
+    if (!v.is_string()) refuse(name, "must be a string, got " + describe(v));
+    return v.get<std::string>();
+  };
+  auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
+  if (given("guided_regex")) take("guided_regex", string_of("guided_regex", body["guided_regex"]), false);
+  if (given("guided_choice")) take("guided_choice", choices_of("guided_choice", body["guided_choice"]), false);
+  if (given("guided_grammar")) take("guided_grammar", string_of("guided_grammar", body["guided_grammar"]), true);
+  if (given("structured_outputs")) {
     const json& so = body["structured_outputs"];
     if (!so.is_object()) refuse("structured_outputs", "must be an object, got " + describe(so));
     for (const auto& [key, value] : so.items()) {
       if (value.is_null()) continue;
+      const std::string name = "structured_outputs." + key;
       if (key == "regex") {
-        if (!value.is_string()) refuse("structured_outputs", "regex must be a string, got " + describe(value));
-        take("structured_outputs.regex", value.get<std::string>());
+        take(name, string_of(name, value), false);
       } else if (key == "choice") {
-        take("structured_outputs.choice", choices_of("structured_outputs.choice", value));
+        take(name, choices_of(name, value), false);
+      } else if (key == "grammar") {
+        take(name, string_of(name, value), true);
       } else {
-        refuse("structured_outputs", key + " is not supported; supported: regex, choice (a JSON schema goes in "
-                                           "response_format)");
+        refuse("structured_outputs", key + " is not supported; supported: regex, choice, grammar (a JSON schema goes "
+                                           "in response_format)");
       }
     }
   }
@@ -177,9 +185,15 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     refuse(field, std::string("cannot be combined with a response_format of ") + o.response_format_name());
   if (context.tokenizer && context.tokenizer->stop_ids().empty())
     refuse(field, "needs the model to have an end-of-sequence token to end the text, and it has none");
-  if (auto compiled = structured::Regex::compile(pattern); !compiled) refuse(field, compiled.error().message);
-  o.response_format = ResponseFormat::regex;
-  o.regex = std::move(pattern);
+  if (grammar) {
+    if (auto compiled = structured::Grammar::compile(text); !compiled) refuse(field, compiled.error().message);
+    o.response_format = ResponseFormat::grammar;
+    o.grammar = std::move(text);
+  } else {
+    if (auto compiled = structured::Regex::compile(text); !compiled) refuse(field, compiled.error().message);
+    o.response_format = ResponseFormat::regex;
+    o.regex = std::move(text);
+  }
 }
 
 std::vector<int32_t> token_ids(const json& list, const char* field, int vocab_size) {
@@ -270,13 +284,13 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
       "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "user", "priority",
       "ignore_eos", "min_tokens", "stream", "stream_options", "prompt_logprobs", "suffix", "best_of", "logit_bias",
-      "response_format", "guided_regex", "guided_choice", "structured_outputs"};
+      "response_format", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
   static const std::set<std::string> chat_fields{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
       "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
       "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "guided_regex",
-      "guided_choice", "structured_outputs"};
+      "guided_choice", "guided_grammar", "structured_outputs"};
   return chat ? chat_fields : completions;
 }
 

@@ -8,8 +8,9 @@
 // SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
 // template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template;
 // tools, tool_choice and parallel_tool_calls as openai_tools.hpp says (a constrained tool_choice becomes the
-// request's json_schema); vLLM's guided_regex, guided_choice and structured_outputs {regex | choice} constrain the
-// text as a response_format regex (structured/regex.hpp); chat_template_kwargs (vLLM's: more template variables, such as Qwen3's enable_thinking)
+// request's json_schema); vLLM's guided_regex, guided_choice, guided_grammar and structured_outputs {regex | choice |
+// grammar} constrain the text as a response_format regex (structured/regex.hpp) or grammar (GBNF,
+// structured/grammar.hpp); chat_template_kwargs (vLLM's: more template variables, such as Qwen3's enable_thinking)
 // go to the template; a reasoning model's replies are split as openai_reasoning.hpp says.
 #pragma once
 

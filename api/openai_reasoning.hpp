@@ -5,8 +5,8 @@
 // Contract:
 // - A chat template that writes `<think>` marks a reasoning model (reasoning_template); the server's
 //   `reasoning_parser` (auto: where the template does; none: never) decides whether replies are split at all.
-//   Replies whose text is constrained (response_format json_object / json_schema / regex, tool_choice required or
-//   named) are not: their text is what the constraint made.
+//   Replies whose text is constrained (response_format json_object / json_schema / regex / grammar, tool_choice
+//   required or named) are not: their text is what the constraint made.
 // - The block either opens in the prompt (DeepSeek R1's template ends its generation prompt with `<think>\n`:
 //   prompt_opens_reasoning) or at the reply's start (Qwen3 writes `<think>` itself; leading whitespace before it
 //   is dropped). Without either the whole reply is content. Reasoning is the text up to `</think>`, content what

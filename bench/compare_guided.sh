@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Constrained decoding's cost, side by side in one run, alternating ROUNDS times: llama.cpp's llama-completion with
-# a GBNF grammar (--grammar) and actord generate with the same constraint as a regex (response_format regex), one
-# sequence, greedy, GEN tokens, 2 threads: unconstrained (both ignoring the end of sequence), `[a-z ,]*~` (one
+# a GBNF grammar (--grammar) and actord generate with the same constraint as a regex (response_format regex) and as
+# the same GBNF grammar (response_format grammar), one sequence, greedy, GEN tokens, 2 threads: unconstrained (both ignoring the end of sequence), `[a-z ,]*~` (one
 # state of the automaton after the first token: actord's masks come from its cache) and `[a-z ,]{1000}` (a new
 # state at every token: each mask a walk of the vocabulary's trie). Neither text may end before GEN tokens, so
 # both engines generate them all. Prints one line per engine, round and constraint: decode tok/s (for llama.cpp its
@@ -33,18 +33,28 @@ for round in $(seq "$rounds"); do
     awk -v r="$round" -v n="${names[$i]}" -v c="$(wc -m <"$log.text$i")" '
       /sampling time/ { for (i = 1; i <= NF; ++i) if ($i == "=") s = $(i + 1) }
       / eval time/ && !/prompt/ { for (i = 1; i <= NF; ++i) { if ($i == "=") e = $(i + 1); if ($i == "runs") k = $(i - 1) } }
-      END { printf "round %d llama.cpp %-8s decode %7.1f tok/s  (sampling %6.1f ms)  text %d characters\n", r, n,
+      END { printf "round %d llama.cpp %-12s decode %7.1f tok/s  (sampling %6.1f ms)  text %d characters\n", r, n,
                    1000 * k / (e + s), s, c }' "$log"
   done
-  for i in 0 1 2; do
+  for run in 0 1 2 3 4; do  # none, then each constraint as a regex and as the GBNF grammar
+    i=$(( run < 3 ? run : run - 2 ))
     args=(generate "$config" --model "$model" --prompt "$prompt" --max-tokens "$gen" --temperature 0 --json
           --set 'groups[0].threads=2' "${sets[@]}")
-    if [ -n "${regexes[$i]}" ]; then args+=(--response-format regex --regex "${regexes[$i]}"); else args+=(--ignore-eos); fi
+    name=${names[$i]}
+    if [ "$run" -eq 0 ]; then
+      args+=(--ignore-eos)
+    elif [ "$run" -lt 3 ]; then
+      args+=(--response-format regex --regex "${regexes[$i]}")
+    else
+      printf '%s\n' "${grammars[$i]}" >"$log.gbnf"
+      args+=(--response-format grammar --grammar "$log.gbnf")
+      name="$name-gbnf"
+    fi
     "$actord" "${args[@]}" 2>/dev/null | python3 -c 'import json, os, sys
 j = json.load(sys.stdin); t = j["text"]; peer = open(sys.argv[3], encoding="utf-8").read()
 common = len(os.path.commonprefix([t, peer]))
-print("round %s actord    %-8s decode %7.1f tok/s  %20s  text %d characters, the first %d as llama.cpp" % (sys.argv[1],
-      sys.argv[2], j["decode_tokens_per_s"], "", len(t), common))' "$round" "${names[$i]}" "$log.text$i"
+print("round %s actord    %-12s decode %7.1f tok/s  %16s  text %d characters, the first %d as llama.cpp" % (sys.argv[1],
+      sys.argv[2], j["decode_tokens_per_s"], "", len(t), common))' "$round" "$name" "$log.text$i"
   done
 done
-rm -f "$log" "$log".text*
+rm -f "$log" "$log".text* "$log.gbnf"

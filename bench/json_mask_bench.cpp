@@ -2,8 +2,8 @@
 // JSON matcher takes next) over real vocabularies, at matcher states between values and inside strings and numbers
 // (and under a schema: in a key, a bounded string, an enum value, an integer; and tool_choice required's array of
 // a tagged union: in the tag, a key, an integer), and the one-off
-// TokenVocabulary::from; then response_format regex (vLLM's guided_regex / guided_choice): each pattern's compile
-// time and its masks at a few states. Prints the best of several repetitions (the machine is shared) in microseconds.
+// TokenVocabulary::from; then response_format regex (vLLM's guided_regex / guided_choice) and grammar (GBNF): each
+// pattern's or grammar's compile time and its masks at a few states, walked and from a MaskCache. Prints the best of several repetitions (the machine is shared) in microseconds.
 // Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
 // GPT-2 and Qwen3 vocabularies)
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "structured/grammar.hpp"
 #include "structured/json_matcher.hpp"
 #include "structured/regex.hpp"
 #include "structured/token_mask.hpp"
@@ -114,7 +115,41 @@ int main(int argc, char** argv) {
     std::printf("regex %-12s compiled in %8.1f us, %5d DFA states: %s\n", c.name, best, c.re.states(),
                 c.pattern.c_str());
   }
-  std::printf("us per mask (a sampled row of a json_object / json_schema / regex sequence)\n");
+  // GBNF grammars: arithmetic (recursive), and a JSON grammar as llama.cpp's grammars/json.gbnf writes one.
+  struct GrammarCase {
+    const char* name;
+    std::string text;
+    std::vector<std::pair<const char*, std::string>> states;
+    structured::Grammar g;
+  };
+  std::vector<GrammarCase> grammars{
+      {"arithmetic", "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+                     "factor ::= [0-9]+ | \"(\" expr \")\" | \"-\" factor\n",
+       {{"start", ""}, {"in a number", "(12+3"}, {"after an operator", "(12+3)*"}}, {}},
+      {"json", "root ::= object\nvalue ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+               "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+               "array ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+               "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+               "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
+               "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n",
+       {{"start", ""}, {"in a key", "{\"na"}, {"in a string", "{\"name\": \"Lily went to the"},
+        {"after a value", "{\"a\": 1"}}, {}},
+  };
+  for (GrammarCase& c : grammars) {
+    double best = 1e30;
+    for (int r = 0; r < repetitions; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto g = structured::Grammar::compile(c.text);
+      best = std::min(best, micros_since(t0));
+      if (!g) {
+        std::fprintf(stderr, "%s\n", g.error().message.c_str());
+        return 1;
+      }
+      c.g = std::move(*g);
+    }
+    std::printf("grammar %-10s compiled in %8.1f us, %5zu elements\n", c.name, best, c.g.elems().size());
+  }
+  std::printf("us per mask (a sampled row of a json_object / json_schema / regex / grammar sequence)\n");
   for (const std::string& dir : dirs) {
     auto tok = Tokenizer::load(dir);
     if (!tok) {
@@ -141,13 +176,12 @@ int main(int argc, char** argv) {
         std::printf("    %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
       }
     }
-    // A regex's masks: the walk of the trie (a state's first mask), then from RegexMasks' cache (every later one).
+    // A regex's masks: the walk of the trie (a state's first mask), then from a MaskCache (every later one).
     for (const RegexCase& c : regexes) {
       std::printf("  regex %s (first mask of a state | cached)\n", c.name);
-      const structured::RegexMasks masks(std::make_shared<const structured::Regex>(c.re), vocab,
-                                         std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
+      const structured::MaskCache masks(vocab, std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
       for (const auto& [name, prefix] : c.states) {
-        structured::RegexMatcher m(masks.regex());
+        structured::RegexMatcher m(c.re);
         for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
         double walk = 1e30, cached = 1e30;
         for (int r = 0; r < repetitions; ++r) {
@@ -155,12 +189,32 @@ int main(int argc, char** argv) {
           structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
           walk = std::min(walk, micros_since(t0));
           t0 = std::chrono::steady_clock::now();
-          masks.allowed(m, tok->stop_ids(), bits);
+          masks.allowed(structured::OutputMatcher(m), tok->stop_ids(), bits);
           if (r > 0) cached = std::min(cached, micros_since(t0));
         }
         int allowed = 0;
         for (uint64_t w : bits) allowed += __builtin_popcountll(w);
         std::printf("    %-14s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
+      }
+    }
+    for (const GrammarCase& c : grammars) {
+      std::printf("  grammar %s (first mask of a state | cached)\n", c.name);
+      const structured::MaskCache masks(vocab, std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
+      for (const auto& [name, prefix] : c.states) {
+        structured::GrammarMatcher m(c.g);
+        for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
+        double walk = 1e30, cached = 1e30;
+        for (int r = 0; r < std::min(repetitions, 5); ++r) {  // walks of large vocabularies take long
+          t0 = std::chrono::steady_clock::now();
+          structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
+          walk = std::min(walk, micros_since(t0));
+          t0 = std::chrono::steady_clock::now();
+          masks.allowed(structured::OutputMatcher(m), tok->stop_ids(), bits);
+          if (r > 0) cached = std::min(cached, micros_since(t0));
+        }
+        int allowed = 0;
+        for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+        std::printf("    %-17s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
       }
     }
   }

@@ -18,9 +18,11 @@ void to_wire(const SamplingOptions& in, wire::SamplingParams::Builder out) {
   out.setResponseFormat(in.response_format == ResponseFormat::json_object   ? wire::ResponseFormat::JSON_OBJECT
                         : in.response_format == ResponseFormat::json_schema ? wire::ResponseFormat::JSON_SCHEMA
                         : in.response_format == ResponseFormat::regex       ? wire::ResponseFormat::REGEX
+                        : in.response_format == ResponseFormat::grammar     ? wire::ResponseFormat::GRAMMAR
                                                                              : wire::ResponseFormat::TEXT);
   if (!in.json_schema.empty()) out.setJsonSchema(in.json_schema);
   if (!in.regex.empty()) out.setRegex(in.regex);
+  if (!in.grammar.empty()) out.setGrammar(in.grammar);
   if (!in.logit_bias.empty()) {
     auto biases = out.initLogitBias(static_cast<uint32_t>(in.logit_bias.size()));
     for (uint32_t i = 0; i < biases.size(); ++i) {
@@ -47,9 +49,11 @@ SamplingOptions from_wire(wire::SamplingParams::Reader in) {
   o.response_format = in.getResponseFormat() == wire::ResponseFormat::JSON_OBJECT   ? ResponseFormat::json_object
                       : in.getResponseFormat() == wire::ResponseFormat::JSON_SCHEMA ? ResponseFormat::json_schema
                       : in.getResponseFormat() == wire::ResponseFormat::REGEX       ? ResponseFormat::regex
+                      : in.getResponseFormat() == wire::ResponseFormat::GRAMMAR     ? ResponseFormat::grammar
                                                                                      : ResponseFormat::text;
   o.json_schema = in.getJsonSchema();
   o.regex = in.getRegex();
+  o.grammar = in.getGrammar();
   o.logit_bias.reserve(in.getLogitBias().size());
   for (const auto b : in.getLogitBias()) o.logit_bias.push_back({b.getId(), b.getBias()});
   return o;

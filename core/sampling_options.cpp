@@ -58,6 +58,10 @@ Status SamplingOptions::validate(int vocab_size) const {
     return make_error(Errc::invalid_argument, "response_format: regex needs a pattern");
   if (response_format != ResponseFormat::regex && !regex.empty())
     return make_error(Errc::invalid_argument, "response_format: a pattern is given, but the format is not regex");
+  if (response_format == ResponseFormat::grammar && grammar.empty())
+    return make_error(Errc::invalid_argument, "response_format: grammar needs a grammar");
+  if (response_format != ResponseFormat::grammar && !grammar.empty())
+    return make_error(Errc::invalid_argument, "response_format: a grammar is given, but the format is not grammar");
   return {};
 }
 

@@ -28,9 +28,11 @@ struct LogitBias {
 // What the generated text must be: any text, one JSON object (the OpenAI API's response_format json_object), one
 // object or array that a JSON schema admits (json_schema: SamplingOptions::json_schema, structured/json_schema.hpp;
 // also what a constrained tool_choice becomes), or a text that a regular expression matches whole (regex:
-// SamplingOptions::regex, structured/regex.hpp; vLLM's guided_regex, and guided_choice as the choices' alternation):
-// tokens that cannot continue it are masked before the draw, and the stop ids only come once it is complete.
-enum class ResponseFormat : uint8_t { text, json_object, json_schema, regex };
+// SamplingOptions::regex, structured/regex.hpp; vLLM's guided_regex, and guided_choice as the choices' alternation),
+// or a sentence of a GBNF grammar (grammar: SamplingOptions::grammar, structured/grammar.hpp; vLLM's guided_grammar,
+// llama.cpp's grammar): tokens that cannot continue it are masked before the draw, and the stop ids only come once
+// it is complete.
+enum class ResponseFormat : uint8_t { text, json_object, json_schema, regex, grammar };
 
 struct SamplingOptions {
   float temperature = 1.0f;          // >= 0; 0: greedy (highest logit, lowest id on ties)
@@ -59,6 +61,9 @@ struct SamplingOptions {
   // response_format regex: the pattern (compiled where the request enters and by the sampling worker); empty
   // otherwise.
   std::string regex;
+  // response_format grammar: the GBNF text (compiled where the request enters and by the sampling worker); empty
+  // otherwise.
+  std::string grammar;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr float kMaxLogitBias = 100.0f;  // as the OpenAI API
@@ -77,11 +82,13 @@ struct SamplingOptions {
 
   bool greedy() const { return temperature == 0.0f; }
   bool structured() const { return response_format != ResponseFormat::text; }
-  // "json_object" / "json_schema" / "regex" / "text": as the OpenAI API (and vLLM, for regex) names the format.
+  // "json_object" / "json_schema" / "regex" / "grammar" / "text": as the OpenAI API (and vLLM, for regex and
+  // grammar) names the format.
   const char* response_format_name() const {
     return response_format == ResponseFormat::json_object   ? "json_object"
            : response_format == ResponseFormat::json_schema ? "json_schema"
            : response_format == ResponseFormat::regex       ? "regex"
+           : response_format == ResponseFormat::grammar     ? "grammar"
                                                             : "text";
   }
   bool has_penalties() const {

@@ -13,6 +13,7 @@
 #include "api/openai_protocol.hpp"
 #include "api/openai_reasoning.hpp"
 #include "api/openai_tools.hpp"
+#include "structured/grammar.hpp"
 #include "structured/json_schema.hpp"
 #include "structured/regex.hpp"
 #include "fuzz_util.hpp"
@@ -67,6 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         fuzz::require(structured::JsonSchema::compile(r.sampling.json_schema).ok(), "a tool schema that does not compile");
       if (r.sampling.response_format == ResponseFormat::regex)
         fuzz::require(structured::Regex::compile(r.sampling.regex).ok(), "a regex that does not compile accepted");
+      if (r.sampling.response_format == ResponseFormat::grammar)
+        fuzz::require(structured::Grammar::compile(r.sampling.grammar).ok(), "a grammar that does not compile accepted");
     }
   }
   // The body as a model's text, for each reader: whole, and in pieces of 1 to 7 bytes.

@@ -14,6 +14,7 @@ PACKAGES=(
   curl  # the plain-HTTP client of the SSE framing test
   python3-torch  # the independent PyTorch reference of tests/reference
   python3-jsonschema  # the JSON schema validator that checks structured/json_schema (tests/reference)
+  python3-lark  # the Earley parser that checks structured/grammar (tests/reference/check_grammar.py)
   clang libclang-rt-14-dev llvm-14  # the fuzz build (fuzz/): libFuzzer, ASan and UBSan runtimes, llvm-symbolizer
 )
 

@@ -1,14 +1,16 @@
 // OutputMatcher: the grammar a sequence's response format puts on its generated text, whichever kind it is (one
-// JSON value, json_matcher.hpp; or a text a regular expression matches, regex.hpp), behind one feed / complete.
+// JSON value, json_matcher.hpp; a text a regular expression matches, regex.hpp; a sentence of a GBNF grammar,
+// grammar.hpp), behind one feed / complete.
 //
 // Contract: as each matcher's: feed(b) is false and changes nothing when b cannot continue the text; complete() is
-// true where the text may end (the stop ids may come). A fixed-size value, cheap to copy; what it matches against
-// (a schema, a regex) must outlive it.
+// true where the text may end (the stop ids may come). A value (a grammar's holds its parse stacks); what it
+// matches against (a schema, a regex, a grammar) must outlive it.
 #pragma once
 
 #include <cstdint>
 #include <variant>
 
+#include "structured/grammar.hpp"
 #include "structured/json_matcher.hpp"
 #include "structured/regex.hpp"
 
@@ -18,6 +20,7 @@ class OutputMatcher {
  public:
   explicit OutputMatcher(const JsonMatcher& m) : m_(m) {}
   explicit OutputMatcher(const RegexMatcher& m) : m_(m) {}
+  explicit OutputMatcher(const GrammarMatcher& m) : m_(m) {}
 
   bool feed(uint8_t b) {
     return std::visit([b](auto& m) { return m.feed(b); }, m_);
@@ -27,9 +30,10 @@ class OutputMatcher {
   }
   const JsonMatcher* json() const { return std::get_if<JsonMatcher>(&m_); }
   const RegexMatcher* regex() const { return std::get_if<RegexMatcher>(&m_); }
+  const GrammarMatcher* grammar() const { return std::get_if<GrammarMatcher>(&m_); }
 
  private:
-  std::variant<JsonMatcher, RegexMatcher> m_;
+  std::variant<JsonMatcher, RegexMatcher, GrammarMatcher> m_;
 };
 
 }  // namespace actord::structured

@@ -162,24 +162,60 @@ void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, s
   }
 }
 
-void RegexMasks::allowed(const RegexMatcher& matcher, std::span<const int32_t> stop_ids,
-                         std::vector<uint64_t>& bits) const {
+void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits) {
+  bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
+  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+  // Depth first over the trie, each node's matcher its parent's fed the node's byte: the path's states on a stack.
+  std::vector<GrammarMatcher> states{matcher};
+  std::vector<std::pair<int32_t, size_t>> stack;  // a node to visit, and the depth of its parent's state
+  for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+    stack.push_back({c, 0});
+  while (!stack.empty()) {
+    const auto [n, depth] = stack.back();
+    stack.pop_back();
+    // states[depth + 1] is this node's state (its buffers reused from the last node at that depth).
+    if (states.size() < depth + 2) states.resize(depth + 2, matcher);
+    const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(n)];
+    if (!states[depth].feed_into(node.byte, states[depth + 1])) continue;
+    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
+    if (node.first_child < 0) continue;
+    for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+      stack.push_back({c, depth + 1});
+  }
+  if (matcher.complete()) {
+    for (const int32_t id : stop_ids)
+      if (id >= 0 && id < vocab.size()) set(id);
+  }
+}
+
+void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> stop_ids,
+                        std::vector<uint64_t>& bits) const {
+  std::string key;
+  if (const RegexMatcher* re = matcher.regex()) {
+    const int32_t state = re->state();
+    key.assign(reinterpret_cast<const char*>(&state), sizeof state);
+  } else if (const GrammarMatcher* g = matcher.grammar()) {
+    key = g->key();
+  } else {
+    return allowed_tokens(matcher, *vocab_, stop_ids, bits);
+  }
   bool found = false;
   {
     std::lock_guard lock(mu_);
-    if (auto it = masks_.find(matcher.state()); it != masks_.end()) {
+    if (auto it = masks_.find(key); it != masks_.end()) {
       bits = it->second;
       found = true;
     }
   }
   if (!found) {
     allowed_tokens(matcher, *vocab_, {}, bits);
-    const auto size = static_cast<int64_t>(bits.size() * sizeof(uint64_t));
+    const auto size = static_cast<int64_t>(bits.size() * sizeof(uint64_t) + key.size());
     std::lock_guard lock(mu_);
-    if (!masks_.count(matcher.state()) && budget_->left.fetch_sub(size) >= size) {
-      masks_.emplace(matcher.state(), bits);
+    if (!masks_.count(key) && budget_->left.fetch_sub(size) >= size) {
+      masks_.emplace(std::move(key), bits);
       bytes_ += static_cast<size_t>(size);
-    } else if (!masks_.count(matcher.state())) {
+    } else if (!masks_.count(key)) {
       budget_->left += size;  // not taken
     }
   }
@@ -190,10 +226,11 @@ void RegexMasks::allowed(const RegexMatcher& matcher, std::span<const int32_t> s
 }
 
 void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
-                    std::vector<uint64_t>& bits, const RegexMasks* masks) {
+                    std::vector<uint64_t>& bits, const MaskCache* masks) {
+  if (masks && !matcher.json()) return masks->allowed(matcher, stop_ids, bits);
   if (const JsonMatcher* json = matcher.json()) return allowed_tokens(*json, vocab, stop_ids, bits);
-  if (masks) return masks->allowed(*matcher.regex(), stop_ids, bits);
-  allowed_tokens(*matcher.regex(), vocab, stop_ids, bits);
+  if (const RegexMatcher* re = matcher.regex()) return allowed_tokens(*re, vocab, stop_ids, bits);
+  allowed_tokens(*matcher.grammar(), vocab, stop_ids, bits);
 }
 
 }  // namespace actord::structured

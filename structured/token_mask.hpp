@@ -1,4 +1,5 @@
-// Which tokens may come next under a structured output's grammar (json_matcher.hpp, regex.hpp): a bit per token id.
+// Which tokens may come next under a structured output's grammar (json_matcher.hpp, regex.hpp, grammar.hpp): a bit
+// per token id.
 //
 // Contract: TokenVocabulary holds each id's bytes in the middle of a text (Tokenizer::token_bytes); special tokens
 // and ids without a token have none and are never allowed by the grammar. allowed_tokens sets bit id % 64 of word
@@ -20,6 +21,7 @@
 
 #include "structured/json_matcher.hpp"
 #include "structured/output_matcher.hpp"
+#include "structured/grammar.hpp"
 #include "structured/regex.hpp"
 
 namespace actord {
@@ -61,40 +63,43 @@ void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, st
 void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
 
-// The bytes of cached masks that several RegexMasks may hold together (a worker's, over all its patterns): each takes
-// from it as it caches a mask and gives back what it took when it is gone.
+// The bytes of cached masks that several MaskCaches may hold together (a worker's, over all its patterns and
+// grammars): each takes from it as it caches a mask and gives back what it took when it is gone.
 struct MaskBudget {
   explicit MaskBudget(int64_t bytes) : left(bytes) {}
   std::atomic<int64_t> left;
 };
 
-// A regex's masks over one vocabulary, each DFA state's walk of the trie done once and kept while `budget` lasts
-// (past it, computed each time): a sequence under `.*` or `[a-z ]+` asks the same few states step after step, and a
-// walk that allows most of a large vocabulary costs milliseconds (bench/json_mask_bench.cpp). Safe to use from
-// several threads at once. The vocabulary must outlive it.
-class RegexMasks {
+// The masks of one regex's or grammar's states over one vocabulary, each state's walk of the trie done once and kept
+// while the budget lasts (past it, computed each time): a sequence under `.*`, `[a-z ]+` or inside a grammar's
+// string asks the same few states step after step, and a walk that allows most of a large vocabulary costs
+// milliseconds (bench/json_mask_bench.cpp). A state is a regex's DFA state, a grammar matcher's key(); JSON
+// matchers are walked each time. Safe to use from several threads at once. The vocabulary must outlive it.
+class MaskCache {
  public:
-  RegexMasks(std::shared_ptr<const Regex> re, const TokenVocabulary& vocab, std::shared_ptr<MaskBudget> budget)
-      : re_(std::move(re)), vocab_(&vocab), budget_(std::move(budget)) {}
-  ~RegexMasks() { budget_->left += static_cast<int64_t>(bytes_); }
-  RegexMasks(const RegexMasks&) = delete;
-  RegexMasks& operator=(const RegexMasks&) = delete;
-  const Regex& regex() const { return *re_; }
-  // allowed_tokens(matcher, ...) for a matcher of this regex.
-  void allowed(const RegexMatcher& matcher, std::span<const int32_t> stop_ids, std::vector<uint64_t>& bits) const;
+  MaskCache(const TokenVocabulary& vocab, std::shared_ptr<MaskBudget> budget)
+      : vocab_(&vocab), budget_(std::move(budget)) {}
+  ~MaskCache() { budget_->left += static_cast<int64_t>(bytes_); }
+  MaskCache(const MaskCache&) = delete;
+  MaskCache& operator=(const MaskCache&) = delete;
+  // allowed_tokens(matcher, vocab, ...) for a matcher of this cache's regex or grammar.
+  void allowed(const OutputMatcher& matcher, std::span<const int32_t> stop_ids, std::vector<uint64_t>& bits) const;
 
  private:
-  std::shared_ptr<const Regex> re_;
   const TokenVocabulary* vocab_;
   std::shared_ptr<MaskBudget> budget_;
   mutable std::mutex mu_;
-  mutable std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by DFA state, without the stop ids
-  mutable size_t bytes_ = 0;                                          // taken from the budget
+  mutable std::unordered_map<std::string, std::vector<uint64_t>> masks_;  // by state, without the stop ids
+  mutable size_t bytes_ = 0;                                              // taken from the budget
 };
 
-// The mask of whichever grammar the matcher has; a regex's through `masks` when given (its cache).
+// Under a grammar: the tokens whose bytes its matcher takes whole (a walk of the trie, a matcher copy per prefix
+// taken), and the stop ids where the text may end.
+void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
+                    std::vector<uint64_t>& bits);
+// The mask of whichever grammar the matcher has; a regex's or a grammar's through `masks` when given (its cache).
 void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
-                    std::vector<uint64_t>& bits, const RegexMasks* masks = nullptr);
+                    std::vector<uint64_t>& bits, const MaskCache* masks = nullptr);
 
 inline bool allowed(std::span<const uint64_t> bits, int32_t id) {
   return id >= 0 && static_cast<size_t>(id) / 64 < bits.size() && (bits[static_cast<size_t>(id) / 64] >> (id % 64)) & 1u;

@@ -1,7 +1,7 @@
 // Constrained text through the engine and the HTTP API: response_format regex (vLLM's guided_regex, guided_choice
-// and structured_outputs {regex | choice}) - every output matches whole and ends at a stop id, in-process and in a
-// worker process alike, for forked samples too; bad patterns and impossible combinations are refused naming the
-// field, and the server keeps serving.
+// and structured_outputs {regex | choice}) and grammar (guided_grammar, structured_outputs {grammar}: GBNF) - every
+// output matches whole and ends at a stop id, in-process and in a worker process alike, for forked samples too; bad
+// patterns and grammars and impossible combinations are refused naming the field, and the server keeps serving.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +10,7 @@
 #include "engine_test_util.hpp"
 #include "http_client_util.hpp"
 #include "serve_test_util.hpp"
+#include "structured/grammar.hpp"
 #include "structured/regex.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -22,6 +23,21 @@ using test::Served;
 namespace {
 
 constexpr const char* kSentence = R"((Lily|Tom|Ben) (was|had|saw) [a-z ,]{1,40}\.)";
+// Sentences of two parts, nested: what a regex cannot say.
+constexpr const char* kStory = R"(root ::= sentence (" " sentence)?
+sentence ::= name " " verb " " words ("." | " (" words ").")
+name ::= "Lily" | "Tom" | "Ben"
+verb ::= "was" | "had" | "saw"
+words ::= [a-z]{1,8} (" " [a-z]{1,8}){0,2})";
+
+bool sentence_of(const std::string& grammar, const std::string& text) {
+  auto g = structured::Grammar::compile(grammar);
+  REQUIRE(g);
+  structured::GrammarMatcher m(*g);
+  for (const char c : text)
+    if (!m.feed(static_cast<uint8_t>(c))) return false;
+  return m.complete();
+}
 
 bool full_match(const std::string& pattern, const std::string& text) {
   auto re = structured::Regex::compile(pattern);
@@ -32,7 +48,8 @@ bool full_match(const std::string& pattern, const std::string& text) {
   return m.complete();
 }
 
-GenerateRequest regex_request(const std::string& pattern, float temperature, uint64_t seed, uint32_t n = 1) {
+GenerateRequest regex_request(const std::string& pattern, float temperature, uint64_t seed, uint32_t n = 1,
+                              bool grammar = false) {
   auto tok = Tokenizer::load(test::stories_dir());
   REQUIRE(tok.ok());
   GenerateRequest r;
@@ -41,8 +58,9 @@ GenerateRequest regex_request(const std::string& pattern, float temperature, uin
   r.sampling.temperature = temperature;
   r.sampling.seed = seed;
   r.sampling.n = n;
-  r.sampling.response_format = ResponseFormat::regex;
-  r.sampling.regex = pattern;
+  r.max_tokens = grammar ? 160 : 64;
+  r.sampling.response_format = grammar ? ResponseFormat::grammar : ResponseFormat::regex;
+  (grammar ? r.sampling.grammar : r.sampling.regex) = pattern;
   return r;
 }
 
@@ -58,6 +76,8 @@ TEST_CASE("regex through the engine: every output matches whole and ends at a st
                                         regex_request(kSentence, 1.0f, 7, 3)};
   for (uint64_t seed = 1; seed <= 4; ++seed) requests.push_back(regex_request(kSentence, 1.0f, seed));
   for (uint64_t seed = 1; seed <= 3; ++seed) requests.push_back(regex_request(choice, 1.2f, seed));
+  requests.push_back(regex_request(kStory, 0.0f, 0, 1, true));
+  for (uint64_t seed = 1; seed <= 3; ++seed) requests.push_back(regex_request(kStory, 1.0f, seed, 1, true));
   std::vector<std::string> first;
   for (const char* config : {"configs/quickstart.yaml", "configs/quickstart-2proc.yaml"}) {
     INFO(config);
@@ -78,7 +98,8 @@ TEST_CASE("regex through the engine: every output matches whole and ends at a st
     CHECK(std::find(choices.begin(), choices.end(), texts[1]) != choices.end());
     CHECK(full_match(R"(\d{1,3}(\.\d{1,3}){3})", texts[2]));
     for (size_t i = 3; i < 10; ++i) CHECK(full_match(kSentence, texts[i]));
-    for (size_t i = 10; i < texts.size(); ++i) CHECK(std::find(choices.begin(), choices.end(), texts[i]) != choices.end());
+    for (size_t i = 10; i < 13; ++i) CHECK(std::find(choices.begin(), choices.end(), texts[i]) != choices.end());
+    for (size_t i = 13; i < texts.size(); ++i) CHECK(sentence_of(kStory, texts[i]));
     if (first.empty()) first = texts;
     else CHECK(texts == first);  // seeded draws: the same in a worker process
   }
@@ -88,6 +109,10 @@ TEST_CASE("regex through the engine: every output matches whole and ends at a st
   REQUIRE((*refused)[0].error);
   CHECK_THAT((*refused)[0].error->message,
              Catch::StartsWith("response_format: regex: missing ), unterminated group at offset 0"));
+  refused = engine->generate({regex_request("root ::= x", 0.0f, 0, 1, true)});
+  REQUIRE(refused.ok());
+  REQUIRE((*refused)[0].error);
+  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: grammar: undefined rule x"));
   auto still = engine->generate({requests[0]});
   REQUIRE(still.ok());
   CHECK((*still)[0].text == first[0]);
@@ -138,6 +163,19 @@ TEST_CASE("serve - guided_regex, guided_choice and structured_outputs constrain 
   const Reply date = post("/v1/chat/completions", so);
   REQUIRE(date.status == 200);
   CHECK(full_match("[0-9]{4}-[0-9]{2}", json::parse(date.body)["choices"][0]["message"]["content"]));
+  // guided_grammar and structured_outputs {grammar}: a sentence of the GBNF grammar.
+  for (const char* field : {"guided_grammar", "structured_outputs"}) {
+    json body = chat;
+    body["max_tokens"] = 160;
+    if (std::string(field) == "guided_grammar") body["guided_grammar"] = kStory;
+    else body["structured_outputs"] = {{"grammar", kStory}};
+    const Reply r = post("/v1/chat/completions", body);
+    REQUIRE(r.status == 200);
+    const json c = json::parse(r.body)["choices"][0];
+    INFO(c.dump());
+    CHECK(sentence_of(kStory, c["message"]["content"]));
+    CHECK(c["finish_reason"] == "stop");
+  }
 
   auto refusal = [&](const json& body) {
     const Reply r = post("/v1/chat/completions", body);
@@ -161,8 +199,13 @@ TEST_CASE("serve - guided_regex, guided_choice and structured_outputs constrain 
   bad["guided_regex"] = "a";
   CHECK_THAT(refusal(bad), Catch::Contains("cannot be combined with guided_regex"));
   bad = chat;
-  bad["structured_outputs"] = {{"grammar", "root ::= \"a\""}};
-  CHECK_THAT(refusal(bad), Catch::Contains("grammar is not supported; supported: regex, choice"));
+  bad["guided_grammar"] = "root ::= x";
+  CHECK(refusal(bad) == "guided_grammar | guided_grammar: grammar: undefined rule x (line 1)");
+  bad["guided_grammar"] = "root ::= root \"a\" | \"b\"";
+  CHECK_THAT(refusal(bad), Catch::Contains("left recursion"));
+  bad = chat;
+  bad["structured_outputs"] = {{"json", {{"type", "object"}}}};
+  CHECK_THAT(refusal(bad), Catch::Contains("json is not supported; supported: regex, choice, grammar"));
   bad["structured_outputs"] = "regex";
   CHECK_THAT(refusal(bad), Catch::Contains("must be an object"));
   bad = chat;

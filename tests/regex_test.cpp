@@ -256,17 +256,18 @@ TEST_CASE("regex masks: cached per state within a shared budget, equal to the wa
   auto tok = Tokenizer::load(test::stories_dir());
   REQUIRE(tok.ok());
   const auto vocab = structured::TokenVocabulary::from(*tok, 512);
-  const int64_t one_mask = static_cast<int64_t>((512 + 63) / 64 * sizeof(uint64_t));
+  const int64_t one_mask = static_cast<int64_t>((512 + 63) / 64 * sizeof(uint64_t) + sizeof(int32_t));  // and its key
   auto budget = std::make_shared<structured::MaskBudget>(2 * one_mask);  // room for two states' masks
   const std::vector<int32_t> stops{2};
   {
-    const structured::RegexMasks masks(std::make_shared<const Regex>(compiled("[a-z]{0,6}!?")), vocab, budget);
+    const Regex re = compiled("[a-z]{0,6}!?");
+    const structured::MaskCache masks(vocab, budget);
     std::vector<uint64_t> cached, walked;
     for (const std::string prefix : {"", "a", "ab", "abc", "", "a", "abcdef", "abcdef!"}) {
       INFO(prefix);
-      RegexMatcher m(masks.regex());
+      RegexMatcher m(re);
       for (const char c : prefix) REQUIRE(m.feed(static_cast<uint8_t>(c)));
-      masks.allowed(m, stops, cached);
+      masks.allowed(structured::OutputMatcher(m), stops, cached);
       structured::allowed_tokens(m, vocab, stops, walked);
       CHECK(cached == walked);
       CHECK(budget->left >= 0);

@@ -158,6 +158,7 @@ int run_bench(const BenchArgs& args) {
     r.sampling.response_format = format.response_format;  // JSON ends at its end of sequence
     r.sampling.json_schema = format.json_schema;
     r.sampling.regex = format.regex;
+    r.sampling.grammar = format.grammar;
     r.ignore_eos = !format.structured();
     if (!adapters.empty()) r.lora = adapters[r.sampling.seed % adapters.size()];
     return r;

@@ -36,11 +36,12 @@ inline SamplingOptions cli_sampling_defaults() {
   return o;
 }
 
-// --response-format, --json-schema and --regex (generate, bench offline).
+// --response-format, --json-schema, --regex and --grammar (generate, bench offline).
 struct ResponseFormatArgs {
   std::string format = "text";  // json_object, json_schema or regex: output ends at its value's end
   std::string schema_file;      // json_schema: the schema's file
   std::string regex;            // regex: the pattern
+  std::string grammar_file;     // grammar: the GBNF grammar's file
 };
 
 struct GenerateArgs {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "actors/engine.hpp"
@@ -31,13 +32,17 @@ void add_response_format_options(CLI::App* cmd, ResponseFormatArgs& args) {
   cmd->add_option("--response-format", args.format,
                   "text, json_object (JSON mode: the output is one JSON object and ends at its end, or at the token "
                   "limit), json_schema (one value of --json-schema) or regex (a text --regex matches whole, as "
-                  "vLLM's guided_regex)")
-      ->check(CLI::IsMember({"text", "json_object", "json_schema", "regex"}))
+                  "vLLM's guided_regex) or grammar (a sentence of the GBNF grammar in --grammar, as vLLM's "
+                  "guided_grammar)")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema", "regex", "grammar"}))
       ->capture_default_str();
   cmd->add_option("--json-schema", args.schema_file,
                   "A JSON schema file for --response-format json_schema (as response_format.json_schema.schema)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--regex", args.regex, "The pattern for --response-format regex (Python's re syntax, whole match)");
+  cmd->add_option("--grammar", args.grammar_file,
+                  "A GBNF grammar file (llama.cpp's format, rule root) for --response-format grammar")
+      ->check(CLI::ExistingFile);
 }
 
 Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o) {
@@ -46,9 +51,17 @@ Status apply_response_format(const ResponseFormatArgs& args, SamplingOptions& o)
   if ((args.format == "regex") != !args.regex.empty())
     return Error{Errc::invalid_argument, "--response-format regex and --regex go together"};
   if (args.format == "json_object") o.response_format = ResponseFormat::json_object;
+  if ((args.format == "grammar") != !args.grammar_file.empty())
+    return Error{Errc::invalid_argument, "--response-format grammar and --grammar go together"};
   if (args.format == "regex") {
     o.response_format = ResponseFormat::regex;
     o.regex = args.regex;
+  }
+  if (args.format == "grammar") {
+    std::ifstream in(args.grammar_file);
+    o.grammar.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (o.grammar.empty()) return Error{Errc::invalid_argument, "--grammar " + args.grammar_file + ": an empty file"};
+    o.response_format = ResponseFormat::grammar;
   }
   if (args.format != "json_schema") return Status::success();
   std::ifstream in(args.schema_file);

@@ -43,6 +43,7 @@ struct SamplingParams {
   responseFormat @13 :ResponseFormat;
   jsonSchema @14 :Text;            # responseFormat jsonSchema: the schema's JSON text
   regex @15 :Text;                 # responseFormat regex: the pattern the whole text matches
+  grammar @16 :Text;               # responseFormat grammar: the GBNF grammar the whole text is a sentence of
 }
 
 enum ResponseFormat {
@@ -50,6 +51,7 @@ enum ResponseFormat {
   jsonObject @1;                   # one JSON object: tokens that cannot continue it are masked
   jsonSchema @2;                   # one JSON object that SamplingParams.jsonSchema admits
   regex @3;                        # a text that SamplingParams.regex matches whole
+  grammar @4;                      # a sentence of SamplingParams.grammar
 }
 
 struct LogitBias {

@@ -1,0 +1,597 @@
+#include "structured/grammar.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <utility>
+
+namespace actord::structured {
+
+namespace {
+
+constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+using Range = Grammar::Range;
+using Elem = Grammar::Elem;
+using Kind = Grammar::Kind;
+
+// Sorted, merged, without the surrogates.
+std::vector<Range> normalized(std::vector<Range> s) {
+  std::vector<Range> cut;
+  for (const Range& r : s) {
+    if (r.lo <= 0xDFFF && r.hi >= 0xD800) {
+      if (r.lo < 0xD800) cut.push_back({r.lo, 0xD7FF});
+      if (r.hi > 0xDFFF) cut.push_back({0xE000, r.hi});
+    } else {
+      cut.push_back(r);
+    }
+  }
+  std::sort(cut.begin(), cut.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  std::vector<Range> out;
+  for (const Range& r : cut) {
+    if (!out.empty() && r.lo <= out.back().hi + 1) out.back().hi = std::max(out.back().hi, r.hi);
+    else out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Range> complement(const std::vector<Range>& s) {
+  std::vector<Range> out;
+  uint32_t next = 0;
+  for (const Range& r : normalized(s)) {
+    if (r.lo > next) out.push_back({next, r.lo - 1});
+    next = r.hi + 1;
+  }
+  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  return normalized(std::move(out));
+}
+
+bool contains(const std::vector<Range>& s, uint32_t cp) {
+  auto it = std::upper_bound(s.begin(), s.end(), cp, [](uint32_t c, const Range& r) { return c < r.lo; });
+  return it != s.begin() && cp <= std::prev(it)->hi;
+}
+
+bool intersects(const std::vector<Range>& s, uint32_t lo, uint32_t hi) {
+  auto it = std::upper_bound(s.begin(), s.end(), hi, [](uint32_t c, const Range& r) { return c < r.lo; });
+  return it != s.begin() && std::prev(it)->hi >= lo;
+}
+
+struct Failure {
+  std::string what;
+};
+
+}  // namespace
+
+class GrammarBuilder {
+ public:
+  using Seq = std::vector<Elem>;
+
+  static Result<Grammar> build(std::string_view text) {
+    if (text.size() > Grammar::kMaxGrammarBytes)
+      return make_error(Errc::invalid_argument,
+                        "grammar: more than " + std::to_string(Grammar::kMaxGrammarBytes) + " bytes");
+    GrammarBuilder b(text);
+    try {
+      b.parse();
+      return b.finish();
+    } catch (const Failure& f) {
+      return make_error(Errc::invalid_argument, "grammar: " + f.what);
+    }
+  }
+
+ private:
+  explicit GrammarBuilder(std::string_view p) : p_(p) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    size_t line = 1 + static_cast<size_t>(std::count(p_.begin(), p_.begin() + static_cast<long>(std::min(i_, p_.size())), '\n'));
+    throw Failure{what + " (line " + std::to_string(line) + ")"};
+  }
+  bool more() const { return i_ < p_.size(); }
+  char peek() const { return p_[i_]; }
+  static bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; }
+
+  void space() {  // spaces, newlines and comments
+    while (more()) {
+      if (peek() == '#') {
+        while (more() && peek() != '\n') ++i_;
+      } else if (std::isspace(static_cast<unsigned char>(peek()))) {
+        ++i_;
+      } else {
+        break;
+      }
+    }
+  }
+
+  // A rule name at i_ followed by ::= (a new rule begins).
+  bool at_definition() const {
+    size_t j = i_;
+    while (j < p_.size() && name_char(p_[j])) ++j;
+    if (j == i_) return false;
+    while (j < p_.size() && (p_[j] == ' ' || p_[j] == '\t')) ++j;
+    return p_.substr(j, 3) == "::=";
+  }
+
+  std::string name() {
+    const size_t from = i_;
+    while (more() && name_char(peek())) ++i_;
+    if (i_ == from) fail(std::string("expected a rule name, got '") + (more() ? std::string(1, peek()) : "the end") + "'");
+    return std::string(p_.substr(from, i_ - from));
+  }
+
+  int32_t rule_id(const std::string& n) {
+    auto [it, added] = ids_.emplace(n, static_cast<int32_t>(rules_.size()));
+    if (added) {
+      rules_.emplace_back();
+      names_.push_back(n);
+      defined_.push_back(false);
+    }
+    return it->second;
+  }
+
+  int32_t new_rule(std::vector<Seq> alts, const std::string& from) {
+    const auto id = static_cast<int32_t>(rules_.size());
+    rules_.push_back(std::move(alts));
+    names_.push_back(from + "#" + std::to_string(id));
+    defined_.push_back(true);
+    return id;
+  }
+
+  void count(size_t n) {
+    elements_ += n;
+    if (elements_ > static_cast<size_t>(Grammar::kMaxElements))
+      fail("more than " + std::to_string(Grammar::kMaxElements) + " elements once repetitions are expanded");
+  }
+
+  Elem chars(std::vector<Range> s) {
+    s = normalized(std::move(s));
+    if (s.empty()) fail("a character class that matches nothing");
+    sets_.push_back(std::move(s));
+    count(1);
+    return {Kind::chars, static_cast<int32_t>(sets_.size()) - 1};
+  }
+
+  void parse() {
+    space();
+    while (more()) {
+      const std::string n = name();
+      while (more() && (peek() == ' ' || peek() == '\t')) ++i_;
+      if (p_.substr(i_, 3) != "::=") fail("expected ::= after rule name " + n);
+      i_ += 3;
+      const int32_t id = rule_id(n);
+      if (defined_[static_cast<size_t>(id)]) fail("rule " + n + " is defined twice");
+      defined_[static_cast<size_t>(id)] = true;
+      current_ = n;
+      rules_[static_cast<size_t>(id)] = alternatives();
+      space();
+      if (more() && peek() == ')') fail("unbalanced ')' in rule " + n);
+    }
+  }
+
+  std::vector<Seq> alternatives() {
+    std::vector<Seq> alts{sequence()};
+    for (;;) {
+      space();
+      if (!more() || peek() != '|') break;
+      ++i_;
+      alts.push_back(sequence());
+    }
+    return alts;
+  }
+
+  Seq sequence() {
+    Seq seq;
+    for (;;) {
+      space();
+      if (!more() || peek() == '|' || peek() == ')' || at_definition()) break;
+      Seq item = primary();
+      postfix(item);
+      seq.insert(seq.end(), item.begin(), item.end());
+    }
+    return seq;
+  }
+
+  uint32_t hex(int digits) {
+    uint32_t v = 0;
+    for (int k = 0; k < digits; ++k) {
+      if (!more() || !std::isxdigit(static_cast<unsigned char>(peek())))
+        fail("an escape needs " + std::to_string(digits) + " hex digits");
+      const char c = p_[i_++];
+      v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) fail("an escape names no character");
+    return v;
+  }
+
+  // One character of a literal or class (after its opening), escapes read.
+  uint32_t character() {
+    const auto b0 = static_cast<uint8_t>(p_[i_]);
+    if (b0 == '\\') {
+      ++i_;
+      if (!more()) fail("a grammar may not end with a backslash");
+      const char c = p_[i_++];
+      switch (c) {
+        case 'n': return '\n';
+        case 'r': return '\r';
+        case 't': return '\t';
+        case 'x': return hex(2);
+        case 'u': return hex(4);
+        case 'U': return hex(8);
+        default:
+          if (std::isalnum(static_cast<unsigned char>(c))) fail(std::string("unknown escape \\") + c);
+          return static_cast<uint8_t>(c);
+      }
+    }
+    const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i_ + static_cast<size_t>(len) > p_.size()) fail("invalid UTF-8");
+    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
+    for (int k = 1; k < len; ++k) {
+      const auto b = static_cast<uint8_t>(p_[i_ + static_cast<size_t>(k)]);
+      if ((b & 0xC0) != 0x80) fail("invalid UTF-8");
+      cp = cp << 6 | (b & 0x3F);
+    }
+    static constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8");
+    i_ += static_cast<size_t>(len);
+    return cp;
+  }
+
+  Seq primary() {
+    const char c = peek();
+    if (c == '"') {
+      ++i_;
+      Seq seq;
+      while (more() && peek() != '"') {
+        if (peek() == '\n') fail("a string literal may not span lines");
+        const uint32_t cp = character();
+        seq.push_back(chars({{cp, cp}}));
+      }
+      if (!more()) fail("unterminated string literal");
+      ++i_;
+      return seq;
+    }
+    if (c == '[') {
+      ++i_;
+      const bool negated = more() && peek() == '^';
+      if (negated) ++i_;
+      std::vector<Range> s;
+      while (more() && peek() != ']') {
+        const uint32_t lo = character();
+        if (more() && peek() == '-' && i_ + 1 < p_.size() && p_[i_ + 1] != ']') {
+          ++i_;
+          const uint32_t hi = character();
+          if (hi < lo) fail("a range out of order in a character class");
+          s.push_back({lo, hi});
+        } else {
+          s.push_back({lo, lo});
+        }
+      }
+      if (!more()) fail("unterminated character class");
+      ++i_;
+      return {chars(negated ? complement(s) : s)};
+    }
+    if (c == '.') {
+      ++i_;
+      return {chars({{0, kMaxCodePoint}})};
+    }
+    if (c == '(') {
+      ++i_;
+      std::vector<Seq> alts = alternatives();
+      space();
+      if (!more() || peek() != ')') fail("missing ) in rule " + current_);
+      ++i_;
+      if (alts.size() == 1) return alts[0];
+      count(1);
+      return {Elem{Kind::rule, new_rule(std::move(alts), current_)}};
+    }
+    if (name_char(c)) {
+      count(1);
+      return {Elem{Kind::rule, rule_id(name())}};
+    }
+    fail(std::string("unexpected '") + c + "' in rule " + current_);
+  }
+
+  // Wraps `item` in each quantifier that follows it, as rules of their own.
+  void postfix(Seq& item) {
+    for (;;) {
+      if (!more()) return;
+      int min = 0, max = 0;
+      const char c = peek();
+      if (c == '*') {
+        ++i_, min = 0, max = -1;
+      } else if (c == '+') {
+        ++i_, min = 1, max = -1;
+      } else if (c == '?') {
+        ++i_, min = 0, max = 1;
+      } else if (c == '{') {
+        ++i_;
+        auto number = [&](long& v) {
+          const size_t from = i_;
+          v = 0;
+          while (more() && std::isdigit(static_cast<unsigned char>(peek()))) v = std::min<long>(v * 10 + (p_[i_++] - '0'), 1L << 20);
+          return i_ > from;
+        };
+        long lo = 0, hi = -1;
+        const bool has_lo = number(lo);
+        if (more() && peek() == ',') {
+          ++i_;
+          if (!number(hi)) hi = -1;
+        } else {
+          if (!has_lo) fail("a repetition {m,n} needs a number");
+          hi = lo;
+        }
+        if (!more() || peek() != '}') fail("a repetition {m,n} needs its }");
+        ++i_;
+        if (hi >= 0 && hi < lo) fail("a repetition's bounds are out of order");
+        if (lo > Grammar::kMaxElements || hi > Grammar::kMaxElements) fail("a repetition's bound is too large");
+        min = static_cast<int>(lo);
+        max = static_cast<int>(hi);
+      } else {
+        return;
+      }
+      if (item.empty()) fail("nothing to repeat in rule " + current_);
+      item = repeated(item, min, max);
+    }
+  }
+
+  Seq repeated(const Seq& item, int min, int max) {
+    Elem x = item[0];
+    if (item.size() != 1) {  // a sequence repeated: a rule of its own
+      count(1);
+      x = {Kind::rule, new_rule({item}, current_)};
+    }
+    Seq out;
+    for (int k = 0; k < min; ++k) {
+      count(1);
+      out.push_back(x);
+    }
+    if (max < 0) {  // S ::= x S | (nothing)
+      const auto s = new_rule({}, current_);
+      count(3);
+      rules_[static_cast<size_t>(s)] = {{x, Elem{Kind::rule, s}}, {}};
+      out.push_back({Kind::rule, s});
+    } else if (max > min) {  // O_1 ::= x | (nothing); O_k ::= x O_{k-1} | (nothing)
+      int32_t inner = -1;
+      for (int k = 0; k < max - min; ++k) {
+        Seq alt{x};
+        if (inner >= 0) alt.push_back({Kind::rule, inner});
+        count(alt.size() + 1);
+        inner = new_rule({alt, {}}, current_);
+      }
+      out.push_back({Kind::rule, inner});
+    }
+    return out;
+  }
+
+  Result<Grammar> finish() {
+    const auto root = ids_.find("root");
+    if (root == ids_.end() || !defined_[static_cast<size_t>(root->second)]) fail("no root rule (root ::= ...)");
+    for (size_t r = 0; r < rules_.size(); ++r)
+      if (!defined_[r]) fail("undefined rule " + names_[r]);
+    const size_t n = rules_.size();
+    // Rules that derive some text, and alternatives that cannot are dropped (a matcher never starts one).
+    std::vector<uint8_t> productive(n, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (productive[r]) continue;
+        for (const Seq& alt : rules_[r]) {
+          if (std::all_of(alt.begin(), alt.end(), [&](const Elem& e) {
+                return e.kind == Kind::chars || productive[static_cast<size_t>(e.value)];
+              })) {
+            productive[r] = changed = true;
+            break;
+          }
+        }
+      }
+    }
+    if (!productive[static_cast<size_t>(root->second)]) fail("no text is a sentence of the grammar");
+    for (auto& alts : rules_) {
+      alts.erase(std::remove_if(alts.begin(), alts.end(), [&](const Seq& alt) {
+                   return std::any_of(alt.begin(), alt.end(), [&](const Elem& e) {
+                     return e.kind == Kind::rule && !productive[static_cast<size_t>(e.value)];
+                   });
+                 }),
+                 alts.end());
+    }
+    // Left recursion: a rule reaching itself through the first elements of its alternatives (nullable ones skipped).
+    std::vector<uint8_t> nullable(n, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (nullable[r]) continue;
+        for (const Seq& alt : rules_[r]) {
+          if (std::all_of(alt.begin(), alt.end(), [&](const Elem& e) {
+                return e.kind == Kind::rule && nullable[static_cast<size_t>(e.value)];
+              })) {
+            nullable[r] = changed = true;
+            break;
+          }
+        }
+      }
+    }
+    std::vector<std::vector<int32_t>> left(n);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Seq& alt : rules_[r]) {
+        for (const Elem& e : alt) {
+          if (e.kind == Kind::chars) break;
+          left[r].push_back(e.value);
+          if (!nullable[static_cast<size_t>(e.value)]) break;
+        }
+      }
+    }
+    std::vector<uint8_t> color(n, 0);  // 0 unseen, 1 on the path, 2 done
+    for (size_t r = 0; r < n; ++r) {
+      if (color[r]) continue;
+      std::vector<std::pair<int32_t, size_t>> path{{static_cast<int32_t>(r), 0}};
+      color[r] = 1;
+      while (!path.empty()) {
+        auto& [rule, next] = path.back();
+        const auto& edges = left[static_cast<size_t>(rule)];
+        if (next == edges.size()) {
+          color[static_cast<size_t>(rule)] = 2;
+          path.pop_back();
+          continue;
+        }
+        const int32_t to = edges[next++];
+        if (color[static_cast<size_t>(to)] == 1) {
+          std::string name = names_[static_cast<size_t>(to)];
+          fail("left recursion through rule " + name.substr(0, name.find('#')));
+        }
+        if (color[static_cast<size_t>(to)] == 0) {
+          color[static_cast<size_t>(to)] = 1;
+          path.push_back({to, 0});
+        }
+      }
+    }
+    Grammar g;
+    g.sets_ = std::move(sets_);
+    g.root_ = root->second;
+    g.alts_.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Seq& alt : rules_[r]) {
+        g.alts_[r].push_back(static_cast<int32_t>(g.elems_.size()));
+        g.elems_.insert(g.elems_.end(), alt.begin(), alt.end());
+        g.elems_.push_back({Kind::end, 0});
+      }
+    }
+    return g;
+  }
+
+  std::string_view p_;
+  size_t i_ = 0;
+  std::map<std::string, int32_t> ids_;
+  std::vector<std::string> names_;
+  std::vector<uint8_t> defined_;
+  std::vector<std::vector<Seq>> rules_;
+  std::vector<std::vector<Range>> sets_;
+  std::string current_;
+  size_t elements_ = 0;
+};
+
+Result<Grammar> Grammar::compile(std::string_view text) { return GrammarBuilder::build(text); }
+
+GrammarMatcher::GrammarMatcher(const Grammar& g) : g_(&g) {
+  for (const int32_t alt : g.alternatives(g.root())) expand({alt}, stacks_);
+  std::sort(stacks_.begin(), stacks_.end());
+  stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
+}
+
+void GrammarMatcher::expand(Stack s, std::vector<Stack>& out) const {
+  const auto& elems = g_->elems();
+  for (;;) {
+    if (s.empty()) {
+      out.push_back(std::move(s));
+      return;
+    }
+    const int32_t pos = s.back();
+    const Grammar::Elem& e = elems[static_cast<size_t>(pos)];
+    if (e.kind == Grammar::Kind::end) {
+      s.pop_back();
+      continue;
+    }
+    if (e.kind == Grammar::Kind::chars) {
+      out.push_back(std::move(s));
+      return;
+    }
+    // A rule: its frame goes on after it (or closes now, when the rule was its last element), then each alternative.
+    s.back() = pos + 1;
+    if (elems[static_cast<size_t>(pos) + 1].kind == Grammar::Kind::end) s.pop_back();
+    const auto& alts = g_->alternatives(e.value);
+    for (size_t a = 0; a < alts.size(); ++a) {
+      Stack t = a + 1 == alts.size() ? std::move(s) : s;
+      t.push_back(alts[a]);
+      expand(std::move(t), out);
+    }
+    return;
+  }
+}
+
+bool GrammarMatcher::accept(uint32_t cp) {
+  std::vector<Stack> next;
+  if (!step(cp, next)) return false;
+  stacks_ = std::move(next);
+  return true;
+}
+
+bool GrammarMatcher::feed_into(uint8_t b, GrammarMatcher& out) const {
+  if (partial_left_ == 0 && b < 0x80) {
+    out.g_ = g_;
+    out.partial_left_ = 0;
+    return step(b, out.stacks_);
+  }
+  out = *this;
+  return out.feed(b);
+}
+
+bool GrammarMatcher::step(uint32_t cp, std::vector<Stack>& next) const {
+  const auto& elems = g_->elems();
+  next.clear();
+  for (const Stack& s : stacks_) {
+    if (s.empty()) continue;
+    const int32_t pos = s.back();
+    if (!contains(g_->set(elems[static_cast<size_t>(pos)].value), cp)) continue;
+    Stack t = s;
+    t.back() = pos + 1;
+    expand(std::move(t), next);
+  }
+  if (next.empty()) return false;
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+  return next.size() <= Grammar::kMaxStacks;  // too ambiguous to follow: the character is refused
+}
+
+bool GrammarMatcher::may_take(uint32_t lo, uint32_t hi) const {
+  const auto& elems = g_->elems();
+  for (const Stack& s : stacks_)
+    if (!s.empty() && intersects(g_->set(elems[static_cast<size_t>(s.back())].value), lo, hi)) return true;
+  return false;
+}
+
+bool GrammarMatcher::feed(uint8_t b) {
+  if (partial_left_ == 0) {
+    if (b < 0x80) return accept(b);
+    uint8_t len = 0, lo = 0x80, hi = 0xBF;
+    uint32_t bits = 0;
+    if (b >= 0xC2 && b <= 0xDF) len = 2, bits = b & 0x1Fu;
+    else if (b >= 0xE0 && b <= 0xEF) len = 3, bits = b & 0x0Fu, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    else if (b >= 0xF0 && b <= 0xF4) len = 4, bits = b & 0x07u, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    const int rest = 6 * (len - 2);  // bits after the next continuation byte
+    const uint32_t first = ((bits << 6) | (lo & 0x3Fu)) << rest;
+    const uint32_t last = (((bits << 6) | (hi & 0x3Fu)) << rest) | ((1u << rest) - 1);
+    if (!may_take(first, last)) return false;
+    partial_ = bits, partial_left_ = static_cast<uint8_t>(len - 1), partial_len_ = len, next_lo_ = lo, next_hi_ = hi;
+    return true;
+  }
+  if (b < next_lo_ || b > next_hi_) return false;
+  const uint32_t bits = (partial_ << 6) | (b & 0x3Fu);
+  const int left = partial_left_ - 1;
+  if (left == 0) {
+    if (!accept(bits)) return false;
+    partial_left_ = 0;
+    return true;
+  }
+  const int rest = 6 * left;
+  if (!may_take(bits << rest, (bits << rest) | ((1u << rest) - 1))) return false;
+  partial_ = bits, partial_left_ = static_cast<uint8_t>(left), next_lo_ = 0x80, next_hi_ = 0xBF;
+  return true;
+}
+
+bool GrammarMatcher::complete() const { return partial_left_ == 0 && !stacks_.empty() && stacks_.front().empty(); }
+
+std::string GrammarMatcher::key() const {
+  std::string k;
+  auto put = [&](uint32_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  if (partial_left_ == 0) {
+    put(0xFFFFFFFFu);
+  } else {
+    put(partial_);
+    put(static_cast<uint32_t>(partial_left_) << 16 | static_cast<uint32_t>(next_lo_) << 8 | next_hi_);
+  }
+  for (const Stack& s : stacks_) {
+    put(static_cast<uint32_t>(s.size()));
+    for (const int32_t p : s) put(static_cast<uint32_t>(p));
+  }
+  return k;
+}
+
+}  // namespace actord::structured
