@@ -5,55 +5,15 @@
 #include <map>
 #include <utility>
 
+#include "structured/code_points.hpp"
+
 namespace actord::structured {
 
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 using Range = Grammar::Range;
 using Elem = Grammar::Elem;
 using Kind = Grammar::Kind;
-
-// Sorted, merged, without the surrogates.
-std::vector<Range> normalized(std::vector<Range> s) {
-  std::vector<Range> cut;
-  for (const Range& r : s) {
-    if (r.lo <= 0xDFFF && r.hi >= 0xD800) {
-      if (r.lo < 0xD800) cut.push_back({r.lo, 0xD7FF});
-      if (r.hi > 0xDFFF) cut.push_back({0xE000, r.hi});
-    } else {
-      cut.push_back(r);
-    }
-  }
-  std::sort(cut.begin(), cut.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
-  std::vector<Range> out;
-  for (const Range& r : cut) {
-    if (!out.empty() && r.lo <= out.back().hi + 1) out.back().hi = std::max(out.back().hi, r.hi);
-    else out.push_back(r);
-  }
-  return out;
-}
-
-std::vector<Range> complement(const std::vector<Range>& s) {
-  std::vector<Range> out;
-  uint32_t next = 0;
-  for (const Range& r : normalized(s)) {
-    if (r.lo > next) out.push_back({next, r.lo - 1});
-    next = r.hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  return normalized(std::move(out));
-}
-
-bool contains(const std::vector<Range>& s, uint32_t cp) {
-  auto it = std::upper_bound(s.begin(), s.end(), cp, [](uint32_t c, const Range& r) { return c < r.lo; });
-  return it != s.begin() && cp <= std::prev(it)->hi;
-}
-
-bool intersects(const std::vector<Range>& s, uint32_t lo, uint32_t hi) {
-  auto it = std::upper_bound(s.begin(), s.end(), hi, [](uint32_t c, const Range& r) { return c < r.lo; });
-  return it != s.begin() && std::prev(it)->hi >= lo;
-}
 
 struct Failure {
   std::string what;
@@ -190,15 +150,10 @@ class GrammarBuilder {
   }
 
   uint32_t hex(int digits) {
-    uint32_t v = 0;
-    for (int k = 0; k < digits; ++k) {
-      if (!more() || !std::isxdigit(static_cast<unsigned char>(peek())))
-        fail("an escape needs " + std::to_string(digits) + " hex digits");
-      const char c = p_[i_++];
-      v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) fail("an escape names no character");
-    return v;
+    const auto v = hex_at(p_, i_, digits);
+    if (!v) fail("an escape needs " + std::to_string(digits) + " hex digits that name a character");
+    i_ += static_cast<size_t>(digits);
+    return *v;
   }
 
   // One character of a literal or class (after its opening), escapes read.
@@ -220,18 +175,10 @@ class GrammarBuilder {
           return static_cast<uint8_t>(c);
       }
     }
-    const int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i_ + static_cast<size_t>(len) > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int k = 1; k < len; ++k) {
-      const auto b = static_cast<uint8_t>(p_[i_ + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) fail("invalid UTF-8");
-      cp = cp << 6 | (b & 0x3F);
-    }
-    static constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kLeast[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8");
-    i_ += static_cast<size_t>(len);
-    return cp;
+    const auto cp = utf8_at(p_, i_);
+    if (!cp) fail("invalid UTF-8");
+    i_ += static_cast<size_t>(cp->second);
+    return cp->first;
   }
 
   Seq primary() {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "structured/code_points.hpp"
 
 namespace actord::structured {
 
@@ -41,9 +42,7 @@ class Grammar {
     Kind kind;
     int32_t value;  // chars: an index into sets; rule: a rule's index
   };
-  struct Range {
-    uint32_t lo, hi;
-  };
+  using Range = CodeRange;
   const std::vector<Elem>& elems() const { return elems_; }
   const std::vector<Range>& set(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
   const std::vector<int32_t>& alternatives(int32_t rule) const { return alts_[static_cast<size_t>(rule)]; }

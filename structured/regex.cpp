@@ -5,52 +5,14 @@
 #include <map>
 #include <utility>
 
+#include "structured/code_points.hpp"
+
 namespace actord::structured {
 
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-
-struct Range {
-  uint32_t lo, hi;  // code points, inclusive
-};
-using Set = std::vector<Range>;
-
-// Sorted, merged, the surrogates left out (never characters of UTF-8 text).
-Set normalized(Set s) {
-  Set out;
-  auto add = [&](uint32_t lo, uint32_t hi) {
-    if (lo > hi) return;
-    if (!out.empty() && lo <= out.back().hi + 1) {
-      out.back().hi = std::max(out.back().hi, hi);
-    } else {
-      out.push_back({lo, hi});
-    }
-  };
-  std::sort(s.begin(), s.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
-  for (const Range& r : s) {
-    if (r.lo < 0xD800 && r.hi >= 0xD800) {
-      add(r.lo, 0xD7FF);
-      if (r.hi > 0xDFFF) add(0xE000, r.hi);
-    } else if (r.lo >= 0xD800 && r.lo <= 0xDFFF) {
-      if (r.hi > 0xDFFF) add(0xE000, r.hi);
-    } else {
-      add(r.lo, r.hi);
-    }
-  }
-  return out;
-}
-
-Set complement(const Set& s) {
-  Set out;
-  uint32_t next = 0;
-  for (const Range& r : normalized(s)) {
-    if (r.lo > next) out.push_back({next, r.lo - 1});
-    next = r.hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  return normalized(std::move(out));
-}
+using Range = CodeRange;
+using Set = CodeSet;
 
 const Set& digits() {
   static const Set s{{'0', '9'}};
@@ -185,30 +147,17 @@ class Parser {
 
   // One code point of UTF-8 at i_.
   uint32_t code_point() {
-    const auto b0 = static_cast<uint8_t>(p_[i_]);
-    int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xE ? 3 : (b0 >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i_ + static_cast<size_t>(len) > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int k = 1; k < len; ++k) {
-      const auto b = static_cast<uint8_t>(p_[i_ + static_cast<size_t>(k)]);
-      if ((b & 0xC0) != 0x80) fail("invalid UTF-8");
-      cp = cp << 6 | (b & 0x3F);
-    }
-    static constexpr uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kLeast[len] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) fail("invalid UTF-8");
-    i_ += static_cast<size_t>(len);
-    return cp;
+    const auto c = utf8_at(p_, i_);
+    if (!c) fail("invalid UTF-8");
+    i_ += static_cast<size_t>(c->second);
+    return c->first;
   }
 
   uint32_t hex(int digits) {
-    uint32_t v = 0;
-    for (int k = 0; k < digits; ++k) {
-      if (!more() || !std::isxdigit(static_cast<unsigned char>(peek()))) fail("an escape needs " + std::to_string(digits) + " hex digits");
-      const char c = p_[i_++];
-      v = v * 16 + static_cast<uint32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) fail("an escape names no character");
-    return v;
+    const auto v = hex_at(p_, i_, digits);
+    if (!v) fail("an escape needs " + std::to_string(digits) + " hex digits that name a character");
+    i_ += static_cast<size_t>(digits);
+    return *v;
   }
 
   // After a backslash: a set (\d, ... or one character). in_class: \b is a backspace there.

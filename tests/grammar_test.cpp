@@ -3,18 +3,15 @@
 // Earley parser), grammars refused naming what and where, bytes of UTF-8 characters taken only where some
 // character can follow, and token masks against a brute force over the stories260K vocabulary.
 #include <catch2/catch.hpp>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "structured/grammar.hpp"
 #include "structured/output_matcher.hpp"
 #include "structured/token_mask.hpp"
+#include "reference_util.hpp"
 #include "test_util.hpp"
 #include "token_mask_util.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -66,31 +63,10 @@ std::string random_walk(const Grammar& g, std::mt19937& rng, size_t limit) {
   return m.complete() ? text : std::string();
 }
 
-std::string mutated(const std::string& text, std::mt19937& rng) {
-  std::vector<std::string> chars;
-  for (size_t i = 0; i < text.size();) {
-    size_t n = 1;
-    while (i + n < text.size() && (static_cast<uint8_t>(text[i + n]) & 0xC0) == 0x80) ++n;
-    chars.push_back(text.substr(i, n));
-    i += n;
-  }
-  static const char* alphabet[] = {"(", ")", "1", "+", "*", "-", "x", "y", "z", "\"", "{", "}", "[", "]", ",", ":",
-                                   " ", "é", "世", "a"};
-  const size_t at = chars.empty() ? 0 : rng() % (chars.size() + 1);
-  switch (rng() % 4) {
-    case 0:
-      if (at < chars.size()) chars.erase(chars.begin() + static_cast<long>(at));
-      break;
-    case 1: chars.insert(chars.begin() + static_cast<long>(at), alphabet[rng() % 20]); break;
-    case 2:
-      if (at < chars.size()) chars[at] = alphabet[rng() % 20];
-      break;
-    default:
-      if (at < chars.size()) chars.insert(chars.begin() + static_cast<long>(at), chars[at]);
-  }
-  std::string out;
-  for (const auto& c : chars) out += c;
-  return out;
+const std::vector<std::string>& alphabet() {
+  static const std::vector<std::string> a = {"(", ")", "1", "+", "*", "-", "x", "y", "z", "\"", "{", "}", "[", "]",
+                                             ",", ":", " ", "é", "世", "a"};
+  return a;
 }
 
 struct PeerCase {
@@ -153,7 +129,8 @@ TEST_CASE("grammar: texts the matcher takes, and mutations of them, are judged a
     nlohmann::json c{{"lark", pc.lark}, {"texts", nlohmann::json::array()}, {"matches", nlohmann::json::array()}};
     for (int i = 0; i < 40; ++i) {
       const std::string text = random_walk(g, rng, 40);
-      for (const std::string& t : {text, mutated(text, rng), mutated(mutated(text, rng), rng)}) {
+      const std::string once = test::mutated(text, rng, alphabet());
+      for (const std::string& t : {text, once, test::mutated(once, rng, alphabet())}) {
         const bool m = sentence(g, t);
         c["texts"].push_back(t);
         c["matches"].push_back(m);
@@ -165,19 +142,11 @@ TEST_CASE("grammar: texts the matcher takes, and mutations of them, are judged a
   }
   CHECK(matched > texts / 3);
   CHECK(matched < texts);
-  const auto file = std::filesystem::temp_directory_path() / ("actord_grammar_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(file) << cases.dump();
-  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/check_grammar.py").string() +
-                          " " + file.string() + " > " + file.string() + ".out 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(file.string() + ".out");
-  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO(report);
-  CHECK(rc == 0);
-  CHECK_THAT(report, Catch::Contains(std::to_string(texts) + " texts, " + std::to_string(matched) +
-                                     " parsed, 0 disagree"));
-  std::filesystem::remove(file);
-  std::filesystem::remove(file.string() + ".out");
+  const test::ReferenceRun run = test::run_reference("check_grammar.py", cases);
+  INFO(run.report);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.report, Catch::Contains(std::to_string(texts) + " texts, " + std::to_string(matched) +
+                                         " parsed, 0 disagree"));
 }
 
 TEST_CASE("grammar: hand-written sentences - recursion, repetition bounds, UTF-8 bytes only where a character fits",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
+#include "reference_util.hpp"
 #include "structured/json_matcher.hpp"
 #include "structured/json_schema.hpp"
 #include "structured/token_mask.hpp"
@@ -131,20 +132,10 @@ TEST_CASE("json_schema: random documents the matcher admits are valid for the js
     }
     cases.push_back(std::move(c));
   }
-  const auto file =
-      std::filesystem::temp_directory_path() / ("actord_json_schema_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(file) << cases.dump();
-  const std::string cmd = "/usr/bin/python3 " +
-                          (test::source_dir() / "tests/reference/validate_json_schema.py").string() + " " +
-                          file.string() + " > " + file.string() + ".out 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(file.string() + ".out");
-  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO(report);
-  CHECK(rc == 0);
-  CHECK_THAT(report, Catch::Contains(std::to_string(documents) + " documents, 0 refused"));
-  std::filesystem::remove(file);
-  std::filesystem::remove(file.string() + ".out");
+  const test::ReferenceRun run = test::run_reference("validate_json_schema.py", cases);
+  INFO(run.report);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.report, Catch::Contains(std::to_string(documents) + " documents, 0 refused"));
 }
 
 TEST_CASE("json_schema: hand-written documents - order, required and optional properties, bounds, enums, refs",

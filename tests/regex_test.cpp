@@ -3,18 +3,15 @@
 // where, the choices' alternation, and token masks under a regex against a brute force over the stories260K
 // vocabulary.
 #include <catch2/catch.hpp>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "structured/output_matcher.hpp"
 #include "structured/regex.hpp"
 #include "structured/token_mask.hpp"
+#include "reference_util.hpp"
 #include "test_util.hpp"
 #include "token_mask_util.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -66,33 +63,10 @@ std::string random_walk(const Regex& re, std::mt19937& rng, size_t limit) {
   return m.complete() ? text : std::string();
 }
 
-// The text's characters (UTF-8), edited once: one removed, one inserted or replaced from a small alphabet, or a
-// piece repeated.
-std::string mutated(const std::string& text, std::mt19937& rng) {
-  std::vector<std::string> chars;
-  for (size_t i = 0; i < text.size();) {
-    size_t n = 1;
-    while (i + n < text.size() && (static_cast<uint8_t>(text[i + n]) & 0xC0) == 0x80) ++n;
-    chars.push_back(text.substr(i, n));
-    i += n;
-  }
-  static const char* alphabet[] = {"a", "b", "z", "Z", "0", "7", "_", " ", "\n", "-", ".", "@", "é", "世", "😀", "\t",
-                                   "x", "s", "(", "|"};
-  const size_t at = chars.empty() ? 0 : rng() % (chars.size() + 1);
-  switch (rng() % 4) {
-    case 0:
-      if (at < chars.size()) chars.erase(chars.begin() + static_cast<long>(at));
-      break;
-    case 1: chars.insert(chars.begin() + static_cast<long>(at), alphabet[rng() % 20]); break;
-    case 2:
-      if (at < chars.size()) chars[at] = alphabet[rng() % 20];
-      break;
-    default:
-      if (at < chars.size()) chars.insert(chars.begin() + static_cast<long>(at), chars[at]);
-  }
-  std::string out;
-  for (const auto& c : chars) out += c;
-  return out;
+const std::vector<std::string>& alphabet() {
+  static const std::vector<std::string> a = {"a", "b", "z", "Z", "0", "7", "_", " ", "\n", "-", ".", "@", "é", "世",
+                                             "😀", "\t", "x", "s", "(", "|"};
+  return a;
 }
 
 }  // namespace
@@ -134,7 +108,8 @@ TEST_CASE("regex: texts the DFA takes, and mutations of them, are judged alike b
     for (int i = 0; i < 40; ++i) {
       const std::string text = random_walk(re, rng, 60);
       if (text.empty() && !re.accepting(re.start())) continue;
-      for (const std::string& t : {text, mutated(text, rng), mutated(mutated(text, rng), rng)}) {
+      const std::string once = test::mutated(text, rng, alphabet());
+      for (const std::string& t : {text, once, test::mutated(once, rng, alphabet())}) {
         const bool m = full_match(re, t);
         c["texts"].push_back(t);
         c["matches"].push_back(m);
@@ -146,19 +121,11 @@ TEST_CASE("regex: texts the DFA takes, and mutations of them, are judged alike b
   }
   CHECK(matched > texts / 3);
   CHECK(matched < texts);
-  const auto file = std::filesystem::temp_directory_path() / ("actord_regex_" + std::to_string(::getpid()) + ".json");
-  std::ofstream(file) << cases.dump();
-  const std::string cmd = "/usr/bin/python3 " + (test::source_dir() / "tests/reference/check_regex.py").string() +
-                          " " + file.string() + " > " + file.string() + ".out 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(file.string() + ".out");
-  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO(report);
-  CHECK(rc == 0);
-  CHECK_THAT(report, Catch::Contains(std::to_string(texts) + " texts, " + std::to_string(matched) +
-                                     " matched, 0 disagree"));
-  std::filesystem::remove(file);
-  std::filesystem::remove(file.string() + ".out");
+  const test::ReferenceRun run = test::run_reference("check_regex.py", cases);
+  INFO(run.report);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.report, Catch::Contains(std::to_string(texts) + " texts, " + std::to_string(matched) +
+                                         " matched, 0 disagree"));
 }
 
 TEST_CASE("regex: hand-written texts - whole matches, UTF-8 characters, a refused byte changes nothing",
