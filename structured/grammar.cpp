@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "structured/code_points.hpp"
+#include "structured/quantifier.hpp"
 
 namespace actord::structured {
 
@@ -238,42 +239,15 @@ class GrammarBuilder {
 
   // Wraps `item` in each quantifier that follows it, as rules of their own.
   void postfix(Seq& item) {
-    for (;;) {
-      if (!more()) return;
-      int min = 0, max = 0;
-      const char c = peek();
-      if (c == '*') {
-        ++i_, min = 0, max = -1;
-      } else if (c == '+') {
-        ++i_, min = 1, max = -1;
-      } else if (c == '?') {
-        ++i_, min = 0, max = 1;
-      } else if (c == '{') {
-        ++i_;
-        auto number = [&](long& v) {
-          const size_t from = i_;
-          v = 0;
-          while (more() && std::isdigit(static_cast<unsigned char>(peek()))) v = std::min<long>(v * 10 + (p_[i_++] - '0'), 1L << 20);
-          return i_ > from;
-        };
-        long lo = 0, hi = -1;
-        const bool has_lo = number(lo);
-        if (more() && peek() == ',') {
-          ++i_;
-          if (!number(hi)) hi = -1;
-        } else {
-          if (!has_lo) fail("a repetition {m,n} needs a number");
-          hi = lo;
-        }
-        if (!more() || peek() != '}') fail("a repetition {m,n} needs its }");
-        ++i_;
-        if (hi >= 0 && hi < lo) fail("a repetition's bounds are out of order");
-        if (lo > Grammar::kMaxElements || hi > Grammar::kMaxElements) fail("a repetition's bound is too large");
-        min = static_cast<int>(lo);
-        max = static_cast<int>(hi);
-      } else {
+    while (more()) {
+      const auto q = quantifier_at(p_, i_);
+      if (!q) {
+        if (peek() == '{') fail("a repetition is {m}, {m,}, {,n} or {m,n}");
         return;
       }
+      if (q->max >= 0 && q->max < q->min) fail("a repetition's bounds are out of order");
+      if (q->min > Grammar::kMaxElements || q->max > Grammar::kMaxElements) fail("a repetition's bound is too large");
+      const int min = static_cast<int>(q->min), max = static_cast<int>(q->max);
       if (item.empty()) fail("nothing to repeat in rule " + current_);
       item = repeated(item, min, max);
     }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "structured/code_points.hpp"
+#include "structured/quantifier.hpp"
 
 namespace actord::structured {
 
@@ -85,56 +86,16 @@ class Parser {
     return add(Node{Node::Kind::concat, {}, std::move(kids), 0, 0});
   }
 
-  // A quantifier {n}, {n,}, {,m}, {n,m} at i_ (on '{'): true with its bounds and i_ past it; false (i_ unmoved) when
-  // the braces are not one, and then '{' is a literal (as Python's re).
-  bool braces(int& min, int& max) {
-    size_t j = i_ + 1;
-    auto number = [&](long& v) {
-      const size_t from = j;
-      v = 0;
-      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9') {
-        v = std::min<long>(v * 10 + (p_[j] - '0'), 1L << 20);
-        ++j;
-      }
-      return j > from;
-    };
-    long lo = 0, hi = -1;
-    const bool has_lo = number(lo);
-    if (j < p_.size() && p_[j] == ',') {
-      ++j;
-      if (!number(hi)) hi = -1;
-    } else {
-      if (!has_lo) return false;
-      hi = lo;
-    }
-    if (j >= p_.size() || p_[j] != '}') return false;
-    if (hi >= 0 && hi < lo) fail("the quantifier's bounds are out of order");
-    constexpr long kMaxCount = 100000;
-    if (lo > kMaxCount || hi > kMaxCount) fail("a quantifier's bound above " + std::to_string(kMaxCount));
-    min = static_cast<int>(lo);
-    max = static_cast<int>(hi);
-    i_ = j + 1;
-    return true;
-  }
-
   int repeat() {
     const size_t at = i_;
     int node = atom();
     bool quantified = false;
-    while (more()) {
-      int min = 0, max = 0;
-      const char c = peek();
-      if (c == '*') {
-        ++i_, min = 0, max = -1;
-      } else if (c == '+') {
-        ++i_, min = 1, max = -1;
-      } else if (c == '?') {
-        ++i_, min = 0, max = 1;
-      } else if (c == '{') {
-        if (!braces(min, max)) break;
-      } else {
-        break;
-      }
+    // A '{' that begins no quantifier is a literal (as Python's re).
+    while (const auto q = quantifier_at(p_, i_)) {
+      if (q->max >= 0 && q->max < q->min) fail("the quantifier's bounds are out of order");
+      constexpr long kMaxCount = 100000;
+      if (q->min > kMaxCount || q->max > kMaxCount) fail("a quantifier's bound above " + std::to_string(kMaxCount));
+      const int min = static_cast<int>(q->min), max = static_cast<int>(q->max);
       if (quantified) fail_at("multiple repeat", i_ - 1);
       if (node < 0) fail_at("nothing to repeat", at);
       quantified = true;
