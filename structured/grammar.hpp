@@ -10,10 +10,12 @@
 // twice, no root, left recursion (as llama.cpp refuses it), a grammar no text is a sentence of, unbalanced
 // brackets, and grammars past kMaxElements elements once repetitions are expanded.
 //
-// Contract: a matcher never takes a byte that leaves no way to go on: every stack it keeps can reach the end (rules
-// that derive no text are refused at compile), and a byte of a character is taken only while some stack's next
-// class holds a character that begins with the bytes so far. Characters are UTF-8 (never a stray byte or a
-// surrogate). A Grammar is immutable once compiled and may be read from any thread; a GrammarMatcher holds its
+// Contract: a matcher never takes a byte that leaves no way to go on: every stack it keeps can reach the end
+// (alternatives that derive no text are dropped at compile, and a root that derives none is refused), and a byte of a
+// character is taken only while some stack's next class holds a character that begins with the bytes so far.
+// Characters are UTF-8 (never a stray byte or a surrogate). A character that would leave more than kMaxStacks parses
+// at once is refused: an ambiguous grammar's parses are bounded, and past the bound the text may end up where no
+// character goes on. A Grammar is immutable once compiled and may be read from any thread; a GrammarMatcher holds its
 // stacks by value (copies cost their size: token masks copy it once per prefix of the trie they feed).
 #pragma once
 
