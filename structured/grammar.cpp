@@ -391,45 +391,50 @@ class GrammarBuilder {
 Result<Grammar> Grammar::compile(std::string_view text) { return GrammarBuilder::build(text); }
 
 GrammarMatcher::GrammarMatcher(const Grammar& g) : g_(&g) {
-  for (const int32_t alt : g.alternatives(g.root())) expand({alt}, stacks_);
-  std::sort(stacks_.begin(), stacks_.end());
-  stacks_.erase(std::unique(stacks_.begin(), stacks_.end()), stacks_.end());
+  Stacks all;
+  for (const int32_t alt : g.alternatives(g.root())) {
+    buffers_.scratch.assign(1, alt);
+    expand(buffers_.scratch, all);
+  }
+  // Sorted and each once, as step() leaves them.
+  std::vector<std::vector<int32_t>> list;
+  for (size_t k = 0; k < all.size(); ++k)
+    list.emplace_back(all.data.begin() + static_cast<long>(all.begin_of(k)), all.data.begin() + all.ends[k]);
+  std::sort(list.begin(), list.end());
+  list.erase(std::unique(list.begin(), list.end()), list.end());
+  for (const auto& stack : list) stacks_.add(stack);
 }
 
-void GrammarMatcher::expand(Stack s, std::vector<Stack>& out) const {
+void GrammarMatcher::expand(std::vector<int32_t>& s, Stacks& out) const {
   const auto& elems = g_->elems();
-  for (;;) {
-    if (s.empty()) {
-      out.push_back(std::move(s));
-      return;
-    }
-    const int32_t pos = s.back();
-    const Grammar::Elem& e = elems[static_cast<size_t>(pos)];
-    if (e.kind == Grammar::Kind::end) {
-      s.pop_back();
-      continue;
-    }
-    if (e.kind == Grammar::Kind::chars) {
-      out.push_back(std::move(s));
-      return;
-    }
-    // A rule: its frame goes on after it (or closes now, when the rule was its last element), then each alternative.
-    s.back() = pos + 1;
-    if (elems[static_cast<size_t>(pos) + 1].kind == Grammar::Kind::end) s.pop_back();
-    const auto& alts = g_->alternatives(e.value);
-    for (size_t a = 0; a < alts.size(); ++a) {
-      Stack t = a + 1 == alts.size() ? std::move(s) : s;
-      t.push_back(alts[a]);
-      expand(std::move(t), out);
-    }
+  if (out.data.size() > Grammar::kMaxStackData || out.size() > Grammar::kMaxStackData) return;  // step() refuses
+  if (s.empty()) return out.add(s);
+  const int32_t pos = s.back();
+  const Grammar::Elem& e = elems[static_cast<size_t>(pos)];
+  if (e.kind == Grammar::Kind::end) {  // the innermost rule has ended: its caller goes on
+    s.pop_back();
+    expand(s, out);
+    s.push_back(pos);
     return;
   }
+  if (e.kind == Grammar::Kind::chars) return out.add(s);
+  // A rule: its frame goes on after it (or closes now, when the rule was its last element), then each alternative.
+  const bool last = elems[static_cast<size_t>(pos) + 1].kind == Grammar::Kind::end;
+  if (last) s.pop_back();
+  else s.back() = pos + 1;
+  for (const int32_t alt : g_->alternatives(e.value)) {
+    s.push_back(alt);
+    expand(s, out);
+    s.pop_back();
+  }
+  if (last) s.push_back(pos);
+  else s.back() = pos;
 }
 
 bool GrammarMatcher::accept(uint32_t cp) {
-  std::vector<Stack> next;
-  if (!step(cp, next)) return false;
-  stacks_ = std::move(next);
+  Stacks next;
+  if (!step(cp, next, buffers_)) return false;
+  std::swap(stacks_, next);
   return true;
 }
 
@@ -437,33 +442,69 @@ bool GrammarMatcher::feed_into(uint8_t b, GrammarMatcher& out) const {
   if (partial_left_ == 0 && b < 0x80) {
     out.g_ = g_;
     out.partial_left_ = 0;
-    return step(b, out.stacks_);
+    return step(b, out.stacks_, out.buffers_);
   }
-  out = *this;
+  out.g_ = g_;
+  out.stacks_.data = stacks_.data;
+  out.stacks_.ends = stacks_.ends;
+  out.partial_ = partial_, out.partial_left_ = partial_left_, out.partial_len_ = partial_len_;
+  out.next_lo_ = next_lo_, out.next_hi_ = next_hi_;
   return out.feed(b);
 }
 
-bool GrammarMatcher::step(uint32_t cp, std::vector<Stack>& next) const {
+bool GrammarMatcher::step(uint32_t cp, Stacks& next, Buffers& buffers) const {
+  std::vector<int32_t>& scratch = buffers.scratch;
   const auto& elems = g_->elems();
   next.clear();
-  for (const Stack& s : stacks_) {
-    if (s.empty()) continue;
-    const int32_t pos = s.back();
+  for (size_t k = 0; k < stacks_.size(); ++k) {
+    const size_t from = stacks_.begin_of(k), to = stacks_.ends[k];
+    if (from == to) continue;
+    const int32_t pos = stacks_.data[to - 1];
     if (!contains(g_->set(elems[static_cast<size_t>(pos)].value), cp)) continue;
-    Stack t = s;
-    t.back() = pos + 1;
-    expand(std::move(t), next);
+    scratch.assign(stacks_.data.begin() + static_cast<long>(from), stacks_.data.begin() + static_cast<long>(to));
+    scratch.back() = pos + 1;
+    expand(scratch, next);
+    if (next.data.size() > Grammar::kMaxStackData || next.size() > Grammar::kMaxStackData) return false;
   }
-  if (next.empty()) return false;
-  std::sort(next.begin(), next.end());
-  next.erase(std::unique(next.begin(), next.end()), next.end());
+  if (next.size() == 0) return false;
+  if (next.size() > 1) {  // sorted, each once: through an order of the stacks
+    auto span_of = [&](uint32_t k) {
+      const int32_t* p = next.data.data();
+      return std::pair{p + next.begin_of(k), p + next.ends[k]};
+    };
+    auto less = [&](uint32_t a, uint32_t b) {
+      auto [a0, a1] = span_of(a);
+      auto [b0, b1] = span_of(b);
+      return std::lexicographical_compare(a0, a1, b0, b1);
+    };
+    auto equal = [&](uint32_t a, uint32_t b) {
+      auto [a0, a1] = span_of(a);
+      auto [b0, b1] = span_of(b);
+      return std::equal(a0, a1, b0, b1);
+    };
+    std::vector<uint32_t>& order = buffers.order;
+    order.resize(next.size());
+    for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), less);
+    order.erase(std::unique(order.begin(), order.end(), equal), order.end());
+    Stacks& spare = buffers.spare;
+    spare.clear();
+    for (const uint32_t k : order) {
+      auto [p0, p1] = span_of(k);
+      spare.data.insert(spare.data.end(), p0, p1);
+      spare.ends.push_back(static_cast<uint32_t>(spare.data.size()));
+    }
+    std::swap(next, spare);
+  }
   return next.size() <= Grammar::kMaxStacks;  // too ambiguous to follow: the character is refused
 }
 
 bool GrammarMatcher::may_take(uint32_t lo, uint32_t hi) const {
   const auto& elems = g_->elems();
-  for (const Stack& s : stacks_)
-    if (!s.empty() && intersects(g_->set(elems[static_cast<size_t>(s.back())].value), lo, hi)) return true;
+  for (size_t k = 0; k < stacks_.size(); ++k) {
+    const size_t from = stacks_.begin_of(k), to = stacks_.ends[k];
+    if (from != to && intersects(g_->set(elems[static_cast<size_t>(stacks_.data[to - 1])].value), lo, hi)) return true;
+  }
   return false;
 }
 
@@ -497,7 +538,9 @@ bool GrammarMatcher::feed(uint8_t b) {
   return true;
 }
 
-bool GrammarMatcher::complete() const { return partial_left_ == 0 && !stacks_.empty() && stacks_.front().empty(); }
+bool GrammarMatcher::complete() const {
+  return partial_left_ == 0 && stacks_.size() > 0 && stacks_.ends[0] == 0;  // sorted: an empty stack comes first
+}
 
 std::string GrammarMatcher::key() const {
   std::string k;
@@ -508,9 +551,9 @@ std::string GrammarMatcher::key() const {
     put(partial_);
     put(static_cast<uint32_t>(partial_left_) << 16 | static_cast<uint32_t>(next_lo_) << 8 | next_hi_);
   }
-  for (const Stack& s : stacks_) {
-    put(static_cast<uint32_t>(s.size()));
-    for (const int32_t p : s) put(static_cast<uint32_t>(p));
+  for (size_t s = 0; s < stacks_.size(); ++s) {
+    put(static_cast<uint32_t>(stacks_.ends[s] - stacks_.begin_of(s)));
+    for (size_t i = stacks_.begin_of(s); i < stacks_.ends[s]; ++i) put(static_cast<uint32_t>(stacks_.data[i]));
   }
   return k;
 }

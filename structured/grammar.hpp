@@ -14,7 +14,8 @@
 // (alternatives that derive no text are dropped at compile, and a root that derives none is refused), and a byte of a
 // character is taken only while some stack's next class holds a character that begins with the bytes so far.
 // Characters are UTF-8 (never a stray byte or a surrogate). A character that would leave more than kMaxStacks parses
-// at once is refused: an ambiguous grammar's parses are bounded, and past the bound the text may end up where no
+// at once, or more than kMaxStackData positions in them (counting the duplicates an ambiguous grammar makes before
+// they are merged), is refused: the work per character is bounded, and past the bound the text may end up where no
 // character goes on. A Grammar is immutable once compiled and may be read from any thread; a GrammarMatcher holds its
 // stacks by value (copies cost their size: token masks copy it once per prefix of the trie they feed).
 #pragma once
@@ -34,6 +35,7 @@ class Grammar {
   static constexpr size_t kMaxGrammarBytes = 65536;
   static constexpr int kMaxElements = 200000;
   static constexpr size_t kMaxStacks = 4096;  // a matcher's stacks at once (an ambiguous grammar's parses)
+  static constexpr size_t kMaxStackData = 1 << 16;  // their positions in all, while a character is taken
 
   static Result<Grammar> compile(std::string_view text);
 
@@ -74,17 +76,39 @@ class GrammarMatcher {
   std::string key() const;
 
  private:
-  using Stack = std::vector<int32_t>;
-  // Adds to `out` the stacks `s` leads to before its next character: rule references opened, finished rules closed.
-  void expand(Stack s, std::vector<Stack>& out) const;
+  // The parse stacks in one buffer (no allocation per stack): stack k is data[k ? ends[k - 1] : 0, ends[k]).
+  struct Stacks {
+    std::vector<int32_t> data;
+    std::vector<uint32_t> ends;
+    size_t size() const { return ends.size(); }
+    size_t begin_of(size_t k) const { return k ? ends[k - 1] : 0; }
+    void clear() {
+      data.clear();
+      ends.clear();
+    }
+    void add(const std::vector<int32_t>& s) {
+      data.insert(data.end(), s.begin(), s.end());
+      ends.push_back(static_cast<uint32_t>(data.size()));
+    }
+  };
+  // Adds to `out` the stacks `s` leads to before its next character: rule references opened, finished rules
+  // closed. `s` is as it was on return.
+  void expand(std::vector<int32_t>& s, Stacks& out) const;
   bool accept(uint32_t cp);
-  // The stacks after the character cp into `next` (emptied first); false when none takes it.
-  bool step(uint32_t cp, std::vector<Stack>& next) const;
+  // What step() works in, kept between calls so that a walk of the trie allocates nothing per node.
+  struct Buffers {
+    Stacks spare;
+    std::vector<int32_t> scratch;
+    std::vector<uint32_t> order;
+  };
+  // The stacks after the character cp into `next` (emptied first), sorted and each once; false when none takes it.
+  bool step(uint32_t cp, Stacks& next, Buffers& buffers) const;
   // Whether some stack's next class holds a character in [lo, hi].
   bool may_take(uint32_t lo, uint32_t hi) const;
 
   const Grammar* g_;
-  std::vector<Stack> stacks_;  // sorted, each once; an empty stack: the root has ended
+  Stacks stacks_;  // sorted, each once; an empty stack: the root has ended
+  Buffers buffers_;
   uint32_t partial_ = 0;       // a character's bits so far
   uint8_t partial_left_ = 0;   // continuation bytes still due
   uint8_t partial_len_ = 0;    // its encoded length

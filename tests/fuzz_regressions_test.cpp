@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "memory/safetensors.hpp"
 #include "sim/cost_profile.hpp"
 #include "sim/trace_steps.hpp"
+#include "structured/grammar.hpp"
 #include "test_util.hpp"
 #include "worker_test_util.hpp"
 #include "tokenizer/chat_template.hpp"
@@ -472,3 +474,34 @@ TEST_CASE("simulator files: keys of another type than expected are skipped or re
   CHECK(loaded->handoff->samples == 0);
 }
 
+
+// --- grammars -----------------------------------------------------------------------------------------------------
+
+TEST_CASE("grammar: an ambiguous grammar's parses are bounded per character - the fuzzer's timeout input and "
+          "nullable choices repeated",
+          "[fuzz][structured]") {
+  // grammar_fuzz's timeout (fuzz/corpus/grammar/timeout_ambiguous): expr ::= term (("+" | root) term)*, a text of
+  // ~100 bytes that almost every class takes. Before the bound on positions, each character built thousands of
+  // deep stacks (19 s under the sanitizers).
+  std::ifstream in(test::source_dir() / "fuzz/corpus/grammar/timeout_ambiguous", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t nul = bytes.find('\0');
+  REQUIRE(nul != std::string::npos);
+  auto g = structured::Grammar::compile(bytes.substr(0, nul));
+  REQUIRE(g);
+  structured::GrammarMatcher m(*g);
+  for (const char c : bytes.substr(nul + 1)) {
+    m.feed(static_cast<uint8_t>(c));
+    CHECK(m.stacks() <= structured::Grammar::kMaxStacks);
+    CHECK(m.stacks() > 0);
+  }
+  // 2^20 ways to derive nothing before "a": the duplicates are cut off at the bound, "a" is still taken.
+  std::string text = "root ::= ";
+  for (int i = 0; i < 20; ++i) text += "(\"\" | \"\") ";
+  text += "\"a\"";
+  auto nullable = structured::Grammar::compile(text);
+  REQUIRE(nullable);
+  structured::GrammarMatcher n(*nullable);
+  CHECK(n.feed('a'));
+  CHECK(n.complete());
+}
