@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,51 @@ namespace {
 
 double micros_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// `Compiled::compile(text)` `repetitions` times into `out`: the best time in us, or a negative one after printing
+// the error.
+template <class Compiled>
+double best_compile(const std::string& text, int repetitions, Compiled& out) {
+  double best = 1e30;
+  for (int r = 0; r < repetitions; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto compiled = Compiled::compile(text);
+    best = std::min(best, micros_since(t0));
+    if (!compiled) {
+      std::fprintf(stderr, "%s\n", compiled.error().message.c_str());
+      return -1.0;
+    }
+    out = std::move(*compiled);
+  }
+  return best;
+}
+
+// A regex's or a grammar's masks at each state (the prefix fed): the trie walk a state's first mask costs, and the
+// copy from a MaskCache every later one costs; and how many ids are allowed there.
+template <class Matcher, class Compiled>
+void print_masks(const char* kind, const char* title, const Compiled& compiled,
+                 const std::vector<std::pair<const char*, std::string>>& states,
+                 const structured::TokenVocabulary& vocab, std::span<const int32_t> stops, int repetitions) {
+  std::printf("  %s %s (first mask of a state | cached)\n", kind, title);
+  const structured::MaskCache masks(vocab, std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
+  std::vector<uint64_t> bits;
+  for (const auto& [name, prefix] : states) {
+    Matcher m(compiled);
+    for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
+    double walk = 1e30, cached = 1e30;
+    for (int r = 0; r < repetitions; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      structured::allowed_tokens(m, vocab, stops, bits);
+      walk = std::min(walk, micros_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      masks.allowed(structured::OutputMatcher(m), stops, bits);
+      if (r > 0) cached = std::min(cached, micros_since(t0));
+    }
+    int allowed = 0;
+    for (uint64_t w : bits) allowed += __builtin_popcountll(w);
+    std::printf("    %-17s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
+  }
 }
 
 }  // namespace
@@ -101,17 +147,8 @@ int main(int argc, char** argv) {
   };
   std::printf("best of %d, one thread\n", repetitions);
   for (RegexCase& c : regexes) {
-    double best = 1e30;
-    for (int r = 0; r < repetitions; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto re = structured::Regex::compile(c.pattern);
-      best = std::min(best, micros_since(t0));
-      if (!re) {
-        std::fprintf(stderr, "%s\n", re.error().message.c_str());
-        return 1;
-      }
-      c.re = std::move(*re);
-    }
+    const double best = best_compile(c.pattern, repetitions, c.re);
+    if (best < 0) return 1;
     std::printf("regex %-12s compiled in %8.1f us, %5d DFA states: %s\n", c.name, best, c.re.states(),
                 c.pattern.c_str());
   }
@@ -136,17 +173,8 @@ int main(int argc, char** argv) {
         {"after a value", "{\"a\": 1"}}, {}},
   };
   for (GrammarCase& c : grammars) {
-    double best = 1e30;
-    for (int r = 0; r < repetitions; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto g = structured::Grammar::compile(c.text);
-      best = std::min(best, micros_since(t0));
-      if (!g) {
-        std::fprintf(stderr, "%s\n", g.error().message.c_str());
-        return 1;
-      }
-      c.g = std::move(*g);
-    }
+    const double best = best_compile(c.text, repetitions, c.g);
+    if (best < 0) return 1;
     std::printf("grammar %-10s compiled in %8.1f us, %5zu elements\n", c.name, best, c.g.elems().size());
   }
   std::printf("us per mask (a sampled row of a json_object / json_schema / regex / grammar sequence)\n");
@@ -176,47 +204,12 @@ int main(int argc, char** argv) {
         std::printf("    %-14s %9.1f us  %7d ids allowed\n", name, best, allowed);
       }
     }
-    // A regex's masks: the walk of the trie (a state's first mask), then from a MaskCache (every later one).
-    for (const RegexCase& c : regexes) {
-      std::printf("  regex %s (first mask of a state | cached)\n", c.name);
-      const structured::MaskCache masks(vocab, std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
-      for (const auto& [name, prefix] : c.states) {
-        structured::RegexMatcher m(c.re);
-        for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
-        double walk = 1e30, cached = 1e30;
-        for (int r = 0; r < repetitions; ++r) {
-          t0 = std::chrono::steady_clock::now();
-          structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
-          walk = std::min(walk, micros_since(t0));
-          t0 = std::chrono::steady_clock::now();
-          masks.allowed(structured::OutputMatcher(m), tok->stop_ids(), bits);
-          if (r > 0) cached = std::min(cached, micros_since(t0));
-        }
-        int allowed = 0;
-        for (uint64_t w : bits) allowed += __builtin_popcountll(w);
-        std::printf("    %-14s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
-      }
-    }
-    for (const GrammarCase& c : grammars) {
-      std::printf("  grammar %s (first mask of a state | cached)\n", c.name);
-      const structured::MaskCache masks(vocab, std::make_shared<structured::MaskBudget>(int64_t{64} << 20));
-      for (const auto& [name, prefix] : c.states) {
-        structured::GrammarMatcher m(c.g);
-        for (char ch : prefix) m.feed(static_cast<uint8_t>(ch));
-        double walk = 1e30, cached = 1e30;
-        for (int r = 0; r < std::min(repetitions, 5); ++r) {  // walks of large vocabularies take long
-          t0 = std::chrono::steady_clock::now();
-          structured::allowed_tokens(m, vocab, tok->stop_ids(), bits);
-          walk = std::min(walk, micros_since(t0));
-          t0 = std::chrono::steady_clock::now();
-          masks.allowed(structured::OutputMatcher(m), tok->stop_ids(), bits);
-          if (r > 0) cached = std::min(cached, micros_since(t0));
-        }
-        int allowed = 0;
-        for (uint64_t w : bits) allowed += __builtin_popcountll(w);
-        std::printf("    %-17s %9.1f us | %6.1f us  %7d ids allowed\n", name, walk, cached, allowed);
-      }
-    }
+    for (const RegexCase& c : regexes)
+      print_masks<structured::RegexMatcher>("regex", c.name, c.re, c.states, vocab, tok->stop_ids(), repetitions);
+    // Grammar walks of large vocabularies take long: five repetitions at most.
+    for (const GrammarCase& c : grammars)
+      print_masks<structured::GrammarMatcher>("grammar", c.name, c.g, c.states, vocab, tok->stop_ids(),
+                                              std::min(repetitions, 5));
   }
   return 0;
 }

@@ -391,18 +391,11 @@ class GrammarBuilder {
 Result<Grammar> Grammar::compile(std::string_view text) { return GrammarBuilder::build(text); }
 
 GrammarMatcher::GrammarMatcher(const Grammar& g) : g_(&g) {
-  Stacks all;
   for (const int32_t alt : g.alternatives(g.root())) {
     buffers_.scratch.assign(1, alt);
-    expand(buffers_.scratch, all);
+    expand(buffers_.scratch, stacks_);
   }
-  // Sorted and each once, as step() leaves them.
-  std::vector<std::vector<int32_t>> list;
-  for (size_t k = 0; k < all.size(); ++k)
-    list.emplace_back(all.data.begin() + static_cast<long>(all.begin_of(k)), all.data.begin() + all.ends[k]);
-  std::sort(list.begin(), list.end());
-  list.erase(std::unique(list.begin(), list.end()), list.end());
-  for (const auto& stack : list) stacks_.add(stack);
+  sort_unique(stacks_, buffers_);
 }
 
 void GrammarMatcher::expand(std::vector<int32_t>& s, Stacks& out) const {
@@ -447,7 +440,7 @@ bool GrammarMatcher::feed_into(uint8_t b, GrammarMatcher& out) const {
   out.g_ = g_;
   out.stacks_.data = stacks_.data;
   out.stacks_.ends = stacks_.ends;
-  out.partial_ = partial_, out.partial_left_ = partial_left_, out.partial_len_ = partial_len_;
+  out.partial_ = partial_, out.partial_left_ = partial_left_;
   out.next_lo_ = next_lo_, out.next_hi_ = next_hi_;
   return out.feed(b);
 }
@@ -467,36 +460,39 @@ bool GrammarMatcher::step(uint32_t cp, Stacks& next, Buffers& buffers) const {
     if (next.data.size() > Grammar::kMaxStackData || next.size() > Grammar::kMaxStackData) return false;
   }
   if (next.size() == 0) return false;
-  if (next.size() > 1) {  // sorted, each once: through an order of the stacks
-    auto span_of = [&](uint32_t k) {
-      const int32_t* p = next.data.data();
-      return std::pair{p + next.begin_of(k), p + next.ends[k]};
-    };
-    auto less = [&](uint32_t a, uint32_t b) {
-      auto [a0, a1] = span_of(a);
-      auto [b0, b1] = span_of(b);
-      return std::lexicographical_compare(a0, a1, b0, b1);
-    };
-    auto equal = [&](uint32_t a, uint32_t b) {
-      auto [a0, a1] = span_of(a);
-      auto [b0, b1] = span_of(b);
-      return std::equal(a0, a1, b0, b1);
-    };
-    std::vector<uint32_t>& order = buffers.order;
-    order.resize(next.size());
-    for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::sort(order.begin(), order.end(), less);
-    order.erase(std::unique(order.begin(), order.end(), equal), order.end());
-    Stacks& spare = buffers.spare;
-    spare.clear();
-    for (const uint32_t k : order) {
-      auto [p0, p1] = span_of(k);
-      spare.data.insert(spare.data.end(), p0, p1);
-      spare.ends.push_back(static_cast<uint32_t>(spare.data.size()));
-    }
-    std::swap(next, spare);
-  }
+  sort_unique(next, buffers);
   return next.size() <= Grammar::kMaxStacks;  // too ambiguous to follow: the character is refused
+}
+
+void GrammarMatcher::sort_unique(Stacks& s, Buffers& buffers) {
+  if (s.size() < 2) return;
+  auto span_of = [&](uint32_t k) {
+    const int32_t* p = s.data.data();
+    return std::pair{p + s.begin_of(k), p + s.ends[k]};
+  };
+  auto less = [&](uint32_t a, uint32_t b) {
+    auto [a0, a1] = span_of(a);
+    auto [b0, b1] = span_of(b);
+    return std::lexicographical_compare(a0, a1, b0, b1);
+  };
+  auto equal = [&](uint32_t a, uint32_t b) {
+    auto [a0, a1] = span_of(a);
+    auto [b0, b1] = span_of(b);
+    return std::equal(a0, a1, b0, b1);
+  };
+  std::vector<uint32_t>& order = buffers.order;
+  order.resize(s.size());
+  for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), less);
+  order.erase(std::unique(order.begin(), order.end(), equal), order.end());
+  Stacks& spare = buffers.spare;
+  spare.clear();
+  for (const uint32_t k : order) {
+    auto [p0, p1] = span_of(k);
+    spare.data.insert(spare.data.end(), p0, p1);
+    spare.ends.push_back(static_cast<uint32_t>(spare.data.size()));
+  }
+  std::swap(s, spare);
 }
 
 bool GrammarMatcher::may_take(uint32_t lo, uint32_t hi) const {
@@ -521,7 +517,7 @@ bool GrammarMatcher::feed(uint8_t b) {
     const uint32_t first = ((bits << 6) | (lo & 0x3Fu)) << rest;
     const uint32_t last = (((bits << 6) | (hi & 0x3Fu)) << rest) | ((1u << rest) - 1);
     if (!may_take(first, last)) return false;
-    partial_ = bits, partial_left_ = static_cast<uint8_t>(len - 1), partial_len_ = len, next_lo_ = lo, next_hi_ = hi;
+    partial_ = bits, partial_left_ = static_cast<uint8_t>(len - 1), next_lo_ = lo, next_hi_ = hi;
     return true;
   }
   if (b < next_lo_ || b > next_hi_) return false;

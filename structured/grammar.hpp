@@ -103,6 +103,8 @@ class GrammarMatcher {
   };
   // The stacks after the character cp into `next` (emptied first), sorted and each once; false when none takes it.
   bool step(uint32_t cp, Stacks& next, Buffers& buffers) const;
+  // Sorts `s`'s stacks and keeps each once (the order compare and key() rely on).
+  static void sort_unique(Stacks& s, Buffers& buffers);
   // Whether some stack's next class holds a character in [lo, hi].
   bool may_take(uint32_t lo, uint32_t hi) const;
 
@@ -111,7 +113,6 @@ class GrammarMatcher {
   Buffers buffers_;
   uint32_t partial_ = 0;       // a character's bits so far
   uint8_t partial_left_ = 0;   // continuation bytes still due
-  uint8_t partial_len_ = 0;    // its encoded length
   uint8_t next_lo_ = 0x80, next_hi_ = 0xBF;  // the next continuation byte's range
 };
 

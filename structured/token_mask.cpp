@@ -30,6 +30,37 @@ bool takes(JsonMatcher m, const std::string& b) {
   return true;
 }
 
+void set_bit(std::vector<uint64_t>& bits, int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); }
+
+// The stop ids, where the text may end.
+void allow_stops(std::vector<uint64_t>& bits, std::span<const int32_t> stop_ids, int vocab_size) {
+  for (const int32_t id : stop_ids)
+    if (id >= 0 && id < vocab_size) set_bit(bits, id);
+}
+
+// Depth first over the trie from `start`: a node's state is its parent's with the node's byte, `step(state, byte)`
+// false where it is refused (and everything under it dropped); sets the ids of every node taken.
+template <class State, class Step>
+void walk_trie(const TokenVocabulary& vocab, const State& start, Step step, std::vector<uint64_t>& bits) {
+  struct Visit {
+    int32_t node;
+    State state;  // the parent's
+  };
+  std::vector<Visit> stack;
+  for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0;
+       c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+    stack.push_back({c, start});
+  while (!stack.empty()) {
+    Visit v = stack.back();
+    stack.pop_back();
+    const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(v.node)];
+    if (!step(v.state, node.byte)) continue;
+    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set_bit(bits, vocab.node_tokens[static_cast<size_t>(t)]);
+    for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
+      stack.push_back({c, v.state});
+  }
+}
+
 }  // namespace
 
 TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
@@ -95,7 +126,7 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
 
 void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
-  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+  auto set = [&](int32_t id) { set_bit(bits, id); };
   // In a string's text the plain tokens that fit go, and the others are tried.
   if (const int64_t room = matcher.plain_text_room(); room >= 0) {
     if (room == JsonMatcher::kUnbounded) {
@@ -110,63 +141,28 @@ void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, st
     return;  // a string is never the end of the object: no stop id
   }
   bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
-  // Depth first over the trie: a node's state is its parent's fed the node's byte.
-  struct Visit {
-    int32_t node;
-    JsonMatcher state;  // the parent's
-  };
-  std::vector<Visit> stack;
-  for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
-    stack.push_back({c, matcher});
-  while (!stack.empty()) {
-    Visit v = stack.back();
-    stack.pop_back();
-    const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(v.node)];
-    if (!v.state.advance(node.byte)) continue;
-    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
-    for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
-      stack.push_back({c, v.state});
-  }
-  if (matcher.complete()) {
-    for (const int32_t id : stop_ids)
-      if (id >= 0 && id < vocab.size()) set(id);
-  }
+  walk_trie(vocab, matcher, [](JsonMatcher& m, uint8_t b) { return m.advance(b); }, bits);
+  if (matcher.complete()) allow_stops(bits, stop_ids, vocab.size());
 }
 
 void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
   bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
-  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
   const Regex& re = matcher.regex();
-  if (re.continues(matcher.state()) && !vocab.trie.empty()) {
-    struct Visit {
-      int32_t node, state;  // the parent's state
-    };
-    std::vector<Visit> stack;
-    for (int32_t c = vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
-      stack.push_back({c, matcher.state()});
-    while (!stack.empty()) {
-      const Visit v = stack.back();
-      stack.pop_back();
-      const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(v.node)];
-      const int32_t state = re.next(v.state, node.byte);
-      if (state == Regex::kDead) continue;
-      for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
-      for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
-        stack.push_back({c, state});
-    }
+  if (re.continues(matcher.state())) {
+    walk_trie(vocab, matcher.state(), [&](int32_t& state, uint8_t b) {
+      state = re.next(state, b);
+      return state != Regex::kDead;
+    }, bits);
   }
-  if (matcher.complete()) {
-    for (const int32_t id : stop_ids)
-      if (id >= 0 && id < vocab.size()) set(id);
-  }
+  if (matcher.complete()) allow_stops(bits, stop_ids, vocab.size());
 }
 
 void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
   bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
-  auto set = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-  // Depth first over the trie, each node's matcher its parent's fed the node's byte: the path's states on a stack.
+  // walk_trie's order, but the path's states kept by depth, each node's built in the buffers of the last node at its
+  // depth (a grammar matcher's copy per node would allocate its stacks).
   std::vector<GrammarMatcher> states{matcher};
   std::vector<std::pair<int32_t, size_t>> stack;  // a node to visit, and the depth of its parent's state
   for (int32_t c = vocab.trie.empty() ? -1 : vocab.trie[0].first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
@@ -178,15 +174,12 @@ void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab,
     if (states.size() < depth + 2) states.resize(depth + 2, matcher);
     const TokenVocabulary::Node& node = vocab.trie[static_cast<size_t>(n)];
     if (!states[depth].feed_into(node.byte, states[depth + 1])) continue;
-    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set(vocab.node_tokens[static_cast<size_t>(t)]);
+    for (int32_t t = node.tokens_begin; t < node.tokens_end; ++t) set_bit(bits, vocab.node_tokens[static_cast<size_t>(t)]);
     if (node.first_child < 0) continue;
     for (int32_t c = node.first_child; c >= 0; c = vocab.trie[static_cast<size_t>(c)].next_sibling)
       stack.push_back({c, depth + 1});
   }
-  if (matcher.complete()) {
-    for (const int32_t id : stop_ids)
-      if (id >= 0 && id < vocab.size()) set(id);
-  }
+  if (matcher.complete()) allow_stops(bits, stop_ids, vocab.size());
 }
 
 void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> stop_ids,
@@ -212,17 +205,16 @@ void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> s
     allowed_tokens(matcher, *vocab_, {}, bits);
     const auto size = static_cast<int64_t>(bits.size() * sizeof(uint64_t) + key.size());
     std::lock_guard lock(mu_);
-    if (!masks_.count(key) && budget_->left.fetch_sub(size) >= size) {
-      masks_.emplace(std::move(key), bits);
-      bytes_ += static_cast<size_t>(size);
-    } else if (!masks_.count(key)) {
-      budget_->left += size;  // not taken
+    if (!masks_.count(key)) {  // another thread may have cached it meanwhile
+      if (budget_->left.fetch_sub(size) >= size) {
+        masks_.emplace(std::move(key), bits);
+        bytes_ += static_cast<size_t>(size);
+      } else {
+        budget_->left += size;  // not taken
+      }
     }
   }
-  if (matcher.complete()) {
-    for (const int32_t id : stop_ids)
-      if (id >= 0 && id < vocab_->size()) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
-  }
+  if (matcher.complete()) allow_stops(bits, stop_ids, vocab_->size());
 }
 
 void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,

@@ -93,8 +93,8 @@ class MaskCache {
   mutable size_t bytes_ = 0;                                              // taken from the budget
 };
 
-// Under a grammar: the tokens whose bytes its matcher takes whole (a walk of the trie, a matcher copy per prefix
-// taken), and the stop ids where the text may end.
+// Under a grammar: the tokens whose bytes its matcher takes whole (a walk of the trie, one step of the parse stacks
+// per prefix taken), and the stop ids where the text may end.
 void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
 // The mask of whichever grammar the matcher has; a regex's or a grammar's through `masks` when given (its cache).

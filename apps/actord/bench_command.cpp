@@ -127,8 +127,11 @@ int run_bench(const BenchArgs& args) {
                                              std::to_string(model->max_position_embeddings) + ")"});
   }
 
-  SamplingOptions format;  // the response format every request takes
-  if (auto applied = apply_response_format(args.response_format, format); !applied) return fail(applied.error());
+  SamplingOptions sampling;  // what every request takes: the sampling flags and the response format
+  sampling.temperature = args.temperature;
+  sampling.top_p = args.top_p;
+  sampling.top_k = args.top_k;
+  if (auto applied = apply_response_format(args.response_format, sampling); !applied) return fail(applied.error());
 
   EngineOptions options;
   options.log_level = args.log_level;
@@ -151,15 +154,9 @@ int run_bench(const BenchArgs& args) {
     GenerateRequest r;
     for (int i = 0; i < input_len; ++i) r.prompt_ids.push_back(token(rng));
     r.max_tokens = static_cast<uint32_t>(output_len);
-    r.sampling.temperature = args.temperature;
-    r.sampling.top_p = args.top_p;
-    r.sampling.top_k = args.top_k;
+    r.sampling = sampling;
     r.sampling.seed = requests_made++;
-    r.sampling.response_format = format.response_format;  // JSON ends at its end of sequence
-    r.sampling.json_schema = format.json_schema;
-    r.sampling.regex = format.regex;
-    r.sampling.grammar = format.grammar;
-    r.ignore_eos = !format.structured();
+    r.ignore_eos = !sampling.structured();  // a structured text ends at its end of sequence
     if (!adapters.empty()) r.lora = adapters[r.sampling.seed % adapters.size()];
     return r;
   };
