@@ -7,6 +7,7 @@
 // it pulls in zmq.hpp and capnp.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <zmq.hpp>
@@ -27,7 +28,11 @@ struct Envelope {
 // with no connected peer cannot); nothing was sent then.
 bool send_envelope(zmq::socket_t& socket, wire::MessageKind kind, const std::string& target, const wire_msg& body);
 
-// Waits up to timeout_ms (-1: forever) for one envelope.
+// zmq::poll that a signal does not break: on EINTR (a timer, SIGCHLD, a profiler) it polls again for the time left
+// (a negative timeout: forever). Returns how many items have events; other errors throw as zmq::poll does.
+int poll_through_signals(zmq::pollitem_t* items, size_t count, std::chrono::milliseconds timeout);
+
+// Waits up to timeout_ms (-1: forever) for one envelope; a signal arriving meanwhile neither ends the wait nor throws.
 Result<std::optional<Envelope>> recv_envelope(zmq::socket_t& socket, int timeout_ms);
 
 }  // namespace actord

@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include "comms/collectives/futex_sync.hpp"
+#include "comms/zmq_link.hpp"
 
 namespace actord::coll {
 namespace {
@@ -427,7 +428,7 @@ class ZmqCommunicator final : public Communicator {
     for (zmq::socket_t& m : monitors_) {
       if (m) items.push_back(zmq::pollitem_t{m.handle(), 0, ZMQ_POLLIN, 0});
     }
-    zmq::poll(items.data(), items.size(), limit);
+    poll_through_signals(items.data(), items.size(), limit);
     if (items[0].revents & ZMQ_POLLIN) drain();
     for (size_t i = 1; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) {
