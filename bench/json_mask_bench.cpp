@@ -1,9 +1,10 @@
 // The cost of response_format json_object and json_schema per sampled row: structured::allowed_tokens (the ids the
 // JSON matcher takes next) over real vocabularies, at matcher states between values and inside strings and numbers
-// (and under a schema: in a key, a bounded string, an enum value, an integer; and tool_choice required's array of
-// a tagged union: in the tag, a key, an integer), and the one-off
-// TokenVocabulary::from; then response_format regex (vLLM's guided_regex / guided_choice) and grammar (GBNF): each
-// pattern's or grammar's compile time and its masks at a few states, walked and from a MaskCache. Prints the best of several repetitions (the machine is shared) in microseconds.
+// (and under a schema: in a key, a bounded string, an enum value, an integer, a format's or a pattern's string, a
+// bounded number; and tool_choice required's array of a tagged union: in the tag, a key, an integer), and the
+// one-off TokenVocabulary::from; then response_format regex (vLLM's guided_regex / guided_choice) and grammar
+// (GBNF): each pattern's or grammar's compile time and its masks at a few states, walked and from a MaskCache.
+// Prints the best of several repetitions (the machine is shared) in microseconds.
 // Usage: actord_json_mask_bench [repetitions] [tokenizer folder ...] (default: the test fixtures' stories260K,
 // GPT-2 and Qwen3 vocabularies)
 #include <algorithm>
@@ -120,6 +121,24 @@ int main(int argc, char** argv) {
       {"in a key", "[{\"name\": \"get_weather\", \"parameters\": {\"ci"},
       {"in an integer", "[{\"name\": \"add\", \"parameters\": {\"a\": 12"},
       {"after a call", "[{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}"}};
+  // Strings under a format or a pattern (a regex per byte of the trie walk), numbers under bounds.
+  auto formats = structured::JsonSchema::compile(
+      R"({"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+          "mail": {"type": "string", "format": "email"}, "title": {"type": "string", "pattern": "[A-Za-z ,]{1,40}"},
+          "age": {"type": "integer", "minimum": 0, "maximum": 120},
+          "score": {"type": "number", "minimum": 0, "maximum": 1}},
+          "required": ["day", "mail", "title", "age", "score"]})");
+  if (!formats) {
+    std::fprintf(stderr, "%s\n", formats.error().message.c_str());
+    return 1;
+  }
+  const std::vector<std::pair<const char*, std::string>> format_states{
+      {"in a date", "{\"day\": \"2024-0"},
+      {"in an e-mail", "{\"day\": \"2024-01-01\", \"mail\": \"lily"},
+      {"in a pattern", "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"Lily went"},
+      {"in a bounded integer", "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1"},
+      {"in a bounded number",
+       "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1, \"score\": 0."}};
   struct Section {
     const char* title;
     const structured::JsonSchema* schema;
@@ -128,7 +147,8 @@ int main(int argc, char** argv) {
   const std::vector<Section> sections{{"json_object", &structured::JsonSchema::any_object(), &states},
                                       {"json_schema (4 required properties)", schema->get(), &schema_states},
                                       {"tool_choice required (2 tools: an array of a tagged union)", tools->get(),
-                                       &tool_states}};
+                                       &tool_states},
+                                      {"json_schema (formats, a pattern, bounds)", formats->get(), &format_states}};
   // Regexes: a classification's choices, a bounded sentence, a date, an e-mail address and any one line.
   struct RegexCase {
     const char* name;

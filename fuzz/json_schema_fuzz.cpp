@@ -1,8 +1,9 @@
 // JSON schemas and the documents matched against them (structured/json_schema, json_matcher): a schema's text, NUL,
 // a document's bytes. Properties: compile() never crashes and refuses with a message; under a compiled schema the
 // matcher takes or refuses every byte, a refused byte leaves it as it was (the next byte is judged the same as on a
-// copy that never saw the refused one), and a document it calls complete is JSON that nlohmann parses as one object
-// (one array where the schema's root is an array).
+// copy that never saw the refused one), no byte taken leaves it where no byte goes on and the document is not
+// complete (patterns, formats and bounds included), and a document it calls complete is JSON that nlohmann parses as
+// one object (one array where the schema's root is an array).
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,6 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const structured::JsonMatcher before = m;
     if (m.feed(static_cast<uint8_t>(c))) {
       taken.push_back(c);
+      bool goes_on = m.complete();
+      for (int b = 0; b < 256 && !goes_on; ++b) {
+        structured::JsonMatcher x = m;
+        goes_on = x.feed(static_cast<uint8_t>(b));
+      }
+      fuzz::require(goes_on, "a byte taken led nowhere: " + taken);
       continue;
     }
     // Refused: the matcher is as it was, byte for byte in what it takes next.

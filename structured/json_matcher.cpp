@@ -145,6 +145,53 @@ bool JsonMatcher::literal_byte(uint8_t b) {
   return close_literal(__builtin_ctzll(next));  // every value still possible is whole: one, as they differ
 }
 
+bool JsonMatcher::pattern_byte(uint8_t b) {
+  const Regex& re = regex();
+  // The byte the regex reads for b: the text's own byte, or an escape's character.
+  uint8_t text = b;
+  switch (mode_) {
+    case Mode::pattern_string:
+      if (b == '"') return re.accepting(regex_state_) && close_value();
+      if (b == '\\') {  // an escape, when the regex takes one of the characters escapes write
+        for (const uint8_t c : {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}) {
+          if (re.next(regex_state_, c) != Regex::kDead) {
+            mode_ = Mode::pattern_escape;
+            return true;
+          }
+        }
+        return false;
+      }
+      if (b < 0x20) return false;  // control characters must be escaped
+      break;
+    case Mode::pattern_escape:
+      switch (b) {
+        case '"': case '\\': case '/': break;
+        case 'b': text = '\b'; break;
+        case 'f': text = '\f'; break;
+        case 'n': text = '\n'; break;
+        case 'r': text = '\r'; break;
+        case 't': text = '\t'; break;
+        default: return false;  // \uXXXX is never taken: every character it could write has a shorter form here
+      }
+      mode_ = Mode::pattern_string;
+      break;
+    default: {  // pattern_number: a byte the regex does not take ends the number, when it may end here
+      const int32_t next = re.next(regex_state_, b);
+      if (next != Regex::kDead) {
+        regex_state_ = next;
+        return true;
+      }
+      if (!re.accepting(regex_state_)) return false;
+      close_value();
+      return step(b);
+    }
+  }
+  const int32_t next = re.next(regex_state_, text);
+  if (next == Regex::kDead) return false;
+  regex_state_ = next;
+  return true;
+}
+
 bool JsonMatcher::in_tag() const {
   return depth_ > 0 && top().container == '{' && top().count == 1 && !node(top().node).tags.empty();
 }
@@ -193,6 +240,11 @@ bool JsonMatcher::start_value(uint8_t b) {
       mode_ = Mode::value_or_close;
       return true;
     case '"':
+      if (node(n).pattern >= 0) {
+        mode_ = Mode::pattern_string;
+        regex_state_ = regex().start();
+        return true;
+      }
       mode_ = Mode::string;
       in_key_ = false;
       utf8_left_ = 0;
@@ -212,6 +264,11 @@ bool JsonMatcher::start_value(uint8_t b) {
       mode_ = Mode::literal;
       return true;
     default:
+      if (node(n).pattern >= 0) {
+        mode_ = Mode::pattern_number;
+        regex_state_ = regex().start();
+        return pattern_byte(b);
+      }
       if (b != '-' && !is_digit(b)) return false;
       mode_ = Mode::number;
       number_ = b == '-' ? Num::minus : b == '0' ? Num::zero : Num::integer;
@@ -351,6 +408,10 @@ bool JsonMatcher::step(uint8_t b) {
       pending_low_ = code_ >= 0xD800 && code_ <= 0xDBFF;
       return true;
     }
+    case Mode::pattern_string:
+    case Mode::pattern_escape:
+    case Mode::pattern_number:
+      return pattern_byte(b);
     case Mode::literal:
       if (b != static_cast<uint8_t>(*literal_)) return false;
       if (*++literal_ == '\0') return close_value();

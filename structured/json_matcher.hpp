@@ -14,7 +14,8 @@
 // of its node's kind: an object's keys are its properties' names as the schema writes them, in its order, every
 // required one present; arrays and strings keep their bounds (in characters: an escaped surrogate pair is one);
 // enum / const values are matched byte for byte; a tagged union's object goes on as the alternative its tag's value
-// names. The schema must outlive the matcher.
+// names; a string with a pattern or format decodes its escapes (all but \uXXXX, which it never takes) and holds its
+// text to the regex, a number with bounds holds its text to theirs. The schema must outlive the matcher.
 // The state is a fixed-size value: copies are cheap (token masks copy it once per prefix of the tokens' trie they
 // feed).
 #pragma once
@@ -62,6 +63,9 @@ class JsonMatcher {
     literal,        // in true / false / null (literal_: what is left of it)
     property,       // in a key of an object with properties: candidates_ are the names it may still be
     literal_set,    // in an enum / const value: candidates_ are the values it may still be
+    pattern_string, // inside a string of a pattern or format: regex_state_ is its regex's state on the decoded text
+    pattern_escape, // after a backslash in such a string
+    pattern_number, // in a number with bounds: regex_state_ is its regex's state on the number's text
     done,           // the root has closed
   };
   // The number grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
@@ -81,6 +85,8 @@ class JsonMatcher {
   bool string_byte(uint8_t b);
   bool property_byte(uint8_t b);
   bool literal_byte(uint8_t b);
+  bool pattern_byte(uint8_t b);  // the pattern modes
+  const Regex& regex() const { return schema_->pattern(node(node_).pattern); }
   bool in_tag() const;            // the value due or read is the tag of the innermost object, a tagged union
   bool close_literal(int value);  // an enum / const value ended: a tag's value makes the object its alternative
   bool begin_key();       // '"' of a key in the innermost object
@@ -97,6 +103,7 @@ class JsonMatcher {
   std::array<Frame, kMaxDepth> stack_{};
   uint64_t candidates_ = 0;        // property / literal_set: a bit per name or value still possible
   uint32_t chars_ = 0;             // the string's characters so far
+  int32_t regex_state_ = 0;        // the pattern modes
   int16_t value_node_ = JsonSchema::kRoot;  // the node of the value due (value modes, start)
   int16_t node_ = 0;               // the node of the string, number or literal being read
   uint16_t offset_ = 0;            // property / literal_set: bytes matched

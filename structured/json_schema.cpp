@@ -6,7 +6,10 @@
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+
+#include "structured/number_range.hpp"
 
 namespace actord::structured {
 
@@ -22,7 +25,9 @@ bool value_start(uint8_t b) {
 const std::set<std::string>& supported_keywords() {
   static const std::set<std::string> k{"type",     "properties", "required", "additionalProperties", "items",
                                        "minItems", "maxItems",   "minLength", "maxLength", "enum", "const",
-                                       "anyOf",    "oneOf",      "$ref",     "$defs",     "definitions"};
+                                       "anyOf",    "oneOf",      "$ref",     "$defs",     "definitions",
+                                       "pattern",  "format",     "minimum",  "maximum",   "exclusiveMinimum",
+                                       "exclusiveMaximum"};
   return k;
 }
 
@@ -181,8 +186,14 @@ class SchemaCompiler {
       return alternatives(members, path + "/" + key);
     }
     std::vector<std::string> types = type_names(s, path);
+    auto has_any = [&](std::initializer_list<const char*> keys) {
+      return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
+    };
     if (types.empty() && s.contains("properties")) types.push_back("object");
     if (types.empty() && s.contains("items")) types.push_back("array");
+    if (types.empty() && has_any({"pattern", "format", "minLength", "maxLength"})) types.push_back("string");
+    if (types.empty() && has_any({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
+      types.push_back("number");
     if (types.empty()) return SchemaNode{};
     if (types.size() == 1) return typed(s, types[0], path);
     std::vector<int32_t> members;
@@ -239,10 +250,10 @@ class SchemaCompiler {
       if (s.contains("minLength")) n.min_length = count(s, "minLength", path);
       if (s.contains("maxLength")) n.max_length = count(s, "maxLength", path);
       if (n.min_length > n.max_length) refuse(path, "minLength is larger than maxLength");
-    } else if (type == "number") {
-      n.kind = Kind::number;
-    } else if (type == "integer") {
-      n.kind = Kind::integer;
+      string_pattern(s, path, n);
+    } else if (type == "number" || type == "integer") {
+      n.kind = type == "number" ? Kind::number : Kind::integer;
+      number_bounds(s, path, n);
     } else if (type == "boolean") {
       n.kind = Kind::boolean;
     } else if (type == "null") {
@@ -251,6 +262,56 @@ class SchemaCompiler {
       refuse(path + "/type", "unknown type " + ojson(type).dump());
     }
     return n;
+  }
+
+  int32_t add_pattern(std::string_view regex, const std::bitset<256>& never, const std::string& path,
+                      const char* key) {
+    auto compiled = Regex::compile(regex, never);
+    if (!compiled) refuse(path + "/" + key, std::string(key) + ": " + compiled.error().message);
+    out_->patterns_.push_back(std::move(*compiled));
+    return static_cast<int32_t>(out_->patterns_.size() - 1);
+  }
+
+  // pattern or format: the regex the string's decoded text matches whole.
+  void string_pattern(const ojson& s, const std::string& path, SchemaNode& n) {
+    if (!s.contains("pattern") && !s.contains("format")) return;
+    const char* key = s.contains("pattern") ? "pattern" : "format";
+    if (s.contains("pattern") && s.contains("format")) refuse(path, "pattern beside format is not supported");
+    if (s.contains("minLength") || s.contains("maxLength"))
+      refuse(path, std::string(s.contains("minLength") ? "minLength" : "maxLength") + " beside " + key +
+                       " is not supported");
+    if (!s[key].is_string()) refuse(path + "/" + key, std::string(key) + " must be a string");
+    const std::string text = s[key].get<std::string>();
+    const char* regex = text.c_str();
+    if (s.contains("format")) {
+      regex = JsonSchema::format_pattern(text);
+      if (!regex)
+        refuse(path + "/format", "format " + ojson(text).dump() +
+                                     " is not supported; supported: date, date-time, duration, email, hostname, "
+                                     "ipv4, ipv6, time, uuid");
+    }
+    n.pattern = add_pattern(s.contains("format") ? std::string_view(regex) : std::string_view(text),
+                            JsonSchema::unescaped_controls(), path, key);
+  }
+
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum: the regex of the number's JSON text.
+  void number_bounds(const ojson& s, const std::string& path, SchemaNode& n) {
+    auto bound = [&](const char* key) -> std::optional<double> {
+      if (!s.contains(key)) return std::nullopt;
+      if (!s[key].is_number()) refuse(path + "/" + key, std::string(key) + " must be a number");
+      return s[key].get<double>();
+    };
+    NumberBounds b;
+    const auto min = bound("minimum"), exclusive_min = bound("exclusiveMinimum");
+    const auto max = bound("maximum"), exclusive_max = bound("exclusiveMaximum");
+    b.exclusive_minimum = exclusive_min && (!min || *exclusive_min >= *min);  // the tighter of the two
+    b.minimum = b.exclusive_minimum ? exclusive_min : min;
+    b.exclusive_maximum = exclusive_max && (!max || *exclusive_max <= *max);
+    b.maximum = b.exclusive_maximum ? exclusive_max : max;
+    if (!b.minimum && !b.maximum) return;
+    auto regex = number_range_pattern(b, n.kind == Kind::integer);
+    if (!regex) refuse(path, regex.error().message);
+    n.pattern = add_pattern(*regex, {}, path, b.minimum ? "minimum" : "maximum");
   }
 
   SchemaNode literals(const ojson& s, const std::string& path) {
@@ -462,7 +523,9 @@ int32_t JsonSchema::resolve(int32_t n, uint8_t b) const {
     case Kind::array: return b == '[' ? n : -1;
     case Kind::string: return b == '"' ? n : -1;
     case Kind::number:
-    case Kind::integer: return b == '-' || (b >= '0' && b <= '9') ? n : -1;
+    case Kind::integer:
+      if (node.pattern >= 0) return pattern(node.pattern).next(0, b) != Regex::kDead ? n : -1;
+      return b == '-' || (b >= '0' && b <= '9') ? n : -1;
     case Kind::boolean: return b == 't' || b == 'f' ? n : -1;
     case Kind::null: return b == 'n' ? n : -1;
     case Kind::literals:
@@ -475,6 +538,59 @@ int32_t JsonSchema::resolve(int32_t n, uint8_t b) const {
       return -1;
   }
   return -1;
+}
+
+const std::bitset<256>& JsonSchema::unescaped_controls() {
+  static const std::bitset<256> controls = [] {
+    std::bitset<256> set;
+    for (size_t b = 0; b < 0x20; ++b) set[b] = true;
+    for (const size_t b : {0x08, 0x09, 0x0A, 0x0C, 0x0D}) set[b] = false;  // \b \t \n \f \r
+    return set;
+  }();
+  return controls;
+}
+
+const char* JsonSchema::format_pattern(std::string_view format) {
+  // RFC 3339 full-date: years 0001-9999, each month's days, February 29 in leap years only.
+#define ACTORD_YEAR R"((?:\d{3}[1-9]|\d{2}[1-9]\d|\d[1-9]\d{2}|[1-9]\d{3}))"
+#define ACTORD_LEAP_YEAR R"((?:\d{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00))"
+#define ACTORD_DATE                                                                                     \
+  "(?:" ACTORD_YEAR R"(-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|)" \
+  R"(02-(?:0[1-9]|1\d|2[0-8]))|)" ACTORD_LEAP_YEAR "-02-29)"
+  // RFC 3339 full-time (no leap second): hours, minutes, seconds, a fraction, Z or an offset.
+#define ACTORD_TIME R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"
+#define ACTORD_HEX4 "[0-9a-fA-F]{1,4}"
+#define ACTORD_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define ACTORD_SHORT_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"
+  static const std::pair<std::string_view, const char*> kFormats[] = {
+      {"date", ACTORD_DATE},
+      {"time", ACTORD_TIME},
+      {"date-time", ACTORD_DATE "T" ACTORD_TIME},
+      // ISO 8601 durations as JSON Schema's appendix A writes them: weeks alone, or a date part, a time part or both,
+      // each of units in order without gaps (Y [M [D]], H [M [S]]), each of at most 9 digits.
+      {"duration", R"(P(?:\d{1,9}W|(?:\d{1,9}Y(?:\d{1,9}M(?:\d{1,9}D)?)?|\d{1,9}M(?:\d{1,9}D)?|\d{1,9}D)(?:T(?:\d{1,9}H(?:\d{1,9}M(?:\d{1,9}S)?)?|\d{1,9}M(?:\d{1,9}S)?|\d{1,9}S))?|T(?:\d{1,9}H(?:\d{1,9}M(?:\d{1,9}S)?)?|\d{1,9}M(?:\d{1,9}S)?|\d{1,9}S)))"},
+      // Dot-atoms at a domain of labels, ending in a letters-only top-level label.
+      {"email", R"([A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*@(?:)" ACTORD_LABEL R"(\.)+[A-Za-z]{2,63})"},
+      // RFC 1123 labels, at most 8 of at most 30 characters: within its 253 characters whatever the count.
+      {"hostname", ACTORD_SHORT_LABEL R"((?:\.)" ACTORD_SHORT_LABEL "){0,7}"},
+      {"ipv4", R"((?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
+      // Eight groups, or fewer around one "::" (no embedded IPv4).
+      {"ipv6", "(?:(?:" ACTORD_HEX4 ":){7}" ACTORD_HEX4 "|(?:" ACTORD_HEX4 ":){1,7}:|(?:" ACTORD_HEX4 ":){1,6}:" ACTORD_HEX4
+               "|(?:" ACTORD_HEX4 ":){1,5}(?::" ACTORD_HEX4 "){1,2}|(?:" ACTORD_HEX4 ":){1,4}(?::" ACTORD_HEX4
+               "){1,3}|(?:" ACTORD_HEX4 ":){1,3}(?::" ACTORD_HEX4 "){1,4}|(?:" ACTORD_HEX4 ":){1,2}(?::" ACTORD_HEX4
+               "){1,5}|" ACTORD_HEX4 ":(?::" ACTORD_HEX4 "){1,6}|:(?:(?::" ACTORD_HEX4 "){1,7}|:))"},
+      {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+  };
+#undef ACTORD_YEAR
+#undef ACTORD_LEAP_YEAR
+#undef ACTORD_DATE
+#undef ACTORD_TIME
+#undef ACTORD_HEX4
+#undef ACTORD_LABEL
+#undef ACTORD_SHORT_LABEL
+  for (const auto& [name, regex] : kFormats)
+    if (name == format) return regex;
+  return nullptr;
 }
 
 }  // namespace actord::structured

@@ -2,12 +2,17 @@
 // compiled into the nodes JsonMatcher walks while a sequence generates: what value may come where.
 //
 // Contract: compile() takes the schema's JSON text and either returns the nodes or an invalid_argument error naming
-// the keyword and where it is (`minimum (at /properties/age) is not supported; ...`). Supported: type (one or a
+// the keyword and where it is (`multipleOf (at /properties/age) is not supported; ...`). Supported: type (one or a
 // list), properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum and const
 // of strings, numbers, booleans and null, anyOf / oneOf whose alternatives begin differently (different JSON types,
 // or literals with different first bytes) or are objects told apart by their first property (a tagged union: the
 // same required property first in each, its values const / enum, no value in two of them), $ref to
-// "#/$defs/..." or "#/definitions/..." (recursion included),
+// "#/$defs/..." or "#/definitions/..." (recursion included), a string's pattern (regex.hpp's syntax, matched whole,
+// which also satisfies JSON Schema's search) or format (date, time, date-time, duration, email, hostname, ipv4,
+// ipv6, uuid: the regexes of format_pattern, a subset of each format's texts where its full rule is no regex:
+// no leap seconds, no IPv4-embedded IPv6, hostnames of at most 8 labels of 30 characters), not beside minLength / maxLength; a number's or an integer's minimum,
+// maximum, exclusiveMinimum, exclusiveMaximum (number_range.hpp: whole bounds for numbers, which then take no
+// exponent); a schema without type but with string keywords is a string, with bounds a number,
 // boolean schemas of true; annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
 // the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "structured/regex.hpp"
 
 namespace actord::structured {
 
@@ -45,6 +51,9 @@ struct SchemaNode {
   // object, a tagged union: the alternatives, by the index of the value of the one property (its tag, a literals
   // node) that each begins with; once the tag's value is read, the object goes on as that alternative.
   std::vector<int32_t> tags;
+  // string: the regex its decoded text matches whole (pattern, format); number / integer: the regex its JSON text
+  // matches whole (bounds). An index into JsonSchema::pattern; -1: none.
+  int32_t pattern = -1;
 };
 
 class JsonSchema {
@@ -58,10 +67,15 @@ class JsonSchema {
   static constexpr int kMaxNesting = 32;  // levels of objects and arrays in a document (JsonMatcher::kMaxDepth)
 
   static Result<std::shared_ptr<const JsonSchema>> compile(std::string_view schema_json);
+  // The pattern a string of `format` matches, or nullptr for a format not supported.
+  static const char* format_pattern(std::string_view format);
+  // The bytes a string's regex never takes: the control characters JSON escapes only as \uXXXX.
+  static const std::bitset<256>& unescaped_controls();
   // response_format json_object: any one JSON object.
   static const JsonSchema& any_object();
 
   const SchemaNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  const Regex& pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
   // The node that a value beginning with byte `b` takes where node `n` is due (through alternatives), or -1.
   int32_t resolve(int32_t n, uint8_t b) const;
   // The fewest levels of objects and arrays a value of node `n` opens (its required properties and minItems
@@ -72,6 +86,7 @@ class JsonSchema {
   friend class SchemaCompiler;
   void compute_min_nesting();
   std::vector<SchemaNode> nodes_;
+  std::vector<Regex> patterns_;
   std::vector<int> min_nesting_;
 };
 

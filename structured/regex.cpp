@@ -397,7 +397,7 @@ class Nfa {
 
 class RegexBuilder {
  public:
-  static Result<Regex> build(std::string_view pattern) {
+  static Result<Regex> build(std::string_view pattern, const std::bitset<256>& never) {
     auto refuse = [&](const std::string& what) {
       return make_error(Errc::invalid_argument, "regex: " + what);
     };
@@ -419,16 +419,18 @@ class RegexBuilder {
     } catch (const TooLarge& e) {
       return refuse("the pattern is too large: " + e.what);
     }
-    return determinize(nfa, accept);
+    return determinize(nfa, accept, never);
   }
 
  private:
-  static Result<Regex> determinize(const Nfa& nfa, int32_t accept) {
+  static Result<Regex> determinize(const Nfa& nfa, int32_t accept, const std::bitset<256>& never) {
     Regex re;
     // Byte classes: a new class wherever some edge's range begins or ends.
     std::array<bool, 257> cut{};
     for (const auto& s : nfa.states)
       for (const auto& e : s.edges) cut[e.lo] = cut[static_cast<size_t>(e.hi) + 1] = true;
+    for (size_t b = 0; b < 256; ++b)
+      if (never[b]) cut[b] = cut[b + 1] = true;  // a class of its own, which leads nowhere
     std::vector<uint8_t> representative;
     int cls = -1;
     for (int b = 0; b < 256; ++b) {
@@ -477,7 +479,7 @@ class RegexBuilder {
       for (size_t c = 0; c < re.classes_; ++c) {
         const uint8_t b = representative[c];
         std::vector<int32_t> targets;
-        for (const int32_t s : *sets[d]) {
+        for (const int32_t s : never[b] ? std::span<const int32_t>{} : std::span<const int32_t>(*sets[d])) {
           steps += 1 + static_cast<int64_t>(nfa.states[static_cast<size_t>(s)].edges.size());
           for (const auto& e : nfa.states[static_cast<size_t>(s)].edges)
             if (e.lo <= b && b <= e.hi) targets.push_back(e.to);
@@ -527,7 +529,9 @@ class RegexBuilder {
   }
 };
 
-Result<Regex> Regex::compile(std::string_view pattern) { return RegexBuilder::build(pattern); }
+Result<Regex> Regex::compile(std::string_view pattern, const std::bitset<256>& never) {
+  return RegexBuilder::build(pattern, never);
+}
 
 std::string regex_of_choices(std::span<const std::string> choices) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <bitset>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,7 +38,9 @@ class Regex {
   static constexpr int64_t kMaxWork = 50'000'000;  // NFA edges looked at while building the DFA (~0.1-0.3 s)
   static constexpr int32_t kDead = -1;
 
-  static Result<Regex> compile(std::string_view pattern);
+  // `never`: bytes the automaton takes nowhere, as if the pattern's classes lacked them (states that only they led on
+  // from are pruned like other dead ends): JSON strings use it for the control bytes they cannot escape briefly.
+  static Result<Regex> compile(std::string_view pattern, const std::bitset<256>& never = {});
 
   int32_t start() const { return 0; }
   // The state after `b` from `state`, or kDead.
