@@ -147,9 +147,10 @@ class WorkerCore {
   // micro-batch k (ExecuteStep.laneTokensPerMicroBatch).
   Status forward_overlapped(const ForwardContext& context, const std::vector<uint32_t>& lane_tokens);
   std::vector<uint32_t> lane_tokens_;            // the step's laneTokensPerMicroBatch
-  // A regex or GBNF grammar compiled once per worker, with its states' masks over the vocabulary (the sequences that
-  // ask for it share them).
+  // A JSON schema, regex or GBNF grammar compiled once per worker, with its states' masks over the vocabulary (the
+  // sequences that ask for it share them).
   struct CompiledText {
+    std::shared_ptr<const structured::JsonSchema> schema;
     std::optional<structured::Regex> regex;
     std::optional<structured::Grammar> grammar;
     std::unique_ptr<structured::MaskCache> masks;
@@ -165,8 +166,7 @@ class WorkerCore {
     // token once, in position order (grammar_next: the next one's position), so that recompute and forks rebuild
     // it from the tokens; `allowed` the ids it takes next, made for each step that samples the sequence.
     std::optional<structured::OutputMatcher> grammar;
-    std::shared_ptr<const structured::JsonSchema> schema;  // json_schema: what `grammar` matches against
-    std::shared_ptr<const CompiledText> text;              // regex / grammar: what `grammar` matches against
+    std::shared_ptr<const CompiledText> text;  // json_schema / regex / grammar: what `grammar` matches against
     uint32_t grammar_next = 0;
     std::vector<uint64_t> allowed;
     // The draft tokens of its last slice (speculative decoding), at positions drafts_from ...: the history and the
@@ -205,11 +205,10 @@ class WorkerCore {
   RankLinks links_;
   std::filesystem::path model_dir_;
   std::optional<structured::TokenVocabulary> token_vocabulary_;
-  // Compiled schemas by their text (the last kMaxSchemas distinct ones; a sequence keeps its own alive).
-  static constexpr size_t kMaxSchemas = 64;
-  std::unordered_map<std::string, std::shared_ptr<const structured::JsonSchema>> schemas_;
-  // The same for regexes and grammars, by "r" + pattern / "g" + grammar, with their masks over token_vocabulary_:
-  // kMaskCacheBytes of them in all.
+  // Compiled schemas, regexes and grammars by "j" + schema / "r" + pattern / "g" + grammar (the last kMaxTexts
+  // distinct ones; a sequence keeps its own alive), with their masks over token_vocabulary_: kMaskCacheBytes of them
+  // in all.
+  static constexpr size_t kMaxTexts = 64;
   std::unordered_map<std::string, std::shared_ptr<const CompiledText>> texts_;
   static constexpr int64_t kMaskCacheBytes = int64_t{128} << 20;
   std::shared_ptr<structured::MaskBudget> mask_budget_ = std::make_shared<structured::MaskBudget>(kMaskCacheBytes);
@@ -218,7 +217,7 @@ class WorkerCore {
   // where they go and its sequence's stop ids; the distinct ones of a step, each once.
   struct RowGrammar {
     const structured::OutputMatcher* grammar = nullptr;  // null: no response format
-    const structured::MaskCache* masks = nullptr;        // a regex's or grammar's: its sequence's
+    const structured::MaskCache* masks = nullptr;        // a schema's, regex's or grammar's: its sequence's
     std::vector<uint64_t>* allowed = nullptr;
     const std::vector<int32_t>* stop_ids = nullptr;
     bool operator==(const RowGrammar&) const = default;

@@ -19,50 +19,41 @@ Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
 
 std::string WorkerCore::start_grammar(SequenceState& st) {
   st.grammar_next = st.prompt_len;
-  switch (st.sampling.response_format) {
-    case ResponseFormat::json_schema: {
-      auto known = schemas_.find(st.sampling.json_schema);
-      if (known == schemas_.end()) {
-        auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
-        if (!compiled) return "response_format: json_schema: " + compiled.error().message;
-        if (schemas_.size() >= kMaxSchemas) schemas_.clear();
-        known = schemas_.emplace(st.sampling.json_schema, std::move(*compiled)).first;
-      }
-      st.schema = known->second;
-      st.grammar.emplace(structured::JsonMatcher(*st.schema));
-      return {};
-    }
-    case ResponseFormat::regex:
-    case ResponseFormat::grammar: {
-      const bool regex = st.sampling.response_format == ResponseFormat::regex;
-      const std::string key = regex ? "r" + st.sampling.regex : "g" + st.sampling.grammar;
-      auto known = texts_.find(key);
-      if (known == texts_.end()) {
-        auto text = std::make_shared<CompiledText>();
-        if (regex) {
-          auto compiled = structured::Regex::compile(st.sampling.regex);
-          if (!compiled) return "response_format: " + compiled.error().message;
-          text->regex = std::move(*compiled);
-        } else {
-          auto compiled = structured::Grammar::compile(st.sampling.grammar);
-          if (!compiled) return "response_format: " + compiled.error().message;
-          text->grammar = std::move(*compiled);
-        }
-        auto vocab = token_vocabulary();
-        if (!vocab) return vocab.error().message;
-        text->masks = std::make_unique<structured::MaskCache>(**vocab, mask_budget_);
-        if (texts_.size() >= kMaxSchemas) texts_.clear();
-        known = texts_.emplace(key, std::move(text)).first;
-      }
-      st.text = known->second;
-      if (regex) st.grammar.emplace(structured::RegexMatcher(*st.text->regex));
-      else st.grammar.emplace(structured::GrammarMatcher(*st.text->grammar));
-      return {};
-    }
-    default:
-      st.grammar.emplace(structured::JsonMatcher());
-      return {};
+  const ResponseFormat format = st.sampling.response_format;
+  if (format != ResponseFormat::json_schema && format != ResponseFormat::regex && format != ResponseFormat::grammar) {
+    st.grammar.emplace(structured::JsonMatcher());  // json_object
+    return {};
   }
+  const std::string key = format == ResponseFormat::json_schema ? "j" + st.sampling.json_schema
+                          : format == ResponseFormat::regex     ? "r" + st.sampling.regex
+                                                                : "g" + st.sampling.grammar;
+  auto known = texts_.find(key);
+  if (known == texts_.end()) {
+    auto text = std::make_shared<CompiledText>();
+    if (format == ResponseFormat::json_schema) {
+      auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
+      if (!compiled) return "response_format: json_schema: " + compiled.error().message;
+      text->schema = std::move(*compiled);
+    } else if (format == ResponseFormat::regex) {
+      auto compiled = structured::Regex::compile(st.sampling.regex);
+      if (!compiled) return "response_format: " + compiled.error().message;
+      text->regex = std::move(*compiled);
+    } else {
+      auto compiled = structured::Grammar::compile(st.sampling.grammar);
+      if (!compiled) return "response_format: " + compiled.error().message;
+      text->grammar = std::move(*compiled);
+    }
+    auto vocab = token_vocabulary();
+    if (!vocab) return vocab.error().message;
+    text->masks = std::make_unique<structured::MaskCache>(**vocab, mask_budget_);
+    if (texts_.size() >= kMaxTexts) texts_.clear();
+    known = texts_.emplace(key, std::move(text)).first;
+  }
+  st.text = known->second;
+  if (st.text->schema) st.grammar.emplace(structured::JsonMatcher(*st.text->schema));
+  else if (st.text->regex) st.grammar.emplace(structured::RegexMatcher(*st.text->regex));
+  else st.grammar.emplace(structured::GrammarMatcher(*st.text->grammar));
+  return {};
 }
 
 std::string WorkerCore::remember_token(uint64_t seq_id, SequenceState& st, uint32_t pos, int32_t id) {

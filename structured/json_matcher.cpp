@@ -44,6 +44,11 @@ int64_t JsonMatcher::plain_text_room() const {
   return int64_t{max} - chars_;
 }
 
+int64_t JsonMatcher::pattern_text_key() const {
+  if (mode_ != Mode::pattern_string && mode_ != Mode::pattern_escape) return -1;
+  return int64_t{node(node_).pattern} << 33 | int64_t{regex_state_} << 1 | (mode_ == Mode::pattern_escape ? 1 : 0);
+}
+
 bool JsonMatcher::feed(uint8_t b) {
   const JsonMatcher before = *this;
   if (step(b)) return true;

@@ -83,6 +83,7 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
       } else {
         v.not_plain.push_back(id);
       }
+      if (b.find('"') != std::string::npos) v.with_quote.push_back(id);
     }
     v.bytes[static_cast<size_t>(id)] = std::move(b);
   }
@@ -185,14 +186,26 @@ void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab,
 void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> stop_ids,
                         std::vector<uint64_t>& bits) const {
   std::string key;
+  const JsonMatcher* json = matcher.json();
   if (const RegexMatcher* re = matcher.regex()) {
     const int32_t state = re->state();
     key.assign(reinterpret_cast<const char*>(&state), sizeof state);
   } else if (const GrammarMatcher* g = matcher.grammar()) {
     key = g->key();
+  } else if (const int64_t text = json->pattern_text_key(); text >= 0) {
+    key.assign(reinterpret_cast<const char*>(&text), sizeof text);
   } else {
-    return allowed_tokens(matcher, *vocab_, stop_ids, bits);
+    return allowed_tokens(*json, *vocab_, stop_ids, bits);
   }
+  cached(matcher, key, bits);
+  if (json) {  // the tokens that may close the string, and go on after it
+    for (const int32_t id : vocab_->with_quote)
+      if (takes(*json, vocab_->bytes[static_cast<size_t>(id)])) set_bit(bits, id);
+  }
+  if (matcher.complete()) allow_stops(bits, stop_ids, vocab_->size());
+}
+
+void MaskCache::cached(const OutputMatcher& matcher, std::string& key, std::vector<uint64_t>& bits) const {
   bool found = false;
   {
     std::lock_guard lock(mu_);
@@ -202,7 +215,13 @@ void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> s
     }
   }
   if (!found) {
-    allowed_tokens(matcher, *vocab_, {}, bits);
+    if (const JsonMatcher* json = matcher.json()) {  // the tokens the string takes without closing
+      bits.assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
+      walk_trie(*vocab_, *json, [](JsonMatcher& m, uint8_t b) { return !(b == '"' && m.in_pattern_text()) && m.advance(b); },
+                bits);
+    } else {
+      allowed_tokens(matcher, *vocab_, {}, bits);
+    }
     const auto size = static_cast<int64_t>(bits.size() * sizeof(uint64_t) + key.size());
     std::lock_guard lock(mu_);
     if (!masks_.count(key)) {  // another thread may have cached it meanwhile
@@ -214,12 +233,11 @@ void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> s
       }
     }
   }
-  if (matcher.complete()) allow_stops(bits, stop_ids, vocab_->size());
 }
 
 void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits, const MaskCache* masks) {
-  if (masks && !matcher.json()) return masks->allowed(matcher, stop_ids, bits);
+  if (masks) return masks->allowed(matcher, stop_ids, bits);
   if (const JsonMatcher* json = matcher.json()) return allowed_tokens(*json, vocab, stop_ids, bits);
   if (const RegexMatcher* re = matcher.regex()) return allowed_tokens(*re, vocab, stop_ids, bits);
   allowed_tokens(*matcher.grammar(), vocab, stop_ids, bits);

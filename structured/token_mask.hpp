@@ -41,6 +41,8 @@ struct TokenVocabulary {
   static constexpr int kRoomSteps = 32;
   std::vector<std::vector<uint64_t>> plain_within;
   std::vector<std::pair<int32_t, int64_t>> longer_plain;
+  // The ids whose bytes hold a '"': inside a pattern's string only they may close it.
+  std::vector<int32_t> with_quote;
   // The tokens' bytes as a trie (node 0 the root): a walk takes each prefix once and drops every token under a
   // prefix the matcher refuses.
   struct Node {
@@ -70,11 +72,14 @@ struct MaskBudget {
   std::atomic<int64_t> left;
 };
 
-// The masks of one regex's or grammar's states over one vocabulary, each state's walk of the trie done once and kept
-// while the budget lasts (past it, computed each time): a sequence under `.*`, `[a-z ]+` or inside a grammar's
-// string asks the same few states step after step, and a walk that allows most of a large vocabulary costs
-// milliseconds (bench/json_mask_bench.cpp). A state is a regex's DFA state, a grammar matcher's key(); JSON
-// matchers are walked each time. Safe to use from several threads at once. The vocabulary must outlive it.
+// The masks of one regex's, grammar's or JSON schema's states over one vocabulary, each state's walk of the trie done
+// once and kept while the budget lasts (past it, computed each time): a sequence under `.*`, `[a-z ]+` or inside a
+// grammar's string asks the same few states step after step, and a walk that allows most of a large vocabulary costs
+// milliseconds (bench/json_mask_bench.cpp). A state is a regex's DFA state, a grammar matcher's key(), a JSON
+// matcher's pattern_text_key() inside a string with a pattern or format (what the string takes before it closes is
+// kept; the tokens with a quote, which may close it, are tried each time); other JSON states are walked each time
+// (their plain-text sets make strings cheap). Safe to use from several threads at once. The vocabulary must outlive
+// it.
 class MaskCache {
  public:
   MaskCache(const TokenVocabulary& vocab, std::shared_ptr<MaskBudget> budget)
@@ -82,10 +87,12 @@ class MaskCache {
   ~MaskCache() { budget_->left += static_cast<int64_t>(bytes_); }
   MaskCache(const MaskCache&) = delete;
   MaskCache& operator=(const MaskCache&) = delete;
-  // allowed_tokens(matcher, vocab, ...) for a matcher of this cache's regex or grammar.
+  // allowed_tokens(matcher, vocab, ...) for a matcher of this cache's regex, grammar or schema.
   void allowed(const OutputMatcher& matcher, std::span<const int32_t> stop_ids, std::vector<uint64_t>& bits) const;
 
  private:
+  // The mask of the state `key` names, from the cache or walked (and cached while the budget lasts); no stop ids.
+  void cached(const OutputMatcher& matcher, std::string& key, std::vector<uint64_t>& bits) const;
   const TokenVocabulary* vocab_;
   std::shared_ptr<MaskBudget> budget_;
   mutable std::mutex mu_;
@@ -97,7 +104,7 @@ class MaskCache {
 // per prefix taken), and the stop ids where the text may end.
 void allowed_tokens(const GrammarMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits);
-// The mask of whichever grammar the matcher has; a regex's or a grammar's through `masks` when given (its cache).
+// The mask of whichever grammar the matcher has; through `masks` when given (its regex's, grammar's or schema's).
 void allowed_tokens(const OutputMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits, const MaskCache* masks = nullptr);
 

@@ -458,19 +458,24 @@ TEST_CASE("json_schema: token masks equal trying every token whole - keys, bound
           "[structured][json_schema]") {
   const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
       "age": {"type": "integer"}, "color": {"enum": ["red", "green"]}, "note": {"type": "string", "minLength": 2},
-      "day": {"type": "string", "format": "date"}, "count": {"type": "integer", "minimum": 10, "maximum": 250}},
+      "day": {"type": "string", "format": "date"}, "count": {"type": "integer", "minimum": 10, "maximum": 250},
+      "q": {"type": "string", "pattern": "[a-z\\\\\"]{0,3}"}},
       "required": ["name", "age", "color"]})");
   const std::string gpt2 = (test::source_dir() / "tests/fixtures/tokenizers/gpt2").string();
   for (const std::string dir : {test::stories_dir().string(), gpt2}) {
     auto tok = Tokenizer::load(dir);
     REQUIRE(tok.ok());
     const auto vocab = structured::TokenVocabulary::from(*tok, tok->vocab_size());
+    // The schema's cache (what a worker keeps per schema) gives the same masks, walked and then cached.
+    const structured::MaskCache cache(vocab, std::make_shared<structured::MaskBudget>(int64_t{1} << 30));
     for (const std::string prefix : {"{", "{\"na", "{\"name\": \"", "{\"name\": \"Li", "{\"name\": \"Lily",
                                      "{\"name\": \"Lilyé", "{\"name\": \"a\", \"age\": 1",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"r",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"note\": \"x",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"day\": \"20",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"count\": 2",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"q\": \"a",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"q\": \"a\\",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\"}"}) {
       INFO(dir << " after " << prefix);
       JsonMatcher m(*schema);
@@ -487,6 +492,12 @@ TEST_CASE("json_schema: token masks equal trying every token whole - keys, bound
         differ += structured::allowed(bits, id) != (whole || stop);
       }
       CHECK(differ == 0);
+      for (const char* pass : {"walked", "cached"}) {
+        INFO(pass);
+        std::vector<uint64_t> from_cache;
+        structured::allowed_tokens(structured::OutputMatcher(m), vocab, tok->stop_ids(), from_cache, &cache);
+        CHECK(from_cache == bits);
+      }
     }
   }
 }

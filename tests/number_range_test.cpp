@@ -87,7 +87,7 @@ TEST_CASE("number range: every bound combination matches exactly the grid's text
   CHECK(checked > 100000);
 }
 
-TEST_CASE("number range: the open side reaches 15 digits, no exponent, no leading zeros; bad bounds are refused",
+TEST_CASE("number range: the open side reaches 15 digits, no exponent, no leading zeros, and bad bounds are refused",
           "[structured][json_schema]") {
   auto re = Regex::compile(*number_range_pattern({0.0, std::nullopt, false, false}, true));
   REQUIRE(re.ok());

@@ -138,11 +138,11 @@ TEST_CASE("tools: tools and tool_choice are checked, each error naming its field
              Catch::StartsWith("tools | the model's chat template writes no tool calls that actord can read"));
   // A schema the constrained choices cannot enforce is refused naming the tool; auto enforces nothing, so takes it.
   const std::string loose = R"({"tools": [{"type": "function", "function": {"name": "f", "parameters":
-      {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}}}])";
+      {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}])";
   CHECK_THAT(error_of(loose + R"(, "tool_choice": "required"})"),
-             Catch::StartsWith("tools | tools[0].function.parameters: minimum is not supported"));
+             Catch::StartsWith("tools | tools[0].function.parameters: multipleOf is not supported"));
   CHECK_THAT(error_of(loose + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})"),
-             Catch::StartsWith("tools | tools[0].function.parameters: minimum is not supported"));
+             Catch::StartsWith("tools | tools[0].function.parameters: multipleOf is not supported"));
   CHECK(ok(loose + "}").use.choice == ToolUse::Choice::automatic);
   // Defaults: auto with tools, none without; none needs nothing of the template.
   CHECK(ok("{}").use.choice == ToolUse::Choice::none);

@@ -204,12 +204,13 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mod
   CHECK(fed == content.size());
   if (choice["finish_reason"] == "stop") CHECK(json::parse(content).is_object());
   // json_schema: the reply is an object of the schema (its properties in the schema's order, as the body gave
-  // them); a schema the engine cannot enforce is refused naming the keyword.
+  // them, an integer within its bounds); a schema the engine cannot enforce is refused naming the keyword.
   using ordered = nlohmann::ordered_json;  // the body as written: the schema's properties in their order
   ordered schema = object_mode;
   schema["max_tokens"] = 80;
   schema["response_format"] = ordered::parse(R"({"type": "json_schema", "json_schema": {"name": "pet", "strict": true,
-      "schema": {"type": "object", "properties": {"zebra": {"type": "boolean"}, "age": {"type": "integer"},
+      "schema": {"type": "object", "properties": {"zebra": {"type": "boolean"},
+      "age": {"type": "integer", "minimum": 3, "maximum": 9},
       "name": {"type": "string", "maxLength": 5}}, "required": ["zebra", "age", "name"]}}})");
   const Reply js = call(s.port, "POST", "/v1/chat/completions", schema.dump());
   REQUIRE(js.status == 200);
@@ -221,13 +222,15 @@ TEST_CASE("serve - logit_bias steers the tokens, completions and chat - JSON mod
   const json object = json::parse(object_text);
   CHECK(object["zebra"].is_boolean());
   CHECK(object["age"].is_number_integer());
+  CHECK(object["age"].get<int>() >= 3);
+  CHECK(object["age"].get<int>() <= 9);
   CHECK(object["name"].get<std::string>().size() <= 5);
-  schema["response_format"]["json_schema"]["schema"]["properties"]["age"]["minimum"] = 0;
+  schema["response_format"]["json_schema"]["schema"]["properties"]["age"]["multipleOf"] = 2;
   const Reply unsupported = call(s.port, "POST", "/v1/chat/completions", schema.dump());
   CHECK(unsupported.status == 400);
   CHECK(json::parse(unsupported.body)["error"]["param"] == "response_format");
   CHECK_THAT(json::parse(unsupported.body)["error"]["message"].get<std::string>(),
-             Catch::StartsWith("response_format: json_schema.schema: minimum is not supported") &&
+             Catch::StartsWith("response_format: json_schema.schema: multipleOf is not supported") &&
                  Catch::EndsWith("(at /properties/age)"));
   schema["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "a"}}}};
   CHECK(call(s.port, "POST", "/v1/chat/completions", schema.dump()).status == 400);

@@ -76,19 +76,22 @@ async function main() {
   check('json_object gives a JSON object', jm.finish_reason === 'stop' && parsed !== null && typeof parsed === 'object' &&
         !Array.isArray(parsed), jm);
 
-  // Structured outputs: the reply is an object of the schema, its properties in the schema's order.
-  const schema = { type: 'object', properties: { title: { type: 'string', maxLength: 12 }, pages: { type: 'integer' },
-                   genre: { enum: ['fairy tale', 'fable'] } }, required: ['title', 'pages', 'genre'],
-                   additionalProperties: false };
-  const structured = await client.chat.completions.create({ model, max_tokens: 120, temperature: 0.7, seed: 3,
+  // Structured outputs: the reply is an object of the schema, its properties in the schema's order, the integer
+  // within its bounds, the date a date (what pydantic writes for int = Field(ge=1, le=900) and datetime.date).
+  const schema = { type: 'object', properties: { title: { type: 'string', maxLength: 12 },
+                   pages: { type: 'integer', minimum: 1, maximum: 900 }, genre: { enum: ['fairy tale', 'fable'] },
+                   published: { type: 'string', format: 'date' } },
+                   required: ['title', 'pages', 'genre', 'published'], additionalProperties: false };
+  const structured = await client.chat.completions.create({ model, max_tokens: 200, temperature: 0.7, seed: 3,
     messages: [{ role: 'user', content: 'A story' }],
     response_format: { type: 'json_schema', json_schema: { name: 'book', strict: true, schema } } });
   const so = structured.choices[0];
   let book = null;
   try { book = JSON.parse(so.message.content); } catch (e) { book = null; }
   check('json_schema gives an object of the schema', so.finish_reason === 'stop' && book !== null &&
-        JSON.stringify(Object.keys(book)) === '["title","pages","genre"]' && Number.isInteger(book.pages) &&
-        book.title.length <= 12 && ['fairy tale', 'fable'].includes(book.genre), so);
+        JSON.stringify(Object.keys(book)) === '["title","pages","genre","published"]' && Number.isInteger(book.pages) &&
+        book.pages >= 1 && book.pages <= 900 && book.title.length <= 12 && ['fairy tale', 'fable'].includes(book.genre) &&
+        /^\d{4}-\d{2}-\d{2}$/.test(book.published) && !isNaN(Date.parse(book.published)), so);
 
   const echo = await client.completions.create({ ...greedy, max_tokens: 3, echo: true });
   check('echo starts with the prompt', echo.choices[0].text.startsWith('Once upon a time'), echo.choices[0]);
@@ -179,8 +182,8 @@ async function main() {
     ['temperature -1', { ...greedy, temperature: -1 }, 'temperature'],
     ['n 0', { ...greedy, n: 0 }, 'n'],
     ['top_p 2', { ...greedy, top_p: 2 }, 'top_p'],
-    ['a schema with pattern', { ...greedy, response_format: { type: 'json_schema', json_schema: { name: 'z',
-      schema: { type: 'object', properties: { zip: { type: 'string', pattern: '^[0-9]{5}$' } } } } } }, 'response_format'],
+    ['a schema with multipleOf', { ...greedy, response_format: { type: 'json_schema', json_schema: { name: 'z',
+      schema: { type: 'object', properties: { even: { type: 'integer', multipleOf: 2 } } } } } }, 'response_format'],
   ]) {
     try {
       await client.completions.create(body);
