@@ -57,13 +57,20 @@ bool JsonMatcher::feed(uint8_t b) {
 }
 
 bool JsonMatcher::gap(uint8_t b) {
+  // gap_: 0 nothing yet, 1 a space (nothing may follow), 2 a newline, 3 two, 3 + k k indents after them.
   if (gap_ == 0) {
     if (b != ' ' && b != '\n') return false;
     gap_ = b == ' ' ? 1 : 2;
     return true;
   }
-  if (gap_ == 1 || (b != ' ' && b != '\t') || gap_ - 2 >= kMaxIndent) return false;
-  ++gap_;
+  if (gap_ == 2 && b == '\n') {
+    gap_ = 3;
+    return true;
+  }
+  if (gap_ == 1 || (b != ' ' && b != '\t')) return false;
+  const int indents = gap_ > 3 ? gap_ - 3 : 0;
+  if (indents >= kMaxIndent) return false;
+  gap_ = static_cast<uint8_t>(4 + indents);
   return true;
 }
 
@@ -285,8 +292,7 @@ bool JsonMatcher::start_value(uint8_t b) {
 bool JsonMatcher::step(uint8_t b) {
   switch (mode_) {
     case Mode::start:
-      if (is_space(b)) return gap(b);
-      if (b != '{' && b != '[') return false;  // the root: an object or an array
+      if (b != '{' && b != '[') return false;  // the root: an object or an array, first
       return start_value(b);
     case Mode::done:
       return is_space(b) && gap(b);

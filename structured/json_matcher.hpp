@@ -4,8 +4,9 @@
 //
 // Contract: feed(b) returns false when b cannot continue such a text from here, and then leaves the matcher as it
 // was (so a caller may try another byte); true moves it on. complete() is true once the root value has closed; after it
-// only one more gap of whitespace. Whitespace between tokens is a gap of llama.cpp's JSON grammars: nothing, one
-// space, or a newline and up to kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes (exponents up to
+// only one more gap of whitespace, and none comes before the root. Whitespace between tokens is a gap of llama.cpp's
+// JSON grammars (its json-schema-to-grammar's space rule): nothing, one space, or one or two newlines and up to
+// kMaxIndent spaces or tabs; numbers take up to kMaxNumberBytes bytes (exponents up to
 // kMaxExponentDigits digits: every number a finite double), nesting goes to kMaxDepth: bounds that keep a model from
 // looping on whitespace or digits; no byte taken leads to a state that cannot end (a value, or an optional
 // property, that could not close within kMaxDepth levels is not begun). Strings take any UTF-8 text but
@@ -118,7 +119,7 @@ class JsonMatcher {
   Num number_ = Num::minus;
   uint8_t number_bytes_ = 0;
   uint8_t exponent_digits_ = 0;
-  uint8_t gap_ = 0;                // this gap so far: 0 nothing, 1 a space, 2 + k a newline and k indents
+  uint8_t gap_ = 0;                // this gap so far (gap())
   uint8_t utf8_left_ = 0;          // continuation bytes still due in a string's character
   uint8_t utf8_low_ = 0x80, utf8_high_ = 0xBF;  // the range of the next continuation byte
   uint8_t hex_left_ = 0;

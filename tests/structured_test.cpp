@@ -74,7 +74,7 @@ std::optional<bool> peer_object(const std::string& text) {
 }
 
 // Whether every run of whitespace outside strings is a gap llama.cpp's JSON grammars allow: nothing, one space, or
-// a newline and up to 20 spaces or tabs.
+// one or two newlines and up to 20 spaces or tabs; and none before the root.
 bool gaps_allowed(const std::string& text) {
   bool in_string = false, escaped = false;
   for (size_t i = 0; i < text.size();) {
@@ -94,8 +94,9 @@ bool gaps_allowed(const std::string& text) {
     size_t end = i;
     while (end < text.size() && (text[end] == ' ' || text[end] == '\n' || text[end] == '\t' || text[end] == '\r')) ++end;
     const std::string run = text.substr(i, end - i);
-    const bool ok = run == " " || (run[0] == '\n' && run.size() <= 21 &&
-                                   run.find_first_not_of(" \t", 1) == std::string::npos);
+    const size_t newlines = run.rfind("\n\n", 0) == 0 ? 2 : run[0] == '\n' ? 1 : 0;
+    const bool ok = i > 0 && (run == " " || (newlines > 0 && run.size() <= newlines + 20 &&
+                                             run.find_first_not_of(" \t", newlines) == std::string::npos));
     if (!ok) return false;
     i = end;
   }
@@ -115,7 +116,9 @@ TEST_CASE("json object matcher: documents nlohmann writes are taken whole, compa
     }
   }
   CHECK(whole_object(R"({})"));
-  CHECK(whole_object("\n{ \"a\" : [ 1 , -0.5e+3 , 0 , 1E9 , true , false , null , \"\\u00e9\\n\" , { } , [ ] ] }\n"));
+  CHECK(whole_object("{ \"a\" :\n\n\t[ 1 , -0.5e+3 , 0 , 1E9 , true , false , null , \"\\u00e9\\n\" , { } , [ ] ] }\n"));
+  CHECK_FALSE(whole_object(" {}"));  // nothing before the root, as llama.cpp's root rule
+  CHECK_FALSE(whole_object("{\n\n\n}"));  // at most two newlines
   CHECK(whole_object("{\"\xC3\xA9\xE4\xB8\x96\xF0\x9F\x98\x80\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"}"));
 }
 
@@ -167,9 +170,12 @@ TEST_CASE("json object matcher: bounds on whitespace runs, number lengths and de
   CHECK(whole_object("{\n" + std::string(20, ' ') + "}"));
   CHECK(whole_object("{\n\t\t \"a\":\n  1 }\n"));
   CHECK_FALSE(whole_object("{\n" + std::string(21, ' ') + "}"));
-  CHECK_FALSE(whole_object("{\n\n}"));
+  CHECK(whole_object("{\n\n" + std::string(20, '\t') + "}"));
+  CHECK_FALSE(whole_object("{\n\n" + std::string(21, '\t') + "}"));
+  CHECK_FALSE(whole_object("{\n \n}"));
   CHECK_FALSE(whole_object("{ \n}"));
-  CHECK_FALSE(whole_object("{}\n\n"));
+  CHECK(whole_object("{}\n\n"));
+  CHECK_FALSE(whole_object("{}\n\n\n"));
   CHECK(whole_object("{\"a\":" + std::string(32, '1') + "}"));
   CHECK_FALSE(whole_object("{\"a\":" + std::string(33, '1') + "}"));
   std::string deep = "{\"a\":";
