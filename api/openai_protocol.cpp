@@ -131,14 +131,18 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
   o.json_schema = std::move(text);
 }
 
-// vLLM's constraints on the generated text: guided_regex (a pattern the whole text matches) and guided_choice (one of
-// the strings, each taken literally) as response_format regex (structured/regex.hpp), guided_grammar (a GBNF
-// grammar, llama.cpp's format) as response_format grammar (structured/grammar.hpp), or the same as
-// structured_outputs {regex | choice | grammar} (vLLM's newer spelling); each compiled here, so that one it does not
-// take is refused naming what and where. At most one of them, and not with a response_format other than text.
+// vLLM's constraints on the generated text: guided_json (a JSON schema, as an object or its text) as a
+// response_format json_schema, guided_regex (a pattern the whole text matches) and guided_choice (one of the
+// strings, each taken literally) as response_format regex (structured/regex.hpp), guided_grammar (a GBNF grammar,
+// llama.cpp's format) as response_format grammar (structured/grammar.hpp); the same as structured_outputs {json |
+// json_object | regex | choice | grammar} (vLLM's newer spelling); llama-server's json_schema and grammar fields.
+// Each is compiled here, so that one it does not take is refused naming what and where. At most one of them, and
+// not with a response_format other than text. guided_decoding_backend (vLLM's choice of engine for them) is read and
+// has no effect: actord has one.
 void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
+  enum class Kind { regex, grammar, json, json_object };
   std::string field, text;
-  bool grammar = false;
+  Kind kind = Kind::regex;
   auto choices_of = [&](const std::string& name, const json& v) {
     if (!v.is_array() || v.empty()) refuse(name, "must be a non-empty list of strings, got " + describe(v));
     std::vector<std::string> choices;
@@ -148,20 +152,28 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     }
     return structured::regex_of_choices(choices);
   };
-  auto take = [&](const std::string& name, std::string t, bool is_grammar) {
+  auto take = [&](const std::string& name, std::string t, Kind k) {
     if (!field.empty()) refuse(name, "cannot be combined with " + field + ": one constraint on the text at a time");
     field = name;
     text = std::move(t);
-    grammar = is_grammar;
+    kind = k;
   };
   auto string_of = [&](const std::string& name, const json& v) {
     if (!v.is_string()) refuse(name, "must be a string, got " + describe(v));
     return v.get<std::string>();
   };
+  auto schema_of = [&](const std::string& name, const json& v) {  // a schema object, or its JSON text
+    if (!v.is_object() && !v.is_string()) refuse(name, "must be a JSON schema (an object or its text), got " + describe(v));
+    return v.is_object() ? v.dump() : v.get<std::string>();
+  };
   auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
-  if (given("guided_regex")) take("guided_regex", string_of("guided_regex", body["guided_regex"]), false);
-  if (given("guided_choice")) take("guided_choice", choices_of("guided_choice", body["guided_choice"]), false);
-  if (given("guided_grammar")) take("guided_grammar", string_of("guided_grammar", body["guided_grammar"]), true);
+  if (given("guided_decoding_backend")) (void)string_of("guided_decoding_backend", body["guided_decoding_backend"]);
+  if (given("guided_json")) take("guided_json", schema_of("guided_json", body["guided_json"]), Kind::json);
+  if (given("guided_regex")) take("guided_regex", string_of("guided_regex", body["guided_regex"]), Kind::regex);
+  if (given("guided_choice")) take("guided_choice", choices_of("guided_choice", body["guided_choice"]), Kind::regex);
+  if (given("guided_grammar")) take("guided_grammar", string_of("guided_grammar", body["guided_grammar"]), Kind::grammar);
+  if (given("json_schema")) take("json_schema", schema_of("json_schema", body["json_schema"]), Kind::json);
+  if (given("grammar")) take("grammar", string_of("grammar", body["grammar"]), Kind::grammar);
   if (given("structured_outputs")) {
     const json& so = body["structured_outputs"];
     if (!so.is_object()) refuse("structured_outputs", "must be an object, got " + describe(so));
@@ -169,14 +181,18 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
       if (value.is_null()) continue;
       const std::string name = "structured_outputs." + key;
       if (key == "regex") {
-        take(name, string_of(name, value), false);
+        take(name, string_of(name, value), Kind::regex);
       } else if (key == "choice") {
-        take(name, choices_of(name, value), false);
+        take(name, choices_of(name, value), Kind::regex);
       } else if (key == "grammar") {
-        take(name, string_of(name, value), true);
+        take(name, string_of(name, value), Kind::grammar);
+      } else if (key == "json") {
+        take(name, schema_of(name, value), Kind::json);
+      } else if (key == "json_object") {
+        if (!value.is_boolean()) refuse(name, "must be a boolean, got " + describe(value));
+        if (value.get<bool>()) take(name, "", Kind::json_object);
       } else {
-        refuse("structured_outputs", key + " is not supported; supported: regex, choice, grammar (a JSON schema goes "
-                                           "in response_format)");
+        refuse("structured_outputs", key + " is not supported; supported: json, json_object, regex, choice, grammar");
       }
     }
   }
@@ -185,14 +201,25 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     refuse(field, std::string("cannot be combined with a response_format of ") + o.response_format_name());
   if (context.tokenizer && context.tokenizer->stop_ids().empty())
     refuse(field, "needs the model to have an end-of-sequence token to end the text, and it has none");
-  if (grammar) {
-    if (auto compiled = structured::Grammar::compile(text); !compiled) refuse(field, compiled.error().message);
-    o.response_format = ResponseFormat::grammar;
-    o.grammar = std::move(text);
-  } else {
-    if (auto compiled = structured::Regex::compile(text); !compiled) refuse(field, compiled.error().message);
-    o.response_format = ResponseFormat::regex;
-    o.regex = std::move(text);
+  switch (kind) {
+    case Kind::json_object:
+      o.response_format = ResponseFormat::json_object;
+      break;
+    case Kind::json:
+      if (auto compiled = structured::JsonSchema::compile(text); !compiled) refuse(field, compiled.error().message);
+      o.response_format = ResponseFormat::json_schema;
+      o.json_schema = std::move(text);
+      break;
+    case Kind::grammar:
+      if (auto compiled = structured::Grammar::compile(text); !compiled) refuse(field, compiled.error().message);
+      o.response_format = ResponseFormat::grammar;
+      o.grammar = std::move(text);
+      break;
+    case Kind::regex:
+      if (auto compiled = structured::Regex::compile(text); !compiled) refuse(field, compiled.error().message);
+      o.response_format = ResponseFormat::regex;
+      o.regex = std::move(text);
+      break;
   }
 }
 
@@ -284,13 +311,15 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
       "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs", "echo", "user", "priority",
       "ignore_eos", "min_tokens", "stream", "stream_options", "prompt_logprobs", "suffix", "best_of", "logit_bias",
-      "response_format", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
+      "response_format", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "guided_json",
+      "guided_decoding_backend", "json_schema", "grammar"};
   static const std::set<std::string> chat_fields{
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "n", "stop", "logprobs",
       "top_logprobs", "user", "priority", "ignore_eos", "min_tokens", "stream", "stream_options", "logit_bias",
       "response_format", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "guided_regex",
-      "guided_choice", "guided_grammar", "structured_outputs"};
+      "guided_choice", "guided_grammar", "structured_outputs", "guided_json", "guided_decoding_backend",
+      "json_schema", "grammar"};
   return chat ? chat_fields : completions;
 }
 

@@ -8,9 +8,10 @@
 // SamplingOptions::validate with the model's vocabulary. Chat messages are rendered with the model's chat
 // template and encoded without adding special tokens (the template writes them), as HF's apply_chat_template;
 // tools, tool_choice and parallel_tool_calls as openai_tools.hpp says (a constrained tool_choice becomes the
-// request's json_schema); vLLM's guided_regex, guided_choice, guided_grammar and structured_outputs {regex | choice |
-// grammar} constrain the text as a response_format regex (structured/regex.hpp) or grammar (GBNF,
-// structured/grammar.hpp); chat_template_kwargs (vLLM's: more template variables, such as Qwen3's enable_thinking)
+// request's json_schema); vLLM's guided_json, guided_regex, guided_choice, guided_grammar and structured_outputs
+// {json | json_object | regex | choice | grammar}, and llama-server's json_schema and grammar, constrain the text as
+// a response_format json_schema, json_object, regex (structured/regex.hpp) or grammar (GBNF, structured/grammar.hpp)
+// (guided_decoding_backend is read and ignored); chat_template_kwargs (vLLM's: more template variables, such as Qwen3's enable_thinking)
 // go to the template; a reasoning model's replies are split as openai_reasoning.hpp says.
 #pragma once
 

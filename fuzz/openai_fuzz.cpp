@@ -66,6 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::require(r.prompt.has_value() || !r.prompt_ids.empty(), "an empty prompt accepted");
       if (request.tools.constrained())
         fuzz::require(structured::JsonSchema::compile(r.sampling.json_schema).ok(), "a tool schema that does not compile");
+      if (r.sampling.response_format == ResponseFormat::json_schema)
+        fuzz::require(structured::JsonSchema::compile(r.sampling.json_schema).ok(), "a schema that does not compile accepted");
       if (r.sampling.response_format == ResponseFormat::regex)
         fuzz::require(structured::Regex::compile(r.sampling.regex).ok(), "a regex that does not compile accepted");
       if (r.sampling.response_format == ResponseFormat::grammar)

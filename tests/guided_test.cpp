@@ -204,8 +204,9 @@ TEST_CASE("serve - guided_regex, guided_choice and structured_outputs constrain 
   bad["guided_grammar"] = "root ::= root \"a\" | \"b\"";
   CHECK_THAT(refusal(bad), Catch::Contains("left recursion"));
   bad = chat;
-  bad["structured_outputs"] = {{"json", {{"type", "object"}}}};
-  CHECK_THAT(refusal(bad), Catch::Contains("json is not supported; supported: regex, choice, grammar"));
+  bad["structured_outputs"] = {{"structural_tag", "x"}};
+  CHECK_THAT(refusal(bad),
+             Catch::Contains("structural_tag is not supported; supported: json, json_object, regex, choice, grammar"));
   bad["structured_outputs"] = "regex";
   CHECK_THAT(refusal(bad), Catch::Contains("must be an object"));
   bad = chat;
@@ -216,4 +217,82 @@ TEST_CASE("serve - guided_regex, guided_choice and structured_outputs constrain 
   bad["ignore_eos"] = true;
   CHECK_THAT(refusal(bad), Catch::StartsWith("ignore_eos | ") && Catch::Contains("regex"));
   CHECK(post("/v1/chat/completions", chat).status == 200);  // still serving
+}
+
+TEST_CASE("serve - guided_json, structured_outputs json and json_object, llama-server's json_schema and grammar "
+          "constrain the text - bad schemas are refused naming the field",
+          "[serve][json_schema]") {
+  test::TempDir tmp;
+  const auto model = test::copy_stories(tmp.path());
+  test::write_file(model / "tokenizer_config.json",
+                   R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})");
+  Served s("", 1 << 20, model.string());
+  auto post = [&](const json& body) { return call(s.port, "POST", "/v1/chat/completions", body.dump()); };
+  const json chat{{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}, {"max_tokens", 160},
+                  {"temperature", 0.9}, {"seed", 5}};
+  using ordered = nlohmann::ordered_json;
+  const ordered schema = ordered::parse(R"({"type": "object", "properties": {"age": {"type": "integer",
+      "minimum": 1, "maximum": 9}, "day": {"type": "string", "format": "date"}}, "required": ["age", "day"]})");
+  auto content_of = [](const Reply& r) {
+    REQUIRE(r.status == 200);
+    const json c = json::parse(r.body)["choices"][0];
+    INFO(c.dump());
+    CHECK(c["finish_reason"] == "stop");
+    return c["message"]["content"].get<std::string>();
+  };
+  // The schema as an object (vLLM's guided_json, its text too; structured_outputs.json; llama-server's json_schema):
+  // an object of it, its keys in the schema's order.
+  for (const std::string field : {"guided_json", "guided_json text", "structured_outputs", "json_schema"}) {
+    INFO(field);
+    json body = chat;
+    const json as_object = json::parse(schema.dump());  // the body's own type; dump() keeps the order
+    if (field == "guided_json") body["guided_json"] = as_object;
+    if (field == "guided_json text") body["guided_json"] = schema.dump();
+    if (field == "structured_outputs") body["structured_outputs"] = {{"json", as_object}};
+    if (field == "json_schema") body["json_schema"] = as_object;
+    body["guided_decoding_backend"] = "xgrammar";  // read, and of no effect
+    const std::string text = content_of(post(body));
+    INFO(text);
+    const json doc = json::parse(text);
+    CHECK(doc["age"].get<int>() >= 1);
+    CHECK(doc["age"].get<int>() <= 9);
+    CHECK(doc["day"].get<std::string>().size() == 10);
+  }
+  json object_mode = chat;
+  object_mode["structured_outputs"] = {{"json_object", true}};
+  object_mode["logit_bias"] = {{"128", 100}};  // "}" forced where allowed: the object closes
+  CHECK(json::parse(content_of(post(object_mode))).is_object());
+  json llama_grammar = chat;
+  llama_grammar["grammar"] = kStory;
+  CHECK(sentence_of(kStory, content_of(post(llama_grammar))));
+
+  auto refusal = [&](const json& body) {
+    const Reply r = post(body);
+    CHECK(r.status == 400);
+    const json e = json::parse(r.body)["error"];
+    return e["param"].get<std::string>() + " | " + e["message"].get<std::string>();
+  };
+  json bad = chat;
+  bad["guided_json"] = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"multipleOf", 2}}}}}};
+  CHECK_THAT(refusal(bad), Catch::StartsWith("guided_json | guided_json: multipleOf is not supported") &&
+                               Catch::EndsWith("(at /properties/n)"));
+  bad["guided_json"] = 5;
+  CHECK(refusal(bad) == "guided_json | guided_json: must be a JSON schema (an object or its text), got 5");
+  bad["guided_json"] = "{not json";
+  CHECK_THAT(refusal(bad), Catch::StartsWith("guided_json | guided_json: the schema is not valid JSON"));
+  bad = chat;
+  bad["json_schema"] = {{"type", "object"}};
+  bad["grammar"] = kStory;
+  CHECK_THAT(refusal(bad), Catch::StartsWith("grammar | grammar: cannot be combined with json_schema"));
+  bad = chat;
+  bad["structured_outputs"] = {{"json_object", "yes"}};
+  CHECK(refusal(bad) == "structured_outputs.json_object | structured_outputs.json_object: must be a boolean, got \"yes\"");
+  bad = chat;
+  bad["guided_decoding_backend"] = 3;
+  CHECK(refusal(bad) == "guided_decoding_backend | guided_decoding_backend: must be a string, got 3");
+  bad = chat;
+  bad["guided_json"] = {{"type", "object"}};
+  bad["response_format"] = {{"type", "json_object"}};
+  CHECK_THAT(refusal(bad), Catch::Contains("guided_json: cannot be combined with a response_format of json_object"));
+  CHECK(post(chat).status == 200);  // still serving
 }
