@@ -277,9 +277,6 @@ class SchemaCompiler {
     if (!s.contains("pattern") && !s.contains("format")) return;
     const char* key = s.contains("pattern") ? "pattern" : "format";
     if (s.contains("pattern") && s.contains("format")) refuse(path, "pattern beside format is not supported");
-    if (s.contains("minLength") || s.contains("maxLength"))
-      refuse(path, std::string(s.contains("minLength") ? "minLength" : "maxLength") + " beside " + key +
-                       " is not supported");
     if (!s[key].is_string()) refuse(path + "/" + key, std::string(key) + " must be a string");
     const std::string text = s[key].get<std::string>();
     const char* regex = text.c_str();
@@ -292,6 +289,14 @@ class SchemaCompiler {
     }
     n.pattern = add_pattern(s.contains("format") ? std::string_view(regex) : std::string_view(text),
                             JsonSchema::unescaped_controls(), path, key);
+    if (n.min_length == 0 && n.max_length == UINT32_MAX) return;
+    // minLength / maxLength: the regex's texts of those lengths, its states paired with a count of characters.
+    Regex& re = out_->patterns_[static_cast<size_t>(n.pattern)];
+    auto bounded = re.with_length(n.min_length, n.max_length);
+    if (!bounded)
+      refuse(path, std::string(key) + " with " + (s.contains("minLength") ? "minLength" : "maxLength") + ": " +
+                       bounded.error().message);
+    re = std::move(*bounded);
   }
 
   // minimum, maximum, exclusiveMinimum, exclusiveMaximum: the regex of the number's JSON text.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <unordered_map>
 #include <utility>
 
 #include "structured/code_points.hpp"
@@ -500,8 +501,14 @@ class RegexBuilder {
       }
       re.accepting_.push_back(std::binary_search(sets[d]->begin(), sets[d]->end(), accept) ? 1 : 0);
     }
-    // Keep only the states from which an accepting one can be reached.
-    const size_t n = sets.size();
+    if (Status kept = keep_live(re); !kept) return kept.error();
+    return re;
+  }
+
+  // Keeps only the states from which an accepting one can be reached (transitions into the others become kDead)
+  // and notes which states still continue; an Error when the start state is not among them.
+  static Status keep_live(Regex& re) {
+    const size_t n = re.accepting_.size();
     std::vector<std::vector<int32_t>> into(n);
     for (size_t s = 0; s < n; ++s)
       for (size_t c = 0; c < re.classes_; ++c)
@@ -525,12 +532,65 @@ class RegexBuilder {
         if (t >= 0) re.continues_[s] = 1;
       }
     }
-    return re;
+    return Status::success();
+  }
+
+ public:
+  // The product of `re` with a count of the characters taken (bytes that are not UTF-8 continuation bytes): a state
+  // per (state, count), the count held at min_chars when there is no maximum.
+  static Result<Regex> with_length(const Regex& re, uint32_t min_chars, uint32_t max_chars) {
+    auto continuation = [](size_t b) { return (b & 0xC0) == 0x80; };
+    Regex out;
+    // Classes: re's, split where continuation bytes and others shared one.
+    std::map<std::pair<uint8_t, bool>, uint8_t> ids;
+    std::vector<uint8_t> representative;
+    for (size_t b = 0; b < 256; ++b) {
+      auto [it, added] = ids.emplace(std::pair{re.class_of_[b], continuation(b)}, static_cast<uint8_t>(ids.size()));
+      if (added) representative.push_back(static_cast<uint8_t>(b));
+      out.class_of_[b] = it->second;
+    }
+    out.classes_ = representative.size();
+    const bool bounded = max_chars != UINT32_MAX;
+    const uint64_t cap = bounded ? max_chars : min_chars;
+    std::unordered_map<uint64_t, int32_t> index;
+    std::vector<std::pair<int32_t, uint32_t>> states;
+    auto intern = [&](int32_t s, uint32_t k) -> int32_t {
+      auto [it, added] = index.emplace(uint64_t(uint32_t(s)) << 32 | k, static_cast<int32_t>(states.size()));
+      if (added) {
+        if (states.size() >= static_cast<size_t>(Regex::kMaxDfaStates)) return -2;
+        states.push_back({s, k});
+      }
+      return it->second;
+    };
+    intern(re.start(), 0);
+    for (size_t d = 0; d < states.size(); ++d) {
+      const auto [s, k] = states[d];
+      for (size_t c = 0; c < out.classes_; ++c) {
+        const uint8_t b = representative[c];
+        const int32_t t = re.next(s, b);
+        uint64_t count = k + (continuation(b) ? 0 : 1);
+        int32_t to = Regex::kDead;
+        if (t != Regex::kDead && (!bounded || count <= cap)) {
+          to = intern(t, static_cast<uint32_t>(std::min(count, cap)));
+          if (to == -2)
+            return make_error(Errc::invalid_argument, "regex: the pattern with its length bounds needs more than " +
+                                                          std::to_string(Regex::kMaxDfaStates) + " DFA states");
+        }
+        out.table_.push_back(to);
+      }
+      out.accepting_.push_back(re.accepting(s) && k >= min_chars ? 1 : 0);
+    }
+    if (Status kept = keep_live(out); !kept) return kept.error();
+    return out;
   }
 };
 
 Result<Regex> Regex::compile(std::string_view pattern, const std::bitset<256>& never) {
   return RegexBuilder::build(pattern, never);
+}
+
+Result<Regex> Regex::with_length(uint32_t min_chars, uint32_t max_chars) const {
+  return RegexBuilder::with_length(*this, min_chars, max_chars);
 }
 
 std::string regex_of_choices(std::span<const std::string> choices) {

@@ -42,6 +42,10 @@ class Regex {
   // from are pruned like other dead ends): JSON strings use it for the control bytes they cannot escape briefly.
   static Result<Regex> compile(std::string_view pattern, const std::bitset<256>& never = {});
 
+  // The texts this regex matches that have min_chars to max_chars characters (UINT32_MAX: no maximum): a DFA of
+  // (state, count) pairs, past kMaxDfaStates refused. JSON Schema's minLength / maxLength beside a pattern.
+  Result<Regex> with_length(uint32_t min_chars, uint32_t max_chars) const;
+
   int32_t start() const { return 0; }
   // The state after `b` from `state`, or kDead.
   int32_t next(int32_t state, uint8_t b) const {

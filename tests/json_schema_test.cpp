@@ -118,8 +118,10 @@ const std::vector<std::string>& peer_schemas() {
           "t": {"type": "string", "format": "time"}, "dur": {"type": "string", "format": "duration"},
           "e": {"type": "string", "format": "email"}, "h": {"type": "string", "format": "hostname"},
           "ip4": {"type": "string", "format": "ipv4"}, "ip6": {"type": "string", "format": "ipv6"},
-          "u": {"type": ["string", "null"], "format": "uuid"}},
-          "required": ["zip", "code", "odd", "d", "dt", "t", "dur", "e", "h", "ip4", "ip6", "u"]})~",
+          "u": {"type": ["string", "null"], "format": "uuid"},
+          "short": {"type": "string", "pattern": "[a-zé]+", "minLength": 2, "maxLength": 4},
+          "mail": {"type": "string", "format": "email", "maxLength": 12}},
+          "required": ["zip", "code", "odd", "d", "dt", "t", "dur", "e", "h", "ip4", "ip6", "u", "short", "mail"]})~",
       R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120},
           "below": {"type": "integer", "exclusiveMaximum": -5}, "big": {"type": "integer", "minimum": 1000},
           "half": {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 9.5},
@@ -306,8 +308,11 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
   CHECK(compile_error(R"({"type": "object", "properties": {"u": {"type": "string", "format": "uri"}}})") ==
         "format \"uri\" is not supported; supported: date, date-time, duration, email, hostname, ipv4, ipv6, time, "
         "uuid (at /properties/u/format)");
-  CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "a+", "maxLength": 3}}})") ==
-        "maxLength beside pattern is not supported (at /properties/z)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "(ab)+", "minLength": 3,
+        "maxLength": 3}}})") == "pattern with minLength: regex: no text matches the pattern (at /properties/z)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "(?:[a-z]{1,100}\\.)+",
+        "maxLength": 300}}})") ==
+        "pattern with maxLength: regex: the pattern with its length bounds needs more than 20000 DFA states (at /properties/z)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"pattern": "a+", "format": "date"}}})") ==
         "pattern beside format is not supported (at /properties/z)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": 5}}})") ==
@@ -385,6 +390,15 @@ TEST_CASE("json_schema: patterns and formats hold a string's decoded text, bound
   const auto zip = compiled(R"({"type": "object", "properties": {"zip": {"type": "string",
       "pattern": "^[0-9]{5}(-[0-9]{4})?$"}}, "required": ["zip"]})");
   CHECK(admits(*zip, R"({"zip": "12345"})"));
+  // Lengths beside a pattern count the decoded text's characters (an escape is one, a UTF-8 character one).
+  const auto sized = compiled(R"({"type": "object", "properties": {"w": {"type": "string", "pattern": "[a-zé\"]+",
+      "minLength": 2, "maxLength": 3}}, "required": ["w"]})");
+  for (const char* good : {R"({"w": "ab"})", R"({"w": "ééé"})", R"({"w": "a\"b"})", R"({"w": "\"\""})"}) {
+    INFO(good);
+    CHECK(admits(*sized, good));
+  }
+  for (const char* bad : {R"({"w": "a"})", R"({"w": "abcd"})", R"({"w": "éééé"})", R"({"w": "a\"bc"})"})
+    CHECK_FALSE(admits(*sized, bad));
   CHECK(admits(*zip, R"({"zip": "12345-6789"})"));
   for (const char* bad : {R"({"zip": "1234"})", R"({"zip": "123456"})", R"({"zip": "12345-"})", R"({"zip": 12345})"})
     CHECK_FALSE(admits(*zip, bad));
@@ -554,12 +568,12 @@ TEST_CASE("json_schema through the engine: every output is a document the schema
   }
   auto engine = test::start_engine(test::quickstart());
   GenerateRequest bad = schema_request(R"({"type": "object", "properties": {"a": {"type": "string",
-                                           "format": "email", "maxLength": 20}}})",
+                                           "format": "uri"}}})",
                                        0.0f, 0);
   auto refused = engine->generate({bad});
   REQUIRE(refused.ok());
   REQUIRE((*refused)[0].error);
-  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: json_schema: maxLength beside format is not supported"));
+  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: json_schema: format \"uri\" is not supported"));
   auto still = engine->generate({requests[0]});  // the engine keeps serving
   REQUIRE(still.ok());
   CHECK((*still)[0].finish_reason == "stop");

@@ -188,6 +188,43 @@ TEST_CASE("regex: patterns refused naming what and where", "[structured][regex]"
   CHECK(refusal("") == "compiled");  // the empty text
 }
 
+TEST_CASE("regex: with_length keeps exactly the texts of its lengths, in characters, and never strands a walk",
+          "[structured][regex]") {
+  std::mt19937 rng(5);
+  auto characters = [](const std::string& t) {
+    return std::count_if(t.begin(), t.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+  };
+  int kept = 0, dropped = 0;
+  for (const char* pattern : {"[a-zé]*", "(ab|c)+", "[^\n]{0,12}x?", "(?:[a-z]{1,5}\\.)+", "世*a|b{2,9}"}) {
+    const auto re = Regex::compile(pattern);
+    REQUIRE(re.ok());
+    for (const auto& [lo, hi] : {std::pair<uint32_t, uint32_t>{0, 3}, {2, 5}, {4, UINT32_MAX}, {3, 3}}) {
+      INFO(pattern << " lengths " << lo << ".." << hi);
+      auto sized = re->with_length(lo, hi);
+      if (!sized) {  // only where no text of those lengths matches
+        CHECK(sized.error().message == "regex: no text matches the pattern");
+        continue;
+      }
+      for (int i = 0; i < 300; ++i) {
+        const std::string text = random_walk(*re, rng, 24);  // texts of the pattern, of any length
+        if (!full_match(*re, text)) continue;                 // none reached within 24 bytes
+        const auto n = static_cast<uint32_t>(characters(text));
+        INFO(text);
+        CHECK(full_match(*sized, text) == (n >= lo && n <= hi));
+        (n >= lo && n <= hi ? kept : dropped) += 1;
+        const std::string short_text = random_walk(*sized, rng, 64);  // the bounded regex's own texts
+        if (short_text.empty() && !full_match(*sized, "")) continue;  // none reached within 64 bytes
+        CHECK(full_match(*sized, short_text));
+        CHECK(full_match(*re, short_text));
+        CHECK(characters(short_text) >= lo);
+        CHECK(characters(short_text) <= hi);
+      }
+    }
+  }
+  CHECK(kept > 500);
+  CHECK(dropped > 500);
+}
+
 TEST_CASE("regex: the choices' alternation matches each choice literally and nothing else", "[structured][regex]") {
   const std::vector<std::string> choices = {"positive", "neg.ative (1)", "a|b", "[x]*", "", "世界\n", "back\\slash"};
   const Regex re = compiled(structured::regex_of_choices(choices));
