@@ -15,6 +15,7 @@ PACKAGES=(
   python3-torch  # the independent PyTorch reference of tests/reference
   python3-jsonschema  # the JSON schema validator that checks structured/json_schema (tests/reference)
   python3-lark  # the Earley parser that checks structured/grammar (tests/reference/check_grammar.py)
+  python3-rfc3987  # RFC 3987 URIs for the jsonschema package's uri format checker (tests/reference)
   clang libclang-rt-14-dev llvm-14  # the fuzz build (fuzz/): libFuzzer, ASan and UBSan runtimes, llvm-symbolizer
 )
 

@@ -1,5 +1,6 @@
 #include "structured/json_matcher.hpp"
 
+#include <algorithm>
 #include <cstddef>
 
 namespace actord::structured {
@@ -46,7 +47,11 @@ int64_t JsonMatcher::plain_text_room() const {
 
 int64_t JsonMatcher::pattern_text_key() const {
   if (mode_ != Mode::pattern_string && mode_ != Mode::pattern_escape) return -1;
-  return int64_t{node(node_).pattern} << 33 | int64_t{regex_state_} << 1 | (mode_ == Mode::pattern_escape ? 1 : 0);
+  // 15 bits of pattern (kMaxNodes), 20 of state (kMaxDfaStates), 1 of escape, 27 of room (RegexMatcher::kRoomCap).
+  const Regex& re = regex();
+  const uint32_t room = re.max_chars() == UINT32_MAX ? 0 : std::min(re.max_chars() - chars_, RegexMatcher::kRoomCap);
+  return int64_t{node(node_).pattern} << 48 | int64_t{regex_state_} << 28 | int64_t{room} << 1 |
+         (mode_ == Mode::pattern_escape ? 1 : 0);
 }
 
 bool JsonMatcher::feed(uint8_t b) {
@@ -166,7 +171,7 @@ bool JsonMatcher::pattern_byte(uint8_t b) {
       if (b == '"') return re.accepting(regex_state_) && close_value();
       if (b == '\\') {  // an escape, when the regex takes one of the characters escapes write
         for (const uint8_t c : {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}) {
-          if (re.next(regex_state_, c) != Regex::kDead) {
+          if (uint32_t chars = chars_; re.next_within(regex_state_, chars, c) != Regex::kDead) {
             mode_ = Mode::pattern_escape;
             return true;
           }
@@ -198,7 +203,7 @@ bool JsonMatcher::pattern_byte(uint8_t b) {
       return step(b);
     }
   }
-  const int32_t next = re.next(regex_state_, text);
+  const int32_t next = re.next_within(regex_state_, chars_, text);
   if (next == Regex::kDead) return false;
   regex_state_ = next;
   return true;
@@ -255,6 +260,7 @@ bool JsonMatcher::start_value(uint8_t b) {
       if (node(n).pattern >= 0) {
         mode_ = Mode::pattern_string;
         regex_state_ = regex().start();
+        chars_ = 0;
         return true;
       }
       mode_ = Mode::string;

@@ -108,7 +108,7 @@ class JsonMatcher {
   const JsonSchema* schema_;
   std::array<Frame, kMaxDepth> stack_{};
   uint64_t candidates_ = 0;        // property / literal_set: a bit per name or value still possible
-  uint32_t chars_ = 0;             // the string's characters so far
+  uint32_t chars_ = 0;             // the string's characters so far (a pattern's too, under a maximum length)
   int32_t regex_state_ = 0;        // the pattern modes
   int16_t value_node_ = JsonSchema::kRoot;  // the node of the value due (value modes, start)
   int16_t node_ = 0;               // the node of the string, number or literal being read

@@ -285,7 +285,7 @@ class SchemaCompiler {
       if (!regex)
         refuse(path + "/format", "format " + ojson(text).dump() +
                                      " is not supported; supported: date, date-time, duration, email, hostname, "
-                                     "ipv4, ipv6, time, uuid");
+                                     "ipv4, ipv6, time, uri, uuid");
     }
     n.pattern = add_pattern(s.contains("format") ? std::string_view(regex) : std::string_view(text),
                             JsonSchema::unescaped_controls(), path, key);
@@ -566,6 +566,7 @@ const char* JsonSchema::format_pattern(std::string_view format) {
 #define ACTORD_TIME R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"
 #define ACTORD_HEX4 "[0-9a-fA-F]{1,4}"
 #define ACTORD_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define ACTORD_PCHAR "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
 #define ACTORD_SHORT_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"
   static const std::pair<std::string_view, const char*> kFormats[] = {
       {"date", ACTORD_DATE},
@@ -585,6 +586,10 @@ const char* JsonSchema::format_pattern(std::string_view format) {
                "){1,3}|(?:" ACTORD_HEX4 ":){1,3}(?::" ACTORD_HEX4 "){1,4}|(?:" ACTORD_HEX4 ":){1,2}(?::" ACTORD_HEX4
                "){1,5}|" ACTORD_HEX4 ":(?::" ACTORD_HEX4 "){1,6}|:(?:(?::" ACTORD_HEX4 "){1,7}|:))"},
       {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+      // RFC 3986 URIs with an authority (scheme://host[:port]/path?query#fragment; no user information, no IP
+      // literals), percent-escapes in the path, query and fragment.
+      {"uri", "[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9._~!$&'()*+,;=-]*(?::[0-9]*)?(?:/" ACTORD_PCHAR "*)*(?:\\?(?:"
+              ACTORD_PCHAR "|[/?])*)?(?:#(?:" ACTORD_PCHAR "|[/?])*)?"},
   };
 #undef ACTORD_YEAR
 #undef ACTORD_LEAP_YEAR
@@ -593,6 +598,7 @@ const char* JsonSchema::format_pattern(std::string_view format) {
 #undef ACTORD_HEX4
 #undef ACTORD_LABEL
 #undef ACTORD_SHORT_LABEL
+#undef ACTORD_PCHAR
   for (const auto& [name, regex] : kFormats)
     if (name == format) return regex;
   return nullptr;

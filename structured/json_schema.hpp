@@ -9,9 +9,10 @@
 // same required property first in each, its values const / enum, no value in two of them), $ref to
 // "#/$defs/..." or "#/definitions/..." (recursion included), a string's pattern (regex.hpp's syntax, matched whole,
 // which also satisfies JSON Schema's search) or format (date, time, date-time, duration, email, hostname, ipv4,
-// ipv6, uuid: the regexes of format_pattern, a subset of each format's texts where its full rule is no regex:
-// no leap seconds, no IPv4-embedded IPv6, hostnames of at most 8 labels of 30 characters), with minLength /
-// maxLength too (Regex::with_length: up to kMaxDfaStates (state, length) pairs); a number's or an integer's minimum,
+// ipv6, uri, uuid: the regexes of format_pattern, a subset of each format's texts where its full rule is no regex:
+// no leap seconds, no IPv4-embedded IPv6, hostnames of at most 8 labels of 30 characters, URIs with an authority
+// and no user information), with minLength / maxLength too (Regex::with_length: a minimum of up to kMaxDfaStates
+// (state, length) pairs, any maximum); a number's or an integer's minimum,
 // maximum, exclusiveMinimum, exclusiveMaximum (number_range.hpp: whole bounds for numbers, which then take no
 // exponent); a schema without type but with string keywords is a string, with bounds a number,
 // boolean schemas of true; annotations (title, description, default, examples, $schema, $id, $comment, deprecated,

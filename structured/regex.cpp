@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -536,8 +537,9 @@ class RegexBuilder {
   }
 
  public:
-  // The product of `re` with a count of the characters taken (bytes that are not UTF-8 continuation bytes): a state
-  // per (state, count), the count held at min_chars when there is no maximum.
+  // The product of `re` with a count of the characters taken (bytes that are not UTF-8 continuation bytes), held
+  // at min_chars: a state per (state, count) pair; a maximum is kept by the matcher's count against each state's
+  // fewest characters to a match (to_accept_), so that it costs no states.
   static Result<Regex> with_length(const Regex& re, uint32_t min_chars, uint32_t max_chars) {
     auto continuation = [](size_t b) { return (b & 0xC0) == 0x80; };
     Regex out;
@@ -550,8 +552,6 @@ class RegexBuilder {
       out.class_of_[b] = it->second;
     }
     out.classes_ = representative.size();
-    const bool bounded = max_chars != UINT32_MAX;
-    const uint64_t cap = bounded ? max_chars : min_chars;
     std::unordered_map<uint64_t, int32_t> index;
     std::vector<std::pair<int32_t, uint32_t>> states;
     auto intern = [&](int32_t s, uint32_t k) -> int32_t {
@@ -568,12 +568,11 @@ class RegexBuilder {
       for (size_t c = 0; c < out.classes_; ++c) {
         const uint8_t b = representative[c];
         const int32_t t = re.next(s, b);
-        uint64_t count = k + (continuation(b) ? 0 : 1);
         int32_t to = Regex::kDead;
-        if (t != Regex::kDead && (!bounded || count <= cap)) {
-          to = intern(t, static_cast<uint32_t>(std::min(count, cap)));
+        if (t != Regex::kDead) {
+          to = intern(t, std::min(k + (continuation(b) ? 0u : 1u), min_chars));
           if (to == -2)
-            return make_error(Errc::invalid_argument, "regex: the pattern with its length bounds needs more than " +
+            return make_error(Errc::invalid_argument, "regex: the pattern with its minimum length needs more than " +
                                                           std::to_string(Regex::kMaxDfaStates) + " DFA states");
         }
         out.table_.push_back(to);
@@ -581,6 +580,32 @@ class RegexBuilder {
       out.accepting_.push_back(re.accepting(s) && k >= min_chars ? 1 : 0);
     }
     if (Status kept = keep_live(out); !kept) return kept.error();
+    if (max_chars == UINT32_MAX) return out;
+    // Each state's fewest characters to a match: a breadth-first search back from the accepting states, a
+    // continuation byte's edge costing nothing (0-1 BFS).
+    const size_t n = out.accepting_.size();
+    std::vector<std::vector<std::pair<int32_t, uint32_t>>> into(n);
+    for (size_t s = 0; s < n; ++s)
+      for (size_t c = 0; c < out.classes_; ++c)
+        if (const int32_t t = out.table_[s * out.classes_ + c]; t >= 0)
+          into[static_cast<size_t>(t)].push_back({static_cast<int32_t>(s), continuation(representative[c]) ? 0u : 1u});
+    out.to_accept_.assign(n, UINT32_MAX);
+    std::deque<int32_t> queue;
+    for (size_t s = 0; s < n; ++s)
+      if (out.accepting_[s]) out.to_accept_[s] = 0, queue.push_back(static_cast<int32_t>(s));
+    while (!queue.empty()) {
+      const int32_t t = queue.front();
+      queue.pop_front();
+      for (const auto& [s, cost] : into[static_cast<size_t>(t)]) {
+        const uint32_t via = out.to_accept_[static_cast<size_t>(t)] + cost;
+        if (via >= out.to_accept_[static_cast<size_t>(s)]) continue;
+        out.to_accept_[static_cast<size_t>(s)] = via;
+        if (cost == 0) queue.push_front(s);
+        else queue.push_back(s);
+      }
+    }
+    if (out.to_accept_[0] > max_chars) return make_error(Errc::invalid_argument, "regex: no text matches the pattern");
+    out.max_chars_ = max_chars;
     return out;
   }
 };

@@ -18,6 +18,7 @@
 // once compiled and may be read from any thread; a RegexMatcher is an int and a pointer (cheap to copy).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bitset>
 #include <cstdint>
@@ -42,9 +43,21 @@ class Regex {
   // from are pruned like other dead ends): JSON strings use it for the control bytes they cannot escape briefly.
   static Result<Regex> compile(std::string_view pattern, const std::bitset<256>& never = {});
 
-  // The texts this regex matches that have min_chars to max_chars characters (UINT32_MAX: no maximum): a DFA of
-  // (state, count) pairs, past kMaxDfaStates refused. JSON Schema's minLength / maxLength beside a pattern.
+  // The texts this regex matches that have min_chars to max_chars characters (UINT32_MAX: no maximum); JSON Schema's
+  // minLength / maxLength beside a pattern. The minimum is in the states (a DFA of (state, count) pairs up to
+  // min_chars, past kMaxDfaStates refused); the maximum is next_within's: a matcher keeps its count of characters.
   Result<Regex> with_length(uint32_t min_chars, uint32_t max_chars) const;
+  uint32_t max_chars() const { return max_chars_; }
+  // next() for a matcher that counts the characters taken (`chars`, updated when b is taken): under a maximum, kDead
+  // also where b would leave no match within it (the fewest characters from the next state to a match, counted).
+  int32_t next_within(int32_t state, uint32_t& chars, uint8_t b) const {
+    const int32_t t = next(state, b);
+    if (t == kDead || max_chars_ == UINT32_MAX) return t;
+    const uint32_t c = chars + ((b & 0xC0) != 0x80 ? 1 : 0);
+    if (uint64_t{c} + to_accept_[static_cast<size_t>(t)] > max_chars_) return kDead;
+    chars = c;
+    return t;
+  }
 
   int32_t start() const { return 0; }
   // The state after `b` from `state`, or kDead.
@@ -61,6 +74,8 @@ class Regex {
   size_t classes_ = 1;
   std::vector<int32_t> table_;           // [state * classes_ + class]
   std::vector<uint8_t> accepting_, continues_;
+  uint32_t max_chars_ = UINT32_MAX;  // with_length's maximum
+  std::vector<uint32_t> to_accept_;  // under a maximum: each state's fewest characters to a match
   friend class RegexBuilder;
 };
 
@@ -70,9 +85,9 @@ std::string regex_of_choices(std::span<const std::string> choices);
 class RegexMatcher {
  public:
   explicit RegexMatcher(const Regex& re) : re_(&re), state_(re.start()) {}
-  // false, and nothing changes, when b cannot continue a text that matches.
+  // false, and nothing changes, when b cannot continue a text that matches (within the regex's maximum length).
   bool feed(uint8_t b) {
-    const int32_t n = re_->next(state_, b);
+    const int32_t n = re_->next_within(state_, chars_, b);
     if (n == Regex::kDead) return false;
     state_ = n;
     return true;
@@ -80,11 +95,19 @@ class RegexMatcher {
   bool complete() const { return re_->accepting(state_); }
   bool continues() const { return re_->continues(state_); }
   int32_t state() const { return state_; }
+  // Under a maximum length, the characters left below it (capped at kRoomCap: past that no token's walk can meet
+  // it, as a state's fewest characters to a match are fewer than kMaxDfaStates); 0 without one. With state(), what
+  // the texts that may follow depend on.
+  static constexpr uint32_t kRoomCap = 1u << 26;
+  uint32_t room() const {
+    return re_->max_chars() == UINT32_MAX ? 0 : std::min(re_->max_chars() - chars_, kRoomCap);
+  }
   const Regex& regex() const { return *re_; }
 
  private:
   const Regex* re_;
   int32_t state_;
+  uint32_t chars_ = 0;  // characters taken (counted only under a maximum length)
 };
 
 }  // namespace actord::structured

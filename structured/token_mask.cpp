@@ -149,8 +149,9 @@ void allowed_tokens(const JsonMatcher& matcher, const TokenVocabulary& vocab, st
 void allowed_tokens(const RegexMatcher& matcher, const TokenVocabulary& vocab, std::span<const int32_t> stop_ids,
                     std::vector<uint64_t>& bits) {
   bits.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
-  const Regex& re = matcher.regex();
-  if (re.continues(matcher.state())) {
+  if (matcher.regex().max_chars() != UINT32_MAX) {  // the matcher counts characters
+    walk_trie(vocab, matcher, [](RegexMatcher& m, uint8_t b) { return m.feed(b); }, bits);
+  } else if (const Regex& re = matcher.regex(); re.continues(matcher.state())) {
     walk_trie(vocab, matcher.state(), [&](int32_t& state, uint8_t b) {
       state = re.next(state, b);
       return state != Regex::kDead;
@@ -188,7 +189,7 @@ void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> s
   std::string key;
   const JsonMatcher* json = matcher.json();
   if (const RegexMatcher* re = matcher.regex()) {
-    const int32_t state = re->state();
+    const std::pair<int32_t, uint32_t> state{re->state(), re->room()};
     key.assign(reinterpret_cast<const char*>(&state), sizeof state);
   } else if (const GrammarMatcher* g = matcher.grammar()) {
     key = g->key();

@@ -120,8 +120,10 @@ const std::vector<std::string>& peer_schemas() {
           "ip4": {"type": "string", "format": "ipv4"}, "ip6": {"type": "string", "format": "ipv6"},
           "u": {"type": ["string", "null"], "format": "uuid"},
           "short": {"type": "string", "pattern": "[a-zé]+", "minLength": 2, "maxLength": 4},
-          "mail": {"type": "string", "format": "email", "maxLength": 12}},
-          "required": ["zip", "code", "odd", "d", "dt", "t", "dur", "e", "h", "ip4", "ip6", "u", "short", "mail"]})~",
+          "mail": {"type": "string", "format": "email", "maxLength": 12},
+          "link": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083}},
+          "required": ["zip", "code", "odd", "d", "dt", "t", "dur", "e", "h", "ip4", "ip6", "u", "short", "mail",
+                       "link"]})~",
       R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120},
           "below": {"type": "integer", "exclusiveMaximum": -5}, "big": {"type": "integer", "minimum": 1000},
           "half": {"type": "integer", "minimum": 2.5, "exclusiveMaximum": 9.5},
@@ -305,14 +307,15 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
              Catch::StartsWith("pattern: regex: ") && Catch::EndsWith("(at /properties/zip/pattern)"));
   CHECK(compile_error(R"({"type": "object", "properties": {"c": {"type": "string", "pattern": "\\x01+"}}})") ==
         "pattern: regex: no text matches the pattern (at /properties/c/pattern)");  // not briefly escapable
-  CHECK(compile_error(R"({"type": "object", "properties": {"u": {"type": "string", "format": "uri"}}})") ==
-        "format \"uri\" is not supported; supported: date, date-time, duration, email, hostname, ipv4, ipv6, time, "
-        "uuid (at /properties/u/format)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"u": {"type": "string", "format": "uri-reference"}}})") ==
+        "format \"uri-reference\" is not supported; supported: date, date-time, duration, email, hostname, ipv4, "
+        "ipv6, time, uri, uuid (at /properties/u/format)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "(ab)+", "minLength": 3,
         "maxLength": 3}}})") == "pattern with minLength: regex: no text matches the pattern (at /properties/z)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "(?:[a-z]{1,100}\\.)+",
-        "maxLength": 300}}})") ==
-        "pattern with maxLength: regex: the pattern with its length bounds needs more than 20000 DFA states (at /properties/z)");
+        "minLength": 300}}})") ==
+        "pattern with minLength: regex: the pattern with its minimum length needs more than 20000 DFA states (at "
+        "/properties/z)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"pattern": "a+", "format": "date"}}})") ==
         "pattern beside format is not supported (at /properties/z)");
   CHECK(compile_error(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": 5}}})") ==
@@ -568,12 +571,12 @@ TEST_CASE("json_schema through the engine: every output is a document the schema
   }
   auto engine = test::start_engine(test::quickstart());
   GenerateRequest bad = schema_request(R"({"type": "object", "properties": {"a": {"type": "string",
-                                           "format": "uri"}}})",
+                                           "format": "uri-reference"}}})",
                                        0.0f, 0);
   auto refused = engine->generate({bad});
   REQUIRE(refused.ok());
   REQUIRE((*refused)[0].error);
-  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: json_schema: format \"uri\" is not supported"));
+  CHECK_THAT((*refused)[0].error->message, Catch::StartsWith("response_format: json_schema: format \"uri-reference\" is not supported"));
   auto still = engine->generate({requests[0]});  // the engine keeps serving
   REQUIRE(still.ok());
   CHECK((*still)[0].finish_reason == "stop");

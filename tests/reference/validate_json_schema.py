@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The peer of structured/json_schema: validates documents against a JSON schema with the jsonschema package
 (Debian's python3-jsonschema, Draft 2020-12), formats asserted: the package's own checkers (date, email, ipv4, ipv6,
-uuid) and, for the formats whose checkers need packages Debian's lacks, Python's own readers: date-time and time by
+uri with Debian's python3-rfc3987, uuid) and, for the formats whose checkers need packages Debian's lacks, Python's own readers: date-time and time by
 datetime.fromisoformat (RFC 3339's T and offset required), hostname by RFC 1123's label rules, duration by ISO 8601's
 grammar as JSON Schema's appendix A writes it.
 
@@ -17,7 +17,7 @@ import sys
 import jsonschema
 
 FORMATS = jsonschema.FormatChecker()
-for _name in ("date", "email", "ipv4", "ipv6", "uuid"):
+for _name in ("date", "email", "ipv4", "ipv6", "uri", "uuid"):
     FORMATS.checkers[_name] = jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers[_name]
 
 
