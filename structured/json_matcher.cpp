@@ -96,7 +96,7 @@ bool JsonMatcher::may_close_object() const {
 bool JsonMatcher::may_add(const Frame& f) const {
   const SchemaNode& s = node(f.node);
   if (f.container == '[') return f.count < s.max_items && depth_ + schema_->min_nesting(s.items) <= kMaxDepth;
-  return any_keys(s) || key_candidates() != 0;
+  return any_keys(s) ? may_add_key(s) : key_candidates() != 0;
 }
 
 // The properties the innermost object's next key may name: from its next property on, up to the first required one
@@ -111,11 +111,15 @@ uint64_t JsonMatcher::key_candidates() const {
   return candidates;
 }
 
+// A key of an object with any keys may begin when its value could close within kMaxDepth.
+bool JsonMatcher::may_add_key(const SchemaNode& s) const { return depth_ + schema_->min_nesting(s.values) <= kMaxDepth; }
+
 bool JsonMatcher::may_close_array(const Frame& f) const { return f.count >= node(f.node).min_items; }
 
 bool JsonMatcher::begin_key() {
   gap_ = 0;
   if (any_keys(node(top().node))) {
+    if (!may_add_key(node(top().node))) return false;
     mode_ = Mode::string;
     in_key_ = true;
     utf8_left_ = 0;
@@ -361,7 +365,7 @@ bool JsonMatcher::step(uint8_t b) {
         if (pending_low_) return false;
         if (in_key_) {
           mode_ = Mode::colon;
-          value_node_ = JsonSchema::kAny;
+          value_node_ = static_cast<int16_t>(node(top().node).values);
           gap_ = 0;
           return true;
         }

@@ -100,6 +100,7 @@ class JsonMatcher {
   bool may_add(const Frame& f) const;     // ',' in the innermost container
   uint64_t key_candidates() const;
   bool may_close_array(const Frame& f) const;
+  bool may_add_key(const SchemaNode& s) const;
   const SchemaNode& node(int32_t n) const { return schema_->node(n); }
   Frame& top() { return stack_[static_cast<size_t>(depth_ - 1)]; }
   const Frame& top() const { return stack_[static_cast<size_t>(depth_ - 1)]; }

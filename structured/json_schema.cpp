@@ -211,7 +211,12 @@ class SchemaCompiler {
       if (!s.contains("properties")) {
         if (s.contains("required") && !s["required"].empty())
           refuse(path + "/required", "required names properties, and there are none");
-        n.any_keys = true;
+        // Any keys (a dict), their values of additionalProperties' schema; with additionalProperties false, none.
+        const bool closed = s.contains("additionalProperties") && s["additionalProperties"].is_boolean() &&
+                            !s["additionalProperties"].get<bool>();
+        n.any_keys = !closed;
+        if (s.contains("additionalProperties") && s["additionalProperties"].is_object())
+          n.values = compile(s["additionalProperties"], path + "/additionalProperties");
         return n;
       }
       const ojson& props = s["properties"];

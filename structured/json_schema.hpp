@@ -18,7 +18,8 @@
 // boolean schemas of true; annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored, every other keyword is refused. What is generated: an object's properties in
 // the schema's order, each optional one present or not, no other keys (additionalProperties then only allows what
-// is never generated); an object schema without properties takes any keys and values; strings' lengths count
+// is never generated); an object schema without properties takes any keys, their values of additionalProperties'
+// schema (any value without one; none at all under additionalProperties false); strings' lengths count
 // Unicode characters (an escape is one). The root must be an object or array schema, and one that admits a document
 // nested at most kMaxNesting levels (a required property that always recurses admits none). The nodes are immutable:
 // matchers of many sequences share them.
@@ -44,7 +45,8 @@ struct SchemaNode {
   };
   Kind kind = Kind::any;
   std::vector<Property> properties;  // object, in generation order
-  bool any_keys = false;             // object: no properties given, any keys and values
+  bool any_keys = false;             // object: no properties given, any keys
+  int32_t values = 0;                // object with any keys: its values' node (additionalProperties; 0: kAny)
   int32_t items = 0;                 // array: the elements' node (JsonSchema::kAny: any value)
   uint32_t min_items = 0, max_items = UINT32_MAX;
   uint32_t min_length = 0, max_length = UINT32_MAX;  // string, in characters

@@ -131,8 +131,11 @@ const std::vector<std::string>& peer_schemas() {
           "span": {"type": "number", "minimum": -3, "exclusiveMaximum": 7},
           "neg": {"type": "number", "maximum": -2, "exclusiveMinimum": -4},
           "either": {"type": ["integer", "null"], "minimum": 1, "maximum": 12},
-          "tight": {"type": "number", "minimum": 5, "exclusiveMinimum": 5, "maximum": 6}},
-          "required": ["age", "below", "big", "half", "unit", "pos", "span", "neg", "either", "tight"]})",
+          "tight": {"type": "number", "minimum": 5, "exclusiveMinimum": 5, "maximum": 6},
+          "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}},
+          "closed": {"type": "object", "additionalProperties": false}},
+          "required": ["age", "below", "big", "half", "unit", "pos", "span", "neg", "either", "tight", "counts",
+                       "closed"]})",
   };
   return schemas;
 }
@@ -440,6 +443,16 @@ TEST_CASE("json_schema: patterns and formats hold a string's decoded text, bound
                           R"({"unit": 1.5})", R"({"unit": -0.1})", R"({"unit": 1e0})", R"({"unit": 1.01})",
                           R"({"pos": 0})", R"({"pos": 0.0})", R"({"pos": -3})"})
     CHECK_FALSE(admits(*numbers, bad));
+  // Objects without properties (a dict): any keys, their values of additionalProperties' schema; none when it is
+  // false.
+  const auto dicts = compiled(R"({"type": "object", "properties": {"d": {"type": "object",
+      "additionalProperties": {"type": "integer", "minimum": 0}}, "e": {"type": "object",
+      "additionalProperties": false}}})");
+  CHECK(admits(*dicts, R"({"d": {"a": 1, "b": 20}, "e": {}})"));
+  CHECK(admits(*dicts, R"({"d": {}})"));
+  CHECK_FALSE(admits(*dicts, R"({"d": {"a": -1}})"));
+  CHECK_FALSE(admits(*dicts, R"({"d": {"a": "1"}})"));
+  CHECK_FALSE(admits(*dicts, R"({"e": {"x": 1}})"));
   // A bounded number is told apart from other alternatives by the bytes its bounds allow first.
   const auto either = compiled(R"({"type": "object", "properties": {"v": {"type": ["integer", "null"],
       "minimum": 1}}, "required": ["v"]})");
