@@ -183,6 +183,11 @@ class SchemaCompiler {
       std::vector<int32_t> members;
       for (size_t i = 0; i < list.size(); ++i)
         members.push_back(compile(list[i], path + "/" + key + "/" + std::to_string(i)));
+      // Beside number, integer alternatives are dropped (number writes them): under oneOf an integer would then
+      // match two alternatives.
+      if (std::string(key) == "oneOf" && has_kind(members, Kind::integer) && has_kind(members, Kind::number))
+        refuse(path + "/oneOf", "an integer and a number alternative under oneOf are not supported (an integer "
+                                "matches both)");
       return alternatives(members, path + "/" + key);
     }
     std::vector<std::string> types = type_names(s, path);
@@ -364,6 +369,14 @@ class SchemaCompiler {
     std::bitset<256> set;
     for (int b = 0; b < 256; ++b) set[static_cast<size_t>(b)] = out_->resolve(n, static_cast<uint8_t>(b)) >= 0;
     return set;
+  }
+
+  // Whether any of the nodes, or of their alternatives, is of kind k.
+  bool has_kind(const std::vector<int32_t>& nodes, Kind k) const {
+    return std::any_of(nodes.begin(), nodes.end(), [&](int32_t m) {
+      const SchemaNode& n = out_->node(m);
+      return n.kind == k || (n.kind == Kind::alternatives && has_kind(n.alternatives, k));
+    });
   }
 
   // Alternatives told apart by their first byte: nested ones flattened, integer dropped beside number, any value

@@ -331,6 +331,9 @@ TEST_CASE("json_schema: schemas it cannot enforce are refused, naming the keywor
         "exclusiveMaximum": 3}}})") == "no integer lies within exclusiveMinimum and exclusiveMaximum (at /properties/p)");
   CHECK(compile_error(R"({"type": "object", "properties": {"p": {"type": "number", "exclusiveMinimum": 3,
         "maximum": 3}}})") == "no number lies within exclusiveMinimum and maximum (at /properties/p)");
+  CHECK(compile_error(R"({"type": "object", "properties": {"p": {"oneOf": [{"type": "integer"},
+        {"type": "number"}]}}})") == "an integer and a number alternative under oneOf are not supported (an integer "
+                                    "matches both) (at /properties/p/oneOf)");
   CHECK(compile_error(R"({"type": "object", "properties": {"p": {"type": "number", "minimum": "0"}}})") ==
         "minimum must be a number (at /properties/p/minimum)");
   CHECK(compile_error(R"({"type": "object", "properties": {"p": {"type": "integer", "minimum": 1e16}}})") ==
