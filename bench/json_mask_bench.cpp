@@ -126,8 +126,9 @@ int main(int argc, char** argv) {
       R"({"type": "object", "properties": {"day": {"type": "string", "format": "date"},
           "mail": {"type": "string", "format": "email"}, "title": {"type": "string", "pattern": "[A-Za-z ,]{1,40}"},
           "age": {"type": "integer", "minimum": 0, "maximum": 120},
-          "score": {"type": "number", "minimum": 0, "maximum": 1}},
-          "required": ["day", "mail", "title", "age", "score"]})");
+          "score": {"type": "number", "minimum": 0, "maximum": 1},
+          "link": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083}},
+          "required": ["day", "mail", "title", "age", "score", "link"]})");
   if (!formats) {
     std::fprintf(stderr, "%s\n", formats.error().message.c_str());
     return 1;
@@ -138,7 +139,10 @@ int main(int argc, char** argv) {
       {"in a pattern", "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"Lily went"},
       {"in a bounded integer", "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1"},
       {"in a bounded number",
-       "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1, \"score\": 0."}};
+       "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1, \"score\": 0."},
+      {"in an HttpUrl",
+       "{\"day\": \"2024-01-01\", \"mail\": \"a@b.io\", \"title\": \"x\", \"age\": 1, \"score\": 0, "
+       "\"link\": \"https://example.com/a"}};
   struct Section {
     const char* title;
     const structured::JsonSchema* schema;

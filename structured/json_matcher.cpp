@@ -45,11 +45,11 @@ int64_t JsonMatcher::plain_text_room() const {
   return int64_t{max} - chars_;
 }
 
-int64_t JsonMatcher::pattern_text_key() const {
+int64_t JsonMatcher::pattern_text_key(uint32_t token_chars) const {
   if (mode_ != Mode::pattern_string && mode_ != Mode::pattern_escape) return -1;
-  // 15 bits of pattern (kMaxNodes), 20 of state (kMaxDfaStates), 1 of escape, 27 of room (RegexMatcher::kRoomCap).
-  const Regex& re = regex();
-  const uint32_t room = re.max_chars() == UINT32_MAX ? 0 : std::min(re.max_chars() - chars_, RegexMatcher::kRoomCap);
+  // 15 bits of pattern (kMaxNodes), 20 of state (kMaxDfaStates), 1 of escape, 27 of room (what is left is a token's
+  // characters and a state's fewest to a match: far below 2^27).
+  const uint32_t room = std::min(regex().room(chars_, token_chars), (1u << 27) - 1);
   return int64_t{node(node_).pattern} << 48 | int64_t{regex_state_} << 28 | int64_t{room} << 1 |
          (mode_ == Mode::pattern_escape ? 1 : 0);
 }

@@ -47,10 +47,11 @@ class JsonMatcher {
   // or an enum value of a schema, within a character, after a high surrogate's escape).
   static constexpr int64_t kUnbounded = INT64_MAX;
   int64_t plain_text_room() const;
-  // Inside the text of a string with a pattern or format: a key of what it takes before its closing quote (the
-  // pattern, its regex's state, whether an escape is open), equal for matchers that take the same texts there;
-  // -1 elsewhere. in_pattern_text(): there, and a '"' would close the string (no escape open).
-  int64_t pattern_text_key() const;
+  // Inside the text of a string with a pattern or format: a key of what it takes before its closing quote, of
+  // texts of at most `token_chars` characters (the pattern, its regex's state, whether an escape is open, the room
+  // below a maximum length as RegexMatcher::room), equal for matchers that take the same such texts there; -1
+  // elsewhere. in_pattern_text(): there, and a '"' would close the string (no escape open).
+  int64_t pattern_text_key(uint32_t token_chars) const;
   bool in_pattern_text() const { return mode_ == Mode::pattern_string; }
 
  private:

@@ -605,6 +605,8 @@ class RegexBuilder {
       }
     }
     if (out.to_accept_[0] > max_chars) return make_error(Errc::invalid_argument, "regex: no text matches the pattern");
+    for (const uint32_t d : out.to_accept_)
+      if (d != UINT32_MAX) out.max_to_accept_ = std::max(out.max_to_accept_, d);
     out.max_chars_ = max_chars;
     return out;
   }

@@ -48,6 +48,13 @@ class Regex {
   // min_chars, past kMaxDfaStates refused); the maximum is next_within's: a matcher keeps its count of characters.
   Result<Regex> with_length(uint32_t min_chars, uint32_t max_chars) const;
   uint32_t max_chars() const { return max_chars_; }
+  // Under a maximum: the most characters any live state still needs to reach a match.
+  uint32_t max_to_accept() const { return max_to_accept_; }
+  // RegexMatcher::room for a matcher that has taken `chars` characters.
+  uint32_t room(uint32_t chars, uint32_t token_chars) const {
+    if (max_chars_ == UINT32_MAX) return 0;
+    return static_cast<uint32_t>(std::min<uint64_t>(max_chars_ - chars, uint64_t{token_chars} + max_to_accept_));
+  }
   // next() for a matcher that counts the characters taken (`chars`, updated when b is taken): under a maximum, kDead
   // also where b would leave no match within it (the fewest characters from the next state to a match, counted).
   int32_t next_within(int32_t state, uint32_t& chars, uint8_t b) const {
@@ -76,6 +83,7 @@ class Regex {
   std::vector<uint8_t> accepting_, continues_;
   uint32_t max_chars_ = UINT32_MAX;  // with_length's maximum
   std::vector<uint32_t> to_accept_;  // under a maximum: each state's fewest characters to a match
+  uint32_t max_to_accept_ = 0;
   friend class RegexBuilder;
 };
 
@@ -95,13 +103,11 @@ class RegexMatcher {
   bool complete() const { return re_->accepting(state_); }
   bool continues() const { return re_->continues(state_); }
   int32_t state() const { return state_; }
-  // Under a maximum length, the characters left below it (capped at kRoomCap: past that no token's walk can meet
-  // it, as a state's fewest characters to a match are fewer than kMaxDfaStates); 0 without one. With state(), what
-  // the texts that may follow depend on.
-  static constexpr uint32_t kRoomCap = 1u << 26;
-  uint32_t room() const {
-    return re_->max_chars() == UINT32_MAX ? 0 : std::min(re_->max_chars() - chars_, kRoomCap);
-  }
+  // Under a maximum length, the characters left below it, capped at `token_chars` (the longest text to be tried
+  // from here, in characters) + max_to_accept(): from that much room on, no such text meets the maximum, so all
+  // larger rooms allow the same texts. 0 without a maximum. With state(), what a mask over texts of at most
+  // `token_chars` characters depends on.
+  uint32_t room(uint32_t token_chars) const { return re_->room(chars_, token_chars); }
   const Regex& regex() const { return *re_; }
 
  private:

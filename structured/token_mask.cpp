@@ -84,6 +84,7 @@ TokenVocabulary TokenVocabulary::from(const Tokenizer& tok, int vocab_size) {
         v.not_plain.push_back(id);
       }
       if (b.find('"') != std::string::npos) v.with_quote.push_back(id);
+      v.max_token_chars = std::max(v.max_token_chars, static_cast<uint32_t>(characters(b)));
     }
     v.bytes[static_cast<size_t>(id)] = std::move(b);
   }
@@ -189,11 +190,11 @@ void MaskCache::allowed(const OutputMatcher& matcher, std::span<const int32_t> s
   std::string key;
   const JsonMatcher* json = matcher.json();
   if (const RegexMatcher* re = matcher.regex()) {
-    const std::pair<int32_t, uint32_t> state{re->state(), re->room()};
+    const std::pair<int32_t, uint32_t> state{re->state(), re->room(vocab_->max_token_chars)};
     key.assign(reinterpret_cast<const char*>(&state), sizeof state);
   } else if (const GrammarMatcher* g = matcher.grammar()) {
     key = g->key();
-  } else if (const int64_t text = json->pattern_text_key(); text >= 0) {
+  } else if (const int64_t text = json->pattern_text_key(vocab_->max_token_chars); text >= 0) {
     key.assign(reinterpret_cast<const char*>(&text), sizeof text);
   } else {
     return allowed_tokens(*json, *vocab_, stop_ids, bits);

@@ -43,6 +43,7 @@ struct TokenVocabulary {
   std::vector<std::pair<int32_t, int64_t>> longer_plain;
   // The ids whose bytes hold a '"': inside a pattern's string only they may close it.
   std::vector<int32_t> with_quote;
+  uint32_t max_token_chars = 0;  // the most characters (UTF-8 lead and ASCII bytes) of any token
   // The tokens' bytes as a trie (node 0 the root): a walk takes each prefix once and drops every token under a
   // prefix the matcher refuses.
   struct Node {

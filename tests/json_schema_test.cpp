@@ -492,7 +492,8 @@ TEST_CASE("json_schema: token masks equal trying every token whole - keys, bound
   const auto schema = compiled(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 5},
       "age": {"type": "integer"}, "color": {"enum": ["red", "green"]}, "note": {"type": "string", "minLength": 2},
       "day": {"type": "string", "format": "date"}, "count": {"type": "integer", "minimum": 10, "maximum": 250},
-      "q": {"type": "string", "pattern": "[a-z\\\\\"]{0,3}"}},
+      "q": {"type": "string", "pattern": "[a-z\\\\\"]{0,3}"},
+      "w": {"type": "string", "pattern": "[a-z ]+", "maxLength": 7}},
       "required": ["name", "age", "color"]})");
   const std::string gpt2 = (test::source_dir() / "tests/fixtures/tokenizers/gpt2").string();
   for (const std::string dir : {test::stories_dir().string(), gpt2}) {
@@ -509,6 +510,10 @@ TEST_CASE("json_schema: token masks equal trying every token whole - keys, bound
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"count\": 2",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"q\": \"a",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"q\": \"a\\",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"w\": \"",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"w\": \"a b",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"w\": \"a b c",
+                                     "{\"name\": \"a\", \"age\": 1, \"color\": \"red\", \"w\": \"a b c d",
                                      "{\"name\": \"a\", \"age\": 1, \"color\": \"red\"}"}) {
       INFO(dir << " after " << prefix);
       JsonMatcher m(*schema);

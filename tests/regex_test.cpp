@@ -253,6 +253,19 @@ TEST_CASE("token masks under a regex: the ids whose bytes the DFA takes whole, s
     if (prefix == "Lily had a big.") CHECK(count == 1);  // only the end
     else CHECK(count > 0);
   }
+  // Under a maximum length (with_length): walked and through a cache keyed by the room left, as the brute force.
+  const auto sized = re.with_length(0, 14);
+  REQUIRE(sized.ok());
+  const structured::MaskCache cache(vocab, std::make_shared<structured::MaskBudget>(int64_t{1} << 30));
+  for (const std::string prefix : {"", "Lily", "Lily ", "Lily ab", "Lily abcd", "Lily abcdefg", "Lily abcdefgh"}) {
+    INFO("at most 14: " << prefix);
+    RegexMatcher m(*sized);
+    for (const char c : prefix) REQUIRE(m.feed(static_cast<uint8_t>(c)));
+    for (int pass = 0; pass < 2; ++pass) {
+      cache.allowed(structured::OutputMatcher(m), stops, bits);
+      CHECK(test::check_mask_by_brute_force(bits, m, vocab, 2) > 0);
+    }
+  }
 }
 
 TEST_CASE("regex masks: cached per state within a shared budget, equal to the walk, the budget given back",
