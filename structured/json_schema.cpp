@@ -289,18 +289,18 @@ class SchemaCompiler {
     if (s.contains("pattern") && s.contains("format")) refuse(path, "pattern beside format is not supported");
     if (!s[key].is_string()) refuse(path + "/" + key, std::string(key) + " must be a string");
     const std::string text = s[key].get<std::string>();
-    const char* regex = text.c_str();
+    std::string_view regex = text;
     if (s.contains("format")) {
-      regex = JsonSchema::format_pattern(text);
-      if (!regex)
+      const char* format = JsonSchema::format_pattern(text);
+      if (!format)
         refuse(path + "/format", "format " + ojson(text).dump() +
                                      " is not supported; supported: date, date-time, duration, email, hostname, "
                                      "ipv4, ipv6, time, uri, uuid");
+      regex = format;
     }
-    n.pattern = add_pattern(s.contains("format") ? std::string_view(regex) : std::string_view(text),
-                            JsonSchema::unescaped_controls(), path, key);
+    n.pattern = add_pattern(regex, JsonSchema::unescaped_controls(), path, key);
     if (n.min_length == 0 && n.max_length == UINT32_MAX) return;
-    // minLength / maxLength: the regex's texts of those lengths, its states paired with a count of characters.
+    // minLength / maxLength: the regex's texts of those lengths (Regex::with_length).
     Regex& re = out_->patterns_[static_cast<size_t>(n.pattern)];
     auto bounded = re.with_length(n.min_length, n.max_length);
     if (!bounded)
