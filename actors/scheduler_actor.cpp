@@ -16,7 +16,6 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <unordered_set>
 
 #include "actors/kv_move.hpp"
 #include "actors/scheduler_state.hpp"
@@ -26,9 +25,7 @@
 #include "core/micro_batch_split.hpp"
 #include "scheduler/overlap_chooser.hpp"
 #include "scheduler/step_deadline.hpp"
-#include "structured/json_schema.hpp"
-#include "structured/grammar.hpp"
-#include "structured/regex.hpp"
+#include "structured/compile_check.hpp"
 #include "comms/atoms.hpp"
 #include "comms/capnp_codec.hpp"
 #include "comms/codecs.hpp"
@@ -637,27 +634,24 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   ACTORD_CHECK_MSG(!lanes.empty(), "a scheduler without a lane");
   // A request's JSON schema, regex or grammar must compile here, so that the worker that samples it never fails a
   // step over it; the last distinct ones that did are remembered, so that a repeated one costs a lookup.
-  limits.check_response_format = [compiled = std::make_shared<std::unordered_set<std::string>>()](
-                                     const SamplingOptions& o) -> Status {
-    const ResponseFormat f = o.response_format;
-    if (f != ResponseFormat::json_schema && f != ResponseFormat::regex && f != ResponseFormat::grammar) return {};
-    const std::string key = f == ResponseFormat::json_schema ? "s" + o.json_schema
-                            : f == ResponseFormat::regex     ? "r" + o.regex
-                                                             : "g" + o.grammar;
-    if (compiled->count(key)) return {};
-    if (f == ResponseFormat::json_schema) {
-      auto s = structured::JsonSchema::compile(o.json_schema);
-      if (!s) return make_error(Errc::invalid_argument, "response_format: json_schema: " + s.error().message);
-    } else if (f == ResponseFormat::regex) {
-      auto r = structured::Regex::compile(o.regex);
-      if (!r) return make_error(Errc::invalid_argument, "response_format: " + r.error().message);
-    } else {
-      auto g = structured::Grammar::compile(o.grammar);
-      if (!g) return make_error(Errc::invalid_argument, "response_format: " + g.error().message);
+  limits.check_response_format = [](const SamplingOptions& o) -> Status {
+    using structured::TextKind;
+    switch (o.response_format) {
+      case ResponseFormat::json_schema:
+        if (Status s = structured::compiles(TextKind::json_schema, o.json_schema); !s)
+          return make_error(Errc::invalid_argument, "response_format: json_schema: " + s.error().message);
+        return {};
+      case ResponseFormat::regex:
+        if (Status s = structured::compiles(TextKind::regex, o.regex); !s)
+          return make_error(Errc::invalid_argument, "response_format: " + s.error().message);
+        return {};
+      case ResponseFormat::grammar:
+        if (Status s = structured::compiles(TextKind::grammar, o.grammar); !s)
+          return make_error(Errc::invalid_argument, "response_format: " + s.error().message);
+        return {};
+      default:
+        return {};
     }
-    if (compiled->size() >= 64) compiled->clear();
-    compiled->insert(key);
-    return {};
   };
   for (size_t i = 0; i < lanes.size(); ++i) {
     auto lane = std::make_unique<Lane>();

@@ -7,8 +7,7 @@
 #include <set>
 
 #include "api/openai_reasoning.hpp"
-#include "structured/grammar.hpp"
-#include "structured/json_schema.hpp"
+#include "structured/compile_check.hpp"
 #include "structured/regex.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -125,7 +124,7 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
   if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
     refuse("response_format", "json_schema.schema must be a JSON schema (an object)");
   std::string text = js["schema"].dump();
-  if (auto compiled = structured::JsonSchema::compile(text); !compiled)
+  if (Status compiled = structured::compiles(structured::TextKind::json_schema, text); !compiled)
     refuse("response_format", "json_schema.schema: " + compiled.error().message);
   o.response_format = ResponseFormat::json_schema;
   o.json_schema = std::move(text);
@@ -206,17 +205,20 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
       o.response_format = ResponseFormat::json_object;
       break;
     case Kind::json:
-      if (auto compiled = structured::JsonSchema::compile(text); !compiled) refuse(field, compiled.error().message);
+      if (Status compiled = structured::compiles(structured::TextKind::json_schema, text); !compiled)
+        refuse(field, compiled.error().message);
       o.response_format = ResponseFormat::json_schema;
       o.json_schema = std::move(text);
       break;
     case Kind::grammar:
-      if (auto compiled = structured::Grammar::compile(text); !compiled) refuse(field, compiled.error().message);
+      if (Status compiled = structured::compiles(structured::TextKind::grammar, text); !compiled)
+        refuse(field, compiled.error().message);
       o.response_format = ResponseFormat::grammar;
       o.grammar = std::move(text);
       break;
     case Kind::regex:
-      if (auto compiled = structured::Regex::compile(text); !compiled) refuse(field, compiled.error().message);
+      if (Status compiled = structured::compiles(structured::TextKind::regex, text); !compiled)
+        refuse(field, compiled.error().message);
       o.response_format = ResponseFormat::regex;
       o.regex = std::move(text);
       break;

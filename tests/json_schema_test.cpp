@@ -2,16 +2,19 @@
 // walked at random byte by byte, checked by the jsonschema package (Debian's python3-jsonschema, the peer:
 // tests/reference/validate_json_schema.py); hand-written documents it must take or refuse; compile errors naming
 // the keyword; token masks; and schemas through the whole engine.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_test_util.hpp"
 #include "reference_util.hpp"
+#include "structured/compile_check.hpp"
 #include "structured/json_matcher.hpp"
 #include "structured/json_schema.hpp"
 #include "structured/token_mask.hpp"
@@ -463,6 +466,31 @@ TEST_CASE("json_schema: patterns and formats hold a string's decoded text, bound
   CHECK(admits(*either, R"({"v": 3})"));
   CHECK_FALSE(admits(*either, R"({"v": -3})"));
   CHECK_FALSE(admits(*either, R"({"v": 0})"));
+}
+
+TEST_CASE("compile check: the front ends' compile of a response format - the compiler's message, or success, "
+          "the same when remembered, from several threads", "[structured][json_schema]") {
+  using structured::TextKind;
+  const std::string schema = R"({"type": "object", "properties": {"d": {"format": "date"}}})";
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) ok += structured::compiles(TextKind::json_schema, schema).ok() ? 1 : 0;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(ok == 200);
+  for (int pass = 0; pass < 2; ++pass) {
+    CHECK(structured::compiles(TextKind::json_schema, R"({"type": "object", "properties": {"n": {"multipleOf": 2}}})")
+              .error()
+              .message.rfind("multipleOf is not supported", 0) == 0);
+    CHECK(structured::compiles(TextKind::regex, "[a-").error().message.rfind("regex: ", 0) == 0);
+    CHECK(structured::compiles(TextKind::grammar, "root ::= x").error().message ==
+          "grammar: undefined rule x (line 1)");
+    CHECK(structured::compiles(TextKind::regex, "[a-z]+").ok());
+    CHECK(structured::compiles(TextKind::grammar, "root ::= \"x\"").ok());
+  }
 }
 
 TEST_CASE("json_schema: token masks inside a key allow only the names' bytes", "[structured][json_schema]") {
