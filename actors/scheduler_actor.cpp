@@ -635,23 +635,14 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
   // A request's JSON schema, regex or grammar must compile here, so that the worker that samples it never fails a
   // step over it; the last distinct ones that did are remembered, so that a repeated one costs a lookup.
   limits.check_response_format = [](const SamplingOptions& o) -> Status {
-    using structured::TextKind;
-    switch (o.response_format) {
-      case ResponseFormat::json_schema:
-        if (Status s = structured::compiles(TextKind::json_schema, o.json_schema); !s)
-          return make_error(Errc::invalid_argument, "response_format: json_schema: " + s.error().message);
-        return {};
-      case ResponseFormat::regex:
-        if (Status s = structured::compiles(TextKind::regex, o.regex); !s)
-          return make_error(Errc::invalid_argument, "response_format: " + s.error().message);
-        return {};
-      case ResponseFormat::grammar:
-        if (Status s = structured::compiles(TextKind::grammar, o.grammar); !s)
-          return make_error(Errc::invalid_argument, "response_format: " + s.error().message);
-        return {};
-      default:
-        return {};
-    }
+    const std::string* text = o.format_text();
+    if (!text) return {};
+    if (Status s = structured::compiles(o.response_format, *text); !s)
+      return make_error(Errc::invalid_argument,
+                        std::string("response_format: ") +
+                            (o.response_format == ResponseFormat::json_schema ? "json_schema: " : "") +
+                            s.error().message);
+    return {};
   };
   for (size_t i = 0; i < lanes.size(); ++i) {
     auto lane = std::make_unique<Lane>();

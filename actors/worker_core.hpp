@@ -205,7 +205,7 @@ class WorkerCore {
   RankLinks links_;
   std::filesystem::path model_dir_;
   std::optional<structured::TokenVocabulary> token_vocabulary_;
-  // Compiled schemas, regexes and grammars by "j" + schema / "r" + pattern / "g" + grammar (the last kMaxTexts
+  // Compiled schemas, regexes and grammars by their format (a byte) and text (the last kMaxTexts
   // distinct ones; a sequence keeps its own alive), with their masks over token_vocabulary_: kMaskCacheBytes of them
   // in all.
   static constexpr size_t kMaxTexts = 64;

@@ -20,26 +20,25 @@ Result<const structured::TokenVocabulary*> WorkerCore::token_vocabulary() {
 std::string WorkerCore::start_grammar(SequenceState& st) {
   st.grammar_next = st.prompt_len;
   const ResponseFormat format = st.sampling.response_format;
-  if (format != ResponseFormat::json_schema && format != ResponseFormat::regex && format != ResponseFormat::grammar) {
+  const std::string* format_text = st.sampling.format_text();
+  if (!format_text) {
     st.grammar.emplace(structured::JsonMatcher());  // json_object
     return {};
   }
-  const std::string key = format == ResponseFormat::json_schema ? "j" + st.sampling.json_schema
-                          : format == ResponseFormat::regex     ? "r" + st.sampling.regex
-                                                                : "g" + st.sampling.grammar;
+  const std::string key = static_cast<char>(format) + *format_text;
   auto known = texts_.find(key);
   if (known == texts_.end()) {
     auto text = std::make_shared<CompiledText>();
     if (format == ResponseFormat::json_schema) {
-      auto compiled = structured::JsonSchema::compile(st.sampling.json_schema);
+      auto compiled = structured::JsonSchema::compile(*format_text);
       if (!compiled) return "response_format: json_schema: " + compiled.error().message;
       text->schema = std::move(*compiled);
     } else if (format == ResponseFormat::regex) {
-      auto compiled = structured::Regex::compile(st.sampling.regex);
+      auto compiled = structured::Regex::compile(*format_text);
       if (!compiled) return "response_format: " + compiled.error().message;
       text->regex = std::move(*compiled);
     } else {
-      auto compiled = structured::Grammar::compile(st.sampling.grammar);
+      auto compiled = structured::Grammar::compile(*format_text);
       if (!compiled) return "response_format: " + compiled.error().message;
       text->grammar = std::move(*compiled);
     }

@@ -124,7 +124,7 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
   if (!js.contains("schema") || !(js["schema"].is_object() || js["schema"].is_boolean()))
     refuse("response_format", "json_schema.schema must be a JSON schema (an object)");
   std::string text = js["schema"].dump();
-  if (Status compiled = structured::compiles(structured::TextKind::json_schema, text); !compiled)
+  if (Status compiled = structured::compiles(ResponseFormat::json_schema, text); !compiled)
     refuse("response_format", "json_schema.schema: " + compiled.error().message);
   o.response_format = ResponseFormat::json_schema;
   o.json_schema = std::move(text);
@@ -139,9 +139,8 @@ void response_format(const json& body, const ParseContext& context, SamplingOpti
 // not with a response_format other than text. guided_decoding_backend (vLLM's choice of engine for them) is read and
 // has no effect: actord has one.
 void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
-  enum class Kind { regex, grammar, json, json_object };
   std::string field, text;
-  Kind kind = Kind::regex;
+  ResponseFormat format = ResponseFormat::regex;
   auto choices_of = [&](const std::string& name, const json& v) {
     if (!v.is_array() || v.empty()) refuse(name, "must be a non-empty list of strings, got " + describe(v));
     std::vector<std::string> choices;
@@ -151,11 +150,11 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     }
     return structured::regex_of_choices(choices);
   };
-  auto take = [&](const std::string& name, std::string t, Kind k) {
+  auto take = [&](const std::string& name, std::string t, ResponseFormat f) {
     if (!field.empty()) refuse(name, "cannot be combined with " + field + ": one constraint on the text at a time");
     field = name;
     text = std::move(t);
-    kind = k;
+    format = f;
   };
   auto string_of = [&](const std::string& name, const json& v) {
     if (!v.is_string()) refuse(name, "must be a string, got " + describe(v));
@@ -167,12 +166,12 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
   };
   auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
   if (given("guided_decoding_backend")) (void)string_of("guided_decoding_backend", body["guided_decoding_backend"]);
-  if (given("guided_json")) take("guided_json", schema_of("guided_json", body["guided_json"]), Kind::json);
-  if (given("guided_regex")) take("guided_regex", string_of("guided_regex", body["guided_regex"]), Kind::regex);
-  if (given("guided_choice")) take("guided_choice", choices_of("guided_choice", body["guided_choice"]), Kind::regex);
-  if (given("guided_grammar")) take("guided_grammar", string_of("guided_grammar", body["guided_grammar"]), Kind::grammar);
-  if (given("json_schema")) take("json_schema", schema_of("json_schema", body["json_schema"]), Kind::json);
-  if (given("grammar")) take("grammar", string_of("grammar", body["grammar"]), Kind::grammar);
+  if (given("guided_json")) take("guided_json", schema_of("guided_json", body["guided_json"]), ResponseFormat::json_schema);
+  if (given("guided_regex")) take("guided_regex", string_of("guided_regex", body["guided_regex"]), ResponseFormat::regex);
+  if (given("guided_choice")) take("guided_choice", choices_of("guided_choice", body["guided_choice"]), ResponseFormat::regex);
+  if (given("guided_grammar")) take("guided_grammar", string_of("guided_grammar", body["guided_grammar"]), ResponseFormat::grammar);
+  if (given("json_schema")) take("json_schema", schema_of("json_schema", body["json_schema"]), ResponseFormat::json_schema);
+  if (given("grammar")) take("grammar", string_of("grammar", body["grammar"]), ResponseFormat::grammar);
   if (given("structured_outputs")) {
     const json& so = body["structured_outputs"];
     if (!so.is_object()) refuse("structured_outputs", "must be an object, got " + describe(so));
@@ -180,16 +179,16 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
       if (value.is_null()) continue;
       const std::string name = "structured_outputs." + key;
       if (key == "regex") {
-        take(name, string_of(name, value), Kind::regex);
+        take(name, string_of(name, value), ResponseFormat::regex);
       } else if (key == "choice") {
-        take(name, choices_of(name, value), Kind::regex);
+        take(name, choices_of(name, value), ResponseFormat::regex);
       } else if (key == "grammar") {
-        take(name, string_of(name, value), Kind::grammar);
+        take(name, string_of(name, value), ResponseFormat::grammar);
       } else if (key == "json") {
-        take(name, schema_of(name, value), Kind::json);
+        take(name, schema_of(name, value), ResponseFormat::json_schema);
       } else if (key == "json_object") {
         if (!value.is_boolean()) refuse(name, "must be a boolean, got " + describe(value));
-        if (value.get<bool>()) take(name, "", Kind::json_object);
+        if (value.get<bool>()) take(name, "", ResponseFormat::json_object);
       } else {
         refuse("structured_outputs", key + " is not supported; supported: json, json_object, regex, choice, grammar");
       }
@@ -200,28 +199,10 @@ void guided(const json& body, const ParseContext& context, SamplingOptions& o) {
     refuse(field, std::string("cannot be combined with a response_format of ") + o.response_format_name());
   if (context.tokenizer && context.tokenizer->stop_ids().empty())
     refuse(field, "needs the model to have an end-of-sequence token to end the text, and it has none");
-  switch (kind) {
-    case Kind::json_object:
-      o.response_format = ResponseFormat::json_object;
-      break;
-    case Kind::json:
-      if (Status compiled = structured::compiles(structured::TextKind::json_schema, text); !compiled)
-        refuse(field, compiled.error().message);
-      o.response_format = ResponseFormat::json_schema;
-      o.json_schema = std::move(text);
-      break;
-    case Kind::grammar:
-      if (Status compiled = structured::compiles(structured::TextKind::grammar, text); !compiled)
-        refuse(field, compiled.error().message);
-      o.response_format = ResponseFormat::grammar;
-      o.grammar = std::move(text);
-      break;
-    case Kind::regex:
-      if (Status compiled = structured::compiles(structured::TextKind::regex, text); !compiled)
-        refuse(field, compiled.error().message);
-      o.response_format = ResponseFormat::regex;
-      o.regex = std::move(text);
-      break;
+  o.response_format = format;
+  if (std::string* format_text = o.format_text()) {  // json_object has none
+    if (Status compiled = structured::compiles(format, text); !compiled) refuse(field, compiled.error().message);
+    *format_text = std::move(text);
   }
 }
 

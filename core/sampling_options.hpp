@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.hpp"
@@ -91,6 +92,14 @@ struct SamplingOptions {
            : response_format == ResponseFormat::grammar     ? "grammar"
                                                             : "text";
   }
+  // The text of a json_schema, regex or grammar format (json_schema, regex or grammar); nullptr for the others.
+  const std::string* format_text() const {
+    return response_format == ResponseFormat::json_schema ? &json_schema
+           : response_format == ResponseFormat::regex     ? &regex
+           : response_format == ResponseFormat::grammar   ? &grammar
+                                                          : nullptr;
+  }
+  std::string* format_text() { return const_cast<std::string*>(std::as_const(*this).format_text()); }
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }

@@ -28,6 +28,10 @@ bool contains(const CodeSet& s, uint32_t cp);
 // Whether `s` holds a character in [lo, hi].
 bool intersects(const CodeSet& s, uint32_t lo, uint32_t hi);
 
+// Whether b continues a UTF-8 character (10xxxxxx): every other byte begins one. Characters are counted by the bytes
+// that are not (a length bound's count, a token's characters).
+constexpr bool utf8_continuation(uint8_t b) { return (b & 0xC0) == 0x80; }
+
 // The UTF-8 character at text[i]: its code point and its length in bytes; nothing for bytes that are not one (a
 // stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short).
 std::optional<std::pair<uint32_t, int>> utf8_at(std::string_view text, size_t i);

@@ -9,25 +9,27 @@
 
 namespace actord::structured {
 
-Status compiles(TextKind kind, const std::string& text) {
+Status compiles(ResponseFormat format, const std::string& text) {
   static std::mutex mu;
   static std::unordered_set<std::string> compiled;
-  std::string key = static_cast<char>(kind) + text;
+  std::string key = static_cast<char>(format) + text;
   {
     std::lock_guard lock(mu);
     if (compiled.count(key)) return Status::success();
   }
   Status status = Status::success();
-  switch (kind) {
-    case TextKind::json_schema:
+  switch (format) {
+    case ResponseFormat::json_schema:
       if (auto s = JsonSchema::compile(text); !s) status = s.error();
       break;
-    case TextKind::regex:
+    case ResponseFormat::regex:
       if (auto r = Regex::compile(text); !r) status = r.error();
       break;
-    case TextKind::grammar:
+    case ResponseFormat::grammar:
       if (auto g = Grammar::compile(text); !g) status = g.error();
       break;
+    default:
+      return status;  // no text
   }
   if (!status) return status;
   std::lock_guard lock(mu);

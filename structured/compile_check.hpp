@@ -6,15 +6,15 @@
 
 #include <string>
 
+#include "core/sampling_options.hpp"
 #include "core/status.hpp"
 
 namespace actord::structured {
 
-enum class TextKind : char { json_schema = 's', regex = 'r', grammar = 'g' };
-
 inline constexpr size_t kRemembered = 64;
 
-// The compile error (the compiler's own message), or success.
-Status compiles(TextKind kind, const std::string& text);
+// The compile error of `text` as a json_schema, regex or grammar format (the compiler's own message), or success;
+// success for the other formats, which have no text.
+Status compiles(ResponseFormat format, const std::string& text);
 
 }  // namespace actord::structured

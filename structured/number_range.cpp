@@ -13,7 +13,12 @@ static_assert(kMaxNumberRangeDigits == 15);
 const char* const kFraction = "(?:\\.\\d{1,15})?";  // any fraction, or none
 const char* const kZeroFraction = "(?:\\.0{1,15})?";
 
-std::string group(const std::vector<std::string>& parts);
+std::string group(const std::vector<std::string>& parts) {
+  if (parts.size() == 1) return parts[0];
+  std::string out = "(?:";
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "|" : "") + parts[i];
+  return out + ")";
+}
 
 // A fraction of 1 to 15 digits, not all zeros: its first nonzero digit after i zeros, then up to 14 - i digits.
 std::string nonzero_fraction() {
@@ -24,13 +29,6 @@ std::string nonzero_fraction() {
     parts.push_back(p);
   }
   return "\\." + group(parts);
-}
-
-std::string group(const std::vector<std::string>& parts) {
-  if (parts.size() == 1) return parts[0];
-  std::string out = "(?:";
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "|" : "") + parts[i];
-  return out + ")";
 }
 
 std::string digits(size_t count) {

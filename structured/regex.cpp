@@ -541,13 +541,13 @@ class RegexBuilder {
   // at min_chars: a state per (state, count) pair; a maximum is kept by the matcher's count against each state's
   // fewest characters to a match (to_accept_), so that it costs no states.
   static Result<Regex> with_length(const Regex& re, uint32_t min_chars, uint32_t max_chars) {
-    auto continuation = [](size_t b) { return (b & 0xC0) == 0x80; };
     Regex out;
     // Classes: re's, split where continuation bytes and others shared one.
     std::map<std::pair<uint8_t, bool>, uint8_t> ids;
     std::vector<uint8_t> representative;
     for (size_t b = 0; b < 256; ++b) {
-      auto [it, added] = ids.emplace(std::pair{re.class_of_[b], continuation(b)}, static_cast<uint8_t>(ids.size()));
+      auto [it, added] =
+          ids.emplace(std::pair{re.class_of_[b], utf8_continuation(static_cast<uint8_t>(b))}, static_cast<uint8_t>(ids.size()));
       if (added) representative.push_back(static_cast<uint8_t>(b));
       out.class_of_[b] = it->second;
     }
@@ -570,7 +570,7 @@ class RegexBuilder {
         const int32_t t = re.next(s, b);
         int32_t to = Regex::kDead;
         if (t != Regex::kDead) {
-          to = intern(t, std::min(k + (continuation(b) ? 0u : 1u), min_chars));
+          to = intern(t, std::min(k + (utf8_continuation(b) ? 0u : 1u), min_chars));
           if (to == -2)
             return make_error(Errc::invalid_argument, "regex: the pattern with its minimum length needs more than " +
                                                           std::to_string(Regex::kMaxDfaStates) + " DFA states");
@@ -588,7 +588,7 @@ class RegexBuilder {
     for (size_t s = 0; s < n; ++s)
       for (size_t c = 0; c < out.classes_; ++c)
         if (const int32_t t = out.table_[s * out.classes_ + c]; t >= 0)
-          into[static_cast<size_t>(t)].push_back({static_cast<int32_t>(s), continuation(representative[c]) ? 0u : 1u});
+          into[static_cast<size_t>(t)].push_back({static_cast<int32_t>(s), utf8_continuation(representative[c]) ? 0u : 1u});
     out.to_accept_.assign(n, UINT32_MAX);
     std::deque<int32_t> queue;
     for (size_t s = 0; s < n; ++s)

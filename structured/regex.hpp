@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "structured/code_points.hpp"
 
 namespace actord::structured {
 
@@ -60,7 +61,7 @@ class Regex {
   int32_t next_within(int32_t state, uint32_t& chars, uint8_t b) const {
     const int32_t t = next(state, b);
     if (t == kDead || max_chars_ == UINT32_MAX) return t;
-    const uint32_t c = chars + ((b & 0xC0) != 0x80 ? 1 : 0);
+    const uint32_t c = chars + (utf8_continuation(b) ? 0 : 1);
     if (uint64_t{c} + to_accept_[static_cast<size_t>(t)] > max_chars_) return kDead;
     chars = c;
     return t;

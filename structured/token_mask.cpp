@@ -20,7 +20,7 @@ bool plain_string_text(const std::string& b) {
 
 // The characters of UTF-8 text (its bytes less the continuation bytes).
 int64_t characters(const std::string& b) {
-  return std::count_if(b.begin(), b.end(), [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; });
+  return std::count_if(b.begin(), b.end(), [](char c) { return !utf8_continuation(static_cast<uint8_t>(c)); });
 }
 
 // Whether the matcher takes all of `b` from its state.

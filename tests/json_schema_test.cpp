@@ -470,26 +470,25 @@ TEST_CASE("json_schema: patterns and formats hold a string's decoded text, bound
 
 TEST_CASE("compile check: the front ends' compile of a response format - the compiler's message, or success, "
           "the same when remembered, from several threads", "[structured][json_schema]") {
-  using structured::TextKind;
   const std::string schema = R"({"type": "object", "properties": {"d": {"format": "date"}}})";
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 50; ++i) ok += structured::compiles(TextKind::json_schema, schema).ok() ? 1 : 0;
+      for (int i = 0; i < 50; ++i) ok += structured::compiles(ResponseFormat::json_schema, schema).ok() ? 1 : 0;
     });
   }
   for (auto& t : threads) t.join();
   CHECK(ok == 200);
   for (int pass = 0; pass < 2; ++pass) {
-    CHECK(structured::compiles(TextKind::json_schema, R"({"type": "object", "properties": {"n": {"multipleOf": 2}}})")
+    CHECK(structured::compiles(ResponseFormat::json_schema, R"({"type": "object", "properties": {"n": {"multipleOf": 2}}})")
               .error()
               .message.rfind("multipleOf is not supported", 0) == 0);
-    CHECK(structured::compiles(TextKind::regex, "[a-").error().message.rfind("regex: ", 0) == 0);
-    CHECK(structured::compiles(TextKind::grammar, "root ::= x").error().message ==
+    CHECK(structured::compiles(ResponseFormat::regex, "[a-").error().message.rfind("regex: ", 0) == 0);
+    CHECK(structured::compiles(ResponseFormat::grammar, "root ::= x").error().message ==
           "grammar: undefined rule x (line 1)");
-    CHECK(structured::compiles(TextKind::regex, "[a-z]+").ok());
-    CHECK(structured::compiles(TextKind::grammar, "root ::= \"x\"").ok());
+    CHECK(structured::compiles(ResponseFormat::regex, "[a-z]+").ok());
+    CHECK(structured::compiles(ResponseFormat::grammar, "root ::= \"x\"").ok());
   }
 }
 
