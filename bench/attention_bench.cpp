@@ -4,8 +4,10 @@
 // (sequence, group of heads) over the pool as the model makes them (or HEADS_PER_TASK heads each); KV_DTYPE sets the
 // cache's element type (engine.kv_cache_dtype spellings: bfloat16, float16, float32, int8). Prints the time per step
 // (all layers) and the K/V bytes read per second (int8: codes and row scales).
+// With `prefill`, each sequence's whole context is instead one prefill chunk attending to itself (the model's tasks
+// for it: one head each), and the rate is of queries.
 // Usage: actord_attention_bench [threads] [sequences] [context] [heads_per_task (0: as the model)] [134m|stories260k]
-//        [kv_dtype]
+//        [kv_dtype] [isa (auto, avx2, avx512, portable: the instance that runs)] [decode|prefill]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "core/kv_rows.hpp"
 #include "core/large_buffer.hpp"
 
+#include "executors/cpu/gemm.hpp"
 #include "executors/cpu/kernels.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
@@ -37,6 +40,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const DType dtype = *named;
+  const auto isa = cpu::isa_for(argc > 7 ? argv[7] : "auto", cpu::detected_isa());
+  if (!isa) {
+    std::fprintf(stderr, "%s\n", isa.error().message.c_str());
+    return 2;
+  }
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int blocks_per_seq = (context + kBlock - 1) / kBlock;
   const int n_blocks = seqs * blocks_per_seq;
@@ -60,11 +68,15 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> order(n_blocks);
   std::iota(order.begin(), order.end(), 0u);
   std::shuffle(order.begin(), order.end(), rng);  // pages scattered, as after a while of serving
-  std::vector<float> q(size_t(seqs) * kHeads * kHeadDim, 0.1f), out(q.size());
+  const bool prefill = argc > 8 && std::string(argv[8]) == "prefill";
+  const int queries = prefill ? context : 1;  // per sequence
+  std::vector<float> q(size_t(seqs) * queries * kHeads * kHeadDim), out(q.size());
+  std::uniform_real_distribution<float> q_value(-0.5f, 0.5f);
+  for (float& e : q) e = q_value(rng);
   cpu::ThreadPool pool(threads);
-  const int heads_per_task = argc > 4 && std::atoi(argv[4]) > 0
-                                 ? std::atoi(argv[4])
-                                 : cpu::decode_heads_per_task(kHeads, kKvHeads, seqs, threads);
+  const int heads_per_task = prefill                                 ? 1
+                             : argc > 4 && std::atoi(argv[4]) > 0 ? std::atoi(argv[4])
+                                                                  : cpu::decode_heads_per_task(kHeads, kKvHeads, seqs, threads);
   const int tasks_per_seq = (kHeads + heads_per_task - 1) / heads_per_task;
   // EVICT_MB=N: before each layer the pool reads N / layers MB of other memory (untimed), as a decode step streams
   // a layer's weights between two attentions: K/V then come from DRAM, not from the caches.
@@ -89,10 +101,10 @@ int main(int argc, char** argv) {
       pool.parallel_for(seqs * tasks_per_seq, [&](int task) {
         const int s = task / tasks_per_seq, h = task % tasks_per_seq * heads_per_task;
         cpu::PagedAttentionParams p;
-        p.q = q.data() + size_t(s) * kHeads * kHeadDim;
-        p.out = out.data() + size_t(s) * kHeads * kHeadDim;
-        p.n_tokens = 1;
-        p.start_pos = context - 1;
+        p.q = q.data() + size_t(s) * queries * kHeads * kHeadDim;
+        p.out = out.data() + size_t(s) * queries * kHeads * kHeadDim;
+        p.n_tokens = queries;
+        p.start_pos = context - queries;
         p.n_heads = kHeads;
         p.n_kv_heads = kKvHeads;
         p.head_begin = h;
@@ -105,7 +117,7 @@ int main(int argc, char** argv) {
         p.kv_dtype = dtype;
         p.block_stride = block_stride;
         p.head_stride = head_stride;
-        cpu::paged_attention(p);
+        cpu::paged_attention(p, *isa);
       });
       attention_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -119,8 +131,16 @@ int main(int argc, char** argv) {
     best = std::min(best, attention_seconds);
     ++steps;
   }
+  if (prefill) {
+    // Causal: query i sees i + 1 keys; a key costs hd multiply-adds for its score and hd for its value.
+    const double flops = 4.0 * seqs * kLayers * kHeads * kHeadDim * (double(context) * (context + 1) / 2);
+    std::printf("%s: %s, threads %d, %d sequences x %d-token prefills, %s K/V: best step (all layers) %.3f ms, %.0f queries/s, %.1f GFLOP/s\n",
+                stories ? "stories260k" : "134m", cpu::isa_name(*isa), threads, seqs, context, dtype_name(dtype),
+                best * 1e3, seqs * double(context) / best, flops / best / 1e9);
+    return 0;
+  }
   const double bytes = double(seqs) * context * double(kv_bytes_per_token(dtype, kLayers, kKvHeads, kHeadDim));
-  std::printf("%s: threads %d, %d sequences x %d tokens, %d heads per task, %s K/V: best step %.3f ms, %.1f GB/s of K/V\n",
-              stories ? "stories260k" : "134m", threads, seqs, context, heads_per_task, dtype_name(dtype), best * 1e3,
+  std::printf("%s: %s, threads %d, %d sequences x %d tokens, %d heads per task, %s K/V: best step %.3f ms, %.1f GB/s of K/V\n",
+              stories ? "stories260k" : "134m", cpu::isa_name(*isa), threads, seqs, context, heads_per_task, dtype_name(dtype), best * 1e3,
               bytes / best / 1e9);
 }

@@ -445,7 +445,7 @@ TEST_CASE("rms_norm - rope - silu_mul - gelu_tanh_mul and softcap match the refe
   }
 }
 
-TEST_CASE("paged attention over scattered blocks matches contiguous reference attention in every KV dtype (int8 with row scales) - a query alone gives its bits in a chunk", "[kernels]") {
+TEST_CASE("paged attention over scattered blocks matches contiguous reference attention in every KV dtype (int8 with row scales - bf16 read in pairs) - a query alone gives its bits in a chunk", "[kernels]") {
   std::mt19937 rng(3);
   struct Shape {
     int n_heads, n_kv_heads, head_dim, block_size, start_pos, n_tokens, sliding_window = 0;
@@ -463,6 +463,9 @@ TEST_CASE("paged attention over scattered blocks matches contiguous reference at
                   // decode over several 256-key softmax spans: whole, ending mid-block, starting mid-span (window)
                   Shape{8, 4, 8, 16, 511, 1}, Shape{4, 2, 8, 16, 600, 1}, Shape{2, 2, 64, 16, 700, 1, 333},
                   Shape{2, 1, 24, 5, 530, 1},
+                  // bf16 rows read in pairs (head_dim a multiple of 16 / 32): head_dim 96 (no fixed-size kernel) in a
+                  // prefill and a decode over two spans, 32 (one 32-element run) in a prefill
+                  Shape{2, 1, 96, 16, 40, 21}, Shape{3, 3, 96, 16, 300, 1}, Shape{2, 2, 32, 16, 10, 9},
                   // capped scores: a prefill, a windowed one, decodes over one span and several
                   Shape{4, 2, 64, 16, 5, 17, 0, 0.7f}, Shape{2, 2, 16, 8, 3, 33, 6, 0.5f},
                   Shape{4, 2, 128, 16, 203, 1, 0, 1.0f}, Shape{2, 2, 64, 16, 700, 1, 333, 0.8f}}) {

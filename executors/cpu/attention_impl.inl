@@ -67,6 +67,7 @@ struct QueryState {
   std::vector<float> head_acc, head_max, head_denom;
   std::vector<float> head_scores;
   std::vector<float> scaled_weights;  // [block_size]: one block's softmax weights times its i8 value scales
+  std::vector<float> q_pairs;         // [heads][head_dim]: the query in pair order (attention_bf16_pairs.inl)
 };
 
 #if defined(__AVX512F__)
@@ -386,6 +387,8 @@ template <DType D>
 }
 #endif
 
+#include "executors/cpu/attention_bf16_pairs.inl"
+
 // scores[j] = q . k_j * scale for the n keys of one head in one block: 16 (AVX-512) or 8 (AVX2) keys per pass when
 // head_dim allows, otherwise four independent dot products per pass, bf16/f16 K converted in registers.
 template <DType D>
@@ -588,7 +591,15 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int span_blocks = std::max(1, kSingleQuerySpan / bs), span = span_blocks * bs;
   constexpr bool kScaled = D == DType::i8;
+  // bf16 rows read in pairs: each query's heads in pair order, the accumulators kept in it until the output.
+  const bool pairs = pairs_split<D>(hd);
   for (int t = 0; t < nq; ++t) {
+    if (pairs) {
+      st[t].q_pairs.resize(static_cast<size_t>(heads) * hd);
+      for (int h = h_begin; h < h_end; ++h)
+        to_pair_order(q0 + t * q_stride + static_cast<int64_t>(h) * hd, hd,
+                      st[t].q_pairs.data() + static_cast<int64_t>(h - h_begin) * hd);
+    }
     st[t].head_acc.assign(static_cast<size_t>(heads) * hd, 0.0f);
     st[t].head_max.assign(heads, -INFINITY);
     st[t].head_denom.assign(heads, 0.0f);
@@ -607,6 +618,44 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
     if (!next) return;
     const char* rows = reinterpret_cast<const char*>(next + (h / group - kv_begin) * p.head_stride);
     for (int64_t b = 0; b < head_bytes; b += 64) _mm_prefetch(rows + b, _MM_HINT_T0);
+  };
+  // Query t's head h in pair order (valid when `pairs`).
+  auto q_pairs = [&](int t, int h) { return st[t].q_pairs.data() + static_cast<int64_t>(h - h_begin) * hd; };
+  // One query's scores of n keys (q in natural order; qs the same in pair order, when `pairs`).
+  auto score = [&](const float* q, const float* qs, const E* keys, int n, float* scores) {
+    if constexpr (D == DType::bf16) {
+      if (pairs) {
+        score_keys_pairs(qs, keys, n, hd, scale, scores);
+        return score_keys_tail<D>(q, keys, n / kPairKeysPerPass * kPairKeysPerPass, n, hd, scale, scores);
+      }
+    }
+    score_keys<D>(q, keys, n, hd, scale, scores);
+  };
+  // The same for up to kMaxTile queries that see the same n keys.
+  auto score_tile = [&](const float* const* q, const float* const* qs, int count, const E* keys, int n,
+                        float* const* scores) {
+    if constexpr (D == DType::bf16) {
+      if (pairs) {
+        score_keys_pairs_multi(qs, count, keys, n, hd, scale, scores);
+        for (int u = 0; u < count; ++u)
+          score_keys_tail<D>(q[u], keys, n / kPairKeysPerPass * kPairKeysPerPass, n, hd, scale, scores[u]);
+        return;
+      }
+    }
+    score_keys_tile<D>(q, count, keys, n, hd, scale, scores);
+  };
+  // acc (pair order when `pairs`) += the n values weighted by w; and for up to kMaxTile queries.
+  auto add = [&](const float* w, const E* values, int n, float* acc) {
+    if constexpr (D == DType::bf16) {
+      if (pairs) return accumulate_values_pairs(w, values, n, hd, acc);
+    }
+    add_values<D>(w, values, n, hd, acc);
+  };
+  auto add_tile = [&](const float* const* w, const int* n, int count, const E* values, float* const* acc) {
+    if constexpr (D == DType::bf16) {
+      if (pairs) return add_values_pairs_tile(w, n, count, values, hd, acc);
+    }
+    add_values_tile<D>(w, n, count, values, hd, acc);
   };
   // i8: the n scores of keys from `slot` on in a head region times their rows' scales; a query's n softmax weights
   // times the value rows' scales (into its scratch, which it returns).
@@ -659,11 +708,12 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
         if (nq == 1) {  // a decode: straight to the kernels (small heads feel the tile's bookkeeping)
           const int n = keys_seen(0, block, slot);
           float* s_0 = st[0].head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
-          score_keys<D>(q0 + static_cast<int64_t>(h) * hd, keys, n, hd, scale, s_0);
+          score(q0 + static_cast<int64_t>(h) * hd, pairs ? q_pairs(0, h) : nullptr, keys, n, s_0);
           if constexpr (kScaled) scale_scores(region, slot, s_0, n);
           continue;
         }
         const float* q[kMaxTile];
+        const float* qs[kMaxTile];
         float* scores[kMaxTile];
         int whole = 0;  // the queries that see the whole block from slot on go first, together
         const int n_block = bs - slot;
@@ -671,15 +721,17 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
           const int n = keys_seen(t, block, slot);
           float* s_t = st[t].head_scores.data() + static_cast<int64_t>(h - h_begin) * span + at;
           const float* q_t = q0 + t * q_stride + static_cast<int64_t>(h) * hd;
+          const float* qs_t = pairs ? q_pairs(t, h) : nullptr;
           if (n == n_block) {
             q[whole] = q_t;
+            qs[whole] = qs_t;
             scores[whole++] = s_t;
           } else if (n > 0) {
-            score_keys<D>(q_t, keys, n, hd, scale, s_t);
+            score(q_t, qs_t, keys, n, s_t);
             if constexpr (kScaled) scale_scores(region, slot, s_t, n);
           }
         }
-        if (whole > 0) score_keys_tile<D>(q, whole, keys, n_block, hd, scale, scores);
+        if (whole > 0) score_tile(q, qs, whole, keys, n_block, scores);
         if constexpr (kScaled) {
           for (int u = 0; u < whole; ++u) scale_scores(region, slot, scores[u], n_block);
         }
@@ -708,8 +760,7 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
           const int n = keys_seen(0, block, slot);
           const float* w = st[0].head_scores.data() + static_cast<int64_t>(i) * span + at;
           if constexpr (kScaled) w = scale_weights(st[0], region, slot, w, n);
-          add_values<D>(w, region + static_cast<int64_t>(slot) * hd, n, hd,
-                        st[0].head_acc.data() + static_cast<int64_t>(i) * hd);
+          add(w, region + static_cast<int64_t>(slot) * hd, n, st[0].head_acc.data() + static_cast<int64_t>(i) * hd);
           continue;
         }
         const float* weights[kMaxTile];
@@ -725,7 +776,7 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
           accs[seen] = st[t].head_acc.data() + static_cast<int64_t>(i) * hd;
           counts[seen++] = n;
         }
-        add_values_tile<D>(weights, counts, seen, region + static_cast<int64_t>(slot) * hd, hd, accs);
+        add_tile(weights, counts, seen, region + static_cast<int64_t>(slot) * hd, accs);
       }
     });
   }
@@ -735,6 +786,10 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
       const float inv = 1.0f / st[t].head_denom[i];
       const float* a = st[t].head_acc.data() + static_cast<int64_t>(i) * hd;
       float* out = out0 + t * q_stride + static_cast<int64_t>(h) * hd;
+      if (pairs) {
+        from_pair_order(a, hd, inv, out);
+        continue;
+      }
 #pragma omp simd
       for (int d = 0; d < hd; ++d) out[d] = a[d] * inv;
     }
