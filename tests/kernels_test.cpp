@@ -91,7 +91,7 @@ TEST_CASE("gemm_nt matches the reference for every dtype - shape - ISA - kernel 
 
 // Blocked weights: every ISA, dtype, a tail block, m across the register-block sizes (1..12 and their splits) and
 // x chunk boundaries (k = 1100: at most 119 rows per chunk, so 130 rows go as 65 + 65), bias or not.
-TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
+TEST_CASE("gemm_nt over blocked weights matches the reference - a row gets the same bits at any row count", "[kernels]") {
   std::mt19937 rng(3);
   const std::vector<cpu::Isa> isas = runnable_isas();
   for (int threads : {1, 3}) {
@@ -125,6 +125,17 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
             std::vector<float> y(size_t(m) * n, -1.0f);
             cpu::gemm_nt(x.data(), blocked, with_bias ? bias.data() : nullptr, y.data(), m, pool, {isa});
             require_close(y, ref, 2e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+            // A row's outputs are the same bits at any row count (AVX2 takes one or two rows in a pass over both
+            // halves of a block, more in two passes).
+            for (int r0 = 0; r0 < std::min(m, 5); r0 += 2) {
+              const int rows = std::min(2, m - r0);
+              for (int count : {1, rows}) {
+                std::vector<float> alone(size_t(count) * n);
+                cpu::gemm_nt(x.data() + size_t(r0) * k, blocked, with_bias ? bias.data() : nullptr, alone.data(), count,
+                             pool, {isa});
+                REQUIRE(std::memcmp(alone.data(), y.data() + size_t(r0) * n, sizeof(float) * alone.size()) == 0);
+              }
+            }
           }
         }
       }
@@ -132,7 +143,7 @@ TEST_CASE("gemm_nt over blocked weights matches the reference", "[kernels]") {
   }
 }
 
-TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[kernels]") {
+TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype - the same bits at any row count", "[kernels]") {
   std::mt19937 rng(9);
   const std::vector<cpu::Isa> isas = runnable_isas();
   cpu::ThreadPool pool(3);
@@ -153,6 +164,14 @@ TEST_CASE("gemm_nt_glu equals silu(x G^T) * (x U^T) for every ISA and dtype", "[
         std::vector<float> y(size_t(m) * ff, -1.0f);
         cpu::gemm_nt_glu(x.data(), w, ff, y.data(), m, pool, isa);
         require_close(y, ref, 4e-5f * std::max(1.0f, std::sqrt(k / 100.0f)));
+        for (int r0 = 0; r0 < std::min(m, 5); r0 += 2) {  // the same bits at any row count
+          const int rows = std::min(2, m - r0);
+          for (int count : {1, rows}) {
+            std::vector<float> alone(size_t(count) * ff);
+            cpu::gemm_nt_glu(x.data() + size_t(r0) * k, w, ff, alone.data(), count, pool, isa);
+            REQUIRE(std::memcmp(alone.data(), y.data() + size_t(r0) * ff, sizeof(float) * alone.size()) == 0);
+          }
+        }
       }
     }
   }

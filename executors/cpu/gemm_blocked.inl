@@ -91,6 +91,75 @@ template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
   }
 }
 
+// micro_kernel over both halves of a block in one pass, for vectors of 8 (kHalves 2) and at most kWholeRows rows:
+// per input feature the block's whole 64-byte row is read once (two half passes read each line twice, and each
+// half's two accumulator chains wait on the FMA latency: a decode's one-row products ran at half the AVX-512 rate).
+// Each output's accumulator takes the same FMAs in the same order as in the half passes: the same bits.
+constexpr int kWholeRows = 2;  // 4 MR accumulators, MR broadcasts, two converted vectors, the mask (at 3 GCC spills one)
+
+template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
+[[gnu::noinline]] void micro_kernel_whole(const float* x, int64_t k, const unsigned char* block,
+                                          const unsigned char* next, const float* bias, float* out, int64_t ldo) {
+  using V = typename Vec::V;
+  constexpr int W = Vec::kWidth;
+  static_assert(W == 8, "both halves of a block are four vectors of 8");
+  constexpr int64_t kStep = kBlockCols * (D == DType::f32 ? 4 : 2);
+  V acc[MR][4];  // columns [0, 8), [8, 16), [16, 24), [24, 32)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = Vec::zero();
+  for (int64_t t = 0; t < k; ++t) {
+    if constexpr (kPrefetch) {
+#pragma GCC unroll 2
+      for (int64_t b = 0; b < kStep; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + t * kStep + b), _MM_HINT_T1);
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(block + (t + kAhead) * kStep), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      V w0, w1;  // columns [8 h, +8) and [16 + 8 h, +8)
+      Vec::template load_block_cols<D>(block + t * kStep, h, w0, w1);
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const V a = Vec::broadcast(x + i * k + t);
+        acc[i][h] = Vec::fma(a, w0, acc[i][h]);
+        acc[i][2 + h] = Vec::fma(a, w1, acc[i][2 + h]);
+      }
+    }
+  }
+  if constexpr (kGlu) {
+    alignas(64) float gate[W], up[W];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        Vec::store(gate, acc[i][h]);
+        Vec::store(up, acc[i][2 + h]);
+        float* o = out + i * ldo + h * W;
+#pragma omp simd
+        for (int l = 0; l < W; ++l) o[l] = silu(gate[l]) * up[l];
+      }
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const V b = bias ? Vec::load_x(bias + c * W) : Vec::zero();
+        Vec::store(out + i * ldo + c * W, Vec::add(acc[i][c], b));
+      }
+    }
+  }
+}
+
+template <class Vec, DType D, int MR, bool kGlu>
+void run_rows_whole(int rows, const float* x, int64_t k, const unsigned char* block, const unsigned char* next,
+                    const float* bias, float* out, int64_t ldo) {
+  if constexpr (MR > 1) {
+    if (rows < MR) return run_rows_whole<Vec, D, MR - 1, kGlu>(rows, x, k, block, next, bias, out, ldo);
+  }
+  if (next) return micro_kernel_whole<Vec, D, MR, true, kGlu>(x, k, block, next, bias, out, ldo);
+  micro_kernel_whole<Vec, D, MR, false, kGlu>(x, k, block, next, bias, out, ldo);
+}
+
 // MR chosen at run time, 1 .. kMaxRows; prefetching when `next` is set.
 template <class Vec, DType D, int kMaxRows, bool kGlu>
 void run_rows(int rows, const float* x, int64_t k, const unsigned char* block, int half, const unsigned char* next,
@@ -132,6 +201,13 @@ void product(const float* x, int m, const WeightMatrix& w, const float* bias, fl
       const int64_t out0 = j0 / kBlockCols * kOutsPerBlock;  // first output of this block
       const int outs = static_cast<int>(std::min<int64_t>(kOutsPerBlock, outputs - out0));
       int i = i0;
+      if constexpr (kHalves == 2) {
+        if (rows <= kWholeRows && outs == kOutsPerBlock) {  // one pass over both halves
+          run_rows_whole<Vec, D, kWholeRows, kGlu>(rows, x + i * k, k, block, next, bias ? bias + j0 : nullptr,
+                                                   y + static_cast<int64_t>(i) * ldy + out0, ldy);
+          continue;
+        }
+      }
       for (int b = 0; b < n_blocks; ++b) {
         const int mr = rows / n_blocks + (b < rows % n_blocks ? 1 : 0);
         for (int h = 0; h < kHalves; ++h) {
