@@ -7,7 +7,9 @@
 // m = 1, 8, 16, 32, 128 rows, on the automatic path and, where it takes the tiles, the vector one beside it: ms per
 // step, the weight bytes read per second and their share of the bandwidth, and the multiply-adds per second and
 // their share of the peak of the instructions the path uses.
-// Usage: actord_quant_bench [threads] [weights: one variant's name, e.g. "int4 g32 zp"; default all]
+// Usage: actord_quant_bench [threads] [weights: one variant's name, e.g. "int4 g32 zp"; default all ("")]
+//        [isa: the step's products through that instruction set only, e.g. avx2 (ACTORD_CPU_HIDE=avx_vnni for an
+//        AVX2 CPU without VNNI); default the automatic one]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -167,6 +170,15 @@ double peak_gmacs(cpu::ThreadPool& pool, Peak peak) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const std::string only = argc > 2 ? argv[2] : "";
+  std::optional<cpu::Isa> forced;
+  if (argc > 3) {
+    auto isa = cpu::isa_for(argv[3], cpu::detected_isa());
+    if (!isa) {
+      std::fprintf(stderr, "%s\n", isa.error().message.c_str());
+      return 2;
+    }
+    forced = *isa;
+  }
   cpu::ThreadPool pool(threads);
   if (cpu::detected_isa() != cpu::Isa::avx512) {
     std::printf("this benchmark's peaks need AVX-512 (this CPU: %s)\n", cpu::isa_name(cpu::detected_isa()));
@@ -238,9 +250,9 @@ int main(int argc, char** argv) {
     for (int m : {1, 8, 16, 32, 128}) {
       // The automatic path, and on a CPU with AMX the vector one beside it where the tiles take the product.
       const cpu::Isa automatic = cpu::isa_for(cpu::Isa::automatic).value();
-      std::vector<cpu::Isa> isas{automatic};
-      const cpu::ProductPath first = cpu::product_path(automatic, m, kind);
-      if (first == cpu::ProductPath::bf16_tiles || first == cpu::ProductPath::int8_tiles)
+      std::vector<cpu::Isa> isas{forced.value_or(automatic)};
+      const cpu::ProductPath first = cpu::product_path(isas[0], m, kind);
+      if (!forced && (first == cpu::ProductPath::bf16_tiles || first == cpu::ProductPath::int8_tiles))
         isas.push_back(cpu::Isa::avx512_bf16);
       for (const cpu::Isa isa : isas) {
         const cpu::ProductPath path = cpu::product_path(isa, m, kind);

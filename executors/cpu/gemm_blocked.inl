@@ -95,7 +95,7 @@ template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
 // per input feature the block's whole 64-byte row is read once (two half passes read each line twice, and each
 // half's two accumulator chains wait on the FMA latency: a decode's one-row products ran at half the AVX-512 rate).
 // Each output's accumulator takes the same FMAs in the same order as in the half passes: the same bits.
-constexpr int kWholeRows = 2;  // 4 MR accumulators, MR broadcasts, two converted vectors, the mask (at 3 GCC spills one)
+constexpr int kWholeRows = 3;  // 4 MR accumulators, a block's two converted vectors, a broadcast, the mask: 16
 
 template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
 [[gnu::noinline]] void micro_kernel_whole(const float* x, int64_t k, const unsigned char* block,
@@ -119,7 +119,11 @@ template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
       Vec::template load_block_cols<D>(block + t * kStep, h, w0, w1);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        const V a = Vec::broadcast(x + i * k + t);
+        // At 3 rows, broadcast again for each half: kept from the first, the 3 broadcasts take registers the
+        // accumulators need (GCC then spilled one). The empty asm hides that the address is the same.
+        const float* xi = x + i * k + t;
+        if constexpr (MR > 2) __asm__ volatile("" : "+r"(xi));
+        const V a = Vec::broadcast(xi);
         acc[i][h] = Vec::fma(a, w0, acc[i][h]);
         acc[i][2 + h] = Vec::fma(a, w1, acc[i][2 + h]);
       }
