@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <deque>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -222,17 +223,26 @@ router_actor::behavior_type router_impl(self_ptr self, PhasePolicies policies, i
           correlation = reader.root<wire::StatsRequest>().getCorrelationId();
         } catch (const std::exception&) {
         }
+        // Each scheduler counts once: in `gone` if it went down before the answer is made (its last counters moved
+        // there, whether or not it answered first), else by its answer (or its last counters if it gave none). A
+        // total taken from `gone` when the asks went out lost a scheduler that went down while asked.
         struct Gather {
-          SchedulerStats total;
+          std::vector<std::pair<caf::actor_addr, std::optional<SchedulerStats>>> answers;
           size_t left = 0;
         };
         auto gather = std::make_shared<Gather>();
-        gather->total = st.gone;
         gather->left = st.known.size();
         auto rp = self->make_response_promise<wire_msg>();
         auto finish = [=]() mutable {
-          SchedulerStats total = gather->total;
-          total.waiting_seqs += self->state.waiting.size();
+          auto& st = self->state;
+          SchedulerStats total = st.gone;
+          for (const auto& [who, answer] : gather->answers) {
+            const Known* k = find(st, who);
+            if (!k) continue;  // down since: in `gone`
+            if (answer) add_stats(total, *answer);
+            else add_stats(total, k->last, true);
+          }
+          total.waiting_seqs += st.waiting.size();
           rp.deliver(build<wire::SchedulerStats>([&](wire::SchedulerStats::Builder out) {
             to_wire(total, out);
             out.setCorrelationId(correlation);
@@ -250,11 +260,11 @@ router_actor::behavior_type router_impl(self_ptr self, PhasePolicies policies, i
                     WireReader reader(reply);
                     const SchedulerStats s = from_wire(reader.root<wire::SchedulerStats>());
                     if (Known* k = find(self->state, who)) k->last = s;
-                    add_stats(gather->total, s);
+                    gather->answers.emplace_back(who, s);
                     if (--gather->left == 0) finish();
                   },
                   [=](const caf::error&) mutable {
-                    if (Known* k = find(self->state, who)) add_stats(gather->total, k->last, true);
+                    gather->answers.emplace_back(who, std::nullopt);
                     if (--gather->left == 0) finish();
                   });
         }

@@ -67,6 +67,18 @@ caf::behavior recorder(caf::event_based_actor* self, Log log, uint64_t steps) {
   };
 }
 
+// A stand-in scheduler that goes down when asked for its statistics, without answering (a replica stopping while
+// a stats request is in flight): the asker learns that it went down before its request times out.
+caf::behavior quits_when_asked(caf::event_based_actor* self) {
+  return {
+      [=](stats_atom, const wire_msg&) -> caf::result<wire_msg> {
+        auto never = self->make_response_promise<wire_msg>();
+        self->quit();
+        return never;
+      },
+  };
+}
+
 struct Fixture {
   ActordSystemConfig cfg;
   std::unique_ptr<caf::actor_system> sys;
@@ -231,6 +243,48 @@ TEST_CASE("router actor: a retiring scheduler's last statistics, handed over bef
   total = f.total_stats(router);
   REQUIRE(total);
   CHECK(total->steps == 3 + 9);
+  caf::anon_send_exit(s0, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
+  f.sched->run();
+}
+
+TEST_CASE("router actor: a scheduler that goes down while its statistics are asked for counts once in that answer - "
+          "its last counters, not lost", "[router][actor]") {
+  Fixture f;
+  auto s0_log = std::make_shared<std::vector<Seen>>();
+  auto s0 = f.sys->spawn(recorder, s0_log, 3);
+  auto s1 = f.sys->spawn(quits_when_asked);
+  auto router = spawn_router(*f.sys, PhasePolicies{}, 16);
+  caf::anon_send(router, join_atom::value, uint64_t{0}, s0, false, uint32_t{0});
+  caf::anon_send(router, join_atom::value, uint64_t{1}, s1, false, uint32_t{0});
+  f.sched->run();
+  SchedulerStats last;  // s1's final counters, handed over as its replica retires
+  last.steps = 9;
+  last.prefill_handoffs = 10;
+  CHECK(f.hand_last_stats(router, s1, last) == true);
+  // Asked, s1 stops without answering: the router learns that it went down, then its request times out.
+  std::optional<SchedulerStats> total;
+  auto asker = f.sys->spawn([&](caf::event_based_actor* self) {
+    self->request(router, caf::infinite, stats_atom::value,
+                  build<wire::StatsRequest>([](wire::StatsRequest::Builder out) { out.setCorrelationId(8); }))
+        .then([&](const wire_msg& reply) {
+          WireReader r(reply);
+          total = from_wire(r.root<wire::SchedulerStats>());
+        });
+  });
+  f.sched->run();
+  CHECK_FALSE(total);  // s1's answer is still awaited
+  f.sched->trigger_timeouts();
+  f.sched->run();
+  caf::anon_send_exit(asker, caf::exit_reason::user_shutdown);
+  f.sched->run();
+  REQUIRE(total);
+  CHECK(total->steps == 3 + 9);
+  CHECK(total->prefill_handoffs == 10);
+  total = f.total_stats(router);  // and after, from the counters of the schedulers gone
+  REQUIRE(total);
+  CHECK(total->steps == 3 + 9);
+  CHECK(total->prefill_handoffs == 10);
   caf::anon_send_exit(s0, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   f.sched->run();
