@@ -84,7 +84,7 @@ double read_bandwidth(cpu::ThreadPool& pool) {
 }
 
 // 16 independent chains (enough to cover latency x throughput on any core); FMA and vdpbf16ps: the library's own
-// (cpu::fma_chains, cpu::bf16_dot_chains, what small_products_on_bf16_dot compares).
+// (cpu::fma_chains, cpu::bf16_dot_chains, what bf16_dot_beats_fma compares).
 __attribute__((target("avx512f,avx512vnni"))) int vnni_chains(long iterations) {
   __m512i acc[16];
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);

@@ -396,7 +396,7 @@ TEST_CASE("product_path names the kernels of each instruction set, weight layout
     // amx: tiles from kAmxMinRows rows (4-bit codes from kAmxMinRows4Bit in groups of kAmxMinGroup4Bit or more,
     // never in groups of 32; codes only where AMX-INT8 is ready);
     // below, vdpbf16ps or FMA on the rounded rows as this CPU's chains decided.
-    const ProductPath small = cpu::small_products_on_bf16_dot() ? ProductPath::bf16_dot : ProductPath::bf16_fma;
+    const ProductPath small = cpu::bf16_dot_beats_fma() ? ProductPath::bf16_dot : ProductPath::bf16_fma;
     CHECK(cpu::product_path(cpu::Isa::amx, m, bf16) == (m >= cpu::kAmxMinRows ? ProductPath::bf16_tiles : small));
     const bool tiles8 = m >= cpu::kAmxMinRows && cpu::amx_int8_ready();
     const bool tiles4 = m >= cpu::kAmxMinRows4Bit && cpu::amx_int8_ready();
@@ -421,7 +421,7 @@ TEST_CASE("amx: on a CPU with AMX the hardware tiles and the amx dispatch equal 
   CHECK(cpu::automatic_isa() == cpu::Isa::amx);
   check_kernels(&cpu::gemm_nt_blocked_amx, &cpu::gemm_nt_glu_amx);
   // Through gemm_nt: tiles from kAmxMinRows rows; below, vdpbf16ps or FMA on x rounded to bf16
-  // (small_products_on_bf16_dot); all equal avx512_bf16's sums.
+  // (bf16_dot_beats_fma); all equal avx512_bf16's sums.
   std::mt19937 rng(31);
   cpu::ThreadPool pool(3);
   for (const int m : {1, cpu::kAmxMinRows - 1, cpu::kAmxMinRows, 100}) {

@@ -83,7 +83,7 @@ int run_info(const InfoArgs& args) {
   const std::string amx_text =
       cpu::amx_ready() ? "used for bf16 weights from " + std::to_string(cpu::kAmxMinRows) +
                              " rows under auto (amx: tiles of bf16 activations and weights, f32 sums; fewer rows: " +
-                             (cpu::small_products_on_bf16_dot()
+                             (cpu::bf16_dot_beats_fma()
                                   ? std::string("vdpbf16ps")
                                   : std::string("f32 FMA on the bf16-rounded rows, vdpbf16ps being slower here")) +
                              ")"
@@ -172,10 +172,13 @@ int run_info(const InfoArgs& args) {
               "accumulation, %s; row-major weights: packed from %d rows; OpenBLAS peer: %s\n",
               isa_text.c_str(), cpu::packed_min_rows(isa), cpu::have_blas() ? "linked" : "not linked");
   std::printf("  paged attention: %s, f32 arithmetic over f32/bf16/f16 KV blocks\n", isa_text.c_str());
-  std::printf("  bf16 dot products (vdpbf16ps, activations rounded to bf16): %s\n",
-              cpu::cpu_has_avx512_bf16() ? "used for bf16 weights under auto (avx512_bf16; groups[].cpu_isa: avx512 "
-                                           "keeps f32 activations)"
-                                         : "not on this CPU");
+  const char* bf16_dot_text =
+      !cpu::cpu_has_avx512_bf16() ? "not on this CPU"
+      : cpu::bf16_dot_beats_fma()
+          ? "used for bf16 weights under auto (avx512_bf16; groups[].cpu_isa: avx512 keeps f32 activations)"
+          : "not used under auto: measured here at under 1.25x FMA's multiply-adds per second, so auto is avx512 "
+            "(f32 activations) where there is no AMX (groups[].cpu_isa: avx512_bf16 forces them)";
+  std::printf("  bf16 dot products (vdpbf16ps, activations rounded to bf16): %s\n", bf16_dot_text);
   std::printf("  AMX tiles (TDPBF16PS, TDPBSUD): %s%s\n", amx_text.c_str(), amx_int8_text.c_str());
   std::printf("  products under auto, by rows of activations (their type and the instructions):\n");
   for (const std::string& line : product_lines) std::printf("    %s\n", line.c_str());

@@ -256,7 +256,7 @@ ProductPath product_path(Isa isa, int m, const WeightMatrix& w) {
     return ProductPath::f32_fma;
   if (isa == Isa::amx && m >= kAmxMinRows) return ProductPath::bf16_tiles;
   // Below the tiles under amx, vdpbf16ps only where it does not lose to FMA here.
-  if (isa == Isa::amx && !small_products_on_bf16_dot()) return ProductPath::bf16_fma;
+  if (isa == Isa::amx && !bf16_dot_beats_fma()) return ProductPath::bf16_fma;
   return ProductPath::bf16_dot;
 }
 
@@ -275,7 +275,7 @@ const char* product_path_name(ProductPath path) {
 
 bool amx_ready() { return amx_state().ready; }
 
-bool small_products_on_bf16_dot() {
+bool bf16_dot_beats_fma() {
   static const bool dot = [] {
     if (detected_isa() != Isa::avx512 || !cpu_has_avx512_bf16()) return false;
     // Multiply-adds per second of `chains` run for `iterations` rounds of `macs` each.
@@ -304,7 +304,10 @@ const char* amx_status() { return amx_state().why; }
 Result<Isa> isa_for(Isa requested, Isa cpu) {
   if (requested == Isa::automatic) {
     if (cpu != Isa::avx512 || !cpu_has_avx512_bf16()) return cpu;
-    return amx_ready() ? Isa::amx : Isa::avx512_bf16;
+    if (amx_ready()) return Isa::amx;
+    // vdpbf16ps does 32 multiply-adds where an FMA does 16, but Intel cores without AMX issue it at a quarter of
+    // FMA's rate: there the f32 FMA kernel (f32 activations) is the faster one.
+    return bf16_dot_beats_fma() ? Isa::avx512_bf16 : Isa::avx512;
   }
   if (requested == Isa::amx) {
     if (cpu == Isa::avx512 && cpu_has_avx512_bf16() && amx_ready()) return requested;

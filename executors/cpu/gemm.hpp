@@ -75,7 +75,7 @@ int packed_min_rows(Isa cpu_isa);
 int blas_min_rows(Isa cpu_isa);
 bool have_blas();         // whether this build links OpenBLAS and the one loaded tolerates concurrent callers
 Isa detected_isa();       // avx512, avx2 or portable: what this CPU supports, checked once
-Isa automatic_isa();      // what automatic resolves to: detected_isa(), or avx512_bf16 where the CPU has AVX512-BF16
+Isa automatic_isa();      // what automatic resolves to: detected_isa(), or amx / avx512_bf16 (bf16_dot_beats_fma)
 bool cpu_has_avx512_bf16();  // AVX512-BF16 (vdpbf16ps), with avx512
 // AVX512-VNNI (vpdpbusd), with avx512; AVX-VNNI (256-bit vpdpbusd), with avx2 (both less ACTORD_CPU_HIDE's).
 bool cpu_has_avx512_vnni();
@@ -154,12 +154,13 @@ void round_to_bf16_avx512(const float* x, int64_t n, float* out);
 constexpr double kBf16DotChainMacs = 16 * 32, kFmaChainMacs = 16 * 16;
 float bf16_dot_chains(long iterations);
 float fma_chains(long iterations);
-// Under amx, products below kAmxMinRows rows of bf16 weights take vdpbf16ps where it does not lose to FMA per
-// multiply-add here (measured once: the better of 3 rounds of each, vdpbf16ps kept at 1.25x FMA's rate or more);
-// elsewhere the f32 FMA kernel multiplies x rounded to bf16 (the same products, exact in f32). On the AMX Xeon
-// measured (2 threads) vdpbf16ps chains gave 86.7 GMAC/s against FMA's 176 (one vdpbf16ps, 32 multiply-adds, issued
-// at a quarter of FMA's rate, 16); on Zen 4 (no AMX) the vdpbf16ps kernel was 1.6-1.9x the FMA one.
-bool small_products_on_bf16_dot();
+// Whether vdpbf16ps beats FMA per multiply-add here (measured once: the better of 3 rounds of each, vdpbf16ps kept at
+// 1.25x FMA's rate or more). Under amx, products below kAmxMinRows rows of bf16 weights take vdpbf16ps where it does,
+// elsewhere the f32 FMA kernel on x rounded to bf16 (the same products, exact in f32); without AMX, auto is
+// avx512_bf16 where it does and avx512 (f32 activations) where not. On the Intel Xeons measured (2 threads)
+// vdpbf16ps chains gave 84-87 GMAC/s against FMA's 173-176 (one vdpbf16ps, 32 multiply-adds, issued at a quarter of
+// FMA's rate, 16); on Zen 4 the vdpbf16ps kernel was 1.6-1.9x the FMA one.
+bool bf16_dot_beats_fma();
 void gemm_nt_blocked_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, const float* bias, float* y,
                                  int64_t n_begin, int64_t n_end);
 void gemm_nt_glu_avx512_bf16(const Bf16Rows& x, const WeightMatrix& w, int64_t ff, float* y, int64_t n_begin,
@@ -183,7 +184,7 @@ AmxRows amx_rows_shape(int m, int64_t pairs);
 // rounded to bf16 pairs (as to_bf16_pairs), zeros everywhere else. One pass, what the dispatch runs.
 void to_amx_rows(const float* x, int64_t k, uint32_t* out, const AmxRows& shape);
 // From this many rows of x on, amx multiplies bf16 weights (and 8-bit codes: int8_tiles) on the tiles; fewer take
-// vdpbf16ps or FMA (small_products_on_bf16_dot). On the AMX Xeon measured (2 threads, the decode step's products of
+// vdpbf16ps or FMA (bf16_dot_beats_fma). On the AMX Xeon measured (2 threads, the decode step's products of
 // the ~134M Llama, 3 alternated runs): tiles 14.4-15.9 ms against FMA's 17.5-29 at 16 rows, 13.0-15.3 against
 // 12.3-14.1 at 12, 12.2-14.8 against 10.1-13.7 at 8.
 constexpr int kAmxMinRows = 16;
