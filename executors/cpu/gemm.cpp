@@ -305,8 +305,8 @@ Result<Isa> isa_for(Isa requested, Isa cpu) {
   if (requested == Isa::automatic) {
     if (cpu != Isa::avx512 || !cpu_has_avx512_bf16()) return cpu;
     if (amx_ready()) return Isa::amx;
-    // vdpbf16ps does 32 multiply-adds where an FMA does 16, but Intel cores without AMX issue it at a quarter of
-    // FMA's rate: there the f32 FMA kernel (f32 activations) is the faster one.
+    // vdpbf16ps does 32 multiply-adds where an FMA does 16, but the Intel cores measured (with AMX or without) issue
+    // it at a quarter of FMA's rate: there the f32 FMA kernel (f32 activations) is the faster one.
     return bf16_dot_beats_fma() ? Isa::avx512_bf16 : Isa::avx512;
   }
   if (requested == Isa::amx) {
