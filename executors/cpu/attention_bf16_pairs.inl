@@ -195,40 +195,31 @@ template <int RUNS, int Q>
     for (int c = 0; c < 2 * RUNS; ++c) _mm512_storeu_ps(acc[t] + 16 * c, a[t][c]);
 }
 
-// One query's acc (pair order) += sum_j w[j] * v_j over n keys: 64 elements (two runs) at a time in registers.
-inline void accumulate_values_pairs(const float* w, const uint16_t* values, int n, int hd, float* acc) {
-  const int counts[1] = {n};
-  for (int c0 = 0; c0 < hd; c0 += 64) {
-    float* at[1] = {acc + c0};
-    if (hd - c0 >= 64) {
-      accumulate_pairs_multi<2, 1>(&w, counts, values + c0, hd, at);
-    } else {
-      accumulate_pairs_multi<1, 1>(&w, counts, values + c0, hd, at);
-    }
-  }
+// Up to kMaxTile queries' values over RUNS runs of 32 elements (pair order), in kernels of four, two or one queries
+// (accumulate_chunks_tile's grouping).
+template <int RUNS>
+inline void accumulate_pairs_tile(const float* const* w, const int* n, int nq, const uint16_t* values, int64_t stride,
+                                  float* const* acc) {
+  int t = 0;
+  for (; t + 4 <= nq; t += 4) accumulate_pairs_multi<RUNS, 4>(w + t, n + t, values, stride, acc + t);
+  for (; t + 2 <= nq; t += 2) accumulate_pairs_multi<RUNS, 2>(w + t, n + t, values, stride, acc + t);
+  for (; t < nq; ++t) accumulate_pairs_multi<RUNS, 1>(w + t, n + t, values, stride, acc + t);
 }
 
-// Up to kMaxTile queries' values (pair order), in kernels of four, two or one queries.
+// Up to kMaxTile queries' acc (pair order) += their weighted values: 64 elements (two runs) at a time in registers.
 inline void add_values_pairs_tile(const float* const* w, const int* n, int nq, const uint16_t* values, int hd,
                                   float* const* acc) {
   float* at[kMaxTile];
   for (int c0 = 0; c0 < hd; c0 += 64) {
     for (int t = 0; t < nq; ++t) at[t] = acc[t] + c0;
-    const bool two = hd - c0 >= 64;
-    int t = 0;
-    for (; t + 4 <= nq; t += 4) {
-      if (two) accumulate_pairs_multi<2, 4>(w + t, n + t, values + c0, hd, at + t);
-      else accumulate_pairs_multi<1, 4>(w + t, n + t, values + c0, hd, at + t);
-    }
-    for (; t + 2 <= nq; t += 2) {
-      if (two) accumulate_pairs_multi<2, 2>(w + t, n + t, values + c0, hd, at + t);
-      else accumulate_pairs_multi<1, 2>(w + t, n + t, values + c0, hd, at + t);
-    }
-    for (; t < nq; ++t) {
-      if (two) accumulate_pairs_multi<2, 1>(w + t, n + t, values + c0, hd, at + t);
-      else accumulate_pairs_multi<1, 1>(w + t, n + t, values + c0, hd, at + t);
-    }
+    if (hd - c0 >= 64) accumulate_pairs_tile<2>(w, n, nq, values + c0, hd, at);
+    else accumulate_pairs_tile<1>(w, n, nq, values + c0, hd, at);
   }
+}
+
+// One query's: the tile's kernels for one.
+inline void accumulate_values_pairs(const float* w, const uint16_t* values, int n, int hd, float* acc) {
+  add_values_pairs_tile(&w, &n, 1, values, hd, &acc);
 }
 
 // scores[j] for keys [0, n / 16 * 16) of a block, one query.
