@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -14,6 +15,7 @@
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/cpu_features.hpp"
 #include "executors/cpu/quantized_weights.hpp"
+#include "executors/cpu/row_tasks.hpp"
 #include "executors/cpu/thread_pool.hpp"
 
 #ifdef ACTORD_HAVE_OPENBLAS
@@ -446,15 +448,6 @@ void pack_x(const float* x, int m, int64_t k, int block_rows, float* out, Thread
   }
 }
 
-// Weight rows per task for an m x n x k product: enough tasks to balance the threads (up to four per thread), none
-// under ~65k multiply-adds (a tiny product stays in one task: waking the pool would cost more than it saves),
-// whole multiples of `granule` rows, at least `min_chunk`.
-int64_t task_chunk(int m, int64_t n, int64_t k, int64_t granule, int64_t min_chunk, int threads) {
-  constexpr int64_t kMinMacsPerTask = 1 << 16;
-  const int64_t target_tasks = std::clamp<int64_t>(static_cast<int64_t>(m) * n * k / kMinMacsPerTask, 1, threads * 4);
-  return std::max<int64_t>(min_chunk, ((n + target_tasks - 1) / target_tasks + granule - 1) / granule * granule);
-}
-
 // x rounded to bf16 as f32 values (this thread's storage, valid until its next call): for the FMA kernels under amx.
 const float* bf16_rounded(const float* x, int m, int64_t k) {
   thread_local std::vector<float> storage;
@@ -498,43 +491,48 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   ACTORD_CHECK(gate_up.layout != WeightLayout::row_major);
   if (m <= 0) return;
   if (isa == Isa::automatic) isa = automatic_isa();
-  const int64_t n = gate_up.rows;
-  const int64_t chunk = task_chunk(m, n, gate_up.cols, kBlockCols, kBlockCols, pool.size());
+  // The calling thread's list, named through a plain reference: the pool's threads read it in the lambdas below
+  // (a thread_local named there would be their own, empty, one).
+  thread_local std::vector<RowTask> task_storage;
+  std::vector<RowTask>& tasks = task_storage;
+  const int64_t rows[] = {gate_up.rows};
+  split_row_tasks(rows, m, gate_up.cols, kBlockCols, kBlockCols, pool.size(), tasks);
+  const int n_tasks = static_cast<int>(tasks.size());
   const ProductPath path = product_path(isa, m, gate_up);
   if (gate_up.layout == WeightLayout::quantized) {
     const QuantizedX xq = quantized_x(x, m, gate_up, isa, 0);
     const QuantizedKernel run = quantized_kernel(isa);
     const AmxQuantizedX xa = path == ProductPath::int8_tiles ? amx_quantized_x(xq, 0) : AmxQuantizedX{};
-    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-      if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
-      else run(xq, gate_up, nullptr, y, ff, t * chunk, std::min(n, (t + 1) * chunk));
+    pool.parallel_for(n_tasks, [&](int t) {
+      if (xa.x) gemm_nt_quantized_amx(xa, gate_up, nullptr, y, ff, tasks[t].begin, tasks[t].end);
+      else run(xq, gate_up, nullptr, y, ff, tasks[t].begin, tasks[t].end);
     });
     return;
   }
   if (path == ProductPath::bf16_tiles) {
     const AmxRows xa = amx_rows(x, m, gate_up.cols);
-    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-      gemm_nt_glu_amx(xa, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    pool.parallel_for(n_tasks, [&](int t) {
+      gemm_nt_glu_amx(xa, gate_up, ff, y, tasks[t].begin, tasks[t].end);
     });
     return;
   }
   if (path == ProductPath::bf16_fma) {
     const float* xr = bf16_rounded(x, m, gate_up.cols);
-    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-      gemm_nt_glu_avx512(xr, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    pool.parallel_for(n_tasks, [&](int t) {
+      gemm_nt_glu_avx512(xr, m, gate_up, ff, y, tasks[t].begin, tasks[t].end);
     });
     return;
   }
   if (path == ProductPath::bf16_dot) {
     const Bf16Rows xb = bf16_rows(x, m, gate_up.cols);
-    pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-      gemm_nt_glu_avx512_bf16(xb, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+    pool.parallel_for(n_tasks, [&](int t) {
+      gemm_nt_glu_avx512_bf16(xb, gate_up, ff, y, tasks[t].begin, tasks[t].end);
     });
     return;
   }
   auto run = isa >= Isa::avx512 ? &gemm_nt_glu_avx512 : isa == Isa::avx2 ? &gemm_nt_glu_avx2 : &gemm_nt_glu_portable;
-  pool.parallel_for(static_cast<int>((n + chunk - 1) / chunk), [&](int t) {
-    run(x, m, gate_up, ff, y, t * chunk, std::min(n, (t + 1) * chunk));
+  pool.parallel_for(n_tasks, [&](int t) {
+    run(x, m, gate_up, ff, y, tasks[t].begin, tasks[t].end);
   });
 }
 
@@ -568,29 +566,21 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
   }
   if (kernel == Kernel::packed && isa == Isa::portable) kernel = Kernel::rows;
 
-  // Each output's rows go in chunks: enough tasks to balance the threads; tiny products (a few microseconds) in
-  // one chunk, where waking the pool would cost more than it saves. Chunks are whole register blocks of weight rows
-  // (24 covers every packed shape; 4 the rows kernels).
-  struct Task {
-    int output;
-    int64_t begin, end;
-  };
+  // Each output's rows go in guided chunks (row_tasks.hpp) of whole register blocks of weight rows (24 covers every
+  // packed shape; 4 the rows kernels).
   // The calling thread's list, named through a plain reference: the pool's threads read it in the lambdas below
   // (a thread_local named there would be their own, empty, one).
-  thread_local std::vector<Task> task_storage;
-  std::vector<Task>& tasks = task_storage;
-  tasks.clear();
+  thread_local std::vector<RowTask> task_storage;
+  std::vector<RowTask>& tasks = task_storage;
   const int64_t granule = blocked ? kBlockCols : kernel == Kernel::packed ? 24 : 4;
-  for (int o = 0; o < n_outputs; ++o) {
-    const int64_t n = outputs[o].w->rows;
-    const int64_t chunk = task_chunk(m, n, k, granule, blocked ? granule : 16, pool.size());
-    for (int64_t begin = 0; begin < n; begin += chunk) tasks.push_back({o, begin, std::min(n, begin + chunk)});
-  }
+  int64_t rows[8];
+  ACTORD_CHECK(n_outputs <= 8);
+  for (int o = 0; o < n_outputs; ++o) rows[o] = outputs[o].w->rows;
+  split_row_tasks(std::span<const int64_t>(rows, n_outputs), m, k, granule, blocked ? granule : 16, pool.size(), tasks);
   const int n_tasks = static_cast<int>(tasks.size());
 
   if (layout == WeightLayout::quantized) {
     // x prepared once per distinct grouping of the outputs (q, k and v share one).
-    ACTORD_CHECK(n_outputs <= 8);
     QuantizedX prepared[8];
     for (int o = 0; o < n_outputs; ++o) {
       int same = 0;
