@@ -70,324 +70,7 @@ struct QueryState {
   std::vector<float> q_pairs;         // [heads][head_dim]: the query in pair order (attention_bf16_pairs.inl)
 };
 
-#if defined(__AVX512F__)
-// 16 keys' f32 values of one feature chunk: elements [0, 16) of p.
-template <DType D>
-inline __m512 load16(const typename Kv<D>::Elem* p) {
-  if constexpr (D == DType::f32) {
-    return _mm512_loadu_ps(p);
-  } else if constexpr (D == DType::i8) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  } else if constexpr (D == DType::bf16) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-  } else {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-}
-
-// The first two levels of a 16-key butterfly: half h of fold_256(a, b) holds the partial sums of (a, b)[h]; 128-bit
-// lane c of fold_128(a, b), of the (a, a, b, b)[c] whose halves fold_256 made.
-inline __m512 fold_256(__m512 a, __m512 b) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-inline __m512 fold_128(__m512 a, __m512 b) {
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// The last two levels of a 16-key butterfly: s[j]'s 128-bit lane c holds four partial sums of key 4j + c
-// (j < 4); the result's lane 4c + e is the sum of key 4e + c.
-inline __m512 sum_quads_16(const __m512* s) {
-  __m512 u[2];
-  for (int k = 0; k < 2; ++k) {  // lane c, elements {0, 1}: key 8k + c; elements {2, 3}: key 8k + 4 + c
-    u[k] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(s[2 * k], s[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  return _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// scores[j] = q . k_j * scale for 16 keys of head_dim 8 (stories260K's): two keys per vector, one 128-bit
-// shuffle level brings each key's products into one lane of four, sum_quads_16 does the rest, and a permutation
-// puts key j in lane j.
-template <DType D>
-inline void score_16_keys_hd8(const float* q, const typename Kv<D>::Elem* keys, float scale, float* scores) {
-  const __m512 q8 = _mm512_castps256_ps512(_mm256_loadu_ps(q));
-  const __m512 qq = _mm512_shuffle_f32x4(q8, q8, _MM_SHUFFLE(1, 0, 1, 0));  // q in both halves
-  __m512 s[4];
-  for (int j = 0; j < 4; ++j) {  // keys 4j .. 4j + 3: lane c of s[j] holds key 4j + c's partial sums
-    const __m512 a = _mm512_mul_ps(load16<D>(keys + 32 * j), qq);
-    const __m512 b = _mm512_mul_ps(load16<D>(keys + 32 * j + 16), qq);
-    s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  const __m512i key_of_lane = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512 sums = _mm512_permutexvar_ps(key_of_lane, sum_quads_16(s));
-  _mm512_storeu_ps(scores, _mm512_mul_ps(sums, _mm512_set1_ps(scale)));
-}
-
-// acc[0..8) += sum_j w[j] * v_j over n keys of head_dim 8: two keys per vector, halves added at the end.
-template <DType D>
-inline void accumulate_values_hd8(const float* w, const typename Kv<D>::Elem* values, int n, float* acc) {
-  __m512 a = _mm512_zextps256_ps512(_mm256_loadu_ps(acc));
-  int j = 0;
-  for (; j + 2 <= n; j += 2) {
-    const __m512 wj = _mm512_shuffle_f32x4(_mm512_set1_ps(w[j]), _mm512_set1_ps(w[j + 1]), _MM_SHUFFLE(1, 0, 1, 0));
-    a = _mm512_fmadd_ps(wj, load16<D>(values + static_cast<int64_t>(j) * 8), a);
-  }
-  __m256 sum = _mm256_add_ps(_mm512_castps512_ps256(a),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-  if (j < n) {  // an odd last key
-    alignas(32) float v[8];
-    for (int d = 0; d < 8; ++d) v[d] = Kv<D>::f32(values[static_cast<int64_t>(j) * 8 + d]);
-    sum = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), _mm256_load_ps(v), sum);
-  }
-  _mm256_storeu_ps(acc, sum);
-}
-
-// scores[t][j] = q[t] . k_j * scale for 16 keys and Q queries, head_dim a multiple of 16 (HD: known at compile
-// time, 0: hd): each key's K chunks are converted once for all the queries. Per query, one accumulator per key, then
-// a butterfly of 256-bit, 128-bit and in-lane shuffles (45 instructions instead of 16 separate reductions) that puts
-// key j's sum in lane j: key j's products are part 4 (j % 4) + j / 4, parts are made in order, each pair of parts is
-// summed into a first-level vector (half h: the partial sums of part 2i + h) and each pair of those into a
-// second-level one (128-bit lane c: of part 4i + c) as soon as both exist, and sum_quads_16 does the rest. The same
-// operations on the same values for every Q: a query's scores are the same bits alone and in a tile.
-template <DType D, int HD, int Q>
-[[gnu::always_inline]] inline void score_16_keys_multi(const float* const* q, const typename Kv<D>::Elem* keys,
-                                                       int hd, float scale, float* const* scores) {
-  if constexpr (HD > 0) hd = HD;
-  __m512 second[Q][4], first[Q], part[Q];
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>((m % 4) * 4 + m / 4) * hd;
-    __m512 a[Q];
-    const __m512 k0 = load16<D>(k);
-    for (int t = 0; t < Q; ++t) a[t] = _mm512_mul_ps(_mm512_loadu_ps(q[t]), k0);
-    for (int c = 16; c < hd; c += 16) {
-      const __m512 kc = load16<D>(k + c);
-      for (int t = 0; t < Q; ++t) a[t] = _mm512_fmadd_ps(_mm512_loadu_ps(q[t] + c), kc, a[t]);
-    }
-    for (int t = 0; t < Q; ++t) {
-      if (m % 2 == 0) {
-        part[t] = a[t];
-        continue;
-      }
-      const __m512 level1 = fold_256(part[t], a[t]);
-      if (m % 4 == 1) {
-        first[t] = level1;
-        continue;
-      }
-      second[t][m / 4] = fold_128(first[t], level1);
-    }
-  }
-  for (int t = 0; t < Q; ++t)
-    _mm512_storeu_ps(scores[t], _mm512_mul_ps(sum_quads_16(second[t]), _mm512_set1_ps(scale)));
-}
-
-// One query's 16 scores: the same operations as score_16_keys_multi (the same bits), the keys taken in address order
-// (a decode reads them from memory: the hardware prefetcher follows a sequential stream) and every part kept in a
-// register until the butterfly.
-template <DType D, int HD>
-[[gnu::always_inline]] inline void score_16_keys(const float* q, const typename Kv<D>::Elem* keys, int hd,
-                                                 float scale, float* scores) {
-  if constexpr (HD > 0) hd = HD;
-  __m512 part[16];
-#pragma GCC unroll 16
-  for (int j = 0; j < 16; ++j) {  // unrolled: every part[] index a constant, so the parts stay in registers
-    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
-    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), load16<D>(k));
-    for (int c = 16; c < hd; c += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16<D>(k + c), a);
-    part[(j % 4) * 4 + j / 4] = a;
-  }
-  __m512 first[8], second[4];
-  for (int i = 0; i < 8; ++i) first[i] = fold_256(part[2 * i], part[2 * i + 1]);
-  for (int i = 0; i < 4; ++i) second[i] = fold_128(first[2 * i], first[2 * i + 1]);
-  _mm512_storeu_ps(scores, _mm512_mul_ps(sum_quads_16(second), _mm512_set1_ps(scale)));
-}
-
-// Up to kMaxTile queries' 16-key scores over n keys (n a multiple of 16), in kernels of four, two or one queries.
-template <DType D, int HD>
-inline void score_16_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* keys, int n, int hd,
-                               float scale, float* const* scores) {
-  for (int j = 0; j + 16 <= n; j += 16) {
-    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
-    float* at[4];
-    int t = 0;
-    for (; t + 4 <= nq; t += 4) {
-      for (int u = 0; u < 4; ++u) at[u] = scores[t + u] + j;
-      score_16_keys_multi<D, HD, 4>(q + t, k, hd, scale, at);
-    }
-    for (; t + 2 <= nq; t += 2) {
-      for (int u = 0; u < 2; ++u) at[u] = scores[t + u] + j;
-      score_16_keys_multi<D, HD, 2>(q + t, k, hd, scale, at);
-    }
-    for (; t < nq; ++t) score_16_keys<D, HD>(q[t], k, hd, scale, scores[t] + j);
-  }
-}
-
-// acc[t][0, 16 CHUNKS) += sum_j w[t][j] * v_j[0, 16 CHUNKS) over query t's n[t] keys (rows `stride` elements
-// apart) for Q queries: each value chunk converted once for all of them, the accumulators in registers (counts known
-// at compile time, so that none lives in memory). Per query the same operations in the same order for every Q.
-template <DType D, int CHUNKS, int Q>
-[[gnu::always_inline]] inline void accumulate_chunks_multi(const float* const* w, const int* n,
-                                                           const typename Kv<D>::Elem* values, int64_t stride,
-                                                           float* const* acc) {
-  __m512 a[Q][CHUNKS];
-  int n_min = n[0], n_max = n[0];
-  for (int t = 0; t < Q; ++t) {
-    n_min = std::min(n_min, n[t]);
-    n_max = std::max(n_max, n[t]);
-    for (int c = 0; c < CHUNKS; ++c) a[t][c] = _mm512_loadu_ps(acc[t] + 16 * c);
-  }
-  int j = 0;
-  for (; j < n_min; ++j) {  // keys every query sees
-    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
-    __m512 wj[Q];
-    for (int t = 0; t < Q; ++t) wj[t] = _mm512_set1_ps(w[t][j]);
-    for (int c = 0; c < CHUNKS; ++c) {
-      const __m512 vc = load16<D>(v + 16 * c);
-      for (int t = 0; t < Q; ++t) a[t][c] = _mm512_fmadd_ps(wj[t], vc, a[t][c]);
-    }
-  }
-  for (; j < n_max; ++j) {  // keys only the later queries see
-    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
-    for (int c = 0; c < CHUNKS; ++c) {
-      const __m512 vc = load16<D>(v + 16 * c);
-      for (int t = 0; t < Q; ++t) {
-        if (j < n[t]) a[t][c] = _mm512_fmadd_ps(_mm512_set1_ps(w[t][j]), vc, a[t][c]);
-      }
-    }
-  }
-  for (int t = 0; t < Q; ++t)
-    for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc[t] + 16 * c, a[t][c]);
-}
-
-// One query's: the same operations as accumulate_chunks_multi (the same bits), without its bookkeeping.
-template <DType D, int CHUNKS>
-[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n,
-                                                     int64_t stride, float* acc) {
-  __m512 a[CHUNKS];
-  for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
-  for (int j = 0; j < n; ++j) {
-    const __m512 wj = _mm512_set1_ps(w[j]);
-    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
-    for (int c = 0; c < CHUNKS; ++c) a[c] = _mm512_fmadd_ps(wj, load16<D>(v + 16 * c), a[c]);
-  }
-  for (int c = 0; c < CHUNKS; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
-}
-
-// Up to four queries' values over a 64-feature group of CHUNKS chunks, in kernels of four, two or one queries.
-template <DType D, int CHUNKS>
-inline void accumulate_chunks_tile(const float* const* w, const int* n, int nq, const typename Kv<D>::Elem* values,
-                                   int64_t stride, float* const* acc) {
-  int t = 0;
-  for (; t + 4 <= nq; t += 4) accumulate_chunks_multi<D, CHUNKS, 4>(w + t, n + t, values, stride, acc + t);
-  for (; t + 2 <= nq; t += 2) accumulate_chunks_multi<D, CHUNKS, 2>(w + t, n + t, values, stride, acc + t);
-  for (; t < nq; ++t) accumulate_chunks<D, CHUNKS>(w[t], values, n[t], stride, acc[t]);
-}
-
-// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 16: 64 features at a time in registers.
-template <DType D>
-[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n,
-                                                     int hd, float* acc) {
-  for (int c0 = 0; c0 < hd; c0 += 64) {
-    switch (std::min(4, (hd - c0) / 16)) {
-      case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
-      case 2: accumulate_chunks<D, 2>(w, values + c0, n, hd, acc + c0); break;
-      case 3: accumulate_chunks<D, 3>(w, values + c0, n, hd, acc + c0); break;
-      default: accumulate_chunks<D, 4>(w, values + c0, n, hd, acc + c0); break;
-    }
-  }
-}
-#elif defined(__AVX2__)
-// 8 consecutive elements of a K/V row as f32 (F16C for f16).
-template <DType D>
-inline __m256 load8(const typename Kv<D>::Elem* p) {
-  if constexpr (D == DType::f32) {
-    return _mm256_loadu_ps(p);
-  } else if constexpr (D == DType::i8) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  } else if constexpr (D == DType::bf16) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-  } else {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
-}
-
-// Sums each of 8 vectors across its lanes, in one vector: lane j of the result is the sum of v[j] (two levels of
-// horizontal adds, then the two 128-bit halves added).
-inline __m256 sum_lanes_8(const __m256* v) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // half h: v[0..3] (u0), v[4..7] (u1)
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// scores[j] = q . k_j * scale for 8 keys, head_dim a multiple of 8 (HD: known at compile time, 0: hd): one
-// accumulator per key, then one reduction; the same arithmetic for every HD.
-template <DType D, int HD>
-inline void score_8_keys(const float* q, const typename Kv<D>::Elem* keys, int hd, float scale, float* scores) {
-  if constexpr (HD > 0) hd = HD;
-  __m256 part[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    const typename Kv<D>::Elem* k = keys + static_cast<int64_t>(j) * hd;
-    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(q), load8<D>(k));
-    for (int c = 8; c < hd; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8<D>(k + c), a);
-    part[j] = a;
-  }
-  _mm256_storeu_ps(scores, _mm256_mul_ps(sum_lanes_8(part), _mm256_set1_ps(scale)));
-}
-
-// acc[0, 8 CHUNKS) += sum_j w[j] * v_j[0, 8 CHUNKS) over n keys whose rows are `stride` elements apart: the
-// chunks' accumulators in registers (a count known at compile time, so that none lives in memory).
-template <DType D, int CHUNKS>
-[[gnu::always_inline]] inline void accumulate_chunks(const float* w, const typename Kv<D>::Elem* values, int n,
-                                                     int64_t stride, float* acc) {
-  __m256 a[CHUNKS];
-  for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_loadu_ps(acc + 8 * c);
-  for (int j = 0; j < n; ++j) {
-    const __m256 wj = _mm256_set1_ps(w[j]);
-    const typename Kv<D>::Elem* v = values + static_cast<int64_t>(j) * stride;
-    for (int c = 0; c < CHUNKS; ++c) a[c] = _mm256_fmadd_ps(wj, load8<D>(v + 8 * c), a[c]);
-  }
-  for (int c = 0; c < CHUNKS; ++c) _mm256_storeu_ps(acc + 8 * c, a[c]);
-}
-
-// acc += sum_j w[j] * v_j over n keys, head_dim a multiple of 8: 64 features at a time in registers; head_dim 8
-// (one chunk) spreads the keys over four accumulators so the FMAs do not wait on each other.
-template <DType D>
-[[gnu::always_inline]] inline void accumulate_values(const float* w, const typename Kv<D>::Elem* values, int n,
-                                                     int hd, float* acc) {
-  if (hd == 8) {
-    __m256 a[4] = {_mm256_loadu_ps(acc), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-      for (int u = 0; u < 4; ++u) a[u] = _mm256_fmadd_ps(_mm256_set1_ps(w[j + u]), load8<D>(values + (j + u) * 8), a[u]);
-    }
-    for (; j < n; ++j) a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8<D>(values + j * 8), a[0]);
-    _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-    return;
-  }
-  for (int c0 = 0; c0 < hd; c0 += 64) {
-    switch (std::min(8, (hd - c0) / 8)) {
-      case 1: accumulate_chunks<D, 1>(w, values + c0, n, hd, acc + c0); break;
-      case 2: accumulate_chunks<D, 2>(w, values + c0, n, hd, acc + c0); break;
-      case 3: accumulate_chunks<D, 3>(w, values + c0, n, hd, acc + c0); break;
-      case 4: accumulate_chunks<D, 4>(w, values + c0, n, hd, acc + c0); break;
-      case 5: accumulate_chunks<D, 5>(w, values + c0, n, hd, acc + c0); break;
-      case 6: accumulate_chunks<D, 6>(w, values + c0, n, hd, acc + c0); break;
-      case 7: accumulate_chunks<D, 7>(w, values + c0, n, hd, acc + c0); break;
-      default: accumulate_chunks<D, 8>(w, values + c0, n, hd, acc + c0); break;
-    }
-  }
-}
-#endif
-
-#include "executors/cpu/attention_bf16_pairs.inl"
+#include "executors/cpu/attention_kernels.inl"
 
 // scores[j] = q . k_j * scale for the n keys of one head in one block: 16 (AVX-512) or 8 (AVX2) keys per pass when
 // head_dim allows, otherwise four independent dot products per pass, bf16/f16 K converted in registers.
@@ -399,23 +82,15 @@ template <DType D>
 [[gnu::always_inline]] inline void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
                                               float scale, float* scores) {
   int j = 0;
-#if defined(__AVX512F__)
-  if (hd == 64) {
-    for (; j + 16 <= n; j += 16) score_16_keys<D, 64>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
-  } else if (hd == 128) {
-    for (; j + 16 <= n; j += 16) score_16_keys<D, 128>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
-  } else if (hd % 16 == 0) {
-    for (; j + 16 <= n; j += 16) score_16_keys<D, 0>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
-  } else if (hd == 8) {
-    for (; j + 16 <= n; j += 16) score_16_keys_hd8<D>(q, keys + static_cast<int64_t>(j) * hd, scale, scores + j);
+#if defined(__AVX2__)
+  if (hd % Natural<D>::kElems == 0) {
+    score_key_passes<Natural<D>>(&q, 1, keys, n, hd, scale, &scores);
+    j = n / kKeysPerPass * kKeysPerPass;
   }
-#elif defined(__AVX2__)
-  if (hd == 64) {
-    for (; j + 8 <= n; j += 8) score_8_keys<D, 64>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
-  } else if (hd == 128) {
-    for (; j + 8 <= n; j += 8) score_8_keys<D, 128>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
-  } else if (hd % 8 == 0) {
-    for (; j + 8 <= n; j += 8) score_8_keys<D, 0>(q, keys + static_cast<int64_t>(j) * hd, hd, scale, scores + j);
+#endif
+#if defined(__AVX512F__)
+  if (hd == 8) {
+    for (; j + 16 <= n; j += 16) score_16_keys_hd8<D>(q, keys + static_cast<int64_t>(j) * hd, scale, scores + j);
   }
 #endif
   score_keys_tail<D>(q, keys, j, n, hd, scale, scores);
@@ -457,10 +132,20 @@ template <DType D>
                                               float* acc) {
   using E = typename Kv<D>::Elem;
 #if defined(__AVX512F__)
-  if (hd % 16 == 0) return accumulate_values<D>(w, values, n, hd, acc);
+  if (hd % 16 == 0) return add_values_in<Natural<D>>(&w, &n, 1, values, hd, &acc);
   if (hd == 8) return accumulate_values_hd8<D>(w, values, n, acc);
 #elif defined(__AVX2__)
-  if (hd % 8 == 0) return accumulate_values<D>(w, values, n, hd, acc);
+  if (hd == 8) {  // one chunk: the keys spread over four accumulators so the FMAs do not wait on each other
+    __m256 a[4] = {_mm256_loadu_ps(acc), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (int u = 0; u < 4; ++u) a[u] = _mm256_fmadd_ps(_mm256_set1_ps(w[j + u]), load8<D>(values + (j + u) * 8), a[u]);
+    }
+    for (; j < n; ++j) a[0] = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), load8<D>(values + j * 8), a[0]);
+    _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    return;
+  }
+  if (hd % 8 == 0) return add_values_in<Natural<D>>(&w, &n, 1, values, hd, &acc);
 #endif
   int j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -488,13 +173,7 @@ void score_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* 
                      float* const* scores) {
 #if defined(__AVX512F__)
   if (hd % 16 == 0) {
-    if (hd == 64) {
-      score_16_keys_tile<D, 64>(q, nq, keys, n, hd, scale, scores);
-    } else if (hd == 128) {
-      score_16_keys_tile<D, 128>(q, nq, keys, n, hd, scale, scores);
-    } else {
-      score_16_keys_tile<D, 0>(q, nq, keys, n, hd, scale, scores);
-    }
+    score_key_passes<Natural<D>>(q, nq, keys, n, hd, scale, scores);
     for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, n / 16 * 16, n, hd, scale, scores[t]);
     return;
   }
@@ -509,19 +188,7 @@ template <DType D>
 void add_values_tile(const float* const* w, const int* n, int nq, const typename Kv<D>::Elem* values, int hd,
                      float* const* acc) {
 #if defined(__AVX512F__)
-  if (hd % 16 == 0) {
-    float* at[kMaxTile];
-    for (int c0 = 0; c0 < hd; c0 += 64) {
-      for (int t = 0; t < nq; ++t) at[t] = acc[t] + c0;
-      switch (std::min(4, (hd - c0) / 16)) {
-        case 1: accumulate_chunks_tile<D, 1>(w, n, nq, values + c0, hd, at); break;
-        case 2: accumulate_chunks_tile<D, 2>(w, n, nq, values + c0, hd, at); break;
-        case 3: accumulate_chunks_tile<D, 3>(w, n, nq, values + c0, hd, at); break;
-        default: accumulate_chunks_tile<D, 4>(w, n, nq, values + c0, hd, at); break;
-      }
-    }
-    return;
-  }
+  if (hd % 16 == 0) return add_values_in<Natural<D>>(w, n, nq, values, hd, acc);
 #endif
   for (int t = 0; t < nq; ++t) add_values<D>(w[t], values, n[t], hd, acc[t]);
 }
@@ -621,41 +288,33 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
   };
   // Query t's head h in pair order (valid when `pairs`).
   auto q_pairs = [&](int t, int h) { return st[t].q_pairs.data() + static_cast<int64_t>(h - h_begin) * hd; };
-  // One query's scores of n keys (q in natural order; qs the same in pair order, when `pairs`).
-  auto score = [&](const float* q, const float* qs, const E* keys, int n, float* scores) {
-    if constexpr (D == DType::bf16) {
-      if (pairs) {
-        score_keys_pairs(qs, keys, n, hd, scale, scores);
-        return score_keys_tail<D>(q, keys, n / kPairKeysPerPass * kPairKeysPerPass, n, hd, scale, scores);
-      }
-    }
-    score_keys<D>(q, keys, n, hd, scale, scores);
-  };
-  // The same for up to kMaxTile queries that see the same n keys.
+  // Up to kMaxTile queries' scores of the same n keys (q in natural order; qs the same in pair order, when `pairs`).
   auto score_tile = [&](const float* const* q, const float* const* qs, int count, const E* keys, int n,
                         float* const* scores) {
-    if constexpr (D == DType::bf16) {
+    if constexpr (D == DType::bf16 && kPairElems > 0) {
       if (pairs) {
-        score_keys_pairs_multi(qs, count, keys, n, hd, scale, scores);
+        score_key_passes<Bf16Pairs>(qs, count, keys, n, hd, scale, scores);
         for (int u = 0; u < count; ++u)
-          score_keys_tail<D>(q[u], keys, n / kPairKeysPerPass * kPairKeysPerPass, n, hd, scale, scores[u]);
+          score_keys_tail<D>(q[u], keys, n / kKeysPerPass * kKeysPerPass, n, hd, scale, scores[u]);
         return;
       }
     }
     score_keys_tile<D>(q, count, keys, n, hd, scale, scores);
   };
-  // acc (pair order when `pairs`) += the n values weighted by w; and for up to kMaxTile queries.
-  auto add = [&](const float* w, const E* values, int n, float* acc) {
-    if constexpr (D == DType::bf16) {
-      if (pairs) return accumulate_values_pairs(w, values, n, hd, acc);
-    }
-    add_values<D>(w, values, n, hd, acc);
+  auto score = [&](const float* q, const float* qs, const E* keys, int n, float* scores) {
+    if (pairs) return score_tile(&q, &qs, 1, keys, n, &scores);
+    score_keys<D>(q, keys, n, hd, scale, scores);
   };
+  // acc (pair order when `pairs`) += the n values weighted by w; and for up to kMaxTile queries.
   auto add_tile = [&](const float* const* w, const int* n, int count, const E* values, float* const* acc) {
-    if constexpr (D == DType::bf16) {
-      if (pairs) return add_values_pairs_tile(w, n, count, values, hd, acc);
+    if constexpr (D == DType::bf16 && kPairElems > 0) {
+      if (pairs) return add_values_in<Bf16Pairs>(w, n, count, values, hd, acc);
     }
     add_values_tile<D>(w, n, count, values, hd, acc);
+  };
+  auto add = [&](const float* w, const E* values, int n, float* acc) {
+    if (pairs) return add_tile(&w, &n, 1, values, &acc);
+    add_values<D>(w, values, n, hd, acc);
   };
   // i8: the n scores of keys from `slot` on in a head region times their rows' scales; a query's n softmax weights
   // times the value rows' scales (into its scratch, which it returns).
@@ -676,7 +335,7 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
     // guess the next: the heads' rows of the block kPrefetchAhead blocks on are asked for while this one is worked
     // on. `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
     // body(block, block's offset, its first key's slot, place in the span, next block's first head or null).
-    auto for_each_block = [&](const E* cache, const E* then, auto&& body) {
+    auto for_each_block = [&](const E* cache, const E* then, auto&& body) __attribute__((always_inline)) {
       for (int block = span_begin; block < span_end; ++block) {
         if (prefetch && block + kPrefetchAhead < span_end) {
           const char* ahead = reinterpret_cast<const char*>(
