@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/isa_argument.hpp"
 #include "core/kv_rows.hpp"
 #include "core/large_buffer.hpp"
 
@@ -40,11 +41,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const DType dtype = *named;
-  const auto isa = cpu::isa_for(argc > 7 ? argv[7] : "auto", cpu::detected_isa());
-  if (!isa) {
-    std::fprintf(stderr, "%s\n", isa.error().message.c_str());
-    return 2;
-  }
+  const auto isa = bench::isa_argument(argc > 7 ? argv[7] : "auto");
+  if (!isa) return 2;
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int blocks_per_seq = (context + kBlock - 1) / kBlock;
   const int n_blocks = seqs * blocks_per_seq;

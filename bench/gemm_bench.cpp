@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/decode_step.hpp"
+#include "bench/isa_argument.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
 #include "executors/cpu/thread_pool.hpp"
@@ -24,11 +25,8 @@ int main(int argc, char** argv) {
   const bool step_only = argc > 2 && std::string(argv[2]) == "step";
   cpu::Isa table_isa = cpu::Isa::automatic;
   if (argc > 2 && !step_only) {
-    auto isa = cpu::isa_for(argv[2], cpu::detected_isa());
-    if (!isa) {
-      std::fprintf(stderr, "%s\n", isa.error().message.c_str());
-      return 2;
-    }
+    const auto isa = bench::isa_argument(argv[2]);
+    if (!isa) return 2;
     table_isa = *isa;
   }
   std::vector<int> table_rows = {1, 8, 16, 32, 64, 128, 512};

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/decode_step.hpp"
+#include "bench/isa_argument.hpp"
 #include "core/quantization.hpp"
 #include "executors/cpu/blocked_weights.hpp"
 #include "executors/cpu/gemm.hpp"
@@ -172,12 +173,8 @@ int main(int argc, char** argv) {
   const std::string only = argc > 2 ? argv[2] : "";
   std::optional<cpu::Isa> forced;
   if (argc > 3) {
-    auto isa = cpu::isa_for(argv[3], cpu::detected_isa());
-    if (!isa) {
-      std::fprintf(stderr, "%s\n", isa.error().message.c_str());
-      return 2;
-    }
-    forced = *isa;
+    forced = bench::isa_argument(argv[3]);
+    if (!forced) return 2;
   }
   cpu::ThreadPool pool(threads);
   if (cpu::detected_isa() != cpu::Isa::avx512) {
