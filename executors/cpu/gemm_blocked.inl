@@ -26,6 +26,24 @@ namespace actord::cpu::blocked {
 // bench/quant_bench.cpp's decode step: 32 beats 8 by 4-5% at m = 1 to 32, 1-2% at 128: 2 KiB ahead).
 constexpr int64_t kAhead = 32;
 
+// One row's results of a register block for the block's columns [c, c + W) (`first`) and [16 + c, +W) (`second`):
+// gated (kGlu: a pack_glu block, the gate first and the up projection second), out[c + l] = silu(gate) * up; plain,
+// out[c + l] and out[16 + c + l], the bias added (none: zero).
+template <class Vec, bool kGlu>
+[[gnu::always_inline]] inline void store_results(typename Vec::V first, typename Vec::V second, int c,
+                                                 const float* bias, float* out) {
+  if constexpr (kGlu) {
+    alignas(64) float gate[Vec::kWidth], up[Vec::kWidth];
+    Vec::store(gate, first);
+    Vec::store(up, second);
+#pragma omp simd
+    for (int l = 0; l < Vec::kWidth; ++l) out[c + l] = silu(gate[l]) * up[l];
+  } else {
+    Vec::store(out + c, Vec::add(first, bias ? Vec::load_x(bias + c) : Vec::zero()));
+    Vec::store(out + 16 + c, Vec::add(second, bias ? Vec::load_x(bias + 16 + c) : Vec::zero()));
+  }
+}
+
 // The register block's results for MR rows of x against one weight block (half `half` of it when vectors are
 // narrower than 16): plain, out[i, c] (+ bias) for the block's columns c; or, when kGlu (a pack_glu block: columns
 // 0..15 gate, 16..31 up), out[i, c] = silu(gate c) * up c for its 16 outputs. ldo is out's row stride. When
@@ -64,31 +82,10 @@ template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
       acc[i][1] = Vec::fma(a, w1, acc[i][1]);
     }
   }
-  const int c0 = half * W, c1 = 16 + half * W;
-  if constexpr (kGlu) {
-    alignas(64) float gate[W], up[W];
-    // Unrolled, so that acc[i] is named by constants: indexed at run time, the compiler keeps acc in memory and
-    // stores every accumulator on each step of the loop above (AVX2: the fused product 1.4-1.6x slower).
+  // Unrolled, so that acc[i] is named by constants: indexed at run time, the compiler keeps acc in memory and stores
+  // every accumulator on each step of the loop above (AVX2: the fused product 1.4-1.6x slower).
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      Vec::store(gate, acc[i][0]);
-      Vec::store(up, acc[i][1]);
-      float* o = out + i * ldo + c0;
-#pragma omp simd
-      for (int l = 0; l < W; ++l) o[l] = silu(gate[l]) * up[l];
-    }
-  } else {
-    V b0 = Vec::zero(), b1 = Vec::zero();
-    if (bias) {
-      b0 = Vec::load_x(bias + c0);
-      b1 = Vec::load_x(bias + c1);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      Vec::store(out + i * ldo + c0, Vec::add(acc[i][0], b0));
-      Vec::store(out + i * ldo + c1, Vec::add(acc[i][1], b1));
-    }
-  }
+  for (int i = 0; i < MR; ++i) store_results<Vec, kGlu>(acc[i][0], acc[i][1], half * W, bias, out + i * ldo);
 }
 
 // micro_kernel over both halves of a block in one pass, for vectors of 8 (kHalves 2) and at most kWholeRows rows:
@@ -129,28 +126,10 @@ template <class Vec, DType D, int MR, bool kPrefetch, bool kGlu>
       }
     }
   }
-  if constexpr (kGlu) {
-    alignas(64) float gate[W], up[W];
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+  for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        Vec::store(gate, acc[i][h]);
-        Vec::store(up, acc[i][2 + h]);
-        float* o = out + i * ldo + h * W;
-#pragma omp simd
-        for (int l = 0; l < W; ++l) o[l] = silu(gate[l]) * up[l];
-      }
-    }
-  } else {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const V b = bias ? Vec::load_x(bias + c * W) : Vec::zero();
-        Vec::store(out + i * ldo + c * W, Vec::add(acc[i][c], b));
-      }
-    }
+    for (int h = 0; h < 2; ++h) store_results<Vec, kGlu>(acc[i][h], acc[i][2 + h], h * W, bias, out + i * ldo);
   }
 }
 
