@@ -638,10 +638,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, SchedulerLimits lim
     const std::string* text = o.format_text();
     if (!text) return {};
     if (Status s = structured::compiles(o.response_format, *text); !s)
-      return make_error(Errc::invalid_argument,
-                        std::string("response_format: ") +
-                            (o.response_format == ResponseFormat::json_schema ? "json_schema: " : "") +
-                            s.error().message);
+      return make_error(Errc::invalid_argument, structured::format_error(o.response_format, s.error().message));
     return {};
   };
   for (size_t i = 0; i < lanes.size(); ++i) {

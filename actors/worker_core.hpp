@@ -37,6 +37,7 @@
 #include "memory/kv_cache.hpp"
 #include "memory/kv_relayout.hpp"
 #include "plugins/model_registry.hpp"
+#include "structured/compile_check.hpp"
 #include "structured/output_matcher.hpp"
 #include "structured/token_mask.hpp"
 
@@ -150,9 +151,7 @@ class WorkerCore {
   // A JSON schema, regex or GBNF grammar compiled once per worker, with its states' masks over the vocabulary (the
   // sequences that ask for it share them).
   struct CompiledText {
-    std::shared_ptr<const structured::JsonSchema> schema;
-    std::optional<structured::Regex> regex;
-    std::optional<structured::Grammar> grammar;
+    structured::CompiledFormat format;
     std::unique_ptr<structured::MaskCache> masks;
   };
   struct SequenceState {

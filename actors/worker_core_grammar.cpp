@@ -28,20 +28,10 @@ std::string WorkerCore::start_grammar(SequenceState& st) {
   const std::string key = static_cast<char>(format) + *format_text;
   auto known = texts_.find(key);
   if (known == texts_.end()) {
+    auto compiled = structured::compile_format(format, *format_text);
+    if (!compiled) return structured::format_error(format, compiled.error().message);
     auto text = std::make_shared<CompiledText>();
-    if (format == ResponseFormat::json_schema) {
-      auto compiled = structured::JsonSchema::compile(*format_text);
-      if (!compiled) return "response_format: json_schema: " + compiled.error().message;
-      text->schema = std::move(*compiled);
-    } else if (format == ResponseFormat::regex) {
-      auto compiled = structured::Regex::compile(*format_text);
-      if (!compiled) return "response_format: " + compiled.error().message;
-      text->regex = std::move(*compiled);
-    } else {
-      auto compiled = structured::Grammar::compile(*format_text);
-      if (!compiled) return "response_format: " + compiled.error().message;
-      text->grammar = std::move(*compiled);
-    }
+    text->format = std::move(*compiled);
     auto vocab = token_vocabulary();
     if (!vocab) return vocab.error().message;
     text->masks = std::make_unique<structured::MaskCache>(**vocab, mask_budget_);
@@ -49,9 +39,7 @@ std::string WorkerCore::start_grammar(SequenceState& st) {
     known = texts_.emplace(key, std::move(text)).first;
   }
   st.text = known->second;
-  if (st.text->schema) st.grammar.emplace(structured::JsonMatcher(*st.text->schema));
-  else if (st.text->regex) st.grammar.emplace(structured::RegexMatcher(*st.text->regex));
-  else st.grammar.emplace(structured::GrammarMatcher(*st.text->grammar));
+  st.grammar.emplace(st.text->format.matcher());
   return {};
 }
 

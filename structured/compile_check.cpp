@@ -3,13 +3,43 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "structured/grammar.hpp"
-#include "structured/json_schema.hpp"
-#include "structured/regex.hpp"
-
 namespace actord::structured {
 
+OutputMatcher CompiledFormat::matcher() const {
+  if (schema) return OutputMatcher(JsonMatcher(*schema));
+  if (regex) return OutputMatcher(RegexMatcher(*regex));
+  return OutputMatcher(GrammarMatcher(*grammar));
+}
+
+Result<CompiledFormat> compile_format(ResponseFormat format, const std::string& text) {
+  CompiledFormat compiled;
+  switch (format) {
+    case ResponseFormat::json_schema: {
+      auto s = JsonSchema::compile(text);
+      if (!s) return s.error();
+      compiled.schema = std::move(*s);
+      return compiled;
+    }
+    case ResponseFormat::regex: {
+      auto r = Regex::compile(text);
+      if (!r) return r.error();
+      compiled.regex = std::move(*r);
+      return compiled;
+    }
+    case ResponseFormat::grammar: {
+      auto g = Grammar::compile(text);
+      if (!g) return g.error();
+      compiled.grammar = std::move(*g);
+      return compiled;
+    }
+    default:
+      return make_error(Errc::invalid_argument, "response_format: this format has no text to compile");
+  }
+}
+
 Status compiles(ResponseFormat format, const std::string& text) {
+  if (format != ResponseFormat::json_schema && format != ResponseFormat::regex && format != ResponseFormat::grammar)
+    return Status::success();  // no text
   static std::mutex mu;
   static std::unordered_set<std::string> compiled;
   std::string key = static_cast<char>(format) + text;
@@ -17,25 +47,15 @@ Status compiles(ResponseFormat format, const std::string& text) {
     std::lock_guard lock(mu);
     if (compiled.count(key)) return Status::success();
   }
-  Status status = Status::success();
-  switch (format) {
-    case ResponseFormat::json_schema:
-      if (auto s = JsonSchema::compile(text); !s) status = s.error();
-      break;
-    case ResponseFormat::regex:
-      if (auto r = Regex::compile(text); !r) status = r.error();
-      break;
-    case ResponseFormat::grammar:
-      if (auto g = Grammar::compile(text); !g) status = g.error();
-      break;
-    default:
-      return status;  // no text
-  }
-  if (!status) return status;
+  if (auto c = compile_format(format, text); !c) return c.error();
   std::lock_guard lock(mu);
   if (compiled.size() >= kRemembered) compiled.clear();
   compiled.insert(std::move(key));
-  return status;
+  return Status::success();
+}
+
+std::string format_error(ResponseFormat format, const std::string& message) {
+  return std::string("response_format: ") + (format == ResponseFormat::json_schema ? "json_schema: " : "") + message;
 }
 
 }  // namespace actord::structured
