@@ -640,6 +640,9 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     if (tokens_everywhere_) previous_samples_.assign(greedy_tokens_.begin(), greedy_tokens_.end());
   }
   auto result = [&](auto&& fill) {
+    // The step's parallel work is over: the pool's threads sleep now rather than spin on cores the actors that
+    // answer this step and send the next one need (a step queued behind this one started ~200 us after it ended).
+    if (pool_) pool_->rest();
     if (lane_step) previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
     const auto busy_from = last_step_end_ ? std::max(t0, *last_step_end_) : t0;  // after a pending step it answered

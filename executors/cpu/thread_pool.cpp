@@ -44,6 +44,7 @@ void ThreadPool::parallel_for(int n, const std::function<void(int)>& fn) {
   uint32_t gen;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    resting_.store(false, std::memory_order_relaxed);
     gen = ++generation_;
     fn_ = &fn;
     n_ = n;
@@ -60,7 +61,8 @@ void ThreadPool::worker_loop() {
   uint32_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (static_cast<uint32_t>(ticket_.load(std::memory_order_acquire) >> 32) == seen && spins < kSpinIterations) {
+    while (static_cast<uint32_t>(ticket_.load(std::memory_order_acquire) >> 32) == seen && spins < kSpinIterations &&
+           !resting_.load(std::memory_order_relaxed)) {
       cpu_relax();
       ++spins;
     }

@@ -4,7 +4,8 @@
 // the work: a pool of size N has N - 1 threads of its own. parallel_for(n, fn) calls fn(i) exactly once for each i
 // in [0, n) and returns when all calls have returned. The caller never waits for a thread that is not running: if
 // the other threads are descheduled (a busy machine), the caller does all the tasks itself. fn must not throw.
-// Between calls the threads spin briefly (a step issues many parallel_for calls in a row), then sleep.
+// Between calls the threads spin briefly (a step issues many parallel_for calls in a row), then sleep; rest() sends
+// them to sleep at once (the step is over: their spinning would take the cores the actors that answer it need).
 #pragma once
 
 #include <atomic>
@@ -26,6 +27,8 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(threads_.size()) + 1; }
   void parallel_for(int n, const std::function<void(int)>& fn);
+  // The threads stop spinning and sleep until the next parallel_for (which wakes them as always).
+  void rest() { resting_.store(true, std::memory_order_relaxed); }
 
  private:
   void worker_loop();
@@ -39,6 +42,7 @@ class ThreadPool {
   // wakes late for an old generation can never claim a task of the current one.
   std::atomic<uint64_t> ticket_{0};
   std::atomic<int> done_{0};       // tasks of the current generation that have finished
+  std::atomic<bool> resting_{false};  // rest() since the last parallel_for: no spinning
   uint32_t generation_ = 0;        // guarded by mutex_
   int n_ = 0;                      // guarded by mutex_
   const std::function<void(int)>* fn_ = nullptr;  // guarded by mutex_
