@@ -334,7 +334,8 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
     // Keys [jb, jb + n) of a block, their place in the span. Blocks are scattered, so the hardware prefetcher cannot
     // guess the next: the heads' rows of the block kPrefetchAhead blocks on are asked for while this one is worked
     // on. `then`: the first block the pass after this one reads (prefetched during this pass's last block), or null.
-    // body(block, block's offset, its first key's slot, place in the span, next block's first head or null).
+    // body(block, block's offset, its first key's slot, place in the span, next block's first head or null). Always
+    // inlined: outlined, every variable it captures is read through memory in the key loop.
     auto for_each_block = [&](const E* cache, const E* then, auto&& body) __attribute__((always_inline)) {
       for (int block = span_begin; block < span_end; ++block) {
         if (prefetch && block + kPrefetchAhead < span_end) {
