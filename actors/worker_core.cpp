@@ -640,8 +640,8 @@ std::optional<wire_msg> WorkerCore::launch(const wire_msg& msg, std::vector<wire
     if (tokens_everywhere_) previous_samples_.assign(greedy_tokens_.begin(), greedy_tokens_.end());
   }
   auto result = [&](auto&& fill) {
-    // The step's parallel work is over: the pool's threads sleep now rather than spin on cores the actors that
-    // answer this step and send the next one need (a step queued behind this one started ~200 us after it ended).
+    // The step's parallel work is over: the pool's threads sleep now, leaving the cores to the actors that answer
+    // this step and hand over the next (spinning, they would delay both; executors/README.md has the measurement).
     if (pool_) pool_->rest();
     if (lane_step) previous_failed_ = false;
     const auto t1 = std::chrono::steady_clock::now();
