@@ -78,15 +78,22 @@ template <DType D>
 void score_keys_tail(const float* q, const typename Kv<D>::Elem* keys, int j, int n, int hd, float scale,
                      float* scores);
 
+// Up to kMaxTile queries' scores of a block's n keys through row reader R (head_dim a multiple of R::kElems): the
+// vector passes take the queries in R's order (qr), the keys past them the same queries in natural order (q).
+template <class R, DType D>
+[[gnu::always_inline]] inline void score_keys_in(const float* const* qr, const float* const* q, int nq,
+                                                 const typename Kv<D>::Elem* keys, int n, int hd, float scale,
+                                                 float* const* scores) {
+  score_key_passes<R>(qr, nq, keys, n, hd, scale, scores);
+  for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, n / kKeysPerPass * kKeysPerPass, n, hd, scale, scores[t]);
+}
+
 template <DType D>
 [[gnu::always_inline]] inline void score_keys(const float* q, const typename Kv<D>::Elem* keys, int n, int hd,
                                               float scale, float* scores) {
   int j = 0;
 #if defined(__AVX2__)
-  if (hd % Natural<D>::kElems == 0) {
-    score_key_passes<Natural<D>>(&q, 1, keys, n, hd, scale, &scores);
-    j = n / kKeysPerPass * kKeysPerPass;
-  }
+  if (hd % Natural<D>::kElems == 0) return score_keys_in<Natural<D>, D>(&q, &q, 1, keys, n, hd, scale, &scores);
 #endif
 #if defined(__AVX512F__)
   if (hd == 8) {
@@ -172,11 +179,7 @@ template <DType D>
 void score_keys_tile(const float* const* q, int nq, const typename Kv<D>::Elem* keys, int n, int hd, float scale,
                      float* const* scores) {
 #if defined(__AVX512F__)
-  if (hd % 16 == 0) {
-    score_key_passes<Natural<D>>(q, nq, keys, n, hd, scale, scores);
-    for (int t = 0; t < nq; ++t) score_keys_tail<D>(q[t], keys, n / 16 * 16, n, hd, scale, scores[t]);
-    return;
-  }
+  if (hd % 16 == 0) return score_keys_in<Natural<D>, D>(q, q, nq, keys, n, hd, scale, scores);
 #endif
   for (int t = 0; t < nq; ++t) score_keys<D>(q[t], keys, n, hd, scale, scores[t]);
 }
@@ -292,12 +295,7 @@ void attend(const PagedAttentionParams& p, int h_begin, int h_end, int pos0, int
   auto score_tile = [&](const float* const* q, const float* const* qs, int count, const E* keys, int n,
                         float* const* scores) {
     if constexpr (D == DType::bf16 && kPairElems > 0) {
-      if (pairs) {
-        score_key_passes<Bf16Pairs>(qs, count, keys, n, hd, scale, scores);
-        for (int u = 0; u < count; ++u)
-          score_keys_tail<D>(q[u], keys, n / kKeysPerPass * kKeysPerPass, n, hd, scale, scores[u]);
-        return;
-      }
+      if (pairs) return score_keys_in<Bf16Pairs, D>(qs, q, count, keys, n, hd, scale, scores);
     }
     score_keys_tile<D>(q, count, keys, n, hd, scale, scores);
   };

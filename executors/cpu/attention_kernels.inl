@@ -249,8 +249,8 @@ template <int MAX, class F>
 // features at a time in registers. Not inlined: inlined into attend, GCC outlined attend's block loop instead (its
 // captured variables then read through memory: an AVX2 prefill 4-8% slower).
 template <class R>
-[[gnu::noinline]] void add_values_in(const float* const* w, const int* n, int nq, const typename R::Elem* values, int hd,
-                          float* const* acc) {
+[[gnu::noinline]] void add_values_in(const float* const* w, const int* n, int nq, const typename R::Elem* values,
+                                     int hd, float* const* acc) {
   float* at[kMaxTile];
   for (int c0 = 0; c0 < hd; c0 += 64) {
     for (int t = 0; t < nq; ++t) at[t] = acc[t] + c0;
@@ -372,7 +372,8 @@ template <class R, int HD>
 inline void score_8_keys_passes(const float* const* q, int nq, const typename R::Elem* keys, int n, int hd,
                                 float scale, float* const* scores) {
   for (int t = 0; t < nq; ++t)
-    for (int j = 0; j + 8 <= n; j += 8) score_8_keys<R, HD>(q[t], keys + static_cast<int64_t>(j) * hd, hd, scale, scores[t] + j);
+    for (int j = 0; j + 8 <= n; j += 8)
+      score_8_keys<R, HD>(q[t], keys + static_cast<int64_t>(j) * hd, hd, scale, scores[t] + j);
 }
 template <class R>
 inline void score_key_passes(const float* const* q, int nq, const typename R::Elem* keys, int n, int hd, float scale,
