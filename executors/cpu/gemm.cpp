@@ -491,12 +491,8 @@ void gemm_nt_glu(const float* x, const WeightMatrix& gate_up, int64_t ff, float*
   ACTORD_CHECK(gate_up.layout != WeightLayout::row_major);
   if (m <= 0) return;
   if (isa == Isa::automatic) isa = automatic_isa();
-  // The calling thread's list, named through a plain reference: the pool's threads read it in the lambdas below
-  // (a thread_local named there would be their own, empty, one).
-  thread_local std::vector<RowTask> task_storage;
-  std::vector<RowTask>& tasks = task_storage;
   const int64_t rows[] = {gate_up.rows};
-  split_row_tasks(rows, m, gate_up.cols, kBlockCols, kBlockCols, pool.size(), tasks);
+  const std::vector<RowTask>& tasks = split_row_tasks(rows, m, gate_up.cols, kBlockCols, kBlockCols, pool.size());
   const int n_tasks = static_cast<int>(tasks.size());
   const ProductPath path = product_path(isa, m, gate_up);
   if (gate_up.layout == WeightLayout::quantized) {
@@ -568,15 +564,12 @@ void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int
 
   // Each output's rows go in guided chunks (row_tasks.hpp) of whole register blocks of weight rows (24 covers every
   // packed shape; 4 the rows kernels).
-  // The calling thread's list, named through a plain reference: the pool's threads read it in the lambdas below
-  // (a thread_local named there would be their own, empty, one).
-  thread_local std::vector<RowTask> task_storage;
-  std::vector<RowTask>& tasks = task_storage;
   const int64_t granule = blocked ? kBlockCols : kernel == Kernel::packed ? 24 : 4;
   int64_t rows[8];
   ACTORD_CHECK(n_outputs <= 8);
   for (int o = 0; o < n_outputs; ++o) rows[o] = outputs[o].w->rows;
-  split_row_tasks(std::span<const int64_t>(rows, n_outputs), m, k, granule, blocked ? granule : 16, pool.size(), tasks);
+  const std::vector<RowTask>& tasks = split_row_tasks(std::span<const int64_t>(rows, n_outputs), m, k, granule,
+                                                      blocked ? granule : 16, pool.size());
   const int n_tasks = static_cast<int>(tasks.size());
 
   if (layout == WeightLayout::quantized) {

@@ -111,9 +111,10 @@ struct GemmOutput {
   const float* bias = nullptr;
   float* y = nullptr;
 };
-// Several products of the same x (q/k/v, gate/up), each equal to gemm_nt(x, *o.w, o.bias, o.y, m, pool, path):
-// at most 8 outputs; every weight must have x's width (w.cols); weights of different layouts (quantized beside float) go one by one. x is packed once and all the outputs' row chunks share one
-// parallel_for, which saves a pool wake-up and a pass over x per extra output.
+// Several products of the same x (q/k/v, gate/up), each equal to gemm_nt(x, *o.w, o.bias, o.y, m, pool, path): at
+// most 8 outputs; every weight must have x's width (w.cols); weights of different layouts (quantized beside float)
+// go one by one. x is packed once and all the outputs' row chunks share one parallel_for, which saves a pool wake-up
+// and a pass over x per extra output.
 void gemm_nt_multi(const float* x, const GemmOutput* outputs, int n_outputs, int m, ThreadPool& pool,
                    GemmPath path = {});
 

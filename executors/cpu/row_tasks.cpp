@@ -6,10 +6,11 @@
 
 namespace actord::cpu {
 
-void split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t granule, int64_t min_rows, int threads,
-                     std::vector<RowTask>& tasks) {
+const std::vector<RowTask>& split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t granule,
+                                            int64_t min_rows, int threads) {
   ACTORD_CHECK(granule > 0 && m > 0 && k > 0 && threads > 0);
   constexpr int64_t kMinMacsPerTask = 1 << 16;
+  thread_local std::vector<RowTask> tasks;
   tasks.clear();
   int64_t unclaimed = 0;
   for (int64_t n : rows) unclaimed += n;
@@ -17,7 +18,7 @@ void split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t gr
   if (threads == 1 || unclaimed * macs_per_row < kMinMacsPerTask) {
     for (int o = 0; o < static_cast<int>(rows.size()); ++o)
       if (rows[o] > 0) tasks.push_back({o, 0, rows[o]});
-    return;
+    return tasks;
   }
   const auto whole_granules = [granule](int64_t n) { return (n + granule - 1) / granule * granule; };
   const int64_t smallest =
@@ -31,6 +32,7 @@ void split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t gr
       begin = end;
     }
   }
+  return tasks;
 }
 
 }  // namespace actord::cpu

@@ -21,8 +21,9 @@ struct RowTask {
   int64_t begin, end;
 };
 
-// Replaces `tasks` with the split of an m x k product into outputs of rows[o] weight rows each, for `threads` threads.
-void split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t granule, int64_t min_rows, int threads,
-                     std::vector<RowTask>& tasks);
+// The split of an m x k product into outputs of rows[o] weight rows each, for `threads` threads: the calling
+// thread's list, valid until its next call (the pool's threads may read it while the caller's parallel_for runs).
+const std::vector<RowTask>& split_row_tasks(std::span<const int64_t> rows, int m, int64_t k, int64_t granule,
+                                            int64_t min_rows, int threads);
 
 }  // namespace actord::cpu
